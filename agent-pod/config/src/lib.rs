@@ -1,0 +1,625 @@
+//! The rendered bot config: the one document the operator writes and the agent reads.
+//!
+//! Pure data: no I/O beyond parsing. The operator fills it from a `SaintBot`, its
+//! `Contact`s and `Role`s; `saint-agent` loads it, validates it and hot-reloads it.
+//! Secret *values* never appear here — only the names of environment variables or
+//! files through which the right container receives them.
+//!
+//! Field names are camelCase on the wire, like Kubernetes objects, and every map is a
+//! `BTreeMap` so the same inputs always serialise to byte-identical JSON (a changed
+//! byte would change the config hash and restart pods needlessly).
+
+mod validate;
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use crate::validate::{ConfigError, validate};
+
+/// The schema version this crate reads and writes. Bumped on any breaking change.
+pub const SCHEMA_VERSION: &str = "saint.work/bot-config/v1alpha1";
+
+/// The file name of the rendered config inside its ConfigMap / on disk.
+pub const CONFIG_FILE_NAME: &str = "bot-config.json";
+
+/// Tool names the runtime knows. Roles may name these, `group:<name>` or globs.
+pub const KNOWN_TOOLS: &[&str] = &[
+    "read",
+    "write",
+    "edit",
+    "apply_patch",
+    "exec",
+    "process",
+    "web_search",
+    "web_fetch",
+    "browser",
+    "message",
+    "memory_search",
+    "memory_get",
+    "sessions_list",
+    "sessions_history",
+    "sessions_send",
+    "sessions_spawn",
+    "cron",
+    "tts",
+    "image",
+];
+
+/// Tool groups (`group:<name>`) and the tools each one expands to.
+pub const TOOL_GROUPS: &[(&str, &[&str])] = &[
+    ("fs", &["read", "write", "edit", "apply_patch"]),
+    ("runtime", &["exec", "process"]),
+    ("web", &["web_search", "web_fetch"]),
+    ("ui", &["browser"]),
+    ("memory", &["memory_search", "memory_get"]),
+    (
+        "sessions",
+        &["sessions_list", "sessions_history", "sessions_send", "sessions_spawn"],
+    ),
+    ("messaging", &["message"]),
+    ("automation", &["cron"]),
+    ("media", &["tts", "image"]),
+];
+
+/// Bootstrap files the runtime knows how to load into a system prompt, in prompt order.
+pub const BOOTSTRAP_FILES: &[&str] = &[
+    "SOUL.md",
+    "IDENTITY.md",
+    "AGENTS.md",
+    "TOOLS.md",
+    "USER.md",
+    "HEARTBEAT.md",
+];
+
+/// Files no role may ever write through the agent's tools (tier 1 of seed §5.2).
+pub const DEFAULT_PLATFORM_PROTECTED: &[&str] = &[
+    "SOUL.md",
+    "IDENTITY.md",
+    "AGENTS.md",
+    "config/**",
+    "skills/**",
+    "logs/**",
+    "sessions/**",
+];
+
+/// The whole rendered config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BotConfig {
+    /// Always [`SCHEMA_VERSION`]; the agent refuses other versions.
+    pub schema_version: String,
+    /// Which bot this is.
+    pub bot: BotIdentity,
+    /// The default model; roles may override the model name.
+    pub model: ModelConfig,
+    /// Chat channels the bot serves. No secrets: only env var names.
+    #[serde(default)]
+    pub channels: Vec<ChannelConfig>,
+    /// Role given to senders that match no contact.
+    pub default_role: String,
+    /// Roles by name.
+    pub roles: BTreeMap<String, RoleConfig>,
+    /// Known people, sorted by slug.
+    #[serde(default)]
+    pub contacts: Vec<ContactConfig>,
+    /// Canonical slug → normalised channel identities (`whatsapp:+385…`), generated from contacts.
+    #[serde(default)]
+    pub identity_links: BTreeMap<String, Vec<String>>,
+    /// How session keys are derived.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
+    /// File-access tiers shared by all roles.
+    #[serde(default)]
+    pub file_access: FileAccessConfig,
+    /// Web tools settings.
+    #[serde(default)]
+    pub web: WebConfig,
+    /// Where and how `exec` runs.
+    pub sandbox: SandboxConfig,
+    /// The Porter broker as the agent sees it (never the credentials).
+    #[serde(default)]
+    pub porter: PorterConfig,
+    /// Memory index settings.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+}
+
+/// The bot's name and namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BotIdentity {
+    /// `metadata.name` of the SaintBot.
+    pub name: String,
+    /// `metadata.namespace` of the SaintBot (empty in local mode).
+    #[serde(default)]
+    pub namespace: String,
+}
+
+/// Wire protocol of the LLM endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ModelProvider {
+    /// Anthropic Messages API.
+    Anthropic,
+    /// OpenAI-compatible Chat Completions (also Ollama, vLLM, …).
+    Openai,
+}
+
+/// The LLM the bot talks to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Wire protocol.
+    pub provider: ModelProvider,
+    /// Default model name (roles may override).
+    pub name: String,
+    /// Base URL of the API, e.g. `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Environment variable of the agent container holding the API key (absent: no key sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Context window in tokens; compaction starts before it is reached.
+    #[serde(default = "default_context_window")]
+    pub context_window: u32,
+    /// Maximum output tokens per model call.
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u32,
+    /// Price table by model name, in USD per million tokens.
+    #[serde(default)]
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+fn default_context_window() -> u32 {
+    200_000
+}
+
+fn default_max_output_tokens() -> u32 {
+    4_096
+}
+
+/// USD per million tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Input (prompt) tokens.
+    pub input_per_mtok: f64,
+    /// Output (completion) tokens.
+    pub output_per_mtok: f64,
+}
+
+/// Channel kinds. Each identity in `identityLinks` is prefixed by one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ChannelKind {
+    /// The built-in authenticated HTTP API.
+    Http,
+    /// WhatsApp; peers are E.164 phone numbers.
+    Whatsapp,
+    /// Telegram; peers are numeric user ids.
+    Telegram,
+    /// Email; peers are lower-cased addresses.
+    Email,
+    /// Slack; peers are member ids (`U…`).
+    Slack,
+    /// Discord; peers are user ids or handles.
+    Discord,
+}
+
+impl ChannelKind {
+    /// The prefix used in identity strings (`whatsapp:+385…`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            ChannelKind::Http => "http",
+            ChannelKind::Whatsapp => "whatsapp",
+            ChannelKind::Telegram => "telegram",
+            ChannelKind::Email => "email",
+            ChannelKind::Slack => "slack",
+            ChannelKind::Discord => "discord",
+        }
+    }
+}
+
+/// One chat channel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// Unique name of the channel within the bot.
+    pub name: String,
+    /// Kind of channel.
+    pub kind: ChannelKind,
+    /// Non-secret settings (e.g. listen port, phone number id).
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// Secret settings: setting name → environment variable of the agent container.
+    #[serde(default)]
+    pub secret_env: BTreeMap<String, String>,
+}
+
+/// A role: what the bot may do for the people who have it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoleConfig {
+    /// Human description.
+    #[serde(default)]
+    pub description: String,
+    /// Tool allow/deny lists (names, `group:*`, globs). Deny always wins.
+    #[serde(default)]
+    pub tools: ToolPolicy,
+    /// Model override for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Command globs refused by `exec`. Absent means the role has no exec at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_blocklist: Option<Vec<String>>,
+    /// Memory scopes the role may search and read.
+    #[serde(default)]
+    pub memory_scope: Vec<MemoryScope>,
+    /// Workspace path globs for file tools; `<self>` is the asker's slug.
+    #[serde(default)]
+    pub files: FileGlobs,
+    /// Skills the role may use.
+    #[serde(default)]
+    pub skills: Skills,
+    /// Spending cap; absent means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// Bootstrap files included in the system prompt (subset of [`BOOTSTRAP_FILES`]).
+    #[serde(default)]
+    pub bootstrap: Vec<String>,
+    /// Extra workspace files injected into the prompt (e.g. `COMPANY.md`).
+    #[serde(default)]
+    pub inject: Vec<String>,
+    /// Which sessions `sessions_list` / `sessions_history` may show.
+    #[serde(default)]
+    pub sessions_visibility: SessionsVisibility,
+    /// Whether people with this role are treated as external (prompt warning, no internals).
+    #[serde(default)]
+    pub external: bool,
+}
+
+/// Tool allow and deny lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolPolicy {
+    /// Tools the role may use: names, `group:<name>` or globs (`sessions_*`).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Tools the role may never use; wins over `allow`.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// Memory scopes of seed §7.2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryScope {
+    /// `memory/shared/**`, `MEMORY.md`.
+    Shared,
+    /// `memory/private/**`, `COMPANY.md`, `TOOLS.md`.
+    Private,
+    /// `memory/daily/**`.
+    Daily,
+    /// `memory/users/<self>/**`.
+    OwnUser,
+    /// `memory/users/*/**`.
+    AllUsers,
+}
+
+impl MemoryScope {
+    /// Path globs (relative to the workspace, SQLite `GLOB` syntax) covered by this
+    /// scope; `<self>` is replaced by the asker's slug by the caller.
+    pub fn path_globs(self) -> &'static [&'static str] {
+        match self {
+            MemoryScope::Shared => &["memory/shared/*", "MEMORY.md"],
+            MemoryScope::Private => &["memory/private/*", "COMPANY.md", "TOOLS.md"],
+            MemoryScope::Daily => &["memory/daily/*"],
+            MemoryScope::OwnUser => &["memory/users/<self>/*"],
+            MemoryScope::AllUsers => &["memory/users/*"],
+        }
+    }
+}
+
+/// Read and write globs for the file tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileGlobs {
+    /// Paths the role may read.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Paths the role may write (platform-protected files stay refused).
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// Paths the role may never write, on top of the platform-protected ones.
+    #[serde(default)]
+    pub deny_write: Vec<String>,
+}
+
+/// Skill exposure.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Skills {
+    /// Every installed skill.
+    All,
+    /// Only these skills.
+    Only(Vec<String>),
+    /// No skills.
+    #[default]
+    None,
+}
+
+/// A spending cap per period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Budget {
+    /// Maximum spend in USD per period (≥ 0).
+    pub usd: f64,
+    /// Period the cap applies to.
+    pub period: BudgetPeriod,
+}
+
+/// Budget periods (UTC calendar boundaries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BudgetPeriod {
+    /// Calendar day.
+    Day,
+    /// ISO week.
+    Week,
+    /// Calendar month.
+    Month,
+}
+
+/// Which sessions a role may see (seed §5.5).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionsVisibility {
+    /// Every session.
+    All,
+    /// Their own sessions plus those of people holding these roles.
+    OwnAndRoles(Vec<String>),
+    /// Only their own sessions.
+    Own,
+    /// None at all.
+    #[default]
+    None,
+}
+
+/// A known person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContactConfig {
+    /// Canonical slug (the Contact's name), used in paths (`memory/users/<slug>/`).
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Role name.
+    pub role: String,
+    /// Normalised identities (`whatsapp:+385…`), sorted.
+    pub identities: Vec<String>,
+}
+
+/// How session keys are derived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// Session scope for direct messages.
+    #[serde(default)]
+    pub dm_scope: DmScope,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self { dm_scope: DmScope::PerChannelPeer }
+    }
+}
+
+/// Session scope for direct messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DmScope {
+    /// One session per person per channel; identity links merge a person's channels.
+    #[default]
+    PerChannelPeer,
+    /// One session per person across channels.
+    PerPeer,
+}
+
+/// File-access tiers shared by all roles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileAccessConfig {
+    /// Tier 1: globs no role may write.
+    pub platform_protected: Vec<String>,
+    /// Tier 2: globs only roles that list them in `files.write` may write (owner files).
+    #[serde(default)]
+    pub owner_files: Vec<String>,
+    /// Tier 3: the per-person directory every internal role may write (`<self>` = slug).
+    #[serde(default = "default_self_dir")]
+    pub self_writable: String,
+}
+
+fn default_self_dir() -> String {
+    "memory/users/<self>/**".to_string()
+}
+
+impl Default for FileAccessConfig {
+    fn default() -> Self {
+        Self {
+            platform_protected: DEFAULT_PLATFORM_PROTECTED
+                .iter()
+                .map(|path| path.to_string())
+                .collect(),
+            owner_files: vec!["COMPANY.md".to_string(), "TOOLS.md".to_string()],
+            self_writable: default_self_dir(),
+        }
+    }
+}
+
+/// Web tools settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebConfig {
+    /// Extra URL/host globs `web_fetch` refuses, on top of the built-in SSRF guard.
+    #[serde(default)]
+    pub url_blocklist: Vec<String>,
+    /// Web search provider; absent hides `web_search`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<WebSearchConfig>,
+}
+
+/// Brave Search settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebSearchConfig {
+    /// Base URL of the Brave Search API.
+    #[serde(default = "default_brave_url")]
+    pub base_url: String,
+    /// Environment variable of the agent container holding the API key.
+    pub api_key_env: String,
+}
+
+fn default_brave_url() -> String {
+    "https://api.search.brave.com".to_string()
+}
+
+/// Where `exec` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxBackend {
+    /// Sandbox Jobs in the bot's namespace.
+    Kubernetes,
+    /// bubblewrap on the local machine.
+    Local,
+}
+
+/// Sandbox lifetime scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxScope {
+    /// One sandbox per session.
+    #[default]
+    Session,
+    /// One sandbox per bot.
+    Agent,
+    /// One sandbox shared by everything.
+    Shared,
+}
+
+/// The sandbox as the operator decided it; the agent only fills names and labels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Which backend runs sandboxes.
+    pub backend: SandboxBackend,
+    /// Sandbox lifetime scope.
+    #[serde(default)]
+    pub scope: SandboxScope,
+    /// Seconds a sandbox may sit idle before it is reaped.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_seconds: u64,
+    /// Default per-command timeout in seconds.
+    #[serde(default = "default_exec_timeout")]
+    pub exec_timeout_seconds: u64,
+    /// Kubernetes only: the Job manifest the agent copies, fills `metadata.name` and
+    /// scope labels into, and creates. Everything security-relevant is already set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_template: Option<serde_json::Value>,
+}
+
+fn default_idle_timeout() -> u64 {
+    1_800
+}
+
+fn default_exec_timeout() -> u64 {
+    120
+}
+
+/// The Porter broker as the agent sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PorterConfig {
+    /// Socket sandboxes connect to (inside the sandbox and the agent alike).
+    pub socket_path: String,
+    /// Control socket only the agent container reaches (token registration).
+    pub control_socket_path: String,
+    /// Names of the CLIs proxied through Porter (symlinks in the sandbox), sorted.
+    #[serde(default)]
+    pub clis: Vec<String>,
+}
+
+impl Default for PorterConfig {
+    fn default() -> Self {
+        Self {
+            socket_path: "/run/saint/porter/porter.sock".to_string(),
+            control_socket_path: "/run/saint/porter-control/control.sock".to_string(),
+            clis: Vec::new(),
+        }
+    }
+}
+
+/// Memory index settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Embedding backend.
+    #[serde(default)]
+    pub embeddings: EmbeddingsConfig,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self { embeddings: EmbeddingsConfig::default() }
+    }
+}
+
+/// Embedding backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind", deny_unknown_fields)]
+pub enum EmbeddingsConfig {
+    /// all-MiniLM-L6-v2 in process, from files in `modelDir`.
+    Local {
+        /// Directory holding `model.safetensors`, `config.json` and `tokenizer.json`.
+        model_dir: String,
+    },
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai {
+        /// Base URL of the API.
+        base_url: String,
+        /// Model name.
+        model: String,
+        /// Environment variable holding the API key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// Vector dimensions the model returns.
+        dimensions: u32,
+    },
+}
+
+impl Default for EmbeddingsConfig {
+    fn default() -> Self {
+        EmbeddingsConfig::Local { model_dir: "/opt/saint/models/all-MiniLM-L6-v2".to_string() }
+    }
+}
+
+impl BotConfig {
+    /// Parses and validates a rendered config.
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let config: BotConfig = serde_json::from_str(text).map_err(ConfigError::Parse)?;
+        validate(&config)?;
+        Ok(config)
+    }
+
+    /// Serialises deterministically (pretty, trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("config is always serialisable");
+        text.push('\n');
+        text
+    }
+
+    /// The JSON Schema of the rendered config.
+    pub fn json_schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(BotConfig)).expect("schema is serialisable")
+    }
+}

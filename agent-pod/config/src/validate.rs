@@ -1,0 +1,105 @@
+//! Semantic checks serde cannot express. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use crate::{BOOTSTRAP_FILES, BotConfig, KNOWN_TOOLS, SCHEMA_VERSION, SandboxBackend, TOOL_GROUPS};
+
+/// Why a rendered config was refused. Each message names the offending field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to parse bot config: {0}")]
+    Parse(#[source] serde_json::Error),
+    #[error("schemaVersion is {found:?}, this agent reads {SCHEMA_VERSION:?}")]
+    SchemaVersion { found: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), message: message.into() }
+}
+
+/// Whether `pattern` is a known tool, a known `group:*`, or a glob that matches a known tool.
+pub fn is_known_tool_pattern(pattern: &str) -> bool {
+    if let Some(group) = pattern.strip_prefix("group:") {
+        return TOOL_GROUPS.iter().any(|(name, _)| *name == group);
+    }
+    if pattern.contains(['*', '?', '[']) {
+        return match globset::Glob::new(pattern) {
+            Ok(glob) => {
+                let matcher = glob.compile_matcher();
+                KNOWN_TOOLS.iter().any(|tool| matcher.is_match(tool))
+            }
+            Err(_) => false,
+        };
+    }
+    KNOWN_TOOLS.contains(&pattern)
+}
+
+/// Checks everything the agent relies on before it accepts a config.
+pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
+    if config.schema_version != SCHEMA_VERSION {
+        return Err(ConfigError::SchemaVersion { found: config.schema_version.clone() });
+    }
+    if config.model.name.trim().is_empty() {
+        return Err(invalid("model.name", "must not be empty"));
+    }
+    if !config.roles.contains_key(&config.default_role) {
+        return Err(invalid(
+            "defaultRole",
+            format!("names role {:?}, which is not defined", config.default_role),
+        ));
+    }
+    for (name, role) in &config.roles {
+        for (list, patterns) in [("allow", &role.tools.allow), ("deny", &role.tools.deny)] {
+            if let Some(pattern) = patterns.iter().find(|p| !is_known_tool_pattern(p)) {
+                return Err(invalid(
+                    format!("roles.{name}.tools.{list}"),
+                    format!("{pattern:?} is not a known tool, group:<name> or matching glob"),
+                ));
+            }
+        }
+        if let Some(file) = role.bootstrap.iter().find(|f| !BOOTSTRAP_FILES.contains(&f.as_str())) {
+            return Err(invalid(
+                format!("roles.{name}.bootstrap"),
+                format!("{file:?} is not a bootstrap file (one of {BOOTSTRAP_FILES:?})"),
+            ));
+        }
+        if let Some(budget) = &role.budget
+            && !(budget.usd.is_finite() && budget.usd >= 0.0)
+        {
+            return Err(invalid(format!("roles.{name}.budget.usd"), "must be a number ≥ 0"));
+        }
+    }
+    let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+    for contact in &config.contacts {
+        if !config.roles.contains_key(&contact.role) {
+            return Err(invalid(
+                format!("contacts[{}].role", contact.slug),
+                format!("names role {:?}, which is not defined", contact.role),
+            ));
+        }
+        for identity in &contact.identities {
+            if let Some(previous) = owners.insert(identity, &contact.slug) {
+                return Err(invalid(
+                    format!("contacts[{}].identities", contact.slug),
+                    format!("{identity:?} is also claimed by contact {previous:?}"),
+                ));
+            }
+        }
+    }
+    for (slug, identities) in &config.identity_links {
+        for identity in identities {
+            if owners.get(identity.as_str()) != Some(&slug.as_str()) {
+                return Err(invalid(
+                    format!("identityLinks.{slug}"),
+                    format!("{identity:?} does not belong to contact {slug:?}"),
+                ));
+            }
+        }
+    }
+    if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none() {
+        return Err(invalid("sandbox.jobTemplate", "is required for the kubernetes backend"));
+    }
+    Ok(())
+}
