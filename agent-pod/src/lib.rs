@@ -1,1 +1,3 @@
-//! Placeholder: filled in by its issue.
+//! `saint-agent`: the runtime in each bot's `agent` container.
+
+pub mod tools;

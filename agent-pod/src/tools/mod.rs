@@ -1,0 +1,108 @@
+//! The tool contract: what every tool the model can call implements.
+//!
+//! A tool enforces its own role rules (paths, URLs, scopes) inside `call`; the policy
+//! layer only decides which tools a role sees at all. Refusals are ordinary
+//! [`ToolError`]s, returned to the model as error results, never panics.
+
+use std::{path::PathBuf, sync::Arc};
+
+use futures::future::BoxFuture;
+use saint_config::{BotConfig, RoleConfig};
+
+/// Who is asking, resolved by deterministic code before the model runs.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// Canonical contact slug, or a sanitised sender id for unknown senders.
+    pub slug: String,
+    /// Display name ("Ana"), or the raw identity for unknown senders.
+    pub display_name: String,
+    /// Role name.
+    pub role_name: String,
+    /// The role itself.
+    pub role: Arc<RoleConfig>,
+    /// Whether the sender matched a Contact.
+    pub known: bool,
+    /// The channel identity the message came from (`whatsapp:+385…`).
+    pub identity: String,
+    /// The session this turn belongs to.
+    pub session_key: String,
+}
+
+/// Everything a tool call may read.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The asker.
+    pub caller: Caller,
+    /// The real workspace root (canonical path).
+    pub workspace: PathBuf,
+    /// The config in force for this turn.
+    pub config: Arc<BotConfig>,
+}
+
+/// A successful tool result.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// Text returned to the model.
+    pub content: String,
+    /// Whether the content is untrusted external content (web pages, search results).
+    pub untrusted: bool,
+    /// Facts for the usage log (e.g. `{"porter": true}`); never shown to the model.
+    pub metering: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ToolOutput {
+    /// Plain trusted text.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self { content: content.into(), ..Self::default() }
+    }
+}
+
+/// Why a tool call failed; the message is what the model sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The caller's role does not allow this (path, URL, command, scope).
+    #[error("permission denied: {0}")]
+    Denied(String),
+    /// The arguments are malformed.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The target does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The call ran out of time.
+    #[error("timed out after {0} s")]
+    Timeout(u64),
+    /// Anything else; the message must not leak internals (paths outside the workspace,
+    /// credentials, model or platform details).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl ToolError {
+    /// Short outcome label for metering and metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ToolError::Denied(_) => "denied",
+            ToolError::InvalidInput(_) => "invalid_input",
+            ToolError::NotFound(_) => "not_found",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::Failed(_) => "error",
+        }
+    }
+}
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync {
+    /// The name the model uses (one of `saint_config::KNOWN_TOOLS`).
+    fn name(&self) -> &'static str;
+    /// One paragraph for the model.
+    fn description(&self) -> &'static str;
+    /// JSON Schema of the input object.
+    fn input_schema(&self) -> serde_json::Value;
+    /// Runs the call. Enforces the caller's role rules itself.
+    fn call<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
