@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds the control plane the end-to-end suite runs against, from source:
+# kube-apiserver, kube-controller-manager, kubectl, etcd and helm, all pinned by
+# e2e/tools/go.mod. Binaries land in ~/.cache/saint/k8s-<version>/bin/ and are
+# reused while that directory holds a complete build (idempotent, keyed by
+# version). Nothing prebuilt is downloaded: only Go modules, through the
+# configured Go module proxy.
+#
+# Usage: e2e/setup.sh            build if missing, print the bin directory
+#        e2e/setup.sh --print-bin-dir   print the bin directory only
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+tools_dir="$here/tools"
+
+# The versions are read from go.mod so there is one place to bump them.
+kubernetes_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$tools_dir/go.mod")"
+helm_version="$(awk '$1 == "helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' "$tools_dir/go.mod")"
+if [[ -z "$kubernetes_version" || -z "$helm_version" ]]; then
+	echo "setup.sh: failed to read the pinned versions from $tools_dir/go.mod" >&2
+	exit 1
+fi
+
+# Key by every pinned version (and the go.sum digest) so a bump never reuses
+# binaries built from other sources.
+tools_digest="$(cat "$tools_dir/go.mod" "$tools_dir/go.sum" | sha256sum | cut -c1-12)"
+cache_root="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
+install_dir="$cache_root/k8s-$kubernetes_version"
+bin_dir="$install_dir/bin"
+stamp="$install_dir/complete-$tools_digest"
+binaries=(kube-apiserver kube-controller-manager kubectl etcd helm)
+
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+	echo "$bin_dir"
+	exit 0
+fi
+
+all_built() {
+	[[ -f "$stamp" ]] || return 1
+	local binary
+	for binary in "${binaries[@]}"; do
+		[[ -x "$bin_dir/$binary" ]] || return 1
+	done
+}
+
+if all_built; then
+	echo "setup.sh: control plane $kubernetes_version already built in $bin_dir"
+	exit 0
+fi
+
+if ! command -v go > /dev/null; then
+	echo "setup.sh: failed to find the Go toolchain (go) on PATH; it is needed to build the control plane" >&2
+	exit 1
+fi
+
+# Never let go.mod fetch another toolchain; build with the one installed.
+export GOTOOLCHAIN=local
+export GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
+export CGO_ENABLED=0
+
+build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+minor="${kubernetes_version#v1.}"
+minor="${minor%%.*}"
+# The same version stamps Kubernetes' own build sets (hack/lib/version.sh), so
+# the API server reports v1.34.x and helm's kubeVersion checks work.
+version_flags=""
+for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	version_flags+=" -X $package.gitVersion=$kubernetes_version"
+	version_flags+=" -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+	version_flags+=" -X $package.gitTreeState=clean -X $package.buildDate=$build_date"
+done
+version_flags+=" -X helm.sh/helm/v3/internal/version.version=$helm_version"
+
+staging_dir="$install_dir/bin.partial"
+rm -rf "$staging_dir"
+mkdir -p "$staging_dir"
+
+echo "setup.sh: building Kubernetes $kubernetes_version, etcd and helm $helm_version with $(go version | awk '{print $3}') into $bin_dir"
+started=$(date +%s)
+(
+	cd "$tools_dir"
+	go build -ldflags "-s -w $version_flags" -o "$staging_dir/" \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kubectl \
+		helm.sh/helm/v3/cmd/helm
+	# etcd's main package is the module root, so go build names it "v3".
+	go build -ldflags "-s -w" -o "$staging_dir/etcd" go.etcd.io/etcd/server/v3
+)
+finished=$(date +%s)
+
+for binary in "${binaries[@]}"; do
+	if [[ ! -x "$staging_dir/$binary" ]]; then
+		echo "setup.sh: failed to build $binary (missing from $staging_dir)" >&2
+		exit 1
+	fi
+done
+"$staging_dir/kube-apiserver" --version
+"$staging_dir/etcd" --version | head -1
+"$staging_dir/helm" version --short
+
+rm -rf "$bin_dir"
+mv "$staging_dir" "$bin_dir"
+rm -f "$install_dir"/complete-*
+touch "$stamp"
+echo "setup.sh: built in $((finished - started)) s; $(du -sh "$bin_dir" | cut -f1) in $bin_dir"
