@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Validates every Saint custom resource in the examples directory against the
+openAPIV3Schema of the generated CRDs in crds/, the way the API server's
+schema check would, and stricter about unknown fields: an object schema that
+lists properties and does not preserve unknown fields rejects any other key
+(kubectl's strict field validation does the same; the API server would
+otherwise prune a misspelt field silently).
+
+CEL rules (x-kubernetes-validations) are not evaluated here; the end-to-end
+suite applies the examples to a real API server, which does.
+
+Also checks that every Secret a custom resource names exists among the
+examples. Reads only the two directories; writes nothing."""
+
+import argparse
+import copy
+import pathlib
+import sys
+
+import jsonschema
+import yaml
+
+
+def strict(schema: dict) -> dict:
+    """Copies an OpenAPI v3 schema into JSON Schema: unknown fields rejected,
+    `nullable` honoured, Kubernetes extensions kept as annotations."""
+    schema = copy.deepcopy(schema)
+
+    def walk(node: dict) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get("nullable") and "type" in node:
+            node["type"] = [node["type"], "null"] if isinstance(node["type"], str) else [*node["type"], "null"]
+        if node.get("x-kubernetes-int-or-string"):
+            node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+        if ("properties" in node and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            node["additionalProperties"] = False
+        for key in ("properties", "patternProperties"):
+            for child in node.get(key, {}).values():
+                walk(child)
+        for key in ("items", "additionalProperties", "not"):
+            if isinstance(node.get(key), dict):
+                walk(node[key])
+        for key in ("allOf", "anyOf", "oneOf"):
+            for child in node.get(key, []):
+                walk(child)
+
+    walk(schema)
+    # metadata is validated by the API server itself, not by the CRD schema.
+    schema.get("properties", {}).get("metadata", {}).pop("additionalProperties", None)
+    return schema
+
+
+def load_crd_schemas(crd_directory: pathlib.Path) -> dict[tuple[str, str], dict]:
+    schemas = {}
+    for path in sorted(crd_directory.glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            group = crd["spec"]["group"]
+            kind = crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                api_version = f"{group}/{version['name']}"
+                schemas[(api_version, kind)] = strict(version["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+def secret_references(node, path: str = "") -> list[tuple[str, str]]:
+    """(path, secret name) for every `secretRef`/`secretKeyRef`-like object with a name."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child_path = f"{path}.{key}"
+            if key.lower().endswith(("secretref", "secretkeyref")) and isinstance(value, dict) and "name" in value:
+                found.append((child_path, value["name"]))
+            found.extend(secret_references(value, child_path))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(secret_references(value, f"{path}[{index}]"))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--crds", required=True, type=pathlib.Path)
+    parser.add_argument("--examples", required=True, type=pathlib.Path)
+    options = parser.parse_args()
+
+    schemas = load_crd_schemas(options.crds)
+    if not schemas:
+        print(f"validate-examples: no CRDs found in {options.crds}", file=sys.stderr)
+        return 1
+
+    failures: list[str] = []
+    custom_resources: list[tuple[str, dict]] = []
+    secrets: set[str] = set()
+    counts: dict[str, int] = {}
+    for path in sorted(options.examples.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if not document:
+                continue
+            name = f"{path.name}: {document.get('kind')}/{document.get('metadata', {}).get('name')}"
+            if document.get("kind") == "Secret" and document.get("apiVersion") == "v1":
+                secrets.add(document["metadata"]["name"])
+                continue
+            schema = schemas.get((document.get("apiVersion"), document.get("kind")))
+            if schema is None:
+                failures.append(f"{name}: no CRD for {document.get('apiVersion')} {document.get('kind')}")
+                continue
+            validator = jsonschema.Draft7Validator(schema)
+            for error in sorted(validator.iter_errors(document), key=lambda error: list(error.path)):
+                location = ".".join(str(part) for part in error.path) or "(root)"
+                failures.append(f"{name}: {location}: {error.message}")
+            custom_resources.append((name, document))
+            counts[document["kind"]] = counts.get(document["kind"], 0) + 1
+
+    for name, document in custom_resources:
+        for path, secret in secret_references(document.get("spec", {}), "spec"):
+            if secret not in secrets:
+                failures.append(f"{name}: {path} names Secret {secret!r}, which no example defines")
+
+    for kind in ("SaintBot", "Contact", "Role"):
+        if counts.get(kind, 0) == 0:
+            failures.append(f"examples contain no {kind}")
+
+    if failures:
+        for failure in failures:
+            print(f"FAIL: {failure}", file=sys.stderr)
+        print(f"validate-examples: {len(failures)} problem(s)", file=sys.stderr)
+        return 1
+    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+    print(f"validate-examples: {summary} valid against the CRD schemas; {len(secrets)} Secrets cover every reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
