@@ -1,6 +1,21 @@
 //! The Porter wire protocol and registry format, shared by every side: the Porter
 //! daemon, `cliport-proxy`, `cliport`, the sandbox runner, the agent and the operator.
 //!
-//! Pure: no sockets, no processes. The daemon and clients bring their own I/O.
+//! A connection is: client `Hello` → server `Welcome` (or `Error`), client `Request`,
+//! then the client's `Stdin`/`StdinEof`/`Signal` frames and the server's
+//! `Stdout`/`Stderr` frames interleave until the server's last frame, `Exit` or `Error`.
+//!
+//! Pure: no sockets, no processes. `sync_io` (std) and `async_io` (tokio, feature
+//! `async`) read and write frames on streams the caller brings.
 
+#[cfg(feature = "async")]
+pub mod async_io;
+pub mod frame;
+pub mod handshake;
 pub mod registry;
+pub mod request;
+pub mod sync_io;
+
+pub use frame::{ErrorCode, Frame, FrameError, FrameHeader, FrameKind, RemoteSignal};
+pub use handshake::PROTOCOL_VERSION;
+pub use request::{CliRequest, ExecRequest, Request, RequestError};

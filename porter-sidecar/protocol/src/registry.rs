@@ -132,7 +132,10 @@ impl Registry {
                 return Err(RegistryError::BadName { name: name.clone() });
             }
             if !entry.bin.starts_with('/') {
-                return Err(RegistryError::RelativeBin { name: name.clone(), bin: entry.bin.clone() });
+                return Err(RegistryError::RelativeBin {
+                    name: name.clone(),
+                    bin: entry.bin.clone(),
+                });
             }
         }
         Ok(registry)

@@ -1,0 +1,250 @@
+//! The request a client sends after the handshake: run a registered CLI (`Cli`, the
+//! Porter daemon) or a shell command (`Exec`, the sandbox runner).
+//!
+//! Pure: parsing and shape checks only. Whether a request is *allowed* (token, CLI
+//! name, cwd containment, argument policy) is the server's decision, never made here.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Most arguments one request may carry (Linux allows more, no CLI call needs more).
+pub const MAX_ARGS: usize = 8192;
+
+/// Most environment hints one request may carry.
+pub const MAX_ENV: usize = 256;
+
+/// Most bytes in a token; tokens are random strings far shorter than this.
+pub const MAX_TOKEN_LEN: usize = 512;
+
+/// What the client asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum Request {
+    /// Run a registered CLI by exact name with an argument vector (Porter).
+    Cli(CliRequest),
+    /// Run a command line through `sh -c` (the sandbox runner; never accepted by Porter).
+    Exec(ExecRequest),
+}
+
+/// Run a registered CLI: what `cliport-proxy` sends for `gh pr list`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CliRequest {
+    /// The CLI name (argv\[0\]'s file name in the sandbox).
+    pub cli: String,
+    /// Arguments after the name, passed literally (never through a shell).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The caller's working directory as the sandbox sees it (`/workspace/...`).
+    pub cwd: String,
+    /// The per-command caller token (`CLIPORT_TOKEN`).
+    #[serde(default)]
+    pub token: String,
+    /// Harmless presentation hints from the caller's environment (`TERM`, `COLUMNS`,
+    /// `NO_COLOR`, ...); the server drops any name it does not allow.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Whether the client will send stdin frames; if false the child's stdin is empty.
+    #[serde(default)]
+    pub stdin: bool,
+}
+
+/// Run a shell command line: what the agent sends to a sandbox runner.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    /// The command line, run as `sh -c <command>`.
+    pub command: String,
+    /// The working directory inside the sandbox.
+    pub cwd: String,
+    /// The complete environment for the command (beyond the runner's minimal base).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Seconds before the process group gets SIGTERM (then SIGKILL); none: the runner's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    /// The runner's caller token.
+    #[serde(default)]
+    pub token: String,
+    /// Whether the client will send stdin frames.
+    #[serde(default)]
+    pub stdin: bool,
+}
+
+/// Why a request payload was refused.
+#[derive(Debug, Error)]
+pub enum RequestError {
+    #[error("failed to parse request: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("failed to parse request: {field} contains a NUL byte")]
+    Nul { field: &'static str },
+    #[error("failed to parse request: {count} {field}, at most {max} allowed")]
+    TooMany {
+        field: &'static str,
+        count: usize,
+        max: usize,
+    },
+    #[error("failed to parse request: token is longer than {MAX_TOKEN_LEN} bytes")]
+    TokenLength,
+    #[error("failed to parse request: {field} is empty")]
+    Empty { field: &'static str },
+}
+
+impl Request {
+    /// Parses a request payload and checks its shape: no NUL bytes anywhere a process
+    /// would see them, bounded counts, non-empty names. The payload size is already
+    /// bounded by the frame layer, so parsing cannot allocate without limit.
+    pub fn parse(payload: &[u8]) -> Result<Self, RequestError> {
+        let request: Request = serde_json::from_slice(payload).map_err(RequestError::Json)?;
+        request.validate()?;
+        Ok(request)
+    }
+
+    /// Serialises the request payload.
+    pub fn to_payload(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("request is always serialisable")
+    }
+
+    /// The caller token, whichever kind.
+    pub fn token(&self) -> &str {
+        match self {
+            Request::Cli(cli) => &cli.token,
+            Request::Exec(exec) => &exec.token,
+        }
+    }
+
+    /// Whether the client will stream stdin.
+    pub fn wants_stdin(&self) -> bool {
+        match self {
+            Request::Cli(cli) => cli.stdin,
+            Request::Exec(exec) => exec.stdin,
+        }
+    }
+
+    fn validate(&self) -> Result<(), RequestError> {
+        match self {
+            Request::Cli(cli) => {
+                non_empty("cli", &cli.cli)?;
+                no_nul("cli", &cli.cli)?;
+                bounded("args", cli.args.len(), MAX_ARGS)?;
+                for argument in &cli.args {
+                    no_nul("args", argument)?;
+                }
+                no_nul("cwd", &cli.cwd)?;
+                check_token(&cli.token)?;
+                check_env(&cli.env)
+            }
+            Request::Exec(exec) => {
+                non_empty("command", &exec.command)?;
+                no_nul("command", &exec.command)?;
+                no_nul("cwd", &exec.cwd)?;
+                check_token(&exec.token)?;
+                check_env(&exec.env)
+            }
+        }
+    }
+}
+
+fn non_empty(field: &'static str, value: &str) -> Result<(), RequestError> {
+    if value.is_empty() {
+        Err(RequestError::Empty { field })
+    } else {
+        Ok(())
+    }
+}
+
+fn no_nul(field: &'static str, value: &str) -> Result<(), RequestError> {
+    if value.contains('\0') {
+        Err(RequestError::Nul { field })
+    } else {
+        Ok(())
+    }
+}
+
+fn bounded(field: &'static str, count: usize, max: usize) -> Result<(), RequestError> {
+    if count > max {
+        Err(RequestError::TooMany { field, count, max })
+    } else {
+        Ok(())
+    }
+}
+
+fn check_token(token: &str) -> Result<(), RequestError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(RequestError::TokenLength);
+    }
+    no_nul("token", token)
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), RequestError> {
+    bounded("env", env.len(), MAX_ENV)?;
+    for (name, value) in env {
+        non_empty("env name", name)?;
+        no_nul("env name", name)?;
+        no_nul("env value", value)?;
+        if name.contains('=') {
+            // `A=B=C` would let a hint named `A=B` smuggle a different variable.
+            return Err(RequestError::Nul {
+                field: "env name (contains '=')",
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_request_round_trips_with_literal_metacharacters() {
+        let request = Request::Cli(CliRequest {
+            cli: "gh".into(),
+            args: vec!["pr".into(), "list; rm -rf / $(id) `x` | y".into()],
+            cwd: "/workspace/repo".into(),
+            token: "t0k".into(),
+            env: BTreeMap::from([("TERM".into(), "xterm".into())]),
+            stdin: true,
+        });
+        let parsed = Request::parse(&request.to_payload()).unwrap();
+        assert_eq!(parsed, request);
+    }
+
+    #[test]
+    fn exec_request_round_trips() {
+        let request = Request::Exec(ExecRequest {
+            command: "echo hi && ls".into(),
+            cwd: "/workspace".into(),
+            env: BTreeMap::from([("CLIPORT_TOKEN".into(), "abc".into())]),
+            timeout_seconds: Some(30),
+            token: "runner".into(),
+            stdin: false,
+        });
+        let payload = request.to_payload();
+        assert!(String::from_utf8_lossy(&payload).contains(r#""kind":"exec""#));
+        assert_eq!(Request::parse(&payload).unwrap(), request);
+    }
+
+    #[test]
+    fn nul_bytes_and_unknown_fields_are_refused() {
+        let nul = br#"{"kind":"cli","cli":"gh","args":["a\u0000b"],"cwd":"/workspace"}"#;
+        assert!(matches!(
+            Request::parse(nul),
+            Err(RequestError::Nul { field: "args" })
+        ));
+        let unknown = br#"{"kind":"cli","cli":"gh","cwd":"/w","shell":true}"#;
+        assert!(matches!(
+            Request::parse(unknown),
+            Err(RequestError::Json(_))
+        ));
+        let empty = br#"{"kind":"cli","cli":"","cwd":"/w"}"#;
+        assert!(matches!(
+            Request::parse(empty),
+            Err(RequestError::Empty { field: "cli" })
+        ));
+        let smuggle = br#"{"kind":"cli","cli":"gh","cwd":"/w","env":{"A=B":"c"}}"#;
+        assert!(Request::parse(smuggle).is_err());
+    }
+}
