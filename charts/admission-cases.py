@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Drives the chart's sandbox admission policy through a real API server: one
+Job shaped like the operator's sandbox template must be admitted when a bot's
+agent ServiceAccount creates it, and each single deviation from it must be
+refused with a message naming the rule it breaks.
+
+Requests use `kubectl create --dry-run=server --as=<agent account>`: the API
+server runs authentication, RBAC and every admission plugin (the
+ValidatingAdmissionPolicy included) but stores nothing. Expects KUBECONFIG to
+be an administrator's, and the policy and its binding to be installed already.
+Creates and deletes its own namespaces."""
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import time
+
+BOT = "acme-assistant"
+NAMESPACE = "saint-admission-test"
+OTHER_NAMESPACE = "saint-admission-other"
+AGENT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
+
+
+def kubectl(options, *arguments, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([options.kubectl, *arguments], input=stdin, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
+    return result
+
+
+def sandbox_job(image: str) -> dict:
+    """The Job the agent creates from the operator-rendered sandbox template."""
+    labels = {
+        "app.kubernetes.io/name": "saint",
+        "app.kubernetes.io/instance": BOT,
+        "app.kubernetes.io/managed-by": "saint-operator",
+        "app.kubernetes.io/component": "sandbox",
+        "saint.work/bot": BOT,
+        "saint.work/sandbox": "true",
+    }
+    restricted = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{BOT}-sandbox-test", "namespace": NAMESPACE, "labels": dict(labels)},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 60,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        "name": "sandbox",
+                        "image": image,
+                        "env": [{"name": "SAINT_SANDBOX_ID", "value": "test"}],
+                        "securityContext": restricted,
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                      "limits": {"cpu": "1", "memory": "512Mi"}},
+                        "volumeMounts": [
+                            {"name": "agent-workspace", "mountPath": "/agent", "readOnly": True},
+                            {"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+                            {"name": "workspace", "mountPath": "/workspace"},
+                            {"name": "tmp", "mountPath": "/tmp"},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "agent-workspace", "persistentVolumeClaim": {"claimName": f"{BOT}-workspace"}},
+                        {"name": "workspace", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {"medium": "Memory"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def pod(job: dict) -> dict:
+    return job["spec"]["template"]["spec"]
+
+
+def container(job: dict) -> dict:
+    return pod(job)["containers"][0]
+
+
+def mutation_cases(image: str) -> list[tuple[str, str, object]]:
+    """(what, expected rule, function mutating a copy of the good Job)."""
+
+    def set_path(*keys_and_value):
+        *keys, value = keys_and_value
+
+        def apply(job):
+            node = job
+            for key in keys[:-1]:
+                node = node[key]
+            node[keys[-1]] = value
+        return apply
+
+    return [
+        ("Job without the sandbox label", "sandbox-label",
+         lambda job: job["metadata"]["labels"].pop("saint.work/sandbox")),
+        ("pod template without the sandbox label", "sandbox-label",
+         lambda job: job["spec"]["template"]["metadata"]["labels"].pop("saint.work/sandbox")),
+        ("sandbox label 'false'", "sandbox-label",
+         lambda job: job["metadata"]["labels"].update({"saint.work/sandbox": "false"})),
+        ("another bot's label", "bot-label",
+         lambda job: job["spec"]["template"]["metadata"]["labels"].update({"saint.work/bot": "other-bot"})),
+        ("pod labelled as the agent component", "component-label",
+         lambda job: job["spec"]["template"]["metadata"]["labels"].update({"app.kubernetes.io/component": "agent"})),
+        ("another image", "sandbox-image", lambda job: container(job).update({"image": "busybox:1.36"})),
+        ("the sandbox repository with another tag", "sandbox-image",
+         lambda job: container(job).update({"image": image.rsplit(":", 1)[0] + ":latest"})),
+        ("an init container with another image", "sandbox-image",
+         lambda job: pod(job).update({"initContainers": [dict(copy.deepcopy(container(job)), name="init",
+                                                             image="alpine:3")]})),
+        ("a token automounted", "no-service-account-token",
+         lambda job: pod(job).update({"automountServiceAccountToken": True})),
+        ("automountServiceAccountToken left unset", "no-service-account-token",
+         lambda job: pod(job).pop("automountServiceAccountToken")),
+        ("a projected service-account token", "no-service-account-token",
+         lambda job: pod(job)["volumes"].append({"name": "token", "projected": {"sources": [
+             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}})),
+        ("a Secret volume", "no-secret-volumes",
+         lambda job: pod(job)["volumes"].append({"name": "creds", "secret": {"secretName": "acme-llm"}})),
+        ("a projected Secret", "no-secret-volumes",
+         lambda job: pod(job)["volumes"].append({"name": "creds", "projected": {"sources": [
+             {"secret": {"name": "acme-llm"}}]}})),
+        ("a hostPath volume", "no-host-path",
+         lambda job: pod(job)["volumes"].append({"name": "host", "hostPath": {"path": "/var/run"}})),
+        ("a CSI volume", "volume-types",
+         lambda job: pod(job)["volumes"].append({"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io"}})),
+        ("another bot's workspace claim", "own-workspace",
+         lambda job: pod(job)["volumes"][0]["persistentVolumeClaim"].update({"claimName": "other-bot-workspace"})),
+        ("env from a Secret key", "no-secret-env",
+         lambda job: container(job)["env"].append({"name": "TOKEN", "valueFrom": {
+             "secretKeyRef": {"name": "acme-llm", "key": "apiKey"}}})),
+        ("envFrom a Secret", "no-secret-env",
+         lambda job: container(job).update({"envFrom": [{"secretRef": {"name": "acme-llm"}}]})),
+        ("hostNetwork", "no-host-namespaces", set_path("spec", "template", "spec", "hostNetwork", True)),
+        ("hostPID", "no-host-namespaces", set_path("spec", "template", "spec", "hostPID", True)),
+        ("a host port", "no-host-ports",
+         lambda job: container(job).update({"ports": [{"containerPort": 8080, "hostPort": 8080}]})),
+        ("runAsNonRoot false on the container", "run-as-non-root",
+         lambda job: container(job)["securityContext"].update({"runAsNonRoot": False})),
+        ("runAsUser 0", "run-as-non-root",
+         lambda job: container(job)["securityContext"].update({"runAsUser": 0})),
+        ("allowPrivilegeEscalation true", "no-privilege-escalation",
+         lambda job: container(job)["securityContext"].update({"allowPrivilegeEscalation": True})),
+        # The API server itself refuses privileged with allowPrivilegeEscalation
+        # false, so the privileged case leaves the latter unset.
+        ("privileged", "no-privilege-escalation",
+         lambda job: (container(job)["securityContext"].update({"privileged": True}),
+                      container(job)["securityContext"].pop("allowPrivilegeEscalation"))),
+        ("a capability added", "drop-all-capabilities",
+         lambda job: container(job)["securityContext"]["capabilities"].update({"add": ["NET_RAW"]})),
+        ("capabilities not dropped", "drop-all-capabilities",
+         lambda job: container(job)["securityContext"].pop("capabilities")),
+        ("a writable root filesystem", "read-only-root",
+         lambda job: container(job)["securityContext"].update({"readOnlyRootFilesystem": False})),
+        ("seccomp Unconfined", "seccomp",
+         lambda job: container(job)["securityContext"].update({"seccompProfile": {"type": "Unconfined"}})),
+    ]
+
+
+def create(options, job: dict, user: str) -> subprocess.CompletedProcess:
+    return kubectl(options, "create", "--dry-run=server", f"--as={user}", "-o", "name", "-f", "-",
+                   stdin=json.dumps(job), check=False)
+
+
+def setup(options) -> None:
+    for namespace in (NAMESPACE, OTHER_NAMESPACE):
+        kubectl(options, "create", "namespace", namespace, check=False)
+        # What the operator grants each agent (RBAC is not what is under test).
+        kubectl(options, "apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                 "metadata": {"name": "job-creator", "namespace": namespace},
+                 "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "job-creator", "namespace": namespace},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "job-creator"},
+                 "subjects": [
+                     {"kind": "ServiceAccount", "name": f"{BOT}-agent", "namespace": NAMESPACE},
+                     {"kind": "ServiceAccount", "name": "builder", "namespace": NAMESPACE}]},
+            ]}))
+
+
+def teardown(options) -> None:
+    for namespace in (NAMESPACE, OTHER_NAMESPACE):
+        kubectl(options, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def wait_for_policy(options, image: str) -> None:
+    """Policies take effect asynchronously; wait until a known-bad Job is refused."""
+    bad = sandbox_job(image)
+    pod(bad)["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if "saint sandbox policy" in create(options, bad, AGENT).stderr:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the sandbox admission policy did not take effect within 30 s "
+                     "(is the chart's ValidatingAdmissionPolicy installed?)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubectl", default="kubectl")
+    parser.add_argument("--sandbox-image", required=True)
+    options = parser.parse_args()
+    image = options.sandbox_image
+
+    setup(options)
+    failures = []
+    passed = 0
+    try:
+        wait_for_policy(options, image)
+
+        result = create(options, sandbox_job(image), AGENT)
+        if result.returncode == 0:
+            passed += 1
+            print(f"ok   admitted: the sandbox template from {AGENT}")
+        else:
+            failures.append(f"the sandbox template was refused: {result.stderr.strip()}")
+
+        for what, rule, mutate in mutation_cases(image):
+            job = sandbox_job(image)
+            mutate(job)
+            result = create(options, job, AGENT)
+            marker = f"saint sandbox policy [{rule}]"
+            if result.returncode != 0 and marker in result.stderr:
+                passed += 1
+                print(f"ok   refused [{rule}]: {what}")
+            else:
+                outcome = "admitted" if result.returncode == 0 else result.stderr.strip()
+                failures.append(f"{what}: expected a refusal naming [{rule}], got: {outcome}")
+
+        # The agent of one namespace creating Jobs in another (if RBAC ever allowed it).
+        job = sandbox_job(image)
+        job["metadata"]["namespace"] = OTHER_NAMESPACE
+        result = create(options, job, AGENT)
+        if result.returncode != 0 and "saint sandbox policy [own-namespace]" in result.stderr:
+            passed += 1
+            print("ok   refused [own-namespace]: a Job in another namespace")
+        else:
+            failures.append(f"Job in another namespace: expected [own-namespace], got: {result.stderr.strip() or 'admitted'}")
+
+        # Accounts that are not bot agents are not this policy's business.
+        job = sandbox_job(image)
+        pod(job)["volumes"].append({"name": "creds", "secret": {"secretName": "build-credentials"}})
+        result = create(options, job, f"system:serviceaccount:{NAMESPACE}:builder")
+        if result.returncode == 0:
+            passed += 1
+            print("ok   admitted: a Job with a Secret volume from a non-agent account (not matched)")
+        else:
+            failures.append(f"non-agent account was refused: {result.stderr.strip()}")
+    finally:
+        teardown(options)
+
+    for failure in failures:
+        print(f"FAIL {failure}", file=sys.stderr)
+    print(f"admission policy: {passed} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
