@@ -1,0 +1,577 @@
+//! A scripted LLM server for tests: a real HTTP server on 127.0.0.1 that speaks the
+//! Anthropic Messages and OpenAI Chat Completions streaming wire formats, replays
+//! scripted replies (text, tool calls, rate limits, overload) in order, and records
+//! every request so tests can assert what the agent sent. Test support only: it never
+//! runs in production and binds loopback only.
+
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::Response,
+    routing::post,
+};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::types::Usage;
+
+/// Which wire format a request used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// `POST /v1/messages`.
+    Anthropic,
+    /// `POST /v1/chat/completions`.
+    Openai,
+}
+
+#[derive(Clone, Debug)]
+enum ReplyKind {
+    Answer {
+        text: String,
+        calls: Vec<(String, Value)>,
+    },
+    Failure {
+        status: u16,
+        retry_after: Option<u64>,
+        error_type: String,
+        message: String,
+    },
+}
+
+/// One scripted model answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    kind: ReplyKind,
+    usage: Usage,
+    delay: Duration,
+    chunk_delay: Duration,
+}
+
+impl Reply {
+    fn answer(text: String, calls: Vec<(String, Value)>) -> Self {
+        Self {
+            kind: ReplyKind::Answer { text, calls },
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 20,
+            },
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+        }
+    }
+
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::answer(text.into(), Vec::new())
+    }
+
+    /// One tool call.
+    pub fn tool_call(name: impl Into<String>, input: Value) -> Self {
+        Self::answer(String::new(), vec![(name.into(), input)])
+    }
+
+    /// Several tool calls in one answer.
+    pub fn tool_calls(calls: Vec<(String, Value)>) -> Self {
+        Self::answer(String::new(), calls)
+    }
+
+    /// Adds text before the tool calls.
+    pub fn with_text(mut self, text: impl Into<String>) -> Self {
+        if let ReplyKind::Answer { text: existing, .. } = &mut self.kind {
+            *existing = text.into();
+        }
+        self
+    }
+
+    /// HTTP 429 with a `retry-after` header in seconds.
+    pub fn rate_limited(retry_after_seconds: u64) -> Self {
+        Self::failure(
+            429,
+            Some(retry_after_seconds),
+            "rate_limit_error",
+            "rate limited",
+        )
+    }
+
+    /// The provider is overloaded: 529 for Anthropic, 503 for OpenAI.
+    pub fn overloaded() -> Self {
+        Self::failure(529, None, "overloaded_error", "Overloaded")
+    }
+
+    /// An arbitrary error status.
+    pub fn failure(status: u16, retry_after: Option<u64>, error_type: &str, message: &str) -> Self {
+        Self {
+            kind: ReplyKind::Failure {
+                status,
+                retry_after,
+                error_type: error_type.to_string(),
+                message: message.to_string(),
+            },
+            usage: Usage::default(),
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+        }
+    }
+
+    /// Token usage to report.
+    pub fn with_usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
+        self.usage = Usage {
+            input_tokens,
+            output_tokens,
+        };
+        self
+    }
+
+    /// Waits before sending response headers (a slow model).
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Waits before each stream event (a slowly streaming model).
+    pub fn with_chunk_delay(mut self, delay: Duration) -> Self {
+        self.chunk_delay = delay;
+        self
+    }
+}
+
+/// A request the server received.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// Wire format used.
+    pub wire: Wire,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// JSON body.
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The `model` field.
+    pub fn model(&self) -> String {
+        self.body["model"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// The system prompt (Anthropic `system`, OpenAI first `system` message).
+    pub fn system(&self) -> String {
+        match self.wire {
+            Wire::Anthropic => match &self.body["system"] {
+                Value::String(text) => text.clone(),
+                Value::Array(blocks) => blocks
+                    .iter()
+                    .filter_map(|block| block["text"].as_str())
+                    .collect(),
+                _ => String::new(),
+            },
+            Wire::Openai => self.body["messages"]
+                .as_array()
+                .and_then(|messages| messages.iter().find(|message| message["role"] == "system"))
+                .and_then(|message| message["content"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+
+    /// Names of the tools offered to the model, sorted.
+    pub fn tool_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| match self.wire {
+                Wire::Anthropic => tool["name"].as_str(),
+                Wire::Openai => tool["function"]["name"].as_str(),
+            })
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Tool results sent back to the model: `(content, is_error)`. OpenAI has no error
+    /// flag, so there an error is a result whose content starts with `Error:`.
+    pub fn tool_results(&self) -> Vec<(String, bool)> {
+        let messages = self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match self.wire {
+            Wire::Anthropic => messages
+                .iter()
+                .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+                .filter(|block| block["type"] == "tool_result")
+                .map(|block| {
+                    (
+                        block["content"].as_str().unwrap_or_default().to_string(),
+                        block["is_error"] == true,
+                    )
+                })
+                .collect(),
+            Wire::Openai => messages
+                .iter()
+                .filter(|message| message["role"] == "tool")
+                .map(|message| {
+                    let content = message["content"].as_str().unwrap_or_default().to_string();
+                    let is_error = content.starts_with("Error:");
+                    (content, is_error)
+                })
+                .collect(),
+        }
+    }
+
+    /// All user-authored text in the conversation, in order.
+    pub fn user_texts(&self) -> Vec<String> {
+        let messages = self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut texts = Vec::new();
+        for message in messages.iter().filter(|message| message["role"] == "user") {
+            match &message["content"] {
+                Value::String(text) => texts.push(text.clone()),
+                Value::Array(blocks) => texts.extend(
+                    blocks
+                        .iter()
+                        .filter(|block| block["type"] == "text")
+                        .filter_map(|block| block["text"].as_str().map(str::to_string)),
+                ),
+                _ => {}
+            }
+        }
+        texts
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    script: Mutex<VecDeque<Reply>>,
+    fallback: Mutex<Option<Reply>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    counter: Mutex<u64>,
+}
+
+/// The running server; stops when dropped.
+pub struct ScriptedLlm {
+    address: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl ScriptedLlm {
+    /// Binds 127.0.0.1 on a free port and starts serving. Needs a tokio runtime.
+    pub async fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?;
+        let router = Router::new()
+            .route("/v1/messages", post(anthropic_handler))
+            .route("/v1/chat/completions", post(openai_handler))
+            .with_state(shared.clone());
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(Self {
+            address,
+            shared,
+            shutdown: Some(shutdown),
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Queues the next reply.
+    pub fn push(&self, reply: Reply) {
+        self.shared
+            .script
+            .lock()
+            .expect("script lock")
+            .push_back(reply);
+    }
+
+    /// The reply used when the script is empty (without one, an empty script answers 500).
+    pub fn set_fallback(&self, reply: Reply) {
+        *self.shared.fallback.lock().expect("fallback lock") = Some(reply);
+    }
+
+    /// Replies still queued.
+    pub fn pending(&self) -> usize {
+        self.shared.script.lock().expect("script lock").len()
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.requests.lock().expect("requests lock").clone()
+    }
+
+    /// How many requests were received.
+    pub fn request_count(&self) -> usize {
+        self.shared.requests.lock().expect("requests lock").len()
+    }
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+async fn anthropic_handler(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    respond(shared, Wire::Anthropic, headers, body).await
+}
+
+async fn openai_handler(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    respond(shared, Wire::Openai, headers, body).await
+}
+
+async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: String) -> Response {
+    let body: Value = match serde_json::from_str(&body) {
+        Ok(body) => body,
+        Err(error) => return plain(400, &format!("invalid json: {error}")),
+    };
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    let include_usage = body["stream_options"]["include_usage"] == true;
+    shared
+        .requests
+        .lock()
+        .expect("requests lock")
+        .push(RecordedRequest {
+            wire,
+            headers,
+            body,
+        });
+    let next = shared.script.lock().expect("script lock").pop_front();
+    let Some(reply) = next.or_else(|| shared.fallback.lock().expect("fallback lock").clone())
+    else {
+        return plain(500, "scripted llm: script exhausted");
+    };
+    let call_number = {
+        let mut counter = shared.counter.lock().expect("counter lock");
+        *counter += 1;
+        *counter
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    match &reply.kind {
+        ReplyKind::Failure {
+            status,
+            retry_after,
+            error_type,
+            message,
+        } => {
+            let status = if *status == 529 && wire == Wire::Openai {
+                503
+            } else {
+                *status
+            };
+            let body = match wire {
+                Wire::Anthropic => {
+                    json!({"type": "error", "error": {"type": error_type, "message": message}})
+                }
+                Wire::Openai => json!({"error": {"type": error_type, "message": message}}),
+            };
+            let mut response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json");
+            if let Some(seconds) = retry_after {
+                response = response.header("retry-after", seconds.to_string());
+            }
+            response
+                .body(Body::from(body.to_string()))
+                .expect("valid response")
+        }
+        ReplyKind::Answer { text, calls } => {
+            let events = match wire {
+                Wire::Anthropic => anthropic_events(&model, text, calls, reply.usage, call_number),
+                Wire::Openai => {
+                    openai_events(&model, text, calls, reply.usage, call_number, include_usage)
+                }
+            };
+            let chunk_delay = reply.chunk_delay;
+            let stream = futures::stream::iter(events).then(move |event| async move {
+                if !chunk_delay.is_zero() {
+                    tokio::time::sleep(chunk_delay).await;
+                }
+                Ok::<_, Infallible>(event)
+            });
+            Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .header("cache-control", "no-cache")
+                .body(Body::from_stream(stream))
+                .expect("valid response")
+        }
+    }
+}
+
+fn plain(status: u16, text: &str) -> Response {
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .body(Body::from(text.to_string()))
+        .expect("valid response")
+}
+
+// Splits text into a few pieces so clients must concatenate deltas.
+fn pieces(text: &str, count: usize) -> Vec<String> {
+    let characters: Vec<char> = text.chars().collect();
+    if characters.is_empty() {
+        return Vec::new();
+    }
+    let size = characters.len().div_ceil(count).max(1);
+    characters
+        .chunks(size)
+        .map(|chunk| chunk.iter().collect())
+        .collect()
+}
+
+fn sse(event: &str, data: &Value) -> String {
+    format!("event: {event}\ndata: {data}\n\n")
+}
+
+fn anthropic_events(
+    model: &str,
+    text: &str,
+    calls: &[(String, Value)],
+    usage: Usage,
+    call_number: u64,
+) -> Vec<String> {
+    let mut events = vec![sse(
+        "message_start",
+        &json!({"type": "message_start", "message": {
+            "id": format!("msg_{call_number}"), "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": 1},
+        }}),
+    )];
+    let mut index = 0;
+    if !text.is_empty() {
+        events.push(sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        ));
+        events.push(sse("ping", &json!({"type": "ping"})));
+        for piece in pieces(text, 3) {
+            events.push(sse(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
+            ));
+        }
+        events.push(sse(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    for (call_index, (name, input)) in calls.iter().enumerate() {
+        events.push(sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {
+                "type": "tool_use", "id": format!("toolu_{call_number}_{call_index}"), "name": name, "input": {},
+            }}),
+        ));
+        for piece in pieces(&input.to_string(), 2) {
+            events.push(sse(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        events.push(sse(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    let stop_reason = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    events.push(sse(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": usage.output_tokens}}),
+    ));
+    events.push(sse("message_stop", &json!({"type": "message_stop"})));
+    events
+}
+
+fn openai_events(
+    model: &str,
+    text: &str,
+    calls: &[(String, Value)],
+    usage: Usage,
+    call_number: u64,
+    include_usage: bool,
+) -> Vec<String> {
+    let id = format!("chatcmpl-{call_number}");
+    let chunk = |delta: Value, finish_reason: Value| {
+        let body = json!({
+            "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        });
+        format!("data: {body}\n\n")
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    for piece in pieces(text, 3) {
+        events.push(chunk(json!({"content": piece}), Value::Null));
+    }
+    for (call_index, (name, input)) in calls.iter().enumerate() {
+        events.push(chunk(
+            json!({"tool_calls": [{"index": call_index, "id": format!("call_{call_number}_{call_index}"), "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+        for piece in pieces(&input.to_string(), 2) {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": call_index, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    let finish_reason = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    events.push(chunk(json!({}), json!(finish_reason)));
+    if include_usage {
+        let body = json!({
+            "id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [],
+            "usage": {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+                      "total_tokens": usage.input_tokens + usage.output_tokens},
+        });
+        events.push(format!("data: {body}\n\n"));
+    }
+    events.push("data: [DONE]\n\n".to_string());
+    events
+}
