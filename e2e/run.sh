@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The end-to-end suite's single entry point: builds (or reuses) the control
+# plane binaries, builds the operator and the scenarios, starts etcd,
+# kube-apiserver and kube-controller-manager on loopback, runs every scenario
+# against them, and stops every process it started — also on failure or
+# interruption.
+#
+# Usage: e2e/run.sh [test-name-filter ...]   (extra arguments go to the test harness)
+# Environment: SAINT_E2E_KEEP=1 keeps the run directory (certificates, logs).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+# shellcheck source=e2e/control-plane.sh
+source "$here/control-plane.sh"
+
+"$here/setup.sh"
+bin_dir="$("$here/setup.sh" --print-bin-dir)"
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
+cd "$repo"
+# Compile before the control plane starts so a slow build never races its
+# readiness, and so a compile error fails here with cargo's own words.
+cargo build -p saint-operator --bin saint-operator
+cargo test -p saint-e2e --no-run
+
+run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-e2e.XXXXXX")"
+finish() {
+	local status=$?
+	trap - EXIT INT TERM
+	control_plane_stop
+	if ((status != 0)); then
+		echo "run.sh: failed (exit $status); control-plane logs are in $run_dir/logs" >&2
+		for log in "$run_dir"/logs/*.log; do
+			[[ -f "$log" ]] || continue
+			echo "----- last lines of $log" >&2
+			tail -n 15 "$log" >&2
+		done
+	elif [[ "${SAINT_E2E_KEEP:-0}" != 1 ]]; then
+		rm -rf "$run_dir"
+	fi
+	exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+control_plane_start "$bin_dir" "$run_dir"
+
+export SAINT_E2E_BIN_DIR="$bin_dir"
+export SAINT_E2E_REPO="$repo"
+export SAINT_E2E_OPERATOR_BIN="$CARGO_TARGET_DIR/debug/saint-operator"
+export PATH="$bin_dir:$PATH"
+# One scenario at a time: operator scenarios start their own operator
+# processes, and two of them at once would reconcile each other's bots.
+cargo test -p saint-e2e -- --test-threads=1 "$@"
