@@ -9,8 +9,8 @@ otherwise prune a misspelt field silently).
 CEL rules (x-kubernetes-validations) are not evaluated here; the end-to-end
 suite applies the examples to a real API server, which does.
 
-Also checks that every Secret a custom resource names exists among the
-examples. Reads only the two directories; writes nothing."""
+Also checks that every Secret (and Secret key) a custom resource names exists
+among the examples. Reads only the two directories; writes nothing."""
 
 import argparse
 import copy
@@ -66,14 +66,18 @@ def load_crd_schemas(crd_directory: pathlib.Path) -> dict[tuple[str, str], dict]
     return schemas
 
 
-def secret_references(node, path: str = "") -> list[tuple[str, str]]:
-    """(path, secret name) for every `secretRef`/`secretKeyRef`-like object with a name."""
+def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]:
+    """(path, Secret name, key or None) for every Secret a spec references: objects
+    of exactly {name, key} (the CRDs' SecretKeyReference) and `envFromSecrets` names."""
     found = []
     if isinstance(node, dict):
+        if set(node) == {"name", "key"}:
+            return [(path, node["name"], node["key"])]
         for key, value in node.items():
             child_path = f"{path}.{key}"
-            if key.lower().endswith(("secretref", "secretkeyref")) and isinstance(value, dict) and "name" in value:
-                found.append((child_path, value["name"]))
+            if key == "envFromSecrets" and isinstance(value, list):
+                found.extend((f"{child_path}[{index}]", name, None) for index, name in enumerate(value))
+                continue
             found.extend(secret_references(value, child_path))
     elif isinstance(node, list):
         for index, value in enumerate(node):
@@ -94,7 +98,7 @@ def main() -> int:
 
     failures: list[str] = []
     custom_resources: list[tuple[str, dict]] = []
-    secrets: set[str] = set()
+    secrets: dict[str, set[str]] = {}
     counts: dict[str, int] = {}
     for path in sorted(options.examples.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
@@ -102,7 +106,8 @@ def main() -> int:
                 continue
             name = f"{path.name}: {document.get('kind')}/{document.get('metadata', {}).get('name')}"
             if document.get("kind") == "Secret" and document.get("apiVersion") == "v1":
-                secrets.add(document["metadata"]["name"])
+                keys = set(document.get("stringData", {})) | set(document.get("data", {}))
+                secrets[document["metadata"]["name"]] = keys
                 continue
             schema = schemas.get((document.get("apiVersion"), document.get("kind")))
             if schema is None:
@@ -116,9 +121,26 @@ def main() -> int:
             counts[document["kind"]] = counts.get(document["kind"], 0) + 1
 
     for name, document in custom_resources:
-        for path, secret in secret_references(document.get("spec", {}), "spec"):
+        for path, secret, key in secret_references(document.get("spec", {}), "spec"):
             if secret not in secrets:
                 failures.append(f"{name}: {path} names Secret {secret!r}, which no example defines")
+            elif key is not None and key not in secrets[secret]:
+                failures.append(f"{name}: {path} names key {key!r}, which Secret {secret!r} lacks")
+
+    # Cross-references the operator would report as RoleNotFound.
+    role_names = {document["metadata"]["name"] for _, document in custom_resources if document["kind"] == "Role"}
+    for name, document in custom_resources:
+        spec = document.get("spec", {})
+        wanted = []
+        if document["kind"] == "Contact":
+            wanted.append(("spec.role", spec.get("role")))
+        if document["kind"] == "SaintBot":
+            wanted.append(("spec.defaultRole", spec.get("defaultRole", "external")))
+        if document["kind"] == "Role":
+            wanted.extend(("spec.sessionsVisibleRoles", role) for role in spec.get("sessionsVisibleRoles", []))
+        for path, role in wanted:
+            if role not in role_names:
+                failures.append(f"{name}: {path} names Role {role!r}, which no example defines")
 
     for kind in ("SaintBot", "Contact", "Role"):
         if counts.get(kind, 0) == 0:
