@@ -2,7 +2,8 @@
 # The one command that runs every Saint test, in order, failing fast:
 #
 #   prerequisites -> cargo fmt -> cargo clippy -> cargo test -> CRD drift ->
-#   Helm chart (lint, template, examples) -> memory model -> end-to-end
+#   Helm chart (lint, template, examples) -> memory model ->
+#   admission policy on a real API server -> end-to-end
 #
 # Works on a fresh clone with CI=true and no stdin: missing Debian packages are
 # installed with apt-get (root, or sudo without a password), tools that cannot
@@ -164,6 +165,14 @@ helm_chart() {
 	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples
 }
 
+admission_policy() {
+	if [[ ! -e e2e/setup.sh || ! -e e2e/control-plane.sh ]]; then
+		echo "e2e/setup.sh and e2e/control-plane.sh are needed to start the API server" >&2
+		return 1
+	fi
+	charts/test-admission-policy.sh
+}
+
 memory_model() {
 	local script=agent-pod/memory/fetch-model.sh
 	if [[ ! -e "$script" ]]; then
@@ -191,6 +200,7 @@ run_section "4. cargo test --workspace" cargo_test
 run_section "5. CRD drift (crdgen vs crds/ vs charts/saint/crds/)" crd_drift
 run_section "6. Helm chart (lint, template checks, examples vs CRD schemas)" helm_chart
 run_section "7. memory model (agent-pod/memory/fetch-model.sh)" memory_model
-run_section "8. end-to-end (e2e/setup.sh, e2e/run.sh)" end_to_end
+run_section "8. sandbox admission policy on a real API server (charts/test-admission-policy.sh)" admission_policy
+run_section "9. end-to-end (e2e/setup.sh, e2e/run.sh)" end_to_end
 summary
 exit 0

@@ -27,7 +27,8 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ -z "${KUBECONFIG:-}" ]]; then
-	bin_dir="$(bash e2e/setup.sh | tail -n 1)"
+	bash e2e/setup.sh >&2
+	bin_dir="$(bash e2e/setup.sh --print-bin-dir)"
 	# shellcheck source=../e2e/control-plane.sh
 	source e2e/control-plane.sh
 	run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-admission.XXXXXX")"
@@ -43,7 +44,7 @@ fi
 	"$kubectl" apply --server-side --field-manager=saint-admission-test -f -
 
 status=0
-/usr/bin/python3 charts/admission-cases.py --kubectl "$kubectl" --sandbox-image "$sandbox_image" || status=$?
+/usr/bin/python3 charts/admission-cases.py --kubectl "$kubectl" --sandbox-image "$sandbox_image" --verbose || status=$?
 
 "$helm" template saint charts/saint --namespace "$release_namespace" \
 	--show-only templates/admission-policy.yaml |
