@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs the sandbox admission policy's cases (charts/admission-cases.py) against
-# a real API server: installs only the chart's ValidatingAdmissionPolicy and
-# binding, then creates Jobs as a bot's agent ServiceAccount with
-# `--dry-run=server`.
+# a real API server: creates Jobs as a bot's agent ServiceAccount with
+# `--dry-run=server`, so authentication, RBAC and every admission plugin run.
 #
-# With KUBECONFIG set, uses that cluster (admin credentials). Without it, starts
-# the e2e control plane (e2e/setup.sh builds and caches the binaries; reused
-# when warm) in a temporary directory and stops it on exit, also on failure.
+# Without KUBECONFIG: starts the e2e control plane (e2e/setup.sh builds and
+# caches the binaries; reused when warm) in a temporary directory, `helm
+# install`s the whole chart into it (the API server validates every rendered
+# object), runs the cases, and stops everything on exit, also on failure.
+# With KUBECONFIG set (admin credentials): applies only the policy and its
+# binding to that cluster, runs the cases, and removes them again.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,14 +41,24 @@ else
 	kubectl="$(command -v kubectl)"
 fi
 
-"$helm" template saint charts/saint --namespace "$release_namespace" \
-	--show-only templates/admission-policy.yaml |
-	"$kubectl" apply --server-side --field-manager=saint-admission-test -f -
+if $started_here; then
+	# A throwaway cluster: install the whole chart, so the API server validates
+	# every rendered object (CRDs, RBAC, Deployment, policy) as a user's would.
+	"$helm" install saint charts/saint --namespace "$release_namespace" --create-namespace \
+		--kubeconfig "$KUBECONFIG" --wait=false
+else
+	# Someone's cluster: touch only the policy and its binding, and remove them after.
+	"$helm" template saint charts/saint --namespace "$release_namespace" \
+		--show-only templates/admission-policy.yaml |
+		"$kubectl" apply --server-side --field-manager=saint-admission-test -f -
+fi
 
 status=0
 /usr/bin/python3 charts/admission-cases.py --kubectl "$kubectl" --sandbox-image "$sandbox_image" --verbose || status=$?
 
-"$helm" template saint charts/saint --namespace "$release_namespace" \
-	--show-only templates/admission-policy.yaml |
-	"$kubectl" delete --ignore-not-found -f - >/dev/null
+if ! $started_here; then
+	"$helm" template saint charts/saint --namespace "$release_namespace" \
+		--show-only templates/admission-policy.yaml |
+		"$kubectl" delete --ignore-not-found -f - >/dev/null
+fi
 exit "$status"
