@@ -9,6 +9,7 @@
 # installed with apt-get (root, or sudo without a password), tools that cannot
 # be installed from a registry are built from source and cached under
 # ~/.cache/saint/. Ends with one line "N passed, N failed" counting sections.
+# `./test.sh chart admission` runs only the named sections.
 # A section whose script exists and fails FAILS; a hook whose script is not in
 # the tree yet is reported as skipped, by name, never silently.
 set -uo pipefail
@@ -118,7 +119,7 @@ prerequisites() {
 }
 
 cargo_fmt() {
-	cargo fmt --all --check
+	cargo fmt --all --check -- --color never
 }
 
 cargo_clippy() {
@@ -192,15 +193,39 @@ end_to_end() {
 
 # ---------------------------------------------------------------------------
 
+# Sections in order: key, title, function. `./test.sh chart admission` runs
+# only the named sections (for quick iterations); no argument runs them all.
+sections=(
+	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
+	"fmt|2. cargo fmt --all --check|cargo_fmt"
+	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
+	"test|4. cargo test --workspace|cargo_test"
+	"crds|5. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
+	"chart|6. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
+	"memory|7. memory model (agent-pod/memory/fetch-model.sh)|memory_model"
+	"admission|8. sandbox admission policy on a real API server (charts/test-admission-policy.sh)|admission_policy"
+	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
+)
+
+selected=("$@")
+for wanted in "${selected[@]}"; do
+	known=false
+	for entry in "${sections[@]}"; do
+		[[ "${entry%%|*}" == "$wanted" ]] && known=true
+	done
+	if ! $known; then
+		echo "unknown section '$wanted'; sections: prerequisites fmt clippy test crds chart memory admission e2e" >&2
+		exit 2
+	fi
+done
+
 echo "Saint test suite (CI=${CI:-false}) in $repo_root"
-run_section "1. prerequisites (apt packages, toolchains)" prerequisites
-run_section "2. cargo fmt --all --check" cargo_fmt
-run_section "3. cargo clippy --workspace --all-targets -D warnings" cargo_clippy
-run_section "4. cargo test --workspace" cargo_test
-run_section "5. CRD drift (crdgen vs crds/ vs charts/saint/crds/)" crd_drift
-run_section "6. Helm chart (lint, template checks, examples vs CRD schemas)" helm_chart
-run_section "7. memory model (agent-pod/memory/fetch-model.sh)" memory_model
-run_section "8. sandbox admission policy on a real API server (charts/test-admission-policy.sh)" admission_policy
-run_section "9. end-to-end (e2e/setup.sh, e2e/run.sh)" end_to_end
+for entry in "${sections[@]}"; do
+	IFS='|' read -r key title function <<<"$entry"
+	if ((${#selected[@]} > 0)) && [[ " ${selected[*]} " != *" $key "* ]]; then
+		continue
+	fi
+	run_section "$title" "$function"
+done
 summary
 exit 0
