@@ -18,6 +18,13 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$repo_root" || exit 1
 exec </dev/null
 
+# Toolchains where this machine kind installs them, in case a non-login shell
+# (CI) did not put them on PATH.
+for tool_dir in "$HOME/.cargo/bin" /usr/local/go/bin; do
+	[[ -d "$tool_dir" && ":$PATH:" != *":$tool_dir:"* ]] && PATH="$PATH:$tool_dir"
+done
+export PATH
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export SAINT_CACHE_DIR="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
