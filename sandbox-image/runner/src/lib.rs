@@ -1,1 +1,11 @@
-//! Placeholder: filled in by its issue.
+//! `saint-sandbox-runner`: the exec server inside every sandbox. It listens on a unix
+//! socket the agent reaches through a shared volume and runs `sh -c` commands with a
+//! clean environment, streaming their output as Porter protocol frames.
+
+pub mod connection;
+pub mod environment;
+pub mod process_group;
+pub mod server;
+pub mod shims;
+pub mod wire;
+pub mod working_directory;

@@ -1,0 +1,264 @@
+//! Serves one client connection: handshake, one `Exec` request, the command's output
+//! as stdout/stderr frames, then an `Exit` frame (or an `Error` frame).
+//!
+//! Runs the command with `sh -c` (the sandbox is the boundary), in a new process group
+//! that is killed on timeout, on client disconnect and when the command ends.
+
+use std::{os::unix::process::ExitStatusExt, process::Stdio, sync::Arc, time::Duration};
+
+use porter_protocol::{ExecRequest, RemoteSignal, Request, handshake};
+use rustix::process::Signal;
+use thiserror::Error;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::UnixStream,
+    process::Command,
+    time::Instant,
+};
+
+use crate::{
+    environment::command_environment,
+    process_group::ProcessGroup,
+    server::State,
+    wire::{ErrorCode, Frame, FrameKind, FrameReader, FrameWriter, WireError},
+};
+
+/// How long a command may keep its output pipes open after its shell exited (a
+/// leftover that escaped the group); after this the runner stops reading.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// Grace between SIGTERM and SIGKILL on timeout.
+const TERMINATE_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a connection ended early.
+#[derive(Debug, Error)]
+pub enum ConnectionError {
+    #[error("failed to serve connection: {0}")]
+    Wire(#[from] WireError),
+    #[error("failed to serve connection: client sent {0:?} out of order")]
+    OutOfOrder(FrameKind),
+    #[error("failed to serve connection: client closed before sending a request")]
+    ClosedEarly,
+}
+
+/// Serves one connection to completion.
+pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), ConnectionError> {
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = FrameReader::new(read_half);
+    let mut writer = FrameWriter::new(write_half);
+
+    match reader.next().await? {
+        Some(Frame::Hello { version }) if handshake::is_supported(version) => {
+            writer.send(&Frame::Welcome { version }).await?;
+        }
+        Some(Frame::Hello { version }) => {
+            let message = format!("protocol version {version} is not supported");
+            writer
+                .send(&Frame::error(ErrorCode::UnsupportedVersion, message))
+                .await?;
+            return Ok(());
+        }
+        Some(other) => return refuse_out_of_order(&mut writer, other.kind()).await,
+        None => return Err(ConnectionError::ClosedEarly),
+    }
+
+    let request = match reader.next().await? {
+        Some(Frame::Request(Request::Exec(request))) => request,
+        Some(Frame::Request(Request::Cli(_))) => {
+            let message = "this is a sandbox runner: it serves exec requests, not CLI calls";
+            writer
+                .send(&Frame::error(ErrorCode::Unsupported, message))
+                .await?;
+            return Ok(());
+        }
+        Some(other) => return refuse_out_of_order(&mut writer, other.kind()).await,
+        None => return Err(ConnectionError::ClosedEarly),
+    };
+
+    if !state.token_matches(&request.token) {
+        writer
+            .send(&Frame::error(ErrorCode::BadToken, "bad runner token"))
+            .await?;
+        return Ok(());
+    }
+    let working_directory = match state.roots.check(&request.cwd) {
+        Ok(directory) => directory,
+        Err(error) => {
+            writer
+                .send(&Frame::error(ErrorCode::BadCwd, error.to_string()))
+                .await?;
+            return Ok(());
+        }
+    };
+    run(
+        &request,
+        working_directory,
+        &state,
+        &mut reader,
+        &mut writer,
+    )
+    .await
+}
+
+async fn refuse_out_of_order<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut FrameWriter<W>,
+    kind: FrameKind,
+) -> Result<(), ConnectionError> {
+    let message = format!("unexpected {kind:?} frame");
+    writer
+        .send(&Frame::error(ErrorCode::BadRequest, message))
+        .await?;
+    Err(ConnectionError::OutOfOrder(kind))
+}
+
+/// How the command's run ended.
+enum Ending {
+    Exited(i32),
+    TimedOut,
+    ClientGone,
+}
+
+async fn run(
+    request: &ExecRequest,
+    working_directory: std::path::PathBuf,
+    state: &State,
+    reader: &mut FrameReader<tokio::net::unix::OwnedReadHalf>,
+    writer: &mut FrameWriter<tokio::net::unix::OwnedWriteHalf>,
+) -> Result<(), ConnectionError> {
+    let environment =
+        command_environment(&state.shim_directory, &state.roots.workspace, &request.env);
+    let mut command = Command::new(&state.shell);
+    command
+        .arg("-c")
+        .arg(&request.command)
+        .env_clear()
+        .envs(&environment)
+        .current_dir(&working_directory)
+        // A new process group: timeout and disconnect kill every process the command
+        // started, not just the shell.
+        .process_group(0)
+        .stdin(if request.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let message = format!("failed to start command: {error}");
+            writer
+                .send(&Frame::error(ErrorCode::Internal, message))
+                .await?;
+            return Ok(());
+        }
+    };
+    let group = ProcessGroup::new(child.id().unwrap_or_default());
+    let _registration = state.register_group(&group);
+
+    let mut stdin = child.stdin.take();
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let timeout = Duration::from_secs(
+        request
+            .timeout_seconds
+            .unwrap_or(state.default_timeout_seconds),
+    );
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let drain_deadline = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(drain_deadline);
+
+    let mut stdout_buffer = vec![0_u8; 64 * 1024];
+    let mut stderr_buffer = vec![0_u8; 64 * 1024];
+    let (mut stdout_open, mut stderr_open, mut client_open) = (true, true, true);
+    let mut exit_code: Option<i32> = None;
+
+    let ending = loop {
+        if exit_code.is_some() && !stdout_open && !stderr_open {
+            break Ending::Exited(exit_code.unwrap_or_default());
+        }
+        tokio::select! {
+            read = stdout.read(&mut stdout_buffer), if stdout_open => match read {
+                Ok(0) | Err(_) => stdout_open = false,
+                Ok(count) => {
+                    if writer.send_data(FrameKind::Stdout, &stdout_buffer[..count]).await.is_err() {
+                        break Ending::ClientGone;
+                    }
+                }
+            },
+            read = stderr.read(&mut stderr_buffer), if stderr_open => match read {
+                Ok(0) | Err(_) => stderr_open = false,
+                Ok(count) => {
+                    if writer.send_data(FrameKind::Stderr, &stderr_buffer[..count]).await.is_err() {
+                        break Ending::ClientGone;
+                    }
+                }
+            },
+            frame = reader.next(), if client_open => match frame {
+                Ok(Some(Frame::Stdin(data))) => {
+                    if let Some(pipe) = stdin.as_mut() {
+                        // A command that stopped reading its stdin is not an error here.
+                        if pipe.write_all(&data).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                Ok(Some(Frame::StdinEof)) => stdin = None,
+                Ok(Some(Frame::Signal(signal))) => group.signal(match signal {
+                    RemoteSignal::Interrupt => Signal::INT,
+                    RemoteSignal::Terminate => Signal::TERM,
+                }),
+                Ok(Some(_)) | Err(_) => break Ending::ClientGone,
+                // The client went away: nobody reads the output, so nothing may keep running.
+                Ok(None) => {
+                    if exit_code.is_some() {
+                        client_open = false;
+                    } else {
+                        break Ending::ClientGone;
+                    }
+                }
+            },
+            status = child.wait(), if exit_code.is_none() => {
+                let status = status.ok();
+                let code = status
+                    .and_then(|status| status.code().or_else(|| status.signal().map(|signal| 128 + signal)))
+                    .unwrap_or(-1);
+                exit_code = Some(code);
+                // Whatever the command left in its group (`sleep 100 &`) ends with it.
+                group.kill();
+                drain_deadline.as_mut().reset(Instant::now() + DRAIN_AFTER_EXIT);
+            },
+            () = &mut deadline, if exit_code.is_none() => break Ending::TimedOut,
+            () = &mut drain_deadline, if exit_code.is_some() => {
+                break Ending::Exited(exit_code.unwrap_or_default());
+            },
+        }
+    };
+
+    match ending {
+        Ending::Exited(code) => {
+            writer.send(&Frame::Exit { code }).await?;
+        }
+        Ending::TimedOut => {
+            group.signal(Signal::TERM);
+            let _ = tokio::time::timeout(TERMINATE_GRACE, child.wait()).await;
+            group.kill();
+            let _ = child.wait().await;
+            let message = format!(
+                "command timed out after {} s and was killed",
+                timeout.as_secs()
+            );
+            writer
+                .send(&Frame::error(ErrorCode::TimedOut, message))
+                .await?;
+        }
+        Ending::ClientGone => {
+            group.kill();
+            let _ = child.wait().await;
+        }
+    }
+    Ok(())
+}

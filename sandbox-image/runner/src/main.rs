@@ -1,0 +1,151 @@
+//! The runner daemon: parses flags, installs the Porter shims, serves until idle or
+//! SIGTERM.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::Parser;
+use saint_sandbox_runner::{
+    server::{self, State},
+    shims,
+    working_directory::Roots,
+};
+
+/// Serves exec requests inside a sandbox over a unix socket (Porter frame protocol).
+///
+/// Every command runs as `sh -c <command>` in its own process group, with only PATH,
+/// HOME, LANG and the variables the request carries. The runner exits after
+/// `--idle-timeout-seconds` without a connection, or on SIGTERM.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Flags {
+    /// Unix socket to listen on (created atomically; its appearance means ready).
+    #[arg(
+        long,
+        env = "SAINT_RUNNER_SOCKET",
+        default_value = "/run/saint/sandbox/runner.sock"
+    )]
+    socket: PathBuf,
+    /// Token every request must carry. Never passed on to commands.
+    #[arg(
+        long,
+        env = "SAINT_RUNNER_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    token: String,
+    /// The writable scratch copy: default working directory and HOME.
+    #[arg(long, default_value = "/workspace")]
+    workspace: PathBuf,
+    /// The read-only real workspace.
+    #[arg(long, default_value = "/agent")]
+    agent: PathBuf,
+    /// Writable directory for the Porter shims, first on every command's PATH.
+    #[arg(long, default_value = "/tmp/saint-bin")]
+    shim_directory: PathBuf,
+    /// The `cliport-proxy` binary every shim links to.
+    #[arg(long, default_value = "/usr/local/bin/cliport-proxy")]
+    proxy: PathBuf,
+    /// A CLI name to shim through Porter (repeatable).
+    #[arg(long = "cli", value_name = "NAME")]
+    clis: Vec<String>,
+    /// File with more CLI names, one per line.
+    #[arg(long, value_name = "PATH")]
+    clis_file: Option<PathBuf>,
+    /// CLI names, comma-separated (for Job templates that set env rather than args).
+    #[arg(
+        long,
+        env = "SAINT_SANDBOX_CLIS",
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    clis_list: Vec<String>,
+    /// Shell that runs command lines.
+    #[arg(long, default_value = "/bin/sh")]
+    shell: PathBuf,
+    /// Timeout for requests that name none.
+    #[arg(long, default_value_t = 120)]
+    default_timeout_seconds: u64,
+    /// Exit after this long without any connection.
+    #[arg(
+        long,
+        env = "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS",
+        default_value_t = 1800
+    )]
+    idle_timeout_seconds: u64,
+    /// Permission bits of the socket file (octal).
+    #[arg(long, default_value = "660", value_parser = parse_octal)]
+    socket_mode: u32,
+}
+
+fn parse_octal(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8).map_err(|error| format!("not an octal mode: {error}"))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    if let Err(error) = run(Flags::parse()).await {
+        eprintln!("saint-sandbox-runner: {error:#}");
+        std::process::exit(2);
+    }
+}
+
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    let mut names = flags.clis.clone();
+    names.extend(
+        flags
+            .clis_list
+            .iter()
+            .filter(|name| !name.is_empty())
+            .cloned(),
+    );
+    if let Some(path) = &flags.clis_file {
+        names.extend(shims::read_names(path)?);
+    }
+    shims::install(&flags.shim_directory, &flags.proxy, &names)?;
+    let roots = Roots::resolve(&flags.workspace, &flags.agent).with_context(|| {
+        format!(
+            "failed to resolve {} and {}",
+            flags.workspace.display(),
+            flags.agent.display()
+        )
+    })?;
+    let state = Arc::new(State::new(
+        roots,
+        flags.shim_directory.clone(),
+        flags.shell.clone(),
+        flags.default_timeout_seconds,
+        flags.token.clone(),
+    ));
+    let listener = server::bind(&flags.socket, flags.socket_mode)?;
+    tracing::info!(socket = %flags.socket.display(), clis = names.len(), "runner ready");
+    let stopped = server::serve(
+        listener,
+        flags.socket.clone(),
+        state,
+        Duration::from_secs(flags.idle_timeout_seconds),
+        shutdown_signal(),
+    )
+    .await;
+    tracing::info!(?stopped, "runner stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the runner still stops on idle; never stop at once.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
