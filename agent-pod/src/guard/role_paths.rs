@@ -1,0 +1,232 @@
+//! Role path rules for the file tools: which workspace paths a role may read and write.
+//!
+//! Pure: decides on normalised workspace-relative paths (see [`super::paths`]); never
+//! touches the file system. The three write tiers of seed §5.2:
+//! 1. platform-protected files (`fileAccess.platformProtected`) — no role writes them;
+//! 2. owner files (`fileAccess.ownerFiles`, e.g. `COMPANY.md`) — only roles whose own
+//!    `files.write` globs match them;
+//! 3. the asker's own directory (`fileAccess.selfWritable`, `memory/users/<self>/**`) —
+//!    every internal role, plus whatever else the role's `files.write` globs name.
+//!
+//! `<self>` is replaced by the asker's slug; a slug that is not a plain path component
+//! makes every `<self>` glob match nothing (fail closed). Globs use `globset` semantics
+//! with `*` also matching `/` (as SQLite `GLOB` does for the memory scopes).
+
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use saint_config::{FileAccessConfig, RoleConfig};
+
+use super::paths::is_safe_component;
+
+/// The placeholder for the asker's slug in path globs.
+pub const SELF_PLACEHOLDER: &str = "<self>";
+
+/// Why a path is refused for this role.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RolePathError {
+    #[error("{path:?} is managed by the platform and cannot be changed by any role")]
+    PlatformProtected { path: String },
+    #[error("{path:?} may only be changed for people whose role allows editing it")]
+    OwnerFile { path: String },
+    #[error("your role may not read {path:?}")]
+    ReadDenied { path: String },
+    #[error("your role may not write {path:?}")]
+    WriteDenied { path: String },
+    #[error("failed to compile path glob {glob:?}: {reason}")]
+    BadGlob { glob: String, reason: String },
+}
+
+/// A role's compiled path rules for one asker.
+#[derive(Clone, Debug)]
+pub struct RolePaths {
+    read: GlobSet,
+    write: GlobSet,
+    deny_write: GlobSet,
+    platform_protected: GlobSet,
+    owner_files: GlobSet,
+    self_writable: GlobSet,
+    internal: bool,
+}
+
+impl RolePaths {
+    /// Compiles the rules of `role` for the asker `slug`.
+    pub fn new(role: &RoleConfig, access: &FileAccessConfig, slug: &str) -> Result<Self, RolePathError> {
+        let self_dir = [access.self_writable.clone()];
+        Ok(Self {
+            read: compile(&role.files.read, slug)?,
+            write: compile(&role.files.write, slug)?,
+            deny_write: compile(&role.files.deny_write, slug)?,
+            platform_protected: compile(&access.platform_protected, slug)?,
+            owner_files: compile(&access.owner_files, slug)?,
+            self_writable: compile(&self_dir, slug)?,
+            internal: !role.external,
+        })
+    }
+
+    /// May the asker read `path`? Readable are the role's read globs plus whatever the
+    /// role may write (a role that can write its own notes can read them back).
+    pub fn check_read(&self, path: &str) -> Result<(), RolePathError> {
+        if self.read.is_match(path) || self.check_write(path).is_ok() {
+            return Ok(());
+        }
+        Err(RolePathError::ReadDenied { path: path.to_string() })
+    }
+
+    /// May the asker write `path`? Deny always wins: platform-protected first, then the
+    /// role's own deny list, then owner files (only through the role's write globs).
+    pub fn check_write(&self, path: &str) -> Result<(), RolePathError> {
+        let shown = || path.to_string();
+        if self.platform_protected.is_match(path) {
+            return Err(RolePathError::PlatformProtected { path: shown() });
+        }
+        if self.deny_write.is_match(path) {
+            return Err(RolePathError::WriteDenied { path: shown() });
+        }
+        if self.owner_files.is_match(path) {
+            return if self.write.is_match(path) {
+                Ok(())
+            } else {
+                Err(RolePathError::OwnerFile { path: shown() })
+            };
+        }
+        if self.write.is_match(path) || (self.internal && self.self_writable.is_match(path)) {
+            return Ok(());
+        }
+        Err(RolePathError::WriteDenied { path: shown() })
+    }
+}
+
+/// Compiles globs, substituting `<self>`; globs naming `<self>` are dropped when the slug
+/// is not a safe path component.
+fn compile(globs: &[String], slug: &str) -> Result<GlobSet, RolePathError> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in globs {
+        let pattern = if pattern.contains(SELF_PLACEHOLDER) {
+            if !is_safe_component(slug) {
+                continue;
+            }
+            pattern.replace(SELF_PLACEHOLDER, &escape_glob(slug))
+        } else {
+            pattern.clone()
+        };
+        builder.add(glob(&pattern)?);
+    }
+    builder
+        .build()
+        .map_err(|error| RolePathError::BadGlob { glob: globs.join(","), reason: error.to_string() })
+}
+
+fn glob(pattern: &str) -> Result<Glob, RolePathError> {
+    let trimmed = pattern.trim_start_matches("./");
+    GlobBuilder::new(trimmed)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map_err(|error| RolePathError::BadGlob { glob: pattern.to_string(), reason: error.to_string() })
+}
+
+/// Escapes glob metacharacters so a slug is matched literally.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        if matches!(character, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!') {
+            escaped.push('\\');
+        }
+        escaped.push(character);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::{FileGlobs, RoleConfig};
+
+    use super::*;
+
+    fn role(read: &[&str], write: &[&str], deny_write: &[&str], external: bool) -> RoleConfig {
+        let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect();
+        let mut role: RoleConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        role.files = FileGlobs { read: strings(read), write: strings(write), deny_write: strings(deny_write) };
+        role.external = external;
+        role
+    }
+
+    fn owner() -> RolePaths {
+        RolePaths::new(&role(&["*"], &["*"], &[], false), &FileAccessConfig::default(), "acme-ana").unwrap()
+    }
+
+    fn employee() -> RolePaths {
+        let role = role(
+            &["memory/shared/*", "memory/users/<self>/*", "data/*", "SOUL.md"],
+            &["data/*"],
+            &[],
+            false,
+        );
+        RolePaths::new(&role, &FileAccessConfig::default(), "acme-ivo").unwrap()
+    }
+
+    #[test]
+    fn platform_protected_files_are_never_writable_even_for_the_owner() {
+        let owner = owner();
+        for path in ["SOUL.md", "IDENTITY.md", "AGENTS.md", "config/roles.yaml", "skills/x/SKILL.md", "logs/usage.jsonl"] {
+            assert!(
+                matches!(owner.check_write(path), Err(RolePathError::PlatformProtected { .. })),
+                "{path} must be protected"
+            );
+        }
+        // Reading them is fine for the owner.
+        assert!(owner.check_read("SOUL.md").is_ok());
+    }
+
+    #[test]
+    fn owner_files_need_the_roles_write_globs() {
+        assert!(owner().check_write("COMPANY.md").is_ok());
+        assert!(owner().check_write("TOOLS.md").is_ok());
+        assert_eq!(
+            employee().check_write("COMPANY.md"),
+            Err(RolePathError::OwnerFile { path: "COMPANY.md".to_string() })
+        );
+    }
+
+    #[test]
+    fn self_directory_is_writable_for_internal_roles_only_for_their_own_slug() {
+        let employee = employee();
+        assert!(employee.check_write("memory/users/acme-ivo/preferences.md").is_ok());
+        assert!(employee.check_write("memory/users/acme-ivo/deep/notes.md").is_ok());
+        assert!(employee.check_write("memory/users/acme-ana/preferences.md").is_err());
+        assert!(employee.check_write("memory/users/acme-ivo-evil/notes.md").is_err());
+        assert!(employee.check_read("memory/users/acme-ana/preferences.md").is_err());
+        assert!(employee.check_read("memory/users/acme-ivo/preferences.md").is_ok());
+
+        let external = RolePaths::new(&role(&[], &[], &[], true), &FileAccessConfig::default(), "guest").unwrap();
+        assert!(external.check_write("memory/users/guest/notes.md").is_err());
+        assert!(external.check_read("memory/users/guest/notes.md").is_err());
+    }
+
+    #[test]
+    fn role_write_globs_and_deny_write_apply() {
+        let employee = employee();
+        assert!(employee.check_write("data/report.csv").is_ok());
+        assert!(employee.check_write("memory/shared/facts.md").is_err());
+        assert!(employee.check_read("memory/shared/facts.md").is_ok());
+        assert!(employee.check_read("memory/private/finance.md").is_err());
+
+        let paths = RolePaths::new(&role(&["*"], &["*"], &["data/locked/*"], false), &FileAccessConfig::default(), "a")
+            .unwrap();
+        assert!(matches!(paths.check_write("data/locked/x"), Err(RolePathError::WriteDenied { .. })));
+        assert!(paths.check_write("data/open/x").is_ok());
+    }
+
+    #[test]
+    fn unsafe_slugs_make_self_globs_match_nothing() {
+        for slug in ["..", "a/b", "*", ""] {
+            let paths = RolePaths::new(
+                &role(&["memory/users/<self>/*"], &[], &[], false),
+                &FileAccessConfig::default(),
+                slug,
+            )
+            .unwrap();
+            assert!(paths.check_write("memory/users/x/notes.md").is_err(), "slug {slug:?}");
+            assert!(paths.check_read("memory/users/x/notes.md").is_err(), "slug {slug:?}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Tool policy: which tools a role may see and call.
+//!
+//! Pure: reads only the role and the tool names; no I/O. A pattern is a tool name, a
+//! `group:<name>` from [`saint_config::TOOL_GROUPS`], or a glob (`sessions_*`). Deny
+//! always wins over allow. Tools that need the sandbox (`exec`, `process`) are withheld
+//! from every role until a sandbox backend exists, whatever the role says; the `exec`
+//! tool in the catalog also refuses every call, so a model that names it anyway fails
+//! closed.
+
+use std::sync::Arc;
+
+use globset::GlobBuilder;
+use saint_config::{RoleConfig, TOOL_GROUPS};
+
+use crate::tools::Tool;
+
+/// Tools no role sees until the sandbox exists.
+pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
+
+/// Whether `pattern` names `tool` (exact name, group membership, or glob match).
+/// Unknown groups and malformed globs match nothing.
+pub fn pattern_matches(pattern: &str, tool: &str) -> bool {
+    if let Some(group) = pattern.strip_prefix("group:") {
+        return TOOL_GROUPS
+            .iter()
+            .any(|(name, members)| *name == group && members.contains(&tool));
+    }
+    if pattern.contains(['*', '?', '[', '{']) {
+        return GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map(|glob| glob.compile_matcher().is_match(tool))
+            .unwrap_or(false);
+    }
+    pattern == tool
+}
+
+/// Whether the role may use the tool named `tool`: allowed by some allow pattern, denied
+/// by none, and not withheld.
+pub fn tool_allowed(role: &RoleConfig, tool: &str) -> bool {
+    if WITHHELD_TOOLS.contains(&tool) {
+        return false;
+    }
+    let denied = role.tools.deny.iter().any(|pattern| pattern_matches(pattern, tool));
+    let allowed = role.tools.allow.iter().any(|pattern| pattern_matches(pattern, tool));
+    allowed && !denied
+}
+
+/// The tools the role sees, in catalog order. Tools the role may not use are never
+/// returned, so they are never described to the model.
+pub fn visible_tools(role: &RoleConfig, all: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> {
+    all.iter()
+        .filter(|tool| tool_allowed(role, tool.name()))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::future::BoxFuture;
+    use saint_config::KNOWN_TOOLS;
+
+    use super::*;
+    use crate::tools::{ToolContext, ToolError, ToolOutput};
+
+    struct Named(&'static str);
+
+    impl Tool for Named {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn description(&self) -> &'static str {
+            "test tool"
+        }
+        fn input_schema(&self) -> serde_json::Value {
+            serde_json::json!({"type": "object", "properties": {}})
+        }
+        fn call<'a>(
+            &'a self,
+            _context: &'a ToolContext,
+            _input: serde_json::Value,
+        ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+            Box::pin(async { Ok(ToolOutput::text("ok")) })
+        }
+    }
+
+    fn catalog() -> Vec<Arc<dyn Tool>> {
+        KNOWN_TOOLS
+            .iter()
+            .map(|name| Arc::new(Named(name)) as Arc<dyn Tool>)
+            .collect()
+    }
+
+    fn role(allow: &[&str], deny: &[&str]) -> RoleConfig {
+        serde_json::from_value(serde_json::json!({"tools": {"allow": allow, "deny": deny}})).unwrap()
+    }
+
+    fn visible(role: &RoleConfig) -> Vec<&'static str> {
+        visible_tools(role, &catalog()).iter().map(|tool| tool.name()).collect()
+    }
+
+    #[test]
+    fn groups_expand_to_their_members() {
+        assert_eq!(visible(&role(&["group:fs"], &[])), ["read", "write", "edit", "apply_patch"]);
+        assert_eq!(
+            visible(&role(&["group:sessions", "group:messaging"], &[])),
+            ["message", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn"]
+        );
+        assert!(visible(&role(&["group:nonexistent"], &[])).is_empty());
+    }
+
+    #[test]
+    fn globs_match_tool_names() {
+        assert_eq!(visible(&role(&["sessions_*"], &[])), [
+            "sessions_list",
+            "sessions_history",
+            "sessions_send",
+            "sessions_spawn"
+        ]);
+        assert_eq!(visible(&role(&["web_*", "memory_get"], &[])), ["web_search", "web_fetch", "memory_get"]);
+    }
+
+    #[test]
+    fn deny_wins_over_allow() {
+        let names = visible(&role(&["*"], &["group:fs", "sessions_s*"]));
+        for hidden in ["read", "write", "edit", "apply_patch", "sessions_send", "sessions_spawn"] {
+            assert!(!names.contains(&hidden), "{hidden} must be denied");
+        }
+        assert!(names.contains(&"sessions_list"));
+        assert!(!tool_allowed(&role(&["write"], &["write"]), "write"));
+        assert!(tool_allowed(&role(&["write"], &[]), "write"));
+    }
+
+    #[test]
+    fn exec_and_process_are_withheld_from_every_role() {
+        for allow in [&["*"][..], &["exec", "process"], &["group:runtime"]] {
+            let names = visible(&role(allow, &[]));
+            assert!(!names.contains(&"exec") && !names.contains(&"process"), "{allow:?}");
+        }
+    }
+
+    #[test]
+    fn external_role_sees_only_web_tools() {
+        let external = role(&["web_search", "web_fetch"], &["group:fs", "group:runtime", "group:memory"]);
+        assert_eq!(visible(&external), ["web_search", "web_fetch"]);
+        assert!(visible(&role(&[], &[])).is_empty(), "an empty allow list shows nothing");
+    }
+}

@@ -1,0 +1,113 @@
+//! Shared plumbing of the file tools: input fields, the tool's own policy check, path
+//! parsing against the workspace and the role's path rules, error mapping.
+//!
+//! Touches nothing itself; the file tools call it before any file-system access.
+
+use std::sync::Arc;
+
+use crate::{
+    guard::{
+        paths::{PathError, Workspace, WorkspacePath},
+        role_paths::{RolePathError, RolePaths},
+    },
+    policy,
+    tools::{ToolContext, ToolError},
+};
+
+/// Largest file the file tools read or rewrite, in bytes.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Refuses the call when the caller's role does not allow the tool at all. The policy
+/// layer already hides such tools; this is the tool enforcing its own rule.
+pub fn require_tool(context: &ToolContext, tool: &str) -> Result<(), ToolError> {
+    if policy::tool_allowed(&context.caller.role, tool) {
+        Ok(())
+    } else {
+        Err(ToolError::Denied(format!("your role may not use the {tool} tool")))
+    }
+}
+
+/// A string field, accepting snake_case and camelCase spellings (seed 002 §5.2).
+pub fn string_field(input: &serde_json::Value, names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|name| input.get(*name).and_then(serde_json::Value::as_str))
+        .map(str::to_string)
+}
+
+/// A required string field.
+pub fn required_string(input: &serde_json::Value, names: &[&str]) -> Result<String, ToolError> {
+    string_field(input, names).ok_or_else(|| ToolError::InvalidInput(format!("{} is required", names[0])))
+}
+
+/// An optional non-negative integer field.
+pub fn integer_field(input: &serde_json::Value, names: &[&str]) -> Result<Option<u64>, ToolError> {
+    match names.iter().find_map(|name| input.get(*name)) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ToolError::InvalidInput(format!("{} must be a non-negative integer", names[0]))),
+    }
+}
+
+/// An opened workspace plus the caller's path rules.
+pub struct FileAccess {
+    /// The workspace root descriptor.
+    pub workspace: Workspace,
+    /// The caller's compiled path rules.
+    pub rules: Arc<RolePaths>,
+}
+
+impl FileAccess {
+    /// Opens the workspace and compiles the caller's rules.
+    pub fn for_caller(context: &ToolContext) -> Result<Self, ToolError> {
+        let rules = RolePaths::new(&context.caller.role, &context.config.file_access, &context.caller.slug)
+            .map_err(|_| ToolError::Failed("failed to load the file rules of your role".to_string()))?;
+        let workspace = Workspace::open(&context.workspace).map_err(path_error)?;
+        Ok(Self { workspace, rules: Arc::new(rules) })
+    }
+
+    /// Parses a path and checks the caller may read it.
+    pub fn readable(&self, context: &ToolContext, raw: &str) -> Result<WorkspacePath, ToolError> {
+        let path = WorkspacePath::parse(raw, &context.workspace).map_err(path_error)?;
+        self.rules.check_read(path.as_str()).map_err(role_error)?;
+        Ok(path)
+    }
+
+    /// Parses a path and checks the caller may write it.
+    pub fn writable(&self, context: &ToolContext, raw: &str) -> Result<WorkspacePath, ToolError> {
+        let path = WorkspacePath::parse(raw, &context.workspace).map_err(path_error)?;
+        self.rules.check_write(path.as_str()).map_err(role_error)?;
+        Ok(path)
+    }
+}
+
+/// Maps a containment error to what the model sees.
+pub fn path_error(error: PathError) -> ToolError {
+    match error {
+        PathError::NotFound(_) => ToolError::NotFound(error.to_string()),
+        PathError::Io { .. } | PathError::Workspace => ToolError::Failed(error.to_string()),
+        PathError::TooLarge(..) => ToolError::InvalidInput(error.to_string()),
+        _ => ToolError::Denied(error.to_string()),
+    }
+}
+
+/// Maps a role path refusal to what the model sees.
+pub fn role_error(error: RolePathError) -> ToolError {
+    match error {
+        RolePathError::BadGlob { .. } => {
+            ToolError::Failed("failed to load the file rules of your role".to_string())
+        }
+        refusal => ToolError::Denied(refusal.to_string()),
+    }
+}
+
+/// Runs blocking file work off the async runtime.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| ToolError::Failed("file operation was interrupted".to_string()))?
+}

@@ -1,0 +1,70 @@
+//! What the session tools need from the session store, and who may see which session
+//! (seed 000 §5.5).
+//!
+//! Pure visibility logic plus a trait the session store implements; no I/O here.
+
+use saint_config::{BotConfig, SessionsVisibility};
+
+use super::Caller;
+
+/// One session as the directory lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// Session key.
+    pub key: String,
+    /// Slug of the person the session belongs to.
+    pub contact: String,
+    /// Their role when they last wrote.
+    pub role: String,
+    /// Messages in the session.
+    pub message_count: u64,
+    /// RFC 3339 time of the last message.
+    pub updated_at: String,
+}
+
+/// One transcript entry shown by `sessions_history`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    /// `user`, `assistant` or `tool`.
+    pub speaker: String,
+    /// Text of the message.
+    pub text: String,
+}
+
+/// Why the directory could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to read sessions: {0}")]
+pub struct SessionDirectoryError(pub String);
+
+/// Read access to sessions; implemented by the session store. Blocking calls (the tools
+/// run them off the async runtime).
+pub trait SessionDirectory: Send + Sync {
+    /// All sessions, most recent first.
+    fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError>;
+    /// The last `limit` entries of a session, or `None` when it does not exist.
+    fn history(&self, key: &str, limit: usize) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError>;
+}
+
+/// The role a session's owner has now: their contact's current role, else the role
+/// recorded with the session, else the default role.
+fn owner_role<'c>(config: &'c BotConfig, session: &'c SessionSummary) -> &'c str {
+    config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == session.contact)
+        .map(|contact| contact.role.as_str())
+        .unwrap_or(if session.role.is_empty() { config.default_role.as_str() } else { session.role.as_str() })
+}
+
+/// Whether `caller` may see `session`.
+pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) -> bool {
+    let own = caller.known && session.contact == caller.slug || session.key == caller.session_key;
+    match &caller.role.sessions_visibility {
+        SessionsVisibility::All => true,
+        SessionsVisibility::Own => own,
+        SessionsVisibility::OwnAndRoles(roles) => {
+            own || roles.iter().any(|role| role == owner_role(config, session))
+        }
+        SessionsVisibility::None => false,
+    }
+}

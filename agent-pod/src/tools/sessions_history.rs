@@ -1,0 +1,90 @@
+//! The `sessions_history` tool: shows recent messages of a session the caller may see.
+//!
+//! Touches only the [`SessionDirectory`] it is given. A session the caller may not see
+//! is reported exactly like a missing one, so its existence does not leak.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::{
+    Tool, ToolContext, ToolError, ToolOutput,
+    files::{blocking, integer_field, require_tool, required_string},
+    read::truncate_chars,
+    session_directory::{SessionDirectory, may_see},
+};
+
+/// Shows session transcripts.
+#[derive(Clone)]
+pub struct SessionsHistoryTool {
+    directory: Arc<dyn SessionDirectory>,
+}
+
+impl std::fmt::Debug for SessionsHistoryTool {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("SessionsHistoryTool").finish_non_exhaustive()
+    }
+}
+
+impl SessionsHistoryTool {
+    /// A tool reading `directory`.
+    pub fn new(directory: Arc<dyn SessionDirectory>) -> Self {
+        Self { directory }
+    }
+}
+
+impl Tool for SessionsHistoryTool {
+    fn name(&self) -> &'static str {
+        "sessions_history"
+    }
+
+    fn description(&self) -> &'static str {
+        "Show the most recent messages of a conversation you may see, by session key."
+    }
+
+    fn input_schema(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "session_key": {"type": "string", "description": "Key from sessions_list"},
+                "limit": {"type": "integer", "description": "Most messages to show", "minimum": 1}
+            },
+            "required": ["session_key"]
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            require_tool(context, self.name())?;
+            let key = required_string(&input, &["session_key", "sessionKey", "key"])?;
+            let limit = integer_field(&input, &["limit"])?.unwrap_or(20).clamp(1, 200) as usize;
+            let not_found = || ToolError::NotFound(format!("no session {key:?}"));
+            let directory = self.directory.clone();
+            let sessions = blocking(move || directory.list().map_err(|error| ToolError::Failed(error.to_string())))
+                .await?;
+            let Some(session) = sessions.into_iter().find(|session| session.key == key) else {
+                return Err(not_found());
+            };
+            if !may_see(&context.caller, &context.config, &session) {
+                return Err(not_found());
+            }
+            let directory = self.directory.clone();
+            let wanted = key.clone();
+            let entries = blocking(move || {
+                directory.history(&wanted, limit).map_err(|error| ToolError::Failed(error.to_string()))
+            })
+            .await?
+            .ok_or_else(not_found)?;
+            let text = entries
+                .iter()
+                .map(|entry| format!("[{}] {}", entry.speaker, entry.text))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok(ToolOutput::text(truncate_chars(&text, 50_000)))
+        })
+    }
+}
