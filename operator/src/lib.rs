@@ -1,1 +1,4 @@
-//! Placeholder: filled in by its issue.
+//! The Saint operator: CRD types, identity links and the SaintBot controller.
+
+pub mod crd;
+pub mod identity;

@@ -1,0 +1,133 @@
+//! The `Contact` resource (short name `ct`): one person, their role and the identifiers
+//! through which bots recognise them. Pure types, no client.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{DNS_1123_LABEL_PATTERN, E164_PATTERN, EMAIL_PATTERN, dns_label_list_rule, dns_label_rule};
+
+/// A person a bot knows. The Contact's name is its canonical slug (used in identity links
+/// and in `memory/users/<name>/`); `role` decides what the bot may do for them.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "saint.work",
+    version = "v1alpha1",
+    kind = "Contact",
+    plural = "contacts",
+    singular = "contact",
+    namespaced,
+    shortname = "ct",
+    category = "saint",
+    status = "ContactStatus",
+    doc = "A person Saint bots know: display name, role and channel identifiers (phone, email, chat ids).",
+    printcolumn(name = "Display Name", type_ = "string", json_path = ".spec.displayName", priority = 1),
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role", description = "Saint Role of this person"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Conflicts", type_ = "integer", json_path = ".status.conflictCount", description = "Identifiers also claimed by other contacts"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new(format!("self.metadata.name.matches('{DNS_1123_LABEL_PATTERN}')"))
+        .message("metadata.name of a Contact must be a DNS-1123 label: it becomes the person's slug"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactSpec {
+    /// Name shown to the model and in logs (e.g. `Ana Horvat`).
+    #[schemars(length(min = 1, max = 253))]
+    pub display_name: String,
+
+    /// Name of the Saint `Role` (in this namespace) this person holds.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = dns_label_rule("role"))]
+    pub role: String,
+
+    /// Channel identifiers. Each one may belong to one Contact only; a clash is reported
+    /// on both Contacts and neither gets the identifier.
+    #[serde(default)]
+    pub identifiers: ContactIdentifiers,
+
+    /// Names of the SaintBots that know this person. Empty: every bot in the namespace
+    /// (subject to each bot's `contactSelector`).
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    #[x_kube(validation = dns_label_list_rule("bots"))]
+    pub bots: Vec<String>,
+}
+
+/// How a person appears on each channel. All optional.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactIdentifiers {
+    /// Phone number in E.164 form (`+385991234567`). Used for WhatsApp unless `whatsapp`
+    /// is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), regex(pattern = r"^\+[1-9][0-9]{6,14}$"))]
+    #[x_kube(validation = kube::core::Rule::new(format!("self.matches('{}')", E164_PATTERN.replace('\\', "\\\\")))
+        .message("identifiers.phone must be E.164: '+', country code, number, no spaces (e.g. +385991234567)"))]
+    pub phone: Option<String>,
+
+    /// WhatsApp number in E.164 form, when it differs from `phone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), regex(pattern = r"^\+[1-9][0-9]{6,14}$"))]
+    #[x_kube(validation = kube::core::Rule::new(format!("self.matches('{}')", E164_PATTERN.replace('\\', "\\\\")))
+        .message("identifiers.whatsapp must be E.164: '+', country code, number, no spaces (e.g. +385991234567)"))]
+    pub whatsapp: Option<String>,
+
+    /// Email address; compared case-insensitively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 254), email)]
+    #[x_kube(validation = kube::core::Rule::new(format!("self.matches('{}')", EMAIL_PATTERN.replace('\\', "\\\\")))
+        .message("identifiers.email must be an email address (name@domain.tld)"))]
+    pub email: Option<String>,
+
+    /// Telegram numeric user id (e.g. `222222222`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20), regex(pattern = "^[0-9]{1,20}$"))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[0-9]{1,20}$')")
+        .message("identifiers.telegram must be a numeric Telegram user id"))]
+    pub telegram: Option<String>,
+
+    /// Slack member id (e.g. `U024BE7LH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = "^[UWuw][A-Za-z0-9]{2,31}$"))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[UWuw][A-Za-z0-9]{2,31}$')")
+        .message("identifiers.slack must be a Slack member id (U… or W…)"))]
+    pub slack: Option<String>,
+
+    /// Discord user id or handle (e.g. `ana#1234` or `ana.h`); compared case-insensitively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 64))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.#]{2,64}$')")
+        .message("identifiers.discord must be a Discord id or handle (letters, digits, '_', '.', '#')"))]
+    pub discord: Option<String>,
+}
+
+/// What the operator found about this Contact.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContactStatus {
+    /// `Ready` is True when every identifier is linked and the role exists, False with
+    /// reason `IdentifierConflict` or `RoleNotFound` otherwise.
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of entries in `conflicts`.
+    #[serde(default)]
+    pub conflict_count: i32,
+    /// Identifiers this Contact shares with other Contacts; none of them is linked.
+    #[serde(default)]
+    pub conflicts: Vec<IdentifierConflict>,
+}
+
+/// One identifier claimed by more than one Contact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentifierConflict {
+    /// The normalised identity (`whatsapp:+385991234567`).
+    pub identity: String,
+    /// The other Contacts claiming it, sorted.
+    pub contacts: Vec<String>,
+}

@@ -1,0 +1,223 @@
+//! The `Role` resource (kind `Role` in `saint.work`; short names `srole`, `sroles`): what
+//! a bot may do for the people who hold the role. Pure types, no client.
+
+use kube::{CustomResource, KubeSchema};
+use saint_config::{BudgetPeriod, MemoryScope};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{bootstrap_files_rule, dns_label_list_rule, tool_patterns_rule};
+
+/// A role: the tools, model, files, memory and budget a bot grants the people holding it.
+/// Referenced by name from `Contact.spec.role` and `SaintBot.spec.defaultRole`.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "saint.work",
+    version = "v1alpha1",
+    kind = "Role",
+    plural = "roles",
+    singular = "role",
+    namespaced,
+    shortname = "srole",
+    shortname = "sroles",
+    category = "saint",
+    doc = "A Saint role: what a bot may do for the people who hold it (tools, model, files, memory, budget).",
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model", description = "Model override for this role"),
+    printcolumn(name = "Budget", type_ = "number", json_path = ".spec.budget.usd", description = "USD cap per budget period"),
+    printcolumn(name = "Period", type_ = "string", json_path = ".spec.budget.period", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new(format!("self.metadata.name.matches('{}')", super::DNS_1123_LABEL_PATTERN))
+        .message("metadata.name of a Role must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.sessionsVisibility == 'ownAndRoles' || !has(self.sessionsVisibleRoles) || size(self.sessionsVisibleRoles) == 0"
+).message("sessionsVisibleRoles may only be set when sessionsVisibility is ownAndRoles"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.skills) || !('*' in self.skills) || size(self.skills) == 1"
+).message("skills: '*' (all skills) must be the only entry"))]
+pub struct RoleSpec {
+    /// Human description of the role, shown to operators.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub description: String,
+
+    /// Tool allow and deny lists. Deny always wins.
+    #[serde(default)]
+    pub tools: RoleTools,
+
+    /// Model name used for people with this role instead of the bot's default model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub model: Option<String>,
+
+    /// Command globs the `exec` tool refuses (e.g. `rm -rf *`). Absent means the role has
+    /// no `exec` at all; an empty list means exec with no blocklist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 512)))]
+    pub exec_blocklist: Option<Vec<String>>,
+
+    /// Memory scopes the role may search and read: shared, private, daily, ownUser, allUsers.
+    #[serde(default)]
+    #[schemars(length(max = 5))]
+    pub memory_scope: Vec<MemoryScopeName>,
+
+    /// Workspace path globs for the file tools; `<self>` is the asker's contact name.
+    #[serde(default)]
+    pub files: RoleFiles,
+
+    /// Skills the role may use: names, or `["*"]` for every installed skill. Empty: none.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 253)))]
+    pub skills: Vec<String>,
+
+    /// Spending cap per period; absent means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<RoleBudget>,
+
+    /// Bootstrap files included in the system prompt (SOUL.md, IDENTITY.md, AGENTS.md,
+    /// TOOLS.md, USER.md, HEARTBEAT.md).
+    #[serde(default)]
+    #[schemars(length(max = 6))]
+    #[x_kube(validation = bootstrap_files_rule("bootstrap"))]
+    pub bootstrap: Vec<String>,
+
+    /// Extra workspace files injected into the prompt (e.g. `COMPANY.md`).
+    #[serde(default)]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 253)))]
+    pub inject: Vec<String>,
+
+    /// Which sessions `sessions_list` / `sessions_history` may show.
+    #[serde(default)]
+    pub sessions_visibility: SessionsVisibilityName,
+
+    /// With `sessionsVisibility: ownAndRoles`: the roles whose sessions are visible too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    #[x_kube(validation = dns_label_list_rule("sessionsVisibleRoles"))]
+    pub sessions_visible_roles: Vec<String>,
+
+    /// Whether people with this role are external: the prompt warns the model and no
+    /// internals are shown to them.
+    #[serde(default)]
+    pub external: bool,
+}
+
+/// Tool allow and deny lists.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleTools {
+    /// Tools the role may use: tool names, `group:<name>` (fs, runtime, web, ui, memory,
+    /// sessions, messaging, automation, media) or globs over tool names (`sessions_*`).
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
+    #[x_kube(validation = tool_patterns_rule("tools.allow"))]
+    pub allow: Vec<String>,
+    /// Tools the role may never use; wins over `allow`. Same syntax as `allow`.
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
+    #[x_kube(validation = tool_patterns_rule("tools.deny"))]
+    pub deny: Vec<String>,
+}
+
+/// Read and write globs for the file tools. Platform-protected files stay read-only
+/// whatever a role says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleFiles {
+    /// Path globs the role may read (`memory/users/<self>/**`).
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    pub read: Vec<String>,
+    /// Path globs the role may write.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    pub write: Vec<String>,
+    /// Path globs the role may never write, on top of the platform-protected files.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    pub deny_write: Vec<String>,
+}
+
+/// A spending cap per period.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleBudget {
+    /// Maximum spend in USD per period; must be ≥ 0.
+    #[schemars(range(min = 0.0))]
+    #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("budget.usd must be ≥ 0"))]
+    pub usd: f64,
+    /// Period the cap applies to (UTC calendar boundaries): day, week or month.
+    #[serde(default = "default_budget_period")]
+    pub period: BudgetPeriodName,
+}
+
+fn default_budget_period() -> BudgetPeriodName {
+    BudgetPeriodName::Month
+}
+
+/// Budget periods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BudgetPeriodName {
+    /// Calendar day.
+    Day,
+    /// ISO week.
+    Week,
+    /// Calendar month.
+    #[default]
+    Month,
+}
+
+impl From<BudgetPeriodName> for BudgetPeriod {
+    fn from(period: BudgetPeriodName) -> Self {
+        match period {
+            BudgetPeriodName::Day => BudgetPeriod::Day,
+            BudgetPeriodName::Week => BudgetPeriod::Week,
+            BudgetPeriodName::Month => BudgetPeriod::Month,
+        }
+    }
+}
+
+/// Memory scopes (seed §7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryScopeName {
+    /// `memory/shared/**` and `MEMORY.md`.
+    Shared,
+    /// `memory/private/**`, `COMPANY.md`, `TOOLS.md`.
+    Private,
+    /// `memory/daily/**`.
+    Daily,
+    /// `memory/users/<self>/**`.
+    OwnUser,
+    /// `memory/users/*/**`.
+    AllUsers,
+}
+
+impl From<MemoryScopeName> for MemoryScope {
+    fn from(scope: MemoryScopeName) -> Self {
+        match scope {
+            MemoryScopeName::Shared => MemoryScope::Shared,
+            MemoryScopeName::Private => MemoryScope::Private,
+            MemoryScopeName::Daily => MemoryScope::Daily,
+            MemoryScopeName::OwnUser => MemoryScope::OwnUser,
+            MemoryScopeName::AllUsers => MemoryScope::AllUsers,
+        }
+    }
+}
+
+/// Which sessions a role may see (seed §5.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionsVisibilityName {
+    /// Every session.
+    All,
+    /// Their own sessions plus those of people holding `sessionsVisibleRoles`.
+    OwnAndRoles,
+    /// Only their own sessions.
+    Own,
+    /// None at all.
+    #[default]
+    None,
+}

@@ -1,0 +1,435 @@
+//! The `SaintBot` resource (short name `sbot`): one assistant — persona, model, channels,
+//! Porter CLIs, sandbox, storage and which Contacts and Roles apply. Pure types, no client.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::ResourceRequirements,
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::{Condition, LabelSelector}},
+};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{SecretKeyReference, dns_label_rule, secret_key_rule};
+
+/// One Saint assistant. The operator renders its config, storage, pod, permissions and
+/// network fences, and re-renders the config when its Contacts or Roles change.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "saint.work",
+    version = "v1alpha1",
+    kind = "SaintBot",
+    plural = "saintbots",
+    singular = "saintbot",
+    namespaced,
+    shortname = "sbot",
+    category = "saint",
+    status = "SaintBotStatus",
+    doc = "A Saint assistant bot: persona, model, channels, Porter CLIs, sandbox and storage.",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name", description = "Default model"),
+    printcolumn(name = "Contacts", type_ = "integer", json_path = ".status.contacts", description = "Contacts rendered into the config"),
+    printcolumn(name = "Roles", type_ = "integer", json_path = ".status.roles", priority = 1),
+    printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.channels) || self.channels.all(c, self.channels.exists_one(d, d.name == c.name))"
+).message("channels[].name must be unique"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.porter) || !has(self.porter.clis) || self.porter.clis.all(c, self.porter.clis.exists_one(d, d.name == c.name))"
+).message("porter.clis[].name must be unique"))]
+pub struct SaintBotSpec {
+    /// Persona and workspace files (SOUL.md, IDENTITY.md, AGENTS.md, TOOLS.md, USER.md,
+    /// HEARTBEAT.md, COMPANY.md), inline or from a ConfigMap.
+    #[serde(default)]
+    pub persona: PersonaSpec,
+
+    /// The LLM the bot talks to.
+    pub model: ModelSpec,
+
+    /// Chat channels the bot serves. Secret settings come from Secret key references and
+    /// reach only the `agent` container.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub channels: Vec<ChannelSpec>,
+
+    /// CLIs the sandbox may call through Porter. Their credentials reach only the
+    /// `porter` container.
+    #[serde(default)]
+    pub porter: PorterSpec,
+
+    /// Where `exec` runs: sandbox Jobs in the bot's namespace.
+    #[serde(default)]
+    pub sandbox: SandboxSpec,
+
+    /// The workspace volume (files, memory index, sessions, logs).
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// Role (a Saint `Role` in this namespace) for senders that match no Contact.
+    #[serde(default = "default_role_name")]
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = dns_label_rule("defaultRole"))]
+    pub default_role: String,
+
+    /// Which Contacts in the namespace this bot knows (label selector). Absent: all of
+    /// them. A Contact listing bots in `spec.bots` must also name this bot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contact_selector: Option<LabelSelector>,
+
+    /// Which Roles in the namespace this bot uses (label selector). Absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_selector: Option<LabelSelector>,
+
+    /// Scale the bot to zero replicas; its storage and config stay.
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// Image overrides for this bot; absent fields use the operator's defaults.
+    #[serde(default)]
+    pub images: ImagesSpec,
+
+    /// Compute resources of the `agent` container. Absent: operator defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_resources: Option<ResourceRequirements>,
+
+    /// Compute resources of the `porter` container. Absent: operator defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub porter_resources: Option<ResourceRequirements>,
+
+    /// Web tools settings.
+    #[serde(default)]
+    pub web: WebSpec,
+}
+
+pub(crate) fn default_role_name() -> String {
+    "external".to_string()
+}
+
+/// Persona files: inline contents and/or a ConfigMap whose keys are file names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PersonaSpec {
+    /// File name → contents (e.g. `SOUL.md: "You are…"`). Wins over the ConfigMap.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Name of a ConfigMap in this namespace whose keys are persona file names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub config_map_name: Option<String>,
+}
+
+/// The LLM the bot talks to.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// Wire protocol: `anthropic` (Messages API) or `openai` (Chat Completions, also
+    /// Ollama and vLLM).
+    pub provider: ModelProviderName,
+    /// Default model name (roles may override it).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Base URL of the API. Absent: the provider's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://')")
+        .message("model.baseUrl must be an http:// or https:// URL"))]
+    pub base_url: Option<String>,
+    /// Secret key holding the API key; it reaches only the `agent` container
+    /// (as `SAINT_MODEL_API_KEY`). Absent: no key is sent (local servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = secret_key_rule("model.apiKeySecretRef"))]
+    pub api_key_secret_ref: Option<SecretKeyReference>,
+    /// Context window in tokens; compaction starts before it is reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024))]
+    pub context_window: Option<u32>,
+    /// Maximum output tokens per model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_tokens: Option<u32>,
+    /// Price table by model name, in USD per million tokens (drives role budgets).
+    #[serde(default)]
+    pub prices: BTreeMap<String, ModelPriceSpec>,
+}
+
+/// Wire protocol of the LLM endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ModelProviderName {
+    /// Anthropic Messages API.
+    #[default]
+    Anthropic,
+    /// OpenAI-compatible Chat Completions.
+    Openai,
+}
+
+/// USD per million tokens.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPriceSpec {
+    /// Input (prompt) tokens, USD per million; ≥ 0.
+    #[schemars(range(min = 0.0))]
+    #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("model.prices[].inputPerMtok must be ≥ 0"))]
+    pub input_per_mtok: f64,
+    /// Output (completion) tokens, USD per million; ≥ 0.
+    #[schemars(range(min = 0.0))]
+    #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("model.prices[].outputPerMtok must be ≥ 0"))]
+    pub output_per_mtok: f64,
+}
+
+/// One chat channel.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelSpec {
+    /// Unique name of the channel within the bot (DNS-1123 label).
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = dns_label_rule("channels[].name"))]
+    pub name: String,
+    /// Kind of channel: http, whatsapp, telegram, email, slack or discord.
+    pub kind: ChannelKindName,
+    /// Non-secret settings (listen port, phone number id, IMAP host, …).
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// Secret settings: setting name → Secret key. Each becomes the env var
+    /// `SAINT_CHANNEL_<NAME>_<SETTING>` of the `agent` container only.
+    #[serde(default)]
+    #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
+        .message("channels[].secrets values must name both a Secret (name) and a key in it (key)"))]
+    pub secrets: BTreeMap<String, SecretKeyReference>,
+}
+
+/// Channel kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ChannelKindName {
+    /// The built-in authenticated HTTP API.
+    Http,
+    /// WhatsApp Cloud API.
+    Whatsapp,
+    /// Telegram Bot API.
+    Telegram,
+    /// Email (IMAP/SMTP).
+    Email,
+    /// Slack.
+    Slack,
+    /// Discord.
+    Discord,
+}
+
+/// Porter, the credential broker: the CLIs the sandbox may call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PorterSpec {
+    /// CLIs by exact name.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub clis: Vec<PorterCliSpec>,
+    /// Limit over all CLIs together. Absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_rate_limit: Option<RateLimitSpec>,
+}
+
+/// One CLI Porter runs on the sandbox's behalf.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PorterCliSpec {
+    /// Exact command name the sandbox calls (`gh`, `gog`); a plain file name.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_][A-Za-z0-9._+-]*$')")
+        .message("porter.clis[].name must be a plain command name (letters, digits, '.', '_', '+', '-')"))]
+    pub name: String,
+    /// Absolute path of the real binary inside the porter image.
+    #[schemars(length(min = 2, max = 1024))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('/')")
+        .message("porter.clis[].bin must be an absolute path"))]
+    pub bin: String,
+    /// Non-secret literal environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Environment variables taken from Secret keys (mounted as files into the `porter`
+    /// container only).
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub secret_env: Vec<SecretEnvSpec>,
+    /// Secrets whose every key becomes an environment variable of the `porter` container
+    /// (`envFrom`); list the variable names this CLI gets in `passthroughEnv`.
+    #[serde(default)]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    pub env_from_secrets: Vec<String>,
+    /// Names of `porter` container variables passed to this CLI.
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    pub passthrough_env: Vec<String>,
+    /// Seconds before the CLI gets SIGTERM (SIGKILL 5 s later). Default 120.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<u64>,
+    /// Per-CLI rate limit. Absent: only the global limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitSpec>,
+    /// Argument allow/deny patterns for every caller (deny wins): whitespace-separated
+    /// globs over the leading arguments, `**` at the end matches the rest.
+    #[serde(default)]
+    pub args: ArgPolicySpec,
+    /// Extra argument policy by the requesting contact's role name, on top of `args`.
+    #[serde(default)]
+    pub role_args: BTreeMap<String, ArgPolicySpec>,
+}
+
+/// One environment variable from a Secret key.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretEnvSpec {
+    /// Variable name the CLI sees (e.g. `GH_TOKEN`).
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z_][A-Za-z0-9_]*$')")
+        .message("porter.clis[].secretEnv[].name must be an environment variable name"))]
+    pub name: String,
+    /// Secret key holding the value.
+    #[x_kube(validation = secret_key_rule("porter.clis[].secretEnv[].secretKeyRef"))]
+    pub secret_key_ref: SecretKeyReference,
+}
+
+/// A token bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitSpec {
+    /// Calls per minute, sustained.
+    #[schemars(range(min = 1))]
+    pub per_minute: u32,
+    /// Calls allowed at once above the sustained rate. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+/// Allow/deny patterns over a CLI call's leading arguments; deny wins.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgPolicySpec {
+    /// Patterns a call must match (empty: any not denied), e.g. `pr **`.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    pub allow: Vec<String>,
+    /// Patterns refused before anything runs, e.g. `auth **`.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    pub deny: Vec<String>,
+}
+
+/// The sandbox Jobs that run `exec`.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSpec {
+    /// Lifetime scope: `session` (one per session), `agent` (one per bot) or `shared`.
+    #[serde(default)]
+    pub scope: SandboxScopeName,
+    /// Compute resources of the sandbox container. Absent: operator defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// RuntimeClass for sandbox pods (e.g. `gvisor`). Absent: the cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub runtime_class_name: Option<String>,
+    /// Seconds a sandbox may sit idle before it is reaped. Default 1800.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 604800))]
+    pub idle_timeout_seconds: Option<u64>,
+    /// Default per-command timeout in seconds. Default 120.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub exec_timeout_seconds: Option<u64>,
+    /// Hard lifetime of one sandbox Job in seconds (`activeDeadlineSeconds`). Default 86400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 2592000))]
+    pub max_lifetime_seconds: Option<i64>,
+}
+
+/// Sandbox lifetime scopes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxScopeName {
+    /// One sandbox per session.
+    #[default]
+    Session,
+    /// One sandbox per bot.
+    Agent,
+    /// One sandbox shared by everything.
+    Shared,
+}
+
+/// The workspace PersistentVolumeClaim.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested size (e.g. `5Gi`). Default 5Gi. Only grows if the StorageClass allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
+    /// StorageClass of the claim. Absent: the cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+}
+
+/// Per-bot image overrides.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagesSpec {
+    /// Image of the `agent` container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub agent: Option<String>,
+    /// Image of the `porter` container (must contain the CLIs' binaries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub porter: Option<String>,
+    /// Image of sandbox pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub sandbox: Option<String>,
+}
+
+/// Web tools settings.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebSpec {
+    /// URL/host globs `web_fetch` refuses, on top of the built-in SSRF guard.
+    #[serde(default)]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 512)))]
+    pub url_blocklist: Vec<String>,
+    /// Brave Search API key; it reaches only the `agent` container. Absent: no `web_search`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = secret_key_rule("web.searchApiKeySecretRef"))]
+    pub search_api_key_secret_ref: Option<SecretKeyReference>,
+}
+
+/// What the operator last did with this bot.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaintBotStatus {
+    /// `Ready` (True when the config is rendered and the pod is ready; reasons
+    /// `Ready`, `ConfigRendered`, `PodNotReady`, `Suspended`, `InvalidSpec`,
+    /// `RoleNotFound`) and `IdentifiersLinked` (False with `IdentifierConflict`).
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Contacts rendered into the config.
+    #[serde(default)]
+    pub contacts: i32,
+    /// Roles rendered into the config.
+    #[serde(default)]
+    pub roles: i32,
+    /// Identifier conflicts and Contacts naming missing Roles, left out of the config.
+    #[serde(default)]
+    pub conflicts: i32,
+    /// SHA-256 of the rendered `bot-config.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+}
