@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::validate::{ConfigError, validate};
+pub use crate::validate::{ConfigError, is_known_tool_pattern, validate};
 
 /// The schema version this crate reads and writes. Bumped on any breaking change.
 pub const SCHEMA_VERSION: &str = "saint.work/bot-config/v1alpha1";

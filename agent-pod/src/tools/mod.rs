@@ -4,6 +4,23 @@
 //! layer only decides which tools a role sees at all. Refusals are ordinary
 //! [`ToolError`]s, returned to the model as error results, never panics.
 
+pub mod apply_patch;
+pub mod catalog;
+pub mod edit;
+pub mod exec;
+pub mod files;
+pub mod message;
+pub mod read;
+pub mod session_directory;
+#[cfg(test)]
+pub(crate) mod test_fixtures;
+pub mod sessions_history;
+pub mod sessions_list;
+pub mod untrusted;
+pub mod web_fetch;
+pub mod web_search;
+pub mod write;
+
 use std::{path::PathBuf, sync::Arc};
 
 use futures::future::BoxFuture;
