@@ -3,13 +3,13 @@
 #
 #   prerequisites -> cargo fmt -> cargo clippy -> cargo test -> CRD drift ->
 #   Helm chart (lint, template, examples) -> memory model ->
-#   admission policy on a real API server -> end-to-end
+#   chart on a real API server -> end-to-end
 #
 # Works on a fresh clone with CI=true and no stdin: missing Debian packages are
 # installed with apt-get (root, or sudo without a password), tools that cannot
 # be installed from a registry are built from source and cached under
 # ~/.cache/saint/. Ends with one line "N passed, N failed" counting sections.
-# `./test.sh chart admission` runs only the named sections.
+# `./test.sh chart apiserver` runs only the named sections.
 # A section whose script exists and fails FAILS; a hook whose script is not in
 # the tree yet is reported as skipped, by name, never silently.
 set -uo pipefail
@@ -175,12 +175,12 @@ helm_chart() {
 	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples
 }
 
-admission_policy() {
+chart_on_api_server() {
 	if [[ ! -e e2e/setup.sh || ! -e e2e/control-plane.sh ]]; then
 		echo "e2e/setup.sh and e2e/control-plane.sh are needed to start the API server" >&2
 		return 1
 	fi
-	charts/test-admission-policy.sh
+	charts/test-on-api-server.sh
 }
 
 memory_model() {
@@ -202,7 +202,7 @@ end_to_end() {
 
 # ---------------------------------------------------------------------------
 
-# Sections in order: key, title, function. `./test.sh chart admission` runs
+# Sections in order: key, title, function. `./test.sh chart apiserver` runs
 # only the named sections (for quick iterations); no argument runs them all.
 sections=(
 	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
@@ -212,7 +212,7 @@ sections=(
 	"crds|5. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
 	"chart|6. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
 	"memory|7. memory model (agent-pod/memory/fetch-model.sh)|memory_model"
-	"admission|8. sandbox admission policy on a real API server (charts/test-admission-policy.sh)|admission_policy"
+	"apiserver|8. chart on a real API server: install, examples, admission policy (charts/test-on-api-server.sh)|chart_on_api_server"
 	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
 )
 
@@ -223,7 +223,7 @@ for wanted in "${selected[@]}"; do
 		[[ "${entry%%|*}" == "$wanted" ]] && known=true
 	done
 	if ! $known; then
-		echo "unknown section '$wanted'; sections: prerequisites fmt clippy test crds chart memory admission e2e" >&2
+		echo "unknown section '$wanted'; sections: prerequisites fmt clippy test crds chart memory apiserver e2e" >&2
 		exit 2
 	fi
 done

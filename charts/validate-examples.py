@@ -47,8 +47,12 @@ def strict(schema: dict) -> dict:
                 walk(child)
 
     walk(schema)
-    # metadata is validated by the API server itself, not by the CRD schema.
-    schema.get("properties", {}).get("metadata", {}).pop("additionalProperties", None)
+    # apiVersion, kind and metadata are the API server's own business: a CRD
+    # schema may leave them out, and the server validates metadata itself.
+    properties = schema.setdefault("properties", {})
+    properties.setdefault("apiVersion", {"type": "string"})
+    properties.setdefault("kind", {"type": "string"})
+    properties["metadata"] = {"type": "object"}
     return schema
 
 
@@ -83,6 +87,27 @@ def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]
         for index, value in enumerate(node):
             found.extend(secret_references(value, f"{path}[{index}]"))
     return found
+
+
+def self_test(schemas: dict, custom_resources: list[tuple[str, dict]]) -> list[str]:
+    """Proves this check is not vacuous: a misspelt field and a value outside an
+    enum, planted in a copy of each kind's first example, must be refused."""
+    problems = []
+    seen = set()
+    for name, document in custom_resources:
+        if document["kind"] in seen:
+            continue
+        seen.add(document["kind"])
+        validator = jsonschema.Draft7Validator(schemas[(document["apiVersion"], document["kind"])])
+        misspelt = copy.deepcopy(document)
+        misspelt["spec"]["displayNme"] = "typo"
+        if validator.is_valid(misspelt):
+            problems.append(f"self-test: {name} with a misspelt spec field passed validation")
+        wrong_type = copy.deepcopy(document)
+        wrong_type["spec"] = "not an object"
+        if validator.is_valid(wrong_type):
+            problems.append(f"self-test: {name} with a string spec passed validation")
+    return problems
 
 
 def main() -> int:
@@ -145,6 +170,8 @@ def main() -> int:
     for kind in ("SaintBot", "Contact", "Role"):
         if counts.get(kind, 0) == 0:
             failures.append(f"examples contain no {kind}")
+
+    failures.extend(self_test(schemas, custom_resources))
 
     if failures:
         for failure in failures:

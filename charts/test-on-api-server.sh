@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Runs the sandbox admission policy's cases (charts/admission-cases.py) against
-# a real API server: creates Jobs as a bot's agent ServiceAccount with
-# `--dry-run=server`, so authentication, RBAC and every admission plugin run.
+# Checks the chart against a real API server:
+# 1. `helm install` of the whole chart: the API server validates every
+#    rendered object (CRDs, RBAC, Deployment, admission policy);
+# 2. the examples (charts/saint/examples/) applied with `--dry-run=server` to a
+#    namespace enforcing Pod Security "restricted": the CRDs' OpenAPI schemas
+#    and CEL rules accept them;
+# 3. the sandbox admission policy's cases (charts/admission-cases.py): Jobs
+#    created as a bot's agent ServiceAccount with `--dry-run=server`, so
+#    authentication, RBAC and every admission plugin run.
 #
 # Without KUBECONFIG: starts the e2e control plane (e2e/setup.sh builds and
-# caches the binaries; reused when warm) in a temporary directory, `helm
-# install`s the whole chart into it (the API server validates every rendered
-# object), runs the cases, and stops everything on exit, also on failure.
-# With KUBECONFIG set (admin credentials): applies only the policy and its
-# binding to that cluster, runs the cases, and removes them again.
+# caches the binaries; reused when warm) in a temporary directory, runs 1-3,
+# and stops everything on exit, also on failure.
+# With KUBECONFIG set (admin credentials): someone's cluster, so only 3: applies
+# the policy and its binding, runs the cases, and removes them again.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,6 +51,13 @@ if $started_here; then
 	# every rendered object (CRDs, RBAC, Deployment, policy) as a user's would.
 	"$helm" install saint charts/saint --namespace "$release_namespace" --create-namespace \
 		--kubeconfig "$KUBECONFIG" --wait=false
+	for crd in saintbots.saint.work contacts.saint.work roles.saint.work; do
+		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$crd"
+	done
+	"$kubectl" create namespace saint-examples
+	"$kubectl" label namespace saint-examples pod-security.kubernetes.io/enforce=restricted
+	echo "examples: server-side dry run (schemas and CEL rules of the installed CRDs)"
+	"$kubectl" apply --dry-run=server --namespace saint-examples -f charts/saint/examples/
 else
 	# Someone's cluster: touch only the policy and its binding, and remove them after.
 	"$helm" template saint charts/saint --namespace "$release_namespace" \
