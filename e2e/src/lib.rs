@@ -1,1 +1,27 @@
-//! Placeholder: filled in by its issue.
+//! Harness for the end-to-end scenarios: reaches the control plane that
+//! `e2e/run.sh` started (etcd, kube-apiserver, kube-controller-manager on
+//! loopback) and drives kubectl, helm and operator processes against it.
+//!
+//! Nothing here starts or fakes an API server: when the environment `run.sh`
+//! exports is missing, every entry point fails with the reason.
+
+pub mod environment;
+pub mod manifests;
+pub mod namespace;
+pub mod operator_process;
+pub mod service_account;
+pub mod tools;
+pub mod wait;
+
+pub use environment::Environment;
+
+/// Name of the field manager the scenarios apply objects with.
+pub const FIELD_MANAGER: &str = "saint-e2e";
+
+/// The message the API server gave for a refused request, or the client error.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
