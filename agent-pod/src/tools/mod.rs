@@ -11,6 +11,7 @@ pub mod exec;
 pub mod files;
 pub mod message;
 pub mod read;
+pub mod registry;
 pub mod session_directory;
 #[cfg(test)]
 pub(crate) mod test_fixtures;

@@ -1,0 +1,288 @@
+//! The HTTP channel and server: an authenticated API to send a message as a channel
+//! identity and get the reply (plain JSON, or SSE streaming), plus `/healthz`,
+//! `/readyz` and `/metrics`.
+//!
+//! The bearer token is read from the environment variable the config's `http` channel
+//! names in `secretEnv.token`; without one every message is refused (fail closed).
+//! Turns run as tracked tasks, not inside the request future, so a client that hangs up
+//! does not abort a turn halfway and shutdown can wait for every turn to finish.
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+    routing::{get, post},
+};
+use futures::Stream;
+use saint_config::ChannelKind;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    identity,
+    runtime::{EnvLookup, Inbound, Runtime, TurnError, TurnEvent, TurnReply},
+};
+
+/// Shared state of the HTTP server.
+#[derive(Clone)]
+pub struct AppState {
+    /// The runtime.
+    pub runtime: Arc<Runtime>,
+    /// Where secrets (the channel token) are looked up.
+    pub env: EnvLookup,
+    /// Every running turn.
+    pub turns: TaskTracker,
+    /// Cancelled when shutdown starts: readiness turns false, new messages are refused.
+    pub draining: CancellationToken,
+    /// Cancelled when the drain deadline passes: running turns stop.
+    pub abort_turns: CancellationToken,
+}
+
+impl AppState {
+    /// State with fresh trackers and tokens.
+    pub fn new(runtime: Arc<Runtime>, env: EnvLookup) -> Self {
+        Self {
+            runtime,
+            env,
+            turns: TaskTracker::new(),
+            draining: CancellationToken::new(),
+            abort_turns: CancellationToken::new(),
+        }
+    }
+}
+
+/// The router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/messages", post(post_message))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// The metrics-only router (served on the metrics port).
+pub fn metrics_app(state: AppState) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(state)
+}
+
+/// Body of `POST /v1/messages`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MessageRequest {
+    /// Channel kind the message is sent as (`whatsapp`, `email`, `http`, …).
+    pub channel: String,
+    /// Sender id on that channel.
+    pub peer: String,
+    /// Message text.
+    pub text: String,
+    /// Stream the reply as server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+}
+
+/// Body of a plain reply.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageResponse {
+    /// The answer.
+    pub reply: String,
+    /// Session key.
+    pub session_key: String,
+    /// Id of the stored message (it is durable once this is returned).
+    pub message_id: i64,
+}
+
+impl From<TurnReply> for MessageResponse {
+    fn from(reply: TurnReply) -> Self {
+        Self { reply: reply.text, session_key: reply.session_key, message_id: reply.message_id }
+    }
+}
+
+/// Errors as the API shows them: internals are logged, never returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the bot is shutting down")]
+    Draining,
+    #[error("turn failed")]
+    Turn(#[from] TurnError),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, message) = match &self {
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, self.to_string()),
+            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message.clone()),
+            ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, self.to_string()),
+            ApiError::Turn(error) => {
+                tracing::error!(%error, "turn failed");
+                turn_error_status(error)
+            }
+        };
+        (status, Json(json!({"error": message}))).into_response()
+    }
+}
+
+fn turn_error_status(error: &TurnError) -> (StatusCode, String) {
+    match error {
+        TurnError::Identity(error) => (StatusCode::BAD_REQUEST, error.to_string()),
+        TurnError::Model(_) | TurnError::ModelSetup(_) => {
+            (StatusCode::BAD_GATEWAY, "failed to answer: the assistant is unavailable right now".to_string())
+        }
+        TurnError::Session(_) | TurnError::Join => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "failed to store the message".to_string())
+        }
+    }
+}
+
+// Same time whatever the first differing byte, so the token cannot be guessed bytewise.
+fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
+    left.len() == right.len() && left.iter().zip(right).fold(0u8, |difference, (a, b)| difference | (a ^ b)) == 0
+}
+
+fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let config = state.runtime.config().current();
+    let expected = config
+        .channels
+        .iter()
+        .find(|channel| channel.kind == ChannelKind::Http)
+        .and_then(|channel| channel.secret_env.get("token"))
+        .and_then(|name| (state.env)(name))
+        .ok_or(ApiError::Unauthorized)?;
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    if constant_time_equal(presented.trim().as_bytes(), expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+async fn post_message(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<MessageRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorise(&state, &headers)?;
+    let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    if state.draining.is_cancelled() {
+        return Err(ApiError::Draining);
+    }
+    let channel = identity::channel_kind(&request.channel)
+        .ok_or_else(|| ApiError::BadRequest(format!("unknown channel {:?}", request.channel)))?;
+    if request.text.trim().is_empty() {
+        return Err(ApiError::BadRequest("text must not be empty".to_string()));
+    }
+    let wants_stream = request.stream
+        || headers
+            .get(header::ACCEPT)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|accept| accept.contains("text/event-stream"));
+    let inbound = Inbound { channel, peer: request.peer, text: request.text };
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let runtime = state.runtime.clone();
+    let abort = state.abort_turns.clone();
+    let turn = state.turns.spawn(async move { runtime.handle(inbound, Some(sender), abort).await });
+    if wants_stream {
+        return Ok(Sse::new(event_stream(receiver, turn)).keep_alive(KeepAlive::default()).into_response());
+    }
+    drop(receiver);
+    let reply = turn.await.map_err(|_| ApiError::Turn(TurnError::Join))??;
+    Ok(Json(MessageResponse::from(reply)).into_response())
+}
+
+enum StreamPhase {
+    Events(mpsc::UnboundedReceiver<TurnEvent>, tokio::task::JoinHandle<Result<TurnReply, TurnError>>),
+    Finished,
+}
+
+/// SSE events: `accepted` {messageId, sessionKey}, `delta` {text}, `tool` {name, outcome},
+/// then `done` {reply, sessionKey, messageId} or `error` {error}.
+fn event_stream(
+    receiver: mpsc::UnboundedReceiver<TurnEvent>,
+    turn: tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures::stream::unfold(StreamPhase::Events(receiver, turn), |phase| async move {
+        let StreamPhase::Events(mut receiver, turn) = phase else { return None };
+        if let Some(event) = receiver.recv().await {
+            let event = match event {
+                TurnEvent::Accepted { message_id, session_key } => Event::default()
+                    .event("accepted")
+                    .data(json!({"messageId": message_id, "sessionKey": session_key}).to_string()),
+                TurnEvent::TextDelta(text) => Event::default().event("delta").data(json!({"text": text}).to_string()),
+                TurnEvent::ToolCall { name, outcome } => {
+                    Event::default().event("tool").data(json!({"name": name, "outcome": outcome}).to_string())
+                }
+            };
+            return Some((Ok(event), StreamPhase::Events(receiver, turn)));
+        }
+        // The sender is dropped when the turn ends: report how it ended.
+        let event = match turn.await {
+            Ok(Ok(reply)) => Event::default().event("done").data(json!(MessageResponse::from(reply)).to_string()),
+            Ok(Err(error)) => {
+                tracing::error!(%error, "turn failed");
+                Event::default().event("error").data(json!({"error": turn_error_status(&error).1}).to_string())
+            }
+            Err(_) => Event::default().event("error").data(json!({"error": "failed: the turn stopped"}).to_string()),
+        };
+        Some((Ok(event), StreamPhase::Finished))
+    })
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.draining.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else {
+        "ready".into_response()
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        state.runtime.metering().metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Waits for running turns after the server stopped accepting, up to `deadline`; then
+/// cancels the rest (their messages are already durable) and waits briefly for them to
+/// notice. Returns whether every turn finished in time.
+pub async fn drain_turns(state: &AppState, deadline: Duration) -> bool {
+    state.draining.cancel();
+    state.turns.close();
+    if tokio::time::timeout(deadline, state.turns.wait()).await.is_ok() {
+        return true;
+    }
+    tracing::warn!(remaining = state.turns.len(), "drain deadline passed; cancelling running turns");
+    state.abort_turns.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), state.turns.wait()).await;
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_requires_equal_length_and_bytes() {
+        assert!(constant_time_equal(b"secret", b"secret"));
+        assert!(!constant_time_equal(b"secret", b"secreT"));
+        assert!(!constant_time_equal(b"secret", b"secret2"));
+    }
+}

@@ -1,0 +1,179 @@
+//! `saint-agent`: parses flags, loads the config, opens the stores, serves the HTTP
+//! channel and metrics, drains on SIGTERM.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use saint_agent::{
+    channel::http::{AppState, app, drain_turns, metrics_app},
+    config_watch::ConfigStore,
+    metering::Metering,
+    runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
+    session::SessionStore,
+    tools::registry::ToolSet,
+};
+use tokio_util::sync::CancellationToken;
+
+/// The Saint agent runtime: one bot serving a whole company, each person by their role.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the bot: load the config, serve the HTTP channel, talk to the configured model.
+    ///
+    /// The model endpoint comes from `model.baseUrl` in the config (or SAINT_MODEL_BASE_URL);
+    /// its API key from the environment variable named by `model.apiKeyEnv`
+    /// (normally SAINT_MODEL_API_KEY). The HTTP channel's bearer token comes from the
+    /// variable named by the http channel's `secretEnv.token`.
+    Run(RunArgs),
+    /// Validate a config file and exit (0 if valid).
+    CheckConfig {
+        /// Rendered bot config (bot-config.json).
+        #[arg(long, env = "SAINT_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Rendered bot config (bot-config.json); reloaded when it changes.
+    #[arg(long, env = "SAINT_CONFIG")]
+    config: PathBuf,
+    /// Workspace directory (persona files, memory, sessions, logs).
+    #[arg(long, env = "SAINT_WORKSPACE")]
+    workspace: PathBuf,
+    /// Address of the HTTP channel.
+    #[arg(long, env = "SAINT_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Address of the metrics endpoint (also served on the HTTP address).
+    #[arg(long, env = "SAINT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    metrics_listen: SocketAddr,
+    /// Model base URL overriding the config's `model.baseUrl`.
+    #[arg(long, env = "SAINT_MODEL_BASE_URL")]
+    model_base_url: Option<String>,
+    /// How often the config file is checked for changes while idle, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    config_poll_ms: u64,
+    /// How long shutdown waits for running turns, in seconds.
+    #[arg(long, default_value_t = 25)]
+    drain_seconds: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckConfig { config } => ConfigStore::load(&config).map(|_| ()).map_err(anyhow::Error::from),
+        Command::Run(arguments) => run(arguments),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // One clear line, not a backtrace.
+            eprintln!("saint-agent: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(arguments: RunArgs) -> anyhow::Result<()> {
+    let config = Arc::new(ConfigStore::load(&arguments.config)?);
+    let env = process_env();
+    // Fail at start, not at the first message, when no model can be reached.
+    endpoint_for(&config.last_good().model, arguments.model_base_url.as_deref(), &env)?;
+    std::fs::create_dir_all(&arguments.workspace)
+        .with_context(|| format!("failed to create workspace {}", arguments.workspace.display()))?;
+    let workspace = arguments
+        .workspace
+        .canonicalize()
+        .with_context(|| format!("failed to resolve workspace {}", arguments.workspace.display()))?;
+    let store = Arc::new(SessionStore::open(workspace.join("sessions").join("transcripts.sqlite3"))?);
+    let metering = Arc::new(Metering::open(&workspace)?);
+    let options = RuntimeOptions::default();
+    let model = ModelAccess::new(arguments.model_base_url.clone(), env.clone(), options.client.clone());
+    let tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
+    let runtime = Arc::new(Runtime::new(config.clone(), store, model, tools, metering, workspace, options));
+
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("failed to start tokio")?;
+    tokio.block_on(serve(arguments, config, runtime, env))
+}
+
+async fn serve(
+    arguments: RunArgs,
+    config: Arc<ConfigStore>,
+    runtime: Arc<Runtime>,
+    env: saint_agent::runtime::EnvLookup,
+) -> anyhow::Result<()> {
+    let state = AppState::new(runtime, env);
+    let stop_server = CancellationToken::new();
+    let watcher = config.spawn_watcher(Duration::from_millis(arguments.config_poll_ms), stop_server.clone());
+
+    let listener = tokio::net::TcpListener::bind(arguments.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", arguments.listen))?;
+    let metrics_listener = tokio::net::TcpListener::bind(arguments.metrics_listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", arguments.metrics_listen))?;
+    let (http_address, metrics_address) = (listener.local_addr()?, metrics_listener.local_addr()?);
+    // Tests and scripts read this line to learn the ports.
+    println!("saint-agent listening http={http_address} metrics={metrics_address}");
+    tracing::info!(%http_address, %metrics_address, "listening");
+
+    let metrics_server = tokio::spawn({
+        let stop = stop_server.clone();
+        let router = metrics_app(state.clone());
+        async move { axum::serve(metrics_listener, router).with_graceful_shutdown(stop.cancelled_owned()).await }
+    });
+    let (draining, abort_turns) = (state.draining.clone(), state.abort_turns.clone());
+    let drain_deadline = Duration::from_secs(arguments.drain_seconds);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested; finishing running turns");
+        // Readiness fails and new messages get 503 while running turns finish.
+        draining.cancel();
+        // Past the deadline, running turns are cancelled; their messages are already durable.
+        tokio::time::sleep(drain_deadline).await;
+        abort_turns.cancel();
+    });
+    axum::serve(listener, app(state.clone()))
+        .with_graceful_shutdown(state.draining.clone().cancelled_owned())
+        .await
+        .context("http server failed")?;
+    let finished = drain_turns(&state, Duration::from_secs(2)).await;
+    stop_server.cancel();
+    let _ = metrics_server.await;
+    let _ = watcher.await;
+    tracing::info!(finished, "stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "failed to install SIGTERM handler");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

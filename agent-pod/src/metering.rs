@@ -1,0 +1,346 @@
+//! Metering: one `logs/usage.jsonl` line per tool call, Prometheus metrics, token usage →
+//! cost through the config's price table, and budget periods.
+//!
+//! Writes only `logs/usage.jsonl` under the workspace. Nothing here is ever shown to the
+//! model (seed §9.2: the bot may not know its costs).
+
+use std::{
+    fs::{File, OpenOptions},
+    io::Write,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::Duration,
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
+use saint_config::{Budget, BudgetPeriod, ModelConfig};
+use saint_llm::Usage;
+use serde_json::{Map, Value, json};
+
+/// Why metering could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MeteringError {
+    #[error("failed to open usage log {path}: {source}")]
+    Open { path: PathBuf, source: std::io::Error },
+}
+
+/// Input fields whose content is replaced by its length in the usage log (file bodies,
+/// patches): the log is for billing and audit, not a second copy of the workspace.
+const BULKY_FIELDS: &[&str] = &["content", "patch", "new_string", "old_string", "newText", "oldText", "text", "input"];
+const MAX_FIELD_CHARS: usize = 200;
+
+/// A compact, bounded summary of tool input for the usage log.
+pub fn summarise_parameters(input: &Value) -> Value {
+    match input {
+        Value::Object(fields) => {
+            let mut summary = Map::new();
+            for (key, value) in fields {
+                let entry = match value {
+                    Value::String(text) if BULKY_FIELDS.contains(&key.as_str()) => {
+                        json!(format!("<{} chars>", text.chars().count()))
+                    }
+                    Value::String(text) if text.chars().count() > MAX_FIELD_CHARS => {
+                        json!(format!("{}…", text.chars().take(MAX_FIELD_CHARS).collect::<String>()))
+                    }
+                    Value::Array(items) => json!(format!("<{} items>", items.len())),
+                    Value::Object(_) => json!("<object>"),
+                    other => other.clone(),
+                };
+                summary.insert(key.clone(), entry);
+            }
+            Value::Object(summary)
+        }
+        other => json!(format!("<{}>", if other.is_null() { "none" } else { "non-object" })),
+    }
+}
+
+/// One tool call as logged.
+#[derive(Clone, Debug)]
+pub struct ToolCallRecord<'a> {
+    /// Contact slug.
+    pub user: &'a str,
+    /// Role name.
+    pub role: &'a str,
+    /// Tool name.
+    pub tool: &'a str,
+    /// Tool input (summarised before writing).
+    pub input: &'a Value,
+    /// Wall time of the call.
+    pub duration: Duration,
+    /// `ok` or the error's outcome label.
+    pub outcome: &'a str,
+    /// Extra facts from the tool (`{"porter": true}`).
+    pub extra: &'a Map<String, Value>,
+}
+
+/// The usage log line for a record.
+pub fn usage_line(record: &ToolCallRecord<'_>, timestamp: jiff::Timestamp) -> String {
+    let mut line = Map::new();
+    line.insert("ts".into(), json!(timestamp.to_string()));
+    line.insert("user".into(), json!(record.user));
+    line.insert("role".into(), json!(record.role));
+    line.insert("tool".into(), json!(record.tool));
+    line.insert("params".into(), summarise_parameters(record.input));
+    line.insert("durationMs".into(), json!(record.duration.as_millis() as u64));
+    line.insert("outcome".into(), json!(record.outcome));
+    for (key, value) in record.extra {
+        line.entry(key.clone()).or_insert_with(|| value.clone());
+    }
+    let mut text = Value::Object(line).to_string();
+    text.push('\n');
+    text
+}
+
+/// Cost in USD of `usage` on `model`, or `None` if the price table has no entry.
+pub fn cost_usd(model_config: &ModelConfig, model: &str, usage: Usage) -> Option<f64> {
+    let price = model_config.prices.get(model)?;
+    Some(
+        usage.input_tokens as f64 * price.input_per_mtok / 1_000_000.0
+            + usage.output_tokens as f64 * price.output_per_mtok / 1_000_000.0,
+    )
+}
+
+/// Today's date in UTC (`2026-11-22`): spend is stored per day, so a role whose budget
+/// period changes (day → month) still sees the right total.
+pub fn spend_day(now: jiff::Timestamp) -> String {
+    now.to_zoned(jiff::tz::TimeZone::UTC).date().strftime("%Y-%m-%d").to_string()
+}
+
+/// First and last day (inclusive, `YYYY-MM-DD`) of the budget period containing `now`
+/// (UTC calendar day, ISO week, calendar month).
+pub fn period_days(period: BudgetPeriod, now: jiff::Timestamp) -> (String, String) {
+    let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let (first, last) = match period {
+        BudgetPeriod::Day => (date, date),
+        BudgetPeriod::Week => {
+            let back = i64::from(date.weekday().to_monday_zero_offset());
+            let monday = date.saturating_sub(jiff::Span::new().days(back));
+            (monday, monday.saturating_add(jiff::Span::new().days(6)))
+        }
+        BudgetPeriod::Month => (date.first_of_month(), date.last_of_month()),
+    };
+    let format = |day: jiff::civil::Date| day.strftime("%Y-%m-%d").to_string();
+    (format(first), format(last))
+}
+
+/// Whether a contact with `spent` USD in the current period may make another model call.
+pub fn within_budget(budget: Option<&Budget>, spent: f64) -> bool {
+    match budget {
+        None => true,
+        Some(budget) => spent < budget.usd,
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolNameLabels {
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TurnLabels {
+    role: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabels {
+    role: String,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0])
+}
+
+/// Prometheus metrics of the runtime.
+pub struct Metrics {
+    registry: Registry,
+    tool_calls: Family<ToolLabels, Counter>,
+    tool_seconds: Family<ToolNameLabels, Histogram, fn() -> Histogram>,
+    turns: Family<TurnLabels, Counter>,
+    tokens: Family<TokenLabels, Counter>,
+    cost: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    budget_refusals: Family<RoleLabels, Counter>,
+    model_seconds: Family<ModelLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("saint");
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register("tool_calls", "Tool calls by tool and outcome", tool_calls.clone());
+        let tool_seconds = Family::<ToolNameLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+        registry.register("tool_call_duration_seconds", "Tool call wall time", tool_seconds.clone());
+        let turns = Family::<TurnLabels, Counter>::default();
+        registry.register("turns", "Turns by role and outcome", turns.clone());
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register("llm_tokens", "Model tokens by model and kind (input, output)", tokens.clone());
+        let cost = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register("llm_cost_usd", "Model spend in USD by model", cost.clone());
+        let budget_refusals = Family::<RoleLabels, Counter>::default();
+        registry.register("budget_refusals", "Messages refused because the contact is over budget", budget_refusals.clone());
+        let model_seconds = Family::<ModelLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+        registry.register("llm_call_duration_seconds", "Model call wall time", model_seconds.clone());
+        Self { registry, tool_calls, tool_seconds, turns, tokens, cost, budget_refusals, model_seconds }
+    }
+}
+
+impl Metrics {
+    /// Counts a tool call.
+    pub fn tool_call(&self, tool: &str, outcome: &str, duration: Duration) {
+        self.tool_calls.get_or_create(&ToolLabels { tool: tool.into(), outcome: outcome.into() }).inc();
+        self.tool_seconds.get_or_create(&ToolNameLabels { tool: tool.into() }).observe(duration.as_secs_f64());
+    }
+
+    /// Counts a finished turn.
+    pub fn turn(&self, role: &str, outcome: &str) {
+        self.turns.get_or_create(&TurnLabels { role: role.into(), outcome: outcome.into() }).inc();
+    }
+
+    /// Counts a model call's tokens, cost and time.
+    pub fn model_call(&self, model: &str, usage: Usage, cost_usd: f64, duration: Duration) {
+        let labels = |kind: &str| TokenLabels { model: model.into(), kind: kind.into() };
+        self.tokens.get_or_create(&labels("input")).inc_by(usage.input_tokens);
+        self.tokens.get_or_create(&labels("output")).inc_by(usage.output_tokens);
+        self.cost.get_or_create(&ModelLabels { model: model.into() }).inc_by(cost_usd);
+        self.model_seconds.get_or_create(&ModelLabels { model: model.into() }).observe(duration.as_secs_f64());
+    }
+
+    /// Counts a budget refusal.
+    pub fn budget_refusal(&self, role: &str) {
+        self.budget_refusals.get_or_create(&RoleLabels { role: role.into() }).inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// The usage log plus metrics.
+pub struct Metering {
+    usage_log: Mutex<File>,
+    usage_path: PathBuf,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
+}
+
+impl Metering {
+    /// Opens `<workspace>/logs/usage.jsonl` for appending.
+    pub fn open(workspace: &Path) -> Result<Self, MeteringError> {
+        let path = workspace.join("logs").join("usage.jsonl");
+        let open = || -> std::io::Result<File> {
+            std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+            OpenOptions::new().create(true).append(true).open(&path)
+        };
+        let file = open().map_err(|source| MeteringError::Open { path: path.clone(), source })?;
+        Ok(Self { usage_log: Mutex::new(file), usage_path: path, metrics: Metrics::default() })
+    }
+
+    /// The usage log path.
+    pub fn usage_path(&self) -> &Path {
+        &self.usage_path
+    }
+
+    /// Logs and counts one tool call. A failed log write is reported, never fatal: the
+    /// call already happened.
+    pub fn record_tool_call(&self, record: &ToolCallRecord<'_>) {
+        self.metrics.tool_call(record.tool, record.outcome, record.duration);
+        let line = usage_line(record, jiff::Timestamp::now());
+        let mut file = self.usage_log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            tracing::error!(%error, "failed to append to the usage log");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn usage_line_has_the_seed_fields_and_hides_bulky_input() {
+        let input = json!({"path": "memory/users/ana/notes.md", "content": "secret plans ".repeat(100)});
+        let extra = Map::from_iter([("porter".to_string(), json!(true))]);
+        let record = ToolCallRecord {
+            user: "ana",
+            role: "owner",
+            tool: "write",
+            input: &input,
+            duration: Duration::from_millis(12),
+            outcome: "ok",
+            extra: &extra,
+        };
+        let line: Value = serde_json::from_str(&usage_line(&record, "2026-02-10T14:00:00Z".parse().unwrap())).unwrap();
+        assert_eq!(
+            line,
+            json!({
+                "ts": "2026-02-10T14:00:00Z", "user": "ana", "role": "owner", "tool": "write",
+                "params": {"path": "memory/users/ana/notes.md", "content": "<1300 chars>"},
+                "durationMs": 12, "outcome": "ok", "porter": true,
+            })
+        );
+    }
+
+    #[test]
+    fn cost_uses_the_per_model_price_table() {
+        let config = saint_config::BotConfig::from_json(include_str!("../config/tests/fixtures/acme-bot-config.json")).unwrap();
+        let usage = Usage { input_tokens: 1_000_000, output_tokens: 100_000 };
+        assert_eq!(cost_usd(&config.model, "claude-haiku-4-5", usage), Some(1.0 + 0.5));
+        assert_eq!(cost_usd(&config.model, "unpriced", usage), None);
+    }
+
+    #[test]
+    fn periods_follow_utc_calendar_boundaries() {
+        let now: jiff::Timestamp = "2026-11-22T23:30:00-02:00".parse().unwrap(); // Monday 01:30 on the 23rd UTC
+        let days = |first: &str, last: &str| (first.to_string(), last.to_string());
+        assert_eq!(spend_day(now), "2026-11-23");
+        assert_eq!(period_days(BudgetPeriod::Day, now), days("2026-11-23", "2026-11-23"));
+        assert_eq!(period_days(BudgetPeriod::Week, now), days("2026-11-23", "2026-11-29"));
+        assert_eq!(period_days(BudgetPeriod::Month, now), days("2026-11-01", "2026-11-30"));
+        let sunday: jiff::Timestamp = "2026-11-22T12:00:00Z".parse().unwrap();
+        assert_eq!(period_days(BudgetPeriod::Week, sunday), days("2026-11-16", "2026-11-22"));
+    }
+
+    #[test]
+    fn budget_is_exhausted_at_the_cap() {
+        let budget = Budget { usd: 0.5, period: BudgetPeriod::Month };
+        assert!(within_budget(Some(&budget), 0.49));
+        assert!(!within_budget(Some(&budget), 0.5));
+        assert!(within_budget(None, 1e9));
+    }
+
+    #[test]
+    fn metrics_encode_tool_and_token_counters() {
+        let metrics = Metrics::default();
+        metrics.tool_call("web_fetch", "denied", Duration::from_millis(3));
+        metrics.model_call("m", Usage { input_tokens: 5, output_tokens: 2 }, 0.01, Duration::from_millis(1));
+        let text = metrics.encode();
+        assert!(text.contains("saint_tool_calls_total{tool=\"web_fetch\",outcome=\"denied\"} 1"), "{text}");
+        assert!(text.contains("saint_llm_tokens_total{model=\"m\",kind=\"input\"} 5"), "{text}");
+    }
+}

@@ -1,0 +1,188 @@
+//! The turn: resolve the sender, persist their message, check their budget, pick the
+//! role's model and visible tools, build the system prompt, then loop model call → tool
+//! calls → results until the model answers, compacting the context when it nears the
+//! window. Every decision about *who may do what* is made here in code, before and
+//! around the model, never by it.
+
+mod compaction;
+mod model;
+mod turn;
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use saint_config::ChannelKind;
+use saint_llm::{ClientOptions, LlmError, Usage};
+
+pub use self::{
+    compaction::{estimate_tokens, split_point, summary_request},
+    model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
+};
+use crate::{
+    config_watch::ConfigStore,
+    identity::IdentityError,
+    metering::Metering,
+    session::{SessionError, SessionStore},
+    tools::registry::ToolSet,
+};
+
+/// Limits of the tool loop.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Model calls per turn before the turn stops.
+    pub max_iterations: usize,
+    /// Characters of one tool result sent to the model; the rest is cut with a note.
+    pub max_tool_result_chars: usize,
+    /// Compact when the estimated context exceeds this share of the window.
+    pub compaction_ratio: f64,
+    /// Messages always kept verbatim by compaction.
+    pub keep_recent_messages: usize,
+    /// Safety net over each tool's own limits.
+    pub tool_timeout: Duration,
+    /// Model client timeouts and retries.
+    pub client: ClientOptions,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            max_iterations: 16,
+            max_tool_result_chars: 32_000,
+            compaction_ratio: 0.75,
+            keep_recent_messages: 6,
+            tool_timeout: Duration::from_secs(300),
+            client: ClientOptions::default(),
+        }
+    }
+}
+
+/// An incoming message.
+#[derive(Clone, Debug)]
+pub struct Inbound {
+    /// Channel it came from.
+    pub channel: ChannelKind,
+    /// Sender id on that channel (phone number, address, user id).
+    pub peer: String,
+    /// Message text.
+    pub text: String,
+}
+
+/// Progress of a turn, for streaming channels.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TurnEvent {
+    /// The message is durable; it will not be lost if the process dies now.
+    Accepted {
+        /// Stored message id.
+        message_id: i64,
+        /// Session it belongs to.
+        session_key: String,
+    },
+    /// More reply text.
+    TextDelta(String),
+    /// A tool call finished (`outcome` is `ok` or an error label).
+    ToolCall {
+        /// Tool name.
+        name: String,
+        /// Outcome label.
+        outcome: String,
+    },
+}
+
+/// A finished turn.
+#[derive(Clone, Debug)]
+pub struct TurnReply {
+    /// The answer sent to the person.
+    pub text: String,
+    /// Session key.
+    pub session_key: String,
+    /// Id of the person's stored message.
+    pub message_id: i64,
+    /// Whether the turn was refused for budget (no model call made).
+    pub over_budget: bool,
+    /// Tokens used by all model calls of the turn.
+    pub usage: Usage,
+    /// Model calls made (including compaction).
+    pub model_calls: u32,
+    /// Wall time spent inside model calls.
+    pub model_time: Duration,
+}
+
+/// Why a turn failed. Messages are safe to show to the integration that sent the message.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("failed to store the conversation: {0}")]
+    Session(#[from] SessionError),
+    #[error("{0}")]
+    ModelSetup(#[from] ModelSetupError),
+    #[error("failed to get an answer from the model: {0}")]
+    Model(#[from] LlmError),
+    #[error("failed: storage task panicked")]
+    Join,
+}
+
+/// Everything a turn needs. Shared by all channels.
+pub struct Runtime {
+    pub(crate) config: Arc<ConfigStore>,
+    pub(crate) store: Arc<SessionStore>,
+    pub(crate) model: ModelAccess,
+    pub(crate) tools: ToolSet,
+    pub(crate) metering: Arc<Metering>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) options: RuntimeOptions,
+    // One turn at a time per session, so messages and tool results interleave sanely.
+    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Runtime {
+    /// Assembles a runtime.
+    pub fn new(
+        config: Arc<ConfigStore>,
+        store: Arc<SessionStore>,
+        model: ModelAccess,
+        tools: ToolSet,
+        metering: Arc<Metering>,
+        workspace: PathBuf,
+        options: RuntimeOptions,
+    ) -> Self {
+        Self { config, store, model, tools, metering, workspace, options, session_locks: Mutex::default() }
+    }
+
+    /// The config store.
+    pub fn config(&self) -> &Arc<ConfigStore> {
+        &self.config
+    }
+
+    /// The transcript store.
+    pub fn store(&self) -> &Arc<SessionStore> {
+        &self.store
+    }
+
+    /// Metering (usage log and metrics).
+    pub fn metering(&self) -> &Arc<Metering> {
+        &self.metering
+    }
+
+    /// The tool catalog.
+    pub fn tools(&self) -> &ToolSet {
+        &self.tools
+    }
+
+    fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.session_locks.lock().expect("session lock table").entry(key.to_string()).or_default().clone()
+    }
+
+    /// Runs a blocking store operation off the async workers.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> Result<T, TurnError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || operation(&store)).await.map_err(|_| TurnError::Join)?.map_err(TurnError::from)
+    }
+}

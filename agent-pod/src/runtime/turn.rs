@@ -1,0 +1,349 @@
+//! One turn of the conversation (see the module docs of `runtime`).
+
+use std::{
+    panic::AssertUnwindSafe,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::FutureExt;
+use saint_config::BotConfig;
+use saint_llm::{CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent, ToolSpec, Usage};
+use serde_json::Map;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Inbound, Runtime, TurnError, TurnEvent, TurnReply, compaction};
+use crate::{
+    identity,
+    metering::{self, ToolCallRecord},
+    policy,
+    prompt::{self, PromptInputs},
+    session::{StoredMessage, repair_tool_pairing},
+    tools::{Caller, Tool, ToolContext, ToolError, untrusted},
+};
+
+/// What an over-budget person is told. Polite, and reveals nothing about costs or models.
+pub const OVER_BUDGET_REPLY: &str =
+    "Sorry, I can't take on more requests for you right now. Please try again later, or ask the team for help.";
+
+/// What the person is told when the tool loop hits its cap.
+pub const ITERATION_CAP_REPLY: &str =
+    "Sorry, that took more steps than I'm allowed for one message. Could you break it into smaller requests?";
+
+
+/// Cuts a tool result to `limit` characters with a note saying so.
+pub fn cap_tool_result(content: String, limit: usize) -> String {
+    let total = content.chars().count();
+    if total <= limit {
+        return content;
+    }
+    let mut kept: String = content.chars().take(limit).collect();
+    kept.push_str(&format!("\n[truncated: showing {limit} of {total} characters]"));
+    kept
+}
+
+fn tool_specs(tools: &[Arc<dyn Tool>]) -> Vec<ToolSpec> {
+    tools
+        .iter()
+        .map(|tool| ToolSpec {
+            name: tool.name().to_string(),
+            description: tool.description().to_string(),
+            input_schema: tool.input_schema(),
+        })
+        .collect()
+}
+
+struct TurnState<'a> {
+    caller: &'a Caller,
+    config: &'a Arc<BotConfig>,
+    events: Option<&'a UnboundedSender<TurnEvent>>,
+    usage: Usage,
+    model_calls: u32,
+    model_time: Duration,
+}
+
+impl TurnState<'_> {
+    fn emit(&self, event: TurnEvent) {
+        if let Some(events) = self.events {
+            // A closed receiver means the client left; the turn still completes.
+            let _ = events.send(event);
+        }
+    }
+}
+
+impl Runtime {
+    /// Handles one inbound message end to end.
+    pub async fn handle(
+        &self,
+        inbound: Inbound,
+        events: Option<UnboundedSender<TurnEvent>>,
+        cancel: CancellationToken,
+    ) -> Result<TurnReply, TurnError> {
+        // Every message sees the newest valid config (a new Contact applies right away).
+        let config = self.config.current();
+        let caller = identity::caller_for(&config, inbound.channel, &inbound.peer)?;
+        let lock = self.session_lock(&caller.session_key);
+        let _guard = lock.lock().await;
+
+        // Acknowledge only once the message is durable.
+        let message_id = self.persist(&caller, Message::user_text(inbound.text)).await?;
+        let mut state = TurnState {
+            caller: &caller,
+            config: &config,
+            events: events.as_ref(),
+            usage: Usage::default(),
+            model_calls: 0,
+            model_time: Duration::ZERO,
+        };
+        state.emit(TurnEvent::Accepted { message_id, session_key: caller.session_key.clone() });
+
+        let outcome = self.run_loop(&mut state, &cancel).await;
+        let (text, over_budget, label) = match outcome {
+            Ok(LoopEnd::Answer(text)) => (text, false, "answered"),
+            Ok(LoopEnd::OverBudget) => {
+                self.metering.metrics.budget_refusal(&caller.role_name);
+                (OVER_BUDGET_REPLY.to_string(), true, "over_budget")
+            }
+            Ok(LoopEnd::IterationCap) => (ITERATION_CAP_REPLY.to_string(), false, "iteration_cap"),
+            Err(error) => {
+                self.metering.metrics.turn(&caller.role_name, "error");
+                return Err(error);
+            }
+        };
+        if label != "answered" {
+            // The model did not produce this text; store it so the transcript shows it.
+            self.persist(&caller, Message::assistant_text(text.clone())).await?;
+            state.emit(TurnEvent::TextDelta(text.clone()));
+        }
+        self.metering.metrics.turn(&caller.role_name, label);
+        Ok(TurnReply {
+            text,
+            session_key: caller.session_key.clone(),
+            message_id,
+            over_budget,
+            usage: state.usage,
+            model_calls: state.model_calls,
+            model_time: state.model_time,
+        })
+    }
+
+    async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
+        let (key, slug, role, identity) =
+            (caller.session_key.clone(), caller.slug.clone(), caller.role_name.clone(), caller.identity.clone());
+        self.blocking(move |store| store.append(&key, &slug, &role, &identity, &message)).await
+    }
+
+    async fn within_budget(&self, caller: &Caller) -> Result<bool, TurnError> {
+        let Some(budget) = caller.role.budget.clone() else { return Ok(true) };
+        let (first, last) = metering::period_days(budget.period, jiff::Timestamp::now());
+        let slug = caller.slug.clone();
+        let spent = self.blocking(move |store| store.spent_between(&slug, &first, &last)).await?;
+        Ok(metering::within_budget(Some(&budget), spent))
+    }
+
+    async fn call_model(
+        &self,
+        state: &mut TurnState<'_>,
+        client: &LlmClient,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+        stream_text: bool,
+    ) -> Result<saint_llm::ChatResponse, TurnError> {
+        let started = Instant::now();
+        let events = state.events;
+        let mut on_event = |event: StreamEvent| {
+            if let (true, Some(events), StreamEvent::TextDelta(text)) = (stream_text, events, &event) {
+                let _ = events.send(TurnEvent::TextDelta(text.clone()));
+            }
+        };
+        let response = client.complete(request, cancel, &mut on_event).await;
+        let elapsed = started.elapsed();
+        state.model_time += elapsed;
+        state.model_calls += 1;
+        let response = response?;
+        state.usage = state.usage.add(response.usage);
+        let cost = metering::cost_usd(&state.config.model, &request.model, response.usage).unwrap_or_else(|| {
+            tracing::warn!(model = %request.model, "no price for model; its spend is not counted");
+            0.0
+        });
+        self.metering.metrics.model_call(&request.model, response.usage, cost, elapsed);
+        if cost > 0.0 {
+            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(jiff::Timestamp::now()));
+            self.blocking(move |store| store.add_spend(&slug, &day, cost)).await?;
+        }
+        Ok(response)
+    }
+
+    async fn run_loop(&self, state: &mut TurnState<'_>, cancel: &CancellationToken) -> Result<LoopEnd, TurnError> {
+        let caller = state.caller;
+        let config = state.config.clone();
+        let model_name = caller.role.model.clone().unwrap_or_else(|| config.model.name.clone());
+        let visible = policy::visible_tools(&caller.role, self.tools.all());
+        let tool_names: Vec<&str> = visible.iter().map(|tool| tool.name()).collect();
+        let base_prompt = prompt::system_prompt(&PromptInputs {
+            caller,
+            config: &config,
+            workspace: &self.workspace,
+            tool_names: &tool_names,
+        });
+        let specs = tool_specs(&visible);
+        let client = self.model.client(&config.model)?;
+        let context = ToolContext { caller: caller.clone(), workspace: self.workspace.clone(), config: config.clone() };
+
+        let key = caller.session_key.clone();
+        let transcript = self.blocking(move |store| store.transcript(&key)).await?;
+        let mut summary = transcript.summary;
+        let mut history: Vec<StoredMessage> = transcript.messages;
+
+        for _ in 0..self.options.max_iterations {
+            // Budget is checked before every model call: a long tool loop may cross it.
+            if !self.within_budget(caller).await? {
+                return Ok(LoopEnd::OverBudget);
+            }
+            let mut request = self.request(&model_name, &base_prompt, &summary, &history, &specs, &config);
+            let threshold = (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
+            if compaction::estimate_tokens(&request) > threshold
+                && let Some(cut) = compaction::split_point(&history, self.options.keep_recent_messages)
+            {
+                summary = self.compact(state, &client, &model_name, &summary, &history[..cut], cancel).await?;
+                history.drain(..cut);
+                request = self.request(&model_name, &base_prompt, &summary, &history, &specs, &config);
+            }
+
+            let response = self.call_model(state, &client, &request, cancel, true).await?;
+            let message = response.message;
+            let id = self.persist(caller, message.clone()).await?;
+            history.push(StoredMessage { id, message: message.clone(), identity: caller.identity.clone() });
+
+            let calls: Vec<(String, String, serde_json::Value)> =
+                message.tool_uses().map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone())).collect();
+            if calls.is_empty() {
+                return Ok(LoopEnd::Answer(message.text()));
+            }
+            let mut results = Vec::with_capacity(calls.len());
+            for (call_id, name, input) in calls {
+                let tool = visible.iter().find(|tool| tool.name() == name);
+                let (content, is_error) = self.run_tool(state, &context, tool, &name, input).await;
+                results.push(ContentBlock::ToolResult { tool_use_id: call_id, content, is_error });
+            }
+            let message = Message { role: ChatRole::User, content: results };
+            let id = self.persist(caller, message.clone()).await?;
+            history.push(StoredMessage { id, message, identity: caller.identity.clone() });
+        }
+        Ok(LoopEnd::IterationCap)
+    }
+
+    fn request(
+        &self,
+        model: &str,
+        base_prompt: &str,
+        summary: &str,
+        history: &[StoredMessage],
+        specs: &[ToolSpec],
+        config: &BotConfig,
+    ) -> ChatRequest {
+        let system = if summary.is_empty() {
+            base_prompt.to_string()
+        } else {
+            format!("{base_prompt}\n\n## Summary of the earlier conversation\n\n{summary}")
+        };
+        let messages = repair_tool_pairing(history.iter().map(|stored| stored.message.clone()).collect());
+        ChatRequest {
+            model: model.to_string(),
+            system,
+            messages,
+            tools: specs.to_vec(),
+            max_tokens: config.model.max_output_tokens,
+        }
+    }
+
+    async fn compact(
+        &self,
+        state: &mut TurnState<'_>,
+        client: &LlmClient,
+        model: &str,
+        previous: &str,
+        older: &[StoredMessage],
+        cancel: &CancellationToken,
+    ) -> Result<String, TurnError> {
+        let request = compaction::summary_request(model, previous, older, state.config.model.max_output_tokens);
+        let response = self.call_model(state, client, &request, cancel, false).await?;
+        let summary = response.message.text();
+        let through = older.last().map(|stored| stored.id).unwrap_or_default();
+        let (key, stored_summary) = (state.caller.session_key.clone(), summary.clone());
+        self.blocking(move |store| store.compact(&key, through, &stored_summary)).await?;
+        tracing::info!(session = %state.caller.session_key, through, "compacted session");
+        Ok(summary)
+    }
+
+    async fn run_tool(
+        &self,
+        state: &TurnState<'_>,
+        context: &ToolContext,
+        tool: Option<&Arc<dyn Tool>>,
+        name: &str,
+        input: serde_json::Value,
+    ) -> (String, bool) {
+        let started = Instant::now();
+        let result = match tool {
+            // A name the role cannot see is refused like any other denial.
+            None => Err(ToolError::Denied(format!("the tool {name:?} is not available"))),
+            Some(tool) => {
+                let call = AssertUnwindSafe(tool.call(context, input.clone())).catch_unwind();
+                match tokio::time::timeout(self.options.tool_timeout, call).await {
+                    Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
+                    Ok(Err(_)) => {
+                        tracing::error!(tool = name, "tool panicked");
+                        Err(ToolError::Failed("the tool failed unexpectedly".to_string()))
+                    }
+                    Ok(Ok(result)) => result,
+                }
+            }
+        };
+        let duration = started.elapsed();
+        let empty = Map::new();
+        let (content, is_error, outcome, extra) = match &result {
+            Ok(output) => {
+                let mut content = cap_tool_result(output.content.clone(), self.options.max_tool_result_chars);
+                // Untrusted tools wrap their output in markers; a cut must not drop the
+                // closing one, or the rest of the context would read as external content.
+                if output.untrusted && !content.ends_with(untrusted::END_MARKER) {
+                    content.push('\n');
+                    content.push_str(untrusted::END_MARKER);
+                }
+                (content, false, "ok", &output.metering)
+            }
+            Err(error) => (error.to_string(), true, error.outcome(), &empty),
+        };
+        self.metering.record_tool_call(&ToolCallRecord {
+            user: &state.caller.slug,
+            role: &state.caller.role_name,
+            tool: name,
+            input: &input,
+            duration,
+            outcome,
+            extra,
+        });
+        state.emit(TurnEvent::ToolCall { name: name.to_string(), outcome: outcome.to_string() });
+        (content, is_error)
+    }
+}
+
+enum LoopEnd {
+    Answer(String),
+    OverBudget,
+    IterationCap,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_results_are_capped_with_a_note() {
+        assert_eq!(cap_tool_result("short".into(), 10), "short");
+        let capped = cap_tool_result("é".repeat(50), 10);
+        assert!(capped.starts_with(&"é".repeat(10)));
+        assert!(capped.ends_with("[truncated: showing 10 of 50 characters]"));
+    }
+}

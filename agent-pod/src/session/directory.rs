@@ -1,0 +1,72 @@
+//! The session store as the session tools see it ([`SessionDirectory`]): listings and
+//! readable history. Visibility is decided by the tools, not here.
+
+use saint_llm::{ChatRole, ContentBlock};
+
+use super::store::SessionStore;
+use crate::tools::session_directory::{HistoryEntry, SessionDirectory, SessionDirectoryError, SessionSummary};
+
+impl SessionDirectory for SessionStore {
+    fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError> {
+        let sessions = SessionStore::list(self).map_err(|error| SessionDirectoryError(error.to_string()))?;
+        Ok(sessions
+            .into_iter()
+            .map(|session| SessionSummary {
+                key: session.key,
+                contact: session.contact,
+                role: session.role,
+                message_count: session.message_count,
+                updated_at: session.updated_at,
+            })
+            .collect())
+    }
+
+    fn history(&self, key: &str, limit: usize) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError> {
+        let messages = self.all_messages(key).map_err(|error| SessionDirectoryError(error.to_string()))?;
+        if messages.is_empty() {
+            return Ok(None);
+        }
+        let mut entries = Vec::new();
+        for stored in messages {
+            for block in stored.message.content {
+                let entry = match (stored.message.role, block) {
+                    (ChatRole::User, ContentBlock::Text { text }) => HistoryEntry { speaker: "user".into(), text },
+                    (ChatRole::Assistant, ContentBlock::Text { text }) => {
+                        HistoryEntry { speaker: "assistant".into(), text }
+                    }
+                    (_, ContentBlock::ToolUse { name, .. }) => {
+                        HistoryEntry { speaker: "assistant".into(), text: format!("[called {name}]") }
+                    }
+                    (_, ContentBlock::ToolResult { content, is_error, .. }) => HistoryEntry {
+                        speaker: "tool".into(),
+                        text: if is_error { format!("[error] {content}") } else { content },
+                    },
+                };
+                entries.push(entry);
+            }
+        }
+        let skip = entries.len().saturating_sub(limit);
+        Ok(Some(entries.split_off(skip)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_llm::Message;
+
+    use super::*;
+
+    #[test]
+    fn history_returns_the_last_entries_and_none_for_unknown_sessions() {
+        let directory = tempfile::tempdir().unwrap();
+        let store = SessionStore::open(directory.path().join("db.sqlite3")).unwrap();
+        for text in ["one", "two", "three"] {
+            store.append("person:ivan", "ivan", "employee", "telegram:1", &Message::user_text(text)).unwrap();
+        }
+        let history = SessionDirectory::history(&store, "person:ivan", 2).unwrap().unwrap();
+        let texts: Vec<_> = history.iter().map(|entry| entry.text.as_str()).collect();
+        assert_eq!(texts, vec!["two", "three"]);
+        assert_eq!(SessionDirectory::history(&store, "person:nobody", 5).unwrap(), None);
+        assert_eq!(SessionDirectory::list(&store).unwrap()[0].message_count, 3);
+    }
+}
