@@ -105,7 +105,7 @@ pub async fn create(
                 kind,
                 name,
                 message: crate::api_message(&source),
-                source,
+                source: Box::new(source),
             }
         })
 }
