@@ -19,7 +19,7 @@ pub const REGISTRY_VERSION: u32 = 1;
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 120;
 
 /// The whole registry file.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Registry {
     /// Always [`REGISTRY_VERSION`].
@@ -35,6 +35,13 @@ pub struct Registry {
 
 fn default_version() -> u32 {
     REGISTRY_VERSION
+}
+
+impl Default for Registry {
+    /// An empty registry of the current version (so it passes `from_json` round trips).
+    fn default() -> Self {
+        Self { version: REGISTRY_VERSION, global_rate_limit: None, clis: BTreeMap::new() }
+    }
 }
 
 /// One CLI Porter may run.
@@ -64,6 +71,13 @@ pub struct CliEntry {
     /// Extra argument policy by the requesting contact's role; applied on top of `args`.
     #[serde(default)]
     pub role_args: BTreeMap<String, ArgPolicy>,
+    /// Extra caller environment hints this CLI accepts (beyond `TERM`, `COLUMNS`,
+    /// `LINES`, `NO_COLOR`, `CLICOLOR`, `TZ`). Never a declared or protected variable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_env: Vec<String>,
+    /// Variables a request may never set, whatever `requestEnv` says (deny wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_env: Vec<String>,
 }
 
 fn default_timeout() -> u64 {
@@ -73,9 +87,11 @@ fn default_timeout() -> u64 {
 /// Allow/deny patterns over a call's leading arguments; deny wins.
 ///
 /// A pattern is whitespace-separated words matched against the first arguments in
-/// order; each word is a glob (`pr`, `auth`, `*`, `--show-token*`). A pattern ending
-/// in `**` also matches any further arguments. An empty `allow` allows everything
-/// not denied.
+/// order; each word is a case-sensitive glob (`pr`, `auth`, `*`, `--show-token*`).
+/// A pattern ending in `**` also matches any further arguments;
+/// a `**` word elsewhere matches any number of arguments (`** --upload-pack* **`
+/// matches the flag anywhere). An empty `allow` allows everything not denied.
+/// The daemon always adds [`builtin_deny`] for well-known CLIs (deny wins).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ArgPolicy {
@@ -101,6 +117,81 @@ pub struct RateLimit {
 fn default_burst() -> u32 {
     10
 }
+
+/// Deny patterns Porter always applies to a CLI whose registered name or binary file
+/// name is `cli`, whatever the registry says: the escape hatches that would print a
+/// credential back to the caller or run caller-chosen code with it.
+pub fn builtin_deny(cli: &str) -> &'static [&'static str] {
+    match cli {
+        "gh" => GH_DENY,
+        "git" => GIT_DENY,
+        _ => &[],
+    }
+}
+
+const GH_DENY: &[&str] = &[
+    // Prints the token, or changes which credential Porter holds.
+    "auth token **",
+    "auth status ** --show-token* **",
+    "auth status ** -t **",
+    "auth status ** -[!-]*t* **",
+    "auth login **",
+    "auth logout **",
+    "auth refresh **",
+    "auth switch **",
+    "auth setup-git **",
+    "auth git-credential **",
+    // Run arbitrary code inside Porter with the token.
+    "alias set ** --shell **",
+    "alias set ** -s **",
+    "alias set ** -[!-]*s* **",
+    "alias import **",
+    "extension **",
+    "extensions **",
+    "ext **",
+    "config set **",
+    // Sends the token to a host of the caller's choosing.
+    "api ** --hostname* **",
+    "** --hostname=* **",
+    "api ** -H ** authorization* **",
+];
+
+const GIT_DENY: &[&str] = &[
+    // `-c name=value` and `--config-env` set config that runs programs
+    // (core.sshCommand, core.pager, alias.x=!sh, protocol.ext.allow, credential.helper).
+    "** -c *=* **",
+    "** -c core.sshCommand* **",
+    "** -c protocol.* **",
+    "** --config-env* **",
+    // Caller-chosen programs on the remote side of a transport.
+    "** --upload-pack* **",
+    "** --receive-pack* **",
+    "** --exec* **",
+    "** clone ** -u **",
+    // Remote helpers (`ext::sh -c ...`, `fd::`) run programs.
+    "** ext::* **",
+    "** fd::* **",
+    "** *::* **",
+    // Templates bring hooks; -C/--git-dir/--work-tree leave the checked cwd.
+    "** --template* **",
+    "** -C **",
+    "** --git-dir* **",
+    "** --work-tree* **",
+    // Print the stored credential or persist config that runs programs later.
+    "credential **",
+    "credential-* **",
+    "-* credential **",
+    "config **",
+    "-* config **",
+    // Run caller-chosen shell commands.
+    "** rebase ** -x* **",
+    "** bisect run **",
+    "** filter-branch **",
+    "** difftool **",
+    "** mergetool **",
+    "** send-email **",
+    "** submodule foreach **",
+];
 
 /// Why a registry file was refused.
 #[derive(Debug, thiserror::Error)]

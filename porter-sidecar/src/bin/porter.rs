@@ -1,0 +1,110 @@
+//! `porter`: the credential broker daemon.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use porter::server::{self, DaemonConfig};
+
+/// Runs registered CLIs with their credentials for callers in the sandbox and streams
+/// the output back. Callers connect on --socket with a token; the agent registers
+/// per-command tokens on --control-socket; local mode reads tokens from --tokens-file.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Arguments {
+    /// The call socket (mode 0660).
+    #[arg(long, env = "PORTER_SOCKET", default_value = "/run/saint/porter/porter.sock")]
+    socket: PathBuf,
+    /// The control socket for token registration (only the agent container reaches it).
+    #[arg(long, env = "PORTER_CONTROL_SOCKET")]
+    control_socket: Option<PathBuf>,
+    /// The registry file (reloaded when it changes).
+    #[arg(long, env = "PORTER_REGISTRY", default_value = "/etc/saint/porter-registry.json")]
+    registry: PathBuf,
+    /// The real workspace root that sandbox /workspace and /agent map to.
+    #[arg(long, env = "PORTER_WORKSPACE", default_value = "/var/lib/saint/workspace")]
+    workspace: PathBuf,
+    /// The audit log (one JSON line per call).
+    #[arg(long, env = "PORTER_AUDIT_LOG")]
+    audit_log: Option<PathBuf>,
+    /// Local mode: a JSON file of long-lived tokens ({"tokens":[{"token":"...","role":"owner"}]}).
+    #[arg(long, env = "PORTER_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Peer uid allowed on the call socket (repeatable; default: any uid, token decides).
+    #[arg(long = "allowed-uid", env = "PORTER_ALLOWED_UIDS", value_delimiter = ',')]
+    allowed_uids: Vec<u32>,
+    /// Peer uid allowed on the control socket (repeatable; default: porter's own uid).
+    #[arg(long = "control-uid", env = "PORTER_CONTROL_UIDS", value_delimiter = ',')]
+    control_uids: Vec<u32>,
+    /// HOME for the CLIs (default: porter's HOME).
+    #[arg(long, env = "PORTER_CHILD_HOME")]
+    child_home: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL.
+    #[arg(long, env = "PORTER_KILL_GRACE_SECONDS", default_value_t = 5)]
+    kill_grace_seconds: u64,
+    /// Seconds running calls may finish after porter is told to stop.
+    #[arg(long, env = "PORTER_SHUTDOWN_DEADLINE_SECONDS", default_value_t = 30)]
+    shutdown_deadline_seconds: u64,
+    /// Milliseconds between checks of the registry and tokens files.
+    #[arg(long, env = "PORTER_RELOAD_INTERVAL_MS", default_value_t = 1000)]
+    reload_interval_ms: u64,
+    /// Address for /metrics and /healthz (off unless set).
+    #[arg(long, env = "PORTER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+fn config(arguments: Arguments) -> Result<DaemonConfig> {
+    let workspace_root = arguments
+        .workspace
+        .canonicalize()
+        .with_context(|| format!("workspace {} does not exist", arguments.workspace.display()))?;
+    let audit_log = arguments.audit_log.unwrap_or_else(|| workspace_root.join("logs/porter.jsonl"));
+    let control_uids = if arguments.control_uids.is_empty() { vec![nix::unistd::getuid().as_raw()] } else { arguments.control_uids };
+    let child_home = arguments.child_home.or_else(|| std::env::var("HOME").ok()).unwrap_or_else(|| "/tmp".to_owned());
+    Ok(DaemonConfig {
+        socket: arguments.socket,
+        control_socket: arguments.control_socket,
+        registry: arguments.registry,
+        workspace_root,
+        audit_log,
+        tokens_file: arguments.tokens_file,
+        allowed_uids: arguments.allowed_uids,
+        control_uids,
+        child_home,
+        kill_grace: Duration::from_secs(arguments.kill_grace_seconds),
+        shutdown_deadline: Duration::from_secs(arguments.shutdown_deadline_seconds),
+        reload_interval: Duration::from_millis(arguments.reload_interval_ms.max(50)),
+        metrics_listen: arguments.metrics_listen,
+    })
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PORTER_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .json()
+        .init();
+    let started = config(Arguments::parse()).and_then(|config| server::build_state(config).map_err(Into::into));
+    let state = match started {
+        Ok(state) => state,
+        Err(error) => {
+            eprintln!("porter: {error:#}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(error) = server::serve(state, stop_signal()).await {
+        eprintln!("porter: {error:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,438 @@
+//! One client connection: handshake, checks (peer, token, CLI, arguments, cwd, rate),
+//! then the child process with its output streamed, stdin forwarded, timeout and
+//! disconnect handled, and one audit line written.
+//!
+//! Spawns and signals only the child it starts (and that child's process group).
+
+use std::{
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use nix::{sys::signal::Signal, unistd::Pid};
+use porter_protocol::{
+    CliRequest, ErrorCode, Frame, FrameKind, PROTOCOL_VERSION, Request,
+    async_io::{CodecError, FrameCodec, write_frame},
+    frame::{MAX_DATA_PAYLOAD, encode_data},
+    handshake,
+};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
+    net::{
+        UnixStream,
+        unix::{OwnedReadHalf, OwnedWriteHalf},
+    },
+    process::{Child, ChildStdin, Command},
+    sync::oneshot,
+};
+use tokio_util::codec::FramedRead;
+
+use crate::{
+    audit::{AuditLine, Peer},
+    child_env, cwd,
+    metrics::{CallLabels, CliLabels, StreamLabels},
+    redact::{Secrets, StreamRedactor},
+    registry_store::{LimitHit, LoadedCli, LoadedRegistry},
+    server::State,
+    tokens::Grant,
+};
+
+/// How long a client has to send its hello and request.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long output is still drained after the child exited (a detached grandchild
+/// could hold the pipes open forever).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// A refused call: the error frame to send and the audit outcome.
+#[derive(Debug)]
+struct Refusal {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+/// Everything checked and ready to spawn.
+struct Prepared {
+    registry: Arc<LoadedRegistry>,
+    request: CliRequest,
+    cwd: PathBuf,
+    environment: std::collections::BTreeMap<String, String>,
+}
+
+/// Serves one connection to the end.
+pub async fn handle(state: Arc<State>, stream: UnixStream) {
+    let started = Instant::now();
+    let peer = stream
+        .peer_cred()
+        .map(|credentials| Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid() })
+        .unwrap_or_default();
+    let (read_half, mut write_half) = stream.into_split();
+    let mut frames = FramedRead::new(read_half, FrameCodec);
+    let mut audit = AuditLine { ts: jiff::Timestamp::now().to_string(), peer, ..AuditLine::default() };
+
+    let prepared = prepare(&state, peer, &mut frames, &mut write_half, &mut audit).await;
+    match prepared {
+        Err(refusal) => {
+            let secrets = state.registry.snapshot().secrets.clone();
+            let message = secrets.redact_str(&refusal.message);
+            let _ = write_frame(&mut write_half, &Frame::error(refusal.code, message.clone())).await;
+            audit.outcome = refusal.code.as_str().to_owned();
+            audit.reason = Some(message);
+            tracing::info!(cli = %audit.cli, outcome = %audit.outcome, uid = peer.uid, "call refused");
+        }
+        Ok(prepared) => {
+            state.metrics.running.inc();
+            run(&state, prepared, frames, write_half, &mut audit).await;
+            state.metrics.running.dec();
+        }
+    }
+    audit.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let label_cli = if audit.cli.is_empty() { "-".to_owned() } else { audit.cli.clone() };
+    state.metrics.calls.get_or_create(&CallLabels { cli: label_cli.clone(), outcome: audit.outcome.clone() }).inc();
+    state.metrics.duration.get_or_create(&CliLabels { cli: label_cli }).observe(started.elapsed().as_secs_f64());
+    state.audit.write(&audit);
+}
+
+async fn next_frame(frames: &mut FramedRead<OwnedReadHalf, FrameCodec>) -> Result<Frame, Refusal> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+        Err(_) => Err(Refusal::new(ErrorCode::BadRequest, "timed out waiting for the request")),
+        Ok(None) => Err(Refusal::new(ErrorCode::BadRequest, "connection closed before the request")),
+        Ok(Some(Err(error))) => Err(Refusal::new(ErrorCode::BadRequest, error.to_string())),
+        Ok(Some(Ok(frame))) => Ok(frame),
+    }
+}
+
+async fn prepare(
+    state: &State,
+    peer: Peer,
+    frames: &mut FramedRead<OwnedReadHalf, FrameCodec>,
+    writer: &mut OwnedWriteHalf,
+    audit: &mut AuditLine,
+) -> Result<Prepared, Refusal> {
+    if !state.config.allowed_uids.is_empty() && !state.config.allowed_uids.contains(&peer.uid) {
+        return Err(Refusal::new(ErrorCode::PeerDenied, format!("uid {} may not call porter", peer.uid)));
+    }
+    match next_frame(frames).await? {
+        Frame::Hello { version } if handshake::is_supported(version) => {}
+        Frame::Hello { version } => {
+            return Err(Refusal::new(
+                ErrorCode::UnsupportedVersion,
+                format!("protocol version {version} is not supported (porter speaks {PROTOCOL_VERSION})"),
+            ));
+        }
+        other => return Err(Refusal::new(ErrorCode::BadRequest, format!("expected hello, got {:?}", other.kind()))),
+    }
+    write_frame(writer, &Frame::Welcome { version: PROTOCOL_VERSION })
+        .await
+        .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?;
+    let request = match next_frame(frames).await? {
+        Frame::Request(Request::Cli(request)) => request,
+        Frame::Request(Request::Exec(_)) => return Err(Refusal::new(ErrorCode::Unsupported, "porter runs registered CLIs, not exec requests")),
+        other => return Err(Refusal::new(ErrorCode::BadRequest, format!("expected request, got {:?}", other.kind()))),
+    };
+    let registry = state.registry.snapshot();
+    audit.cli = request.cli.clone();
+    audit.args = request.args.iter().map(|argument| registry.secrets.redact_str(argument)).collect();
+    audit.cwd = request.cwd.clone();
+
+    if state.shutdown.is_cancelled() {
+        return Err(Refusal::new(ErrorCode::ShuttingDown, "porter is shutting down"));
+    }
+    let grant: Grant = state
+        .tokens
+        .validate(&request.token, Instant::now())
+        .ok_or_else(|| Refusal::new(ErrorCode::BadToken, "missing, unknown, expired or revoked token"))?;
+    audit.session = grant.session.clone();
+    audit.contact = grant.contact.clone();
+    audit.role = grant.role.clone();
+
+    let cli: &LoadedCli = registry
+        .clis
+        .get(&request.cli)
+        .ok_or_else(|| Refusal::new(ErrorCode::UnknownCli, format!("{} is not a registered CLI", request.cli)))?;
+    cli.policy
+        .check(grant.role.as_deref(), &request.args)
+        .map_err(|refusal| Refusal::new(ErrorCode::DeniedArgs, format!("{} {refusal}", request.cli)))?;
+    let cwd = cwd::translate(&state.config.workspace_root, &request.cwd).map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+    state
+        .rate_limits
+        .check(&request.cli, cli.entry.rate_limit, registry.global_rate_limit)
+        .map_err(|hit| match hit {
+            LimitHit::Cli => Refusal::new(ErrorCode::RateLimited, format!("rate limit for {} reached", request.cli)),
+            LimitHit::Global => Refusal::new(ErrorCode::RateLimited, "global rate limit reached"),
+        })?;
+    let (environment, dropped) =
+        child_env::build(&state.config.child_home, &cli.environment, &cli.entry.request_env, &cli.entry.protected_env, &request.env);
+    audit.dropped_env = dropped;
+    Ok(Prepared { registry: registry.clone(), request, cwd, environment })
+}
+
+/// Sends `signal` to the child's whole process group; a group already gone is fine.
+fn signal_group(group: Pid, signal: Signal) {
+    let _ = nix::sys::signal::killpg(group, signal);
+}
+
+/// How the streaming loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Exited,
+    TimedOut,
+    Disconnected,
+    Shutdown,
+}
+
+async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf, FrameCodec>, mut writer: OwnedWriteHalf, audit: &mut AuditLine) {
+    let Prepared { registry, request, cwd, environment } = prepared;
+    let cli = &registry.clis[&request.cli];
+    let mut command = Command::new(&cli.entry.bin);
+    command
+        .args(&request.args)
+        .env_clear()
+        .envs(&environment)
+        .current_dir(&cwd)
+        .stdin(if request.stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout or disconnect reaches every descendant.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let message = format!("failed to start {}: {error}", request.cli);
+            let _ = write_frame(&mut writer, &Frame::error(ErrorCode::Internal, message.clone())).await;
+            audit.outcome = ErrorCode::Internal.as_str().to_owned();
+            audit.reason = Some(message);
+            return;
+        }
+    };
+    let group = Pid::from_raw(child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0));
+    tracing::info!(cli = %request.cli, pid = group.as_raw(), uid = audit.peer.uid, "call started");
+
+    let bytes_in = Arc::new(AtomicU64::new(0));
+    let (disconnected_sender, mut disconnected) = oneshot::channel::<()>();
+    let reader = tokio::spawn(forward_client(frames, child.stdin.take(), group, bytes_in.clone(), disconnected_sender));
+
+    let timeout = Duration::from_secs(cli.entry.timeout_seconds.max(1));
+    let streams = Streams {
+        stdout: child.stdout.take().expect("piped"),
+        stderr: child.stderr.take().expect("piped"),
+        secrets: registry.secrets.clone(),
+    };
+    let (ending, status, counts) = stream_until_done(state, &mut child, streams, &mut writer, group, timeout, &mut disconnected).await;
+    reader.abort();
+
+    audit.bytes_stdout = counts.0;
+    audit.bytes_stderr = counts.1;
+    audit.bytes_stdin = bytes_in.load(Ordering::Relaxed);
+    audit.exit = status.map(exit_code);
+    for (stream, count) in [("stdout", counts.0), ("stderr", counts.1), ("stdin", audit.bytes_stdin)] {
+        state.metrics.bytes.get_or_create(&StreamLabels { cli: request.cli.clone(), stream: stream.to_owned() }).inc_by(count);
+    }
+    let last_frame = match ending {
+        Ending::Exited => {
+            let code = audit.exit.unwrap_or(ErrorCode::Internal.exit_status());
+            audit.outcome = if code == 0 { "ok" } else { "exit_nonzero" }.to_owned();
+            Some(Frame::Exit { code })
+        }
+        Ending::TimedOut => {
+            audit.outcome = ErrorCode::TimedOut.as_str().to_owned();
+            audit.reason = Some(format!("killed after {} s", timeout.as_secs()));
+            Some(Frame::error(ErrorCode::TimedOut, format!("{} timed out after {} s", request.cli, timeout.as_secs())))
+        }
+        Ending::Shutdown => {
+            audit.outcome = "shutdown".to_owned();
+            Some(Frame::error(ErrorCode::ShuttingDown, "porter is shutting down"))
+        }
+        Ending::Disconnected => {
+            audit.outcome = "disconnected".to_owned();
+            None
+        }
+    };
+    if let Some(frame) = last_frame {
+        let _ = write_frame(&mut writer, &frame).await;
+        let _ = writer.shutdown().await;
+    }
+    tracing::info!(cli = %request.cli, outcome = %audit.outcome, exit = ?audit.exit, "call ended");
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(255)
+}
+
+/// Reads the client's frames for the life of the call: stdin bytes, stdin EOF and
+/// signals. Any end of the client stream (or garbage) counts as a disconnect.
+async fn forward_client(
+    mut frames: FramedRead<OwnedReadHalf, FrameCodec>,
+    mut stdin: Option<ChildStdin>,
+    group: Pid,
+    bytes_in: Arc<AtomicU64>,
+    disconnected: oneshot::Sender<()>,
+) {
+    loop {
+        match frames.next().await {
+            Some(Ok(Frame::Stdin(data))) => {
+                bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);
+                if let Some(pipe) = stdin.as_mut()
+                    && pipe.write_all(&data).await.is_err()
+                {
+                    // The child closed its stdin; later input has nowhere to go.
+                    stdin = None;
+                }
+            }
+            Some(Ok(Frame::StdinEof)) => stdin = None,
+            Some(Ok(Frame::Signal(signal))) => {
+                if let Ok(signal) = Signal::try_from(i32::from(signal.number())) {
+                    signal_group(group, signal);
+                }
+            }
+            Some(Ok(_)) | Some(Err(CodecError::Io(_) | CodecError::Frame(_) | CodecError::Truncated)) | None => {
+                let _ = disconnected.send(());
+                return;
+            }
+        }
+    }
+}
+
+struct Streams {
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    secrets: Arc<Secrets>,
+}
+
+/// Bytes read from one child pipe, redacted and framed.
+struct Pump<R> {
+    pipe: R,
+    kind: FrameKind,
+    redactor: StreamRedactor,
+    open: bool,
+    count: u64,
+    buffer: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> Pump<R> {
+    fn new(pipe: R, kind: FrameKind, secrets: Arc<Secrets>) -> Self {
+        Self { pipe, kind, redactor: StreamRedactor::new(secrets), open: true, count: 0, buffer: vec![0; MAX_DATA_PAYLOAD / 4] }
+    }
+
+    /// Turns a read result into the frames to send (empty when nothing is safe yet).
+    fn frames_for(&mut self, read: std::io::Result<usize>) -> Vec<u8> {
+        let mut redacted = Vec::new();
+        match read {
+            Ok(0) | Err(_) => {
+                self.open = false;
+                self.redactor.finish(&mut redacted);
+            }
+            Ok(count) => {
+                self.count += count as u64;
+                self.redactor.push(&self.buffer[..count], &mut redacted);
+            }
+        }
+        let mut frames = Vec::with_capacity(redacted.len() + 16);
+        encode_data(self.kind, &redacted, &mut frames);
+        frames
+    }
+}
+
+async fn send(writer: &mut OwnedWriteHalf, bytes: &[u8], client_gone: &mut bool) {
+    if !*client_gone && !bytes.is_empty() && writer.write_all(bytes).await.is_err() {
+        *client_gone = true;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn stream_until_done(
+    state: &State,
+    child: &mut Child,
+    streams: Streams,
+    writer: &mut OwnedWriteHalf,
+    group: Pid,
+    timeout: Duration,
+    disconnected: &mut oneshot::Receiver<()>,
+) -> (Ending, Option<ExitStatus>, (u64, u64)) {
+    let mut stdout = Pump::new(streams.stdout, FrameKind::Stdout, streams.secrets.clone());
+    let mut stderr = Pump::new(streams.stderr, FrameKind::Stderr, streams.secrets);
+    let mut status: Option<ExitStatus> = None;
+    let mut ending = Ending::Exited;
+    let mut client_gone = false;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let drain_deadline = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(drain_deadline);
+    let kill_timer = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(kill_timer);
+    let mut terminating = false;
+
+    // Ask the group to stop, and arm the SIGKILL that follows after the grace period.
+    let terminate = |ending_now: Ending, ending: &mut Ending, kill_at: &mut Option<tokio::time::Instant>| {
+        if *ending == Ending::Exited {
+            *ending = ending_now;
+        }
+        if kill_at.is_none() {
+            signal_group(group, Signal::SIGTERM);
+            *kill_at = Some(tokio::time::Instant::now() + state.config.kill_grace);
+        }
+    };
+
+    loop {
+        if status.is_some() && !stdout.open && !stderr.open {
+            break;
+        }
+        if let Some(at) = kill_at
+            && !terminating
+        {
+            terminating = true;
+            kill_timer.as_mut().reset(at);
+        }
+        tokio::select! {
+            read = stdout.pipe.read(&mut stdout.buffer), if stdout.open => {
+                let bytes = stdout.frames_for(read);
+                send(writer, &bytes, &mut client_gone).await;
+                if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
+            }
+            read = stderr.pipe.read(&mut stderr.buffer), if stderr.open => {
+                let bytes = stderr.frames_for(read);
+                send(writer, &bytes, &mut client_gone).await;
+                if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
+            }
+            exited = child.wait(), if status.is_none() => {
+                status = exited.ok();
+                // Nothing outlives its call: background leftovers in the group go too.
+                signal_group(group, Signal::SIGKILL);
+                drain_deadline.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            () = &mut drain_deadline, if status.is_some() => {
+                break;
+            }
+            () = &mut deadline, if status.is_none() => {
+                terminate(Ending::TimedOut, &mut ending, &mut kill_at);
+            }
+            () = &mut kill_timer, if terminating && status.is_none() => {
+                signal_group(group, Signal::SIGKILL);
+                kill_timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+            }
+            _ = &mut *disconnected, if !client_gone => {
+                client_gone = true;
+                terminate(Ending::Disconnected, &mut ending, &mut kill_at);
+            }
+            () = state.force.cancelled(), if kill_at.is_none() => {
+                terminate(Ending::Shutdown, &mut ending, &mut kill_at);
+            }
+        }
+    }
+    (ending, status, (stdout.count, stderr.count))
+}

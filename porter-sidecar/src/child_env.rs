@@ -1,0 +1,79 @@
+//! The environment a CLI child gets: a minimal base, the CLI's declared variables, and
+//! the caller's harmless presentation hints — nothing else from Porter or the caller.
+//!
+//! Pure: builds a map; the registry store resolves file and passthrough values.
+
+use std::collections::BTreeMap;
+
+/// PATH for every child (the CLI's `env` may override it).
+pub const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Caller hints every CLI accepts: presentation only, none changes what runs.
+pub const DEFAULT_HINTS: &[&str] = &["TERM", "COLUMNS", "LINES", "NO_COLOR", "CLICOLOR", "TZ"];
+
+/// Names no hint may set, whatever the registry says: they load code or redirect
+/// where programs and config come from.
+const NEVER_HINTED: &[&str] = &["PATH", "HOME", "LANG", "SHELL", "IFS", "ENV", "BASH_ENV"];
+const NEVER_HINTED_PREFIXES: &[&str] = &["LD_", "GIT_", "GH_", "SSH_"];
+
+/// Builds the child's environment.
+///
+/// `declared` are the CLI's resolved variables (literal, from files, passthrough);
+/// `request_env` and `protected_env` come from the registry entry; `hints` from the
+/// request. A hint is taken only if its name is accepted and not declared or protected.
+pub fn build(
+    home: &str,
+    declared: &BTreeMap<String, String>,
+    request_env: &[String],
+    protected_env: &[String],
+    hints: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut environment = BTreeMap::from([
+        ("PATH".to_owned(), CHILD_PATH.to_owned()),
+        ("HOME".to_owned(), home.to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+    ]);
+    let mut dropped = Vec::new();
+    for (name, value) in hints {
+        let accepted = DEFAULT_HINTS.contains(&name.as_str()) || request_env.contains(name);
+        let forbidden = declared.contains_key(name)
+            || protected_env.contains(name)
+            || NEVER_HINTED.contains(&name.as_str())
+            || NEVER_HINTED_PREFIXES.iter().any(|prefix| name.starts_with(prefix));
+        if accepted && !forbidden {
+            environment.insert(name.clone(), value.clone());
+        } else {
+            dropped.push(name.clone());
+        }
+    }
+    // Declared variables last: they win over the base.
+    environment.extend(declared.iter().map(|(name, value)| (name.clone(), value.clone())));
+    (environment, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_base_declared_and_accepted_hints_reach_the_child() {
+        let declared = BTreeMap::from([("GH_TOKEN".to_owned(), "secret".to_owned())]);
+        let hints = BTreeMap::from([
+            ("TERM".to_owned(), "xterm".to_owned()),
+            ("GH_TOKEN".to_owned(), "attacker".to_owned()),
+            ("LD_PRELOAD".to_owned(), "/tmp/x.so".to_owned()),
+            ("PAGER".to_owned(), "sh".to_owned()),
+            ("GH_HOST".to_owned(), "evil".to_owned()),
+            ("COLUMNS".to_owned(), "80".to_owned()),
+        ]);
+        let (environment, mut dropped) =
+            build("/home/porter", &declared, &["GH_HOST".to_owned()], &["COLUMNS".to_owned()], &hints);
+        assert_eq!(
+            environment.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["GH_TOKEN", "HOME", "LANG", "PATH", "TERM"]
+        );
+        assert_eq!(environment["GH_TOKEN"], "secret");
+        dropped.sort();
+        assert_eq!(dropped, ["COLUMNS", "GH_HOST", "GH_TOKEN", "LD_PRELOAD", "PAGER"]);
+    }
+}

@@ -1,0 +1,175 @@
+//! `cliport-proxy`: the sandbox side. argv\[0\] names the CLI; the arguments, cwd, token
+//! and stdin go to Porter over its unix socket; stdout/stderr frames come back to this
+//! process's stdout/stderr; the exit code is the CLI's (124 timeout, 125+ Porter errors).
+//!
+//! Blocking std I/O only (no async runtime) so start-up stays in the sub-millisecond
+//! range. Touches its own stdio, the socket and a token file.
+
+use std::{
+    ffi::OsString,
+    io::{self, BufReader, Read, Write},
+    os::unix::net::UnixStream,
+    path::Path,
+    sync::{Arc, Mutex},
+};
+
+use porter_protocol::{
+    CliRequest, Frame, FrameKind, PROTOCOL_VERSION, RemoteSignal, Request,
+    frame::MAX_DATA_PAYLOAD,
+    sync_io::{read_raw_frame, write_data, write_frame},
+};
+
+/// Where the socket is unless `CLIPORT_SOCKET` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/saint/porter/porter.sock";
+
+/// Where the token is read from when `CLIPORT_TOKEN` is unset.
+pub const DEFAULT_TOKEN_FILE: &str = "/run/saint/cliport-token";
+
+/// The binary's own name: invoked under it, the first argument names the CLI.
+pub const PROXY_NAME: &str = "cliport-proxy";
+
+/// Exit status for Porter-side failures that have no error frame (no socket, broken
+/// stream).
+pub const EXIT_PORTER_FAILURE: i32 = 125;
+
+/// Presentation hints forwarded from the caller's environment.
+const HINTS: &[&str] = &["TERM", "COLUMNS", "LINES", "NO_COLOR", "CLICOLOR", "TZ"];
+
+/// Runs the proxy with the process's arguments and environment; returns the exit code.
+pub fn main() -> i32 {
+    let mut arguments = std::env::args_os();
+    let program = arguments.next().unwrap_or_default();
+    let invoked_as = Path::new(&program).file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut rest: Vec<OsString> = arguments.collect();
+    let cli = if invoked_as == PROXY_NAME || invoked_as.is_empty() {
+        if rest.is_empty() {
+            eprintln!("{PROXY_NAME}: usage: {PROXY_NAME} CLI [ARGS...] (or call it through a symlink named after the CLI)");
+            return EXIT_PORTER_FAILURE;
+        }
+        rest.remove(0).to_string_lossy().into_owned()
+    } else {
+        invoked_as
+    };
+    match run(&cli, rest) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("{cli}: porter: {message}");
+            EXIT_PORTER_FAILURE
+        }
+    }
+}
+
+fn read_token() -> String {
+    if let Ok(token) = std::env::var("CLIPORT_TOKEN") {
+        return token;
+    }
+    let path = std::env::var("CLIPORT_TOKEN_FILE").unwrap_or_else(|_| DEFAULT_TOKEN_FILE.to_owned());
+    std::fs::read_to_string(path).map(|text| text.trim().to_owned()).unwrap_or_default()
+}
+
+fn run(cli: &str, arguments: Vec<OsString>) -> Result<i32, String> {
+    let args = arguments
+        .into_iter()
+        .map(|argument| argument.into_string().map_err(|argument| format!("argument {argument:?} is not UTF-8")))
+        .collect::<Result<Vec<_>, _>>()?;
+    // `CLIPORT_CWD` stands in for the working directory where the caller's path is not
+    // the sandbox path (tests, local runs); Porter validates it like any other cwd.
+    let cwd = match std::env::var("CLIPORT_CWD") {
+        Ok(cwd) => cwd,
+        Err(_) => {
+            let cwd = std::env::current_dir().map_err(|error| format!("failed to read the working directory: {error}"))?;
+            cwd.to_str().ok_or("the working directory is not UTF-8")?.to_owned()
+        }
+    };
+    let env = HINTS.iter().filter_map(|name| std::env::var(name).ok().map(|value| ((*name).to_owned(), value))).collect();
+    let request = Request::Cli(CliRequest { cli: cli.to_owned(), args, cwd, token: read_token(), env, stdin: true });
+
+    let socket_path = std::env::var("CLIPORT_SOCKET").unwrap_or_else(|_| DEFAULT_SOCKET.to_owned());
+    let stream = UnixStream::connect(&socket_path).map_err(|error| format!("failed to connect to {socket_path}: {error}"))?;
+    let mut opening = Frame::Hello { version: PROTOCOL_VERSION }.to_bytes().map_err(|error| error.to_string())?;
+    Frame::Request(request).encode_into(&mut opening).map_err(|error| error.to_string())?;
+    let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|error| error.to_string())?));
+    // Hello and request go out together: no round trip before the request.
+    writer.lock().expect("socket lock").write_all(&opening).map_err(|error| format!("failed to send the request: {error}"))?;
+
+    spawn_stdin_forwarder(writer.clone());
+    spawn_signal_forwarder(writer)?;
+    receive(cli, stream)
+}
+
+/// Forwards this process's stdin as stdin frames, then stdin EOF.
+fn spawn_stdin_forwarder(writer: Arc<Mutex<UnixStream>>) {
+    std::thread::spawn(move || {
+        let mut stdin = io::stdin().lock();
+        let mut buffer = vec![0_u8; MAX_DATA_PAYLOAD / 4];
+        loop {
+            match stdin.read(&mut buffer) {
+                Ok(0) | Err(_) => {
+                    let _ = write_frame(&mut *writer.lock().expect("socket lock"), &Frame::StdinEof);
+                    return;
+                }
+                Ok(count) => {
+                    if write_data(&mut *writer.lock().expect("socket lock"), FrameKind::Stdin, &buffer[..count]).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// SIGINT/SIGTERM/SIGHUP: the first is forwarded to the remote process group; a
+/// second one ends the proxy at once (closing the socket, so Porter kills the child).
+fn spawn_signal_forwarder(writer: Arc<Mutex<UnixStream>>) -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(|error| error.to_string())?;
+    std::thread::spawn(move || {
+        let mut forwarded = false;
+        for signal in signals.forever() {
+            if forwarded {
+                std::process::exit(128 + signal);
+            }
+            forwarded = true;
+            let remote = if signal == SIGINT { RemoteSignal::Interrupt } else { RemoteSignal::Terminate };
+            let sent = writer.lock().map(|mut stream| write_frame(&mut *stream, &Frame::Signal(remote)).is_ok()).unwrap_or(false);
+            if !sent {
+                std::process::exit(128 + signal);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Writes data frames to stdout/stderr until the exit or error frame.
+fn receive(cli: &str, stream: UnixStream) -> Result<i32, String> {
+    let mut reader = BufReader::with_capacity(MAX_DATA_PAYLOAD + 16, stream);
+    let mut payload = Vec::new();
+    let mut stdout = io::stdout().lock();
+    let mut stderr = io::stderr().lock();
+    loop {
+        let header = read_raw_frame(&mut reader, &mut payload).map_err(|error| error.to_string())?;
+        let Some(header) = header else {
+            return Err("porter closed the connection before the command finished".to_owned());
+        };
+        let written = match header.kind {
+            FrameKind::Stdout => stdout.write_all(&payload).and_then(|()| stdout.flush()),
+            FrameKind::Stderr => stderr.write_all(&payload).and_then(|()| stderr.flush()),
+            kind => match Frame::decode(kind, std::mem::take(&mut payload)).map_err(|error| error.to_string())? {
+                Frame::Welcome { .. } => Ok(()),
+                Frame::Exit { code } => return Ok(if (0..=255).contains(&code) { code } else { EXIT_PORTER_FAILURE }),
+                Frame::Error { code, message } => {
+                    eprintln!("{cli}: porter: {message}");
+                    return Ok(code.exit_status());
+                }
+                other => return Err(format!("unexpected {:?} frame from porter", other.kind())),
+            },
+        };
+        if let Err(error) = written {
+            // Our reader went away (`gh ... | head`): stop; closing the socket ends the child.
+            if error.kind() == io::ErrorKind::BrokenPipe {
+                return Ok(141);
+            }
+            return Err(format!("failed to write output: {error}"));
+        }
+    }
+}

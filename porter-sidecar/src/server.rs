@@ -1,0 +1,238 @@
+//! The daemon: binds the call and control sockets, reloads the registry and tokens
+//! files when they change, serves metrics, and drains calls on shutdown.
+//!
+//! Owns the sockets it binds (and removes them on exit); everything else is per call.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    os::unix::fs::{FileTypeExt, PermissionsExt},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use thiserror::Error;
+use tokio::net::UnixListener;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    audit::{AuditError, AuditLog},
+    call, control,
+    metrics::{Metrics, ReloadLabels},
+    registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore},
+    tokens::{TokenError, TokenStore},
+};
+
+/// Everything the daemon is told at start.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    pub socket: PathBuf,
+    pub control_socket: Option<PathBuf>,
+    pub registry: PathBuf,
+    /// Canonical workspace root (sandbox `/workspace` and `/agent` map here).
+    pub workspace_root: PathBuf,
+    pub audit_log: PathBuf,
+    pub tokens_file: Option<PathBuf>,
+    /// Peer uids allowed on the call socket; empty: any (the token still decides).
+    pub allowed_uids: Vec<u32>,
+    /// Peer uids allowed on the control socket.
+    pub control_uids: Vec<u32>,
+    /// HOME for children.
+    pub child_home: String,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// How long running calls may finish after SIGTERM to the daemon.
+    pub shutdown_deadline: Duration,
+    pub reload_interval: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Shared by every connection.
+#[derive(Debug)]
+pub struct State {
+    pub config: DaemonConfig,
+    pub registry: RegistryStore,
+    pub rate_limits: RateLimits,
+    pub tokens: TokenStore,
+    pub audit: AuditLog,
+    pub metrics: Metrics,
+    /// Cancelled when shutdown starts: new calls are refused.
+    pub shutdown: CancellationToken,
+    /// Cancelled when the shutdown deadline passes: running calls are killed.
+    pub force: CancellationToken,
+}
+
+/// Why the daemon could not start or serve.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Registry(#[from] LoadError),
+    #[error(transparent)]
+    Tokens(#[from] TokenError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    #[error("failed to read tokens file {path}: {source}")]
+    TokensFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to bind {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to serve metrics on {address}: {source}")]
+    Metrics {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn environment_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Loads the registry and tokens and opens the audit log.
+pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
+    let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
+    let tokens = TokenStore::default();
+    if let Some(path) = &config.tokens_file {
+        let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokensFile { path: path.clone(), source })?;
+        tokens.load_local(&text)?;
+    }
+    let audit = AuditLog::open(&config.audit_log)?;
+    Ok(Arc::new(State {
+        config,
+        registry: RegistryStore::new(registry),
+        rate_limits: RateLimits::default(),
+        tokens,
+        audit,
+        metrics: Metrics::default(),
+        shutdown: CancellationToken::new(),
+        force: CancellationToken::new(),
+    }))
+}
+
+/// Binds a unix socket with mode 0660, replacing a stale socket file (never any other
+/// kind of file).
+fn bind(path: &Path) -> Result<UnixListener, ServeError> {
+    let error = |source| ServeError::Bind { path: path.to_owned(), source };
+    if let Ok(metadata) = std::fs::symlink_metadata(path)
+        && metadata.file_type().is_socket()
+    {
+        std::fs::remove_file(path).map_err(error)?;
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(error)?;
+    }
+    let listener = UnixListener::bind(path).map_err(error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(error)?;
+    Ok(listener)
+}
+
+/// Serves until `stop` resolves, then drains: new calls are refused, running calls get
+/// `shutdown_deadline` to finish, then their process groups are killed.
+pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<(), ServeError> {
+    let calls = bind(&state.config.socket)?;
+    let control = state.config.control_socket.as_deref().map(bind).transpose()?;
+    if let Some(address) = state.config.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Metrics { address, source })?;
+        tokio::spawn(serve_metrics(state.clone(), listener));
+    }
+    let reloader = tokio::spawn(reload_loop(state.clone()));
+    tracing::info!(socket = %state.config.socket.display(), "porter listening");
+
+    let tracker = TaskTracker::new();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = calls.accept() => match accepted {
+                Ok((stream, _)) => { tracker.spawn(call::handle(state.clone(), stream)); }
+                Err(error) => tracing::warn!(%error, "failed to accept a call"),
+            },
+            accepted = async { control.as_ref().expect("guarded").accept().await }, if control.is_some() => match accepted {
+                Ok((stream, _)) => { tokio::spawn(control::handle(state.clone(), stream)); }
+                Err(error) => tracing::warn!(%error, "failed to accept a control connection"),
+            },
+            () = &mut stop => break,
+        }
+    }
+
+    tracing::info!(running = tracker.len(), "porter shutting down");
+    state.shutdown.cancel();
+    drop(calls);
+    let _ = std::fs::remove_file(&state.config.socket);
+    if let Some(path) = &state.config.control_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    tracker.close();
+    if tokio::time::timeout(state.config.shutdown_deadline, tracker.wait()).await.is_err() {
+        tracing::warn!(running = tracker.len(), "shutdown deadline passed, killing running calls");
+        state.force.cancel();
+        let _ = tokio::time::timeout(state.config.kill_grace + Duration::from_secs(3), tracker.wait()).await;
+    }
+    reloader.abort();
+    Ok(())
+}
+
+/// Polls the registry and tokens files and reloads them when their bytes change. Polling
+/// (not inotify) because a Kubernetes ConfigMap update swaps a symlinked directory,
+/// which inotify watches on the file miss.
+async fn reload_loop(state: Arc<State>) {
+    let mut last_registry = std::fs::read(&state.config.registry).ok();
+    let mut last_tokens = state.config.tokens_file.as_ref().and_then(|path| std::fs::read(path).ok());
+    let mut interval = tokio::time::interval(state.config.reload_interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let current = std::fs::read(&state.config.registry).ok();
+        if current.is_some() && current != last_registry {
+            last_registry = current;
+            let result = match LoadedRegistry::load(&state.config.registry, &environment_lookup) {
+                Ok(registry) => {
+                    tracing::info!(clis = registry.clis.len(), "registry reloaded");
+                    state.registry.replace(registry);
+                    "ok"
+                }
+                Err(error) => {
+                    // Keep serving the last good registry.
+                    tracing::error!(%error, "registry reload refused");
+                    "error"
+                }
+            };
+            state.metrics.reloads.get_or_create(&ReloadLabels { file: "registry".into(), result: result.into() }).inc();
+        }
+        if let Some(path) = &state.config.tokens_file {
+            let current = std::fs::read(path).ok();
+            if current.is_some() && current != last_tokens {
+                let result = match state.tokens.load_local(&String::from_utf8_lossy(current.as_deref().unwrap_or_default())) {
+                    Ok(count) => {
+                        tracing::info!(count, "local tokens reloaded");
+                        "ok"
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "tokens reload refused");
+                        "error"
+                    }
+                };
+                last_tokens = current;
+                state.metrics.reloads.get_or_create(&ReloadLabels { file: "tokens".into(), result: result.into() }).inc();
+            }
+        }
+    }
+}
+
+async fn serve_metrics(state: Arc<State>, listener: tokio::net::TcpListener) {
+    use axum::{Router, routing::get};
+    let app = Router::new()
+        .route("/metrics", get(|axum::extract::State(state): axum::extract::State<Arc<State>>| async move { state.metrics.render() }))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state);
+    if let Err(error) = axum::serve(listener, app).await {
+        tracing::error!(%error, "metrics server failed");
+    }
+}
