@@ -8,5 +8,6 @@ pub mod metering;
 pub mod policy;
 pub mod prompt;
 pub mod runtime;
+pub mod sandbox;
 pub mod session;
 pub mod tools;

@@ -1,11 +1,21 @@
-//! The `exec` tool until a sandbox exists: every call is refused (fail closed).
+//! The `exec` tool: runs a shell command in the caller's sandbox (never on the agent's
+//! machine) after the role's exec blocklist allowed it, with a fresh Porter token in
+//! that one command's environment, revoked when the command ends.
 //!
-//! Touches nothing. The policy never shows `exec` to any role; this tool exists so a
-//! model that names it anyway gets a refusal rather than an unsandboxed command.
+//! Touches nothing itself: the sandbox backend runs the command, Porter's control
+//! socket issues the token. Without a sandbox every call is refused (fail closed).
 
-use futures::future::BoxFuture;
+use std::{sync::Arc, time::Duration};
+
+use futures::{StreamExt, future::BoxFuture};
+use globset::{Glob, GlobSetBuilder};
+use serde_json::{Map, Value, json};
 
 use super::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::sandbox::{
+    ExecEvent, ExecRequest, Sandbox, ScopeKey,
+    porter_control::{PorterControl, TokenGrant},
+};
 
 /// `exec` without a sandbox: refuses everything.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,5 +44,388 @@ impl Tool for ExecUnavailableTool {
         _input: serde_json::Value,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async { Err(ToolError::Denied("commands cannot be run: no sandbox is available".to_string())) })
+    }
+}
+
+/// Output limits for what the model sees.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecLimits {
+    /// Bytes of stdout shown to the model; the rest is counted, not shown.
+    pub max_stdout_bytes: usize,
+    /// Bytes of stderr shown to the model.
+    pub max_stderr_bytes: usize,
+    /// Longest timeout a call may ask for.
+    pub max_timeout: Duration,
+}
+
+impl Default for ExecLimits {
+    fn default() -> Self {
+        Self { max_stdout_bytes: 32 * 1024, max_stderr_bytes: 16 * 1024, max_timeout: Duration::from_secs(3600) }
+    }
+}
+
+/// Wrappers that run the next word as the command (`env gh …`, `time gh …`).
+const COMMAND_WRAPPERS: &[&str] = &["env", "command", "exec", "time", "nohup", "xargs", "nice", "timeout", "sudo"];
+
+/// Shell operators that start a new command (split naively, quotes or not: splitting
+/// too eagerly only produces more candidates to check, never fewer).
+const SEPARATORS: &[&str] = &["&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")", "{", "}"];
+
+fn words(text: &str) -> Vec<String> {
+    shell_words::split(text).unwrap_or_else(|_| text.split_whitespace().map(str::to_string).collect())
+}
+
+/// Every command the line may run, as word lists: each piece between shell operators,
+/// and (recursively) quoted arguments that look like commands (`sh -c '…'`).
+pub fn command_segments(command: &str) -> Vec<Vec<String>> {
+    fn collect(text: &str, depth: usize, out: &mut Vec<Vec<String>>) {
+        let mut pieces = vec![text.to_string()];
+        for separator in SEPARATORS {
+            pieces = pieces.iter().flat_map(|piece| piece.split(separator).map(str::to_string).collect::<Vec<_>>()).collect();
+        }
+        for piece in pieces {
+            let piece_words = words(&piece);
+            if piece_words.is_empty() {
+                continue;
+            }
+            if depth < 3 {
+                for word in piece_words.iter().filter(|word| word.contains(char::is_whitespace)) {
+                    collect(word, depth + 1, out);
+                }
+            }
+            out.push(piece_words);
+        }
+    }
+    let mut segments = Vec::new();
+    collect(command, 0, &mut segments);
+    segments
+}
+
+/// The strings blocklist globs are matched against: the whole normalised command line,
+/// each segment, and each segment with its program's directory stripped
+/// (`/usr/bin/rm -rf /` → `rm -rf /`) and wrappers skipped (`env rm …` → `rm …`).
+pub fn blocklist_candidates(command: &str) -> Vec<String> {
+    let mut candidates = vec![words(command).join(" ")];
+    for segment in command_segments(command) {
+        candidates.push(segment.join(" "));
+        let mut start = 0;
+        while start < segment.len()
+            && (segment[start].contains('=') || COMMAND_WRAPPERS.contains(&program_name(&segment[start])))
+        {
+            start += 1;
+        }
+        if let Some(program) = segment.get(start) {
+            let mut stripped = vec![program_name(program).to_string()];
+            stripped.extend(segment[start + 1..].iter().cloned());
+            candidates.push(stripped.join(" "));
+        }
+    }
+    candidates.sort();
+    candidates.dedup();
+    candidates
+}
+
+fn program_name(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// Checks `command` against a role's blocklist; absent means the role has no exec.
+/// An unparseable pattern refuses everything (fail closed).
+pub fn check_blocklist(command: &str, blocklist: Option<&[String]>) -> Result<(), ToolError> {
+    let Some(blocklist) = blocklist else {
+        return Err(ToolError::Denied("your role may not run commands".to_string()));
+    };
+    let mut builder = GlobSetBuilder::new();
+    for pattern in blocklist {
+        let glob = Glob::new(pattern.trim())
+            .map_err(|_| ToolError::Denied("commands are disabled: the role's exec blocklist is invalid".to_string()))?;
+        builder.add(glob);
+    }
+    let set = builder
+        .build()
+        .map_err(|_| ToolError::Denied("commands are disabled: the role's exec blocklist is invalid".to_string()))?;
+    for candidate in blocklist_candidates(command) {
+        if let Some(index) = set.matches(&candidate).first() {
+            return Err(ToolError::Denied(format!(
+                "this command is blocked for your role (matches `{}`)",
+                blocklist[*index].trim()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the command calls one of the Porter CLIs (as a program, not an argument).
+pub fn invokes_porter_cli(command: &str, clis: &[String]) -> bool {
+    command_segments(command).iter().any(|segment| {
+        segment
+            .iter()
+            .find(|word| !word.contains('=') && !COMMAND_WRAPPERS.contains(&program_name(word)))
+            .is_some_and(|program| clis.iter().any(|cli| cli == program_name(program)))
+    })
+}
+
+/// Keeps the first `limit` bytes, counting the rest.
+#[derive(Debug, Default)]
+struct CappedOutput {
+    kept: Vec<u8>,
+    total: usize,
+}
+
+impl CappedOutput {
+    fn push(&mut self, data: &[u8], limit: usize) {
+        self.total += data.len();
+        let room = limit.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    fn render(&self, stream: &str) -> String {
+        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
+        let hidden = self.total - self.kept.len();
+        if hidden > 0 {
+            text.push_str(&format!("\n[… {hidden} more bytes of {stream} not shown]"));
+        }
+        text
+    }
+}
+
+/// `exec` backed by a sandbox.
+pub struct ExecTool {
+    sandbox: Arc<dyn Sandbox>,
+    porter: Option<PorterControl>,
+    limits: ExecLimits,
+}
+
+impl ExecTool {
+    /// `exec` running in `sandbox`, registering Porter tokens through `porter` (none:
+    /// commands get no token, so Porter CLIs are refused by Porter).
+    pub fn new(sandbox: Arc<dyn Sandbox>, porter: Option<PorterControl>, limits: ExecLimits) -> Self {
+        Self { sandbox, porter, limits }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecInput {
+    command: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+}
+
+impl Tool for ExecTool {
+    fn name(&self) -> &'static str {
+        "exec"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a shell command (sh -c) in your sandbox: no network, your scratch copy of the \
+         workspace at /workspace (writable, the default directory) and the real workspace \
+         read-only at /agent. Installed CLIs work as usual. Returns stdout, stderr and the \
+         exit code."
+    }
+
+    fn input_schema(&self) -> serde_json::Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "Shell command line"},
+                "cwd": {"type": "string", "description": "Working directory under /workspace or /agent (default /workspace)"},
+                "timeout_seconds": {"type": "integer", "minimum": 1, "description": "Kill the command after this many seconds"}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    }
+
+    fn call<'a>(&'a self, context: &'a ToolContext, input: Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let input: ExecInput =
+                serde_json::from_value(input).map_err(|error| ToolError::InvalidInput(error.to_string()))?;
+            if input.command.trim().is_empty() {
+                return Err(ToolError::InvalidInput("command is empty".to_string()));
+            }
+            // The blocklist decides before anything starts: no sandbox, no token.
+            check_blocklist(&input.command, context.caller.role.exec_blocklist.as_deref())?;
+            let cwd = input.cwd.unwrap_or_else(|| "/workspace".to_string());
+            let inside = ["/workspace", "/agent"]
+                .iter()
+                .any(|root| cwd == *root || cwd.starts_with(&format!("{root}/")));
+            if !inside {
+                return Err(ToolError::InvalidInput("cwd must be under /workspace or /agent".to_string()));
+            }
+            let sandbox_config = &context.config.sandbox;
+            let default_timeout = Duration::from_secs(sandbox_config.exec_timeout_seconds.max(1));
+            let timeout = input
+                .timeout_seconds
+                .map(Duration::from_secs)
+                .unwrap_or(default_timeout)
+                .clamp(Duration::from_secs(1), self.limits.max_timeout);
+            let scope = ScopeKey::for_session(sandbox_config.scope, &context.caller.session_key);
+            let porter_clis = &context.config.porter.clis;
+
+            let mut metering = Map::new();
+            metering.insert("porter".to_string(), json!(invokes_porter_cli(&input.command, porter_clis)));
+            metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
+
+            let mut env = std::collections::BTreeMap::new();
+            let mut token = None;
+            if let Some(porter) = self.porter.as_ref().filter(|_| !porter_clis.is_empty()) {
+                let grant = TokenGrant {
+                    session: context.caller.session_key.clone(),
+                    contact: context.caller.slug.clone(),
+                    role: context.caller.role_name.clone(),
+                };
+                // A lost revoke still expires shortly after the command's own deadline.
+                match porter.register(&grant, timeout + Duration::from_secs(60)).await {
+                    Ok(issued) => {
+                        env.insert("CLIPORT_TOKEN".to_string(), issued.clone());
+                        token = Some(issued);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "failed to register porter token; the command runs without one");
+                        metering.insert("porterTokenError".to_string(), json!(true));
+                    }
+                }
+            }
+
+            let request = ExecRequest { command: input.command.clone(), cwd, env, timeout, stdin: None };
+            let started = std::time::Instant::now();
+            let result = self.run(&scope, request, timeout).await;
+            if let (Some(porter), Some(token)) = (&self.porter, &token)
+                && let Err(error) = porter.revoke(token).await
+            {
+                tracing::warn!(%error, "failed to revoke porter token; it expires by itself");
+            }
+            metering.insert("durationMs".to_string(), json!(started.elapsed().as_millis() as u64));
+            let (stdout, stderr, ending) = result?;
+            metering.insert("stdoutBytes".to_string(), json!(stdout.total));
+            metering.insert("stderrBytes".to_string(), json!(stderr.total));
+            let exit_code = match ending {
+                Ending::Exited(code) => code,
+                Ending::TimedOut => return Err(ToolError::Timeout(timeout.as_secs())),
+            };
+            metering.insert("exitCode".to_string(), json!(exit_code));
+            metering.insert(
+                "truncated".to_string(),
+                json!(stdout.total > stdout.kept.len() || stderr.total > stderr.kept.len()),
+            );
+            let mut content = stdout.render("stdout");
+            if stderr.total > 0 {
+                if !content.is_empty() && !content.ends_with('\n') {
+                    content.push('\n');
+                }
+                content.push_str("[stderr]\n");
+                content.push_str(&stderr.render("stderr"));
+            }
+            if !content.is_empty() && !content.ends_with('\n') {
+                content.push('\n');
+            }
+            content.push_str(&format!("[exit code {exit_code}]"));
+            Ok(ToolOutput { content, untrusted: false, metering })
+        })
+    }
+}
+
+enum Ending {
+    Exited(i32),
+    TimedOut,
+}
+
+impl ExecTool {
+    async fn run(
+        &self,
+        scope: &ScopeKey,
+        request: ExecRequest,
+        timeout: Duration,
+    ) -> Result<(CappedOutput, CappedOutput, Ending), ToolError> {
+        let mut events = self.sandbox.exec(scope, request).await.map_err(|error| {
+            tracing::error!(%error, "sandbox unavailable; exec refused");
+            ToolError::Failed("commands cannot run right now: the sandbox is unavailable".to_string())
+        })?;
+        let (mut stdout, mut stderr) = (CappedOutput::default(), CappedOutput::default());
+        // The runner enforces the timeout; this backstop only guards a wedged runner.
+        let backstop = tokio::time::sleep(timeout + Duration::from_secs(30));
+        tokio::pin!(backstop);
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = &mut backstop => return Ok((stdout, stderr, Ending::TimedOut)),
+            };
+            match event {
+                Some(Ok(ExecEvent::Stdout(data))) => stdout.push(&data, self.limits.max_stdout_bytes),
+                Some(Ok(ExecEvent::Stderr(data))) => stderr.push(&data, self.limits.max_stderr_bytes),
+                Some(Ok(ExecEvent::Exit(code))) => return Ok((stdout, stderr, Ending::Exited(code))),
+                Some(Ok(ExecEvent::TimedOut)) => return Ok((stdout, stderr, Ending::TimedOut)),
+                Some(Err(error)) => {
+                    tracing::error!(%error, "sandbox command failed");
+                    return Err(ToolError::Failed("the command could not be run in the sandbox".to_string()));
+                }
+                None => return Err(ToolError::Failed("the sandbox ended the command unexpectedly".to_string())),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocklist(patterns: &[&str]) -> Vec<String> {
+        patterns.iter().map(|pattern| pattern.to_string()).collect()
+    }
+
+    #[test]
+    fn absent_blocklist_means_no_exec_and_empty_means_anything() {
+        assert!(matches!(check_blocklist("ls", None), Err(ToolError::Denied(_))));
+        assert!(check_blocklist("rm -rf /tmp/x", Some(&[])).is_ok());
+    }
+
+    #[test]
+    fn blocklist_matches_normalised_commands_and_every_segment() {
+        let list = blocklist(&["rm -rf *", "gh auth *", "curl*"]);
+        let blocked = [
+            "rm -rf /",
+            "rm   -rf   '/'",
+            "echo hi; rm -rf /",
+            "echo hi&&rm -rf /",
+            "true | /usr/bin/rm -rf /",
+            "env FOO=1 rm -rf /",
+            "sh -c 'rm -rf /'",
+            "echo $(gh auth token)",
+            "X=1 gh auth status",
+            "curl https://example.com",
+        ];
+        for command in blocked {
+            assert!(matches!(check_blocklist(command, Some(&list)), Err(ToolError::Denied(_))), "{command}");
+        }
+        for command in ["rm -r build", "gh pr list", "echo rm", "ls -la"] {
+            assert!(check_blocklist(command, Some(&list)).is_ok(), "{command}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_pattern_disables_exec() {
+        let list = blocklist(&["rm [-rf"]);
+        assert!(matches!(check_blocklist("ls", Some(&list)), Err(ToolError::Denied(_))));
+    }
+
+    #[test]
+    fn porter_cli_detection_looks_at_programs_not_arguments() {
+        let clis = vec!["gh".to_string()];
+        assert!(invokes_porter_cli("gh pr list", &clis));
+        assert!(invokes_porter_cli("cd repo && GH_PAGER= gh pr list | head", &clis));
+        assert!(invokes_porter_cli("/tmp/saint-bin/gh --version", &clis));
+        assert!(!invokes_porter_cli("echo gh", &clis));
+        assert!(!invokes_porter_cli("ghost", &clis));
+    }
+
+    #[test]
+    fn capped_output_keeps_the_head_and_counts_the_rest() {
+        let mut output = CappedOutput::default();
+        output.push(b"hello ", 8);
+        output.push(b"world", 8);
+        assert_eq!(output.render("stdout"), "hello wo\n[… 3 more bytes of stdout not shown]");
     }
 }

@@ -5,6 +5,7 @@
 pub mod connection;
 pub mod environment;
 pub mod process_group;
+pub mod seed;
 pub mod server;
 pub mod shims;
 pub mod wire;

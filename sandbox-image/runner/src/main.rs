@@ -6,6 +6,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use anyhow::Context;
 use clap::Parser;
 use saint_sandbox_runner::{
+    seed,
     server::{self, State},
     shims,
     working_directory::Roots,
@@ -34,6 +35,13 @@ struct Flags {
         default_value = ""
     )]
     token: String,
+    /// File holding the token (first line); wins over `--token`.
+    #[arg(long, env = "SAINT_RUNNER_TOKEN_FILE", value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Seed the scratch copy from the real workspace with this file or directory
+    /// (relative; repeatable; only when the copy was never seeded).
+    #[arg(long = "seed", env = "SAINT_SANDBOX_SEED", value_delimiter = ',', value_name = "PATH")]
+    seed: Vec<String>,
     /// The writable scratch copy: default working directory and HOME.
     #[arg(long, default_value = "/workspace")]
     workspace: PathBuf,
@@ -107,6 +115,17 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         names.extend(shims::read_names(path)?);
     }
     shims::install(&flags.shim_directory, &flags.proxy, &names)?;
+    let token = match &flags.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read token file {}", path.display()))?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        None => flags.token.clone(),
+    };
+    let seeds: Vec<String> = flags.seed.iter().filter(|entry| !entry.is_empty()).cloned().collect();
+    let seeded = seed::seed(&flags.agent, &flags.workspace, &seeds)?;
     let roots = Roots::resolve(&flags.workspace, &flags.agent).with_context(|| {
         format!(
             "failed to resolve {} and {}",
@@ -119,10 +138,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         flags.shim_directory.clone(),
         flags.shell.clone(),
         flags.default_timeout_seconds,
-        flags.token.clone(),
+        token,
     ));
     let listener = server::bind(&flags.socket, flags.socket_mode)?;
-    tracing::info!(socket = %flags.socket.display(), clis = names.len(), "runner ready");
+    tracing::info!(socket = %flags.socket.display(), clis = names.len(), seeded, "runner ready");
     let stopped = server::serve(
         listener,
         flags.socket.clone(),

@@ -154,6 +154,10 @@ impl Drop for ActiveConnection {
 /// Binds `path` atomically: the socket is bound under a temporary name and renamed into
 /// place, so a client that sees the path can connect (readiness = the path exists).
 pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServerError> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|source| ServerError::Bind { path: path.to_path_buf(), source })?;
+    }
     let temporary = path.with_extension("sock.binding");
     let _ = fs::remove_file(&temporary);
     let listener = UnixListener::bind(&temporary).map_err(|source| ServerError::Bind {

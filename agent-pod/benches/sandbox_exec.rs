@@ -1,0 +1,3 @@
+//! Sandbox exec benchmark (being written; see sandbox/local.rs).
+
+fn main() {}

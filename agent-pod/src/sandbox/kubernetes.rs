@@ -1,0 +1,531 @@
+//! The Kubernetes backend: one sandbox Job per scope, built from the Job template the
+//! operator rendered into the bot config (image, security context, volumes, pod
+//! affinity to the bot pod, deadlines). The agent fills only the name, scope labels,
+//! the owner reference and the runner's settings; policy stays with the operator and
+//! the admission policy.
+//!
+//! The agent reaches the runner through its socket on the bot's shared volume
+//! (`/run/saint/sandboxes/<job>/runner.sock`), so it needs no `pods/exec`. Touches only
+//! Jobs labelled as this bot's sandboxes (and reads their pods for error messages).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::future::BoxFuture;
+use k8s_openapi::{
+    api::{
+        batch::v1::Job,
+        core::v1::{EnvVar, Pod},
+    },
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams},
+};
+
+use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, random_token};
+
+/// Where the runner's directory is mounted when the template gives each sandbox its
+/// own sub-directory of the shared volume (the agent fills the `subPath`).
+pub const PER_SANDBOX_MOUNT: &str = "/run/saint/sandbox";
+
+/// The shared run directory inside the sandbox when there is no per-sandbox mount.
+pub const SHARED_RUN_DIRECTORY: &str = "/run/saint";
+
+/// Where, on the workspace volume, the run directory lives (`.saint/run`).
+pub const RUN_SUBPATH: &str = ".saint/run";
+
+/// Longest Kubernetes object name that is also a valid label value (`job-name`).
+const MAX_NAME: usize = 63;
+
+/// What varies per sandbox Job.
+#[derive(Clone, Debug)]
+pub struct JobParameters<'a> {
+    /// The SaintBot's name.
+    pub bot: &'a str,
+    /// The scope this sandbox serves.
+    pub scope: &'a ScopeKey,
+    /// Random suffix, so a restarted agent never collides with a leftover Job.
+    pub suffix: &'a str,
+    /// The token the runner requires.
+    pub runner_token: &'a str,
+    /// Porter CLI names to shim.
+    pub clis: &'a [String],
+    /// Files copied from `/agent` into `/workspace` at start.
+    pub seed: &'a [String],
+    /// The runner's own idle exit (a backstop; the agent reaps first).
+    pub runner_idle_timeout_seconds: u64,
+    /// The SaintBot owner reference, when the template does not carry one.
+    pub owner: Option<&'a OwnerReference>,
+}
+
+/// Why a Job could not be built or managed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobBuildError {
+    #[error("failed to build sandbox job: the bot config has no sandbox jobTemplate")]
+    NoTemplate,
+    #[error("failed to build sandbox job: jobTemplate is not a batch/v1 Job: {0}")]
+    Template(#[source] serde_json::Error),
+    #[error("failed to build sandbox job: jobTemplate has no pod spec or no container")]
+    NoContainer,
+    #[error(
+        "failed to build sandbox job: no owner reference to the SaintBot (a Job without one would outlive its bot)"
+    )]
+    NoOwner,
+}
+
+impl From<JobBuildError> for SandboxError {
+    fn from(error: JobBuildError) -> Self {
+        SandboxError::Start(error.to_string())
+    }
+}
+
+/// `<bot>-sbx-<scope>-<suffix>`, cut to 63 characters (the bot part shrinks).
+pub fn job_name(bot: &str, scope: &ScopeKey, suffix: &str) -> String {
+    let tail = format!("-sbx-{}-{suffix}", scope.id());
+    let room = MAX_NAME.saturating_sub(tail.len());
+    let bot: String = bot.chars().take(room).collect();
+    format!("{}{tail}", bot.trim_end_matches('-'))
+}
+
+/// The runner socket of Job `name` as the agent sees it.
+pub fn agent_socket_path(agent_run_directory: &Path, name: &str) -> PathBuf {
+    agent_run_directory.join("sandboxes").join(name).join("runner.sock")
+}
+
+fn set_env(env: &mut Vec<EnvVar>, name: &str, value: String) {
+    env.retain(|variable| variable.name != name);
+    env.push(EnvVar { name: name.to_string(), value: Some(value), value_from: None });
+}
+
+/// Builds the sandbox Job from the operator's template (pure).
+pub fn build_job(template: &serde_json::Value, parameters: &JobParameters<'_>) -> Result<Job, JobBuildError> {
+    let mut job: Job = serde_json::from_value(template.clone()).map_err(JobBuildError::Template)?;
+    let name = job_name(parameters.bot, parameters.scope, parameters.suffix);
+
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "saint".to_string()),
+        ("app.kubernetes.io/instance".to_string(), parameters.bot.to_string()),
+        ("app.kubernetes.io/managed-by".to_string(), "saint-operator".to_string()),
+        ("app.kubernetes.io/component".to_string(), "sandbox".to_string()),
+        ("saint.work/bot".to_string(), parameters.bot.to_string()),
+        ("saint.work/sandbox".to_string(), "true".to_string()),
+        ("saint.work/sandbox-scope".to_string(), parameters.scope.scope_label().to_string()),
+        ("saint.work/sandbox-key".to_string(), parameters.scope.id().to_string()),
+    ]);
+
+    let metadata = &mut job.metadata;
+    metadata.name = Some(name.clone());
+    metadata.generate_name = None;
+    metadata.resource_version = None;
+    metadata.uid = None;
+    metadata.labels.get_or_insert_with(BTreeMap::new).extend(labels.clone());
+    let has_owner = metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|owners| owners.iter().any(|owner| owner.kind == "SaintBot"));
+    if !has_owner {
+        let owner = parameters.owner.ok_or(JobBuildError::NoOwner)?;
+        metadata.owner_references.get_or_insert_with(Vec::new).push(owner.clone());
+    }
+
+    let spec = job.spec.get_or_insert_with(Default::default);
+    // One attempt: a sandbox that fails is replaced by the agent, not retried blindly.
+    spec.backoff_limit.get_or_insert(0);
+    spec.ttl_seconds_after_finished.get_or_insert(300);
+    let pod_metadata = spec.template.metadata.get_or_insert_with(Default::default);
+    pod_metadata.labels.get_or_insert_with(BTreeMap::new).extend(labels);
+    let pod = spec.template.spec.as_mut().ok_or(JobBuildError::NoContainer)?;
+    pod.restart_policy = Some("Never".to_string());
+    // Never a service-account token in a sandbox, whatever the template says.
+    pod.automount_service_account_token = Some(false);
+
+    let index = pod.containers.iter().position(|container| container.name == "runner").unwrap_or(0);
+    let container = pod.containers.get_mut(index).ok_or(JobBuildError::NoContainer)?;
+    let per_sandbox_mount = container
+        .volume_mounts
+        .iter_mut()
+        .flatten()
+        .find(|mount| mount.mount_path == PER_SANDBOX_MOUNT);
+    let socket = match per_sandbox_mount {
+        // This sandbox sees only its own runner directory: it can neither replace
+        // another sandbox's socket nor Porter's.
+        Some(mount) => {
+            mount.sub_path = Some(format!("{RUN_SUBPATH}/sandboxes/{name}"));
+            mount.sub_path_expr = None;
+            format!("{PER_SANDBOX_MOUNT}/runner.sock")
+        }
+        None => format!("{SHARED_RUN_DIRECTORY}/sandboxes/{name}/runner.sock"),
+    };
+    let env = container.env.get_or_insert_with(Vec::new);
+    set_env(env, "SAINT_RUNNER_SOCKET", socket);
+    set_env(env, "SAINT_RUNNER_TOKEN", parameters.runner_token.to_string());
+    set_env(env, "SAINT_SANDBOX_CLIS", parameters.clis.join(","));
+    set_env(env, "SAINT_SANDBOX_SEED", parameters.seed.join(","));
+    set_env(env, "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", parameters.runner_idle_timeout_seconds.to_string());
+    Ok(job)
+}
+
+/// Settings of the Kubernetes backend.
+#[derive(Clone, Debug)]
+pub struct KubernetesConfig {
+    /// The bot's namespace.
+    pub namespace: String,
+    /// The SaintBot's name.
+    pub bot: String,
+    /// `BotConfig.sandbox.jobTemplate`.
+    pub template: serde_json::Value,
+    /// Porter CLI names.
+    pub clis: Vec<String>,
+    /// Seed entries for `/workspace`.
+    pub seed: Vec<String>,
+    /// The agent container's `/run/saint` (the shared run directory).
+    pub agent_run_directory: PathBuf,
+    /// Reap after this long without a command.
+    pub idle_timeout: Duration,
+    /// Give up on a Job whose runner socket has not appeared after this long.
+    pub start_timeout: Duration,
+    /// The SaintBot owner reference, if the template does not carry it.
+    pub owner: Option<OwnerReference>,
+}
+
+struct RunningJob {
+    name: String,
+    socket: PathBuf,
+    token: String,
+    activity: Arc<Activity>,
+}
+
+/// Sandbox Jobs in the bot's namespace.
+pub struct KubernetesSandbox {
+    jobs: Api<Job>,
+    pods: Api<Pod>,
+    config: KubernetesConfig,
+    slots: Slots<RunningJob>,
+}
+
+impl KubernetesSandbox {
+    /// A backend using `client` in the bot's namespace.
+    pub fn new(client: Client, config: KubernetesConfig) -> Self {
+        Self {
+            jobs: Api::namespaced(client.clone(), &config.namespace),
+            pods: Api::namespaced(client, &config.namespace),
+            config,
+            slots: Slots::default(),
+        }
+    }
+
+    /// Deletes this bot's sandbox Jobs left by an earlier agent (their tokens are
+    /// lost with it). Call once at start.
+    pub async fn reap_leftovers(&self) -> Result<usize, SandboxError> {
+        let selector = format!("saint.work/bot={},saint.work/sandbox=true", self.config.bot);
+        let jobs = self
+            .jobs
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|error| SandboxError::Backend(format!("failed to list sandbox jobs: {error}")))?;
+        let mut deleted = 0;
+        for job in jobs {
+            if let Some(name) = job.metadata.name {
+                self.delete(&name).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), SandboxError> {
+        match self.jobs.delete(name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(SandboxError::Backend(format!("failed to delete sandbox job {name}: {error}"))),
+        }
+    }
+
+    async fn pod_summary(&self, name: &str) -> String {
+        let pods = match self.pods.list(&ListParams::default().labels(&format!("job-name={name}"))).await {
+            Ok(pods) => pods,
+            Err(error) => return format!("pods unreadable: {error}"),
+        };
+        let summaries: Vec<String> = pods
+            .into_iter()
+            .map(|pod| {
+                let status = pod.status.unwrap_or_default();
+                let waiting: Vec<String> = status
+                    .container_statuses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|container| container.state?.waiting?.reason)
+                    .collect();
+                format!(
+                    "pod {} phase {}{}",
+                    pod.metadata.name.unwrap_or_default(),
+                    status.phase.unwrap_or_else(|| "Unknown".to_string()),
+                    if waiting.is_empty() { String::new() } else { format!(" ({})", waiting.join(", ")) }
+                )
+            })
+            .collect();
+        if summaries.is_empty() { "no pod scheduled yet".to_string() } else { summaries.join("; ") }
+    }
+
+    async fn start(&self, scope: &ScopeKey) -> Result<RunningJob, SandboxError> {
+        let template = self.config.template.clone();
+        let token = random_token()?;
+        let suffix = &random_token()?[..6];
+        let parameters = JobParameters {
+            bot: &self.config.bot,
+            scope,
+            suffix,
+            runner_token: &token,
+            clis: &self.config.clis,
+            seed: &self.config.seed,
+            runner_idle_timeout_seconds: (self.config.idle_timeout.as_secs() * 2).max(60),
+            owner: self.config.owner.as_ref(),
+        };
+        let job = build_job(&template, &parameters)?;
+        let name = job.metadata.name.clone().unwrap_or_default();
+        self.jobs
+            .create(&PostParams::default(), &job)
+            .await
+            .map_err(|error| SandboxError::Start(format!("failed to create sandbox job {name}: {error}")))?;
+        let socket = agent_socket_path(&self.config.agent_run_directory, &name);
+        let started = Instant::now();
+        loop {
+            if socket.exists() && tokio::net::UnixStream::connect(&socket).await.is_ok() {
+                return Ok(RunningJob { name, socket, token, activity: Activity::new() });
+            }
+            if started.elapsed() >= self.config.start_timeout {
+                let detail = self.pod_summary(&name).await;
+                self.delete(&name).await?;
+                return Err(SandboxError::NotReady { seconds: self.config.start_timeout.as_secs(), detail });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Sandbox for KubernetesSandbox {
+    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
+        Box::pin(async move {
+            let slot = self.slots.slot(scope);
+            let mut guard = slot.lock().await;
+            // A Job whose runner socket vanished (pod gone) is replaced.
+            if let Some(running) = guard.as_ref()
+                && !running.socket.exists()
+            {
+                let dead = guard.take().expect("checked above");
+                tracing::warn!(job = dead.name, "sandbox runner gone; replacing the job");
+                self.delete(&dead.name).await?;
+            }
+            if guard.is_none() {
+                *guard = Some(self.start(scope).await?);
+            }
+            let running = guard.as_ref().expect("just ensured");
+            Ok(SandboxHandle {
+                socket: running.socket.clone(),
+                token: running.token.clone(),
+                lease: running.activity.lease(),
+            })
+        })
+    }
+
+    fn discard<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            let slot = self.slots.slot(scope);
+            if let Some(running) = slot.lock().await.take() {
+                self.delete(&running.name).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn reap_idle(&self) -> BoxFuture<'_, Result<usize, SandboxError>> {
+        Box::pin(async move {
+            let mut reaped = 0;
+            for (_, slot) in self.slots.all() {
+                let Ok(mut guard) = slot.try_lock() else { continue };
+                let idle = guard
+                    .as_ref()
+                    .is_some_and(|running| running.activity.is_idle(self.config.idle_timeout, Instant::now()));
+                if idle && let Some(running) = guard.take() {
+                    tracing::info!(job = running.name, "reaping idle sandbox job");
+                    self.delete(&running.name).await?;
+                    reaped += 1;
+                }
+            }
+            Ok(reaped)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::SandboxScope;
+    use serde_json::json;
+
+    use super::*;
+
+    fn template() -> serde_json::Value {
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "namespace": "acme",
+                "labels": {"saint.work/bot": "my-bot", "saint.work/sandbox": "true"},
+                "ownerReferences": [{
+                    "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+                    "name": "my-bot", "uid": "0b1c-uid"
+                }]
+            },
+            "spec": {
+                "activeDeadlineSeconds": 86400,
+                "ttlSecondsAfterFinished": 60,
+                "template": {
+                    "metadata": {"labels": {"saint.work/sandbox": "true"}},
+                    "spec": {
+                        "automountServiceAccountToken": false,
+                        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                            "labelSelector": {"matchLabels": {"saint.work/bot": "my-bot", "app.kubernetes.io/component": "agent"}},
+                            "topologyKey": "kubernetes.io/hostname"
+                        }]}},
+                        "containers": [{
+                            "name": "runner",
+                            "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
+                            "env": [{"name": "SAINT_RUNNER_TOKEN", "value": "from-template"}],
+                            "volumeMounts": [
+                                {"name": "workspace", "mountPath": "/agent", "readOnly": true},
+                                {"name": "workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
+                                {"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": "placeholder"},
+                                {"name": "scratch", "mountPath": "/workspace"}
+                            ]
+                        }],
+                        "volumes": [
+                            {"name": "workspace", "persistentVolumeClaim": {"claimName": "my-bot-workspace"}},
+                            {"name": "scratch", "emptyDir": {}}
+                        ]
+                    }
+                }
+            }
+        })
+    }
+
+    fn parameters<'a>(scope: &'a ScopeKey, clis: &'a [String], seed: &'a [String]) -> JobParameters<'a> {
+        JobParameters {
+            bot: "my-bot",
+            scope,
+            suffix: "a1b2c3",
+            runner_token: "runner-token-1",
+            clis,
+            seed,
+            runner_idle_timeout_seconds: 3600,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn job_fills_name_labels_runner_settings_and_keeps_the_operators_policy() {
+        let scope = ScopeKey::for_session(SandboxScope::Session, "http:acme-ana");
+        let clis = vec!["gh".to_string(), "jira".to_string()];
+        let seed = vec!["SOUL.md".to_string(), "skills".to_string()];
+        let job = build_job(&template(), &parameters(&scope, &clis, &seed)).unwrap();
+        let value = serde_json::to_value(&job).unwrap();
+        let name = format!("my-bot-sbx-{}-a1b2c3", scope.id());
+        assert_eq!(value["metadata"]["name"], json!(name));
+        let expected_labels = json!({
+            "app.kubernetes.io/component": "sandbox",
+            "app.kubernetes.io/instance": "my-bot",
+            "app.kubernetes.io/managed-by": "saint-operator",
+            "app.kubernetes.io/name": "saint",
+            "saint.work/bot": "my-bot",
+            "saint.work/sandbox": "true",
+            "saint.work/sandbox-key": scope.id(),
+            "saint.work/sandbox-scope": "session",
+        });
+        assert_eq!(value["metadata"]["labels"], expected_labels);
+        assert_eq!(value["spec"]["template"]["metadata"]["labels"], expected_labels);
+        assert_eq!(value["metadata"]["ownerReferences"][0]["uid"], json!("0b1c-uid"));
+        assert_eq!(value["metadata"]["ownerReferences"].as_array().unwrap().len(), 1);
+        // The operator's policy survives untouched.
+        assert_eq!(value["spec"]["activeDeadlineSeconds"], json!(86400));
+        assert_eq!(value["spec"]["ttlSecondsAfterFinished"], json!(60));
+        assert_eq!(value["spec"]["backoffLimit"], json!(0));
+        let pod = &value["spec"]["template"]["spec"];
+        assert_eq!(pod["affinity"], template()["spec"]["template"]["spec"]["affinity"]);
+        assert_eq!(pod["automountServiceAccountToken"], json!(false));
+        assert_eq!(pod["restartPolicy"], json!("Never"));
+        let container = &pod["containers"][0];
+        assert_eq!(container["image"], json!("ghcr.io/saint-work/saint-sandbox:0.1.0"));
+        assert_eq!(
+            container["env"],
+            json!([
+                {"name": "SAINT_RUNNER_SOCKET", "value": "/run/saint/sandbox/runner.sock"},
+                {"name": "SAINT_RUNNER_TOKEN", "value": "runner-token-1"},
+                {"name": "SAINT_SANDBOX_CLIS", "value": "gh,jira"},
+                {"name": "SAINT_SANDBOX_SEED", "value": "SOUL.md,skills"},
+                {"name": "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", "value": "3600"},
+            ])
+        );
+        assert_eq!(
+            container["volumeMounts"][2],
+            json!({"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": format!(".saint/run/sandboxes/{name}")})
+        );
+        assert_eq!(
+            agent_socket_path(Path::new("/run/saint"), &name),
+            PathBuf::from(format!("/run/saint/sandboxes/{name}/runner.sock"))
+        );
+    }
+
+    #[test]
+    fn owner_reference_comes_from_the_parameters_or_the_job_is_refused() {
+        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let mut template = template();
+        template["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+        let refused = build_job(&template, &parameters(&scope, &[], &[])).unwrap_err();
+        assert!(matches!(refused, JobBuildError::NoOwner));
+
+        let owner = OwnerReference {
+            api_version: "saint.work/v1alpha1".into(),
+            kind: "SaintBot".into(),
+            name: "my-bot".into(),
+            uid: "uid-from-agent".into(),
+            ..OwnerReference::default()
+        };
+        let mut with_owner = parameters(&scope, &[], &[]);
+        with_owner.owner = Some(&owner);
+        let job = build_job(&template, &with_owner).unwrap();
+        assert_eq!(job.metadata.owner_references.unwrap(), vec![owner]);
+        assert_eq!(job.metadata.name.unwrap(), "my-bot-sbx-agent-a1b2c3");
+    }
+
+    #[test]
+    fn without_a_per_sandbox_mount_the_socket_goes_under_the_shared_run_directory() {
+        let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
+        let mut template = template();
+        template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].as_array_mut().unwrap().remove(2);
+        let job = build_job(&template, &parameters(&scope, &[], &[])).unwrap();
+        let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+        assert_eq!(env[0].value.as_deref(), Some("/run/saint/sandboxes/my-bot-sbx-shared-a1b2c3/runner.sock"));
+    }
+
+    #[test]
+    fn long_bot_names_are_cut_to_a_valid_job_name() {
+        let scope = ScopeKey::for_session(SandboxScope::Session, "http:x");
+        let name = job_name(&"b".repeat(80), &scope, "a1b2c3");
+        assert_eq!(name.len(), 63);
+        assert!(name.ends_with(&format!("-sbx-{}-a1b2c3", scope.id())));
+    }
+
+    #[test]
+    fn a_template_that_is_not_a_job_is_refused() {
+        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let refused = build_job(&json!({"spec": "nonsense"}), &parameters(&scope, &[], &[]));
+        assert!(matches!(refused, Err(JobBuildError::Template(_))));
+        let no_pod = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {"template": {}}});
+        assert!(matches!(build_job(&no_pod, &parameters(&scope, &[], &[])), Err(JobBuildError::NoContainer)));
+    }
+}

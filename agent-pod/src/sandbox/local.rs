@@ -1,0 +1,507 @@
+//! The local backend: one `saint-sandbox-runner` per scope under bubblewrap — new
+//! user, PID, network (no interfaces), IPC, UTS and cgroup namespaces, no
+//! capabilities, a cleared environment, read-only system directories, the real
+//! workspace read-only at `/agent`, a per-scope scratch directory at `/workspace`.
+//!
+//! Creates and deletes only below its state directory, which must lie outside the
+//! workspace (else every sandbox could read every other scope's scratch via `/agent`).
+//! If bubblewrap is missing or fails, `ensure` returns an error: nothing ever runs
+//! outside the sandbox.
+
+use std::{
+    ffi::OsString,
+    fs, io,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::future::BoxFuture;
+use tokio::process::{Child, Command};
+
+use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, random_token};
+
+/// Where things appear inside the sandbox.
+pub const SANDBOX_RUNNER: &str = "/opt/saint/bin/saint-sandbox-runner";
+/// The proxy every Porter shim links to, inside the sandbox.
+pub const SANDBOX_PROXY: &str = "/opt/saint/bin/cliport-proxy";
+/// The runner's own directory (socket and token), inside the sandbox.
+pub const SANDBOX_RUN_DIRECTORY: &str = "/run/saint/sandbox";
+/// Porter's socket directory, inside the sandbox (`porter.sock` in it).
+pub const SANDBOX_PORTER_DIRECTORY: &str = "/run/saint/porter";
+
+/// The uid and gid commands run as inside the sandbox (mapped to the agent's own).
+const SANDBOX_ID: &str = "1000";
+
+/// `/etc` entries the sandbox sees (read-only): what the dynamic loader, Python and
+/// git need. Never the whole `/etc` (shadow, host keys, credentials of host tools).
+const ETC_ENTRIES: &[&str] = &[
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+];
+
+/// Settings of the local backend.
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// The bubblewrap binary (`/usr/bin/bwrap`).
+    pub bwrap: PathBuf,
+    /// The `saint-sandbox-runner` binary on this machine.
+    pub runner: PathBuf,
+    /// The `cliport-proxy` binary on this machine; none: no Porter shims.
+    pub proxy: Option<PathBuf>,
+    /// CLI names to shim through Porter.
+    pub clis: Vec<String>,
+    /// The real workspace (read-only at `/agent`).
+    pub workspace: PathBuf,
+    /// Scratch copies and runner sockets, one directory per scope; outside `workspace`.
+    pub state_directory: PathBuf,
+    /// Directory holding Porter's socket (read-only at `/run/saint/porter`).
+    pub porter_socket_directory: Option<PathBuf>,
+    /// Reap a sandbox after this long without a command.
+    pub idle_timeout: Duration,
+    /// Give up on a sandbox whose runner is not listening after this long.
+    pub start_timeout: Duration,
+    /// Files and directories copied from the workspace into a new `/workspace`.
+    pub seed: Vec<String>,
+}
+
+impl LocalConfig {
+    /// Defaults for a workspace and state directory: `/usr/bin/bwrap`, 30 min idle,
+    /// 10 s start timeout, seeded with bootstrap files and skills.
+    pub fn new(workspace: PathBuf, state_directory: PathBuf, runner: PathBuf) -> Self {
+        Self {
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            runner,
+            proxy: None,
+            clis: Vec::new(),
+            workspace,
+            state_directory,
+            porter_socket_directory: None,
+            idle_timeout: Duration::from_secs(1800),
+            start_timeout: Duration::from_secs(10),
+            seed: super::seed_entries(),
+        }
+    }
+}
+
+/// How this machine lays out its system directories (merged `/usr` or not).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostLayout {
+    /// Top-level directories to re-create: (path, symlink target if it is a link).
+    pub system_directories: Vec<(String, Option<String>)>,
+    /// `/etc` entries that exist here (from [`ETC_ENTRIES`]).
+    pub etc_entries: Vec<String>,
+}
+
+impl HostLayout {
+    /// Probes `/bin`, `/sbin`, `/lib*` and the allowed `/etc` entries.
+    pub fn probe() -> Self {
+        let mut layout = Self::default();
+        for directory in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
+            match fs::symlink_metadata(directory) {
+                Ok(metadata) if metadata.file_type().is_symlink() => {
+                    let target = fs::read_link(directory).ok().map(|target| target.display().to_string());
+                    layout.system_directories.push((directory.to_string(), target));
+                }
+                Ok(metadata) if metadata.is_dir() => layout.system_directories.push((directory.to_string(), None)),
+                _ => {}
+            }
+        }
+        for entry in ETC_ENTRIES {
+            if Path::new("/etc").join(entry).exists() {
+                layout.etc_entries.push(entry.to_string());
+            }
+        }
+        layout
+    }
+}
+
+/// Host paths of one scope's sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopePaths {
+    /// Persistent scratch copy (`/workspace`).
+    pub scratch: PathBuf,
+    /// The runner's directory: socket and token (`/run/saint/sandbox`).
+    pub run: PathBuf,
+    /// bubblewrap's and the runner's own output, for start errors.
+    pub log: PathBuf,
+    /// Synthetic `/etc/passwd` and `/etc/group`.
+    pub etc: PathBuf,
+}
+
+impl ScopePaths {
+    fn new(state_directory: &Path, scope: &ScopeKey) -> Self {
+        let base = state_directory.join("scopes").join(scope.id());
+        Self {
+            scratch: base.join("workspace"),
+            run: base.join("run"),
+            log: base.join("sandbox.log"),
+            etc: state_directory.join("etc"),
+        }
+    }
+
+    /// The runner socket on this machine.
+    pub fn socket(&self) -> PathBuf {
+        self.run.join("runner.sock")
+    }
+}
+
+fn push(arguments: &mut Vec<OsString>, items: &[&str]) {
+    arguments.extend(items.iter().map(OsString::from));
+}
+
+fn push_bind(arguments: &mut Vec<OsString>, flag: &str, source: &Path, destination: &str) {
+    arguments.push(flag.into());
+    arguments.push(source.as_os_str().to_owned());
+    arguments.push(destination.into());
+}
+
+/// The complete bubblewrap command line for one scope (pure).
+pub fn bwrap_arguments(config: &LocalConfig, paths: &ScopePaths, host: &HostLayout) -> Vec<OsString> {
+    let mut arguments = Vec::new();
+    // Namespaces: all of them (network with only a downed loopback, PID, IPC, UTS,
+    // cgroup, user); no nested user namespaces; the sandbox dies with the agent.
+    push(
+        &mut arguments,
+        &[
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--uid",
+            SANDBOX_ID,
+            "--gid",
+            SANDBOX_ID,
+            "--hostname",
+            "sandbox",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--cap-drop",
+            "ALL",
+        ],
+    );
+    push_bind(&mut arguments, "--ro-bind", Path::new("/usr"), "/usr");
+    for (directory, link) in &host.system_directories {
+        match link {
+            Some(target) => push(&mut arguments, &["--symlink", target, directory]),
+            None => push_bind(&mut arguments, "--ro-bind", Path::new(directory), directory),
+        }
+    }
+    for entry in &host.etc_entries {
+        let path = format!("/etc/{entry}");
+        push_bind(&mut arguments, "--ro-bind", Path::new(&path), &path);
+    }
+    push_bind(&mut arguments, "--ro-bind", &paths.etc.join("passwd"), "/etc/passwd");
+    push_bind(&mut arguments, "--ro-bind", &paths.etc.join("group"), "/etc/group");
+    push(&mut arguments, &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push_bind(&mut arguments, "--ro-bind", &config.workspace, "/agent");
+    push_bind(&mut arguments, "--bind", &paths.scratch, "/workspace");
+    // Porter's directory is read-only: a command must not replace Porter's socket
+    // with its own listener and collect other sandboxes' calls.
+    if let Some(porter) = &config.porter_socket_directory {
+        push_bind(&mut arguments, "--ro-bind", porter, SANDBOX_PORTER_DIRECTORY);
+    }
+    push_bind(&mut arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
+    push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
+    if let Some(proxy) = &config.proxy {
+        push_bind(&mut arguments, "--ro-bind", proxy, SANDBOX_PROXY);
+    }
+    push(
+        &mut arguments,
+        &[
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/workspace",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--chdir",
+            "/workspace",
+            "--",
+            SANDBOX_RUNNER,
+            "--socket",
+            &format!("{SANDBOX_RUN_DIRECTORY}/runner.sock"),
+            "--token-file",
+            &format!("{SANDBOX_RUN_DIRECTORY}/token"),
+            "--workspace",
+            "/workspace",
+            "--agent",
+            "/agent",
+            "--shim-directory",
+            "/tmp/saint-bin",
+            "--proxy",
+            SANDBOX_PROXY,
+            "--socket-mode",
+            "600",
+            "--idle-timeout-seconds",
+            // The runner's own idle exit is a backstop; the agent reaps first.
+            &(config.idle_timeout.as_secs() * 2).max(60).to_string(),
+        ],
+    );
+    if config.proxy.is_some() {
+        for cli in &config.clis {
+            push(&mut arguments, &["--cli", cli]);
+        }
+    }
+    if !config.seed.is_empty() {
+        push(&mut arguments, &["--seed", &config.seed.join(",")]);
+    }
+    arguments
+}
+
+/// A running sandbox.
+struct Running {
+    child: Child,
+    socket: PathBuf,
+    token: String,
+    activity: Arc<Activity>,
+}
+
+impl Running {
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    async fn stop(mut self) {
+        // Killing the outer bwrap kills the namespace's init (--die-with-parent), and
+        // with it every process in the sandbox's PID namespace.
+        let _ = self.child.kill().await;
+        let _ = fs::remove_file(&self.socket);
+    }
+}
+
+/// Sandboxes under bubblewrap on this machine.
+pub struct LocalSandbox {
+    config: LocalConfig,
+    host: HostLayout,
+    slots: Slots<Running>,
+}
+
+impl LocalSandbox {
+    /// Checks the configuration. The state directory must not be inside the workspace.
+    pub fn new(config: LocalConfig) -> Result<Self, SandboxError> {
+        fs::create_dir_all(&config.state_directory).map_err(|error| {
+            SandboxError::Start(format!(
+                "failed to create sandbox state directory {}: {error}",
+                config.state_directory.display()
+            ))
+        })?;
+        let state = config.state_directory.canonicalize().map_err(|error| {
+            SandboxError::Start(format!("failed to resolve {}: {error}", config.state_directory.display()))
+        })?;
+        let workspace = config.workspace.canonicalize().map_err(|error| {
+            SandboxError::Start(format!("failed to resolve workspace {}: {error}", config.workspace.display()))
+        })?;
+        if state.starts_with(&workspace) {
+            return Err(SandboxError::Start(format!(
+                "sandbox state directory {} is inside the workspace; every sandbox could read \
+                 every other scope's scratch through /agent",
+                state.display()
+            )));
+        }
+        let config = LocalConfig { state_directory: state, workspace, ..config };
+        Ok(Self { config, host: HostLayout::probe(), slots: Slots::default() })
+    }
+
+    /// The host paths of a scope (for tests and operators inspecting a sandbox).
+    pub fn paths(&self, scope: &ScopeKey) -> ScopePaths {
+        ScopePaths::new(&self.config.state_directory, scope)
+    }
+
+    fn prepare(&self, paths: &ScopePaths, token: &str) -> io::Result<()> {
+        fs::create_dir_all(&paths.scratch)?;
+        fs::create_dir_all(&paths.etc)?;
+        fs::write(paths.etc.join("passwd"), format!("sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:sandbox:/workspace:/bin/sh\n"))?;
+        fs::write(paths.etc.join("group"), format!("sandbox:x:{SANDBOX_ID}:\n"))?;
+        // A fresh runner directory per start: no stale socket can look ready.
+        if paths.run.exists() {
+            fs::remove_dir_all(&paths.run)?;
+        }
+        fs::create_dir_all(&paths.run)?;
+        fs::set_permissions(&paths.run, fs::Permissions::from_mode(0o700))?;
+        let token_path = paths.run.join("token");
+        fs::write(&token_path, token)?;
+        fs::set_permissions(&token_path, fs::Permissions::from_mode(0o600))
+    }
+
+    async fn start(&self, scope: &ScopeKey) -> Result<Running, SandboxError> {
+        let paths = self.paths(scope);
+        let token = random_token()?;
+        self.prepare(&paths, &token).map_err(|error| {
+            SandboxError::Start(format!("failed to prepare sandbox directories for {}: {error}", scope.id()))
+        })?;
+        let log = fs::File::create(&paths.log)
+            .map_err(|error| SandboxError::Start(format!("failed to create {}: {error}", paths.log.display())))?;
+        let log_for_stderr = log
+            .try_clone()
+            .map_err(|error| SandboxError::Start(format!("failed to open sandbox log: {error}")))?;
+        let mut command = Command::new(&self.config.bwrap);
+        command
+            .args(bwrap_arguments(&self.config, &paths, &self.host))
+            // bubblewrap gets nothing from the agent's environment either.
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_for_stderr)
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|error| {
+            SandboxError::Start(format!(
+                "failed to run bubblewrap ({}): {error}; exec is disabled rather than run unsandboxed",
+                self.config.bwrap.display()
+            ))
+        })?;
+        let mut running = Running { child, socket: paths.socket(), token, activity: Activity::new() };
+        let started = Instant::now();
+        loop {
+            if running.socket.exists() && tokio::net::UnixStream::connect(&running.socket).await.is_ok() {
+                return Ok(running);
+            }
+            if let Ok(Some(status)) = running.child.try_wait() {
+                let output = fs::read_to_string(&paths.log).unwrap_or_default();
+                return Err(SandboxError::Start(format!(
+                    "bubblewrap exited ({status}) before the runner was ready: {}; exec is disabled \
+                     rather than run unsandboxed",
+                    output.trim()
+                )));
+            }
+            if started.elapsed() >= self.config.start_timeout {
+                running.stop().await;
+                let output = fs::read_to_string(&paths.log).unwrap_or_default();
+                return Err(SandboxError::NotReady {
+                    seconds: self.config.start_timeout.as_secs(),
+                    detail: format!("runner socket never appeared; log: {}", output.trim()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Sandbox for LocalSandbox {
+    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
+        Box::pin(async move {
+            let slot = self.slots.slot(scope);
+            let mut guard = slot.lock().await;
+            if let Some(running) = guard.as_mut() {
+                if running.is_alive() {
+                    return Ok(SandboxHandle {
+                        socket: running.socket.clone(),
+                        token: running.token.clone(),
+                        lease: running.activity.lease(),
+                    });
+                }
+                tracing::warn!(scope = scope.id(), "sandbox died; starting a new one");
+                if let Some(dead) = guard.take() {
+                    dead.stop().await;
+                }
+            }
+            let running = self.start(scope).await?;
+            let handle = SandboxHandle {
+                socket: running.socket.clone(),
+                token: running.token.clone(),
+                lease: running.activity.lease(),
+            };
+            *guard = Some(running);
+            Ok(handle)
+        })
+    }
+
+    fn discard<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(async move {
+            let slot = self.slots.slot(scope);
+            if let Some(running) = slot.lock().await.take() {
+                running.stop().await;
+            }
+            Ok(())
+        })
+    }
+
+    fn reap_idle(&self) -> BoxFuture<'_, Result<usize, SandboxError>> {
+        Box::pin(async move {
+            let mut reaped = 0;
+            for (scope, slot) in self.slots.all() {
+                // A locked slot is starting a sandbox: not idle.
+                let Ok(mut guard) = slot.try_lock() else { continue };
+                let idle = match guard.as_mut() {
+                    Some(running) => !running.is_alive() || running.activity.is_idle(self.config.idle_timeout, Instant::now()),
+                    None => false,
+                };
+                if idle && let Some(running) = guard.take() {
+                    tracing::info!(scope = scope.id(), "reaping idle sandbox");
+                    running.stop().await;
+                    reaped += 1;
+                }
+            }
+            Ok(reaped)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::SandboxScope;
+
+    use super::*;
+
+    fn strings(arguments: &[OsString]) -> Vec<String> {
+        arguments.iter().map(|argument| argument.to_string_lossy().into_owned()).collect()
+    }
+
+    fn window(arguments: &[String], items: &[&str]) -> bool {
+        arguments.windows(items.len()).any(|window| window == items)
+    }
+
+    #[test]
+    fn bwrap_isolates_network_pids_env_and_mounts_the_workspace_read_only() {
+        let mut config = LocalConfig::new("/srv/acme-ws".into(), "/var/lib/acme-state".into(), "/opt/runner".into());
+        config.proxy = Some("/opt/cliport-proxy".into());
+        config.clis = vec!["gh".to_string()];
+        config.porter_socket_directory = Some("/srv/porter-run".into());
+        let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
+        let paths = ScopePaths::new(&config.state_directory, &scope);
+        let host = HostLayout {
+            system_directories: vec![("/bin".into(), Some("usr/bin".into())), ("/lib64".into(), None)],
+            etc_entries: vec!["ld.so.cache".into()],
+        };
+        let arguments = strings(&bwrap_arguments(&config, &paths, &host));
+        for flag in ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--clearenv", "--new-session"] {
+            assert!(arguments.contains(&flag.to_string()), "missing {flag}");
+        }
+        assert!(!arguments.iter().any(|argument| argument.starts_with("--share")), "no namespace may be shared");
+        assert!(window(&arguments, &["--cap-drop", "ALL"]));
+        assert!(window(&arguments, &["--ro-bind", "/srv/acme-ws", "/agent"]));
+        let scratch = paths.scratch.display().to_string();
+        assert!(window(&arguments, &["--bind", &scratch, "/workspace"]));
+        assert!(window(&arguments, &["--ro-bind", "/srv/porter-run", "/run/saint/porter"]));
+        assert!(window(&arguments, &["--symlink", "usr/bin", "/bin"]));
+        assert!(window(&arguments, &["--ro-bind", "/lib64", "/lib64"]));
+        assert!(window(&arguments, &["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]));
+        assert!(!window(&arguments, &["--ro-bind", "/etc", "/etc"]), "never the whole /etc");
+        assert!(window(&arguments, &["--cli", "gh"]));
+        // Everything before `--` is bubblewrap's; the runner comes right after it.
+        let separator = arguments.iter().position(|argument| argument == "--").unwrap();
+        assert_eq!(arguments[separator + 1], SANDBOX_RUNNER);
+        assert!(!arguments.iter().any(|argument| argument.contains("TOKEN")), "the token travels in a file");
+    }
+
+    #[test]
+    fn a_state_directory_inside_the_workspace_is_refused() {
+        let workspace = tempfile::tempdir().unwrap();
+        let config = LocalConfig::new(workspace.path().into(), workspace.path().join(".sandboxes"), "/opt/runner".into());
+        let refused = LocalSandbox::new(config).err().unwrap();
+        assert!(refused.to_string().contains("inside the workspace"), "{refused}");
+    }
+}

@@ -1,0 +1,285 @@
+//! Sandboxes: where the `exec` tool runs commands. A [`Sandbox`] backend keeps one warm
+//! sandbox per [`ScopeKey`] (session, agent or shared), each running
+//! `saint-sandbox-runner`, and runs commands in it over the runner's unix socket.
+//!
+//! Backends: [`local`] (bubblewrap on this machine) and [`kubernetes`] (a Job per
+//! scope). Neither ever runs a command outside a sandbox: if no sandbox can be had,
+//! `exec` fails with an error (fail closed).
+
+pub mod kubernetes;
+pub mod local;
+pub mod porter_control;
+pub mod runner_client;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{future::BoxFuture, stream::BoxStream};
+use saint_config::SandboxScope;
+use sha2::{Digest, Sha256};
+
+/// Files copied from the real workspace into a new sandbox's `/workspace` (seed §3.1:
+/// bootstrap files and skills; never memory, config or data).
+pub fn seed_entries() -> Vec<String> {
+    let mut entries: Vec<String> =
+        saint_config::BOOTSTRAP_FILES.iter().map(|name| name.to_string()).collect();
+    entries.push("skills".to_string());
+    entries
+}
+
+/// Which sandbox a command runs in: one per session, one for the bot, or one shared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScopeKey {
+    label: &'static str,
+    id: String,
+}
+
+impl ScopeKey {
+    /// The key for a call in `session_key` under the configured scope. Session keys
+    /// hold channel identities (phone numbers), so only a hash of them is used in
+    /// names, labels and paths.
+    pub fn for_session(scope: SandboxScope, session_key: &str) -> Self {
+        let label = match scope {
+            SandboxScope::Session => "session",
+            SandboxScope::Agent => "agent",
+            SandboxScope::Shared => "shared",
+        };
+        let id = match scope {
+            SandboxScope::Session => {
+                let digest = Sha256::digest(session_key.as_bytes());
+                format!("s-{}", &hex::encode(digest)[..16])
+            }
+            SandboxScope::Agent => "agent".to_string(),
+            SandboxScope::Shared => "shared".to_string(),
+        };
+        Self { label, id }
+    }
+
+    /// A short id safe in file names and Kubernetes names/labels (`[a-z0-9-]`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The scope's label value (`session`, `agent`, `shared`).
+    pub fn scope_label(&self) -> &'static str {
+        self.label
+    }
+}
+
+/// One command for a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The command line (run as `sh -c`).
+    pub command: String,
+    /// Working directory inside the sandbox (`/workspace/...` or `/agent/...`).
+    pub cwd: String,
+    /// The command's environment beyond PATH/HOME/LANG. Never credentials; at most
+    /// the command's own Porter token.
+    pub env: BTreeMap<String, String>,
+    /// When the runner kills the command's process group.
+    pub timeout: Duration,
+    /// Bytes for the command's stdin (none: empty stdin).
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// What a running command produces, in order; the stream ends after `Exit` or
+/// `TimedOut`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecEvent {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// The command ended with this status (128 + n for signal n).
+    Exit(i32),
+    /// The runner killed the command at its timeout.
+    TimedOut,
+}
+
+/// The events of one command. Dropping it early disconnects, and the runner kills
+/// the command.
+pub type ExecStream = BoxStream<'static, Result<ExecEvent, SandboxError>>;
+
+/// Why a sandbox could not be had or a command could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("failed to start sandbox: {0}")]
+    Start(String),
+    #[error("failed to start sandbox: not ready after {seconds} s ({detail})")]
+    NotReady { seconds: u64, detail: String },
+    #[error("failed to reach sandbox runner at {path}: {source}")]
+    Unreachable { path: PathBuf, source: std::io::Error },
+    #[error("failed to talk to sandbox runner: {0}")]
+    Protocol(String),
+    #[error("sandbox runner refused the command ({code}): {message}")]
+    Refused { code: &'static str, message: String },
+    #[error("failed to manage sandbox: {0}")]
+    Backend(String),
+}
+
+/// A warm sandbox, leased for one command. While a lease lives the sandbox is not
+/// reaped; dropping it marks the sandbox used now.
+pub struct SandboxHandle {
+    /// The runner socket as the agent sees it.
+    pub socket: PathBuf,
+    /// The token the runner requires.
+    pub token: String,
+    /// Keeps the sandbox busy until the command ends.
+    pub lease: Lease,
+}
+
+/// A backend that keeps sandboxes warm per scope and reaps idle ones.
+pub trait Sandbox: Send + Sync {
+    /// A warm sandbox for `scope`, started (and seeded) if none is running, replaced if
+    /// the old one died.
+    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>>;
+
+    /// Destroys the sandbox of `scope`, if any (its runner is unreachable).
+    fn discard<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// Destroys sandboxes idle longer than the idle timeout; returns how many.
+    fn reap_idle(&self) -> BoxFuture<'_, Result<usize, SandboxError>>;
+
+    /// Runs one command in the scope's sandbox, streaming its output. A sandbox whose
+    /// runner cannot be reached is discarded and replaced once.
+    fn exec<'a>(
+        &'a self,
+        scope: &'a ScopeKey,
+        request: ExecRequest,
+    ) -> BoxFuture<'a, Result<ExecStream, SandboxError>> {
+        Box::pin(async move {
+            let handle = self.ensure(scope).await?;
+            match runner_client::start(handle, &request).await {
+                Err(SandboxError::Unreachable { .. }) => {
+                    self.discard(scope).await?;
+                    let handle = self.ensure(scope).await?;
+                    runner_client::start(handle, &request).await
+                }
+                other => other,
+            }
+        })
+    }
+}
+
+/// Use tracking shared by a warm sandbox and its leases.
+#[derive(Debug)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    last_used: Mutex<Instant>,
+}
+
+impl Activity {
+    /// A fresh, unused sandbox.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self { in_flight: AtomicUsize::new(0), last_used: Mutex::new(Instant::now()) })
+    }
+
+    /// Marks one more command running.
+    pub fn lease(self: &Arc<Self>) -> Lease {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        *self.last_used.lock().expect("activity lock") = Instant::now();
+        Lease(Some(self.clone()))
+    }
+
+    /// Whether the sandbox ran nothing for `idle_timeout` and runs nothing now.
+    pub fn is_idle(&self, idle_timeout: Duration, now: Instant) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0
+            && now.saturating_duration_since(*self.last_used.lock().expect("activity lock"))
+                >= idle_timeout
+    }
+}
+
+/// One running command's hold on its sandbox.
+#[derive(Debug)]
+pub struct Lease(Option<Arc<Activity>>);
+
+impl Lease {
+    /// A lease on nothing (for tests and one-off runners).
+    pub fn detached() -> Self {
+        Self(None)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(activity) = self.0.take() {
+            *activity.last_used.lock().expect("activity lock") = Instant::now();
+            activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Per-scope slots: each scope's sandbox is created under its own async lock, so two
+/// commands of one session never start two sandboxes, and a slow start in one scope
+/// does not hold up another.
+pub struct Slots<T> {
+    slots: Mutex<HashMap<ScopeKey, Arc<tokio::sync::Mutex<Option<T>>>>>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Self { slots: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<T> Slots<T> {
+    /// The slot of `scope` (created empty on first use).
+    pub fn slot(&self, scope: &ScopeKey) -> Arc<tokio::sync::Mutex<Option<T>>> {
+        self.slots.lock().expect("slots lock").entry(scope.clone()).or_default().clone()
+    }
+
+    /// Every slot, for reaping.
+    pub fn all(&self) -> Vec<(ScopeKey, Arc<tokio::sync::Mutex<Option<T>>>)> {
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .iter()
+            .map(|(scope, slot)| (scope.clone(), slot.clone()))
+            .collect()
+    }
+}
+
+/// A random token (hex of 32 bytes from the kernel's CSPRNG).
+pub fn random_token() -> Result<String, SandboxError> {
+    use std::io::Read;
+    let mut bytes = [0_u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|error| SandboxError::Start(format!("failed to read random bytes: {error}")))?;
+    Ok(hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_keys_hash_sessions_and_share_the_rest() {
+        let ana = ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567");
+        let marko = ScopeKey::for_session(SandboxScope::Session, "email:marko@example.com");
+        assert_ne!(ana, marko);
+        assert!(ana.id().starts_with("s-") && ana.id().len() == 18, "{}", ana.id());
+        assert!(!ana.id().contains("385"), "the phone number must not appear");
+        assert_eq!(ana, ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567"));
+        let agent_a = ScopeKey::for_session(SandboxScope::Agent, "whatsapp:+385911234567");
+        let agent_b = ScopeKey::for_session(SandboxScope::Agent, "email:marko@example.com");
+        assert_eq!(agent_a, agent_b);
+        assert_eq!(agent_a.scope_label(), "agent");
+    }
+
+    #[test]
+    fn a_leased_sandbox_is_never_idle() {
+        let activity = Activity::new();
+        let lease = activity.lease();
+        let later = Instant::now() + Duration::from_secs(3600);
+        assert!(!activity.is_idle(Duration::from_secs(1), later));
+        drop(lease);
+        assert!(activity.is_idle(Duration::from_secs(1), later));
+        assert!(!activity.is_idle(Duration::from_secs(1), Instant::now()));
+    }
+}

@@ -1,0 +1,130 @@
+//! Client of Porter's control socket (reached only by the agent container): register a
+//! token bound to {session, contact, role} for one sandbox command, revoke it after.
+//!
+//! Wire format (Porter's `control.rs`): one JSON object per line each way —
+//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…}` →
+//! `{"ok":true,"token":…}`; `{"op":"revoke","token":…}` → `{"ok":true,"revoked":…}`.
+//! Touches only that socket.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::UnixStream,
+};
+
+/// Why a control call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PorterControlError {
+    #[error("failed to reach porter control socket {path}: {source}")]
+    Connect { path: PathBuf, source: std::io::Error },
+    #[error("failed to talk to porter control socket: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("failed to talk to porter control socket: {0}")]
+    Protocol(String),
+    #[error("porter refused the control request: {0}")]
+    Refused(String),
+    #[error("failed to talk to porter control socket: no answer within {0} s")]
+    Timeout(u64),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+enum ControlRequest<'a> {
+    #[serde(rename_all = "camelCase")]
+    Register { session: &'a str, contact: &'a str, role: &'a str, ttl_seconds: u64 },
+    Revoke { token: &'a str },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ControlResponse {
+    ok: bool,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Who a token is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenGrant {
+    pub session: String,
+    pub contact: String,
+    pub role: String,
+}
+
+/// A client of one control socket; each call is one short connection.
+#[derive(Clone, Debug)]
+pub struct PorterControl {
+    socket: PathBuf,
+    call_timeout: Duration,
+}
+
+impl PorterControl {
+    /// A client of the control socket at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self { socket: socket.into(), call_timeout: Duration::from_secs(5) }
+    }
+
+    /// Registers a token for one command, valid for `ttl` (the command's timeout plus
+    /// a margin, so a lost revoke still expires).
+    pub async fn register(&self, grant: &TokenGrant, ttl: Duration) -> Result<String, PorterControlError> {
+        let request = ControlRequest::Register {
+            session: &grant.session,
+            contact: &grant.contact,
+            role: &grant.role,
+            ttl_seconds: ttl.as_secs().max(1),
+        };
+        let response = self.call(&request).await?;
+        response
+            .token
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| PorterControlError::Protocol("register answered without a token".to_string()))
+    }
+
+    /// Revokes a token; revoking an unknown or expired token is not an error.
+    pub async fn revoke(&self, token: &str) -> Result<(), PorterControlError> {
+        self.call(&ControlRequest::Revoke { token }).await.map(|_| ())
+    }
+
+    async fn call(&self, request: &ControlRequest<'_>) -> Result<ControlResponse, PorterControlError> {
+        let exchange = async {
+            let stream = UnixStream::connect(&self.socket)
+                .await
+                .map_err(|source| PorterControlError::Connect { path: self.socket.clone(), source })?;
+            let (read_half, mut write_half) = stream.into_split();
+            let mut line = serde_json::to_string(request).expect("control request is serialisable");
+            line.push('\n');
+            write_half.write_all(line.as_bytes()).await.map_err(PorterControlError::Io)?;
+            let mut answer = String::new();
+            BufReader::new(read_half).read_line(&mut answer).await.map_err(PorterControlError::Io)?;
+            let response: ControlResponse = serde_json::from_str(answer.trim_end())
+                .map_err(|error| PorterControlError::Protocol(format!("bad answer {answer:?}: {error}")))?;
+            if !response.ok {
+                return Err(PorterControlError::Refused(response.error.unwrap_or_default()));
+            }
+            Ok(response)
+        };
+        tokio::time::timeout(self.call_timeout, exchange)
+            .await
+            .map_err(|_| PorterControlError::Timeout(self.call_timeout.as_secs()))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_match_porters_line_format() {
+        let register = ControlRequest::Register { session: "s1", contact: "ana", role: "owner", ttl_seconds: 150 };
+        assert_eq!(
+            serde_json::to_value(&register).unwrap(),
+            serde_json::json!({"op": "register", "session": "s1", "contact": "ana", "role": "owner", "ttlSeconds": 150})
+        );
+        let revoke = ControlRequest::Revoke { token: "t" };
+        assert_eq!(serde_json::to_value(&revoke).unwrap(), serde_json::json!({"op": "revoke", "token": "t"}));
+    }
+}

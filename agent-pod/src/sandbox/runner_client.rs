@@ -1,0 +1,92 @@
+//! Talks to a sandbox runner over its unix socket: handshake, one `Exec` request,
+//! stdin, then the command's output as a stream of [`ExecEvent`]s.
+//!
+//! Touches only the runner socket it is given.
+
+use futures::StreamExt;
+use porter_protocol::{
+    ErrorCode, Frame, PROTOCOL_VERSION, Request,
+    async_io::{CodecError, FrameCodec, write_data, write_frame},
+};
+use tokio::{io::AsyncWrite, net::UnixStream};
+use tokio_util::codec::FramedRead;
+
+use super::{ExecEvent, ExecRequest, ExecStream, SandboxError, SandboxHandle};
+
+fn protocol(error: CodecError) -> SandboxError {
+    SandboxError::Protocol(error.to_string())
+}
+
+async fn send<W: AsyncWrite + Unpin>(writer: &mut W, frame: &Frame) -> Result<(), SandboxError> {
+    write_frame(writer, frame).await.map_err(protocol)
+}
+
+/// Connects, sends the request (and its stdin) and returns the command's events. The
+/// handle (and its lease) lives as long as the stream, so the sandbox is not reaped
+/// while a command runs. An unreachable socket is [`SandboxError::Unreachable`], which
+/// callers treat as a dead sandbox.
+pub async fn start(handle: SandboxHandle, request: &ExecRequest) -> Result<ExecStream, SandboxError> {
+    let stream = UnixStream::connect(&handle.socket)
+        .await
+        .map_err(|source| SandboxError::Unreachable { path: handle.socket.clone(), source })?;
+    let (read_half, mut write_half) = stream.into_split();
+    let mut frames = FramedRead::new(read_half, FrameCodec);
+
+    send(&mut write_half, &Frame::Hello { version: PROTOCOL_VERSION }).await?;
+    match frames.next().await.transpose().map_err(protocol)? {
+        Some(Frame::Welcome { .. }) => {}
+        Some(Frame::Error { code, message }) => {
+            return Err(SandboxError::Refused { code: code.as_str(), message });
+        }
+        // A runner that closes during the handshake is as good as gone.
+        None => {
+            let source = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "closed during handshake");
+            return Err(SandboxError::Unreachable { path: handle.socket.clone(), source });
+        }
+        Some(other) => return Err(SandboxError::Protocol(format!("expected welcome, got {:?}", other.kind()))),
+    }
+
+    let exec = porter_protocol::ExecRequest {
+        command: request.command.clone(),
+        cwd: request.cwd.clone(),
+        env: request.env.clone(),
+        timeout_seconds: Some(request.timeout.as_secs().max(1)),
+        token: handle.token.clone(),
+        stdin: request.stdin.is_some(),
+    };
+    send(&mut write_half, &Frame::Request(Request::Exec(exec))).await?;
+    if let Some(stdin) = &request.stdin {
+        write_data(&mut write_half, porter_protocol::FrameKind::Stdin, stdin)
+            .await
+            .map_err(|error| SandboxError::Protocol(format!("failed to send stdin: {error}")))?;
+        send(&mut write_half, &Frame::StdinEof).await?;
+    }
+
+    // The write half must stay open: closing it tells the runner the client left.
+    let state = Some((frames, write_half, handle));
+    let events = futures::stream::unfold(state, |state| async move {
+        let (mut frames, write_half, handle) = state?;
+        let event = match frames.next().await {
+            Some(Ok(Frame::Stdout(data))) => Ok(ExecEvent::Stdout(data)),
+            Some(Ok(Frame::Stderr(data))) => Ok(ExecEvent::Stderr(data)),
+            Some(Ok(Frame::Exit { code })) => return Some((Ok(ExecEvent::Exit(code)), None)),
+            Some(Ok(Frame::Error { code: ErrorCode::TimedOut, .. })) => {
+                return Some((Ok(ExecEvent::TimedOut), None));
+            }
+            Some(Ok(Frame::Error { code, message })) => {
+                return Some((Err(SandboxError::Refused { code: code.as_str(), message }), None));
+            }
+            Some(Ok(other)) => {
+                let message = format!("unexpected {:?} frame from runner", other.kind());
+                return Some((Err(SandboxError::Protocol(message)), None));
+            }
+            Some(Err(error)) => return Some((Err(protocol(error)), None)),
+            None => {
+                let message = "runner closed the connection before the command ended".to_string();
+                return Some((Err(SandboxError::Protocol(message)), None));
+            }
+        };
+        Some((event, Some((frames, write_half, handle))))
+    });
+    Ok(events.boxed())
+}
