@@ -2,3 +2,7 @@
 
 pub mod crd;
 pub mod identity;
+pub mod labels;
+pub mod saintbot_controller;
+pub mod selection;
+pub mod settings;

@@ -35,7 +35,7 @@ pub const E164_PATTERN: &str = r"^\+[1-9][0-9]{6,14}$";
 pub const EMAIL_PATTERN: &str = r"^[^@\s]+@[^@\s]+\.[^@\s]+$";
 
 /// A reference to one key of a Secret in the bot's namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyReference {
     /// Name of the Secret (same namespace as the SaintBot).

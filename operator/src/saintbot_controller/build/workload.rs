@@ -1,0 +1,193 @@
+//! The bot Deployment `<bot>`: one replica (zero when suspended), Recreate, containers
+//! `agent` and `porter`. Decides which container gets which credential. Pure: no client.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::{Value, json};
+
+use super::{child_metadata, sha256_hex, typed};
+use crate::{
+    labels::{
+        RESTART_HASH_ANNOTATION, agent_account_name, agent_selector, config_map_name, labels,
+        persona_config_map_name, workspace_claim_name,
+    },
+    saintbot_controller::validate::{
+        MODEL_API_KEY_ENV, PORTER_SECRETS_DIR, ValidatedSaintBot, WEB_SEARCH_API_KEY_ENV,
+    },
+};
+
+const WORKSPACE: &str = "/var/lib/saint/workspace";
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Hash of the inputs that need a new pod: images, model, channels, the Porter registry
+/// and every credential reference. Contacts and Roles are deliberately absent: they only
+/// change the ConfigMap, which the agent reloads in place.
+pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
+    let inputs = json!({
+        "agentImage": bot.agent_image,
+        "porterImage": bot.porter_image,
+        "model": bot.config.model,
+        "channels": bot.config.channels,
+        "porterRegistry": bot.registry,
+        "modelApiKey": bot.model_api_key,
+        "channelSecrets": bot.channel_secrets,
+        "webSearchApiKey": bot.web_search_api_key,
+        "porterSecretFiles": bot.porter_secret_files.iter().map(|file| json!([file.relative_path, file.secret])).collect::<Vec<_>>(),
+        "porterEnvFromSecrets": bot.porter_env_from_secrets,
+    });
+    sha256_hex(serde_json::to_string(&inputs).expect("inputs serialise").as_bytes())
+}
+
+fn secret_env(name: &str, secret: &crate::crd::SecretKeyReference) -> Value {
+    json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}})
+}
+
+fn container_security_context() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// The `agent` container: LLM, channel and web-search credentials, the API token.
+fn agent_container(bot: &ValidatedSaintBot) -> Value {
+    let mut env = vec![
+        json!({"name": "SAINT_CONFIG", "value": "/etc/saint/bot-config.json"}),
+        json!({"name": "SAINT_WORKSPACE", "value": WORKSPACE}),
+        json!({"name": "SAINT_PERSONA_DIR", "value": "/etc/saint-persona"}),
+    ];
+    if let Some(secret) = &bot.model_api_key {
+        env.push(secret_env(MODEL_API_KEY_ENV, secret));
+    }
+    for (name, secret) in &bot.channel_secrets {
+        env.push(secret_env(name, secret));
+    }
+    if let Some(secret) = &bot.web_search_api_key {
+        env.push(secret_env(WEB_SEARCH_API_KEY_ENV, secret));
+    }
+    json!({
+        "name": "agent",
+        "image": bot.agent_image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": env,
+        "ports": [
+            {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+        ],
+        "resources": serde_json::to_value(&bot.agent_resources).expect("resources serialise"),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
+            {"name": "persona", "mountPath": "/etc/saint-persona", "readOnly": true},
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+            {"name": "porter-control", "mountPath": "/run/saint/porter-control"},
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": true},
+        ],
+    })
+}
+
+/// The `porter` container: CLI credentials only (mounted files and `envFrom`), no API token.
+fn porter_container(bot: &ValidatedSaintBot) -> Value {
+    let mut container = json!({
+        "name": "porter",
+        "image": bot.porter_image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [
+            {"name": "PORTER_REGISTRY", "value": "/etc/saint/porter-registry.json"},
+            {"name": "PORTER_WORKSPACE", "value": WORKSPACE},
+            {"name": "PORTER_SOCKET", "value": "/run/saint/porter/porter.sock"},
+            {"name": "PORTER_CONTROL_SOCKET", "value": "/run/saint/porter-control/control.sock"},
+            {"name": "PORTER_AUDIT_LOG", "value": format!("{WORKSPACE}/logs/porter.jsonl")},
+        ],
+        "resources": serde_json::to_value(&bot.porter_resources).expect("resources serialise"),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+            {"name": "porter-control", "mountPath": "/run/saint/porter-control"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    });
+    if !bot.porter_env_from_secrets.is_empty() {
+        container["envFrom"] =
+            bot.porter_env_from_secrets.iter().map(|name| json!({"secretRef": {"name": name}})).collect();
+    }
+    if !bot.porter_secret_files.is_empty() {
+        container["volumeMounts"]
+            .as_array_mut()
+            .expect("mounts are a list")
+            .push(json!({"name": "porter-secrets", "mountPath": PORTER_SECRETS_DIR, "readOnly": true}));
+    }
+    container
+}
+
+fn volumes(bot: &ValidatedSaintBot) -> Vec<Value> {
+    let mut volumes = vec![
+        json!({"name": "config", "configMap": {"name": config_map_name(&bot.name)}}),
+        json!({"name": "persona", "configMap": {"name": persona_config_map_name(&bot.name)}}),
+        json!({"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_claim_name(&bot.name)}}),
+        json!({"name": "porter-control", "emptyDir": {}}),
+        json!({"name": "tmp", "emptyDir": {}}),
+        // The same projection the kubelet would auto-mount, but only into `agent`.
+        json!({"name": "kube-api-access", "projected": {"defaultMode": 292, "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]}}),
+    ];
+    if !bot.porter_secret_files.is_empty() {
+        let sources: Vec<Value> = bot
+            .porter_secret_files
+            .iter()
+            .map(|file| {
+                json!({"secret": {"name": file.secret.name, "items": [{"key": file.secret.key, "path": file.relative_path}]}})
+            })
+            .collect();
+        // 0440: readable by the pod's fsGroup, never world-readable.
+        volumes.push(json!({"name": "porter-secrets", "projected": {"defaultMode": 288, "sources": sources}}));
+    }
+    volumes
+}
+
+/// `<bot>`: a single writer of the workspace, so `Recreate` (never two pods at once).
+pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
+    let metadata = serde_json::to_value(child_metadata(bot, bot.name.clone(), "agent")).expect("metadata serialises");
+    let mut pod_labels: BTreeMap<String, String> = labels(&bot.name, "agent");
+    pod_labels.extend(agent_selector(&bot.name));
+    typed(json!({
+        "metadata": metadata,
+        "spec": {
+            "replicas": if bot.suspend { 0 } else { 1 },
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": agent_selector(&bot.name)},
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {RESTART_HASH_ANNOTATION: restart_hash(bot)},
+                },
+                "spec": {
+                    "serviceAccountName": agent_account_name(&bot.name),
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [agent_container(bot), porter_container(bot)],
+                    "volumes": volumes(bot),
+                },
+            },
+        },
+    }))
+}

@@ -1,0 +1,209 @@
+//! Builder tests: the example bot fixture through the real `validate`, every child compared
+//! whole against golden YAML, plus the invariants a golden file alone would not name.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Container;
+use saint_operator::saintbot_controller::build::{
+    Children, build_children, config_map::rendered_config_json, rbac, workload::restart_hash,
+};
+use support::{assert_golden, load, settings, validated};
+
+fn yaml<T: serde::Serialize>(object: &T) -> String {
+    serde_yaml_ng::to_string(object).expect("object serialises")
+}
+
+fn children() -> Children {
+    build_children(&validated("acme.yaml"))
+}
+
+#[test]
+fn every_child_matches_its_golden_file() {
+    let children = children();
+    assert_golden("service-account.yaml", &yaml(&children.service_account));
+    assert_golden("role.yaml", &yaml(&children.role));
+    assert_golden("role-binding.yaml", &yaml(&children.role_binding));
+    assert_golden("config-map.yaml", &yaml(&children.config_map));
+    assert_golden("persona-config-map.yaml", &yaml(&children.persona_config_map));
+    assert_golden("workspace-claim.yaml", &yaml(&children.workspace_claim));
+    assert_golden("service.yaml", &yaml(&children.service));
+    assert_golden("agent-network-policy.yaml", &yaml(&children.agent_network_policy));
+    assert_golden("sandbox-network-policy.yaml", &yaml(&children.sandbox_network_policy));
+    assert_golden("deployment.yaml", &yaml(&children.deployment));
+}
+
+#[test]
+fn rendered_config_matches_its_golden_file_and_parses_back() {
+    let json = rendered_config_json(&validated("acme.yaml"));
+    assert_golden("bot-config.json", &json);
+    saint_config::BotConfig::from_json(&json).expect("the agent accepts the rendered config");
+}
+
+#[test]
+fn children_have_the_expected_sorted_names() {
+    let children = children();
+    let mut names = vec![
+        format!("ConfigMap/{}", children.config_map.metadata.name.clone().unwrap()),
+        format!("ConfigMap/{}", children.persona_config_map.metadata.name.clone().unwrap()),
+        format!("Deployment/{}", children.deployment.metadata.name.clone().unwrap()),
+        format!("NetworkPolicy/{}", children.agent_network_policy.metadata.name.clone().unwrap()),
+        format!("NetworkPolicy/{}", children.sandbox_network_policy.metadata.name.clone().unwrap()),
+        format!("PersistentVolumeClaim/{}", children.workspace_claim.metadata.name.clone().unwrap()),
+        format!("Role/{}", children.role.metadata.name.clone().unwrap()),
+        format!("RoleBinding/{}", children.role_binding.metadata.name.clone().unwrap()),
+        format!("Service/{}", children.service.metadata.name.clone().unwrap()),
+        format!("ServiceAccount/{}", children.service_account.metadata.name.clone().unwrap()),
+    ];
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            "ConfigMap/my-bot-config",
+            "ConfigMap/my-bot-persona",
+            "Deployment/my-bot",
+            "NetworkPolicy/my-bot-agent",
+            "NetworkPolicy/my-bot-sandbox",
+            "PersistentVolumeClaim/my-bot-workspace",
+            "Role/my-bot-agent",
+            "RoleBinding/my-bot-agent",
+            "Service/my-bot",
+            "ServiceAccount/my-bot-agent",
+        ]
+    );
+}
+
+#[test]
+fn the_agent_role_never_grants_secrets_or_wildcards() {
+    let role = rbac::agent_role(&validated("acme.yaml"));
+    for rule in role.rules.unwrap() {
+        let resources = rule.resources.unwrap_or_default();
+        assert!(!resources.iter().any(|resource| resource == "secrets" || resource == "*"), "{resources:?}");
+        assert!(!rule.verbs.iter().any(|verb| verb == "*" || verb == "escalate" || verb == "bind" || verb == "impersonate"));
+        assert!(!rule.api_groups.unwrap_or_default().iter().any(|group| group == "*"));
+    }
+}
+
+fn containers() -> (Container, Container) {
+    let spec = children().deployment.spec.unwrap().template.spec.unwrap();
+    let mut containers = spec.containers.into_iter();
+    (containers.next().unwrap(), containers.next().unwrap())
+}
+
+fn secret_names(container: &Container) -> Vec<String> {
+    let mut names: Vec<String> = container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|variable| variable.value_from.as_ref()?.secret_key_ref.as_ref().map(|secret| secret.name.clone()))
+        .collect();
+    names.extend(container.env_from.iter().flatten().filter_map(|source| source.secret_ref.as_ref().map(|secret| secret.name.clone())));
+    names
+}
+
+#[test]
+fn llm_and_channel_credentials_reach_only_the_agent_container() {
+    let (agent, porter) = containers();
+    assert_eq!(agent.name, "agent");
+    assert_eq!(porter.name, "porter");
+    let mut agent_secrets = secret_names(&agent);
+    agent_secrets.sort();
+    assert_eq!(agent_secrets, vec!["acme-channels", "acme-channels", "acme-llm"]);
+    assert!(secret_names(&porter).iter().all(|name| name == "acme-google"), "{:?}", secret_names(&porter));
+    assert!(!porter.volume_mounts.iter().flatten().any(|mount| mount.name == "kube-api-access"));
+}
+
+#[test]
+fn cli_credentials_reach_only_the_porter_container() {
+    let (agent, porter) = containers();
+    assert!(agent.env_from.is_none());
+    assert!(!agent.volume_mounts.iter().flatten().any(|mount| mount.name == "porter-secrets"));
+    assert!(porter.volume_mounts.iter().flatten().any(|mount| mount.name == "porter-secrets" && mount.read_only == Some(true)));
+    assert_eq!(secret_names(&porter), vec!["acme-google"]);
+}
+
+#[test]
+fn pods_are_pod_security_restricted() {
+    let deployment = children().deployment;
+    let pod = deployment.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    let sandbox_job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated("acme.yaml"));
+    let sandbox_pod = sandbox_job.spec.unwrap().template.spec.unwrap();
+    for pod in [pod, sandbox_pod] {
+        let pod_context = pod.security_context.clone().unwrap();
+        assert_eq!(pod_context.run_as_non_root, Some(true));
+        assert_eq!(pod_context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert!(pod.host_network.is_none() && pod.host_pid.is_none() && pod.host_ipc.is_none());
+        for volume in pod.volumes.iter().flatten() {
+            assert!(volume.host_path.is_none(), "hostPath volume {}", volume.name);
+        }
+        for container in &pod.containers {
+            let context = container.security_context.clone().unwrap();
+            assert_eq!(context.allow_privilege_escalation, Some(false), "{}", container.name);
+            assert_eq!(context.read_only_root_filesystem, Some(true), "{}", container.name);
+            assert_eq!(context.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]), "{}", container.name);
+            let resources = container.resources.clone().unwrap();
+            assert!(resources.requests.is_some() && resources.limits.is_some(), "{}", container.name);
+        }
+    }
+}
+
+#[test]
+fn the_sandbox_template_has_no_secrets_no_token_and_sandbox_labels() {
+    let job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated("acme.yaml"));
+    let text = serde_json::to_string(&job).unwrap();
+    assert!(!text.contains("secret"), "sandbox Job mentions a secret: {text}");
+    let labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(labels["saint.work/sandbox"], "true");
+    assert_eq!(labels["saint.work/bot"], "my-bot");
+    let spec = job.spec.unwrap();
+    assert!(spec.active_deadline_seconds.is_some() && spec.ttl_seconds_after_finished.is_some());
+    let mounts: Vec<(String, bool)> = spec.template.spec.unwrap().containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|mount| (mount.mount_path.clone(), mount.read_only.unwrap_or(false)))
+        .collect();
+    assert!(mounts.contains(&("/agent".to_string(), true)));
+    assert!(mounts.contains(&("/workspace".to_string(), false)));
+    assert!(mounts.iter().any(|(path, _)| path == "/run/saint"));
+}
+
+#[test]
+fn a_contact_change_re_renders_the_config_but_keeps_the_pod() {
+    let (bot, mut dereferenced) = load("acme.yaml");
+    let before = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
+    dereferenced.contacts[0].spec.identifiers.email = Some("ana.new@acme.hr".to_string());
+    let after = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
+    assert_ne!(build_children(&before).config_map, build_children(&after).config_map);
+    assert_eq!(build_children(&before).deployment, build_children(&after).deployment);
+}
+
+#[test]
+fn an_image_or_channel_change_rolls_the_pod() {
+    let (mut bot, dereferenced) = load("acme.yaml");
+    let before = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    bot.spec.images.agent = Some("registry.example/agent:next".to_string());
+    let image_changed = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    assert_ne!(before, image_changed);
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec.channels.pop();
+    let channel_changed = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    assert_ne!(before, channel_changed);
+}
+
+#[test]
+fn suspend_scales_to_zero() {
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec.suspend = true;
+    let validated = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
+    assert_eq!(build_children(&validated).deployment.spec.unwrap().replicas, Some(0));
+}
+
+#[test]
+fn a_missing_default_role_is_refused_with_role_not_found() {
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec.default_role = "visitor".to_string();
+    let error = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap_err();
+    assert_eq!(error.reason(), "RoleNotFound");
+    assert!(error.to_string().contains("spec.defaultRole"), "{error}");
+}
