@@ -5,3 +5,8 @@
 pub mod paths;
 pub mod role_paths;
 pub mod ssrf;
+
+#[cfg(test)]
+mod path_vectors;
+#[cfg(test)]
+mod ssrf_vectors;

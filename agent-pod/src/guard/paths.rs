@@ -95,7 +95,8 @@ impl WorkspacePath {
         if raw.contains('\0') {
             return Err(PathError::NulByte);
         }
-        let shown = raw.to_string();
+        // Absolute paths are not echoed back: they may name host locations.
+        let shown = if raw.starts_with('/') { "<absolute path>".to_string() } else { raw.to_string() };
         if raw.len() > MAX_PATH_BYTES {
             return Err(PathError::TooLong(shown));
         }
