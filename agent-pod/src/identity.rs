@@ -70,7 +70,7 @@ pub fn linked_slug<'a>(config: &'a BotConfig, identity: &str) -> Option<&'a str>
 }
 
 // Unknown senders get a slug usable in paths (`memory/users/<slug>/`) that can never
-// equal a contact's slug, because contact slugs contain no `~`.
+// equal a contact's slug: contact slugs are Kubernetes names, which contain no `_`.
 fn unknown_slug(identity: &str) -> String {
     let mut cleaned = String::with_capacity(identity.len());
     for character in identity.chars() {
@@ -79,7 +79,7 @@ fn unknown_slug(identity: &str) -> String {
             cleaned.push(character);
         }
     }
-    format!("~{}", cleaned.trim_matches('-'))
+    format!("_{}", cleaned.trim_matches('-'))
 }
 
 /// The session key. Known people have one session across every linked channel (identity
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(stranger.role_name, "external");
         assert!(!stranger.known);
         assert_eq!(stranger.identity, "whatsapp:+385910000000");
-        assert_eq!(stranger.slug, "~whatsapp-385910000000");
+        assert_eq!(stranger.slug, "_whatsapp-385910000000");
         assert_eq!(stranger.session_key, "peer:whatsapp:+385910000000");
         assert!(stranger.role.external);
     }
