@@ -1,0 +1,174 @@
+//! Turns a role's memory scopes (and an optional narrower filter) into SQL `GLOB`
+//! conditions. Pure: builds SQL text and parameters, runs nothing.
+//!
+//! The condition is placed inside the vector and keyword queries themselves, before
+//! their `k`/`LIMIT`, so results outside the scope can never crowd out results inside
+//! it and never leave the database. A narrower filter is AND-ed with the role's scope,
+//! so whatever the model asks for, it can only shrink what the role may see.
+
+use saint_config::MemoryScope;
+
+/// Most globs a narrower filter may carry; more is a malformed call, not a use case.
+const MAX_FILTER_GLOBS: usize = 16;
+/// Longest glob a narrower filter may carry.
+const MAX_GLOB_LENGTH: usize = 256;
+
+/// Why a narrower filter was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    /// Too many globs.
+    #[error("failed to apply the path filter: at most {MAX_FILTER_GLOBS} globs")]
+    TooManyGlobs,
+    /// A glob is empty or too long.
+    #[error("failed to apply the path filter: each glob must be 1 to {MAX_GLOB_LENGTH} characters")]
+    BadGlob,
+}
+
+/// What one asker may see of the memory: workspace-relative path globs in SQLite
+/// `GLOB` syntax (`*` also matches `/`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    allowed: Vec<String>,
+    narrower: Vec<String>,
+}
+
+/// Escapes SQLite `GLOB` metacharacters so a slug only ever matches itself.
+pub fn escape_glob_literal(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        match character {
+            '*' => escaped.push_str("[*]"),
+            '?' => escaped.push_str("[?]"),
+            '[' => escaped.push_str("[[]"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+impl Scope {
+    /// The scope of a role (seed 000 §7.2) for the asker `slug`; `<self>` becomes the
+    /// slug, escaped so a slug such as `*` cannot widen it. No scopes: nothing visible.
+    pub fn for_role(scopes: &[MemoryScope], slug: &str) -> Self {
+        let slug = escape_glob_literal(slug);
+        let mut allowed: Vec<String> = Vec::new();
+        for scope in scopes {
+            for glob in scope.path_globs() {
+                let glob = glob.replace("<self>", &slug);
+                if !allowed.contains(&glob) {
+                    allowed.push(glob);
+                }
+            }
+        }
+        Self {
+            allowed,
+            narrower: Vec::new(),
+        }
+    }
+
+    /// A scope from explicit globs (tests, tools that know their globs).
+    pub fn from_globs(globs: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            allowed: globs.into_iter().map(Into::into).collect(),
+            narrower: Vec::new(),
+        }
+    }
+
+    /// Narrows the scope to paths that also match one of `filter`; an empty filter
+    /// changes nothing.
+    pub fn narrowed(mut self, filter: &[String]) -> Result<Self, ScopeError> {
+        if filter.len() > MAX_FILTER_GLOBS {
+            return Err(ScopeError::TooManyGlobs);
+        }
+        if filter
+            .iter()
+            .any(|glob| glob.is_empty() || glob.len() > MAX_GLOB_LENGTH)
+        {
+            return Err(ScopeError::BadGlob);
+        }
+        self.narrower.extend(filter.iter().cloned());
+        Ok(self)
+    }
+
+    /// The role's globs.
+    pub fn allowed_globs(&self) -> &[String] {
+        &self.allowed
+    }
+
+    /// Whether the scope can match anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.allowed.is_empty()
+    }
+
+    /// An SQL boolean expression over `column` and its parameters, in order:
+    /// `(column GLOB ? OR …) AND (column GLOB ? OR …)`. An empty role scope is `0`
+    /// (false): no scope means nothing, never everything.
+    pub fn sql_condition(&self, column: &str) -> (String, Vec<String>) {
+        if self.allowed.is_empty() {
+            return ("0".to_string(), Vec::new());
+        }
+        let any_of = |globs: &[String]| {
+            let clauses: Vec<String> = globs.iter().map(|_| format!("{column} GLOB ?")).collect();
+            format!("({})", clauses.join(" OR "))
+        };
+        let mut sql = any_of(&self.allowed);
+        let mut parameters = self.allowed.clone();
+        if !self.narrower.is_empty() {
+            sql.push_str(" AND ");
+            sql.push_str(&any_of(&self.narrower));
+            parameters.extend(self.narrower.iter().cloned());
+        }
+        (sql, parameters)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn employee_scope_replaces_self_with_the_slug() {
+        let scope = Scope::for_role(&[MemoryScope::Shared, MemoryScope::OwnUser], "ana");
+        assert_eq!(
+            scope.allowed_globs(),
+            ["memory/shared/*", "MEMORY.md", "memory/users/ana/*"]
+        );
+    }
+
+    #[test]
+    fn glob_metacharacters_in_a_slug_are_literal() {
+        let scope = Scope::for_role(&[MemoryScope::OwnUser], "*");
+        assert_eq!(scope.allowed_globs(), ["memory/users/[*]/*"]);
+        assert_eq!(escape_glob_literal("a?b[c"), "a[?]b[[]c");
+    }
+
+    #[test]
+    fn narrower_filter_is_and_ed_with_the_role_scope() {
+        let scope = Scope::for_role(&[MemoryScope::Shared], "ana")
+            .narrowed(&["memory/**".to_string()])
+            .expect("ok");
+        let (sql, parameters) = scope.sql_condition("c.path");
+        assert_eq!(sql, "(c.path GLOB ? OR c.path GLOB ?) AND (c.path GLOB ?)");
+        assert_eq!(parameters, ["memory/shared/*", "MEMORY.md", "memory/**"]);
+    }
+
+    #[test]
+    fn empty_scope_matches_nothing() {
+        let (sql, parameters) = Scope::for_role(&[], "ana").sql_condition("path");
+        assert_eq!(sql, "0");
+        assert!(parameters.is_empty());
+    }
+
+    #[test]
+    fn oversized_filters_are_refused() {
+        let many: Vec<String> = (0..17).map(|index| format!("memory/{index}/*")).collect();
+        assert_eq!(
+            Scope::default().narrowed(&many),
+            Err(ScopeError::TooManyGlobs)
+        );
+        assert_eq!(
+            Scope::default().narrowed(&[String::new()]),
+            Err(ScopeError::BadGlob)
+        );
+    }
+}

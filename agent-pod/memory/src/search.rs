@@ -1,0 +1,372 @@
+//! Hybrid search: vector KNN (vec0) and keyword search (FTS5 bm25), each filtered by
+//! the asker's scope inside its SQL, merged as 0.7 × vector + 0.3 × keyword.
+//! Read-only: runs on pooled read connections, never on the writer.
+//!
+//! Scores, all in [0, 1]:
+//! - vector similarity = clamp(1 − cosine distance, 0, 1) (vectors are unit length, so
+//!   this is the cosine similarity with negative values cut to 0);
+//! - keyword score = relevance / best relevance among this query's keyword candidates,
+//!   where relevance = −bm25 (FTS5's bm25 is lower-is-better); so the best keyword hit
+//!   scores 1 and a chunk without the query's words 0;
+//! - hybrid = 0.7 × vector similarity + 0.3 × keyword score.
+//!
+//! Candidates are the top `4k` (at least 20) of each list, both already limited to
+//! the scope by `rowid IN (SELECT id FROM chunks WHERE path GLOB …)` in the vec0 KNN
+//! (sqlite-vec applies it before choosing the k nearest) and a `path GLOB` condition
+//! in the FTS query's `WHERE` (before its `LIMIT`). A keyword candidate that was not
+//! among the vector candidates gets its exact vector similarity computed, so no score
+//! is guessed.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, params_from_iter, types::Value};
+
+use crate::{
+    database::vector_to_blob,
+    index::{IndexError, MemoryIndex, sqlite},
+    scope::Scope,
+};
+
+/// Weight of vector similarity in the hybrid score.
+pub const VECTOR_WEIGHT: f32 = 0.7;
+/// Weight of the keyword score in the hybrid score.
+pub const KEYWORD_WEIGHT: f32 = 0.3;
+/// Longest snippet returned per hit, in characters.
+pub const SNIPPET_CHARS: usize = 700;
+/// Largest `k` a search may ask for.
+pub const MAX_RESULTS: usize = 50;
+/// Most query words passed to FTS5.
+const MAX_QUERY_TERMS: usize = 32;
+
+/// One search.
+#[derive(Clone, Debug)]
+pub struct SearchRequest<'a> {
+    /// What to look for.
+    pub query: &'a str,
+    /// How many hits at most (clamped to 1..=[`MAX_RESULTS`]).
+    pub k: usize,
+    /// What the asker may see (role scope, possibly narrowed).
+    pub scope: &'a Scope,
+}
+
+/// One hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchHit {
+    /// Workspace-relative path.
+    pub path: String,
+    /// First line of the chunk (1-based).
+    pub start_line: usize,
+    /// Last line of the chunk (inclusive).
+    pub end_line: usize,
+    /// Hybrid score in [0, 1].
+    pub score: f32,
+    /// Vector similarity in [0, 1].
+    pub vector_score: f32,
+    /// Keyword score in [0, 1].
+    pub keyword_score: f32,
+    /// The chunk text, cut to [`SNIPPET_CHARS`].
+    pub snippet: String,
+}
+
+/// Builds an FTS5 query matching any of the query's words; each word is quoted so
+/// FTS5 syntax in the query (`NEAR`, `*`, `-`, quotes) is taken literally.
+pub fn fts_query(query: &str) -> Option<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in query.split(|character: char| !character.is_alphanumeric()) {
+        if word.is_empty() {
+            continue;
+        }
+        let term = format!("\"{}\"", word.to_lowercase());
+        if !terms.contains(&term) {
+            terms.push(term);
+        }
+        if terms.len() == MAX_QUERY_TERMS {
+            break;
+        }
+    }
+    if terms.is_empty() {
+        None
+    } else {
+        Some(terms.join(" OR "))
+    }
+}
+
+fn snippet(text: &str) -> String {
+    if text.chars().count() <= SNIPPET_CHARS {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(SNIPPET_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+struct Candidate {
+    vector_score: Option<f32>,
+    keyword_relevance: f32,
+}
+
+impl MemoryIndex {
+    /// Finds the chunks best matching `request.query` within `request.scope`.
+    pub fn search(&self, request: &SearchRequest<'_>) -> Result<Vec<SearchHit>, IndexError> {
+        let k = request.k.clamp(1, MAX_RESULTS);
+        if request.scope.is_empty() || request.query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let query_vector = self
+            .embedder
+            .embed(&[request.query])?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                crate::embeddings::EmbeddingError::Inference("no vector for the query".to_string())
+            })?;
+        let reader = self.reader()?;
+        search_with_vector(&reader, request.query, &query_vector, k, request.scope)
+    }
+
+    /// [`MemoryIndex::search`] for a caller that already has the query's vector
+    /// (embedded in a batch, cached, or measured separately as in the benchmark).
+    pub fn search_by_vector(
+        &self,
+        request: &SearchRequest<'_>,
+        query_vector: &[f32],
+    ) -> Result<Vec<SearchHit>, IndexError> {
+        let k = request.k.clamp(1, MAX_RESULTS);
+        if request.scope.is_empty() || request.query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        if query_vector.len() != self.embedder.dimensions() {
+            return Err(crate::embeddings::EmbeddingError::WrongDimensions {
+                expected: self.embedder.dimensions(),
+                actual: query_vector.len(),
+            }
+            .into());
+        }
+        let reader = self.reader()?;
+        search_with_vector(&reader, request.query, query_vector, k, request.scope)
+    }
+
+    /// Whether `relative` is inside `scope`, decided by SQLite's own `GLOB` so it
+    /// agrees exactly with what searches filter.
+    pub fn is_in_scope(&self, scope: &Scope, relative: &str) -> Result<bool, IndexError> {
+        let (condition, globs) = scope.sql_condition("candidate.path");
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM (SELECT ?1 AS path) AS candidate WHERE {condition})"
+        );
+        let mut parameters = vec![Value::Text(relative.to_string())];
+        parameters.extend(globs.into_iter().map(Value::Text));
+        let sql = renumber(&sql, 2);
+        let reader = self.reader()?;
+        reader
+            .query_row(&sql, params_from_iter(parameters), |row| row.get(0))
+            .map_err(sqlite("check the scope"))
+    }
+}
+
+/// Replaces the anonymous `?` placeholders of a scope condition with numbered ones
+/// starting at `first`, so they can follow numbered parameters in the same statement.
+fn renumber(sql: &str, first: usize) -> String {
+    let mut result = String::with_capacity(sql.len() + 16);
+    let mut next = first;
+    let mut characters = sql.chars().peekable();
+    while let Some(character) = characters.next() {
+        if character == '?' && !characters.peek().is_some_and(char::is_ascii_digit) {
+            result.push_str(&format!("?{next}"));
+            next += 1;
+        } else {
+            result.push(character);
+        }
+    }
+    result
+}
+
+/// The search itself, given the query's vector; public within the crate so the
+/// benchmark path and tests share it with [`MemoryIndex::search`].
+pub(crate) fn search_with_vector(
+    connection: &Connection,
+    query: &str,
+    query_vector: &[f32],
+    k: usize,
+    scope: &Scope,
+) -> Result<Vec<SearchHit>, IndexError> {
+    let pool = (k * 4).max(20);
+    let (condition, globs) = scope.sql_condition("c.path");
+    let query_blob = vector_to_blob(query_vector);
+    let mut candidates: HashMap<i64, Candidate> = HashMap::new();
+
+    // Vector side: the scope is a `rowid IN (…)` constraint of the KNN query itself,
+    // which sqlite-vec evaluates before picking the `k` nearest.
+    let vector_sql = renumber(
+        &format!(
+            "SELECT rowid, distance FROM chunks_vec
+             WHERE embedding MATCH ?1 AND k = ?2
+               AND rowid IN (SELECT c.id FROM chunks AS c WHERE {condition})
+             ORDER BY distance"
+        ),
+        3,
+    );
+    let mut parameters = vec![Value::Blob(query_blob.clone()), Value::Integer(pool as i64)];
+    parameters.extend(globs.iter().cloned().map(Value::Text));
+    {
+        let mut statement = connection
+            .prepare_cached(&vector_sql)
+            .map_err(sqlite("search vectors"))?;
+        let rows = statement
+            .query_map(params_from_iter(parameters), |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?))
+            })
+            .map_err(sqlite("search vectors"))?;
+        for row in rows {
+            let (id, distance) = row.map_err(sqlite("search vectors"))?;
+            let similarity = (1.0 - distance as f32).clamp(0.0, 1.0);
+            candidates.insert(
+                id,
+                Candidate {
+                    vector_score: Some(similarity),
+                    keyword_relevance: 0.0,
+                },
+            );
+        }
+    }
+
+    // Keyword side: the scope is part of the WHERE clause, applied before LIMIT.
+    let mut best_relevance = 0.0_f32;
+    if let Some(match_expression) = fts_query(query) {
+        let keyword_sql = renumber(
+            &format!(
+                "SELECT c.id, -bm25(chunks_fts) AS relevance FROM chunks_fts
+                 JOIN chunks AS c ON c.id = chunks_fts.rowid
+                 WHERE chunks_fts MATCH ?1 AND {condition}
+                 ORDER BY bm25(chunks_fts) LIMIT ?2"
+            ),
+            3,
+        );
+        let mut parameters = vec![Value::Text(match_expression), Value::Integer(pool as i64)];
+        parameters.extend(globs.iter().cloned().map(Value::Text));
+        let mut statement = connection
+            .prepare_cached(&keyword_sql)
+            .map_err(sqlite("search keywords"))?;
+        let rows = statement
+            .query_map(params_from_iter(parameters), |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?))
+            })
+            .map_err(sqlite("search keywords"))?;
+        for row in rows {
+            let (id, relevance) = row.map_err(sqlite("search keywords"))?;
+            let relevance = (relevance as f32).max(0.0);
+            best_relevance = best_relevance.max(relevance);
+            candidates
+                .entry(id)
+                .or_insert(Candidate {
+                    vector_score: None,
+                    keyword_relevance: 0.0,
+                })
+                .keyword_relevance = relevance;
+        }
+    }
+
+    // Exact vector similarity for keyword-only candidates.
+    {
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT vec_distance_cosine(embedding, ?1) FROM chunks_vec WHERE rowid = ?2",
+            )
+            .map_err(sqlite("score vectors"))?;
+        for (id, candidate) in candidates
+            .iter_mut()
+            .filter(|(_, candidate)| candidate.vector_score.is_none())
+        {
+            let distance: Option<f64> = statement
+                .query_row(rusqlite::params![query_blob, id], |row| row.get(0))
+                .optional()
+                .map_err(sqlite("score vectors"))?;
+            candidate.vector_score =
+                Some(distance.map_or(0.0, |distance| (1.0 - distance as f32).clamp(0.0, 1.0)));
+        }
+    }
+
+    let mut scored: Vec<(i64, f32, f32, f32)> = candidates
+        .into_iter()
+        .map(|(id, candidate)| {
+            let vector_score = candidate.vector_score.unwrap_or(0.0);
+            let keyword_score = if best_relevance > 0.0 {
+                candidate.keyword_relevance / best_relevance
+            } else {
+                0.0
+            };
+            (
+                id,
+                VECTOR_WEIGHT * vector_score + KEYWORD_WEIGHT * keyword_score,
+                vector_score,
+                keyword_score,
+            )
+        })
+        .collect();
+    scored.sort_by(|left, right| right.1.total_cmp(&left.1).then(left.0.cmp(&right.0)));
+    scored.truncate(k);
+
+    let mut statement = connection
+        .prepare_cached("SELECT path, start_line, end_line, text FROM chunks WHERE id = ?1")
+        .map_err(sqlite("read chunks"))?;
+    let mut hits = Vec::with_capacity(scored.len());
+    for (id, score, vector_score, keyword_score) in scored {
+        let row = statement
+            .query_row([id], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })
+            .optional()
+            .map_err(sqlite("read chunks"))?;
+        let Some((path, start_line, end_line, text)) = row else {
+            continue;
+        };
+        hits.push(SearchHit {
+            path,
+            start_line: start_line as usize,
+            end_line: end_line as usize,
+            score,
+            vector_score,
+            keyword_score,
+            snippet: snippet(&text),
+        });
+    }
+    Ok(hits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fts_query_quotes_words_and_drops_syntax() {
+        assert_eq!(
+            fts_query("Invoice INV-2024-0042?").as_deref(),
+            Some(r#""invoice" OR "inv" OR "2024" OR "0042""#)
+        );
+        assert_eq!(
+            fts_query("NEAR(\"a\" *)").as_deref(),
+            Some(r#""near" OR "a""#)
+        );
+        assert_eq!(fts_query(" -- "), None);
+    }
+
+    #[test]
+    fn renumber_follows_existing_parameters() {
+        assert_eq!(
+            renumber("a = ?1 AND (p GLOB ? OR p GLOB ?)", 2),
+            "a = ?1 AND (p GLOB ?2 OR p GLOB ?3)"
+        );
+    }
+
+    #[test]
+    fn snippets_are_cut_on_character_boundaries() {
+        let long = "é".repeat(SNIPPET_CHARS + 10);
+        let cut = snippet(&long);
+        assert_eq!(cut.chars().count(), SNIPPET_CHARS);
+        assert!(cut.ends_with('…'));
+    }
+}
