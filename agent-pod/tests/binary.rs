@@ -1,0 +1,121 @@
+//! The real `saint-agent` binary: flags and config errors, a message end to end over
+//! TCP, hot reload without restart, graceful shutdown that finishes a running turn.
+
+mod common;
+
+use std::{process::Command, time::Duration};
+
+use common::*;
+use saint_llm::scripted::{Reply, ScriptedLlm};
+use serde_json::{Value, json};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+}
+
+#[test]
+fn run_help_explains_config_workspace_and_the_model_environment() {
+    let output = bin().args(["run", "--help"]).output().unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for needle in ["--config", "--workspace", "SAINT_CONFIG", "SAINT_WORKSPACE", "SAINT_MODEL_API_KEY"] {
+        assert!(help.contains(needle), "help lacks {needle}: {help}");
+    }
+}
+
+#[test]
+fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
+    let directory = tempfile::tempdir().unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config("http://127.0.0.1:9"));
+    let output = bin()
+        .args(["run", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--workspace")
+        .arg(directory.path().join("workspace"))
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("SAINT_MODEL_API_KEY"), "{stderr}");
+
+    std::fs::write(&config_path, FIXTURE.replace("\"defaultRole\": \"external\"", "\"defaultRole\": \"ghost\"")).unwrap();
+    let output = bin().args(["check-config", "--config"]).arg(&config_path).env_clear().output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("defaultRole"), "{stderr}");
+}
+
+async fn post(client: &reqwest::Client, agent: &AgentProcess, peer: &str, text: &str) -> Value {
+    let response = client
+        .post(format!("{}/v1/messages", agent.http))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "whatsapp", "peer": peer, "text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_answers_reloads_contacts_and_finishes_a_running_turn_on_sigterm() {
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config(&llm.base_url()));
+    let agent = spawn_agent(&config_path, &workspace, &[]);
+    let client = reqwest::Client::new();
+
+    llm.push(Reply::text("Hello!"));
+    let reply = post(&client, &agent, "+385910000002", "hi").await;
+    assert_eq!(reply["reply"], "Hello!");
+    assert_eq!(llm.requests()[0].model(), "claude-haiku-4-5");
+
+    let mut config = test_config(&llm.base_url());
+    config["contacts"].as_array_mut().unwrap().push(
+        json!({"slug": "petra", "name": "Petra", "role": "owner", "identities": ["whatsapp:+385910000002"]}),
+    );
+    config["identityLinks"]["petra"] = json!(["whatsapp:+385910000002"]);
+    write_config(&config_path, &config);
+    llm.push(Reply::text("Hi Petra."));
+    post(&client, &agent, "+385910000002", "hi again").await;
+    assert_eq!(llm.requests()[1].model(), "claude-sonnet-4-5", "the new contact's role applies without a restart");
+
+    let metrics = reqwest::get(format!("{}/metrics", agent.metrics)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("saint_turns_total"), "{metrics}");
+
+    // A slow turn is running when SIGTERM arrives: it must still complete.
+    llm.push(Reply::text("slow but complete").with_delay(Duration::from_millis(800)));
+    let slow = {
+        let client = client.clone();
+        let url = format!("{}/v1/messages", agent.http);
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"channel": "whatsapp", "peer": "+385910000002", "text": "take your time"}))
+                .send()
+                .await
+        })
+    };
+    while llm.request_count() < 3 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = agent.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let response = slow.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reply"], "slow but complete");
+    let mut agent = agent;
+    let status = tokio::task::spawn_blocking(move || agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "graceful shutdown exits 0: {status:?}");
+}
