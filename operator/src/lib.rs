@@ -3,6 +3,7 @@
 pub mod crd;
 pub mod identity;
 pub mod labels;
+pub mod metrics;
 pub mod saintbot_controller;
 pub mod selection;
 pub mod settings;

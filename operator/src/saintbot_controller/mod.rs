@@ -1,7 +1,293 @@
 //! The SaintBot controller: `reconcile` is a short driver of named steps —
 //! `dereference` (reads) → `validate` (pure) → `build` (pure) → `apply` (writes children)
-//! → `update_status` (writes status, Events).
+//! → `update_status` (writes status, Events). `run` wires the watches.
 
+pub mod apply;
 pub mod build;
 pub mod dereference;
+pub mod update_status;
 pub mod validate;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
+        networking::v1::NetworkPolicy,
+        rbac::v1::{Role as RbacRole, RoleBinding},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        Controller,
+        controller::Action,
+        events::Recorder,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+
+use self::update_status::Outcome;
+use crate::{
+    crd::{Contact, Role, SaintBot},
+    labels::FIELD_MANAGER,
+    metrics::Metrics,
+    selection::{bot_uses_contact, bot_uses_role},
+    settings::OperatorSettings,
+};
+
+/// How long a healthy bot waits before a periodic re-check.
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Why a reconcile failed. The variant name becomes the metric label and Event reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("failed to reconcile SaintBot without a namespace")]
+    MissingNamespace,
+    #[error(transparent)]
+    Dereference(#[from] dereference::DereferenceError),
+    #[error("spec cannot be rendered: {0}")]
+    InvalidSpec(#[source] validate::ValidateError),
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    #[error(transparent)]
+    UpdateStatus(#[from] update_status::UpdateStatusError),
+}
+
+impl ReconcileError {
+    /// The variant name, for metrics and Event reasons.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::MissingNamespace => "MissingNamespace",
+            ReconcileError::Dereference(_) => "Dereference",
+            ReconcileError::InvalidSpec(_) => "InvalidSpec",
+            ReconcileError::Apply(_) => "Apply",
+            ReconcileError::UpdateStatus(_) => "UpdateStatus",
+        }
+    }
+}
+
+/// Shared by the controller and the web server.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Event recorder (reporter `saint-operator`).
+    pub recorder: Recorder,
+    /// Operator-wide defaults.
+    pub settings: OperatorSettings,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Consecutive transient failures per bot, for backoff.
+    failures: Mutex<BTreeMap<String, u32>>,
+    /// A clock that tests can pin.
+    now: Box<dyn Fn() -> Time + Send + Sync>,
+}
+
+impl Context {
+    /// A context with the real clock.
+    pub fn new(client: Client, settings: OperatorSettings, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
+        Self::with_clock(client, recorder, settings, metrics, Box::new(|| Time(jiff::Timestamp::now())))
+    }
+
+    /// A context with an explicit recorder and clock (tests).
+    pub fn with_clock(
+        client: Client,
+        recorder: Recorder,
+        settings: OperatorSettings,
+        metrics: Arc<Metrics>,
+        now: Box<dyn Fn() -> Time + Send + Sync>,
+    ) -> Self {
+        Self { client, recorder, settings, metrics, failures: Mutex::new(BTreeMap::new()), now }
+    }
+
+    fn failure_count(&self, key: &str, failed: bool) -> u32 {
+        let mut failures = self.failures.lock().expect("failures lock is never poisoned");
+        if failed {
+            let count = failures.entry(key.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        } else {
+            failures.remove(key);
+            0
+        }
+    }
+}
+
+fn bot_key(bot: &SaintBot) -> String {
+    format!("{}/{}", bot.namespace().unwrap_or_default(), bot.name_any())
+}
+
+/// Reconciles one SaintBot: renders and applies its children, then reports status.
+pub async fn reconcile(bot: Arc<SaintBot>, context: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    context.metrics.reconciles.inc();
+    let result = reconcile_steps(&bot, &context).await;
+    context.metrics.duration.observe(started.elapsed().as_secs_f64());
+    if let Err(error) = &result {
+        context.metrics.record_error(error.reason());
+    }
+    result
+}
+
+async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, ReconcileError> {
+    let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
+    let now = (context.now)();
+    let dereferenced = dereference::dereference(&context.client, bot, &namespace).await?;
+    let contact_statuses = update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, &now);
+
+    let validated = match validate::validate(bot, &dereferenced, &context.settings) {
+        Ok(validated) => validated,
+        Err(error) => {
+            let outcome = Outcome::Invalid { reason: error.reason(), message: error.to_string() };
+            let status = update_status::bot_status(bot, &outcome, &now);
+            update_status::patch_bot_status(&context.client, bot, &status).await?;
+            update_status::patch_contact_statuses(&context.client, &namespace, &dereferenced.contacts, &contact_statuses)
+                .await?;
+            let events = update_status::transition_events(bot.status.as_ref(), &status);
+            update_status::publish_events(&context.recorder, bot, &events).await;
+            context.metrics.record_readiness(bot_key(bot), false);
+            return Err(ReconcileError::InvalidSpec(error));
+        }
+    };
+
+    let children = build::build_children(&validated);
+    let config_hash = build::config_map::config_hash(&validated);
+    let applied = apply::apply(&context.client, &namespace, &children).await?;
+
+    let outcome = Outcome::Applied { bot: &validated, config_hash, deployment: &applied.deployment };
+    let status = update_status::bot_status(bot, &outcome, &now);
+    update_status::patch_bot_status(&context.client, bot, &status).await?;
+    update_status::patch_contact_statuses(&context.client, &namespace, &dereferenced.contacts, &contact_statuses).await?;
+    let events = update_status::transition_events(bot.status.as_ref(), &status);
+    update_status::publish_events(&context.recorder, bot, &events).await;
+
+    let ready = status.conditions.iter().any(|condition| condition.type_ == crate::crd::CONDITION_READY && condition.status == "True");
+    context.metrics.record_readiness(bot_key(bot), ready);
+    context.failure_count(&bot_key(bot), false);
+    Ok(Action::requeue(RESYNC_INTERVAL))
+}
+
+/// What to do after a failed reconcile: an invalid spec waits for a change (of the bot,
+/// a Contact or a Role — all watched); anything else is retried with exponential backoff
+/// from 5 s up to 5 minutes.
+pub fn error_policy(bot: Arc<SaintBot>, error: &ReconcileError, context: Arc<Context>) -> Action {
+    tracing::warn!(bot = %bot_key(&bot), %error, "reconcile failed");
+    match error {
+        ReconcileError::InvalidSpec(_) | ReconcileError::MissingNamespace => Action::await_change(),
+        _ => Action::requeue(backoff(context.failure_count(&bot_key(&bot), true))),
+    }
+}
+
+/// Delay after `failures` consecutive transient failures.
+pub fn backoff(failures: u32) -> Duration {
+    let seconds = 5u64.saturating_mul(1u64 << failures.saturating_sub(1).min(10));
+    Duration::from_secs(seconds.min(300))
+}
+
+/// Remembers which bots each Contact or Role last mapped to, so a change that moves it
+/// away from a bot still wakes the bot it left (which must drop it from its config).
+#[derive(Default)]
+pub struct MappingMemory {
+    previous: Mutex<BTreeMap<String, HashSet<ObjectRef<SaintBot>>>>,
+}
+
+impl MappingMemory {
+    /// Returns the union of `current` and what `key` mapped to last time, and stores `current`.
+    pub fn remember(&self, key: String, current: HashSet<ObjectRef<SaintBot>>) -> Vec<ObjectRef<SaintBot>> {
+        let mut previous = self.previous.lock().expect("mapping lock is never poisoned");
+        let mut all = previous.insert(key, current.clone()).unwrap_or_default();
+        all.extend(current);
+        all.into_iter().collect()
+    }
+}
+
+/// The bots in `store` that use `contact`.
+pub fn bots_for_contact(store: &Store<SaintBot>, contact: &Contact) -> HashSet<ObjectRef<SaintBot>> {
+    store.state().iter().filter(|bot| bot_uses_contact(bot, contact)).map(|bot| ObjectRef::from(bot.as_ref())).collect()
+}
+
+/// The bots in `store` that use `role`.
+pub fn bots_for_role(store: &Store<SaintBot>, role: &Role) -> HashSet<ObjectRef<SaintBot>> {
+    store.state().iter().filter(|bot| bot_uses_role(bot, role)).map(|bot| ObjectRef::from(bot.as_ref())).collect()
+}
+
+/// Runs the controller until `shutdown` resolves. `namespace`: watch one namespace, or all.
+pub async fn run(context: Arc<Context>, namespace: Option<String>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let client = context.client.clone();
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(namespace) => Api::namespaced(client.clone(), namespace),
+            None => Api::all(client.clone()),
+        }
+    }
+    // Children are watched only through the operator's label, keeping caches small.
+    let children = watcher::Config::default().labels("app.kubernetes.io/managed-by=saint-operator");
+    let controller = Controller::new(api::<SaintBot>(&client, &namespace), watcher::Config::default().any_semantic());
+    let store = controller.store();
+    let contact_store = store.clone();
+    let role_store = store.clone();
+    let contact_memory = Arc::new(MappingMemory::default());
+    let role_memory = Arc::new(MappingMemory::default());
+    controller
+        .owns(api::<ConfigMap>(&client, &namespace), children.clone())
+        .owns(api::<PersistentVolumeClaim>(&client, &namespace), children.clone())
+        .owns(api::<ServiceAccount>(&client, &namespace), children.clone())
+        .owns(api::<RbacRole>(&client, &namespace), children.clone())
+        .owns(api::<RoleBinding>(&client, &namespace), children.clone())
+        .owns(api::<Service>(&client, &namespace), children.clone())
+        .owns(api::<NetworkPolicy>(&client, &namespace), children.clone())
+        .owns(api::<Deployment>(&client, &namespace), children)
+        .watches(api::<Contact>(&client, &namespace), watcher::Config::default(), move |contact: Contact| {
+            let key = format!("{}/{}", contact.namespace().unwrap_or_default(), contact.name_any());
+            contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
+        })
+        .watches(api::<Role>(&client, &namespace), watcher::Config::default(), move |role: Role| {
+            let key = format!("{}/{}", role.namespace().unwrap_or_default(), role.name_any());
+            role_memory.remember(key, bots_for_role(&role_store, &role))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(bot = %object, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile error"),
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_to_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(5));
+        assert_eq!(backoff(2), Duration::from_secs(10));
+        assert_eq!(backoff(4), Duration::from_secs(40));
+        assert_eq!(backoff(30), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_contact_leaving_a_bot_still_wakes_that_bot_once() {
+        let memory = MappingMemory::default();
+        let old_bot = ObjectRef::<SaintBot>::new("old-bot").within("acme");
+        let new_bot = ObjectRef::<SaintBot>::new("new-bot").within("acme");
+        assert_eq!(memory.remember("acme/acme-ana".into(), HashSet::from([old_bot.clone()])), vec![old_bot.clone()]);
+        let woken: HashSet<_> = memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])).into_iter().collect();
+        assert_eq!(woken, HashSet::from([old_bot, new_bot.clone()]));
+        assert_eq!(memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])), vec![new_bot]);
+    }
+}
