@@ -3,9 +3,9 @@
 //! Pure: reads only the role and the tool names; no I/O. A pattern is a tool name, a
 //! `group:<name>` from [`saint_config::TOOL_GROUPS`], or a glob (`sessions_*`). Deny
 //! always wins over allow. Tools that need the sandbox (`exec`, `process`) are withheld
-//! from every role until a sandbox backend exists, whatever the role says; the `exec`
-//! tool in the catalog also refuses every call, so a model that names it anyway fails
-//! closed.
+//! from every role unless the runtime says a sandbox is available and the role has an
+//! exec blocklist; the fail-closed `exec` tool of the catalog refuses every call, so a
+//! model that names it anyway fails closed.
 
 use std::sync::Arc;
 
@@ -36,21 +36,45 @@ pub fn pattern_matches(pattern: &str, tool: &str) -> bool {
 }
 
 /// Whether the role may use the tool named `tool`: allowed by some allow pattern, denied
-/// by none, and not withheld.
+/// by none, and not withheld (sandbox tools are withheld: see [`tool_allowed_with_sandbox`]).
 pub fn tool_allowed(role: &RoleConfig, tool: &str) -> bool {
-    if WITHHELD_TOOLS.contains(&tool) {
+    tool_allowed_with_sandbox(role, tool, false)
+}
+
+/// Like [`tool_allowed`], for a runtime that may have a working sandbox. The sandbox
+/// tools (`exec`, `process`) are allowed only when `sandbox_available` is true *and* the
+/// role has an `execBlocklist` (absent means the role has no exec at all, seed §2.2).
+pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_available: bool) -> bool {
+    if WITHHELD_TOOLS.contains(&tool) && !(sandbox_available && role.exec_blocklist.is_some()) {
         return false;
     }
-    let denied = role.tools.deny.iter().any(|pattern| pattern_matches(pattern, tool));
-    let allowed = role.tools.allow.iter().any(|pattern| pattern_matches(pattern, tool));
+    let denied = role
+        .tools
+        .deny
+        .iter()
+        .any(|pattern| pattern_matches(pattern, tool));
+    let allowed = role
+        .tools
+        .allow
+        .iter()
+        .any(|pattern| pattern_matches(pattern, tool));
     allowed && !denied
 }
 
 /// The tools the role sees, in catalog order. Tools the role may not use are never
-/// returned, so they are never described to the model.
+/// returned, so they are never described to the model. No sandbox is assumed.
 pub fn visible_tools(role: &RoleConfig, all: &[Arc<dyn Tool>]) -> Vec<Arc<dyn Tool>> {
+    visible_tools_with_sandbox(role, all, false)
+}
+
+/// [`visible_tools`] for a runtime that knows whether a sandbox is available.
+pub fn visible_tools_with_sandbox(
+    role: &RoleConfig,
+    all: &[Arc<dyn Tool>],
+    sandbox_available: bool,
+) -> Vec<Arc<dyn Tool>> {
     all.iter()
-        .filter(|tool| tool_allowed(role, tool.name()))
+        .filter(|tool| tool_allowed_with_sandbox(role, tool.name(), sandbox_available))
         .cloned()
         .collect()
 }
@@ -92,38 +116,64 @@ mod tests {
     }
 
     fn role(allow: &[&str], deny: &[&str]) -> RoleConfig {
-        serde_json::from_value(serde_json::json!({"tools": {"allow": allow, "deny": deny}})).unwrap()
+        serde_json::from_value(serde_json::json!({"tools": {"allow": allow, "deny": deny}}))
+            .unwrap()
     }
 
     fn visible(role: &RoleConfig) -> Vec<&'static str> {
-        visible_tools(role, &catalog()).iter().map(|tool| tool.name()).collect()
+        visible_tools(role, &catalog())
+            .iter()
+            .map(|tool| tool.name())
+            .collect()
     }
 
     #[test]
     fn groups_expand_to_their_members() {
-        assert_eq!(visible(&role(&["group:fs"], &[])), ["read", "write", "edit", "apply_patch"]);
+        assert_eq!(
+            visible(&role(&["group:fs"], &[])),
+            ["read", "write", "edit", "apply_patch"]
+        );
         assert_eq!(
             visible(&role(&["group:sessions", "group:messaging"], &[])),
-            ["message", "sessions_list", "sessions_history", "sessions_send", "sessions_spawn"]
+            [
+                "message",
+                "sessions_list",
+                "sessions_history",
+                "sessions_send",
+                "sessions_spawn"
+            ]
         );
         assert!(visible(&role(&["group:nonexistent"], &[])).is_empty());
     }
 
     #[test]
     fn globs_match_tool_names() {
-        assert_eq!(visible(&role(&["sessions_*"], &[])), [
-            "sessions_list",
-            "sessions_history",
-            "sessions_send",
-            "sessions_spawn"
-        ]);
-        assert_eq!(visible(&role(&["web_*", "memory_get"], &[])), ["web_search", "web_fetch", "memory_get"]);
+        assert_eq!(
+            visible(&role(&["sessions_*"], &[])),
+            [
+                "sessions_list",
+                "sessions_history",
+                "sessions_send",
+                "sessions_spawn"
+            ]
+        );
+        assert_eq!(
+            visible(&role(&["web_*", "memory_get"], &[])),
+            ["web_search", "web_fetch", "memory_get"]
+        );
     }
 
     #[test]
     fn deny_wins_over_allow() {
         let names = visible(&role(&["*"], &["group:fs", "sessions_s*"]));
-        for hidden in ["read", "write", "edit", "apply_patch", "sessions_send", "sessions_spawn"] {
+        for hidden in [
+            "read",
+            "write",
+            "edit",
+            "apply_patch",
+            "sessions_send",
+            "sessions_spawn",
+        ] {
             assert!(!names.contains(&hidden), "{hidden} must be denied");
         }
         assert!(names.contains(&"sessions_list"));
@@ -135,14 +185,46 @@ mod tests {
     fn exec_and_process_are_withheld_from_every_role() {
         for allow in [&["*"][..], &["exec", "process"], &["group:runtime"]] {
             let names = visible(&role(allow, &[]));
-            assert!(!names.contains(&"exec") && !names.contains(&"process"), "{allow:?}");
+            assert!(
+                !names.contains(&"exec") && !names.contains(&"process"),
+                "{allow:?}"
+            );
         }
     }
 
     #[test]
+    fn exec_needs_a_sandbox_and_a_blocklist_and_still_obeys_deny() {
+        let mut with_blocklist = role(&["group:runtime", "read"], &[]);
+        with_blocklist.exec_blocklist = Some(vec!["rm -rf *".to_string()]);
+        let names = |role: &RoleConfig, sandbox| -> Vec<&'static str> {
+            visible_tools_with_sandbox(role, &catalog(), sandbox)
+                .iter()
+                .map(|tool| tool.name())
+                .collect()
+        };
+        assert_eq!(names(&with_blocklist, false), ["read"]);
+        assert_eq!(names(&with_blocklist, true), ["read", "exec", "process"]);
+        let without_blocklist = role(&["group:runtime", "read"], &[]);
+        assert_eq!(
+            names(&without_blocklist, true),
+            ["read"],
+            "absent blocklist means no exec at all"
+        );
+        let mut denied = role(&["*"], &["exec"]);
+        denied.exec_blocklist = Some(Vec::new());
+        assert!(!names(&denied, true).contains(&"exec"));
+    }
+
+    #[test]
     fn external_role_sees_only_web_tools() {
-        let external = role(&["web_search", "web_fetch"], &["group:fs", "group:runtime", "group:memory"]);
+        let external = role(
+            &["web_search", "web_fetch"],
+            &["group:fs", "group:runtime", "group:memory"],
+        );
         assert_eq!(visible(&external), ["web_search", "web_fetch"]);
-        assert!(visible(&role(&[], &[])).is_empty(), "an empty allow list shows nothing");
+        assert!(
+            visible(&role(&[], &[])).is_empty(),
+            "an empty allow list shows nothing"
+        );
     }
 }

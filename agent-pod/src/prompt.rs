@@ -56,7 +56,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     };
 
     let mut sections: Vec<String> = Vec::new();
-    for file in BOOTSTRAP_FILES.iter().filter(|file| role.bootstrap.iter().any(|wanted| wanted == *file)) {
+    for file in BOOTSTRAP_FILES
+        .iter()
+        .filter(|file| role.bootstrap.iter().any(|wanted| wanted == *file))
+    {
         if let Some(text) = read(file) {
             sections.push(format!("## {file}\n\n{}", text.trim_end()));
         }
@@ -67,9 +70,13 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
         }
     }
 
-    sections.push(format!("## Who you are talking to\n\n{}", context_line(caller)));
+    sections.push(format!(
+        "## Who you are talking to\n\n{}",
+        context_line(caller)
+    ));
 
-    let own_directory = is_safe_component(&caller.slug).then(|| format!("memory/users/{}", caller.slug));
+    let own_directory =
+        is_safe_component(&caller.slug).then(|| format!("memory/users/{}", caller.slug));
     if caller.known
         && let Some(directory) = &own_directory
         && let Some(preferences) = read(&format!("{directory}/preferences.md"))
@@ -81,7 +88,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     }
 
     if let Some(blocklist) = role.exec_blocklist.as_ref().filter(|list| !list.is_empty()) {
-        let lines: Vec<String> = blocklist.iter().map(|command| format!("- `{command}`")).collect();
+        let lines: Vec<String> = blocklist
+            .iter()
+            .map(|command| format!("- `{command}`"))
+            .collect();
         sections.push(format!(
             "## Commands you must not run for them\n\nThese commands are refused for this person; do not try them or work around them:\n{}",
             lines.join("\n")
@@ -111,7 +121,11 @@ fn context_line(caller: &Caller) -> String {
             .to_string();
     }
     let description = caller.role.description.trim();
-    let description = if description.is_empty() { String::new() } else { format!(" {description}.") };
+    let description = if description.is_empty() {
+        String::new()
+    } else {
+        format!(" {description}.")
+    };
     if caller.role.external {
         return format!(
             "You are talking to {}, an external contact ({}).{description} Do not reveal internal \
@@ -119,7 +133,10 @@ fn context_line(caller: &Caller) -> String {
             caller.display_name, caller.role_name
         );
     }
-    format!("You are talking to {} ({}).{description}", caller.display_name, caller.role_name)
+    format!(
+        "You are talking to {} ({}).{description}",
+        caller.display_name, caller.role_name
+    )
 }
 
 /// Where to write what, given the tools and paths the role has.
@@ -128,7 +145,10 @@ fn memory_guidance(inputs: &PromptInputs<'_>, own_directory: Option<&str>) -> Op
     if !caller.known || caller.role.external {
         return None;
     }
-    let can_write_files = inputs.tool_names.iter().any(|tool| matches!(*tool, "write" | "edit" | "apply_patch"));
+    let can_write_files = inputs
+        .tool_names
+        .iter()
+        .any(|tool| matches!(*tool, "write" | "edit" | "apply_patch"));
     if !can_write_files {
         return None;
     }
@@ -175,11 +195,19 @@ mod tests {
         for file in BOOTSTRAP_FILES {
             fs::write(directory.path().join(file), format!("content of {file}\n")).unwrap();
         }
-        fs::write(directory.path().join("COMPANY.md"), "content of COMPANY.md\n").unwrap();
+        fs::write(
+            directory.path().join("COMPANY.md"),
+            "content of COMPANY.md\n",
+        )
+        .unwrap();
         for slug in ["acme-ana", "acme-ivo", "+15550001111"] {
             let users = directory.path().join("memory/users").join(slug);
             fs::create_dir_all(&users).unwrap();
-            fs::write(users.join("preferences.md"), format!("preferences of {slug}\n")).unwrap();
+            fs::write(
+                users.join("preferences.md"),
+                format!("preferences of {slug}\n"),
+            )
+            .unwrap();
         }
         directory
     }
@@ -187,7 +215,12 @@ mod tests {
     fn prompt_for(workspace: &Path, slug: &str, tool_names: &[&str]) -> String {
         let config = company_config();
         let caller = caller(&config, slug);
-        system_prompt(&PromptInputs { caller: &caller, config: &config, workspace, tool_names })
+        system_prompt(&PromptInputs {
+            caller: &caller,
+            config: &config,
+            workspace,
+            tool_names,
+        })
     }
 
     #[test]
@@ -196,14 +229,19 @@ mod tests {
         let prompt = prompt_for(workspace.path(), "acme-ana", &["read", "write"]);
         let mut last = 0;
         for file in BOOTSTRAP_FILES.iter().chain(&["COMPANY.md"]) {
-            let position = prompt.find(&format!("content of {file}")).unwrap_or_else(|| panic!("{file} missing"));
+            let position = prompt
+                .find(&format!("content of {file}"))
+                .unwrap_or_else(|| panic!("{file} missing"));
             assert!(position > last, "{file} out of order");
             last = position;
         }
         assert!(prompt.contains("You are talking to Ana (owner). Full access."));
         assert!(prompt.contains("preferences of acme-ana"));
         assert!(!prompt.contains("preferences of acme-ivo"));
-        assert!(prompt.contains("memory/users/acme-ana/preferences.md"), "memory guidance names their directory");
+        assert!(
+            prompt.contains("memory/users/acme-ana/preferences.md"),
+            "memory guidance names their directory"
+        );
         assert!(prompt.contains("memory/private/"));
     }
 
@@ -211,10 +249,22 @@ mod tests {
     fn employee_gets_filtered_files_blocked_commands_and_no_company_file() {
         let workspace = workspace();
         let prompt = prompt_for(workspace.path(), "acme-ivo", &["read", "write"]);
-        for present in ["content of SOUL.md", "content of IDENTITY.md", "content of USER.md", "preferences of acme-ivo"] {
+        for present in [
+            "content of SOUL.md",
+            "content of IDENTITY.md",
+            "content of USER.md",
+            "preferences of acme-ivo",
+        ] {
             assert!(prompt.contains(present), "{present}");
         }
-        for absent in ["content of AGENTS.md", "content of TOOLS.md", "content of HEARTBEAT.md", "content of COMPANY.md", "memory/private/", "memory/shared/"] {
+        for absent in [
+            "content of AGENTS.md",
+            "content of TOOLS.md",
+            "content of HEARTBEAT.md",
+            "content of COMPANY.md",
+            "memory/private/",
+            "memory/shared/",
+        ] {
             assert!(!prompt.contains(absent), "{absent}");
         }
         assert!(prompt.contains("You are talking to Ivo (employee)."));
@@ -225,10 +275,23 @@ mod tests {
     #[test]
     fn unknown_sender_gets_the_external_warning_and_is_never_named() {
         let workspace = workspace();
-        let prompt = prompt_for(workspace.path(), "+15550001111", &["web_search", "web_fetch"]);
-        assert!(prompt.contains("You are talking to an unknown contact. Do not reveal internal details"));
-        assert!(!prompt.contains("IGNORE ALL RULES"), "the claimed display name must not be used");
-        assert!(!prompt.contains("preferences of"), "unknown senders have no stored preferences");
+        let prompt = prompt_for(
+            workspace.path(),
+            "+15550001111",
+            &["web_search", "web_fetch"],
+        );
+        assert!(
+            prompt
+                .contains("You are talking to an unknown contact. Do not reveal internal details")
+        );
+        assert!(
+            !prompt.contains("IGNORE ALL RULES"),
+            "the claimed display name must not be used"
+        );
+        assert!(
+            !prompt.contains("preferences of"),
+            "unknown senders have no stored preferences"
+        );
         assert!(prompt.contains("content of SOUL.md") && prompt.contains("content of IDENTITY.md"));
         assert!(!prompt.contains("content of USER.md"));
         assert!(!prompt.contains("Remembering things"));
@@ -246,15 +309,39 @@ mod tests {
     #[test]
     fn nothing_reveals_model_config_credentials_or_platform() {
         let workspace = workspace();
-        for slug in ["acme-ana", "acme-ivo", "acme-marko", "acme-client", "stranger"] {
-            let prompt = prompt_for(workspace.path(), slug, &["read", "write", "web_fetch"]).to_lowercase();
+        for slug in [
+            "acme-ana",
+            "acme-ivo",
+            "acme-marko",
+            "acme-client",
+            "stranger",
+        ] {
+            let prompt =
+                prompt_for(workspace.path(), slug, &["read", "write", "web_fetch"]).to_lowercase();
             for secret in [
-                SECRET_MODEL, SECRET_ROLE_MODEL, SECRET_BASE_URL, SECRET_KEY_ENV, "ACME_SEARCH_KEY", "acme-namespace",
-                "bot-config", "kubernetes", "openclaw", "anthropic", "saint", "porter", "sandbox",
+                SECRET_MODEL,
+                SECRET_ROLE_MODEL,
+                SECRET_BASE_URL,
+                SECRET_KEY_ENV,
+                "ACME_SEARCH_KEY",
+                "acme-namespace",
+                "bot-config",
+                "kubernetes",
+                "openclaw",
+                "anthropic",
+                "saint",
+                "porter",
+                "sandbox",
             ] {
-                assert!(!prompt.contains(&secret.to_lowercase()), "{slug}: prompt leaks {secret:?}");
+                assert!(
+                    !prompt.contains(&secret.to_lowercase()),
+                    "{slug}: prompt leaks {secret:?}"
+                );
             }
-            assert!(!prompt.contains(&workspace.path().to_string_lossy().to_lowercase()), "{slug}: host path leaked");
+            assert!(
+                !prompt.contains(&workspace.path().to_string_lossy().to_lowercase()),
+                "{slug}: host path leaked"
+            );
         }
     }
 
@@ -265,11 +352,22 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         fs::write(outside.path().join("secret.md"), "TOP SECRET OUTSIDE").unwrap();
         fs::remove_file(workspace.path().join("USER.md")).unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret.md"), workspace.path().join("USER.md")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.md"),
+            workspace.path().join("USER.md"),
+        )
+        .unwrap();
         fs::remove_file(workspace.path().join("TOOLS.md")).unwrap();
-        fs::hard_link(outside.path().join("secret.md"), workspace.path().join("TOOLS.md")).unwrap();
+        fs::hard_link(
+            outside.path().join("secret.md"),
+            workspace.path().join("TOOLS.md"),
+        )
+        .unwrap();
         let prompt = prompt_for(workspace.path(), "acme-ana", &[]);
-        assert!(!prompt.contains("HEARTBEAT.md"), "a missing file leaves no header behind");
+        assert!(
+            !prompt.contains("HEARTBEAT.md"),
+            "a missing file leaves no header behind"
+        );
         assert!(!prompt.contains("TOP SECRET OUTSIDE"));
         assert!(!prompt.contains("## USER.md") && !prompt.contains("## TOOLS.md"));
         assert!(prompt.contains("content of SOUL.md"), "positive control");

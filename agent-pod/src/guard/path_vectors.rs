@@ -45,9 +45,20 @@ fn layout() -> Layout {
     fs::hard_link(outside.join("secret.txt"), data.join("hard_link"))
         .expect("hard link to the outside file (needs one file system for base/)");
     fs::hard_link(workspace.join("SOUL.md"), data.join("inner_hard")).unwrap();
-    let data_directory = rustix::fs::open(&data, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY, Mode::empty())
-        .unwrap();
-    rustix::fs::mknodat(&data_directory, "fifo", FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
+    let data_directory = rustix::fs::open(
+        &data,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+        Mode::empty(),
+    )
+    .unwrap();
+    rustix::fs::mknodat(
+        &data_directory,
+        "fifo",
+        FileType::Fifo,
+        Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
     rustix::fs::mknodat(
         &data_directory,
         "null_device",
@@ -58,7 +69,11 @@ fn layout() -> Layout {
     .expect("creating a device node needs root (CAP_MKNOD); this test must run as root");
     let listener = UnixListener::bind(data.join("socket")).unwrap();
     std::mem::forget(listener);
-    Layout { _base: base, workspace, outside }
+    Layout {
+        _base: base,
+        workspace,
+        outside,
+    }
 }
 
 fn owner(layout: &Layout) -> ToolContext {
@@ -66,33 +81,63 @@ fn owner(layout: &Layout) -> ToolContext {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
-fn call(tool: &dyn Tool, context: &ToolContext, input: serde_json::Value) -> Result<String, ToolError> {
-    runtime().block_on(tool.call(context, input)).map(|output| output.content)
+fn call(
+    tool: &dyn Tool,
+    context: &ToolContext,
+    input: serde_json::Value,
+) -> Result<String, ToolError> {
+    runtime()
+        .block_on(tool.call(context, input))
+        .map(|output| output.content)
 }
 
 fn assert_no_leak(message: &str, layout: &Layout) {
-    let base = layout.workspace.parent().unwrap().to_string_lossy().to_string();
-    assert!(!message.contains(&base), "error leaks a host path: {message}");
-    assert!(!message.contains(OUTSIDE_SECRET), "error leaks outside content: {message}");
+    let base = layout
+        .workspace
+        .parent()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(
+        !message.contains(&base),
+        "error leaks a host path: {message}"
+    );
+    assert!(
+        !message.contains(OUTSIDE_SECRET),
+        "error leaks outside content: {message}"
+    );
 }
 
 #[test]
 fn read_escape_vectors_are_all_refused() {
     let layout = layout();
     let context = owner(&layout);
-    let outside_absolute = layout.outside.join("secret.txt").to_string_lossy().to_string();
+    let outside_absolute = layout
+        .outside
+        .join("secret.txt")
+        .to_string_lossy()
+        .to_string();
     let via_parent = format!("{}/../outside/secret.txt", layout.workspace.display());
     let vectors: Vec<(&str, String)> = vec![
         ("parent", "../outside/secret.txt".into()),
-        ("parent after descent", "data/../../outside/secret.txt".into()),
+        (
+            "parent after descent",
+            "data/../../outside/secret.txt".into(),
+        ),
         ("deep parent", "../../../../../../../etc/passwd".into()),
         ("absolute system file", "/etc/passwd".into()),
         ("absolute outside file", outside_absolute),
         ("absolute workspace path with parent", via_parent),
-        ("sandbox alias with parent", "/workspace/../outside/secret.txt".into()),
+        (
+            "sandbox alias with parent",
+            "/workspace/../outside/secret.txt".into(),
+        ),
         ("agent alias with parent", "/agent/../../etc/passwd".into()),
         ("symlink with absolute target", "data/abs_link".into()),
         ("symlink with relative target", "data/rel_link".into()),
@@ -130,7 +175,11 @@ fn read_escape_vectors_are_all_refused() {
         "data/ok.txt".to_string(),
         "./data/ok.txt".to_string(),
         "/workspace/data/ok.txt".to_string(),
-        layout.workspace.join("data/ok.txt").to_string_lossy().to_string(),
+        layout
+            .workspace
+            .join("data/ok.txt")
+            .to_string_lossy()
+            .to_string(),
     ] {
         assert_eq!(
             call(&ReadTool, &context, serde_json::json!({ "path": path })).unwrap(),
@@ -139,7 +188,11 @@ fn read_escape_vectors_are_all_refused() {
         );
     }
     assert!(matches!(
-        call(&ReadTool, &context, serde_json::json!({"path": "data/missing.txt"})),
+        call(
+            &ReadTool,
+            &context,
+            serde_json::json!({"path": "data/missing.txt"})
+        ),
         Err(ToolError::NotFound(_))
     ));
 }
@@ -167,16 +220,33 @@ fn write_escape_vectors_are_all_refused_and_touch_nothing_outside() {
         "%2e%2e/outside/new.txt",
     ];
     for path in vectors {
-        let result = call(&WriteTool, &context, serde_json::json!({"path": path, "content": "PWNED"}));
-        assert!(matches!(result, Err(ToolError::Denied(_))), "{path:?}: expected a refusal, got {result:?}");
+        let result = call(
+            &WriteTool,
+            &context,
+            serde_json::json!({"path": path, "content": "PWNED"}),
+        );
+        assert!(
+            matches!(result, Err(ToolError::Denied(_))),
+            "{path:?}: expected a refusal, got {result:?}"
+        );
     }
     let absolute = layout.outside.join("new.txt").to_string_lossy().to_string();
     assert!(matches!(
-        call(&WriteTool, &context, serde_json::json!({"path": absolute, "content": "PWNED"})),
+        call(
+            &WriteTool,
+            &context,
+            serde_json::json!({"path": absolute, "content": "PWNED"})
+        ),
         Err(ToolError::Denied(_))
     ));
-    assert_eq!(fs::read_to_string(layout.outside.join("secret.txt")).unwrap(), OUTSIDE_SECRET);
-    assert_eq!(fs::read_to_string(layout.workspace.join("SOUL.md")).unwrap(), SOUL);
+    assert_eq!(
+        fs::read_to_string(layout.outside.join("secret.txt")).unwrap(),
+        OUTSIDE_SECRET
+    );
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("SOUL.md")).unwrap(),
+        SOUL
+    );
     assert!(!layout.outside.join("new.txt").exists());
     assert!(!Path::new("/tmp/saint-escape.txt").exists());
     let edit = call(
@@ -186,20 +256,49 @@ fn write_escape_vectors_are_all_refused_and_touch_nothing_outside() {
     );
     assert!(matches!(edit, Err(ToolError::Denied(_))), "{edit:?}");
     let patch = "--- a/dir_link/secret.txt\n+++ b/dir_link/secret.txt\n@@ -1 +1 @@\n-OUTSIDE-SECRET-CONTENT\n\\ No newline at end of file\n+PWNED\n";
-    let patched = call(&ApplyPatchTool, &context, serde_json::json!({ "patch": patch }));
+    let patched = call(
+        &ApplyPatchTool,
+        &context,
+        serde_json::json!({ "patch": patch }),
+    );
     assert!(matches!(patched, Err(ToolError::Denied(_))), "{patched:?}");
-    assert_eq!(fs::read_to_string(layout.outside.join("secret.txt")).unwrap(), OUTSIDE_SECRET);
+    assert_eq!(
+        fs::read_to_string(layout.outside.join("secret.txt")).unwrap(),
+        OUTSIDE_SECRET
+    );
 
     // Positive controls: writes inside the workspace work, directories are created.
-    call(&WriteTool, &context, serde_json::json!({"path": "data/new/deep.txt", "content": "one\ntwo\n"})).unwrap();
-    assert_eq!(fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(), "one\ntwo\n");
+    call(
+        &WriteTool,
+        &context,
+        serde_json::json!({"path": "data/new/deep.txt", "content": "one\ntwo\n"}),
+    )
+    .unwrap();
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(),
+        "one\ntwo\n"
+    );
     call(&EditTool, &context, serde_json::json!({"path": "data/new/deep.txt", "old_string": "two", "new_string": "three"}))
         .unwrap();
-    assert_eq!(fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(), "one\nthree\n");
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(),
+        "one\nthree\n"
+    );
     let patch = "--- a/data/new/deep.txt\n+++ b/data/new/deep.txt\n@@ -1,2 +1,2 @@\n one\n-three\n+four\n--- /dev/null\n+++ b/data/created.txt\n@@ -0,0 +1 @@\n+made by a patch\n";
-    call(&ApplyPatchTool, &context, serde_json::json!({ "patch": patch })).unwrap();
-    assert_eq!(fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(), "one\nfour\n");
-    assert_eq!(fs::read_to_string(layout.workspace.join("data/created.txt")).unwrap(), "made by a patch\n");
+    call(
+        &ApplyPatchTool,
+        &context,
+        serde_json::json!({ "patch": patch }),
+    )
+    .unwrap();
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(),
+        "one\nfour\n"
+    );
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("data/created.txt")).unwrap(),
+        "made by a patch\n"
+    );
 }
 
 #[test]
@@ -207,18 +306,29 @@ fn file_tools_enforce_the_three_write_tiers_and_self_directories() {
     let layout = layout();
     fs::write(layout.workspace.join("COMPANY.md"), "hours: 9-17\n").unwrap();
     fs::create_dir_all(layout.workspace.join("memory/users/acme-ana")).unwrap();
-    fs::write(layout.workspace.join("memory/users/acme-ana/notes.md"), "ana private\n").unwrap();
+    fs::write(
+        layout.workspace.join("memory/users/acme-ana/notes.md"),
+        "ana private\n",
+    )
+    .unwrap();
     let owner = owner(&layout);
     let employee = test_fixtures::context(&layout.workspace, "acme-ivo");
     let external = test_fixtures::context(&layout.workspace, "acme-client");
     let write = |context: &ToolContext, path: &str| {
-        call(&WriteTool, context, serde_json::json!({"path": path, "content": "changed\n"}))
+        call(
+            &WriteTool,
+            context,
+            serde_json::json!({"path": path, "content": "changed\n"}),
+        )
     };
 
     // Tier 1: platform-protected, for everyone including the owner.
     for context in [&owner, &employee] {
         let refused = write(context, "SOUL.md");
-        assert!(matches!(&refused, Err(ToolError::Denied(message)) if message.contains("platform")), "{refused:?}");
+        assert!(
+            matches!(&refused, Err(ToolError::Denied(message)) if message.contains("platform")),
+            "{refused:?}"
+        );
     }
     let patched = call(
         &ApplyPatchTool,
@@ -226,20 +336,36 @@ fn file_tools_enforce_the_three_write_tiers_and_self_directories() {
         serde_json::json!({"patch": "--- a/SOUL.md\n+++ b/SOUL.md\n@@ -1 +1 @@\n-SOUL-CONTENT\n\\ No newline at end of file\n+evil\n"}),
     );
     assert!(matches!(patched, Err(ToolError::Denied(_))), "{patched:?}");
-    assert_eq!(fs::read_to_string(layout.workspace.join("SOUL.md")).unwrap(), SOUL);
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("SOUL.md")).unwrap(),
+        SOUL
+    );
 
     // Tier 2: owner files only for roles whose write globs name them.
     assert!(write(&owner, "COMPANY.md").is_ok());
-    assert!(matches!(write(&employee, "COMPANY.md"), Err(ToolError::Denied(_))));
+    assert!(matches!(
+        write(&employee, "COMPANY.md"),
+        Err(ToolError::Denied(_))
+    ));
 
     // Tier 3: one's own memory directory, never someone else's.
     assert!(write(&employee, "memory/users/acme-ivo/preferences.md").is_ok());
-    assert!(matches!(write(&employee, "memory/users/acme-ana/notes.md"), Err(ToolError::Denied(_))));
     assert!(matches!(
-        call(&ReadTool, &employee, serde_json::json!({"path": "memory/users/acme-ana/notes.md"})),
+        write(&employee, "memory/users/acme-ana/notes.md"),
         Err(ToolError::Denied(_))
     ));
-    assert_eq!(fs::read_to_string(layout.workspace.join("memory/users/acme-ana/notes.md")).unwrap(), "ana private\n");
+    assert!(matches!(
+        call(
+            &ReadTool,
+            &employee,
+            serde_json::json!({"path": "memory/users/acme-ana/notes.md"})
+        ),
+        Err(ToolError::Denied(_))
+    ));
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("memory/users/acme-ana/notes.md")).unwrap(),
+        "ana private\n"
+    );
 
     // A role without the file tools is refused by the tool itself.
     assert!(matches!(

@@ -76,7 +76,10 @@ pub enum PathError {
 impl PathError {
     /// Whether this error is a security refusal (as opposed to a missing file or an I/O error).
     pub fn is_refusal(&self) -> bool {
-        !matches!(self, PathError::NotFound(_) | PathError::Io { .. } | PathError::Workspace)
+        !matches!(
+            self,
+            PathError::NotFound(_) | PathError::Io { .. } | PathError::Workspace
+        )
     }
 }
 
@@ -96,7 +99,11 @@ impl WorkspacePath {
             return Err(PathError::NulByte);
         }
         // Absolute paths are not echoed back: they may name host locations.
-        let shown = if raw.starts_with('/') { "<absolute path>".to_string() } else { raw.to_string() };
+        let shown = if raw.starts_with('/') {
+            "<absolute path>".to_string()
+        } else {
+            raw.to_string()
+        };
         if raw.len() > MAX_PATH_BYTES {
             return Err(PathError::TooLong(shown));
         }
@@ -105,7 +112,8 @@ impl WorkspacePath {
         }
         let path = Path::new(raw);
         let relative_part: &Path = if path.is_absolute() {
-            strip_workspace_prefix(path, root).ok_or_else(|| PathError::OutsideWorkspace(shown.clone()))?
+            strip_workspace_prefix(path, root)
+                .ok_or_else(|| PathError::OutsideWorkspace(shown.clone()))?
         } else {
             path
         };
@@ -113,7 +121,9 @@ impl WorkspacePath {
         for component in relative_part.components() {
             match component {
                 Component::Normal(name) => {
-                    let name = name.to_str().ok_or_else(|| PathError::SuspiciousCharacters(shown.clone()))?;
+                    let name = name
+                        .to_str()
+                        .ok_or_else(|| PathError::SuspiciousCharacters(shown.clone()))?;
                     if name.len() > 255 {
                         return Err(PathError::TooLong(shown));
                     }
@@ -132,7 +142,10 @@ impl WorkspacePath {
             return Err(PathError::Empty(shown));
         }
         let relative = components.join("/");
-        Ok(Self { components, relative })
+        Ok(Self {
+            components,
+            relative,
+        })
     }
 
     /// The normalised relative path (`memory/users/ana/notes.md`), used for role checks.
@@ -145,18 +158,25 @@ impl WorkspacePath {
     }
 
     fn file_name(&self) -> &str {
-        self.components.last().expect("a parsed path has at least one component")
+        self.components
+            .last()
+            .expect("a parsed path has at least one component")
     }
 }
 
 fn has_suspicious_characters(raw: &str) -> bool {
-    if raw.chars().any(|character| character.is_control() || character == '\\') {
+    if raw
+        .chars()
+        .any(|character| character.is_control() || character == '\\')
+    {
         return true;
     }
     // Percent-encoded dots, slashes, backslashes and NULs are never decoded by us, but a
     // path carrying them is an escape attempt at some other layer: refuse it outright.
     let lower = raw.to_ascii_lowercase();
-    ["%2e", "%2f", "%5c", "%00", "%25"].iter().any(|encoded| lower.contains(encoded))
+    ["%2e", "%2f", "%5c", "%00", "%25"]
+        .iter()
+        .any(|encoded| lower.contains(encoded))
 }
 
 fn strip_workspace_prefix<'a>(path: &'a Path, root: &Path) -> Option<&'a Path> {
@@ -254,7 +274,11 @@ impl Workspace {
             None => Mode::from_raw_mode(0o644),
         };
         let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temporary = format!(".{}.saint-{}-{counter}.tmp", path.file_name(), std::process::id());
+        let temporary = format!(
+            ".{}.saint-{}-{counter}.tmp",
+            path.file_name(),
+            std::process::id()
+        );
         let file = rustix::fs::openat2(
             &parent,
             temporary.as_str(),
@@ -272,27 +296,41 @@ impl Workspace {
         }
         // rename(2) replaces the directory entry itself: if the target was swapped for a
         // symlink after the check above, the symlink is replaced, never followed.
-        if let Err(errno) = rustix::fs::renameat(&parent, temporary.as_str(), &parent, path.file_name()) {
+        if let Err(errno) =
+            rustix::fs::renameat(&parent, temporary.as_str(), &parent, path.file_name())
+        {
             let _ = rustix::fs::unlinkat(&parent, temporary.as_str(), AtFlags::empty());
             return Err(map_errno(errno, path));
         }
-        Ok(if existing.is_some() { WriteOutcome::Replaced } else { WriteOutcome::Created })
+        Ok(if existing.is_some() {
+            WriteOutcome::Replaced
+        } else {
+            WriteOutcome::Created
+        })
     }
 
     /// Removes a regular, singly-linked file.
     pub fn remove(&self, path: &WorkspacePath) -> Result<(), PathError> {
         let parent = self.open_parent(path, false)?;
-        let stat = stat_entry(&parent, path)?.ok_or_else(|| PathError::NotFound(path.as_str().to_string()))?;
+        let stat = stat_entry(&parent, path)?
+            .ok_or_else(|| PathError::NotFound(path.as_str().to_string()))?;
         check_plain_file(&stat, path)?;
-        rustix::fs::unlinkat(&parent, path.file_name(), AtFlags::empty()).map_err(|errno| map_errno(errno, path))
+        rustix::fs::unlinkat(&parent, path.file_name(), AtFlags::empty())
+            .map_err(|errno| map_errno(errno, path))
     }
 
     /// Opens the directory holding `path`, walking one component at a time so missing
     /// directories can be created beneath the root.
     fn open_parent(&self, path: &WorkspacePath, create: bool) -> Result<OwnedFd, PathError> {
         let directory_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let mut current = rustix::fs::openat2(&self.root, ".", directory_flags, Mode::empty(), resolve_flags())
-            .map_err(|_| PathError::Workspace)?;
+        let mut current = rustix::fs::openat2(
+            &self.root,
+            ".",
+            directory_flags,
+            Mode::empty(),
+            resolve_flags(),
+        )
+        .map_err(|_| PathError::Workspace)?;
         for component in path.parent_components() {
             let next = match rustix::fs::openat2(
                 &current,
@@ -303,7 +341,11 @@ impl Workspace {
             ) {
                 Ok(next) => next,
                 Err(Errno::NOENT) if create => {
-                    match rustix::fs::mkdirat(&current, component.as_str(), Mode::from_raw_mode(0o755)) {
+                    match rustix::fs::mkdirat(
+                        &current,
+                        component.as_str(),
+                        Mode::from_raw_mode(0o755),
+                    ) {
                         Ok(()) | Err(Errno::EXIST) => {}
                         Err(errno) => return Err(map_errno(errno, path)),
                     }
@@ -352,8 +394,13 @@ fn check_plain_file(stat: &Stat, path: &WorkspacePath) -> Result<(), PathError> 
 /// Opens the final component as a regular file. The entry is checked before opening (so
 /// a FIFO or device is never opened at all) and the opened descriptor is checked again
 /// (the decision is made on what was actually opened).
-fn open_regular(parent: &OwnedFd, path: &WorkspacePath, access: OFlags) -> Result<OwnedFd, PathError> {
-    let before = stat_entry(parent, path)?.ok_or_else(|| PathError::NotFound(path.as_str().to_string()))?;
+fn open_regular(
+    parent: &OwnedFd,
+    path: &WorkspacePath,
+    access: OFlags,
+) -> Result<OwnedFd, PathError> {
+    let before =
+        stat_entry(parent, path)?.ok_or_else(|| PathError::NotFound(path.as_str().to_string()))?;
     check_plain_file(&before, path)?;
     let file = rustix::fs::openat2(
         parent,
@@ -384,12 +431,18 @@ fn map_errno(errno: Errno, path: &WorkspacePath) -> PathError {
             path: shown,
             reason: "the kernel lacks openat2; refusing file access".to_string(),
         },
-        other => PathError::Io { path: shown, reason: other.to_string() },
+        other => PathError::Io {
+            path: shown,
+            reason: other.to_string(),
+        },
     }
 }
 
 fn io_error(path: &WorkspacePath, reason: &str) -> PathError {
-    PathError::Io { path: path.as_str().to_string(), reason: reason.to_string() }
+    PathError::Io {
+        path: path.as_str().to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// Whether a single path component is a plain, safe name (used for slugs in paths).

@@ -49,7 +49,11 @@ pub struct RolePaths {
 
 impl RolePaths {
     /// Compiles the rules of `role` for the asker `slug`.
-    pub fn new(role: &RoleConfig, access: &FileAccessConfig, slug: &str) -> Result<Self, RolePathError> {
+    pub fn new(
+        role: &RoleConfig,
+        access: &FileAccessConfig,
+        slug: &str,
+    ) -> Result<Self, RolePathError> {
         let self_dir = [access.self_writable.clone()];
         Ok(Self {
             read: compile(&role.files.read, slug)?,
@@ -68,7 +72,9 @@ impl RolePaths {
         if self.read.is_match(path) || self.check_write(path).is_ok() {
             return Ok(());
         }
-        Err(RolePathError::ReadDenied { path: path.to_string() })
+        Err(RolePathError::ReadDenied {
+            path: path.to_string(),
+        })
     }
 
     /// May the asker write `path`? Deny always wins: platform-protected first, then the
@@ -110,9 +116,10 @@ fn compile(globs: &[String], slug: &str) -> Result<GlobSet, RolePathError> {
         };
         builder.add(glob(&pattern)?);
     }
-    builder
-        .build()
-        .map_err(|error| RolePathError::BadGlob { glob: globs.join(","), reason: error.to_string() })
+    builder.build().map_err(|error| RolePathError::BadGlob {
+        glob: globs.join(","),
+        reason: error.to_string(),
+    })
 }
 
 fn glob(pattern: &str) -> Result<Glob, RolePathError> {
@@ -121,7 +128,10 @@ fn glob(pattern: &str) -> Result<Glob, RolePathError> {
         .literal_separator(false)
         .backslash_escape(true)
         .build()
-        .map_err(|error| RolePathError::BadGlob { glob: pattern.to_string(), reason: error.to_string() })
+        .map_err(|error| RolePathError::BadGlob {
+            glob: pattern.to_string(),
+            reason: error.to_string(),
+        })
 }
 
 /// Escapes glob metacharacters so a slug is matched literally.
@@ -145,18 +155,32 @@ mod tests {
     fn role(read: &[&str], write: &[&str], deny_write: &[&str], external: bool) -> RoleConfig {
         let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect();
         let mut role: RoleConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-        role.files = FileGlobs { read: strings(read), write: strings(write), deny_write: strings(deny_write) };
+        role.files = FileGlobs {
+            read: strings(read),
+            write: strings(write),
+            deny_write: strings(deny_write),
+        };
         role.external = external;
         role
     }
 
     fn owner() -> RolePaths {
-        RolePaths::new(&role(&["*"], &["*"], &[], false), &FileAccessConfig::default(), "acme-ana").unwrap()
+        RolePaths::new(
+            &role(&["*"], &["*"], &[], false),
+            &FileAccessConfig::default(),
+            "acme-ana",
+        )
+        .unwrap()
     }
 
     fn employee() -> RolePaths {
         let role = role(
-            &["memory/shared/*", "memory/users/<self>/*", "data/*", "SOUL.md"],
+            &[
+                "memory/shared/*",
+                "memory/users/<self>/*",
+                "data/*",
+                "SOUL.md",
+            ],
             &["data/*"],
             &[],
             false,
@@ -167,9 +191,19 @@ mod tests {
     #[test]
     fn platform_protected_files_are_never_writable_even_for_the_owner() {
         let owner = owner();
-        for path in ["SOUL.md", "IDENTITY.md", "AGENTS.md", "config/roles.yaml", "skills/x/SKILL.md", "logs/usage.jsonl"] {
+        for path in [
+            "SOUL.md",
+            "IDENTITY.md",
+            "AGENTS.md",
+            "config/roles.yaml",
+            "skills/x/SKILL.md",
+            "logs/usage.jsonl",
+        ] {
             assert!(
-                matches!(owner.check_write(path), Err(RolePathError::PlatformProtected { .. })),
+                matches!(
+                    owner.check_write(path),
+                    Err(RolePathError::PlatformProtected { .. })
+                ),
                 "{path} must be protected"
             );
         }
@@ -183,21 +217,52 @@ mod tests {
         assert!(owner().check_write("TOOLS.md").is_ok());
         assert_eq!(
             employee().check_write("COMPANY.md"),
-            Err(RolePathError::OwnerFile { path: "COMPANY.md".to_string() })
+            Err(RolePathError::OwnerFile {
+                path: "COMPANY.md".to_string()
+            })
         );
     }
 
     #[test]
     fn self_directory_is_writable_for_internal_roles_only_for_their_own_slug() {
         let employee = employee();
-        assert!(employee.check_write("memory/users/acme-ivo/preferences.md").is_ok());
-        assert!(employee.check_write("memory/users/acme-ivo/deep/notes.md").is_ok());
-        assert!(employee.check_write("memory/users/acme-ana/preferences.md").is_err());
-        assert!(employee.check_write("memory/users/acme-ivo-evil/notes.md").is_err());
-        assert!(employee.check_read("memory/users/acme-ana/preferences.md").is_err());
-        assert!(employee.check_read("memory/users/acme-ivo/preferences.md").is_ok());
+        assert!(
+            employee
+                .check_write("memory/users/acme-ivo/preferences.md")
+                .is_ok()
+        );
+        assert!(
+            employee
+                .check_write("memory/users/acme-ivo/deep/notes.md")
+                .is_ok()
+        );
+        assert!(
+            employee
+                .check_write("memory/users/acme-ana/preferences.md")
+                .is_err()
+        );
+        assert!(
+            employee
+                .check_write("memory/users/acme-ivo-evil/notes.md")
+                .is_err()
+        );
+        assert!(
+            employee
+                .check_read("memory/users/acme-ana/preferences.md")
+                .is_err()
+        );
+        assert!(
+            employee
+                .check_read("memory/users/acme-ivo/preferences.md")
+                .is_ok()
+        );
 
-        let external = RolePaths::new(&role(&[], &[], &[], true), &FileAccessConfig::default(), "guest").unwrap();
+        let external = RolePaths::new(
+            &role(&[], &[], &[], true),
+            &FileAccessConfig::default(),
+            "guest",
+        )
+        .unwrap();
         assert!(external.check_write("memory/users/guest/notes.md").is_err());
         assert!(external.check_read("memory/users/guest/notes.md").is_err());
     }
@@ -210,9 +275,16 @@ mod tests {
         assert!(employee.check_read("memory/shared/facts.md").is_ok());
         assert!(employee.check_read("memory/private/finance.md").is_err());
 
-        let paths = RolePaths::new(&role(&["*"], &["*"], &["data/locked/*"], false), &FileAccessConfig::default(), "a")
-            .unwrap();
-        assert!(matches!(paths.check_write("data/locked/x"), Err(RolePathError::WriteDenied { .. })));
+        let paths = RolePaths::new(
+            &role(&["*"], &["*"], &["data/locked/*"], false),
+            &FileAccessConfig::default(),
+            "a",
+        )
+        .unwrap();
+        assert!(matches!(
+            paths.check_write("data/locked/x"),
+            Err(RolePathError::WriteDenied { .. })
+        ));
         assert!(paths.check_write("data/open/x").is_ok());
     }
 
@@ -225,8 +297,14 @@ mod tests {
                 slug,
             )
             .unwrap();
-            assert!(paths.check_write("memory/users/x/notes.md").is_err(), "slug {slug:?}");
-            assert!(paths.check_read("memory/users/x/notes.md").is_err(), "slug {slug:?}");
+            assert!(
+                paths.check_write("memory/users/x/notes.md").is_err(),
+                "slug {slug:?}"
+            );
+            assert!(
+                paths.check_read("memory/users/x/notes.md").is_err(),
+                "slug {slug:?}"
+            );
         }
     }
 }

@@ -30,7 +30,9 @@ pub enum SsrfError {
     Credentials,
     #[error("host {0:?} is internal or local and may not be fetched")]
     BlockedHost(String),
-    #[error("host {0:?} is a non-canonical IP address spelling; write the address in dotted-quad form")]
+    #[error(
+        "host {0:?} is a non-canonical IP address spelling; write the address in dotted-quad form"
+    )]
     NonCanonicalAddress(String),
     #[error("host {host:?} resolves to a non-public address ({address}) and may not be fetched")]
     BlockedAddress { host: String, address: IpAddr },
@@ -100,34 +102,34 @@ const BLOCKED_SUFFIXES: &[&str] = &[
 
 /// IPv4 ranges that are not public unicast.
 const BLOCKED_V4: &[&str] = &[
-    "0.0.0.0/8",          // "this network", unspecified
-    "10.0.0.0/8",         // private
-    "100.64.0.0/10",      // CGNAT shared address space
-    "127.0.0.0/8",        // loopback
-    "169.254.0.0/16",     // link-local, cloud metadata (169.254.169.254)
-    "172.16.0.0/12",      // private
-    "192.0.0.0/24",       // IETF protocol assignments
-    "192.0.2.0/24",       // documentation TEST-NET-1
-    "192.31.196.0/24",    // AS112
-    "192.52.193.0/24",    // AMT
-    "192.88.99.0/24",     // 6to4 relay anycast
-    "192.168.0.0/16",     // private
-    "192.175.48.0/24",    // AS112 direct delegation
-    "198.18.0.0/15",      // benchmarking
-    "198.51.100.0/24",    // documentation TEST-NET-2
-    "203.0.113.0/24",     // documentation TEST-NET-3
-    "224.0.0.0/4",        // multicast
-    "240.0.0.0/4",        // reserved, broadcast
+    "0.0.0.0/8",       // "this network", unspecified
+    "10.0.0.0/8",      // private
+    "100.64.0.0/10",   // CGNAT shared address space
+    "127.0.0.0/8",     // loopback
+    "169.254.0.0/16",  // link-local, cloud metadata (169.254.169.254)
+    "172.16.0.0/12",   // private
+    "192.0.0.0/24",    // IETF protocol assignments
+    "192.0.2.0/24",    // documentation TEST-NET-1
+    "192.31.196.0/24", // AS112
+    "192.52.193.0/24", // AMT
+    "192.88.99.0/24",  // 6to4 relay anycast
+    "192.168.0.0/16",  // private
+    "192.175.48.0/24", // AS112 direct delegation
+    "198.18.0.0/15",   // benchmarking
+    "198.51.100.0/24", // documentation TEST-NET-2
+    "203.0.113.0/24",  // documentation TEST-NET-3
+    "224.0.0.0/4",     // multicast
+    "240.0.0.0/4",     // reserved, broadcast
 ];
 
 /// IPv6 ranges refused inside global unicast (2000::/3); everything outside 2000::/3 is
 /// refused too (loopback, unspecified, mapped, compatible, NAT64, ULA, link-local,
 /// site-local, multicast, discard).
 const BLOCKED_V6: &[&str] = &[
-    "2001::/23",    // IETF protocol assignments, including Teredo 2001::/32, benchmarking, ORCHID
+    "2001::/23", // IETF protocol assignments, including Teredo 2001::/32, benchmarking, ORCHID
     "2001:db8::/32", // documentation
-    "2002::/16",    // 6to4 (embeds an IPv4 address)
-    "3fff::/20",    // documentation
+    "2002::/16", // 6to4 (embeds an IPv4 address)
+    "3fff::/20", // documentation
 ];
 
 /// Whether `address` is a public unicast address a fetch may connect to.
@@ -178,7 +180,9 @@ fn raw_host(raw: &str) -> Option<String> {
         .split(['/', '?', '#'])
         .next()
         .unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     if host_port.starts_with('[') {
         return None;
     }
@@ -210,7 +214,11 @@ pub struct FetchLimits {
 
 impl Default for FetchLimits {
     fn default() -> Self {
-        Self { max_bytes: 2 * 1024 * 1024, timeout: Duration::from_secs(30), max_redirects: 5 }
+        Self {
+            max_bytes: 2 * 1024 * 1024,
+            timeout: Duration::from_secs(30),
+            max_redirects: 5,
+        }
     }
 }
 
@@ -256,7 +264,11 @@ impl Default for SsrfGuard {
 impl SsrfGuard {
     /// A guard using `resolver`.
     pub fn new(resolver: Arc<dyn Resolver>) -> Self {
-        Self { resolver, test_routes: Vec::new(), user_agent: "Mozilla/5.0 (compatible; assistant)".to_string() }
+        Self {
+            resolver,
+            test_routes: Vec::new(),
+            user_agent: "Mozilla/5.0 (compatible; assistant)".to_string(),
+        }
     }
 
     /// Test support: after `public` has been checked (and accepted as public), connect to
@@ -270,11 +282,17 @@ impl SsrfGuard {
     /// Name-level checks: scheme, credentials, blocked names, IPv4 spelling, literal
     /// addresses, the bot's blocklist.
     pub fn check_url(&self, raw: &str, blocklist: &[String]) -> Result<CheckedUrl, SsrfError> {
-        let url = Url::parse(raw.trim()).map_err(|error| SsrfError::InvalidUrl(error.to_string()))?;
+        let url =
+            Url::parse(raw.trim()).map_err(|error| SsrfError::InvalidUrl(error.to_string()))?;
         self.check_parsed(url, raw.trim(), blocklist)
     }
 
-    fn check_parsed(&self, url: Url, raw: &str, blocklist: &[String]) -> Result<CheckedUrl, SsrfError> {
+    fn check_parsed(
+        &self,
+        url: Url,
+        raw: &str,
+        blocklist: &[String],
+    ) -> Result<CheckedUrl, SsrfError> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(SsrfError::Scheme(url.scheme().to_string()));
         }
@@ -290,7 +308,10 @@ impl SsrfGuard {
                 }
                 // A domain made only of digits and dots that the URL parser did not take
                 // as an IPv4 address is some odd spelling: refuse rather than guess.
-                if name.chars().all(|character| character.is_ascii_digit() || character == '.') {
+                if name
+                    .chars()
+                    .all(|character| character.is_ascii_digit() || character == '.')
+                {
                     return Err(SsrfError::NonCanonicalAddress(name));
                 }
                 (name, None)
@@ -310,7 +331,10 @@ impl SsrfGuard {
         if let Some(address) = literal
             && !is_public_address(address)
         {
-            return Err(SsrfError::BlockedAddress { host: host.clone(), address });
+            return Err(SsrfError::BlockedAddress {
+                host: host.clone(),
+                address,
+            });
         }
         let checked = CheckedUrl { url, host, literal };
         if blocklist_matches(blocklist, &checked, &[]) {
@@ -321,7 +345,11 @@ impl SsrfGuard {
 
     /// Resolves a checked URL and returns the addresses to connect to; refuses if any
     /// address is non-public or blocklisted.
-    pub async fn resolve_checked(&self, checked: &CheckedUrl, blocklist: &[String]) -> Result<Vec<IpAddr>, SsrfError> {
+    pub async fn resolve_checked(
+        &self,
+        checked: &CheckedUrl,
+        blocklist: &[String],
+    ) -> Result<Vec<IpAddr>, SsrfError> {
         let addresses = match checked.literal {
             Some(address) => vec![address],
             None => self
@@ -333,8 +361,14 @@ impl SsrfGuard {
         if addresses.is_empty() {
             return Err(SsrfError::Resolve(checked.host.clone()));
         }
-        if let Some(address) = addresses.iter().find(|address| !is_public_address(**address)) {
-            return Err(SsrfError::BlockedAddress { host: checked.host.clone(), address: *address });
+        if let Some(address) = addresses
+            .iter()
+            .find(|address| !is_public_address(**address))
+        {
+            return Err(SsrfError::BlockedAddress {
+                host: checked.host.clone(),
+                address: *address,
+            });
         }
         if blocklist_matches(blocklist, checked, &addresses) {
             return Err(SsrfError::Blocklisted(checked.url.to_string()));
@@ -343,7 +377,12 @@ impl SsrfGuard {
     }
 
     /// Fetches `raw` with GET, checking every hop and connecting only to checked addresses.
-    pub async fn fetch(&self, raw: &str, blocklist: &[String], limits: FetchLimits) -> Result<Fetched, SsrfError> {
+    pub async fn fetch(
+        &self,
+        raw: &str,
+        blocklist: &[String],
+        limits: FetchLimits,
+    ) -> Result<Fetched, SsrfError> {
         let deadline = Instant::now() + limits.timeout;
         let timeout_seconds = limits.timeout.as_secs();
         let work = self.fetch_hops(raw, blocklist, limits, deadline);
@@ -381,7 +420,10 @@ impl SsrfGuard {
                     .get(http::header::LOCATION)
                     .and_then(|value| value.to_str().ok())
                     .ok_or(SsrfError::BadRedirect)?;
-                let next = checked.url.join(location).map_err(|_| SsrfError::BadRedirect)?;
+                let next = checked
+                    .url
+                    .join(location)
+                    .map_err(|_| SsrfError::BadRedirect)?;
                 let next_raw = next.to_string();
                 // Check the location as written too (a relative `//2130706433/` joins to
                 // a canonical URL, so the spelling check needs the absolute form).
@@ -404,7 +446,8 @@ impl SsrfGuard {
             let mut truncated = false;
             let mut stream = response.bytes_stream();
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|error| SsrfError::Fetch(describe_reqwest_error(&error)))?;
+                let chunk =
+                    chunk.map_err(|error| SsrfError::Fetch(describe_reqwest_error(&error)))?;
                 let room = limits.max_bytes.saturating_sub(body.len());
                 if chunk.len() > room {
                     body.extend_from_slice(&chunk[..room]);
@@ -413,7 +456,13 @@ impl SsrfGuard {
                 }
                 body.extend_from_slice(&chunk);
             }
-            return Ok(Fetched { final_url: checked.url, status: status.as_u16(), content_type, body, truncated });
+            return Ok(Fetched {
+                final_url: checked.url,
+                status: status.as_u16(),
+                content_type,
+                body,
+                truncated,
+            });
         }
     }
 
@@ -431,7 +480,11 @@ impl SsrfGuard {
             .no_proxy()
             .user_agent(self.user_agent.clone())
             .dns_resolver(Arc::new(RefuseAllResolver))
-            .timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+            .timeout(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            );
         let targets: Vec<SocketAddr> = addresses
             .iter()
             .map(|address| {
@@ -447,7 +500,9 @@ impl SsrfGuard {
             // A literal host is connected to directly; a test route cannot apply to it.
             return Err(SsrfError::Fetch("test routes need a host name".to_string()));
         }
-        builder.build().map_err(|error| SsrfError::Fetch(error.to_string()))
+        builder
+            .build()
+            .map_err(|error| SsrfError::Fetch(error.to_string()))
     }
 }
 
@@ -458,9 +513,7 @@ struct RefuseAllResolver;
 impl reqwest::dns::Resolve for RefuseAllResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_string();
-        Box::pin(async move {
-            Err(format!("refusing unpinned DNS lookup of {host}").into())
-        })
+        Box::pin(async move { Err(format!("refusing unpinned DNS lookup of {host}").into()) })
     }
 }
 
@@ -491,7 +544,9 @@ fn blocklist_matches(blocklist: &[String], checked: &CheckedUrl, addresses: &[Ip
     set.is_match(&checked.host)
         || set.is_match(url)
         || set.is_match(url_without_scheme)
-        || addresses.iter().any(|address| set.is_match(address.to_string()))
+        || addresses
+            .iter()
+            .any(|address| set.is_match(address.to_string()))
 }
 
 fn compile_blocklist(blocklist: &[String]) -> Option<GlobSet> {
@@ -513,16 +568,48 @@ mod tests {
 
     #[test]
     fn public_addresses_pass_and_special_ranges_do_not() {
-        for public in ["93.184.215.14", "8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "2a00:1450:4001::200e"] {
+        for public in [
+            "93.184.215.14",
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700:4700::1111",
+            "2a00:1450:4001::200e",
+        ] {
             assert!(is_public_address(public.parse().unwrap()), "{public}");
         }
         for blocked in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254",
-            "100.64.0.1", "198.18.0.1", "198.19.255.255", "224.0.0.1", "240.0.0.1", "255.255.255.255",
-            "0.0.0.0", "192.0.2.1", "198.51.100.7", "203.0.113.9", "::", "::1", "::ffff:127.0.0.1",
-            "::ffff:8.8.8.8", "::127.0.0.1", "64:ff9b::7f00:1", "64:ff9b:1::1", "2002:7f00:1::",
-            "2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001:db8::1", "fc00::1", "fd00:ec2::254",
-            "fe80::1", "fec0::1", "ff02::1", "100::1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "0.0.0.0",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "::",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:8.8.8.8",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::1",
+            "2002:7f00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+            "100::1",
         ] {
             assert!(!is_public_address(blocked.parse().unwrap()), "{blocked}");
         }
@@ -530,22 +617,49 @@ mod tests {
 
     #[test]
     fn raw_host_extracts_the_written_host() {
-        assert_eq!(raw_host("http://user@0x7f.1:80/x").as_deref(), Some("0x7f.1"));
-        assert_eq!(raw_host("https://Example.COM/path?q").as_deref(), Some("example.com"));
+        assert_eq!(
+            raw_host("http://user@0x7f.1:80/x").as_deref(),
+            Some("0x7f.1")
+        );
+        assert_eq!(
+            raw_host("https://Example.COM/path?q").as_deref(),
+            Some("example.com")
+        );
     }
 
     #[test]
     fn blocklist_matches_hosts_urls_and_addresses() {
         let guard = SsrfGuard::default();
-        let blocklist = vec!["admin.acme-corp.com".to_string(), "*.blocked.example.org".to_string(), "https://news.example.org/private/*".to_string()];
-        assert!(matches!(guard.check_url("https://admin.acme-corp.com/", &blocklist), Err(SsrfError::Blocklisted(_))));
-        assert!(matches!(guard.check_url("https://ADMIN.acme-corp.com./x", &blocklist), Err(SsrfError::Blocklisted(_))));
-        assert!(matches!(guard.check_url("http://a.blocked.example.org/", &blocklist), Err(SsrfError::Blocklisted(_))));
+        let blocklist = vec![
+            "admin.acme-corp.com".to_string(),
+            "*.blocked.example.org".to_string(),
+            "https://news.example.org/private/*".to_string(),
+        ];
+        assert!(matches!(
+            guard.check_url("https://admin.acme-corp.com/", &blocklist),
+            Err(SsrfError::Blocklisted(_))
+        ));
+        assert!(matches!(
+            guard.check_url("https://ADMIN.acme-corp.com./x", &blocklist),
+            Err(SsrfError::Blocklisted(_))
+        ));
+        assert!(matches!(
+            guard.check_url("http://a.blocked.example.org/", &blocklist),
+            Err(SsrfError::Blocklisted(_))
+        ));
         assert!(matches!(
             guard.check_url("https://news.example.org/private/x", &blocklist),
             Err(SsrfError::Blocklisted(_))
         ));
-        assert!(guard.check_url("https://news.example.org/public/x", &blocklist).is_ok());
-        assert!(guard.check_url("https://acme-corp.com/", &blocklist).is_ok());
+        assert!(
+            guard
+                .check_url("https://news.example.org/public/x", &blocklist)
+                .is_ok()
+        );
+        assert!(
+            guard
+                .check_url("https://acme-corp.com/", &blocklist)
+                .is_ok()
+        );
     }
 }

@@ -11,7 +11,9 @@ use futures::future::BoxFuture;
 
 use super::{
     Tool, ToolContext, ToolError, ToolOutput,
-    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error, require_tool, required_string, role_error},
+    files::{
+        FileAccess, MAX_FILE_BYTES, blocking, path_error, require_tool, required_string, role_error,
+    },
 };
 use crate::guard::paths::WorkspacePath;
 
@@ -25,8 +27,13 @@ struct FilePatch {
 
 /// What to do with one file.
 enum Change {
-    Write { path: WorkspacePath, contents: String },
-    Remove { path: WorkspacePath },
+    Write {
+        path: WorkspacePath,
+        contents: String,
+    },
+    Remove {
+        path: WorkspacePath,
+    },
 }
 
 /// Applies unified diffs.
@@ -76,12 +83,21 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
     for file in files {
         let (old, new) = match (&file.old_path, &file.new_path) {
             (Some(old), Some(new)) if old != new => {
-                return Err(ToolError::InvalidInput(format!("renaming {old} to {new} is not supported")));
+                return Err(ToolError::InvalidInput(format!(
+                    "renaming {old} to {new} is not supported"
+                )));
             }
-            (None, None) => return Err(ToolError::InvalidInput("a file patch names no file".to_string())),
+            (None, None) => {
+                return Err(ToolError::InvalidInput(
+                    "a file patch names no file".to_string(),
+                ));
+            }
             (old, new) => (old.clone(), new.clone()),
         };
-        let name = new.clone().or(old.clone()).expect("one side names the file");
+        let name = new
+            .clone()
+            .or(old.clone())
+            .expect("one side names the file");
         let path = access.writable(context, &name)?;
         if old.is_some() {
             access.rules.check_read(path.as_str()).map_err(role_error)?;
@@ -91,19 +107,36 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
     let mut changes = Vec::new();
     for (path, has_old, has_new, file) in targets {
         let base = if has_old {
-            access.workspace.read_text(&path, MAX_FILE_BYTES).map_err(path_error)?
+            access
+                .workspace
+                .read_text(&path, MAX_FILE_BYTES)
+                .map_err(path_error)?
         } else {
             if access.workspace.exists(&path).map_err(path_error)? {
-                return Err(ToolError::InvalidInput(format!("{} already exists", path.as_str())));
+                return Err(ToolError::InvalidInput(format!(
+                    "{} already exists",
+                    path.as_str()
+                )));
             }
             String::new()
         };
-        let parsed = diffy::Patch::from_str(&file.text)
-            .map_err(|error| ToolError::InvalidInput(format!("failed to parse the patch for {}: {error}", path.as_str())))?;
-        let patched = diffy::apply(&base, &parsed)
-            .map_err(|error| ToolError::InvalidInput(format!("failed to apply the patch to {}: {error}", path.as_str())))?;
+        let parsed = diffy::Patch::from_str(&file.text).map_err(|error| {
+            ToolError::InvalidInput(format!(
+                "failed to parse the patch for {}: {error}",
+                path.as_str()
+            ))
+        })?;
+        let patched = diffy::apply(&base, &parsed).map_err(|error| {
+            ToolError::InvalidInput(format!(
+                "failed to apply the patch to {}: {error}",
+                path.as_str()
+            ))
+        })?;
         if has_new {
-            changes.push(Change::Write { path, contents: patched });
+            changes.push(Change::Write {
+                path,
+                contents: patched,
+            });
         } else if patched.is_empty() {
             changes.push(Change::Remove { path });
         } else {
@@ -117,7 +150,10 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
     for change in changes {
         match change {
             Change::Write { path, contents } => {
-                access.workspace.write(&path, contents.as_bytes(), true).map_err(path_error)?;
+                access
+                    .workspace
+                    .write(&path, contents.as_bytes(), true)
+                    .map_err(path_error)?;
                 summary.push(format!("M {}", path.as_str()));
             }
             Change::Remove { path } => {
@@ -126,7 +162,10 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
             }
         }
     }
-    Ok(ToolOutput::text(format!("applied patch:\n{}", summary.join("\n"))))
+    Ok(ToolOutput::text(format!(
+        "applied patch:\n{}",
+        summary.join("\n")
+    )))
 }
 
 /// Splits a multi-file unified diff into per-file patches.
@@ -137,7 +176,8 @@ fn split_patch(text: &str) -> Result<Vec<FilePatch>, ToolError> {
         .collect();
     if starts.is_empty() {
         return Err(ToolError::InvalidInput(
-            "the patch has no file headers; expected `--- a/<path>` and `+++ b/<path>` lines".to_string(),
+            "the patch has no file headers; expected `--- a/<path>` and `+++ b/<path>` lines"
+                .to_string(),
         ));
     }
     let mut files = Vec::new();
@@ -158,9 +198,17 @@ fn split_patch(text: &str) -> Result<Vec<FilePatch>, ToolError> {
 }
 
 fn is_git_metadata(line: &str) -> bool {
-    ["diff --git ", "index ", "new file mode", "deleted file mode", "similarity index", "old mode", "new mode"]
-        .iter()
-        .any(|prefix| line.starts_with(prefix))
+    [
+        "diff --git ",
+        "index ",
+        "new file mode",
+        "deleted file mode",
+        "similarity index",
+        "old mode",
+        "new mode",
+    ]
+    .iter()
+    .any(|prefix| line.starts_with(prefix))
 }
 
 fn header_path(line: &str, prefix: &str) -> Option<String> {
@@ -169,7 +217,10 @@ fn header_path(line: &str, prefix: &str) -> Option<String> {
     if path == "/dev/null" || path.is_empty() {
         return None;
     }
-    let path = path.strip_prefix("a/").or_else(|| path.strip_prefix("b/")).unwrap_or(path);
+    let path = path
+        .strip_prefix("a/")
+        .or_else(|| path.strip_prefix("b/"))
+        .unwrap_or(path);
     Some(path.to_string())
 }
 
@@ -186,12 +237,21 @@ mod tests {
         assert_eq!(files[1].old_path, None);
         assert_eq!(files[1].new_path.as_deref(), Some("data/b.txt"));
         assert!(!files[0].text.contains("diff --git"));
-        assert_eq!(diffy::apply("old\n", &diffy::Patch::from_str(&files[0].text).unwrap()).unwrap(), "new\n");
-        assert_eq!(diffy::apply("", &diffy::Patch::from_str(&files[1].text).unwrap()).unwrap(), "fresh\n");
+        assert_eq!(
+            diffy::apply("old\n", &diffy::Patch::from_str(&files[0].text).unwrap()).unwrap(),
+            "new\n"
+        );
+        assert_eq!(
+            diffy::apply("", &diffy::Patch::from_str(&files[1].text).unwrap()).unwrap(),
+            "fresh\n"
+        );
     }
 
     #[test]
     fn refuses_text_without_headers() {
-        assert!(matches!(split_patch("@@ -1 +1 @@\n-a\n+b\n"), Err(ToolError::InvalidInput(_))));
+        assert!(matches!(
+            split_patch("@@ -1 +1 @@\n-a\n+b\n"),
+            Err(ToolError::InvalidInput(_))
+        ));
     }
 }

@@ -59,7 +59,10 @@ pub fn all_tools(dependencies: CatalogDependencies) -> Vec<Arc<dyn Tool>> {
         Arc::new(ApplyPatchTool),
         Arc::new(ExecUnavailableTool),
         Arc::new(WebSearchTool::new(dependencies.secrets)),
-        Arc::new(WebFetchTool::new(dependencies.ssrf, dependencies.fetch_limits)),
+        Arc::new(WebFetchTool::new(
+            dependencies.ssrf,
+            dependencies.fetch_limits,
+        )),
         Arc::new(MessageTool::new(dependencies.outbox)),
         Arc::new(SessionsListTool::new(dependencies.sessions.clone())),
         Arc::new(SessionsHistoryTool::new(dependencies.sessions)),

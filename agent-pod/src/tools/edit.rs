@@ -52,7 +52,9 @@ impl Tool for EditTool {
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false);
             if old.is_empty() {
-                return Err(ToolError::InvalidInput("old_string must not be empty".to_string()));
+                return Err(ToolError::InvalidInput(
+                    "old_string must not be empty".to_string(),
+                ));
             }
             let context = context.clone();
             blocking(move || {

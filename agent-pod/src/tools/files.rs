@@ -23,7 +23,9 @@ pub fn require_tool(context: &ToolContext, tool: &str) -> Result<(), ToolError> 
     if policy::tool_allowed(&context.caller.role, tool) {
         Ok(())
     } else {
-        Err(ToolError::Denied(format!("your role may not use the {tool} tool")))
+        Err(ToolError::Denied(format!(
+            "your role may not use the {tool} tool"
+        )))
     }
 }
 
@@ -37,17 +39,17 @@ pub fn string_field(input: &serde_json::Value, names: &[&str]) -> Option<String>
 
 /// A required string field.
 pub fn required_string(input: &serde_json::Value, names: &[&str]) -> Result<String, ToolError> {
-    string_field(input, names).ok_or_else(|| ToolError::InvalidInput(format!("{} is required", names[0])))
+    string_field(input, names)
+        .ok_or_else(|| ToolError::InvalidInput(format!("{} is required", names[0])))
 }
 
 /// An optional non-negative integer field.
 pub fn integer_field(input: &serde_json::Value, names: &[&str]) -> Result<Option<u64>, ToolError> {
     match names.iter().find_map(|name| input.get(*name)) {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(value) => value
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ToolError::InvalidInput(format!("{} must be a non-negative integer", names[0]))),
+        Some(value) => value.as_u64().map(Some).ok_or_else(|| {
+            ToolError::InvalidInput(format!("{} must be a non-negative integer", names[0]))
+        }),
     }
 }
 
@@ -62,10 +64,17 @@ pub struct FileAccess {
 impl FileAccess {
     /// Opens the workspace and compiles the caller's rules.
     pub fn for_caller(context: &ToolContext) -> Result<Self, ToolError> {
-        let rules = RolePaths::new(&context.caller.role, &context.config.file_access, &context.caller.slug)
-            .map_err(|_| ToolError::Failed("failed to load the file rules of your role".to_string()))?;
+        let rules = RolePaths::new(
+            &context.caller.role,
+            &context.config.file_access,
+            &context.caller.slug,
+        )
+        .map_err(|_| ToolError::Failed("failed to load the file rules of your role".to_string()))?;
         let workspace = Workspace::open(&context.workspace).map_err(path_error)?;
-        Ok(Self { workspace, rules: Arc::new(rules) })
+        Ok(Self {
+            workspace,
+            rules: Arc::new(rules),
+        })
     }
 
     /// Parses a path and checks the caller may read it.

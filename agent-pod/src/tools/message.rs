@@ -64,7 +64,10 @@ pub struct OutboxError(pub String);
 /// record the message instead).
 pub trait Outbox: Send + Sync {
     /// Delivers or records `message`.
-    fn deliver(&self, message: OutboundMessage) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>>;
+    fn deliver(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>>;
 }
 
 /// An outbox that appends every message to a JSON-lines file (e.g. `logs/outbox.jsonl`)
@@ -78,7 +81,10 @@ pub struct FileOutbox {
 impl FileOutbox {
     /// An outbox appending to `path` (created on first use, parent included).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), lock: Mutex::new(()) }
+        Self {
+            path: path.into(),
+            lock: Mutex::new(()),
+        }
     }
 
     /// Every message recorded so far.
@@ -95,12 +101,20 @@ impl FileOutbox {
 }
 
 impl Outbox for FileOutbox {
-    fn deliver(&self, message: OutboundMessage) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>> {
+    fn deliver(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>> {
         Box::pin(async move {
-            let line = serde_json::to_string(&message).map_err(|error| OutboxError(error.to_string()))?;
-            let _guard = self.lock.lock().map_err(|_| OutboxError("outbox lock poisoned".to_string()))?;
+            let line =
+                serde_json::to_string(&message).map_err(|error| OutboxError(error.to_string()))?;
+            let _guard = self
+                .lock
+                .lock()
+                .map_err(|_| OutboxError("outbox lock poisoned".to_string()))?;
             if let Some(parent) = self.path.parent() {
-                std::fs::create_dir_all(parent).map_err(|_| OutboxError("outbox unavailable".to_string()))?;
+                std::fs::create_dir_all(parent)
+                    .map_err(|_| OutboxError("outbox unavailable".to_string()))?;
             }
             let mut file = std::fs::OpenOptions::new()
                 .create(true)
@@ -108,7 +122,8 @@ impl Outbox for FileOutbox {
                 .open(&self.path)
                 .map_err(|_| OutboxError("outbox unavailable".to_string()))?;
             writeln!(file, "{line}").map_err(|_| OutboxError("outbox unavailable".to_string()))?;
-            file.sync_data().map_err(|_| OutboxError("outbox unavailable".to_string()))?;
+            file.sync_data()
+                .map_err(|_| OutboxError("outbox unavailable".to_string()))?;
             Ok(DeliveryStatus::Recorded)
         })
     }
@@ -122,7 +137,9 @@ pub struct MessageTool {
 
 impl std::fmt::Debug for MessageTool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("MessageTool").finish_non_exhaustive()
+        formatter
+            .debug_struct("MessageTool")
+            .finish_non_exhaustive()
     }
 }
 
@@ -163,18 +180,25 @@ impl Tool for MessageTool {
         Box::pin(async move {
             require_tool(context, self.name())?;
             if context.caller.role.external || !context.caller.known {
-                return Err(ToolError::Denied("messages can only be sent for internal contacts".to_string()));
+                return Err(ToolError::Denied(
+                    "messages can only be sent for internal contacts".to_string(),
+                ));
             }
             let to = required_string(&input, &["to", "recipient"])?;
             let text = required_string(&input, &["text", "message"])?;
             if text.trim().is_empty() {
-                return Err(ToolError::InvalidInput("text must not be empty".to_string()));
+                return Err(ToolError::InvalidInput(
+                    "text must not be empty".to_string(),
+                ));
             }
             if text.chars().count() > MAX_MESSAGE_CHARS {
-                return Err(ToolError::InvalidInput(format!("text is longer than {MAX_MESSAGE_CHARS} characters")));
+                return Err(ToolError::InvalidInput(format!(
+                    "text is longer than {MAX_MESSAGE_CHARS} characters"
+                )));
             }
             let channel = string_field(&input, &["channel"]);
-            let (contact, channel_name, identity) = route(&context.config, &to, channel.as_deref())?;
+            let (contact, channel_name, identity) =
+                route(&context.config, &to, channel.as_deref())?;
             let message = OutboundMessage {
                 requested_by: context.caller.slug.clone(),
                 requested_by_role: context.caller.role_name.clone(),
@@ -193,8 +217,11 @@ impl Tool for MessageTool {
                 DeliveryStatus::Sent => "sent",
                 DeliveryStatus::Recorded => "queued",
             };
-            let mut output = ToolOutput::text(format!("message {verb} to {} via {identity}", contact.name));
-            output.metering.insert("recipient".to_string(), contact.slug.clone().into());
+            let mut output =
+                ToolOutput::text(format!("message {verb} to {} via {identity}", contact.name));
+            output
+                .metering
+                .insert("recipient".to_string(), contact.slug.clone().into());
             Ok(output)
         })
     }
@@ -213,17 +240,34 @@ fn route<'c>(
         .find(|contact| {
             contact.slug.to_lowercase() == wanted
                 || contact.name.to_lowercase() == wanted
-                || contact.identities.iter().any(|identity| identity.to_lowercase() == wanted)
+                || contact
+                    .identities
+                    .iter()
+                    .any(|identity| identity.to_lowercase() == wanted)
         })
-        .ok_or_else(|| ToolError::Denied(format!("{to:?} is not a known contact; messages go only to contacts")))?;
+        .ok_or_else(|| {
+            ToolError::Denied(format!(
+                "{to:?} is not a known contact; messages go only to contacts"
+            ))
+        })?;
     // The identity the model named, or the first one on a configured channel.
-    let candidates: Vec<&String> = if contact.identities.iter().any(|identity| identity.to_lowercase() == wanted) {
-        contact.identities.iter().filter(|identity| identity.to_lowercase() == wanted).collect()
+    let candidates: Vec<&String> = if contact
+        .identities
+        .iter()
+        .any(|identity| identity.to_lowercase() == wanted)
+    {
+        contact
+            .identities
+            .iter()
+            .filter(|identity| identity.to_lowercase() == wanted)
+            .collect()
     } else {
         contact.identities.iter().collect()
     };
     for identity in candidates {
-        let Some((prefix, _)) = identity.split_once(':') else { continue };
+        let Some((prefix, _)) = identity.split_once(':') else {
+            continue;
+        };
         let configured = config.channels.iter().find(|configured| {
             configured.kind.prefix() == prefix
                 && channel.is_none_or(|wanted| wanted == configured.name || wanted == prefix)
@@ -235,6 +279,8 @@ fn route<'c>(
     Err(ToolError::InvalidInput(format!(
         "{} has no identity on {}",
         contact.name,
-        channel.map_or("any configured channel".to_string(), |channel| format!("channel {channel:?}"))
+        channel.map_or("any configured channel".to_string(), |channel| format!(
+            "channel {channel:?}"
+        ))
     )))
 }

@@ -15,6 +15,8 @@ pub mod registry;
 pub mod session_directory;
 #[cfg(test)]
 pub(crate) mod test_fixtures;
+#[cfg(test)]
+mod tool_tests;
 pub mod sessions_history;
 pub mod sessions_list;
 pub mod untrusted;

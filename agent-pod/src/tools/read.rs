@@ -6,7 +6,10 @@ use futures::future::BoxFuture;
 
 use super::{
     Tool, ToolContext, ToolError, ToolOutput,
-    files::{FileAccess, MAX_FILE_BYTES, blocking, integer_field, path_error, require_tool, required_string},
+    files::{
+        FileAccess, MAX_FILE_BYTES, blocking, integer_field, path_error, require_tool,
+        required_string,
+    },
 };
 
 /// Longest output returned to the model, in characters.
@@ -52,7 +55,10 @@ impl Tool for ReadTool {
             let (shown, text) = blocking(move || {
                 let access = FileAccess::for_caller(&context)?;
                 let path = access.readable(&context, &raw)?;
-                let text = access.workspace.read_text(&path, MAX_FILE_BYTES).map_err(path_error)?;
+                let text = access
+                    .workspace
+                    .read_text(&path, MAX_FILE_BYTES)
+                    .map_err(path_error)?;
                 Ok((path.as_str().to_string(), text))
             })
             .await?;

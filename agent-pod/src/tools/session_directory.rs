@@ -42,7 +42,11 @@ pub trait SessionDirectory: Send + Sync {
     /// All sessions, most recent first.
     fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError>;
     /// The last `limit` entries of a session, or `None` when it does not exist.
-    fn history(&self, key: &str, limit: usize) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError>;
+    fn history(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError>;
 }
 
 /// The role a session's owner has now: their contact's current role, else the role
@@ -53,7 +57,11 @@ fn owner_role<'c>(config: &'c BotConfig, session: &'c SessionSummary) -> &'c str
         .iter()
         .find(|contact| contact.slug == session.contact)
         .map(|contact| contact.role.as_str())
-        .unwrap_or(if session.role.is_empty() { config.default_role.as_str() } else { session.role.as_str() })
+        .unwrap_or(if session.role.is_empty() {
+            config.default_role.as_str()
+        } else {
+            session.role.as_str()
+        })
 }
 
 /// Whether `caller` may see `session`.

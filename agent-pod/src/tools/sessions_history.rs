@@ -22,7 +22,9 @@ pub struct SessionsHistoryTool {
 
 impl std::fmt::Debug for SessionsHistoryTool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("SessionsHistoryTool").finish_non_exhaustive()
+        formatter
+            .debug_struct("SessionsHistoryTool")
+            .finish_non_exhaustive()
     }
 }
 
@@ -61,11 +63,17 @@ impl Tool for SessionsHistoryTool {
         Box::pin(async move {
             require_tool(context, self.name())?;
             let key = required_string(&input, &["session_key", "sessionKey", "key"])?;
-            let limit = integer_field(&input, &["limit"])?.unwrap_or(20).clamp(1, 200) as usize;
+            let limit = integer_field(&input, &["limit"])?
+                .unwrap_or(20)
+                .clamp(1, 200) as usize;
             let not_found = || ToolError::NotFound(format!("no session {key:?}"));
             let directory = self.directory.clone();
-            let sessions = blocking(move || directory.list().map_err(|error| ToolError::Failed(error.to_string())))
-                .await?;
+            let sessions = blocking(move || {
+                directory
+                    .list()
+                    .map_err(|error| ToolError::Failed(error.to_string()))
+            })
+            .await?;
             let Some(session) = sessions.into_iter().find(|session| session.key == key) else {
                 return Err(not_found());
             };
@@ -75,7 +83,9 @@ impl Tool for SessionsHistoryTool {
             let directory = self.directory.clone();
             let wanted = key.clone();
             let entries = blocking(move || {
-                directory.history(&wanted, limit).map_err(|error| ToolError::Failed(error.to_string()))
+                directory
+                    .history(&wanted, limit)
+                    .map_err(|error| ToolError::Failed(error.to_string()))
             })
             .await?
             .ok_or_else(not_found)?;

@@ -20,7 +20,9 @@ pub struct SessionsListTool {
 
 impl std::fmt::Debug for SessionsListTool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("SessionsListTool").finish_non_exhaustive()
+        formatter
+            .debug_struct("SessionsListTool")
+            .finish_non_exhaustive()
     }
 }
 
@@ -56,10 +58,16 @@ impl Tool for SessionsListTool {
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             require_tool(context, self.name())?;
-            let limit = integer_field(&input, &["limit"])?.unwrap_or(50).clamp(1, 500) as usize;
+            let limit = integer_field(&input, &["limit"])?
+                .unwrap_or(50)
+                .clamp(1, 500) as usize;
             let directory = self.directory.clone();
-            let sessions = blocking(move || directory.list().map_err(|error| ToolError::Failed(error.to_string())))
-                .await?;
+            let sessions = blocking(move || {
+                directory
+                    .list()
+                    .map_err(|error| ToolError::Failed(error.to_string()))
+            })
+            .await?;
             let visible: Vec<String> = sessions
                 .iter()
                 .filter(|session| may_see(&context.caller, &context.config, session))
@@ -71,7 +79,11 @@ impl Tool for SessionsListTool {
                     )
                 })
                 .collect();
-            let content = if visible.is_empty() { "No sessions.".to_string() } else { visible.join("\n") };
+            let content = if visible.is_empty() {
+                "No sessions.".to_string()
+            } else {
+                visible.join("\n")
+            };
             Ok(ToolOutput::text(content))
         })
     }

@@ -70,9 +70,12 @@ impl Tool for WebFetchTool {
         Box::pin(async move {
             require_tool(context, self.name())?;
             let url = required_string(&input, &["url"])?;
-            let plain = string_field(&input, &["extract_mode", "extractMode"]).as_deref() == Some("text");
+            let plain =
+                string_field(&input, &["extract_mode", "extractMode"]).as_deref() == Some("text");
             let max_chars = integer_field(&input, &["max_chars", "maxChars"])?
-                .map_or(DEFAULT_MAX_CHARS, |max| (max as usize).clamp(100, LARGEST_MAX_CHARS));
+                .map_or(DEFAULT_MAX_CHARS, |max| {
+                    (max as usize).clamp(100, LARGEST_MAX_CHARS)
+                });
             let fetched = self
                 .guard
                 .fetch(&url, &context.config.web.url_blocklist, self.limits)
@@ -83,16 +86,30 @@ impl Tool for WebFetchTool {
                 "URL: {}\nStatus: {}{}\n\n",
                 fetched.final_url,
                 fetched.status,
-                if fetched.truncated { " (body truncated)" } else { "" }
+                if fetched.truncated {
+                    " (body truncated)"
+                } else {
+                    ""
+                }
             );
             let mut output = ToolOutput {
-                content: truncate_chars(&untrusted::wrap("a web page", &format!("{header}{text}")), max_chars),
+                content: truncate_chars(
+                    &untrusted::wrap("a web page", &format!("{header}{text}")),
+                    max_chars,
+                ),
                 untrusted: true,
                 ..ToolOutput::default()
             };
-            output.metering.insert("host".to_string(), fetched.final_url.host_str().unwrap_or_default().into());
-            output.metering.insert("status".to_string(), fetched.status.into());
-            output.metering.insert("bytes".to_string(), fetched.body.len().into());
+            output.metering.insert(
+                "host".to_string(),
+                fetched.final_url.host_str().unwrap_or_default().into(),
+            );
+            output
+                .metering
+                .insert("status".to_string(), fetched.status.into());
+            output
+                .metering
+                .insert("bytes".to_string(), fetched.body.len().into());
             Ok(output)
         })
     }
@@ -101,10 +118,13 @@ impl Tool for WebFetchTool {
 fn fetch_error(error: SsrfError) -> ToolError {
     match error {
         SsrfError::Timeout(seconds) => ToolError::Timeout(seconds),
-        SsrfError::InvalidUrl(_) | SsrfError::Scheme(_) => ToolError::InvalidInput(error.to_string()),
-        SsrfError::Resolve(_) | SsrfError::Fetch(_) | SsrfError::BadRedirect | SsrfError::TooManyRedirects(_) => {
-            ToolError::Failed(error.to_string())
+        SsrfError::InvalidUrl(_) | SsrfError::Scheme(_) => {
+            ToolError::InvalidInput(error.to_string())
         }
+        SsrfError::Resolve(_)
+        | SsrfError::Fetch(_)
+        | SsrfError::BadRedirect
+        | SsrfError::TooManyRedirects(_) => ToolError::Failed(error.to_string()),
         refusal => ToolError::Denied(refusal.to_string()),
     }
 }
@@ -112,7 +132,11 @@ fn fetch_error(error: SsrfError) -> ToolError {
 /// Converts the body to text: HTML to markdown (or plain text), JSON pretty-printed,
 /// anything textual as is, binary refused.
 fn render(fetched: &Fetched, plain: bool) -> String {
-    let content_type = fetched.content_type.as_deref().unwrap_or_default().to_ascii_lowercase();
+    let content_type = fetched
+        .content_type
+        .as_deref()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     let looks_like_html = content_type.contains("html")
         || (content_type.is_empty()
             && String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(512)])
@@ -133,7 +157,12 @@ fn render(fetched: &Fetched, plain: bool) -> String {
     }
     match std::str::from_utf8(&fetched.body) {
         Ok(text) => text.to_string(),
-        Err(_) if content_type.starts_with("text/") => String::from_utf8_lossy(&fetched.body).into_owned(),
-        Err(_) => format!("[binary content of type {content_type:?}, {} bytes, not shown]", fetched.body.len()),
+        Err(_) if content_type.starts_with("text/") => {
+            String::from_utf8_lossy(&fetched.body).into_owned()
+        }
+        Err(_) => format!(
+            "[binary content of type {content_type:?}, {} bytes, not shown]",
+            fetched.body.len()
+        ),
     }
 }

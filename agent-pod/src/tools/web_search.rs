@@ -27,7 +27,9 @@ pub struct WebSearchTool {
 
 impl std::fmt::Debug for WebSearchTool {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("WebSearchTool").finish_non_exhaustive()
+        formatter
+            .debug_struct("WebSearchTool")
+            .finish_non_exhaustive()
     }
 }
 
@@ -77,17 +79,23 @@ impl Tool for WebSearchTool {
             require_tool(context, self.name())?;
             let query = required_string(&input, &["query", "q"])?;
             if query.trim().is_empty() {
-                return Err(ToolError::InvalidInput("query must not be empty".to_string()));
+                return Err(ToolError::InvalidInput(
+                    "query must not be empty".to_string(),
+                ));
             }
             let count = integer_field(&input, &["count"])?.unwrap_or(5).clamp(1, 10);
             let Some(search) = &context.config.web.search else {
                 return Err(ToolError::Failed("web search is not available".to_string()));
             };
-            let Some(key) = (self.secrets)(&search.api_key_env).filter(|key| !key.is_empty()) else {
+            let Some(key) = (self.secrets)(&search.api_key_env).filter(|key| !key.is_empty())
+            else {
                 return Err(ToolError::Failed("web search is not available".to_string()));
             };
             let endpoint = url::Url::parse_with_params(
-                &format!("{}/res/v1/web/search", search.base_url.trim_end_matches('/')),
+                &format!(
+                    "{}/res/v1/web/search",
+                    search.base_url.trim_end_matches('/')
+                ),
                 &[("q", query.as_str()), ("count", &count.to_string())],
             )
             .map_err(|_| ToolError::Failed("web search is not available".to_string()))?;
@@ -106,7 +114,10 @@ impl Tool for WebSearchTool {
                     }
                 })?;
             if !response.status().is_success() {
-                return Err(ToolError::Failed(format!("the search service answered {}", response.status().as_u16())));
+                return Err(ToolError::Failed(format!(
+                    "the search service answered {}",
+                    response.status().as_u16()
+                )));
             }
             let body: serde_json::Value = response
                 .json()
@@ -138,8 +149,19 @@ fn format_results(body: &serde_json::Value, count: usize) -> String {
         .take(count)
         .enumerate()
         .map(|(index, result)| {
-            let field = |name: &str| result.get(name).and_then(serde_json::Value::as_str).unwrap_or_default();
-            format!("{}. {}\n   {}\n   {}", index + 1, field("title"), field("url"), field("description"))
+            let field = |name: &str| {
+                result
+                    .get(name)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+            };
+            format!(
+                "{}. {}\n   {}\n   {}",
+                index + 1,
+                field("title"),
+                field("url"),
+                field("description")
+            )
         })
         .collect::<Vec<_>>()
         .join("\n")

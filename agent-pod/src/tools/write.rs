@@ -45,19 +45,30 @@ impl Tool for WriteTool {
             let raw = required_string(&input, &["path", "file_path", "filePath"])?;
             let content = required_string(&input, &["content"])?;
             if content.len() as u64 > MAX_FILE_BYTES {
-                return Err(ToolError::InvalidInput(format!("content is larger than {MAX_FILE_BYTES} bytes")));
+                return Err(ToolError::InvalidInput(format!(
+                    "content is larger than {MAX_FILE_BYTES} bytes"
+                )));
             }
             let context = context.clone();
             blocking(move || {
                 let access = FileAccess::for_caller(&context)?;
                 let path = access.writable(&context, &raw)?;
-                let outcome = access.workspace.write(&path, content.as_bytes(), true).map_err(path_error)?;
+                let outcome = access
+                    .workspace
+                    .write(&path, content.as_bytes(), true)
+                    .map_err(path_error)?;
                 let verb = match outcome {
                     WriteOutcome::Created => "created",
                     WriteOutcome::Replaced => "replaced",
                 };
-                let mut output = ToolOutput::text(format!("{verb} {} ({} bytes)", path.as_str(), content.len()));
-                output.metering.insert("path".to_string(), path.as_str().into());
+                let mut output = ToolOutput::text(format!(
+                    "{verb} {} ({} bytes)",
+                    path.as_str(),
+                    content.len()
+                ));
+                output
+                    .metering
+                    .insert("path".to_string(), path.as_str().into());
                 Ok(output)
             })
             .await
