@@ -95,28 +95,53 @@ pub fn job_name(bot: &str, scope: &ScopeKey, suffix: &str) -> String {
 
 /// The runner socket of Job `name` as the agent sees it.
 pub fn agent_socket_path(agent_run_directory: &Path, name: &str) -> PathBuf {
-    agent_run_directory.join("sandboxes").join(name).join("runner.sock")
+    agent_run_directory
+        .join("sandboxes")
+        .join(name)
+        .join("runner.sock")
 }
 
 fn set_env(env: &mut Vec<EnvVar>, name: &str, value: String) {
     env.retain(|variable| variable.name != name);
-    env.push(EnvVar { name: name.to_string(), value: Some(value), value_from: None });
+    env.push(EnvVar {
+        name: name.to_string(),
+        value: Some(value),
+        value_from: None,
+    });
 }
 
 /// Builds the sandbox Job from the operator's template (pure).
-pub fn build_job(template: &serde_json::Value, parameters: &JobParameters<'_>) -> Result<Job, JobBuildError> {
+pub fn build_job(
+    template: &serde_json::Value,
+    parameters: &JobParameters<'_>,
+) -> Result<Job, JobBuildError> {
     let mut job: Job = serde_json::from_value(template.clone()).map_err(JobBuildError::Template)?;
     let name = job_name(parameters.bot, parameters.scope, parameters.suffix);
 
     let labels = BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "saint".to_string()),
-        ("app.kubernetes.io/instance".to_string(), parameters.bot.to_string()),
-        ("app.kubernetes.io/managed-by".to_string(), "saint-operator".to_string()),
-        ("app.kubernetes.io/component".to_string(), "sandbox".to_string()),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            parameters.bot.to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "saint-operator".to_string(),
+        ),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "sandbox".to_string(),
+        ),
         ("saint.work/bot".to_string(), parameters.bot.to_string()),
         ("saint.work/sandbox".to_string(), "true".to_string()),
-        ("saint.work/sandbox-scope".to_string(), parameters.scope.scope_label().to_string()),
-        ("saint.work/sandbox-key".to_string(), parameters.scope.id().to_string()),
+        (
+            "saint.work/sandbox-scope".to_string(),
+            parameters.scope.scope_label().to_string(),
+        ),
+        (
+            "saint.work/sandbox-key".to_string(),
+            parameters.scope.id().to_string(),
+        ),
     ]);
 
     let metadata = &mut job.metadata;
@@ -124,14 +149,20 @@ pub fn build_job(template: &serde_json::Value, parameters: &JobParameters<'_>) -
     metadata.generate_name = None;
     metadata.resource_version = None;
     metadata.uid = None;
-    metadata.labels.get_or_insert_with(BTreeMap::new).extend(labels.clone());
+    metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
     let has_owner = metadata
         .owner_references
         .as_ref()
         .is_some_and(|owners| owners.iter().any(|owner| owner.kind == "SaintBot"));
     if !has_owner {
         let owner = parameters.owner.ok_or(JobBuildError::NoOwner)?;
-        metadata.owner_references.get_or_insert_with(Vec::new).push(owner.clone());
+        metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(owner.clone());
     }
 
     let spec = job.spec.get_or_insert_with(Default::default);
@@ -139,14 +170,28 @@ pub fn build_job(template: &serde_json::Value, parameters: &JobParameters<'_>) -
     spec.backoff_limit.get_or_insert(0);
     spec.ttl_seconds_after_finished.get_or_insert(300);
     let pod_metadata = spec.template.metadata.get_or_insert_with(Default::default);
-    pod_metadata.labels.get_or_insert_with(BTreeMap::new).extend(labels);
-    let pod = spec.template.spec.as_mut().ok_or(JobBuildError::NoContainer)?;
+    pod_metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels);
+    let pod = spec
+        .template
+        .spec
+        .as_mut()
+        .ok_or(JobBuildError::NoContainer)?;
     pod.restart_policy = Some("Never".to_string());
     // Never a service-account token in a sandbox, whatever the template says.
     pod.automount_service_account_token = Some(false);
 
-    let index = pod.containers.iter().position(|container| container.name == "runner").unwrap_or(0);
-    let container = pod.containers.get_mut(index).ok_or(JobBuildError::NoContainer)?;
+    let index = pod
+        .containers
+        .iter()
+        .position(|container| container.name == "runner")
+        .unwrap_or(0);
+    let container = pod
+        .containers
+        .get_mut(index)
+        .ok_or(JobBuildError::NoContainer)?;
     let per_sandbox_mount = container
         .volume_mounts
         .iter_mut()
@@ -164,10 +209,18 @@ pub fn build_job(template: &serde_json::Value, parameters: &JobParameters<'_>) -
     };
     let env = container.env.get_or_insert_with(Vec::new);
     set_env(env, "SAINT_RUNNER_SOCKET", socket);
-    set_env(env, "SAINT_RUNNER_TOKEN", parameters.runner_token.to_string());
+    set_env(
+        env,
+        "SAINT_RUNNER_TOKEN",
+        parameters.runner_token.to_string(),
+    );
     set_env(env, "SAINT_SANDBOX_CLIS", parameters.clis.join(","));
     set_env(env, "SAINT_SANDBOX_SEED", parameters.seed.join(","));
-    set_env(env, "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", parameters.runner_idle_timeout_seconds.to_string());
+    set_env(
+        env,
+        "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS",
+        parameters.runner_idle_timeout_seconds.to_string(),
+    );
     Ok(job)
 }
 
@@ -228,7 +281,9 @@ impl KubernetesSandbox {
             .jobs
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|error| SandboxError::Backend(format!("failed to list sandbox jobs: {error}")))?;
+            .map_err(|error| {
+                SandboxError::Backend(format!("failed to list sandbox jobs: {error}"))
+            })?;
         let mut deleted = 0;
         for job in jobs {
             if let Some(name) = job.metadata.name {
@@ -243,12 +298,18 @@ impl KubernetesSandbox {
         match self.jobs.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(error) => Err(SandboxError::Backend(format!("failed to delete sandbox job {name}: {error}"))),
+            Err(error) => Err(SandboxError::Backend(format!(
+                "failed to delete sandbox job {name}: {error}"
+            ))),
         }
     }
 
     async fn pod_summary(&self, name: &str) -> String {
-        let pods = match self.pods.list(&ListParams::default().labels(&format!("job-name={name}"))).await {
+        let pods = match self
+            .pods
+            .list(&ListParams::default().labels(&format!("job-name={name}")))
+            .await
+        {
             Ok(pods) => pods,
             Err(error) => return format!("pods unreadable: {error}"),
         };
@@ -266,11 +327,19 @@ impl KubernetesSandbox {
                     "pod {} phase {}{}",
                     pod.metadata.name.unwrap_or_default(),
                     status.phase.unwrap_or_else(|| "Unknown".to_string()),
-                    if waiting.is_empty() { String::new() } else { format!(" ({})", waiting.join(", ")) }
+                    if waiting.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", waiting.join(", "))
+                    }
                 )
             })
             .collect();
-        if summaries.is_empty() { "no pod scheduled yet".to_string() } else { summaries.join("; ") }
+        if summaries.is_empty() {
+            "no pod scheduled yet".to_string()
+        } else {
+            summaries.join("; ")
+        }
     }
 
     async fn start(&self, scope: &ScopeKey) -> Result<RunningJob, SandboxError> {
@@ -292,17 +361,27 @@ impl KubernetesSandbox {
         self.jobs
             .create(&PostParams::default(), &job)
             .await
-            .map_err(|error| SandboxError::Start(format!("failed to create sandbox job {name}: {error}")))?;
+            .map_err(|error| {
+                SandboxError::Start(format!("failed to create sandbox job {name}: {error}"))
+            })?;
         let socket = agent_socket_path(&self.config.agent_run_directory, &name);
         let started = Instant::now();
         loop {
             if socket.exists() && tokio::net::UnixStream::connect(&socket).await.is_ok() {
-                return Ok(RunningJob { name, socket, token, activity: Activity::new() });
+                return Ok(RunningJob {
+                    name,
+                    socket,
+                    token,
+                    activity: Activity::new(),
+                });
             }
             if started.elapsed() >= self.config.start_timeout {
                 let detail = self.pod_summary(&name).await;
                 self.delete(&name).await?;
-                return Err(SandboxError::NotReady { seconds: self.config.start_timeout.as_secs(), detail });
+                return Err(SandboxError::NotReady {
+                    seconds: self.config.start_timeout.as_secs(),
+                    detail,
+                });
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -310,7 +389,10 @@ impl KubernetesSandbox {
 }
 
 impl Sandbox for KubernetesSandbox {
-    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
+    fn ensure<'a>(
+        &'a self,
+        scope: &'a ScopeKey,
+    ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
         Box::pin(async move {
             let slot = self.slots.slot(scope);
             let mut guard = slot.lock().await;
@@ -348,10 +430,14 @@ impl Sandbox for KubernetesSandbox {
         Box::pin(async move {
             let mut reaped = 0;
             for (_, slot) in self.slots.all() {
-                let Ok(mut guard) = slot.try_lock() else { continue };
-                let idle = guard
-                    .as_ref()
-                    .is_some_and(|running| running.activity.is_idle(self.config.idle_timeout, Instant::now()));
+                let Ok(mut guard) = slot.try_lock() else {
+                    continue;
+                };
+                let idle = guard.as_ref().is_some_and(|running| {
+                    running
+                        .activity
+                        .is_idle(self.config.idle_timeout, Instant::now())
+                });
                 if idle && let Some(running) = guard.take() {
                     tracing::info!(job = running.name, "reaping idle sandbox job");
                     self.delete(&running.name).await?;
@@ -414,7 +500,11 @@ mod tests {
         })
     }
 
-    fn parameters<'a>(scope: &'a ScopeKey, clis: &'a [String], seed: &'a [String]) -> JobParameters<'a> {
+    fn parameters<'a>(
+        scope: &'a ScopeKey,
+        clis: &'a [String],
+        seed: &'a [String],
+    ) -> JobParameters<'a> {
         JobParameters {
             bot: "my-bot",
             scope,
@@ -447,19 +537,37 @@ mod tests {
             "saint.work/sandbox-scope": "session",
         });
         assert_eq!(value["metadata"]["labels"], expected_labels);
-        assert_eq!(value["spec"]["template"]["metadata"]["labels"], expected_labels);
-        assert_eq!(value["metadata"]["ownerReferences"][0]["uid"], json!("0b1c-uid"));
-        assert_eq!(value["metadata"]["ownerReferences"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            value["spec"]["template"]["metadata"]["labels"],
+            expected_labels
+        );
+        assert_eq!(
+            value["metadata"]["ownerReferences"][0]["uid"],
+            json!("0b1c-uid")
+        );
+        assert_eq!(
+            value["metadata"]["ownerReferences"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
         // The operator's policy survives untouched.
         assert_eq!(value["spec"]["activeDeadlineSeconds"], json!(86400));
         assert_eq!(value["spec"]["ttlSecondsAfterFinished"], json!(60));
         assert_eq!(value["spec"]["backoffLimit"], json!(0));
         let pod = &value["spec"]["template"]["spec"];
-        assert_eq!(pod["affinity"], template()["spec"]["template"]["spec"]["affinity"]);
+        assert_eq!(
+            pod["affinity"],
+            template()["spec"]["template"]["spec"]["affinity"]
+        );
         assert_eq!(pod["automountServiceAccountToken"], json!(false));
         assert_eq!(pod["restartPolicy"], json!("Never"));
         let container = &pod["containers"][0];
-        assert_eq!(container["image"], json!("ghcr.io/saint-work/saint-sandbox:0.1.0"));
+        assert_eq!(
+            container["image"],
+            json!("ghcr.io/saint-work/saint-sandbox:0.1.0")
+        );
         assert_eq!(
             container["env"],
             json!([
@@ -484,7 +592,10 @@ mod tests {
     fn owner_reference_comes_from_the_parameters_or_the_job_is_refused() {
         let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
         let mut template = template();
-        template["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+        template["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
         let refused = build_job(&template, &parameters(&scope, &[], &[])).unwrap_err();
         assert!(matches!(refused, JobBuildError::NoOwner));
 
@@ -506,10 +617,19 @@ mod tests {
     fn without_a_per_sandbox_mount_the_socket_goes_under_the_shared_run_directory() {
         let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
         let mut template = template();
-        template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].as_array_mut().unwrap().remove(2);
+        template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .remove(2);
         let job = build_job(&template, &parameters(&scope, &[], &[])).unwrap();
-        let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
-        assert_eq!(env[0].value.as_deref(), Some("/run/saint/sandboxes/my-bot-sbx-shared-a1b2c3/runner.sock"));
+        let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        assert_eq!(
+            env[0].value.as_deref(),
+            Some("/run/saint/sandboxes/my-bot-sbx-shared-a1b2c3/runner.sock")
+        );
     }
 
     #[test]
@@ -525,7 +645,14 @@ mod tests {
         let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
         let refused = build_job(&json!({"spec": "nonsense"}), &parameters(&scope, &[], &[]));
         assert!(matches!(refused, Err(JobBuildError::Template(_))));
-        let no_pod = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {"template": {}}});
-        assert!(matches!(build_job(&no_pod, &parameters(&scope, &[], &[])), Err(JobBuildError::NoContainer)));
+        let mut no_pod = template();
+        no_pod["spec"]["template"]
+            .as_object_mut()
+            .unwrap()
+            .remove("spec");
+        assert!(matches!(
+            build_job(&no_pod, &parameters(&scope, &[], &[])),
+            Err(JobBuildError::NoContainer)
+        ));
     }
 }

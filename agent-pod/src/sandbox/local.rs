@@ -110,10 +110,16 @@ impl HostLayout {
         for directory in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
             match fs::symlink_metadata(directory) {
                 Ok(metadata) if metadata.file_type().is_symlink() => {
-                    let target = fs::read_link(directory).ok().map(|target| target.display().to_string());
-                    layout.system_directories.push((directory.to_string(), target));
+                    let target = fs::read_link(directory)
+                        .ok()
+                        .map(|target| target.display().to_string());
+                    layout
+                        .system_directories
+                        .push((directory.to_string(), target));
                 }
-                Ok(metadata) if metadata.is_dir() => layout.system_directories.push((directory.to_string(), None)),
+                Ok(metadata) if metadata.is_dir() => layout
+                    .system_directories
+                    .push((directory.to_string(), None)),
                 _ => {}
             }
         }
@@ -167,7 +173,11 @@ fn push_bind(arguments: &mut Vec<OsString>, flag: &str, source: &Path, destinati
 }
 
 /// The complete bubblewrap command line for one scope (pure).
-pub fn bwrap_arguments(config: &LocalConfig, paths: &ScopePaths, host: &HostLayout) -> Vec<OsString> {
+pub fn bwrap_arguments(
+    config: &LocalConfig,
+    paths: &ScopePaths,
+    host: &HostLayout,
+) -> Vec<OsString> {
     let mut arguments = Vec::new();
     // Namespaces: all of them (network with only a downed loopback, PID, IPC, UTS,
     // cgroup, user); no nested user namespaces; the sandbox dies with the agent.
@@ -201,15 +211,33 @@ pub fn bwrap_arguments(config: &LocalConfig, paths: &ScopePaths, host: &HostLayo
         let path = format!("/etc/{entry}");
         push_bind(&mut arguments, "--ro-bind", Path::new(&path), &path);
     }
-    push_bind(&mut arguments, "--ro-bind", &paths.etc.join("passwd"), "/etc/passwd");
-    push_bind(&mut arguments, "--ro-bind", &paths.etc.join("group"), "/etc/group");
-    push(&mut arguments, &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push_bind(
+        &mut arguments,
+        "--ro-bind",
+        &paths.etc.join("passwd"),
+        "/etc/passwd",
+    );
+    push_bind(
+        &mut arguments,
+        "--ro-bind",
+        &paths.etc.join("group"),
+        "/etc/group",
+    );
+    push(
+        &mut arguments,
+        &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
+    );
     push_bind(&mut arguments, "--ro-bind", &config.workspace, "/agent");
     push_bind(&mut arguments, "--bind", &paths.scratch, "/workspace");
     // Porter's directory is read-only: a command must not replace Porter's socket
     // with its own listener and collect other sandboxes' calls.
     if let Some(porter) = &config.porter_socket_directory {
-        push_bind(&mut arguments, "--ro-bind", porter, SANDBOX_PORTER_DIRECTORY);
+        push_bind(
+            &mut arguments,
+            "--ro-bind",
+            porter,
+            SANDBOX_PORTER_DIRECTORY,
+        );
     }
     push_bind(&mut arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
     push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
@@ -300,10 +328,16 @@ impl LocalSandbox {
             ))
         })?;
         let state = config.state_directory.canonicalize().map_err(|error| {
-            SandboxError::Start(format!("failed to resolve {}: {error}", config.state_directory.display()))
+            SandboxError::Start(format!(
+                "failed to resolve {}: {error}",
+                config.state_directory.display()
+            ))
         })?;
         let workspace = config.workspace.canonicalize().map_err(|error| {
-            SandboxError::Start(format!("failed to resolve workspace {}: {error}", config.workspace.display()))
+            SandboxError::Start(format!(
+                "failed to resolve workspace {}: {error}",
+                config.workspace.display()
+            ))
         })?;
         if state.starts_with(&workspace) {
             return Err(SandboxError::Start(format!(
@@ -312,8 +346,16 @@ impl LocalSandbox {
                 state.display()
             )));
         }
-        let config = LocalConfig { state_directory: state, workspace, ..config };
-        Ok(Self { config, host: HostLayout::probe(), slots: Slots::default() })
+        let config = LocalConfig {
+            state_directory: state,
+            workspace,
+            ..config
+        };
+        Ok(Self {
+            config,
+            host: HostLayout::probe(),
+            slots: Slots::default(),
+        })
     }
 
     /// The host paths of a scope (for tests and operators inspecting a sandbox).
@@ -324,8 +366,14 @@ impl LocalSandbox {
     fn prepare(&self, paths: &ScopePaths, token: &str) -> io::Result<()> {
         fs::create_dir_all(&paths.scratch)?;
         fs::create_dir_all(&paths.etc)?;
-        fs::write(paths.etc.join("passwd"), format!("sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:sandbox:/workspace:/bin/sh\n"))?;
-        fs::write(paths.etc.join("group"), format!("sandbox:x:{SANDBOX_ID}:\n"))?;
+        fs::write(
+            paths.etc.join("passwd"),
+            format!("sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:sandbox:/workspace:/bin/sh\n"),
+        )?;
+        fs::write(
+            paths.etc.join("group"),
+            format!("sandbox:x:{SANDBOX_ID}:\n"),
+        )?;
         // A fresh runner directory per start: no stale socket can look ready.
         if paths.run.exists() {
             fs::remove_dir_all(&paths.run)?;
@@ -341,10 +389,14 @@ impl LocalSandbox {
         let paths = self.paths(scope);
         let token = random_token()?;
         self.prepare(&paths, &token).map_err(|error| {
-            SandboxError::Start(format!("failed to prepare sandbox directories for {}: {error}", scope.id()))
+            SandboxError::Start(format!(
+                "failed to prepare sandbox directories for {}: {error}",
+                scope.id()
+            ))
         })?;
-        let log = fs::File::create(&paths.log)
-            .map_err(|error| SandboxError::Start(format!("failed to create {}: {error}", paths.log.display())))?;
+        let log = fs::File::create(&paths.log).map_err(|error| {
+            SandboxError::Start(format!("failed to create {}: {error}", paths.log.display()))
+        })?;
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| SandboxError::Start(format!("failed to open sandbox log: {error}")))?;
@@ -363,10 +415,19 @@ impl LocalSandbox {
                 self.config.bwrap.display()
             ))
         })?;
-        let mut running = Running { child, socket: paths.socket(), token, activity: Activity::new() };
+        let mut running = Running {
+            child,
+            socket: paths.socket(),
+            token,
+            activity: Activity::new(),
+        };
         let started = Instant::now();
         loop {
-            if running.socket.exists() && tokio::net::UnixStream::connect(&running.socket).await.is_ok() {
+            if running.socket.exists()
+                && tokio::net::UnixStream::connect(&running.socket)
+                    .await
+                    .is_ok()
+            {
                 return Ok(running);
             }
             if let Ok(Some(status)) = running.child.try_wait() {
@@ -391,7 +452,10 @@ impl LocalSandbox {
 }
 
 impl Sandbox for LocalSandbox {
-    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
+    fn ensure<'a>(
+        &'a self,
+        scope: &'a ScopeKey,
+    ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
         Box::pin(async move {
             let slot = self.slots.slot(scope);
             let mut guard = slot.lock().await;
@@ -434,9 +498,16 @@ impl Sandbox for LocalSandbox {
             let mut reaped = 0;
             for (scope, slot) in self.slots.all() {
                 // A locked slot is starting a sandbox: not idle.
-                let Ok(mut guard) = slot.try_lock() else { continue };
+                let Ok(mut guard) = slot.try_lock() else {
+                    continue;
+                };
                 let idle = match guard.as_mut() {
-                    Some(running) => !running.is_alive() || running.activity.is_idle(self.config.idle_timeout, Instant::now()),
+                    Some(running) => {
+                        !running.is_alive()
+                            || running
+                                .activity
+                                .is_idle(self.config.idle_timeout, Instant::now())
+                    }
                     None => false,
                 };
                 if idle && let Some(running) = guard.take() {
@@ -457,7 +528,10 @@ mod tests {
     use super::*;
 
     fn strings(arguments: &[OsString]) -> Vec<String> {
-        arguments.iter().map(|argument| argument.to_string_lossy().into_owned()).collect()
+        arguments
+            .iter()
+            .map(|argument| argument.to_string_lossy().into_owned())
+            .collect()
     }
 
     fn window(arguments: &[String], items: &[&str]) -> bool {
@@ -466,42 +540,83 @@ mod tests {
 
     #[test]
     fn bwrap_isolates_network_pids_env_and_mounts_the_workspace_read_only() {
-        let mut config = LocalConfig::new("/srv/acme-ws".into(), "/var/lib/acme-state".into(), "/opt/runner".into());
+        let mut config = LocalConfig::new(
+            "/srv/acme-ws".into(),
+            "/var/lib/acme-state".into(),
+            "/opt/runner".into(),
+        );
         config.proxy = Some("/opt/cliport-proxy".into());
         config.clis = vec!["gh".to_string()];
         config.porter_socket_directory = Some("/srv/porter-run".into());
         let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
         let paths = ScopePaths::new(&config.state_directory, &scope);
         let host = HostLayout {
-            system_directories: vec![("/bin".into(), Some("usr/bin".into())), ("/lib64".into(), None)],
+            system_directories: vec![
+                ("/bin".into(), Some("usr/bin".into())),
+                ("/lib64".into(), None),
+            ],
             etc_entries: vec!["ld.so.cache".into()],
         };
         let arguments = strings(&bwrap_arguments(&config, &paths, &host));
-        for flag in ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--clearenv", "--new-session"] {
+        for flag in [
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--clearenv",
+            "--new-session",
+        ] {
             assert!(arguments.contains(&flag.to_string()), "missing {flag}");
         }
-        assert!(!arguments.iter().any(|argument| argument.starts_with("--share")), "no namespace may be shared");
+        assert!(
+            !arguments
+                .iter()
+                .any(|argument| argument.starts_with("--share")),
+            "no namespace may be shared"
+        );
         assert!(window(&arguments, &["--cap-drop", "ALL"]));
         assert!(window(&arguments, &["--ro-bind", "/srv/acme-ws", "/agent"]));
         let scratch = paths.scratch.display().to_string();
         assert!(window(&arguments, &["--bind", &scratch, "/workspace"]));
-        assert!(window(&arguments, &["--ro-bind", "/srv/porter-run", "/run/saint/porter"]));
+        assert!(window(
+            &arguments,
+            &["--ro-bind", "/srv/porter-run", "/run/saint/porter"]
+        ));
         assert!(window(&arguments, &["--symlink", "usr/bin", "/bin"]));
         assert!(window(&arguments, &["--ro-bind", "/lib64", "/lib64"]));
-        assert!(window(&arguments, &["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]));
-        assert!(!window(&arguments, &["--ro-bind", "/etc", "/etc"]), "never the whole /etc");
+        assert!(window(
+            &arguments,
+            &["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        ));
+        assert!(
+            !window(&arguments, &["--ro-bind", "/etc", "/etc"]),
+            "never the whole /etc"
+        );
         assert!(window(&arguments, &["--cli", "gh"]));
         // Everything before `--` is bubblewrap's; the runner comes right after it.
-        let separator = arguments.iter().position(|argument| argument == "--").unwrap();
+        let separator = arguments
+            .iter()
+            .position(|argument| argument == "--")
+            .unwrap();
         assert_eq!(arguments[separator + 1], SANDBOX_RUNNER);
-        assert!(!arguments.iter().any(|argument| argument.contains("TOKEN")), "the token travels in a file");
+        assert!(
+            !arguments.iter().any(|argument| argument.contains("TOKEN")),
+            "the token travels in a file"
+        );
     }
 
     #[test]
     fn a_state_directory_inside_the_workspace_is_refused() {
         let workspace = tempfile::tempdir().unwrap();
-        let config = LocalConfig::new(workspace.path().into(), workspace.path().join(".sandboxes"), "/opt/runner".into());
+        let config = LocalConfig::new(
+            workspace.path().into(),
+            workspace.path().join(".sandboxes"),
+            "/opt/runner".into(),
+        );
         let refused = LocalSandbox::new(config).err().unwrap();
-        assert!(refused.to_string().contains("inside the workspace"), "{refused}");
+        assert!(
+            refused.to_string().contains("inside the workspace"),
+            "{refused}"
+        );
     }
 }

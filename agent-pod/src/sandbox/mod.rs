@@ -28,8 +28,10 @@ use sha2::{Digest, Sha256};
 /// Files copied from the real workspace into a new sandbox's `/workspace` (seed §3.1:
 /// bootstrap files and skills; never memory, config or data).
 pub fn seed_entries() -> Vec<String> {
-    let mut entries: Vec<String> =
-        saint_config::BOOTSTRAP_FILES.iter().map(|name| name.to_string()).collect();
+    let mut entries: Vec<String> = saint_config::BOOTSTRAP_FILES
+        .iter()
+        .map(|name| name.to_string())
+        .collect();
     entries.push("skills".to_string());
     entries
 }
@@ -113,7 +115,10 @@ pub enum SandboxError {
     #[error("failed to start sandbox: not ready after {seconds} s ({detail})")]
     NotReady { seconds: u64, detail: String },
     #[error("failed to reach sandbox runner at {path}: {source}")]
-    Unreachable { path: PathBuf, source: std::io::Error },
+    Unreachable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to talk to sandbox runner: {0}")]
     Protocol(String),
     #[error("sandbox runner refused the command ({code}): {message}")]
@@ -137,7 +142,10 @@ pub struct SandboxHandle {
 pub trait Sandbox: Send + Sync {
     /// A warm sandbox for `scope`, started (and seeded) if none is running, replaced if
     /// the old one died.
-    fn ensure<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>>;
+    fn ensure<'a>(
+        &'a self,
+        scope: &'a ScopeKey,
+    ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>>;
 
     /// Destroys the sandbox of `scope`, if any (its runner is unreachable).
     fn discard<'a>(&'a self, scope: &'a ScopeKey) -> BoxFuture<'a, Result<(), SandboxError>>;
@@ -176,7 +184,10 @@ pub struct Activity {
 impl Activity {
     /// A fresh, unused sandbox.
     pub fn new() -> Arc<Self> {
-        Arc::new(Self { in_flight: AtomicUsize::new(0), last_used: Mutex::new(Instant::now()) })
+        Arc::new(Self {
+            in_flight: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        })
     }
 
     /// Marks one more command running.
@@ -223,14 +234,21 @@ pub struct Slots<T> {
 
 impl<T> Default for Slots<T> {
     fn default() -> Self {
-        Self { slots: Mutex::new(HashMap::new()) }
+        Self {
+            slots: Mutex::new(HashMap::new()),
+        }
     }
 }
 
 impl<T> Slots<T> {
     /// The slot of `scope` (created empty on first use).
     pub fn slot(&self, scope: &ScopeKey) -> Arc<tokio::sync::Mutex<Option<T>>> {
-        self.slots.lock().expect("slots lock").entry(scope.clone()).or_default().clone()
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .entry(scope.clone())
+            .or_default()
+            .clone()
     }
 
     /// Every slot, for reaping.
@@ -263,9 +281,19 @@ mod tests {
         let ana = ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567");
         let marko = ScopeKey::for_session(SandboxScope::Session, "email:marko@example.com");
         assert_ne!(ana, marko);
-        assert!(ana.id().starts_with("s-") && ana.id().len() == 18, "{}", ana.id());
-        assert!(!ana.id().contains("385"), "the phone number must not appear");
-        assert_eq!(ana, ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567"));
+        assert!(
+            ana.id().starts_with("s-") && ana.id().len() == 18,
+            "{}",
+            ana.id()
+        );
+        assert!(
+            !ana.id().contains("385"),
+            "the phone number must not appear"
+        );
+        assert_eq!(
+            ana,
+            ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567")
+        );
         let agent_a = ScopeKey::for_session(SandboxScope::Agent, "whatsapp:+385911234567");
         let agent_b = ScopeKey::for_session(SandboxScope::Agent, "email:marko@example.com");
         assert_eq!(agent_a, agent_b);

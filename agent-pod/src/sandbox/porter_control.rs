@@ -18,7 +18,10 @@ use tokio::{
 #[derive(Debug, thiserror::Error)]
 pub enum PorterControlError {
     #[error("failed to reach porter control socket {path}: {source}")]
-    Connect { path: PathBuf, source: std::io::Error },
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to talk to porter control socket: {0}")]
     Io(#[source] std::io::Error),
     #[error("failed to talk to porter control socket: {0}")]
@@ -33,8 +36,15 @@ pub enum PorterControlError {
 #[serde(tag = "op", rename_all = "camelCase")]
 enum ControlRequest<'a> {
     #[serde(rename_all = "camelCase")]
-    Register { session: &'a str, contact: &'a str, role: &'a str, ttl_seconds: u64 },
-    Revoke { token: &'a str },
+    Register {
+        session: &'a str,
+        contact: &'a str,
+        role: &'a str,
+        ttl_seconds: u64,
+    },
+    Revoke {
+        token: &'a str,
+    },
 }
 
 #[derive(Deserialize)]
@@ -65,12 +75,19 @@ pub struct PorterControl {
 impl PorterControl {
     /// A client of the control socket at `socket`.
     pub fn new(socket: impl Into<PathBuf>) -> Self {
-        Self { socket: socket.into(), call_timeout: Duration::from_secs(5) }
+        Self {
+            socket: socket.into(),
+            call_timeout: Duration::from_secs(5),
+        }
     }
 
     /// Registers a token for one command, valid for `ttl` (the command's timeout plus
     /// a margin, so a lost revoke still expires).
-    pub async fn register(&self, grant: &TokenGrant, ttl: Duration) -> Result<String, PorterControlError> {
+    pub async fn register(
+        &self,
+        grant: &TokenGrant,
+        ttl: Duration,
+    ) -> Result<String, PorterControlError> {
         let request = ControlRequest::Register {
             session: &grant.session,
             contact: &grant.contact,
@@ -81,29 +98,49 @@ impl PorterControl {
         response
             .token
             .filter(|token| !token.is_empty())
-            .ok_or_else(|| PorterControlError::Protocol("register answered without a token".to_string()))
+            .ok_or_else(|| {
+                PorterControlError::Protocol("register answered without a token".to_string())
+            })
     }
 
     /// Revokes a token; revoking an unknown or expired token is not an error.
     pub async fn revoke(&self, token: &str) -> Result<(), PorterControlError> {
-        self.call(&ControlRequest::Revoke { token }).await.map(|_| ())
+        self.call(&ControlRequest::Revoke { token })
+            .await
+            .map(|_| ())
     }
 
-    async fn call(&self, request: &ControlRequest<'_>) -> Result<ControlResponse, PorterControlError> {
+    async fn call(
+        &self,
+        request: &ControlRequest<'_>,
+    ) -> Result<ControlResponse, PorterControlError> {
         let exchange = async {
-            let stream = UnixStream::connect(&self.socket)
-                .await
-                .map_err(|source| PorterControlError::Connect { path: self.socket.clone(), source })?;
+            let stream = UnixStream::connect(&self.socket).await.map_err(|source| {
+                PorterControlError::Connect {
+                    path: self.socket.clone(),
+                    source,
+                }
+            })?;
             let (read_half, mut write_half) = stream.into_split();
             let mut line = serde_json::to_string(request).expect("control request is serialisable");
             line.push('\n');
-            write_half.write_all(line.as_bytes()).await.map_err(PorterControlError::Io)?;
+            write_half
+                .write_all(line.as_bytes())
+                .await
+                .map_err(PorterControlError::Io)?;
             let mut answer = String::new();
-            BufReader::new(read_half).read_line(&mut answer).await.map_err(PorterControlError::Io)?;
-            let response: ControlResponse = serde_json::from_str(answer.trim_end())
-                .map_err(|error| PorterControlError::Protocol(format!("bad answer {answer:?}: {error}")))?;
+            BufReader::new(read_half)
+                .read_line(&mut answer)
+                .await
+                .map_err(PorterControlError::Io)?;
+            let response: ControlResponse =
+                serde_json::from_str(answer.trim_end()).map_err(|error| {
+                    PorterControlError::Protocol(format!("bad answer {answer:?}: {error}"))
+                })?;
             if !response.ok {
-                return Err(PorterControlError::Refused(response.error.unwrap_or_default()));
+                return Err(PorterControlError::Refused(
+                    response.error.unwrap_or_default(),
+                ));
             }
             Ok(response)
         };
@@ -119,12 +156,20 @@ mod tests {
 
     #[test]
     fn requests_match_porters_line_format() {
-        let register = ControlRequest::Register { session: "s1", contact: "ana", role: "owner", ttl_seconds: 150 };
+        let register = ControlRequest::Register {
+            session: "s1",
+            contact: "ana",
+            role: "owner",
+            ttl_seconds: 150,
+        };
         assert_eq!(
             serde_json::to_value(&register).unwrap(),
             serde_json::json!({"op": "register", "session": "s1", "contact": "ana", "role": "owner", "ttlSeconds": 150})
         );
         let revoke = ControlRequest::Revoke { token: "t" };
-        assert_eq!(serde_json::to_value(&revoke).unwrap(), serde_json::json!({"op": "revoke", "token": "t"}));
+        assert_eq!(
+            serde_json::to_value(&revoke).unwrap(),
+            serde_json::json!({"op": "revoke", "token": "t"})
+        );
     }
 }

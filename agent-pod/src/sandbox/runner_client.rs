@@ -25,25 +25,51 @@ async fn send<W: AsyncWrite + Unpin>(writer: &mut W, frame: &Frame) -> Result<()
 /// handle (and its lease) lives as long as the stream, so the sandbox is not reaped
 /// while a command runs. An unreachable socket is [`SandboxError::Unreachable`], which
 /// callers treat as a dead sandbox.
-pub async fn start(handle: SandboxHandle, request: &ExecRequest) -> Result<ExecStream, SandboxError> {
+pub async fn start(
+    handle: SandboxHandle,
+    request: &ExecRequest,
+) -> Result<ExecStream, SandboxError> {
     let stream = UnixStream::connect(&handle.socket)
         .await
-        .map_err(|source| SandboxError::Unreachable { path: handle.socket.clone(), source })?;
+        .map_err(|source| SandboxError::Unreachable {
+            path: handle.socket.clone(),
+            source,
+        })?;
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec);
 
-    send(&mut write_half, &Frame::Hello { version: PROTOCOL_VERSION }).await?;
+    send(
+        &mut write_half,
+        &Frame::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await?;
     match frames.next().await.transpose().map_err(protocol)? {
         Some(Frame::Welcome { .. }) => {}
         Some(Frame::Error { code, message }) => {
-            return Err(SandboxError::Refused { code: code.as_str(), message });
+            return Err(SandboxError::Refused {
+                code: code.as_str(),
+                message,
+            });
         }
         // A runner that closes during the handshake is as good as gone.
         None => {
-            let source = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "closed during handshake");
-            return Err(SandboxError::Unreachable { path: handle.socket.clone(), source });
+            let source = std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "closed during handshake",
+            );
+            return Err(SandboxError::Unreachable {
+                path: handle.socket.clone(),
+                source,
+            });
         }
-        Some(other) => return Err(SandboxError::Protocol(format!("expected welcome, got {:?}", other.kind()))),
+        Some(other) => {
+            return Err(SandboxError::Protocol(format!(
+                "expected welcome, got {:?}",
+                other.kind()
+            )));
+        }
     }
 
     let exec = porter_protocol::ExecRequest {
@@ -70,11 +96,20 @@ pub async fn start(handle: SandboxHandle, request: &ExecRequest) -> Result<ExecS
             Some(Ok(Frame::Stdout(data))) => Ok(ExecEvent::Stdout(data)),
             Some(Ok(Frame::Stderr(data))) => Ok(ExecEvent::Stderr(data)),
             Some(Ok(Frame::Exit { code })) => return Some((Ok(ExecEvent::Exit(code)), None)),
-            Some(Ok(Frame::Error { code: ErrorCode::TimedOut, .. })) => {
+            Some(Ok(Frame::Error {
+                code: ErrorCode::TimedOut,
+                ..
+            })) => {
                 return Some((Ok(ExecEvent::TimedOut), None));
             }
             Some(Ok(Frame::Error { code, message })) => {
-                return Some((Err(SandboxError::Refused { code: code.as_str(), message }), None));
+                return Some((
+                    Err(SandboxError::Refused {
+                        code: code.as_str(),
+                        message,
+                    }),
+                    None,
+                ));
             }
             Some(Ok(other)) => {
                 let message = format!("unexpected {:?} frame from runner", other.kind());
