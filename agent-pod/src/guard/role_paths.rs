@@ -20,9 +20,17 @@ use super::paths::is_safe_component;
 /// The placeholder for the asker's slug in path globs.
 pub const SELF_PLACEHOLDER: &str = "<self>";
 
+/// The runtime's own state on the workspace volume, which no role reads or writes through
+/// the file tools whatever its globs say: the sessions database (visible only through the
+/// session tools and their visibility rules), the memory index and sockets under
+/// `.saint/`, config and logs (usage and costs are none of the model's business, §9.2).
+pub const PLATFORM_PRIVATE: &[&str] = &[".saint/**", "sessions/**", "config/**", "logs/**"];
+
 /// Why a path is refused for this role.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RolePathError {
+    #[error("{path:?} is internal to the assistant and cannot be read or changed")]
+    PlatformPrivate { path: String },
     #[error("{path:?} is managed by the platform and cannot be changed by any role")]
     PlatformProtected { path: String },
     #[error("{path:?} may only be changed for people whose role allows editing it")]
@@ -38,6 +46,7 @@ pub enum RolePathError {
 /// A role's compiled path rules for one asker.
 #[derive(Clone, Debug)]
 pub struct RolePaths {
+    platform_private: GlobSet,
     read: GlobSet,
     write: GlobSet,
     deny_write: GlobSet,
@@ -55,7 +64,12 @@ impl RolePaths {
         slug: &str,
     ) -> Result<Self, RolePathError> {
         let self_dir = [access.self_writable.clone()];
+        let platform_private: Vec<String> = PLATFORM_PRIVATE
+            .iter()
+            .map(|glob| glob.to_string())
+            .collect();
         Ok(Self {
+            platform_private: compile(&platform_private, slug)?,
             read: compile(&role.files.read, slug)?,
             write: compile(&role.files.write, slug)?,
             deny_write: compile(&role.files.deny_write, slug)?,
@@ -69,6 +83,11 @@ impl RolePaths {
     /// May the asker read `path`? Readable are the role's read globs plus whatever the
     /// role may write (a role that can write its own notes can read them back).
     pub fn check_read(&self, path: &str) -> Result<(), RolePathError> {
+        if self.platform_private.is_match(path) {
+            return Err(RolePathError::PlatformPrivate {
+                path: path.to_string(),
+            });
+        }
         if self.read.is_match(path) || self.check_write(path).is_ok() {
             return Ok(());
         }
@@ -81,6 +100,9 @@ impl RolePaths {
     /// role's own deny list, then owner files (only through the role's write globs).
     pub fn check_write(&self, path: &str) -> Result<(), RolePathError> {
         let shown = || path.to_string();
+        if self.platform_private.is_match(path) {
+            return Err(RolePathError::PlatformPrivate { path: shown() });
+        }
         if self.platform_protected.is_match(path) {
             return Err(RolePathError::PlatformProtected { path: shown() });
         }
@@ -191,14 +213,7 @@ mod tests {
     #[test]
     fn platform_protected_files_are_never_writable_even_for_the_owner() {
         let owner = owner();
-        for path in [
-            "SOUL.md",
-            "IDENTITY.md",
-            "AGENTS.md",
-            "config/roles.yaml",
-            "skills/x/SKILL.md",
-            "logs/usage.jsonl",
-        ] {
+        for path in ["SOUL.md", "IDENTITY.md", "AGENTS.md", "skills/x/SKILL.md"] {
             assert!(
                 matches!(
                     owner.check_write(path),
@@ -209,6 +224,34 @@ mod tests {
         }
         // Reading them is fine for the owner.
         assert!(owner.check_read("SOUL.md").is_ok());
+    }
+
+    #[test]
+    fn runtime_state_is_neither_readable_nor_writable_even_for_the_owner() {
+        let owner = owner();
+        for path in [
+            "sessions/transcripts.sqlite3",
+            ".saint/memory/index.sqlite",
+            ".saint/run/porter/porter.sock",
+            "logs/usage.jsonl",
+            "config/bot-config.json",
+        ] {
+            assert!(
+                matches!(
+                    owner.check_read(path),
+                    Err(RolePathError::PlatformPrivate { .. })
+                ),
+                "{path} must not be readable"
+            );
+            assert!(
+                owner.check_write(path).is_err(),
+                "{path} must not be writable"
+            );
+        }
+        assert!(
+            owner.check_read("data/sessions/notes.md").is_ok(),
+            "only top-level state is private"
+        );
     }
 
     #[test]
