@@ -150,6 +150,7 @@ control_plane_start() {
 		--kubeconfig "$run_dir/controller-manager.kubeconfig" \
 		--authentication-kubeconfig "$run_dir/controller-manager.kubeconfig" \
 		--authorization-kubeconfig "$run_dir/controller-manager.kubeconfig" \
+		--authentication-skip-lookup \
 		--bind-address 127.0.0.1 \
 		--secure-port "$(free_port)" \
 		--controllers "$controllers" \

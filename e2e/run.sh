@@ -6,7 +6,8 @@
 # interruption.
 #
 # Usage: e2e/run.sh [test-name-filter ...]   (extra arguments go to the test harness)
-# Environment: SAINT_E2E_KEEP=1 keeps the run directory (certificates, logs).
+# Environment: SAINT_E2E_KEEP=1 keeps the run directory (certificates, logs);
+#              SAINT_E2E_TEST=<file> runs only e2e/tests/<file>.rs.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,15 +29,16 @@ run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-e2e.XXXXXX")"
 finish() {
 	local status=$?
 	trap - EXIT INT TERM
-	control_plane_stop
 	if ((status != 0)); then
 		echo "run.sh: failed (exit $status); control-plane logs are in $run_dir/logs" >&2
 		for log in "$run_dir"/logs/*.log; do
 			[[ -f "$log" ]] || continue
 			echo "----- last lines of $log" >&2
-			tail -n 15 "$log" >&2
+			tail -n 10 "$log" >&2
 		done
-	elif [[ "${SAINT_E2E_KEEP:-0}" != 1 ]]; then
+	fi
+	control_plane_stop
+	if ((status == 0)) && [[ "${SAINT_E2E_KEEP:-0}" != 1 ]]; then
 		rm -rf "$run_dir"
 	fi
 	exit "$status"
@@ -53,4 +55,8 @@ export SAINT_E2E_OPERATOR_BIN="$CARGO_TARGET_DIR/debug/saint-operator"
 export PATH="$bin_dir:$PATH"
 # One scenario at a time: operator scenarios start their own operator
 # processes, and two of them at once would reconcile each other's bots.
-cargo test -p saint-e2e -- --test-threads=1 "$@"
+test_selection=()
+if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
+	test_selection=(--test "$SAINT_E2E_TEST")
+fi
+cargo test -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@"

@@ -5,7 +5,9 @@
 //! Nothing here starts or fakes an API server: when the environment `run.sh`
 //! exports is missing, every entry point fails with the reason.
 
+pub mod crds;
 pub mod environment;
+pub mod examples;
 pub mod manifests;
 pub mod namespace;
 pub mod operator_process;

@@ -1,0 +1,520 @@
+//! The CRDs on a real API server: they install, `kubectl explain` shows the
+//! field docs, printer columns appear in `kubectl get`, and bad manifests are
+//! refused with a message naming the field (OpenAPI schema and CEL rules).
+
+use std::collections::BTreeMap;
+
+use kube::api::{DynamicObject, PostParams};
+use saint_e2e::{Environment, crds, examples, manifests, namespace, tools};
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn normalise_whitespace(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test]
+async fn crds_from_the_repository_install_and_are_established() -> TestResult {
+    let environment = Environment::from_env()?;
+    let client = environment.admin_client().await?;
+    let installed = crds::install(&client, &environment.repo.join("crds")).await?;
+    let mut names: Vec<_> = installed
+        .iter()
+        .filter_map(|definition| definition.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "contacts.saint.work",
+            "roles.saint.work",
+            "saintbots.saint.work"
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_explain_shows_the_field_docs_of_every_spec_field() -> TestResult {
+    let environment = Environment::from_env()?;
+    let client = environment.admin_client().await?;
+    let definitions = crds::install(&client, &environment.repo.join("crds")).await?;
+    let mut problems = Vec::new();
+    for definition in &definitions {
+        let singular = definition.spec.names.singular.clone().unwrap_or_default();
+        let plural = definition.spec.names.plural.clone();
+        // Kind `Role` also exists in RBAC: name the group so explain is unambiguous.
+        let api_version = format!(
+            "{}/{}",
+            definition.spec.group, definition.spec.versions[0].name
+        );
+        let schema = serde_json::to_value(&definition.spec.versions[0].schema)?;
+        let properties = schema
+            .pointer("/openAPIV3Schema/properties/spec/properties")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            !properties.is_empty(),
+            "{singular} has no spec properties in its CRD"
+        );
+        // Explain fetches the OpenAPI v3 document the API server publishes;
+        // it can lag a CRD that was just established by a second.
+        let explained = saint_e2e::wait::until(
+            &format!("kubectl explain {singular}.spec"),
+            std::time::Duration::from_secs(30),
+            || async {
+                tools::run(
+                    &environment.tool("kubectl"),
+                    &environment.admin_kubeconfig,
+                    &[
+                        "explain",
+                        &format!("{plural}.spec"),
+                        "--api-version",
+                        &api_version,
+                    ],
+                    None,
+                )
+                .await
+                .map_err(|error| error.to_string())
+            },
+        )
+        .await?;
+        let text = normalise_whitespace(&explained.stdout);
+        for (field, field_schema) in &properties {
+            let description = field_schema
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if description.is_empty() {
+                problems.push(format!(
+                    "{singular}.spec.{field} has no description in the CRD"
+                ));
+                continue;
+            }
+            let opening: String = normalise_whitespace(description)
+                .split(' ')
+                .take(6)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !text.contains(field.as_str()) || !text.contains(&opening) {
+                problems.push(format!(
+                    "kubectl explain {singular}.spec does not show {field} with \"{opening}\""
+                ));
+            }
+        }
+    }
+    // A nested field too: the phone rule is documented where people look.
+    let phone = tools::run(
+        &environment.tool("kubectl"),
+        &environment.admin_kubeconfig,
+        &[
+            "explain",
+            "contacts.spec.identifiers.phone",
+            "--api-version",
+            "saint.work/v1alpha1",
+        ],
+        None,
+    )
+    .await?;
+    if !phone.stdout.contains("E.164") {
+        problems.push(format!(
+            "kubectl explain contact.spec.identifiers.phone does not mention E.164:\n{}",
+            phone.stdout
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn printer_columns_appear_in_kubectl_get() -> TestResult {
+    let environment = Environment::from_env()?;
+    let client = environment.admin_client().await?;
+    let definitions = crds::install(&client, &environment.repo.join("crds")).await?;
+    let namespace = namespace::create(&client, "crd-columns", true).await?;
+    for file in ["roles.yaml", "contacts.yaml", "saintbot.yaml"] {
+        manifests::apply_all(&client, &examples::text(&environment, file)?, &namespace).await?;
+    }
+    let mut problems = Vec::new();
+    for definition in &definitions {
+        let short_name = definition
+            .spec
+            .names
+            .short_names
+            .as_ref()
+            .and_then(|names| names.first().cloned())
+            .unwrap_or_default();
+        let output = tools::run(
+            &environment.tool("kubectl"),
+            &environment.admin_kubeconfig,
+            &[
+                "get",
+                &short_name,
+                "--namespace",
+                &namespace,
+                "--output",
+                "wide",
+            ],
+            None,
+        )
+        .await?;
+        let header = output.stdout.lines().next().unwrap_or_default().to_owned();
+        for column in definition.spec.versions[0]
+            .additional_printer_columns
+            .iter()
+            .flatten()
+        {
+            if !header.contains(&column.name.to_uppercase()) {
+                problems.push(format!(
+                    "`kubectl get {short_name} -o wide` lacks column {}:\n{}",
+                    column.name, output.stdout
+                ));
+            }
+        }
+    }
+    // Values from the spec show up under their columns.
+    let expectations = [
+        ("sbot", "acme-assistant", "claude-sonnet-4-5"),
+        ("ct", "marko", "manager"),
+        ("srole", "employee", "claude-haiku-4-5"),
+    ];
+    for (short_name, name, value) in expectations {
+        let output = tools::run(
+            &environment.tool("kubectl"),
+            &environment.admin_kubeconfig,
+            &["get", short_name, name, "--namespace", &namespace],
+            None,
+        )
+        .await?;
+        if !output.stdout.contains(value) {
+            problems.push(format!(
+                "`kubectl get {short_name} {name}` does not show {value}:\n{}",
+                output.stdout
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_example_is_accepted_by_the_api_server() -> TestResult {
+    let environment = Environment::from_env()?;
+    let client = environment.admin_client().await?;
+    crds::install(&client, &environment.repo.join("crds")).await?;
+    let namespace = namespace::create(&client, "crd-examples", true).await?;
+    let mut problems = Vec::new();
+    for file in [
+        "roles.yaml",
+        "contacts.yaml",
+        "saintbot.yaml",
+        "secrets.yaml",
+    ] {
+        for object in examples::load(&environment, file)? {
+            if let Err(error) = create_dry_run(&client, &object, &namespace).await {
+                problems.push(format!("{file}: {error}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+async fn create_dry_run(
+    client: &kube::Client,
+    object: &DynamicObject,
+    namespace: &str,
+) -> Result<DynamicObject, manifests::ManifestError> {
+    let (api, _) = manifests::api_for(client, object, namespace).await?;
+    let parameters = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    api.create(&parameters, object)
+        .await
+        .map_err(|source| manifests::ManifestError::Refused {
+            kind: object
+                .types
+                .as_ref()
+                .map(|types| types.kind.clone())
+                .unwrap_or_default(),
+            name: object.metadata.name.clone().unwrap_or_default(),
+            message: saint_e2e::api_message(&source),
+            source: Box::new(source),
+        })
+}
+
+/// One invalid manifest: an example with one field broken.
+struct InvalidCase {
+    what: &'static str,
+    file: &'static str,
+    kind: &'static str,
+    name: &'static str,
+    /// JSON pointer of the field to replace.
+    pointer: &'static str,
+    value: Value,
+    /// What the API server's message must contain: the field's path.
+    field: &'static str,
+}
+
+fn invalid_cases() -> Vec<InvalidCase> {
+    let case = |what, file, kind, name, pointer, value, field| InvalidCase {
+        what,
+        file,
+        kind,
+        name,
+        pointer,
+        value,
+        field,
+    };
+    vec![
+        case(
+            "phone not E.164",
+            "contacts.yaml",
+            "Contact",
+            "ana",
+            "/spec/identifiers/phone",
+            json!("+0385991234567"),
+            "spec.identifiers.phone",
+        ),
+        case(
+            "bad email",
+            "contacts.yaml",
+            "Contact",
+            "ana",
+            "/spec/identifiers/email",
+            json!("ana-at-company.hr"),
+            "spec.identifiers.email",
+        ),
+        case(
+            "telegram handle instead of id",
+            "contacts.yaml",
+            "Contact",
+            "marko",
+            "/spec/identifiers/telegram",
+            json!("@marko"),
+            "spec.identifiers.telegram",
+        ),
+        case(
+            "role name not DNS-1123",
+            "contacts.yaml",
+            "Contact",
+            "ana",
+            "/spec/role",
+            json!("Owner"),
+            "spec.role",
+        ),
+        case(
+            "unknown tool name",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/spec/tools/allow",
+            json!(["read", "shell"]),
+            "spec.tools.allow",
+        ),
+        case(
+            "unknown tool group",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/spec/tools/deny",
+            json!(["group:root"]),
+            "spec.tools.deny",
+        ),
+        case(
+            "negative budget",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/spec/budget/usd",
+            json!(-1.0),
+            "spec.budget.usd",
+        ),
+        case(
+            "unknown bootstrap file",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/spec/bootstrap",
+            json!(["SOUL.md", "SECRETS.md"]),
+            "spec.bootstrap",
+        ),
+        case(
+            "Role name not a DNS-1123 label",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/metadata/name",
+            json!("employee.v2"),
+            "metadata.name",
+        ),
+        case(
+            "visible roles without ownAndRoles",
+            "roles.yaml",
+            "Role",
+            "employee",
+            "/spec/sessionsVisibleRoles",
+            json!(["manager"]),
+            "sessionsVisibleRoles",
+        ),
+        case(
+            "bad sandbox scope",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/sandbox/scope",
+            json!("cluster"),
+            "spec.sandbox.scope",
+        ),
+        case(
+            "model secret ref without key",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/model/apiKeySecretRef",
+            json!({"name": "acme-assistant-llm"}),
+            "spec.model.apiKeySecretRef.key",
+        ),
+        case(
+            "channel secret ref without key",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/0/secrets/token",
+            json!({"name": "acme-assistant-channels"}),
+            "spec.channels[0].secrets.token.key",
+        ),
+        case(
+            "negative price",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/model/prices/claude-haiku-4-5/inputPerMtok",
+            json!(-1.0),
+            "inputPerMtok",
+        ),
+        case(
+            "model URL not http",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/model/baseUrl",
+            json!("ftp://models.internal"),
+            "spec.model.baseUrl",
+        ),
+        case(
+            "unknown channel kind",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/0/kind",
+            json!("fax"),
+            "spec.channels[0].kind",
+        ),
+        case(
+            "relative Porter binary",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/porter/clis/0/bin",
+            json!("gh"),
+            "spec.porter.clis[0].bin",
+        ),
+        case(
+            "sandbox idle timeout too short",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/sandbox/idleTimeoutSeconds",
+            json!(5),
+            "spec.sandbox.idleTimeoutSeconds",
+        ),
+        case(
+            "default role not DNS-1123",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/defaultRole",
+            json!("External_Role"),
+            "spec.defaultRole",
+        ),
+        case(
+            "duplicate channel names",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/name",
+            json!("api"),
+            "channels[].name must be unique",
+        ),
+    ]
+}
+
+/// Sets `pointer` in `document` to `value`, creating the last key if needed.
+fn set_pointer(document: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
+    let (parent, key) = pointer
+        .rsplit_once('/')
+        .ok_or_else(|| format!("bad pointer {pointer}"))?;
+    let parent = document
+        .pointer_mut(parent)
+        .ok_or_else(|| format!("no {parent} in the example"))?;
+    match parent {
+        Value::Object(map) => {
+            map.insert(key.to_owned(), value);
+        }
+        Value::Array(items) => {
+            let index: usize = key.parse().map_err(|_| format!("bad index {key}"))?;
+            *items
+                .get_mut(index)
+                .ok_or_else(|| format!("no index {index}"))? = value;
+        }
+        _ => return Err(format!("{pointer} is not inside an object or array")),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_manifests_are_refused_with_a_message_naming_the_field() -> TestResult {
+    let environment = Environment::from_env()?;
+    let client = environment.admin_client().await?;
+    crds::install(&client, &environment.repo.join("crds")).await?;
+    let namespace = namespace::create(&client, "crd-invalid", false).await?;
+    let cases = invalid_cases();
+    assert!(
+        cases.len() >= 10,
+        "the issue asks for at least 10 invalid manifests"
+    );
+    let mut refusals = BTreeMap::new();
+    let mut problems = Vec::new();
+    for case in &cases {
+        let example = examples::find(&environment, case.file, case.kind, case.name)?;
+        let mut document = serde_json::to_value(&example)?;
+        set_pointer(&mut document, case.pointer, case.value.clone())?;
+        let broken: DynamicObject = serde_json::from_value(document)?;
+        match create_dry_run(&client, &broken, &namespace).await {
+            Ok(_) => problems.push(format!(
+                "{} ({} {} {} = {}): accepted, expected a refusal naming {}",
+                case.what, case.kind, case.name, case.pointer, case.value, case.field
+            )),
+            Err(error) => {
+                let message = error.api_message().unwrap_or_default().to_owned();
+                if message.contains(case.field) {
+                    refusals.insert(case.what, message);
+                } else {
+                    problems.push(format!(
+                        "{}: refused, but the message does not name {}: {error}",
+                        case.what, case.field
+                    ));
+                }
+            }
+        }
+    }
+    for (what, message) in &refusals {
+        println!("refused ({what}): {message}");
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
