@@ -357,9 +357,7 @@ mod tests {
         let chunks = chunk_markdown(&text, ChunkingOptions::default());
         let mut covered = vec![false; 201];
         for chunk in &chunks {
-            for line in chunk.start_line..=chunk.end_line {
-                covered[line] = true;
-            }
+            covered[chunk.start_line..=chunk.end_line].fill(true);
         }
         assert!(covered[1..].iter().all(|seen| *seen));
     }

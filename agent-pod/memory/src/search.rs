@@ -341,6 +341,139 @@ pub(crate) fn search_with_vector(
 mod tests {
     use super::*;
 
+    /// Writes chunks with given vectors straight into a fresh database.
+    fn database_with(chunks: &[(&str, &str, [f32; 4])]) -> (tempfile::TempDir, Connection) {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let connection =
+            crate::database::open_writer(&directory.path().join("index.sqlite"), "test", 4)
+                .expect("open");
+        for (path, text, vector) in chunks {
+            connection
+                .execute(
+                    "INSERT INTO chunks (path, start_line, end_line, hash, text) VALUES (?1, 1, 1, '', ?2)",
+                    rusqlite::params![path, text],
+                )
+                .expect("chunk");
+            let id = connection.last_insert_rowid();
+            connection
+                .execute(
+                    "INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)",
+                    rusqlite::params![id, text],
+                )
+                .expect("fts");
+            connection
+                .execute(
+                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)",
+                    rusqlite::params![id, vector_to_blob(vector)],
+                )
+                .expect("vector");
+        }
+        (directory, connection)
+    }
+
+    #[test]
+    fn the_vector_side_filters_before_choosing_the_nearest() {
+        // 60 out-of-scope chunks identical to the query vector, 3 in-scope ones far
+        // from it, and no query word in any text: only the vector side can find the
+        // in-scope chunks, and only if the scope is applied before its top-k.
+        let mut chunks: Vec<(String, String, [f32; 4])> = (0..60)
+            .map(|index| {
+                (
+                    format!("memory/private/p{index}.md"),
+                    "secret plan".to_string(),
+                    [1.0, 0.0, 0.0, 0.0],
+                )
+            })
+            .collect();
+        for index in 0..3 {
+            chunks.push((
+                format!("memory/shared/s{index}.md"),
+                "shop hours".to_string(),
+                [0.6, 0.8, 0.0, 0.0],
+            ));
+        }
+        let borrowed: Vec<(&str, &str, [f32; 4])> = chunks
+            .iter()
+            .map(|(path, text, vector)| (path.as_str(), text.as_str(), *vector))
+            .collect();
+        let (_directory, connection) = database_with(&borrowed);
+        let scope = Scope::from_globs(["memory/shared/*"]);
+        let hits = search_with_vector(
+            &connection,
+            "unrelated words",
+            &[1.0, 0.0, 0.0, 0.0],
+            3,
+            &scope,
+        )
+        .expect("search");
+        let paths: Vec<&str> = hits.iter().map(|hit| hit.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "memory/shared/s0.md",
+                "memory/shared/s1.md",
+                "memory/shared/s2.md"
+            ]
+        );
+        for hit in &hits {
+            assert!((hit.vector_score - 0.6).abs() < 1e-5, "{hit:?}");
+            assert_eq!(hit.keyword_score, 0.0);
+            assert!((hit.score - 0.7 * 0.6).abs() < 1e-5);
+        }
+        // The keyword side likewise: out of scope, "hours hours" outranks every in-scope
+        // "shop hours" by bm25, 60 times over; the in-scope chunks still get their
+        // keyword score (1.0 = best in-scope relevance), so the filter came first.
+        let mut chunks: Vec<(String, String, [f32; 4])> = (0..60)
+            .map(|index| {
+                (
+                    format!("memory/private/p{index}.md"),
+                    "hours hours".to_string(),
+                    [1.0, 0.0, 0.0, 0.0],
+                )
+            })
+            .collect();
+        for index in 0..3 {
+            chunks.push((
+                format!("memory/shared/s{index}.md"),
+                "shop hours".to_string(),
+                [0.6, 0.8, 0.0, 0.0],
+            ));
+        }
+        let borrowed: Vec<(&str, &str, [f32; 4])> = chunks
+            .iter()
+            .map(|(path, text, vector)| (path.as_str(), text.as_str(), *vector))
+            .collect();
+        let (_directory, connection) = database_with(&borrowed);
+        let hits = search_with_vector(&connection, "hours", &[0.0, 0.0, 0.0, 1.0], 3, &scope)
+            .expect("search");
+        assert_eq!(hits.len(), 3);
+        assert!(
+            hits.iter()
+                .all(|hit| hit.path.starts_with("memory/shared/") && hit.keyword_score == 1.0),
+            "{hits:?}"
+        );
+    }
+
+    #[test]
+    fn hybrid_score_weights_vector_and_keyword_seventy_thirty() {
+        let (_directory, connection) = database_with(&[
+            (
+                "memory/shared/a.md",
+                "invoice 42 paid",
+                [1.0, 0.0, 0.0, 0.0],
+            ),
+            ("memory/shared/b.md", "weather report", [0.0, 1.0, 0.0, 0.0]),
+        ]);
+        let scope = Scope::from_globs(["memory/*"]);
+        let hits = search_with_vector(&connection, "invoice", &[0.0, 1.0, 0.0, 0.0], 2, &scope)
+            .expect("search");
+        // b: vector 1, keyword 0 → 0.7; a: vector 0, keyword 1 → 0.3.
+        assert_eq!(hits[0].path, "memory/shared/b.md");
+        assert!((hits[0].score - 0.7).abs() < 1e-5, "{hits:?}");
+        assert_eq!(hits[1].path, "memory/shared/a.md");
+        assert!((hits[1].score - 0.3).abs() < 1e-5, "{hits:?}");
+    }
+
     #[test]
     fn fts_query_quotes_words_and_drops_syntax() {
         assert_eq!(
