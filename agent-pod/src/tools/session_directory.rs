@@ -66,7 +66,7 @@ fn owner_role<'c>(config: &'c BotConfig, session: &'c SessionSummary) -> &'c str
 
 /// Whether `caller` may see `session`.
 pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) -> bool {
-    let own = caller.known && session.contact == caller.slug || session.key == caller.session_key;
+    let own = (caller.known && session.contact == caller.slug) || session.key == caller.session_key;
     match &caller.role.sessions_visibility {
         SessionsVisibility::All => true,
         SessionsVisibility::Own => own,
