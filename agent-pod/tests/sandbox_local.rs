@@ -6,7 +6,6 @@
 //! -p porter`); a missing piece fails the test with the reason, never skips it.
 
 use std::{
-    collections::BTreeMap,
     fs,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
@@ -615,13 +614,4 @@ async fn output_beyond_the_cap_is_counted_not_shown() {
     );
     assert_eq!(output.metering["stdoutBytes"], json!(100000));
     assert_eq!(output.metering["truncated"], json!(true));
-}
-
-#[test]
-fn environment_names_are_stable() {
-    // The scope key a session maps to is stable across restarts (scratch is found again).
-    let first = ScopeKey::for_session(SandboxScope::Session, "http:ana");
-    let again = ScopeKey::for_session(SandboxScope::Session, "http:ana");
-    assert_eq!(first, again);
-    let _ = BTreeMap::<String, String>::new();
 }
