@@ -1,9 +1,12 @@
 //! The Saint operator: CRD types, identity links and the SaintBot controller.
 
+pub mod api_server;
 pub mod crd;
 pub mod identity;
 pub mod labels;
+pub mod leader;
 pub mod metrics;
 pub mod saintbot_controller;
 pub mod selection;
 pub mod settings;
+pub mod web;

@@ -1,1 +1,193 @@
-fn main() {}
+//! `saint-operator`: reconciles SaintBot, Contact and Role resources into per-bot pods,
+//! config, storage, permissions and network fences. Parses flags, elects a leader,
+//! serves health and metrics, and drains on SIGTERM.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::Parser;
+use saint_operator::{
+    api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller, settings::OperatorSettings, web,
+};
+use tokio::sync::watch;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Kubernetes operator for Saint bots (SaintBot, Contact and Role in saint.work/v1alpha1).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Arguments {
+    /// Default image of the bot's `agent` container.
+    #[arg(long, env = "SAINT_AGENT_IMAGE", default_value_t = format!("ghcr.io/saint-work/saint-agent:{VERSION}"))]
+    agent_image: String,
+    /// Default image of the bot's `porter` container.
+    #[arg(long, env = "SAINT_PORTER_IMAGE", default_value_t = format!("ghcr.io/saint-work/saint-porter:{VERSION}"))]
+    porter_image: String,
+    /// Default image of sandbox pods.
+    #[arg(long, env = "SAINT_SANDBOX_IMAGE", default_value_t = format!("ghcr.io/saint-work/saint-sandbox:{VERSION}"))]
+    sandbox_image: String,
+    /// Watch only this namespace. Absent: every namespace (needs cluster-wide RBAC).
+    #[arg(long, env = "SAINT_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of the /healthz, /readyz and /metrics endpoints.
+    #[arg(long, env = "SAINT_LISTEN_ADDRESS", default_value = "0.0.0.0:8080")]
+    listen_address: SocketAddr,
+    /// Elect a leader through a Lease so several replicas are safe (`false`: always lead).
+    #[arg(long, env = "SAINT_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "SAINT_LEASE_NAME", default_value = "saint-operator")]
+    lease_name: String,
+    /// Namespace of the Lease. Absent: the operator's own namespace (POD_NAMESPACE or the
+    /// service-account namespace file), else `default`.
+    #[arg(long, env = "SAINT_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Seconds a Lease stays valid without renewal (renewed every third of it).
+    #[arg(long, env = "SAINT_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+    lease_duration_seconds: u64,
+    /// This replica's identity in the Lease. Absent: POD_NAME, else the host name.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// CIDR of an API server endpoint the bot pods may reach (repeat or comma-separate).
+    /// Absent: discovered from the `default/kubernetes` EndpointSlices at start-up.
+    #[arg(long = "api-server-cidr", env = "SAINT_API_SERVER_CIDRS", value_delimiter = ',')]
+    api_server_cidrs: Vec<String>,
+    /// Port of the API server endpoints (used with --api-server-cidr).
+    #[arg(long, env = "SAINT_API_SERVER_PORT", default_value_t = 6443)]
+    api_server_port: i32,
+}
+
+fn own_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE").ok().filter(|namespace| !namespace.is_empty()).or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .ok()
+            .map(|text| text.trim().to_string())
+    })
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "saint-operator".to_string())
+}
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn termination() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
+    tokio::select! {
+        _ = terminate.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+async fn wait_for(receiver: &mut watch::Receiver<bool>, wanted: bool) {
+    // An error means the sender is gone; treat it as the state we wait for to end the wait.
+    let _ = receiver.wait_for(|value| *value == wanted).await;
+}
+
+#[tokio::main]
+async fn main() {
+    let arguments = Arguments::parse();
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    if let Err(error) = run(arguments).await {
+        eprintln!("saint-operator: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(arguments: Arguments) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await.context("failed to configure the Kubernetes client")?;
+    let version = client.apiserver_version().await.context("failed to reach the Kubernetes API server")?;
+    tracing::info!(version = %version.git_version, "connected to the API server");
+
+    let (mut api_server_cidrs, mut api_server_port) = (arguments.api_server_cidrs.clone(), arguments.api_server_port);
+    if api_server_cidrs.is_empty() {
+        match api_server::discover(&client).await {
+            Ok((cidrs, port)) => {
+                api_server_cidrs = cidrs;
+                api_server_port = port.unwrap_or(api_server_port);
+            }
+            Err(error) => tracing::warn!(%error, "failed to discover API server endpoints; bot pods get no API egress rule"),
+        }
+    }
+    let settings = OperatorSettings {
+        agent_image: arguments.agent_image.clone(),
+        porter_image: arguments.porter_image.clone(),
+        sandbox_image: arguments.sandbox_image.clone(),
+        api_server_cidrs,
+        api_server_port,
+    };
+    tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
+
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(true));
+    let (shutdown_sender, shutdown) = watch::channel(false);
+    tokio::spawn(async move {
+        termination().await;
+        tracing::info!("termination requested; draining");
+        shutdown_sender.send_replace(true);
+    });
+
+    let listener = tokio::net::TcpListener::bind(arguments.listen_address)
+        .await
+        .with_context(|| format!("failed to listen on {}", arguments.listen_address))?;
+    let web_state = web::WebState { metrics: metrics.clone(), ready };
+    let mut web_shutdown = shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, web::app(web_state))
+            .with_graceful_shutdown(async move { wait_for(&mut web_shutdown, true).await })
+            .await
+    });
+
+    let context = Arc::new(saintbot_controller::Context::new(client.clone(), settings, metrics));
+    if arguments.leader_election {
+        let lease_namespace = arguments.lease_namespace.clone().or_else(own_namespace).unwrap_or_else(|| "default".to_string());
+        let identity = arguments.identity.clone().unwrap_or_else(host_name);
+        let duration = Duration::from_secs(arguments.lease_duration_seconds);
+        let lock = Arc::new(LeaseLock::new(client.clone(), &lease_namespace, &arguments.lease_name, &identity, duration));
+        let (leading_sender, mut leading) = watch::channel(false);
+        let elector = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.run(duration / 3, leading_sender).await }
+        });
+        let mut shutdown_watch = shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = wait_for(&mut leading, true) => {},
+                _ = wait_for(&mut shutdown_watch, true) => break,
+            }
+            tracing::info!(%identity, "leading; starting the controller");
+            let mut lost = leading.clone();
+            let mut stop = shutdown.clone();
+            // Losing the Lease stops reconciling at once; another replica may lead now.
+            saintbot_controller::run(context.clone(), arguments.namespace.clone(), async move {
+                tokio::select! {
+                    _ = wait_for(&mut lost, false) => {},
+                    _ = wait_for(&mut stop, true) => {},
+                }
+            })
+            .await;
+            if *shutdown.borrow() {
+                break;
+            }
+            tracing::warn!(%identity, "lost the Lease; controller stopped");
+        }
+        elector.abort();
+        if let Err(error) = lock.release().await {
+            tracing::warn!(%error, "failed to release the Lease");
+        }
+    } else {
+        let mut stop = shutdown.clone();
+        saintbot_controller::run(context, arguments.namespace.clone(), async move { wait_for(&mut stop, true).await }).await;
+    }
+    server.await.context("web server task failed")?.context("web server failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
