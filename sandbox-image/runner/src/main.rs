@@ -27,7 +27,7 @@ struct Flags {
         default_value = "/run/saint/sandbox/runner.sock"
     )]
     socket: PathBuf,
-    /// Token every request must carry. Never passed on to commands.
+    /// Token every request must carry (required). Never passed on to commands.
     #[arg(
         long,
         env = "SAINT_RUNNER_TOKEN",
@@ -40,7 +40,12 @@ struct Flags {
     token_file: Option<PathBuf>,
     /// Seed the scratch copy from the real workspace with this file or directory
     /// (relative; repeatable; only when the copy was never seeded).
-    #[arg(long = "seed", env = "SAINT_SANDBOX_SEED", value_delimiter = ',', value_name = "PATH")]
+    #[arg(
+        long = "seed",
+        env = "SAINT_SANDBOX_SEED",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
     seed: Vec<String>,
     /// The writable scratch copy: default working directory and HOME.
     #[arg(long, default_value = "/workspace")]
@@ -124,7 +129,18 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             .to_string(),
         None => flags.token.clone(),
     };
-    let seeds: Vec<String> = flags.seed.iter().filter(|entry| !entry.is_empty()).cloned().collect();
+    // A runner without a token would serve anyone who can reach its socket (every
+    // sandbox can reach every socket on the shared volume through /agent).
+    anyhow::ensure!(
+        !token.trim().is_empty(),
+        "no runner token: set SAINT_RUNNER_TOKEN or --token-file"
+    );
+    let seeds: Vec<String> = flags
+        .seed
+        .iter()
+        .filter(|entry| !entry.is_empty())
+        .cloned()
+        .collect();
     let seeded = seed::seed(&flags.agent, &flags.workspace, &seeds)?;
     let roots = Roots::resolve(&flags.workspace, &flags.agent).with_context(|| {
         format!(

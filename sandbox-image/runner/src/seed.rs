@@ -35,18 +35,26 @@ pub fn seed(source: &Path, destination: &Path, entries: &[String]) -> Result<usi
     let mut copied = 0;
     for entry in entries {
         let relative = Path::new(entry);
-        let plain = relative.components().all(|component| matches!(component, Component::Normal(_)));
+        let plain = relative
+            .components()
+            .all(|component| matches!(component, Component::Normal(_)));
         if entry.is_empty() || !plain {
             return Err(SeedError::BadEntry(entry.clone()));
         }
         copied += copy_tree(&source.join(relative), &destination.join(relative))?;
     }
-    fs::write(&marker, b"").map_err(|source| SeedError::Copy { path: marker.clone(), source })?;
+    fs::write(&marker, b"").map_err(|source| SeedError::Copy {
+        path: marker.clone(),
+        source,
+    })?;
     Ok(copied)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<usize, SeedError> {
-    let error = |source| SeedError::Copy { path: from.to_path_buf(), source };
+    let error = |source| SeedError::Copy {
+        path: from.to_path_buf(),
+        source,
+    };
     let metadata = match fs::symlink_metadata(from) {
         Ok(metadata) => metadata,
         Err(source) if source.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -87,16 +95,28 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", source.path().join("skills/link")).unwrap();
         let entries = ["SOUL.md", "skills", "MISSING.md"].map(String::from);
 
-        assert_eq!(seed(source.path(), destination.path(), &entries).unwrap(), 2);
-        assert_eq!(fs::read_to_string(destination.path().join("SOUL.md")).unwrap(), "soul");
+        assert_eq!(
+            seed(source.path(), destination.path(), &entries).unwrap(),
+            2
+        );
+        assert_eq!(
+            fs::read_to_string(destination.path().join("SOUL.md")).unwrap(),
+            "soul"
+        );
         assert!(destination.path().join("skills/github/SKILL.md").exists());
         assert!(!destination.path().join("skills/link").exists());
         assert!(!destination.path().join("secret.txt").exists());
 
         // A second start keeps the scope's edits instead of re-seeding over them.
         fs::write(destination.path().join("SOUL.md"), "edited").unwrap();
-        assert_eq!(seed(source.path(), destination.path(), &entries).unwrap(), 0);
-        assert_eq!(fs::read_to_string(destination.path().join("SOUL.md")).unwrap(), "edited");
+        assert_eq!(
+            seed(source.path(), destination.path(), &entries).unwrap(),
+            0
+        );
+        assert_eq!(
+            fs::read_to_string(destination.path().join("SOUL.md")).unwrap(),
+            "edited"
+        );
     }
 
     #[test]

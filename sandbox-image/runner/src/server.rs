@@ -44,7 +44,7 @@ pub struct State {
     pub shell: PathBuf,
     /// Timeout for requests that name none.
     pub default_timeout_seconds: u64,
-    /// The token every request must carry (empty: none required).
+    /// The token every request must carry.
     token: String,
     active_connections: AtomicUsize,
     last_activity: Mutex<Instant>,
@@ -155,8 +155,10 @@ impl Drop for ActiveConnection {
 /// place, so a client that sees the path can connect (readiness = the path exists).
 pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServerError> {
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|source| ServerError::Bind { path: path.to_path_buf(), source })?;
+        fs::create_dir_all(parent).map_err(|source| ServerError::Bind {
+            path: path.to_path_buf(),
+            source,
+        })?;
     }
     let temporary = path.with_extension("sock.binding");
     let _ = fs::remove_file(&temporary);

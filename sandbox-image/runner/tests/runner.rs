@@ -397,3 +397,83 @@ fn a_bad_hello_is_refused() {
         "{result:?}"
     );
 }
+
+#[test]
+fn the_runner_refuses_to_start_without_a_token() {
+    let base = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saint-sandbox-runner"))
+        .arg("--socket")
+        .arg(base.path().join("runner.sock"))
+        .arg("--workspace")
+        .arg(base.path())
+        .arg("--agent")
+        .arg(base.path())
+        .arg("--shim-directory")
+        .arg(base.path().join("bin"))
+        .env_remove("SAINT_RUNNER_TOKEN")
+        .env_remove("SAINT_RUNNER_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no runner token"), "{stderr}");
+    assert!(!base.path().join("runner.sock").exists());
+}
+
+#[test]
+fn the_token_can_come_from_a_file_and_the_workspace_is_seeded() {
+    let base = tempfile::tempdir().unwrap();
+    for directory in ["workspace", "agent/skills/demo"] {
+        fs::create_dir_all(base.path().join(directory)).unwrap();
+    }
+    fs::write(base.path().join("agent/SOUL.md"), "soul\n").unwrap();
+    fs::write(base.path().join("agent/skills/demo/SKILL.md"), "skill\n").unwrap();
+    fs::write(base.path().join("agent/private.md"), "private\n").unwrap();
+    fs::write(base.path().join("token"), "file-token\n").unwrap();
+    let socket = base.path().join("run/runner.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_saint-sandbox-runner"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--token-file")
+        .arg(base.path().join("token"))
+        .arg("--workspace")
+        .arg(base.path().join("workspace"))
+        .arg("--agent")
+        .arg(base.path().join("agent"))
+        .arg("--shim-directory")
+        .arg(base.path().join("bin"))
+        .args(["--seed", "SOUL.md,skills"])
+        .env_remove("SAINT_RUNNER_TOKEN")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "runner socket never appeared");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mut stream = UnixStream::connect(&socket).unwrap();
+    write_frame(
+        &mut stream,
+        &Frame::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .unwrap();
+    read_frame(&mut stream).unwrap();
+    let request = ExecRequest {
+        command: "ls -R".to_string(),
+        cwd: String::new(),
+        token: "file-token".to_string(),
+        ..ExecRequest::default()
+    };
+    write_frame(&mut stream, &Frame::Request(Request::Exec(request))).unwrap();
+    let outcome = collect(stream);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(outcome.exit, Some(0), "{outcome:?}");
+    assert!(
+        outcome.stdout.contains("SOUL.md") && outcome.stdout.contains("SKILL.md"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.stdout.contains("private.md"), "{outcome:?}");
+}
