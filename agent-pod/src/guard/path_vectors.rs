@@ -299,6 +299,40 @@ fn write_escape_vectors_are_all_refused_and_touch_nothing_outside() {
         fs::read_to_string(layout.workspace.join("data/created.txt")).unwrap(),
         "made by a patch\n"
     );
+
+    // The `*** Begin Patch` format goes through the same checks.
+    for escape in [
+        "*** Begin Patch\n*** Add File: ../outside/new.txt\n+PWNED\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: dir_link/secret.txt\n@@\n-OUTSIDE-SECRET-CONTENT\n+PWNED\n*** End Patch\n",
+        "*** Begin Patch\n*** Delete File: data/hard_link\n*** End Patch\n",
+    ] {
+        let refused = call(
+            &ApplyPatchTool,
+            &context,
+            serde_json::json!({ "patch": escape }),
+        );
+        assert!(
+            matches!(refused, Err(ToolError::Denied(_))),
+            "{escape:?}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(layout.outside.join("secret.txt")).unwrap(),
+        OUTSIDE_SECRET
+    );
+    assert!(!layout.outside.join("new.txt").exists());
+    let patch = "*** Begin Patch\n*** Update File: data/new/deep.txt\n@@\n one\n-four\n+five\n*** Delete File: data/created.txt\n*** End Patch\n";
+    call(
+        &ApplyPatchTool,
+        &context,
+        serde_json::json!({ "patch": patch }),
+    )
+    .unwrap();
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("data/new/deep.txt")).unwrap(),
+        "one\nfive\n"
+    );
+    assert!(!layout.workspace.join("data/created.txt").exists());
 }
 
 #[test]
