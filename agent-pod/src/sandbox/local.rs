@@ -94,6 +94,23 @@ impl LocalConfig {
     }
 }
 
+impl LocalConfig {
+    /// Settings for the bot in `config`: its Porter CLIs and idle timeout; the machine
+    /// paths (binaries, state, Porter's socket directory) come from the caller.
+    pub fn for_bot(
+        config: &saint_config::BotConfig,
+        workspace: PathBuf,
+        state_directory: PathBuf,
+        runner: PathBuf,
+    ) -> Self {
+        Self {
+            clis: config.porter.clis.clone(),
+            idle_timeout: Duration::from_secs(config.sandbox.idle_timeout_seconds),
+            ..Self::new(workspace, state_directory, runner)
+        }
+    }
+}
+
 /// How this machine lays out its system directories (merged `/usr` or not).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostLayout {

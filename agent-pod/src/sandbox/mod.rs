@@ -262,6 +262,21 @@ impl<T> Slots<T> {
     }
 }
 
+/// Reaps idle sandboxes every `every`, until the returned task is aborted.
+pub fn spawn_reaper(sandbox: Arc<dyn Sandbox>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        loop {
+            interval.tick().await;
+            match sandbox.reap_idle().await {
+                Ok(0) => {}
+                Ok(reaped) => tracing::info!(reaped, "reaped idle sandboxes"),
+                Err(error) => tracing::warn!(%error, "failed to reap idle sandboxes"),
+            }
+        }
+    })
+}
+
 /// A random token (hex of 32 bytes from the kernel's CSPRNG).
 pub fn random_token() -> Result<String, SandboxError> {
     use std::io::Read;
