@@ -126,7 +126,15 @@ def check_default(helm: str, chart: str) -> None:
     check_operator_pod(deployment)
     arguments = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     check(f"--sandbox-image={SANDBOX_IMAGE}" in arguments, f"operator must be told the sandbox image: {arguments}")
-    check("--leader-election" in arguments, "leader election flag missing")
+    check("--leader-election=true" in arguments, f"leader election flag missing: {arguments}")
+    check(not any(argument.startswith("--api-server-cidr") for argument in arguments),
+          "no API server CIDRs by default: the operator discovers them")
+
+    discovery = [role for role in kinds["Role"] if role["metadata"]["name"].endswith("-api-server-discovery")]
+    check(len(discovery) == 1 and discovery[0]["metadata"]["namespace"] == "default"
+          and discovery[0]["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                                         "verbs": ["list"]}],
+          f"API server discovery needs exactly list on endpointslices in default: {discovery}")
 
     policy = kinds["ValidatingAdmissionPolicy"][0]
     check(policy["spec"]["failurePolicy"] == "Fail", "admission policy must fail closed")
@@ -160,6 +168,15 @@ def check_single_namespace(helm: str, chart: str) -> None:
           f"binding must be narrowed to the watched namespace, got {selector}")
 
 
+def check_explicit_api_server(helm: str, chart: str) -> None:
+    kinds = by_kind(render(helm, chart, "--set", "apiServer.cidrs[0]=10.0.0.10/32", "--set", "apiServer.port=443"))
+    arguments = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    check("--api-server-cidr=10.0.0.10/32" in arguments and "--api-server-port=443" in arguments,
+          f"API server CIDRs and port must reach the operator: {arguments}")
+    check(not [role for role in kinds["Role"] if role["metadata"]["name"].endswith("-api-server-discovery")],
+          "with apiServer.cidrs set the operator needs no EndpointSlice access")
+
+
 def check_sandbox_images(helm: str, chart: str) -> None:
     kinds = by_kind(render(helm, chart, "--set", "sandbox.image.tag=1.2.3",
                            "--set", "sandbox.extraAllowedImages[0]=registry.example/sbx@sha256:abc"))
@@ -173,8 +190,10 @@ def check_refusals(helm: str, chart: str) -> None:
     check("leaderElection" in error, f"two replicas without leader election: unexpected error {error!r}")
     error = render_fails(helm, chart, "--set", "unknownKey=1")
     check("unknownKey" in error, f"schema must refuse unknown keys: {error!r}")
-    error = render_fails(helm, chart, "--set", "logging.format=xml")
-    check("format" in error, f"schema must refuse a bad log format: {error!r}")
+    error = render_fails(helm, chart, "--set", "http.port=0")
+    check("port" in error, f"schema must refuse port 0: {error!r}")
+    error = render_fails(helm, chart, "--set", "apiServer.cidrs[0]=not-a-cidr")
+    check("cidrs" in error, f"schema must refuse a malformed CIDR: {error!r}")
     error = render_fails(helm, chart, "--set", "sandbox.extraAllowedImages[0]=bad'quote")
     check("extraAllowedImages" in error, f"schema must refuse a quote in an image (CEL literal): {error!r}")
     error = render_fails(helm, chart, "--set", "admissionPolicy.validationActions[0]=Allow")
@@ -193,7 +212,8 @@ def main() -> int:
     parser.add_argument("--helm", required=True)
     parser.add_argument("--chart", required=True)
     options = parser.parse_args()
-    checks = [check_default, check_single_namespace, check_sandbox_images, check_refusals, check_crds]
+    checks = [check_default, check_single_namespace, check_explicit_api_server, check_sandbox_images,
+              check_refusals, check_crds]
     for step in checks:
         step(options.helm, options.chart)
     if failures:
