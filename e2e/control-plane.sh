@@ -145,7 +145,7 @@ control_plane_start() {
 	# pods are admitted and stored but never run.
 	local controllers=garbage-collector-controller,job-controller,deployment-controller,replicaset-controller
 	controllers+=,serviceaccount-controller,serviceaccount-token-controller,namespace-controller
-	controllers+=,root-ca-certificate-publisher-controller
+	controllers+=,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller
 	start_process kube-controller-manager "$logs/kube-controller-manager.log" "$bin_dir/kube-controller-manager" \
 		--kubeconfig "$run_dir/controller-manager.kubeconfig" \
 		--authentication-kubeconfig "$run_dir/controller-manager.kubeconfig" \

@@ -5,6 +5,8 @@
 //! Nothing here starts or fakes an API server: when the environment `run.sh`
 //! exports is missing, every entry point fails with the reason.
 
+pub mod chart;
+pub mod company_bot;
 pub mod crds;
 pub mod environment;
 pub mod examples;

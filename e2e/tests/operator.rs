@@ -1,0 +1,1005 @@
+//! The operator on a real control plane: the chart installed with `helm
+//! install`, the operator running as a separate process with a token of the
+//! chart's ServiceAccount (so the chart's RBAC is what it has), and the
+//! example company bot applied into a namespace enforcing Pod Security
+//! "restricted". Every assertion reads the API server.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use k8s_openapi::api::{
+    batch::v1::Job,
+    coordination::v1::Lease,
+    core::v1::{Event, Namespace, Pod, Secret},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use saint_e2e::{
+    Environment,
+    chart::{self, ChartInstall, RunningOperator},
+    company_bot::{BOT, CONVERGE_TIMEOUT, CompanyBot, condition_state},
+    environment::client_from_kubeconfig,
+    examples, manifests, service_account, wait,
+};
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A chart install, one operator process and the example bot.
+struct Scenario {
+    environment: Environment,
+    admin: Client,
+    install: ChartInstall,
+    operator: RunningOperator,
+    bot: CompanyBot,
+}
+
+impl Scenario {
+    /// `helm install`, start the operator as the chart's ServiceAccount, apply the example.
+    async fn start(release: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let environment = Environment::from_env()?;
+        let admin = environment.admin_client().await?;
+        let install = chart::install(&environment, &admin, release, &[]).await?;
+        let operator = install.start_operator(&environment, &format!("{release}-0"))?;
+        let bot = CompanyBot::apply(&environment, &admin, &format!("{release}-bot")).await?;
+        Ok(Self {
+            environment,
+            admin,
+            install,
+            operator,
+            bot,
+        })
+    }
+
+    fn operator_log(&self) -> String {
+        format!(
+            "operator log (last lines):\n{}",
+            self.operator.process.log_tail(40)
+        )
+    }
+
+    async fn converged(&self) -> Result<Value, wait::WaitError> {
+        self.bot.wait_converged(|| self.operator_log()).await
+    }
+
+    /// Removes the bot's namespace so later scenarios' operators do not keep
+    /// reconciling it. Best effort: the control plane is thrown away anyway.
+    async fn finish(self) {
+        let _ = Api::<Namespace>::all(self.admin.clone())
+            .delete(&self.bot.namespace, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// RBAC refusals the operator logged, in the API server's words.
+fn forbidden_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|line| line.contains("forbidden") || line.contains("Forbidden"))
+        .collect()
+}
+
+/// Every child kind the operator makes for a bot, with the name it must have
+/// (`None`: at least one object of the kind, any name).
+fn child_kinds() -> Vec<(ApiResource, Option<String>)> {
+    let resource = |group: &str, version: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    };
+    vec![
+        (
+            resource("", "v1", "ConfigMap", "configmaps"),
+            Some(format!("{BOT}-config")),
+        ),
+        (
+            resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+            Some(format!("{BOT}-workspace")),
+        ),
+        (
+            resource("", "v1", "ServiceAccount", "serviceaccounts"),
+            Some(format!("{BOT}-agent")),
+        ),
+        (
+            resource("", "v1", "Service", "services"),
+            Some(BOT.to_owned()),
+        ),
+        (
+            resource("apps", "v1", "Deployment", "deployments"),
+            Some(BOT.to_owned()),
+        ),
+        (
+            resource("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+            Some(format!("{BOT}-agent")),
+        ),
+        (
+            resource(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "RoleBinding",
+                "rolebindings",
+            ),
+            Some(format!("{BOT}-agent")),
+        ),
+        (
+            resource(
+                "networking.k8s.io",
+                "v1",
+                "NetworkPolicy",
+                "networkpolicies",
+            ),
+            None,
+        ),
+    ]
+}
+
+/// Objects of each child kind carrying the bot's label.
+async fn labelled_children(
+    client: &Client,
+    namespace: &str,
+) -> Result<Vec<(String, DynamicObject)>, kube::Error> {
+    let mut children = Vec::new();
+    for (resource, _) in child_kinds() {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        for object in api
+            .list(&ListParams::default().labels(&format!("saint.work/bot={BOT}")))
+            .await?
+            .items
+        {
+            children.push((resource.kind.clone(), object));
+        }
+    }
+    Ok(children)
+}
+
+#[tokio::test]
+async fn example_bot_gets_every_child_with_owner_references_and_an_honest_status() -> TestResult {
+    let scenario = Scenario::start("children").await?;
+    let status = scenario.converged().await?;
+
+    // No kubelet: the config is rendered, the pod can never become ready, and
+    // the status says exactly that for the generation it saw.
+    let bot = scenario.bot.bot().await?;
+    assert_eq!(
+        status.get("observedGeneration").and_then(Value::as_i64),
+        bot.metadata.generation
+    );
+    assert_eq!(
+        condition_state(&status, "Ready"),
+        ("False".to_owned(), "PodNotReady".to_owned()),
+        "status: {status}"
+    );
+    let ready = saint_e2e::company_bot::condition(&status, "Ready")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        ready.get("observedGeneration").and_then(Value::as_i64),
+        bot.metadata.generation
+    );
+    assert_eq!(
+        status.get("contacts").and_then(Value::as_i64),
+        Some(3),
+        "status: {status}"
+    );
+    assert_eq!(
+        status.get("roles").and_then(Value::as_i64),
+        Some(4),
+        "status: {status}"
+    );
+
+    // Every child exists, carries the bot label and a controller owner
+    // reference to this SaintBot (so the garbage collector can remove it).
+    let uid = bot.metadata.uid.clone().unwrap_or_default();
+    let children = labelled_children(&scenario.admin, &scenario.bot.namespace).await?;
+    let mut problems = Vec::new();
+    for (resource, name) in child_kinds() {
+        let found: Vec<&DynamicObject> = children
+            .iter()
+            .filter(|(kind, _)| *kind == resource.kind)
+            .map(|(_, object)| object)
+            .collect();
+        match &name {
+            Some(name)
+                if !found
+                    .iter()
+                    .any(|object| object.metadata.name.as_deref() == Some(name)) =>
+            {
+                problems.push(format!("no {} named {name}", resource.kind));
+            }
+            None if found.is_empty() => problems.push(format!("no {}", resource.kind)),
+            _ => {}
+        }
+    }
+    for (kind, object) in &children {
+        let owned = object
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| {
+                owner.uid == uid && owner.kind == "SaintBot" && owner.controller == Some(true)
+            });
+        if !owned {
+            problems.push(format!(
+                "{kind} {:?} lacks a controller owner reference to SaintBot {BOT}",
+                object.metadata.name
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\n{}",
+        problems.join("\n"),
+        scenario.operator_log()
+    );
+
+    // The rendered config: identity links generated from the Contacts,
+    // normalised, and no Secret value anywhere.
+    let (text, config) = scenario.bot.rendered_config().await?;
+    let links = &config.identity_links;
+    let expect = [
+        ("ana", "whatsapp:+385991234567"),
+        ("ana", "email:ana@company.hr"),
+        ("marko", "telegram:222222222"),
+        ("marko", "whatsapp:+385991234568"),
+        ("ivan", "email:ivan@company.hr"),
+    ];
+    for (person, identity) in expect {
+        assert!(
+            links
+                .get(person)
+                .is_some_and(|identities| identities.iter().any(|item| item == identity)),
+            "identityLinks lacks {person}: {identity}; identityLinks = {links:?}"
+        );
+    }
+    assert!(
+        !text.contains("REPLACE-ME"),
+        "a Secret value leaked into the rendered config"
+    );
+
+    // Pod Security "restricted" admits the bot pod: the ReplicaSet controller
+    // created it (it never runs without a kubelet).
+    wait::until(
+        "the bot pod admitted in the restricted namespace",
+        CONVERGE_TIMEOUT,
+        || async {
+            let pods = scenario
+                .bot
+                .pods()
+                .await
+                .map_err(|error| error.to_string())?;
+            if pods.is_empty() {
+                Err(replica_set_failures(&scenario.admin, &scenario.bot.namespace).await)
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await?;
+    // The chart's own operator pod is admitted in its restricted namespace too.
+    wait::until(
+        "the chart's operator pod admitted",
+        CONVERGE_TIMEOUT,
+        || async {
+            let pods = Api::<Pod>::namespaced(scenario.admin.clone(), &scenario.install.namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            if pods.items.is_empty() {
+                Err(replica_set_failures(&scenario.admin, &scenario.install.namespace).await)
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await?;
+
+    let log = scenario.operator.process.log();
+    let forbidden = forbidden_lines(&log);
+    assert!(
+        forbidden.is_empty(),
+        "the chart's RBAC lacks verbs the operator uses:\n{}",
+        forbidden.join("\n")
+    );
+    scenario.finish().await;
+    Ok(())
+}
+
+/// The ReplicaSets' failure conditions (Pod Security refusals land there).
+async fn replica_set_failures(client: &Client, namespace: &str) -> String {
+    let sets = Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await;
+    match sets {
+        Ok(sets) => format!(
+            "no pods yet; ReplicaSet conditions: {:?}",
+            sets.items
+                .iter()
+                .map(|set| (
+                    set.metadata.name.clone(),
+                    set.status
+                        .as_ref()
+                        .and_then(|status| status.conditions.clone())
+                ))
+                .collect::<Vec<_>>()
+        ),
+        Err(error) => error.to_string(),
+    }
+}
+
+async fn merge_patch(
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch: Value,
+) -> Result<(), kube::Error> {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+async fn wait_for_identity(
+    scenario: &Scenario,
+    person: &str,
+    identity: &str,
+    present: bool,
+) -> Result<(), wait::WaitError> {
+    wait::until(
+        &format!(
+            "identityLinks[{person}] {} {identity}",
+            if present { "containing" } else { "without" }
+        ),
+        CONVERGE_TIMEOUT,
+        || async {
+            let (_, config) = scenario
+                .bot
+                .rendered_config()
+                .await
+                .map_err(|error| error.to_string())?;
+            let has = config
+                .identity_links
+                .get(person)
+                .is_some_and(|identities| identities.iter().any(|item| item == identity));
+            if has == present {
+                Ok(())
+            } else {
+                Err(format!(
+                    "identityLinks = {:?}\n{}",
+                    config.identity_links,
+                    scenario.operator_log()
+                ))
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_for_template_hashes(
+    scenario: &Scenario,
+    count: usize,
+) -> Result<Vec<String>, wait::WaitError> {
+    wait::until(
+        &format!("{count} distinct pod-template-hash values"),
+        CONVERGE_TIMEOUT,
+        || async {
+            let hashes = scenario
+                .bot
+                .pod_template_hashes()
+                .await
+                .map_err(|error| error.to_string())?;
+            if hashes.len() == count {
+                Ok(hashes)
+            } else {
+                Err(format!("pod-template-hash values {hashes:?}"))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn contact_edit_rerenders_the_config_without_a_restart_while_model_and_channel_changes_roll_the_pod()
+-> TestResult {
+    let scenario = Scenario::start("rerender").await?;
+    scenario.converged().await?;
+    let first_hashes = wait_for_template_hashes(&scenario, 1).await?;
+    let before = scenario.bot.deployment().await?;
+
+    // A phone number changes: new identity link, same pod template.
+    merge_patch(
+        &scenario.bot.contacts(),
+        "ana",
+        json!({"spec": {"identifiers": {"phone": "+385991110000"}}}),
+    )
+    .await?;
+    wait_for_identity(&scenario, "ana", "whatsapp:+385991110000", true).await?;
+    wait_for_identity(&scenario, "ana", "whatsapp:+385991234567", false).await?;
+    scenario.converged().await?;
+    let after = scenario.bot.deployment().await?;
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "a Contact edit changed the bot Deployment"
+    );
+    assert_eq!(
+        serde_json::to_value(after.spec.as_ref().map(|spec| &spec.template))?,
+        serde_json::to_value(before.spec.as_ref().map(|spec| &spec.template))?,
+        "a Contact edit changed the pod template"
+    );
+    assert_eq!(scenario.bot.pod_template_hashes().await?, first_hashes);
+
+    // The model changes: the pod must restart (a new ReplicaSet).
+    let mut bot = examples::find(&scenario.environment, "saintbot.yaml", "SaintBot", BOT)?;
+    bot.data["spec"]["model"]["name"] = json!("claude-opus-4-1");
+    manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
+    scenario.converged().await?;
+    let second_hashes = wait_for_template_hashes(&scenario, 2).await?;
+
+    // A channel changes: another restart.
+    bot.data["spec"]["channels"][0]["settings"]["port"] = json!("8081");
+    manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
+    scenario.converged().await?;
+    let third_hashes = wait_for_template_hashes(&scenario, 3).await?;
+    assert!(first_hashes.iter().all(|hash| second_hashes.contains(hash)));
+    assert!(second_hashes.iter().all(|hash| third_hashes.contains(hash)));
+    scenario.finish().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_identifier_claimed_by_two_contacts_surfaces_a_condition_and_an_event_until_fixed()
+-> TestResult {
+    let scenario = Scenario::start("conflict").await?;
+    scenario.converged().await?;
+    let twin = r#"
+apiVersion: saint.work/v1alpha1
+kind: Contact
+metadata:
+  name: ana-twin
+  labels: {saint.work/bot: acme-assistant}
+spec:
+  displayName: Ana's twin
+  role: employee
+  identifiers: {phone: "+385991234567"}
+  bots: [acme-assistant]
+"#;
+    manifests::apply_all(&scenario.admin, twin, &scenario.bot.namespace).await?;
+
+    let status = wait::until(
+        "IdentitiesLinked=False/IdentifierConflict on the SaintBot",
+        CONVERGE_TIMEOUT,
+        || async {
+            let bot = scenario
+                .bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = bot.data.get("status").cloned().unwrap_or(Value::Null);
+            if condition_state(&status, "IdentitiesLinked")
+                == ("False".to_owned(), "IdentifierConflict".to_owned())
+            {
+                Ok(status)
+            } else {
+                Err(format!("status {status}\n{}", scenario.operator_log()))
+            }
+        },
+    )
+    .await?;
+    let message = saint_e2e::company_bot::condition(&status, "IdentitiesLinked")
+        .and_then(|condition| condition.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("+385991234567"),
+        "condition message: {message}"
+    );
+
+    // Both Contacts report the clash; neither gets the identifier.
+    for contact in ["ana", "ana-twin"] {
+        wait::until(
+            &format!("Contact {contact} reporting the conflict"),
+            CONVERGE_TIMEOUT,
+            || async {
+                let object = scenario
+                    .bot
+                    .contacts()
+                    .get(contact)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+                let count = status
+                    .get("conflictCount")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if count >= 1 && condition_state(&status, "Ready").1 == "IdentifierConflict" {
+                    Ok(())
+                } else {
+                    Err(format!("status {status}"))
+                }
+            },
+        )
+        .await?;
+    }
+    wait_for_identity(&scenario, "ana", "whatsapp:+385991234567", false).await?;
+    let (_, config) = scenario.bot.rendered_config().await?;
+    assert!(
+        config
+            .identity_links
+            .get("ana-twin")
+            .is_none_or(|identities| !identities
+                .iter()
+                .any(|item| item == "whatsapp:+385991234567")),
+        "the contested number was linked to ana-twin: {:?}",
+        config.identity_links
+    );
+
+    // A Warning Event about the SaintBot names the reason.
+    let events = Api::<Event>::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    wait::until(
+        "an IdentifierConflict Event about the SaintBot",
+        CONVERGE_TIMEOUT,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            let found = list.items.iter().any(|event| {
+                event.reason.as_deref() == Some("IdentifierConflict")
+                    && event.involved_object.kind.as_deref() == Some("SaintBot")
+                    && event.involved_object.name.as_deref() == Some(BOT)
+            });
+            if found {
+                Ok(())
+            } else {
+                Err(format!(
+                    "events: {:?}",
+                    list.items
+                        .iter()
+                        .map(|event| (event.reason.clone(), event.involved_object.name.clone()))
+                        .collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
+
+    // Fixing the twin's number clears the condition and both Contacts.
+    merge_patch(
+        &scenario.bot.contacts(),
+        "ana-twin",
+        json!({"spec": {"identifiers": {"phone": "+385991239999"}}}),
+    )
+    .await?;
+    wait::until(
+        "IdentitiesLinked=True after the fix",
+        CONVERGE_TIMEOUT,
+        || async {
+            let bot = scenario
+                .bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = bot.data.get("status").cloned().unwrap_or(Value::Null);
+            if condition_state(&status, "IdentitiesLinked").0 == "True"
+                && status.get("conflicts").and_then(Value::as_i64) == Some(0)
+            {
+                Ok(())
+            } else {
+                Err(format!("status {status}"))
+            }
+        },
+    )
+    .await?;
+    for contact in ["ana", "ana-twin"] {
+        wait::until(
+            &format!("Contact {contact} clear of conflicts"),
+            CONVERGE_TIMEOUT,
+            || async {
+                let object = scenario
+                    .bot
+                    .contacts()
+                    .get(contact)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+                if status.get("conflictCount").and_then(Value::as_i64) == Some(0)
+                    && condition_state(&status, "Ready").0 == "True"
+                {
+                    Ok(())
+                } else {
+                    Err(format!("status {status}"))
+                }
+            },
+        )
+        .await?;
+    }
+    wait_for_identity(&scenario, "ana", "whatsapp:+385991234567", true).await?;
+    scenario.finish().await;
+    Ok(())
+}
+
+/// The rendered sandbox Job template with the names the agent fills in.
+fn sandbox_job(template: &Value, name: &str) -> Result<Job, serde_json::Error> {
+    let mut job = template.clone();
+    job["metadata"]["name"] = json!(name);
+    if let Some(metadata) = job["metadata"].as_object_mut() {
+        metadata.remove("namespace");
+        metadata.remove("generateName");
+    }
+    serde_json::from_value(job)
+}
+
+#[tokio::test]
+async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_template()
+-> TestResult {
+    let scenario = Scenario::start("sandbox").await?;
+    scenario.converged().await?;
+    let (_, config) = scenario.bot.rendered_config().await?;
+    let template = config
+        .sandbox
+        .job_template
+        .clone()
+        .ok_or("the rendered config has no sandbox.jobTemplate")?;
+
+    // Act as the agent: a token of the bot's own ServiceAccount.
+    let agent_kubeconfig = service_account::kubeconfig(
+        &scenario.environment,
+        &scenario.admin,
+        &scenario.bot.namespace,
+        &format!("{BOT}-agent"),
+    )
+    .await?;
+    let agent = client_from_kubeconfig(&agent_kubeconfig).await?;
+    let jobs = Api::<Job>::namespaced(agent.clone(), &scenario.bot.namespace);
+
+    // The template as rendered: admitted by RBAC, the admission policy and Pod Security.
+    let job = sandbox_job(&template, "sandbox-e2e-ok")?;
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .map_err(|error| {
+            format!(
+                "the rendered sandbox Job was refused: {}",
+                saint_e2e::api_message(&error)
+            )
+        })?;
+    wait::until(
+        "the sandbox Job's pod admitted under Pod Security restricted",
+        CONVERGE_TIMEOUT,
+        || async {
+            let pods = Api::<Pod>::namespaced(scenario.admin.clone(), &scenario.bot.namespace)
+                .list(&ListParams::default().labels("job-name=sandbox-e2e-ok"))
+                .await
+                .map_err(|error| error.to_string())?;
+            if !pods.items.is_empty() {
+                return Ok(());
+            }
+            let events = Api::<Event>::namespaced(scenario.admin.clone(), &scenario.bot.namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            Err(format!(
+                "no pod; Job events: {:?}",
+                events
+                    .items
+                    .iter()
+                    .filter(|event| event.involved_object.name.as_deref() == Some("sandbox-e2e-ok"))
+                    .map(|event| (event.reason.clone(), event.message.clone()))
+                    .collect::<Vec<_>>()
+            ))
+        },
+    )
+    .await?;
+
+    // One deviation each: refused by the admission policy, in its own words.
+    let mut with_secret = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-secret")?)?;
+    let volumes = with_secret["spec"]["template"]["spec"]["volumes"]
+        .as_array_mut()
+        .ok_or("the sandbox template has no volumes list")?;
+    volumes.push(json!({"name": "stolen", "secret": {"secretName": "acme-assistant-llm"}}));
+    let mut with_image = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-image")?)?;
+    with_image["spec"]["template"]["spec"]["containers"][0]["image"] =
+        json!("docker.io/library/busybox:latest");
+    let deviations = [
+        ("a Secret volume", with_secret, "no-secret-volumes"),
+        ("another image", with_image, "sandbox-image"),
+    ];
+    let mut problems = Vec::new();
+    for (what, job, rule) in deviations {
+        let job: Job = serde_json::from_value(job)?;
+        match jobs.create(&PostParams::default(), &job).await {
+            Ok(_) => problems.push(format!("a sandbox Job with {what} was admitted")),
+            Err(error) => {
+                let message = saint_e2e::api_message(&error);
+                println!("refused ({what}): {message}");
+                if !message.contains(rule) {
+                    problems.push(format!(
+                        "a sandbox Job with {what} was refused without naming [{rule}]: {message}"
+                    ));
+                }
+            }
+        }
+    }
+    // The agent's account never reads Secrets.
+    match Api::<Secret>::namespaced(agent, &scenario.bot.namespace)
+        .get("acme-assistant-llm")
+        .await
+    {
+        Ok(_) => problems.push("the agent's ServiceAccount read a Secret".to_owned()),
+        Err(error) => {
+            let message = saint_e2e::api_message(&error);
+            if !message.contains("forbidden") {
+                problems.push(format!(
+                    "reading a Secret as the agent failed oddly: {message}"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    scenario.finish().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_the_saintbot_garbage_collects_every_child() -> TestResult {
+    let scenario = Scenario::start("deletion").await?;
+    scenario.converged().await?;
+    wait::until("the bot pod", CONVERGE_TIMEOUT, || async {
+        let pods = scenario
+            .bot
+            .pods()
+            .await
+            .map_err(|error| error.to_string())?;
+        if pods.is_empty() {
+            Err("no pods".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+    .await?;
+    let before = labelled_children(&scenario.admin, &scenario.bot.namespace).await?;
+    assert!(
+        before.len() >= child_kinds().len(),
+        "children before deletion: {}",
+        before.len()
+    );
+
+    scenario
+        .bot
+        .bots()
+        .delete(BOT, &DeleteParams::background())
+        .await?;
+    wait::until(
+        "every child of the SaintBot garbage-collected",
+        CONVERGE_TIMEOUT,
+        || async {
+            let mut left: Vec<String> = labelled_children(&scenario.admin, &scenario.bot.namespace)
+                .await
+                .map_err(|error| error.to_string())?
+                .into_iter()
+                .map(|(kind, object)| {
+                    format!("{kind}/{}", object.metadata.name.unwrap_or_default())
+                })
+                .collect();
+            for pod in scenario
+                .bot
+                .pods()
+                .await
+                .map_err(|error| error.to_string())?
+            {
+                left.push(format!("Pod/{}", pod.metadata.name.unwrap_or_default()));
+            }
+            for hash in scenario
+                .bot
+                .pod_template_hashes()
+                .await
+                .map_err(|error| error.to_string())?
+            {
+                left.push(format!("ReplicaSet with pod-template-hash {hash}"));
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still present: {left:?}"))
+            }
+        },
+    )
+    .await?;
+    scenario.finish().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_reconcile_converges_after_restart() -> TestResult {
+    let environment = Environment::from_env()?;
+    let admin = environment.admin_client().await?;
+    let install = chart::install(&environment, &admin, "restart", &[]).await?;
+    let bot = CompanyBot::apply(&environment, &admin, "restart-bot").await?;
+    let mut first = install.start_operator(&environment, "restart-0")?;
+
+    // Kill it the moment the first child appears: mid-reconcile.
+    let config_maps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), &bot.namespace);
+    wait::until(
+        "the first child (rendered ConfigMap)",
+        CONVERGE_TIMEOUT,
+        || async {
+            match config_maps.get_opt(&format!("{BOT}-config")).await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => Err(format!("not yet\n{}", first.process.log_tail(20))),
+                Err(error) => Err(error.to_string()),
+            }
+        },
+    )
+    .await?;
+    first.process.kill();
+    let status_at_kill = bot.bot().await?.data.get("status").cloned();
+    println!("status when the operator was killed: {status_at_kill:?}");
+
+    // The same pod identity comes back (as a restarted container would).
+    let second = install.start_operator(&environment, "restart-0")?;
+    let status = bot.wait_converged(|| second.process.log_tail(40)).await?;
+    let children = labelled_children(&admin, &bot.namespace).await?;
+    let kinds: BTreeSet<String> = children.iter().map(|(kind, _)| kind.clone()).collect();
+    let expected: BTreeSet<String> = child_kinds()
+        .into_iter()
+        .map(|(resource, _)| resource.kind)
+        .collect();
+    assert_eq!(kinds, expected, "child kinds after the restart");
+    let (text, _) = bot.rendered_config().await?;
+    let config_map = config_maps.get(&format!("{BOT}-config")).await?;
+    let annotated = config_map
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get("saint.work/config-hash"))
+        .cloned();
+    assert_eq!(
+        status
+            .get("configHash")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        annotated,
+        "status.configHash and the ConfigMap disagree"
+    );
+
+    // Converged means stable: another restart changes nothing.
+    let deployment_before = bot.deployment().await?;
+    drop(second);
+    let third = install.start_operator(&environment, "restart-0")?;
+    bot.wait_converged(|| third.process.log_tail(40)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (text_after, _) = bot.rendered_config().await?;
+    assert_eq!(
+        text_after, text,
+        "the rendered config changed on a plain restart"
+    );
+    assert_eq!(
+        bot.deployment().await?.metadata.generation,
+        deployment_before.metadata.generation,
+        "the Deployment changed on a plain restart"
+    );
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&bot.namespace, &DeleteParams::default())
+        .await;
+    Ok(())
+}
+
+/// Sum of the `reconciles_total` samples in Prometheus text (0 when absent).
+fn reconciles(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            name.ends_with("reconciles_total")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn lease_holder(admin: &Client, namespace: &str) -> Result<String, String> {
+    let lease = Api::<Lease>::namespaced(admin.clone(), namespace)
+        .get("saint-operator")
+        .await
+        .map_err(|error| saint_e2e::api_message(&error))?;
+    lease
+        .spec
+        .and_then(|spec| spec.holder_identity)
+        .filter(|holder| !holder.is_empty())
+        .ok_or_else(|| "the Lease has no holder".to_owned())
+}
+
+#[tokio::test]
+async fn of_two_operator_replicas_only_the_leader_reconciles() -> TestResult {
+    let environment = Environment::from_env()?;
+    let admin = environment.admin_client().await?;
+    let install = chart::install(&environment, &admin, "leader", &["replicaCount=2"]).await?;
+    let mut replicas = [
+        install.start_operator(&environment, "leader-a")?,
+        install.start_operator(&environment, "leader-b")?,
+    ];
+    let holder = wait::until("a Lease holder", CONVERGE_TIMEOUT, || async {
+        lease_holder(&admin, &install.namespace).await
+    })
+    .await?;
+    let bot = CompanyBot::apply(&environment, &admin, "leader-bot").await?;
+    bot.wait_converged(|| {
+        replicas
+            .iter()
+            .map(|replica| format!("{}:\n{}", replica.identity, replica.process.log_tail(20)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+    .await?;
+
+    let leader_index = replicas
+        .iter()
+        .position(|replica| replica.identity == holder)
+        .ok_or_else(|| format!("the Lease holder {holder} is neither replica"))?;
+    let follower_index = 1 - leader_index;
+    let leader_metrics = replicas[leader_index].metrics().await?;
+    let follower_metrics = replicas[follower_index].metrics().await?;
+    assert!(
+        reconciles(&leader_metrics) > 0.0,
+        "the leader {holder} reports no reconciles:\n{leader_metrics}"
+    );
+    assert_eq!(
+        reconciles(&follower_metrics),
+        0.0,
+        "the follower {} reconciled while not holding the Lease:\n{follower_metrics}",
+        replicas[follower_index].identity
+    );
+
+    // The leader dies: the follower takes the Lease and reconciles a change.
+    let follower_identity = replicas[follower_index].identity.clone();
+    replicas[leader_index].process.kill();
+    merge_patch(
+        &bot.contacts(),
+        "marko",
+        json!({"spec": {"identifiers": {"phone": "+385991112222"}}}),
+    )
+    .await?;
+    wait::until(
+        "the follower holding the Lease",
+        Duration::from_secs(90),
+        || async {
+            let holder = lease_holder(&admin, &install.namespace).await?;
+            if holder == follower_identity {
+                Ok(())
+            } else {
+                Err(format!("holder {holder}"))
+            }
+        },
+    )
+    .await?;
+    wait::until(
+        "the new leader re-rendering marko's phone",
+        CONVERGE_TIMEOUT,
+        || async {
+            let (_, config) = bot
+                .rendered_config()
+                .await
+                .map_err(|error| error.to_string())?;
+            let linked = config
+                .identity_links
+                .get("marko")
+                .is_some_and(|identities| {
+                    identities
+                        .iter()
+                        .any(|item| item == "whatsapp:+385991112222")
+                });
+            if linked {
+                Ok(())
+            } else {
+                Err(format!(
+                    "identityLinks = {:?}\n{}",
+                    config.identity_links,
+                    replicas[follower_index].process.log_tail(20)
+                ))
+            }
+        },
+    )
+    .await?;
+    let _ = Api::<Namespace>::all(admin)
+        .delete(&bot.namespace, &DeleteParams::default())
+        .await;
+    Ok(())
+}
