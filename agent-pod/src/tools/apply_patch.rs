@@ -420,13 +420,13 @@ mod tests {
         assert_eq!(
             diffy::apply(
                 "old\n",
-                &diffy::Patch::from_str(&unified(&files[0])).unwrap()
+                &diffy::Patch::from_str(unified(&files[0])).unwrap()
             )
             .unwrap(),
             "new\n"
         );
         assert_eq!(
-            diffy::apply("", &diffy::Patch::from_str(&unified(&files[1])).unwrap()).unwrap(),
+            diffy::apply("", &diffy::Patch::from_str(unified(&files[1])).unwrap()).unwrap(),
             "fresh\n"
         );
     }
