@@ -10,7 +10,11 @@ pub fn cidrs_from_slices(slices: &[EndpointSlice]) -> (Vec<String>, Option<i32>)
     let mut cidrs = Vec::new();
     let mut port = None;
     for slice in slices {
-        let host_bits = if slice.address_type == "IPv6" { 128 } else { 32 };
+        let host_bits = if slice.address_type == "IPv6" {
+            128
+        } else {
+            32
+        };
         for endpoint in &slice.endpoints {
             for address in &endpoint.addresses {
                 cidrs.push(format!("{address}/{host_bits}"));
@@ -48,6 +52,12 @@ mod tests {
             "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
         }))
         .unwrap();
-        assert_eq!(cidrs_from_slices(&[slice]), (vec!["172.18.0.2/32".to_string(), "172.18.0.3/32".to_string()], Some(6443)));
+        assert_eq!(
+            cidrs_from_slices(&[slice]),
+            (
+                vec!["172.18.0.2/32".to_string(), "172.18.0.3/32".to_string()],
+                Some(6443)
+            )
+        );
     }
 }

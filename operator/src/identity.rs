@@ -13,7 +13,9 @@ use crate::crd::{ContactIdentifiers, IdentifierConflict};
 /// Why one identifier could not be normalised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentifierError {
-    #[error("failed to normalise phone {value:?}: expected E.164 (+ country code and number, 7–15 digits)")]
+    #[error(
+        "failed to normalise phone {value:?}: expected E.164 (+ country code and number, 7–15 digits)"
+    )]
     Phone { value: String },
     #[error("failed to normalise email {value:?}: expected name@domain.tld")]
     Email { value: String },
@@ -29,7 +31,9 @@ pub enum IdentifierError {
 /// dashes, dots, parentheses) and the `00` international prefix, nothing else: a
 /// number without a country code cannot be normalised without guessing, so it is refused.
 pub fn normalise_phone(value: &str) -> Result<String, IdentifierError> {
-    let error = || IdentifierError::Phone { value: value.to_string() };
+    let error = || IdentifierError::Phone {
+        value: value.to_string(),
+    };
     let compact: String = value
         .trim()
         .chars()
@@ -66,13 +70,26 @@ pub fn normalise_email(value: &str) -> Result<String, IdentifierError> {
         }
         None => false,
     };
-    if valid { Ok(lowered) } else { Err(IdentifierError::Email { value: value.to_string() }) }
+    if valid {
+        Ok(lowered)
+    } else {
+        Err(IdentifierError::Email {
+            value: value.to_string(),
+        })
+    }
 }
 
 fn normalise_telegram(value: &str) -> Result<String, IdentifierError> {
     let trimmed = value.trim();
-    let valid = !trimmed.is_empty() && trimmed.len() <= 20 && trimmed.chars().all(|c| c.is_ascii_digit());
-    if valid { Ok(trimmed.to_string()) } else { Err(IdentifierError::Telegram { value: value.to_string() }) }
+    let valid =
+        !trimmed.is_empty() && trimmed.len() <= 20 && trimmed.chars().all(|c| c.is_ascii_digit());
+    if valid {
+        Ok(trimmed.to_string())
+    } else {
+        Err(IdentifierError::Telegram {
+            value: value.to_string(),
+        })
+    }
 }
 
 /// Slack member ids are upper-case on the wire; people paste them in either case.
@@ -81,16 +98,33 @@ fn normalise_slack(value: &str) -> Result<String, IdentifierError> {
     let valid = (3..=32).contains(&upper.len())
         && (upper.starts_with('U') || upper.starts_with('W'))
         && upper.chars().all(|c| c.is_ascii_alphanumeric());
-    if valid { Ok(upper) } else { Err(IdentifierError::Slack { value: value.to_string() }) }
+    if valid {
+        Ok(upper)
+    } else {
+        Err(IdentifierError::Slack {
+            value: value.to_string(),
+        })
+    }
 }
 
 /// Discord handles are case-insensitive.
 fn normalise_discord(value: &str) -> Result<String, IdentifierError> {
     let lowered = value.trim().to_lowercase();
     let valid = (2..=64).contains(&lowered.len())
-        && lowered.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '#'));
-    if valid { Ok(lowered) } else { Err(IdentifierError::Discord { value: value.to_string() }) }
+        && lowered
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '#'));
+    if valid {
+        Ok(lowered)
+    } else {
+        Err(IdentifierError::Discord {
+            value: value.to_string(),
+        })
+    }
 }
+
+/// A function normalising one kind of identifier.
+type Normaliser = fn(&str) -> Result<String, IdentifierError>;
 
 fn prefixed(kind: ChannelKind, value: &str) -> String {
     format!("{}:{value}", kind.prefix())
@@ -102,13 +136,32 @@ pub fn identities(identifiers: &ContactIdentifiers) -> (Vec<String>, Vec<Identif
     let mut found = BTreeSet::new();
     let mut errors = Vec::new();
     // The phone is the WhatsApp identity unless a separate WhatsApp number is given.
-    let whatsapp = identifiers.whatsapp.as_deref().or(identifiers.phone.as_deref());
-    let candidates: [(ChannelKind, Option<&str>, fn(&str) -> Result<String, IdentifierError>); 5] = [
+    let whatsapp = identifiers
+        .whatsapp
+        .as_deref()
+        .or(identifiers.phone.as_deref());
+    let candidates: [(ChannelKind, Option<&str>, Normaliser); 5] = [
         (ChannelKind::Whatsapp, whatsapp, normalise_phone),
-        (ChannelKind::Email, identifiers.email.as_deref(), normalise_email),
-        (ChannelKind::Telegram, identifiers.telegram.as_deref(), normalise_telegram),
-        (ChannelKind::Slack, identifiers.slack.as_deref(), normalise_slack),
-        (ChannelKind::Discord, identifiers.discord.as_deref(), normalise_discord),
+        (
+            ChannelKind::Email,
+            identifiers.email.as_deref(),
+            normalise_email,
+        ),
+        (
+            ChannelKind::Telegram,
+            identifiers.telegram.as_deref(),
+            normalise_telegram,
+        ),
+        (
+            ChannelKind::Slack,
+            identifiers.slack.as_deref(),
+            normalise_slack,
+        ),
+        (
+            ChannelKind::Discord,
+            identifiers.discord.as_deref(),
+            normalise_discord,
+        ),
     ];
     for (kind, value, normalise) in candidates {
         let Some(value) = value else { continue };
@@ -177,7 +230,12 @@ impl IdentityReport {
     pub fn conflicting_identities(&self) -> BTreeSet<&str> {
         self.problems
             .values()
-            .flat_map(|problems| problems.conflicts.iter().map(|conflict| conflict.identity.as_str()))
+            .flat_map(|problems| {
+                problems
+                    .conflicts
+                    .iter()
+                    .map(|conflict| conflict.identity.as_str())
+            })
             .collect()
     }
 
@@ -185,7 +243,12 @@ impl IdentityReport {
     pub fn contacts_with_missing_role(&self) -> Vec<(&str, &str)> {
         self.problems
             .iter()
-            .filter_map(|(slug, problems)| problems.missing_role.as_deref().map(|role| (slug.as_str(), role)))
+            .filter_map(|(slug, problems)| {
+                problems
+                    .missing_role
+                    .as_deref()
+                    .map(|role| (slug.as_str(), role))
+            })
             .collect()
     }
 }
@@ -211,7 +274,10 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
         // Contacts with a missing role still claim their identities: a clash must be
         // visible even while one side's role is being fixed.
         for identity in &identities {
-            claims.entry(identity.clone()).or_default().insert(contact.slug.clone());
+            claims
+                .entry(identity.clone())
+                .or_default()
+                .insert(contact.slug.clone());
         }
         normalised.push((contact, identities));
     }
@@ -222,8 +288,15 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
         for identity in identities {
             let owners = &claims[&identity];
             if owners.len() > 1 {
-                let others = owners.iter().filter(|owner| **owner != contact.slug).cloned().collect();
-                conflicts.push(IdentifierConflict { identity, contacts: others });
+                let others = owners
+                    .iter()
+                    .filter(|owner| **owner != contact.slug)
+                    .cloned()
+                    .collect();
+                conflicts.push(IdentifierConflict {
+                    identity,
+                    contacts: others,
+                });
             } else {
                 linked.push(identity);
             }
@@ -238,7 +311,9 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
             continue;
         }
         if !linked.is_empty() {
-            report.identity_links.insert(contact.slug.clone(), linked.clone());
+            report
+                .identity_links
+                .insert(contact.slug.clone(), linked.clone());
         }
         report.contacts.push(ContactConfig {
             slug: contact.slug.clone(),
@@ -271,11 +346,26 @@ mod tests {
 
     #[test]
     fn phones_are_normalised_to_e164() {
-        assert_eq!(normalise_phone("+385 99 123 4567").unwrap(), "+385991234567");
-        assert_eq!(normalise_phone("00385-99-123-4567").unwrap(), "+385991234567");
-        assert_eq!(normalise_phone(" +1 (415) 555.0100 ").unwrap(), "+14155550100");
-        assert!(normalise_phone("0991234567").is_err(), "no country code must be refused");
-        assert!(normalise_phone("+0385991234567").is_err(), "country code cannot start with 0");
+        assert_eq!(
+            normalise_phone("+385 99 123 4567").unwrap(),
+            "+385991234567"
+        );
+        assert_eq!(
+            normalise_phone("00385-99-123-4567").unwrap(),
+            "+385991234567"
+        );
+        assert_eq!(
+            normalise_phone(" +1 (415) 555.0100 ").unwrap(),
+            "+14155550100"
+        );
+        assert!(
+            normalise_phone("0991234567").is_err(),
+            "no country code must be refused"
+        );
+        assert!(
+            normalise_phone("+0385991234567").is_err(),
+            "country code cannot start with 0"
+        );
         assert!(normalise_phone("+12345").is_err(), "too short");
         assert!(normalise_phone("+1234567890123456").is_err(), "too long");
         assert!(normalise_phone("+38599x234567").is_err(), "letters");
@@ -283,8 +373,18 @@ mod tests {
 
     #[test]
     fn emails_are_lower_cased_and_checked() {
-        assert_eq!(normalise_email(" Ana@Company.HR ").unwrap(), "ana@company.hr");
-        for bad in ["ana", "ana@", "@company.hr", "ana@company", "a@b@c.hr", "ana @company.hr"] {
+        assert_eq!(
+            normalise_email(" Ana@Company.HR ").unwrap(),
+            "ana@company.hr"
+        );
+        for bad in [
+            "ana",
+            "ana@",
+            "@company.hr",
+            "ana@company",
+            "a@b@c.hr",
+            "ana @company.hr",
+        ] {
             assert!(normalise_email(bad).is_err(), "{bad:?} must be refused");
         }
     }
@@ -324,14 +424,39 @@ mod tests {
 
     #[test]
     fn same_inputs_in_any_order_give_identical_output() {
-        let ana = contact("ana", "owner", ContactIdentifiers { phone: Some("+385991234567".into()), ..Default::default() });
-        let marko = contact("marko", "manager", ContactIdentifiers { email: Some("marko@acme.hr".into()), ..Default::default() });
-        let ivan = contact("ivan", "employee", ContactIdentifiers { telegram: Some("333".into()), ..Default::default() });
+        let ana = contact(
+            "ana",
+            "owner",
+            ContactIdentifiers {
+                phone: Some("+385991234567".into()),
+                ..Default::default()
+            },
+        );
+        let marko = contact(
+            "marko",
+            "manager",
+            ContactIdentifiers {
+                email: Some("marko@acme.hr".into()),
+                ..Default::default()
+            },
+        );
+        let ivan = contact(
+            "ivan",
+            "employee",
+            ContactIdentifiers {
+                telegram: Some("333".into()),
+                ..Default::default()
+            },
+        );
         let role_names = roles(&["owner", "manager", "employee"]);
         let forward = resolve(&[ana.clone(), marko.clone(), ivan.clone()], &role_names);
         let backward = resolve(&[ivan, marko, ana], &role_names);
         assert_eq!(forward, backward);
-        let slugs: Vec<&str> = forward.contacts.iter().map(|contact| contact.slug.as_str()).collect();
+        let slugs: Vec<&str> = forward
+            .contacts
+            .iter()
+            .map(|contact| contact.slug.as_str())
+            .collect();
         assert_eq!(slugs, vec!["ana", "ivan", "marko"]);
     }
 
@@ -340,47 +465,98 @@ mod tests {
         let ana = contact(
             "ana",
             "owner",
-            ContactIdentifiers { phone: Some("+385991234567".into()), email: Some("ana@acme.hr".into()), ..Default::default() },
+            ContactIdentifiers {
+                phone: Some("+385991234567".into()),
+                email: Some("ana@acme.hr".into()),
+                ..Default::default()
+            },
         );
         // Same number typed differently: normalisation must reveal the clash.
         let marko = contact(
             "marko",
             "manager",
-            ContactIdentifiers { phone: Some("+385 99 123 4567".into()), telegram: Some("222".into()), ..Default::default() },
+            ContactIdentifiers {
+                phone: Some("+385 99 123 4567".into()),
+                telegram: Some("222".into()),
+                ..Default::default()
+            },
         );
         let report = resolve(&[ana, marko], &roles(&["owner", "manager"]));
         assert_eq!(report.identity_links["ana"], vec!["email:ana@acme.hr"]);
         assert_eq!(report.identity_links["marko"], vec!["telegram:222"]);
         assert_eq!(
             report.problems["ana"].conflicts,
-            vec![IdentifierConflict { identity: "whatsapp:+385991234567".into(), contacts: vec!["marko".into()] }]
+            vec![IdentifierConflict {
+                identity: "whatsapp:+385991234567".into(),
+                contacts: vec!["marko".into()]
+            }]
         );
         assert_eq!(
             report.problems["marko"].conflicts,
-            vec![IdentifierConflict { identity: "whatsapp:+385991234567".into(), contacts: vec!["ana".into()] }]
+            vec![IdentifierConflict {
+                identity: "whatsapp:+385991234567".into(),
+                contacts: vec!["ana".into()]
+            }]
         );
         assert_eq!(report.conflicting_identities().len(), 1);
     }
 
     #[test]
     fn a_contact_naming_a_missing_role_is_left_out_and_reported() {
-        let ghost = contact("ghost", "wizard", ContactIdentifiers { email: Some("g@acme.hr".into()), ..Default::default() });
-        let ana = contact("ana", "owner", ContactIdentifiers { email: Some("ana@acme.hr".into()), ..Default::default() });
+        let ghost = contact(
+            "ghost",
+            "wizard",
+            ContactIdentifiers {
+                email: Some("g@acme.hr".into()),
+                ..Default::default()
+            },
+        );
+        let ana = contact(
+            "ana",
+            "owner",
+            ContactIdentifiers {
+                email: Some("ana@acme.hr".into()),
+                ..Default::default()
+            },
+        );
         let report = resolve(&[ghost, ana], &roles(&["owner"]));
         assert_eq!(report.contacts.len(), 1);
         assert!(!report.identity_links.contains_key("ghost"));
-        assert_eq!(report.problems["ghost"].missing_role.as_deref(), Some("wizard"));
-        assert_eq!(report.contacts_with_missing_role(), vec![("ghost", "wizard")]);
+        assert_eq!(
+            report.problems["ghost"].missing_role.as_deref(),
+            Some("wizard")
+        );
+        assert_eq!(
+            report.contacts_with_missing_role(),
+            vec![("ghost", "wizard")]
+        );
         assert!(!report.problems.contains_key("ana"));
     }
 
     #[test]
     fn a_missing_role_contact_still_blocks_a_clashing_identifier() {
-        let ghost = contact("ghost", "wizard", ContactIdentifiers { email: Some("ana@acme.hr".into()), ..Default::default() });
-        let ana = contact("ana", "owner", ContactIdentifiers { email: Some("ANA@acme.hr".into()), ..Default::default() });
+        let ghost = contact(
+            "ghost",
+            "wizard",
+            ContactIdentifiers {
+                email: Some("ana@acme.hr".into()),
+                ..Default::default()
+            },
+        );
+        let ana = contact(
+            "ana",
+            "owner",
+            ContactIdentifiers {
+                email: Some("ANA@acme.hr".into()),
+                ..Default::default()
+            },
+        );
         let report = resolve(&[ghost, ana], &roles(&["owner"]));
         assert!(!report.identity_links.contains_key("ana"));
-        assert_eq!(report.problems["ana"].conflicts[0].contacts, vec!["ghost".to_string()]);
+        assert_eq!(
+            report.problems["ana"].conflicts[0].contacts,
+            vec!["ghost".to_string()]
+        );
     }
 
     #[test]
@@ -388,7 +564,11 @@ mod tests {
         let ana = contact(
             "ana",
             "owner",
-            ContactIdentifiers { phone: Some("099 123 4567".into()), email: Some("ana@acme.hr".into()), ..Default::default() },
+            ContactIdentifiers {
+                phone: Some("099 123 4567".into()),
+                email: Some("ana@acme.hr".into()),
+                ..Default::default()
+            },
         );
         let report = resolve(&[ana], &roles(&["owner"]));
         assert_eq!(report.identity_links["ana"], vec!["email:ana@acme.hr"]);

@@ -20,8 +20,14 @@ pub fn labels(bot: &str, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "saint".to_string()),
         ("app.kubernetes.io/instance".to_string(), bot.to_string()),
-        ("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string()),
-        ("app.kubernetes.io/component".to_string(), component.to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            FIELD_MANAGER.to_string(),
+        ),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.to_string(),
+        ),
         (BOT_LABEL.to_string(), bot.to_string()),
     ])
 }
@@ -31,13 +37,19 @@ pub fn agent_selector(bot: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "saint".to_string()),
         ("app.kubernetes.io/instance".to_string(), bot.to_string()),
-        ("app.kubernetes.io/component".to_string(), "agent".to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "agent".to_string(),
+        ),
     ])
 }
 
 /// The labels that select the bot's sandbox pods.
 pub fn sandbox_selector(bot: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(BOT_LABEL.to_string(), bot.to_string()), (SANDBOX_LABEL.to_string(), "true".to_string())])
+    BTreeMap::from([
+        (BOT_LABEL.to_string(), bot.to_string()),
+        (SANDBOX_LABEL.to_string(), "true".to_string()),
+    ])
 }
 
 /// `<bot>-config`.
@@ -69,7 +81,13 @@ pub fn sandbox_network_policy_name(bot: &str) -> String {
 pub fn channel_secret_env(channel: &str, key: &str) -> String {
     let raw = format!("SAINT_CHANNEL_{channel}_{key}");
     raw.chars()
-        .map(|character| if character.is_ascii_alphanumeric() { character.to_ascii_uppercase() } else { '_' })
+        .map(|character| {
+            if character.is_ascii_alphanumeric() {
+                character.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -79,7 +97,13 @@ mod tests {
 
     #[test]
     fn channel_secret_env_names_are_upper_case_with_underscores() {
-        assert_eq!(channel_secret_env("wa-main", "accessToken"), "SAINT_CHANNEL_WA_MAIN_ACCESSTOKEN");
-        assert_eq!(channel_secret_env("api", "token"), "SAINT_CHANNEL_API_TOKEN");
+        assert_eq!(
+            channel_secret_env("wa-main", "accessToken"),
+            "SAINT_CHANNEL_WA_MAIN_ACCESSTOKEN"
+        );
+        assert_eq!(
+            channel_secret_env("api", "token"),
+            "SAINT_CHANNEL_API_TOKEN"
+        );
     }
 }

@@ -8,10 +8,7 @@ use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
-use kube::{
-    Api, Client,
-    api::{PostParams},
-};
+use kube::{Api, Client, api::PostParams};
 use tokio::sync::watch;
 
 /// Why the Lease could not be read or written (conflicts are not errors: they mean
@@ -36,7 +33,13 @@ pub enum Decision {
 }
 
 /// Decides, from the current Lease, whether `identity` may hold it at `now`. Pure.
-pub fn decide(current: Option<&Lease>, name: &str, identity: &str, now: jiff::Timestamp, duration: Duration) -> Decision {
+pub fn decide(
+    current: Option<&Lease>,
+    name: &str,
+    identity: &str,
+    now: jiff::Timestamp,
+    duration: Duration,
+) -> Decision {
     let duration_seconds = duration.as_secs() as i32;
     let fresh_spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(identity.to_string()),
@@ -48,7 +51,10 @@ pub fn decide(current: Option<&Lease>, name: &str, identity: &str, now: jiff::Ti
     };
     let Some(current) = current else {
         return Decision::Create(Lease {
-            metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
             spec: Some(fresh_spec(0, None)),
         });
     };
@@ -60,11 +66,12 @@ pub fn decide(current: Option<&Lease>, name: &str, identity: &str, now: jiff::Ti
         next.spec = Some(fresh_spec(transitions, spec.acquire_time.clone()));
         return Decision::Replace(next);
     }
-    let held_for = spec.lease_duration_seconds.unwrap_or(duration_seconds).max(1);
+    let held_for = spec
+        .lease_duration_seconds
+        .unwrap_or(duration_seconds)
+        .max(1);
     let expired = match &spec.renew_time {
-        Some(MicroTime(renewed)) => {
-            now.as_second() >= renewed.as_second() + i64::from(held_for)
-        }
+        Some(MicroTime(renewed)) => now.as_second() >= renewed.as_second() + i64::from(held_for),
         None => true,
     };
     if holder.is_empty() || expired {
@@ -88,31 +95,70 @@ fn is_conflict(error: &kube::Error) -> bool {
 
 impl LeaseLock {
     /// A candidate `identity` for Lease `namespace/name`, held for `duration` per renewal.
-    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, duration: Duration) -> Self {
-        Self { api: Api::namespaced(client, namespace), name: name.to_string(), identity: identity.to_string(), duration }
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            duration,
+        }
     }
 
     /// Tries once to acquire or renew. `Ok(true)`: we lead until `duration` from now.
     pub async fn try_acquire_or_renew(&self) -> Result<bool, LeaderError> {
-        let current = self.api.get_opt(&self.name).await.map_err(|source| LeaderError::Get { name: self.name.clone(), source })?;
-        let decision = decide(current.as_ref(), &self.name, &self.identity, jiff::Timestamp::now(), self.duration);
+        let current = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|source| LeaderError::Get {
+                name: self.name.clone(),
+                source,
+            })?;
+        let decision = decide(
+            current.as_ref(),
+            &self.name,
+            &self.identity,
+            jiff::Timestamp::now(),
+            self.duration,
+        );
         let written = match decision {
             Decision::Follow { .. } => return Ok(false),
             Decision::Create(lease) => self.api.create(&PostParams::default(), &lease).await,
             // `replace` sends the resourceVersion we read: if another candidate wrote in
             // between, the API server refuses with 409 and we stay a follower.
-            Decision::Replace(lease) => self.api.replace(&self.name, &PostParams::default(), &lease).await,
+            Decision::Replace(lease) => {
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+            }
         };
         match written {
             Ok(_) => Ok(true),
             Err(error) if is_conflict(&error) => Ok(false),
-            Err(source) => Err(LeaderError::Write { name: self.name.clone(), source }),
+            Err(source) => Err(LeaderError::Write {
+                name: self.name.clone(),
+                source,
+            }),
         }
     }
 
     /// Gives the Lease up (on shutdown) so another replica takes over at once.
     pub async fn release(&self) -> Result<(), LeaderError> {
-        let Some(mut lease) = self.api.get_opt(&self.name).await.map_err(|source| LeaderError::Get { name: self.name.clone(), source })? else {
+        let Some(mut lease) =
+            self.api
+                .get_opt(&self.name)
+                .await
+                .map_err(|source| LeaderError::Get {
+                    name: self.name.clone(),
+                    source,
+                })?
+        else {
             return Ok(());
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -120,10 +166,17 @@ impl LeaseLock {
             return Ok(());
         }
         spec.holder_identity = None;
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(error) if is_conflict(&error) => Ok(()),
-            Err(source) => Err(LeaderError::Write { name: self.name.clone(), source }),
+            Err(source) => Err(LeaderError::Write {
+                name: self.name.clone(),
+                source,
+            }),
         }
     }
 
@@ -158,7 +211,11 @@ mod tests {
 
     fn held_by(holder: &str, renewed: &str) -> Lease {
         Lease {
-            metadata: ObjectMeta { name: Some("saint-operator".into()), resource_version: Some("42".into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some("saint-operator".into()),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
             spec: Some(LeaseSpec {
                 holder_identity: Some(holder.into()),
                 lease_duration_seconds: Some(15),
@@ -172,23 +229,49 @@ mod tests {
 
     #[test]
     fn no_lease_means_create_one_held_by_us() {
-        let Decision::Create(lease) = decide(None, "saint-operator", "pod-a", at("2026-01-01T00:00:00Z"), Duration::from_secs(15)) else {
+        let Decision::Create(lease) = decide(
+            None,
+            "saint-operator",
+            "pod-a",
+            at("2026-01-01T00:00:00Z"),
+            Duration::from_secs(15),
+        ) else {
             panic!("expected create");
         };
-        assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("pod-a"));
+        assert_eq!(
+            lease.spec.unwrap().holder_identity.as_deref(),
+            Some("pod-a")
+        );
     }
 
     #[test]
     fn a_live_lease_of_someone_else_is_followed() {
         let lease = held_by("pod-b", "2026-01-01T00:00:00Z");
-        let decision = decide(Some(&lease), "saint-operator", "pod-a", at("2026-01-01T00:00:10Z"), Duration::from_secs(15));
-        assert_eq!(decision, Decision::Follow { holder: "pod-b".into() });
+        let decision = decide(
+            Some(&lease),
+            "saint-operator",
+            "pod-a",
+            at("2026-01-01T00:00:10Z"),
+            Duration::from_secs(15),
+        );
+        assert_eq!(
+            decision,
+            Decision::Follow {
+                holder: "pod-b".into()
+            }
+        );
     }
 
     #[test]
     fn an_expired_lease_is_taken_over_with_the_read_resource_version() {
         let lease = held_by("pod-b", "2026-01-01T00:00:00Z");
-        let Decision::Replace(next) = decide(Some(&lease), "saint-operator", "pod-a", at("2026-01-01T00:00:16Z"), Duration::from_secs(15)) else {
+        let Decision::Replace(next) = decide(
+            Some(&lease),
+            "saint-operator",
+            "pod-a",
+            at("2026-01-01T00:00:16Z"),
+            Duration::from_secs(15),
+        ) else {
             panic!("expected take-over");
         };
         assert_eq!(next.metadata.resource_version.as_deref(), Some("42"));
@@ -200,12 +283,21 @@ mod tests {
     #[test]
     fn our_own_lease_is_renewed_keeping_acquire_time() {
         let lease = held_by("pod-a", "2026-01-01T00:00:00Z");
-        let Decision::Replace(next) = decide(Some(&lease), "saint-operator", "pod-a", at("2026-01-01T00:00:05Z"), Duration::from_secs(15)) else {
+        let Decision::Replace(next) = decide(
+            Some(&lease),
+            "saint-operator",
+            "pod-a",
+            at("2026-01-01T00:00:05Z"),
+            Duration::from_secs(15),
+        ) else {
             panic!("expected renew");
         };
         let spec = next.spec.unwrap();
         assert_eq!(spec.renew_time, Some(MicroTime(at("2026-01-01T00:00:05Z"))));
-        assert_eq!(spec.acquire_time, Some(MicroTime(at("2026-01-01T00:00:00Z"))));
+        assert_eq!(
+            spec.acquire_time,
+            Some(MicroTime(at("2026-01-01T00:00:00Z")))
+        );
         assert_eq!(spec.lease_transitions, Some(2));
     }
 }

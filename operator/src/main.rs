@@ -11,7 +11,8 @@ use std::{
 use anyhow::Context as _;
 use clap::Parser;
 use saint_operator::{
-    api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller, settings::OperatorSettings, web,
+    api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller,
+    settings::OperatorSettings, web,
 };
 use tokio::sync::watch;
 
@@ -54,7 +55,11 @@ struct Arguments {
     identity: Option<String>,
     /// CIDR of an API server endpoint the bot pods may reach (repeat or comma-separate).
     /// Absent: discovered from the `default/kubernetes` EndpointSlices at start-up.
-    #[arg(long = "api-server-cidr", env = "SAINT_API_SERVER_CIDRS", value_delimiter = ',')]
+    #[arg(
+        long = "api-server-cidr",
+        env = "SAINT_API_SERVER_CIDRS",
+        value_delimiter = ','
+    )]
     api_server_cidrs: Vec<String>,
     /// Port of the API server endpoints (used with --api-server-cidr).
     #[arg(long, env = "SAINT_API_SERVER_PORT", default_value_t = 6443)]
@@ -62,11 +67,14 @@ struct Arguments {
 }
 
 fn own_namespace() -> Option<String> {
-    std::env::var("POD_NAMESPACE").ok().filter(|namespace| !namespace.is_empty()).or_else(|| {
-        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            .ok()
-            .map(|text| text.trim().to_string())
-    })
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|namespace| !namespace.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|text| text.trim().to_string())
+        })
 }
 
 fn host_name() -> String {
@@ -77,7 +85,8 @@ fn host_name() -> String {
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
 async fn termination() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler installs");
     tokio::select! {
         _ = terminate.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
@@ -94,7 +103,9 @@ async fn main() {
     let arguments = Arguments::parse();
     tracing_subscriber::fmt()
         .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     if let Err(error) = run(arguments).await {
         eprintln!("saint-operator: {error:#}");
@@ -103,18 +114,28 @@ async fn main() {
 }
 
 async fn run(arguments: Arguments) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await.context("failed to configure the Kubernetes client")?;
-    let version = client.apiserver_version().await.context("failed to reach the Kubernetes API server")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to configure the Kubernetes client")?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("failed to reach the Kubernetes API server")?;
     tracing::info!(version = %version.git_version, "connected to the API server");
 
-    let (mut api_server_cidrs, mut api_server_port) = (arguments.api_server_cidrs.clone(), arguments.api_server_port);
+    let (mut api_server_cidrs, mut api_server_port) = (
+        arguments.api_server_cidrs.clone(),
+        arguments.api_server_port,
+    );
     if api_server_cidrs.is_empty() {
         match api_server::discover(&client).await {
             Ok((cidrs, port)) => {
                 api_server_cidrs = cidrs;
                 api_server_port = port.unwrap_or(api_server_port);
             }
-            Err(error) => tracing::warn!(%error, "failed to discover API server endpoints; bot pods get no API egress rule"),
+            Err(error) => {
+                tracing::warn!(%error, "failed to discover API server endpoints; bot pods get no API egress rule")
+            }
         }
     }
     let settings = OperatorSettings {
@@ -138,7 +159,10 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(arguments.listen_address)
         .await
         .with_context(|| format!("failed to listen on {}", arguments.listen_address))?;
-    let web_state = web::WebState { metrics: metrics.clone(), ready };
+    let web_state = web::WebState {
+        metrics: metrics.clone(),
+        ready,
+    };
     let mut web_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
         axum::serve(listener, web::app(web_state))
@@ -146,12 +170,26 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
             .await
     });
 
-    let context = Arc::new(saintbot_controller::Context::new(client.clone(), settings, metrics));
+    let context = Arc::new(saintbot_controller::Context::new(
+        client.clone(),
+        settings,
+        metrics,
+    ));
     if arguments.leader_election {
-        let lease_namespace = arguments.lease_namespace.clone().or_else(own_namespace).unwrap_or_else(|| "default".to_string());
+        let lease_namespace = arguments
+            .lease_namespace
+            .clone()
+            .or_else(own_namespace)
+            .unwrap_or_else(|| "default".to_string());
         let identity = arguments.identity.clone().unwrap_or_else(host_name);
         let duration = Duration::from_secs(arguments.lease_duration_seconds);
-        let lock = Arc::new(LeaseLock::new(client.clone(), &lease_namespace, &arguments.lease_name, &identity, duration));
+        let lock = Arc::new(LeaseLock::new(
+            client.clone(),
+            &lease_namespace,
+            &arguments.lease_name,
+            &identity,
+            duration,
+        ));
         let (leading_sender, mut leading) = watch::channel(false);
         let elector = tokio::spawn({
             let lock = lock.clone();
@@ -185,9 +223,15 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         }
     } else {
         let mut stop = shutdown.clone();
-        saintbot_controller::run(context, arguments.namespace.clone(), async move { wait_for(&mut stop, true).await }).await;
+        saintbot_controller::run(context, arguments.namespace.clone(), async move {
+            wait_for(&mut stop, true).await
+        })
+        .await;
     }
-    server.await.context("web server task failed")?.context("web server failed")?;
+    server
+        .await
+        .context("web server task failed")?
+        .context("web server failed")?;
     tracing::info!("stopped");
     Ok(())
 }

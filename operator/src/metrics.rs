@@ -1,10 +1,7 @@
 //! Prometheus metrics of the operator: reconciles, errors, reconcile duration and bots by
 //! readiness. Shared by the controller (writes) and the web server (encodes).
 
-use std::{
-    collections::BTreeMap,
-    sync::Mutex,
-};
+use std::{collections::BTreeMap, sync::Mutex};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -47,27 +44,61 @@ impl Default for Metrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]);
         let bots = Family::<ReadinessLabels, Gauge>::default();
-        registry.register("reconciles", "SaintBot reconciles started", reconciles.clone());
-        registry.register("reconcile_errors", "SaintBot reconciles that failed, by reason", errors.clone());
-        registry.register("reconcile_duration_seconds", "Duration of SaintBot reconciles", duration.clone());
+        registry.register(
+            "reconciles",
+            "SaintBot reconciles started",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "SaintBot reconciles that failed, by reason",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of SaintBot reconciles",
+            duration.clone(),
+        );
         registry.register("bots", "SaintBots by Ready condition", bots.clone());
-        Self { registry, reconciles, errors, duration, bots, readiness: Mutex::new(BTreeMap::new()) }
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            bots,
+            readiness: Mutex::new(BTreeMap::new()),
+        }
     }
 }
 
 impl Metrics {
     /// Counts a failure.
     pub fn record_error(&self, reason: &str) {
-        self.errors.get_or_create(&ErrorLabels { reason: reason.to_string() }).inc();
+        self.errors
+            .get_or_create(&ErrorLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Records whether the bot `key` (`namespace/name`) is ready, and refreshes the gauge.
     pub fn record_readiness(&self, key: String, ready: bool) {
-        let mut readiness = self.readiness.lock().expect("readiness lock is never poisoned");
+        let mut readiness = self
+            .readiness
+            .lock()
+            .expect("readiness lock is never poisoned");
         readiness.insert(key, ready);
         let ready_count = readiness.values().filter(|ready| **ready).count() as i64;
-        self.bots.get_or_create(&ReadinessLabels { ready: "true".to_string() }).set(ready_count);
-        self.bots.get_or_create(&ReadinessLabels { ready: "false".to_string() }).set(readiness.len() as i64 - ready_count);
+        self.bots
+            .get_or_create(&ReadinessLabels {
+                ready: "true".to_string(),
+            })
+            .set(ready_count);
+        self.bots
+            .get_or_create(&ReadinessLabels {
+                ready: "false".to_string(),
+            })
+            .set(readiness.len() as i64 - ready_count);
     }
 
     /// The text exposition format.

@@ -16,7 +16,9 @@ fn selector_matches(
         None => true,
         // An unparsable selector selects nothing rather than everything: failing closed
         // keeps people out of a bot they were not meant to reach.
-        Some(selector) => Selector::try_from(selector.clone()).map(|parsed| parsed.matches(labels)).unwrap_or(false),
+        Some(selector) => Selector::try_from(selector.clone())
+            .map(|parsed| parsed.matches(labels))
+            .unwrap_or(false),
     }
 }
 
@@ -24,14 +26,16 @@ fn selector_matches(
 /// the bot, and the bot's `contactSelector` (absent: all) matches the Contact's labels.
 pub fn bot_uses_contact(bot: &SaintBot, contact: &Contact) -> bool {
     bot.namespace() == contact.namespace()
-        && (contact.spec.bots.is_empty() || contact.spec.bots.iter().any(|name| *name == bot.name_any()))
+        && (contact.spec.bots.is_empty()
+            || contact.spec.bots.iter().any(|name| *name == bot.name_any()))
         && selector_matches(bot.spec.contact_selector.as_ref(), contact.labels())
 }
 
 /// Whether `bot` uses `role`: same namespace and the bot's `roleSelector` (absent: all)
 /// matches the Role's labels.
 pub fn bot_uses_role(bot: &SaintBot, role: &Role) -> bool {
-    bot.namespace() == role.namespace() && selector_matches(bot.spec.role_selector.as_ref(), role.labels())
+    bot.namespace() == role.namespace()
+        && selector_matches(bot.spec.role_selector.as_ref(), role.labels())
 }
 
 #[cfg(test)]
@@ -59,21 +63,42 @@ mod tests {
 
     #[test]
     fn contacts_without_bots_belong_to_every_bot_in_their_namespace() {
-        assert!(bot_uses_contact(&bot("my-bot", serde_json::json!({})), &contact("acme", serde_json::json!({}), &[])));
-        assert!(!bot_uses_contact(&bot("my-bot", serde_json::json!({})), &contact("other", serde_json::json!({}), &[])));
+        assert!(bot_uses_contact(
+            &bot("my-bot", serde_json::json!({})),
+            &contact("acme", serde_json::json!({}), &[])
+        ));
+        assert!(!bot_uses_contact(
+            &bot("my-bot", serde_json::json!({})),
+            &contact("other", serde_json::json!({}), &[])
+        ));
     }
 
     #[test]
     fn contacts_naming_bots_belong_only_to_those() {
         let named = contact("acme", serde_json::json!({}), &["other-bot"]);
-        assert!(!bot_uses_contact(&bot("my-bot", serde_json::json!({})), &named));
-        assert!(bot_uses_contact(&bot("other-bot", serde_json::json!({})), &named));
+        assert!(!bot_uses_contact(
+            &bot("my-bot", serde_json::json!({})),
+            &named
+        ));
+        assert!(bot_uses_contact(
+            &bot("other-bot", serde_json::json!({})),
+            &named
+        ));
     }
 
     #[test]
     fn the_contact_selector_filters_by_labels() {
-        let selective = bot("my-bot", serde_json::json!({"contactSelector": {"matchLabels": {"team": "sales"}}}));
-        assert!(bot_uses_contact(&selective, &contact("acme", serde_json::json!({"team": "sales"}), &[])));
-        assert!(!bot_uses_contact(&selective, &contact("acme", serde_json::json!({"team": "ops"}), &[])));
+        let selective = bot(
+            "my-bot",
+            serde_json::json!({"contactSelector": {"matchLabels": {"team": "sales"}}}),
+        );
+        assert!(bot_uses_contact(
+            &selective,
+            &contact("acme", serde_json::json!({"team": "sales"}), &[])
+        ));
+        assert!(!bot_uses_contact(
+            &selective,
+            &contact("acme", serde_json::json!({"team": "ops"}), &[])
+        ));
     }
 }

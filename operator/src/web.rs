@@ -33,7 +33,10 @@ async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<WebState>) -> impl IntoResponse {
     (
-        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.encode(),
     )
 }
@@ -56,17 +59,31 @@ mod tests {
     use super::*;
 
     async fn get_text(app: Router, path: &str) -> (StatusCode, String) {
-        let response = app.oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        let response = app
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
         let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
     }
 
     #[tokio::test]
     async fn readyz_follows_the_ready_flag_and_healthz_is_always_ok() {
-        let state = WebState { metrics: Arc::new(Metrics::default()), ready: Arc::new(AtomicBool::new(false)) };
-        assert_eq!(get_text(app(state.clone()), "/healthz").await.0, StatusCode::OK);
-        assert_eq!(get_text(app(state.clone()), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        let state = WebState {
+            metrics: Arc::new(Metrics::default()),
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        assert_eq!(
+            get_text(app(state.clone()), "/healthz").await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            get_text(app(state.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         state.ready.store(true, Ordering::Relaxed);
         assert_eq!(get_text(app(state), "/readyz").await.0, StatusCode::OK);
     }
@@ -79,13 +96,28 @@ mod tests {
         metrics.duration.observe(0.2);
         metrics.record_readiness("acme/my-bot".into(), true);
         metrics.record_readiness("acme/other-bot".into(), false);
-        let state = WebState { metrics, ready: Arc::new(AtomicBool::new(true)) };
+        let state = WebState {
+            metrics,
+            ready: Arc::new(AtomicBool::new(true)),
+        };
         let (status, text) = get_text(app(state), "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(text.contains("saint_operator_reconciles_total 1"), "{text}");
-        assert!(text.contains("saint_operator_reconcile_errors_total{reason=\"Apply\"} 1"), "{text}");
-        assert!(text.contains("saint_operator_reconcile_duration_seconds_count 1"), "{text}");
-        assert!(text.contains("saint_operator_bots{ready=\"true\"} 1"), "{text}");
-        assert!(text.contains("saint_operator_bots{ready=\"false\"} 1"), "{text}");
+        assert!(
+            text.contains("saint_operator_reconcile_errors_total{reason=\"Apply\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("saint_operator_reconcile_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("saint_operator_bots{ready=\"true\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("saint_operator_bots{ready=\"false\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -24,11 +24,20 @@ fn every_child_matches_its_golden_file() {
     assert_golden("role.yaml", &yaml(&children.role));
     assert_golden("role-binding.yaml", &yaml(&children.role_binding));
     assert_golden("config-map.yaml", &yaml(&children.config_map));
-    assert_golden("persona-config-map.yaml", &yaml(&children.persona_config_map));
+    assert_golden(
+        "persona-config-map.yaml",
+        &yaml(&children.persona_config_map),
+    );
     assert_golden("workspace-claim.yaml", &yaml(&children.workspace_claim));
     assert_golden("service.yaml", &yaml(&children.service));
-    assert_golden("agent-network-policy.yaml", &yaml(&children.agent_network_policy));
-    assert_golden("sandbox-network-policy.yaml", &yaml(&children.sandbox_network_policy));
+    assert_golden(
+        "agent-network-policy.yaml",
+        &yaml(&children.agent_network_policy),
+    );
+    assert_golden(
+        "sandbox-network-policy.yaml",
+        &yaml(&children.sandbox_network_policy),
+    );
     assert_golden("deployment.yaml", &yaml(&children.deployment));
 }
 
@@ -43,16 +52,48 @@ fn rendered_config_matches_its_golden_file_and_parses_back() {
 fn children_have_the_expected_sorted_names() {
     let children = children();
     let mut names = vec![
-        format!("ConfigMap/{}", children.config_map.metadata.name.clone().unwrap()),
-        format!("ConfigMap/{}", children.persona_config_map.metadata.name.clone().unwrap()),
-        format!("Deployment/{}", children.deployment.metadata.name.clone().unwrap()),
-        format!("NetworkPolicy/{}", children.agent_network_policy.metadata.name.clone().unwrap()),
-        format!("NetworkPolicy/{}", children.sandbox_network_policy.metadata.name.clone().unwrap()),
-        format!("PersistentVolumeClaim/{}", children.workspace_claim.metadata.name.clone().unwrap()),
+        format!(
+            "ConfigMap/{}",
+            children.config_map.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "ConfigMap/{}",
+            children.persona_config_map.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "Deployment/{}",
+            children.deployment.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "NetworkPolicy/{}",
+            children.agent_network_policy.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "NetworkPolicy/{}",
+            children
+                .sandbox_network_policy
+                .metadata
+                .name
+                .clone()
+                .unwrap()
+        ),
+        format!(
+            "PersistentVolumeClaim/{}",
+            children.workspace_claim.metadata.name.clone().unwrap()
+        ),
         format!("Role/{}", children.role.metadata.name.clone().unwrap()),
-        format!("RoleBinding/{}", children.role_binding.metadata.name.clone().unwrap()),
-        format!("Service/{}", children.service.metadata.name.clone().unwrap()),
-        format!("ServiceAccount/{}", children.service_account.metadata.name.clone().unwrap()),
+        format!(
+            "RoleBinding/{}",
+            children.role_binding.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "Service/{}",
+            children.service.metadata.name.clone().unwrap()
+        ),
+        format!(
+            "ServiceAccount/{}",
+            children.service_account.metadata.name.clone().unwrap()
+        ),
     ];
     names.sort();
     assert_eq!(
@@ -77,9 +118,23 @@ fn the_agent_role_never_grants_secrets_or_wildcards() {
     let role = rbac::agent_role(&validated("acme.yaml"));
     for rule in role.rules.unwrap() {
         let resources = rule.resources.unwrap_or_default();
-        assert!(!resources.iter().any(|resource| resource == "secrets" || resource == "*"), "{resources:?}");
-        assert!(!rule.verbs.iter().any(|verb| verb == "*" || verb == "escalate" || verb == "bind" || verb == "impersonate"));
-        assert!(!rule.api_groups.unwrap_or_default().iter().any(|group| group == "*"));
+        assert!(
+            !resources
+                .iter()
+                .any(|resource| resource == "secrets" || resource == "*"),
+            "{resources:?}"
+        );
+        assert!(!rule.verbs.iter().any(|verb| verb == "*"
+            || verb == "escalate"
+            || verb == "bind"
+            || verb == "impersonate"));
+        assert!(
+            !rule
+                .api_groups
+                .unwrap_or_default()
+                .iter()
+                .any(|group| group == "*")
+        );
     }
 }
 
@@ -94,9 +149,22 @@ fn secret_names(container: &Container) -> Vec<String> {
         .env
         .iter()
         .flatten()
-        .filter_map(|variable| variable.value_from.as_ref()?.secret_key_ref.as_ref().map(|secret| secret.name.clone()))
+        .filter_map(|variable| {
+            variable
+                .value_from
+                .as_ref()?
+                .secret_key_ref
+                .as_ref()
+                .map(|secret| secret.name.clone())
+        })
         .collect();
-    names.extend(container.env_from.iter().flatten().filter_map(|source| source.secret_ref.as_ref().map(|secret| secret.name.clone())));
+    names.extend(
+        container
+            .env_from
+            .iter()
+            .flatten()
+            .filter_map(|source| source.secret_ref.as_ref().map(|secret| secret.name.clone())),
+    );
     names
 }
 
@@ -107,25 +175,61 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
     assert_eq!(porter.name, "porter");
     let mut agent_secrets = secret_names(&agent);
     agent_secrets.sort();
-    assert_eq!(agent_secrets, vec!["acme-channels", "acme-channels", "acme-llm"]);
-    assert!(secret_names(&porter).iter().all(|name| name == "acme-google"), "{:?}", secret_names(&porter));
-    assert!(!porter.volume_mounts.iter().flatten().any(|mount| mount.name == "kube-api-access"));
+    assert_eq!(
+        agent_secrets,
+        vec!["acme-channels", "acme-channels", "acme-llm"]
+    );
+    assert!(
+        secret_names(&porter)
+            .iter()
+            .all(|name| name == "acme-google"),
+        "{:?}",
+        secret_names(&porter)
+    );
+    assert!(
+        !porter
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|mount| mount.name == "kube-api-access")
+    );
 }
 
 #[test]
 fn cli_credentials_reach_only_the_porter_container() {
     let (agent, porter) = containers();
     assert!(agent.env_from.is_none());
-    assert!(!agent.volume_mounts.iter().flatten().any(|mount| mount.name == "porter-secrets"));
-    assert!(porter.volume_mounts.iter().flatten().any(|mount| mount.name == "porter-secrets" && mount.read_only == Some(true)));
+    assert!(
+        !agent
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|mount| mount.name == "porter-secrets")
+    );
+    assert!(
+        porter
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|mount| mount.name == "porter-secrets" && mount.read_only == Some(true))
+    );
     assert_eq!(secret_names(&porter), vec!["acme-google"]);
 }
 
 #[test]
 fn pods_are_pod_security_restricted() {
     let deployment = children().deployment;
-    let pod = deployment.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    let sandbox_job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated("acme.yaml"));
+    let pod = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .clone()
+        .unwrap();
+    let sandbox_job = saint_operator::saintbot_controller::build::sandbox_job::job_template(
+        &validated("acme.yaml"),
+    );
     let sandbox_pod = sandbox_job.spec.unwrap().template.spec.unwrap();
     for pod in [pod, sandbox_pod] {
         let pod_context = pod.security_context.clone().unwrap();
@@ -134,25 +238,63 @@ fn pods_are_pod_security_restricted() {
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert!(pod.host_network.is_none() && pod.host_pid.is_none() && pod.host_ipc.is_none());
         for volume in pod.volumes.iter().flatten() {
-            assert!(volume.host_path.is_none(), "hostPath volume {}", volume.name);
+            assert!(
+                volume.host_path.is_none(),
+                "hostPath volume {}",
+                volume.name
+            );
         }
         for container in &pod.containers {
             let context = container.security_context.clone().unwrap();
-            assert_eq!(context.allow_privilege_escalation, Some(false), "{}", container.name);
-            assert_eq!(context.read_only_root_filesystem, Some(true), "{}", container.name);
-            assert_eq!(context.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]), "{}", container.name);
+            assert_eq!(
+                context.allow_privilege_escalation,
+                Some(false),
+                "{}",
+                container.name
+            );
+            assert_eq!(
+                context.read_only_root_filesystem,
+                Some(true),
+                "{}",
+                container.name
+            );
+            assert_eq!(
+                context.capabilities.unwrap().drop,
+                Some(vec!["ALL".to_string()]),
+                "{}",
+                container.name
+            );
             let resources = container.resources.clone().unwrap();
-            assert!(resources.requests.is_some() && resources.limits.is_some(), "{}", container.name);
+            assert!(
+                resources.requests.is_some() && resources.limits.is_some(),
+                "{}",
+                container.name
+            );
         }
     }
 }
 
 #[test]
 fn the_sandbox_template_has_no_secrets_no_token_and_sandbox_labels() {
-    let job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated("acme.yaml"));
+    let job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated(
+        "acme.yaml",
+    ));
     let text = serde_json::to_string(&job).unwrap();
-    assert!(!text.contains("secret"), "sandbox Job mentions a secret: {text}");
-    let labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    assert!(
+        !text.contains("secret"),
+        "sandbox Job mentions a secret: {text}"
+    );
+    let labels = job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
     assert_eq!(labels["saint.work/sandbox"], "true");
     assert_eq!(labels["saint.work/bot"], "my-bot");
     let spec = job.spec.unwrap();
@@ -171,23 +313,42 @@ fn the_sandbox_template_has_no_secrets_no_token_and_sandbox_labels() {
 #[test]
 fn a_contact_change_re_renders_the_config_but_keeps_the_pod() {
     let (bot, mut dereferenced) = load("acme.yaml");
-    let before = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
+    let before =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap();
     dereferenced.contacts[0].spec.identifiers.email = Some("ana.new@acme.hr".to_string());
-    let after = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
-    assert_ne!(build_children(&before).config_map, build_children(&after).config_map);
-    assert_eq!(build_children(&before).deployment, build_children(&after).deployment);
+    let after =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap();
+    assert_ne!(
+        build_children(&before).config_map,
+        build_children(&after).config_map
+    );
+    assert_eq!(
+        build_children(&before).deployment,
+        build_children(&after).deployment
+    );
 }
 
 #[test]
 fn an_image_or_channel_change_rolls_the_pod() {
     let (mut bot, dereferenced) = load("acme.yaml");
-    let before = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    let before = restart_hash(
+        &saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap(),
+    );
     bot.spec.images.agent = Some("registry.example/agent:next".to_string());
-    let image_changed = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    let image_changed = restart_hash(
+        &saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap(),
+    );
     assert_ne!(before, image_changed);
     let (mut bot, dereferenced) = load("acme.yaml");
     bot.spec.channels.pop();
-    let channel_changed = restart_hash(&saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap());
+    let channel_changed = restart_hash(
+        &saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap(),
+    );
     assert_ne!(before, channel_changed);
 }
 
@@ -195,15 +356,22 @@ fn an_image_or_channel_change_rolls_the_pod() {
 fn suspend_scales_to_zero() {
     let (mut bot, dereferenced) = load("acme.yaml");
     bot.spec.suspend = true;
-    let validated = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap();
-    assert_eq!(build_children(&validated).deployment.spec.unwrap().replicas, Some(0));
+    let validated =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap();
+    assert_eq!(
+        build_children(&validated).deployment.spec.unwrap().replicas,
+        Some(0)
+    );
 }
 
 #[test]
 fn a_missing_default_role_is_refused_with_role_not_found() {
     let (mut bot, dereferenced) = load("acme.yaml");
     bot.spec.default_role = "visitor".to_string();
-    let error = saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings()).unwrap_err();
+    let error =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap_err();
     assert_eq!(error.reason(), "RoleNotFound");
     assert!(error.to_string().contains("spec.defaultRole"), "{error}");
 }

@@ -19,10 +19,19 @@ fn crds_directory_matches_the_generated_crds() {
     }
     let mut found: Vec<String> = std::fs::read_dir(&directory)
         .expect("crds/ exists")
-        .map(|entry| entry.expect("readable entry").file_name().to_string_lossy().into_owned())
+        .map(|entry| {
+            entry
+                .expect("readable entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter(|name| name.ends_with(".yaml"))
         .collect();
     found.sort();
     expected_files.sort();
-    assert_eq!(found, expected_files, "crds/ holds files crdgen does not write; delete them");
+    assert_eq!(
+        found, expected_files,
+        "crds/ holds files crdgen does not write; delete them"
+    );
 }

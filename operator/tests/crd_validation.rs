@@ -54,44 +54,84 @@ fn a_well_formed_contact_passes() {
 
 #[test]
 fn a_phone_that_is_not_e164_is_refused_naming_the_field() {
-    let bad = contact(serde_json::json!({"displayName": "Ana", "role": "owner", "identifiers": {"phone": "099 123 4567"}}));
+    let bad = contact(
+        serde_json::json!({"displayName": "Ana", "role": "owner", "identifiers": {"phone": "099 123 4567"}}),
+    );
     let messages = errors(&bad);
     assert_eq!(messages.len(), 1, "{messages:?}");
-    assert!(messages[0].starts_with("identifiers.phone must be E.164"), "{messages:?}");
+    assert!(
+        messages[0].starts_with("identifiers.phone must be E.164"),
+        "{messages:?}"
+    );
 }
 
 #[test]
 fn a_bad_email_and_a_bad_role_name_are_both_refused() {
-    let bad = contact(serde_json::json!({"displayName": "Ana", "role": "Owner!", "identifiers": {"email": "ana-at-acme"}}));
+    let bad = contact(
+        serde_json::json!({"displayName": "Ana", "role": "Owner!", "identifiers": {"email": "ana-at-acme"}}),
+    );
     let messages = errors(&bad).join("\n");
-    assert!(messages.contains("identifiers.email must be an email address"), "{messages}");
-    assert!(messages.contains("role must be a DNS-1123 label"), "{messages}");
+    assert!(
+        messages.contains("identifiers.email must be an email address"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("role must be a DNS-1123 label"),
+        "{messages}"
+    );
 }
 
 #[test]
 fn role_tools_must_be_known_tools_groups_or_globs() {
-    let good = role("employee", serde_json::json!({"tools": {"allow": ["exec", "group:web", "sessions_*"], "deny": ["group:runtime"]}}));
+    let good = role(
+        "employee",
+        serde_json::json!({"tools": {"allow": ["exec", "group:web", "sessions_*"], "deny": ["group:runtime"]}}),
+    );
     assert_eq!(errors(&good), Vec::<String>::new());
-    let bad = role("employee", serde_json::json!({"tools": {"allow": ["shell"], "deny": ["group:nope"]}}));
+    let bad = role(
+        "employee",
+        serde_json::json!({"tools": {"allow": ["shell"], "deny": ["group:nope"]}}),
+    );
     let messages = errors(&bad).join("\n");
-    assert!(messages.contains("tools.allow entries must be known tools"), "{messages}");
-    assert!(messages.contains("tools.deny entries must be known tools"), "{messages}");
+    assert!(
+        messages.contains("tools.allow entries must be known tools"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("tools.deny entries must be known tools"),
+        "{messages}"
+    );
 }
 
 #[test]
 fn a_negative_budget_and_a_bad_role_name_are_refused() {
-    let bad = role("Bad_Name", serde_json::json!({"budget": {"usd": -1.0, "period": "month"}}));
+    let bad = role(
+        "Bad_Name",
+        serde_json::json!({"budget": {"usd": -1.0, "period": "month"}}),
+    );
     let messages = errors(&bad).join("\n");
     assert!(messages.contains("budget.usd must be ≥ 0"), "{messages}");
-    assert!(messages.contains("metadata.name of a Role must be a DNS-1123 label"), "{messages}");
+    assert!(
+        messages.contains("metadata.name of a Role must be a DNS-1123 label"),
+        "{messages}"
+    );
 }
 
 #[test]
 fn unknown_bootstrap_files_and_lonely_wildcard_skills_are_checked() {
-    let bad = role("owner", serde_json::json!({"bootstrap": ["SOUL.md", "SECRETS.md"], "skills": ["*", "scheduling"]}));
+    let bad = role(
+        "owner",
+        serde_json::json!({"bootstrap": ["SOUL.md", "SECRETS.md"], "skills": ["*", "scheduling"]}),
+    );
     let messages = errors(&bad).join("\n");
-    assert!(messages.contains("bootstrap entries must be one of"), "{messages}");
-    assert!(messages.contains("skills: '*' (all skills) must be the only entry"), "{messages}");
+    assert!(
+        messages.contains("bootstrap entries must be one of"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("skills: '*' (all skills) must be the only entry"),
+        "{messages}"
+    );
 }
 
 #[test]
@@ -101,8 +141,14 @@ fn secret_key_references_need_name_and_key() {
         "channels": [{"name": "wa", "kind": "whatsapp", "secrets": {"accessToken": {"name": "", "key": "token"}}}],
     }));
     let messages = errors(&bad).join("\n");
-    assert!(messages.contains("model.apiKeySecretRef must name both a Secret"), "{messages}");
-    assert!(messages.contains("channels[].secrets values must name both a Secret"), "{messages}");
+    assert!(
+        messages.contains("model.apiKeySecretRef must name both a Secret"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("channels[].secrets values must name both a Secret"),
+        "{messages}"
+    );
 }
 
 #[test]
@@ -113,21 +159,43 @@ fn duplicate_channel_names_and_relative_cli_paths_are_refused() {
         "porter": {"clis": [{"name": "gh", "bin": "gh"}]},
     }));
     let messages = errors(&bad).join("\n");
-    assert!(messages.contains("channels[].name must be unique"), "{messages}");
-    assert!(messages.contains("porter.clis[].bin must be an absolute path"), "{messages}");
+    assert!(
+        messages.contains("channels[].name must be unique"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("porter.clis[].bin must be an absolute path"),
+        "{messages}"
+    );
 }
 
 #[test]
 fn crds_have_status_subresource_short_names_and_list_map_conditions() {
     use kube::CustomResourceExt;
     let bot_crd = serde_json::to_value(SaintBot::crd()).unwrap();
-    assert_eq!(bot_crd["spec"]["names"]["shortNames"], serde_json::json!(["sbot"]));
-    assert_eq!(bot_crd["spec"]["versions"][0]["subresources"]["status"], serde_json::json!({}));
-    let conditions = &bot_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(
+        bot_crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["sbot"])
+    );
+    assert_eq!(
+        bot_crd["spec"]["versions"][0]["subresources"]["status"],
+        serde_json::json!({})
+    );
+    let conditions = &bot_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["conditions"];
     assert_eq!(conditions["x-kubernetes-list-type"], "map");
-    assert_eq!(conditions["x-kubernetes-list-map-keys"], serde_json::json!(["type"]));
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
     let role_crd = serde_json::to_value(Role::crd()).unwrap();
     let short_names = role_crd["spec"]["names"]["shortNames"].as_array().unwrap();
-    assert!(!short_names.iter().any(|name| name == "role"), "must not collide with RBAC role");
-    assert_eq!(serde_json::to_value(Contact::crd()).unwrap()["spec"]["names"]["shortNames"], serde_json::json!(["ct"]));
+    assert!(
+        !short_names.iter().any(|name| name == "role"),
+        "must not collide with RBAC role"
+    );
+    assert_eq!(
+        serde_json::to_value(Contact::crd()).unwrap()["spec"]["names"]["shortNames"],
+        serde_json::json!(["ct"])
+    );
 }

@@ -32,8 +32,16 @@ struct Expect {
     respond: Box<dyn FnOnce(Value) -> Value + Send>,
 }
 
-fn expect(method: Method, path: &str, respond: impl FnOnce(Value) -> Value + Send + 'static) -> Expect {
-    Expect { method, path: path.to_string(), respond: Box::new(respond) }
+fn expect(
+    method: Method,
+    path: &str,
+    respond: impl FnOnce(Value) -> Value + Send + 'static,
+) -> Expect {
+    Expect {
+        method,
+        path: path.to_string(),
+        respond: Box::new(respond),
+    }
 }
 
 /// Scenarios, named after what they prove.
@@ -69,7 +77,11 @@ fn apply_expectation(path: &str, expected: Value, extra_status: Option<Value>) -
 
 /// A status patch; the stand-in answers with `stored` carrying the patched status, as
 /// the API server answers with the whole object.
-fn status_expectation(path: &str, stored: Value, check: impl FnOnce(&Value) + Send + 'static) -> Expect {
+fn status_expectation(
+    path: &str,
+    stored: Value,
+    check: impl FnOnce(&Value) + Send + 'static,
+) -> Expect {
     expect(Method::PATCH, path, move |body| {
         check(&body["status"]);
         let mut stored = stored;
@@ -79,53 +91,134 @@ fn status_expectation(path: &str, stored: Value, check: impl FnOnce(&Value) + Se
 }
 
 fn event_expectation(reason: &'static str, type_: &'static str) -> Expect {
-    expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/acme/events", move |body| {
-        assert_eq!(body["reason"], reason, "{body}");
-        assert_eq!(body["type"], type_, "{body}");
-        assert_eq!(body["regarding"]["name"], "my-bot");
-        body
-    })
+    expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/acme/events",
+        move |body| {
+            assert_eq!(body["reason"], reason, "{body}");
+            assert_eq!(body["type"], type_, "{body}");
+            assert_eq!(body["regarding"]["name"], "my-bot");
+            body
+        },
+    )
 }
 
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == type_).unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|condition| condition["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
 fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value) -> Vec<Expect> {
     let (_, mut dereferenced) = load("acme.yaml");
     dereferenced.contacts = contacts.to_vec();
-    let validated = saint_operator::saintbot_controller::validate::validate(bot, &dereferenced, &settings()).unwrap();
+    let validated =
+        saint_operator::saintbot_controller::validate::validate(bot, &dereferenced, &settings())
+            .unwrap();
     let children = build_children(&validated);
     let namespace = "/namespaces/acme";
     vec![
-        apply_expectation(&format!("/api/v1{namespace}/serviceaccounts/my-bot-agent"), to_value(&children.service_account), None),
-        apply_expectation(&format!("/apis/rbac.authorization.k8s.io/v1{namespace}/roles/my-bot-agent"), to_value(&children.role), None),
-        apply_expectation(&format!("/apis/rbac.authorization.k8s.io/v1{namespace}/rolebindings/my-bot-agent"), to_value(&children.role_binding), None),
-        apply_expectation(&format!("/api/v1{namespace}/configmaps/my-bot-persona"), to_value(&children.persona_config_map), None),
-        apply_expectation(&format!("/api/v1{namespace}/configmaps/my-bot-config"), to_value(&children.config_map), None),
-        apply_expectation(&format!("/api/v1{namespace}/persistentvolumeclaims/my-bot-workspace"), to_value(&children.workspace_claim), None),
-        apply_expectation(&format!("/api/v1{namespace}/services/my-bot"), to_value(&children.service), None),
-        apply_expectation(&format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-sandbox"), to_value(&children.sandbox_network_policy), None),
-        apply_expectation(&format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-agent"), to_value(&children.agent_network_policy), None),
-        apply_expectation(&format!("/apis/apps/v1{namespace}/deployments/my-bot"), to_value(&children.deployment), Some(deployment_status)),
+        apply_expectation(
+            &format!("/api/v1{namespace}/serviceaccounts/my-bot-agent"),
+            to_value(&children.service_account),
+            None,
+        ),
+        apply_expectation(
+            &format!("/apis/rbac.authorization.k8s.io/v1{namespace}/roles/my-bot-agent"),
+            to_value(&children.role),
+            None,
+        ),
+        apply_expectation(
+            &format!("/apis/rbac.authorization.k8s.io/v1{namespace}/rolebindings/my-bot-agent"),
+            to_value(&children.role_binding),
+            None,
+        ),
+        apply_expectation(
+            &format!("/api/v1{namespace}/configmaps/my-bot-persona"),
+            to_value(&children.persona_config_map),
+            None,
+        ),
+        apply_expectation(
+            &format!("/api/v1{namespace}/configmaps/my-bot-config"),
+            to_value(&children.config_map),
+            None,
+        ),
+        apply_expectation(
+            &format!("/api/v1{namespace}/persistentvolumeclaims/my-bot-workspace"),
+            to_value(&children.workspace_claim),
+            None,
+        ),
+        apply_expectation(
+            &format!("/api/v1{namespace}/services/my-bot"),
+            to_value(&children.service),
+            None,
+        ),
+        apply_expectation(
+            &format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-sandbox"),
+            to_value(&children.sandbox_network_policy),
+            None,
+        ),
+        apply_expectation(
+            &format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-agent"),
+            to_value(&children.agent_network_policy),
+            None,
+        ),
+        apply_expectation(
+            &format!("/apis/apps/v1{namespace}/deployments/my-bot"),
+            to_value(&children.deployment),
+            Some(deployment_status),
+        ),
     ]
 }
 
 fn reads(contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect> {
     let contacts: Vec<Value> = contacts.iter().map(to_value).collect();
     vec![
-        expect(Method::GET, "/apis/saint.work/v1alpha1/namespaces/acme/contacts", move |_| list("ContactList", contacts)),
-        expect(Method::GET, "/apis/saint.work/v1alpha1/namespaces/acme/roles", move |_| list("RoleList", roles)),
-        expect(Method::GET, "/api/v1/namespaces/acme/configmaps/acme-persona", move |_| persona),
+        expect(
+            Method::GET,
+            "/apis/saint.work/v1alpha1/namespaces/acme/contacts",
+            move |_| list("ContactList", contacts),
+        ),
+        expect(
+            Method::GET,
+            "/apis/saint.work/v1alpha1/namespaces/acme/roles",
+            move |_| list("RoleList", roles),
+        ),
+        expect(
+            Method::GET,
+            "/api/v1/namespaces/acme/configmaps/acme-persona",
+            move |_| persona,
+        ),
     ]
 }
 
-fn contact_status_expectation(contacts: &[Contact], name: &'static str, reason: &'static str, conflicts: i64) -> Expect {
-    let stored = to_value(contacts.iter().find(|contact| contact.metadata.name.as_deref() == Some(name)).unwrap());
-    status_expectation(&format!("/apis/saint.work/v1alpha1/namespaces/acme/contacts/{name}/status"), stored, move |status| {
-        assert_eq!(condition(status, "Ready")["reason"], reason, "{name}: {status}");
-        assert_eq!(status["conflictCount"], conflicts, "{name}: {status}");
-    })
+fn contact_status_expectation(
+    contacts: &[Contact],
+    name: &'static str,
+    reason: &'static str,
+    conflicts: i64,
+) -> Expect {
+    let stored = to_value(
+        contacts
+            .iter()
+            .find(|contact| contact.metadata.name.as_deref() == Some(name))
+            .unwrap(),
+    );
+    status_expectation(
+        &format!("/apis/saint.work/v1alpha1/namespaces/acme/contacts/{name}/status"),
+        stored,
+        move |status| {
+            assert_eq!(
+                condition(status, "Ready")["reason"],
+                reason,
+                "{name}: {status}"
+            );
+            assert_eq!(status["conflictCount"], conflicts, "{name}: {status}");
+        },
+    )
 }
 
 fn ana_twin() -> Contact {
@@ -142,26 +235,39 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
     let (mut bot, dereferenced) = load("acme.yaml");
     let roles: Vec<Value> = dereferenced.roles.iter().map(to_value).collect();
     let persona = to_value(dereferenced.persona_config_map.as_ref().unwrap());
-    let not_ready = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 0});
+    let not_ready =
+        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 0});
     match which {
         Scenario::FirstReconcileAppliesEveryChild => {
             let hash = config_hash(&validated("acme.yaml"));
             let mut steps = reads(&dereferenced.contacts, roles, persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
-            steps.push(status_expectation("/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status", to_value(&bot), move |status| {
-                assert_eq!(status["observedGeneration"], 3);
-                assert_eq!(status["contacts"], 3);
-                assert_eq!(status["roles"], 4);
-                assert_eq!(status["conflicts"], 0);
-                assert_eq!(status["configHash"], hash);
-                assert_eq!(condition(status, "Ready")["status"], "False");
-                assert_eq!(condition(status, "Ready")["reason"], "PodNotReady");
-                assert_eq!(condition(status, "ConfigRendered")["status"], "True");
-                assert_eq!(condition(status, "IdentitiesLinked")["reason"], "AllLinked");
-                assert_eq!(condition(status, "Ready")["lastTransitionTime"], "2026-11-22T01:00:00Z");
-            }));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                move |status| {
+                    assert_eq!(status["observedGeneration"], 3);
+                    assert_eq!(status["contacts"], 3);
+                    assert_eq!(status["roles"], 4);
+                    assert_eq!(status["conflicts"], 0);
+                    assert_eq!(status["configHash"], hash);
+                    assert_eq!(condition(status, "Ready")["status"], "False");
+                    assert_eq!(condition(status, "Ready")["reason"], "PodNotReady");
+                    assert_eq!(condition(status, "ConfigRendered")["status"], "True");
+                    assert_eq!(condition(status, "IdentitiesLinked")["reason"], "AllLinked");
+                    assert_eq!(
+                        condition(status, "Ready")["lastTransitionTime"],
+                        "2026-11-22T01:00:00Z"
+                    );
+                },
+            ));
             for name in ["acme-ana", "acme-marko", "acme-ivan"] {
-                steps.push(contact_status_expectation(&dereferenced.contacts, name, "Linked", 0));
+                steps.push(contact_status_expectation(
+                    &dereferenced.contacts,
+                    name,
+                    "Linked",
+                    0,
+                ));
             }
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
@@ -172,18 +278,48 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             contacts.push(ana_twin());
             let mut steps = reads(&contacts, roles, persona);
             steps.extend(child_applies(&bot, &contacts, not_ready));
-            steps.push(status_expectation("/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status", to_value(&bot), |status| {
-                assert_eq!(status["contacts"], 4);
-                assert_eq!(status["conflicts"], 1);
-                let linked = condition(status, "IdentitiesLinked");
-                assert_eq!(linked["status"], "False");
-                assert_eq!(linked["reason"], "IdentifierConflict");
-                assert!(linked["message"].as_str().unwrap().contains("whatsapp:+385991234567"), "{linked}");
-            }));
-            steps.push(contact_status_expectation(&contacts, "acme-ana", "IdentifierConflict", 1));
-            steps.push(contact_status_expectation(&contacts, "acme-marko", "Linked", 0));
-            steps.push(contact_status_expectation(&contacts, "acme-ivan", "Linked", 0));
-            steps.push(contact_status_expectation(&contacts, "acme-twin", "IdentifierConflict", 1));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    assert_eq!(status["contacts"], 4);
+                    assert_eq!(status["conflicts"], 1);
+                    let linked = condition(status, "IdentitiesLinked");
+                    assert_eq!(linked["status"], "False");
+                    assert_eq!(linked["reason"], "IdentifierConflict");
+                    assert!(
+                        linked["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("whatsapp:+385991234567"),
+                        "{linked}"
+                    );
+                },
+            ));
+            steps.push(contact_status_expectation(
+                &contacts,
+                "acme-ana",
+                "IdentifierConflict",
+                1,
+            ));
+            steps.push(contact_status_expectation(
+                &contacts,
+                "acme-marko",
+                "Linked",
+                0,
+            ));
+            steps.push(contact_status_expectation(
+                &contacts,
+                "acme-ivan",
+                "Linked",
+                0,
+            ));
+            steps.push(contact_status_expectation(
+                &contacts,
+                "acme-twin",
+                "IdentifierConflict",
+                1,
+            ));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("IdentifierConflict", "Warning"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
@@ -192,13 +328,27 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
         Scenario::MissingDefaultRoleWaits => {
             bot.spec.default_role = "visitor".to_string();
             let mut steps = reads(&dereferenced.contacts, roles, persona);
-            steps.push(status_expectation("/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status", to_value(&bot), |status| {
-                assert_eq!(condition(status, "Ready")["reason"], "RoleNotFound");
-                assert!(condition(status, "Ready")["message"].as_str().unwrap().contains("spec.defaultRole"));
-                assert_eq!(condition(status, "ConfigRendered")["status"], "False");
-            }));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    assert_eq!(condition(status, "Ready")["reason"], "RoleNotFound");
+                    assert!(
+                        condition(status, "Ready")["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("spec.defaultRole")
+                    );
+                    assert_eq!(condition(status, "ConfigRendered")["status"], "False");
+                },
+            ));
             for name in ["acme-ana", "acme-marko", "acme-ivan"] {
-                steps.push(contact_status_expectation(&dereferenced.contacts, name, "Linked", 0));
+                steps.push(contact_status_expectation(
+                    &dereferenced.contacts,
+                    name,
+                    "Linked",
+                    0,
+                ));
             }
             steps.push(event_expectation("RoleNotFound", "Warning"));
             (bot, steps)
@@ -209,17 +359,35 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
 /// Answers requests in order, failing on the first one that differs from the scenario.
 async fn serve(mut handle: ApiHandle, steps: Vec<Expect>) {
     for (index, step) in steps.into_iter().enumerate() {
-        let (request, send) = handle.next_request().await.unwrap_or_else(|| panic!("step {index}: no request for {} {}", step.method, step.path));
-        assert_eq!(request.method(), step.method, "step {index}: {}", request.uri());
+        let (request, send) = handle.next_request().await.unwrap_or_else(|| {
+            panic!("step {index}: no request for {} {}", step.method, step.path)
+        });
+        assert_eq!(
+            request.method(),
+            step.method,
+            "step {index}: {}",
+            request.uri()
+        );
         assert_eq!(request.uri().path(), step.path, "step {index}");
         if step.method == Method::PATCH {
             let query = request.uri().query().unwrap_or_default().to_string();
-            assert!(query.contains("fieldManager=saint-operator") && query.contains("force=true"), "step {index}: {query}");
+            assert!(
+                query.contains("fieldManager=saint-operator") && query.contains("force=true"),
+                "step {index}: {query}"
+            );
         }
         let bytes = request.into_body().collect_bytes().await.unwrap();
-        let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
         let response = (step.respond)(body);
-        send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&response).unwrap())).unwrap());
+        send.send_response(
+            Response::builder()
+                .body(Body::from(serde_json::to_vec(&response).unwrap()))
+                .unwrap(),
+        );
     }
 }
 
@@ -230,10 +398,19 @@ async fn run(which: Scenario) -> Result<kube::runtime::controller::Action, Recon
     let server = tokio::spawn(serve(handle, steps));
     let recorder = Recorder::new(client.clone(), "saint-operator".into());
     let fixed_now = Box::new(|| Time("2026-11-22T01:00:00Z".parse().unwrap()));
-    let context = Arc::new(Context::with_clock(client, recorder, settings(), Arc::new(Metrics::default()), fixed_now));
-    let result = tokio::time::timeout(std::time::Duration::from_secs(10), reconcile(Arc::new(bot), context))
-        .await
-        .expect("reconcile finished in time");
+    let context = Arc::new(Context::with_clock(
+        client,
+        recorder,
+        settings(),
+        Arc::new(Metrics::default()),
+        fixed_now,
+    ));
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        reconcile(Arc::new(bot), context),
+    )
+    .await
+    .expect("reconcile finished in time");
     tokio::time::timeout(std::time::Duration::from_secs(10), server)
         .await
         .expect("every expected request arrived")
@@ -243,17 +420,28 @@ async fn run(which: Scenario) -> Result<kube::runtime::controller::Action, Recon
 
 #[tokio::test]
 async fn first_reconcile_of_the_example_bot_applies_every_child_and_patches_status() {
-    let action = run(Scenario::FirstReconcileAppliesEveryChild).await.expect("reconcile succeeds");
-    assert_eq!(action, kube::runtime::controller::Action::requeue(saint_operator::saintbot_controller::RESYNC_INTERVAL));
+    let action = run(Scenario::FirstReconcileAppliesEveryChild)
+        .await
+        .expect("reconcile succeeds");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(
+            saint_operator::saintbot_controller::RESYNC_INTERVAL
+        )
+    );
 }
 
 #[tokio::test]
 async fn a_phone_claimed_by_two_contacts_is_reported_on_the_bot_and_both_contacts() {
-    run(Scenario::ConflictingContactsAreReported).await.expect("reconcile succeeds despite conflicts");
+    run(Scenario::ConflictingContactsAreReported)
+        .await
+        .expect("reconcile succeeds despite conflicts");
 }
 
 #[tokio::test]
 async fn a_missing_default_role_applies_nothing_and_reports_role_not_found() {
-    let error = run(Scenario::MissingDefaultRoleWaits).await.expect_err("reconcile reports the invalid spec");
+    let error = run(Scenario::MissingDefaultRoleWaits)
+        .await
+        .expect_err("reconcile reports the invalid spec");
     assert!(matches!(error, ReconcileError::InvalidSpec(_)), "{error}");
 }

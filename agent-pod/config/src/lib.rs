@@ -560,18 +560,12 @@ impl Default for PorterConfig {
 }
 
 /// Memory index settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Embedding backend.
     #[serde(default)]
     pub embeddings: EmbeddingsConfig,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self { embeddings: EmbeddingsConfig::default() }
-    }
 }
 
 /// Embedding backend.

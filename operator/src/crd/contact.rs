@@ -1,12 +1,17 @@
 //! The `Contact` resource (short name `ct`): one person, their role and the identifiers
 //! through which bots recognise them. Pure types, no client.
 
+// `printcolumn(...)` repeats `type_ = …` by design; clippy reads it as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{DNS_1123_LABEL_PATTERN, E164_PATTERN, EMAIL_PATTERN, dns_label_list_rule, dns_label_rule};
+use super::{
+    DNS_1123_LABEL_PATTERN, E164_PATTERN, EMAIL_PATTERN, dns_label_list_rule, dns_label_rule,
+};
 
 /// A person a bot knows. The Contact's name is its canonical slug (used in identity links
 /// and in `memory/users/<name>/`); `role` decides what the bot may do for them.
@@ -123,7 +128,9 @@ pub struct ContactStatus {
 }
 
 /// One identifier claimed by more than one Contact.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct IdentifierConflict {
     /// The normalised identity (`whatsapp:+385991234567`).

@@ -35,7 +35,9 @@ pub const E164_PATTERN: &str = r"^\+[1-9][0-9]{6,14}$";
 pub const EMAIL_PATTERN: &str = r"^[^@\s]+@[^@\s]+\.[^@\s]+$";
 
 /// A reference to one key of a Secret in the bot's namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyReference {
     /// Name of the Secret (same namespace as the SaintBot).
@@ -48,8 +50,9 @@ pub struct SecretKeyReference {
 
 /// CEL for a Secret key reference: both parts present. `field` names the field in the message.
 pub(crate) fn secret_key_rule(field: &str) -> Rule {
-    Rule::new("self.name != '' && self.key != ''")
-        .message(Message::Message(format!("{field} must name both a Secret (name) and a key in it (key)")))
+    Rule::new("self.name != '' && self.key != ''").message(Message::Message(format!(
+        "{field} must name both a Secret (name) and a key in it (key)"
+    )))
 }
 
 /// CEL for a list of tool patterns: known tools, `group:<known>` or globs over tool names.
@@ -64,27 +67,38 @@ pub(crate) fn tool_patterns_rule(field: &str) -> Rule {
     .message(Message::Message(format!(
         "{field} entries must be known tools ({}), group:<{}> or globs over tool names",
         KNOWN_TOOLS.join(", "),
-        TOOL_GROUPS.iter().map(|(name, _)| *name).collect::<Vec<_>>().join("|"),
+        TOOL_GROUPS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join("|"),
     )))
 }
 
 /// CEL for a list of bootstrap file names.
 pub(crate) fn bootstrap_files_rule(field: &str) -> Rule {
     let files = quoted_list(BOOTSTRAP_FILES.iter().copied());
-    Rule::new(format!("self.all(f, f in {files})"))
-        .message(Message::Message(format!("{field} entries must be one of {}", BOOTSTRAP_FILES.join(", "))))
+    Rule::new(format!("self.all(f, f in {files})")).message(Message::Message(format!(
+        "{field} entries must be one of {}",
+        BOOTSTRAP_FILES.join(", ")
+    )))
 }
 
 /// CEL for a DNS-1123 label string.
 pub(crate) fn dns_label_rule(field: &str) -> Rule {
-    Rule::new(format!("self.matches('{DNS_1123_LABEL_PATTERN}')")).message(Message::Message(format!(
-        "{field} must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"
-    )))
+    Rule::new(format!("self.matches('{DNS_1123_LABEL_PATTERN}')")).message(Message::Message(
+        format!(
+            "{field} must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"
+        ),
+    ))
 }
 
 /// CEL for a list of DNS-1123 labels.
 pub(crate) fn dns_label_list_rule(field: &str) -> Rule {
-    Rule::new(format!("self.all(n, n.matches('{DNS_1123_LABEL_PATTERN}'))")).message(Message::Message(format!(
+    Rule::new(format!(
+        "self.all(n, n.matches('{DNS_1123_LABEL_PATTERN}'))"
+    ))
+    .message(Message::Message(format!(
         "{field} entries must be DNS-1123 labels (lower-case letters, digits and '-')"
     )))
 }
@@ -98,7 +112,10 @@ fn quoted_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
 pub const CONDITION_READY: &str = "Ready";
 
 /// Every CRD with the file name `crdgen` writes it to, in a fixed order.
-pub fn all_crds() -> Vec<(&'static str, k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)> {
+pub fn all_crds() -> Vec<(
+    &'static str,
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+)> {
     use kube::CustomResourceExt;
     vec![
         ("saint.work_saintbots.yaml", SaintBot::crd()),

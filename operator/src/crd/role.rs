@@ -1,6 +1,9 @@
 //! The `Role` resource (kind `Role` in `saint.work`; short names `srole`, `sroles`): what
 //! a bot may do for the people who hold the role. Pure types, no client.
 
+// `printcolumn(...)` repeats `type_ = …` by design; clippy reads it as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use kube::{CustomResource, KubeSchema};
 use saint_config::{BudgetPeriod, MemoryScope};
 use schemars::JsonSchema;
@@ -180,7 +183,9 @@ impl From<BudgetPeriodName> for BudgetPeriod {
 }
 
 /// Memory scopes (seed §7.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum MemoryScopeName {
     /// `memory/shared/**` and `MEMORY.md`.

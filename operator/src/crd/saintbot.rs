@@ -1,11 +1,17 @@
 //! The `SaintBot` resource (short name `sbot`): one assistant — persona, model, channels,
 //! Porter CLIs, sandbox, storage and which Contacts and Roles apply. Pure types, no client.
 
+// `printcolumn(...)` repeats `type_ = …` by design; clippy reads it as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::core::v1::ResourceRequirements,
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::{Condition, LabelSelector}},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{Condition, LabelSelector},
+    },
 };
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -27,13 +33,46 @@ use super::{SecretKeyReference, dns_label_rule, secret_key_rule};
     category = "saint",
     status = "SaintBotStatus",
     doc = "A Saint assistant bot: persona, model, channels, Porter CLIs, sandbox and storage.",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
-    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name", description = "Default model"),
-    printcolumn(name = "Contacts", type_ = "integer", json_path = ".status.contacts", description = "Contacts rendered into the config"),
-    printcolumn(name = "Roles", type_ = "integer", json_path = ".status.roles", priority = 1),
-    printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Model",
+        type_ = "string",
+        json_path = ".spec.model.name",
+        description = "Default model"
+    ),
+    printcolumn(
+        name = "Contacts",
+        type_ = "integer",
+        json_path = ".status.contacts",
+        description = "Contacts rendered into the config"
+    ),
+    printcolumn(
+        name = "Roles",
+        type_ = "integer",
+        json_path = ".status.roles",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(
@@ -204,7 +243,9 @@ pub struct ChannelSpec {
 }
 
 /// Channel kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum ChannelKindName {
     /// The built-in authenticated HTTP API.

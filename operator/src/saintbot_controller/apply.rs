@@ -33,17 +33,33 @@ pub struct Applied {
 
 async fn apply_one<K>(client: &Client, namespace: &str, object: &K) -> Result<K, ApplyError>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Debug,
 {
     let name = object.meta().name.clone().unwrap_or_default();
     Api::<K>::namespaced(client.clone(), namespace)
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
         .await
-        .map_err(|source| ApplyError { kind: K::kind(&()).to_string(), name, source })
+        .map_err(|source| ApplyError {
+            kind: K::kind(&()).to_string(),
+            name,
+            source,
+        })
 }
 
 /// Applies every child in dependency order.
-pub async fn apply(client: &Client, namespace: &str, children: &Children) -> Result<Applied, ApplyError> {
+pub async fn apply(
+    client: &Client,
+    namespace: &str,
+    children: &Children,
+) -> Result<Applied, ApplyError> {
     // Identity and permissions first, so the pod never starts with a missing account.
     apply_one(client, namespace, &children.service_account).await?;
     apply_one(client, namespace, &children.role).await?;

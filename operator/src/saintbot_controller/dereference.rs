@@ -11,9 +11,15 @@ use crate::crd::{Contact, Role, SaintBot};
 #[derive(Debug, thiserror::Error)]
 pub enum DereferenceError {
     #[error("failed to list Contacts in namespace {namespace:?}: {source}")]
-    ListContacts { namespace: String, source: kube::Error },
+    ListContacts {
+        namespace: String,
+        source: kube::Error,
+    },
     #[error("failed to list Roles in namespace {namespace:?}: {source}")]
-    ListRoles { namespace: String, source: kube::Error },
+    ListRoles {
+        namespace: String,
+        source: kube::Error,
+    },
     #[error("failed to read persona ConfigMap {name:?}: {source}")]
     GetPersonaConfigMap { name: String, source: kube::Error },
 }
@@ -30,23 +36,40 @@ pub struct Dereferenced {
 }
 
 /// Reads the Contacts, Roles and persona ConfigMap of `bot`'s namespace.
-pub async fn dereference(client: &Client, bot: &SaintBot, namespace: &str) -> Result<Dereferenced, DereferenceError> {
+pub async fn dereference(
+    client: &Client,
+    bot: &SaintBot,
+    namespace: &str,
+) -> Result<Dereferenced, DereferenceError> {
     let contacts = Api::<Contact>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map_err(|source| DereferenceError::ListContacts { namespace: namespace.to_string(), source })?
+        .map_err(|source| DereferenceError::ListContacts {
+            namespace: namespace.to_string(),
+            source,
+        })?
         .items;
     let roles = Api::<Role>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map_err(|source| DereferenceError::ListRoles { namespace: namespace.to_string(), source })?
+        .map_err(|source| DereferenceError::ListRoles {
+            namespace: namespace.to_string(),
+            source,
+        })?
         .items;
     let persona_config_map = match &bot.spec.persona.config_map_name {
         Some(name) => Api::<ConfigMap>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await
-            .map_err(|source| DereferenceError::GetPersonaConfigMap { name: name.clone(), source })?,
+            .map_err(|source| DereferenceError::GetPersonaConfigMap {
+                name: name.clone(),
+                source,
+            })?,
         None => None,
     };
-    Ok(Dereferenced { contacts, roles, persona_config_map })
+    Ok(Dereferenced {
+        contacts,
+        roles,
+        persona_config_map,
+    })
 }

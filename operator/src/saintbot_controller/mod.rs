@@ -95,7 +95,13 @@ impl Context {
     /// A context with the real clock.
     pub fn new(client: Client, settings: OperatorSettings, metrics: Arc<Metrics>) -> Self {
         let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
-        Self::with_clock(client, recorder, settings, metrics, Box::new(|| Time(jiff::Timestamp::now())))
+        Self::with_clock(
+            client,
+            recorder,
+            settings,
+            metrics,
+            Box::new(|| Time(jiff::Timestamp::now())),
+        )
     }
 
     /// A context with an explicit recorder and clock (tests).
@@ -106,11 +112,21 @@ impl Context {
         metrics: Arc<Metrics>,
         now: Box<dyn Fn() -> Time + Send + Sync>,
     ) -> Self {
-        Self { client, recorder, settings, metrics, failures: Mutex::new(BTreeMap::new()), now }
+        Self {
+            client,
+            recorder,
+            settings,
+            metrics,
+            failures: Mutex::new(BTreeMap::new()),
+            now,
+        }
     }
 
     fn failure_count(&self, key: &str, failed: bool) -> u32 {
-        let mut failures = self.failures.lock().expect("failures lock is never poisoned");
+        let mut failures = self
+            .failures
+            .lock()
+            .expect("failures lock is never poisoned");
         if failed {
             let count = failures.entry(key.to_string()).or_insert(0);
             *count += 1;
@@ -127,11 +143,17 @@ fn bot_key(bot: &SaintBot) -> String {
 }
 
 /// Reconciles one SaintBot: renders and applies its children, then reports status.
-pub async fn reconcile(bot: Arc<SaintBot>, context: Arc<Context>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(
+    bot: Arc<SaintBot>,
+    context: Arc<Context>,
+) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     context.metrics.reconciles.inc();
     let result = reconcile_steps(&bot, &context).await;
-    context.metrics.duration.observe(started.elapsed().as_secs_f64());
+    context
+        .metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
     if let Err(error) = &result {
         context.metrics.record_error(error.reason());
     }
@@ -142,16 +164,25 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
     let now = (context.now)();
     let dereferenced = dereference::dereference(&context.client, bot, &namespace).await?;
-    let contact_statuses = update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, &now);
+    let contact_statuses =
+        update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, &now);
 
     let validated = match validate::validate(bot, &dereferenced, &context.settings) {
         Ok(validated) => validated,
         Err(error) => {
-            let outcome = Outcome::Invalid { reason: error.reason(), message: error.to_string() };
+            let outcome = Outcome::Invalid {
+                reason: error.reason(),
+                message: error.to_string(),
+            };
             let status = update_status::bot_status(bot, &outcome, &now);
             update_status::patch_bot_status(&context.client, bot, &status).await?;
-            update_status::patch_contact_statuses(&context.client, &namespace, &dereferenced.contacts, &contact_statuses)
-                .await?;
+            update_status::patch_contact_statuses(
+                &context.client,
+                &namespace,
+                &dereferenced.contacts,
+                &contact_statuses,
+            )
+            .await?;
             let events = update_status::transition_events(bot.status.as_ref(), &status);
             update_status::publish_events(&context.recorder, bot, &events).await;
             context.metrics.record_readiness(bot_key(bot), false);
@@ -163,14 +194,26 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     let config_hash = build::config_map::config_hash(&validated);
     let applied = apply::apply(&context.client, &namespace, &children).await?;
 
-    let outcome = Outcome::Applied { bot: &validated, config_hash, deployment: &applied.deployment };
+    let outcome = Outcome::Applied {
+        bot: &validated,
+        config_hash,
+        deployment: &applied.deployment,
+    };
     let status = update_status::bot_status(bot, &outcome, &now);
     update_status::patch_bot_status(&context.client, bot, &status).await?;
-    update_status::patch_contact_statuses(&context.client, &namespace, &dereferenced.contacts, &contact_statuses).await?;
+    update_status::patch_contact_statuses(
+        &context.client,
+        &namespace,
+        &dereferenced.contacts,
+        &contact_statuses,
+    )
+    .await?;
     let events = update_status::transition_events(bot.status.as_ref(), &status);
     update_status::publish_events(&context.recorder, bot, &events).await;
 
-    let ready = status.conditions.iter().any(|condition| condition.type_ == crate::crd::CONDITION_READY && condition.status == "True");
+    let ready = status.conditions.iter().any(|condition| {
+        condition.type_ == crate::crd::CONDITION_READY && condition.status == "True"
+    });
     context.metrics.record_readiness(bot_key(bot), ready);
     context.failure_count(&bot_key(bot), false);
     Ok(Action::requeue(RESYNC_INTERVAL))
@@ -202,8 +245,15 @@ pub struct MappingMemory {
 
 impl MappingMemory {
     /// Returns the union of `current` and what `key` mapped to last time, and stores `current`.
-    pub fn remember(&self, key: String, current: HashSet<ObjectRef<SaintBot>>) -> Vec<ObjectRef<SaintBot>> {
-        let mut previous = self.previous.lock().expect("mapping lock is never poisoned");
+    pub fn remember(
+        &self,
+        key: String,
+        current: HashSet<ObjectRef<SaintBot>>,
+    ) -> Vec<ObjectRef<SaintBot>> {
+        let mut previous = self
+            .previous
+            .lock()
+            .expect("mapping lock is never poisoned");
         let mut all = previous.insert(key, current.clone()).unwrap_or_default();
         all.extend(current);
         all.into_iter().collect()
@@ -211,17 +261,34 @@ impl MappingMemory {
 }
 
 /// The bots in `store` that use `contact`.
-pub fn bots_for_contact(store: &Store<SaintBot>, contact: &Contact) -> HashSet<ObjectRef<SaintBot>> {
-    store.state().iter().filter(|bot| bot_uses_contact(bot, contact)).map(|bot| ObjectRef::from(bot.as_ref())).collect()
+pub fn bots_for_contact(
+    store: &Store<SaintBot>,
+    contact: &Contact,
+) -> HashSet<ObjectRef<SaintBot>> {
+    store
+        .state()
+        .iter()
+        .filter(|bot| bot_uses_contact(bot, contact))
+        .map(|bot| ObjectRef::from(bot.as_ref()))
+        .collect()
 }
 
 /// The bots in `store` that use `role`.
 pub fn bots_for_role(store: &Store<SaintBot>, role: &Role) -> HashSet<ObjectRef<SaintBot>> {
-    store.state().iter().filter(|bot| bot_uses_role(bot, role)).map(|bot| ObjectRef::from(bot.as_ref())).collect()
+    store
+        .state()
+        .iter()
+        .filter(|bot| bot_uses_role(bot, role))
+        .map(|bot| ObjectRef::from(bot.as_ref()))
+        .collect()
 }
 
 /// Runs the controller until `shutdown` resolves. `namespace`: watch one namespace, or all.
-pub async fn run(context: Arc<Context>, namespace: Option<String>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    context: Arc<Context>,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = context.client.clone();
     fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
     where
@@ -234,7 +301,10 @@ pub async fn run(context: Arc<Context>, namespace: Option<String>, shutdown: imp
     }
     // Children are watched only through the operator's label, keeping caches small.
     let children = watcher::Config::default().labels("app.kubernetes.io/managed-by=saint-operator");
-    let controller = Controller::new(api::<SaintBot>(&client, &namespace), watcher::Config::default().any_semantic());
+    let controller = Controller::new(
+        api::<SaintBot>(&client, &namespace),
+        watcher::Config::default().any_semantic(),
+    );
     let store = controller.store();
     let contact_store = store.clone();
     let role_store = store.clone();
@@ -242,21 +312,40 @@ pub async fn run(context: Arc<Context>, namespace: Option<String>, shutdown: imp
     let role_memory = Arc::new(MappingMemory::default());
     controller
         .owns(api::<ConfigMap>(&client, &namespace), children.clone())
-        .owns(api::<PersistentVolumeClaim>(&client, &namespace), children.clone())
+        .owns(
+            api::<PersistentVolumeClaim>(&client, &namespace),
+            children.clone(),
+        )
         .owns(api::<ServiceAccount>(&client, &namespace), children.clone())
         .owns(api::<RbacRole>(&client, &namespace), children.clone())
         .owns(api::<RoleBinding>(&client, &namespace), children.clone())
         .owns(api::<Service>(&client, &namespace), children.clone())
         .owns(api::<NetworkPolicy>(&client, &namespace), children.clone())
         .owns(api::<Deployment>(&client, &namespace), children)
-        .watches(api::<Contact>(&client, &namespace), watcher::Config::default(), move |contact: Contact| {
-            let key = format!("{}/{}", contact.namespace().unwrap_or_default(), contact.name_any());
-            contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
-        })
-        .watches(api::<Role>(&client, &namespace), watcher::Config::default(), move |role: Role| {
-            let key = format!("{}/{}", role.namespace().unwrap_or_default(), role.name_any());
-            role_memory.remember(key, bots_for_role(&role_store, &role))
-        })
+        .watches(
+            api::<Contact>(&client, &namespace),
+            watcher::Config::default(),
+            move |contact: Contact| {
+                let key = format!(
+                    "{}/{}",
+                    contact.namespace().unwrap_or_default(),
+                    contact.name_any()
+                );
+                contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
+            },
+        )
+        .watches(
+            api::<Role>(&client, &namespace),
+            watcher::Config::default(),
+            move |role: Role| {
+                let key = format!(
+                    "{}/{}",
+                    role.namespace().unwrap_or_default(),
+                    role.name_any()
+                );
+                role_memory.remember(key, bots_for_role(&role_store, &role))
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -285,9 +374,18 @@ mod tests {
         let memory = MappingMemory::default();
         let old_bot = ObjectRef::<SaintBot>::new("old-bot").within("acme");
         let new_bot = ObjectRef::<SaintBot>::new("new-bot").within("acme");
-        assert_eq!(memory.remember("acme/acme-ana".into(), HashSet::from([old_bot.clone()])), vec![old_bot.clone()]);
-        let woken: HashSet<_> = memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])).into_iter().collect();
+        assert_eq!(
+            memory.remember("acme/acme-ana".into(), HashSet::from([old_bot.clone()])),
+            vec![old_bot.clone()]
+        );
+        let woken: HashSet<_> = memory
+            .remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()]))
+            .into_iter()
+            .collect();
         assert_eq!(woken, HashSet::from([old_bot, new_bot.clone()]));
-        assert_eq!(memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])), vec![new_bot]);
+        assert_eq!(
+            memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])),
+            vec![new_bot]
+        );
     }
 }

@@ -39,12 +39,26 @@ pub enum UpdateStatusError {
 /// What reconcile achieved, as far as status is concerned.
 pub enum Outcome<'a> {
     /// Rendered and applied.
-    Applied { bot: &'a ValidatedSaintBot, config_hash: String, deployment: &'a Deployment },
+    Applied {
+        bot: &'a ValidatedSaintBot,
+        config_hash: String,
+        deployment: &'a Deployment,
+    },
     /// The spec (or what it refers to) cannot be rendered.
-    Invalid { reason: &'static str, message: String },
+    Invalid {
+        reason: &'static str,
+        message: String,
+    },
 }
 
-fn condition(type_: &str, status: bool, reason: &str, message: String, generation: Option<i64>, now: &Time) -> Condition {
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     Condition {
         type_: type_.to_string(),
         status: if status { "True" } else { "False" }.to_string(),
@@ -70,7 +84,9 @@ pub fn carry_transition_times(previous: &[Condition], mut next: Vec<Condition>) 
 
 fn pod_ready(deployment: &Deployment) -> bool {
     let generation = deployment.metadata.generation;
-    let Some(status) = &deployment.status else { return false };
+    let Some(status) = &deployment.status else {
+        return false;
+    };
     let current = generation.is_none() || status.observed_generation >= generation;
     current && status.ready_replicas.unwrap_or(0) >= 1 && status.updated_replicas.unwrap_or(0) >= 1
 }
@@ -82,37 +98,103 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
     let (conditions, counts, config_hash) = match outcome {
         Outcome::Invalid { reason, message } => (
             vec![
-                condition(CONDITION_READY, false, reason, message.clone(), generation, now),
-                condition(CONDITION_CONFIG_RENDERED, false, reason, message.clone(), generation, now),
+                condition(
+                    CONDITION_READY,
+                    false,
+                    reason,
+                    message.clone(),
+                    generation,
+                    now,
+                ),
+                condition(
+                    CONDITION_CONFIG_RENDERED,
+                    false,
+                    reason,
+                    message.clone(),
+                    generation,
+                    now,
+                ),
             ],
             (previous.contacts, previous.roles, previous.conflicts),
             previous.config_hash.clone(),
         ),
-        Outcome::Applied { bot: validated, config_hash, deployment } => {
+        Outcome::Applied {
+            bot: validated,
+            config_hash,
+            deployment,
+        } => {
             let identity = &validated.identity;
             let conflicting = identity.conflicting_identities();
             let missing = identity.contacts_with_missing_role();
             let problems = conflicting.len() + missing.len();
             let ready = if validated.suspend {
-                condition(CONDITION_READY, false, "Suspended", "spec.suspend is true; scaled to zero".into(), generation, now)
+                condition(
+                    CONDITION_READY,
+                    false,
+                    "Suspended",
+                    "spec.suspend is true; scaled to zero".into(),
+                    generation,
+                    now,
+                )
             } else if pod_ready(deployment) {
-                condition(CONDITION_READY, true, "PodReady", "the bot pod is ready".into(), generation, now)
+                condition(
+                    CONDITION_READY,
+                    true,
+                    "PodReady",
+                    "the bot pod is ready".into(),
+                    generation,
+                    now,
+                )
             } else {
-                condition(CONDITION_READY, false, "PodNotReady", "config rendered; waiting for the bot pod".into(), generation, now)
+                condition(
+                    CONDITION_READY,
+                    false,
+                    "PodNotReady",
+                    "config rendered; waiting for the bot pod".into(),
+                    generation,
+                    now,
+                )
             };
             let linked = if problems == 0 {
-                condition(CONDITION_IDENTITIES_LINKED, true, "AllLinked", "every contact identifier is linked".into(), generation, now)
+                condition(
+                    CONDITION_IDENTITIES_LINKED,
+                    true,
+                    "AllLinked",
+                    "every contact identifier is linked".into(),
+                    generation,
+                    now,
+                )
             } else {
                 let mut parts: Vec<String> = Vec::new();
                 if !conflicting.is_empty() {
-                    parts.push(format!("claimed by several contacts, linked to none: {}", conflicting.into_iter().collect::<Vec<_>>().join(", ")));
+                    parts.push(format!(
+                        "claimed by several contacts, linked to none: {}",
+                        conflicting.into_iter().collect::<Vec<_>>().join(", ")
+                    ));
                 }
                 if !missing.is_empty() {
-                    let listed: Vec<String> = missing.iter().map(|(contact, role)| format!("{contact} (role {role})")).collect();
-                    parts.push(format!("contacts naming missing roles, left out: {}", listed.join(", ")));
+                    let listed: Vec<String> = missing
+                        .iter()
+                        .map(|(contact, role)| format!("{contact} (role {role})"))
+                        .collect();
+                    parts.push(format!(
+                        "contacts naming missing roles, left out: {}",
+                        listed.join(", ")
+                    ));
                 }
-                let reason = if identity.conflicting_identities().is_empty() { "RoleNotFound" } else { "IdentifierConflict" };
-                condition(CONDITION_IDENTITIES_LINKED, false, reason, parts.join("; "), generation, now)
+                let reason = if identity.conflicting_identities().is_empty() {
+                    "RoleNotFound"
+                } else {
+                    "IdentifierConflict"
+                };
+                condition(
+                    CONDITION_IDENTITIES_LINKED,
+                    false,
+                    reason,
+                    parts.join("; "),
+                    generation,
+                    now,
+                )
             };
             let rendered = condition(
                 CONDITION_CONFIG_RENDERED,
@@ -124,7 +206,11 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             );
             (
                 vec![ready, rendered, linked],
-                (validated.config.contacts.len() as i32, validated.config.roles.len() as i32, problems as i32),
+                (
+                    validated.config.contacts.len() as i32,
+                    validated.config.roles.len() as i32,
+                    problems as i32,
+                ),
                 Some(config_hash.clone()),
             )
         }
@@ -140,20 +226,32 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
 }
 
 /// Writes the SaintBot status with server-side apply on the status subresource.
-pub async fn patch_bot_status(client: &Client, bot: &SaintBot, status: &SaintBotStatus) -> Result<(), UpdateStatusError> {
+pub async fn patch_bot_status(
+    client: &Client,
+    bot: &SaintBot,
+    status: &SaintBotStatus,
+) -> Result<(), UpdateStatusError> {
     let name = bot.name_any();
     let api: Api<SaintBot> = Api::namespaced(client.clone(), &bot.namespace().unwrap_or_default());
     let patch = json!({"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot", "status": status});
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| UpdateStatusError::PatchBot { name, source })?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| UpdateStatusError::PatchBot { name, source })?;
     Ok(())
 }
 
 /// The status every Contact of a namespace should have. Conflicts are judged over the
 /// whole namespace (not one bot's selection) so every bot computes the same answer and
 /// no two reconciles fight over a Contact's status. Pure.
-pub fn contact_statuses(contacts: &[Contact], roles: &[Role], now: &Time) -> BTreeMap<String, ContactStatus> {
+pub fn contact_statuses(
+    contacts: &[Contact],
+    roles: &[Role],
+    now: &Time,
+) -> BTreeMap<String, ContactStatus> {
     let inputs: Vec<ContactInput> = contacts
         .iter()
         .map(|contact| ContactInput {
@@ -172,18 +270,52 @@ pub fn contact_statuses(contacts: &[Contact], roles: &[Role], now: &Time) -> BTr
             let generation = contact.metadata.generation;
             let problems = report.problems.get(&name).cloned().unwrap_or_default();
             let ready = if let Some(role) = &problems.missing_role {
-                condition(CONDITION_READY, false, "RoleNotFound", format!("spec.role names Role {role:?}, which does not exist"), generation, now)
+                condition(
+                    CONDITION_READY,
+                    false,
+                    "RoleNotFound",
+                    format!("spec.role names Role {role:?}, which does not exist"),
+                    generation,
+                    now,
+                )
             } else if !problems.conflicts.is_empty() {
                 let listed: Vec<String> = problems
                     .conflicts
                     .iter()
-                    .map(|conflict| format!("{} (also {})", conflict.identity, conflict.contacts.join(", ")))
+                    .map(|conflict| {
+                        format!(
+                            "{} (also {})",
+                            conflict.identity,
+                            conflict.contacts.join(", ")
+                        )
+                    })
                     .collect();
-                condition(CONDITION_READY, false, "IdentifierConflict", format!("not linked: {}", listed.join("; ")), generation, now)
+                condition(
+                    CONDITION_READY,
+                    false,
+                    "IdentifierConflict",
+                    format!("not linked: {}", listed.join("; ")),
+                    generation,
+                    now,
+                )
             } else if !problems.invalid.is_empty() {
-                condition(CONDITION_READY, false, "InvalidIdentifier", problems.invalid.join("; "), generation, now)
+                condition(
+                    CONDITION_READY,
+                    false,
+                    "InvalidIdentifier",
+                    problems.invalid.join("; "),
+                    generation,
+                    now,
+                )
             } else {
-                condition(CONDITION_READY, true, "Linked", "every identifier is linked".into(), generation, now)
+                condition(
+                    CONDITION_READY,
+                    true,
+                    "Linked",
+                    "every identifier is linked".into(),
+                    generation,
+                    now,
+                )
             };
             let previous = contact.status.clone().unwrap_or_default();
             let status = ContactStatus {
@@ -207,14 +339,24 @@ pub async fn patch_contact_statuses(
     let api: Api<Contact> = Api::namespaced(client.clone(), namespace);
     for contact in contacts {
         let name = contact.name_any();
-        let Some(status) = statuses.get(&name) else { continue };
+        let Some(status) = statuses.get(&name) else {
+            continue;
+        };
         if contact.status.as_ref() == Some(status) {
             continue;
         }
-        let patch = json!({"apiVersion": "saint.work/v1alpha1", "kind": "Contact", "status": status});
-        api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await
-            .map_err(|source| UpdateStatusError::PatchContact { name: name.clone(), source })?;
+        let patch =
+            json!({"apiVersion": "saint.work/v1alpha1", "kind": "Contact", "status": status});
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| UpdateStatusError::PatchContact {
+            name: name.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -230,14 +372,22 @@ pub fn transition_events(previous: Option<&SaintBotStatus>, next: &SaintBotStatu
     let previous_conditions = previous.map(|status| &status.conditions).unwrap_or(&empty);
     let mut events = Vec::new();
     for type_ in [CONDITION_READY, CONDITION_IDENTITIES_LINKED] {
-        let Some(now) = find(&next.conditions, type_) else { continue };
+        let Some(now) = find(&next.conditions, type_) else {
+            continue;
+        };
         let before = find(previous_conditions, type_);
-        let changed = before.is_none_or(|before| before.status != now.status || before.reason != now.reason);
+        let changed =
+            before.is_none_or(|before| before.status != now.status || before.reason != now.reason);
         let first_and_healthy = before.is_none() && now.status == "True";
         if changed && !first_and_healthy {
-            let warning = now.status == "False" && !matches!(now.reason.as_str(), "PodNotReady" | "Suspended");
+            let warning = now.status == "False"
+                && !matches!(now.reason.as_str(), "PodNotReady" | "Suspended");
             events.push(Event {
-                type_: if warning { EventType::Warning } else { EventType::Normal },
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
                 reason: now.reason.clone(),
                 note: Some(now.message.chars().take(1000).collect()),
                 action: "Reconcile".to_string(),
@@ -245,12 +395,16 @@ pub fn transition_events(previous: Option<&SaintBotStatus>, next: &SaintBotStatu
             });
         }
     }
-    let hash_changed = next.config_hash.is_some() && previous.and_then(|status| status.config_hash.as_ref()) != next.config_hash.as_ref();
+    let hash_changed = next.config_hash.is_some()
+        && previous.and_then(|status| status.config_hash.as_ref()) != next.config_hash.as_ref();
     if hash_changed {
         events.push(Event {
             type_: EventType::Normal,
             reason: "ConfigRendered".to_string(),
-            note: Some(format!("rendered bot-config.json sha256 {}", next.config_hash.clone().unwrap_or_default())),
+            note: Some(format!(
+                "rendered bot-config.json sha256 {}",
+                next.config_hash.clone().unwrap_or_default()
+            )),
             action: "RenderConfig".to_string(),
             secondary: None,
         });

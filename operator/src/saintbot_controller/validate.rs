@@ -8,11 +8,14 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::OwnerReference},
 };
 use kube::{Resource, ResourceExt};
-use porter_protocol::registry::{ArgPolicy, CliEntry, DEFAULT_TIMEOUT_SECONDS, RateLimit, Registry, REGISTRY_VERSION};
+use porter_protocol::registry::{
+    ArgPolicy, CliEntry, DEFAULT_TIMEOUT_SECONDS, REGISTRY_VERSION, RateLimit, Registry,
+};
 use saint_config::{
-    BotConfig, BotIdentity, ChannelConfig, ChannelKind, FileAccessConfig, MemoryConfig, ModelConfig, ModelPrice,
-    ModelProvider, PorterConfig, RoleConfig, SandboxBackend, SandboxConfig, SandboxScope, SCHEMA_VERSION,
-    SessionsConfig, SessionsVisibility, Skills, ToolPolicy, WebConfig, WebSearchConfig, is_known_tool_pattern,
+    BotConfig, BotIdentity, ChannelConfig, ChannelKind, FileAccessConfig, MemoryConfig,
+    ModelConfig, ModelPrice, ModelProvider, PorterConfig, RoleConfig, SCHEMA_VERSION,
+    SandboxBackend, SandboxConfig, SandboxScope, SessionsConfig, SessionsVisibility, Skills,
+    ToolPolicy, WebConfig, WebSearchConfig, is_known_tool_pattern,
 };
 
 use super::dereference::Dereferenced;
@@ -20,7 +23,9 @@ use crate::{
     crd::{
         Role, SaintBot, SecretKeyReference,
         role::SessionsVisibilityName,
-        saintbot::{ArgPolicySpec, ChannelKindName, ModelProviderName, RateLimitSpec, SandboxScopeName},
+        saintbot::{
+            ArgPolicySpec, ChannelKindName, ModelProviderName, RateLimitSpec, SandboxScopeName,
+        },
     },
     identity::{self, ContactInput, IdentityReport},
     labels::channel_secret_env,
@@ -40,10 +45,16 @@ pub const PORTER_SECRETS_DIR: &str = "/etc/porter-secrets";
 pub enum ValidateError {
     #[error("failed to validate SaintBot: metadata.{field} is missing")]
     MissingMetadata { field: &'static str },
-    #[error("failed to render roles: spec.defaultRole names Role {role:?}, which does not exist or is not selected")]
+    #[error(
+        "failed to render roles: spec.defaultRole names Role {role:?}, which does not exist or is not selected"
+    )]
     DefaultRoleNotFound { role: String },
     #[error("failed to render Role {role:?}: {field}: {message}")]
-    InvalidRole { role: String, field: String, message: String },
+    InvalidRole {
+        role: String,
+        field: String,
+        message: String,
+    },
     #[error("failed to render channels: {field}: {message}")]
     InvalidChannel { field: String, message: String },
     #[error("failed to render porter CLIs: {field}: {message}")]
@@ -137,7 +148,12 @@ pub struct ValidatedSaintBot {
     pub identity: IdentityReport,
 }
 
-fn resources(cpu_request: &str, memory_request: &str, cpu_limit: &str, memory_limit: &str) -> ResourceRequirements {
+fn resources(
+    cpu_request: &str,
+    memory_request: &str,
+    cpu_limit: &str,
+    memory_limit: &str,
+) -> ResourceRequirements {
     ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".to_string(), Quantity(cpu_request.to_string())),
@@ -152,7 +168,11 @@ fn resources(cpu_request: &str, memory_request: &str, cpu_limit: &str, memory_li
 }
 
 fn invalid_role(role: &str, field: &str, message: impl Into<String>) -> ValidateError {
-    ValidateError::InvalidRole { role: role.to_string(), field: field.to_string(), message: message.into() }
+    ValidateError::InvalidRole {
+        role: role.to_string(),
+        field: field.to_string(),
+        message: message.into(),
+    }
 }
 
 /// Converts a Role resource into the rendered role, re-checking what CEL may not have
@@ -160,21 +180,39 @@ fn invalid_role(role: &str, field: &str, message: impl Into<String>) -> Validate
 fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
     let name = role.name_any();
     let spec = &role.spec;
-    for (list, patterns) in [("spec.tools.allow", &spec.tools.allow), ("spec.tools.deny", &spec.tools.deny)] {
-        if let Some(pattern) = patterns.iter().find(|pattern| !is_known_tool_pattern(pattern)) {
-            return Err(invalid_role(&name, list, format!("{pattern:?} is not a known tool, group:<name> or a glob matching one")));
+    for (list, patterns) in [
+        ("spec.tools.allow", &spec.tools.allow),
+        ("spec.tools.deny", &spec.tools.deny),
+    ] {
+        if let Some(pattern) = patterns
+            .iter()
+            .find(|pattern| !is_known_tool_pattern(pattern))
+        {
+            return Err(invalid_role(
+                &name,
+                list,
+                format!("{pattern:?} is not a known tool, group:<name> or a glob matching one"),
+            ));
         }
     }
     if let Some(budget) = &spec.budget
         && !(budget.usd.is_finite() && budget.usd >= 0.0)
     {
-        return Err(invalid_role(&name, "spec.budget.usd", "must be a number ≥ 0"));
+        return Err(invalid_role(
+            &name,
+            "spec.budget.usd",
+            "must be a number ≥ 0",
+        ));
     }
     let skills = match spec.skills.as_slice() {
         [] => Skills::None,
         [only] if only == "*" => Skills::All,
         list if list.iter().any(|skill| skill == "*") => {
-            return Err(invalid_role(&name, "spec.skills", "'*' must be the only entry"));
+            return Err(invalid_role(
+                &name,
+                "spec.skills",
+                "'*' must be the only entry",
+            ));
         }
         list => Skills::Only(list.to_vec()),
     };
@@ -182,24 +220,33 @@ fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
         SessionsVisibilityName::All => SessionsVisibility::All,
         SessionsVisibilityName::Own => SessionsVisibility::Own,
         SessionsVisibilityName::None => SessionsVisibility::None,
-        SessionsVisibilityName::OwnAndRoles => SessionsVisibility::OwnAndRoles(spec.sessions_visible_roles.clone()),
+        SessionsVisibilityName::OwnAndRoles => {
+            SessionsVisibility::OwnAndRoles(spec.sessions_visible_roles.clone())
+        }
     };
     Ok(RoleConfig {
         description: spec.description.clone(),
-        tools: ToolPolicy { allow: spec.tools.allow.clone(), deny: spec.tools.deny.clone() },
+        tools: ToolPolicy {
+            allow: spec.tools.allow.clone(),
+            deny: spec.tools.deny.clone(),
+        },
         model: spec.model.clone(),
         exec_blocklist: spec.exec_blocklist.clone(),
-        memory_scope: spec.memory_scope.iter().map(|scope| (*scope).into()).collect(),
+        memory_scope: spec
+            .memory_scope
+            .iter()
+            .map(|scope| (*scope).into())
+            .collect(),
         files: saint_config::FileGlobs {
             read: spec.files.read.clone(),
             write: spec.files.write.clone(),
             deny_write: spec.files.deny_write.clone(),
         },
         skills,
-        budget: spec
-            .budget
-            .as_ref()
-            .map(|budget| saint_config::Budget { usd: budget.usd, period: budget.period.into() }),
+        budget: spec.budget.as_ref().map(|budget| saint_config::Budget {
+            usd: budget.usd,
+            period: budget.period.into(),
+        }),
         bootstrap: spec.bootstrap.clone(),
         inject: spec.inject.clone(),
         sessions_visibility,
@@ -219,11 +266,17 @@ fn channel_kind(kind: ChannelKindName) -> ChannelKind {
 }
 
 fn rate_limit(spec: &RateLimitSpec) -> RateLimit {
-    RateLimit { per_minute: spec.per_minute, burst: spec.burst.unwrap_or(10) }
+    RateLimit {
+        per_minute: spec.per_minute,
+        burst: spec.burst.unwrap_or(10),
+    }
 }
 
 fn arg_policy(spec: &ArgPolicySpec) -> ArgPolicy {
-    ArgPolicy { allow: spec.allow.clone(), deny: spec.deny.clone() }
+    ArgPolicy {
+        allow: spec.allow.clone(),
+        deny: spec.deny.clone(),
+    }
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -238,8 +291,16 @@ pub fn validate(
     dereferenced: &Dereferenced,
     settings: &OperatorSettings,
 ) -> Result<ValidatedSaintBot, ValidateError> {
-    let name = bot.metadata.name.clone().ok_or(ValidateError::MissingMetadata { field: "name" })?;
-    let namespace = bot.metadata.namespace.clone().ok_or(ValidateError::MissingMetadata { field: "namespace" })?;
+    let name = bot
+        .metadata
+        .name
+        .clone()
+        .ok_or(ValidateError::MissingMetadata { field: "name" })?;
+    let namespace = bot
+        .metadata
+        .namespace
+        .clone()
+        .ok_or(ValidateError::MissingMetadata { field: "namespace" })?;
     let owner_reference = bot
         .controller_owner_ref(&())
         .ok_or(ValidateError::MissingMetadata { field: "uid" })?;
@@ -247,11 +308,17 @@ pub fn validate(
 
     // Roles: the selected ones, by name.
     let mut roles = BTreeMap::new();
-    for role in dereferenced.roles.iter().filter(|role| bot_uses_role(bot, role)) {
+    for role in dereferenced
+        .roles
+        .iter()
+        .filter(|role| bot_uses_role(bot, role))
+    {
         roles.insert(role.name_any(), render_role(role)?);
     }
     if !roles.contains_key(&spec.default_role) {
-        return Err(ValidateError::DefaultRoleNotFound { role: spec.default_role.clone() });
+        return Err(ValidateError::DefaultRoleNotFound {
+            role: spec.default_role.clone(),
+        });
     }
     let role_names: BTreeSet<String> = roles.keys().cloned().collect();
 
@@ -283,7 +350,9 @@ pub fn validate(
                 });
             }
             let env = channel_secret_env(&channel.name, setting);
-            if let Some(previous) = seen_env.insert(env.clone(), format!("{}.{setting}", channel.name)) {
+            if let Some(previous) =
+                seen_env.insert(env.clone(), format!("{}.{setting}", channel.name))
+            {
                 return Err(ValidateError::InvalidChannel {
                     field: format!("spec.channels[{}].secrets.{setting}", channel.name),
                     message: format!("maps to env var {env}, already used by {previous}"),
@@ -335,14 +404,23 @@ pub fn validate(
         }
         let mut env_from_files = BTreeMap::new();
         for secret_env in &cli.secret_env {
-            if !is_env_name(&secret_env.name) || secret_env.secret_key_ref.name.is_empty() || secret_env.secret_key_ref.key.is_empty() {
+            if !is_env_name(&secret_env.name)
+                || secret_env.secret_key_ref.name.is_empty()
+                || secret_env.secret_key_ref.key.is_empty()
+            {
                 return Err(ValidateError::InvalidPorterCli {
-                    field: format!("spec.porter.clis[{}].secretEnv[{}]", cli.name, secret_env.name),
+                    field: format!(
+                        "spec.porter.clis[{}].secretEnv[{}]",
+                        cli.name, secret_env.name
+                    ),
                     message: "needs an env var name and a Secret name and key".to_string(),
                 });
             }
             let relative_path = format!("{}/{}", cli.name, secret_env.name);
-            env_from_files.insert(secret_env.name.clone(), format!("{PORTER_SECRETS_DIR}/{relative_path}"));
+            env_from_files.insert(
+                secret_env.name.clone(),
+                format!("{PORTER_SECRETS_DIR}/{relative_path}"),
+            );
             porter_secret_files.push(PorterSecretFile {
                 cli: cli.name.clone(),
                 env_name: secret_env.name.clone(),
@@ -364,7 +442,11 @@ pub fn validate(
                 timeout_seconds: cli.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
                 rate_limit: cli.rate_limit.as_ref().map(rate_limit),
                 args: arg_policy(&cli.args),
-                role_args: cli.role_args.iter().map(|(role, policy)| (role.clone(), arg_policy(policy))).collect(),
+                role_args: cli
+                    .role_args
+                    .iter()
+                    .map(|(role, policy)| (role.clone(), arg_policy(policy)))
+                    .collect(),
                 ..CliEntry::default()
             },
         );
@@ -378,8 +460,16 @@ pub fn validate(
     let model = ModelConfig {
         provider,
         name: spec.model.name.clone(),
-        base_url: spec.model.base_url.clone().unwrap_or_else(|| default_base_url.to_string()),
-        api_key_env: spec.model.api_key_secret_ref.as_ref().map(|_| MODEL_API_KEY_ENV.to_string()),
+        base_url: spec
+            .model
+            .base_url
+            .clone()
+            .unwrap_or_else(|| default_base_url.to_string()),
+        api_key_env: spec
+            .model
+            .api_key_secret_ref
+            .as_ref()
+            .map(|_| MODEL_API_KEY_ENV.to_string()),
         context_window: spec.model.context_window.unwrap_or(200_000),
         max_output_tokens: spec.model.max_output_tokens.unwrap_or(4_096),
         prices: spec
@@ -387,7 +477,13 @@ pub fn validate(
             .prices
             .iter()
             .map(|(model, price)| {
-                (model.clone(), ModelPrice { input_per_mtok: price.input_per_mtok, output_per_mtok: price.output_per_mtok })
+                (
+                    model.clone(),
+                    ModelPrice {
+                        input_per_mtok: price.input_per_mtok,
+                        output_per_mtok: price.output_per_mtok,
+                    },
+                )
             })
             .collect(),
     };
@@ -406,7 +502,10 @@ pub fn validate(
 
     let config = BotConfig {
         schema_version: SCHEMA_VERSION.to_string(),
-        bot: BotIdentity { name: name.clone(), namespace: namespace.clone() },
+        bot: BotIdentity {
+            name: name.clone(),
+            namespace: namespace.clone(),
+        },
         model,
         channels,
         default_role: spec.default_role.clone(),
@@ -417,13 +516,20 @@ pub fn validate(
         file_access: FileAccessConfig::default(),
         web: WebConfig {
             url_blocklist: spec.web.url_blocklist.clone(),
-            search: spec.web.search_api_key_secret_ref.as_ref().map(|_| WebSearchConfig {
-                base_url: "https://api.search.brave.com".to_string(),
-                api_key_env: WEB_SEARCH_API_KEY_ENV.to_string(),
-            }),
+            search: spec
+                .web
+                .search_api_key_secret_ref
+                .as_ref()
+                .map(|_| WebSearchConfig {
+                    base_url: "https://api.search.brave.com".to_string(),
+                    api_key_env: WEB_SEARCH_API_KEY_ENV.to_string(),
+                }),
         },
         sandbox: sandbox_defaults,
-        porter: PorterConfig { clis: registry.clis.keys().cloned().collect(), ..PorterConfig::default() },
+        porter: PorterConfig {
+            clis: registry.clis.keys().cloned().collect(),
+            ..PorterConfig::default()
+        },
         memory: MemoryConfig::default(),
     };
     // The agent re-checks the same rules; refusing here turns a crash loop into a status.
@@ -443,8 +549,16 @@ pub fn validate(
         name,
         namespace,
         owner_reference,
-        agent_image: spec.images.agent.clone().unwrap_or_else(|| settings.agent_image.clone()),
-        porter_image: spec.images.porter.clone().unwrap_or_else(|| settings.porter_image.clone()),
+        agent_image: spec
+            .images
+            .agent
+            .clone()
+            .unwrap_or_else(|| settings.agent_image.clone()),
+        porter_image: spec
+            .images
+            .porter
+            .clone()
+            .unwrap_or_else(|| settings.porter_image.clone()),
         config,
         registry,
         model_api_key: spec.model.api_key_secret_ref.clone(),
@@ -453,17 +567,35 @@ pub fn validate(
         porter_secret_files,
         porter_env_from_secrets: porter_env_from_secrets.into_iter().collect(),
         sandbox: ValidatedSandbox {
-            image: spec.images.sandbox.clone().unwrap_or_else(|| settings.sandbox_image.clone()),
-            resources: spec.sandbox.resources.clone().unwrap_or_else(|| resources("100m", "256Mi", "1", "1Gi")),
+            image: spec
+                .images
+                .sandbox
+                .clone()
+                .unwrap_or_else(|| settings.sandbox_image.clone()),
+            resources: spec
+                .sandbox
+                .resources
+                .clone()
+                .unwrap_or_else(|| resources("100m", "256Mi", "1", "1Gi")),
             runtime_class_name: spec.sandbox.runtime_class_name.clone(),
             max_lifetime_seconds: spec.sandbox.max_lifetime_seconds.unwrap_or(86_400),
         },
-        storage_size: spec.storage.size.clone().unwrap_or_else(|| Quantity("5Gi".to_string())),
+        storage_size: spec
+            .storage
+            .size
+            .clone()
+            .unwrap_or_else(|| Quantity("5Gi".to_string())),
         storage_class_name: spec.storage.storage_class_name.clone(),
         persona_files,
         suspend: spec.suspend,
-        agent_resources: spec.agent_resources.clone().unwrap_or_else(|| resources("100m", "256Mi", "2", "1Gi")),
-        porter_resources: spec.porter_resources.clone().unwrap_or_else(|| resources("50m", "64Mi", "1", "256Mi")),
+        agent_resources: spec
+            .agent_resources
+            .clone()
+            .unwrap_or_else(|| resources("100m", "256Mi", "2", "1Gi")),
+        porter_resources: spec
+            .porter_resources
+            .clone()
+            .unwrap_or_else(|| resources("50m", "64Mi", "1", "256Mi")),
         api_server_cidrs: settings.api_server_cidrs.clone(),
         api_server_port: settings.api_server_port,
         identity,

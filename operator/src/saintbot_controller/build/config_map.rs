@@ -18,7 +18,8 @@ pub const REGISTRY_FILE_NAME: &str = "porter-registry.json";
 /// The complete rendered config, sandbox Job template included.
 pub fn rendered_config(bot: &ValidatedSaintBot) -> BotConfig {
     let mut config = bot.config.clone();
-    config.sandbox.job_template = Some(serde_json::to_value(job_template(bot)).expect("job serialises"));
+    config.sandbox.job_template =
+        Some(serde_json::to_value(job_template(bot)).expect("job serialises"));
     config
 }
 
@@ -38,7 +39,10 @@ pub fn config_hash(bot: &ValidatedSaintBot) -> String {
 pub fn config_map(bot: &ValidatedSaintBot) -> ConfigMap {
     let config = rendered_config_json(bot);
     let mut metadata = child_metadata(bot, config_map_name(&bot.name), "config");
-    metadata.annotations = Some(BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), sha256_hex(config.as_bytes()))]));
+    metadata.annotations = Some(BTreeMap::from([(
+        CONFIG_HASH_ANNOTATION.to_string(),
+        sha256_hex(config.as_bytes()),
+    )]));
     ConfigMap {
         metadata,
         data: Some(BTreeMap::from([

@@ -41,7 +41,8 @@ pub fn child_metadata(bot: &ValidatedSaintBot, name: String, component: &str) ->
 /// that nothing was dropped: k8s-openapi ignores unknown fields, so a misspelt field
 /// would otherwise vanish silently.
 pub(crate) fn typed<T: DeserializeOwned + serde::Serialize>(value: serde_json::Value) -> T {
-    let object: T = serde_json::from_value(value.clone()).expect("builder JSON matches the Kubernetes type");
+    let object: T =
+        serde_json::from_value(value.clone()).expect("builder JSON matches the Kubernetes type");
     if cfg!(debug_assertions) {
         let mut round_trip = serde_json::to_value(&object).expect("typed object serialises");
         // Serialising a typed object adds `apiVersion` and `kind`; that is not a loss.
@@ -51,7 +52,10 @@ pub(crate) fn typed<T: DeserializeOwned + serde::Serialize>(value: serde_json::V
             fields.remove("apiVersion");
             fields.remove("kind");
         }
-        assert_eq!(round_trip, value, "builder JSON lost or changed fields when typed");
+        assert_eq!(
+            round_trip, value,
+            "builder JSON lost or changed fields when typed"
+        );
     }
     object
 }

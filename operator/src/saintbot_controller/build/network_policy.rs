@@ -6,15 +6,23 @@ use serde_json::json;
 
 use super::{child_metadata, typed};
 use crate::{
-    labels::{agent_network_policy_name, agent_selector, sandbox_network_policy_name, sandbox_selector},
+    labels::{
+        agent_network_policy_name, agent_selector, sandbox_network_policy_name, sandbox_selector,
+    },
     saintbot_controller::validate::ValidatedSaintBot,
 };
 
 /// Ranges the bot pod may not reach even though "the internet" is allowed: private
 /// networks (pods, services, nodes), shared address space, loopback and link-local
 /// (cloud metadata endpoints hand out credentials).
-pub const PRIVATE_IPV4_RANGES: &[&str] =
-    &["10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"];
+pub const PRIVATE_IPV4_RANGES: &[&str] = &[
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+];
 
 /// IPv6 counterparts: unique-local, link-local, loopback.
 pub const PRIVATE_IPV6_RANGES: &[&str] = &["::1/128", "fc00::/7", "fe80::/10"];
@@ -36,11 +44,21 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         }),
     ];
     if !bot.api_server_cidrs.is_empty() {
-        let peers: Vec<_> = bot.api_server_cidrs.iter().map(|cidr| json!({"ipBlock": {"cidr": cidr}})).collect();
-        egress.push(json!({"to": peers, "ports": [{"port": bot.api_server_port, "protocol": "TCP"}]}));
+        let peers: Vec<_> = bot
+            .api_server_cidrs
+            .iter()
+            .map(|cidr| json!({"ipBlock": {"cidr": cidr}}))
+            .collect();
+        egress.push(
+            json!({"to": peers, "ports": [{"port": bot.api_server_port, "protocol": "TCP"}]}),
+        );
     }
-    let metadata = serde_json::to_value(child_metadata(bot, agent_network_policy_name(&bot.name), "agent"))
-        .expect("metadata serialises");
+    let metadata = serde_json::to_value(child_metadata(
+        bot,
+        agent_network_policy_name(&bot.name),
+        "agent",
+    ))
+    .expect("metadata serialises");
     typed(json!({
         "metadata": metadata,
         "spec": {
@@ -55,8 +73,12 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
 /// `<bot>-sandbox`: selects the bot's sandbox pods and allows nothing. Commands reach
 /// credentials only through the Porter unix socket, never the network.
 pub fn sandbox_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
-    let metadata = serde_json::to_value(child_metadata(bot, sandbox_network_policy_name(&bot.name), "sandbox"))
-        .expect("metadata serialises");
+    let metadata = serde_json::to_value(child_metadata(
+        bot,
+        sandbox_network_policy_name(&bot.name),
+        "sandbox",
+    ))
+    .expect("metadata serialises");
     typed(json!({
         "metadata": metadata,
         "spec": {

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
 
 use super::child_metadata;
 use crate::{labels::workspace_claim_name, saintbot_controller::validate::ValidatedSaintBot};
@@ -15,7 +17,10 @@ pub fn workspace_claim(bot: &ValidatedSaintBot) -> PersistentVolumeClaim {
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".to_string()]),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([("storage".to_string(), bot.storage_size.clone())])),
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    bot.storage_size.clone(),
+                )])),
                 ..VolumeResourceRequirements::default()
             }),
             storage_class_name: bot.storage_class_name.clone(),

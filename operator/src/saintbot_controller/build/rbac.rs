@@ -22,7 +22,11 @@ pub fn agent_role(bot: &ValidatedSaintBot) -> Role {
     Role {
         metadata: child_metadata(bot, agent_account_name(&bot.name), "agent"),
         rules: Some(vec![
-            rule("batch", &["jobs"], &["create", "get", "list", "watch", "delete"]),
+            rule(
+                "batch",
+                &["jobs"],
+                &["create", "get", "list", "watch", "delete"],
+            ),
             rule("", &["pods"], &["get", "list", "watch"]),
         ]),
     }
@@ -33,7 +37,11 @@ pub fn agent_role_binding(bot: &ValidatedSaintBot) -> RoleBinding {
     let name = agent_account_name(&bot.name);
     RoleBinding {
         metadata: child_metadata(bot, name.clone(), "agent"),
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".to_string(), kind: "Role".to_string(), name: name.clone() },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "Role".to_string(),
+            name: name.clone(),
+        },
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".to_string(),
             name,

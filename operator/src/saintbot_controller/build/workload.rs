@@ -36,7 +36,11 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
         "porterSecretFiles": bot.porter_secret_files.iter().map(|file| json!([file.relative_path, file.secret])).collect::<Vec<_>>(),
         "porterEnvFromSecrets": bot.porter_env_from_secrets,
     });
-    sha256_hex(serde_json::to_string(&inputs).expect("inputs serialise").as_bytes())
+    sha256_hex(
+        serde_json::to_string(&inputs)
+            .expect("inputs serialise")
+            .as_bytes(),
+    )
 }
 
 fn secret_env(name: &str, secret: &crate::crd::SecretKeyReference) -> Value {
@@ -116,8 +120,11 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
         ],
     });
     if !bot.porter_env_from_secrets.is_empty() {
-        container["envFrom"] =
-            bot.porter_env_from_secrets.iter().map(|name| json!({"secretRef": {"name": name}})).collect();
+        container["envFrom"] = bot
+            .porter_env_from_secrets
+            .iter()
+            .map(|name| json!({"secretRef": {"name": name}}))
+            .collect();
     }
     if !bot.porter_secret_files.is_empty() {
         container["volumeMounts"]
@@ -158,7 +165,8 @@ fn volumes(bot: &ValidatedSaintBot) -> Vec<Value> {
 
 /// `<bot>`: a single writer of the workspace, so `Recreate` (never two pods at once).
 pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
-    let metadata = serde_json::to_value(child_metadata(bot, bot.name.clone(), "agent")).expect("metadata serialises");
+    let metadata = serde_json::to_value(child_metadata(bot, bot.name.clone(), "agent"))
+        .expect("metadata serialises");
     let mut pod_labels: BTreeMap<String, String> = labels(&bot.name, "agent");
     pod_labels.extend(agent_selector(&bot.name));
     typed(json!({
