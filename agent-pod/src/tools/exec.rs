@@ -43,7 +43,11 @@ impl Tool for ExecUnavailableTool {
         _context: &'a ToolContext,
         _input: serde_json::Value,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async { Err(ToolError::Denied("commands cannot be run: no sandbox is available".to_string())) })
+        Box::pin(async {
+            Err(ToolError::Denied(
+                "commands cannot be run: no sandbox is available".to_string(),
+            ))
+        })
     }
 }
 
@@ -60,19 +64,28 @@ pub struct ExecLimits {
 
 impl Default for ExecLimits {
     fn default() -> Self {
-        Self { max_stdout_bytes: 32 * 1024, max_stderr_bytes: 16 * 1024, max_timeout: Duration::from_secs(3600) }
+        Self {
+            max_stdout_bytes: 32 * 1024,
+            max_stderr_bytes: 16 * 1024,
+            max_timeout: Duration::from_secs(3600),
+        }
     }
 }
 
 /// Wrappers that run the next word as the command (`env gh …`, `time gh …`).
-const COMMAND_WRAPPERS: &[&str] = &["env", "command", "exec", "time", "nohup", "xargs", "nice", "timeout", "sudo"];
+const COMMAND_WRAPPERS: &[&str] = &[
+    "env", "command", "exec", "time", "nohup", "xargs", "nice", "timeout", "sudo",
+];
 
 /// Shell operators that start a new command (split naively, quotes or not: splitting
 /// too eagerly only produces more candidates to check, never fewer).
-const SEPARATORS: &[&str] = &["&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")", "{", "}"];
+const SEPARATORS: &[&str] = &[
+    "&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")", "{", "}",
+];
 
 fn words(text: &str) -> Vec<String> {
-    shell_words::split(text).unwrap_or_else(|_| text.split_whitespace().map(str::to_string).collect())
+    shell_words::split(text)
+        .unwrap_or_else(|_| text.split_whitespace().map(str::to_string).collect())
 }
 
 /// Every command the line may run, as word lists: each piece between shell operators,
@@ -81,7 +94,15 @@ pub fn command_segments(command: &str) -> Vec<Vec<String>> {
     fn collect(text: &str, depth: usize, out: &mut Vec<Vec<String>>) {
         let mut pieces = vec![text.to_string()];
         for separator in SEPARATORS {
-            pieces = pieces.iter().flat_map(|piece| piece.split(separator).map(str::to_string).collect::<Vec<_>>()).collect();
+            pieces = pieces
+                .iter()
+                .flat_map(|piece| {
+                    piece
+                        .split(separator)
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
         }
         for piece in pieces {
             let piece_words = words(&piece);
@@ -89,7 +110,10 @@ pub fn command_segments(command: &str) -> Vec<Vec<String>> {
                 continue;
             }
             if depth < 3 {
-                for word in piece_words.iter().filter(|word| word.contains(char::is_whitespace)) {
+                for word in piece_words
+                    .iter()
+                    .filter(|word| word.contains(char::is_whitespace))
+                {
                     collect(word, depth + 1, out);
                 }
             }
@@ -110,7 +134,8 @@ pub fn blocklist_candidates(command: &str) -> Vec<String> {
         candidates.push(segment.join(" "));
         let mut start = 0;
         while start < segment.len()
-            && (segment[start].contains('=') || COMMAND_WRAPPERS.contains(&program_name(&segment[start])))
+            && (segment[start].contains('=')
+                || COMMAND_WRAPPERS.contains(&program_name(&segment[start])))
         {
             start += 1;
         }
@@ -133,17 +158,22 @@ fn program_name(word: &str) -> &str {
 /// An unparseable pattern refuses everything (fail closed).
 pub fn check_blocklist(command: &str, blocklist: Option<&[String]>) -> Result<(), ToolError> {
     let Some(blocklist) = blocklist else {
-        return Err(ToolError::Denied("your role may not run commands".to_string()));
+        return Err(ToolError::Denied(
+            "your role may not run commands".to_string(),
+        ));
     };
     let mut builder = GlobSetBuilder::new();
     for pattern in blocklist {
-        let glob = Glob::new(pattern.trim())
-            .map_err(|_| ToolError::Denied("commands are disabled: the role's exec blocklist is invalid".to_string()))?;
+        let glob = Glob::new(pattern.trim()).map_err(|_| {
+            ToolError::Denied(
+                "commands are disabled: the role's exec blocklist is invalid".to_string(),
+            )
+        })?;
         builder.add(glob);
     }
-    let set = builder
-        .build()
-        .map_err(|_| ToolError::Denied("commands are disabled: the role's exec blocklist is invalid".to_string()))?;
+    let set = builder.build().map_err(|_| {
+        ToolError::Denied("commands are disabled: the role's exec blocklist is invalid".to_string())
+    })?;
     for candidate in blocklist_candidates(command) {
         if let Some(index) = set.matches(&candidate).first() {
             return Err(ToolError::Denied(format!(
@@ -199,8 +229,16 @@ pub struct ExecTool {
 impl ExecTool {
     /// `exec` running in `sandbox`, registering Porter tokens through `porter` (none:
     /// commands get no token, so Porter CLIs are refused by Porter).
-    pub fn new(sandbox: Arc<dyn Sandbox>, porter: Option<PorterControl>, limits: ExecLimits) -> Self {
-        Self { sandbox, porter, limits }
+    pub fn new(
+        sandbox: Arc<dyn Sandbox>,
+        porter: Option<PorterControl>,
+        limits: ExecLimits,
+    ) -> Self {
+        Self {
+            sandbox,
+            porter,
+            limits,
+        }
     }
 }
 
@@ -239,21 +277,30 @@ impl Tool for ExecTool {
         })
     }
 
-    fn call<'a>(&'a self, context: &'a ToolContext, input: Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let input: ExecInput =
-                serde_json::from_value(input).map_err(|error| ToolError::InvalidInput(error.to_string()))?;
+            let input: ExecInput = serde_json::from_value(input)
+                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
             if input.command.trim().is_empty() {
                 return Err(ToolError::InvalidInput("command is empty".to_string()));
             }
             // The blocklist decides before anything starts: no sandbox, no token.
-            check_blocklist(&input.command, context.caller.role.exec_blocklist.as_deref())?;
+            check_blocklist(
+                &input.command,
+                context.caller.role.exec_blocklist.as_deref(),
+            )?;
             let cwd = input.cwd.unwrap_or_else(|| "/workspace".to_string());
             let inside = ["/workspace", "/agent"]
                 .iter()
                 .any(|root| cwd == *root || cwd.starts_with(&format!("{root}/")));
             if !inside {
-                return Err(ToolError::InvalidInput("cwd must be under /workspace or /agent".to_string()));
+                return Err(ToolError::InvalidInput(
+                    "cwd must be under /workspace or /agent".to_string(),
+                ));
             }
             let sandbox_config = &context.config.sandbox;
             let default_timeout = Duration::from_secs(sandbox_config.exec_timeout_seconds.max(1));
@@ -266,7 +313,10 @@ impl Tool for ExecTool {
             let porter_clis = &context.config.porter.clis;
 
             let mut metering = Map::new();
-            metering.insert("porter".to_string(), json!(invokes_porter_cli(&input.command, porter_clis)));
+            metering.insert(
+                "porter".to_string(),
+                json!(invokes_porter_cli(&input.command, porter_clis)),
+            );
             metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
 
             let mut env = std::collections::BTreeMap::new();
@@ -278,7 +328,10 @@ impl Tool for ExecTool {
                     role: context.caller.role_name.clone(),
                 };
                 // A lost revoke still expires shortly after the command's own deadline.
-                match porter.register(&grant, timeout + Duration::from_secs(60)).await {
+                match porter
+                    .register(&grant, timeout + Duration::from_secs(60))
+                    .await
+                {
                     Ok(issued) => {
                         env.insert("CLIPORT_TOKEN".to_string(), issued.clone());
                         token = Some(issued);
@@ -290,7 +343,13 @@ impl Tool for ExecTool {
                 }
             }
 
-            let request = ExecRequest { command: input.command.clone(), cwd, env, timeout, stdin: None };
+            let request = ExecRequest {
+                command: input.command.clone(),
+                cwd,
+                env,
+                timeout,
+                stdin: None,
+            };
             let started = std::time::Instant::now();
             let result = self.run(&scope, request, timeout).await;
             if let (Some(porter), Some(token)) = (&self.porter, &token)
@@ -298,7 +357,10 @@ impl Tool for ExecTool {
             {
                 tracing::warn!(%error, "failed to revoke porter token; it expires by itself");
             }
-            metering.insert("durationMs".to_string(), json!(started.elapsed().as_millis() as u64));
+            metering.insert(
+                "durationMs".to_string(),
+                json!(started.elapsed().as_millis() as u64),
+            );
             let (stdout, stderr, ending) = result?;
             metering.insert("stdoutBytes".to_string(), json!(stdout.total));
             metering.insert("stderrBytes".to_string(), json!(stderr.total));
@@ -323,7 +385,11 @@ impl Tool for ExecTool {
                 content.push('\n');
             }
             content.push_str(&format!("[exit code {exit_code}]"));
-            Ok(ToolOutput { content, untrusted: false, metering })
+            Ok(ToolOutput {
+                content,
+                untrusted: false,
+                metering,
+            })
         })
     }
 }
@@ -342,7 +408,9 @@ impl ExecTool {
     ) -> Result<(CappedOutput, CappedOutput, Ending), ToolError> {
         let mut events = self.sandbox.exec(scope, request).await.map_err(|error| {
             tracing::error!(%error, "sandbox unavailable; exec refused");
-            ToolError::Failed("commands cannot run right now: the sandbox is unavailable".to_string())
+            ToolError::Failed(
+                "commands cannot run right now: the sandbox is unavailable".to_string(),
+            )
         })?;
         let (mut stdout, mut stderr) = (CappedOutput::default(), CappedOutput::default());
         // The runner enforces the timeout; this backstop only guards a wedged runner.
@@ -354,15 +422,27 @@ impl ExecTool {
                 () = &mut backstop => return Ok((stdout, stderr, Ending::TimedOut)),
             };
             match event {
-                Some(Ok(ExecEvent::Stdout(data))) => stdout.push(&data, self.limits.max_stdout_bytes),
-                Some(Ok(ExecEvent::Stderr(data))) => stderr.push(&data, self.limits.max_stderr_bytes),
-                Some(Ok(ExecEvent::Exit(code))) => return Ok((stdout, stderr, Ending::Exited(code))),
+                Some(Ok(ExecEvent::Stdout(data))) => {
+                    stdout.push(&data, self.limits.max_stdout_bytes)
+                }
+                Some(Ok(ExecEvent::Stderr(data))) => {
+                    stderr.push(&data, self.limits.max_stderr_bytes)
+                }
+                Some(Ok(ExecEvent::Exit(code))) => {
+                    return Ok((stdout, stderr, Ending::Exited(code)));
+                }
                 Some(Ok(ExecEvent::TimedOut)) => return Ok((stdout, stderr, Ending::TimedOut)),
                 Some(Err(error)) => {
                     tracing::error!(%error, "sandbox command failed");
-                    return Err(ToolError::Failed("the command could not be run in the sandbox".to_string()));
+                    return Err(ToolError::Failed(
+                        "the command could not be run in the sandbox".to_string(),
+                    ));
                 }
-                None => return Err(ToolError::Failed("the sandbox ended the command unexpectedly".to_string())),
+                None => {
+                    return Err(ToolError::Failed(
+                        "the sandbox ended the command unexpectedly".to_string(),
+                    ));
+                }
             }
         }
     }
@@ -378,7 +458,10 @@ mod tests {
 
     #[test]
     fn absent_blocklist_means_no_exec_and_empty_means_anything() {
-        assert!(matches!(check_blocklist("ls", None), Err(ToolError::Denied(_))));
+        assert!(matches!(
+            check_blocklist("ls", None),
+            Err(ToolError::Denied(_))
+        ));
         assert!(check_blocklist("rm -rf /tmp/x", Some(&[])).is_ok());
     }
 
@@ -398,7 +481,13 @@ mod tests {
             "curl https://example.com",
         ];
         for command in blocked {
-            assert!(matches!(check_blocklist(command, Some(&list)), Err(ToolError::Denied(_))), "{command}");
+            assert!(
+                matches!(
+                    check_blocklist(command, Some(&list)),
+                    Err(ToolError::Denied(_))
+                ),
+                "{command}"
+            );
         }
         for command in ["rm -r build", "gh pr list", "echo rm", "ls -la"] {
             assert!(check_blocklist(command, Some(&list)).is_ok(), "{command}");
@@ -408,14 +497,20 @@ mod tests {
     #[test]
     fn an_invalid_pattern_disables_exec() {
         let list = blocklist(&["rm [-rf"]);
-        assert!(matches!(check_blocklist("ls", Some(&list)), Err(ToolError::Denied(_))));
+        assert!(matches!(
+            check_blocklist("ls", Some(&list)),
+            Err(ToolError::Denied(_))
+        ));
     }
 
     #[test]
     fn porter_cli_detection_looks_at_programs_not_arguments() {
         let clis = vec!["gh".to_string()];
         assert!(invokes_porter_cli("gh pr list", &clis));
-        assert!(invokes_porter_cli("cd repo && GH_PAGER= gh pr list | head", &clis));
+        assert!(invokes_porter_cli(
+            "cd repo && GH_PAGER= gh pr list | head",
+            &clis
+        ));
         assert!(invokes_porter_cli("/tmp/saint-bin/gh --version", &clis));
         assert!(!invokes_porter_cli("echo gh", &clis));
         assert!(!invokes_porter_cli("ghost", &clis));
@@ -426,6 +521,9 @@ mod tests {
         let mut output = CappedOutput::default();
         output.push(b"hello ", 8);
         output.push(b"world", 8);
-        assert_eq!(output.render("stdout"), "hello wo\n[… 3 more bytes of stdout not shown]");
+        assert_eq!(
+            output.render("stdout"),
+            "hello wo\n[… 3 more bytes of stdout not shown]"
+        );
     }
 }
