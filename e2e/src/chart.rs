@@ -133,13 +133,38 @@ pub struct RunningOperator {
 impl RunningOperator {
     /// The Prometheus text from `/metrics`, or the error as text.
     pub async fn metrics(&self) -> Result<String, String> {
-        let response = reqwest::get(format!("{}/metrics", self.http_url))
-            .await
-            .map_err(|error| format!("failed to scrape {}: {error}", self.http_url))?;
-        response
-            .text()
-            .await
-            .map_err(|error| format!("failed to read metrics of {}: {error}", self.http_url))
+        http_get(&self.http_url, "/metrics").await
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: the body of a 200 answer, or the error
+/// as text. (The operator serves plain HTTP; no client library needed.)
+pub async fn http_get(base_url: &str, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let address = base_url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|error| format!("failed to connect to {address}: {error}"))?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|error| format!("failed to send GET {path} to {address}: {error}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .map_err(|error| format!("failed to read GET {path} from {address}: {error}"))?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if head
+        .lines()
+        .next()
+        .is_some_and(|status| status.contains(" 200 "))
+    {
+        Ok(body.to_owned())
+    } else {
+        Err(format!("GET {address}{path} answered: {head}"))
     }
 }
 
