@@ -1,1 +1,169 @@
-fn main() {}
+//! Benchmark (one run, medians): the latency `cliport-proxy` adds over spawning a CLI
+//! directly, and streaming throughput through Porter against a plain pipe.
+//!
+//! Runs the real release `porter` and `cliport-proxy` on a temp socket.
+//! `cargo bench -p porter --bench porter_overhead`
+
+#[path = "../tests/support.rs"]
+mod support;
+
+use std::{
+    collections::BTreeMap,
+    io::Read,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use support::{CANARY, Daemon, TOKEN, cli, script};
+
+const SPAWN_RUNS: usize = 300;
+const STREAM_RUNS: usize = 7;
+const STREAM_BYTES: u64 = 256 << 20;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn percentile(samples: &[Duration], fraction: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
+}
+
+fn time_status(command: &mut Command) -> Duration {
+    let started = Instant::now();
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(status.success(), "{command:?} failed: {status}");
+    elapsed
+}
+
+fn time_stream(command: &mut Command) -> Duration {
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut buffer = vec![0_u8; 1 << 20];
+    let mut total = 0_u64;
+    loop {
+        let count = stdout.read(&mut buffer).unwrap();
+        if count == 0 {
+            break;
+        }
+        total += count as u64;
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(total, STREAM_BYTES);
+    started.elapsed()
+}
+
+fn mebibytes_per_second(duration: Duration) -> f64 {
+    STREAM_BYTES as f64 / (1 << 20) as f64 / duration.as_secs_f64()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; any other flag (e.g. from `cargo test --benches`)
+    // still runs the whole benchmark, it is bounded.
+    let daemon = Daemon::start(|bin, registry| {
+        registry.clis.insert("true-cli".into(), cli("/bin/true"));
+        let stream_body = format!("exec head -c {STREAM_BYTES} /dev/zero");
+        registry
+            .clis
+            .insert("stream".into(), cli(&script(bin, "stream", &stream_body)));
+        let mut redacted = cli(&script(bin, "stream-redacted", &stream_body));
+        redacted.env = BTreeMap::from([
+            ("SECRET_A".into(), CANARY.into()),
+            (
+                "SECRET_B".into(),
+                "another-credential-value-1234567890".into(),
+            ),
+            (
+                "SECRET_C".into(),
+                "ghp_0123456789abcdefghijklmnopqrstuvwxyz".into(),
+            ),
+        ]);
+        registry.clis.insert("stream-redacted".into(), redacted);
+    });
+
+    // Warm both paths (page cache, first connection).
+    for _ in 0..20 {
+        time_status(&mut Command::new("/bin/true"));
+        time_status(&mut daemon.proxy("true-cli", &[], TOKEN));
+    }
+    let mut direct = Vec::with_capacity(SPAWN_RUNS);
+    let mut proxied = Vec::with_capacity(SPAWN_RUNS);
+    // Interleaved so drift in machine load hits both alike.
+    for _ in 0..SPAWN_RUNS {
+        direct.push(time_status(&mut Command::new("/bin/true")));
+        proxied.push(time_status(&mut daemon.proxy("true-cli", &[], TOKEN)));
+    }
+    let direct_p50 = median(direct.clone());
+    let proxied_p50 = median(proxied.clone());
+    println!(
+        "spawn /bin/true directly            p50 {:>8.3} ms  p90 {:>8.3} ms  ({SPAWN_RUNS} runs)",
+        ms(direct_p50),
+        ms(percentile(&direct, 0.9))
+    );
+    println!(
+        "cliport-proxy true-cli via porter   p50 {:>8.3} ms  p90 {:>8.3} ms  ({SPAWN_RUNS} runs)",
+        ms(proxied_p50),
+        ms(percentile(&proxied, 0.9))
+    );
+    let added = proxied_p50.saturating_sub(direct_p50);
+    println!(
+        "added by porter at p50              {:>8.3} ms  (target < 2 ms: {})",
+        ms(added),
+        verdict(added < Duration::from_millis(2))
+    );
+
+    let mut pipe = Vec::new();
+    let mut through = Vec::new();
+    let mut through_redacted = Vec::new();
+    for _ in 0..STREAM_RUNS {
+        pipe.push(time_stream(Command::new("head").args([
+            "-c",
+            &STREAM_BYTES.to_string(),
+            "/dev/zero",
+        ])));
+        through.push(time_stream(&mut daemon.proxy("stream", &[], TOKEN)));
+        through_redacted.push(time_stream(&mut daemon.proxy(
+            "stream-redacted",
+            &[],
+            TOKEN,
+        )));
+    }
+    let pipe_rate = mebibytes_per_second(median(pipe));
+    let through_rate = mebibytes_per_second(median(through));
+    let redacted_rate = mebibytes_per_second(median(through_redacted));
+    println!(
+        "plain pipe (head -c 256MiB)         median {pipe_rate:>8.0} MiB/s  ({STREAM_RUNS} runs)"
+    );
+    println!(
+        "through porter, no secrets          median {through_rate:>8.0} MiB/s  ratio {:.2}",
+        through_rate / pipe_rate
+    );
+    println!(
+        "through porter, 3 secrets redacted  median {redacted_rate:>8.0} MiB/s  ratio {:.2}",
+        redacted_rate / pipe_rate
+    );
+    println!(
+        "throughput target (>= 0.50 of pipe): {}",
+        verdict(through_rate / pipe_rate >= 0.5 && redacted_rate / pipe_rate >= 0.5)
+    );
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}

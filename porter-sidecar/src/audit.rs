@@ -71,14 +71,22 @@ impl AuditLog {
     /// Opens (creating parent directories) the log for appending.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| AuditError::Open { path: path.to_owned(), source })?;
+            std::fs::create_dir_all(parent).map_err(|source| AuditError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
         }
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|source| AuditError::Open { path: path.to_owned(), source })?;
-        Ok(Self { file: Mutex::new(file) })
+            .map_err(|source| AuditError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            file: Mutex::new(file),
+        })
     }
 
     /// Appends one line; a failure is logged, never fatal for the call.

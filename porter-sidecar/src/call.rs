@@ -5,6 +5,7 @@
 //! Spawns and signals only the child it starts (and that child's process group).
 
 use std::{
+    os::fd::AsFd,
     path::PathBuf,
     process::{ExitStatus, Stdio},
     sync::{
@@ -19,7 +20,7 @@ use nix::{sys::signal::Signal, unistd::Pid};
 use porter_protocol::{
     CliRequest, ErrorCode, Frame, FrameKind, PROTOCOL_VERSION, Request,
     async_io::{CodecError, FrameCodec, write_frame},
-    frame::{MAX_DATA_PAYLOAD, encode_data},
+    frame::{FrameHeader, HEADER_LEN, MAX_DATA_PAYLOAD, encode_data},
     handshake,
 };
 use tokio::{
@@ -50,6 +51,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// could hold the pipes open forever).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
+/// Requested size of the child's output pipes.
+const PIPE_SIZE: i32 = 1 << 20;
+
 /// A refused call: the error frame to send and the audit outcome.
 #[derive(Debug)]
 struct Refusal {
@@ -59,7 +63,10 @@ struct Refusal {
 
 impl Refusal {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -76,18 +83,30 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
     let started = Instant::now();
     let peer = stream
         .peer_cred()
-        .map(|credentials| Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid() })
+        .map(|credentials| Peer {
+            uid: credentials.uid(),
+            gid: credentials.gid(),
+            pid: credentials.pid(),
+        })
         .unwrap_or_default();
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec);
-    let mut audit = AuditLine { ts: jiff::Timestamp::now().to_string(), peer, ..AuditLine::default() };
+    let mut audit = AuditLine {
+        ts: jiff::Timestamp::now().to_string(),
+        peer,
+        ..AuditLine::default()
+    };
 
     let prepared = prepare(&state, peer, &mut frames, &mut write_half, &mut audit).await;
     match prepared {
         Err(refusal) => {
             let secrets = state.registry.snapshot().secrets.clone();
             let message = secrets.redact_str(&refusal.message);
-            let _ = write_frame(&mut write_half, &Frame::error(refusal.code, message.clone())).await;
+            let _ = write_frame(
+                &mut write_half,
+                &Frame::error(refusal.code, message.clone()),
+            )
+            .await;
             audit.outcome = refusal.code.as_str().to_owned();
             audit.reason = Some(message);
             tracing::info!(cli = %audit.cli, outcome = %audit.outcome, uid = peer.uid, "call refused");
@@ -99,16 +118,37 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
         }
     }
     audit.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let label_cli = if audit.cli.is_empty() { "-".to_owned() } else { audit.cli.clone() };
-    state.metrics.calls.get_or_create(&CallLabels { cli: label_cli.clone(), outcome: audit.outcome.clone() }).inc();
-    state.metrics.duration.get_or_create(&CliLabels { cli: label_cli }).observe(started.elapsed().as_secs_f64());
+    let label_cli = if audit.cli.is_empty() {
+        "-".to_owned()
+    } else {
+        audit.cli.clone()
+    };
+    state
+        .metrics
+        .calls
+        .get_or_create(&CallLabels {
+            cli: label_cli.clone(),
+            outcome: audit.outcome.clone(),
+        })
+        .inc();
+    state
+        .metrics
+        .duration
+        .get_or_create(&CliLabels { cli: label_cli })
+        .observe(started.elapsed().as_secs_f64());
     state.audit.write(&audit);
 }
 
 async fn next_frame(frames: &mut FramedRead<OwnedReadHalf, FrameCodec>) -> Result<Frame, Refusal> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
-        Err(_) => Err(Refusal::new(ErrorCode::BadRequest, "timed out waiting for the request")),
-        Ok(None) => Err(Refusal::new(ErrorCode::BadRequest, "connection closed before the request")),
+        Err(_) => Err(Refusal::new(
+            ErrorCode::BadRequest,
+            "timed out waiting for the request",
+        )),
+        Ok(None) => Err(Refusal::new(
+            ErrorCode::BadRequest,
+            "connection closed before the request",
+        )),
         Ok(Some(Err(error))) => Err(Refusal::new(ErrorCode::BadRequest, error.to_string())),
         Ok(Some(Ok(frame))) => Ok(frame),
     }
@@ -122,61 +162,120 @@ async fn prepare(
     audit: &mut AuditLine,
 ) -> Result<Prepared, Refusal> {
     if !state.config.allowed_uids.is_empty() && !state.config.allowed_uids.contains(&peer.uid) {
-        return Err(Refusal::new(ErrorCode::PeerDenied, format!("uid {} may not call porter", peer.uid)));
+        return Err(Refusal::new(
+            ErrorCode::PeerDenied,
+            format!("uid {} may not call porter", peer.uid),
+        ));
     }
     match next_frame(frames).await? {
         Frame::Hello { version } if handshake::is_supported(version) => {}
         Frame::Hello { version } => {
             return Err(Refusal::new(
                 ErrorCode::UnsupportedVersion,
-                format!("protocol version {version} is not supported (porter speaks {PROTOCOL_VERSION})"),
+                format!(
+                    "protocol version {version} is not supported (porter speaks {PROTOCOL_VERSION})"
+                ),
             ));
         }
-        other => return Err(Refusal::new(ErrorCode::BadRequest, format!("expected hello, got {:?}", other.kind()))),
+        other => {
+            return Err(Refusal::new(
+                ErrorCode::BadRequest,
+                format!("expected hello, got {:?}", other.kind()),
+            ));
+        }
     }
-    write_frame(writer, &Frame::Welcome { version: PROTOCOL_VERSION })
-        .await
-        .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?;
+    write_frame(
+        writer,
+        &Frame::Welcome {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await
+    .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?;
     let request = match next_frame(frames).await? {
         Frame::Request(Request::Cli(request)) => request,
-        Frame::Request(Request::Exec(_)) => return Err(Refusal::new(ErrorCode::Unsupported, "porter runs registered CLIs, not exec requests")),
-        other => return Err(Refusal::new(ErrorCode::BadRequest, format!("expected request, got {:?}", other.kind()))),
+        Frame::Request(Request::Exec(_)) => {
+            return Err(Refusal::new(
+                ErrorCode::Unsupported,
+                "porter runs registered CLIs, not exec requests",
+            ));
+        }
+        other => {
+            return Err(Refusal::new(
+                ErrorCode::BadRequest,
+                format!("expected request, got {:?}", other.kind()),
+            ));
+        }
     };
     let registry = state.registry.snapshot();
     audit.cli = request.cli.clone();
-    audit.args = request.args.iter().map(|argument| registry.secrets.redact_str(argument)).collect();
+    audit.args = request
+        .args
+        .iter()
+        .map(|argument| registry.secrets.redact_str(argument))
+        .collect();
     audit.cwd = request.cwd.clone();
 
     if state.shutdown.is_cancelled() {
-        return Err(Refusal::new(ErrorCode::ShuttingDown, "porter is shutting down"));
+        return Err(Refusal::new(
+            ErrorCode::ShuttingDown,
+            "porter is shutting down",
+        ));
     }
     let grant: Grant = state
         .tokens
         .validate(&request.token, Instant::now())
-        .ok_or_else(|| Refusal::new(ErrorCode::BadToken, "missing, unknown, expired or revoked token"))?;
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::BadToken,
+                "missing, unknown, expired or revoked token",
+            )
+        })?;
     audit.session = grant.session.clone();
     audit.contact = grant.contact.clone();
     audit.role = grant.role.clone();
 
-    let cli: &LoadedCli = registry
-        .clis
-        .get(&request.cli)
-        .ok_or_else(|| Refusal::new(ErrorCode::UnknownCli, format!("{} is not a registered CLI", request.cli)))?;
+    let cli: &LoadedCli = registry.clis.get(&request.cli).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::UnknownCli,
+            format!("{} is not a registered CLI", request.cli),
+        )
+    })?;
     cli.policy
         .check(grant.role.as_deref(), &request.args)
-        .map_err(|refusal| Refusal::new(ErrorCode::DeniedArgs, format!("{} {refusal}", request.cli)))?;
-    let cwd = cwd::translate(&state.config.workspace_root, &request.cwd).map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+        .map_err(|refusal| {
+            Refusal::new(ErrorCode::DeniedArgs, format!("{} {refusal}", request.cli))
+        })?;
+    let cwd = cwd::translate(&state.config.workspace_root, &request.cwd)
+        .map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
     state
         .rate_limits
-        .check(&request.cli, cli.entry.rate_limit, registry.global_rate_limit)
+        .check(
+            &request.cli,
+            cli.entry.rate_limit,
+            registry.global_rate_limit,
+        )
         .map_err(|hit| match hit {
-            LimitHit::Cli => Refusal::new(ErrorCode::RateLimited, format!("rate limit for {} reached", request.cli)),
+            LimitHit::Cli => Refusal::new(
+                ErrorCode::RateLimited,
+                format!("rate limit for {} reached", request.cli),
+            ),
             LimitHit::Global => Refusal::new(ErrorCode::RateLimited, "global rate limit reached"),
         })?;
-    let (environment, dropped) =
-        child_env::build(&state.config.child_home, &cli.environment, &cli.entry.request_env, &cli.entry.protected_env, &request.env);
+    let (environment, dropped) = child_env::build(
+        &state.config.child_home,
+        &cli.environment,
+        &cli.entry.request_env,
+        &cli.entry.protected_env,
+        &request.env,
+    );
     audit.dropped_env = dropped;
-    Ok(Prepared { registry: registry.clone(), request, cwd, environment })
+    Ok(Prepared {
+        registry: registry.clone(),
+        request,
+        cwd,
+        environment,
+    })
 }
 
 /// Sends `signal` to the child's whole process group; a group already gone is fine.
@@ -193,8 +292,19 @@ enum Ending {
     Shutdown,
 }
 
-async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf, FrameCodec>, mut writer: OwnedWriteHalf, audit: &mut AuditLine) {
-    let Prepared { registry, request, cwd, environment } = prepared;
+async fn run(
+    state: &State,
+    prepared: Prepared,
+    frames: FramedRead<OwnedReadHalf, FrameCodec>,
+    mut writer: OwnedWriteHalf,
+    audit: &mut AuditLine,
+) {
+    let Prepared {
+        registry,
+        request,
+        cwd,
+        environment,
+    } = prepared;
     let cli = &registry.clis[&request.cli];
     let mut command = Command::new(&cli.entry.bin);
     command
@@ -202,7 +312,11 @@ async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf
         .env_clear()
         .envs(&environment)
         .current_dir(&cwd)
-        .stdin(if request.stdin { Stdio::piped() } else { Stdio::null() })
+        .stdin(if request.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so a timeout or disconnect reaches every descendant.
@@ -212,34 +326,77 @@ async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf
         Ok(child) => child,
         Err(error) => {
             let message = format!("failed to start {}: {error}", request.cli);
-            let _ = write_frame(&mut writer, &Frame::error(ErrorCode::Internal, message.clone())).await;
+            let _ = write_frame(
+                &mut writer,
+                &Frame::error(ErrorCode::Internal, message.clone()),
+            )
+            .await;
             audit.outcome = ErrorCode::Internal.as_str().to_owned();
             audit.reason = Some(message);
             return;
         }
     };
-    let group = Pid::from_raw(child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0));
+    let group = Pid::from_raw(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .unwrap_or(0),
+    );
     tracing::info!(cli = %request.cli, pid = group.as_raw(), uid = audit.peer.uid, "call started");
 
     let bytes_in = Arc::new(AtomicU64::new(0));
     let (disconnected_sender, mut disconnected) = oneshot::channel::<()>();
-    let reader = tokio::spawn(forward_client(frames, child.stdin.take(), group, bytes_in.clone(), disconnected_sender));
+    let reader = tokio::spawn(forward_client(
+        frames,
+        child.stdin.take(),
+        group,
+        bytes_in.clone(),
+        disconnected_sender,
+    ));
 
     let timeout = Duration::from_secs(cli.entry.timeout_seconds.max(1));
+    let (stdout_pipe, stderr_pipe) = (
+        child.stdout.take().expect("piped"),
+        child.stderr.take().expect("piped"),
+    );
+    // Bigger pipes mean fewer wake-ups per megabyte; a refusal (pipe-max-size) is harmless.
+    for pipe in [stdout_pipe.as_fd(), stderr_pipe.as_fd()] {
+        let _ = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
+    }
     let streams = Streams {
-        stdout: child.stdout.take().expect("piped"),
-        stderr: child.stderr.take().expect("piped"),
+        stdout: stdout_pipe,
+        stderr: stderr_pipe,
         secrets: registry.secrets.clone(),
     };
-    let (ending, status, counts) = stream_until_done(state, &mut child, streams, &mut writer, group, timeout, &mut disconnected).await;
+    let (ending, status, counts) = stream_until_done(
+        state,
+        &mut child,
+        streams,
+        &mut writer,
+        group,
+        timeout,
+        &mut disconnected,
+    )
+    .await;
     reader.abort();
 
     audit.bytes_stdout = counts.0;
     audit.bytes_stderr = counts.1;
     audit.bytes_stdin = bytes_in.load(Ordering::Relaxed);
     audit.exit = status.map(exit_code);
-    for (stream, count) in [("stdout", counts.0), ("stderr", counts.1), ("stdin", audit.bytes_stdin)] {
-        state.metrics.bytes.get_or_create(&StreamLabels { cli: request.cli.clone(), stream: stream.to_owned() }).inc_by(count);
+    for (stream, count) in [
+        ("stdout", counts.0),
+        ("stderr", counts.1),
+        ("stdin", audit.bytes_stdin),
+    ] {
+        state
+            .metrics
+            .bytes
+            .get_or_create(&StreamLabels {
+                cli: request.cli.clone(),
+                stream: stream.to_owned(),
+            })
+            .inc_by(count);
     }
     let last_frame = match ending {
         Ending::Exited => {
@@ -250,11 +407,17 @@ async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf
         Ending::TimedOut => {
             audit.outcome = ErrorCode::TimedOut.as_str().to_owned();
             audit.reason = Some(format!("killed after {} s", timeout.as_secs()));
-            Some(Frame::error(ErrorCode::TimedOut, format!("{} timed out after {} s", request.cli, timeout.as_secs())))
+            Some(Frame::error(
+                ErrorCode::TimedOut,
+                format!("{} timed out after {} s", request.cli, timeout.as_secs()),
+            ))
         }
         Ending::Shutdown => {
             audit.outcome = "shutdown".to_owned();
-            Some(Frame::error(ErrorCode::ShuttingDown, "porter is shutting down"))
+            Some(Frame::error(
+                ErrorCode::ShuttingDown,
+                "porter is shutting down",
+            ))
         }
         Ending::Disconnected => {
             audit.outcome = "disconnected".to_owned();
@@ -270,7 +433,10 @@ async fn run(state: &State, prepared: Prepared, frames: FramedRead<OwnedReadHalf
 
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(255)
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(255)
 }
 
 /// Reads the client's frames for the life of the call: stdin bytes, stdin EOF and
@@ -299,7 +465,9 @@ async fn forward_client(
                     signal_group(group, signal);
                 }
             }
-            Some(Ok(_)) | Some(Err(CodecError::Io(_) | CodecError::Frame(_) | CodecError::Truncated)) | None => {
+            Some(Ok(_))
+            | Some(Err(CodecError::Io(_) | CodecError::Frame(_) | CodecError::Truncated))
+            | None => {
                 let _ = disconnected.send(());
                 return;
             }
@@ -318,32 +486,55 @@ struct Pump<R> {
     pipe: R,
     kind: FrameKind,
     redactor: StreamRedactor,
+    redacting: bool,
     open: bool,
     count: u64,
+    /// Read buffer with room for a frame header in front, so unredacted output is
+    /// framed in place and written with one call.
     buffer: Vec<u8>,
+    redacted: Vec<u8>,
+    framed: Vec<u8>,
 }
 
 impl<R: AsyncRead + Unpin> Pump<R> {
     fn new(pipe: R, kind: FrameKind, secrets: Arc<Secrets>) -> Self {
-        Self { pipe, kind, redactor: StreamRedactor::new(secrets), open: true, count: 0, buffer: vec![0; MAX_DATA_PAYLOAD / 4] }
+        Self {
+            pipe,
+            kind,
+            redacting: !secrets.is_empty(),
+            redactor: StreamRedactor::new(secrets),
+            open: true,
+            count: 0,
+            buffer: vec![0; HEADER_LEN + MAX_DATA_PAYLOAD],
+            redacted: Vec::new(),
+            framed: Vec::new(),
+        }
     }
 
     /// Turns a read result into the frames to send (empty when nothing is safe yet).
-    fn frames_for(&mut self, read: std::io::Result<usize>) -> Vec<u8> {
-        let mut redacted = Vec::new();
+    fn frames_for(&mut self, read: std::io::Result<usize>) -> &[u8] {
+        self.redacted.clear();
+        self.framed.clear();
         match read {
             Ok(0) | Err(_) => {
                 self.open = false;
-                self.redactor.finish(&mut redacted);
+                self.redactor.finish(&mut self.redacted);
+            }
+            Ok(count) if !self.redacting => {
+                self.count += count as u64;
+                self.buffer[..HEADER_LEN].copy_from_slice(&FrameHeader::encode(self.kind, count));
+                return &self.buffer[..HEADER_LEN + count];
             }
             Ok(count) => {
                 self.count += count as u64;
-                self.redactor.push(&self.buffer[..count], &mut redacted);
+                self.redactor.push(
+                    &self.buffer[HEADER_LEN..HEADER_LEN + count],
+                    &mut self.redacted,
+                );
             }
         }
-        let mut frames = Vec::with_capacity(redacted.len() + 16);
-        encode_data(self.kind, &redacted, &mut frames);
-        frames
+        encode_data(self.kind, &self.redacted, &mut self.framed);
+        &self.framed
     }
 }
 
@@ -378,15 +569,16 @@ async fn stream_until_done(
     let mut terminating = false;
 
     // Ask the group to stop, and arm the SIGKILL that follows after the grace period.
-    let terminate = |ending_now: Ending, ending: &mut Ending, kill_at: &mut Option<tokio::time::Instant>| {
-        if *ending == Ending::Exited {
-            *ending = ending_now;
-        }
-        if kill_at.is_none() {
-            signal_group(group, Signal::SIGTERM);
-            *kill_at = Some(tokio::time::Instant::now() + state.config.kill_grace);
-        }
-    };
+    let terminate =
+        |ending_now: Ending, ending: &mut Ending, kill_at: &mut Option<tokio::time::Instant>| {
+            if *ending == Ending::Exited {
+                *ending = ending_now;
+            }
+            if kill_at.is_none() {
+                signal_group(group, Signal::SIGTERM);
+                *kill_at = Some(tokio::time::Instant::now() + state.config.kill_grace);
+            }
+        };
 
     loop {
         if status.is_some() && !stdout.open && !stderr.open {
@@ -399,14 +591,14 @@ async fn stream_until_done(
             kill_timer.as_mut().reset(at);
         }
         tokio::select! {
-            read = stdout.pipe.read(&mut stdout.buffer), if stdout.open => {
+            read = stdout.pipe.read(&mut stdout.buffer[HEADER_LEN..]), if stdout.open => {
                 let bytes = stdout.frames_for(read);
-                send(writer, &bytes, &mut client_gone).await;
+                send(writer, bytes, &mut client_gone).await;
                 if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
             }
-            read = stderr.pipe.read(&mut stderr.buffer), if stderr.open => {
+            read = stderr.pipe.read(&mut stderr.buffer[HEADER_LEN..]), if stderr.open => {
                 let bytes = stderr.frames_for(read);
-                send(writer, &bytes, &mut client_gone).await;
+                send(writer, bytes, &mut client_gone).await;
                 if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
             }
             exited = child.wait(), if status.is_none() => {

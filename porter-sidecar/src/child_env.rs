@@ -39,7 +39,9 @@ pub fn build(
         let forbidden = declared.contains_key(name)
             || protected_env.contains(name)
             || NEVER_HINTED.contains(&name.as_str())
-            || NEVER_HINTED_PREFIXES.iter().any(|prefix| name.starts_with(prefix));
+            || NEVER_HINTED_PREFIXES
+                .iter()
+                .any(|prefix| name.starts_with(prefix));
         if accepted && !forbidden {
             environment.insert(name.clone(), value.clone());
         } else {
@@ -47,7 +49,11 @@ pub fn build(
         }
     }
     // Declared variables last: they win over the base.
-    environment.extend(declared.iter().map(|(name, value)| (name.clone(), value.clone())));
+    environment.extend(
+        declared
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
     (environment, dropped)
 }
 
@@ -66,14 +72,22 @@ mod tests {
             ("GH_HOST".to_owned(), "evil".to_owned()),
             ("COLUMNS".to_owned(), "80".to_owned()),
         ]);
-        let (environment, mut dropped) =
-            build("/home/porter", &declared, &["GH_HOST".to_owned()], &["COLUMNS".to_owned()], &hints);
+        let (environment, mut dropped) = build(
+            "/home/porter",
+            &declared,
+            &["GH_HOST".to_owned()],
+            &["COLUMNS".to_owned()],
+            &hints,
+        );
         assert_eq!(
             environment.keys().map(String::as_str).collect::<Vec<_>>(),
             ["GH_TOKEN", "HOME", "LANG", "PATH", "TERM"]
         );
         assert_eq!(environment["GH_TOKEN"], "secret");
         dropped.sort();
-        assert_eq!(dropped, ["COLUMNS", "GH_HOST", "GH_TOKEN", "LD_PRELOAD", "PAGER"]);
+        assert_eq!(
+            dropped,
+            ["COLUMNS", "GH_HOST", "GH_TOKEN", "LD_PRELOAD", "PAGER"]
+        );
     }
 }

@@ -55,23 +55,51 @@ pub struct ControlResponse {
 
 impl ControlResponse {
     fn error(message: impl Into<String>) -> Self {
-        Self { ok: false, token: None, revoked: None, error: Some(message.into()) }
+        Self {
+            ok: false,
+            token: None,
+            revoked: None,
+            error: Some(message.into()),
+        }
     }
 }
 
 /// Applies one request to the token store.
 pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
     match request {
-        ControlRequest::Register { session, contact, role, ttl_seconds } => {
-            let grant = Grant { session, contact, role };
-            match state.tokens.register(grant, Duration::from_secs(ttl_seconds.max(1)), Instant::now()) {
-                Ok(token) => ControlResponse { ok: true, token: Some(token), revoked: None, error: None },
+        ControlRequest::Register {
+            session,
+            contact,
+            role,
+            ttl_seconds,
+        } => {
+            let grant = Grant {
+                session,
+                contact,
+                role,
+            };
+            match state.tokens.register(
+                grant,
+                Duration::from_secs(ttl_seconds.max(1)),
+                Instant::now(),
+            ) {
+                Ok(token) => ControlResponse {
+                    ok: true,
+                    token: Some(token),
+                    revoked: None,
+                    error: None,
+                },
                 Err(error) => ControlResponse::error(error.to_string()),
             }
         }
         ControlRequest::Revoke { token } => {
             let revoked = state.tokens.revoke(&token);
-            ControlResponse { ok: true, token: None, revoked: Some(revoked), error: None }
+            ControlResponse {
+                ok: true,
+                token: None,
+                revoked: Some(revoked),
+                error: None,
+            }
         }
     }
 }
@@ -83,7 +111,8 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
     let allowed = uid.is_some_and(|uid| state.config.control_uids.contains(&uid));
     if !allowed {
         tracing::warn!(?uid, "control socket caller refused");
-        let mut line = serde_json::to_string(&ControlResponse::error("peer uid not allowed")).expect("serialisable");
+        let mut line = serde_json::to_string(&ControlResponse::error("peer uid not allowed"))
+            .expect("serialisable");
         line.push('\n');
         let _ = write_half.write_all(line.as_bytes()).await;
         return;
@@ -95,7 +124,9 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
         } else {
             match serde_json::from_str::<ControlRequest>(&line) {
                 Ok(request) => apply(&state, request),
-                Err(error) => ControlResponse::error(format!("failed to parse control request: {error}")),
+                Err(error) => {
+                    ControlResponse::error(format!("failed to parse control request: {error}"))
+                }
             }
         };
         let mut text = serde_json::to_string(&response).expect("serialisable");

@@ -35,11 +35,16 @@ pub fn translate(workspace_root: &Path, sandbox_cwd: &str) -> Result<PathBuf, Cw
         .ok_or_else(|| CwdError::OutsideSandboxRoots(sandbox_cwd.to_owned()))?;
     // Refuse `..` outright as well: containment would catch it, but a request that
     // needs it is malformed and the refusal reads better.
-    if relative.components().any(|component| matches!(component, Component::ParentDir)) {
+    if relative
+        .components()
+        .any(|component| matches!(component, Component::ParentDir))
+    {
         return Err(CwdError::Escapes(sandbox_cwd.to_owned()));
     }
     let joined = workspace_root.join(relative);
-    let resolved = joined.canonicalize().map_err(|_| CwdError::Missing(sandbox_cwd.to_owned()))?;
+    let resolved = joined
+        .canonicalize()
+        .map_err(|_| CwdError::Missing(sandbox_cwd.to_owned()))?;
     if !resolved.starts_with(workspace_root) {
         return Err(CwdError::Escapes(sandbox_cwd.to_owned()));
     }
@@ -65,12 +70,33 @@ mod tests {
         assert_eq!(translate(&root, "/workspace"), Ok(root.clone()));
         assert_eq!(translate(&root, "/agent/repo"), Ok(root.join("repo")));
         assert_eq!(translate(&root, "/workspace/repo/"), Ok(root.join("repo")));
-        assert!(matches!(translate(&root, "/workspace/../etc"), Err(CwdError::Escapes(_))));
-        assert!(matches!(translate(&root, "/workspace/out"), Err(CwdError::Escapes(_))));
-        assert!(matches!(translate(&root, "/etc"), Err(CwdError::OutsideSandboxRoots(_))));
-        assert!(matches!(translate(&root, "/workspacefoo"), Err(CwdError::OutsideSandboxRoots(_))));
-        assert!(matches!(translate(&root, "workspace/repo"), Err(CwdError::OutsideSandboxRoots(_))));
-        assert!(matches!(translate(&root, "/workspace/missing"), Err(CwdError::Missing(_))));
-        assert!(matches!(translate(&root, "/workspace/file"), Err(CwdError::NotDirectory(_))));
+        assert!(matches!(
+            translate(&root, "/workspace/../etc"),
+            Err(CwdError::Escapes(_))
+        ));
+        assert!(matches!(
+            translate(&root, "/workspace/out"),
+            Err(CwdError::Escapes(_))
+        ));
+        assert!(matches!(
+            translate(&root, "/etc"),
+            Err(CwdError::OutsideSandboxRoots(_))
+        ));
+        assert!(matches!(
+            translate(&root, "/workspacefoo"),
+            Err(CwdError::OutsideSandboxRoots(_))
+        ));
+        assert!(matches!(
+            translate(&root, "workspace/repo"),
+            Err(CwdError::OutsideSandboxRoots(_))
+        ));
+        assert!(matches!(
+            translate(&root, "/workspace/missing"),
+            Err(CwdError::Missing(_))
+        ));
+        assert!(matches!(
+            translate(&root, "/workspace/file"),
+            Err(CwdError::NotDirectory(_))
+        ));
     }
 }

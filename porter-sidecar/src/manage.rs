@@ -50,22 +50,44 @@ pub fn load(path: &Path) -> Result<Registry, ManageError> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Registry::from_json(&text)?),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Registry::default()),
-        Err(source) => Err(ManageError::Read { path: path.to_owned(), source }),
+        Err(source) => Err(ManageError::Read {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
 /// Writes the registry atomically (temp file + rename, mode 0600: it may hold values).
 pub fn save(path: &Path, registry: &Registry) -> Result<(), ManageError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let error = |source| ManageError::Write { path: path.to_owned(), source };
+    let error = |source| ManageError::Write {
+        path: path.to_owned(),
+        source,
+    };
     // Round-trip through the checked parser so `cliport` never writes a file the
     // daemon would refuse.
     Registry::from_json(&registry.to_json())?;
-    let directory = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let directory = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(directory).map_err(error)?;
-    let temporary = directory.join(format!(".{}.tmp-{}", path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default(), std::process::id()));
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary).map_err(error)?;
-    file.write_all(registry.to_json().as_bytes()).map_err(error)?;
+    let temporary = directory.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .map(|name| name.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .map_err(error)?;
+    file.write_all(registry.to_json().as_bytes())
+        .map_err(error)?;
     file.sync_all().map_err(error)?;
     std::fs::rename(&temporary, path).map_err(error)
 }
@@ -75,7 +97,10 @@ pub fn install(registry: &mut Registry, name: &str, entry: CliEntry) -> Result<(
     let mut candidate = registry.clone();
     candidate.clis.insert(name.to_owned(), entry.clone());
     if Registry::from_json(&candidate.to_json()).is_err() {
-        return Err(ManageError::Invalid { name: name.to_owned(), bin: entry.bin });
+        return Err(ManageError::Invalid {
+            name: name.to_owned(),
+            bin: entry.bin,
+        });
     }
     *registry = candidate;
     Ok(())
@@ -83,12 +108,23 @@ pub fn install(registry: &mut Registry, name: &str, entry: CliEntry) -> Result<(
 
 /// Removes a CLI.
 pub fn remove(registry: &mut Registry, name: &str) -> Result<(), ManageError> {
-    registry.clis.remove(name).map(|_| ()).ok_or_else(|| ManageError::Unknown(name.to_owned()))
+    registry
+        .clis
+        .remove(name)
+        .map(|_| ())
+        .ok_or_else(|| ManageError::Unknown(name.to_owned()))
 }
 
 /// Sets (`KEY=VALUE`) or, with an empty value, removes literal variables of a CLI.
-pub fn set_env(registry: &mut Registry, name: &str, pairs: &[(String, String)]) -> Result<(), ManageError> {
-    let entry = registry.clis.get_mut(name).ok_or_else(|| ManageError::Unknown(name.to_owned()))?;
+pub fn set_env(
+    registry: &mut Registry,
+    name: &str,
+    pairs: &[(String, String)],
+) -> Result<(), ManageError> {
+    let entry = registry
+        .clis
+        .get_mut(name)
+        .ok_or_else(|| ManageError::Unknown(name.to_owned()))?;
     for (key, value) in pairs {
         if value.is_empty() {
             entry.env.remove(key);
@@ -106,22 +142,47 @@ pub fn list(registry: &Registry) -> String {
         let mut names: Vec<&str> = entry.env.keys().map(String::as_str).collect();
         names.extend(entry.env_from_files.keys().map(String::as_str));
         names.extend(entry.env_passthrough.iter().map(String::as_str));
-        let limit = entry.rate_limit.map(|limit| format!(" rate={}/min", limit.per_minute)).unwrap_or_default();
-        out.push_str(&format!("{name}\t{}\ttimeout={}s{limit}\tenv=[{}]\n", entry.bin, entry.timeout_seconds, names.join(",")));
+        let limit = entry
+            .rate_limit
+            .map(|limit| format!(" rate={}/min", limit.per_minute))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{name}\t{}\ttimeout={}s{limit}\tenv=[{}]\n",
+            entry.bin,
+            entry.timeout_seconds,
+            names.join(",")
+        ));
     }
     out
 }
 
 /// The last `count` lines of the audit log.
 pub fn tail(path: &Path, count: usize) -> Result<Vec<String>, ManageError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ManageError::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ManageError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let lines: Vec<&str> = text.lines().collect();
-    Ok(lines[lines.len().saturating_sub(count)..].iter().map(|line| (*line).to_owned()).collect())
+    Ok(lines[lines.len().saturating_sub(count)..]
+        .iter()
+        .map(|line| (*line).to_owned())
+        .collect())
 }
 
 /// Builds an entry from `install` flags.
-pub fn entry(bin: &str, env: BTreeMap<String, String>, env_from_files: BTreeMap<String, String>, timeout_seconds: u64) -> CliEntry {
-    CliEntry { bin: bin.to_owned(), env, env_from_files, timeout_seconds, ..CliEntry::default() }
+pub fn entry(
+    bin: &str,
+    env: BTreeMap<String, String>,
+    env_from_files: BTreeMap<String, String>,
+    timeout_seconds: u64,
+) -> CliEntry {
+    CliEntry {
+        bin: bin.to_owned(),
+        env,
+        env_from_files,
+        timeout_seconds,
+        ..CliEntry::default()
+    }
 }
 
 #[cfg(test)]
@@ -133,18 +194,54 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let path = directory.path().join("registry.json");
         let mut registry = load(&path).unwrap();
-        install(&mut registry, "gog", entry("/usr/local/bin/gog", BTreeMap::from([parse_pair("GOG_PASSWORD=hunter22").unwrap()]), BTreeMap::new(), 30)).unwrap();
-        set_env(&mut registry, "gog", &[parse_pair("GOG_ACCOUNT=a@b.c").unwrap()]).unwrap();
+        install(
+            &mut registry,
+            "gog",
+            entry(
+                "/usr/local/bin/gog",
+                BTreeMap::from([parse_pair("GOG_PASSWORD=hunter22").unwrap()]),
+                BTreeMap::new(),
+                30,
+            ),
+        )
+        .unwrap();
+        set_env(
+            &mut registry,
+            "gog",
+            &[parse_pair("GOG_ACCOUNT=a@b.c").unwrap()],
+        )
+        .unwrap();
         save(&path, &registry).unwrap();
         let reread = load(&path).unwrap();
         assert_eq!(reread, registry);
         let listing = list(&reread);
-        assert!(listing.contains("gog\t/usr/local/bin/gog\ttimeout=30s\tenv=[GOG_ACCOUNT,GOG_PASSWORD]"), "{listing}");
+        assert!(
+            listing
+                .contains("gog\t/usr/local/bin/gog\ttimeout=30s\tenv=[GOG_ACCOUNT,GOG_PASSWORD]"),
+            "{listing}"
+        );
         assert!(!listing.contains("hunter22"));
-        assert!(install(&mut registry.clone(), "../x", entry("/bin/true", BTreeMap::new(), BTreeMap::new(), 1)).is_err());
-        assert!(install(&mut registry.clone(), "x", entry("true", BTreeMap::new(), BTreeMap::new(), 1)).is_err());
+        assert!(
+            install(
+                &mut registry.clone(),
+                "../x",
+                entry("/bin/true", BTreeMap::new(), BTreeMap::new(), 1)
+            )
+            .is_err()
+        );
+        assert!(
+            install(
+                &mut registry.clone(),
+                "x",
+                entry("true", BTreeMap::new(), BTreeMap::new(), 1)
+            )
+            .is_err()
+        );
         remove(&mut registry, "gog").unwrap();
-        assert!(matches!(remove(&mut registry, "gog"), Err(ManageError::Unknown(_))));
+        assert!(matches!(
+            remove(&mut registry, "gog"),
+            Err(ManageError::Unknown(_))
+        ));
         assert!(parse_pair("=x").is_err());
     }
 }

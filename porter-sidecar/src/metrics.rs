@@ -53,11 +53,26 @@ impl Default for Metrics {
         let running = Gauge::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register("calls", "Calls by CLI and outcome", calls.clone());
-        registry.register("call_duration_seconds", "Call duration by CLI", duration.clone());
+        registry.register(
+            "call_duration_seconds",
+            "Call duration by CLI",
+            duration.clone(),
+        );
         registry.register("bytes", "Bytes streamed by CLI and stream", bytes.clone());
         registry.register("running_calls", "Calls running now", running.clone());
-        registry.register("reloads", "Registry and token file reloads by result", reloads.clone());
-        Self { registry, calls, duration, bytes, running, reloads }
+        registry.register(
+            "reloads",
+            "Registry and token file reloads by result",
+            reloads.clone(),
+        );
+        Self {
+            registry,
+            calls,
+            duration,
+            bytes,
+            running,
+            reloads,
+        }
     }
 }
 

@@ -47,10 +47,16 @@ impl Pattern {
                     .backslash_escape(true)
                     .build()
                     .map(|glob: Glob| Word::Glob(glob.compile_matcher()))
-                    .map_err(|error| PolicyError::Glob { pattern: source.to_owned(), source: error })
+                    .map_err(|error| PolicyError::Glob {
+                        pattern: source.to_owned(),
+                        source: error,
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { source: source.to_owned(), words })
+        Ok(Self {
+            source: source.to_owned(),
+            words,
+        })
     }
 
     /// The pattern as written.
@@ -68,7 +74,9 @@ impl Pattern {
 fn matches_from(words: &[Word], arguments: &[String]) -> bool {
     match words.split_first() {
         None => arguments.is_empty(),
-        Some((Word::AnyArguments, rest)) => (0..=arguments.len()).any(|skip| matches_from(rest, &arguments[skip..])),
+        Some((Word::AnyArguments, rest)) => {
+            (0..=arguments.len()).any(|skip| matches_from(rest, &arguments[skip..]))
+        }
         Some((Word::Glob(glob), rest)) => match arguments.split_first() {
             Some((first, remaining)) => glob.is_match(first) && matches_from(rest, remaining),
             None => false,
@@ -86,8 +94,16 @@ pub struct CompiledPolicy {
 impl CompiledPolicy {
     fn compile(policy: &ArgPolicy) -> Result<Self, PolicyError> {
         Ok(Self {
-            allow: policy.allow.iter().map(|pattern| Pattern::compile(pattern)).collect::<Result<_, _>>()?,
-            deny: policy.deny.iter().map(|pattern| Pattern::compile(pattern)).collect::<Result<_, _>>()?,
+            allow: policy
+                .allow
+                .iter()
+                .map(|pattern| Pattern::compile(pattern))
+                .collect::<Result<_, _>>()?,
+            deny: policy
+                .deny
+                .iter()
+                .map(|pattern| Pattern::compile(pattern))
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -120,8 +136,12 @@ pub enum Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Denied { pattern } => write!(formatter, "arguments denied by policy ({pattern})"),
-            Refusal::NotAllowed { role: Some(role) } => write!(formatter, "arguments not allowed for role {role}"),
+            Refusal::Denied { pattern } => {
+                write!(formatter, "arguments denied by policy ({pattern})")
+            }
+            Refusal::NotAllowed { role: Some(role) } => {
+                write!(formatter, "arguments not allowed for role {role}")
+            }
             Refusal::NotAllowed { role: None } => write!(formatter, "arguments not allowed"),
         }
     }
@@ -130,11 +150,22 @@ impl std::fmt::Display for Refusal {
 impl CliPolicy {
     /// Compiles the policy for a CLI registered as `name`.
     pub fn compile(name: &str, entry: &CliEntry) -> Result<Self, PolicyError> {
-        let binary_name = std::path::Path::new(&entry.bin).file_name().and_then(|file| file.to_str()).unwrap_or_default();
+        let binary_name = std::path::Path::new(&entry.bin)
+            .file_name()
+            .and_then(|file| file.to_str())
+            .unwrap_or_default();
         let mut builtin = ArgPolicy::default();
-        builtin.deny.extend(builtin_deny(name).iter().map(|pattern| (*pattern).to_owned()));
+        builtin.deny.extend(
+            builtin_deny(name)
+                .iter()
+                .map(|pattern| (*pattern).to_owned()),
+        );
         if binary_name != name {
-            builtin.deny.extend(builtin_deny(binary_name).iter().map(|pattern| (*pattern).to_owned()));
+            builtin.deny.extend(
+                builtin_deny(binary_name)
+                    .iter()
+                    .map(|pattern| (*pattern).to_owned()),
+            );
         }
         Ok(Self {
             builtin: CompiledPolicy::compile(&builtin)?,
@@ -151,10 +182,17 @@ impl CliPolicy {
     /// caller has a role with an entry) adds its denies and its allow list on top of
     /// the base policy, so a role can narrow but never widen what the base allows.
     pub fn check(&self, role: Option<&str>, arguments: &[String]) -> Result<(), Refusal> {
-        let role_layer = role.and_then(|role| self.by_role.iter().find(|(name, _)| name == role)).map(|(_, policy)| policy);
-        for layer in [Some(&self.builtin), Some(&self.base), role_layer].into_iter().flatten() {
+        let role_layer = role
+            .and_then(|role| self.by_role.iter().find(|(name, _)| name == role))
+            .map(|(_, policy)| policy);
+        for layer in [Some(&self.builtin), Some(&self.base), role_layer]
+            .into_iter()
+            .flatten()
+        {
             if let Some(pattern) = layer.denied_by(arguments) {
-                return Err(Refusal::Denied { pattern: pattern.as_str().to_owned() });
+                return Err(Refusal::Denied {
+                    pattern: pattern.as_str().to_owned(),
+                });
             }
         }
         if !self.base.allows(arguments) {
@@ -163,7 +201,9 @@ impl CliPolicy {
         if let Some(layer) = role_layer
             && !layer.allows(arguments)
         {
-            return Err(Refusal::NotAllowed { role: role.map(str::to_owned) });
+            return Err(Refusal::NotAllowed {
+                role: role.map(str::to_owned),
+            });
         }
         Ok(())
     }
@@ -180,7 +220,10 @@ mod tests {
     }
 
     fn entry(bin: &str) -> CliEntry {
-        CliEntry { bin: bin.into(), ..CliEntry::default() }
+        CliEntry {
+            bin: bin.into(),
+            ..CliEntry::default()
+        }
     }
 
     #[test]
@@ -194,7 +237,11 @@ mod tests {
         assert!(anywhere.matches(&arguments("fetch --upload-pack=evil origin")));
         assert!(anywhere.matches(&arguments("--upload-pack")));
         assert!(!anywhere.matches(&arguments("fetch origin")));
-        assert!(!Pattern::compile("-C **").unwrap().matches(&arguments("-c x")));
+        assert!(
+            !Pattern::compile("-C **")
+                .unwrap()
+                .matches(&arguments("-c x"))
+        );
     }
 
     #[test]
@@ -213,10 +260,23 @@ mod tests {
             "api user --hostname evil.example",
             "config set pager less",
         ] {
-            assert!(policy.check(None, &arguments(denied)).is_err(), "{denied} must be denied");
+            assert!(
+                policy.check(None, &arguments(denied)).is_err(),
+                "{denied} must be denied"
+            );
         }
-        for allowed in ["pr list", "auth status", "--version", "api repos/o/r/issues", "alias set co 'pr checkout'"] {
-            assert_eq!(policy.check(None, &arguments(allowed)), Ok(()), "{allowed} must be allowed");
+        for allowed in [
+            "pr list",
+            "auth status",
+            "--version",
+            "api repos/o/r/issues",
+            "alias set co 'pr checkout'",
+        ] {
+            assert_eq!(
+                policy.check(None, &arguments(allowed)),
+                Ok(()),
+                "{allowed} must be allowed"
+            );
         }
     }
 
@@ -237,28 +297,74 @@ mod tests {
             "config core.hooksPath hooks",
             "rebase -i -x id main",
         ] {
-            assert!(policy.check(None, &arguments(denied)).is_err(), "{denied} must be denied");
+            assert!(
+                policy.check(None, &arguments(denied)).is_err(),
+                "{denied} must be denied"
+            );
         }
-        for allowed in ["status", "switch -c feature", "log --oneline -5", "clone https://example.invalid/r"] {
-            assert_eq!(policy.check(None, &arguments(allowed)), Ok(()), "{allowed} must be allowed");
+        for allowed in [
+            "status",
+            "switch -c feature",
+            "log --oneline -5",
+            "clone https://example.invalid/r",
+        ] {
+            assert_eq!(
+                policy.check(None, &arguments(allowed)),
+                Ok(()),
+                "{allowed} must be allowed"
+            );
         }
     }
 
     #[test]
     fn role_layers_narrow_the_base_and_deny_wins() {
         let mut cli = entry("/usr/bin/gh");
-        cli.args.allow = vec!["pr list **".into(), "pr view **".into(), "pr merge **".into()];
+        cli.args.allow = vec![
+            "pr list **".into(),
+            "pr view **".into(),
+            "pr merge **".into(),
+        ];
         cli.role_args = BTreeMap::from([
-            ("employee".into(), ArgPolicy { allow: vec![], deny: vec!["pr merge **".into()] }),
-            ("owner".into(), ArgPolicy { allow: vec!["pr merge **".into(), "auth token".into()], deny: vec![] }),
+            (
+                "employee".into(),
+                ArgPolicy {
+                    allow: vec![],
+                    deny: vec!["pr merge **".into()],
+                },
+            ),
+            (
+                "owner".into(),
+                ArgPolicy {
+                    allow: vec!["pr merge **".into(), "auth token".into()],
+                    deny: vec![],
+                },
+            ),
         ]);
         let policy = CliPolicy::compile("gh", &cli).unwrap();
-        assert_eq!(policy.check(Some("employee"), &arguments("pr list")), Ok(()));
-        assert!(matches!(policy.check(Some("employee"), &arguments("pr merge 7")), Err(Refusal::Denied { .. })));
-        assert_eq!(policy.check(Some("owner"), &arguments("pr merge 7")), Ok(()));
-        assert!(matches!(policy.check(Some("owner"), &arguments("pr list")), Err(Refusal::NotAllowed { .. })));
+        assert_eq!(
+            policy.check(Some("employee"), &arguments("pr list")),
+            Ok(())
+        );
+        assert!(matches!(
+            policy.check(Some("employee"), &arguments("pr merge 7")),
+            Err(Refusal::Denied { .. })
+        ));
+        assert_eq!(
+            policy.check(Some("owner"), &arguments("pr merge 7")),
+            Ok(())
+        );
+        assert!(matches!(
+            policy.check(Some("owner"), &arguments("pr list")),
+            Err(Refusal::NotAllowed { .. })
+        ));
         // An owner allow entry cannot lift a built-in deny.
-        assert!(matches!(policy.check(Some("owner"), &arguments("auth token")), Err(Refusal::Denied { .. })));
-        assert!(matches!(policy.check(None, &arguments("issue list")), Err(Refusal::NotAllowed { role: None })));
+        assert!(matches!(
+            policy.check(Some("owner"), &arguments("auth token")),
+            Err(Refusal::Denied { .. })
+        ));
+        assert!(matches!(
+            policy.check(None, &arguments("issue list")),
+            Err(Refusal::NotAllowed { role: None })
+        ));
     }
 }

@@ -24,7 +24,11 @@ pub struct Secrets {
 impl Secrets {
     /// Builds the set; short and duplicate values are dropped.
     pub fn new(values: impl IntoIterator<Item = String>) -> Self {
-        let mut values: Vec<Vec<u8>> = values.into_iter().map(String::into_bytes).filter(|value| value.len() >= MIN_SECRET_LEN).collect();
+        let mut values: Vec<Vec<u8>> = values
+            .into_iter()
+            .map(String::into_bytes)
+            .filter(|value| value.len() >= MIN_SECRET_LEN)
+            .collect();
         values.sort();
         values.dedup();
         let matcher = if values.is_empty() {
@@ -53,7 +57,10 @@ impl Secrets {
     /// Redacts a whole string (log lines, arguments).
     pub fn redact_str(&self, text: &str) -> String {
         match &self.matcher {
-            Some(matcher) => matcher.replace_all(text, &vec![std::str::from_utf8(PLACEHOLDER).expect("ascii"); self.values.len()]),
+            Some(matcher) => matcher.replace_all(
+                text,
+                &vec![std::str::from_utf8(PLACEHOLDER).expect("ascii"); self.values.len()],
+            ),
             None => text.to_owned(),
         }
     }
@@ -61,7 +68,9 @@ impl Secrets {
     /// Redacts a whole byte string.
     pub fn redact_bytes(&self, bytes: &[u8]) -> Vec<u8> {
         match &self.matcher {
-            Some(matcher) => matcher.replace_all_bytes(bytes, &vec![PLACEHOLDER; self.values.len()]),
+            Some(matcher) => {
+                matcher.replace_all_bytes(bytes, &vec![PLACEHOLDER; self.values.len()])
+            }
             None => bytes.to_vec(),
         }
     }
@@ -83,7 +92,9 @@ impl Secrets {
     }
 
     fn is_proper_prefix_of_another(&self, matched: &[u8]) -> bool {
-        self.values.iter().any(|value| value.len() > matched.len() && value.starts_with(matched))
+        self.values
+            .iter()
+            .any(|value| value.len() > matched.len() && value.starts_with(matched))
     }
 }
 
@@ -99,7 +110,10 @@ pub struct StreamRedactor {
 impl StreamRedactor {
     /// A redactor over `secrets`.
     pub fn new(secrets: Arc<Secrets>) -> Self {
-        Self { secrets, carry: Vec::new() }
+        Self {
+            secrets,
+            carry: Vec::new(),
+        }
     }
 
     /// Redacts `chunk` (after whatever was held back) and appends what is safe to emit.
@@ -113,7 +127,11 @@ impl StreamRedactor {
         let mut emitted = 0;
         let mut hold_from = None;
         for found in matcher.find_iter(&buffer) {
-            if found.end() == buffer.len() && self.secrets.is_proper_prefix_of_another(&buffer[found.range()]) {
+            if found.end() == buffer.len()
+                && self
+                    .secrets
+                    .is_proper_prefix_of_another(&buffer[found.range()])
+            {
                 // A shorter secret at the very end may be the start of a longer one.
                 hold_from = Some(found.start());
                 break;
@@ -122,7 +140,8 @@ impl StreamRedactor {
             out.extend_from_slice(PLACEHOLDER);
             emitted = found.end();
         }
-        let hold_from = hold_from.unwrap_or_else(|| buffer.len() - self.secrets.pending_suffix(&buffer[emitted..]));
+        let hold_from = hold_from
+            .unwrap_or_else(|| buffer.len() - self.secrets.pending_suffix(&buffer[emitted..]));
         out.extend_from_slice(&buffer[emitted..hold_from]);
         self.carry = buffer.split_off(hold_from);
     }
@@ -180,8 +199,14 @@ mod tests {
     #[test]
     fn a_short_secret_that_prefixes_a_longer_one_waits() {
         let secrets = Arc::new(Secrets::new(["abcd".to_owned(), "abcdefgh".to_owned()]));
-        assert_eq!(redact_in_pieces(&secrets, &[b"xabcd", b"efgh!"]), b"x[redacted]!");
-        assert_eq!(redact_in_pieces(&secrets, &[b"xabcd", b"!"]), b"x[redacted]!");
+        assert_eq!(
+            redact_in_pieces(&secrets, &[b"xabcd", b"efgh!"]),
+            b"x[redacted]!"
+        );
+        assert_eq!(
+            redact_in_pieces(&secrets, &[b"xabcd", b"!"]),
+            b"x[redacted]!"
+        );
         assert_eq!(redact_in_pieces(&secrets, &[b"xabcd"]), b"x[redacted]");
     }
 

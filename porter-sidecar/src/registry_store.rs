@@ -70,19 +70,26 @@ pub struct LoadedRegistry {
 impl LoadedRegistry {
     /// Resolves a parsed registry. `lookup` reads Porter's own environment (injected so
     /// tests need not mutate the process environment).
-    pub fn resolve(registry: Registry, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LoadError> {
+    pub fn resolve(
+        registry: Registry,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, LoadError> {
         let mut clis = HashMap::new();
         let mut secret_values = Vec::new();
         for (name, entry) in registry.clis {
-            let policy = CliPolicy::compile(&name, &entry).map_err(|source| LoadError::Policy { cli: name.clone(), source })?;
+            let policy = CliPolicy::compile(&name, &entry).map_err(|source| LoadError::Policy {
+                cli: name.clone(),
+                source,
+            })?;
             let mut environment = entry.env.clone();
             for (variable, path) in &entry.env_from_files {
-                let mut value = std::fs::read_to_string(path).map_err(|source| LoadError::EnvFile {
-                    cli: name.clone(),
-                    name: variable.clone(),
-                    path: path.clone(),
-                    source,
-                })?;
+                let mut value =
+                    std::fs::read_to_string(path).map_err(|source| LoadError::EnvFile {
+                        cli: name.clone(),
+                        name: variable.clone(),
+                        path: path.clone(),
+                        source,
+                    })?;
                 // Secret files written by `echo` end in a newline that is not part of the value.
                 if value.ends_with('\n') {
                     value.pop();
@@ -90,18 +97,35 @@ impl LoadedRegistry {
                 environment.insert(variable.clone(), value);
             }
             for variable in &entry.env_passthrough {
-                let value = lookup(variable).ok_or_else(|| LoadError::Passthrough { cli: name.clone(), name: variable.clone() })?;
+                let value = lookup(variable).ok_or_else(|| LoadError::Passthrough {
+                    cli: name.clone(),
+                    name: variable.clone(),
+                })?;
                 environment.insert(variable.clone(), value);
             }
             secret_values.extend(environment.values().cloned());
-            clis.insert(name, LoadedCli { entry, policy, environment });
+            clis.insert(
+                name,
+                LoadedCli {
+                    entry,
+                    policy,
+                    environment,
+                },
+            );
         }
-        Ok(Self { global_rate_limit: registry.global_rate_limit, clis, secrets: Arc::new(Secrets::new(secret_values)) })
+        Ok(Self {
+            global_rate_limit: registry.global_rate_limit,
+            clis,
+            secrets: Arc::new(Secrets::new(secret_values)),
+        })
     }
 
     /// Reads, parses and resolves the registry file.
     pub fn load(path: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::resolve(Registry::from_json(&text)?, lookup)
     }
 }
@@ -115,7 +139,9 @@ pub struct RegistryStore {
 impl RegistryStore {
     /// A store serving `registry`.
     pub fn new(registry: LoadedRegistry) -> Self {
-        Self { current: RwLock::new(Arc::new(registry)) }
+        Self {
+            current: RwLock::new(Arc::new(registry)),
+        }
     }
 
     /// The registry to use for one call (a call keeps its snapshot across a reload).
@@ -149,7 +175,9 @@ pub enum LimitHit {
 fn limiter(limit: RateLimit) -> Option<Limiter> {
     let per_minute = NonZeroU32::new(limit.per_minute)?;
     let burst = NonZeroU32::new(limit.burst.max(1)).expect("at least one");
-    Some(Arc::new(DefaultDirectRateLimiter::direct(Quota::per_minute(per_minute).allow_burst(burst))))
+    Some(Arc::new(DefaultDirectRateLimiter::direct(
+        Quota::per_minute(per_minute).allow_burst(burst),
+    )))
 }
 
 fn current(slot: &mut Option<(RateLimit, Limiter)>, limit: RateLimit) -> Option<Limiter> {
@@ -166,7 +194,12 @@ fn current(slot: &mut Option<(RateLimit, Limiter)>, limit: RateLimit) -> Option<
 
 impl RateLimits {
     /// Takes one call from the CLI's bucket and the global bucket.
-    pub fn check(&self, cli: &str, cli_limit: Option<RateLimit>, global_limit: Option<RateLimit>) -> Result<(), LimitHit> {
+    pub fn check(
+        &self,
+        cli: &str,
+        cli_limit: Option<RateLimit>,
+        global_limit: Option<RateLimit>,
+    ) -> Result<(), LimitHit> {
         if let Some(limit) = cli_limit {
             let mut per_cli = self.per_cli.lock().expect("rate limit lock");
             let mut slot = per_cli.remove(cli);
@@ -205,26 +238,53 @@ mod tests {
             secret_file.display()
         ))
         .unwrap();
-        let loaded = LoadedRegistry::resolve(registry, &|name| (name == "GH_ENTERPRISE_TOKEN").then(|| "passed-through".to_owned())).unwrap();
+        let loaded = LoadedRegistry::resolve(registry, &|name| {
+            (name == "GH_ENTERPRISE_TOKEN").then(|| "passed-through".to_owned())
+        })
+        .unwrap();
         let gh = &loaded.clis["gh"];
         assert_eq!(gh.environment["GH_TOKEN"], "file-secret-value");
         assert_eq!(gh.environment["GH_ENTERPRISE_TOKEN"], "passed-through");
-        assert_eq!(loaded.secrets.redact_str("file-secret-value passed-through"), "[redacted] [redacted]");
+        assert_eq!(
+            loaded
+                .secrets
+                .redact_str("file-secret-value passed-through"),
+            "[redacted] [redacted]"
+        );
     }
 
     #[test]
     fn a_missing_passthrough_variable_fails_the_load() {
-        let registry = Registry::from_json(r#"{"clis":{"gh":{"bin":"/usr/bin/gh","envPassthrough":["NOPE"]}}}"#).unwrap();
-        assert!(matches!(LoadedRegistry::resolve(registry, &|_| None), Err(LoadError::Passthrough { .. })));
+        let registry = Registry::from_json(
+            r#"{"clis":{"gh":{"bin":"/usr/bin/gh","envPassthrough":["NOPE"]}}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            LoadedRegistry::resolve(registry, &|_| None),
+            Err(LoadError::Passthrough { .. })
+        ));
     }
 
     #[test]
     fn limits_refuse_past_the_burst_and_survive_an_unchanged_reload() {
         let limits = RateLimits::default();
-        let limit = Some(RateLimit { per_minute: 1, burst: 2 });
+        let limit = Some(RateLimit {
+            per_minute: 1,
+            burst: 2,
+        });
         assert_eq!(limits.check("gh", limit, None), Ok(()));
         assert_eq!(limits.check("gh", limit, None), Ok(()));
         assert_eq!(limits.check("gh", limit, None), Err(LimitHit::Cli));
-        assert_eq!(limits.check("other", None, Some(RateLimit { per_minute: 0, burst: 1 })), Err(LimitHit::Global));
+        assert_eq!(
+            limits.check(
+                "other",
+                None,
+                Some(RateLimit {
+                    per_minute: 0,
+                    burst: 1
+                })
+            ),
+            Err(LimitHit::Global)
+        );
     }
 }

@@ -101,7 +101,10 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
     let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
     let tokens = TokenStore::default();
     if let Some(path) = &config.tokens_file {
-        let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokensFile { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokensFile {
+            path: path.clone(),
+            source,
+        })?;
         tokens.load_local(&text)?;
     }
     let audit = AuditLog::open(&config.audit_log)?;
@@ -120,7 +123,10 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
 /// Binds a unix socket with mode 0660, replacing a stale socket file (never any other
 /// kind of file).
 fn bind(path: &Path) -> Result<UnixListener, ServeError> {
-    let error = |source| ServeError::Bind { path: path.to_owned(), source };
+    let error = |source| ServeError::Bind {
+        path: path.to_owned(),
+        source,
+    };
     if let Ok(metadata) = std::fs::symlink_metadata(path)
         && metadata.file_type().is_socket()
     {
@@ -138,9 +144,16 @@ fn bind(path: &Path) -> Result<UnixListener, ServeError> {
 /// `shutdown_deadline` to finish, then their process groups are killed.
 pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<(), ServeError> {
     let calls = bind(&state.config.socket)?;
-    let control = state.config.control_socket.as_deref().map(bind).transpose()?;
+    let control = state
+        .config
+        .control_socket
+        .as_deref()
+        .map(bind)
+        .transpose()?;
     if let Some(address) = state.config.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Metrics { address, source })?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| ServeError::Metrics { address, source })?;
         tokio::spawn(serve_metrics(state.clone(), listener));
     }
     let reloader = tokio::spawn(reload_loop(state.clone()));
@@ -170,10 +183,20 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
         let _ = std::fs::remove_file(path);
     }
     tracker.close();
-    if tokio::time::timeout(state.config.shutdown_deadline, tracker.wait()).await.is_err() {
-        tracing::warn!(running = tracker.len(), "shutdown deadline passed, killing running calls");
+    if tokio::time::timeout(state.config.shutdown_deadline, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = tracker.len(),
+            "shutdown deadline passed, killing running calls"
+        );
         state.force.cancel();
-        let _ = tokio::time::timeout(state.config.kill_grace + Duration::from_secs(3), tracker.wait()).await;
+        let _ = tokio::time::timeout(
+            state.config.kill_grace + Duration::from_secs(3),
+            tracker.wait(),
+        )
+        .await;
     }
     reloader.abort();
     Ok(())
@@ -184,7 +207,11 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
 /// which inotify watches on the file miss.
 async fn reload_loop(state: Arc<State>) {
     let mut last_registry = std::fs::read(&state.config.registry).ok();
-    let mut last_tokens = state.config.tokens_file.as_ref().and_then(|path| std::fs::read(path).ok());
+    let mut last_tokens = state
+        .config
+        .tokens_file
+        .as_ref()
+        .and_then(|path| std::fs::read(path).ok());
     let mut interval = tokio::time::interval(state.config.reload_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -204,12 +231,21 @@ async fn reload_loop(state: Arc<State>) {
                     "error"
                 }
             };
-            state.metrics.reloads.get_or_create(&ReloadLabels { file: "registry".into(), result: result.into() }).inc();
+            state
+                .metrics
+                .reloads
+                .get_or_create(&ReloadLabels {
+                    file: "registry".into(),
+                    result: result.into(),
+                })
+                .inc();
         }
         if let Some(path) = &state.config.tokens_file {
             let current = std::fs::read(path).ok();
             if current.is_some() && current != last_tokens {
-                let result = match state.tokens.load_local(&String::from_utf8_lossy(current.as_deref().unwrap_or_default())) {
+                let result = match state.tokens.load_local(&String::from_utf8_lossy(
+                    current.as_deref().unwrap_or_default(),
+                )) {
                     Ok(count) => {
                         tracing::info!(count, "local tokens reloaded");
                         "ok"
@@ -220,7 +256,14 @@ async fn reload_loop(state: Arc<State>) {
                     }
                 };
                 last_tokens = current;
-                state.metrics.reloads.get_or_create(&ReloadLabels { file: "tokens".into(), result: result.into() }).inc();
+                state
+                    .metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels {
+                        file: "tokens".into(),
+                        result: result.into(),
+                    })
+                    .inc();
             }
         }
     }
@@ -229,7 +272,14 @@ async fn reload_loop(state: Arc<State>) {
 async fn serve_metrics(state: Arc<State>, listener: tokio::net::TcpListener) {
     use axum::{Router, routing::get};
     let app = Router::new()
-        .route("/metrics", get(|axum::extract::State(state): axum::extract::State<Arc<State>>| async move { state.metrics.render() }))
+        .route(
+            "/metrics",
+            get(
+                |axum::extract::State(state): axum::extract::State<Arc<State>>| async move {
+                    state.metrics.render()
+                },
+            ),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state);
     if let Err(error) = axum::serve(listener, app).await {

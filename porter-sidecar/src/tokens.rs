@@ -96,11 +96,21 @@ impl TokenStore {
     }
 
     /// Registers a fresh random token for one command.
-    pub fn register(&self, grant: Grant, ttl: Duration, now: Instant) -> Result<String, TokenError> {
+    pub fn register(
+        &self,
+        grant: Grant,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<String, TokenError> {
         let mut bytes = [0_u8; 32];
         getrandom::fill(&mut bytes).map_err(|error| TokenError::Random(error.to_string()))?;
         let token = hex::encode(bytes);
-        let stored = Stored { token: token.clone(), grant, expires_at: Some(now + ttl.min(MAX_TOKEN_TTL)), local: false };
+        let stored = Stored {
+            token: token.clone(),
+            grant,
+            expires_at: Some(now + ttl.min(MAX_TOKEN_TTL)),
+            local: false,
+        };
         let mut entries = self.entries.lock().expect("token store lock");
         entries.retain(|_, entry| entry.expires_at.is_none_or(|expiry| expiry > now));
         entries.insert(key(&token), stored);
@@ -112,7 +122,9 @@ impl TokenStore {
         let mut entries = self.entries.lock().expect("token store lock");
         let digest = key(token);
         match entries.get(&digest) {
-            Some(stored) if bool::from(stored.token.as_bytes().ct_eq(token.as_bytes())) => entries.remove(&digest).is_some(),
+            Some(stored) if bool::from(stored.token.as_bytes().ct_eq(token.as_bytes())) => {
+                entries.remove(&digest).is_some()
+            }
             _ => false,
         }
     }
@@ -127,7 +139,15 @@ impl TokenStore {
         entries.retain(|_, entry| !entry.local);
         let count = file.tokens.len();
         for entry in file.tokens {
-            entries.insert(key(&entry.token), Stored { token: entry.token, grant: entry.grant, expires_at: None, local: true });
+            entries.insert(
+                key(&entry.token),
+                Stored {
+                    token: entry.token,
+                    grant: entry.grant,
+                    expires_at: None,
+                    local: true,
+                },
+            );
         }
         Ok(count)
     }
@@ -148,20 +168,32 @@ mod tests {
     use super::*;
 
     fn grant(role: &str) -> Grant {
-        Grant { session: "s1".into(), contact: "ana".into(), role: Some(role.into()) }
+        Grant {
+            session: "s1".into(),
+            contact: "ana".into(),
+            role: Some(role.into()),
+        }
     }
 
     #[test]
     fn registered_tokens_work_until_revoked_or_expired() {
         let store = TokenStore::default();
         let now = Instant::now();
-        let token = store.register(grant("employee"), Duration::from_secs(60), now).unwrap();
+        let token = store
+            .register(grant("employee"), Duration::from_secs(60), now)
+            .unwrap();
         assert_eq!(token.len(), 64);
         assert_eq!(store.validate(&token, now), Some(grant("employee")));
         assert_eq!(store.validate(&token[..63], now), None);
         assert!(store.revoke(&token));
-        assert_eq!(store.validate(&token, now), None, "a replayed token is refused");
-        let short = store.register(grant("owner"), Duration::from_secs(1), now).unwrap();
+        assert_eq!(
+            store.validate(&token, now),
+            None,
+            "a replayed token is refused"
+        );
+        let short = store
+            .register(grant("owner"), Duration::from_secs(1), now)
+            .unwrap();
         assert_eq!(store.validate(&short, now + Duration::from_secs(2)), None);
         assert_eq!(store.validate("", now), None);
     }
@@ -170,13 +202,29 @@ mod tests {
     fn local_tokens_replace_each_other_and_keep_registered_ones() {
         let store = TokenStore::default();
         let now = Instant::now();
-        let registered = store.register(grant("owner"), Duration::from_secs(60), now).unwrap();
-        store.load_local(r#"{"tokens":[{"token":"local-token-aaaaaaaa","role":"owner"}]}"#).unwrap();
-        assert_eq!(store.validate("local-token-aaaaaaaa", now).unwrap().role.as_deref(), Some("owner"));
-        store.load_local(r#"{"tokens":[{"token":"local-token-bbbbbbbb"}]}"#).unwrap();
+        let registered = store
+            .register(grant("owner"), Duration::from_secs(60), now)
+            .unwrap();
+        store
+            .load_local(r#"{"tokens":[{"token":"local-token-aaaaaaaa","role":"owner"}]}"#)
+            .unwrap();
+        assert_eq!(
+            store
+                .validate("local-token-aaaaaaaa", now)
+                .unwrap()
+                .role
+                .as_deref(),
+            Some("owner")
+        );
+        store
+            .load_local(r#"{"tokens":[{"token":"local-token-bbbbbbbb"}]}"#)
+            .unwrap();
         assert_eq!(store.validate("local-token-aaaaaaaa", now), None);
         assert!(store.validate("local-token-bbbbbbbb", now).is_some());
         assert!(store.validate(&registered, now).is_some());
-        assert!(matches!(store.load_local(r#"{"tokens":[{"token":"short"}]}"#), Err(TokenError::Short(0))));
+        assert!(matches!(
+            store.load_local(r#"{"tokens":[{"token":"short"}]}"#),
+            Err(TokenError::Short(0))
+        ));
     }
 }

@@ -20,13 +20,27 @@ use support::*;
 #[test]
 fn output_streams_before_the_child_exits() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("early".into(), cli(&script(bin, "early-cli-7781", "echo first; sleep 3; echo second")));
+        registry.clis.insert(
+            "early".into(),
+            cli(&script(
+                bin,
+                "early-cli-7781",
+                "echo first; sleep 3; echo second",
+            )),
+        );
     });
-    let mut proxy = daemon.proxy("early", &[], TOKEN).stdout(Stdio::piped()).spawn().unwrap();
+    let mut proxy = daemon
+        .proxy("early", &[], TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(proxy.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "first");
     // The first line arrived while the child is still sleeping: it was streamed.
-    assert!(!processes_with("early-cli-7781").is_empty(), "the child had already exited");
+    assert!(
+        !processes_with("early-cli-7781").is_empty(),
+        "the child had already exited"
+    );
     assert_eq!(lines.next().unwrap().unwrap(), "second");
     assert!(proxy.wait().unwrap().success());
 }
@@ -35,10 +49,16 @@ fn output_streams_before_the_child_exits() {
 fn stdout_and_stderr_stay_separate_and_ordered() {
     let daemon = Daemon::start(|bin, registry| {
         let body = "i=0; while [ $i -lt 200 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done";
-        registry.clis.insert("mixed".into(), cli(&script(bin, "mixed", body)));
+        registry
+            .clis
+            .insert("mixed".into(), cli(&script(bin, "mixed", body)));
     });
     let output = daemon.proxy("mixed", &[], TOKEN).output().unwrap();
-    let expected = |prefix: &str| (0..200).map(|index| format!("{prefix}{index}\n")).collect::<String>();
+    let expected = |prefix: &str| {
+        (0..200)
+            .map(|index| format!("{prefix}{index}\n"))
+            .collect::<String>()
+    };
     assert_eq!(String::from_utf8(output.stdout).unwrap(), expected("out"));
     assert_eq!(String::from_utf8(output.stderr).unwrap(), expected("err"));
 }
@@ -46,11 +66,21 @@ fn stdout_and_stderr_stay_separate_and_ordered() {
 #[test]
 fn exit_codes_pass_through() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("fail".into(), cli(&script(bin, "fail", "exit 42")));
-        registry.clis.insert("killed".into(), cli(&script(bin, "killed", "kill -9 $$")));
+        registry
+            .clis
+            .insert("fail".into(), cli(&script(bin, "fail", "exit 42")));
+        registry
+            .clis
+            .insert("killed".into(), cli(&script(bin, "killed", "kill -9 $$")));
     });
-    assert_eq!(daemon.proxy("fail", &[], TOKEN).status().unwrap().code(), Some(42));
-    assert_eq!(daemon.proxy("killed", &[], TOKEN).status().unwrap().code(), Some(137));
+    assert_eq!(
+        daemon.proxy("fail", &[], TOKEN).status().unwrap().code(),
+        Some(42)
+    );
+    assert_eq!(
+        daemon.proxy("killed", &[], TOKEN).status().unwrap().code(),
+        Some(137)
+    );
     let line = daemon.wait_audit(2);
     assert_eq!(line["exit"], 137);
     assert_eq!(line["outcome"], "exit_nonzero");
@@ -61,13 +91,25 @@ fn stdin_is_forwarded() {
     let daemon = Daemon::start(|_, registry| {
         registry.clis.insert("cat".into(), cli("/bin/cat"));
     });
-    let input: Vec<u8> = (0..3_000_000_u32).map(|index| (index % 251) as u8).collect();
-    let mut proxy = daemon.proxy("cat", &[], TOKEN).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let input: Vec<u8> = (0..3_000_000_u32)
+        .map(|index| (index % 251) as u8)
+        .collect();
+    let mut proxy = daemon
+        .proxy("cat", &[], TOKEN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdin = proxy.stdin.take().unwrap();
     let writer_input = input.clone();
     let writer = std::thread::spawn(move || stdin.write_all(&writer_input).unwrap());
     let mut output = Vec::new();
-    proxy.stdout.take().unwrap().read_to_end(&mut output).unwrap();
+    proxy
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut output)
+        .unwrap();
     writer.join().unwrap();
     assert!(proxy.wait().unwrap().success());
     assert_eq!(output.len(), input.len());
@@ -79,10 +121,17 @@ fn stdin_is_forwarded() {
 fn a_gigabyte_streams_with_bounded_daemon_memory() {
     const GIB: u64 = 1 << 30;
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("big".into(), cli(&script(bin, "big", &format!("head -c {GIB} /dev/zero"))));
+        registry.clis.insert(
+            "big".into(),
+            cli(&script(bin, "big", &format!("head -c {GIB} /dev/zero"))),
+        );
     });
     let before = peak_rss_kib(daemon.pid());
-    let mut proxy = daemon.proxy("big", &[], TOKEN).stdout(Stdio::piped()).spawn().unwrap();
+    let mut proxy = daemon
+        .proxy("big", &[], TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdout = proxy.stdout.take().unwrap();
     let mut buffer = vec![0_u8; 1 << 20];
     let mut total = 0_u64;
@@ -99,7 +148,10 @@ fn a_gigabyte_streams_with_bounded_daemon_memory() {
     let after = peak_rss_kib(daemon.pid());
     // The daemon holds a few frame buffers, never the stream: its peak grows by far less
     // than the gigabyte it moved.
-    assert!(after - before < 32 * 1024, "daemon peak RSS grew from {before} KiB to {after} KiB");
+    assert!(
+        after - before < 32 * 1024,
+        "daemon peak RSS grew from {before} KiB to {after} KiB"
+    );
     assert_eq!(daemon.wait_audit(1)["bytesStdout"], GIB);
 }
 
@@ -113,48 +165,78 @@ fn a_timeout_kills_the_whole_process_group() {
         entry.timeout_seconds = 1;
         registry.clis.insert("stubborn".into(), entry);
     });
-    let proxy = daemon.proxy("stubborn", &[], TOKEN).stderr(Stdio::piped()).spawn().unwrap();
+    let proxy = daemon
+        .proxy("stubborn", &[], TOKEN)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let started = std::time::Instant::now();
     while processes_with("sleep 3017").is_empty() || processes_with("sleep 3018").is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "children never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "children never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let output = proxy.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(124));
     assert!(String::from_utf8_lossy(&output.stderr).contains("timed out"));
-    assert_eq!(wait_gone("sleep 301", Duration::from_secs(5)), Vec::<u32>::new(), "orphans left behind");
+    assert_eq!(
+        wait_gone("sleep 301", Duration::from_secs(5)),
+        Vec::<u32>::new(),
+        "orphans left behind"
+    );
     assert_eq!(daemon.wait_audit(1)["outcome"], "timed_out");
 }
 
 #[test]
 fn disconnecting_the_proxy_kills_the_child() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("sleepy".into(), cli(&script(bin, "sleepy", "sleep 3023 & sleep 3024")));
+        registry.clis.insert(
+            "sleepy".into(),
+            cli(&script(bin, "sleepy", "sleep 3023 & sleep 3024")),
+        );
     });
     let mut proxy = daemon.proxy("sleepy", &[], TOKEN).spawn().unwrap();
     let started = std::time::Instant::now();
     while processes_with("sleep 3024").is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "child never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "child never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     proxy.kill().unwrap();
     proxy.wait().unwrap();
-    assert_eq!(wait_gone("sleep 302", Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(
+        wait_gone("sleep 302", Duration::from_secs(5)),
+        Vec::<u32>::new()
+    );
     assert_eq!(daemon.wait_audit(1)["outcome"], "disconnected");
 }
 
 #[test]
 fn sigint_to_the_proxy_ends_the_remote_child() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("waiter".into(), cli(&script(bin, "waiter", "exec sleep 3031")));
+        registry.clis.insert(
+            "waiter".into(),
+            cli(&script(bin, "waiter", "exec sleep 3031")),
+        );
     });
     let mut proxy = daemon.proxy("waiter", &[], TOKEN).spawn().unwrap();
     let started = std::time::Instant::now();
     while processes_with("sleep 3031").is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "child never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "child never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(proxy.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     // The remote sleep died of SIGINT and the proxy reports it as a shell would.
     assert_eq!(proxy.wait().unwrap().code(), Some(130));
     assert!(processes_with("sleep 3031").is_empty());
@@ -163,27 +245,54 @@ fn sigint_to_the_proxy_ends_the_remote_child() {
 #[test]
 fn refusals_give_the_right_error_frame_and_audit_line() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("ok".into(), cli(&script(bin, "ok", "echo ran")));
+        registry
+            .clis
+            .insert("ok".into(), cli(&script(bin, "ok", "echo ran")));
         let mut limited = cli(&script(bin, "limited", "true"));
-        limited.rate_limit = Some(RateLimit { per_minute: 1, burst: 1 });
+        limited.rate_limit = Some(RateLimit {
+            per_minute: 1,
+            burst: 1,
+        });
         registry.clis.insert("limited".into(), limited);
     });
     let outside = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), daemon.workspace.join("escape")).unwrap();
 
     let mut cases: Vec<(porter_protocol::CliRequest, ErrorCode, &str)> = vec![
-        (request("nope", &[], TOKEN), ErrorCode::UnknownCli, "unknown_cli"),
-        (request("ok", &[], "wrong-token-0000000000"), ErrorCode::BadToken, "bad_token"),
+        (
+            request("nope", &[], TOKEN),
+            ErrorCode::UnknownCli,
+            "unknown_cli",
+        ),
+        (
+            request("ok", &[], "wrong-token-0000000000"),
+            ErrorCode::BadToken,
+            "bad_token",
+        ),
         (request("ok", &[], ""), ErrorCode::BadToken, "bad_token"),
-        (request("../ok", &[], TOKEN), ErrorCode::UnknownCli, "unknown_cli"),
+        (
+            request("../ok", &[], TOKEN),
+            ErrorCode::UnknownCli,
+            "unknown_cli",
+        ),
     ];
-    for cwd in ["/workspace/../etc", "/etc", "/workspace/escape", "relative/path", "/workspace/missing"] {
+    for cwd in [
+        "/workspace/../etc",
+        "/etc",
+        "/workspace/escape",
+        "relative/path",
+        "/workspace/missing",
+    ] {
         let mut refused = request("ok", &[], TOKEN);
         refused.cwd = cwd.into();
         cases.push((refused, ErrorCode::BadCwd, "bad_cwd"));
     }
     cases.push((request("limited", &[], TOKEN), ErrorCode::Internal, "ok"));
-    cases.push((request("limited", &[], TOKEN), ErrorCode::RateLimited, "rate_limited"));
+    cases.push((
+        request("limited", &[], TOKEN),
+        ErrorCode::RateLimited,
+        "rate_limited",
+    ));
 
     for (index, (call, code, outcome)) in cases.into_iter().enumerate() {
         let frames = daemon.call(call.clone());
@@ -201,7 +310,14 @@ fn refusals_give_the_right_error_frame_and_audit_line() {
     let output = daemon.proxy("nope", &[], TOKEN).output().unwrap();
     assert_eq!(output.status.code(), Some(127));
     assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
-    assert_eq!(daemon.proxy("ok", &[], "bad-token-000000000000").status().unwrap().code(), Some(126));
+    assert_eq!(
+        daemon
+            .proxy("ok", &[], "bad-token-000000000000")
+            .status()
+            .unwrap()
+            .code(),
+        Some(126)
+    );
 }
 
 #[test]
@@ -211,18 +327,35 @@ fn protocol_misuse_is_refused() {
     });
     let mut stream = daemon.connect();
     write_frame(&mut stream, &Frame::Hello { version: 999 }).unwrap();
-    assert!(matches!(read_frame(&mut stream).unwrap(), Some(Frame::Error { code: ErrorCode::UnsupportedVersion, .. })));
+    assert!(matches!(
+        read_frame(&mut stream).unwrap(),
+        Some(Frame::Error {
+            code: ErrorCode::UnsupportedVersion,
+            ..
+        })
+    ));
 
     let mut stream = daemon.connect();
     write_frame(&mut stream, &Frame::Hello { version: 1 }).unwrap();
-    let exec = ExecRequest { command: "id".into(), cwd: "/workspace".into(), token: TOKEN.into(), ..ExecRequest::default() };
+    let exec = ExecRequest {
+        command: "id".into(),
+        cwd: "/workspace".into(),
+        token: TOKEN.into(),
+        ..ExecRequest::default()
+    };
     write_frame(&mut stream, &Frame::Request(Request::Exec(exec))).unwrap();
     let frames = collect(&mut stream);
     assert_eq!(error_of(&frames), Some(ErrorCode::Unsupported));
 
     let mut stream = daemon.connect();
     stream.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-    assert!(matches!(read_frame(&mut stream).unwrap(), Some(Frame::Error { code: ErrorCode::BadRequest, .. })));
+    assert!(matches!(
+        read_frame(&mut stream).unwrap(),
+        Some(Frame::Error {
+            code: ErrorCode::BadRequest,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -241,22 +374,51 @@ fn the_child_sees_only_the_variables_it_was_given() {
         .output()
         .unwrap();
     let text = String::from_utf8(output.stdout).unwrap();
-    let names: BTreeSet<&str> = text.lines().filter_map(|line| line.split_once('=').map(|(name, _)| name)).collect();
-    assert_eq!(names, BTreeSet::from(["GIVEN", "HOME", "LANG", "PATH", "TERM"]), "{text}");
-    assert!(text.contains("GIVEN=[redacted]"), "the declared value is a credential: {text}");
+    let names: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["GIVEN", "HOME", "LANG", "PATH", "TERM"]),
+        "{text}"
+    );
+    assert!(
+        text.contains("GIVEN=[redacted]"),
+        "the declared value is a credential: {text}"
+    );
     assert!(text.contains("TERM=xterm-test"));
 }
 
 #[test]
 fn shell_metacharacters_in_arguments_are_passed_literally() {
     let daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("args".into(), cli(&script(bin, "args", r#"for a in "$@"; do printf '%s\n' "$a"; done"#)));
+        registry.clis.insert(
+            "args".into(),
+            cli(&script(
+                bin,
+                "args",
+                r#"for a in "$@"; do printf '%s\n' "$a"; done"#,
+            )),
+        );
     });
     let marker = daemon.directory.path().join("pwned");
     let injection = format!("$(touch {})", marker.display());
-    let arguments = [injection.as_str(), "; rm -rf /", "a | b", "`id`", "*", "$HOME", "'quoted'", "two words"];
+    let arguments = [
+        injection.as_str(),
+        "; rm -rf /",
+        "a | b",
+        "`id`",
+        "*",
+        "$HOME",
+        "'quoted'",
+        "two words",
+    ];
     let output = daemon.proxy("args", &arguments, TOKEN).output().unwrap();
-    let expected: String = arguments.iter().map(|argument| format!("{argument}\n")).collect();
+    let expected: String = arguments
+        .iter()
+        .map(|argument| format!("{argument}\n"))
+        .collect();
     assert_eq!(String::from_utf8(output.stdout).unwrap(), expected);
     assert!(!marker.exists(), "an argument was run by a shell");
 }
@@ -277,7 +439,10 @@ printf 'err %s\n' "$LITERAL" >&2
 "#;
         let mut entry = cli(&script(bin, "leaky", body));
         entry.env = BTreeMap::from([("LITERAL".into(), CANARY.into())]);
-        entry.env_from_files = BTreeMap::from([("FROMFILE".into(), secret_file.to_string_lossy().into_owned())]);
+        entry.env_from_files = BTreeMap::from([(
+            "FROMFILE".into(),
+            secret_file.to_string_lossy().into_owned(),
+        )]);
         entry.env_passthrough = vec!["PORTER_SECRET_PASSTHROUGH".into()];
         registry.clis.insert("leaky".into(), entry);
     });
@@ -285,12 +450,19 @@ printf 'err %s\n' "$LITERAL" >&2
     call.stdin = false;
     let frames = daemon.call(call);
     assert_eq!(frames.last(), Some(&Frame::Exit { code: 0 }), "{frames:?}");
-    let secrets = [CANARY.to_owned(), secret_file_value.clone(), format!("{CANARY}-passthrough")];
+    let secrets = [
+        CANARY.to_owned(),
+        secret_file_value.clone(),
+        format!("{CANARY}-passthrough"),
+    ];
     let mut stdout = Vec::new();
     for frame in &frames {
         let bytes = frame.to_bytes().unwrap();
         for secret in &secrets {
-            assert!(!contains(&bytes, secret.as_bytes()), "{secret} leaked in frame {frame:?}");
+            assert!(
+                !contains(&bytes, secret.as_bytes()),
+                "{secret} leaked in frame {frame:?}"
+            );
         }
         if let Frame::Stdout(data) = frame {
             stdout.extend_from_slice(data);
@@ -301,8 +473,14 @@ printf 'err %s\n' "$LITERAL" >&2
     daemon.wait_audit(1);
     let log = daemon.raw_log_text();
     for secret in &secrets {
-        assert!(!log.contains(secret.as_str()), "{secret} leaked in the audit log: {log}");
-        assert!(!log.contains("CANARY"), "a canary fragment reached the audit log: {log}");
+        assert!(
+            !log.contains(secret.as_str()),
+            "{secret} leaked in the audit log: {log}"
+        );
+        assert!(
+            !log.contains("CANARY"),
+            "a canary fragment reached the audit log: {log}"
+        );
     }
 }
 
@@ -320,15 +498,26 @@ fn a_passthrough_credential_split_into_single_bytes_is_redacted() {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 #[test]
 fn denied_subcommands_are_refused_before_anything_runs() {
     let daemon = Daemon::start(|bin, registry| {
         let mut gh = cli(&script(bin, "gh", "touch ran-marker; echo ran"));
-        gh.args = ArgPolicy { allow: vec!["pr list **".into(), "pr merge **".into(), "auth **".into()], deny: vec![] };
-        gh.role_args = BTreeMap::from([("employee".into(), ArgPolicy { allow: vec![], deny: vec!["pr merge **".into()] })]);
+        gh.args = ArgPolicy {
+            allow: vec!["pr list **".into(), "pr merge **".into(), "auth **".into()],
+            deny: vec![],
+        };
+        gh.role_args = BTreeMap::from([(
+            "employee".into(),
+            ArgPolicy {
+                allow: vec![],
+                deny: vec!["pr merge **".into()],
+            },
+        )]);
         registry.clis.insert("gh".into(), gh);
     });
     let marker = daemon.workspace.join("ran-marker");
@@ -339,14 +528,33 @@ fn denied_subcommands_are_refused_before_anything_runs() {
         (vec!["issue", "list"], TOKEN),
     ] {
         let frames = daemon.call(request("gh", &arguments, token));
-        assert_eq!(error_of(&frames), Some(ErrorCode::DeniedArgs), "{arguments:?}");
+        assert_eq!(
+            error_of(&frames),
+            Some(ErrorCode::DeniedArgs),
+            "{arguments:?}"
+        );
         assert!(!marker.exists(), "{arguments:?} ran the CLI");
     }
     daemon.wait_audit(4);
-    assert!(daemon.audit().iter().all(|line| line["outcome"] == "denied_args"));
+    assert!(
+        daemon
+            .audit()
+            .iter()
+            .all(|line| line["outcome"] == "denied_args")
+    );
     // The owner may merge; the employee may list.
-    assert_eq!(daemon.call(request("gh", &["pr", "merge", "7"], TOKEN)).last(), Some(&Frame::Exit { code: 0 }));
-    assert_eq!(daemon.call(request("gh", &["pr", "list"], EMPLOYEE_TOKEN)).last(), Some(&Frame::Exit { code: 0 }));
+    assert_eq!(
+        daemon
+            .call(request("gh", &["pr", "merge", "7"], TOKEN))
+            .last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+    assert_eq!(
+        daemon
+            .call(request("gh", &["pr", "list"], EMPLOYEE_TOKEN))
+            .last(),
+        Some(&Frame::Exit { code: 0 })
+    );
     assert!(marker.exists());
     assert_eq!(daemon.wait_audit(6)["role"], "employee");
 }
@@ -355,18 +563,45 @@ fn denied_subcommands_are_refused_before_anything_runs() {
 fn control_socket_tokens_work_for_one_command_and_are_refused_after_revoke() {
     let daemon = Daemon::start(|bin, registry| {
         let mut gh = cli(&script(bin, "gh", "echo ok"));
-        gh.role_args = BTreeMap::from([("employee".into(), ArgPolicy { allow: vec![], deny: vec!["pr merge **".into()] })]);
+        gh.role_args = BTreeMap::from([(
+            "employee".into(),
+            ArgPolicy {
+                allow: vec![],
+                deny: vec!["pr merge **".into()],
+            },
+        )]);
         registry.clis.insert("gh".into(), gh);
     });
-    let response = daemon.control(r#"{"op":"register","session":"sess-9","contact":"ana","role":"employee","ttlSeconds":60}"#);
+    let response = daemon.control(
+        r#"{"op":"register","session":"sess-9","contact":"ana","role":"employee","ttlSeconds":60}"#,
+    );
     assert_eq!(response["ok"], true, "{response}");
     let token = response["token"].as_str().unwrap().to_owned();
-    assert_eq!(daemon.call(request("gh", &["pr", "list"], &token)).last(), Some(&Frame::Exit { code: 0 }));
-    assert_eq!(error_of(&daemon.call(request("gh", &["pr", "merge", "1"], &token))), Some(ErrorCode::DeniedArgs));
+    assert_eq!(
+        daemon.call(request("gh", &["pr", "list"], &token)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+    assert_eq!(
+        error_of(&daemon.call(request("gh", &["pr", "merge", "1"], &token))),
+        Some(ErrorCode::DeniedArgs)
+    );
     let line = daemon.wait_audit(1);
-    assert_eq!((line["session"].as_str(), line["contact"].as_str(), line["role"].as_str()), (Some("sess-9"), Some("ana"), Some("employee")));
-    assert_eq!(daemon.control(&format!(r#"{{"op":"revoke","token":"{token}"}}"#))["revoked"], true);
-    assert_eq!(error_of(&daemon.call(request("gh", &["pr", "list"], &token))), Some(ErrorCode::BadToken));
+    assert_eq!(
+        (
+            line["session"].as_str(),
+            line["contact"].as_str(),
+            line["role"].as_str()
+        ),
+        (Some("sess-9"), Some("ana"), Some("employee"))
+    );
+    assert_eq!(
+        daemon.control(&format!(r#"{{"op":"revoke","token":"{token}"}}"#))["revoked"],
+        true
+    );
+    assert_eq!(
+        error_of(&daemon.call(request("gh", &["pr", "list"], &token))),
+        Some(ErrorCode::BadToken)
+    );
     assert_eq!(daemon.control(r#"{"op":"register"}"#)["ok"], false);
 }
 
@@ -375,9 +610,18 @@ fn the_registry_is_reloaded_when_the_file_changes() {
     let daemon = Daemon::start(|_, registry| {
         registry.clis.insert("cat".into(), cli("/bin/cat"));
     });
-    assert_eq!(error_of(&daemon.call(request("hello", &[], TOKEN))), Some(ErrorCode::UnknownCli));
-    let mut registry = porter_protocol::registry::Registry::from_json(&std::fs::read_to_string(&daemon.registry_path).unwrap()).unwrap();
-    registry.clis.insert("hello".into(), cli(&script(&daemon.bin_dir, "hello", "echo hello")));
+    assert_eq!(
+        error_of(&daemon.call(request("hello", &[], TOKEN))),
+        Some(ErrorCode::UnknownCli)
+    );
+    let mut registry = porter_protocol::registry::Registry::from_json(
+        &std::fs::read_to_string(&daemon.registry_path).unwrap(),
+    )
+    .unwrap();
+    registry.clis.insert(
+        "hello".into(),
+        cli(&script(&daemon.bin_dir, "hello", "echo hello")),
+    );
     std::fs::write(&daemon.registry_path, registry.to_json()).unwrap();
     let started = std::time::Instant::now();
     loop {
@@ -386,13 +630,19 @@ fn the_registry_is_reloaded_when_the_file_changes() {
             assert_eq!(stdout_of(&frames), "hello\n");
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "reload never happened");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "reload never happened"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // A broken file is refused and the last good registry keeps serving.
     std::fs::write(&daemon.registry_path, "{ not json").unwrap();
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(daemon.call(request("hello", &[], TOKEN)).last(), Some(&Frame::Exit { code: 0 }));
+    assert_eq!(
+        daemon.call(request("hello", &[], TOKEN)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
 }
 
 #[test]
@@ -413,17 +663,36 @@ fn a_disallowed_peer_uid_is_refused() {
 #[test]
 fn sigterm_lets_running_calls_finish_and_refuses_new_ones() {
     let mut daemon = Daemon::start(|bin, registry| {
-        registry.clis.insert("slow".into(), cli(&script(bin, "slow-3041", "sleep 1; echo finished")));
+        registry.clis.insert(
+            "slow".into(),
+            cli(&script(bin, "slow-3041", "sleep 1; echo finished")),
+        );
     });
-    let mut proxy = daemon.proxy("slow", &[], TOKEN).stdout(Stdio::piped()).spawn().unwrap();
+    let mut proxy = daemon
+        .proxy("slow", &[], TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let started = std::time::Instant::now();
     while processes_with("slow-3041").is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "child never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "child never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.pid() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let mut out = String::new();
-    proxy.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    proxy
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     assert_eq!(out, "finished\n");
     assert!(proxy.wait().unwrap().success());
     let status = daemon.process.wait().unwrap();

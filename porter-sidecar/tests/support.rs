@@ -42,7 +42,11 @@ pub fn script(directory: &Path, name: &str, body: &str) -> String {
 }
 
 pub fn cli(bin: &str) -> CliEntry {
-    CliEntry { bin: bin.to_owned(), timeout_seconds: 30, ..CliEntry::default() }
+    CliEntry {
+        bin: bin.to_owned(),
+        timeout_seconds: 30,
+        ..CliEntry::default()
+    }
 }
 
 impl Daemon {
@@ -84,7 +88,14 @@ impl Daemon {
             .arg(&audit_log)
             .arg("--tokens-file")
             .arg(&tokens)
-            .args(["--kill-grace-seconds", "1", "--reload-interval-ms", "100", "--shutdown-deadline-seconds", "3"])
+            .args([
+                "--kill-grace-seconds",
+                "1",
+                "--reload-interval-ms",
+                "100",
+                "--shutdown-deadline-seconds",
+                "3",
+            ])
             .args(extra_arguments)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -93,10 +104,22 @@ impl Daemon {
             .env("PORTER_LOG", "warn")
             .stdin(Stdio::null());
         let process = command.spawn().unwrap();
-        let daemon = Self { directory, workspace, socket, control_socket, registry_path, audit_log, bin_dir, process };
+        let daemon = Self {
+            directory,
+            workspace,
+            socket,
+            control_socket,
+            registry_path,
+            audit_log,
+            bin_dir,
+            process,
+        };
         let started = Instant::now();
         while !daemon.socket.exists() {
-            assert!(started.elapsed() < Duration::from_secs(20), "porter did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "porter did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         daemon
@@ -137,7 +160,10 @@ impl Daemon {
             if lines.len() >= count {
                 return lines[count - 1].clone();
             }
-            assert!(started.elapsed() < Duration::from_secs(20), "audit line {count} never came: {lines:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "audit line {count} never came: {lines:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -153,7 +179,13 @@ impl Daemon {
     /// Sends a request and collects every frame until the last one.
     pub fn call(&self, request: CliRequest) -> Vec<Frame> {
         let mut stream = self.connect();
-        write_frame(&mut stream, &Frame::Hello { version: PROTOCOL_VERSION }).unwrap();
+        write_frame(
+            &mut stream,
+            &Frame::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )
+        .unwrap();
         write_frame(&mut stream, &Frame::Request(Request::Cli(request))).unwrap();
         collect(&mut stream)
     }
@@ -171,13 +203,23 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.process.id() as i32), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.process.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = self.process.wait();
     }
 }
 
 pub fn request(cli: &str, args: &[&str], token: &str) -> CliRequest {
-    CliRequest { cli: cli.into(), args: args.iter().map(|argument| (*argument).to_owned()).collect(), cwd: "/workspace".into(), token: token.into(), env: BTreeMap::new(), stdin: false }
+    CliRequest {
+        cli: cli.into(),
+        args: args.iter().map(|argument| (*argument).to_owned()).collect(),
+        cwd: "/workspace".into(),
+        token: token.into(),
+        env: BTreeMap::new(),
+        stdin: false,
+    }
 }
 
 pub fn collect(stream: &mut UnixStream) -> Vec<Frame> {
@@ -213,11 +255,18 @@ pub fn error_of(frames: &[Frame]) -> Option<ErrorCode> {
 pub fn processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(command_line) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(command_line) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         // Zombies have an empty cmdline; only live processes count.
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = state.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z'));
+        let zombie = state
+            .rsplit(") ")
+            .next()
+            .is_some_and(|rest| rest.starts_with('Z'));
         // Arguments are NUL-separated in /proc; join them with spaces as a shell would.
         let command_line = String::from_utf8_lossy(&command_line).replace('\0', " ");
         if !zombie && command_line.contains(marker) {

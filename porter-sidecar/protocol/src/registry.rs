@@ -40,7 +40,11 @@ fn default_version() -> u32 {
 impl Default for Registry {
     /// An empty registry of the current version (so it passes `from_json` round trips).
     fn default() -> Self {
-        Self { version: REGISTRY_VERSION, global_rate_limit: None, clis: BTreeMap::new() }
+        Self {
+            version: REGISTRY_VERSION,
+            global_rate_limit: None,
+            clis: BTreeMap::new(),
+        }
     }
 }
 

@@ -12,10 +12,18 @@ use porter::manage;
 #[command(version)]
 struct Arguments {
     /// The registry file.
-    #[arg(long, env = "PORTER_REGISTRY", default_value = "/etc/saint/porter-registry.json")]
+    #[arg(
+        long,
+        env = "PORTER_REGISTRY",
+        default_value = "/etc/saint/porter-registry.json"
+    )]
     registry: PathBuf,
     /// The audit log (for `log`).
-    #[arg(long, env = "PORTER_AUDIT_LOG", default_value = "/var/lib/saint/workspace/logs/porter.jsonl")]
+    #[arg(
+        long,
+        env = "PORTER_AUDIT_LOG",
+        default_value = "/var/lib/saint/workspace/logs/porter.jsonl"
+    )]
     audit_log: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -63,14 +71,25 @@ enum Command {
 }
 
 fn pairs(texts: &[String]) -> Result<BTreeMap<String, String>> {
-    texts.iter().map(|text| manage::parse_pair(text).map_err(Into::into)).collect()
+    texts
+        .iter()
+        .map(|text| manage::parse_pair(text).map_err(Into::into))
+        .collect()
 }
 
 fn main() -> Result<()> {
     let arguments = Arguments::parse();
     let path = &arguments.registry;
     match arguments.command {
-        Command::Install { name, bin, env, env_file, timeout, allow, deny } => {
+        Command::Install {
+            name,
+            bin,
+            env,
+            env_file,
+            timeout,
+            allow,
+            deny,
+        } => {
             let mut registry = manage::load(path)?;
             let mut entry = manage::entry(&bin, pairs(&env)?, pairs(&env_file)?, timeout);
             entry.args.allow = allow;
@@ -88,7 +107,10 @@ fn main() -> Result<()> {
         }
         Command::Env { name, pairs: texts } => {
             let mut registry = manage::load(path)?;
-            let pairs: Vec<(String, String)> = texts.iter().map(|text| manage::parse_pair(text)).collect::<Result<_, _>>()?;
+            let pairs: Vec<(String, String)> = texts
+                .iter()
+                .map(|text| manage::parse_pair(text))
+                .collect::<Result<_, _>>()?;
             manage::set_env(&mut registry, &name, &pairs)?;
             manage::save(path, &registry)?;
             println!("updated {name}");

@@ -13,16 +13,28 @@ use porter::server::{self, DaemonConfig};
 #[command(version)]
 struct Arguments {
     /// The call socket (mode 0660).
-    #[arg(long, env = "PORTER_SOCKET", default_value = "/run/saint/porter/porter.sock")]
+    #[arg(
+        long,
+        env = "PORTER_SOCKET",
+        default_value = "/run/saint/porter/porter.sock"
+    )]
     socket: PathBuf,
     /// The control socket for token registration (only the agent container reaches it).
     #[arg(long, env = "PORTER_CONTROL_SOCKET")]
     control_socket: Option<PathBuf>,
     /// The registry file (reloaded when it changes).
-    #[arg(long, env = "PORTER_REGISTRY", default_value = "/etc/saint/porter-registry.json")]
+    #[arg(
+        long,
+        env = "PORTER_REGISTRY",
+        default_value = "/etc/saint/porter-registry.json"
+    )]
     registry: PathBuf,
     /// The real workspace root that sandbox /workspace and /agent map to.
-    #[arg(long, env = "PORTER_WORKSPACE", default_value = "/var/lib/saint/workspace")]
+    #[arg(
+        long,
+        env = "PORTER_WORKSPACE",
+        default_value = "/var/lib/saint/workspace"
+    )]
     workspace: PathBuf,
     /// The audit log (one JSON line per call).
     #[arg(long, env = "PORTER_AUDIT_LOG")]
@@ -31,10 +43,18 @@ struct Arguments {
     #[arg(long, env = "PORTER_TOKENS_FILE")]
     tokens_file: Option<PathBuf>,
     /// Peer uid allowed on the call socket (repeatable; default: any uid, token decides).
-    #[arg(long = "allowed-uid", env = "PORTER_ALLOWED_UIDS", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-uid",
+        env = "PORTER_ALLOWED_UIDS",
+        value_delimiter = ','
+    )]
     allowed_uids: Vec<u32>,
     /// Peer uid allowed on the control socket (repeatable; default: porter's own uid).
-    #[arg(long = "control-uid", env = "PORTER_CONTROL_UIDS", value_delimiter = ',')]
+    #[arg(
+        long = "control-uid",
+        env = "PORTER_CONTROL_UIDS",
+        value_delimiter = ','
+    )]
     control_uids: Vec<u32>,
     /// HOME for the CLIs (default: porter's HOME).
     #[arg(long, env = "PORTER_CHILD_HOME")]
@@ -58,9 +78,18 @@ fn config(arguments: Arguments) -> Result<DaemonConfig> {
         .workspace
         .canonicalize()
         .with_context(|| format!("workspace {} does not exist", arguments.workspace.display()))?;
-    let audit_log = arguments.audit_log.unwrap_or_else(|| workspace_root.join("logs/porter.jsonl"));
-    let control_uids = if arguments.control_uids.is_empty() { vec![nix::unistd::getuid().as_raw()] } else { arguments.control_uids };
-    let child_home = arguments.child_home.or_else(|| std::env::var("HOME").ok()).unwrap_or_else(|| "/tmp".to_owned());
+    let audit_log = arguments
+        .audit_log
+        .unwrap_or_else(|| workspace_root.join("logs/porter.jsonl"));
+    let control_uids = if arguments.control_uids.is_empty() {
+        vec![nix::unistd::getuid().as_raw()]
+    } else {
+        arguments.control_uids
+    };
+    let child_home = arguments
+        .child_home
+        .or_else(|| std::env::var("HOME").ok())
+        .unwrap_or_else(|| "/tmp".to_owned());
     Ok(DaemonConfig {
         socket: arguments.socket,
         control_socket: arguments.control_socket,
@@ -91,11 +120,15 @@ async fn stop_signal() {
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PORTER_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PORTER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .json()
         .init();
-    let started = config(Arguments::parse()).and_then(|config| server::build_state(config).map_err(Into::into));
+    let started = config(Arguments::parse())
+        .and_then(|config| server::build_state(config).map_err(Into::into));
     let state = match started {
         Ok(state) => state,
         Err(error) => {
