@@ -6,6 +6,7 @@ pub mod identity;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod offline;
 pub mod saintbot_controller;
 pub mod selection;
 pub mod settings;

@@ -244,7 +244,11 @@ fn pods_are_pod_security_restricted() {
                 volume.name
             );
         }
-        for container in &pod.containers {
+        for container in pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+        {
             let context = container.security_context.clone().unwrap();
             assert_eq!(
                 context.allow_privilege_escalation,
@@ -374,4 +378,35 @@ fn a_missing_default_role_is_refused_with_role_not_found() {
             .unwrap_err();
     assert_eq!(error.reason(), "RoleNotFound");
     assert!(error.to_string().contains("spec.defaultRole"), "{error}");
+}
+
+#[test]
+fn the_chart_examples_render_through_the_real_validate() {
+    use saint_operator::offline::{Manifests, read_manifests};
+    let examples =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/saint/examples");
+    let mut manifests = Manifests::default();
+    for file in ["saintbot.yaml", "contacts.yaml", "roles.yaml"] {
+        let path = examples.join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|error| panic!("failed to read {}: {error}", path.display()));
+        read_manifests(&text, "acme", &mut manifests)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    }
+    assert_eq!(manifests.bots.len(), 1);
+    let validated = saint_operator::saintbot_controller::validate::validate(
+        &manifests.bots[0],
+        &manifests.dereferenced,
+        &settings(),
+    )
+    .expect("the chart's example bot validates");
+    let slugs: Vec<&String> = validated.config.identity_links.keys().collect();
+    assert_eq!(slugs, vec!["ana", "ivan", "marko"]);
+    assert!(
+        validated.identity.problems.is_empty(),
+        "{:?}",
+        validated.identity.problems
+    );
+    saint_config::BotConfig::from_json(&rendered_config_json(&validated))
+        .expect("the agent accepts it");
 }

@@ -1,16 +1,15 @@
 //! Loads the YAML fixtures into the operator's types, through the real `validate`.
 #![allow(dead_code)]
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use saint_operator::{
-    crd::{Contact, Role, SaintBot},
+    crd::SaintBot,
+    offline::{Manifests, read_manifests},
     saintbot_controller::{
         dereference::Dereferenced,
         validate::{ValidatedSaintBot, validate},
     },
     settings::OperatorSettings,
 };
-use serde::Deserialize;
 
 pub fn fixture_path(name: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -21,28 +20,10 @@ pub fn fixture_path(name: &str) -> std::path::PathBuf {
 /// The bot and everything it refers to, from one multi-document YAML file.
 pub fn load(name: &str) -> (SaintBot, Dereferenced) {
     let text = std::fs::read_to_string(fixture_path(name)).expect("fixture readable");
-    let mut bot = None;
-    let mut dereferenced = Dereferenced::default();
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
-        let value = serde_json::Value::deserialize(document).expect("fixture is YAML");
-        match value["kind"].as_str() {
-            Some("SaintBot") => {
-                bot = Some(serde_json::from_value::<SaintBot>(value).expect("SaintBot"))
-            }
-            Some("Contact") => dereferenced
-                .contacts
-                .push(serde_json::from_value::<Contact>(value).expect("Contact")),
-            Some("Role") => dereferenced
-                .roles
-                .push(serde_json::from_value::<Role>(value).expect("Role")),
-            Some("ConfigMap") => {
-                dereferenced.persona_config_map =
-                    Some(serde_json::from_value::<ConfigMap>(value).expect("ConfigMap"))
-            }
-            other => panic!("unexpected kind {other:?} in fixture {name}"),
-        }
-    }
-    (bot.expect("fixture has a SaintBot"), dereferenced)
+    let mut manifests = Manifests::default();
+    read_manifests(&text, "default", &mut manifests).expect("fixture parses");
+    assert_eq!(manifests.bots.len(), 1, "fixture {name} has one SaintBot");
+    (manifests.bots.remove(0), manifests.dereferenced)
 }
 
 pub fn settings() -> OperatorSettings {

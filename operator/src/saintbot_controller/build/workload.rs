@@ -135,6 +135,30 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
     container
 }
 
+/// Creates the socket directories on the workspace before `agent` and `porter` mount
+/// `.saint/run` as `/run/saint`: a missing subPath would be created by the kubelet as
+/// root, and the non-root containers could not create their sockets in it. Uses the
+/// sandbox image (it has `mkdir`; the agent and porter images need not).
+fn prepare_workspace_container(bot: &ValidatedSaintBot) -> Value {
+    json!({
+        "name": "prepare-workspace",
+        "image": bot.sandbox.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "/bin/mkdir", "-p",
+            format!("{WORKSPACE}/.saint/run/porter"),
+            format!("{WORKSPACE}/.saint/run/sandboxes"),
+            format!("{WORKSPACE}/logs"),
+        ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+    })
+}
+
 fn volumes(bot: &ValidatedSaintBot) -> Vec<Value> {
     let mut volumes = vec![
         json!({"name": "config", "configMap": {"name": config_map_name(&bot.name)}}),
@@ -192,6 +216,7 @@ pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
                         "fsGroupChangePolicy": "OnRootMismatch",
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    "initContainers": [prepare_workspace_container(bot)],
                     "containers": [agent_container(bot), porter_container(bot)],
                     "volumes": volumes(bot),
                 },
