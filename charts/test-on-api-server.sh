@@ -7,10 +7,14 @@
 #    and CEL rules accept them;
 # 3. the sandbox admission policy's cases (charts/admission-cases.py): Jobs
 #    created as a bot's agent ServiceAccount with `--dry-run=server`, so
-#    authentication, RBAC and every admission plugin run.
+#    authentication, RBAC and every admission plugin run;
+# 4. the real saint-operator binary running as the chart's ServiceAccount
+#    (charts/operator-with-chart-rbac.py): it reconciles the example bot with
+#    no Forbidden error, cannot read Secrets, and the sandbox Job it renders is
+#    admitted for the bot's agent.
 #
 # Without KUBECONFIG: starts the e2e control plane (e2e/setup.sh builds and
-# caches the binaries; reused when warm) in a temporary directory, runs 1-3,
+# caches the binaries; reused when warm) in a temporary directory, runs 1-4,
 # and stops everything on exit, also on failure.
 # With KUBECONFIG set (admin credentials): someone's cluster, so only 3: applies
 # the policy and its binding, runs the cases, and removes them again.
@@ -20,6 +24,8 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
 helm="$(charts/install-tools.sh | tail -n 1)"
+# The chart under test (a directory or a packaged .tgz); the repository's by default.
+chart="${SAINT_CHART:-charts/saint}"
 release_namespace=saint-system
 sandbox_image="ghcr.io/saint-work/saint-sandbox:$(awk '$1 == "appVersion:" {gsub(/"/, "", $2); print $2}' charts/saint/Chart.yaml)"
 
@@ -49,7 +55,7 @@ fi
 if $started_here; then
 	# A throwaway cluster: install the whole chart, so the API server validates
 	# every rendered object (CRDs, RBAC, Deployment, policy) as a user's would.
-	"$helm" install saint charts/saint --namespace "$release_namespace" --create-namespace \
+	"$helm" install saint "$chart" --namespace "$release_namespace" --create-namespace \
 		--kubeconfig "$KUBECONFIG" --wait=false
 	for crd in saintbots.saint.work contacts.saint.work roles.saint.work; do
 		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$crd"
@@ -60,7 +66,7 @@ if $started_here; then
 	"$kubectl" apply --dry-run=server --namespace saint-examples -f charts/saint/examples/
 else
 	# Someone's cluster: touch only the policy and its binding, and remove them after.
-	"$helm" template saint charts/saint --namespace "$release_namespace" \
+	"$helm" template saint "$chart" --namespace "$release_namespace" \
 		--show-only templates/admission-policy.yaml |
 		"$kubectl" apply --server-side --field-manager=saint-admission-test -f -
 fi
@@ -68,8 +74,17 @@ fi
 status=0
 /usr/bin/python3 charts/admission-cases.py --kubectl "$kubectl" --sandbox-image "$sandbox_image" --verbose || status=$?
 
+if $started_here && ((status == 0)); then
+	echo "operator: the real binary as the chart's ServiceAccount reconciles the example bot"
+	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
+	cargo build --locked --quiet -p saint-operator --bin saint-operator
+	/usr/bin/python3 charts/operator-with-chart-rbac.py --kubectl "$kubectl" \
+		--operator "$CARGO_TARGET_DIR/debug/saint-operator" --ca-file "$SAINT_E2E_CA_FILE" \
+		--examples charts/saint/examples --run-dir "$run_dir" || status=$?
+fi
+
 if ! $started_here; then
-	"$helm" template saint charts/saint --namespace "$release_namespace" \
+	"$helm" template saint "$chart" --namespace "$release_namespace" \
 		--show-only templates/admission-policy.yaml |
 		"$kubectl" delete --ignore-not-found -f - >/dev/null
 fi

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Runs the real saint-operator binary as the chart's ServiceAccount (a token
+from the API server, not admin credentials) against a cluster the chart is
+installed in, applies the example company bot, and checks that the chart's
+RBAC is enough and no more:
+
+- the operator reconciles the example bot without one Forbidden error: every
+  child exists, the bot's status reports the rendered config, Contacts are Ready;
+- the operator and the bot's agent account cannot read Secrets;
+- the sandbox Job template the operator rendered into the bot's config is
+  admitted when the agent creates it, and refused once it mounts a Secret.
+
+Expects KUBECONFIG to be an administrator's and the chart to be installed as
+release `saint` in `saint-system`. Creates namespace `saint-rbac-check`; stops
+the operator process it started."""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+NAMESPACE = "saint-rbac-check"
+BOT = "acme-assistant"
+OPERATOR_ACCOUNT = "system:serviceaccount:saint-system:saint-operator"
+AGENT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
+CHILDREN = [
+    ("configmap", f"{BOT}-config"),
+    ("persistentvolumeclaim", f"{BOT}-workspace"),
+    ("serviceaccount", f"{BOT}-agent"),
+    ("role.rbac.authorization.k8s.io", f"{BOT}-agent"),
+    ("rolebinding.rbac.authorization.k8s.io", f"{BOT}-agent"),
+    ("service", BOT),
+    ("networkpolicy", f"{BOT}-agent"),
+    ("networkpolicy", f"{BOT}-sandbox"),
+    ("deployment", BOT),
+]
+
+failures: list[str] = []
+
+
+def check(condition: bool, message: str) -> bool:
+    print(f"{'ok  ' if condition else 'FAIL'} {message}")
+    if not condition:
+        failures.append(message)
+    return condition
+
+
+def kubectl(options, *arguments, stdin: str | None = None, check_status: bool = True,
+            kubeconfig: str | None = None) -> subprocess.CompletedProcess:
+    environment = dict(os.environ)
+    if kubeconfig:
+        environment["KUBECONFIG"] = kubeconfig
+    result = subprocess.run([options.kubectl, *arguments], input=stdin, capture_output=True, text=True,
+                            env=environment)
+    if check_status and result.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
+    return result
+
+
+def operator_kubeconfig(options, run_dir: pathlib.Path) -> str:
+    token = kubectl(options, "-n", "saint-system", "create", "token", "saint-operator",
+                    "--duration=1h").stdout.strip()
+    server = kubectl(options, "config", "view", "--minify", "-o",
+                     "jsonpath={.clusters[0].cluster.server}").stdout.strip()
+    path = run_dir / "operator.kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "cluster", "cluster": {"server": server,
+                                                     "certificate-authority": options.ca_file}}],
+        "users": [{"name": "saint-operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "cluster", "user": "saint-operator"}}],
+        "current-context": "operator",
+    }))
+    return str(path)
+
+
+def wait_for_status(options, deadline_seconds: int) -> dict:
+    deadline = time.monotonic() + deadline_seconds
+    status: dict = {}
+    while time.monotonic() < deadline:
+        result = kubectl(options, "-n", NAMESPACE, "get", "saintbot", BOT, "-o", "json", check_status=False)
+        if result.returncode == 0:
+            status = json.loads(result.stdout).get("status", {})
+            rendered = [condition for condition in status.get("conditions", [])
+                        if condition["type"] == "ConfigRendered" and condition["status"] == "True"]
+            if status.get("observedGeneration") == 1 and rendered:
+                return status
+        time.sleep(1)
+    return status
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubectl", required=True)
+    parser.add_argument("--operator", required=True, help="path of the saint-operator binary")
+    parser.add_argument("--ca-file", required=True, help="CA of the API server's serving certificate")
+    parser.add_argument("--examples", required=True)
+    parser.add_argument("--run-dir", required=True, type=pathlib.Path)
+    options = parser.parse_args()
+
+    kubectl(options, "create", "namespace", NAMESPACE)
+    kubectl(options, "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    log_path = options.run_dir / "operator.log"
+    environment = dict(os.environ, KUBECONFIG=operator_kubeconfig(options, options.run_dir),
+                       POD_NAMESPACE="saint-system", POD_NAME="rbac-check", RUST_LOG="info")
+    with open(log_path, "w") as log:
+        operator = subprocess.Popen([options.operator, "--listen-address", "127.0.0.1:0",
+                                     "--leader-election=true",
+                                     "--lease-name=saint-operator", "--lease-namespace=saint-system"],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=environment)
+    try:
+        kubectl(options, "-n", NAMESPACE, "apply", "-f", options.examples)
+        status = wait_for_status(options, 60)
+        check(status.get("observedGeneration") == 1,
+              f"the bot's status reports observedGeneration 1 with ConfigRendered (status: {json.dumps(status)})")
+        check(status.get("contacts") == 3 and status.get("roles") == 4,
+              f"3 contacts and 4 roles rendered (got {status.get('contacts')}, {status.get('roles')})")
+        for kind, name in CHILDREN:
+            result = kubectl(options, "-n", NAMESPACE, "get", kind, name, "-o", "json", check_status=False)
+            owned = result.returncode == 0 and any(
+                reference.get("kind") == "SaintBot" and reference.get("controller")
+                for reference in json.loads(result.stdout)["metadata"].get("ownerReferences", []))
+            check(owned, f"{kind}/{name} exists with the SaintBot as controller owner")
+        contacts = json.loads(kubectl(options, "-n", NAMESPACE, "get", "contacts", "-o", "json").stdout)["items"]
+        for contact in contacts:
+            ready = [condition["status"] for condition in contact.get("status", {}).get("conditions", [])
+                     if condition["type"] == "Ready"]
+            check(ready == ["True"], f"Contact {contact['metadata']['name']} is Ready")
+        lease = kubectl(options, "-n", "saint-system", "get", "lease", "saint-operator", "-o",
+                        "jsonpath={.spec.holderIdentity}", check_status=False).stdout
+        check(lease == "rbac-check", f"the operator holds the Lease (holder: {lease!r})")
+
+        log_text = log_path.read_text()
+        forbidden = [line for line in log_text.splitlines() if "forbidden" in line.lower()]
+        check(not forbidden, "no Forbidden error in the operator's log" +
+              (":\n    " + "\n    ".join(line[:400] for line in forbidden[:5]) if forbidden else ""))
+
+        for account in (OPERATOR_ACCOUNT, AGENT_ACCOUNT):
+            for verb in ("get", "list"):
+                allowed = kubectl(options, "auth", "can-i", verb, "secrets", "-n", NAMESPACE, f"--as={account}",
+                                  check_status=False).stdout.strip()
+                check(allowed == "no", f"{account} cannot {verb} Secrets (can-i: {allowed})")
+
+        config_map = json.loads(kubectl(options, "-n", NAMESPACE, "get", "configmap", f"{BOT}-config",
+                                        "-o", "json").stdout)
+        template = json.loads(config_map["data"]["bot-config.json"])["sandbox"].get("jobTemplate")
+        if check(template is not None, "the rendered config carries the sandbox Job template"):
+            template["metadata"]["name"] = f"{BOT}-sandbox-check"
+            result = kubectl(options, "create", "--dry-run=server", f"--as={AGENT_ACCOUNT}", "-f", "-",
+                             stdin=json.dumps(template), check_status=False)
+            check(result.returncode == 0, "the agent may create the rendered sandbox Job " +
+                  f"(policy and Pod Security admit it) {result.stderr.strip()}")
+            template["spec"]["template"]["spec"].setdefault("volumes", []).append(
+                {"name": "creds", "secret": {"secretName": "acme-assistant-llm"}})
+            result = kubectl(options, "create", "--dry-run=server", f"--as={AGENT_ACCOUNT}", "-f", "-",
+                             stdin=json.dumps(template), check_status=False)
+            check(result.returncode != 0 and "saint sandbox policy [no-secret-volumes]" in result.stderr,
+                  f"the same Job with a Secret volume is refused: {result.stderr.strip() or 'admitted'}")
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait()
+        kubectl(options, "delete", "namespace", NAMESPACE, "--wait=false", check_status=False)
+
+    if failures:
+        print(f"--- last lines of the operator's log ({log_path}):", file=sys.stderr)
+        print("\n".join(log_path.read_text().splitlines()[-15:]), file=sys.stderr)
+    print(f"operator with the chart's RBAC: {len(failures)} failed check(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
