@@ -221,6 +221,29 @@ fn contact_status_expectation(
     )
 }
 
+/// Every Role of the fixture is valid: each gets `Ready=True/Valid`, in file order.
+fn role_status_expectations(roles: &[saint_operator::crd::Role]) -> Vec<Expect> {
+    roles
+        .iter()
+        .map(|role| {
+            let name = role.metadata.name.clone().unwrap();
+            let path = format!("/apis/saint.work/v1alpha1/namespaces/acme/roles/{name}/status");
+            status_expectation(&path, to_value(role), move |status| {
+                assert_eq!(
+                    condition(status, "Ready")["reason"],
+                    "Valid",
+                    "{name}: {status}"
+                );
+                assert_eq!(
+                    status["observedGeneration"],
+                    Value::Null,
+                    "{name}: {status}"
+                );
+            })
+        })
+        .collect()
+}
+
 fn ana_twin() -> Contact {
     serde_json::from_value(json!({
         "apiVersion": "saint.work/v1alpha1", "kind": "Contact",
@@ -269,6 +292,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                     0,
                 ));
             }
+            steps.extend(role_status_expectations(&dereferenced.roles));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
             (bot, steps)
@@ -320,6 +344,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                 "IdentifierConflict",
                 1,
             ));
+            steps.extend(role_status_expectations(&dereferenced.roles));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("IdentifierConflict", "Warning"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
@@ -350,6 +375,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                     0,
                 ));
             }
+            steps.extend(role_status_expectations(&dereferenced.roles));
             steps.push(event_expectation("RoleNotFound", "Warning"));
             (bot, steps)
         }

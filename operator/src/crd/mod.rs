@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::{
     contact::{Contact, ContactIdentifiers, ContactSpec, ContactStatus, IdentifierConflict},
-    role::{Role, RoleSpec},
+    role::{Role, RoleSpec, RoleStatus},
     saintbot::{SaintBot, SaintBotSpec, SaintBotStatus},
 };
 

@@ -4,6 +4,7 @@
 // `printcolumn(...)` repeats `type_ = …` by design; clippy reads it as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use saint_config::{BudgetPeriod, MemoryScope};
 use schemars::JsonSchema;
@@ -24,10 +25,12 @@ use super::{bootstrap_files_rule, dns_label_list_rule, tool_patterns_rule};
     shortname = "srole",
     shortname = "sroles",
     category = "saint",
+    status = "RoleStatus",
     doc = "A Saint role: what a bot may do for the people who hold it (tools, model, files, memory, budget).",
     printcolumn(name = "Model", type_ = "string", json_path = ".spec.model", description = "Model override for this role"),
     printcolumn(name = "Budget", type_ = "number", json_path = ".spec.budget.usd", description = "USD cap per budget period"),
     printcolumn(name = "Period", type_ = "string", json_path = ".spec.budget.period", priority = 1),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = kube::core::Rule::new(format!("self.metadata.name.matches('{}')", super::DNS_1123_LABEL_PATTERN))
         .message("metadata.name of a Role must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"),
@@ -225,4 +228,18 @@ pub enum SessionsVisibilityName {
     /// None at all.
     #[default]
     None,
+}
+
+/// What the operator found about this Role.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleStatus {
+    /// `Ready` is True when bots can render the Role, False with reason `InvalidSpec`
+    /// (e.g. a tool glob matching no known tool) otherwise.
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }

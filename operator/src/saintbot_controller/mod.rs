@@ -160,12 +160,36 @@ pub async fn reconcile(
     result
 }
 
+/// Writes the conflicts and validity of the namespace's Contacts and Roles onto them.
+async fn report_references(
+    context: &Context,
+    namespace: &str,
+    dereferenced: &dereference::Dereferenced,
+    now: &Time,
+) -> Result<(), update_status::UpdateStatusError> {
+    let contact_statuses =
+        update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, now);
+    update_status::patch_contact_statuses(
+        &context.client,
+        namespace,
+        &dereferenced.contacts,
+        &contact_statuses,
+    )
+    .await?;
+    let role_statuses = update_status::role_statuses(&dereferenced.roles, now);
+    update_status::patch_role_statuses(
+        &context.client,
+        namespace,
+        &dereferenced.roles,
+        &role_statuses,
+    )
+    .await
+}
+
 async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, ReconcileError> {
     let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
     let now = (context.now)();
     let dereferenced = dereference::dereference(&context.client, bot, &namespace).await?;
-    let contact_statuses =
-        update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, &now);
 
     let validated = match validate::validate(bot, &dereferenced, &context.settings) {
         Ok(validated) => validated,
@@ -176,13 +200,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
             };
             let status = update_status::bot_status(bot, &outcome, &now);
             update_status::patch_bot_status(&context.client, bot, &status).await?;
-            update_status::patch_contact_statuses(
-                &context.client,
-                &namespace,
-                &dereferenced.contacts,
-                &contact_statuses,
-            )
-            .await?;
+            report_references(context, &namespace, &dereferenced, &now).await?;
             let events = update_status::transition_events(bot.status.as_ref(), &status);
             update_status::publish_events(&context.recorder, bot, &events).await;
             context.metrics.record_readiness(bot_key(bot), false);
@@ -201,13 +219,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     };
     let status = update_status::bot_status(bot, &outcome, &now);
     update_status::patch_bot_status(&context.client, bot, &status).await?;
-    update_status::patch_contact_statuses(
-        &context.client,
-        &namespace,
-        &dereferenced.contacts,
-        &contact_statuses,
-    )
-    .await?;
+    report_references(context, &namespace, &dereferenced, &now).await?;
     let events = update_status::transition_events(bot.status.as_ref(), &status);
     update_status::publish_events(&context.recorder, bot, &events).await;
 

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::validate::ValidatedSaintBot;
 use crate::{
-    crd::{CONDITION_READY, Contact, ContactStatus, Role, SaintBot, SaintBotStatus},
+    crd::{CONDITION_READY, Contact, ContactStatus, Role, RoleStatus, SaintBot, SaintBotStatus},
     identity::{ContactInput, resolve},
     labels::FIELD_MANAGER,
 };
@@ -34,6 +34,8 @@ pub enum UpdateStatusError {
     PatchBot { name: String, source: kube::Error },
     #[error("failed to patch status of Contact {name:?}: {source}")]
     PatchContact { name: String, source: kube::Error },
+    #[error("failed to patch status of Role {name:?}: {source}")]
+    PatchRole { name: String, source: kube::Error },
 }
 
 /// What reconcile achieved, as far as status is concerned.
@@ -361,6 +363,80 @@ pub async fn patch_contact_statuses(
     Ok(())
 }
 
+/// At most `limit` bytes of `text`, cut at a character boundary (Event notes are capped at 1 kB).
+fn truncate(text: &str, limit: usize) -> String {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// The status every Role of a namespace should have. Pure.
+pub fn role_statuses(roles: &[Role], now: &Time) -> BTreeMap<String, RoleStatus> {
+    roles
+        .iter()
+        .map(|role| {
+            let generation = role.metadata.generation;
+            let ready = match super::validate::render_role(role) {
+                Ok(_) => condition(
+                    CONDITION_READY,
+                    true,
+                    "Valid",
+                    "bots can render this role".into(),
+                    generation,
+                    now,
+                ),
+                Err(error) => condition(
+                    CONDITION_READY,
+                    false,
+                    "InvalidSpec",
+                    error.to_string(),
+                    generation,
+                    now,
+                ),
+            };
+            let previous = role.status.clone().unwrap_or_default();
+            let status = RoleStatus {
+                conditions: carry_transition_times(&previous.conditions, vec![ready]),
+                observed_generation: generation,
+            };
+            (role.name_any(), status)
+        })
+        .collect()
+}
+
+/// Patches the status of each Role whose status would change.
+pub async fn patch_role_statuses(
+    client: &Client,
+    namespace: &str,
+    roles: &[Role],
+    statuses: &BTreeMap<String, RoleStatus>,
+) -> Result<(), UpdateStatusError> {
+    let api: Api<Role> = Api::namespaced(client.clone(), namespace);
+    for role in roles {
+        let name = role.name_any();
+        let Some(status) = statuses.get(&name) else {
+            continue;
+        };
+        if role.status.as_ref() == Some(status) {
+            continue;
+        }
+        let patch = json!({"apiVersion": "saint.work/v1alpha1", "kind": "Role", "status": status});
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| UpdateStatusError::PatchRole {
+            name: name.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|condition| condition.type_ == type_)
 }
@@ -389,7 +465,7 @@ pub fn transition_events(previous: Option<&SaintBotStatus>, next: &SaintBotStatu
                     EventType::Normal
                 },
                 reason: now.reason.clone(),
-                note: Some(now.message.chars().take(1000).collect()),
+                note: Some(truncate(&now.message, 1000)),
                 action: "Reconcile".to_string(),
                 secondary: None,
             });
@@ -420,5 +496,85 @@ pub async fn publish_events(recorder: &Recorder, bot: &SaintBot, events: &[Event
         if let Err(error) = recorder.publish(event, &reference).await {
             tracing::warn!(%error, reason = %event.reason, "failed to publish event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(text: &str) -> Time {
+        Time(text.parse().unwrap())
+    }
+
+    fn ready(status: &str, reason: &str, at: &str) -> Condition {
+        condition(
+            CONDITION_READY,
+            status == "True",
+            reason,
+            String::new(),
+            Some(1),
+            &time(at),
+        )
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_when_the_status_changes() {
+        let previous = vec![ready("False", "PodNotReady", "2026-01-01T00:00:00Z")];
+        let same = carry_transition_times(
+            &previous,
+            vec![ready("False", "Suspended", "2026-01-02T00:00:00Z")],
+        );
+        assert_eq!(
+            same[0].last_transition_time,
+            time("2026-01-01T00:00:00Z"),
+            "reason alone is not a transition"
+        );
+        let flipped = carry_transition_times(
+            &previous,
+            vec![ready("True", "PodReady", "2026-01-02T00:00:00Z")],
+        );
+        assert_eq!(
+            flipped[0].last_transition_time,
+            time("2026-01-02T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn events_fire_on_transitions_only() {
+        let first = SaintBotStatus {
+            conditions: vec![ready("False", "PodNotReady", "2026-01-01T00:00:00Z")],
+            config_hash: Some("abc".into()),
+            ..SaintBotStatus::default()
+        };
+        let reasons = |events: Vec<Event>| {
+            events
+                .into_iter()
+                .map(|event| event.reason)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reasons(transition_events(None, &first)),
+            vec!["PodNotReady", "ConfigRendered"]
+        );
+        assert!(
+            transition_events(Some(&first), &first).is_empty(),
+            "a repeat of the same state is silent"
+        );
+        let ready_now = SaintBotStatus {
+            conditions: vec![ready("True", "PodReady", "2026-01-01T00:01:00Z")],
+            ..first.clone()
+        };
+        assert_eq!(
+            reasons(transition_events(Some(&first), &ready_now)),
+            vec!["PodReady"]
+        );
+    }
+
+    #[test]
+    fn long_event_notes_are_cut_at_a_character_boundary() {
+        let text = "ž".repeat(600);
+        let cut = truncate(&text, 1000);
+        assert!(cut.len() <= 1000 && cut.chars().all(|character| character == 'ž'));
     }
 }

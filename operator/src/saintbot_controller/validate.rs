@@ -177,7 +177,7 @@ fn invalid_role(role: &str, field: &str, message: impl Into<String>) -> Validate
 
 /// Converts a Role resource into the rendered role, re-checking what CEL may not have
 /// (the CRD could be installed without validation, or an older version).
-fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
+pub fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
     let name = role.name_any();
     let spec = &role.spec;
     for (list, patterns) in [
