@@ -110,7 +110,11 @@ def check_default(helm: str, chart: str) -> None:
     for verb in ("create", "get", "list", "watch", "delete"):
         check(granted(cluster_rules, "batch", "jobs", verb), f"ClusterRole: missing jobs {verb}")
     for resource in ("configmaps", "persistentvolumeclaims", "serviceaccounts", "services"):
-        check(granted(cluster_rules, "", resource, "patch"), f"ClusterRole: missing {resource} patch (apply)")
+        for verb in ("create", "patch", "list", "watch"):
+            check(granted(cluster_rules, "", resource, verb), f"ClusterRole: missing {resource} {verb} (apply, watch)")
+        for verb in ("update", "delete"):
+            check(not granted(cluster_rules, "", resource, verb),
+                  f"ClusterRole: {resource} {verb} is never used (children are applied and garbage-collected)")
     check(granted(cluster_rules, "saint.work", "saintbots/status", "patch"), "ClusterRole: missing saintbots/status patch")
     check(not granted(cluster_rules, "saint.work", "saintbots", "patch"),
           "ClusterRole: the operator must not write SaintBot specs")
