@@ -11,8 +11,10 @@ RBAC is enough and no more:
   admitted when the agent creates it, and refused once it mounts a Secret.
 
 Expects KUBECONFIG to be an administrator's and the chart to be installed as
-release `saint` in `saint-system`. Creates namespace `saint-rbac-check`; stops
-the operator process it started."""
+release `saint` in `saint-system`. Uses (creating it if needed) the namespace
+given by --namespace and deletes it afterwards; stops the operator process it
+started. With --watch-namespace the operator watches only that namespace (the
+chart installed with watchNamespace set to it: Role instead of ClusterRole)."""
 
 import argparse
 import json
@@ -22,9 +24,10 @@ import subprocess
 import sys
 import time
 
-NAMESPACE = "saint-rbac-check"
 BOT = "acme-assistant"
 OPERATOR_ACCOUNT = "system:serviceaccount:saint-system:saint-operator"
+# Set from the command line in main().
+NAMESPACE = "saint-rbac-check"
 AGENT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
 CHILDREN = [
     ("configmap", f"{BOT}-config"),
@@ -99,17 +102,28 @@ def main() -> int:
     parser.add_argument("--ca-file", required=True, help="CA of the API server's serving certificate")
     parser.add_argument("--examples", required=True)
     parser.add_argument("--run-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--namespace", default="saint-rbac-check")
+    parser.add_argument("--watch-namespace", action="store_true",
+                        help="run the operator with --namespace (the chart's watchNamespace mode)")
     options = parser.parse_args()
+    global NAMESPACE, AGENT_ACCOUNT
+    NAMESPACE = options.namespace
+    AGENT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
+    print(f"operator as {OPERATOR_ACCOUNT}, bot in namespace {NAMESPACE}"
+          f"{' (operator watches only it)' if options.watch_namespace else ' (operator watches all namespaces)'}")
 
-    kubectl(options, "create", "namespace", NAMESPACE)
-    kubectl(options, "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    kubectl(options, "create", "namespace", NAMESPACE, check_status=False)
+    kubectl(options, "label", "--overwrite", "namespace", NAMESPACE,
+            "pod-security.kubernetes.io/enforce=restricted")
     log_path = options.run_dir / "operator.log"
     environment = dict(os.environ, KUBECONFIG=operator_kubeconfig(options, options.run_dir),
                        POD_NAMESPACE="saint-system", POD_NAME="rbac-check", RUST_LOG="info")
     with open(log_path, "w") as log:
-        operator = subprocess.Popen([options.operator, "--listen-address", "127.0.0.1:0",
-                                     "--leader-election=true",
-                                     "--lease-name=saint-operator", "--lease-namespace=saint-system"],
+        arguments = [options.operator, "--listen-address", "127.0.0.1:0", "--leader-election=true",
+                     "--lease-name=saint-operator", "--lease-namespace=saint-system"]
+        if options.watch_namespace:
+            arguments.append(f"--namespace={NAMESPACE}")
+        operator = subprocess.Popen(arguments,
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=environment)
     try:

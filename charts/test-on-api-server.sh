@@ -11,7 +11,8 @@
 # 4. the real saint-operator binary running as the chart's ServiceAccount
 #    (charts/operator-with-chart-rbac.py): it reconciles the example bot with
 #    no Forbidden error, cannot read Secrets, and the sandbox Job it renders is
-#    admitted for the bot's agent.
+#    admitted for the bot's agent; then again with watchNamespace set (Role
+#    in one namespace instead of the ClusterRole).
 #
 # Without KUBECONFIG: starts the e2e control plane (e2e/setup.sh builds and
 # caches the binaries; reused when warm) in a temporary directory, runs 1-4,
@@ -81,6 +82,20 @@ if $started_here && ((status == 0)); then
 	/usr/bin/python3 charts/operator-with-chart-rbac.py --kubectl "$kubectl" \
 		--operator "$CARGO_TARGET_DIR/debug/saint-operator" --ca-file "$SAINT_E2E_CA_FILE" \
 		--examples charts/saint/examples --run-dir "$run_dir" || status=$?
+fi
+if $started_here && ((status == 0)); then
+	echo "operator: the same with watchNamespace set (a Role in one namespace instead of the ClusterRole)"
+	"$kubectl" create namespace saint-rbac-single
+	"$helm" upgrade saint "$chart" --namespace "$release_namespace" --kubeconfig "$KUBECONFIG" \
+		--reuse-values --set watchNamespace=saint-rbac-single --wait=false >/dev/null
+	if "$kubectl" get clusterrole saint-operator >/dev/null 2>&1; then
+		echo "watchNamespace set, yet the ClusterRole saint-operator is still there" >&2
+		status=1
+	fi
+	/usr/bin/python3 charts/operator-with-chart-rbac.py --kubectl "$kubectl" \
+		--operator "$CARGO_TARGET_DIR/debug/saint-operator" --ca-file "$SAINT_E2E_CA_FILE" \
+		--examples charts/saint/examples --run-dir "$run_dir" \
+		--namespace saint-rbac-single --watch-namespace || status=$?
 fi
 
 if ! $started_here; then
