@@ -221,7 +221,7 @@ sections=(
 	"test|5. cargo test --workspace (all but saint-e2e, which runs in section 9)|cargo_test"
 	"crds|6. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
 	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
-	"apiserver|8. chart on a real API server: install, examples, admission policy (charts/test-on-api-server.sh)|chart_on_api_server"
+	"apiserver|8. chart on a real API server: install, examples, admission policy, operator RBAC (charts/test-on-api-server.sh)|chart_on_api_server"
 	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
 )
 
