@@ -6,6 +6,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
     batch::v1::Job,
     coordination::v1::Lease,
@@ -13,7 +14,10 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{
+        DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+        WatchParams,
+    },
     core::{ApiResource, GroupVersionKind},
 };
 use saint_e2e::{
@@ -64,19 +68,51 @@ impl Scenario {
         self.bot.wait_converged(|| self.operator_log()).await
     }
 
-    /// Removes the bot's namespace so later scenarios' operators do not keep
-    /// reconciling it. Best effort: the control plane is thrown away anyway.
-    async fn finish(self) {
-        let _ = Api::<Namespace>::all(self.admin.clone())
+    /// Fails if the operator logged an RBAC refusal (the chart lacks a verb),
+    /// then removes the bot's namespace so later scenarios' operators do not
+    /// keep reconciling it.
+    async fn finish(self) -> TestResult {
+        let log = self.operator.process.log();
+        let namespace_deleted = Api::<Namespace>::all(self.admin.clone())
             .delete(&self.bot.namespace, &DeleteParams::default())
             .await;
+        no_forbidden(&log)?;
+        namespace_deleted?;
+        Ok(())
     }
 }
 
-/// RBAC refusals the operator logged, in the API server's words.
-fn forbidden_lines(log: &str) -> Vec<&str> {
+/// Fails with the API server's words if an operator log shows an RBAC refusal.
+fn no_forbidden(log: &str) -> TestResult {
+    let forbidden = forbidden_lines(log);
+    if forbidden.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the chart's RBAC lacks verbs the operator uses:\n{}",
+            forbidden.join("\n")
+        )
+        .into())
+    }
+}
+
+/// RBAC refusals the operator logged, in the API server's words (the error
+/// field of a JSON log line, or the whole line of a text log).
+fn forbidden_lines(log: &str) -> Vec<String> {
     log.lines()
         .filter(|line| line.contains("forbidden") || line.contains("Forbidden"))
+        .map(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|entry| {
+                    let fields = entry.get("fields")?;
+                    let error = fields.get("error").or_else(|| fields.get("message"))?;
+                    error.as_str().map(str::to_owned)
+                })
+                .unwrap_or_else(|| line.to_owned())
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect()
 }
 
@@ -293,15 +329,7 @@ async fn example_bot_gets_every_child_with_owner_references_and_an_honest_status
     )
     .await?;
 
-    let log = scenario.operator.process.log();
-    let forbidden = forbidden_lines(&log);
-    assert!(
-        forbidden.is_empty(),
-        "the chart's RBAC lacks verbs the operator uses:\n{}",
-        forbidden.join("\n")
-    );
-    scenario.finish().await;
-    Ok(())
+    scenario.finish().await
 }
 
 /// The ReplicaSets' failure conditions (Pod Security refusals land there).
@@ -439,8 +467,7 @@ async fn contact_edit_rerenders_the_config_without_a_restart_while_model_and_cha
     let third_hashes = wait_for_template_hashes(&scenario, 3).await?;
     assert!(first_hashes.iter().all(|hash| second_hashes.contains(hash)));
     assert!(second_hashes.iter().all(|hash| third_hashes.contains(hash)));
-    scenario.finish().await;
-    Ok(())
+    scenario.finish().await
 }
 
 #[tokio::test]
@@ -612,8 +639,7 @@ spec:
         .await?;
     }
     wait_for_identity(&scenario, "ana", "whatsapp:+385991234567", true).await?;
-    scenario.finish().await;
-    Ok(())
+    scenario.finish().await
 }
 
 /// The rendered sandbox Job template with the names the agent fills in.
@@ -733,8 +759,7 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    scenario.finish().await;
-    Ok(())
+    scenario.finish().await
 }
 
 #[tokio::test]
@@ -802,8 +827,7 @@ async fn deleting_the_saintbot_garbage_collects_every_child() -> TestResult {
         },
     )
     .await?;
-    scenario.finish().await;
-    Ok(())
+    scenario.finish().await
 }
 
 #[tokio::test]
@@ -812,26 +836,46 @@ async fn an_operator_killed_mid_reconcile_converges_after_restart() -> TestResul
     let admin = environment.admin_client().await?;
     let install = chart::install(&environment, &admin, "restart", &[]).await?;
     let bot = CompanyBot::apply(&environment, &admin, "restart-bot").await?;
-    let mut first = install.start_operator(&environment, "restart-0")?;
-
-    // Kill it the moment the first child appears: mid-reconcile.
+    // Watch before starting, so the kill lands the moment the first child is
+    // written — while the rest of the reconcile is still in flight.
     let config_maps =
         Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), &bot.namespace);
-    wait::until(
-        "the first child (rendered ConfigMap)",
-        CONVERGE_TIMEOUT,
-        || async {
-            match config_maps.get_opt(&format!("{BOT}-config")).await {
-                Ok(Some(_)) => Ok(()),
-                Ok(None) => Err(format!("not yet\n{}", first.process.log_tail(20))),
-                Err(error) => Err(error.to_string()),
+    let mut events = config_maps
+        .watch(&WatchParams::default(), "0")
+        .await?
+        .boxed();
+    let mut first = install.start_operator(&environment, "restart-0")?;
+    let first_child = tokio::time::timeout(CONVERGE_TIMEOUT, async {
+        while let Some(event) = events.try_next().await.map_err(|error| error.to_string())? {
+            if let WatchEvent::Added(config_map) = event
+                && config_map.metadata.name.as_deref() == Some(&format!("{BOT}-config"))
+            {
+                return Ok(());
             }
-        },
-    )
-    .await?;
+        }
+        Err("the ConfigMap watch ended".to_owned())
+    })
+    .await;
     first.process.kill();
+    if let Err(problem) = first_child
+        .map_err(|_| "timed out".to_owned())
+        .and_then(|result| result)
+    {
+        return Err(format!(
+            "the operator never wrote the rendered ConfigMap ({problem}):\n{}",
+            first.process.log_tail(40)
+        )
+        .into());
+    }
+    let children_at_kill = labelled_children(&admin, &bot.namespace).await?.len();
     let status_at_kill = bot.bot().await?.data.get("status").cloned();
-    println!("status when the operator was killed: {status_at_kill:?}");
+    println!(
+        "killed the operator with {children_at_kill} children written; status then: {status_at_kill:?}"
+    );
+    assert!(
+        status_at_kill.is_none() || children_at_kill < child_kinds().len(),
+        "the reconcile had already finished when the operator was killed; the scenario proves nothing"
+    );
 
     // The same pod identity comes back (as a restarted container would).
     let second = install.start_operator(&environment, "restart-0")?;
@@ -862,6 +906,8 @@ async fn an_operator_killed_mid_reconcile_converges_after_restart() -> TestResul
 
     // Converged means stable: another restart changes nothing.
     let deployment_before = bot.deployment().await?;
+    no_forbidden(&first.process.log())?;
+    no_forbidden(&second.process.log())?;
     drop(second);
     let third = install.start_operator(&environment, "restart-0")?;
     bot.wait_converged(|| third.process.log_tail(40)).await?;
@@ -876,6 +922,7 @@ async fn an_operator_killed_mid_reconcile_converges_after_restart() -> TestResul
         deployment_before.metadata.generation,
         "the Deployment changed on a plain restart"
     );
+    no_forbidden(&third.process.log())?;
     let _ = Api::<Namespace>::all(admin)
         .delete(&bot.namespace, &DeleteParams::default())
         .await;
@@ -998,6 +1045,9 @@ async fn of_two_operator_replicas_only_the_leader_reconciles() -> TestResult {
         },
     )
     .await?;
+    for replica in &replicas {
+        no_forbidden(&replica.process.log())?;
+    }
     let _ = Api::<Namespace>::all(admin)
         .delete(&bot.namespace, &DeleteParams::default())
         .await;
