@@ -129,6 +129,11 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
     );
     if api_server_cidrs.is_empty() {
         match api_server::discover(&client).await {
+            Ok((cidrs, _)) if cidrs.is_empty() => {
+                tracing::warn!(
+                    "found no API server endpoints; bot pods get no API egress rule (set --api-server-cidr)"
+                )
+            }
             Ok((cidrs, port)) => {
                 api_server_cidrs = cidrs;
                 api_server_port = port.unwrap_or(api_server_port);

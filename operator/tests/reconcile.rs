@@ -91,13 +91,21 @@ fn status_expectation(
 }
 
 fn event_expectation(reason: &'static str, type_: &'static str) -> Expect {
+    object_event_expectation("my-bot", reason, type_)
+}
+
+fn object_event_expectation(
+    object: &'static str,
+    reason: &'static str,
+    type_: &'static str,
+) -> Expect {
     expect(
         Method::POST,
         "/apis/events.k8s.io/v1/namespaces/acme/events",
         move |body| {
             assert_eq!(body["reason"], reason, "{body}");
             assert_eq!(body["type"], type_, "{body}");
-            assert_eq!(body["regarding"]["name"], "my-bot");
+            assert_eq!(body["regarding"]["name"], object, "{body}");
             body
         },
     )
@@ -174,9 +182,15 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
     ]
 }
 
-fn reads(contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect> {
+fn reads(bot: &SaintBot, contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect> {
     let contacts: Vec<Value> = contacts.iter().map(to_value).collect();
+    let bots = vec![to_value(bot)];
     vec![
+        expect(
+            Method::GET,
+            "/apis/saint.work/v1alpha1/namespaces/acme/saintbots",
+            move |_| list("SaintBotList", bots),
+        ),
         expect(
             Method::GET,
             "/apis/saint.work/v1alpha1/namespaces/acme/contacts",
@@ -263,7 +277,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
     match which {
         Scenario::FirstReconcileAppliesEveryChild => {
             let hash = config_hash(&validated("acme.yaml"));
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&bot, &dereferenced.contacts, roles, persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
@@ -300,7 +314,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
         Scenario::ConflictingContactsAreReported => {
             let mut contacts = dereferenced.contacts.clone();
             contacts.push(ana_twin());
-            let mut steps = reads(&contacts, roles, persona);
+            let mut steps = reads(&bot, &contacts, roles, persona);
             steps.extend(child_applies(&bot, &contacts, not_ready));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
@@ -326,6 +340,11 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                 "IdentifierConflict",
                 1,
             ));
+            steps.push(object_event_expectation(
+                "acme-ana",
+                "IdentifierConflict",
+                "Warning",
+            ));
             steps.push(contact_status_expectation(
                 &contacts,
                 "acme-marko",
@@ -344,6 +363,11 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                 "IdentifierConflict",
                 1,
             ));
+            steps.push(object_event_expectation(
+                "acme-twin",
+                "IdentifierConflict",
+                "Warning",
+            ));
             steps.extend(role_status_expectations(&dereferenced.roles));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("IdentifierConflict", "Warning"));
@@ -352,7 +376,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
         }
         Scenario::MissingDefaultRoleWaits => {
             bot.spec.default_role = "visitor".to_string();
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&bot, &dereferenced.contacts, roles, persona);
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),

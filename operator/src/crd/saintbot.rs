@@ -237,6 +237,7 @@ pub struct ChannelSpec {
     /// Secret settings: setting name → Secret key. Each becomes the env var
     /// `SAINT_CHANNEL_<NAME>_<SETTING>` of the `agent` container only.
     #[serde(default)]
+    #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
         .message("channels[].secrets values must name both a Secret (name) and a key in it (key)"))]
     pub secrets: BTreeMap<String, SecretKeyReference>,

@@ -15,6 +15,11 @@ pub enum DereferenceError {
         namespace: String,
         source: kube::Error,
     },
+    #[error("failed to list SaintBots in namespace {namespace:?}: {source}")]
+    ListBots {
+        namespace: String,
+        source: kube::Error,
+    },
     #[error("failed to list Roles in namespace {namespace:?}: {source}")]
     ListRoles {
         namespace: String,
@@ -27,6 +32,9 @@ pub enum DereferenceError {
 /// What a bot refers to, as read from the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Dereferenced {
+    /// Every SaintBot in the namespace, the reconciled one included (Contact statuses
+    /// are judged per bot).
+    pub bots: Vec<SaintBot>,
     /// Every Contact in the bot's namespace (selection happens in `validate`).
     pub contacts: Vec<Contact>,
     /// Every Role in the bot's namespace.
@@ -41,6 +49,21 @@ pub async fn dereference(
     bot: &SaintBot,
     namespace: &str,
 ) -> Result<Dereferenced, DereferenceError> {
+    let mut bots = Api::<SaintBot>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| DereferenceError::ListBots {
+            namespace: namespace.to_string(),
+            source,
+        })?
+        .items;
+    // The list may predate the object being reconciled (a watch event outruns the list).
+    if !bots
+        .iter()
+        .any(|other| other.metadata.name == bot.metadata.name)
+    {
+        bots.push(bot.clone());
+    }
     let contacts = Api::<Contact>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
@@ -68,6 +91,7 @@ pub async fn dereference(
         None => None,
     };
     Ok(Dereferenced {
+        bots,
         contacts,
         roles,
         persona_config_map,

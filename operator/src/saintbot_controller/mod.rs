@@ -167,9 +167,14 @@ async fn report_references(
     dereferenced: &dereference::Dereferenced,
     now: &Time,
 ) -> Result<(), update_status::UpdateStatusError> {
-    let contact_statuses =
-        update_status::contact_statuses(&dereferenced.contacts, &dereferenced.roles, now);
+    let contact_statuses = update_status::contact_statuses(
+        &dereferenced.bots,
+        &dereferenced.contacts,
+        &dereferenced.roles,
+        now,
+    );
     update_status::patch_contact_statuses(
+        &context.recorder,
         &context.client,
         namespace,
         &dereferenced.contacts,

@@ -18,8 +18,9 @@ use serde_json::json;
 use super::validate::ValidatedSaintBot;
 use crate::{
     crd::{CONDITION_READY, Contact, ContactStatus, Role, RoleStatus, SaintBot, SaintBotStatus},
-    identity::{ContactInput, resolve},
+    identity::{ContactInput, ContactProblems, resolve},
     labels::FIELD_MANAGER,
+    selection::{bot_uses_contact, bot_uses_role},
 };
 
 /// Condition: the config was rendered from the spec, Contacts and Roles.
@@ -246,37 +247,75 @@ pub async fn patch_bot_status(
     Ok(())
 }
 
-/// The status every Contact of a namespace should have. Conflicts are judged over the
-/// whole namespace (not one bot's selection) so every bot computes the same answer and
-/// no two reconciles fight over a Contact's status. Pure.
+/// The status every Contact of a namespace should have, judged bot by bot: an
+/// identifier clash or a missing role matters only between Contacts one bot uses, so
+/// each bot's selection is resolved separately and the problems are merged. Every bot's
+/// reconcile computes the same answer from the same namespace, so no two reconciles
+/// fight over a Contact's status. Pure.
 pub fn contact_statuses(
+    bots: &[SaintBot],
     contacts: &[Contact],
     roles: &[Role],
     now: &Time,
 ) -> BTreeMap<String, ContactStatus> {
-    let inputs: Vec<ContactInput> = contacts
-        .iter()
-        .map(|contact| ContactInput {
-            slug: contact.name_any(),
-            display_name: contact.spec.display_name.clone(),
-            role: contact.spec.role.clone(),
-            identifiers: contact.spec.identifiers.clone(),
-        })
-        .collect();
-    let role_names: BTreeSet<String> = roles.iter().map(|role| role.name_any()).collect();
-    let report = resolve(&inputs, &role_names);
+    let mut merged: BTreeMap<String, ContactProblems> = BTreeMap::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    for bot in bots {
+        let inputs: Vec<ContactInput> = contacts
+            .iter()
+            .filter(|contact| bot_uses_contact(bot, contact))
+            .map(|contact| ContactInput {
+                slug: contact.name_any(),
+                display_name: contact.spec.display_name.clone(),
+                role: contact.spec.role.clone(),
+                identifiers: contact.spec.identifiers.clone(),
+            })
+            .collect();
+        used.extend(inputs.iter().map(|input| input.slug.clone()));
+        let role_names: BTreeSet<String> = roles
+            .iter()
+            .filter(|role| bot_uses_role(bot, role))
+            .map(|role| role.name_any())
+            .collect();
+        for (slug, problems) in resolve(&inputs, &role_names).problems {
+            let entry = merged.entry(slug).or_default();
+            for conflict in problems.conflicts {
+                match entry
+                    .conflicts
+                    .iter_mut()
+                    .find(|known| known.identity == conflict.identity)
+                {
+                    Some(known) => {
+                        known.contacts.extend(conflict.contacts);
+                        known.contacts.sort();
+                        known.contacts.dedup();
+                    }
+                    None => entry.conflicts.push(conflict),
+                }
+            }
+            entry.conflicts.sort();
+            if entry.missing_role.is_none() {
+                entry.missing_role = problems.missing_role;
+            }
+            for invalid in problems.invalid {
+                if !entry.invalid.contains(&invalid) {
+                    entry.invalid.push(invalid);
+                }
+            }
+        }
+    }
     contacts
         .iter()
         .map(|contact| {
             let name = contact.name_any();
             let generation = contact.metadata.generation;
-            let problems = report.problems.get(&name).cloned().unwrap_or_default();
+            let problems = merged.get(&name).cloned().unwrap_or_default();
             let ready = if let Some(role) = &problems.missing_role {
                 condition(
                     CONDITION_READY,
                     false,
                     "RoleNotFound",
-                    format!("spec.role names Role {role:?}, which does not exist"),
+                    format!("spec.role names Role {role:?}, which a bot using this contact does not have"),
                     generation,
                     now,
                 )
@@ -284,13 +323,7 @@ pub fn contact_statuses(
                 let listed: Vec<String> = problems
                     .conflicts
                     .iter()
-                    .map(|conflict| {
-                        format!(
-                            "{} (also {})",
-                            conflict.identity,
-                            conflict.contacts.join(", ")
-                        )
-                    })
+                    .map(|conflict| format!("{} (also {})", conflict.identity, conflict.contacts.join(", ")))
                     .collect();
                 condition(
                     CONDITION_READY,
@@ -301,23 +334,18 @@ pub fn contact_statuses(
                     now,
                 )
             } else if !problems.invalid.is_empty() {
+                condition(CONDITION_READY, false, "InvalidIdentifier", problems.invalid.join("; "), generation, now)
+            } else if !used.contains(&name) {
                 condition(
                     CONDITION_READY,
-                    false,
-                    "InvalidIdentifier",
-                    problems.invalid.join("; "),
+                    true,
+                    "Unused",
+                    "no SaintBot in the namespace uses this contact".into(),
                     generation,
                     now,
                 )
             } else {
-                condition(
-                    CONDITION_READY,
-                    true,
-                    "Linked",
-                    "every identifier is linked".into(),
-                    generation,
-                    now,
-                )
+                condition(CONDITION_READY, true, "Linked", "every identifier is linked".into(), generation, now)
             };
             let previous = contact.status.clone().unwrap_or_default();
             let status = ContactStatus {
@@ -331,8 +359,28 @@ pub fn contact_statuses(
         .collect()
 }
 
+/// The Event a Contact deserves when its status changes: a Warning when it turns
+/// unhealthy or its problem changes, nothing otherwise. Pure.
+pub fn contact_transition_event(
+    previous: Option<&ContactStatus>,
+    next: &ContactStatus,
+) -> Option<Event> {
+    let now = find(&next.conditions, CONDITION_READY)?;
+    let before = previous.and_then(|status| find(&status.conditions, CONDITION_READY));
+    let changed =
+        before.is_none_or(|before| before.reason != now.reason || before.message != now.message);
+    (changed && now.status == "False").then(|| Event {
+        type_: EventType::Warning,
+        reason: now.reason.clone(),
+        note: Some(truncate(&now.message, 1000)),
+        action: "ResolveIdentities".to_string(),
+        secondary: None,
+    })
+}
+
 /// Patches the status of each Contact whose status would change.
 pub async fn patch_contact_statuses(
+    recorder: &Recorder,
     client: &Client,
     namespace: &str,
     contacts: &[Contact],
@@ -359,6 +407,11 @@ pub async fn patch_contact_statuses(
             name: name.clone(),
             source,
         })?;
+        if let Some(event) = contact_transition_event(contact.status.as_ref(), status)
+            && let Err(error) = recorder.publish(&event, &contact.object_ref(&())).await
+        {
+            tracing::warn!(%error, contact = %name, "failed to publish event");
+        }
     }
     Ok(())
 }
@@ -576,5 +629,106 @@ mod tests {
         let text = "ž".repeat(600);
         let cut = truncate(&text, 1000);
         assert!(cut.len() <= 1000 && cut.chars().all(|character| character == 'ž'));
+    }
+
+    fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn bot(name: &str) -> SaintBot {
+        object(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "metadata": {"name": name, "namespace": "acme"},
+            "spec": {"model": {"provider": "anthropic", "name": "m"}},
+        }))
+    }
+
+    fn contact(name: &str, bots: &[&str], phone: &str) -> Contact {
+        object(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "Contact",
+            "metadata": {"name": name, "namespace": "acme"},
+            "spec": {"displayName": name, "role": "owner", "identifiers": {"phone": phone}, "bots": bots},
+        }))
+    }
+
+    fn reasons(statuses: &BTreeMap<String, ContactStatus>) -> Vec<(String, String)> {
+        statuses
+            .iter()
+            .map(|(name, status)| (name.clone(), status.conditions[0].reason.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_shared_phone_conflicts_only_between_contacts_of_the_same_bot() {
+        let roles: Vec<Role> = vec![object(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "Role",
+            "metadata": {"name": "owner", "namespace": "acme"}, "spec": {},
+        }))];
+        let bots = [bot("my-bot"), bot("other-bot")];
+        let now = time("2026-01-01T00:00:00Z");
+        let apart = [
+            contact("acme-ana", &["my-bot"], "+385991234567"),
+            contact("acme-twin", &["other-bot"], "+385991234567"),
+        ];
+        assert_eq!(
+            reasons(&contact_statuses(&bots, &apart, &roles, &now)),
+            vec![
+                ("acme-ana".into(), "Linked".into()),
+                ("acme-twin".into(), "Linked".into())
+            ]
+        );
+        let together = [
+            contact("acme-ana", &["my-bot"], "+385991234567"),
+            contact("acme-twin", &[], "+385991234567"),
+        ];
+        let statuses = contact_statuses(&bots, &together, &roles, &now);
+        assert_eq!(
+            reasons(&statuses),
+            vec![
+                ("acme-ana".into(), "IdentifierConflict".into()),
+                ("acme-twin".into(), "IdentifierConflict".into())
+            ]
+        );
+        assert_eq!(
+            statuses["acme-twin"].conflicts[0].contacts,
+            vec!["acme-ana".to_string()]
+        );
+        let unused = [contact("acme-ghost", &["gone-bot"], "+385991234567")];
+        assert_eq!(
+            reasons(&contact_statuses(&bots, &unused, &roles, &now)),
+            vec![("acme-ghost".into(), "Unused".into())]
+        );
+    }
+
+    #[test]
+    fn contacts_get_a_warning_event_only_when_their_problem_changes() {
+        let conflict = ContactStatus {
+            conditions: vec![condition(
+                CONDITION_READY,
+                false,
+                "IdentifierConflict",
+                "x".into(),
+                None,
+                &time("2026-01-01T00:00:00Z"),
+            )],
+            ..ContactStatus::default()
+        };
+        assert_eq!(
+            contact_transition_event(None, &conflict).unwrap().reason,
+            "IdentifierConflict"
+        );
+        assert!(contact_transition_event(Some(&conflict), &conflict).is_none());
+        let fine = ContactStatus {
+            conditions: vec![condition(
+                CONDITION_READY,
+                true,
+                "Linked",
+                String::new(),
+                None,
+                &time("2026-01-01T00:00:00Z"),
+            )],
+            ..ContactStatus::default()
+        };
+        assert!(contact_transition_event(Some(&conflict), &fine).is_none());
     }
 }
