@@ -11,9 +11,9 @@
 //!       └─► FTS5 bm25 (path GLOB scope) ┴─► 0.7·vector + 0.3·keyword ─► top k  (search)
 //! ```
 //!
-//! Typical use: [`embedder_from_config`] at startup (a missing model is an error),
-//! [`MemoryIndex::open`], [`MemoryIndex::reindex_all`], [`watch`] for outside
-//! changes, [`MemoryIndex::reindex_paths`] after the agent's own writes,
+//! Typical use: [`start`] once at agent startup (embedder from the bot config — a
+//! missing model is an error —, index, watcher, first reindex in the background);
+//! [`MemoryIndex::reindex_paths`] after the agent's own writes to memory files;
 //! [`MemoryIndex::search`] and [`MemoryIndex::read_memory_file`] for the tools, with a
 //! [`Scope`] built by [`Scope::for_role`].
 
@@ -26,6 +26,7 @@ pub mod memory_paths;
 pub mod scope;
 mod search;
 mod sqlite_vec_extension;
+mod startup;
 mod watcher;
 
 pub use chunking::{Chunk, ChunkingOptions, chunk_markdown};
@@ -39,6 +40,7 @@ pub use scope::{Scope, ScopeError};
 pub use search::{
     KEYWORD_WEIGHT, MAX_RESULTS, SNIPPET_CHARS, SearchHit, SearchRequest, VECTOR_WEIGHT, fts_query,
 };
+pub use startup::{Memory, StartError, start, start_with_options};
 pub use watcher::{MemoryWatcher, WatchError, watch};
 
 /// Environment variable naming the local model directory in tests, benchmarks and the
