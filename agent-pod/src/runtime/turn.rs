@@ -128,9 +128,19 @@ impl Runtime {
     }
 
     async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
+        self.persist_with_spend(caller, message, 0.0).await
+    }
+
+    // A model answer and its cost are committed together.
+    async fn persist_with_spend(&self, caller: &Caller, message: Message, cost: f64) -> Result<i64, TurnError> {
         let (key, slug, role, identity) =
             (caller.session_key.clone(), caller.slug.clone(), caller.role_name.clone(), caller.identity.clone());
-        self.blocking(move |store| store.append(&key, &slug, &role, &identity, &message)).await
+        let day = metering::spend_day(jiff::Timestamp::now());
+        self.blocking(move |store| {
+            let spend = (cost > 0.0).then_some((day.as_str(), cost));
+            store.append_with_spend(&key, &slug, &role, &identity, &message, spend)
+        })
+        .await
     }
 
     async fn within_budget(&self, caller: &Caller) -> Result<bool, TurnError> {
@@ -148,7 +158,7 @@ impl Runtime {
         request: &ChatRequest,
         cancel: &CancellationToken,
         stream_text: bool,
-    ) -> Result<saint_llm::ChatResponse, TurnError> {
+    ) -> Result<(saint_llm::ChatResponse, f64), TurnError> {
         let started = Instant::now();
         let events = state.events;
         let mut on_event = |event: StreamEvent| {
@@ -167,11 +177,7 @@ impl Runtime {
             0.0
         });
         self.metering.metrics.model_call(&request.model, response.usage, cost, elapsed);
-        if cost > 0.0 {
-            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(jiff::Timestamp::now()));
-            self.blocking(move |store| store.add_spend(&slug, &day, cost)).await?;
-        }
-        Ok(response)
+        Ok((response, cost))
     }
 
     async fn run_loop(&self, state: &mut TurnState<'_>, cancel: &CancellationToken) -> Result<LoopEnd, TurnError> {
@@ -210,9 +216,9 @@ impl Runtime {
                 request = self.request(&model_name, &base_prompt, &summary, &history, &specs, &config);
             }
 
-            let response = self.call_model(state, &client, &request, cancel, true).await?;
+            let (response, cost) = self.call_model(state, &client, &request, cancel, true).await?;
             let message = response.message;
-            let id = self.persist(caller, message.clone()).await?;
+            let id = self.persist_with_spend(caller, message.clone(), cost).await?;
             history.push(StoredMessage { id, message: message.clone(), identity: caller.identity.clone() });
 
             let calls: Vec<(String, String, serde_json::Value)> =
@@ -267,7 +273,11 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<String, TurnError> {
         let request = compaction::summary_request(model, previous, older, state.config.model.max_output_tokens);
-        let response = self.call_model(state, client, &request, cancel, false).await?;
+        let (response, cost) = self.call_model(state, client, &request, cancel, false).await?;
+        if cost > 0.0 {
+            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(jiff::Timestamp::now()));
+            self.blocking(move |store| store.add_spend(&slug, &day, cost)).await?;
+        }
         let summary = response.message.text();
         let through = older.last().map(|stored| stored.id).unwrap_or_default();
         let (key, stored_summary) = (state.caller.session_key.clone(), summary.clone());
