@@ -54,6 +54,9 @@ enum Scenario {
     ConflictingContactsAreReported,
     /// The default role is missing: nothing is applied, status says RoleNotFound.
     MissingDefaultRoleWaits,
+    /// The API server refuses the first apply: reconcile stops there, no status is
+    /// written, and one Warning Event named after the error variant is published.
+    ApplyFailureStopsAndWarns,
 }
 
 fn list(kind: &str, items: Vec<Value>) -> Value {
@@ -374,6 +377,16 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             steps.push(event_expectation("ConfigRendered", "Normal"));
             (bot, steps)
         }
+        Scenario::ApplyFailureStopsAndWarns => {
+            let mut steps = reads(&bot, &dereferenced.contacts, roles, persona);
+            steps.push(expect(
+                Method::PATCH,
+                "/api/v1/namespaces/acme/serviceaccounts/my-bot-agent",
+                |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+            ));
+            steps.push(event_expectation("Apply", "Warning"));
+            (bot, steps)
+        }
         Scenario::MissingDefaultRoleWaits => {
             bot.spec.default_role = "visitor".to_string();
             let mut steps = reads(&bot, &dereferenced.contacts, roles, persona);
@@ -433,8 +446,16 @@ async fn serve(mut handle: ApiHandle, steps: Vec<Expect>) {
             serde_json::from_slice(&bytes).unwrap()
         };
         let response = (step.respond)(body);
+        // A `Status` object with a code is answered with that HTTP status, as the API server does.
+        let code = match (&response["kind"], &response["code"]) {
+            (Value::String(kind), Value::Number(code)) if kind == "Status" => {
+                code.as_u64().unwrap() as u16
+            }
+            _ => 200,
+        };
         send.send_response(
             Response::builder()
+                .status(code)
                 .body(Body::from(serde_json::to_vec(&response).unwrap()))
                 .unwrap(),
         );
@@ -494,4 +515,18 @@ async fn a_missing_default_role_applies_nothing_and_reports_role_not_found() {
         .await
         .expect_err("reconcile reports the invalid spec");
     assert!(matches!(error, ReconcileError::InvalidSpec(_)), "{error}");
+}
+
+#[tokio::test]
+async fn a_failed_apply_stops_the_reconcile_and_warns_once() {
+    let error = run(Scenario::ApplyFailureStopsAndWarns)
+        .await
+        .expect_err("reconcile reports the failed apply");
+    assert!(matches!(error, ReconcileError::Apply(_)), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("failed to apply ServiceAccount \"my-bot-agent\""),
+        "{error}"
+    );
 }

@@ -156,6 +156,7 @@ pub async fn reconcile(
         .observe(started.elapsed().as_secs_f64());
     if let Err(error) = &result {
         context.metrics.record_error(error.reason());
+        publish_first_failure(&bot, error, &context).await;
     }
     result
 }
@@ -234,6 +235,31 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     context.metrics.record_readiness(bot_key(bot), ready);
     context.failure_count(&bot_key(bot), false);
     Ok(Action::requeue(RESYNC_INTERVAL))
+}
+
+/// A Warning Event named after the error variant, on the first of a run of transient
+/// failures only (retries of the same failure stay quiet; the invalid-spec path has its
+/// own status-driven Events).
+async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: &Context) {
+    if matches!(error, ReconcileError::InvalidSpec(_)) {
+        return;
+    }
+    let already_failing = context
+        .failures
+        .lock()
+        .expect("failures lock is never poisoned")
+        .contains_key(&bot_key(bot));
+    if already_failing {
+        return;
+    }
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: error.reason().to_string(),
+        note: Some(error.to_string().chars().take(900).collect()),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    update_status::publish_events(&context.recorder, bot, &[event]).await;
 }
 
 /// What to do after a failed reconcile: an invalid spec waits for a change (of the bot,
@@ -403,6 +429,47 @@ mod tests {
         assert_eq!(
             memory.remember("acme/acme-ana".into(), HashSet::from([new_bot.clone()])),
             vec![new_bot]
+        );
+    }
+
+    fn bot(name: &str, contact_selector: Option<serde_json::Value>) -> SaintBot {
+        let mut spec = serde_json::json!({"model": {"provider": "anthropic", "name": "m"}});
+        if let Some(selector) = contact_selector {
+            spec["contactSelector"] = selector;
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "metadata": {"name": name, "namespace": "acme"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_contact_change_maps_to_exactly_the_bots_it_belongs_to() {
+        let (store, mut writer) = kube::runtime::reflector::store::<SaintBot>();
+        for bot in [
+            bot("my-bot", None),
+            bot("other-bot", None),
+            bot(
+                "sales-bot",
+                Some(serde_json::json!({"matchLabels": {"team": "sales"}})),
+            ),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(bot));
+        }
+        let contact: Contact = serde_json::from_value(serde_json::json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "Contact",
+            "metadata": {"name": "acme-ana", "namespace": "acme"},
+            "spec": {"displayName": "Ana", "role": "owner", "bots": ["my-bot", "sales-bot"]},
+        }))
+        .unwrap();
+        let names: std::collections::BTreeSet<String> = bots_for_contact(&store, &contact)
+            .into_iter()
+            .map(|reference| reference.name)
+            .collect();
+        assert_eq!(
+            names,
+            std::collections::BTreeSet::from(["my-bot".to_string()])
         );
     }
 }
