@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the chart against a real API server:
 # 1. `helm install` of the whole chart: the API server validates every
-#    rendered object (CRDs, RBAC, Deployment, admission policy);
+#    rendered object (CRDs, RBAC, Deployment, admission policy), and the
+#    operator's pod is admitted in a namespace enforcing Pod Security
+#    "restricted";
 # 2. the examples (charts/saint/examples/) applied with `--dry-run=server` to a
 #    namespace enforcing Pod Security "restricted": the CRDs' OpenAPI schemas
 #    and CEL rules accept them;
@@ -56,8 +58,24 @@ fi
 if $started_here; then
 	# A throwaway cluster: install the whole chart, so the API server validates
 	# every rendered object (CRDs, RBAC, Deployment, policy) as a user's would.
-	"$helm" install saint "$chart" --namespace "$release_namespace" --create-namespace \
+	# The release namespace enforces Pod Security "restricted" too: the
+	# operator's own pod must be admitted under it.
+	"$kubectl" create namespace "$release_namespace"
+	"$kubectl" label namespace "$release_namespace" pod-security.kubernetes.io/enforce=restricted
+	"$helm" install saint "$chart" --namespace "$release_namespace" \
 		--kubeconfig "$KUBECONFIG" --wait=false
+	# No kubelet runs here, but the ReplicaSet controller creating the pod shows
+	# Pod Security admitted it (a refused pod leaves only a FailedCreate event).
+	deadline=$((SECONDS + 60))
+	until [[ -n "$("$kubectl" -n "$release_namespace" get pods -l app.kubernetes.io/component=operator -o name)" ]]; do
+		if ((SECONDS >= deadline)); then
+			echo "the operator pod was not created within 60 s; events:" >&2
+			"$kubectl" -n "$release_namespace" get events >&2
+			exit 1
+		fi
+		sleep 1
+	done
+	echo "operator pod admitted under Pod Security \"restricted\": $("$kubectl" -n "$release_namespace" get pods -l app.kubernetes.io/component=operator -o name)"
 	for crd in saintbots.saint.work contacts.saint.work roles.saint.work; do
 		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$crd"
 	done
