@@ -22,8 +22,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
 cd "$repo"
 # Compile before the control plane starts so a slow build never races its
 # readiness, and so a compile error fails here with cargo's own words.
-cargo build -p saint-operator --bin saint-operator
-cargo test -p saint-e2e --no-run
+cargo build --locked -p saint-operator --bin saint-operator
+cargo test --locked -p saint-e2e --no-run
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-e2e.XXXXXX")"
 finish() {
@@ -59,4 +59,4 @@ test_selection=()
 if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
 	test_selection=(--test "$SAINT_E2E_TEST")
 fi
-cargo test -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@"
+cargo test --locked -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@"

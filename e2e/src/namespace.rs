@@ -11,7 +11,7 @@ use kube::{
 
 /// The namespace could not be created.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to create namespace {name}: {message}")]
+#[error("failed to create or delete namespace {name}: {message}")]
 pub struct NamespaceError {
     pub name: String,
     pub message: String,
@@ -59,4 +59,17 @@ pub async fn create(
             message: crate::api_message(&error),
         })?;
     Ok(name)
+}
+
+/// Deletes a scenario's namespace (the namespace controller removes what is
+/// in it), so later scenarios' operators stop reconciling its objects.
+pub async fn delete(client: &Client, name: &str) -> Result<(), NamespaceError> {
+    Api::<Namespace>::all(client.clone())
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .map(|_| ())
+        .map_err(|error| NamespaceError {
+            name: name.to_owned(),
+            message: crate::api_message(&error),
+        })
 }

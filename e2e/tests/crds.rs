@@ -195,6 +195,7 @@ async fn printer_columns_appear_in_kubectl_get() -> TestResult {
             ));
         }
     }
+    namespace::delete(&client, &namespace).await?;
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     Ok(())
 }
