@@ -139,6 +139,12 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
     state.audit.write(&audit);
 }
 
+/// Refuses a connection because too many are open.
+pub async fn refuse_busy(mut stream: UnixStream) {
+    let frame = Frame::error(ErrorCode::RateLimited, "too many concurrent porter calls");
+    let _ = tokio::time::timeout(Duration::from_secs(1), write_frame(&mut stream, &frame)).await;
+}
+
 async fn next_frame(frames: &mut FramedRead<OwnedReadHalf, FrameCodec>) -> Result<Frame, Refusal> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
         Err(_) => Err(Refusal::new(
@@ -262,7 +268,7 @@ async fn prepare(
             ),
             LimitHit::Global => Refusal::new(ErrorCode::RateLimited, "global rate limit reached"),
         })?;
-    let (environment, dropped) = child_env::build(
+    let (mut environment, dropped) = child_env::build(
         &state.config.child_home,
         &cli.environment,
         &cli.entry.request_env,
@@ -270,6 +276,12 @@ async fn prepare(
         &request.env,
     );
     audit.dropped_env = dropped;
+    let binary_name = std::path::Path::new(&cli.entry.bin)
+        .file_name()
+        .and_then(|name| name.to_str());
+    if request.cli == "git" || binary_name == Some("git") {
+        child_env::harden_git(&mut environment);
+    }
     Ok(Prepared {
         registry: registry.clone(),
         request,

@@ -57,8 +57,57 @@ pub fn build(
     (environment, dropped)
 }
 
+/// Config forced on every `git` child through `GIT_CONFIG_COUNT`/`KEY`/`VALUE`, which
+/// git reads after the repository's own `.git/config`: a workspace repository (which the
+/// agent may have written) must not run programs inside Porter through hooks, fsmonitor,
+/// the pager or the `ext::` transport. `GIT_SSH_COMMAND` still wins over
+/// `core.sshCommand` for operators that need their own.
+pub const GIT_HARDENING: &[(&str, &str)] = &[
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.pager", "cat"),
+    ("core.sshCommand", "ssh"),
+    ("protocol.ext.allow", "never"),
+    ("protocol.fd.allow", "never"),
+    ("uploadpack.packObjectsHook", ""),
+    ("diff.external", ""),
+];
+
+/// Adds [`GIT_HARDENING`] to a git child's environment (replacing any `GIT_CONFIG_*`
+/// counts it had, so nothing can shift the indices).
+pub fn harden_git(environment: &mut BTreeMap<String, String>) {
+    environment.retain(|name, _| {
+        !name.starts_with("GIT_CONFIG_KEY_") && !name.starts_with("GIT_CONFIG_VALUE_")
+    });
+    environment.insert(
+        "GIT_CONFIG_COUNT".to_owned(),
+        GIT_HARDENING.len().to_string(),
+    );
+    environment.insert("GIT_CONFIG_NOSYSTEM".to_owned(), "1".to_owned());
+    for (index, (key, value)) in GIT_HARDENING.iter().enumerate() {
+        environment.insert(format!("GIT_CONFIG_KEY_{index}"), (*key).to_owned());
+        environment.insert(format!("GIT_CONFIG_VALUE_{index}"), (*value).to_owned());
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn git_children_get_config_overrides_that_replace_any_given() {
+        let mut environment = BTreeMap::from([
+            ("GIT_CONFIG_COUNT".to_owned(), "1".to_owned()),
+            ("GIT_CONFIG_KEY_0".to_owned(), "core.sshCommand".to_owned()),
+            ("GIT_CONFIG_VALUE_0".to_owned(), "evil".to_owned()),
+        ]);
+        harden_git(&mut environment);
+        assert_eq!(
+            environment["GIT_CONFIG_COUNT"],
+            GIT_HARDENING.len().to_string()
+        );
+        assert_eq!(environment["GIT_CONFIG_KEY_0"], "core.hooksPath");
+        assert!(!environment.values().any(|value| value == "evil"));
+    }
+
     use super::*;
 
     #[test]

@@ -24,6 +24,10 @@ use crate::{
     tokens::{TokenError, TokenStore},
 };
 
+/// Most call connections served at once (each holds a few file descriptors and, once
+/// running, a child process).
+pub const MAX_CONNECTIONS: usize = 256;
+
 /// Everything the daemon is told at start.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -160,11 +164,22 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
     tracing::info!(socket = %state.config.socket.display(), "porter listening");
 
     let tracker = TaskTracker::new();
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(stop);
     loop {
         tokio::select! {
             accepted = calls.accept() => match accepted {
-                Ok((stream, _)) => { tracker.spawn(call::handle(state.clone(), stream)); }
+                Ok((stream, _)) => match connections.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let state = state.clone();
+                        tracker.spawn(async move {
+                            call::handle(state, stream).await;
+                            drop(permit);
+                        });
+                    }
+                    // Over the limit: refuse at once rather than queue unbounded sockets.
+                    Err(_) => { tokio::spawn(call::refuse_busy(stream)); }
+                },
                 Err(error) => tracing::warn!(%error, "failed to accept a call"),
             },
             accepted = async { control.as_ref().expect("guarded").accept().await }, if control.is_some() => match accepted {

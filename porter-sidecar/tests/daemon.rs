@@ -160,8 +160,11 @@ fn a_timeout_kills_the_whole_process_group() {
     let daemon = Daemon::start(|bin, registry| {
         // The leader and a background child both ignore SIGTERM: only SIGKILL to the
         // whole group ends them.
-        let body = "trap '' TERM; sh -c \"trap '' TERM; sleep 3017\" & sleep 3018";
-        let mut entry = cli(&script(bin, "stubborn", body));
+        let body = format!(
+            "trap '' TERM; sh -c \"trap '' TERM; sleep 3017.{id}\" & sleep 3018.{id}",
+            id = std::process::id()
+        );
+        let mut entry = cli(&script(bin, "stubborn", &body));
         entry.timeout_seconds = 1;
         registry.clis.insert("stubborn".into(), entry);
     });
@@ -171,7 +174,10 @@ fn a_timeout_kills_the_whole_process_group() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while processes_with("sleep 3017").is_empty() || processes_with("sleep 3018").is_empty() {
+    let id = std::process::id();
+    while processes_with(&format!("sleep 3017.{id}")).is_empty()
+        || processes_with(&format!("sleep 3018.{id}")).is_empty()
+    {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "children never started"
@@ -182,7 +188,7 @@ fn a_timeout_kills_the_whole_process_group() {
     assert_eq!(output.status.code(), Some(124));
     assert!(String::from_utf8_lossy(&output.stderr).contains("timed out"));
     assert_eq!(
-        wait_gone("sleep 301", Duration::from_secs(5)),
+        wait_gone(&format!(".{id}"), Duration::from_secs(5)),
         Vec::<u32>::new(),
         "orphans left behind"
     );
@@ -194,12 +200,17 @@ fn disconnecting_the_proxy_kills_the_child() {
     let daemon = Daemon::start(|bin, registry| {
         registry.clis.insert(
             "sleepy".into(),
-            cli(&script(bin, "sleepy", "sleep 3023 & sleep 3024")),
+            cli(&script(
+                bin,
+                "sleepy",
+                &format!("sleep 3023.{id} & sleep 3024.{id}", id = std::process::id()),
+            )),
         );
     });
     let mut proxy = daemon.proxy("sleepy", &[], TOKEN).spawn().unwrap();
     let started = std::time::Instant::now();
-    while processes_with("sleep 3024").is_empty() {
+    let id = std::process::id();
+    while processes_with(&format!("sleep 3024.{id}")).is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "child never started"
@@ -209,7 +220,7 @@ fn disconnecting_the_proxy_kills_the_child() {
     proxy.kill().unwrap();
     proxy.wait().unwrap();
     assert_eq!(
-        wait_gone("sleep 302", Duration::from_secs(5)),
+        wait_gone(&format!(".{id}"), Duration::from_secs(5)),
         Vec::<u32>::new()
     );
     assert_eq!(daemon.wait_audit(1)["outcome"], "disconnected");
@@ -220,12 +231,17 @@ fn sigint_to_the_proxy_ends_the_remote_child() {
     let daemon = Daemon::start(|bin, registry| {
         registry.clis.insert(
             "waiter".into(),
-            cli(&script(bin, "waiter", "exec sleep 3031")),
+            cli(&script(
+                bin,
+                "waiter",
+                &format!("exec sleep 3031.{}", std::process::id()),
+            )),
         );
     });
     let mut proxy = daemon.proxy("waiter", &[], TOKEN).spawn().unwrap();
     let started = std::time::Instant::now();
-    while processes_with("sleep 3031").is_empty() {
+    let marker = format!("sleep 3031.{}", std::process::id());
+    while processes_with(&marker).is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "child never started"
@@ -239,7 +255,10 @@ fn sigint_to_the_proxy_ends_the_remote_child() {
     .unwrap();
     // The remote sleep died of SIGINT and the proxy reports it as a shell would.
     assert_eq!(proxy.wait().unwrap().code(), Some(130));
-    assert!(processes_with("sleep 3031").is_empty());
+    assert_eq!(
+        wait_gone(&marker, Duration::from_secs(5)),
+        Vec::<u32>::new()
+    );
 }
 
 #[test]
