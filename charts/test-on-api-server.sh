@@ -45,7 +45,7 @@ trap cleanup EXIT
 if [[ -z "${KUBECONFIG:-}" ]]; then
 	bash e2e/setup.sh >&2
 	bin_dir="$(bash e2e/setup.sh --print-bin-dir)"
-	# shellcheck source=../e2e/control-plane.sh
+	# shellcheck source=SCRIPTDIR/../e2e/control-plane.sh
 	source e2e/control-plane.sh
 	run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-admission.XXXXXX")"
 	started_here=true
