@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # section functions are called through the table below, not by name
 # The one command that runs every Saint test, in order, failing fast:
 #
 #   prerequisites -> cargo fmt -> cargo clippy -> memory model -> cargo test ->
@@ -13,8 +14,6 @@
 # A section whose script exists and fails FAILS; a hook whose script is not in
 # the tree yet is reported as skipped, by name, never silently.
 set -uo pipefail
-# Section functions are called through the table below, not by name.
-# shellcheck disable=SC2317
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$repo_root" || exit 1

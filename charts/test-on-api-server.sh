@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 # Checks the chart against a real API server:
 # 1. `helm install` of the whole chart: the API server validates every
 #    rendered object (CRDs, RBAC, Deployment, admission policy), and the
