@@ -25,6 +25,10 @@ pub enum DereferenceError {
         namespace: String,
         source: kube::Error,
     },
+    #[error(
+        "failed to find persona ConfigMap {name:?} (spec.persona.configMapName); retrying until it exists"
+    )]
+    PersonaConfigMapMissing { name: String },
     #[error("failed to read persona ConfigMap {name:?}: {source}")]
     GetPersonaConfigMap { name: String, source: kube::Error },
 }
@@ -81,13 +85,22 @@ pub async fn dereference(
         })?
         .items;
     let persona_config_map = match &bot.spec.persona.config_map_name {
-        Some(name) => Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|source| DereferenceError::GetPersonaConfigMap {
-                name: name.clone(),
-                source,
-            })?,
+        Some(name) => {
+            let found = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(|source| DereferenceError::GetPersonaConfigMap {
+                    name: name.clone(),
+                    source,
+                })?;
+            // A GitOps apply may create the bot before its ConfigMap: a transient error
+            // retries with backoff instead of starting a bot without its persona.
+            Some(
+                found.ok_or_else(|| DereferenceError::PersonaConfigMapMissing {
+                    name: name.clone(),
+                })?,
+            )
+        }
         None => None,
     };
     Ok(Dereferenced {
