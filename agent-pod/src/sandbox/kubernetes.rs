@@ -60,7 +60,8 @@ pub struct JobParameters<'a> {
     pub seed: &'a [String],
     /// The runner's own idle exit (a backstop; the agent reaps first).
     pub runner_idle_timeout_seconds: u64,
-    /// The SaintBot owner reference, when the template does not carry one.
+    /// The owner when the template carries none: the SaintBot, or else the agent's
+    /// own pod (deleted with the bot through its Deployment, so the Job is too).
     pub owner: Option<&'a OwnerReference>,
 }
 
@@ -74,7 +75,7 @@ pub enum JobBuildError {
     #[error("failed to build sandbox job: jobTemplate has no pod spec or no container")]
     NoContainer,
     #[error(
-        "failed to build sandbox job: no owner reference to the SaintBot (a Job without one would outlive its bot)"
+        "failed to build sandbox job: no owner reference (a Job without one would outlive its bot)"
     )]
     NoOwner,
 }
@@ -156,13 +157,18 @@ pub fn build_job(
     let has_owner = metadata
         .owner_references
         .as_ref()
-        .is_some_and(|owners| owners.iter().any(|owner| owner.kind == "SaintBot"));
+        .is_some_and(|owners| !owners.is_empty());
     if !has_owner {
         let owner = parameters.owner.ok_or(JobBuildError::NoOwner)?;
         metadata
             .owner_references
             .get_or_insert_with(Vec::new)
             .push(owner.clone());
+    }
+    // `blockOwnerDeletion` needs update rights on the owner's finalizers, which the
+    // agent's account does not have; garbage collection works without it.
+    for owner in metadata.owner_references.iter_mut().flatten() {
+        owner.block_owner_deletion = None;
     }
 
     let spec = job.spec.get_or_insert_with(Default::default);
@@ -271,6 +277,35 @@ impl KubernetesSandbox {
             config,
             slots: Slots::default(),
         }
+    }
+
+    /// The agent's own pod as an owner reference (`pods get` on its own name, which
+    /// is the pod's hostname). Use it when the template carries no owner: the pod is
+    /// deleted with the bot (SaintBot → Deployment → ReplicaSet → Pod), and so are the
+    /// Jobs it owns — also when the agent pod is replaced, whose sandboxes' tokens die
+    /// with it anyway.
+    pub async fn own_pod_owner(
+        client: Client,
+        namespace: &str,
+        pod_name: &str,
+    ) -> Result<OwnerReference, SandboxError> {
+        let pod = Api::<Pod>::namespaced(client, namespace)
+            .get(pod_name)
+            .await
+            .map_err(|error| {
+                SandboxError::Backend(format!("failed to read the agent pod {pod_name}: {error}"))
+            })?;
+        let uid = pod
+            .metadata
+            .uid
+            .ok_or_else(|| SandboxError::Backend(format!("agent pod {pod_name} has no uid")))?;
+        Ok(OwnerReference {
+            api_version: "v1".to_string(),
+            kind: "Pod".to_string(),
+            name: pod_name.to_string(),
+            uid,
+            ..OwnerReference::default()
+        })
     }
 
     /// Deletes this bot's sandbox Jobs left by an earlier agent (their tokens are
@@ -465,7 +500,7 @@ mod tests {
                 "labels": {"saint.work/bot": "my-bot", "saint.work/sandbox": "true"},
                 "ownerReferences": [{
                     "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
-                    "name": "my-bot", "uid": "0b1c-uid"
+                    "name": "my-bot", "uid": "0b1c-uid", "controller": true, "blockOwnerDeletion": true
                 }]
             },
             "spec": {
@@ -629,6 +664,40 @@ mod tests {
         assert_eq!(
             env[0].value.as_deref(),
             Some("/run/saint/sandboxes/my-bot-sbx-shared-a1b2c3/runner.sock")
+        );
+    }
+
+    #[test]
+    fn the_operators_template_shape_builds_with_the_agent_pod_as_owner() {
+        // As `operator/src/saintbot_controller/build/sandbox_job.rs` renders it today:
+        // container `sandbox`, the run directory mounted whole, no owner reference.
+        let template = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"namespace": "acme", "labels": {"saint.work/sandbox": "true"}},
+            "spec": {"backoffLimit": 0, "template": {"metadata": {}, "spec": {
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "sandbox", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
+                    "volumeMounts": [{"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"}]}]
+            }}}
+        });
+        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let pod = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "my-bot-7d9f-abcde".into(),
+            uid: "pod-uid".into(),
+            ..OwnerReference::default()
+        };
+        let mut with_pod = parameters(&scope, &[], &[]);
+        with_pod.owner = Some(&pod);
+        let job = build_job(&template, &with_pod).unwrap();
+        assert_eq!(job.metadata.owner_references.clone().unwrap(), vec![pod]);
+        let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(container.name, "sandbox");
+        let env = container.env.clone().unwrap();
+        assert_eq!(
+            env[0].value.as_deref(),
+            Some("/run/saint/sandboxes/my-bot-sbx-agent-a1b2c3/runner.sock")
         );
     }
 
