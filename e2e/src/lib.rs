@@ -29,3 +29,29 @@ pub fn api_message(error: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// A scenario's failure, shown with its message rather than `Debug`, so a
+/// failing test prints the API server's (or the tool's) own words.
+pub struct Failure(String);
+
+impl Failure {
+    /// A failure described in words (not from an error value).
+    pub fn message(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+}
+
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Self(error.to_string())
+    }
+}
+
+/// What every scenario returns.
+pub type TestResult = Result<(), Failure>;

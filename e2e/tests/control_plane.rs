@@ -14,7 +14,7 @@ use kube::{
 };
 use saint_e2e::{Environment, manifests, namespace, wait};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use saint_e2e::TestResult;
 
 #[tokio::test]
 async fn restricted_namespace_refuses_a_root_pod_with_pod_security_words() -> TestResult {

@@ -8,7 +8,7 @@ use kube::api::{DynamicObject, PostParams};
 use saint_e2e::{Environment, crds, examples, manifests, namespace, tools};
 use serde_json::{Value, json};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use saint_e2e::{Failure, TestResult};
 
 fn normalise_whitespace(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -493,7 +493,7 @@ async fn invalid_manifests_are_refused_with_a_message_naming_the_field() -> Test
     for case in &cases {
         let example = examples::find(&environment, case.file, case.kind, case.name)?;
         let mut document = serde_json::to_value(&example)?;
-        set_pointer(&mut document, case.pointer, case.value.clone())?;
+        set_pointer(&mut document, case.pointer, case.value.clone()).map_err(Failure::message)?;
         let broken: DynamicObject = serde_json::from_value(document)?;
         match create_dry_run(&client, &broken, &namespace).await {
             Ok(_) => problems.push(format!(

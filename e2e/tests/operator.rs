@@ -29,7 +29,7 @@ use saint_e2e::{
 };
 use serde_json::{Value, json};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use saint_e2e::{Failure, TestResult};
 
 /// A chart install, one operator process and the example bot.
 struct Scenario {
@@ -42,7 +42,7 @@ struct Scenario {
 
 impl Scenario {
     /// `helm install`, start the operator as the chart's ServiceAccount, apply the example.
-    async fn start(release: &str) -> Result<Self, Box<dyn std::error::Error>> {
+    async fn start(release: &str) -> Result<Self, Failure> {
         let environment = Environment::from_env()?;
         let admin = environment.admin_client().await?;
         let install = chart::install(&environment, &admin, release, &[]).await?;
@@ -86,11 +86,10 @@ fn no_forbidden(log: &str) -> TestResult {
     if forbidden.is_empty() {
         Ok(())
     } else {
-        Err(format!(
+        Err(Failure::message(format!(
             "the chart's RBAC lacks verbs the operator uses:\n{}",
             forbidden.join("\n")
-        )
-        .into())
+        )))
     }
 }
 
@@ -665,7 +664,7 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
         .sandbox
         .job_template
         .clone()
-        .ok_or("the rendered config has no sandbox.jobTemplate")?;
+        .ok_or_else(|| Failure::message("the rendered config has no sandbox.jobTemplate"))?;
 
     // Act as the agent: a token of the bot's own ServiceAccount.
     let agent_kubeconfig = service_account::kubeconfig(
@@ -683,10 +682,10 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
     jobs.create(&PostParams::default(), &job)
         .await
         .map_err(|error| {
-            format!(
+            Failure::message(format!(
                 "the rendered sandbox Job was refused: {}",
                 saint_e2e::api_message(&error)
-            )
+            ))
         })?;
     wait::until(
         "the sandbox Job's pod admitted under Pod Security restricted",
@@ -863,11 +862,10 @@ async fn an_operator_killed_mid_reconcile_converges_after_restart() -> TestResul
         .map_err(|_| "timed out".to_owned())
         .and_then(|result| result)
     {
-        return Err(format!(
+        return Err(Failure::message(format!(
             "the operator never wrote the rendered ConfigMap ({problem}):\n{}",
             first.process.log_tail(40)
-        )
-        .into());
+        )));
     }
     let children_at_kill = labelled_children(&admin, &bot.namespace).await?.len();
     let status_at_kill = bot.bot().await?.data.get("status").cloned();
@@ -980,7 +978,7 @@ async fn of_two_operator_replicas_only_the_leader_reconciles() -> TestResult {
     let leader_index = replicas
         .iter()
         .position(|replica| replica.identity == holder)
-        .ok_or_else(|| format!("the Lease holder {holder} is neither replica"))?;
+        .ok_or_else(|| Failure::message(format!("the Lease holder {holder} is neither replica")))?;
     let follower_index = 1 - leader_index;
     let leader_metrics = replicas[leader_index].metrics().await?;
     let follower_metrics = replicas[follower_index].metrics().await?;
