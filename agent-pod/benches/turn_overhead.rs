@@ -30,7 +30,11 @@ const NODE_ORIGINAL_RSS_MB: f64 = 256.0;
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let middle = values.len() / 2;
-    if values.len() % 2 == 0 { (values[middle - 1] + values[middle]) / 2.0 } else { values[middle] }
+    if values.len().is_multiple_of(2) {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    }
 }
 
 fn percentile(mut values: Vec<f64>, share: f64) -> f64 {
@@ -43,7 +47,8 @@ fn milliseconds(duration: Duration) -> f64 {
 }
 
 fn rss_megabytes(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("failed to read /proc status");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("failed to read /proc status");
     let kilobytes: f64 = status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
@@ -63,7 +68,11 @@ fn rss_median(pid: u32) -> f64 {
 }
 
 async fn bare_model_call_ms(llm: &ScriptedLlm) -> Vec<f64> {
-    let endpoint = Endpoint { provider: Provider::Anthropic, base_url: llm.base_url(), api_key: Some("k".into()) };
+    let endpoint = Endpoint {
+        provider: Provider::Anthropic,
+        base_url: llm.base_url(),
+        api_key: Some("k".into()),
+    };
     let client = LlmClient::new(endpoint, ClientOptions::default()).unwrap();
     let request = ChatRequest {
         model: "claude-haiku-4-5".into(),
@@ -76,7 +85,10 @@ async fn bare_model_call_ms(llm: &ScriptedLlm) -> Vec<f64> {
     for index in 0..WARMUP_TURNS + MEASURED_TURNS {
         llm.push(Reply::text("Sure, here you go."));
         let started = Instant::now();
-        client.complete(&request, &CancellationToken::new(), &mut |_| {}).await.unwrap();
+        client
+            .complete(&request, &CancellationToken::new(), &mut |_| {})
+            .await
+            .unwrap();
         if index >= WARMUP_TURNS {
             samples.push(milliseconds(started.elapsed()));
         }
@@ -91,10 +103,15 @@ struct TurnSamples {
 }
 
 async fn measure_turns(bot: &InProcess, with_tool: bool) -> TurnSamples {
-    let mut samples = TurnSamples { total: Vec::new(), model: Vec::new(), overhead: Vec::new() };
+    let mut samples = TurnSamples {
+        total: Vec::new(),
+        model: Vec::new(),
+        overhead: Vec::new(),
+    };
     for index in 0..WARMUP_TURNS + MEASURED_TURNS {
         if with_tool {
-            bot.llm.push(Reply::tool_call("read", json!({"path": "SOUL.md"})));
+            bot.llm
+                .push(Reply::tool_call("read", json!({"path": "SOUL.md"})));
         }
         bot.llm.push(Reply::text("Sure, here you go."));
         // 50 people, so transcripts grow to ~20 messages each as in a lively bot.
@@ -104,12 +121,18 @@ async fn measure_turns(bot: &InProcess, with_tool: bool) -> TurnSamples {
             text: format!("question number {index}"),
         };
         let started = Instant::now();
-        let reply = bot.runtime.handle(inbound, None, CancellationToken::new()).await.unwrap();
+        let reply = bot
+            .runtime
+            .handle(inbound, None, CancellationToken::new())
+            .await
+            .unwrap();
         let total = started.elapsed();
         if index >= WARMUP_TURNS {
             samples.total.push(milliseconds(total));
             samples.model.push(milliseconds(reply.model_time));
-            samples.overhead.push(milliseconds(total.saturating_sub(reply.model_time)));
+            samples
+                .overhead
+                .push(milliseconds(total.saturating_sub(reply.model_time)));
         }
     }
     samples
@@ -120,7 +143,9 @@ async fn measure_http_turns(bot: &InProcess) -> Vec<f64> {
     for index in 0..WARMUP_TURNS + MEASURED_TURNS {
         bot.llm.push(Reply::text("Sure."));
         let started = Instant::now();
-        let (status, _) = bot.send("telegram", &format!("{}", 7_000 + index % 50), "hi").await;
+        let (status, _) = bot
+            .send("telegram", &format!("{}", 7_000 + index % 50), "hi")
+            .await;
         assert_eq!(status, 200);
         if index >= WARMUP_TURNS {
             samples.push(milliseconds(started.elapsed()));
@@ -140,7 +165,9 @@ async fn measure_rss() -> (f64, f64) {
     write_config(&config_path, &test_config(&llm.base_url()));
     let agent = spawn_agent(&config_path, &workspace, &[]);
     let pid = agent.child.id();
-    let idle = tokio::task::spawn_blocking(move || rss_median(pid)).await.unwrap();
+    let idle = tokio::task::spawn_blocking(move || rss_median(pid))
+        .await
+        .unwrap();
 
     let client = reqwest::Client::new();
     let url = format!("{}/v1/messages", agent.http);
@@ -163,19 +190,28 @@ async fn measure_rss() -> (f64, f64) {
     for send in sends {
         send.await.unwrap();
     }
-    let active = tokio::task::spawn_blocking(move || rss_median(pid)).await.unwrap();
-    let sessions = saint_agent::session::SessionStore::open(workspace.join("sessions/transcripts.sqlite3"))
-        .unwrap()
-        .list()
-        .unwrap()
-        .len();
-    assert_eq!(sessions, ACTIVE_SESSIONS, "every message opened its own session");
+    let active = tokio::task::spawn_blocking(move || rss_median(pid))
+        .await
+        .unwrap();
+    let sessions =
+        saint_agent::session::SessionStore::open(workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .list()
+            .unwrap()
+            .len();
+    assert_eq!(
+        sessions, ACTIVE_SESSIONS,
+        "every message opened its own session"
+    );
     drop(agent);
     (idle, active)
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let bot = InProcess::start_with(|_| {}, RuntimeOptions::default()).await;
         let bare = bare_model_call_ms(&bot.llm).await;

@@ -24,7 +24,10 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLoadError {
     #[error("failed to read config {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to load config {path}: {source}")]
     Invalid { path: PathBuf, source: ConfigError },
 }
@@ -44,16 +47,23 @@ fn fingerprint(path: &Path) -> std::io::Result<Fingerprint> {
     Ok(Fingerprint {
         inode: metadata.ino(),
         length: metadata.len(),
-        modified_nanos: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
-        changed_nanos: i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec()),
+        modified_nanos: i128::from(metadata.mtime()) * 1_000_000_000
+            + i128::from(metadata.mtime_nsec()),
+        changed_nanos: i128::from(metadata.ctime()) * 1_000_000_000
+            + i128::from(metadata.ctime_nsec()),
     })
 }
 
 /// Reads and validates a config file.
 pub fn load_file(path: &Path) -> Result<BotConfig, ConfigLoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigLoadError::Read { path: path.to_path_buf(), source })?;
-    BotConfig::from_json(&text).map_err(|source| ConfigLoadError::Invalid { path: path.to_path_buf(), source })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    BotConfig::from_json(&text).map_err(|source| ConfigLoadError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The result of one reload check.
@@ -90,7 +100,10 @@ impl ConfigStore {
         let config = load_file(&path)?;
         Ok(Self {
             path,
-            loaded: Mutex::new(Loaded { config: Arc::new(config), seen }),
+            loaded: Mutex::new(Loaded {
+                config: Arc::new(config),
+                seen,
+            }),
             reloads: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
         })
@@ -114,7 +127,10 @@ impl ConfigStore {
 
     /// How many reloads succeeded and were refused since start.
     pub fn counts(&self) -> (u64, u64) {
-        (self.reloads.load(Ordering::Relaxed), self.refusals.load(Ordering::Relaxed))
+        (
+            self.reloads.load(Ordering::Relaxed),
+            self.refusals.load(Ordering::Relaxed),
+        )
     }
 
     /// Reloads the file if its fingerprint changed.
@@ -144,7 +160,11 @@ impl ConfigStore {
     }
 
     /// Polls the file every `interval` until `cancel` fires.
-    pub fn spawn_watcher(self: Arc<Self>, interval: Duration, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_watcher(
+        self: Arc<Self>,
+        interval: Duration,
+        cancel: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -175,16 +195,37 @@ mod tests {
         let store = ConfigStore::load(&path).unwrap();
         assert_eq!(store.reload_if_changed(), ReloadOutcome::Unchanged);
 
-        std::fs::write(&path, FIXTURE.replace("\"defaultRole\": \"external\"", "\"defaultRole\": \"nobody\"")).unwrap();
-        assert!(matches!(store.reload_if_changed(), ReloadOutcome::Refused(message) if message.contains("defaultRole")));
+        std::fs::write(
+            &path,
+            FIXTURE.replace(
+                "\"defaultRole\": \"external\"",
+                "\"defaultRole\": \"nobody\"",
+            ),
+        )
+        .unwrap();
+        assert!(
+            matches!(store.reload_if_changed(), ReloadOutcome::Refused(message) if message.contains("defaultRole"))
+        );
         assert_eq!(store.current().default_role, "external");
-        assert_eq!(store.reload_if_changed(), ReloadOutcome::Unchanged, "a bad file is refused once");
+        assert_eq!(
+            store.reload_if_changed(),
+            ReloadOutcome::Unchanged,
+            "a bad file is refused once"
+        );
 
         let renamed = FIXTURE.replace("\"name\": \"Ivan\"", "\"name\": \"Ivan Horvat\"");
         std::fs::write(&path, renamed).unwrap();
         assert_eq!(store.reload_if_changed(), ReloadOutcome::Reloaded);
         let config = store.current();
-        assert_eq!(config.contacts.iter().find(|contact| contact.slug == "ivan").unwrap().name, "Ivan Horvat");
+        assert_eq!(
+            config
+                .contacts
+                .iter()
+                .find(|contact| contact.slug == "ivan")
+                .unwrap()
+                .name,
+            "Ivan Horvat"
+        );
         assert_eq!(store.counts(), (1, 1));
     }
 
@@ -194,6 +235,9 @@ mod tests {
         let path = directory.path().join("bot-config.json");
         std::fs::write(&path, "{").unwrap();
         let error = ConfigStore::load(&path).err().unwrap().to_string();
-        assert!(error.starts_with("failed to load config") && error.contains("bot-config.json"), "{error}");
+        assert!(
+            error.starts_with("failed to load config") && error.contains("bot-config.json"),
+            "{error}"
+        );
     }
 }

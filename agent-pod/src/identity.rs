@@ -39,10 +39,21 @@ pub fn normalise_peer(kind: ChannelKind, peer: &str) -> String {
     let peer = peer.trim().to_lowercase();
     match kind {
         ChannelKind::Whatsapp => {
-            let digits: String = peer.chars().filter(|character| character.is_ascii_digit()).collect();
+            let digits: String = peer
+                .chars()
+                .filter(|character| character.is_ascii_digit())
+                .collect();
             let international = peer.starts_with('+') || peer.starts_with("00");
-            let digits = if !peer.starts_with('+') && peer.starts_with("00") { &digits[2..] } else { &digits[..] };
-            if international || !digits.is_empty() { format!("+{digits}") } else { peer }
+            let digits = if !peer.starts_with('+') && peer.starts_with("00") {
+                &digits[2..]
+            } else {
+                &digits[..]
+            };
+            if international || !digits.is_empty() {
+                format!("+{digits}")
+            } else {
+                peer
+            }
         }
         _ => peer,
     }
@@ -74,7 +85,11 @@ pub fn linked_slug<'a>(config: &'a BotConfig, identity: &str) -> Option<&'a str>
 fn unknown_slug(identity: &str) -> String {
     let mut cleaned = String::with_capacity(identity.len());
     for character in identity.chars() {
-        let character = if character.is_ascii_alphanumeric() { character } else { '-' };
+        let character = if character.is_ascii_alphanumeric() {
+            character
+        } else {
+            '-'
+        };
         if !(character == '-' && cleaned.ends_with('-')) {
             cleaned.push(character);
         }
@@ -94,7 +109,11 @@ pub fn session_key(scope: DmScope, known_slug: Option<&str>, identity: &str) -> 
 }
 
 /// Builds the [`Caller`] for a message from `peer` on a channel of `kind`.
-pub fn caller_for(config: &BotConfig, kind: ChannelKind, peer: &str) -> Result<Caller, IdentityError> {
+pub fn caller_for(
+    config: &BotConfig,
+    kind: ChannelKind,
+    peer: &str,
+) -> Result<Caller, IdentityError> {
     if peer.trim().is_empty() {
         return Err(IdentityError::EmptyPeer);
     }
@@ -102,12 +121,37 @@ pub fn caller_for(config: &BotConfig, kind: ChannelKind, peer: &str) -> Result<C
     let contact = linked_slug(config, &identity)
         .and_then(|slug| config.contacts.iter().find(|contact| contact.slug == slug));
     let (slug, display_name, role_name, known) = match contact {
-        Some(contact) => (contact.slug.clone(), contact.name.clone(), contact.role.clone(), true),
-        None => (unknown_slug(&identity), identity.clone(), config.default_role.clone(), false),
+        Some(contact) => (
+            contact.slug.clone(),
+            contact.name.clone(),
+            contact.role.clone(),
+            true,
+        ),
+        None => (
+            unknown_slug(&identity),
+            identity.clone(),
+            config.default_role.clone(),
+            false,
+        ),
     };
-    let role = config.roles.get(&role_name).ok_or_else(|| IdentityError::MissingRole(role_name.clone()))?;
-    let session_key = session_key(config.sessions.dm_scope, known.then_some(slug.as_str()), &identity);
-    Ok(Caller { slug, display_name, role_name, role: Arc::new(role.clone()), known, identity, session_key })
+    let role = config
+        .roles
+        .get(&role_name)
+        .ok_or_else(|| IdentityError::MissingRole(role_name.clone()))?;
+    let session_key = session_key(
+        config.sessions.dm_scope,
+        known.then_some(slug.as_str()),
+        &identity,
+    );
+    Ok(Caller {
+        slug,
+        display_name,
+        role_name,
+        role: Arc::new(role.clone()),
+        known,
+        identity,
+        session_key,
+    })
 }
 
 #[cfg(test)]
@@ -115,7 +159,10 @@ mod tests {
     use super::*;
 
     fn config() -> BotConfig {
-        BotConfig::from_json(include_str!("../config/tests/fixtures/acme-bot-config.json")).unwrap()
+        BotConfig::from_json(include_str!(
+            "../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -123,7 +170,13 @@ mod tests {
         let config = config();
         let from_whatsapp = caller_for(&config, ChannelKind::Whatsapp, "+385 99 123 4567").unwrap();
         let from_email = caller_for(&config, ChannelKind::Email, "Ana@Acme.Example").unwrap();
-        assert_eq!((from_whatsapp.slug.as_str(), from_whatsapp.role_name.as_str()), ("ana", "owner"));
+        assert_eq!(
+            (
+                from_whatsapp.slug.as_str(),
+                from_whatsapp.role_name.as_str()
+            ),
+            ("ana", "owner")
+        );
         assert!(from_whatsapp.known);
         assert_eq!(from_whatsapp.session_key, from_email.session_key);
         assert_eq!(from_email.identity, "email:ana@acme.example");
@@ -147,11 +200,19 @@ mod tests {
         // Ivan is linked on telegram and slack, not whatsapp.
         let caller = caller_for(&config, ChannelKind::Whatsapp, "333333333").unwrap();
         assert_eq!(caller.role_name, "external");
-        assert_eq!(caller_for(&config, ChannelKind::Telegram, "333333333").unwrap().slug, "ivan");
+        assert_eq!(
+            caller_for(&config, ChannelKind::Telegram, "333333333")
+                .unwrap()
+                .slug,
+            "ivan"
+        );
     }
 
     #[test]
     fn empty_peer_is_refused() {
-        assert_eq!(caller_for(&config(), ChannelKind::Email, "  ").unwrap_err(), IdentityError::EmptyPeer);
+        assert_eq!(
+            caller_for(&config(), ChannelKind::Email, "  ").unwrap_err(),
+            IdentityError::EmptyPeer
+        );
     }
 }

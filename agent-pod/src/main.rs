@@ -76,7 +76,9 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::CheckConfig { config } => ConfigStore::load(&config).map(|_| ()).map_err(anyhow::Error::from),
+        Command::CheckConfig { config } => ConfigStore::load(&config)
+            .map(|_| ())
+            .map_err(anyhow::Error::from),
         Command::Run(arguments) => run(arguments),
     };
     match result {
@@ -93,21 +95,48 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(ConfigStore::load(&arguments.config)?);
     let env = process_env();
     // Fail at start, not at the first message, when no model can be reached.
-    endpoint_for(&config.last_good().model, arguments.model_base_url.as_deref(), &env)?;
-    std::fs::create_dir_all(&arguments.workspace)
-        .with_context(|| format!("failed to create workspace {}", arguments.workspace.display()))?;
-    let workspace = arguments
-        .workspace
-        .canonicalize()
-        .with_context(|| format!("failed to resolve workspace {}", arguments.workspace.display()))?;
-    let store = Arc::new(SessionStore::open(workspace.join("sessions").join("transcripts.sqlite3"))?);
+    endpoint_for(
+        &config.last_good().model,
+        arguments.model_base_url.as_deref(),
+        &env,
+    )?;
+    std::fs::create_dir_all(&arguments.workspace).with_context(|| {
+        format!(
+            "failed to create workspace {}",
+            arguments.workspace.display()
+        )
+    })?;
+    let workspace = arguments.workspace.canonicalize().with_context(|| {
+        format!(
+            "failed to resolve workspace {}",
+            arguments.workspace.display()
+        )
+    })?;
+    let store = Arc::new(SessionStore::open(
+        workspace.join("sessions").join("transcripts.sqlite3"),
+    )?);
     let metering = Arc::new(Metering::open(&workspace)?);
     let options = RuntimeOptions::default();
-    let model = ModelAccess::new(arguments.model_base_url.clone(), env.clone(), options.client.clone());
+    let model = ModelAccess::new(
+        arguments.model_base_url.clone(),
+        env.clone(),
+        options.client.clone(),
+    );
     let tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
-    let runtime = Arc::new(Runtime::new(config.clone(), store, model, tools, metering, workspace, options));
+    let runtime = Arc::new(Runtime::new(
+        config.clone(),
+        store,
+        model,
+        tools,
+        metering,
+        workspace,
+        options,
+    ));
 
-    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("failed to start tokio")?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start tokio")?;
     tokio.block_on(serve(arguments, config, runtime, env))
 }
 
@@ -119,7 +148,10 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let state = AppState::new(runtime, env);
     let stop_server = CancellationToken::new();
-    let watcher = config.spawn_watcher(Duration::from_millis(arguments.config_poll_ms), stop_server.clone());
+    let watcher = config.spawn_watcher(
+        Duration::from_millis(arguments.config_poll_ms),
+        stop_server.clone(),
+    );
 
     let listener = tokio::net::TcpListener::bind(arguments.listen)
         .await
@@ -135,7 +167,11 @@ async fn serve(
     let metrics_server = tokio::spawn({
         let stop = stop_server.clone();
         let router = metrics_app(state.clone());
-        async move { axum::serve(metrics_listener, router).with_graceful_shutdown(stop.cancelled_owned()).await }
+        async move {
+            axum::serve(metrics_listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        }
     });
     let (draining, abort_turns) = (state.draining.clone(), state.abort_turns.clone());
     let drain_deadline = Duration::from_secs(arguments.drain_seconds);

@@ -25,12 +25,24 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, thiserror::Error)]
 pub enum MeteringError {
     #[error("failed to open usage log {path}: {source}")]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Input fields whose content is replaced by its length in the usage log (file bodies,
 /// patches): the log is for billing and audit, not a second copy of the workspace.
-const BULKY_FIELDS: &[&str] = &["content", "patch", "new_string", "old_string", "newText", "oldText", "text", "input"];
+const BULKY_FIELDS: &[&str] = &[
+    "content",
+    "patch",
+    "new_string",
+    "old_string",
+    "newText",
+    "oldText",
+    "text",
+    "input",
+];
 const MAX_FIELD_CHARS: usize = 200;
 
 /// A compact, bounded summary of tool input for the usage log.
@@ -44,7 +56,10 @@ pub fn summarise_parameters(input: &Value) -> Value {
                         json!(format!("<{} chars>", text.chars().count()))
                     }
                     Value::String(text) if text.chars().count() > MAX_FIELD_CHARS => {
-                        json!(format!("{}…", text.chars().take(MAX_FIELD_CHARS).collect::<String>()))
+                        json!(format!(
+                            "{}…",
+                            text.chars().take(MAX_FIELD_CHARS).collect::<String>()
+                        ))
                     }
                     Value::Array(items) => json!(format!("<{} items>", items.len())),
                     Value::Object(_) => json!("<object>"),
@@ -54,7 +69,14 @@ pub fn summarise_parameters(input: &Value) -> Value {
             }
             Value::Object(summary)
         }
-        other => json!(format!("<{}>", if other.is_null() { "none" } else { "non-object" })),
+        other => json!(format!(
+            "<{}>",
+            if other.is_null() {
+                "none"
+            } else {
+                "non-object"
+            }
+        )),
     }
 }
 
@@ -85,7 +107,10 @@ pub fn usage_line(record: &ToolCallRecord<'_>, timestamp: jiff::Timestamp) -> St
     line.insert("role".into(), json!(record.role));
     line.insert("tool".into(), json!(record.tool));
     line.insert("params".into(), summarise_parameters(record.input));
-    line.insert("durationMs".into(), json!(record.duration.as_millis() as u64));
+    line.insert(
+        "durationMs".into(),
+        json!(record.duration.as_millis() as u64),
+    );
     line.insert("outcome".into(), json!(record.outcome));
     for (key, value) in record.extra {
         line.entry(key.clone()).or_insert_with(|| value.clone());
@@ -107,7 +132,10 @@ pub fn cost_usd(model_config: &ModelConfig, model: &str, usage: Usage) -> Option
 /// Today's date in UTC (`2026-11-22`): spend is stored per day, so a role whose budget
 /// period changes (day → month) still sees the right total.
 pub fn spend_day(now: jiff::Timestamp) -> String {
-    now.to_zoned(jiff::tz::TimeZone::UTC).date().strftime("%Y-%m-%d").to_string()
+    now.to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .strftime("%Y-%m-%d")
+        .to_string()
 }
 
 /// First and last day (inclusive, `YYYY-MM-DD`) of the budget period containing `now`
@@ -188,47 +216,111 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("saint");
         let tool_calls = Family::<ToolLabels, Counter>::default();
-        registry.register("tool_calls", "Tool calls by tool and outcome", tool_calls.clone());
-        let tool_seconds = Family::<ToolNameLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
-        registry.register("tool_call_duration_seconds", "Tool call wall time", tool_seconds.clone());
+        registry.register(
+            "tool_calls",
+            "Tool calls by tool and outcome",
+            tool_calls.clone(),
+        );
+        let tool_seconds =
+            Family::<ToolNameLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                duration_histogram,
+            );
+        registry.register(
+            "tool_call_duration_seconds",
+            "Tool call wall time",
+            tool_seconds.clone(),
+        );
         let turns = Family::<TurnLabels, Counter>::default();
         registry.register("turns", "Turns by role and outcome", turns.clone());
         let tokens = Family::<TokenLabels, Counter>::default();
-        registry.register("llm_tokens", "Model tokens by model and kind (input, output)", tokens.clone());
+        registry.register(
+            "llm_tokens",
+            "Model tokens by model and kind (input, output)",
+            tokens.clone(),
+        );
         let cost = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register("llm_cost_usd", "Model spend in USD by model", cost.clone());
         let budget_refusals = Family::<RoleLabels, Counter>::default();
-        registry.register("budget_refusals", "Messages refused because the contact is over budget", budget_refusals.clone());
-        let model_seconds = Family::<ModelLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
-        registry.register("llm_call_duration_seconds", "Model call wall time", model_seconds.clone());
-        Self { registry, tool_calls, tool_seconds, turns, tokens, cost, budget_refusals, model_seconds }
+        registry.register(
+            "budget_refusals",
+            "Messages refused because the contact is over budget",
+            budget_refusals.clone(),
+        );
+        let model_seconds =
+            Family::<ModelLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                duration_histogram,
+            );
+        registry.register(
+            "llm_call_duration_seconds",
+            "Model call wall time",
+            model_seconds.clone(),
+        );
+        Self {
+            registry,
+            tool_calls,
+            tool_seconds,
+            turns,
+            tokens,
+            cost,
+            budget_refusals,
+            model_seconds,
+        }
     }
 }
 
 impl Metrics {
     /// Counts a tool call.
     pub fn tool_call(&self, tool: &str, outcome: &str, duration: Duration) {
-        self.tool_calls.get_or_create(&ToolLabels { tool: tool.into(), outcome: outcome.into() }).inc();
-        self.tool_seconds.get_or_create(&ToolNameLabels { tool: tool.into() }).observe(duration.as_secs_f64());
+        self.tool_calls
+            .get_or_create(&ToolLabels {
+                tool: tool.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.tool_seconds
+            .get_or_create(&ToolNameLabels { tool: tool.into() })
+            .observe(duration.as_secs_f64());
     }
 
     /// Counts a finished turn.
     pub fn turn(&self, role: &str, outcome: &str) {
-        self.turns.get_or_create(&TurnLabels { role: role.into(), outcome: outcome.into() }).inc();
+        self.turns
+            .get_or_create(&TurnLabels {
+                role: role.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// Counts a model call's tokens, cost and time.
     pub fn model_call(&self, model: &str, usage: Usage, cost_usd: f64, duration: Duration) {
-        let labels = |kind: &str| TokenLabels { model: model.into(), kind: kind.into() };
-        self.tokens.get_or_create(&labels("input")).inc_by(usage.input_tokens);
-        self.tokens.get_or_create(&labels("output")).inc_by(usage.output_tokens);
-        self.cost.get_or_create(&ModelLabels { model: model.into() }).inc_by(cost_usd);
-        self.model_seconds.get_or_create(&ModelLabels { model: model.into() }).observe(duration.as_secs_f64());
+        let labels = |kind: &str| TokenLabels {
+            model: model.into(),
+            kind: kind.into(),
+        };
+        self.tokens
+            .get_or_create(&labels("input"))
+            .inc_by(usage.input_tokens);
+        self.tokens
+            .get_or_create(&labels("output"))
+            .inc_by(usage.output_tokens);
+        self.cost
+            .get_or_create(&ModelLabels {
+                model: model.into(),
+            })
+            .inc_by(cost_usd);
+        self.model_seconds
+            .get_or_create(&ModelLabels {
+                model: model.into(),
+            })
+            .observe(duration.as_secs_f64());
     }
 
     /// Counts a budget refusal.
     pub fn budget_refusal(&self, role: &str) {
-        self.budget_refusals.get_or_create(&RoleLabels { role: role.into() }).inc();
+        self.budget_refusals
+            .get_or_create(&RoleLabels { role: role.into() })
+            .inc();
     }
 
     /// The OpenMetrics text exposition.
@@ -255,8 +347,15 @@ impl Metering {
             std::fs::create_dir_all(path.parent().expect("has a parent"))?;
             OpenOptions::new().create(true).append(true).open(&path)
         };
-        let file = open().map_err(|source| MeteringError::Open { path: path.clone(), source })?;
-        Ok(Self { usage_log: Mutex::new(file), usage_path: path, metrics: Metrics::default() })
+        let file = open().map_err(|source| MeteringError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self {
+            usage_log: Mutex::new(file),
+            usage_path: path,
+            metrics: Metrics::default(),
+        })
     }
 
     /// The usage log path.
@@ -267,9 +366,13 @@ impl Metering {
     /// Logs and counts one tool call. A failed log write is reported, never fatal: the
     /// call already happened.
     pub fn record_tool_call(&self, record: &ToolCallRecord<'_>) {
-        self.metrics.tool_call(record.tool, record.outcome, record.duration);
+        self.metrics
+            .tool_call(record.tool, record.outcome, record.duration);
         let line = usage_line(record, jiff::Timestamp::now());
-        let mut file = self.usage_log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut file = self
+            .usage_log
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Err(error) = file.write_all(line.as_bytes()) {
             tracing::error!(%error, "failed to append to the usage log");
         }
@@ -284,7 +387,8 @@ mod tests {
 
     #[test]
     fn usage_line_has_the_seed_fields_and_hides_bulky_input() {
-        let input = json!({"path": "memory/users/ana/notes.md", "content": "secret plans ".repeat(100)});
+        let input =
+            json!({"path": "memory/users/ana/notes.md", "content": "secret plans ".repeat(100)});
         let extra = Map::from_iter([("porter".to_string(), json!(true))]);
         let record = ToolCallRecord {
             user: "ana",
@@ -295,7 +399,11 @@ mod tests {
             outcome: "ok",
             extra: &extra,
         };
-        let line: Value = serde_json::from_str(&usage_line(&record, "2026-02-10T14:00:00Z".parse().unwrap())).unwrap();
+        let line: Value = serde_json::from_str(&usage_line(
+            &record,
+            "2026-02-10T14:00:00Z".parse().unwrap(),
+        ))
+        .unwrap();
         assert_eq!(
             line,
             json!({
@@ -308,9 +416,18 @@ mod tests {
 
     #[test]
     fn cost_uses_the_per_model_price_table() {
-        let config = saint_config::BotConfig::from_json(include_str!("../config/tests/fixtures/acme-bot-config.json")).unwrap();
-        let usage = Usage { input_tokens: 1_000_000, output_tokens: 100_000 };
-        assert_eq!(cost_usd(&config.model, "claude-haiku-4-5", usage), Some(1.0 + 0.5));
+        let config = saint_config::BotConfig::from_json(include_str!(
+            "../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 100_000,
+        };
+        assert_eq!(
+            cost_usd(&config.model, "claude-haiku-4-5", usage),
+            Some(1.0 + 0.5)
+        );
         assert_eq!(cost_usd(&config.model, "unpriced", usage), None);
     }
 
@@ -319,16 +436,31 @@ mod tests {
         let now: jiff::Timestamp = "2026-11-22T23:30:00-02:00".parse().unwrap(); // Monday 01:30 on the 23rd UTC
         let days = |first: &str, last: &str| (first.to_string(), last.to_string());
         assert_eq!(spend_day(now), "2026-11-23");
-        assert_eq!(period_days(BudgetPeriod::Day, now), days("2026-11-23", "2026-11-23"));
-        assert_eq!(period_days(BudgetPeriod::Week, now), days("2026-11-23", "2026-11-29"));
-        assert_eq!(period_days(BudgetPeriod::Month, now), days("2026-11-01", "2026-11-30"));
+        assert_eq!(
+            period_days(BudgetPeriod::Day, now),
+            days("2026-11-23", "2026-11-23")
+        );
+        assert_eq!(
+            period_days(BudgetPeriod::Week, now),
+            days("2026-11-23", "2026-11-29")
+        );
+        assert_eq!(
+            period_days(BudgetPeriod::Month, now),
+            days("2026-11-01", "2026-11-30")
+        );
         let sunday: jiff::Timestamp = "2026-11-22T12:00:00Z".parse().unwrap();
-        assert_eq!(period_days(BudgetPeriod::Week, sunday), days("2026-11-16", "2026-11-22"));
+        assert_eq!(
+            period_days(BudgetPeriod::Week, sunday),
+            days("2026-11-16", "2026-11-22")
+        );
     }
 
     #[test]
     fn budget_is_exhausted_at_the_cap() {
-        let budget = Budget { usd: 0.5, period: BudgetPeriod::Month };
+        let budget = Budget {
+            usd: 0.5,
+            period: BudgetPeriod::Month,
+        };
         assert!(within_budget(Some(&budget), 0.49));
         assert!(!within_budget(Some(&budget), 0.5));
         assert!(within_budget(None, 1e9));
@@ -338,9 +470,23 @@ mod tests {
     fn metrics_encode_tool_and_token_counters() {
         let metrics = Metrics::default();
         metrics.tool_call("web_fetch", "denied", Duration::from_millis(3));
-        metrics.model_call("m", Usage { input_tokens: 5, output_tokens: 2 }, 0.01, Duration::from_millis(1));
+        metrics.model_call(
+            "m",
+            Usage {
+                input_tokens: 5,
+                output_tokens: 2,
+            },
+            0.01,
+            Duration::from_millis(1),
+        );
         let text = metrics.encode();
-        assert!(text.contains("saint_tool_calls_total{tool=\"web_fetch\",outcome=\"denied\"} 1"), "{text}");
-        assert!(text.contains("saint_llm_tokens_total{model=\"m\",kind=\"input\"} 5"), "{text}");
+        assert!(
+            text.contains("saint_tool_calls_total{tool=\"web_fetch\",outcome=\"denied\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("saint_llm_tokens_total{model=\"m\",kind=\"input\"} 5"),
+            "{text}"
+        );
     }
 }

@@ -18,7 +18,13 @@ fn run_help_explains_config_workspace_and_the_model_environment() {
     let output = bin().args(["run", "--help"]).output().unwrap();
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
-    for needle in ["--config", "--workspace", "SAINT_CONFIG", "SAINT_WORKSPACE", "SAINT_MODEL_API_KEY"] {
+    for needle in [
+        "--config",
+        "--workspace",
+        "SAINT_CONFIG",
+        "SAINT_WORKSPACE",
+        "SAINT_MODEL_API_KEY",
+    ] {
         assert!(help.contains(needle), "help lacks {needle}: {help}");
     }
 }
@@ -29,7 +35,13 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     let config_path = directory.path().join("bot-config.json");
     write_config(&config_path, &test_config("http://127.0.0.1:9"));
     let output = bin()
-        .args(["run", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--config")
         .arg(&config_path)
         .arg("--workspace")
@@ -42,8 +54,20 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("SAINT_MODEL_API_KEY"), "{stderr}");
 
-    std::fs::write(&config_path, FIXTURE.replace("\"defaultRole\": \"external\"", "\"defaultRole\": \"ghost\"")).unwrap();
-    let output = bin().args(["check-config", "--config"]).arg(&config_path).env_clear().output().unwrap();
+    std::fs::write(
+        &config_path,
+        FIXTURE.replace(
+            "\"defaultRole\": \"external\"",
+            "\"defaultRole\": \"ghost\"",
+        ),
+    )
+    .unwrap();
+    let output = bin()
+        .args(["check-config", "--config"])
+        .arg(&config_path)
+        .env_clear()
+        .output()
+        .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -87,9 +111,18 @@ async fn the_binary_answers_reloads_contacts_and_finishes_a_running_turn_on_sigt
     write_config(&config_path, &config);
     llm.push(Reply::text("Hi Petra."));
     post(&client, &agent, "+385910000002", "hi again").await;
-    assert_eq!(llm.requests()[1].model(), "claude-sonnet-4-5", "the new contact's role applies without a restart");
+    assert_eq!(
+        llm.requests()[1].model(),
+        "claude-sonnet-4-5",
+        "the new contact's role applies without a restart"
+    );
 
-    let metrics = reqwest::get(format!("{}/metrics", agent.metrics)).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(format!("{}/metrics", agent.metrics))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("saint_turns_total"), "{metrics}");
 
     // A slow turn is running when SIGTERM arrives: it must still complete.
@@ -110,12 +143,21 @@ async fn the_binary_answers_reloads_contacts_and_finishes_a_running_turn_on_sigt
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pid = agent.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let response = slow.await.unwrap().unwrap();
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["reply"], "slow but complete");
     let mut agent = agent;
-    let status = tokio::task::spawn_blocking(move || agent.child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || agent.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success(), "graceful shutdown exits 0: {status:?}");
 }

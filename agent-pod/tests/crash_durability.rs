@@ -15,7 +15,12 @@ const ROUNDS: usize = 20;
 const SENDERS: usize = 4;
 
 /// Sends one streaming message; returns its text once the agent acknowledged it.
-async fn send_until_acknowledged(client: reqwest::Client, url: String, peer: String, text: String) -> Option<String> {
+async fn send_until_acknowledged(
+    client: reqwest::Client,
+    url: String,
+    peer: String,
+    text: String,
+) -> Option<String> {
     let response = client
         .post(url)
         .bearer_auth(TOKEN)
@@ -36,13 +41,18 @@ async fn send_until_acknowledged(client: reqwest::Client, url: String, peer: Str
 
 fn stored_user_texts(database: &std::path::Path) -> (String, BTreeSet<String>) {
     let connection = rusqlite::Connection::open(database).unwrap();
-    let integrity: String = connection.query_row("PRAGMA integrity_check", [], |row| row.get(0)).unwrap();
-    let mut statement = connection.prepare("SELECT content FROM messages WHERE role = 'user'").unwrap();
+    let integrity: String = connection
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    let mut statement = connection
+        .prepare("SELECT content FROM messages WHERE role = 'user'")
+        .unwrap();
     let texts = statement
         .query_map([], |row| row.get::<_, String>(0))
         .unwrap()
         .map(|content| {
-            let blocks: Vec<saint_llm::ContentBlock> = serde_json::from_str(&content.unwrap()).unwrap();
+            let blocks: Vec<saint_llm::ContentBlock> =
+                serde_json::from_str(&content.unwrap()).unwrap();
             blocks
                 .into_iter()
                 .filter_map(|block| match block {
@@ -82,9 +92,18 @@ async fn kill_9_mid_turn_never_loses_an_acknowledged_message() {
         let mut sends = Vec::new();
         for sender in 0..SENDERS {
             // Two senders are Ana on linked channels (one session, serialised turns).
-            let peer = if sender < 2 { ANA_WHATSAPP.to_string() } else { format!("+38591{round:03}{sender:04}") };
+            let peer = if sender < 2 {
+                ANA_WHATSAPP.to_string()
+            } else {
+                format!("+38591{round:03}{sender:04}")
+            };
             let text = format!("round {round} message from sender {sender}");
-            sends.push(tokio::spawn(send_until_acknowledged(client.clone(), url.clone(), peer, text)));
+            sends.push(tokio::spawn(send_until_acknowledged(
+                client.clone(),
+                url.clone(),
+                peer,
+                text,
+            )));
         }
         // Kill once the model is streaming, at a different moment each round.
         while llm.request_count() == requests_before {
@@ -107,11 +126,24 @@ async fn kill_9_mid_turn_never_loses_an_acknowledged_message() {
         let (integrity, stored) = stored_user_texts(&database);
         assert_eq!(integrity, "ok", "round {round}: database damaged");
         let lost: Vec<_> = acknowledged.difference(&stored).collect();
-        assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+        assert!(
+            lost.is_empty(),
+            "round {round}: acknowledged but lost: {lost:?}"
+        );
     }
-    assert_eq!(killed_mid_turn, ROUNDS, "every kill landed while a model call was under way");
-    assert!(acknowledged.len() >= ROUNDS, "too few acknowledged messages to prove anything: {}", acknowledged.len());
-    eprintln!("{ROUNDS} kills mid-turn, {} acknowledged messages, none lost", acknowledged.len());
+    assert_eq!(
+        killed_mid_turn, ROUNDS,
+        "every kill landed while a model call was under way"
+    );
+    assert!(
+        acknowledged.len() >= ROUNDS,
+        "too few acknowledged messages to prove anything: {}",
+        acknowledged.len()
+    );
+    eprintln!(
+        "{ROUNDS} kills mid-turn, {} acknowledged messages, none lost",
+        acknowledged.len()
+    );
 
     // The store still opens and serves after all the crashes.
     let store = saint_agent::session::SessionStore::open(&database).unwrap();

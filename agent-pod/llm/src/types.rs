@@ -124,9 +124,11 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
-impl Usage {
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
     /// Component-wise sum.
-    pub fn add(self, other: Usage) -> Usage {
+    fn add(self, other: Usage) -> Usage {
         Usage {
             input_tokens: self.input_tokens + other.input_tokens,
             output_tokens: self.output_tokens + other.output_tokens,

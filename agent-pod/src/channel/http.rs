@@ -71,7 +71,9 @@ pub fn app(state: AppState) -> Router {
 
 /// The metrics-only router (served on the metrics port).
 pub fn metrics_app(state: AppState) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(state)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state)
 }
 
 /// Body of `POST /v1/messages`.
@@ -103,7 +105,11 @@ pub struct MessageResponse {
 
 impl From<TurnReply> for MessageResponse {
     fn from(reply: TurnReply) -> Self {
-        Self { reply: reply.text, session_key: reply.session_key, message_id: reply.message_id }
+        Self {
+            reply: reply.text,
+            session_key: reply.session_key,
+            message_id: reply.message_id,
+        }
     }
 }
 
@@ -138,18 +144,25 @@ impl IntoResponse for ApiError {
 fn turn_error_status(error: &TurnError) -> (StatusCode, String) {
     match error {
         TurnError::Identity(error) => (StatusCode::BAD_REQUEST, error.to_string()),
-        TurnError::Model(_) | TurnError::ModelSetup(_) => {
-            (StatusCode::BAD_GATEWAY, "failed to answer: the assistant is unavailable right now".to_string())
-        }
-        TurnError::Session(_) | TurnError::Join => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "failed to store the message".to_string())
-        }
+        TurnError::Model(_) | TurnError::ModelSetup(_) => (
+            StatusCode::BAD_GATEWAY,
+            "failed to answer: the assistant is unavailable right now".to_string(),
+        ),
+        TurnError::Session(_) | TurnError::Join => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "failed to store the message".to_string(),
+        ),
     }
 }
 
 // Same time whatever the first differing byte, so the token cannot be guessed bytewise.
 fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
-    left.len() == right.len() && left.iter().zip(right).fold(0u8, |difference, (a, b)| difference | (a ^ b)) == 0
+    left.len() == right.len()
+        && left
+            .iter()
+            .zip(right)
+            .fold(0u8, |difference, (a, b)| difference | (a ^ b))
+            == 0
 }
 
 fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -193,13 +206,21 @@ async fn post_message(
             .get(header::ACCEPT)
             .and_then(|value| value.to_str().ok())
             .is_some_and(|accept| accept.contains("text/event-stream"));
-    let inbound = Inbound { channel, peer: request.peer, text: request.text };
+    let inbound = Inbound {
+        channel,
+        peer: request.peer,
+        text: request.text,
+    };
     let (sender, receiver) = mpsc::unbounded_channel();
     let runtime = state.runtime.clone();
     let abort = state.abort_turns.clone();
-    let turn = state.turns.spawn(async move { runtime.handle(inbound, Some(sender), abort).await });
+    let turn = state
+        .turns
+        .spawn(async move { runtime.handle(inbound, Some(sender), abort).await });
     if wants_stream {
-        return Ok(Sse::new(event_stream(receiver, turn)).keep_alive(KeepAlive::default()).into_response());
+        return Ok(Sse::new(event_stream(receiver, turn))
+            .keep_alive(KeepAlive::default())
+            .into_response());
     }
     drop(receiver);
     let reply = turn.await.map_err(|_| ApiError::Turn(TurnError::Join))??;
@@ -207,7 +228,10 @@ async fn post_message(
 }
 
 enum StreamPhase {
-    Events(mpsc::UnboundedReceiver<TurnEvent>, tokio::task::JoinHandle<Result<TurnReply, TurnError>>),
+    Events(
+        mpsc::UnboundedReceiver<TurnEvent>,
+        tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
+    ),
     Finished,
 }
 
@@ -218,27 +242,40 @@ fn event_stream(
     turn: tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(StreamPhase::Events(receiver, turn), |phase| async move {
-        let StreamPhase::Events(mut receiver, turn) = phase else { return None };
+        let StreamPhase::Events(mut receiver, turn) = phase else {
+            return None;
+        };
         if let Some(event) = receiver.recv().await {
             let event = match event {
-                TurnEvent::Accepted { message_id, session_key } => Event::default()
+                TurnEvent::Accepted {
+                    message_id,
+                    session_key,
+                } => Event::default()
                     .event("accepted")
                     .data(json!({"messageId": message_id, "sessionKey": session_key}).to_string()),
-                TurnEvent::TextDelta(text) => Event::default().event("delta").data(json!({"text": text}).to_string()),
-                TurnEvent::ToolCall { name, outcome } => {
-                    Event::default().event("tool").data(json!({"name": name, "outcome": outcome}).to_string())
-                }
+                TurnEvent::TextDelta(text) => Event::default()
+                    .event("delta")
+                    .data(json!({"text": text}).to_string()),
+                TurnEvent::ToolCall { name, outcome } => Event::default()
+                    .event("tool")
+                    .data(json!({"name": name, "outcome": outcome}).to_string()),
             };
             return Some((Ok(event), StreamPhase::Events(receiver, turn)));
         }
         // The sender is dropped when the turn ends: report how it ended.
         let event = match turn.await {
-            Ok(Ok(reply)) => Event::default().event("done").data(json!(MessageResponse::from(reply)).to_string()),
+            Ok(Ok(reply)) => Event::default()
+                .event("done")
+                .data(json!(MessageResponse::from(reply)).to_string()),
             Ok(Err(error)) => {
                 tracing::error!(%error, "turn failed");
-                Event::default().event("error").data(json!({"error": turn_error_status(&error).1}).to_string())
+                Event::default()
+                    .event("error")
+                    .data(json!({"error": turn_error_status(&error).1}).to_string())
             }
-            Err(_) => Event::default().event("error").data(json!({"error": "failed: the turn stopped"}).to_string()),
+            Err(_) => Event::default()
+                .event("error")
+                .data(json!({"error": "failed: the turn stopped"}).to_string()),
         };
         Some((Ok(event), StreamPhase::Finished))
     })
@@ -254,7 +291,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.runtime.metering().metrics.encode(),
     )
         .into_response()
@@ -266,10 +306,16 @@ async fn metrics(State(state): State<AppState>) -> Response {
 pub async fn drain_turns(state: &AppState, deadline: Duration) -> bool {
     state.draining.cancel();
     state.turns.close();
-    if tokio::time::timeout(deadline, state.turns.wait()).await.is_ok() {
+    if tokio::time::timeout(deadline, state.turns.wait())
+        .await
+        .is_ok()
+    {
         return true;
     }
-    tracing::warn!(remaining = state.turns.len(), "drain deadline passed; cancelling running turns");
+    tracing::warn!(
+        remaining = state.turns.len(),
+        "drain deadline passed; cancelling running turns"
+    );
     state.abort_turns.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), state.turns.wait()).await;
     false

@@ -20,7 +20,8 @@ pub fn estimate_tokens(request: &ChatRequest) -> u64 {
         }
     }
     for tool in &request.tools {
-        characters += tool.name.len() + tool.description.len() + tool.input_schema.to_string().len();
+        characters +=
+            tool.name.len() + tool.description.len() + tool.input_schema.to_string().len();
     }
     (characters / 4) as u64
 }
@@ -33,7 +34,10 @@ pub fn split_point(messages: &[StoredMessage], keep_recent: usize) -> Option<usi
     (1..=latest_allowed).rev().find(|&index| {
         let message = &messages[index].message;
         message.role == ChatRole::User
-            && !message.content.iter().any(|block| matches!(block, ContentBlock::ToolResult { .. }))
+            && !message
+                .content
+                .iter()
+                .any(|block| matches!(block, ContentBlock::ToolResult { .. }))
     })
 }
 
@@ -44,20 +48,37 @@ stated preference needed to continue it. Write plain text, no preamble.";
 const MAX_RENDERED_RESULT: usize = 2_000;
 
 /// The model request that summarises `older` (folding in an earlier summary).
-pub fn summary_request(model: &str, previous_summary: &str, older: &[StoredMessage], max_tokens: u32) -> ChatRequest {
+pub fn summary_request(
+    model: &str,
+    previous_summary: &str,
+    older: &[StoredMessage],
+    max_tokens: u32,
+) -> ChatRequest {
     let mut transcript = String::new();
     if !previous_summary.is_empty() {
-        transcript.push_str(&format!("Summary of what came before:\n{previous_summary}\n\n"));
+        transcript.push_str(&format!(
+            "Summary of what came before:\n{previous_summary}\n\n"
+        ));
     }
     for stored in older {
         for block in &stored.message.content {
             let line = match (stored.message.role, block) {
                 (ChatRole::User, ContentBlock::Text { text }) => format!("Person: {text}"),
                 (ChatRole::Assistant, ContentBlock::Text { text }) => format!("Assistant: {text}"),
-                (_, ContentBlock::ToolUse { name, input, .. }) => format!("Assistant called {name} with {input}"),
-                (_, ContentBlock::ToolResult { content, is_error, .. }) => {
+                (_, ContentBlock::ToolUse { name, input, .. }) => {
+                    format!("Assistant called {name} with {input}")
+                }
+                (
+                    _,
+                    ContentBlock::ToolResult {
+                        content, is_error, ..
+                    },
+                ) => {
                     let shown: String = content.chars().take(MAX_RENDERED_RESULT).collect();
-                    format!("Tool {}: {shown}", if *is_error { "error" } else { "result" })
+                    format!(
+                        "Tool {}: {shown}",
+                        if *is_error { "error" } else { "result" }
+                    )
                 }
             };
             transcript.push_str(&line);
@@ -67,7 +88,9 @@ pub fn summary_request(model: &str, previous_summary: &str, older: &[StoredMessa
     ChatRequest {
         model: model.to_string(),
         system: SUMMARY_INSTRUCTIONS.to_string(),
-        messages: vec![Message::user_text(format!("Conversation:\n\n{transcript}\nWrite the summary now."))],
+        messages: vec![Message::user_text(format!(
+            "Conversation:\n\n{transcript}\nWrite the summary now."
+        ))],
         tools: Vec::new(),
         max_tokens,
     }
@@ -80,18 +103,30 @@ mod tests {
     use super::*;
 
     fn stored(id: i64, message: Message) -> StoredMessage {
-        StoredMessage { id, message, identity: "x".into() }
+        StoredMessage {
+            id,
+            message,
+            identity: "x".into(),
+        }
     }
 
     #[test]
     fn split_never_separates_a_tool_result_from_its_call() {
         let call = Message {
             role: ChatRole::Assistant,
-            content: vec![ContentBlock::ToolUse { id: "t".into(), name: "read".into(), input: json!({}) }],
+            content: vec![ContentBlock::ToolUse {
+                id: "t".into(),
+                name: "read".into(),
+                input: json!({}),
+            }],
         };
         let result = Message {
             role: ChatRole::User,
-            content: vec![ContentBlock::ToolResult { tool_use_id: "t".into(), content: "r".into(), is_error: false }],
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: "t".into(),
+                content: "r".into(),
+                is_error: false,
+            }],
         };
         let messages = vec![
             stored(1, Message::user_text("q1")),
@@ -105,8 +140,16 @@ mod tests {
         assert_eq!(split_point(&messages, 3), Some(2));
         assert_eq!(split_point(&messages, 6), None);
         let request = summary_request("m", "earlier", &messages[..2], 500);
-        assert!(request.messages[0].text().contains("Summary of what came before:\nearlier"));
-        assert!(request.messages[0].text().contains("Person: q1\nAssistant: a1"));
+        assert!(
+            request.messages[0]
+                .text()
+                .contains("Summary of what came before:\nearlier")
+        );
+        assert!(
+            request.messages[0]
+                .text()
+                .contains("Person: q1\nAssistant: a1")
+        );
         assert!(request.tools.is_empty());
     }
 }

@@ -150,7 +150,16 @@ impl Runtime {
         workspace: PathBuf,
         options: RuntimeOptions,
     ) -> Self {
-        Self { config, store, model, tools, metering, workspace, options, session_locks: Mutex::default() }
+        Self {
+            config,
+            store,
+            model,
+            tools,
+            metering,
+            workspace,
+            options,
+            session_locks: Mutex::default(),
+        }
     }
 
     /// The config store.
@@ -174,7 +183,12 @@ impl Runtime {
     }
 
     fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.session_locks.lock().expect("session lock table").entry(key.to_string()).or_default().clone()
+        self.session_locks
+            .lock()
+            .expect("session lock table")
+            .entry(key.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Runs a blocking store operation off the async workers.
@@ -183,6 +197,9 @@ impl Runtime {
         operation: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
     ) -> Result<T, TurnError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || operation(&store)).await.map_err(|_| TurnError::Join)?.map_err(TurnError::from)
+        tokio::task::spawn_blocking(move || operation(&store))
+            .await
+            .map_err(|_| TurnError::Join)?
+            .map_err(TurnError::from)
     }
 }

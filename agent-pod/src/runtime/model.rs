@@ -18,16 +18,24 @@ pub fn process_env() -> EnvLookup {
 /// Why no model can be called.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelSetupError {
-    #[error("failed: no model endpoint configured (set model.baseUrl in the config or SAINT_MODEL_BASE_URL)")]
+    #[error(
+        "failed: no model endpoint configured (set model.baseUrl in the config or SAINT_MODEL_BASE_URL)"
+    )]
     NoEndpoint,
-    #[error("failed: the model API key is not configured (environment variable {0} is unset or empty)")]
+    #[error(
+        "failed: the model API key is not configured (environment variable {0} is unset or empty)"
+    )]
     MissingKey(String),
     #[error("failed to build the model client: {0}")]
     Client(String),
 }
 
 /// Resolves the endpoint for a model config.
-pub fn endpoint_for(config: &ModelConfig, base_url_override: Option<&str>, env: &EnvLookup) -> Result<Endpoint, ModelSetupError> {
+pub fn endpoint_for(
+    config: &ModelConfig,
+    base_url_override: Option<&str>,
+    env: &EnvLookup,
+) -> Result<Endpoint, ModelSetupError> {
     let base_url = base_url_override
         .map(str::to_string)
         .or_else(|| env("SAINT_MODEL_BASE_URL"))
@@ -43,7 +51,11 @@ pub fn endpoint_for(config: &ModelConfig, base_url_override: Option<&str>, env: 
         ModelProvider::Anthropic => Provider::Anthropic,
         ModelProvider::Openai => Provider::Openai,
     };
-    Ok(Endpoint { provider, base_url, api_key })
+    Ok(Endpoint {
+        provider,
+        base_url,
+        api_key,
+    })
 }
 
 #[derive(PartialEq)]
@@ -64,7 +76,12 @@ pub struct ModelAccess {
 impl ModelAccess {
     /// A new resolver.
     pub fn new(base_url_override: Option<String>, env: EnvLookup, options: ClientOptions) -> Self {
-        Self { base_url_override, env, options, cached: Mutex::new(None) }
+        Self {
+            base_url_override,
+            env,
+            options,
+            cached: Mutex::new(None),
+        }
     }
 
     /// The client for `config`, reusing the cached one while the endpoint is unchanged.
@@ -81,7 +98,8 @@ impl ModelAccess {
             return Ok(client.clone());
         }
         let endpoint = endpoint_for(config, self.base_url_override.as_deref(), &self.env)?;
-        let client = LlmClient::new(endpoint, self.options.clone()).map_err(|error| ModelSetupError::Client(error.to_string()))?;
+        let client = LlmClient::new(endpoint, self.options.clone())
+            .map_err(|error| ModelSetupError::Client(error.to_string()))?;
         *cached = Some((key, client.clone()));
         Ok(client)
     }
@@ -92,7 +110,11 @@ mod tests {
     use super::*;
 
     fn model() -> ModelConfig {
-        saint_config::BotConfig::from_json(include_str!("../../config/tests/fixtures/acme-bot-config.json")).unwrap().model
+        saint_config::BotConfig::from_json(include_str!(
+            "../../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap()
+        .model
     }
 
     #[test]
@@ -122,6 +144,9 @@ mod tests {
         config.base_url = " ".into();
         config.api_key_env = None;
         let env: EnvLookup = Arc::new(|_| None);
-        assert_eq!(endpoint_for(&config, None, &env).unwrap_err(), ModelSetupError::NoEndpoint);
+        assert_eq!(
+            endpoint_for(&config, None, &env).unwrap_err(),
+            ModelSetupError::NoEndpoint
+        );
     }
 }

@@ -8,7 +8,10 @@ use std::{
 
 use futures::FutureExt;
 use saint_config::BotConfig;
-use saint_llm::{CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent, ToolSpec, Usage};
+use saint_llm::{
+    CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent,
+    ToolSpec, Usage,
+};
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -23,13 +26,10 @@ use crate::{
 };
 
 /// What an over-budget person is told. Polite, and reveals nothing about costs or models.
-pub const OVER_BUDGET_REPLY: &str =
-    "Sorry, I can't take on more requests for you right now. Please try again later, or ask the team for help.";
+pub const OVER_BUDGET_REPLY: &str = "Sorry, I can't take on more requests for you right now. Please try again later, or ask the team for help.";
 
 /// What the person is told when the tool loop hits its cap.
-pub const ITERATION_CAP_REPLY: &str =
-    "Sorry, that took more steps than I'm allowed for one message. Could you break it into smaller requests?";
-
+pub const ITERATION_CAP_REPLY: &str = "Sorry, that took more steps than I'm allowed for one message. Could you break it into smaller requests?";
 
 /// Cuts a tool result to `limit` characters with a note saying so.
 pub fn cap_tool_result(content: String, limit: usize) -> String {
@@ -38,7 +38,9 @@ pub fn cap_tool_result(content: String, limit: usize) -> String {
         return content;
     }
     let mut kept: String = content.chars().take(limit).collect();
-    kept.push_str(&format!("\n[truncated: showing {limit} of {total} characters]"));
+    kept.push_str(&format!(
+        "\n[truncated: showing {limit} of {total} characters]"
+    ));
     kept
 }
 
@@ -86,7 +88,9 @@ impl Runtime {
         let _guard = lock.lock().await;
 
         // Acknowledge only once the message is durable.
-        let message_id = self.persist(&caller, Message::user_text(inbound.text)).await?;
+        let message_id = self
+            .persist(&caller, Message::user_text(inbound.text))
+            .await?;
         let mut state = TurnState {
             caller: &caller,
             config: &config,
@@ -95,7 +99,10 @@ impl Runtime {
             model_calls: 0,
             model_time: Duration::ZERO,
         };
-        state.emit(TurnEvent::Accepted { message_id, session_key: caller.session_key.clone() });
+        state.emit(TurnEvent::Accepted {
+            message_id,
+            session_key: caller.session_key.clone(),
+        });
 
         let outcome = self.run_loop(&mut state, &cancel).await;
         let (text, over_budget, label) = match outcome {
@@ -112,7 +119,8 @@ impl Runtime {
         };
         if label != "answered" {
             // The model did not produce this text; store it so the transcript shows it.
-            self.persist(&caller, Message::assistant_text(text.clone())).await?;
+            self.persist(&caller, Message::assistant_text(text.clone()))
+                .await?;
             state.emit(TurnEvent::TextDelta(text.clone()));
         }
         self.metering.metrics.turn(&caller.role_name, label);
@@ -132,9 +140,18 @@ impl Runtime {
     }
 
     // A model answer and its cost are committed together.
-    async fn persist_with_spend(&self, caller: &Caller, message: Message, cost: f64) -> Result<i64, TurnError> {
-        let (key, slug, role, identity) =
-            (caller.session_key.clone(), caller.slug.clone(), caller.role_name.clone(), caller.identity.clone());
+    async fn persist_with_spend(
+        &self,
+        caller: &Caller,
+        message: Message,
+        cost: f64,
+    ) -> Result<i64, TurnError> {
+        let (key, slug, role, identity) = (
+            caller.session_key.clone(),
+            caller.slug.clone(),
+            caller.role_name.clone(),
+            caller.identity.clone(),
+        );
         let day = metering::spend_day(jiff::Timestamp::now());
         self.blocking(move |store| {
             let spend = (cost > 0.0).then_some((day.as_str(), cost));
@@ -144,10 +161,14 @@ impl Runtime {
     }
 
     async fn within_budget(&self, caller: &Caller) -> Result<bool, TurnError> {
-        let Some(budget) = caller.role.budget.clone() else { return Ok(true) };
+        let Some(budget) = caller.role.budget.clone() else {
+            return Ok(true);
+        };
         let (first, last) = metering::period_days(budget.period, jiff::Timestamp::now());
         let slug = caller.slug.clone();
-        let spent = self.blocking(move |store| store.spent_between(&slug, &first, &last)).await?;
+        let spent = self
+            .blocking(move |store| store.spent_between(&slug, &first, &last))
+            .await?;
         Ok(metering::within_budget(Some(&budget), spent))
     }
 
@@ -162,7 +183,9 @@ impl Runtime {
         let started = Instant::now();
         let events = state.events;
         let mut on_event = |event: StreamEvent| {
-            if let (true, Some(events), StreamEvent::TextDelta(text)) = (stream_text, events, &event) {
+            if let (true, Some(events), StreamEvent::TextDelta(text)) =
+                (stream_text, events, &event)
+            {
                 let _ = events.send(TurnEvent::TextDelta(text.clone()));
             }
         };
@@ -171,19 +194,29 @@ impl Runtime {
         state.model_time += elapsed;
         state.model_calls += 1;
         let response = response?;
-        state.usage = state.usage.add(response.usage);
+        state.usage = state.usage + response.usage;
         let cost = metering::cost_usd(&state.config.model, &request.model, response.usage).unwrap_or_else(|| {
             tracing::warn!(model = %request.model, "no price for model; its spend is not counted");
             0.0
         });
-        self.metering.metrics.model_call(&request.model, response.usage, cost, elapsed);
+        self.metering
+            .metrics
+            .model_call(&request.model, response.usage, cost, elapsed);
         Ok((response, cost))
     }
 
-    async fn run_loop(&self, state: &mut TurnState<'_>, cancel: &CancellationToken) -> Result<LoopEnd, TurnError> {
+    async fn run_loop(
+        &self,
+        state: &mut TurnState<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<LoopEnd, TurnError> {
         let caller = state.caller;
         let config = state.config.clone();
-        let model_name = caller.role.model.clone().unwrap_or_else(|| config.model.name.clone());
+        let model_name = caller
+            .role
+            .model
+            .clone()
+            .unwrap_or_else(|| config.model.name.clone());
         let visible = policy::visible_tools(&caller.role, self.tools.all());
         let tool_names: Vec<&str> = visible.iter().map(|tool| tool.name()).collect();
         let base_prompt = prompt::system_prompt(&PromptInputs {
@@ -194,7 +227,11 @@ impl Runtime {
         });
         let specs = tool_specs(&visible);
         let client = self.model.client(&config.model)?;
-        let context = ToolContext { caller: caller.clone(), workspace: self.workspace.clone(), config: config.clone() };
+        let context = ToolContext {
+            caller: caller.clone(),
+            workspace: self.workspace.clone(),
+            config: config.clone(),
+        };
 
         let key = caller.session_key.clone();
         let transcript = self.blocking(move |store| store.transcript(&key)).await?;
@@ -206,23 +243,58 @@ impl Runtime {
             if !self.within_budget(caller).await? {
                 return Ok(LoopEnd::OverBudget);
             }
-            let mut request = self.request(&model_name, &base_prompt, &summary, &history, &specs, &config);
-            let threshold = (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
+            let mut request = self.request(
+                &model_name,
+                &base_prompt,
+                &summary,
+                &history,
+                &specs,
+                &config,
+            );
+            let threshold =
+                (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
             if compaction::estimate_tokens(&request) > threshold
-                && let Some(cut) = compaction::split_point(&history, self.options.keep_recent_messages)
+                && let Some(cut) =
+                    compaction::split_point(&history, self.options.keep_recent_messages)
             {
-                summary = self.compact(state, &client, &model_name, &summary, &history[..cut], cancel).await?;
+                summary = self
+                    .compact(
+                        state,
+                        &client,
+                        &model_name,
+                        &summary,
+                        &history[..cut],
+                        cancel,
+                    )
+                    .await?;
                 history.drain(..cut);
-                request = self.request(&model_name, &base_prompt, &summary, &history, &specs, &config);
+                request = self.request(
+                    &model_name,
+                    &base_prompt,
+                    &summary,
+                    &history,
+                    &specs,
+                    &config,
+                );
             }
 
-            let (response, cost) = self.call_model(state, &client, &request, cancel, true).await?;
+            let (response, cost) = self
+                .call_model(state, &client, &request, cancel, true)
+                .await?;
             let message = response.message;
-            let id = self.persist_with_spend(caller, message.clone(), cost).await?;
-            history.push(StoredMessage { id, message: message.clone(), identity: caller.identity.clone() });
+            let id = self
+                .persist_with_spend(caller, message.clone(), cost)
+                .await?;
+            history.push(StoredMessage {
+                id,
+                message: message.clone(),
+                identity: caller.identity.clone(),
+            });
 
-            let calls: Vec<(String, String, serde_json::Value)> =
-                message.tool_uses().map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone())).collect();
+            let calls: Vec<(String, String, serde_json::Value)> = message
+                .tool_uses()
+                .map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone()))
+                .collect();
             if calls.is_empty() {
                 return Ok(LoopEnd::Answer(message.text()));
             }
@@ -230,11 +302,22 @@ impl Runtime {
             for (call_id, name, input) in calls {
                 let tool = visible.iter().find(|tool| tool.name() == name);
                 let (content, is_error) = self.run_tool(state, &context, tool, &name, input).await;
-                results.push(ContentBlock::ToolResult { tool_use_id: call_id, content, is_error });
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call_id,
+                    content,
+                    is_error,
+                });
             }
-            let message = Message { role: ChatRole::User, content: results };
+            let message = Message {
+                role: ChatRole::User,
+                content: results,
+            };
             let id = self.persist(caller, message.clone()).await?;
-            history.push(StoredMessage { id, message, identity: caller.identity.clone() });
+            history.push(StoredMessage {
+                id,
+                message,
+                identity: caller.identity.clone(),
+            });
         }
         Ok(LoopEnd::IterationCap)
     }
@@ -253,7 +336,12 @@ impl Runtime {
         } else {
             format!("{base_prompt}\n\n## Summary of the earlier conversation\n\n{summary}")
         };
-        let messages = repair_tool_pairing(history.iter().map(|stored| stored.message.clone()).collect());
+        let messages = repair_tool_pairing(
+            history
+                .iter()
+                .map(|stored| stored.message.clone())
+                .collect(),
+        );
         ChatRequest {
             model: model.to_string(),
             system,
@@ -272,16 +360,28 @@ impl Runtime {
         older: &[StoredMessage],
         cancel: &CancellationToken,
     ) -> Result<String, TurnError> {
-        let request = compaction::summary_request(model, previous, older, state.config.model.max_output_tokens);
-        let (response, cost) = self.call_model(state, client, &request, cancel, false).await?;
+        let request = compaction::summary_request(
+            model,
+            previous,
+            older,
+            state.config.model.max_output_tokens,
+        );
+        let (response, cost) = self
+            .call_model(state, client, &request, cancel, false)
+            .await?;
         if cost > 0.0 {
-            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(jiff::Timestamp::now()));
-            self.blocking(move |store| store.add_spend(&slug, &day, cost)).await?;
+            let (slug, day) = (
+                state.caller.slug.clone(),
+                metering::spend_day(jiff::Timestamp::now()),
+            );
+            self.blocking(move |store| store.add_spend(&slug, &day, cost))
+                .await?;
         }
         let summary = response.message.text();
         let through = older.last().map(|stored| stored.id).unwrap_or_default();
         let (key, stored_summary) = (state.caller.session_key.clone(), summary.clone());
-        self.blocking(move |store| store.compact(&key, through, &stored_summary)).await?;
+        self.blocking(move |store| store.compact(&key, through, &stored_summary))
+            .await?;
         tracing::info!(session = %state.caller.session_key, through, "compacted session");
         Ok(summary)
     }
@@ -297,14 +397,18 @@ impl Runtime {
         let started = Instant::now();
         let result = match tool {
             // A name the role cannot see is refused like any other denial.
-            None => Err(ToolError::Denied(format!("the tool {name:?} is not available"))),
+            None => Err(ToolError::Denied(format!(
+                "the tool {name:?} is not available"
+            ))),
             Some(tool) => {
                 let call = AssertUnwindSafe(tool.call(context, input.clone())).catch_unwind();
                 match tokio::time::timeout(self.options.tool_timeout, call).await {
                     Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
                     Ok(Err(_)) => {
                         tracing::error!(tool = name, "tool panicked");
-                        Err(ToolError::Failed("the tool failed unexpectedly".to_string()))
+                        Err(ToolError::Failed(
+                            "the tool failed unexpectedly".to_string(),
+                        ))
                     }
                     Ok(Ok(result)) => result,
                 }
@@ -314,7 +418,8 @@ impl Runtime {
         let empty = Map::new();
         let (content, is_error, outcome, extra) = match &result {
             Ok(output) => {
-                let mut content = cap_tool_result(output.content.clone(), self.options.max_tool_result_chars);
+                let mut content =
+                    cap_tool_result(output.content.clone(), self.options.max_tool_result_chars);
                 // Untrusted tools wrap their output in markers; a cut must not drop the
                 // closing one, or the rest of the context would read as external content.
                 if output.untrusted && !content.ends_with(untrusted::END_MARKER) {
@@ -334,7 +439,10 @@ impl Runtime {
             outcome,
             extra,
         });
-        state.emit(TurnEvent::ToolCall { name: name.to_string(), outcome: outcome.to_string() });
+        state.emit(TurnEvent::ToolCall {
+            name: name.to_string(),
+            outcome: outcome.to_string(),
+        });
         (content, is_error)
     }
 }

@@ -4,11 +4,14 @@
 use saint_llm::{ChatRole, ContentBlock};
 
 use super::store::SessionStore;
-use crate::tools::session_directory::{HistoryEntry, SessionDirectory, SessionDirectoryError, SessionSummary};
+use crate::tools::session_directory::{
+    HistoryEntry, SessionDirectory, SessionDirectoryError, SessionSummary,
+};
 
 impl SessionDirectory for SessionStore {
     fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError> {
-        let sessions = SessionStore::list(self).map_err(|error| SessionDirectoryError(error.to_string()))?;
+        let sessions =
+            SessionStore::list(self).map_err(|error| SessionDirectoryError(error.to_string()))?;
         Ok(sessions
             .into_iter()
             .map(|session| SessionSummary {
@@ -21,8 +24,14 @@ impl SessionDirectory for SessionStore {
             .collect())
     }
 
-    fn history(&self, key: &str, limit: usize) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError> {
-        let messages = self.all_messages(key).map_err(|error| SessionDirectoryError(error.to_string()))?;
+    fn history(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError> {
+        let messages = self
+            .all_messages(key)
+            .map_err(|error| SessionDirectoryError(error.to_string()))?;
         if messages.is_empty() {
             return Ok(None);
         }
@@ -30,16 +39,30 @@ impl SessionDirectory for SessionStore {
         for stored in messages {
             for block in stored.message.content {
                 let entry = match (stored.message.role, block) {
-                    (ChatRole::User, ContentBlock::Text { text }) => HistoryEntry { speaker: "user".into(), text },
-                    (ChatRole::Assistant, ContentBlock::Text { text }) => {
-                        HistoryEntry { speaker: "assistant".into(), text }
-                    }
-                    (_, ContentBlock::ToolUse { name, .. }) => {
-                        HistoryEntry { speaker: "assistant".into(), text: format!("[called {name}]") }
-                    }
-                    (_, ContentBlock::ToolResult { content, is_error, .. }) => HistoryEntry {
+                    (ChatRole::User, ContentBlock::Text { text }) => HistoryEntry {
+                        speaker: "user".into(),
+                        text,
+                    },
+                    (ChatRole::Assistant, ContentBlock::Text { text }) => HistoryEntry {
+                        speaker: "assistant".into(),
+                        text,
+                    },
+                    (_, ContentBlock::ToolUse { name, .. }) => HistoryEntry {
+                        speaker: "assistant".into(),
+                        text: format!("[called {name}]"),
+                    },
+                    (
+                        _,
+                        ContentBlock::ToolResult {
+                            content, is_error, ..
+                        },
+                    ) => HistoryEntry {
                         speaker: "tool".into(),
-                        text: if is_error { format!("[error] {content}") } else { content },
+                        text: if is_error {
+                            format!("[error] {content}")
+                        } else {
+                            content
+                        },
                     },
                 };
                 entries.push(entry);
@@ -61,12 +84,25 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let store = SessionStore::open(directory.path().join("db.sqlite3")).unwrap();
         for text in ["one", "two", "three"] {
-            store.append("person:ivan", "ivan", "employee", "telegram:1", &Message::user_text(text)).unwrap();
+            store
+                .append(
+                    "person:ivan",
+                    "ivan",
+                    "employee",
+                    "telegram:1",
+                    &Message::user_text(text),
+                )
+                .unwrap();
         }
-        let history = SessionDirectory::history(&store, "person:ivan", 2).unwrap().unwrap();
+        let history = SessionDirectory::history(&store, "person:ivan", 2)
+            .unwrap()
+            .unwrap();
         let texts: Vec<_> = history.iter().map(|entry| entry.text.as_str()).collect();
         assert_eq!(texts, vec!["two", "three"]);
-        assert_eq!(SessionDirectory::history(&store, "person:nobody", 5).unwrap(), None);
+        assert_eq!(
+            SessionDirectory::history(&store, "person:nobody", 5).unwrap(),
+            None
+        );
         assert_eq!(SessionDirectory::list(&store).unwrap()[0].message_count, 3);
     }
 }

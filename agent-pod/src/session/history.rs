@@ -14,7 +14,10 @@ pub fn repair_tool_pairing(messages: Vec<Message>) -> Vec<Message> {
     let mut repaired: Vec<Message> = Vec::with_capacity(messages.len());
     let mut iterator = messages.into_iter().peekable();
     while let Some(message) = iterator.next() {
-        let call_ids: Vec<String> = message.tool_uses().map(|(id, _, _)| id.to_string()).collect();
+        let call_ids: Vec<String> = message
+            .tool_uses()
+            .map(|(id, _, _)| id.to_string())
+            .collect();
         repaired.push(message);
         if call_ids.is_empty() {
             continue;
@@ -33,7 +36,11 @@ pub fn repair_tool_pairing(messages: Vec<Message>) -> Vec<Message> {
         let missing: Vec<ContentBlock> = call_ids
             .into_iter()
             .filter(|id| !answered.contains(id))
-            .map(|id| ContentBlock::ToolResult { tool_use_id: id, content: INTERRUPTED.to_string(), is_error: true })
+            .map(|id| ContentBlock::ToolResult {
+                tool_use_id: id,
+                content: INTERRUPTED.to_string(),
+                is_error: true,
+            })
             .collect();
         if missing.is_empty() {
             continue;
@@ -45,7 +52,10 @@ pub fn repair_tool_pairing(messages: Vec<Message>) -> Vec<Message> {
                 content.append(&mut next.content);
                 next.content = content;
             }
-            _ => repaired.push(Message { role: ChatRole::User, content: missing }),
+            _ => repaired.push(Message {
+                role: ChatRole::User,
+                content: missing,
+            }),
         }
     }
     repaired
@@ -60,17 +70,29 @@ mod tests {
     fn call(id: &str) -> Message {
         Message {
             role: ChatRole::Assistant,
-            content: vec![ContentBlock::ToolUse { id: id.into(), name: "read".into(), input: json!({}) }],
+            content: vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: "read".into(),
+                input: json!({}),
+            }],
         }
     }
 
     #[test]
     fn unanswered_call_followed_by_a_new_question_gets_an_error_result_first() {
-        let repaired = repair_tool_pairing(vec![Message::user_text("a"), call("t1"), Message::user_text("b")]);
+        let repaired = repair_tool_pairing(vec![
+            Message::user_text("a"),
+            call("t1"),
+            Message::user_text("b"),
+        ]);
         assert_eq!(repaired.len(), 3);
         assert_eq!(
             repaired[2].content[0],
-            ContentBlock::ToolResult { tool_use_id: "t1".into(), content: INTERRUPTED.into(), is_error: true }
+            ContentBlock::ToolResult {
+                tool_use_id: "t1".into(),
+                content: INTERRUPTED.into(),
+                is_error: true
+            }
         );
         assert_eq!(repaired[2].text(), "b");
     }
@@ -79,9 +101,18 @@ mod tests {
     fn trailing_unanswered_call_gets_its_own_result_message_and_answered_calls_are_untouched() {
         let answered = Message {
             role: ChatRole::User,
-            content: vec![ContentBlock::ToolResult { tool_use_id: "t1".into(), content: "x".into(), is_error: false }],
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: "t1".into(),
+                content: "x".into(),
+                is_error: false,
+            }],
         };
-        let input = vec![Message::user_text("a"), call("t1"), answered.clone(), call("t2")];
+        let input = vec![
+            Message::user_text("a"),
+            call("t1"),
+            answered.clone(),
+            call("t2"),
+        ];
         let repaired = repair_tool_pairing(input);
         assert_eq!(repaired[2], answered);
         assert_eq!(repaired.len(), 5);

@@ -21,11 +21,20 @@ use saint_llm::{ChatRole, ContentBlock, Message};
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("failed to open session database {path}: {source}")]
-    Open { path: PathBuf, source: rusqlite::Error },
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("failed to create session directory {path}: {source}")]
-    Directory { path: PathBuf, source: std::io::Error },
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to {action}: {source}")]
-    Sql { action: &'static str, source: rusqlite::Error },
+    Sql {
+        action: &'static str,
+        source: rusqlite::Error,
+    },
     #[error("failed to decode stored message {id}: {source}")]
     Decode { id: i64, source: serde_json::Error },
 }
@@ -114,17 +123,33 @@ impl SessionStore {
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, SessionError> {
         let path = path.into();
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|source| SessionError::Directory { path: parent.to_path_buf(), source })?;
+            std::fs::create_dir_all(parent).map_err(|source| SessionError::Directory {
+                path: parent.to_path_buf(),
+                source,
+            })?;
         }
-        let open_error = |source| SessionError::Open { path: path.clone(), source };
+        let open_error = |source| SessionError::Open {
+            path: path.clone(),
+            source,
+        };
         let connection = Connection::open(&path).map_err(open_error)?;
-        connection.pragma_update(None, "journal_mode", "WAL").map_err(open_error)?;
-        connection.pragma_update(None, "synchronous", "FULL").map_err(open_error)?;
-        connection.pragma_update(None, "foreign_keys", "ON").map_err(open_error)?;
-        connection.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_error)?;
+        connection
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_error)?;
+        connection
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(open_error)?;
+        connection
+            .pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_error)?;
+        connection
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
-        Ok(Self { path, connection: Mutex::new(connection) })
+        Ok(Self {
+            path,
+            connection: Mutex::new(connection),
+        })
     }
 
     /// The database file.
@@ -132,8 +157,14 @@ impl SessionStore {
         &self.path
     }
 
-    fn with<T>(&self, body: impl FnOnce(&mut Connection) -> Result<T, SessionError>) -> Result<T, SessionError> {
-        let mut connection = self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn with<T>(
+        &self,
+        body: impl FnOnce(&mut Connection) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
+        let mut connection = self
+            .connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         body(&mut connection)
     }
 
@@ -197,7 +228,11 @@ impl SessionStore {
     pub fn transcript(&self, key: &str) -> Result<Transcript, SessionError> {
         self.with(|connection| {
             let summary: String = connection
-                .query_row("SELECT summary FROM sessions WHERE key = ?1", [key], |row| row.get(0))
+                .query_row(
+                    "SELECT summary FROM sessions WHERE key = ?1",
+                    [key],
+                    |row| row.get(0),
+                )
                 .optional()
                 .map_err(sql("read summary"))?
                 .unwrap_or_default();
@@ -216,7 +251,10 @@ impl SessionStore {
         self.with(|connection| {
             let transaction = connection.transaction().map_err(sql("begin compaction"))?;
             transaction
-                .execute("UPDATE sessions SET summary = ?2 WHERE key = ?1", params![key, summary])
+                .execute(
+                    "UPDATE sessions SET summary = ?2 WHERE key = ?1",
+                    params![key, summary],
+                )
                 .map_err(sql("store summary"))?;
             transaction
                 .execute(
@@ -250,12 +288,18 @@ impl SessionStore {
                     })
                 })
                 .map_err(sql("list sessions"))?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(sql("read session row"))
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(sql("read session row"))
         })
     }
 
     /// USD spent by `contact` on the days `first..=last` (`YYYY-MM-DD`, which sort as text).
-    pub fn spent_between(&self, contact: &str, first: &str, last: &str) -> Result<f64, SessionError> {
+    pub fn spent_between(
+        &self,
+        contact: &str,
+        first: &str,
+        last: &str,
+    ) -> Result<f64, SessionError> {
         self.with(|connection| {
             connection
                 .query_row(
@@ -275,12 +319,19 @@ impl SessionStore {
     /// `PRAGMA integrity_check`: `"ok"` for a healthy database.
     pub fn integrity_check(&self) -> Result<String, SessionError> {
         self.with(|connection| {
-            connection.query_row("PRAGMA integrity_check", [], |row| row.get(0)).map_err(sql("check integrity"))
+            connection
+                .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+                .map_err(sql("check integrity"))
         })
     }
 }
 
-fn add_spend(connection: &Connection, contact: &str, day: &str, usd: f64) -> Result<f64, SessionError> {
+fn add_spend(
+    connection: &Connection,
+    contact: &str,
+    day: &str,
+    usd: f64,
+) -> Result<f64, SessionError> {
     connection
         .query_row(
             "INSERT INTO spend (contact, day, usd) VALUES (?1, ?2, ?3)
@@ -292,7 +343,11 @@ fn add_spend(connection: &Connection, contact: &str, day: &str, usd: f64) -> Res
         .map_err(sql("add spend"))
 }
 
-fn read_messages(connection: &Connection, key: &str, include_compacted: bool) -> Result<Vec<StoredMessage>, SessionError> {
+fn read_messages(
+    connection: &Connection,
+    key: &str,
+    include_compacted: bool,
+) -> Result<Vec<StoredMessage>, SessionError> {
     let mut statement = connection
         .prepare_cached(
             "SELECT id, role, content, identity FROM messages
@@ -301,7 +356,12 @@ fn read_messages(connection: &Connection, key: &str, include_compacted: bool) ->
         .map_err(sql("prepare history"))?;
     let rows = statement
         .query_map(params![key, include_compacted], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, String>(3)?))
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+            ))
         })
         .map_err(sql("read history"))?;
     let mut messages = Vec::new();
@@ -309,8 +369,16 @@ fn read_messages(connection: &Connection, key: &str, include_compacted: bool) ->
         let (id, speaker, content, identity) = row.map_err(sql("read history row"))?;
         let content: Vec<ContentBlock> =
             serde_json::from_str(&content).map_err(|source| SessionError::Decode { id, source })?;
-        let role = if speaker == "assistant" { ChatRole::Assistant } else { ChatRole::User };
-        messages.push(StoredMessage { id, message: Message { role, content }, identity });
+        let role = if speaker == "assistant" {
+            ChatRole::Assistant
+        } else {
+            ChatRole::User
+        };
+        messages.push(StoredMessage {
+            id,
+            message: Message { role, content },
+            identity,
+        });
     }
     Ok(messages)
 }
@@ -325,8 +393,24 @@ mod tests {
         let path = directory.path().join("sessions/transcripts.sqlite3");
         let first = {
             let store = SessionStore::open(&path).unwrap();
-            let first = store.append("person:ana", "ana", "owner", "email:ana@x", &Message::user_text("one")).unwrap();
-            store.append("person:ana", "ana", "owner", "email:ana@x", &Message::assistant_text("two")).unwrap();
+            let first = store
+                .append(
+                    "person:ana",
+                    "ana",
+                    "owner",
+                    "email:ana@x",
+                    &Message::user_text("one"),
+                )
+                .unwrap();
+            store
+                .append(
+                    "person:ana",
+                    "ana",
+                    "owner",
+                    "email:ana@x",
+                    &Message::assistant_text("two"),
+                )
+                .unwrap();
             first
         };
         let store = SessionStore::open(&path).unwrap();
@@ -346,13 +430,33 @@ mod tests {
     fn spend_accumulates_per_contact_over_the_days_asked_for() {
         let directory = tempfile::tempdir().unwrap();
         let store = SessionStore::open(directory.path().join("db.sqlite3")).unwrap();
-        assert_eq!(store.spent_between("ivan", "2026-11-01", "2026-11-30").unwrap(), 0.0);
+        assert_eq!(
+            store
+                .spent_between("ivan", "2026-11-01", "2026-11-30")
+                .unwrap(),
+            0.0
+        );
         store.add_spend("ivan", "2026-11-02", 0.25).unwrap();
         assert_eq!(store.add_spend("ivan", "2026-11-02", 0.5).unwrap(), 0.75);
         store.add_spend("ivan", "2026-11-30", 0.125).unwrap();
         store.add_spend("ivan", "2026-12-01", 4.0).unwrap();
-        assert_eq!(store.spent_between("ivan", "2026-11-01", "2026-11-30").unwrap(), 0.875);
-        assert_eq!(store.spent_between("ivan", "2026-11-03", "2026-11-03").unwrap(), 0.0);
-        assert_eq!(store.spent_between("ana", "2026-11-01", "2026-11-30").unwrap(), 0.0);
+        assert_eq!(
+            store
+                .spent_between("ivan", "2026-11-01", "2026-11-30")
+                .unwrap(),
+            0.875
+        );
+        assert_eq!(
+            store
+                .spent_between("ivan", "2026-11-03", "2026-11-03")
+                .unwrap(),
+            0.0
+        );
+        assert_eq!(
+            store
+                .spent_between("ana", "2026-11-01", "2026-11-30")
+                .unwrap(),
+            0.0
+        );
     }
 }

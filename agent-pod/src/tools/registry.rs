@@ -36,7 +36,11 @@ impl ToolSet {
     /// messaging and session tools of the catalog (`exec` there fails closed and the
     /// policy withholds it until the sandbox exists). Outbound messages are recorded in
     /// `logs/outbox.jsonl` until channel transports exist.
-    pub fn builtin(workspace: &Path, sessions: Arc<dyn SessionDirectory>, secrets: SecretLookup) -> Self {
+    pub fn builtin(
+        workspace: &Path,
+        sessions: Arc<dyn SessionDirectory>,
+        secrets: SecretLookup,
+    ) -> Self {
         let outbox = Arc::new(FileOutbox::new(workspace.join("logs").join("outbox.jsonl")));
         let mut dependencies = CatalogDependencies::new(outbox, sessions);
         dependencies.secrets = secrets;

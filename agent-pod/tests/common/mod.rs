@@ -42,13 +42,17 @@ pub const IVAN_TELEGRAM: &str = "333333333";
 pub fn test_config(base_url: &str) -> Value {
     let mut config: Value = serde_json::from_str(FIXTURE).unwrap();
     config["model"]["baseUrl"] = json!(base_url);
-    config["web"]["search"] = json!({"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "SAINT_BRAVE_API_KEY"});
+    config["web"]["search"] =
+        json!({"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "SAINT_BRAVE_API_KEY"});
     config
 }
 
 pub fn environment() -> HashMap<String, String> {
     HashMap::from([
-        ("SAINT_MODEL_API_KEY".to_string(), "sk-model-key".to_string()),
+        (
+            "SAINT_MODEL_API_KEY".to_string(),
+            "sk-model-key".to_string(),
+        ),
         ("SAINT_CHANNEL_API_TOKEN".to_string(), TOKEN.to_string()),
         ("SAINT_BRAVE_API_KEY".to_string(), "brave-key".to_string()),
     ])
@@ -65,7 +69,11 @@ pub fn seed_workspace(workspace: &Path) {
         std::fs::write(workspace.join(file), text).unwrap();
     }
     std::fs::create_dir_all(workspace.join("memory/users/ana")).unwrap();
-    std::fs::write(workspace.join("memory/users/ana/notes.md"), "Ana's private notes").unwrap();
+    std::fs::write(
+        workspace.join("memory/users/ana/notes.md"),
+        "Ana's private notes",
+    )
+    .unwrap();
 }
 
 pub fn write_config(path: &Path, config: &Value) {
@@ -110,14 +118,29 @@ impl InProcess {
             ..options.client
         };
         let config_store = Arc::new(ConfigStore::load(&config_path).unwrap());
-        let store = Arc::new(SessionStore::open(workspace.join("sessions/transcripts.sqlite3")).unwrap());
+        let store =
+            Arc::new(SessionStore::open(workspace.join("sessions/transcripts.sqlite3")).unwrap());
         let metering = Arc::new(Metering::open(&workspace).unwrap());
         let model = ModelAccess::new(None, env.clone(), options.client.clone());
         let tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
-        let runtime =
-            Arc::new(Runtime::new(config_store, store, model, tools, metering, workspace.clone(), options));
+        let runtime = Arc::new(Runtime::new(
+            config_store,
+            store,
+            model,
+            tools,
+            metering,
+            workspace.clone(),
+            options,
+        ));
         let router = app(AppState::new(runtime.clone(), env));
-        Self { directory, workspace, config_path, llm, runtime, router }
+        Self {
+            directory,
+            workspace,
+            config_path,
+            llm,
+            runtime,
+            router,
+        }
     }
 
     pub fn rewrite_config(&self, adjust: impl FnOnce(&mut Value)) {
@@ -129,14 +152,21 @@ impl InProcess {
     pub async fn request(&self, request: Request<Body>) -> (StatusCode, String) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
-        let body = to_bytes(response.into_body(), 16 * 1024 * 1024).await.unwrap();
+        let body = to_bytes(response.into_body(), 16 * 1024 * 1024)
+            .await
+            .unwrap();
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
     /// Sends a message as `channel:peer`; returns the status and JSON body.
     pub async fn send(&self, channel: &str, peer: &str, text: &str) -> (StatusCode, Value) {
-        let (status, body) = self.request(message_request(channel, peer, text, false, Some(TOKEN))).await;
-        (status, serde_json::from_str(&body).unwrap_or(json!({"raw": body})))
+        let (status, body) = self
+            .request(message_request(channel, peer, text, false, Some(TOKEN)))
+            .await;
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(json!({"raw": body})),
+        )
     }
 
     /// Sends and expects a 200; returns the reply text.
@@ -155,7 +185,13 @@ impl InProcess {
     }
 }
 
-pub fn message_request(channel: &str, peer: &str, text: &str, stream: bool, token: Option<&str>) -> Request<Body> {
+pub fn message_request(
+    channel: &str,
+    peer: &str,
+    text: &str,
+    stream: bool,
+    token: Option<&str>,
+) -> Request<Body> {
     let mut builder = Request::post("/v1/messages").header("content-type", "application/json");
     if let Some(token) = token {
         builder = builder.header("authorization", format!("Bearer {token}"));
@@ -171,10 +207,22 @@ pub struct AgentProcess {
     pub metrics: String,
 }
 
-pub fn spawn_agent(config_path: &Path, workspace: &Path, extra_env: &[(&str, &str)]) -> AgentProcess {
+pub fn spawn_agent(
+    config_path: &Path,
+    workspace: &Path,
+    extra_env: &[(&str, &str)],
+) -> AgentProcess {
     let mut command = Command::new(env!("CARGO_BIN_EXE_saint-agent"));
     command
-        .args(["run", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--config-poll-ms", "100"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--config-poll-ms",
+            "100",
+        ])
         .arg("--config")
         .arg(config_path)
         .arg("--workspace")
@@ -193,13 +241,20 @@ pub fn spawn_agent(config_path: &Path, workspace: &Path, extra_env: &[(&str, &st
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
-    let addresses: HashMap<&str, &str> =
-        line.trim().split(' ').filter_map(|part| part.split_once('=')).collect();
+    let addresses: HashMap<&str, &str> = line
+        .trim()
+        .split(' ')
+        .filter_map(|part| part.split_once('='))
+        .collect();
     let (Some(http), Some(metrics)) = (addresses.get("http"), addresses.get("metrics")) else {
         let _ = child.kill();
         panic!("saint-agent did not report its addresses: {line:?}");
     };
-    AgentProcess { http: format!("http://{http}"), metrics: format!("http://{metrics}"), child }
+    AgentProcess {
+        http: format!("http://{http}"),
+        metrics: format!("http://{metrics}"),
+        child,
+    }
 }
 
 impl Drop for AgentProcess {
