@@ -84,3 +84,27 @@ impl Metrics {
         text
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_metrics_carry_the_labels_recorded() {
+        let metrics = Metrics::default();
+        metrics
+            .calls
+            .get_or_create(&CallLabels {
+                cli: "gh".into(),
+                outcome: "denied_args".into(),
+            })
+            .inc();
+        metrics.running.inc();
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"porter_calls_total{cli="gh",outcome="denied_args"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("porter_running_calls 1"), "{text}");
+    }
+}

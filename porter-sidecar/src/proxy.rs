@@ -24,9 +24,6 @@ use porter_protocol::{
 /// Where the socket is unless `CLIPORT_SOCKET` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/saint/porter/porter.sock";
 
-/// Where the token is read from when `CLIPORT_TOKEN` is unset.
-pub const DEFAULT_TOKEN_FILE: &str = "/run/saint/cliport-token";
-
 /// The binary's own name: invoked under it, the first argument names the CLI.
 pub const PROXY_NAME: &str = "cliport-proxy";
 
@@ -66,13 +63,16 @@ pub fn main() -> i32 {
     }
 }
 
+/// The caller token: `CLIPORT_TOKEN`, else the file named by `CLIPORT_TOKEN_FILE`. There
+/// is deliberately no default file: the directory the socket lives in is shared by every
+/// sandbox of the bot, so a token there would be everyone's.
 fn read_token() -> String {
     if let Ok(token) = std::env::var("CLIPORT_TOKEN") {
         return token;
     }
-    let path =
-        std::env::var("CLIPORT_TOKEN_FILE").unwrap_or_else(|_| DEFAULT_TOKEN_FILE.to_owned());
-    std::fs::read_to_string(path)
+    std::env::var("CLIPORT_TOKEN_FILE")
+        .ok()
+        .and_then(|path| std::fs::read_to_string(path).ok())
         .map(|text| text.trim().to_owned())
         .unwrap_or_default()
 }

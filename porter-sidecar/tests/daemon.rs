@@ -718,3 +718,83 @@ fn sigterm_lets_running_calls_finish_and_refuses_new_ones() {
     assert!(status.success(), "porter exited with {status}");
     assert!(!daemon.socket.exists(), "the socket was left behind");
 }
+
+#[test]
+fn a_symlink_named_after_the_cli_picks_it_and_cliport_manages_the_registry() {
+    let daemon = Daemon::start(|_, registry| {
+        registry.clis.insert("cat".into(), cli("/bin/cat"));
+    });
+    let cliport = |arguments: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_cliport"))
+            .arg("--registry")
+            .arg(&daemon.registry_path)
+            .arg("--audit-log")
+            .arg(&daemon.audit_log)
+            .args(arguments)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "cliport {arguments:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let greeter = script(
+        &daemon.bin_dir,
+        "greeter",
+        r#"printf '%s %s\n' "$GREETING" "$1""#,
+    );
+    cliport(&[
+        "install",
+        "greet",
+        "--bin",
+        &greeter,
+        "--env",
+        "GREETING=hello-credential",
+    ]);
+    assert!(cliport(&["list"]).contains("greet\t"));
+    assert!(
+        !cliport(&["list"]).contains("hello-credential"),
+        "list printed a value"
+    );
+
+    // Call it the way the sandbox does: a symlink named after the CLI.
+    let link = daemon.directory.path().join("greet");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cliport-proxy"), &link).unwrap();
+    let call = |argument: &str| {
+        std::process::Command::new(&link)
+            .arg(argument)
+            .env_clear()
+            .env("CLIPORT_SOCKET", &daemon.socket)
+            .env("CLIPORT_TOKEN", TOKEN)
+            .env("CLIPORT_CWD", "/workspace/repo")
+            .output()
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    let mut output = call("world");
+    while !output.status.success() {
+        // The daemon polls the registry file; wait for it to pick up `install`.
+        assert!(started.elapsed() < Duration::from_secs(10), "{output:?}");
+        std::thread::sleep(Duration::from_millis(100));
+        output = call("world");
+    }
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "[redacted] world\n"
+    );
+
+    cliport(&["env", "greet", "GREETING=hi"]);
+    cliport(&["remove", "greet"]);
+    let started = std::time::Instant::now();
+    while call("x").status.code() != Some(127) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "remove never took effect"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = cliport(&["log", "--last", "1"]);
+    assert!(log.contains(r#""outcome":"unknown_cli""#), "{log}");
+}
