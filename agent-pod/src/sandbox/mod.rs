@@ -6,6 +6,7 @@
 //! scope). Neither ever runs a command outside a sandbox: if no sandbox can be had,
 //! `exec` fails with an error (fail closed).
 
+pub mod backend;
 pub mod kubernetes;
 pub mod local;
 pub mod porter_control;

@@ -1,0 +1,220 @@
+//! Builds the sandbox backend the bot config names (`sandbox.backend`): bubblewrap on
+//! this machine or Jobs in the bot's namespace, plus the Porter control client `exec`
+//! registers tokens with. The one place the runtime calls to get an `exec` that works.
+//!
+//! Reads the environment and the filesystem (and, in Kubernetes, the agent's own pod);
+//! starts no sandbox.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use saint_config::{BotConfig, SandboxBackend};
+
+use super::{
+    Sandbox, SandboxError,
+    kubernetes::{KubernetesConfig, KubernetesSandbox},
+    local::{LocalConfig, LocalSandbox},
+    porter_control::PorterControl,
+    seed_entries,
+};
+
+/// Machine-specific settings of the local backend, with defaults from the environment.
+#[derive(Clone, Debug)]
+pub struct LocalMachine {
+    /// `SAINT_BWRAP`, default `/usr/bin/bwrap`.
+    pub bwrap: PathBuf,
+    /// `SAINT_SANDBOX_RUNNER`, default `saint-sandbox-runner` next to this executable.
+    pub runner: PathBuf,
+    /// `SAINT_CLIPORT_PROXY`, default `cliport-proxy` next to this executable.
+    pub proxy: PathBuf,
+    /// `SAINT_SANDBOX_STATE`, default `$XDG_STATE_HOME/saint/sandboxes/<bot>` (or
+    /// `~/.local/state/...`); must be outside the workspace.
+    pub state_directory: PathBuf,
+    /// `SAINT_PORTER_SOCKET_DIR`, default the directory of `porter.socketPath`.
+    pub porter_socket_directory: PathBuf,
+}
+
+impl LocalMachine {
+    /// Defaults for `config`, each overridable by its environment variable.
+    pub fn from_environment(config: &BotConfig, env: &dyn Fn(&str) -> Option<String>) -> Self {
+        let beside_executable = |name: &str| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|executable| executable.parent().map(|directory| directory.join(name)))
+                .unwrap_or_else(|| PathBuf::from(name))
+        };
+        let state_home = env("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|home| PathBuf::from(home).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/var/lib"));
+        let porter_socket = PathBuf::from(&config.porter.socket_path);
+        Self {
+            bwrap: env("SAINT_BWRAP")
+                .map_or_else(|| PathBuf::from("/usr/bin/bwrap"), PathBuf::from),
+            runner: env("SAINT_SANDBOX_RUNNER")
+                .map_or_else(|| beside_executable("saint-sandbox-runner"), PathBuf::from),
+            proxy: env("SAINT_CLIPORT_PROXY")
+                .map_or_else(|| beside_executable("cliport-proxy"), PathBuf::from),
+            state_directory: env("SAINT_SANDBOX_STATE").map_or_else(
+                || state_home.join("saint/sandboxes").join(&config.bot.name),
+                PathBuf::from,
+            ),
+            porter_socket_directory: env("SAINT_PORTER_SOCKET_DIR").map_or_else(
+                || {
+                    porter_socket
+                        .parent()
+                        .map(PathBuf::from)
+                        .unwrap_or_default()
+                },
+                PathBuf::from,
+            ),
+        }
+    }
+}
+
+/// What `exec` needs: the sandbox and Porter's control socket.
+pub struct ExecBackend {
+    pub sandbox: Arc<dyn Sandbox>,
+    pub porter: Option<PorterControl>,
+}
+
+/// The local backend for `config`. Fails (and `exec` stays disabled) if the runner
+/// binary is missing or the state directory is inside the workspace.
+pub fn local(
+    config: &BotConfig,
+    workspace: PathBuf,
+    machine: LocalMachine,
+) -> Result<ExecBackend, SandboxError> {
+    if !machine.runner.is_file() {
+        return Err(SandboxError::Start(format!(
+            "sandbox runner {} not found (set SAINT_SANDBOX_RUNNER)",
+            machine.runner.display()
+        )));
+    }
+    let mut local =
+        LocalConfig::for_bot(config, workspace, machine.state_directory, machine.runner);
+    local.bwrap = machine.bwrap;
+    local.proxy = machine.proxy.is_file().then_some(machine.proxy);
+    local.porter_socket_directory = machine
+        .porter_socket_directory
+        .is_dir()
+        .then_some(machine.porter_socket_directory);
+    Ok(ExecBackend {
+        sandbox: Arc::new(LocalSandbox::new(local)?),
+        porter: Some(PorterControl::new(&config.porter.control_socket_path)),
+    })
+}
+
+/// The Kubernetes backend for `config`, using the in-cluster client. The agent's own
+/// pod (its hostname) becomes the Jobs' owner when the template carries none.
+/// Deletes sandbox Jobs an earlier agent left behind.
+pub async fn kubernetes(
+    config: &BotConfig,
+    agent_run_directory: PathBuf,
+) -> Result<ExecBackend, SandboxError> {
+    let template = config.sandbox.job_template.clone().ok_or_else(|| {
+        SandboxError::Start("the bot config has no sandbox jobTemplate".to_string())
+    })?;
+    let client = kube::Client::try_default().await.map_err(|error| {
+        SandboxError::Backend(format!("failed to create a Kubernetes client: {error}"))
+    })?;
+    let namespace = config.bot.namespace.clone();
+    let pod_name = std::env::var("HOSTNAME").unwrap_or_default();
+    let owner = if pod_name.is_empty() {
+        None
+    } else {
+        Some(KubernetesSandbox::own_pod_owner(client.clone(), &namespace, &pod_name).await?)
+    };
+    let sandbox = KubernetesSandbox::new(
+        client,
+        KubernetesConfig {
+            namespace,
+            bot: config.bot.name.clone(),
+            template,
+            clis: config.porter.clis.clone(),
+            seed: seed_entries(),
+            agent_run_directory,
+            idle_timeout: Duration::from_secs(config.sandbox.idle_timeout_seconds),
+            start_timeout: Duration::from_secs(180),
+            owner,
+        },
+    );
+    let leftovers = sandbox.reap_leftovers().await?;
+    if leftovers > 0 {
+        tracing::info!(leftovers, "deleted sandbox jobs left by an earlier agent");
+    }
+    Ok(ExecBackend {
+        sandbox: Arc::new(sandbox),
+        porter: Some(PorterControl::new(&config.porter.control_socket_path)),
+    })
+}
+
+/// The backend `config.sandbox.backend` names.
+pub async fn for_config(
+    config: &BotConfig,
+    workspace: PathBuf,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ExecBackend, SandboxError> {
+    match config.sandbox.backend {
+        SandboxBackend::Local => local(
+            config,
+            workspace,
+            LocalMachine::from_environment(config, env),
+        ),
+        SandboxBackend::Kubernetes => kubernetes(config, PathBuf::from("/run/saint")).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config() -> BotConfig {
+        serde_json::from_value(serde_json::json!({
+            "schemaVersion": saint_config::SCHEMA_VERSION,
+            "bot": {"name": "my-bot"},
+            "model": {"provider": "anthropic", "name": "m", "baseUrl": "http://127.0.0.1:9"},
+            "defaultRole": "external",
+            "roles": {"external": {}},
+            "sandbox": {"backend": "local"},
+            "porter": {"socketPath": "/srv/acme/porter/porter.sock", "controlSocketPath": "/srv/acme/control.sock"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn local_machine_defaults_follow_the_environment() {
+        let variables = HashMap::from([("HOME", "/home/acme"), ("SAINT_BWRAP", "/opt/bwrap")]);
+        let lookup = |name: &str| variables.get(name).map(|value| value.to_string());
+        let machine = LocalMachine::from_environment(&config(), &lookup);
+        assert_eq!(machine.bwrap, PathBuf::from("/opt/bwrap"));
+        assert_eq!(
+            machine.state_directory,
+            PathBuf::from("/home/acme/.local/state/saint/sandboxes/my-bot")
+        );
+        assert_eq!(
+            machine.porter_socket_directory,
+            PathBuf::from("/srv/acme/porter")
+        );
+        assert!(machine.runner.ends_with("saint-sandbox-runner"));
+    }
+
+    #[test]
+    fn a_missing_runner_disables_exec_with_a_clear_error() {
+        let workspace = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let machine = LocalMachine {
+            bwrap: "/usr/bin/bwrap".into(),
+            runner: "/nonexistent/saint-sandbox-runner".into(),
+            proxy: "/nonexistent/cliport-proxy".into(),
+            state_directory: state.path().into(),
+            porter_socket_directory: "/nonexistent".into(),
+        };
+        let error = local(&config(), workspace.path().into(), machine)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("SAINT_SANDBOX_RUNNER"), "{error}");
+    }
+}
