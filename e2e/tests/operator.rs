@@ -719,7 +719,7 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
     let mut with_secret = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-secret")?)?;
     let volumes = with_secret["spec"]["template"]["spec"]["volumes"]
         .as_array_mut()
-        .ok_or("the sandbox template has no volumes list")?;
+        .ok_or_else(|| Failure::message("the sandbox template has no volumes list"))?;
     volumes.push(json!({"name": "stolen", "secret": {"secretName": "acme-assistant-llm"}}));
     let mut with_image = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-image")?)?;
     with_image["spec"]["template"]["spec"]["containers"][0]["image"] =
@@ -980,8 +980,14 @@ async fn of_two_operator_replicas_only_the_leader_reconciles() -> TestResult {
         .position(|replica| replica.identity == holder)
         .ok_or_else(|| Failure::message(format!("the Lease holder {holder} is neither replica")))?;
     let follower_index = 1 - leader_index;
-    let leader_metrics = replicas[leader_index].metrics().await?;
-    let follower_metrics = replicas[follower_index].metrics().await?;
+    let leader_metrics = replicas[leader_index]
+        .metrics()
+        .await
+        .map_err(Failure::message)?;
+    let follower_metrics = replicas[follower_index]
+        .metrics()
+        .await
+        .map_err(Failure::message)?;
     assert!(
         reconciles(&leader_metrics) > 0.0,
         "the leader {holder} reports no reconciles:\n{leader_metrics}"
