@@ -54,6 +54,19 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// Requested size of the child's output pipes.
 const PIPE_SIZE: i32 = 1 << 20;
 
+/// Arguments recorded per audit line; the rest are counted by `bytes` only.
+const AUDIT_MAX_ARGS: usize = 256;
+
+/// Characters kept of each audited string.
+const AUDIT_MAX_CHARS: usize = 1024;
+
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(AUDIT_MAX_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 /// A refused call: the error frame to send and the audit outcome.
 #[derive(Debug)]
 struct Refusal {
@@ -118,10 +131,12 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
         }
     }
     audit.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let label_cli = if audit.cli.is_empty() {
-        "-".to_owned()
-    } else {
+    // Only registered names become label values: caller-chosen names would let anyone
+    // grow the metric series without bound.
+    let label_cli = if state.registry.snapshot().clis.contains_key(&audit.cli) {
         audit.cli.clone()
+    } else {
+        "-".to_owned()
     };
     state
         .metrics
@@ -214,13 +229,15 @@ async fn prepare(
         }
     };
     let registry = state.registry.snapshot();
-    audit.cli = request.cli.clone();
+    // Redacted, and bounded so one caller cannot write megabyte audit lines.
+    audit.cli = bounded(&registry.secrets.redact_str(&request.cli));
     audit.args = request
         .args
         .iter()
-        .map(|argument| registry.secrets.redact_str(argument))
+        .take(AUDIT_MAX_ARGS)
+        .map(|argument| bounded(&registry.secrets.redact_str(argument)))
         .collect();
-    audit.cwd = request.cwd.clone();
+    audit.cwd = bounded(&registry.secrets.redact_str(&request.cwd));
 
     if state.shutdown.is_cancelled() {
         return Err(Refusal::new(
