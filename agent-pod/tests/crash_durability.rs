@@ -149,4 +149,54 @@ async fn kill_9_mid_turn_never_loses_an_acknowledged_message() {
     let store = saint_agent::session::SessionStore::open(&database).unwrap();
     assert_eq!(store.integrity_check().unwrap(), "ok");
     assert!(!store.transcript("person:ana").unwrap().messages.is_empty());
+    drop(store);
+
+    // Ana's transcript holds turns cut off by the kills; a restarted agent must still send
+    // the model a valid conversation: every tool call answered in the next message.
+    let agent = spawn_agent(&config_path, &workspace, &[]);
+    llm.push(Reply::text("All good."));
+    let before = llm.request_count();
+    let response = client
+        .post(format!("{}/v1/messages", agent.http))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "email", "peer": ANA_EMAIL, "text": "are you still there?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let request = &llm.requests()[before];
+    let messages = request.body["messages"].as_array().unwrap();
+    let mut unanswered_calls = 0;
+    for (index, message) in messages.iter().enumerate() {
+        let calls: Vec<&str> = message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|block| block["type"] == "tool_use")
+            .map(|block| block["id"].as_str().unwrap())
+            .collect();
+        let answers: Vec<&str> = messages
+            .get(index + 1)
+            .and_then(|next| next["content"].as_array())
+            .into_iter()
+            .flatten()
+            .filter(|block| block["type"] == "tool_result")
+            .map(|block| block["tool_use_id"].as_str().unwrap())
+            .collect();
+        unanswered_calls += calls.iter().filter(|id| !answers.contains(id)).count();
+    }
+    assert_eq!(
+        unanswered_calls, 0,
+        "a cut-off tool call reached the model unanswered"
+    );
+    // And the model sees every acknowledged message Ana sent before the crashes.
+    let seen: BTreeSet<String> = request.user_texts().into_iter().collect();
+    let from_ana = acknowledged
+        .iter()
+        .filter(|text| text.ends_with("sender 0") || text.ends_with("sender 1"));
+    let missing: Vec<_> = from_ana.filter(|text| !seen.contains(*text)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged but not shown to the model after restart: {missing:?}"
+    );
 }

@@ -536,3 +536,48 @@ async fn context_near_the_window_is_compacted_by_the_model_and_the_turn_continue
         "compaction keeps the full record"
     );
 }
+
+#[tokio::test]
+async fn a_tool_call_cut_off_by_a_crash_is_answered_as_interrupted_on_the_next_turn() {
+    let bot = InProcess::start().await;
+    let store = bot.runtime.store();
+    let identity = format!("whatsapp:{ANA_WHATSAPP}");
+    store
+        .append(
+            "person:ana",
+            "ana",
+            "owner",
+            &identity,
+            &saint_llm::Message::user_text("read the plan"),
+        )
+        .unwrap();
+    let call = saint_llm::Message {
+        role: saint_llm::ChatRole::Assistant,
+        content: vec![saint_llm::ContentBlock::ToolUse {
+            id: "toolu_cut".into(),
+            name: "read".into(),
+            input: json!({"path": "data/plan.md"}),
+        }],
+    };
+    // The process died here: the call is stored, its result never was.
+    store
+        .append("person:ana", "ana", "owner", &identity, &call)
+        .unwrap();
+    bot.llm.push(Reply::text("Sorry, where were we?"));
+    bot.reply("whatsapp", ANA_WHATSAPP, "hello?").await;
+    let request = &bot.llm.requests()[0];
+    let results = request.tool_results();
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].1 && results[0].0.contains("interrupted"),
+        "{results:?}"
+    );
+    let messages = request.body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        3,
+        "question, cut-off call, then results and the new question together"
+    );
+    assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_cut");
+    assert_eq!(messages[2]["content"][1]["text"], "hello?");
+}
