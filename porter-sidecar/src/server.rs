@@ -147,19 +147,21 @@ fn bind(path: &Path) -> Result<UnixListener, ServeError> {
 /// Serves until `stop` resolves, then drains: new calls are refused, running calls get
 /// `shutdown_deadline` to finish, then their process groups are killed.
 pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<(), ServeError> {
-    let calls = bind(&state.config.socket)?;
-    let control = state
-        .config
-        .control_socket
-        .as_deref()
-        .map(bind)
-        .transpose()?;
+    // Metrics and control first: once the call socket exists, everything is up.
     if let Some(address) = state.config.metrics_listen {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|source| ServeError::Metrics { address, source })?;
         tokio::spawn(serve_metrics(state.clone(), listener));
     }
+    let control = state
+        .config
+        .control_socket
+        .as_deref()
+        .map(bind)
+        .transpose()?;
+    // The call socket last: its existence tells callers porter is ready.
+    let calls = bind(&state.config.socket)?;
     let reloader = tokio::spawn(reload_loop(state.clone()));
     tracing::info!(socket = %state.config.socket.display(), "porter listening");
 

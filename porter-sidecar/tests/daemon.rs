@@ -798,3 +798,48 @@ fn a_symlink_named_after_the_cli_picks_it_and_cliport_manages_the_registry() {
     let log = cliport(&["log", "--last", "1"]);
     assert!(log.contains(r#""outcome":"unknown_cli""#), "{log}");
 }
+
+#[test]
+fn metrics_are_served_over_http() {
+    // A free loopback port: bind, note it, release it for the daemon.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_with(
+        |_, registry| {
+            registry.clis.insert("cat".into(), cli("/bin/cat"));
+        },
+        &["--metrics-listen", &address],
+    );
+    assert_eq!(
+        daemon.call(request("cat", &[], TOKEN)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+    assert_eq!(
+        error_of(&daemon.call(request("made-up-name", &[], TOKEN))),
+        Some(ErrorCode::UnknownCli)
+    );
+    daemon.wait_audit(2);
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(
+        response.contains(r#"porter_calls_total{cli="cat",outcome="ok"} 1"#),
+        "{response}"
+    );
+    // Caller-chosen names never become label values.
+    assert!(
+        response.contains(r#"porter_calls_total{cli="-",outcome="unknown_cli"} 1"#),
+        "{response}"
+    );
+    assert!(!response.contains("made-up-name"));
+}
