@@ -311,7 +311,203 @@ fn the_sandbox_template_has_no_secrets_no_token_and_sandbox_labels() {
         .collect();
     assert!(mounts.contains(&("/agent".to_string(), true)));
     assert!(mounts.contains(&("/workspace".to_string(), false)));
-    assert!(mounts.iter().any(|(path, _)| path == "/run/saint"));
+}
+
+#[test]
+fn a_sandbox_can_write_only_its_own_runner_directory_on_the_workspace() {
+    let job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated(
+        "acme.yaml",
+    ));
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let workspace_volumes: Vec<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|volume| volume.persistent_volume_claim.is_some())
+        .map(|volume| volume.name.clone())
+        .collect();
+    assert_eq!(workspace_volumes, vec!["agent-workspace".to_string()]);
+    let mounts: Vec<_> = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|mount| workspace_volumes.contains(&mount.name))
+        .collect();
+    let writable: Vec<_> = mounts
+        .iter()
+        .filter(|mount| mount.read_only != Some(true))
+        .map(|mount| (mount.mount_path.as_str(), mount.sub_path.as_deref()))
+        .collect();
+    // The only writable mount of the workspace is the placeholder the agent replaces
+    // with `.saint/run/sandboxes/<job>`: never Porter's directory, never `.saint/run`.
+    assert_eq!(
+        writable,
+        vec![(
+            saint_config::SANDBOX_RUN_MOUNT_PATH,
+            Some(saint_config::SANDBOX_RUN_SUBPATH_PLACEHOLDER)
+        )]
+    );
+    assert!(
+        saint_config::SANDBOX_RUN_SUBPATH_PLACEHOLDER
+            .starts_with(saint_config::SANDBOX_RUN_SUBPATH_PREFIX)
+    );
+    let porter = mounts
+        .iter()
+        .find(|mount| mount.mount_path == "/run/saint/porter")
+        .expect("porter socket directory mounted");
+    assert_eq!(porter.sub_path.as_deref(), Some(".saint/run/porter"));
+    assert_eq!(porter.read_only, Some(true));
+}
+
+#[test]
+fn the_sandbox_template_is_owned_by_the_saintbot_without_blocking_its_deletion() {
+    let job = saint_operator::saintbot_controller::build::sandbox_job::job_template(&validated(
+        "acme.yaml",
+    ));
+    let owners = job.metadata.owner_references.unwrap();
+    assert_eq!(owners.len(), 1);
+    let owner = &owners[0];
+    assert_eq!(
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.name.as_str()
+        ),
+        ("saint.work/v1alpha1", "SaintBot", "my-bot")
+    );
+    assert!(!owner.uid.is_empty());
+    assert_eq!(owner.controller, Some(true));
+    // true would need update rights on saintbots/finalizers, which the agent lacks.
+    assert_eq!(owner.block_owner_deletion, Some(false));
+}
+
+#[test]
+fn the_agent_can_open_sandbox_sockets_and_porter_admits_the_sandbox_uid() {
+    let deployment = children().deployment;
+    let bot_pod = deployment.spec.unwrap().template.spec.unwrap();
+    let sandbox_pod = saint_operator::saintbot_controller::build::sandbox_job::job_template(
+        &validated("acme.yaml"),
+    )
+    .spec
+    .unwrap()
+    .template
+    .spec
+    .unwrap();
+    let bot_context = bot_pod.security_context.clone().unwrap();
+    let sandbox_context = sandbox_pod.security_context.unwrap();
+    // The runner creates its socket 0660 as the sandbox user; the agent needs that
+    // user or its group.
+    let sandbox_uid = sandbox_context.run_as_user.unwrap();
+    let sandbox_gid = sandbox_context.run_as_group.unwrap();
+    let agent_groups: Vec<i64> = bot_context
+        .supplemental_groups
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .chain(bot_context.run_as_group)
+        .chain(bot_context.fs_group)
+        .collect();
+    assert!(
+        bot_context.run_as_user == Some(sandbox_uid) || agent_groups.contains(&sandbox_gid),
+        "agent {bot_context:?} cannot open a socket of {sandbox_uid}:{sandbox_gid}"
+    );
+    assert_eq!(bot_context.fs_group, sandbox_context.fs_group);
+    assert_eq!(
+        bot_context.supplemental_groups,
+        sandbox_context.supplemental_groups
+    );
+    let allowed_uids = |bot: &saint_operator::saintbot_controller::validate::ValidatedSaintBot| {
+        let deployment = saint_operator::saintbot_controller::build::workload::deployment(bot);
+        let pod = deployment.spec.unwrap().template.spec.unwrap();
+        let porter = pod
+            .containers
+            .into_iter()
+            .find(|container| container.name == "porter")
+            .unwrap();
+        porter
+            .env
+            .into_iter()
+            .flatten()
+            .find(|variable| variable.name == "PORTER_ALLOWED_UIDS")
+            .and_then(|variable| variable.value)
+            .map(|uids| {
+                uids.split(',')
+                    .map(|uid| uid.parse::<i64>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+    };
+    // Plain runtime: Porter admits exactly the pod user, which is the sandbox's.
+    let mut plain = validated("acme.yaml");
+    plain.sandbox.runtime_class_name = None;
+    assert_eq!(allowed_uids(&plain), Some(vec![sandbox_uid]));
+    // gVisor: the socket peer is the runtime's process; no uid filter (token decides).
+    let gvisor = validated("acme.yaml");
+    assert!(gvisor.sandbox.runtime_class_name.is_some());
+    assert_eq!(allowed_uids(&gvisor), None);
+}
+
+#[test]
+fn agent_and_porter_have_http_probes_on_their_own_ports() {
+    let deployment = children().deployment;
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let probe = |container: &str, kind: &str| -> (String, String) {
+        let container = pod
+            .containers
+            .iter()
+            .find(|candidate| candidate.name == container)
+            .unwrap();
+        let probe = match kind {
+            "liveness" => container.liveness_probe.clone(),
+            "readiness" => container.readiness_probe.clone(),
+            _ => container.startup_probe.clone(),
+        }
+        .unwrap_or_else(|| panic!("{} has no {kind} probe", container.name));
+        let http = probe.http_get.unwrap();
+        let port = match http.port {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(name) => {
+                let port = container
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|port| port.name.as_deref() == Some(name.as_str()))
+                    .unwrap_or_else(|| panic!("probe names unknown port {name}"));
+                port.container_port.to_string()
+            }
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port) => {
+                port.to_string()
+            }
+        };
+        (http.path.unwrap(), port)
+    };
+    assert_eq!(
+        probe("agent", "liveness"),
+        ("/healthz".into(), "8080".into())
+    );
+    assert_eq!(
+        probe("agent", "readiness"),
+        ("/readyz".into(), "8080".into())
+    );
+    assert_eq!(
+        probe("agent", "startup"),
+        ("/healthz".into(), "8080".into())
+    );
+    let porter = pod
+        .containers
+        .iter()
+        .find(|container| container.name == "porter")
+        .unwrap();
+    let listen = porter
+        .env
+        .iter()
+        .flatten()
+        .find(|variable| variable.name == "PORTER_METRICS_LISTEN")
+        .and_then(|variable| variable.value.clone())
+        .expect("porter serves /healthz");
+    for kind in ["liveness", "readiness", "startup"] {
+        let (path, port) = probe("porter", kind);
+        assert_eq!(path, "/healthz");
+        assert!(listen.ends_with(&format!(":{port}")), "{listen} vs {port}");
+    }
 }
 
 #[test]

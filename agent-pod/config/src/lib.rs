@@ -507,6 +507,19 @@ pub enum SandboxScope {
     Shared,
 }
 
+/// Where a Kubernetes sandbox sees its own runner directory (socket inside it). The
+/// operator's Job template mounts the workspace volume here with
+/// [`SANDBOX_RUN_SUBPATH_PLACEHOLDER`] as `subPath`; the agent replaces it.
+pub const SANDBOX_RUN_MOUNT_PATH: &str = "/run/saint/sandbox";
+
+/// The `subPath` placeholder in the Job template's [`SANDBOX_RUN_MOUNT_PATH`] mount.
+/// The agent replaces it with [`SANDBOX_RUN_SUBPATH_PREFIX`]`<job name>` and refuses a
+/// template without it; the admission policy refuses a Job still carrying it.
+pub const SANDBOX_RUN_SUBPATH_PLACEHOLDER: &str = ".saint/run/sandboxes/{{job-name}}";
+
+/// Where on the workspace volume each sandbox's runner directory lives.
+pub const SANDBOX_RUN_SUBPATH_PREFIX: &str = ".saint/run/sandboxes/";
+
 /// The sandbox as the operator decided it; the agent only fills names and labels.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

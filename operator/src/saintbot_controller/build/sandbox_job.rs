@@ -3,6 +3,7 @@
 //! security-relevant field is decided here. Pure: no client.
 
 use k8s_openapi::api::batch::v1::Job;
+use saint_config::{SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER};
 use serde_json::json;
 
 use super::typed;
@@ -14,22 +15,40 @@ use crate::{
 /// Seconds a finished sandbox Job is kept (for debugging) before Kubernetes deletes it.
 pub const TTL_SECONDS_AFTER_FINISHED: i32 = 300;
 
+/// The uid and gid every container of the bot pod and every sandbox runs as: the
+/// runner creates its socket mode 0660, and the agent must be able to open it.
+pub const POD_USER: i64 = 65532;
+
 /// The Job template: non-root, read-only root, all capabilities dropped, seccomp
 /// RuntimeDefault, no service-account token, no Secrets, no network (NetworkPolicy
 /// `<bot>-sandbox` selects its labels), pinned to the bot pod's node so it can mount the
 /// ReadWriteOnce workspace and reach the Porter socket on it.
+///
+/// The workspace volume is mounted read-only everywhere except the sandbox's own
+/// runner directory: Porter's socket directory is read-only (a command must not
+/// replace Porter's socket with its own listener and collect tokens and commands),
+/// and `/run/saint/sandbox` gets `.saint/run/sandboxes/<job>` — the agent fills the
+/// placeholder — so no sandbox can touch another one's socket.
+///
+/// Carries the SaintBot as controller owner so sandbox Jobs are garbage-collected
+/// with the bot; `blockOwnerDeletion` is false because setting it true needs update
+/// rights on `saintbots/finalizers`, which the agent's account does not have.
 pub fn job_template(bot: &ValidatedSaintBot) -> Job {
     let mut sandbox_labels = labels(&bot.name, "sandbox");
     sandbox_labels.insert(SANDBOX_LABEL.to_string(), "true".to_string());
+    let mut owner = bot.owner_reference.clone();
+    owner.block_owner_deletion = Some(false);
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
         "securityContext": {
             "runAsNonRoot": true,
-            "runAsUser": 65532,
-            "runAsGroup": 65532,
-            "fsGroup": 65532,
+            "runAsUser": POD_USER,
+            "runAsGroup": POD_USER,
+            "fsGroup": POD_USER,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "supplementalGroups": [POD_USER],
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -51,7 +70,8 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
             "volumeMounts": [
                 {"name": "agent-workspace", "mountPath": "/agent", "readOnly": true},
                 {"name": "scratch", "mountPath": "/workspace"},
-                {"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+                {"name": "agent-workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
+                {"name": "agent-workspace", "mountPath": SANDBOX_RUN_MOUNT_PATH, "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
                 {"name": "tmp", "mountPath": "/tmp"},
             ],
         }],
@@ -67,7 +87,11 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
     typed(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"namespace": bot.namespace, "labels": sandbox_labels},
+        "metadata": {
+            "namespace": bot.namespace,
+            "labels": sandbox_labels,
+            "ownerReferences": [serde_json::to_value(&owner).expect("owner reference serialises")],
+        },
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": bot.sandbox.max_lifetime_seconds,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
 
-use super::{child_metadata, sha256_hex, typed};
+use super::{child_metadata, sandbox_job::POD_USER, sha256_hex, typed};
 use crate::{
     labels::{
         RESTART_HASH_ANNOTATION, agent_account_name, agent_selector, config_map_name, labels,
@@ -19,6 +19,18 @@ use crate::{
 
 const WORKSPACE: &str = "/var/lib/saint/workspace";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Porter's `/healthz` and `/metrics` listener (the agent has 8080 and 9090).
+const PORTER_METRICS_PORT: u16 = 9091;
+
+/// An HTTP probe on a named container port.
+fn http_probe(path: &str, port: &str, period_seconds: i32, failure_threshold: i32) -> Value {
+    json!({
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period_seconds,
+        "failureThreshold": failure_threshold,
+        "timeoutSeconds": 2,
+    })
+}
 
 /// Hash of the inputs that need a new pod: images, model, channels, the Porter registry
 /// and every credential reference. Contacts and Roles are deliberately absent: they only
@@ -82,6 +94,11 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "http", "containerPort": 8080, "protocol": "TCP"},
             {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
         ],
+        // Up to a minute to start (config, memory database), then `/healthz` must keep
+        // answering; `/readyz` turns false while draining on SIGTERM.
+        "startupProbe": http_probe("/healthz", "http", 2, 30),
+        "livenessProbe": http_probe("/healthz", "http", 10, 3),
+        "readinessProbe": http_probe("/readyz", "http", 5, 2),
         "resources": serde_json::to_value(&bot.agent_resources).expect("resources serialise"),
         "securityContext": container_security_context(),
         "volumeMounts": [
@@ -108,7 +125,15 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "PORTER_SOCKET", "value": "/run/saint/porter/porter.sock"},
             {"name": "PORTER_CONTROL_SOCKET", "value": "/run/saint/porter-control/control.sock"},
             {"name": "PORTER_AUDIT_LOG", "value": format!("{WORKSPACE}/logs/porter.jsonl")},
+            {"name": "PORTER_METRICS_LISTEN", "value": format!("0.0.0.0:{PORTER_METRICS_PORT}")},
         ],
+        "ports": [
+            {"name": "porter-metrics", "containerPort": PORTER_METRICS_PORT, "protocol": "TCP"},
+        ],
+        // Porter serves `/healthz` only after its call socket is bound.
+        "startupProbe": http_probe("/healthz", "porter-metrics", 1, 30),
+        "livenessProbe": http_probe("/healthz", "porter-metrics", 10, 3),
+        "readinessProbe": http_probe("/healthz", "porter-metrics", 5, 2),
         "resources": serde_json::to_value(&bot.porter_resources).expect("resources serialise"),
         "securityContext": container_security_context(),
         "volumeMounts": [
@@ -119,6 +144,15 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     });
+    // Only the uid the agent, porter and every sandbox run as may call Porter. Under a
+    // sandbox runtime class (gVisor, Kata) the peer a unix socket reports is the
+    // runtime's own process, not the sandbox user, so there the token alone decides.
+    if bot.sandbox.runtime_class_name.is_none() {
+        container["env"]
+            .as_array_mut()
+            .expect("env is a list")
+            .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": POD_USER.to_string()}));
+    }
     if !bot.porter_env_from_secrets.is_empty() {
         container["envFrom"] = bot
             .porter_env_from_secrets
@@ -210,10 +244,11 @@ pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
                     "enableServiceLinks": false,
                     "securityContext": {
                         "runAsNonRoot": true,
-                        "runAsUser": 65532,
-                        "runAsGroup": 65532,
-                        "fsGroup": 65532,
+                        "runAsUser": POD_USER,
+                        "runAsGroup": POD_USER,
+                        "fsGroup": POD_USER,
                         "fsGroupChangePolicy": "OnRootMismatch",
+                        "supplementalGroups": [POD_USER],
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "initContainers": [prepare_workspace_container(bot)],
