@@ -10,8 +10,12 @@ use saint_agent::{
     config_watch::ConfigStore,
     metering::Metering,
     runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
+    sandbox::backend,
     session::SessionStore,
-    tools::registry::ToolSet,
+    tools::{
+        exec::{ExecLimits, ExecTool},
+        registry::ToolSet,
+    },
 };
 use tokio_util::sync::CancellationToken;
 
@@ -122,22 +126,39 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         env.clone(),
         options.client.clone(),
     );
-    let tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
-    let runtime = Arc::new(Runtime::new(
-        config.clone(),
-        store,
-        model,
-        tools,
-        metering,
-        workspace,
-        options,
-    ));
-
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("failed to start tokio")?;
-    tokio.block_on(serve(arguments, config, runtime, env))
+    tokio.block_on(async move {
+        let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
+        // Without a working sandbox `exec` stays the fail-closed placeholder and is
+        // withheld from every role; it never runs unsandboxed.
+        let sandbox =
+            backend::for_config(&config.last_good(), workspace.clone(), env.as_ref()).await;
+        let sandbox_available = match sandbox {
+            Ok(exec) => {
+                let tool = ExecTool::new(exec.sandbox, exec.porter, ExecLimits::default());
+                tools = tools.replace(Arc::new(tool));
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no sandbox: exec is disabled");
+                false
+            }
+        };
+        let runtime = Runtime::new(
+            config.clone(),
+            store,
+            model,
+            tools,
+            metering,
+            workspace,
+            options,
+        )
+        .with_sandbox_available(sandbox_available);
+        serve(arguments, config, Arc::new(runtime), env).await
+    })
 }
 
 async fn serve(

@@ -161,3 +161,46 @@ async fn the_binary_answers_reloads_contacts_and_finishes_a_running_turn_on_sigt
         .unwrap();
     assert!(status.success(), "graceful shutdown exits 0: {status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_runs_in_the_local_sandbox_for_the_owner_and_is_never_offered_to_strangers() {
+    let runner = std::path::Path::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .with_file_name("saint-sandbox-runner");
+    assert!(
+        runner.is_file() && std::path::Path::new("/usr/bin/bwrap").is_file(),
+        "this test needs bubblewrap (/usr/bin/bwrap) and the saint-sandbox-runner binary ({}); \
+         build it with `cargo build -p saint-sandbox-runner`",
+        runner.display()
+    );
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config(&llm.base_url()));
+    let agent = spawn_agent(&config_path, &workspace, &[]);
+    let client = reqwest::Client::new();
+
+    llm.push(Reply::tool_call(
+        "exec",
+        json!({"command": "echo sandboxed-$((6*7))"}),
+    ));
+    llm.push(Reply::text("Ran it."));
+    post(&client, &agent, ANA_WHATSAPP, "run the echo").await;
+    let requests = llm.requests();
+    assert!(
+        requests[0].tool_names().contains(&"exec".to_string()),
+        "{:?}",
+        requests[0].tool_names()
+    );
+    let results = requests[1].tool_results();
+    assert!(
+        !results[0].1 && results[0].0.contains("sandboxed-42"),
+        "{results:?}"
+    );
+
+    llm.push(Reply::text("Hi."));
+    post(&client, &agent, "+385910000003", "hello").await;
+    assert!(!llm.requests()[2].tool_names().contains(&"exec".to_string()));
+}

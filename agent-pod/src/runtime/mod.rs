@@ -135,6 +135,8 @@ pub struct Runtime {
     pub(crate) metering: Arc<Metering>,
     pub(crate) workspace: PathBuf,
     pub(crate) options: RuntimeOptions,
+    // Whether `exec` runs in a working sandbox; without one it is withheld from every role.
+    pub(crate) sandbox_available: bool,
     // One turn at a time per session, so messages and tool results interleave sanely.
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -158,8 +160,16 @@ impl Runtime {
             metering,
             workspace,
             options,
+            sandbox_available: false,
             session_locks: Mutex::default(),
         }
+    }
+
+    /// Declares that the tool set's `exec` runs in a working sandbox, so roles with an
+    /// `execBlocklist` that allow it see it.
+    pub fn with_sandbox_available(mut self, available: bool) -> Self {
+        self.sandbox_available = available;
+        self
     }
 
     /// The config store.

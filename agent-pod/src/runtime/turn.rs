@@ -217,7 +217,11 @@ impl Runtime {
             .model
             .clone()
             .unwrap_or_else(|| config.model.name.clone());
-        let visible = policy::visible_tools(&caller.role, self.tools.all());
+        let visible = policy::visible_tools_with_sandbox(
+            &caller.role,
+            self.tools.all(),
+            self.sandbox_available,
+        );
         let tool_names: Vec<&str> = visible.iter().map(|tool| tool.name()).collect();
         let base_prompt = prompt::system_prompt(&PromptInputs {
             caller,

@@ -47,6 +47,19 @@ impl ToolSet {
         Self::new(catalog::all_tools(dependencies))
     }
 
+    /// Replaces the tool of the same name (keeping its catalog position), or appends it.
+    pub fn replace(mut self, tool: Arc<dyn Tool>) -> Self {
+        match self
+            .tools
+            .iter()
+            .position(|existing| existing.name() == tool.name())
+        {
+            Some(position) => self.tools[position] = tool,
+            None => self.tools.push(tool),
+        }
+        self
+    }
+
     /// All tools.
     pub fn all(&self) -> &[Arc<dyn Tool>] {
         &self.tools

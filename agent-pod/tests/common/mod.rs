@@ -234,6 +234,9 @@ pub fn spawn_agent(
     for (name, value) in environment() {
         command.env(name, value);
     }
+    // Sandbox state stays inside the test's directory (outside the workspace).
+    let state = config_path.parent().unwrap().join("sandbox-state");
+    command.env("SAINT_SANDBOX_STATE", &state);
     for (name, value) in extra_env {
         command.env(name, value);
     }
