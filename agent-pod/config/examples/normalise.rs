@@ -3,7 +3,9 @@ use std::io::Read;
 
 fn main() {
     let mut text = String::new();
-    std::io::stdin().read_to_string(&mut text).expect("read stdin");
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .expect("read stdin");
     match saint_config::BotConfig::from_json(&text) {
         Ok(config) => print!("{}", config.to_json()),
         Err(error) => {

@@ -56,7 +56,12 @@ pub const TOOL_GROUPS: &[(&str, &[&str])] = &[
     ("memory", &["memory_search", "memory_get"]),
     (
         "sessions",
-        &["sessions_list", "sessions_history", "sessions_send", "sessions_spawn"],
+        &[
+            "sessions_list",
+            "sessions_history",
+            "sessions_send",
+            "sessions_spawn",
+        ],
     ),
     ("messaging", &["message"]),
     ("automation", &["cron"]),
@@ -190,7 +195,9 @@ pub struct ModelPrice {
 }
 
 /// Channel kinds. Each identity in `identityLinks` is prefixed by one of these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum ChannelKind {
     /// The built-in authenticated HTTP API.
@@ -292,7 +299,9 @@ pub struct ToolPolicy {
 }
 
 /// Memory scopes of seed §7.2.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum MemoryScope {
     /// `memory/shared/**`, `MEMORY.md`.
@@ -411,7 +420,9 @@ pub struct SessionsConfig {
 
 impl Default for SessionsConfig {
     fn default() -> Self {
-        Self { dm_scope: DmScope::PerChannelPeer }
+        Self {
+            dm_scope: DmScope::PerChannelPeer,
+        }
     }
 }
 
@@ -583,7 +594,12 @@ pub struct MemoryConfig {
 
 /// Embedding backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind", deny_unknown_fields)]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind",
+    deny_unknown_fields
+)]
 pub enum EmbeddingsConfig {
     /// all-MiniLM-L6-v2 in process, from files in `modelDir`.
     Local {
@@ -606,7 +622,9 @@ pub enum EmbeddingsConfig {
 
 impl Default for EmbeddingsConfig {
     fn default() -> Self {
-        EmbeddingsConfig::Local { model_dir: "/opt/saint/models/all-MiniLM-L6-v2".to_string() }
+        EmbeddingsConfig::Local {
+            model_dir: "/opt/saint/models/all-MiniLM-L6-v2".to_string(),
+        }
     }
 }
 

@@ -16,7 +16,10 @@ pub enum ConfigError {
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { field: field.into(), message: message.into() }
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 /// Whether `pattern` is a known tool, a known `group:*`, or a glob that matches a known tool.
@@ -39,7 +42,9 @@ pub fn is_known_tool_pattern(pattern: &str) -> bool {
 /// Checks everything the agent relies on before it accepts a config.
 pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     if config.schema_version != SCHEMA_VERSION {
-        return Err(ConfigError::SchemaVersion { found: config.schema_version.clone() });
+        return Err(ConfigError::SchemaVersion {
+            found: config.schema_version.clone(),
+        });
     }
     if config.model.name.trim().is_empty() {
         return Err(invalid("model.name", "must not be empty"));
@@ -59,7 +64,11 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
                 ));
             }
         }
-        if let Some(file) = role.bootstrap.iter().find(|f| !BOOTSTRAP_FILES.contains(&f.as_str())) {
+        if let Some(file) = role
+            .bootstrap
+            .iter()
+            .find(|f| !BOOTSTRAP_FILES.contains(&f.as_str()))
+        {
             return Err(invalid(
                 format!("roles.{name}.bootstrap"),
                 format!("{file:?} is not a bootstrap file (one of {BOOTSTRAP_FILES:?})"),
@@ -68,7 +77,10 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
         if let Some(budget) = &role.budget
             && !(budget.usd.is_finite() && budget.usd >= 0.0)
         {
-            return Err(invalid(format!("roles.{name}.budget.usd"), "must be a number ≥ 0"));
+            return Err(invalid(
+                format!("roles.{name}.budget.usd"),
+                "must be a number ≥ 0",
+            ));
         }
     }
     let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
@@ -98,8 +110,12 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             }
         }
     }
-    if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none() {
-        return Err(invalid("sandbox.jobTemplate", "is required for the kubernetes backend"));
+    if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
+    {
+        return Err(invalid(
+            "sandbox.jobTemplate",
+            "is required for the kubernetes backend",
+        ));
     }
     Ok(())
 }

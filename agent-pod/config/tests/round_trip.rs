@@ -30,20 +30,34 @@ fn unknown_tool_is_refused() {
 #[test]
 fn other_schema_version_is_refused() {
     let text = EXAMPLE.replace("bot-config/v1alpha1", "bot-config/v9");
-    assert!(matches!(BotConfig::from_json(&text), Err(ConfigError::SchemaVersion { .. })));
+    assert!(matches!(
+        BotConfig::from_json(&text),
+        Err(ConfigError::SchemaVersion { .. })
+    ));
 }
 
 #[test]
 fn unknown_field_is_refused() {
     let text = EXAMPLE.replacen("{", r#"{"surprise": 1,"#, 1);
-    assert!(matches!(BotConfig::from_json(&text), Err(ConfigError::Parse(_))));
+    assert!(matches!(
+        BotConfig::from_json(&text),
+        Err(ConfigError::Parse(_))
+    ));
 }
 
 #[test]
 fn json_schema_names_every_top_level_field() {
     let schema = BotConfig::json_schema();
     let properties = schema["properties"].as_object().expect("object schema");
-    for field in ["schemaVersion", "model", "roles", "contacts", "identityLinks", "sandbox", "porter"] {
+    for field in [
+        "schemaVersion",
+        "model",
+        "roles",
+        "contacts",
+        "identityLinks",
+        "sandbox",
+        "porter",
+    ] {
         assert!(properties.contains_key(field), "schema lacks {field}");
     }
 }
