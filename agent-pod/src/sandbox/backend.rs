@@ -104,8 +104,9 @@ pub fn local(
     })
 }
 
-/// The Kubernetes backend for `config`, using the in-cluster client. The agent's own
-/// pod (its hostname) becomes the Jobs' owner when the template carries none.
+/// The Kubernetes backend for `config`, using the in-cluster client. The template's
+/// owner (the SaintBot) is kept; only when it carries none does the agent's own pod
+/// (its hostname) become the Jobs' owner.
 /// Deletes sandbox Jobs an earlier agent left behind.
 pub async fn kubernetes(
     config: &BotConfig,
@@ -119,7 +120,9 @@ pub async fn kubernetes(
     })?;
     let namespace = config.bot.namespace.clone();
     let pod_name = std::env::var("HOSTNAME").unwrap_or_default();
-    let owner = if pod_name.is_empty() {
+    // The operator renders the SaintBot into the template; the agent pod is only a
+    // fallback for templates without an owner.
+    let owner = if pod_name.is_empty() || super::kubernetes::template_has_owner(&template) {
         None
     } else {
         Some(KubernetesSandbox::own_pod_owner(client.clone(), &namespace, &pod_name).await?)

@@ -5,8 +5,11 @@
 //! the admission policy.
 //!
 //! The agent reaches the runner through its socket on the bot's shared volume
-//! (`/run/saint/sandboxes/<job>/runner.sock`), so it needs no `pods/exec`. Touches only
-//! Jobs labelled as this bot's sandboxes (and reads their pods for error messages).
+//! (`/run/saint/sandboxes/<job>/runner.sock`), so it needs no `pods/exec`. Inside the
+//! sandbox only that Job's own directory is writable (`/run/saint/sandbox`); a template
+//! that would let a sandbox write elsewhere on the workspace (and replace Porter's or
+//! another sandbox's socket) is refused. Touches only Jobs labelled as this bot's
+//! sandboxes (and reads their pods for error messages).
 
 use std::{
     collections::BTreeMap,
@@ -27,18 +30,15 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
+use saint_config::{
+    SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
+};
 
 use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, random_token};
 
-/// Where the runner's directory is mounted when the template gives each sandbox its
-/// own sub-directory of the shared volume (the agent fills the `subPath`).
-pub const PER_SANDBOX_MOUNT: &str = "/run/saint/sandbox";
-
-/// The shared run directory inside the sandbox when there is no per-sandbox mount.
-pub const SHARED_RUN_DIRECTORY: &str = "/run/saint";
-
-/// Where, on the workspace volume, the run directory lives (`.saint/run`).
-pub const RUN_SUBPATH: &str = ".saint/run";
+/// Where the sandbox's own runner directory is mounted; the template's `subPath` there
+/// is [`SANDBOX_RUN_SUBPATH_PLACEHOLDER`], which the agent replaces per Job.
+pub const PER_SANDBOX_MOUNT: &str = SANDBOX_RUN_MOUNT_PATH;
 
 /// Longest Kubernetes object name that is also a valid label value (`job-name`).
 const MAX_NAME: usize = 63;
@@ -60,8 +60,9 @@ pub struct JobParameters<'a> {
     pub seed: &'a [String],
     /// The runner's own idle exit (a backstop; the agent reaps first).
     pub runner_idle_timeout_seconds: u64,
-    /// The owner when the template carries none: the SaintBot, or else the agent's
-    /// own pod (deleted with the bot through its Deployment, so the Job is too).
+    /// The owner when the template carries none (an operator older than the one that
+    /// renders the SaintBot into it): the agent's own pod, deleted with the bot through
+    /// its Deployment, so the Job is too. Ignored when the template has an owner.
     pub owner: Option<&'a OwnerReference>,
 }
 
@@ -78,6 +79,17 @@ pub enum JobBuildError {
         "failed to build sandbox job: no owner reference (a Job without one would outlive its bot)"
     )]
     NoOwner,
+    #[error(
+        "failed to build sandbox job: jobTemplate has no volume mount at {PER_SANDBOX_MOUNT} with \
+         subPath {SANDBOX_RUN_SUBPATH_PLACEHOLDER} (without it a sandbox could replace Porter's \
+         or another sandbox's socket)"
+    )]
+    NoSandboxDirectory,
+    #[error(
+        "failed to build sandbox job: jobTemplate mounts the workspace volume writable at \
+         {mount_path}; only {PER_SANDBOX_MOUNT} may be writable"
+    )]
+    WritableWorkspace { mount_path: String },
 }
 
 impl From<JobBuildError> for SandboxError {
@@ -92,6 +104,15 @@ pub fn job_name(bot: &str, scope: &ScopeKey, suffix: &str) -> String {
     let room = MAX_NAME.saturating_sub(tail.len());
     let bot: String = bot.chars().take(room).collect();
     format!("{}{tail}", bot.trim_end_matches('-'))
+}
+
+/// Whether the template already carries an owner reference (the operator renders the
+/// SaintBot into it); if so the agent needs no fallback owner.
+pub fn template_has_owner(template: &serde_json::Value) -> bool {
+    template
+        .pointer("/metadata/ownerReferences")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|owners| !owners.is_empty())
 }
 
 /// The runner socket of Job `name` as the agent sees it.
@@ -165,10 +186,10 @@ pub fn build_job(
             .get_or_insert_with(Vec::new)
             .push(owner.clone());
     }
-    // `blockOwnerDeletion` needs update rights on the owner's finalizers, which the
-    // agent's account does not have; garbage collection works without it.
+    // `blockOwnerDeletion: true` needs update rights on the owner's finalizers, which
+    // the agent's account does not have; garbage collection works without it.
     for owner in metadata.owner_references.iter_mut().flatten() {
-        owner.block_owner_deletion = None;
+        owner.block_owner_deletion = Some(false);
     }
 
     let spec = job.spec.get_or_insert_with(Default::default);
@@ -194,25 +215,34 @@ pub fn build_job(
         .iter()
         .position(|container| container.name == "runner")
         .unwrap_or(0);
+    let claim_volumes: Vec<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|volume| volume.persistent_volume_claim.is_some())
+        .map(|volume| volume.name.clone())
+        .collect();
     let container = pod
         .containers
         .get_mut(index)
         .ok_or(JobBuildError::NoContainer)?;
+    // This sandbox may write only its own runner directory on the workspace: it can
+    // neither replace Porter's socket nor another sandbox's and listen in between.
     let per_sandbox_mount = container
         .volume_mounts
         .iter_mut()
         .flatten()
-        .find(|mount| mount.mount_path == PER_SANDBOX_MOUNT);
-    let socket = match per_sandbox_mount {
-        // This sandbox sees only its own runner directory: it can neither replace
-        // another sandbox's socket nor Porter's.
-        Some(mount) => {
-            mount.sub_path = Some(format!("{RUN_SUBPATH}/sandboxes/{name}"));
-            mount.sub_path_expr = None;
-            format!("{PER_SANDBOX_MOUNT}/runner.sock")
-        }
-        None => format!("{SHARED_RUN_DIRECTORY}/sandboxes/{name}/runner.sock"),
-    };
+        .find(|mount| {
+            mount.mount_path == PER_SANDBOX_MOUNT
+                && mount.sub_path.as_deref() == Some(SANDBOX_RUN_SUBPATH_PLACEHOLDER)
+                && claim_volumes.contains(&mount.name)
+        })
+        .ok_or(JobBuildError::NoSandboxDirectory)?;
+    per_sandbox_mount.sub_path = Some(format!("{SANDBOX_RUN_SUBPATH_PREFIX}{name}"));
+    per_sandbox_mount.sub_path_expr = None;
+    per_sandbox_mount.read_only = None;
+    let own_directory = per_sandbox_mount.sub_path.clone();
+    let socket = format!("{PER_SANDBOX_MOUNT}/runner.sock");
     let env = container.env.get_or_insert_with(Vec::new);
     set_env(env, "SAINT_RUNNER_SOCKET", socket);
     set_env(
@@ -227,6 +257,22 @@ pub fn build_job(
         "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS",
         parameters.runner_idle_timeout_seconds.to_string(),
     );
+    // Every other mount of the workspace, in any container, must be read-only.
+    let writable = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .flat_map(|container| container.volume_mounts.iter().flatten())
+        .find(|mount| {
+            claim_volumes.contains(&mount.name)
+                && mount.read_only != Some(true)
+                && !(mount.mount_path == PER_SANDBOX_MOUNT && mount.sub_path == own_directory)
+        });
+    if let Some(mount) = writable {
+        return Err(JobBuildError::WritableWorkspace {
+            mount_path: mount.mount_path.clone(),
+        });
+    }
     Ok(job)
 }
 
@@ -249,7 +295,7 @@ pub struct KubernetesConfig {
     pub idle_timeout: Duration,
     /// Give up on a Job whose runner socket has not appeared after this long.
     pub start_timeout: Duration,
-    /// The SaintBot owner reference, if the template does not carry it.
+    /// The fallback owner if the template carries none (see [`JobParameters::owner`]).
     pub owner: Option<OwnerReference>,
 }
 
@@ -521,7 +567,7 @@ mod tests {
                             "volumeMounts": [
                                 {"name": "workspace", "mountPath": "/agent", "readOnly": true},
                                 {"name": "workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
-                                {"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": "placeholder"},
+                                {"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
                                 {"name": "scratch", "mountPath": "/workspace"}
                             ]
                         }],
@@ -579,6 +625,10 @@ mod tests {
         assert_eq!(
             value["metadata"]["ownerReferences"][0]["uid"],
             json!("0b1c-uid")
+        );
+        assert_eq!(
+            value["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+            json!(false)
         );
         assert_eq!(
             value["metadata"]["ownerReferences"]
@@ -644,60 +694,100 @@ mod tests {
         let mut with_owner = parameters(&scope, &[], &[]);
         with_owner.owner = Some(&owner);
         let job = build_job(&template, &with_owner).unwrap();
-        assert_eq!(job.metadata.owner_references.unwrap(), vec![owner]);
+        let expected = OwnerReference {
+            block_owner_deletion: Some(false),
+            ..owner
+        };
+        assert_eq!(job.metadata.owner_references.unwrap(), vec![expected]);
         assert_eq!(job.metadata.name.unwrap(), "my-bot-sbx-agent-a1b2c3");
     }
 
     #[test]
-    fn without_a_per_sandbox_mount_the_socket_goes_under_the_shared_run_directory() {
+    fn a_template_without_the_per_sandbox_directory_placeholder_is_refused() {
         let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
-        let mut template = template();
-        template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-            .as_array_mut()
+        // The whole run directory writable at /run/saint (the layout before the fix):
+        // a command could replace Porter's socket and listen in the middle.
+        let mut shared = template();
+        shared["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2] =
+            json!({"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"});
+        assert!(matches!(
+            build_job(&shared, &parameters(&scope, &[], &[])),
+            Err(JobBuildError::NoSandboxDirectory)
+        ));
+        // A fixed subPath instead of the placeholder: every sandbox would share it.
+        let mut fixed = template();
+        fixed["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2]["subPath"] =
+            json!(".saint/run/sandboxes");
+        assert!(matches!(
+            build_job(&fixed, &parameters(&scope, &[], &[])),
+            Err(JobBuildError::NoSandboxDirectory)
+        ));
+    }
+
+    #[test]
+    fn a_template_with_another_writable_workspace_mount_is_refused() {
+        let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
+        let mut porter_writable = template();
+        porter_writable["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]
+            .as_object_mut()
             .unwrap()
-            .remove(2);
-        let job = build_job(&template, &parameters(&scope, &[], &[])).unwrap();
-        let env = job.spec.unwrap().template.spec.unwrap().containers[0]
-            .env
-            .clone()
-            .unwrap();
-        assert_eq!(
-            env[0].value.as_deref(),
-            Some("/run/saint/sandboxes/my-bot-sbx-shared-a1b2c3/runner.sock")
+            .remove("readOnly");
+        let refused = build_job(&porter_writable, &parameters(&scope, &[], &[])).unwrap_err();
+        assert!(
+            matches!(&refused, JobBuildError::WritableWorkspace { mount_path } if mount_path == "/run/saint/porter"),
+            "{refused}"
+        );
+        let mut init_writable = template();
+        init_writable["spec"]["template"]["spec"]["initContainers"] = json!([{
+            "name": "init", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
+            "volumeMounts": [{"name": "workspace", "mountPath": "/agent-rw"}]
+        }]);
+        let refused = build_job(&init_writable, &parameters(&scope, &[], &[])).unwrap_err();
+        assert!(
+            matches!(&refused, JobBuildError::WritableWorkspace { mount_path } if mount_path == "/agent-rw"),
+            "{refused}"
         );
     }
 
     #[test]
-    fn the_operators_template_shape_builds_with_the_agent_pod_as_owner() {
-        // As `operator/src/saintbot_controller/build/sandbox_job.rs` renders it today:
-        // container `sandbox`, the run directory mounted whole, no owner reference.
-        let template = json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"namespace": "acme", "labels": {"saint.work/sandbox": "true"}},
-            "spec": {"backoffLimit": 0, "template": {"metadata": {}, "spec": {
-                "automountServiceAccountToken": false,
-                "containers": [{"name": "sandbox", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
-                    "volumeMounts": [{"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"}]}]
-            }}}
-        });
+    fn the_operators_rendered_template_builds_with_the_saintbot_as_owner() {
+        // The operator's golden rendering of a representative bot: what the agent
+        // actually receives.
+        let config: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../operator/tests/golden/bot-config.json"
+        ))
+        .unwrap();
+        let template = &config["sandbox"]["jobTemplate"];
+        assert!(template_has_owner(template));
         let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
-        let pod = OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: "my-bot-7d9f-abcde".into(),
-            uid: "pod-uid".into(),
-            ..OwnerReference::default()
-        };
-        let mut with_pod = parameters(&scope, &[], &[]);
-        with_pod.owner = Some(&pod);
-        let job = build_job(&template, &with_pod).unwrap();
-        assert_eq!(job.metadata.owner_references.clone().unwrap(), vec![pod]);
-        let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
-        assert_eq!(container.name, "sandbox");
+        let job = build_job(template, &parameters(&scope, &[], &[])).unwrap();
+        let owners = job.metadata.owner_references.clone().unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "SaintBot");
+        assert_eq!(owners[0].block_owner_deletion, Some(false));
+        let name = job.metadata.name.clone().unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
         let env = container.env.clone().unwrap();
         assert_eq!(
-            env[0].value.as_deref(),
-            Some("/run/saint/sandboxes/my-bot-sbx-agent-a1b2c3/runner.sock")
+            env.iter()
+                .find(|variable| variable.name == "SAINT_RUNNER_SOCKET")
+                .and_then(|variable| variable.value.as_deref()),
+            Some("/run/saint/sandbox/runner.sock")
+        );
+        let writable: Vec<(String, Option<String>)> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|mount| mount.name == "agent-workspace" && mount.read_only != Some(true))
+            .map(|mount| (mount.mount_path.clone(), mount.sub_path.clone()))
+            .collect();
+        assert_eq!(
+            writable,
+            vec![(
+                "/run/saint/sandbox".to_string(),
+                Some(format!(".saint/run/sandboxes/{name}"))
+            )]
         );
     }
 
