@@ -9,6 +9,8 @@ pub mod catalog;
 pub mod edit;
 pub mod exec;
 pub mod files;
+pub mod memory_get;
+pub mod memory_search;
 pub mod message;
 pub mod read;
 pub mod registry;

@@ -1,0 +1,123 @@
+//! `memory_search`: hybrid (meaning + keyword) search over the bot's memory notes,
+//! limited inside the SQL to the asker's memory scope. Reads the memory index only.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use saint_memory::{MAX_RESULTS, MemoryIndex, Scope, SearchRequest};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// Hits returned when the model does not say.
+const DEFAULT_RESULTS: usize = 5;
+
+/// Searches memory for the asker's role.
+pub struct MemorySearchTool {
+    index: Arc<MemoryIndex>,
+}
+
+impl MemorySearchTool {
+    /// A tool searching `index`.
+    pub fn new(index: Arc<MemoryIndex>) -> Self {
+        Self { index }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    query: String,
+    #[serde(default)]
+    k: Option<usize>,
+    #[serde(default)]
+    paths: Vec<String>,
+}
+
+/// The asker's scope: the role's memory scopes with `<self>` = the asker's slug.
+pub fn caller_scope(context: &ToolContext) -> Scope {
+    Scope::for_role(&context.caller.role.memory_scope, &context.caller.slug)
+}
+
+impl Tool for MemorySearchTool {
+    fn name(&self) -> &'static str {
+        "memory_search"
+    }
+
+    fn description(&self) -> &'static str {
+        "Search the memory notes (MEMORY.md and memory/**/*.md) by meaning and by keyword. \
+         Returns the best matching passages with file path, line range, score and a snippet; \
+         use memory_get to read more lines of a file. Only notes the person you are helping \
+         may see are searched. `paths` (optional SQLite GLOB patterns such as \
+         \"memory/shared/*\") narrows the search further."
+    }
+
+    fn input_schema(&self) -> serde_json::Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "query": { "type": "string", "description": "What to look for, in natural language or exact terms." },
+                "k": { "type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "description": "How many passages to return (default 5)." },
+                "paths": { "type": "array", "items": { "type": "string" }, "description": "Optional path globs that narrow the search." }
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let input: Input = serde_json::from_value(input)
+                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
+            if input.query.trim().is_empty() {
+                return Err(ToolError::InvalidInput(
+                    "query must not be empty".to_string(),
+                ));
+            }
+            let k = input.k.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS);
+            let scope = caller_scope(context)
+                .narrowed(&input.paths)
+                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
+            let index = Arc::clone(&self.index);
+            let query = input.query;
+            // Embedding and SQLite are blocking work: keep them off the async workers.
+            let hits = tokio::task::spawn_blocking(move || {
+                index.search(&SearchRequest {
+                    query: &query,
+                    k,
+                    scope: &scope,
+                })
+            })
+            .await
+            .map_err(|_| ToolError::Failed("memory search failed".to_string()))?
+            .map_err(|error| {
+                tracing::warn!(%error, "memory search failed");
+                ToolError::Failed("memory search failed".to_string())
+            })?;
+            let results: Vec<serde_json::Value> = hits
+                .iter()
+                .map(|hit| {
+                    json!({
+                        "path": hit.path,
+                        "startLine": hit.start_line,
+                        "endLine": hit.end_line,
+                        "score": (hit.score * 1000.0).round() / 1000.0,
+                        "snippet": hit.snippet,
+                    })
+                })
+                .collect();
+            let mut output = ToolOutput::text(
+                serde_json::to_string_pretty(&json!({ "results": results })).unwrap_or_default(),
+            );
+            output
+                .metering
+                .insert("results".to_string(), json!(hits.len()));
+            Ok(output)
+        })
+    }
+}
