@@ -30,6 +30,9 @@ use crate::{
     tools::registry::ToolSet,
 };
 
+/// Size of the per-session lock table at which idle entries are swept.
+const SESSION_LOCK_SWEEP_AT: usize = 256;
+
 /// Limits of the tool loop.
 #[derive(Clone, Debug)]
 pub struct RuntimeOptions {
@@ -193,12 +196,13 @@ impl Runtime {
     }
 
     fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.session_locks
-            .lock()
-            .expect("session lock table")
-            .entry(key.to_string())
-            .or_default()
-            .clone()
+        let mut table = self.session_locks.lock().expect("session lock table");
+        // Keep the table small: drop locks nobody holds or waits for (only the table has
+        // a reference; a turn clones its lock under this same mutex, so this cannot race).
+        if table.len() >= SESSION_LOCK_SWEEP_AT {
+            table.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        table.entry(key.to_string()).or_default().clone()
     }
 
     /// Runs a blocking store operation off the async workers.
