@@ -18,6 +18,7 @@ import sys
 import time
 
 BOT = "acme-assistant"
+JOB = f"{BOT}-sandbox-test"
 NAMESPACE = "saint-admission-test"
 OTHER_NAMESPACE = "saint-admission-other"
 AGENT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
@@ -50,7 +51,7 @@ def sandbox_job(image: str) -> dict:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f"{BOT}-sandbox-test", "namespace": NAMESPACE, "labels": dict(labels)},
+        "metadata": {"name": JOB, "namespace": NAMESPACE, "labels": dict(labels)},
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": 60,
@@ -75,7 +76,10 @@ def sandbox_job(image: str) -> dict:
                                       "limits": {"cpu": "1", "memory": "512Mi"}},
                         "volumeMounts": [
                             {"name": "agent-workspace", "mountPath": "/agent", "readOnly": True},
-                            {"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+                            {"name": "agent-workspace", "mountPath": "/run/saint/porter",
+                             "subPath": ".saint/run/porter", "readOnly": True},
+                            {"name": "agent-workspace", "mountPath": "/run/saint/sandbox",
+                             "subPath": f".saint/run/sandboxes/{JOB}"},
                             {"name": "workspace", "mountPath": "/workspace"},
                             {"name": "tmp", "mountPath": "/tmp"},
                         ],
@@ -99,6 +103,10 @@ def container(job: dict) -> dict:
     return pod(job)["containers"][0]
 
 
+def mount(job: dict, path: str) -> dict:
+    return next(m for m in container(job)["volumeMounts"] if m["mountPath"] == path)
+
+
 def mutation_cases(image: str) -> list[tuple[str, str, object]]:
     """(what, expected rule, function mutating a copy of the good Job)."""
 
@@ -111,6 +119,11 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
                 node = node[key]
             node[keys[-1]] = value
         return apply
+
+    def sub_path_expr(job):
+        runner_directory = mount(job, "/run/saint/sandbox")
+        runner_directory.pop("subPath")
+        runner_directory["subPathExpr"] = "$(SAINT_SANDBOX_ID)"
 
     return [
         ("Job without the sandbox label", "sandbox-label",
@@ -147,6 +160,31 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
          lambda job: pod(job)["volumes"].append({"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io"}})),
         ("another bot's workspace claim", "own-workspace",
          lambda job: pod(job)["volumes"][0]["persistentVolumeClaim"].update({"claimName": "other-bot-workspace"})),
+        ("the workspace mounted writable at /agent", "workspace-read-only",
+         lambda job: mount(job, "/agent").pop("readOnly")),
+        ("the workspace mounted with readOnly false", "workspace-read-only",
+         lambda job: mount(job, "/agent").update({"readOnly": False})),
+        ("Porter's socket directory writable", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/porter").pop("readOnly")),
+        ("the whole run directory writable at /run/saint (the old layout)", "workspace-read-only",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/run/saint", "subPath": ".saint/run"})),
+        ("a subPath traversing out of the runner directory", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/sandbox").update({"subPath": f".saint/run/sandboxes/{JOB}/../../porter"})),
+        ("a subPath '..' to the sandboxes directory", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/sandbox").update({"subPath": ".saint/run/sandboxes/.."})),
+        ("another sandbox's runner directory", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/sandbox").update({"subPath": ".saint/run/sandboxes/other-job"})),
+        ("the template's placeholder left unfilled", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/sandbox").update({"subPath": ".saint/run/sandboxes/{{job-name}}"})),
+        ("a subPathExpr instead of the own directory", "workspace-read-only",
+         sub_path_expr),
+        ("the runner directory mounted elsewhere", "workspace-read-only",
+         lambda job: mount(job, "/run/saint/sandbox").update({"mountPath": "/run/saint/other"})),
+        ("an init container with the workspace writable", "workspace-read-only",
+         lambda job: pod(job).update({"initContainers": [dict(
+             copy.deepcopy(container(job)), name="init",
+             volumeMounts=[{"name": "agent-workspace", "mountPath": "/agent-rw"}])]})),
         ("env from a Secret key", "no-secret-env",
          lambda job: container(job)["env"].append({"name": "TOKEN", "valueFrom": {
              "secretKeyRef": {"name": "acme-llm", "key": "apiKey"}}})),
@@ -184,6 +222,10 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
 # by case: still a refusal, but not the policy's.
 ALSO_REFUSED_BY_API_SERVER = {
     "privileged": "privileged: Forbidden: disallowed by cluster policy",
+    # Pod validation refuses '..' in a subPath before admission; the policy's own
+    # rule (subPath equal to the Job's runner directory) would refuse it as well.
+    "a subPath traversing out of the runner directory": "must not contain '..'",
+    "a subPath '..' to the sandboxes directory": "must not contain '..'",
 }
 
 

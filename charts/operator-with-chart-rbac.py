@@ -163,7 +163,22 @@ def main() -> int:
                                         "-o", "json").stdout)
         template = json.loads(config_map["data"]["bot-config.json"])["sandbox"].get("jobTemplate")
         if check(template is not None, "the rendered config carries the sandbox Job template"):
-            template["metadata"]["name"] = f"{BOT}-sandbox-check"
+            job_name = f"{BOT}-sandbox-check"
+            template["metadata"]["name"] = job_name
+            owners = template["metadata"].get("ownerReferences", [])
+            check([(o.get("kind"), o.get("name"), o.get("controller"), o.get("blockOwnerDeletion"))
+                   for o in owners] == [("SaintBot", BOT, True, False)],
+                  f"the template is owned by the SaintBot, blockOwnerDeletion false (got {owners})")
+            # Unfilled, the runner-directory placeholder is refused...
+            result = kubectl(options, "create", "--dry-run=server", f"--as={AGENT_ACCOUNT}", "-f", "-",
+                             stdin=json.dumps(template), check_status=False)
+            check(result.returncode != 0 and "saint sandbox policy [workspace-read-only]" in result.stderr,
+                  "the template with its runner-directory placeholder unfilled is refused: "
+                  f"{result.stderr.strip() or 'admitted'}")
+            # ...so fill it as the agent does (agent-pod/src/sandbox/kubernetes.rs).
+            for mount in template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]:
+                if mount.get("subPath") == ".saint/run/sandboxes/{{job-name}}":
+                    mount["subPath"] = f".saint/run/sandboxes/{job_name}"
             result = kubectl(options, "create", "--dry-run=server", f"--as={AGENT_ACCOUNT}", "-f", "-",
                              stdin=json.dumps(template), check_status=False)
             check(result.returncode == 0, "the agent may create the rendered sandbox Job " +
