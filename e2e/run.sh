@@ -37,6 +37,11 @@ finish() {
 			tail -n 10 "$log" >&2
 		done
 	fi
+	if [[ -n "${test_group:-}" ]]; then
+		kill -TERM -- "-$test_group" 2> /dev/null || true
+		sleep 1
+		kill -KILL -- "-$test_group" 2> /dev/null || true
+	fi
 	control_plane_stop
 	if ((status == 0)) && [[ "${SAINT_E2E_KEEP:-0}" != 1 ]]; then
 		rm -rf "$run_dir"
@@ -59,4 +64,9 @@ test_selection=()
 if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
 	test_selection=(--test "$SAINT_E2E_TEST")
 fi
-cargo test --locked -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@"
+# The scenarios run in their own process group (with the operators, kubectl
+# and helm they spawn), so an interrupted run can stop all of them at once.
+setsid cargo test --locked -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@" &
+test_group=$!
+wait "$test_group"
+test_group=""
