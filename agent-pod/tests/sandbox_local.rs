@@ -7,7 +7,7 @@
 
 use std::{
     fs,
-    os::unix::fs::PermissionsExt,
+    os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::Arc,
@@ -131,7 +131,7 @@ struct Harness {
     sandbox: Arc<LocalSandbox>,
     tool: ExecTool,
     config: Arc<BotConfig>,
-    _porter: Porter,
+    porter: Porter,
 }
 
 fn bot_config(control_socket: &Path) -> BotConfig {
@@ -187,7 +187,7 @@ impl Harness {
             sandbox,
             tool,
             config,
-            _porter: porter,
+            porter,
         }
     }
 
@@ -614,4 +614,56 @@ async fn output_beyond_the_cap_is_counted_not_shown() {
     );
     assert_eq!(output.metering["stdoutBytes"], json!(100000));
     assert_eq!(output.metering["truncated"], json!(true));
+}
+
+#[tokio::test]
+async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
+    let harness = Harness::start();
+    let porter_socket = harness.porter.socket_directory.join("porter.sock");
+    let before = fs::metadata(&porter_socket).unwrap().ino();
+    // Start another scope's sandbox first, so there is a runner socket to go after.
+    harness.run("http:bob", "true").await;
+    let bob_socket = harness
+        .sandbox
+        .paths(&ScopeKey::for_session(SandboxScope::Session, "http:bob"))
+        .socket();
+    assert!(bob_socket.exists());
+    let output = harness
+        .run(
+            "http:mallory",
+            &format!(
+                "rm -f /run/saint/porter/porter.sock; echo rm=$?; \
+                 mv /run/saint/porter/porter.sock /run/saint/porter/old; echo mv=$?; \
+                 python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
+                 s.bind('/run/saint/porter/porter.sock.new')\" 2>&1 | tail -n 1; \
+                 python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
+                 s.connect('/run/saint/porter/porter.sock'); print('connected')\"; \
+                 echo run=$(ls -A /run/saint | tr '\\n' ' '); \
+                 echo own=$(ls -A /run/saint/sandbox | tr '\\n' ' '); \
+                 test -e {} && echo bob-visible || echo bob-hidden",
+                bob_socket.display()
+            ),
+        )
+        .await;
+    // Read-only bind: no unlink, no rename, no new socket in Porter's directory...
+    assert!(output.contains("rm=1\n"), "{output}");
+    assert!(output.contains("mv=1\n"), "{output}");
+    assert!(output.contains("Read-only file system"), "{output}");
+    // ...yet connect() on the socket still works.
+    assert!(output.contains("connected\n"), "{output}");
+    // Only Porter's directory and the sandbox's own; no other sandbox's socket.
+    assert!(output.contains("run=porter sandbox\n"), "{output}");
+    assert!(output.contains("own=runner.sock token\n"), "{output}");
+    assert!(output.contains("bob-hidden"), "{output}");
+    assert_eq!(fs::metadata(&porter_socket).unwrap().ino(), before);
+    assert!(
+        !harness
+            .porter
+            .socket_directory
+            .join("porter.sock.new")
+            .exists()
+    );
+    // Porter still answers calls from a sandbox.
+    let call = harness.run("http:bob", &format!("{CLI} --version")).await;
+    assert!(call.contains("hello-cli 1.0 args=--version"), "{call}");
 }

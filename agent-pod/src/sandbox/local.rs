@@ -599,6 +599,16 @@ mod tests {
             &arguments,
             &["--ro-bind", "/srv/porter-run", "/run/saint/porter"]
         ));
+        // Writable: only the scope's scratch copy and its own runner directory. Porter's
+        // socket directory (and every other sandbox's runner directory) is out of reach.
+        let writable: Vec<&str> = arguments
+            .windows(3)
+            .filter(|window| window[0] == "--bind")
+            .map(|window| window[2].as_str())
+            .collect();
+        assert_eq!(writable, vec!["/workspace", SANDBOX_RUN_DIRECTORY]);
+        let run = paths.run.display().to_string();
+        assert!(window(&arguments, &["--bind", &run, "/run/saint/sandbox"]));
         assert!(window(&arguments, &["--symlink", "usr/bin", "/bin"]));
         assert!(window(&arguments, &["--ro-bind", "/lib64", "/lib64"]));
         assert!(window(
