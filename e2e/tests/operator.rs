@@ -12,6 +12,7 @@ use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{Event, Pod, Secret},
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Client,
     api::{
@@ -19,6 +20,10 @@ use kube::{
         WatchParams,
     },
     core::{ApiResource, GroupVersionKind},
+};
+use saint_agent::sandbox::{
+    ScopeKey,
+    kubernetes::{JobParameters, build_job},
 };
 use saint_e2e::{
     Environment,
@@ -649,15 +654,26 @@ spec:
     scenario.finish().await
 }
 
-/// The rendered sandbox Job template with the names the agent fills in.
-fn sandbox_job(template: &Value, name: &str) -> Result<Job, serde_json::Error> {
-    let mut job = template.clone();
-    job["metadata"]["name"] = json!(name);
-    if let Some(metadata) = job["metadata"].as_object_mut() {
-        metadata.remove("namespace");
-        metadata.remove("generateName");
-    }
-    serde_json::from_value(job)
+/// A sandbox Job built from the rendered template by the agent's own builder
+/// (`saint_agent::sandbox::kubernetes::build_job`), as the agent would create it.
+fn sandbox_job(
+    config: &saint_config::BotConfig,
+    template: &Value,
+    owner: &OwnerReference,
+    suffix: &str,
+) -> Result<Job, Failure> {
+    let scope = ScopeKey::for_session(config.sandbox.scope, "http:e2e-session");
+    let parameters = JobParameters {
+        bot: BOT,
+        scope: &scope,
+        suffix,
+        runner_token: "e2e-runner-token",
+        clis: &config.porter.clis,
+        seed: &[],
+        runner_idle_timeout_seconds: 600,
+        owner: Some(owner),
+    };
+    build_job(template, &parameters).map_err(Failure::from)
 }
 
 #[tokio::test]
@@ -684,7 +700,16 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
     let jobs = Api::<Job>::namespaced(agent.clone(), &scenario.bot.namespace);
 
     // The template as rendered: admitted by RBAC, the admission policy and Pod Security.
-    let job = sandbox_job(&template, "sandbox-e2e-ok")?;
+    let bot_object = scenario.bot.bot().await?;
+    let owner = OwnerReference {
+        api_version: "saint.work/v1alpha1".to_owned(),
+        kind: "SaintBot".to_owned(),
+        name: BOT.to_owned(),
+        uid: bot_object.metadata.uid.clone().unwrap_or_default(),
+        ..OwnerReference::default()
+    };
+    let job = sandbox_job(&config, &template, &owner, "e2eok")?;
+    let job_name = job.metadata.name.clone().unwrap_or_default();
     jobs.create(&PostParams::default(), &job)
         .await
         .map_err(|error| {
@@ -698,7 +723,7 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
         CONVERGE_TIMEOUT,
         || async {
             let pods = Api::<Pod>::namespaced(scenario.admin.clone(), &scenario.bot.namespace)
-                .list(&ListParams::default().labels("job-name=sandbox-e2e-ok"))
+                .list(&ListParams::default().labels(&format!("job-name={job_name}")))
                 .await
                 .map_err(|error| error.to_string())?;
             if !pods.items.is_empty() {
@@ -709,25 +734,28 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
                 .await
                 .map_err(|error| error.to_string())?;
             Err(format!(
-                "no pod; Job events: {:?}",
-                events
-                    .items
-                    .iter()
-                    .filter(|event| event.involved_object.name.as_deref() == Some("sandbox-e2e-ok"))
-                    .map(|event| (event.reason.clone(), event.message.clone()))
-                    .collect::<Vec<_>>()
-            ))
+                    "no pod; Job events: {:?}",
+                    events
+                        .items
+                        .iter()
+                        .filter(|event| event.involved_object.name.as_deref()
+                            == Some(job_name.as_str()))
+                        .map(|event| (event.reason.clone(), event.message.clone()))
+                        .collect::<Vec<_>>()
+                ))
         },
     )
     .await?;
 
     // One deviation each: refused by the admission policy, in its own words.
-    let mut with_secret = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-secret")?)?;
+    let mut with_secret =
+        serde_json::to_value(sandbox_job(&config, &template, &owner, "e2esecret")?)?;
     let volumes = with_secret["spec"]["template"]["spec"]["volumes"]
         .as_array_mut()
         .ok_or_else(|| Failure::message("the sandbox template has no volumes list"))?;
     volumes.push(json!({"name": "stolen", "secret": {"secretName": "acme-assistant-llm"}}));
-    let mut with_image = serde_json::to_value(sandbox_job(&template, "sandbox-e2e-image")?)?;
+    let mut with_image =
+        serde_json::to_value(sandbox_job(&config, &template, &owner, "e2eimage")?)?;
     with_image["spec"]["template"]["spec"]["containers"][0]["image"] =
         json!("docker.io/library/busybox:latest");
     let deviations = [
