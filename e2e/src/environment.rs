@@ -74,11 +74,6 @@ impl Environment {
 
 /// A client from a kubeconfig file (admin or a service account's token).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, EnvironmentError> {
-    // kube's TLS uses rustls' process-wide provider. A binary that also links
-    // reqwest (saint-agent does) has both ring and aws-lc-rs compiled in, and
-    // rustls then refuses to guess: pick ring, the one kube is configured for.
-    // An error only means a provider is already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig =
         Kubeconfig::read_from(path).map_err(|source| EnvironmentError::Kubeconfig {
             path: path.to_owned(),

@@ -173,6 +173,16 @@ mod tests {
 
     use super::*;
 
+    /// The agent links reqwest and kube; with two rustls crypto providers compiled in,
+    /// rustls refuses to pick one and building a kube client panics. One provider
+    /// (aws-lc-rs, set in the workspace manifest) keeps this working.
+    #[tokio::test]
+    async fn a_kube_client_can_be_built_in_the_agent_binary() {
+        let url = "https://127.0.0.1:6443".parse().expect("valid url");
+        let client = kube::Client::try_from(kube::Config::new(url));
+        assert!(client.is_ok(), "kube client: {:?}", client.err());
+    }
+
     fn config() -> BotConfig {
         serde_json::from_value(serde_json::json!({
             "schemaVersion": saint_config::SCHEMA_VERSION,
