@@ -14,6 +14,8 @@ use saint_agent::{
     session::SessionStore,
     tools::{
         exec::{ExecLimits, ExecTool},
+        memory_get::MemoryGetTool,
+        memory_search::MemorySearchTool,
         registry::ToolSet,
     },
 };
@@ -126,12 +128,26 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         env.clone(),
         options.client.clone(),
     );
+    // Memory (embedding model, index, watcher) must outlive the server. Without it the
+    // memory tools are simply not offered; the bot still answers.
+    let memory = match saint_memory::start(&workspace, &config.last_good().memory) {
+        Ok(memory) => Some(memory),
+        Err(error) => {
+            tracing::error!(%error, "memory is unavailable: memory_search and memory_get are disabled");
+            None
+        }
+    };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("failed to start tokio")?;
     tokio.block_on(async move {
         let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
+        if let Some(memory) = &memory {
+            tools = tools
+                .replace(Arc::new(MemorySearchTool::new(memory.index.clone())))
+                .replace(Arc::new(MemoryGetTool::new(memory.index.clone())));
+        }
         // Without a working sandbox `exec` stays the fail-closed placeholder and is
         // withheld from every role; it never runs unsandboxed.
         let sandbox =

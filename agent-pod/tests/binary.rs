@@ -204,3 +204,55 @@ async fn exec_runs_in_the_local_sandbox_for_the_owner_and_is_never_offered_to_st
     post(&client, &agent, "+385910000003", "hello").await;
     assert!(!llm.requests()[2].tool_names().contains(&"exec".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_tools_search_the_workspace_notes_when_the_embedding_model_is_present() {
+    let model_dir = saint_memory::default_model_dir();
+    assert!(
+        model_dir.join("model.safetensors").is_file(),
+        "this test needs the embedding model in {}; run agent-pod/memory/fetch-model.sh",
+        model_dir.display()
+    );
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(workspace.join("memory/shared")).unwrap();
+    seed_workspace(&workspace);
+    std::fs::write(
+        workspace.join("memory/shared/pricing.md"),
+        "# Pricing\n\nA standard anvil costs 40 euros.\n",
+    )
+    .unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    let mut config = test_config(&llm.base_url());
+    config["memory"]["embeddings"] = json!({"kind": "local", "modelDir": model_dir});
+    write_config(&config_path, &config);
+    let agent = spawn_agent(&config_path, &workspace, &[]);
+    let client = reqwest::Client::new();
+
+    // The first index runs in the background; ask until it has caught up.
+    let mut found = false;
+    for _ in 0..50 {
+        llm.push(Reply::tool_call(
+            "memory_search",
+            json!({"query": "what does an anvil cost?"}),
+        ));
+        llm.push(Reply::text("Let me check."));
+        let before = llm.request_count();
+        post(&client, &agent, ANA_WHATSAPP, "what does an anvil cost?").await;
+        let request = &llm.requests()[before + 1];
+        let (content, is_error) = request.tool_results().pop().unwrap();
+        assert!(!is_error, "{content}");
+        if content.contains("40 euros") {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(found, "memory_search never found the shared note");
+    assert!(
+        llm.requests()[0]
+            .tool_names()
+            .contains(&"memory_get".to_string())
+    );
+}
