@@ -128,14 +128,18 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         env.clone(),
         options.client.clone(),
     );
-    // Memory (embedding model, index, watcher) must outlive the server. Without it the
-    // memory tools are simply not offered; the bot still answers.
-    let memory = match saint_memory::start(&workspace, &config.last_good().memory) {
-        Ok(memory) => Some(memory),
-        Err(error) => {
-            tracing::error!(%error, "memory is unavailable: memory_search and memory_get are disabled");
-            None
-        }
+    // Memory (embedding model, index, watcher) must outlive the server. A bot whose
+    // memory is enabled but cannot start (no model files) refuses to start rather than
+    // answer without the memory it is supposed to have.
+    let memory_config = config.last_good().memory.clone();
+    let memory = if memory_config.enabled {
+        Some(
+            saint_memory::start(&workspace, &memory_config)
+                .context("failed to start memory (set memory.enabled: false to run without it)")?,
+        )
+    } else {
+        tracing::info!("memory is disabled by the config: no memory tools");
+        None
     };
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

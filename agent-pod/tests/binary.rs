@@ -205,6 +205,42 @@ async fn exec_runs_in_the_local_sandbox_for_the_owner_and_is_never_offered_to_st
     assert!(!llm.requests()[2].tool_names().contains(&"exec".to_string()));
 }
 
+#[test]
+fn enabled_memory_without_its_embedding_model_refuses_to_start() {
+    let directory = tempfile::tempdir().unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    let missing_model = directory.path().join("no-such-model");
+    let mut config = test_config("http://127.0.0.1:9");
+    config["memory"] = json!({"embeddings": {"kind": "local", "modelDir": missing_model}});
+    write_config(&config_path, &config);
+    let output = bin()
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--workspace")
+        .arg(directory.path().join("workspace"))
+        .env_clear()
+        .envs(environment())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "the agent started without its model"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("failed to start memory"), "{stderr}");
+    assert!(
+        stderr.contains("no-such-model"),
+        "the error should name the model directory: {stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn memory_tools_search_the_workspace_notes_when_the_embedding_model_is_present() {
     let model_dir = saint_memory::default_model_dir();
@@ -225,7 +261,7 @@ async fn memory_tools_search_the_workspace_notes_when_the_embedding_model_is_pre
     .unwrap();
     let config_path = directory.path().join("bot-config.json");
     let mut config = test_config(&llm.base_url());
-    config["memory"]["embeddings"] = json!({"kind": "local", "modelDir": model_dir});
+    config["memory"] = json!({"embeddings": {"kind": "local", "modelDir": model_dir}});
     write_config(&config_path, &config);
     let agent = spawn_agent(&config_path, &workspace, &[]);
     let client = reqwest::Client::new();

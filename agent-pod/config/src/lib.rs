@@ -584,12 +584,36 @@ impl Default for PorterConfig {
 }
 
 /// Memory index settings.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MemoryConfig {
+    /// Whether the bot has memory at all. When true (the default) and the embedding
+    /// model cannot be loaded, the agent refuses to start: memory never silently
+    /// degrades. False is an explicit choice: no index, no memory tools.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub enabled: bool,
     /// Embedding backend.
     #[serde(default)]
     pub embeddings: EmbeddingsConfig,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            embeddings: EmbeddingsConfig::default(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+// Omitting the default keeps rendered configs byte-identical to those rendered before
+// the field existed, so adding it restarted no pod.
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// Embedding backend.

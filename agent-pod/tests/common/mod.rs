@@ -44,6 +44,9 @@ pub fn test_config(base_url: &str) -> Value {
     config["model"]["baseUrl"] = json!(base_url);
     config["web"]["search"] =
         json!({"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "SAINT_BRAVE_API_KEY"});
+    // Memory is switched off explicitly here (the fixture's model directory does not
+    // exist in tests); the memory test switches it back on with the fetched model.
+    config["memory"]["enabled"] = json!(false);
     config
 }
 
