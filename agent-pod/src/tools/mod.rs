@@ -15,12 +15,12 @@ pub mod message;
 pub mod read;
 pub mod registry;
 pub mod session_directory;
+pub mod sessions_history;
+pub mod sessions_list;
 #[cfg(test)]
 pub(crate) mod test_fixtures;
 #[cfg(test)]
 mod tool_tests;
-pub mod sessions_history;
-pub mod sessions_list;
 pub mod untrusted;
 pub mod web_fetch;
 pub mod web_search;
@@ -75,7 +75,10 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// Plain trusted text.
     pub fn text(content: impl Into<String>) -> Self {
-        Self { content: content.into(), ..Self::default() }
+        Self {
+            content: content.into(),
+            ..Self::default()
+        }
     }
 }
 
