@@ -4,6 +4,7 @@ pub mod channel;
 pub mod config_watch;
 pub mod guard;
 pub mod identity;
+pub mod local_porter;
 pub mod metering;
 pub mod policy;
 pub mod prompt;

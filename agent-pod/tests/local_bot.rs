@@ -1,0 +1,463 @@
+//! The one-machine bot as the README runs it: the real `saint-agent run` starts its own
+//! Porter (from a registry file) and bubblewrap sandboxes; a CLI registered in Porter
+//! runs with its credential while neither the sandbox, the model nor the transcript
+//! ever sees it; one Ctrl-C stops the agent, Porter and every sandbox.
+//!
+//! Needs `bwrap` (Debian `bubblewrap`) and the `porter` and `saint-sandbox-runner`
+//! binaries built into this target directory (`cargo build -p porter -p
+//! saint-sandbox-runner`); a missing piece fails the test with the reason.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    fs,
+    io::{BufRead, BufReader},
+    os::unix::{fs::PermissionsExt, process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use saint_agent::local_porter::{LocalPorter, LocalPorterSettings, PorterPaths};
+use saint_llm::scripted::{Reply, ScriptedLlm};
+use serde_json::{Value, json};
+
+const CLI: &str = "hello-cli";
+/// The credential Porter hands the CLI; it must never leave Porter.
+const CANARY: &str = "canary-credential-5e1d9b7c04";
+
+/// A binary built beside `saint-agent` in this target directory.
+fn sibling_binary(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_saint-agent")).with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build -p porter -p saint-sandbox-runner` first",
+        path.display()
+    );
+    path
+}
+
+/// A registry with one CLI, a shell script that reports the length of its
+/// credential (never the value) and its arguments.
+fn write_registry(directory: &Path) -> PathBuf {
+    let bin = directory.join("porter-bin");
+    fs::create_dir_all(&bin).unwrap();
+    let script = bin.join(CLI);
+    fs::write(
+        &script,
+        "#!/bin/sh\necho \"hello-cli 1.0 args=$*\"\necho \"canary-length=${#HELLO_CANARY}\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let registry = json!({
+        "version": 1,
+        "clis": {CLI: {"bin": script, "env": {"HELLO_CANARY": CANARY}, "timeoutSeconds": 30}}
+    });
+    let path = directory.join("porter.json");
+    fs::write(&path, registry.to_string()).unwrap();
+    path
+}
+
+/// One process as /proc shows it; `start` (clock ticks since boot) tells a reused
+/// pid from the original.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ProcessEntry {
+    pid: i32,
+    parent: i32,
+    start: u64,
+    state: char,
+    command_line: String,
+}
+
+fn processes() -> Vec<ProcessEntry> {
+    let mut entries = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command name may hold spaces and parentheses: split after the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let command_line = fs::read(entry.path().join("cmdline"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+            .unwrap_or_default();
+        entries.push(ProcessEntry {
+            pid,
+            state: fields[0].chars().next().unwrap_or('?'),
+            parent: fields[1].parse().unwrap_or(0),
+            start: fields[19].parse().unwrap_or(0),
+            command_line,
+        });
+    }
+    entries
+}
+
+/// `root` and everything below it, plus any process whose command line names `marker`.
+fn process_tree(root: i32, marker: &str) -> Vec<ProcessEntry> {
+    let all = processes();
+    let mut children: HashMap<i32, Vec<&ProcessEntry>> = HashMap::new();
+    for process in &all {
+        children.entry(process.parent).or_default().push(process);
+    }
+    let mut found: Vec<ProcessEntry> = Vec::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        if let Some(process) = all.iter().find(|process| process.pid == pid) {
+            found.push(process.clone());
+        }
+        for child in children.get(&pid).into_iter().flatten() {
+            queue.push(child.pid);
+        }
+    }
+    for process in &all {
+        if process.command_line.contains(marker)
+            && !found.iter().any(|seen| seen.pid == process.pid)
+        {
+            found.push(process.clone());
+        }
+    }
+    found
+}
+
+/// Those of `snapshot` still running (same pid and start time, not a zombie), and any
+/// process now naming `marker`.
+fn survivors(snapshot: &[ProcessEntry], marker: &str) -> Vec<ProcessEntry> {
+    processes()
+        .into_iter()
+        .filter(|process| process.state != 'Z')
+        .filter(|process| {
+            snapshot
+                .iter()
+                .any(|old| old.pid == process.pid && old.start == process.start)
+                || process.command_line.contains(marker)
+        })
+        .collect()
+}
+
+/// The agent as a terminal runs it: its own process group, so Ctrl-C (SIGINT to the
+/// foreground group) reaches it the way a user's would.
+struct Bot {
+    child: Child,
+    http: String,
+    /// Every process seen in the bot's tree, killed if the test fails midway.
+    seen: Vec<ProcessEntry>,
+}
+
+impl Drop for Bot {
+    fn drop(&mut self) {
+        for process in &self.seen {
+            if let Some(pid) = Pid::from_raw(process.pid) {
+                let _ = kill_process_group(pid, Signal::KILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_bot(directory: &Path, config_path: &Path, workspace: &Path, registry: &Path) -> Bot {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saint-agent"));
+    command
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(config_path)
+        .arg("--workspace")
+        .arg(workspace)
+        .arg("--porter-registry")
+        .arg(registry)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", directory)
+        .env("RUST_LOG", "warn")
+        .env("SAINT_SANDBOX_STATE", directory.join("state"))
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (name, value) in environment() {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("failed to start saint-agent");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let http = line
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("http="))
+        .map(|address| format!("http://{address}"));
+    let Some(http) = http else {
+        let _ = child.kill();
+        panic!("saint-agent did not report its addresses: {line:?}");
+    };
+    Bot {
+        child,
+        http,
+        seen: Vec::new(),
+    }
+}
+
+fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut queue = vec![root.to_path_buf()];
+    while let Some(path) = queue.pop() {
+        let Ok(metadata) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if metadata.is_dir() {
+            for entry in fs::read_dir(&path).unwrap().flatten() {
+                queue.push(entry.path());
+            }
+        } else if metadata.is_file()
+            && let Ok(bytes) = fs::read(&path)
+            && bytes.windows(needle.len()).any(|window| window == needle)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_command_runs_agent_porter_and_sandbox_and_one_ctrl_c_stops_them_all() {
+    sibling_binary("porter");
+    sibling_binary("saint-sandbox-runner");
+    sibling_binary("cliport-proxy");
+    assert!(
+        Path::new("/usr/bin/bwrap").is_file(),
+        "bubblewrap is not installed (apt-get install bubblewrap)"
+    );
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let directory_path = directory.path().canonicalize().unwrap();
+    let workspace = directory_path.join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let registry = write_registry(&directory_path);
+    let config_path = directory_path.join("bot-config.json");
+    let mut config = test_config(&llm.base_url());
+    // The bot file lists the CLI (as a SaintBot's Porter CLIs do); the registry holds
+    // its binary and credential. The config's Kubernetes socket paths are not in use
+    // here, so the agent starts its own Porter.
+    config["porter"]["clis"] = json!([CLI]);
+    write_config(&config_path, &config);
+    let mut bot = spawn_bot(&directory_path, &config_path, &workspace, &registry);
+
+    llm.push(Reply::tool_call(
+        "exec",
+        json!({"command": format!("{CLI} --version")}),
+    ));
+    llm.push(Reply::text("The CLI answered."));
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/messages", bot.http))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "whatsapp", "peer": ANA_WHATSAPP, "text": "which version?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["reply"], "The CLI answered.", "{body}");
+
+    let requests = llm.requests();
+    let results = requests[1].tool_results();
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (output, is_error) = &results[0];
+    assert!(!is_error, "exec failed: {output}");
+    assert!(
+        output.contains("hello-cli 1.0 args=--version"),
+        "the CLI's output reaches the model: {output}"
+    );
+    assert!(
+        output.contains(&format!("canary-length={}", CANARY.len())),
+        "the CLI ran with its credential: {output}"
+    );
+
+    let audit = fs::read_to_string(workspace.join("logs/porter.jsonl"))
+        .expect("porter's audit log in the workspace");
+    let calls: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|line: &Value| line["cli"] == CLI)
+        .collect();
+    assert_eq!(calls.len(), 1, "{audit}");
+    assert_eq!(calls[0]["outcome"], "ok", "{audit}");
+    assert_eq!(calls[0]["args"], json!(["--version"]), "{audit}");
+    assert_eq!(calls[0]["role"], "owner", "{audit}");
+
+    // The credential is nowhere the model, the transcript or the sandbox can see.
+    for request in &requests {
+        assert!(
+            !request.body.to_string().contains(CANARY),
+            "sent to the model"
+        );
+    }
+    assert!(!body.to_string().contains(CANARY));
+    let leaked = files_containing(&workspace, CANARY.as_bytes());
+    assert!(leaked.is_empty(), "the credential is in {leaked:?}");
+    assert!(
+        workspace.join("sessions/transcripts.sqlite3").is_file(),
+        "the transcript is where the leak check looked"
+    );
+
+    // Ctrl-C: the terminal sends SIGINT to the foreground process group.
+    let marker = directory_path.to_string_lossy().into_owned();
+    let agent_pid = i32::try_from(bot.child.id()).unwrap();
+    bot.seen = process_tree(agent_pid, &marker);
+    let names: Vec<&str> = bot
+        .seen
+        .iter()
+        .map(|process| process.command_line.as_str())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|line| line.contains("porter") && line.contains("--control-socket")),
+        "the agent started porter: {names:#?}"
+    );
+    assert!(
+        names.iter().any(|line| line.contains("bwrap")),
+        "the agent started a bubblewrap sandbox: {names:#?}"
+    );
+    assert!(
+        names
+            .iter()
+            .any(|line| line.contains("saint-sandbox-runner")),
+        "the sandbox runs the runner: {names:#?}"
+    );
+    let interrupted = Instant::now();
+    kill_process_group(Pid::from_raw(agent_pid).unwrap(), Signal::INT).unwrap();
+
+    let deadline = Duration::from_secs(8);
+    let status = loop {
+        if let Some(status) = bot.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            interrupted.elapsed() < deadline,
+            "saint-agent still runs {deadline:?} after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "Ctrl-C is a clean stop: {status:?}");
+    loop {
+        let left = survivors(&bot.seen, &marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            interrupted.elapsed() < deadline,
+            "still running {deadline:?} after Ctrl-C: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !workspace.join(".saint/run/porter/porter.sock").exists(),
+        "porter removed its socket on a clean stop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_porter_is_restarted_and_stop_ends_it_and_its_group() {
+    let directory = tempfile::tempdir().unwrap();
+    let base = directory.path().canonicalize().unwrap();
+    let workspace = base.join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    let registry = write_registry(&base);
+    let paths = PorterPaths::new(&workspace, &base.join("state"), Some(&registry));
+    let porter = LocalPorter::start(LocalPorterSettings::new(
+        sibling_binary("porter"),
+        paths.clone(),
+    ))
+    .await
+    .unwrap();
+    let first = porter.pid();
+    assert!(first > 0);
+    assert!(paths.socket.exists() && paths.control_socket.exists());
+    let control_mode = fs::metadata(&paths.control_directory)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        control_mode & 0o777,
+        0o700,
+        "the control directory is private"
+    );
+
+    kill_process(
+        Pid::from_raw(i32::try_from(first).unwrap()).unwrap(),
+        Signal::KILL,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let second = loop {
+        let pid = porter.pid();
+        if pid != 0 && pid != first {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "porter was not restarted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        std::os::unix::net::UnixStream::connect(&paths.control_socket).is_ok(),
+        "the restarted porter listens"
+    );
+    let log = fs::read_to_string(&paths.log).unwrap();
+    assert!(log.contains("porter listening"), "porter's log: {log}");
+
+    porter.stop().await;
+    let gone = !Path::new(&format!("/proc/{second}")).exists()
+        || fs::read_to_string(format!("/proc/{second}/stat"))
+            .map(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            })
+            .unwrap_or(true);
+    assert!(gone, "porter {second} still runs after stop");
+    assert!(!paths.socket.exists(), "porter removed its socket");
+    assert!(!paths.pid_file.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_porter_that_cannot_start_is_a_clear_error_naming_its_log() {
+    let directory = tempfile::tempdir().unwrap();
+    let base = directory.path().canonicalize().unwrap();
+    let workspace = base.join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    let registry = base.join("porter.json");
+    // Valid JSON Porter refuses: a CLI whose binary is not an absolute path.
+    fs::write(&registry, r#"{"version":1,"clis":{"gh":{"bin":"gh"}}}"#).unwrap();
+    let paths = PorterPaths::new(&workspace, &base.join("state"), Some(&registry));
+    let error = LocalPorter::start(LocalPorterSettings::new(
+        sibling_binary("porter"),
+        paths.clone(),
+    ))
+    .await
+    .err()
+    .expect("porter must refuse the registry")
+    .to_string();
+    assert!(
+        error.contains("exited") && error.contains(&paths.log.display().to_string()),
+        "{error}"
+    );
+    assert!(
+        error.contains("absolute"),
+        "porter's own reason is shown: {error}"
+    );
+}
