@@ -25,8 +25,14 @@ use std::{
 
 use porter_protocol::registry::Registry;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use saint_config::{BotConfig, SandboxBackend};
 use tokio::{process::Child, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{
+    SandboxError,
+    backend::{self, ExecBackend, LocalMachine},
+};
 
 /// Where Porter's call socket lives relative to the workspace (the same place the
 /// operator puts it on the bot's volume): the sandbox binds this directory read-only.
@@ -253,6 +259,92 @@ impl LocalPorterSettings {
     }
 }
 
+/// Whether `saint-agent run` starts its own Porter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LocalPorterMode {
+    /// When the sandbox backend is local and no Porter listens on the configured socket.
+    #[default]
+    Auto,
+    /// Always (fails the start if Porter cannot be started).
+    On,
+    /// Never: use the Porter the config or `SAINT_PORTER_SOCKET_DIR` points at, if any.
+    Off,
+}
+
+/// What `saint-agent run` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct LocalPorterOptions {
+    pub mode: LocalPorterMode,
+    /// `--porter-registry`: the registry file (default `<state>/porter-registry.json`).
+    pub registry: Option<PathBuf>,
+    /// `--porter-bin` / `SAINT_PORTER_BIN`: the porter binary (default beside this one).
+    pub binary: Option<PathBuf>,
+}
+
+/// Starts this bot's own Porter when `options.mode` calls for it (see
+/// [`LocalPorterMode`]); `None` when the bot uses another Porter (or none). Logs where
+/// the registry is and which CLIs the bot file and the registry disagree on.
+pub async fn start_for_bot(
+    config: &BotConfig,
+    workspace: &Path,
+    options: LocalPorterOptions,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<LocalPorter>, LocalPorterError> {
+    let machine = LocalMachine::from_environment(config, env);
+    let configured_socket = machine.porter_socket_directory.join(SOCKET_NAME);
+    let wanted = match options.mode {
+        LocalPorterMode::Off => false,
+        LocalPorterMode::On => true,
+        LocalPorterMode::Auto => {
+            config.sandbox.backend == SandboxBackend::Local && !is_listening(&configured_socket)
+        }
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let paths = PorterPaths::new(
+        workspace,
+        &machine.state_directory,
+        options.registry.as_deref(),
+    );
+    paths.check()?;
+    let (registered, created) = ensure_registry(&paths.registry)?;
+    let registry = paths.registry.display().to_string();
+    if created {
+        tracing::info!(%registry, "created an empty porter registry");
+    }
+    tracing::info!(
+        %registry,
+        clis = ?registered,
+        "porter registry; add a CLI with `cliport --registry {registry} install NAME --bin PATH --env KEY=VALUE`"
+    );
+    for name in config
+        .porter
+        .clis
+        .iter()
+        .filter(|name| !registered.contains(name))
+    {
+        tracing::warn!(
+            cli = %name,
+            %registry,
+            "the bot file lists this CLI but porter's registry has no entry for it: calls are refused until it is installed"
+        );
+    }
+    for name in registered
+        .iter()
+        .filter(|name| !config.porter.clis.contains(name))
+    {
+        tracing::warn!(
+            cli = %name,
+            "porter's registry has this CLI but the bot file's porter.clis does not list it: sandboxes get no command for it"
+        );
+    }
+    let binary = locate_binary(options.binary);
+    LocalPorter::start(LocalPorterSettings::new(binary, paths))
+        .await
+        .map(Some)
+}
+
 /// A supervised Porter child. Call [`LocalPorter::stop`] on shutdown; if it is dropped
 /// instead, the runtime's teardown kills the child (`kill_on_drop`).
 pub struct LocalPorter {
@@ -294,6 +386,22 @@ impl LocalPorter {
     /// The paths Porter was started with.
     pub fn paths(&self) -> &PorterPaths {
         &self.paths
+    }
+
+    /// The local sandbox backend wired to this Porter: sandboxes bind its socket
+    /// directory read-only, and `exec` registers tokens on its control socket.
+    pub fn exec_backend(
+        &self,
+        config: &BotConfig,
+        workspace: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ExecBackend, SandboxError> {
+        let mut machine = LocalMachine::from_environment(config, env);
+        machine.porter_socket_directory = self.paths.socket_directory.clone();
+        let mut config = config.clone();
+        config.porter.socket_path = self.paths.socket.display().to_string();
+        config.porter.control_socket_path = self.paths.control_socket.display().to_string();
+        backend::local(&config, workspace, machine)
     }
 
     /// The running Porter's pid (0 while it is being restarted).

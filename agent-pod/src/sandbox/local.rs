@@ -425,6 +425,9 @@ impl LocalSandbox {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr)
+            // Its own process group: a terminal's Ctrl-C reaches only the agent, which
+            // stops sandboxes after running turns have drained.
+            .process_group(0)
             .kill_on_drop(true);
         let child = command.spawn().map_err(|error| {
             SandboxError::Start(format!(
@@ -534,6 +537,20 @@ impl Sandbox for LocalSandbox {
                 }
             }
             Ok(reaped)
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, usize> {
+        Box::pin(async move {
+            let mut stopped = 0;
+            for (_, slot) in self.slots.all() {
+                // Waits for a sandbox that is starting; stop() waits for bwrap to exit.
+                if let Some(running) = slot.lock().await.take() {
+                    running.stop().await;
+                    stopped += 1;
+                }
+            }
+            stopped
         })
     }
 }

@@ -154,6 +154,13 @@ pub trait Sandbox: Send + Sync {
     /// Destroys sandboxes idle longer than the idle timeout; returns how many.
     fn reap_idle(&self) -> BoxFuture<'_, Result<usize, SandboxError>>;
 
+    /// Destroys every sandbox and waits until they are gone (agent shutdown, after
+    /// running turns have drained); returns how many. By default none: sandboxes that
+    /// outlive the agent are reaped by the next one.
+    fn shutdown(&self) -> BoxFuture<'_, usize> {
+        Box::pin(async { 0 })
+    }
+
     /// Runs one command in the scope's sandbox, streaming its output. A sandbox whose
     /// runner cannot be reached is discarded and replaced once.
     fn exec<'a>(
