@@ -42,6 +42,12 @@ pub const SOCKET_NAME: &str = "porter.sock";
 /// Porter's audit log relative to the workspace.
 pub const AUDIT_LOG: &str = "logs/porter.jsonl";
 
+/// util-linux `setpriv` (essential in Debian) sets Porter's parent-death signal before
+/// it execs Porter, so a Porter whose agent was killed (SIGKILL, OOM) is told to stop
+/// instead of running on with its credentials. The signal follows the thread that
+/// started Porter: the first start runs on the thread that lives as long as the agent.
+/// Without `setpriv`, the next agent stops the leftover through the pid file.
+const SETPRIV: &str = "/usr/bin/setpriv";
 /// Longest path a unix socket address holds (`sun_path` is 108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 /// First restart delay; doubled after each crash up to [`MAX_RESTART_DELAY`].
@@ -282,8 +288,10 @@ pub struct LocalPorterOptions {
 }
 
 /// Starts this bot's own Porter when `options.mode` calls for it (see
-/// [`LocalPorterMode`]); `None` when the bot uses another Porter (or none). Logs where
-/// the registry is and which CLIs the bot file and the registry disagree on.
+/// [`LocalPorterMode`]); `None` when the bot uses another Porter (or none). A Porter
+/// that fails to start is an error when it was asked for (`on`, or a registry given),
+/// else a warning. Logs where the registry is and which CLIs the bot file and the
+/// registry disagree on.
 pub async fn start_for_bot(
     config: &BotConfig,
     workspace: &Path,
@@ -302,6 +310,7 @@ pub async fn start_for_bot(
     if !wanted {
         return Ok(None);
     }
+    let required = options.mode == LocalPorterMode::On || options.registry.is_some();
     let paths = PorterPaths::new(
         workspace,
         &machine.state_directory,
@@ -340,9 +349,15 @@ pub async fn start_for_bot(
         );
     }
     let binary = locate_binary(options.binary);
-    LocalPorter::start(LocalPorterSettings::new(binary, paths))
-        .await
-        .map(Some)
+    match LocalPorter::start(LocalPorterSettings::new(binary, paths)).await {
+        Ok(porter) => Ok(Some(porter)),
+        // Asked for explicitly (on, or a registry given): failing is the clear answer.
+        Err(error) if required => Err(error),
+        Err(error) => {
+            tracing::warn!(%error, "no porter: CLIs through porter are refused; exec still runs in the sandbox");
+            Ok(None)
+        }
+    }
 }
 
 /// A supervised Porter child. Call [`LocalPorter::stop`] on shutdown; if it is dropped
@@ -489,7 +504,15 @@ fn spawn(settings: &LocalPorterSettings) -> Result<Child, LocalPorterError> {
                 source,
             })
     };
-    let mut command = tokio::process::Command::new(&settings.binary);
+    let mut command = if Path::new(SETPRIV).is_file() {
+        let mut command = tokio::process::Command::new(SETPRIV);
+        command
+            .args(["--pdeathsig", "TERM", "--"])
+            .arg(&settings.binary);
+        command
+    } else {
+        tokio::process::Command::new(&settings.binary)
+    };
     command
         .args(porter_arguments(paths, settings.stop_grace / 2))
         .stdin(Stdio::null())

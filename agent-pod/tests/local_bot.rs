@@ -461,3 +461,44 @@ async fn a_porter_that_cannot_start_is_a_clear_error_naming_its_log() {
         "porter's own reason is shown: {error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_agent_takes_its_porter_with_it() {
+    sibling_binary("porter");
+    assert!(
+        Path::new("/usr/bin/setpriv").is_file(),
+        "setpriv (util-linux) is missing: a killed agent would leave porter running"
+    );
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let directory_path = directory.path().canonicalize().unwrap();
+    let workspace = directory_path.join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let registry = write_registry(&directory_path);
+    let config_path = directory_path.join("bot-config.json");
+    write_config(&config_path, &test_config(&llm.base_url()));
+    let mut bot = spawn_bot(&directory_path, &config_path, &workspace, &registry);
+    let marker = directory_path.to_string_lossy().into_owned();
+    let agent_pid = i32::try_from(bot.child.id()).unwrap();
+    bot.seen = process_tree(agent_pid, &marker);
+    let porter = bot
+        .seen
+        .iter()
+        .find(|process| process.command_line.contains("--control-socket"))
+        .cloned()
+        .unwrap_or_else(|| panic!("the agent started porter: {:#?}", bot.seen));
+
+    // SIGKILL: the agent gets no chance to stop porter itself.
+    kill_process(Pid::from_raw(agent_pid).unwrap(), Signal::KILL).unwrap();
+    bot.child.wait().unwrap();
+    let killed = Instant::now();
+    while !survivors(std::slice::from_ref(&porter), &marker).is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(8),
+            "porter {} still runs after its agent was killed",
+            porter.pid
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
