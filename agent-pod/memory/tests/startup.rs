@@ -13,6 +13,7 @@ fn start_indexes_the_workspace_in_the_background() {
     let workspace = tempfile::tempdir().expect("tempdir");
     support::company_memory(workspace.path());
     let config = MemoryConfig {
+        enabled: true,
         embeddings: EmbeddingsConfig::Local {
             model_dir: default_model_dir().display().to_string(),
         },
@@ -42,6 +43,7 @@ fn start_without_the_model_fails_with_a_clear_error() {
     let workspace = tempfile::tempdir().expect("tempdir");
     let missing = workspace.path().join("no-model-here");
     let config = MemoryConfig {
+        enabled: true,
         embeddings: EmbeddingsConfig::Local {
             model_dir: missing.display().to_string(),
         },
@@ -59,6 +61,7 @@ fn start_without_the_model_fails_with_a_clear_error() {
 fn start_with_an_unset_api_key_variable_fails() {
     let workspace = tempfile::tempdir().expect("tempdir");
     let config = MemoryConfig {
+        enabled: true,
         embeddings: EmbeddingsConfig::Openai {
             base_url: "http://127.0.0.1:9/v1".to_string(),
             model: "text-embedding-3-small".to_string(),
