@@ -120,6 +120,62 @@ impl Scope {
         }
         (sql, parameters)
     }
+
+    /// [`Scope::sql_condition`] with each role glob preceded by the index range of its
+    /// literal start (`column >= ? AND column < ? AND column GLOB ?`), so a query
+    /// over an indexed `column` visits only the rows under the scope's directories.
+    /// The `GLOB` stays, so the condition is exactly as strict as the plain one.
+    pub fn sql_condition_indexed(&self, column: &str) -> (String, Vec<String>) {
+        if self.allowed.is_empty() {
+            return ("0".to_string(), Vec::new());
+        }
+        let mut clauses = Vec::with_capacity(self.allowed.len());
+        let mut parameters = Vec::new();
+        for glob in &self.allowed {
+            match glob_prefix_range(glob) {
+                Some((low, high)) => {
+                    clauses.push(format!(
+                        "({column} >= ? AND {column} < ? AND {column} GLOB ?)"
+                    ));
+                    parameters.extend([low, high, glob.clone()]);
+                }
+                None => {
+                    clauses.push(format!("{column} GLOB ?"));
+                    parameters.push(glob.clone());
+                }
+            }
+        }
+        let mut sql = format!("({})", clauses.join(" OR "));
+        if !self.narrower.is_empty() {
+            let narrower: Vec<String> = self
+                .narrower
+                .iter()
+                .map(|_| format!("{column} GLOB ?"))
+                .collect();
+            sql.push_str(&format!(" AND ({})", narrower.join(" OR ")));
+            parameters.extend(self.narrower.iter().cloned());
+        }
+        (sql, parameters)
+    }
+}
+
+/// The literal start of a glob (everything before its first metacharacter) and the
+/// smallest string greater than every string with that start, so a `GLOB` can be
+/// preceded by an index range `column >= low AND column < high`. `None` when the glob
+/// starts with a metacharacter or its literal start does not end in an ASCII
+/// character below `~` (the bound is made by bumping that last byte).
+pub fn glob_prefix_range(glob: &str) -> Option<(String, String)> {
+    let end = glob
+        .find(|character| matches!(character, '*' | '?' | '['))
+        .unwrap_or(glob.len());
+    let prefix = &glob[..end];
+    let last = *prefix.as_bytes().last()?;
+    if !(0x20..0x7e).contains(&last) {
+        return None;
+    }
+    let mut high = prefix[..prefix.len() - 1].to_string();
+    high.push(char::from(last + 1));
+    Some((prefix.to_string(), high))
 }
 
 #[cfg(test)]
@@ -150,6 +206,38 @@ mod tests {
         let (sql, parameters) = scope.sql_condition("c.path");
         assert_eq!(sql, "(c.path GLOB ? OR c.path GLOB ?) AND (c.path GLOB ?)");
         assert_eq!(parameters, ["memory/shared/*", "MEMORY.md", "memory/**"]);
+    }
+
+    #[test]
+    fn indexed_condition_keeps_the_glob_behind_a_prefix_range() {
+        assert_eq!(
+            glob_prefix_range("memory/users/u07/*"),
+            Some(("memory/users/u07/".to_string(), "memory/users/u070".to_string()))
+        );
+        assert_eq!(
+            glob_prefix_range("MEMORY.md"),
+            Some(("MEMORY.md".to_string(), "MEMORY.me".to_string()))
+        );
+        assert_eq!(glob_prefix_range("*.md"), None);
+        assert_eq!(glob_prefix_range("memory/é*"), None);
+        let scope = Scope::from_globs(["memory/shared/*", "*.md"])
+            .narrowed(&["memory/**".to_string()])
+            .expect("ok");
+        let (sql, parameters) = scope.sql_condition_indexed("p");
+        assert_eq!(
+            sql,
+            "((p >= ? AND p < ? AND p GLOB ?) OR p GLOB ?) AND (p GLOB ?)"
+        );
+        assert_eq!(
+            parameters,
+            [
+                "memory/shared/",
+                "memory/shared0",
+                "memory/shared/*",
+                "*.md",
+                "memory/**"
+            ]
+        );
     }
 
     #[test]

@@ -190,21 +190,39 @@ pub(crate) fn search_with_vector(
     scope: &Scope,
 ) -> Result<Vec<SearchHit>, IndexError> {
     let pool = (k * 4).max(20);
-    let (condition, globs) = scope.sql_condition("c.path");
+    // One read snapshot for the coverage check and both queries, so a file indexed in
+    // between cannot slip past a check made on an older state.
+    let snapshot = connection
+        .unchecked_transaction()
+        .map_err(sqlite("begin a search"))?;
+    let covers_everything = covers_every_file(connection, scope)?;
+    let (condition, globs) = if covers_everything {
+        ("1".to_string(), Vec::new())
+    } else {
+        scope.sql_condition_indexed("c.path")
+    };
     let query_blob = vector_to_blob(query_vector);
     let mut candidates: HashMap<i64, Candidate> = HashMap::new();
 
     // Vector side: the scope is a `rowid IN (…)` constraint of the KNN query itself,
-    // which sqlite-vec evaluates before picking the `k` nearest.
-    let vector_sql = renumber(
-        &format!(
-            "SELECT rowid, distance FROM chunks_vec
-             WHERE embedding MATCH ?1 AND k = ?2
-               AND rowid IN (SELECT c.id FROM chunks AS c WHERE {condition})
-             ORDER BY distance"
-        ),
-        3,
-    );
+    // which sqlite-vec evaluates before picking the `k` nearest. A scope that covers
+    // every indexed file needs no list (building it costs a pass over all chunks).
+    let vector_sql = if covers_everything {
+        "SELECT rowid, distance FROM chunks_vec
+         WHERE embedding MATCH ?1 AND k = ?2
+         ORDER BY distance"
+            .to_string()
+    } else {
+        renumber(
+            &format!(
+                "SELECT rowid, distance FROM chunks_vec
+                 WHERE embedding MATCH ?1 AND k = ?2
+                   AND rowid IN (SELECT c.id FROM chunks AS c WHERE {condition})
+                 ORDER BY distance"
+            ),
+            3,
+        )
+    };
     let mut parameters = vec![Value::Blob(query_blob.clone()), Value::Integer(pool as i64)];
     parameters.extend(globs.iter().cloned().map(Value::Text));
     {
@@ -232,15 +250,22 @@ pub(crate) fn search_with_vector(
     // Keyword side: the scope is part of the WHERE clause, applied before LIMIT.
     let mut best_relevance = 0.0_f32;
     if let Some(match_expression) = fts_query(query) {
-        let keyword_sql = renumber(
-            &format!(
-                "SELECT c.id, -bm25(chunks_fts) AS relevance FROM chunks_fts
-                 JOIN chunks AS c ON c.id = chunks_fts.rowid
-                 WHERE chunks_fts MATCH ?1 AND {condition}
-                 ORDER BY bm25(chunks_fts) LIMIT ?2"
-            ),
-            3,
-        );
+        let keyword_sql = if covers_everything {
+            "SELECT rowid, -bm25(chunks_fts) AS relevance FROM chunks_fts
+             WHERE chunks_fts MATCH ?1
+             ORDER BY bm25(chunks_fts) LIMIT ?2"
+                .to_string()
+        } else {
+            renumber(
+                &format!(
+                    "SELECT c.id, -bm25(chunks_fts) AS relevance FROM chunks_fts
+                     JOIN chunks AS c ON c.id = chunks_fts.rowid
+                     WHERE chunks_fts MATCH ?1 AND {condition}
+                     ORDER BY bm25(chunks_fts) LIMIT ?2"
+                ),
+                3,
+            )
+        };
         let mut parameters = vec![Value::Text(match_expression), Value::Integer(pool as i64)];
         parameters.extend(globs.iter().cloned().map(Value::Text));
         let mut statement = connection
@@ -334,7 +359,22 @@ pub(crate) fn search_with_vector(
             snippet: snippet(&text),
         });
     }
+    drop(snapshot);
     Ok(hits)
+}
+
+/// Whether every indexed file lies inside `scope`, so the scope filters nothing and
+/// the queries may skip it. Reads `files`, which the indexer writes in the same
+/// transaction as the file's chunks, so no chunk has a path missing from it.
+fn covers_every_file(connection: &Connection, scope: &Scope) -> Result<bool, IndexError> {
+    let (condition, globs) = scope.sql_condition("c.path");
+    let sql = format!("SELECT NOT EXISTS (SELECT 1 FROM files AS c WHERE NOT ({condition}))");
+    let mut statement = connection
+        .prepare_cached(&sql)
+        .map_err(sqlite("check the scope"))?;
+    statement
+        .query_row(params_from_iter(globs), |row| row.get(0))
+        .map_err(sqlite("check the scope"))
 }
 
 #[cfg(test)]
@@ -355,6 +395,13 @@ mod tests {
                 )
                 .expect("chunk");
             let id = connection.last_insert_rowid();
+            // Like the indexer: every chunk's path is a recorded file.
+            connection
+                .execute(
+                    "INSERT OR IGNORE INTO files (path, hash, mtime, size, chunk_count) VALUES (?1, '', 0, 0, 1)",
+                    [path],
+                )
+                .expect("file");
             connection
                 .execute(
                     "INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)",
