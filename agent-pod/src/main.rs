@@ -151,6 +151,14 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
             tools = tools
                 .replace(Arc::new(MemorySearchTool::new(memory.index.clone())))
                 .replace(Arc::new(MemoryGetTool::new(memory.index.clone())));
+            // The agent's own memory writes are indexed before the tool returns; the
+            // watcher covers changes made by anything else.
+            let index = memory.index.clone();
+            tools = tools.observe_writes(Arc::new(move |paths: &[String]| {
+                if let Err(error) = index.reindex_paths(paths) {
+                    tracing::warn!(%error, "failed to re-index memory after a write");
+                }
+            }));
         }
         // Without a working sandbox `exec` stays the fail-closed placeholder and is
         // withheld from every role; it never runs unsandboxed.

@@ -166,6 +166,7 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
         }
     }
     let mut summary = Vec::new();
+    let mut touched = Vec::new();
     for change in changes {
         match change {
             Change::Write { path, contents } => {
@@ -174,17 +175,21 @@ fn apply(context: &ToolContext, files: &[FilePatch]) -> Result<ToolOutput, ToolE
                     .write(&path, contents.as_bytes(), true)
                     .map_err(path_error)?;
                 summary.push(format!("M {}", path.as_str()));
+                touched.push(serde_json::Value::from(path.as_str()));
             }
             Change::Remove { path } => {
                 access.workspace.remove(&path).map_err(path_error)?;
                 summary.push(format!("D {}", path.as_str()));
+                touched.push(serde_json::Value::from(path.as_str()));
             }
         }
     }
-    Ok(ToolOutput::text(format!(
-        "applied patch:\n{}",
-        summary.join("\n")
-    )))
+    let mut output = ToolOutput::text(format!("applied patch:\n{}", summary.join("\n")));
+    // Written and removed files, for the usage log and the memory write observer.
+    output
+        .metering
+        .insert("paths".to_string(), serde_json::Value::Array(touched));
+    Ok(output)
 }
 
 const BEGIN_PATCH: &str = "*** Begin Patch";

@@ -25,6 +25,7 @@ pub mod untrusted;
 pub mod web_fetch;
 pub mod web_search;
 pub mod write;
+pub mod write_observer;
 
 use std::{path::PathBuf, sync::Arc};
 

@@ -60,6 +60,20 @@ impl ToolSet {
         self
     }
 
+    /// Wraps the file-writing tools so the memory files they write reach `observer`
+    /// (the memory index) right after each successful call.
+    pub fn observe_writes(mut self, observer: super::write_observer::WriteObserver) -> Self {
+        for tool in &mut self.tools {
+            if super::write_observer::OBSERVED_TOOLS.contains(&tool.name()) {
+                *tool = Arc::new(super::write_observer::ObservedWrites::new(
+                    Arc::clone(tool),
+                    Arc::clone(&observer),
+                ));
+            }
+        }
+        self
+    }
+
     /// All tools.
     pub fn all(&self) -> &[Arc<dyn Tool>] {
         &self.tools
