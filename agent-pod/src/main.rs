@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::http::{AppState, app, drain_turns, metrics_app},
     config_watch::ConfigStore,
+    local_porter::{self, LocalPorterMode, LocalPorterOptions},
     metering::Metering,
     runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
     sandbox::backend,
@@ -69,6 +70,18 @@ struct RunArgs {
     /// How long shutdown waits for running turns, in seconds.
     #[arg(long, default_value_t = 25)]
     drain_seconds: u64,
+    /// Whether to run Porter (the CLI credential broker) as a child: `auto` starts it
+    /// when sandbox.backend is local and no Porter listens on the configured socket.
+    #[arg(long, env = "SAINT_LOCAL_PORTER", value_enum, default_value_t = LocalPorterMode::Auto)]
+    local_porter: LocalPorterMode,
+    /// Porter's registry (CLIs and their credentials) for the Porter this agent runs;
+    /// created empty in the sandbox state directory when not given. Add CLIs with
+    /// `cliport --registry FILE install NAME --bin PATH --env KEY=VALUE`.
+    #[arg(long, env = "SAINT_PORTER_REGISTRY", value_name = "FILE")]
+    porter_registry: Option<PathBuf>,
+    /// The porter binary (default: `porter` next to saint-agent).
+    #[arg(long, env = "SAINT_PORTER_BIN")]
+    porter_bin: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -160,12 +173,31 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
                 }
             }));
         }
+        // One machine: the agent runs its own Porter unless another one listens.
+        let porter_options = LocalPorterOptions {
+            mode: arguments.local_porter,
+            registry: arguments.porter_registry.clone(),
+            binary: arguments.porter_bin.clone(),
+        };
+        let porter = local_porter::start_for_bot(
+            &config.last_good(),
+            &workspace,
+            porter_options,
+            env.as_ref(),
+        )
+        .await?;
         // Without a working sandbox `exec` stays the fail-closed placeholder and is
         // withheld from every role; it never runs unsandboxed.
-        let sandbox =
-            backend::for_config(&config.last_good(), workspace.clone(), env.as_ref()).await;
+        let sandbox = match &porter {
+            Some(porter) => {
+                porter.exec_backend(&config.last_good(), workspace.clone(), env.as_ref())
+            }
+            None => backend::for_config(&config.last_good(), workspace.clone(), env.as_ref()).await,
+        };
+        let mut sandboxes = None;
         let sandbox_available = match sandbox {
             Ok(exec) => {
+                sandboxes = Some(exec.sandbox.clone());
                 let tool = ExecTool::new(exec.sandbox, exec.porter, ExecLimits::default());
                 tools = tools.replace(Arc::new(tool));
                 true
@@ -185,7 +217,17 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
             options,
         )
         .with_sandbox_available(sandbox_available);
-        serve(arguments, config, Arc::new(runtime), env).await
+        let served = serve(arguments, config, Arc::new(runtime), env).await;
+        // Shutdown order: running turns have drained (serve), then the sandboxes stop,
+        // then Porter, which their commands may have been calling.
+        if let Some(sandboxes) = sandboxes {
+            let stopped = sandboxes.shutdown().await;
+            tracing::info!(stopped, "sandboxes stopped");
+        }
+        if let Some(porter) = porter {
+            porter.stop().await;
+        }
+        served
     })
 }
 
