@@ -1,8 +1,10 @@
 //! Opens the per-bot memory database and keeps its schema: files, chunks, the FTS5
-//! index and the vec0 vector table. Knows nothing about markdown or embeddings.
+//! index, the float vectors (`chunk_vectors`) and the vec0 table of their sign-bit
+//! codes (`chunks_vec`, for a fast Hamming pre-selection). Knows nothing about
+//! markdown or embeddings.
 //!
-//! The FTS5 table is an external-content index over `chunks.text` and the vec0 table
-//! is keyed by `chunks.id`; the indexer changes all three only inside one transaction
+//! The FTS5 table is an external-content index over `chunks.text`; both vector tables
+//! are keyed by `chunks.id`; the indexer changes all four only inside one transaction
 //! per file, so a crash (even `kill -9`) leaves either the old or the new state of
 //! that file. WAL lets searches read on their own connections while indexing writes.
 
@@ -13,7 +15,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use crate::sqlite_vec_extension::{self, ExtensionError};
 
 /// Bumped when the schema changes incompatibly; a mismatch rebuilds the index.
-const SCHEMA_VERSION: &str = "1";
+const SCHEMA_VERSION: &str = "2";
 
 /// Why the database could not be opened or prepared.
 #[derive(Debug, thiserror::Error)]
@@ -122,14 +124,19 @@ pub fn open_writer(
         transaction
             .execute_batch(
                 "DROP TABLE IF EXISTS chunks_vec;
+                 DROP TABLE IF EXISTS chunk_vectors;
                  INSERT INTO chunks_fts (chunks_fts) VALUES ('delete-all');
                  DELETE FROM chunks;
-                 DELETE FROM files;",
+                 DELETE FROM files;
+                 CREATE TABLE chunk_vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL);",
             )
             .map_err(sqlite("reset"))?;
         transaction
             .execute(
-                &format!("CREATE VIRTUAL TABLE chunks_vec USING vec0 (embedding float[{dimensions}] distance_metric=cosine)"),
+                &format!(
+                    "CREATE VIRTUAL TABLE chunks_vec USING vec0 (embedding bit[{}])",
+                    sign_bits_length(dimensions) * 8
+                ),
                 [],
             )
             .map_err(sqlite("create the vector table of"))?;
@@ -172,6 +179,42 @@ pub fn vector_to_blob(vector: &[f32]) -> Vec<u8> {
         .collect()
 }
 
+/// Bytes of the sign-bit code of a `dimensions`-long vector (whole bytes, the unused
+/// high bits of the last one zero).
+pub fn sign_bits_length(dimensions: usize) -> usize {
+    dimensions.div_ceil(8)
+}
+
+/// The sign-bit code of a vector (bit `i` set when component `i` is positive), what
+/// `chunks_vec` stores for the Hamming pre-selection; takes a `float[N]` blob.
+pub fn blob_to_sign_bits(blob: &[u8]) -> Vec<u8> {
+    let dimensions = blob.len() / 4;
+    let mut bits = vec![0u8; sign_bits_length(dimensions)];
+    for (index, bytes) in blob.chunks_exact(4).enumerate() {
+        if f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) > 0.0 {
+            bits[index / 8] |= 1 << (index % 8);
+        }
+    }
+    bits
+}
+
+/// Cosine similarity of a vector and a stored `float[N]` blob; `None` when the blob
+/// has another length or either vector is zero.
+pub fn cosine_similarity(vector: &[f32], blob: &[u8]) -> Option<f32> {
+    if blob.len() != vector.len() * 4 {
+        return None;
+    }
+    let (mut dot, mut left, mut right) = (0.0_f32, 0.0_f32, 0.0_f32);
+    for (value, bytes) in vector.iter().zip(blob.chunks_exact(4)) {
+        let other = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        dot += value * other;
+        left += value * value;
+        right += other * other;
+    }
+    let norms = left.sqrt() * right.sqrt();
+    (norms > 0.0).then(|| dot / norms)
+}
+
 /// Decodes a vec0 `float[N]` blob.
 #[cfg(test)]
 fn blob_to_vector(blob: &[u8]) -> Vec<f32> {
@@ -207,23 +250,33 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |row| row.get(0))
             .expect("pragma");
         assert_eq!(journal, "wal");
-        // The vector table now takes 8 dimensions and refuses 4.
-        let eight = vector_to_blob(&[0.5; 8]);
+        // The sign-bit table now takes 8 dimensions (one byte) and refuses 16.
+        let eight = blob_to_sign_bits(&vector_to_blob(&[0.5; 8]));
         connection
             .execute(
-                "INSERT INTO chunks_vec (rowid, embedding) VALUES (1, ?1)",
+                "INSERT INTO chunks_vec (rowid, embedding) VALUES (1, vec_bit(?1))",
                 [eight],
             )
             .expect("8 dims");
-        let four = vector_to_blob(&[0.5; 4]);
+        let sixteen = blob_to_sign_bits(&vector_to_blob(&[0.5; 16]));
         assert!(
             connection
                 .execute(
-                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (2, ?1)",
-                    [four]
+                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (2, vec_bit(?1))",
+                    [sixteen]
                 )
                 .is_err()
         );
+    }
+
+    #[test]
+    fn sign_bits_and_cosine() {
+        let blob = vector_to_blob(&[0.5, -1.0, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 3.0]);
+        assert_eq!(blob_to_sign_bits(&blob), [0b1111_1001, 0b0000_0001]);
+        let similarity = cosine_similarity(&[1.0, 0.0], &vector_to_blob(&[0.6, 0.8]));
+        assert!((similarity.expect("some") - 0.6).abs() < 1e-6);
+        assert_eq!(cosine_similarity(&[1.0], &vector_to_blob(&[0.6, 0.8])), None);
+        assert_eq!(cosine_similarity(&[0.0, 0.0], &vector_to_blob(&[0.6, 0.8])), None);
     }
 
     #[test]

@@ -290,6 +290,14 @@ impl MemoryIndex {
         if orphans != 0 {
             problems.push(format!("{orphans} chunks of files that are not recorded"));
         }
+        let floats = count("SELECT count(*) FROM chunk_vectors")?;
+        let without_float =
+            count("SELECT count(*) FROM chunks WHERE id NOT IN (SELECT id FROM chunk_vectors)")?;
+        if chunks != floats || without_float != 0 {
+            problems.push(format!(
+                "{chunks} chunks but {floats} float vectors ({without_float} chunks without one)"
+            ));
+        }
         Ok(problems)
     }
 
@@ -423,7 +431,7 @@ impl MemoryIndex {
         let mut reusable: HashMap<String, Vec<u8>> = HashMap::new();
         {
             let mut statement = writer
-                .prepare_cached("SELECT c.hash, v.embedding FROM chunks c JOIN chunks_vec v ON v.rowid = c.id WHERE c.path = ?1")
+                .prepare_cached("SELECT c.hash, v.embedding FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE c.path = ?1")
                 .map_err(sqlite("read stored vectors"))?;
             let rows = statement
                 .query_map([relative], |row| {
@@ -476,7 +484,10 @@ impl MemoryIndex {
                 .prepare_cached("INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)")
                 .map_err(sqlite("write the keyword index"))?;
             let mut insert_vector = transaction
-                .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)")
+                .prepare_cached("INSERT INTO chunk_vectors (id, embedding) VALUES (?1, ?2)")
+                .map_err(sqlite("write vectors"))?;
+            let mut insert_bits = transaction
+                .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, vec_bit(?2))")
                 .map_err(sqlite("write vectors"))?;
             for (chunk, chunk_hash) in chunks.iter().zip(&chunk_hashes) {
                 insert_chunk
@@ -492,8 +503,12 @@ impl MemoryIndex {
                 insert_fts
                     .execute(params![id, chunk.text])
                     .map_err(sqlite("write the keyword index"))?;
+                let blob = &reusable[chunk_hash];
                 insert_vector
-                    .execute(params![id, reusable[chunk_hash]])
+                    .execute(params![id, blob])
+                    .map_err(sqlite("write vectors"))?;
+                insert_bits
+                    .execute(params![id, database::blob_to_sign_bits(blob)])
                     .map_err(sqlite("write vectors"))?;
             }
         }
@@ -548,12 +563,18 @@ fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexErr
     let mut delete_vector = connection
         .prepare_cached("DELETE FROM chunks_vec WHERE rowid = ?1")
         .map_err(sqlite("delete vectors"))?;
+    let mut delete_float_vector = connection
+        .prepare_cached("DELETE FROM chunk_vectors WHERE id = ?1")
+        .map_err(sqlite("delete vectors"))?;
     for (id, text) in &old {
         // External-content FTS5 needs the old text to remove its terms.
         delete_fts
             .execute(params![id, text])
             .map_err(sqlite("delete from the keyword index"))?;
         delete_vector
+            .execute([id])
+            .map_err(sqlite("delete vectors"))?;
+        delete_float_vector
             .execute([id])
             .map_err(sqlite("delete vectors"))?;
     }

@@ -5,10 +5,11 @@
 //! ```text
 //! files ──chunking──► chunks ──Embedder──► vectors
 //!                        │                    │
-//!     one transaction:  chunks + chunks_fts + chunks_vec   (database)
+//!     one transaction:  chunks + chunks_fts + chunk_vectors + chunks_vec   (database)
 //!
-//! query ──► vec0 KNN  (rowid IN scope) ─┐
-//!       └─► FTS5 bm25 (path GLOB scope) ┴─► 0.7·vector + 0.3·keyword ─► top k  (search)
+//! query ──► vec0 Hamming KNN on sign bits (rowid IN scope) ─► exact cosine rescoring ─┐
+//!       └─► FTS5 bm25 (path GLOB scope) ─────────────────────────────────────────────┴─►
+//!           0.7·vector + 0.3·keyword ─► top k  (search)
 //! ```
 //!
 //! Typical use: [`start`] once at agent startup (embedder from the bot config — a
