@@ -323,11 +323,9 @@ const RECALL_QUERIES: usize = 20;
 /// vectors as queries (real neighbourhoods at 1k; random ones, the worst case, for the
 /// synthetic sizes).
 fn vector_recall(index: &MemoryIndex, database: &Path, scope: &Scope) -> f64 {
-    let connection = rusqlite::Connection::open_with_flags(
-        database,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open for recall");
+    let connection =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open for recall");
     let mut statement = connection
         .prepare("SELECT id, embedding FROM chunk_vectors ORDER BY id")
         .expect("prepare");

@@ -275,8 +275,14 @@ mod tests {
         assert_eq!(blob_to_sign_bits(&blob), [0b1111_1001, 0b0000_0001]);
         let similarity = cosine_similarity(&[1.0, 0.0], &vector_to_blob(&[0.6, 0.8]));
         assert!((similarity.expect("some") - 0.6).abs() < 1e-6);
-        assert_eq!(cosine_similarity(&[1.0], &vector_to_blob(&[0.6, 0.8])), None);
-        assert_eq!(cosine_similarity(&[0.0, 0.0], &vector_to_blob(&[0.6, 0.8])), None);
+        assert_eq!(
+            cosine_similarity(&[1.0], &vector_to_blob(&[0.6, 0.8])),
+            None
+        );
+        assert_eq!(
+            cosine_similarity(&[0.0, 0.0], &vector_to_blob(&[0.6, 0.8])),
+            None
+        );
     }
 
     #[test]

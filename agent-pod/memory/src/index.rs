@@ -487,7 +487,9 @@ impl MemoryIndex {
                 .prepare_cached("INSERT INTO chunk_vectors (id, embedding) VALUES (?1, ?2)")
                 .map_err(sqlite("write vectors"))?;
             let mut insert_bits = transaction
-                .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, vec_bit(?2))")
+                .prepare_cached(
+                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, vec_bit(?2))",
+                )
                 .map_err(sqlite("write vectors"))?;
             for (chunk, chunk_hash) in chunks.iter().zip(&chunk_hashes) {
                 insert_chunk

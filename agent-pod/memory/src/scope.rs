@@ -165,9 +165,7 @@ impl Scope {
 /// starts with a metacharacter or its literal start does not end in an ASCII
 /// character below `~` (the bound is made by bumping that last byte).
 pub fn glob_prefix_range(glob: &str) -> Option<(String, String)> {
-    let end = glob
-        .find(|character| matches!(character, '*' | '?' | '['))
-        .unwrap_or(glob.len());
+    let end = glob.find(['*', '?', '[']).unwrap_or(glob.len());
     let prefix = &glob[..end];
     let last = *prefix.as_bytes().last()?;
     if !(0x20..0x7e).contains(&last) {
@@ -212,7 +210,10 @@ mod tests {
     fn indexed_condition_keeps_the_glob_behind_a_prefix_range() {
         assert_eq!(
             glob_prefix_range("memory/users/u07/*"),
-            Some(("memory/users/u07/".to_string(), "memory/users/u070".to_string()))
+            Some((
+                "memory/users/u07/".to_string(),
+                "memory/users/u070".to_string()
+            ))
         );
         assert_eq!(
             glob_prefix_range("MEMORY.md"),
