@@ -311,11 +311,11 @@ pub async fn start_for_bot(
         return Ok(None);
     }
     let required = options.mode == LocalPorterMode::On || options.registry.is_some();
-    let paths = PorterPaths::new(
-        workspace,
-        &machine.state_directory,
-        options.registry.as_deref(),
-    );
+    // Absolute, so logs and the `cliport` hint name the file wherever they are read.
+    let registry = options
+        .registry
+        .map(|path| std::path::absolute(&path).unwrap_or(path));
+    let paths = PorterPaths::new(workspace, &machine.state_directory, registry.as_deref());
     paths.check()?;
     let (registered, created) = ensure_registry(&paths.registry)?;
     let registry = paths.registry.display().to_string();
@@ -779,6 +779,70 @@ mod tests {
             error.contains("porter-registry.json") && error.contains("absolute"),
             "{error}"
         );
+    }
+
+    fn bot_config(backend: &str) -> BotConfig {
+        serde_json::from_value(serde_json::json!({
+            "schemaVersion": saint_config::SCHEMA_VERSION,
+            "bot": {"name": "my-bot"},
+            "model": {"provider": "anthropic", "name": "m", "baseUrl": "http://127.0.0.1:9"},
+            "defaultRole": "external",
+            "roles": {"external": {}},
+            "sandbox": {"backend": backend},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn auto_leaves_porter_to_whoever_already_listens_and_to_kubernetes() {
+        let directory = tempfile::tempdir().unwrap();
+        let workspace = directory.path().join("workspace");
+        fs::create_dir_all(&workspace).unwrap();
+        let external = directory.path().join("external-porter");
+        fs::create_dir_all(&external).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(external.join(SOCKET_NAME)).unwrap();
+        let state = directory.path().join("state");
+        let lookup = |name: &str| match name {
+            "SAINT_PORTER_SOCKET_DIR" => Some(external.display().to_string()),
+            "SAINT_SANDBOX_STATE" => Some(state.display().to_string()),
+            _ => None,
+        };
+        let options = LocalPorterOptions {
+            binary: Some(PathBuf::from("/nonexistent/porter")),
+            ..LocalPorterOptions::default()
+        };
+        let started = start_for_bot(&bot_config("local"), &workspace, options.clone(), &lookup)
+            .await
+            .unwrap();
+        assert!(
+            started.is_none(),
+            "a listening porter is used, not replaced"
+        );
+        let started = start_for_bot(
+            &bot_config("kubernetes"),
+            &workspace,
+            options.clone(),
+            &lookup,
+        )
+        .await
+        .unwrap();
+        assert!(started.is_none(), "in Kubernetes porter is a sidecar");
+        assert!(
+            !state.join("porter-control").exists(),
+            "nothing was prepared"
+        );
+
+        // Asked for explicitly, a porter that cannot start is an error naming the binary.
+        let required = LocalPorterOptions {
+            mode: LocalPorterMode::On,
+            ..options
+        };
+        let error = start_for_bot(&bot_config("local"), &workspace, required, &lookup)
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("/nonexistent/porter"), "{error}");
     }
 
     #[test]
