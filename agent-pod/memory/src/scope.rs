@@ -121,6 +121,42 @@ impl Scope {
         (sql, parameters)
     }
 
+    /// When every glob matches exactly one range of paths (a literal path, or a
+    /// literal start followed by a single final `*`) and no narrower filter applies:
+    /// those ranges, sorted and merged, as `[low, high)` pairs. A scope like this
+    /// covers a set of paths exactly when none lies between its ranges, which a few
+    /// index seeks can tell. (A literal path `p` is the range `[p, p + "\u{1}")`:
+    /// only `p` itself, as paths never contain NUL.)
+    pub fn exact_ranges(&self) -> Option<Vec<(String, String)>> {
+        if self.allowed.is_empty() || !self.narrower.is_empty() {
+            return None;
+        }
+        let mut ranges = Vec::with_capacity(self.allowed.len());
+        for glob in &self.allowed {
+            let metacharacters = glob.matches(['*', '?', '[']).count();
+            if metacharacters == 0 {
+                ranges.push((glob.clone(), format!("{glob}\u{1}")));
+            } else if metacharacters == 1 && glob.ends_with('*') {
+                ranges.push(glob_prefix_range(glob)?);
+            } else {
+                return None;
+            }
+        }
+        ranges.sort();
+        let mut merged: Vec<(String, String)> = Vec::with_capacity(ranges.len());
+        for (low, high) in ranges {
+            match merged.last_mut() {
+                Some(last) if low <= last.1 => {
+                    if high > last.1 {
+                        last.1 = high;
+                    }
+                }
+                _ => merged.push((low, high)),
+            }
+        }
+        Some(merged)
+    }
+
     /// [`Scope::sql_condition`] with each role glob preceded by the index range of its
     /// literal start (`column >= ? AND column < ? AND column GLOB ?`), so a query
     /// over an indexed `column` visits only the rows under the scope's directories.
@@ -239,6 +275,32 @@ mod tests {
                 "memory/**"
             ]
         );
+    }
+
+    #[test]
+    fn exact_ranges_are_merged_and_only_for_simple_globs() {
+        let scope = Scope::for_role(
+            &[
+                MemoryScope::Shared,
+                MemoryScope::OwnUser,
+                MemoryScope::AllUsers,
+            ],
+            "ana",
+        );
+        assert_eq!(
+            scope.exact_ranges(),
+            Some(vec![
+                ("MEMORY.md".to_string(), "MEMORY.md\u{1}".to_string()),
+                ("memory/shared/".to_string(), "memory/shared0".to_string()),
+                ("memory/users/".to_string(), "memory/users0".to_string()),
+            ])
+        );
+        assert_eq!(Scope::from_globs(["memory/*.md"]).exact_ranges(), None);
+        assert_eq!(Scope::from_globs(["memory/[ab]*"]).exact_ranges(), None);
+        let narrowed = Scope::from_globs(["memory/*"])
+            .narrowed(&["memory/a/*".to_string()])
+            .expect("ok");
+        assert_eq!(narrowed.exact_ranges(), None);
     }
 
     #[test]

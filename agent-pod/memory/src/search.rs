@@ -452,6 +452,38 @@ fn exact_similarity(
 /// the queries may skip it. Reads `files`, which the indexer writes in the same
 /// transaction as the file's chunks, so no chunk has a path missing from it.
 fn covers_every_file(connection: &Connection, scope: &Scope) -> Result<bool, IndexError> {
+    if let Some(ranges) = scope.exact_ranges() {
+        // Each glob is exactly its range: covered when no file lies outside them,
+        // i.e. before the first, between two, or after the last (index seeks on the
+        // primary key instead of a GLOB per file).
+        let mut gaps = Vec::with_capacity(ranges.len() + 1);
+        let mut parameters = Vec::with_capacity(ranges.len() * 2);
+        let mut previous_high: Option<String> = None;
+        for (low, high) in ranges {
+            match previous_high.take() {
+                None => gaps.push("path < ?".to_string()),
+                Some(high) => {
+                    gaps.push("(path >= ? AND path < ?)".to_string());
+                    parameters.push(high);
+                }
+            }
+            parameters.push(low);
+            previous_high = Some(high);
+        }
+        gaps.push("path >= ?".to_string());
+        parameters.extend(previous_high);
+        let sql = gaps
+            .iter()
+            .map(|gap| format!("NOT EXISTS (SELECT 1 FROM files WHERE {gap})"))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let mut statement = connection
+            .prepare_cached(&format!("SELECT {sql}"))
+            .map_err(sqlite("check the scope"))?;
+        return statement
+            .query_row(params_from_iter(parameters), |row| row.get(0))
+            .map_err(sqlite("check the scope"));
+    }
     let (condition, globs) = scope.sql_condition("c.path");
     let sql = format!("SELECT NOT EXISTS (SELECT 1 FROM files AS c WHERE NOT ({condition}))");
     let mut statement = connection
@@ -590,6 +622,38 @@ mod tests {
                 .all(|hit| hit.path.starts_with("memory/shared/") && hit.keyword_score == 1.0),
             "{hits:?}"
         );
+    }
+
+    #[test]
+    fn coverage_by_ranges_agrees_with_the_glob_scan() {
+        let (_directory, connection) = database_with(&[
+            ("MEMORY.md", "a", [1.0, 0.0, 0.0, 0.0]),
+            ("memory/daily/d.md", "b", [1.0, 0.0, 0.0, 0.0]),
+            ("memory/shared/s.md", "c", [1.0, 0.0, 0.0, 0.0]),
+        ]);
+        let cases: [(&[&str], bool); 5] = [
+            (&["memory/shared/*", "MEMORY.md"], false),
+            (&["memory/shared/*", "MEMORY.md", "memory/daily/*"], true),
+            (&["memory/*", "MEMORY.md"], true),
+            (&["memory/*"], false),
+            (&["MEMORY.m", "memory/*"], false),
+        ];
+        for (globs, expected) in cases {
+            let scope = Scope::from_globs(globs.iter().copied());
+            assert!(scope.exact_ranges().is_some());
+            assert_eq!(
+                covers_every_file(&connection, &scope).expect("ranges"),
+                expected,
+                "{globs:?}"
+            );
+            // A narrower filter matching everything forces the GLOB scan.
+            let scanned = scope.narrowed(&["*".to_string()]).expect("narrowed");
+            assert_eq!(
+                covers_every_file(&connection, &scanned).expect("scan"),
+                expected,
+                "{globs:?}"
+            );
+        }
     }
 
     #[test]
