@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Serialize};
+pub use porter_protocol::control::{ControlRequest, ControlResponse};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::UnixStream,
@@ -22,47 +22,6 @@ const MAX_LINE: usize = 16 * 1024;
 
 /// Most bytes one control connection may send in total (bounds a line without newline).
 const MAX_CONNECTION_BYTES: u64 = 64 * 1024 * 1024;
-
-/// A control request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
-pub enum ControlRequest {
-    /// Issue a token for one command.
-    #[serde(rename_all = "camelCase")]
-    Register {
-        session: String,
-        contact: String,
-        #[serde(default)]
-        role: Option<String>,
-        ttl_seconds: u64,
-    },
-    /// Withdraw a token.
-    Revoke { token: String },
-}
-
-/// A control response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ControlResponse {
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revoked: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl ControlResponse {
-    fn error(message: impl Into<String>) -> Self {
-        Self {
-            ok: false,
-            token: None,
-            revoked: None,
-            error: Some(message.into()),
-        }
-    }
-}
 
 /// Applies one request to the token store.
 pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {

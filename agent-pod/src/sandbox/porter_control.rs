@@ -1,14 +1,12 @@
 //! Client of Porter's control socket (reached only by the agent container): register a
 //! token bound to {session, contact, role} for one sandbox command, revoke it after.
 //!
-//! Wire format (Porter's `control.rs`): one JSON object per line each way —
-//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…}` →
-//! `{"ok":true,"token":…}`; `{"op":"revoke","token":…}` → `{"ok":true,"revoked":…}`.
+//! The messages are `porter_protocol::control`, the same types Porter parses.
 //! Touches only that socket.
 
 use std::{path::PathBuf, time::Duration};
 
-use serde::{Deserialize, Serialize};
+use porter_protocol::control::{ControlRequest, ControlResponse};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
     net::UnixStream,
@@ -30,31 +28,6 @@ pub enum PorterControlError {
     Refused(String),
     #[error("failed to talk to porter control socket: no answer within {0} s")]
     Timeout(u64),
-}
-
-#[derive(Serialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-enum ControlRequest<'a> {
-    #[serde(rename_all = "camelCase")]
-    Register {
-        session: &'a str,
-        contact: &'a str,
-        role: &'a str,
-        ttl_seconds: u64,
-    },
-    Revoke {
-        token: &'a str,
-    },
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ControlResponse {
-    ok: bool,
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
 }
 
 /// Who a token is for.
@@ -89,9 +62,9 @@ impl PorterControl {
         ttl: Duration,
     ) -> Result<String, PorterControlError> {
         let request = ControlRequest::Register {
-            session: &grant.session,
-            contact: &grant.contact,
-            role: &grant.role,
+            session: grant.session.clone(),
+            contact: grant.contact.clone(),
+            role: Some(grant.role.clone()),
             ttl_seconds: ttl.as_secs().max(1),
         };
         let response = self.call(&request).await?;
@@ -105,15 +78,14 @@ impl PorterControl {
 
     /// Revokes a token; revoking an unknown or expired token is not an error.
     pub async fn revoke(&self, token: &str) -> Result<(), PorterControlError> {
-        self.call(&ControlRequest::Revoke { token })
-            .await
-            .map(|_| ())
+        self.call(&ControlRequest::Revoke {
+            token: token.to_string(),
+        })
+        .await
+        .map(|_| ())
     }
 
-    async fn call(
-        &self,
-        request: &ControlRequest<'_>,
-    ) -> Result<ControlResponse, PorterControlError> {
+    async fn call(&self, request: &ControlRequest) -> Result<ControlResponse, PorterControlError> {
         let exchange = async {
             let stream = UnixStream::connect(&self.socket).await.map_err(|source| {
                 PorterControlError::Connect {
@@ -147,29 +119,5 @@ impl PorterControl {
         tokio::time::timeout(self.call_timeout, exchange)
             .await
             .map_err(|_| PorterControlError::Timeout(self.call_timeout.as_secs()))?
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_match_porters_line_format() {
-        let register = ControlRequest::Register {
-            session: "s1",
-            contact: "ana",
-            role: "owner",
-            ttl_seconds: 150,
-        };
-        assert_eq!(
-            serde_json::to_value(&register).unwrap(),
-            serde_json::json!({"op": "register", "session": "s1", "contact": "ana", "role": "owner", "ttlSeconds": 150})
-        );
-        let revoke = ControlRequest::Revoke { token: "t" };
-        assert_eq!(
-            serde_json::to_value(&revoke).unwrap(),
-            serde_json::json!({"op": "revoke", "token": "t"})
-        );
     }
 }

@@ -10,6 +10,7 @@
 
 #[cfg(feature = "async")]
 pub mod async_io;
+pub mod control;
 pub mod frame;
 pub mod handshake;
 pub mod registry;

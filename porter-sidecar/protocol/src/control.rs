@@ -1,0 +1,80 @@
+//! Messages of Porter's control socket, shared by the daemon and the agent: the agent
+//! registers a token for one sandbox command (bound to its session, contact, role and
+//! an expiry) and revokes it when the command ends. One JSON object per line each way:
+//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…}` →
+//! `{"ok":true,"token":…}`; `{"op":"revoke","token":…}` → `{"ok":true,"revoked":…}`.
+//!
+//! Pure: no sockets.
+
+use serde::{Deserialize, Serialize};
+
+/// A control request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ControlRequest {
+    /// Issue a token for one command.
+    #[serde(rename_all = "camelCase")]
+    Register {
+        session: String,
+        contact: String,
+        #[serde(default)]
+        role: Option<String>,
+        ttl_seconds: u64,
+    },
+    /// Withdraw a token.
+    Revoke { token: String },
+}
+
+/// A control response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlResponse {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ControlResponse {
+    /// A refusal with its reason.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            token: None,
+            revoked: None,
+            error: Some(message.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_the_documented_line_format() {
+        let register = ControlRequest::Register {
+            session: "s1".to_string(),
+            contact: "ana".to_string(),
+            role: Some("owner".to_string()),
+            ttl_seconds: 150,
+        };
+        assert_eq!(
+            serde_json::to_value(&register).unwrap(),
+            serde_json::json!({"op": "register", "session": "s1", "contact": "ana", "role": "owner", "ttlSeconds": 150})
+        );
+        let revoke = ControlRequest::Revoke {
+            token: "t".to_string(),
+        };
+        assert_eq!(
+            serde_json::to_value(&revoke).unwrap(),
+            serde_json::json!({"op": "revoke", "token": "t"})
+        );
+        let refused: ControlResponse =
+            serde_json::from_str(r#"{"ok":false,"error":"peer uid not allowed"}"#).unwrap();
+        assert_eq!(refused, ControlResponse::error("peer uid not allowed"));
+    }
+}
