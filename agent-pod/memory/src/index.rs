@@ -17,6 +17,7 @@ use crate::{
     database::{self, DatabaseError, vector_to_blob},
     embeddings::{Embedder, EmbeddingError},
     memory_paths::{MEMORY_DIRECTORY, is_memory_file, list_memory_files, relative_to_workspace},
+    vector_codes,
 };
 
 /// Where the index lives inside the workspace unless configured otherwise.
@@ -50,6 +51,10 @@ pub enum IndexError {
     /// A lock was poisoned by a panic elsewhere.
     #[error("failed to lock the memory index: a previous operation panicked")]
     Poisoned,
+    /// Stored vector codes do not have the expected shape: a damaged database (it is
+    /// derived data; deleting the file makes the next start rebuild it).
+    #[error("failed to read the memory index: {0}")]
+    Corrupt(#[from] crate::vector_codes::MalformedCodes),
 }
 
 pub(crate) fn sqlite(action: &'static str) -> impl FnOnce(rusqlite::Error) -> IndexError {
@@ -290,12 +295,13 @@ impl MemoryIndex {
         if orphans != 0 {
             problems.push(format!("{orphans} chunks of files that are not recorded"));
         }
-        let floats = count("SELECT count(*) FROM chunk_vectors")?;
-        let without_float =
-            count("SELECT count(*) FROM chunks WHERE id NOT IN (SELECT id FROM chunk_vectors)")?;
-        if chunks != floats || without_float != 0 {
+        let coded = count("SELECT coalesce(sum(length(chunk_ids) / 8), 0) FROM file_vectors")?;
+        let uncoded = count(
+            "SELECT count(*) FROM files WHERE chunk_count > 0 AND path NOT IN (SELECT path FROM file_vectors)",
+        )?;
+        if chunks != coded || uncoded != 0 {
             problems.push(format!(
-                "{chunks} chunks but {floats} float vectors ({without_float} chunks without one)"
+                "{chunks} chunks but {coded} vector codes ({uncoded} files without codes)"
             ));
         }
         Ok(problems)
@@ -431,7 +437,7 @@ impl MemoryIndex {
         let mut reusable: HashMap<String, Vec<u8>> = HashMap::new();
         {
             let mut statement = writer
-                .prepare_cached("SELECT c.hash, v.embedding FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE c.path = ?1")
+                .prepare_cached("SELECT c.hash, v.embedding FROM chunks c JOIN chunks_vec v ON v.rowid = c.id WHERE c.path = ?1")
                 .map_err(sqlite("read stored vectors"))?;
             let rows = statement
                 .query_map([relative], |row| {
@@ -484,13 +490,9 @@ impl MemoryIndex {
                 .prepare_cached("INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)")
                 .map_err(sqlite("write the keyword index"))?;
             let mut insert_vector = transaction
-                .prepare_cached("INSERT INTO chunk_vectors (id, embedding) VALUES (?1, ?2)")
+                .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)")
                 .map_err(sqlite("write vectors"))?;
-            let mut insert_bits = transaction
-                .prepare_cached(
-                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, vec_bit(?2))",
-                )
-                .map_err(sqlite("write vectors"))?;
+            let mut file_chunks: Vec<(i64, Vec<f32>)> = Vec::with_capacity(chunks.len());
             for (chunk, chunk_hash) in chunks.iter().zip(&chunk_hashes) {
                 insert_chunk
                     .execute(params![
@@ -509,9 +511,20 @@ impl MemoryIndex {
                 insert_vector
                     .execute(params![id, blob])
                     .map_err(sqlite("write vectors"))?;
-                insert_bits
-                    .execute(params![id, database::blob_to_sign_bits(blob)])
-                    .map_err(sqlite("write vectors"))?;
+                file_chunks.push((id, database::blob_to_vector(blob)));
+            }
+            if !file_chunks.is_empty() {
+                let borrowed: Vec<(i64, &[f32])> = file_chunks
+                    .iter()
+                    .map(|(id, vector)| (*id, vector.as_slice()))
+                    .collect();
+                let (chunk_ids, codes) = vector_codes::encode_file(&borrowed);
+                transaction
+                    .execute(
+                        "INSERT INTO file_vectors (path, chunk_ids, codes) VALUES (?1, ?2, ?3)",
+                        params![relative, chunk_ids, codes],
+                    )
+                    .map_err(sqlite("write vector codes"))?;
             }
         }
         transaction
@@ -547,7 +560,8 @@ fn indexed_paths(connection: &Connection, prefix: &str) -> Result<Vec<String>, I
     Ok(paths)
 }
 
-/// Deletes a file's chunks from all three tables (inside the caller's transaction).
+/// Deletes a file's chunks, keyword entries, vectors and vector codes (inside the
+/// caller's transaction).
 fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexError> {
     let mut select = connection
         .prepare_cached("SELECT id, text FROM chunks WHERE path = ?1")
@@ -565,9 +579,6 @@ fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexErr
     let mut delete_vector = connection
         .prepare_cached("DELETE FROM chunks_vec WHERE rowid = ?1")
         .map_err(sqlite("delete vectors"))?;
-    let mut delete_float_vector = connection
-        .prepare_cached("DELETE FROM chunk_vectors WHERE id = ?1")
-        .map_err(sqlite("delete vectors"))?;
     for (id, text) in &old {
         // External-content FTS5 needs the old text to remove its terms.
         delete_fts
@@ -576,10 +587,10 @@ fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexErr
         delete_vector
             .execute([id])
             .map_err(sqlite("delete vectors"))?;
-        delete_float_vector
-            .execute([id])
-            .map_err(sqlite("delete vectors"))?;
     }
+    connection
+        .execute("DELETE FROM file_vectors WHERE path = ?1", [relative])
+        .map_err(sqlite("delete vector codes"))?;
     connection
         .execute("DELETE FROM chunks WHERE path = ?1", [relative])
         .map_err(sqlite("delete chunks"))?;

@@ -5,10 +5,10 @@
 //! ```text
 //! files ──chunking──► chunks ──Embedder──► vectors
 //!                        │                    │
-//!     one transaction:  chunks + chunks_fts + chunk_vectors + chunks_vec   (database)
+//!     one transaction:  chunks + chunks_fts + chunks_vec (vec0) + file_vectors   (database)
 //!
-//! query ──► vec0 Hamming KNN on sign bits (rowid IN scope) ─► exact cosine rescoring ─┐
-//!       └─► FTS5 bm25 (path GLOB scope) ─────────────────────────────────────────────┴─►
+//! query ──► scan of file_vectors codes (path GLOB scope) ─► exact cosine from vec0 ─┐
+//!       └─► FTS5 bm25 (rowid IN chunks in scope) ───────────────────────────────────┴─►
 //!           0.7·vector + 0.3·keyword ─► top k  (search)
 //! ```
 //!
@@ -28,6 +28,7 @@ pub mod scope;
 mod search;
 mod sqlite_vec_extension;
 mod startup;
+mod vector_codes;
 mod watcher;
 
 pub use chunking::{Chunk, ChunkingOptions, chunk_markdown};

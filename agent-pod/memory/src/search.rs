@@ -10,13 +10,18 @@
 //!   scores 1 and a chunk without the query's words 0;
 //! - hybrid = 0.7 × vector similarity + 0.3 × keyword score.
 //!
-//! Candidates are the top `4k` (at least 20) of each list. The vector list comes from
-//! a Hamming-distance pre-selection over sign-bit codes (the best `10 ×` that many,
-//! at least 400) rescored by exact cosine: exact when the scope holds at most 400
-//! chunks, approximate above (the benchmark reports its recall). Both lists are
-//! limited to the scope inside their SQL, before any top-k: `rowid IN (SELECT id FROM
-//! chunks WHERE path GLOB …)` in the vec0 KNN (sqlite-vec applies it before choosing
-//! the nearest) and a `path GLOB` condition in the FTS query's `WHERE` (before its
+//! Candidates are the top `4k` (at least 20) of each list:
+//! - vector list: the chunks in scope whose quantised codes (`file_vectors`, see
+//!   `vector_codes`) score best — the best `4 ×` the pool, at least 200 — rescored by
+//!   exact cosine similarity from their float vectors in the vec0 table; the scan
+//!   visits every chunk in scope, and the quantisation error (~1e-3) is far below the
+//!   gaps it would have to bridge, so the list is the exact top list in practice (the
+//!   benchmark reports its recall against sqlite-vec's exact KNN);
+//! - keyword list: FTS5 bm25 matches.
+//!
+//! Both are limited to the scope inside their SQL, before any top-k: the vector scan
+//! reads only the `file_vectors` rows whose `path` matches the scope's GLOBs, and the
+//! FTS query keeps only rowids `IN` the ids of chunks whose path matches (before its
 //! `LIMIT`); a scope that covers every indexed file (checked on `files` in the same
 //! read transaction) skips the condition, as it would filter nothing. A keyword
 //! candidate that was not among the vector candidates gets its exact vector
@@ -27,9 +32,10 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, params_from_iter, types::Value};
 
 use crate::{
-    database::{blob_to_sign_bits, cosine_similarity, vector_to_blob},
+    database::cosine_similarity,
     index::{IndexError, MemoryIndex, sqlite},
     scope::Scope,
+    vector_codes::{QueryCode, TopScores},
 };
 
 /// Weight of vector similarity in the hybrid score.
@@ -40,10 +46,10 @@ pub const KEYWORD_WEIGHT: f32 = 0.3;
 pub const SNIPPET_CHARS: usize = 700;
 /// Largest `k` a search may ask for.
 pub const MAX_RESULTS: usize = 50;
-/// Vector pre-selection size per rescored candidate (see `search_with_vector`).
-pub const PRESELECT_FACTOR: usize = 10;
-/// Smallest vector pre-selection: scopes up to this many chunks are searched exactly.
-pub const MIN_PRESELECT: usize = 400;
+/// Vector pre-selection size (by quantised score) per exactly rescored candidate.
+pub const PRESELECT_FACTOR: usize = 4;
+/// Smallest vector pre-selection: scopes up to this many chunks are rescored whole.
+pub const MIN_PRESELECT: usize = 200;
 /// Most query words passed to FTS5.
 const MAX_QUERY_TERMS: usize = 32;
 
@@ -157,8 +163,8 @@ impl MemoryIndex {
 
     /// The vector side of a search alone: chunk ids and cosine similarities of the
     /// `count` chunks in `scope` nearest to `query_vector`, best first, found the way
-    /// searches find them (sign-bit pre-selection, exact rescoring). For benchmarks
-    /// (recall against an exact scan) and diagnostics.
+    /// searches find them (quantised scan, exact rescoring). For benchmarks (recall
+    /// against sqlite-vec's exact KNN) and diagnostics.
     pub fn nearest_chunks(
         &self,
         query_vector: &[f32],
@@ -173,7 +179,7 @@ impl MemoryIndex {
         let (condition, globs) = if covers_everything {
             ("1".to_string(), Vec::new())
         } else {
-            scope.sql_condition_indexed("c.path")
+            scope.sql_condition_indexed("path")
         };
         let nearest = nearest_vectors(
             &reader,
@@ -237,10 +243,12 @@ pub(crate) fn search_with_vector(
         .unchecked_transaction()
         .map_err(sqlite("begin a search"))?;
     let covers_everything = covers_every_file(connection, scope)?;
+    // One condition over a column named `path`: both `file_vectors` and `chunks` have
+    // one, each with an index for the condition's prefix ranges.
     let (condition, globs) = if covers_everything {
         ("1".to_string(), Vec::new())
     } else {
-        scope.sql_condition_indexed("c.path")
+        scope.sql_condition_indexed("path")
     };
     let mut candidates: HashMap<i64, Candidate> = HashMap::new();
 
@@ -261,7 +269,9 @@ pub(crate) fn search_with_vector(
         );
     }
 
-    // Keyword side: the scope is part of the WHERE clause, applied before LIMIT.
+    // Keyword side: the scope is part of the WHERE clause, applied before LIMIT. The
+    // unary `+` keeps SQLite from handing the id list to FTS5 as rowid lookups (one
+    // posting-list probe per id, slow); instead each match is checked against it.
     let mut best_relevance = 0.0_f32;
     if let Some(match_expression) = fts_query(query) {
         let keyword_sql = if covers_everything {
@@ -272,9 +282,9 @@ pub(crate) fn search_with_vector(
         } else {
             renumber(
                 &format!(
-                    "SELECT c.id, bm25(chunks_fts) AS score FROM chunks_fts
-                     JOIN chunks AS c ON c.id = chunks_fts.rowid
-                     WHERE chunks_fts MATCH ?1 AND {condition}
+                    "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
+                     WHERE chunks_fts MATCH ?1
+                       AND +rowid IN (SELECT id FROM chunks WHERE {condition})
                      ORDER BY score LIMIT ?2"
                 ),
                 3,
@@ -317,7 +327,7 @@ pub(crate) fn search_with_vector(
     let mut scored: Vec<(i64, f32, f32, f32)> = candidates
         .into_iter()
         .map(|(id, candidate)| {
-            let vector_score = candidate.vector_score.unwrap_or(0.0);
+            let vector_score = candidate.vector_score.unwrap_or(0.0).clamp(0.0, 1.0);
             let keyword_score = if best_relevance > 0.0 {
                 candidate.keyword_relevance / best_relevance
             } else {
@@ -378,50 +388,40 @@ fn nearest_vectors(
     condition: &str,
     globs: &[String],
 ) -> Result<Vec<(i64, f32)>, IndexError> {
-    let query_blob = vector_to_blob(query_vector);
-    // Vector side, in two steps. (1) Pre-selection: the `preselect` chunks whose
-    // sign-bit codes are nearest to the query's by Hamming distance (vec0 over 48-byte
-    // codes: a scan of 100k chunks reads 5 MB instead of the 150 MB of float vectors).
-    // The scope is a `rowid IN (…)` constraint of this KNN query itself, which
-    // sqlite-vec evaluates before picking the nearest; a scope that covers every
-    // indexed file needs no list (building it costs a pass over all chunks).
-    // (2) Rescoring: exact cosine similarity from the float vectors of those chunks,
-    // keeping the best `pool`. With no more than `preselect` chunks in scope this is
-    // the exact top list; above that it is approximate (the benchmark reports recall).
+    // (1) Pre-selection: every chunk in scope scored by its quantised code, keeping
+    // the best `preselect`. The scope is the WHERE clause of the scan itself, so rows
+    // outside it are never read.
     let preselect = (pool * PRESELECT_FACTOR).max(MIN_PRESELECT);
-    let vector_sql = if covers_everything {
-        "SELECT rowid FROM chunks_vec
-         WHERE embedding MATCH vec_bit(?1) AND k = ?2
-         ORDER BY distance"
-            .to_string()
+    let scan_sql = if covers_everything {
+        "SELECT chunk_ids, codes FROM file_vectors".to_string()
     } else {
-        renumber(
-            &format!(
-                "SELECT rowid FROM chunks_vec
-                 WHERE embedding MATCH vec_bit(?1) AND k = ?2
-                   AND rowid IN (SELECT c.id FROM chunks AS c WHERE {condition})
-                 ORDER BY distance"
-            ),
-            3,
-        )
+        format!("SELECT chunk_ids, codes FROM file_vectors WHERE {condition}")
     };
-    let mut parameters = vec![
-        Value::Blob(blob_to_sign_bits(&query_blob)),
-        Value::Integer(preselect as i64),
-    ];
-    parameters.extend(globs.iter().cloned().map(Value::Text));
-    let preselected: Vec<i64> = {
+    let query_code = QueryCode::new(query_vector);
+    let mut top = TopScores::new(preselect);
+    {
         let mut statement = connection
-            .prepare_cached(&vector_sql)
-            .map_err(sqlite("search vectors"))?;
-        let rows = statement
-            .query_map(params_from_iter(parameters), |row| row.get::<_, i64>(0))
-            .map_err(sqlite("search vectors"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(sqlite("search vectors"))?
-    };
-    let mut rescored: Vec<(i64, f32)> = Vec::with_capacity(preselected.len());
-    for id in preselected {
+            .prepare_cached(&scan_sql)
+            .map_err(sqlite("scan vectors"))?;
+        let mut rows = statement
+            .query(params_from_iter(globs))
+            .map_err(sqlite("scan vectors"))?;
+        while let Some(row) = rows.next().map_err(sqlite("scan vectors"))? {
+            // Borrowed in place from SQLite's (memory-mapped) pages: no copy per row.
+            let ids = row
+                .get_ref(0)
+                .and_then(|value| value.as_blob().map_err(Into::into))
+                .map_err(sqlite("scan vectors"))?;
+            let codes = row
+                .get_ref(1)
+                .and_then(|value| value.as_blob().map_err(Into::into))
+                .map_err(sqlite("scan vectors"))?;
+            top.scan_file(&query_code, ids, codes)?;
+        }
+    }
+    // (2) Rescoring: exact cosine similarity from the float vectors of record.
+    let mut rescored: Vec<(i64, f32)> = Vec::with_capacity(preselect);
+    for id in top.into_ids() {
         rescored.push((id, exact_similarity(connection, query_vector, id)?));
     }
     rescored.sort_by(|left, right| right.1.total_cmp(&left.1).then(left.0.cmp(&right.0)));
@@ -429,15 +429,16 @@ fn nearest_vectors(
     Ok(rescored)
 }
 
-/// Cosine similarity of the query and chunk `id`'s float vector, cut to [0, 1]; 0
-/// for a chunk without a vector.
+/// Cosine similarity of the query and chunk `id`'s float vector, in [-1, 1] (uncut,
+/// so the vector list is ordered by true similarity even below 0); 0 for a chunk
+/// without a vector.
 fn exact_similarity(
     connection: &Connection,
     query_vector: &[f32],
     id: i64,
 ) -> Result<f32, IndexError> {
     let mut statement = connection
-        .prepare_cached("SELECT embedding FROM chunk_vectors WHERE id = ?1")
+        .prepare_cached("SELECT embedding FROM chunks_vec WHERE rowid = ?1")
         .map_err(sqlite("score vectors"))?;
     let blob: Option<Vec<u8>> = statement
         .query_row([id], |row| row.get(0))
@@ -445,7 +446,7 @@ fn exact_similarity(
         .map_err(sqlite("score vectors"))?;
     Ok(blob
         .and_then(|blob| cosine_similarity(query_vector, &blob))
-        .map_or(0.0, |similarity| similarity.clamp(0.0, 1.0)))
+        .unwrap_or(0.0))
 }
 
 /// Whether every indexed file lies inside `scope`, so the scope filters nothing and
@@ -499,11 +500,19 @@ mod tests {
     use super::*;
 
     /// Writes chunks with given vectors straight into a fresh database.
-    fn database_with(chunks: &[(&str, &str, [f32; 4])]) -> (tempfile::TempDir, Connection) {
+    fn database_with<V: AsRef<[f32]>>(
+        chunks: &[(&str, &str, V)],
+    ) -> (tempfile::TempDir, Connection) {
         let directory = tempfile::tempdir().expect("tempdir");
-        let connection =
-            crate::database::open_writer(&directory.path().join("index.sqlite"), "test", 4)
-                .expect("open");
+        let dimensions = chunks
+            .first()
+            .map_or(4, |(_, _, vector)| vector.as_ref().len());
+        let connection = crate::database::open_writer(
+            &directory.path().join("index.sqlite"),
+            "test",
+            dimensions,
+        )
+        .expect("open");
         for (path, text, vector) in chunks {
             connection
                 .execute(
@@ -527,16 +536,27 @@ mod tests {
                 .expect("fts");
             connection
                 .execute(
-                    "INSERT INTO chunk_vectors (id, embedding) VALUES (?1, ?2)",
-                    rusqlite::params![id, vector_to_blob(vector)],
+                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)",
+                    rusqlite::params![id, crate::database::vector_to_blob(vector.as_ref())],
                 )
                 .expect("vector");
+        }
+        // Like the indexer: one row of codes per file, its chunks in id order.
+        let mut by_path: std::collections::BTreeMap<&str, Vec<(i64, &[f32])>> = Default::default();
+        for (index, (path, _, vector)) in chunks.iter().enumerate() {
+            by_path
+                .entry(path)
+                .or_default()
+                .push((index as i64 + 1, vector.as_ref()));
+        }
+        for (path, file_chunks) in by_path {
+            let (ids, codes) = crate::vector_codes::encode_file(&file_chunks);
             connection
                 .execute(
-                    "INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, vec_bit(?2))",
-                    rusqlite::params![id, blob_to_sign_bits(&vector_to_blob(vector))],
+                    "INSERT INTO file_vectors (path, chunk_ids, codes) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![path, ids, codes],
                 )
-                .expect("sign bits");
+                .expect("codes");
         }
         (directory, connection)
     }
@@ -622,6 +642,88 @@ mod tests {
                 .all(|hit| hit.path.starts_with("memory/shared/") && hit.keyword_score == 1.0),
             "{hits:?}"
         );
+    }
+
+    /// Deterministic pseudo-random vectors: half noise, half drawn towards one of a
+    /// few "topics", so there are both real neighbourhoods and near-ties.
+    fn test_vectors(count: usize, dimensions: usize) -> Vec<Vec<f32>> {
+        let mut state = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let topics: Vec<Vec<f32>> = (0..8)
+            .map(|_| (0..dimensions).map(|_| next()).collect())
+            .collect();
+        (0..count)
+            .map(|index| {
+                let topic = &topics[index % topics.len()];
+                let pull = if index % 2 == 0 { 0.0 } else { 0.8 };
+                (0..dimensions).map(|d| next() + pull * topic[d]).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_vector_side_finds_what_sqlite_vec_exact_knn_finds() {
+        // 3,000 chunks, far more than the pre-selection (200 for k = 10), so the
+        // quantised scan decides which chunks reach exact rescoring; its top 10 must
+        // be sqlite-vec's exact cosine KNN, unscoped and scoped.
+        let vectors = test_vectors(3000, 96);
+        let paths: Vec<String> = (0..vectors.len())
+            .map(|index| {
+                let area = if index % 3 == 0 { "a" } else { "b" };
+                format!("memory/{area}/f{:03}.md", index / 10)
+            })
+            .collect();
+        let chunks: Vec<(&str, &str, &[f32])> = paths
+            .iter()
+            .zip(&vectors)
+            .map(|(path, vector)| (path.as_str(), "text", vector.as_slice()))
+            .collect();
+        let (_directory, connection) = database_with(&chunks);
+        let exact = |query: &[f32], scoped: bool| -> Vec<i64> {
+            let sql = if scoped {
+                "SELECT rowid FROM chunks_vec WHERE embedding MATCH ?1 AND k = 10
+                   AND rowid IN (SELECT id FROM chunks WHERE path GLOB 'memory/a/*')
+                 ORDER BY distance"
+            } else {
+                "SELECT rowid FROM chunks_vec WHERE embedding MATCH ?1 AND k = 10 ORDER BY distance"
+            };
+            let mut statement = connection.prepare(sql).expect("prepare");
+            statement
+                .query_map([crate::database::vector_to_blob(query)], |row| row.get(0))
+                .expect("knn")
+                .collect::<Result<_, _>>()
+                .expect("rows")
+        };
+        let scope = Scope::from_globs(["memory/a/*"]);
+        let (condition, globs) = scope.sql_condition_indexed("path");
+        let queries = test_vectors(3020, 96).split_off(3000);
+        for (number, query) in queries
+            .iter()
+            .chain(vectors.iter().step_by(150))
+            .enumerate()
+        {
+            let ours: Vec<i64> = nearest_vectors(&connection, query, 10, true, "1", &[])
+                .expect("scan")
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            assert_eq!(ours, exact(query, false), "query {number}, unscoped");
+            let ours: Vec<i64> = nearest_vectors(&connection, query, 10, false, &condition, &globs)
+                .expect("scan")
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            assert!(
+                ours.iter().all(|id| (id - 1) % 3 == 0),
+                "{ours:?} left the scope"
+            );
+            assert_eq!(ours, exact(query, true), "query {number}, scoped");
+        }
     }
 
     #[test]
