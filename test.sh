@@ -28,6 +28,11 @@ export PATH
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A CI run builds a fresh clone: incremental state of its workspace crates is
+# never reused, it only fills the disk.
+if [[ "${CI:-}" == true ]]; then
+	export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
 export SAINT_CACHE_DIR="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
 mkdir -p "$SAINT_CACHE_DIR"
 
@@ -126,6 +131,63 @@ prerequisites() {
 	cargo fmt --version >/dev/null || { echo "rustfmt is missing (rustup component add rustfmt)" >&2; return 1; }
 	cargo clippy --version >/dev/null || { echo "clippy is missing (rustup component add clippy)" >&2; return 1; }
 	echo "cargo: $(cargo --version); go: $(go version | awk '{print $3}'); CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
+	prune_rust_cache
+}
+
+# Cargo keeps every build of the workspace's own crates: each fresh clone (a new
+# path, so new artifact hashes) adds a few GB to the shared CARGO_TARGET_DIR and
+# nothing ever removes them. Delete this workspace's artifacts, incremental state
+# and fingerprints not touched for a day; dependencies' artifacts (the expensive,
+# shared part of the cache) are left alone.
+prune_rust_cache() {
+	[[ -d "$CARGO_TARGET_DIR" ]] || return 0
+	local names before after
+	names=$(cargo metadata --no-deps --format-version 1 --offline 2>/dev/null | python3 -c '
+import json, sys
+metadata = json.load(sys.stdin)
+names = set()
+for package in metadata["packages"]:
+    names.add(package["name"])
+    names.add(package["name"].replace("-", "_"))
+    for target in package["targets"]:
+        names.add(target["name"].replace("-", "_"))
+print("\n".join(sorted(names)))') || {
+		echo "cache prune skipped: cargo metadata failed"
+		return 0
+	}
+	before=$(du -sm "$CARGO_TARGET_DIR" 2>/dev/null | cut -f1)
+	TARGET_DIR="$CARGO_TARGET_DIR" NAMES="$names" python3 - <<'PRUNE'
+import os, re, shutil, time
+
+target = os.environ["TARGET_DIR"]
+names = set(os.environ["NAMES"].split())
+cutoff = time.time() - 24 * 3600
+artifact = re.compile(r"^(?:lib)?(?P<name>[A-Za-z0-9_-]+?)-(?:[0-9a-f]{16}|[0-9a-z]{13})(?:\..*)?$")
+removed = 0
+for profile in os.listdir(target):
+    for kind in ("deps", "incremental", ".fingerprint", "build"):
+        directory = os.path.join(target, profile, kind)
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.listdir(directory):
+            match = artifact.match(entry)
+            if not match or match.group("name") not in names:
+                continue
+            path = os.path.join(directory, entry)
+            try:
+                if os.lstat(path).st_mtime > cutoff:
+                    continue
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+print(f"removed {removed} stale build outputs of this workspace's crates")
+PRUNE
+	after=$(du -sm "$CARGO_TARGET_DIR" 2>/dev/null | cut -f1)
+	echo "CARGO_TARGET_DIR: ${before:-?} MB -> ${after:-?} MB; $(df -h --output=avail "$CARGO_TARGET_DIR" | tail -1 | tr -d ' ') free"
 }
 
 cargo_fmt() {

@@ -123,13 +123,29 @@ pub fn open_writer(
             .map_err(sqlite("read"))
     };
     let dimensions_text = dimensions.to_string();
-    let matches = stored("schema_version")?.as_deref() == Some(SCHEMA_VERSION)
-        && stored("model_id")?.as_deref() == Some(model_id)
+    let same_vectors = stored("model_id")?.as_deref() == Some(model_id)
         && stored("dimensions")?.as_deref() == Some(dimensions_text.as_str());
-    if !matches {
-        let transaction = connection
-            .unchecked_transaction()
-            .map_err(sqlite("begin a transaction on"))?;
+    let version = stored("schema_version")?;
+    if same_vectors && version.as_deref() == Some(SCHEMA_VERSION) {
+        return Ok(connection);
+    }
+    let transaction = connection
+        .unchecked_transaction()
+        .map_err(sqlite("begin a transaction on"))?;
+    let has_version_2_vectors = version.as_deref() == Some("2")
+        && connection
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'chunk_vectors'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .map_err(sqlite("read"))?
+            == 1;
+    if same_vectors && has_version_2_vectors {
+        // Version 2 kept the same float vectors in a plain table: move them over
+        // instead of embedding the whole memory again (minutes per thousand chunks).
+        migrate_from_version_2(&transaction, dimensions)?;
+    } else {
         transaction
             .execute_batch(
                 "DROP TABLE IF EXISTS chunks_vec;
@@ -137,37 +153,102 @@ pub fn open_writer(
                  DROP TABLE IF EXISTS file_vectors;
                  INSERT INTO chunks_fts (chunks_fts) VALUES ('delete-all');
                  DELETE FROM chunks;
-                 DELETE FROM files;
-                 CREATE TABLE file_vectors (
-                     path TEXT PRIMARY KEY,
-                     chunk_ids BLOB NOT NULL,
-                     codes BLOB NOT NULL
-                 );",
+                 DELETE FROM files;",
             )
             .map_err(sqlite("reset"))?;
+        create_vector_tables(&transaction, dimensions)?;
+    }
+    for (key, value) in [
+        ("schema_version", SCHEMA_VERSION),
+        ("model_id", model_id),
+        ("dimensions", dimensions_text.as_str()),
+    ] {
         transaction
             .execute(
-                &format!(
-                    "CREATE VIRTUAL TABLE chunks_vec USING vec0 (embedding float[{dimensions}] distance_metric=cosine)"
-                ),
-                [],
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+                params![key, value],
             )
-            .map_err(sqlite("create the vector table of"))?;
-        for (key, value) in [
-            ("schema_version", SCHEMA_VERSION),
-            ("model_id", model_id),
-            ("dimensions", dimensions_text.as_str()),
-        ] {
-            transaction
-                .execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
-                    params![key, value],
-                )
-                .map_err(sqlite("write"))?;
-        }
-        transaction.commit().map_err(sqlite("commit to"))?;
+            .map_err(sqlite("write"))?;
     }
+    transaction.commit().map_err(sqlite("commit to"))?;
     Ok(connection)
+}
+
+fn create_vector_tables(connection: &Connection, dimensions: usize) -> Result<(), DatabaseError> {
+    connection
+        .execute_batch(&format!(
+            "CREATE VIRTUAL TABLE chunks_vec USING vec0 (
+                 embedding float[{dimensions}] distance_metric=cosine
+             );
+             CREATE TABLE file_vectors (
+                 path TEXT PRIMARY KEY,
+                 chunk_ids BLOB NOT NULL,
+                 codes BLOB NOT NULL
+             );"
+        ))
+        .map_err(sqlite("create the vector tables of"))
+}
+
+/// Version 2 → 3, inside the caller's transaction: the float vectors move from the
+/// plain `chunk_vectors` table into the vec0 table (replacing v2's sign-bit one) and
+/// each file's codes are built from them. Chunks, keyword index and files stay.
+fn migrate_from_version_2(connection: &Connection, dimensions: usize) -> Result<(), DatabaseError> {
+    connection
+        .execute_batch("DROP TABLE IF EXISTS chunks_vec; DROP TABLE IF EXISTS file_vectors;")
+        .map_err(sqlite("migrate"))?;
+    create_vector_tables(connection, dimensions)?;
+    connection
+        .execute_batch(
+            "INSERT INTO chunks_vec (rowid, embedding)
+                 SELECT id, embedding FROM chunk_vectors WHERE id IN (SELECT id FROM chunks);",
+        )
+        .map_err(sqlite("migrate the vectors of"))?;
+    let mut statement = connection
+        .prepare(
+            "SELECT c.path, c.id, v.embedding FROM chunks AS c
+             JOIN chunk_vectors AS v ON v.id = c.id ORDER BY c.path, c.id",
+        )
+        .map_err(sqlite("migrate"))?;
+    let mut rows = statement.query([]).map_err(sqlite("migrate"))?;
+    let mut insert = connection
+        .prepare("INSERT INTO file_vectors (path, chunk_ids, codes) VALUES (?1, ?2, ?3)")
+        .map_err(sqlite("migrate"))?;
+    let mut flush = |path: &str, chunks: &[(i64, Vec<f32>)]| -> Result<(), DatabaseError> {
+        let borrowed: Vec<(i64, &[f32])> = chunks
+            .iter()
+            .map(|(id, vector)| (*id, vector.as_slice()))
+            .collect();
+        let (ids, codes) = crate::vector_codes::encode_file(&borrowed);
+        insert
+            .execute(params![path, ids, codes])
+            .map(|_| ())
+            .map_err(sqlite("migrate"))
+    };
+    let mut current: Option<String> = None;
+    let mut chunks: Vec<(i64, Vec<f32>)> = Vec::new();
+    while let Some(row) = rows.next().map_err(sqlite("migrate"))? {
+        let path: String = row.get(0).map_err(sqlite("migrate"))?;
+        let id: i64 = row.get(1).map_err(sqlite("migrate"))?;
+        let blob: Vec<u8> = row.get(2).map_err(sqlite("migrate"))?;
+        if current.as_deref() != Some(path.as_str()) {
+            if let Some(previous) = current.take() {
+                flush(&previous, &chunks)?;
+            }
+            chunks.clear();
+            current = Some(path);
+        }
+        chunks.push((id, blob_to_vector(&blob)));
+    }
+    if let Some(previous) = current {
+        flush(&previous, &chunks)?;
+    }
+    drop(rows);
+    drop(statement);
+    connection
+        .execute_batch("DROP TABLE chunk_vectors;")
+        .map_err(sqlite("migrate"))?;
+    tracing::info!("memory index migrated from schema version 2 to {SCHEMA_VERSION}");
+    Ok(())
 }
 
 /// Opens a read-only connection for searches; it never writes, so it cannot disturb
@@ -260,6 +341,122 @@ mod tests {
                     [vector_to_blob(&[0.5; 16])]
                 )
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn a_version_2_index_is_migrated_without_embedding_again() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("index.sqlite");
+        // Version 2's layout, as that release wrote it: float vectors in a plain
+        // table, sign bits in vec0.
+        let connection = open_writer(&path, "model-a", 8).expect("create");
+        connection
+            .execute_batch(
+                "DROP TABLE chunks_vec; DROP TABLE file_vectors;
+                 CREATE TABLE chunk_vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
+                 CREATE VIRTUAL TABLE chunks_vec USING vec0 (embedding bit[8]);
+                 UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+            )
+            .expect("version 2 layout");
+        let chunks = [
+            (
+                "memory/a.md",
+                "alpha note",
+                [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            ),
+            (
+                "memory/a.md",
+                "beta note",
+                [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            ),
+            (
+                "memory/b.md",
+                "gamma note",
+                [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            ),
+        ];
+        for (path, text, vector) in chunks {
+            connection
+                .execute(
+                    "INSERT INTO chunks (path, start_line, end_line, hash, text) VALUES (?1, 1, 1, '', ?2)",
+                    params![path, text],
+                )
+                .expect("chunk");
+            let id = connection.last_insert_rowid();
+            connection
+                .execute(
+                    "INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)",
+                    params![id, text],
+                )
+                .expect("fts");
+            connection
+                .execute(
+                    "INSERT INTO chunk_vectors (id, embedding) VALUES (?1, ?2)",
+                    params![id, vector_to_blob(&vector)],
+                )
+                .expect("vector");
+            connection
+                .execute(
+                    "INSERT OR IGNORE INTO files (path, hash, mtime, size, chunk_count) VALUES (?1, '', 0, 0, 1)",
+                    [path],
+                )
+                .expect("file");
+        }
+        drop(connection);
+
+        let connection = open_writer(&path, "model-a", 8).expect("migrate");
+        let number =
+            |sql: &str| -> i64 { connection.query_row(sql, [], |row| row.get(0)).expect(sql) };
+        assert_eq!(number("SELECT count(*) FROM chunks"), 3, "chunks kept");
+        assert_eq!(
+            number("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'gamma'"),
+            1,
+            "keyword index kept"
+        );
+        assert_eq!(
+            number("SELECT count(*) FROM sqlite_master WHERE name = 'chunk_vectors'"),
+            0
+        );
+        let stored: Vec<u8> = connection
+            .query_row(
+                "SELECT embedding FROM chunks_vec WHERE rowid = (SELECT id FROM chunks WHERE text = 'beta note')",
+                [],
+                |row| row.get(0),
+            )
+            .expect("moved vector");
+        assert_eq!(blob_to_vector(&stored)[1], 1.0);
+        let mut statement = connection
+            .prepare("SELECT path, chunk_ids, codes FROM file_vectors ORDER BY path")
+            .expect("prepare");
+        let rows: Vec<(String, usize)> = statement
+            .query_map([], |row| {
+                let ids: Vec<u8> = row.get(1)?;
+                let codes: Vec<u8> = row.get(2)?;
+                Ok((
+                    row.get(0)?,
+                    crate::vector_codes::chunk_count(&ids, &codes, 8).expect("well formed"),
+                ))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(
+            rows,
+            [
+                ("memory/a.md".to_string(), 2),
+                ("memory/b.md".to_string(), 1)
+            ]
+        );
+        assert_eq!(
+            connection
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'schema_version'",
+                    [],
+                    |row| row.get::<_, String>(0)
+                )
+                .expect("version"),
+            SCHEMA_VERSION
         );
     }
 
