@@ -136,9 +136,11 @@ prerequisites() {
 
 # Cargo keeps every build of the workspace's own crates: each fresh clone (a new
 # path, so new artifact hashes) adds a few GB to the shared CARGO_TARGET_DIR and
-# nothing ever removes them. Delete this workspace's artifacts, incremental state
-# and fingerprints not touched for a day; dependencies' artifacts (the expensive,
-# shared part of the cache) are left alone.
+# nothing ever removes them. Keep, per profile and per workspace target name, the
+# newest few builds (lib, bin, test and bench variants of one checkout) and delete
+# older ones with their incremental state and fingerprints. Dependencies'
+# artifacts (the expensive, shared part of the cache) are left alone. Removing too
+# much only costs a rebuild of workspace crates.
 prune_rust_cache() {
 	[[ -d "$CARGO_TARGET_DIR" ]] || return 0
 	local names before after
@@ -157,34 +159,39 @@ print("\n".join(sorted(names)))') || {
 	}
 	before=$(du -sm "$CARGO_TARGET_DIR" 2>/dev/null | cut -f1)
 	TARGET_DIR="$CARGO_TARGET_DIR" NAMES="$names" python3 - <<'PRUNE'
-import os, re, shutil, time
+import collections, os, re, shutil
 
+KEEP = 6  # builds kept per (directory, name): a checkout makes up to ~4 per name
 target = os.environ["TARGET_DIR"]
 names = set(os.environ["NAMES"].split())
-cutoff = time.time() - 24 * 3600
-artifact = re.compile(r"^(?:lib)?(?P<name>[A-Za-z0-9_-]+?)-(?:[0-9a-f]{16}|[0-9a-z]{13})(?:\..*)?$")
+artifact = re.compile(r"^(?:lib)?(?P<name>[A-Za-z0-9_-]+?)-(?P<hash>[0-9a-f]{16}|[0-9a-z]{13})(?:\..*)?$")
 removed = 0
 for profile in os.listdir(target):
     for kind in ("deps", "incremental", ".fingerprint", "build"):
         directory = os.path.join(target, profile, kind)
         if not os.path.isdir(directory):
             continue
+        builds = collections.defaultdict(lambda: collections.defaultdict(list))
         for entry in os.listdir(directory):
             match = artifact.match(entry)
-            if not match or match.group("name") not in names:
-                continue
-            path = os.path.join(directory, entry)
-            try:
-                if os.lstat(path).st_mtime > cutoff:
-                    continue
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
-                else:
-                    os.remove(path)
-                removed += 1
-            except FileNotFoundError:
-                pass
-print(f"removed {removed} stale build outputs of this workspace's crates")
+            if match and match.group("name") in names:
+                builds[match.group("name")][match.group("hash")].append(entry)
+        for by_hash in builds.values():
+            def newest(entries):
+                return max(os.lstat(os.path.join(directory, e)).st_mtime for e in entries)
+            ordered = sorted(by_hash.values(), key=newest, reverse=True)
+            for entries in ordered[KEEP:]:
+                for entry in entries:
+                    path = os.path.join(directory, entry)
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        try:
+                            os.remove(path)
+                        except FileNotFoundError:
+                            pass
+                    removed += 1
+print(f"removed {removed} old build outputs of this workspace's crates")
 PRUNE
 	after=$(du -sm "$CARGO_TARGET_DIR" 2>/dev/null | cut -f1)
 	echo "CARGO_TARGET_DIR: ${before:-?} MB -> ${after:-?} MB; $(df -h --output=avail "$CARGO_TARGET_DIR" | tail -1 | tr -d ' ') free"
