@@ -88,6 +88,24 @@ impl Metrics {
             .lock()
             .expect("readiness lock is never poisoned");
         readiness.insert(key, ready);
+        self.refresh_bots(&readiness);
+    }
+
+    /// Drops bots for which `exists` (given `namespace/name`) is false, so a deleted
+    /// bot stops being counted (deletions trigger no reconcile that could say so).
+    pub fn retain_bots(&self, exists: impl Fn(&str) -> bool) {
+        let mut readiness = self
+            .readiness
+            .lock()
+            .expect("readiness lock is never poisoned");
+        let before = readiness.len();
+        readiness.retain(|key, _| exists(key));
+        if readiness.len() != before {
+            self.refresh_bots(&readiness);
+        }
+    }
+
+    fn refresh_bots(&self, readiness: &BTreeMap<String, bool>) {
         let ready_count = readiness.values().filter(|ready| **ready).count() as i64;
         self.bots
             .get_or_create(&ReadinessLabels {
@@ -106,5 +124,33 @@ impl Metrics {
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("encoding into a String cannot fail");
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gauge(metrics: &Metrics, ready: &str) -> i64 {
+        metrics
+            .bots
+            .get_or_create(&ReadinessLabels {
+                ready: ready.to_string(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn a_deleted_bot_stops_being_counted() {
+        let metrics = Metrics::default();
+        metrics.record_readiness("acme/a".into(), true);
+        metrics.record_readiness("acme/b".into(), false);
+        metrics.record_readiness("acme/c".into(), true);
+        assert_eq!((gauge(&metrics, "true"), gauge(&metrics, "false")), (2, 1));
+        metrics.retain_bots(|key| key != "acme/a" && key != "acme/b");
+        assert_eq!((gauge(&metrics, "true"), gauge(&metrics, "false")), (1, 0));
+        // Recorded again (re-created), it counts again.
+        metrics.record_readiness("acme/a".into(), false);
+        assert_eq!((gauge(&metrics, "true"), gauge(&metrics, "false")), (1, 1));
     }
 }

@@ -138,6 +138,27 @@ impl Context {
     }
 }
 
+/// How often the readiness gauge is checked against the bots that still exist.
+const METRICS_PRUNE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Keeps the readiness gauge to bots in the controller's cache: a deletion starts no
+/// reconcile, so without this a deleted bot would be counted until the operator
+/// restarts. Waits for the first full list, so a still-empty cache drops nothing.
+async fn forget_deleted_bots(store: Store<SaintBot>, metrics: Arc<Metrics>) {
+    if store.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut interval = tokio::time::interval(METRICS_PRUNE_INTERVAL);
+    loop {
+        interval.tick().await;
+        metrics.retain_bots(|key| {
+            key.split_once('/').is_some_and(|(namespace, name)| {
+                store.get(&ObjectRef::new(name).within(namespace)).is_some()
+            })
+        });
+    }
+}
+
 fn bot_key(bot: &SaintBot) -> String {
     format!("{}/{}", bot.namespace().unwrap_or_default(), bot.name_any())
 }
@@ -349,6 +370,7 @@ pub async fn run(
         watcher::Config::default().any_semantic(),
     );
     let store = controller.store();
+    let pruner = tokio::spawn(forget_deleted_bots(store.clone(), context.metrics.clone()));
     let contact_store = store.clone();
     let role_store = store.clone();
     let contact_memory = Arc::new(MappingMemory::default());
@@ -398,6 +420,7 @@ pub async fn run(
             }
         })
         .await;
+    pruner.abort();
 }
 
 #[cfg(test)]
