@@ -129,12 +129,18 @@ fn run(cli: &str, arguments: Vec<OsString>) -> Result<i32, String> {
     let writer = Arc::new(Mutex::new(
         stream.try_clone().map_err(|error| error.to_string())?,
     ));
-    // Hello and request go out together: no round trip before the request.
-    writer
-        .lock()
-        .expect("socket lock")
-        .write_all(&opening)
-        .map_err(|error| format!("failed to send the request: {error}"))?;
+    // Hello and request go out together: no round trip before the request. Porter
+    // may refuse the connection (peer not allowed, shutting down) and close it before
+    // the request is written; its Error frame is still readable, so a closed pipe here
+    // is not the error to report: `receive` reads Porter's own reason.
+    if let Err(error) = writer.lock().expect("socket lock").write_all(&opening)
+        && !matches!(
+            error.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        )
+    {
+        return Err(format!("failed to send the request: {error}"));
+    }
 
     spawn_stdin_forwarder(writer.clone());
     spawn_signal_forwarder(writer)?;

@@ -176,17 +176,25 @@ impl Daemon {
         UnixStream::connect(&self.socket).unwrap()
     }
 
-    /// Sends a request and collects every frame until the last one.
+    /// Sends a request and collects every frame until the last one. A refused
+    /// connection (peer not allowed) may be closed by Porter before the request is
+    /// written: a broken pipe then is expected, and the Error frame is still read.
     pub fn call(&self, request: CliRequest) -> Vec<Frame> {
         let mut stream = self.connect();
-        write_frame(
+        let sent = write_frame(
             &mut stream,
             &Frame::Hello {
                 version: PROTOCOL_VERSION,
             },
         )
-        .unwrap();
-        write_frame(&mut stream, &Frame::Request(Request::Cli(request))).unwrap();
+        .and_then(|()| write_frame(&mut stream, &Frame::Request(Request::Cli(request))));
+        if let Err(error) = sent {
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::BrokenPipe,
+                "sending the request: {error}"
+            );
+        }
         collect(&mut stream)
     }
 
