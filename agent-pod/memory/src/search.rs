@@ -561,32 +561,38 @@ mod tests {
         (directory, connection)
     }
 
+    /// 60 chunks under `memory/private/` with `private_text` and vector e1, then 3
+    /// under `memory/shared/` with "shop hours" and vector (0.6, 0.8, 0, 0).
+    fn private_crowd_and_three_shared(private_text: &str) -> (tempfile::TempDir, Connection) {
+        let mut chunks: Vec<(String, &str, [f32; 4])> = (0..60)
+            .map(|index| {
+                (
+                    format!("memory/private/p{index}.md"),
+                    private_text,
+                    [1.0, 0.0, 0.0, 0.0],
+                )
+            })
+            .collect();
+        chunks.extend((0..3).map(|index| {
+            (
+                format!("memory/shared/s{index}.md"),
+                "shop hours",
+                [0.6, 0.8, 0.0, 0.0],
+            )
+        }));
+        let borrowed: Vec<(&str, &str, [f32; 4])> = chunks
+            .iter()
+            .map(|(path, text, vector)| (path.as_str(), *text, *vector))
+            .collect();
+        database_with(&borrowed)
+    }
+
     #[test]
     fn the_vector_side_filters_before_choosing_the_nearest() {
         // 60 out-of-scope chunks identical to the query vector, 3 in-scope ones far
         // from it, and no query word in any text: only the vector side can find the
         // in-scope chunks, and only if the scope is applied before its top-k.
-        let mut chunks: Vec<(String, String, [f32; 4])> = (0..60)
-            .map(|index| {
-                (
-                    format!("memory/private/p{index}.md"),
-                    "secret plan".to_string(),
-                    [1.0, 0.0, 0.0, 0.0],
-                )
-            })
-            .collect();
-        for index in 0..3 {
-            chunks.push((
-                format!("memory/shared/s{index}.md"),
-                "shop hours".to_string(),
-                [0.6, 0.8, 0.0, 0.0],
-            ));
-        }
-        let borrowed: Vec<(&str, &str, [f32; 4])> = chunks
-            .iter()
-            .map(|(path, text, vector)| (path.as_str(), text.as_str(), *vector))
-            .collect();
-        let (_directory, connection) = database_with(&borrowed);
+        let (_directory, connection) = private_crowd_and_three_shared("secret plan");
         let scope = Scope::from_globs(["memory/shared/*"]);
         let hits = search_with_vector(
             &connection,
@@ -613,27 +619,7 @@ mod tests {
         // The keyword side likewise: out of scope, "hours hours" outranks every in-scope
         // "shop hours" by bm25, 60 times over; the in-scope chunks still get their
         // keyword score (1.0 = best in-scope relevance), so the filter came first.
-        let mut chunks: Vec<(String, String, [f32; 4])> = (0..60)
-            .map(|index| {
-                (
-                    format!("memory/private/p{index}.md"),
-                    "hours hours".to_string(),
-                    [1.0, 0.0, 0.0, 0.0],
-                )
-            })
-            .collect();
-        for index in 0..3 {
-            chunks.push((
-                format!("memory/shared/s{index}.md"),
-                "shop hours".to_string(),
-                [0.6, 0.8, 0.0, 0.0],
-            ));
-        }
-        let borrowed: Vec<(&str, &str, [f32; 4])> = chunks
-            .iter()
-            .map(|(path, text, vector)| (path.as_str(), text.as_str(), *vector))
-            .collect();
-        let (_directory, connection) = database_with(&borrowed);
+        let (_directory, connection) = private_crowd_and_three_shared("hours hours");
         let hits = search_with_vector(&connection, "hours", &[0.0, 0.0, 0.0, 1.0], 3, &scope)
             .expect("search");
         assert_eq!(hits.len(), 3);
