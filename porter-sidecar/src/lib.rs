@@ -3,6 +3,7 @@
 //! protocol of `porter-protocol`; `cliport-proxy` is the sandbox side; `cliport`
 //! manages the registry in local mode.
 
+pub mod argv;
 pub mod audit;
 pub mod call;
 pub mod child_env;
@@ -11,6 +12,7 @@ pub mod cwd;
 pub mod manage;
 pub mod metrics;
 pub mod policy;
+pub mod profiles;
 pub mod proxy;
 pub mod redact;
 pub mod registry_store;

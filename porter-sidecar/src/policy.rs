@@ -1,10 +1,17 @@
-//! Argument policy: which argument vectors a caller of a given role may run (deny wins).
+//! Argument policy: which argument vectors a caller of a given role may run. The CLI's
+//! grammar (`argv`, `profiles`) finds the command and refuses what is not allowed;
+//! registry patterns then narrow it by role (deny wins).
 //!
 //! Pure: compiles registry patterns and matches argument lists; no I/O.
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use porter_protocol::registry::{ArgPolicy, CliEntry, builtin_deny};
+use porter_protocol::registry::{ArgPolicy, CliEntry, OptionArity, Profile};
 use thiserror::Error;
+
+use crate::{
+    argv::{CommandSpec, Grammar, OptionSpec},
+    profiles,
+};
 
 /// Why a pattern could not be compiled.
 #[derive(Debug, Error)]
@@ -15,6 +22,8 @@ pub enum PolicyError {
         #[source]
         source: globset::Error,
     },
+    #[error("{0}")]
+    Grammar(String),
 }
 
 /// One word of a pattern.
@@ -116,10 +125,13 @@ impl CompiledPolicy {
     }
 }
 
-/// The full policy of one CLI: built-in denies, the base policy and per-role layers.
+/// The full policy of one CLI: its grammar (a shipped profile or the entry's own
+/// `globalOptions`/`commands`), then the base patterns and per-role layers, which see
+/// the command path and the command's arguments with global options taken out.
 #[derive(Clone, Debug, Default)]
 pub struct CliPolicy {
-    builtin: CompiledPolicy,
+    profile: Option<Profile>,
+    grammar: Option<Grammar>,
     base: CompiledPolicy,
     by_role: Vec<(String, CompiledPolicy)>,
 }
@@ -127,6 +139,8 @@ pub struct CliPolicy {
 /// Why a call was refused by the argument policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
+    /// The grammar refused it (unknown command, denied option, bad option order).
+    Grammar { message: String },
     /// A deny pattern matched.
     Denied { pattern: String },
     /// An allow list exists and nothing in it matched.
@@ -136,6 +150,7 @@ pub enum Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Refusal::Grammar { message } => write!(formatter, "arguments refused: {message}"),
             Refusal::Denied { pattern } => {
                 write!(formatter, "arguments denied by policy ({pattern})")
             }
@@ -147,28 +162,78 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// The profile an entry runs under: its `profile` field, else (for registries written
+/// before the field) the profile named like the CLI or its binary. Inference only ever
+/// adds a grammar, it never removes one.
+pub fn effective_profile(name: &str, entry: &CliEntry) -> Option<Profile> {
+    let binary_name = std::path::Path::new(&entry.bin)
+        .file_name()
+        .and_then(|file| file.to_str())
+        .unwrap_or_default();
+    entry
+        .profile
+        .or_else(|| Profile::named(name))
+        .or_else(|| Profile::named(binary_name))
+}
+
+fn custom_grammar(name: &str, entry: &CliEntry) -> Option<Grammar> {
+    if entry.global_options.is_empty() && entry.commands.is_empty() {
+        return None;
+    }
+    let global = entry
+        .global_options
+        .iter()
+        .map(|(spelling, arity)| OptionSpec::new(spelling, *arity == OptionArity::Value))
+        .collect();
+    let commands = entry
+        .commands
+        .iter()
+        .map(|path| CommandSpec::new(path.trim_end_matches("**")))
+        .collect();
+    Some(Grammar {
+        name: name.to_owned(),
+        global,
+        commands,
+        everywhere: Vec::new(),
+        abbreviations: false,
+    })
+}
+
 impl CliPolicy {
     /// Compiles the policy for a CLI registered as `name`.
     pub fn compile(name: &str, entry: &CliEntry) -> Result<Self, PolicyError> {
-        let binary_name = std::path::Path::new(&entry.bin)
-            .file_name()
-            .and_then(|file| file.to_str())
-            .unwrap_or_default();
-        let mut builtin = ArgPolicy::default();
-        builtin.deny.extend(
-            builtin_deny(name)
-                .iter()
-                .map(|pattern| (*pattern).to_owned()),
-        );
-        if binary_name != name {
-            builtin.deny.extend(
-                builtin_deny(binary_name)
+        let profile = effective_profile(name, entry);
+        if profile.is_some() && custom_grammar(name, entry).is_some() {
+            return Err(PolicyError::Grammar(
+                "globalOptions and commands are for CLIs without a profile; narrow a profile with args.allow".into(),
+            ));
+        }
+        if let Some(option) = entry.global_options.keys().find(|spelling| {
+            let long = spelling.len() > 2 && spelling.starts_with("--");
+            let short = spelling.len() == 2 && spelling.starts_with('-') && *spelling != "--";
+            !(long || short) || spelling.contains('=')
+        }) {
+            return Err(PolicyError::Grammar(format!(
+                "globalOptions: {option:?} is not an option (--name or -x)"
+            )));
+        }
+        if let Some(path) = entry.commands.iter().find(|path| {
+            let words: Vec<&str> = path.split_whitespace().collect();
+            words.is_empty()
+                || words[..words.len() - 1]
                     .iter()
-                    .map(|pattern| (*pattern).to_owned()),
-            );
+                    .chain(words.last().filter(|last| **last != "**"))
+                    .any(|word| word.starts_with('-') || word.contains('*'))
+        }) {
+            return Err(PolicyError::Grammar(format!(
+                "commands: {path:?} is not a command path (words, optionally ending in **)"
+            )));
         }
         Ok(Self {
-            builtin: CompiledPolicy::compile(&builtin)?,
+            profile,
+            grammar: profile
+                .map(profiles::grammar)
+                .or_else(|| custom_grammar(name, entry)),
             base: CompiledPolicy::compile(&entry.args)?,
             by_role: entry
                 .role_args
@@ -178,17 +243,28 @@ impl CliPolicy {
         })
     }
 
-    /// Decides a call. Deny wins over allow at every layer; the role layer (if the
-    /// caller has a role with an entry) adds its denies and its allow list on top of
-    /// the base policy, so a role can narrow but never widen what the base allows.
+    /// The profile this CLI runs under.
+    pub fn profile(&self) -> Option<Profile> {
+        self.profile
+    }
+
+    /// Decides a call. The grammar goes first; then deny wins over allow at every
+    /// layer; the role layer (if the caller has a role with an entry) adds its denies
+    /// and its allow list on top of the base policy, so a role can narrow but never
+    /// widen what the base allows.
     pub fn check(&self, role: Option<&str>, arguments: &[String]) -> Result<(), Refusal> {
+        let normalized = match &self.grammar {
+            Some(grammar) => grammar
+                .parse(arguments)
+                .map_err(|refusal| Refusal::Grammar { message: refusal.0 })?
+                .normalized(),
+            None => arguments.to_vec(),
+        };
+        let arguments = &normalized[..];
         let role_layer = role
             .and_then(|role| self.by_role.iter().find(|(name, _)| name == role))
             .map(|(_, policy)| policy);
-        for layer in [Some(&self.builtin), Some(&self.base), role_layer]
-            .into_iter()
-            .flatten()
-        {
+        for layer in [Some(&self.base), role_layer].into_iter().flatten() {
             if let Some(pattern) = layer.denied_by(arguments) {
                 return Err(Refusal::Denied {
                     pattern: pattern.as_str().to_owned(),
@@ -245,75 +321,81 @@ mod tests {
     }
 
     #[test]
-    fn gh_escape_hatches_are_denied_by_default() {
-        let policy = CliPolicy::compile("gh", &entry("/usr/bin/gh")).unwrap();
+    fn the_profile_comes_from_the_field_or_the_name_and_refuses_escapes() {
+        // Registered under another name with a renamed binary: the field decides.
+        let mut renamed = entry("/opt/tools/github-cli");
+        renamed.profile = Some(Profile::Gh);
+        let policy = CliPolicy::compile("github", &renamed).unwrap();
+        assert_eq!(policy.profile(), Some(Profile::Gh));
         for denied in [
             "auth token",
-            "auth token --hostname github.com",
-            "auth status --show-token",
-            "auth status -t",
-            "auth status --hostname github.com -t",
-            "alias set x --shell 'cat /etc/passwd'",
-            "alias set x -s y",
-            "extension install owner/ext",
-            "ext exec x",
-            "api user --hostname evil.example",
-            "config set pager less",
+            "auth --hostname github.com token",
+            "alias set x !printenv",
+            "extension install .",
         ] {
             assert!(
-                policy.check(None, &arguments(denied)).is_err(),
-                "{denied} must be denied"
+                matches!(
+                    policy.check(None, &arguments(denied)),
+                    Err(Refusal::Grammar { .. })
+                ),
+                "{denied} must be refused"
             );
         }
-        for allowed in [
-            "pr list",
-            "auth status",
-            "--version",
-            "api repos/o/r/issues",
-            "alias set co 'pr checkout'",
-        ] {
-            assert_eq!(
-                policy.check(None, &arguments(allowed)),
-                Ok(()),
-                "{allowed} must be allowed"
-            );
-        }
+        assert_eq!(policy.check(None, &arguments("pr list")), Ok(()));
+        // Older registries: the name or the binary still brings the profile.
+        let by_binary = CliPolicy::compile("company-git", &entry("/usr/bin/git")).unwrap();
+        assert_eq!(by_binary.profile(), Some(Profile::Git));
+        assert!(by_binary.check(None, &arguments("-c a=b status")).is_err());
+        assert_eq!(
+            CliPolicy::compile("tool", &entry("/usr/bin/tool"))
+                .unwrap()
+                .profile(),
+            None
+        );
     }
 
     #[test]
-    fn git_pass_through_escapes_are_denied_by_binary_name_too() {
-        // Registered under another name: the binary's file name still brings the denies.
-        let policy = CliPolicy::compile("company-git", &entry("/usr/bin/git")).unwrap();
-        for denied in [
-            "-c core.sshCommand=touch%20/tmp/x fetch",
-            "-c core.SSHCOMMAND=x fetch",
-            "-c protocol.ext.allow=always clone ext::sh",
-            "clone ext::sh%20-c%20id repo",
-            "fetch --upload-pack=evil origin",
-            "clone -u evil https://example.invalid/r",
-            "push --receive-pack=evil",
-            "-C /etc status",
-            "credential fill",
-            "config core.hooksPath hooks",
-            "rebase -i -x id main",
-        ] {
-            assert!(
-                policy.check(None, &arguments(denied)).is_err(),
-                "{denied} must be denied"
-            );
-        }
-        for allowed in [
-            "status",
-            "switch -c feature",
-            "log --oneline -5",
-            "clone https://example.invalid/r",
-        ] {
-            assert_eq!(
-                policy.check(None, &arguments(allowed)),
-                Ok(()),
-                "{allowed} must be allowed"
-            );
-        }
+    fn patterns_see_the_command_path_with_global_options_taken_out() {
+        let mut git = entry("/usr/bin/git");
+        git.args.deny = vec!["push **".into()];
+        let policy = CliPolicy::compile("git", &git).unwrap();
+        assert!(matches!(
+            policy.check(None, &arguments("--no-pager push origin")),
+            Err(Refusal::Denied { .. })
+        ));
+        assert_eq!(policy.check(None, &arguments("--no-pager log -1")), Ok(()));
+    }
+
+    #[test]
+    fn a_custom_grammar_finds_commands_and_bad_declarations_fail_the_load() {
+        let mut tool = entry("/usr/bin/tool");
+        tool.global_options = BTreeMap::from([
+            ("--account".into(), OptionArity::Value),
+            ("-v".into(), OptionArity::Flag),
+        ]);
+        tool.commands = vec!["calendar list".into(), "gmail **".into()];
+        let policy = CliPolicy::compile("tool", &tool).unwrap();
+        assert_eq!(
+            policy.check(None, &arguments("--account me -v calendar list")),
+            Ok(())
+        );
+        assert_eq!(policy.check(None, &arguments("gmail search x")), Ok(()));
+        assert!(policy.check(None, &arguments("auth export")).is_err());
+        assert!(
+            policy
+                .check(None, &arguments("--token x gmail search"))
+                .is_err()
+        );
+
+        let mut bad = tool.clone();
+        bad.commands = vec!["gmail --all".into()];
+        assert!(CliPolicy::compile("tool", &bad).is_err());
+        let mut bad = tool.clone();
+        bad.global_options = BTreeMap::from([("account".into(), OptionArity::Value)]);
+        assert!(CliPolicy::compile("tool", &bad).is_err());
+        let mut both = tool;
+        both.profile = Some(Profile::Gog);
+        assert!(CliPolicy::compile("tool", &both).is_err());
     }
 
     #[test]
@@ -357,10 +439,10 @@ mod tests {
             policy.check(Some("owner"), &arguments("pr list")),
             Err(Refusal::NotAllowed { .. })
         ));
-        // An owner allow entry cannot lift a built-in deny.
+        // An owner allow entry cannot lift the profile's refusal.
         assert!(matches!(
             policy.check(Some("owner"), &arguments("auth token")),
-            Err(Refusal::Denied { .. })
+            Err(Refusal::Grammar { .. })
         ));
         assert!(matches!(
             policy.check(None, &arguments("issue list")),

@@ -82,6 +82,21 @@ pub struct CliEntry {
     /// Variables a request may never set, whatever `requestEnv` says (deny wins).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protected_env: Vec<String>,
+    /// The shipped argument grammar that checks every call (an allowlist of commands,
+    /// see [`Profile`]). Absent: the profile named like the CLI or its binary, if any
+    /// (kept for registries written before this field); set it explicitly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+    /// For a CLI without a profile: the options it takes before its command, and whether
+    /// each takes a value (`{"--account": "value", "-v": "flag"}`), so the command is
+    /// found wherever they stand. Any other option before the command is refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub global_options: BTreeMap<String, OptionArity>,
+    /// For a CLI without a profile: the allowed command paths (`"calendar list"`, or
+    /// `"gmail **"` for a command and everything under it). When set, any other command
+    /// is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
 }
 
 fn default_timeout() -> u64 {
@@ -95,7 +110,8 @@ fn default_timeout() -> u64 {
 /// A pattern ending in `**` also matches any further arguments;
 /// a `**` word elsewhere matches any number of arguments (`** --upload-pack* **`
 /// matches the flag anywhere). An empty `allow` allows everything not denied.
-/// The daemon always adds [`builtin_deny`] for well-known CLIs (deny wins).
+/// Patterns see the command path first, then the command's own arguments: global
+/// options are taken out by the CLI's grammar (its profile), which runs first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ArgPolicy {
@@ -122,80 +138,51 @@ fn default_burst() -> u32 {
     10
 }
 
-/// Deny patterns Porter always applies to a CLI whose registered name or binary file
-/// name is `cli`, whatever the registry says: the escape hatches that would print a
-/// credential back to the caller or run caller-chosen code with it.
-pub fn builtin_deny(cli: &str) -> &'static [&'static str] {
-    match cli {
-        "gh" => GH_DENY,
-        "git" => GIT_DENY,
-        _ => &[],
+/// A shipped argument grammar: the CLI's global options, the commands a call may
+/// use (anything else — aliases, extensions, config and auth changes — is refused) and
+/// the options of those commands that would run code, print or redirect the credential,
+/// or read files outside the working directory. Chosen by the `profile` field, never
+/// by the binary's file name alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// GitHub's `gh`.
+    Gh,
+    /// `git`.
+    Git,
+    /// `gog`, the Google Workspace CLI.
+    Gog,
+}
+
+impl Profile {
+    /// Every profile.
+    pub const ALL: [Profile; 3] = [Profile::Gh, Profile::Git, Profile::Gog];
+
+    /// The profile's name as written in the registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Gh => "gh",
+            Profile::Git => "git",
+            Profile::Gog => "gog",
+        }
+    }
+
+    /// The profile of that name.
+    pub fn named(name: &str) -> Option<Profile> {
+        Profile::ALL
+            .into_iter()
+            .find(|profile| profile.as_str() == name)
     }
 }
 
-const GH_DENY: &[&str] = &[
-    // Prints the token, or changes which credential Porter holds.
-    "auth token **",
-    "auth status ** --show-token* **",
-    "auth status ** -t **",
-    "auth status ** -[!-]*t* **",
-    "auth login **",
-    "auth logout **",
-    "auth refresh **",
-    "auth switch **",
-    "auth setup-git **",
-    "auth git-credential **",
-    // Run arbitrary code inside Porter with the token.
-    "alias set ** --shell **",
-    "alias set ** -s **",
-    "alias set ** -[!-]*s* **",
-    "alias import **",
-    "extension **",
-    "extensions **",
-    "ext **",
-    "config set **",
-    // Sends the token to a host of the caller's choosing.
-    "api ** --hostname* **",
-    "** --hostname=* **",
-    "api ** -H ** authorization* **",
-];
-
-const GIT_DENY: &[&str] = &[
-    // `-c name=value` and `--config-env` set config that runs programs
-    // (core.sshCommand, core.pager, alias.x=!sh, protocol.ext.allow, credential.helper).
-    "** -c *=* **",
-    "** -c core.sshCommand* **",
-    "** -c protocol.* **",
-    "** --config-env* **",
-    // Caller-chosen programs on the remote side of a transport.
-    "** --upload-pack* **",
-    "** --receive-pack* **",
-    "** --exec* **",
-    "** clone ** -u **",
-    // Remote helpers (`ext::sh -c ...`, `fd::`) run programs.
-    "** ext::* **",
-    "** fd::* **",
-    "** *::* **",
-    // Templates bring hooks; -C/--git-dir/--work-tree leave the checked cwd.
-    "** --template* **",
-    "** -C **",
-    "** --git-dir* **",
-    "** --work-tree* **",
-    // Print the stored credential or persist config that runs programs later.
-    "credential **",
-    "credential-* **",
-    "-* credential **",
-    "config **",
-    "-* config **",
-    // Run caller-chosen shell commands.
-    "** rebase ** -x* **",
-    "** bisect run **",
-    "** filter-branch **",
-    "** difftool **",
-    "** mergetool **",
-    "** send-email **",
-    "** submodule foreach **",
-];
+/// Whether a declared option takes a value (`--account a@b.c`, `--account=a@b.c`,
+/// `-aa@b.c`) or stands alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OptionArity {
+    Flag,
+    Value,
+}
 
 /// Why a registry file was refused.
 #[derive(Debug, thiserror::Error)]
