@@ -34,18 +34,28 @@ use tokio::{
 };
 use tokio_util::codec::FramedRead;
 
+use porter_protocol::registry::Profile;
+
 use crate::{
     audit::{AuditLine, Peer},
-    child_env, cwd,
+    capacity::Slot,
+    child_env, cwd, git_guard,
+    home::CallHome,
     metrics::{CallLabels, CliLabels, StreamLabels},
     redact::{Secrets, StreamRedactor},
     registry_store::{LimitHit, LoadedCli, LoadedRegistry},
     server::State,
+    supervisor,
     tokens::Grant,
 };
 
-/// How long a client has to send its hello and request.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send its hello and request, together: real clients send
+/// both at once, and a connection that idles here holds a handshake slot.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long the last frame (or a refusal) may take to reach a client that stopped
+/// reading before the connection is dropped.
+const LAST_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long output is still drained after the child exited (a detached grandchild
 /// could hold the pipes open forever).
@@ -87,6 +97,10 @@ impl Refusal {
 struct Prepared {
     registry: Arc<LoadedRegistry>,
     request: CliRequest,
+    /// The call's fresh HOME, removed when the call ends.
+    home: CallHome,
+    /// Counts the call against its session's cap until the call ends.
+    session_slot: Slot,
     cwd: PathBuf,
     environment: std::collections::BTreeMap<String, String>,
 }
@@ -110,14 +124,31 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
         ..AuditLine::default()
     };
 
-    let prepared = prepare(&state, peer, &mut frames, &mut write_half, &mut audit).await;
+    // Until its request is checked a connection is anonymous: one peer process may
+    // hold only a few such connections, so idle ones cannot crowd out real calls.
+    let peer_process = peer.pid.map(|pid| pid.to_string()).unwrap_or_default();
+    let handshake_slot = state.handshakes.acquire(&peer_process);
+    let prepared = match handshake_slot {
+        None => Err(Refusal::new(
+            ErrorCode::RateLimited,
+            format!(
+                "process {peer_process} has {} porter connections waiting for their handshake",
+                state.handshakes.max()
+            ),
+        )),
+        Some(_) => prepare(&state, peer, &mut frames, &mut write_half, &mut audit).await,
+    };
+    drop(handshake_slot);
     match prepared {
         Err(refusal) => {
             let secrets = state.registry.snapshot().secrets.clone();
             let message = secrets.redact_str(&refusal.message);
-            let _ = write_frame(
-                &mut write_half,
-                &Frame::error(refusal.code, message.clone()),
+            let _ = tokio::time::timeout(
+                LAST_WRITE_TIMEOUT,
+                write_frame(
+                    &mut write_half,
+                    &Frame::error(refusal.code, message.clone()),
+                ),
             )
             .await;
             audit.outcome = refusal.code.as_str().to_owned();
@@ -154,14 +185,41 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
     state.audit.write(&audit);
 }
 
-/// Refuses a connection because too many are open.
-pub async fn refuse_busy(mut stream: UnixStream) {
-    let frame = Frame::error(ErrorCode::RateLimited, "too many concurrent porter calls");
-    let _ = tokio::time::timeout(Duration::from_secs(1), write_frame(&mut stream, &frame)).await;
+/// Refuses a connection because too many are open, and audits the refusal.
+pub async fn refuse_busy(state: Arc<State>, mut stream: UnixStream) {
+    const REASON: &str = "too many concurrent porter connections";
+    let peer = stream
+        .peer_cred()
+        .map(|credentials| Peer {
+            uid: credentials.uid(),
+            gid: credentials.gid(),
+            pid: credentials.pid(),
+        })
+        .unwrap_or_default();
+    let frame = Frame::error(ErrorCode::RateLimited, REASON);
+    let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, write_frame(&mut stream, &frame)).await;
+    state
+        .metrics
+        .calls
+        .get_or_create(&CallLabels {
+            cli: "-".to_owned(),
+            outcome: ErrorCode::RateLimited.as_str().to_owned(),
+        })
+        .inc();
+    state.audit.write(&AuditLine {
+        ts: jiff::Timestamp::now().to_string(),
+        peer,
+        outcome: ErrorCode::RateLimited.as_str().to_owned(),
+        reason: Some(REASON.to_owned()),
+        ..AuditLine::default()
+    });
 }
 
-async fn next_frame(frames: &mut FramedRead<OwnedReadHalf, FrameCodec>) -> Result<Frame, Refusal> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+async fn next_frame(
+    frames: &mut FramedRead<OwnedReadHalf, FrameCodec>,
+    deadline: tokio::time::Instant,
+) -> Result<Frame, Refusal> {
+    match tokio::time::timeout_at(deadline, frames.next()).await {
         Err(_) => Err(Refusal::new(
             ErrorCode::BadRequest,
             "timed out waiting for the request",
@@ -188,7 +246,8 @@ async fn prepare(
             format!("uid {} may not call porter", peer.uid),
         ));
     }
-    match next_frame(frames).await? {
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    match next_frame(frames, deadline).await? {
         Frame::Hello { version } if handshake::is_supported(version) => {}
         Frame::Hello { version } => {
             return Err(Refusal::new(
@@ -205,15 +264,19 @@ async fn prepare(
             ));
         }
     }
-    write_frame(
-        writer,
-        &Frame::Welcome {
-            version: PROTOCOL_VERSION,
-        },
+    tokio::time::timeout_at(
+        deadline,
+        write_frame(
+            writer,
+            &Frame::Welcome {
+                version: PROTOCOL_VERSION,
+            },
+        ),
     )
     .await
+    .map_err(|_| Refusal::new(ErrorCode::BadRequest, "timed out sending the welcome"))?
     .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?;
-    let request = match next_frame(frames).await? {
+    let request = match next_frame(frames, deadline).await? {
         Frame::Request(Request::Cli(request)) => request,
         Frame::Request(Request::Exec(_)) => {
             return Err(Refusal::new(
@@ -285,31 +348,89 @@ async fn prepare(
             ),
             LimitHit::Global => Refusal::new(ErrorCode::RateLimited, "global rate limit reached"),
         })?;
+    let session_slot = state.session_calls.acquire(&grant.session).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::RateLimited,
+            format!(
+                "session {:?} already has {} porter calls running",
+                grant.session,
+                state.session_calls.max()
+            ),
+        )
+    })?;
+    // gh runs git too (`pr checkout`, `repo clone`): both get the repository check and
+    // the git hardening.
+    let profile = cli.policy.profile();
+    let runs_git = matches!(profile, Some(Profile::Git | Profile::Gh));
+    if runs_git {
+        let git = match profile {
+            Some(Profile::Git) => PathBuf::from(&cli.entry.bin),
+            _ => PathBuf::from("/usr/bin/git"),
+        };
+        let root = state.config.workspace_root.clone();
+        let directory = cwd.clone();
+        if git.exists() {
+            tokio::task::spawn_blocking(move || git_guard::check(&git, &root, &directory))
+                .await
+                .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?
+                .map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+        }
+    }
+    let home = state.homes.create().map_err(|error| {
+        Refusal::new(
+            ErrorCode::Internal,
+            format!("failed to create the call's home: {error}"),
+        )
+    })?;
     let (mut environment, dropped) = child_env::build(
-        &state.config.child_home,
+        &home.path().to_string_lossy(),
         &cli.environment,
         &cli.entry.request_env,
         &cli.entry.protected_env,
         &request.env,
     );
     audit.dropped_env = dropped;
-    let binary_name = std::path::Path::new(&cli.entry.bin)
-        .file_name()
-        .and_then(|name| name.to_str());
-    if request.cli == "git" || binary_name == Some("git") {
-        child_env::harden_git(&mut environment);
+    if runs_git {
+        let ceiling = state
+            .config
+            .workspace_root
+            .parent()
+            .unwrap_or(std::path::Path::new("/"));
+        child_env::harden_git(&mut environment, ceiling);
     }
     Ok(Prepared {
         registry: registry.clone(),
         request,
+        home,
+        session_slot,
         cwd,
         environment,
     })
 }
 
-/// Sends `signal` to the child's whole process group; a group already gone is fine.
-fn signal_group(group: Pid, signal: Signal) {
-    let _ = nix::sys::signal::killpg(group, signal);
+/// Signals the call's supervisor, which passes SIGINT to the CLI's group and SIGTERM
+/// to every descendant; a kill becomes SIGUSR1, on which the supervisor kills every
+/// descendant (SIGKILL would end only the supervisor and orphan the rest). Never called
+/// once the supervisor was reaped, so its pid cannot belong to anyone else.
+fn signal_call(supervisor: Pid, signal: Signal) {
+    let signal = if signal == Signal::SIGKILL {
+        Signal::SIGUSR1
+    } else {
+        signal
+    };
+    let _ = nix::sys::signal::kill(supervisor, signal);
+}
+
+/// Kills the call's descendants if the call is dropped before its supervisor exited
+/// (a panic or an aborted task).
+struct SupervisorGuard(Option<Pid>);
+
+impl Drop for SupervisorGuard {
+    fn drop(&mut self) {
+        if let Some(supervisor) = self.0 {
+            signal_call(supervisor, Signal::SIGKILL);
+        }
+    }
 }
 
 /// How the streaming loop ended.
@@ -331,16 +452,28 @@ async fn run(
     let Prepared {
         registry,
         request,
+        home,
+        session_slot: _session_slot,
         cwd,
         environment,
     } = prepared;
     let cli = &registry.clis[&request.cli];
-    let mut command = Command::new(&cli.entry.bin);
+    let relative_cwd = cwd
+        .strip_prefix(&state.config.workspace_root)
+        .unwrap_or(std::path::Path::new("."));
+    // The CLI runs under its supervisor (see `supervisor`), which enters the working
+    // directory itself, by a descriptor opened beneath the workspace root.
+    let mut command = Command::new(&state.config.supervisor);
     command
-        .args(&request.args)
+        .args(supervisor::arguments(
+            &state.config.workspace_root,
+            relative_cwd,
+            &cli.entry.bin,
+            &request.args,
+        ))
         .env_clear()
         .envs(&environment)
-        .current_dir(&cwd)
+        .current_dir("/")
         .stdin(if request.stdin {
             Stdio::piped()
         } else {
@@ -348,9 +481,8 @@ async fn run(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own process group, so a timeout or disconnect reaches every descendant.
-        .process_group(0)
-        .kill_on_drop(true);
+        // Out of Porter's process group: signals meant for Porter stay with Porter.
+        .process_group(0);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -362,6 +494,7 @@ async fn run(
             .await;
             audit.outcome = ErrorCode::Internal.as_str().to_owned();
             audit.reason = Some(message);
+            let _ = tokio::task::spawn_blocking(move || home.remove()).await;
             return;
         }
     };
@@ -371,6 +504,7 @@ async fn run(
             .and_then(|id| i32::try_from(id).ok())
             .unwrap_or(0),
     );
+    let mut guard = SupervisorGuard(Some(group));
     tracing::info!(cli = %request.cli, pid = group.as_raw(), uid = audit.peer.uid, "call started");
 
     let bytes_in = Arc::new(AtomicU64::new(0));
@@ -408,11 +542,18 @@ async fn run(
     )
     .await;
     reader.abort();
+    if status.is_some() {
+        // Reaped: the supervisor's pid is free for reuse and must not be signalled.
+        guard.0 = None;
+    }
+    // The supervisor is gone only after every process of the call: nothing can still
+    // write to the home.
+    let _ = tokio::task::spawn_blocking(move || home.remove()).await;
 
     audit.bytes_stdout = counts.0;
     audit.bytes_stderr = counts.1;
     audit.bytes_stdin = bytes_in.load(Ordering::Relaxed);
-    audit.exit = status.map(exit_code);
+    audit.exit = status.map(supervisor::exit_code);
     for (stream, count) in [
         ("stdout", counts.0),
         ("stderr", counts.1),
@@ -454,18 +595,13 @@ async fn run(
         }
     };
     if let Some(frame) = last_frame {
-        let _ = write_frame(&mut writer, &frame).await;
-        let _ = writer.shutdown().await;
+        let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, async {
+            let _ = write_frame(&mut writer, &frame).await;
+            let _ = writer.shutdown().await;
+        })
+        .await;
     }
     tracing::info!(cli = %request.cli, outcome = %audit.outcome, exit = ?audit.exit, "call ended");
-}
-
-fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(255)
 }
 
 /// Reads the client's frames for the life of the call: stdin bytes, stdin EOF and
@@ -491,7 +627,7 @@ async fn forward_client(
             Some(Ok(Frame::StdinEof)) => stdin = None,
             Some(Ok(Frame::Signal(signal))) => {
                 if let Ok(signal) = Signal::try_from(i32::from(signal.number())) {
-                    signal_group(group, signal);
+                    signal_call(group, signal);
                 }
             }
             Some(Ok(_))
@@ -567,9 +703,28 @@ impl<R: AsyncRead + Unpin> Pump<R> {
     }
 }
 
-async fn send(writer: &mut OwnedWriteHalf, bytes: &[u8], client_gone: &mut bool) {
-    if !*client_gone && !bytes.is_empty() && writer.write_all(bytes).await.is_err() {
-        *client_gone = true;
+/// Writes to the client unless it is gone; a client that stops reading must not hold
+/// the call past `until` (its deadline), so a write still blocked then gives the client
+/// up. Returns whether the write stalled.
+async fn send(
+    writer: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    client_gone: &mut bool,
+    until: tokio::time::Instant,
+) -> bool {
+    if *client_gone || bytes.is_empty() {
+        return false;
+    }
+    match tokio::time::timeout_at(until, writer.write_all(bytes)).await {
+        Ok(Ok(())) => false,
+        Ok(Err(_)) => {
+            *client_gone = true;
+            false
+        }
+        Err(_) => {
+            *client_gone = true;
+            true
+        }
     }
 }
 
@@ -589,7 +744,9 @@ async fn stream_until_done(
     let mut ending = Ending::Exited;
     let mut client_gone = false;
     let mut kill_at: Option<tokio::time::Instant> = None;
-    let deadline = tokio::time::sleep(timeout);
+    let call_deadline = tokio::time::Instant::now() + timeout;
+    let mut drain_until = call_deadline;
+    let deadline = tokio::time::sleep_until(call_deadline);
     tokio::pin!(deadline);
     let drain_deadline = tokio::time::sleep(Duration::MAX / 4);
     tokio::pin!(drain_deadline);
@@ -604,7 +761,7 @@ async fn stream_until_done(
                 *ending = ending_now;
             }
             if kill_at.is_none() {
-                signal_group(group, Signal::SIGTERM);
+                signal_call(group, Signal::SIGTERM);
                 *kill_at = Some(tokio::time::Instant::now() + state.config.kill_grace);
             }
         };
@@ -622,19 +779,27 @@ async fn stream_until_done(
         tokio::select! {
             read = stdout.pipe.read(&mut stdout.buffer[HEADER_LEN..]), if stdout.open => {
                 let bytes = stdout.frames_for(read);
-                send(writer, bytes, &mut client_gone).await;
-                if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
+                let until = if status.is_none() { call_deadline } else { drain_until };
+                if send(writer, bytes, &mut client_gone, until).await {
+                    terminate(Ending::TimedOut, &mut ending, &mut kill_at);
+                } else if client_gone {
+                    terminate(Ending::Disconnected, &mut ending, &mut kill_at);
+                }
             }
             read = stderr.pipe.read(&mut stderr.buffer[HEADER_LEN..]), if stderr.open => {
                 let bytes = stderr.frames_for(read);
-                send(writer, bytes, &mut client_gone).await;
-                if client_gone { terminate(Ending::Disconnected, &mut ending, &mut kill_at); }
+                let until = if status.is_none() { call_deadline } else { drain_until };
+                if send(writer, bytes, &mut client_gone, until).await {
+                    terminate(Ending::TimedOut, &mut ending, &mut kill_at);
+                } else if client_gone {
+                    terminate(Ending::Disconnected, &mut ending, &mut kill_at);
+                }
             }
             exited = child.wait(), if status.is_none() => {
+                // The supervisor exits only after the last process of the call.
                 status = exited.ok();
-                // Nothing outlives its call: background leftovers in the group go too.
-                signal_group(group, Signal::SIGKILL);
-                drain_deadline.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                drain_until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+                drain_deadline.as_mut().reset(drain_until);
             }
             () = &mut drain_deadline, if status.is_some() => {
                 break;
@@ -643,7 +808,7 @@ async fn stream_until_done(
                 terminate(Ending::TimedOut, &mut ending, &mut kill_at);
             }
             () = &mut kill_timer, if terminating && status.is_none() => {
-                signal_group(group, Signal::SIGKILL);
+                signal_call(group, Signal::SIGKILL);
                 kill_timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
             }
             _ = &mut *disconnected, if !client_gone => {

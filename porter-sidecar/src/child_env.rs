@@ -71,11 +71,16 @@ pub const GIT_HARDENING: &[(&str, &str)] = &[
     ("protocol.fd.allow", "never"),
     ("uploadpack.packObjectsHook", ""),
     ("diff.external", ""),
+    // A workspace directory that merely looks like a bare repository is not one.
+    ("safe.bareRepository", "explicit"),
 ];
 
-/// Adds [`GIT_HARDENING`] to a git child's environment (replacing any `GIT_CONFIG_*`
-/// counts it had, so nothing can shift the indices).
-pub fn harden_git(environment: &mut BTreeMap<String, String>) {
+/// Adds [`GIT_HARDENING`] to the environment of a git (or gh, which runs git) child,
+/// replacing any `GIT_CONFIG_*` counts it had, so nothing can shift the indices. System
+/// and global config are off (the per-call home has none anyway), and repository
+/// discovery stops at the workspace root (`ceiling` is its parent), so git never reads
+/// a repository config that `git_guard` did not check.
+pub fn harden_git(environment: &mut BTreeMap<String, String>, ceiling: &std::path::Path) {
     environment.retain(|name, _| {
         !name.starts_with("GIT_CONFIG_KEY_") && !name.starts_with("GIT_CONFIG_VALUE_")
     });
@@ -84,6 +89,11 @@ pub fn harden_git(environment: &mut BTreeMap<String, String>) {
         GIT_HARDENING.len().to_string(),
     );
     environment.insert("GIT_CONFIG_NOSYSTEM".to_owned(), "1".to_owned());
+    environment.insert("GIT_CONFIG_GLOBAL".to_owned(), "/dev/null".to_owned());
+    environment.insert(
+        "GIT_CEILING_DIRECTORIES".to_owned(),
+        ceiling.to_string_lossy().into_owned(),
+    );
     for (index, (key, value)) in GIT_HARDENING.iter().enumerate() {
         environment.insert(format!("GIT_CONFIG_KEY_{index}"), (*key).to_owned());
         environment.insert(format!("GIT_CONFIG_VALUE_{index}"), (*value).to_owned());
@@ -99,7 +109,8 @@ mod tests {
             ("GIT_CONFIG_KEY_0".to_owned(), "core.sshCommand".to_owned()),
             ("GIT_CONFIG_VALUE_0".to_owned(), "evil".to_owned()),
         ]);
-        harden_git(&mut environment);
+        harden_git(&mut environment, std::path::Path::new("/var/lib/saint"));
+        assert_eq!(environment["GIT_CONFIG_GLOBAL"], "/dev/null");
         assert_eq!(
             environment["GIT_CONFIG_COUNT"],
             GIT_HARDENING.len().to_string()

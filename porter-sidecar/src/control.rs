@@ -9,19 +9,16 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures::StreamExt;
 pub use porter_protocol::control::{ControlRequest, ControlResponse};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    net::UnixStream,
-};
+use tokio::{io::AsyncWriteExt, net::UnixStream};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::{server::State, tokens::Grant};
 
-/// Longest control line accepted.
+/// Longest control line accepted; enforced while reading, so a line without a newline
+/// is never buffered past it.
 const MAX_LINE: usize = 16 * 1024;
-
-/// Most bytes one control connection may send in total (bounds a line without newline).
-const MAX_CONNECTION_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Applies one request to the token store.
 pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
@@ -76,21 +73,25 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
         let _ = write_half.write_all(line.as_bytes()).await;
         return;
     }
-    let mut lines = BufReader::new(read_half.take(MAX_CONNECTION_BYTES)).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let response = if line.len() > MAX_LINE {
-            ControlResponse::error("request line too long")
-        } else {
-            match serde_json::from_str::<ControlRequest>(&line) {
-                Ok(request) => apply(&state, request),
-                Err(error) => {
-                    ControlResponse::error(format!("failed to parse control request: {error}"))
-                }
+    let mut lines = FramedRead::new(read_half, LinesCodec::new_with_max_length(MAX_LINE));
+    while let Some(line) = lines.next().await {
+        let (response, last) = match line {
+            Ok(line) => match serde_json::from_str::<ControlRequest>(&line) {
+                Ok(request) => (apply(&state, request), false),
+                Err(error) => (
+                    ControlResponse::error(format!("failed to parse control request: {error}")),
+                    false,
+                ),
+            },
+            // The rest of an over-long line would be read as garbage: end here.
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                (ControlResponse::error("request line too long"), true)
             }
+            Err(LinesCodecError::Io(_)) => return,
         };
         let mut text = serde_json::to_string(&response).expect("serialisable");
         text.push('\n');
-        if write_half.write_all(text.as_bytes()).await.is_err() {
+        if write_half.write_all(text.as_bytes()).await.is_err() || last {
             return;
         }
     }

@@ -6,9 +6,12 @@
 pub mod argv;
 pub mod audit;
 pub mod call;
+pub mod capacity;
 pub mod child_env;
 pub mod control;
 pub mod cwd;
+pub mod git_guard;
+pub mod home;
 pub mod manage;
 pub mod metrics;
 pub mod policy;
@@ -17,4 +20,5 @@ pub mod proxy;
 pub mod redact;
 pub mod registry_store;
 pub mod server;
+pub mod supervisor;
 pub mod tokens;

@@ -122,12 +122,47 @@ impl LoadedRegistry {
 
     /// Reads, parses and resolves the registry file.
     pub fn load(path: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        let text = read_config_file(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
             source,
         })?;
         Self::resolve(Registry::from_json(&text)?, lookup)
     }
+}
+
+/// Largest registry or tokens file read.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a registry or tokens file: a regular file (after symlinks, which a Kubernetes
+/// ConfigMap uses) of at most [`MAX_CONFIG_FILE_BYTES`] of UTF-8. A device or FIFO
+/// (`/dev/zero`) or a huge file is refused before it is read, and the read itself is
+/// bounded in case the file grows meanwhile.
+pub fn read_config_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_FILE_BYTES} bytes"),
+        )
+    };
+    if metadata.len() > MAX_CONFIG_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// The registry currently served, replaced atomically on reload.
@@ -251,6 +286,23 @@ mod tests {
                 .redact_str("file-secret-value passed-through"),
             "[redacted] [redacted]"
         );
+    }
+
+    #[test]
+    fn only_bounded_regular_files_are_read() {
+        let directory = tempfile::tempdir().unwrap();
+        let large = directory.path().join("large.json");
+        std::fs::write(&large, vec![b' '; MAX_CONFIG_FILE_BYTES as usize + 1]).unwrap();
+        for path in [Path::new("/dev/zero"), directory.path(), &large] {
+            assert!(read_config_file(path).is_err(), "{}", path.display());
+            assert!(matches!(
+                LoadedRegistry::load(path, &|_| None),
+                Err(LoadError::Read { .. })
+            ));
+        }
+        let small = directory.path().join("registry.json");
+        std::fs::write(&small, "{}").unwrap();
+        assert_eq!(read_config_file(&small).unwrap(), "{}");
     }
 
     #[test]

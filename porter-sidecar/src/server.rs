@@ -18,9 +18,12 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     audit::{AuditError, AuditLog},
-    call, control,
+    call,
+    capacity::KeyedSlots,
+    control,
+    home::HomesRoot,
     metrics::{Metrics, ReloadLabels},
-    registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore},
+    registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore, read_config_file},
     tokens::{TokenError, TokenStore},
 };
 
@@ -42,8 +45,14 @@ pub struct DaemonConfig {
     pub allowed_uids: Vec<u32>,
     /// Peer uids allowed on the control socket.
     pub control_uids: Vec<u32>,
-    /// HOME for children.
-    pub child_home: String,
+    /// Where each call's fresh HOME is made (and removed after the call).
+    pub call_homes: PathBuf,
+    /// The `porter` binary, run as each call's supervisor (`porter __supervise …`).
+    pub supervisor: PathBuf,
+    /// Calls one session may have running at once.
+    pub max_calls_per_session: usize,
+    /// Connections one peer process may have waiting for their handshake.
+    pub max_handshakes_per_peer: usize,
     /// Between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
     /// How long running calls may finish after SIGTERM to the daemon.
@@ -58,6 +67,12 @@ pub struct State {
     pub config: DaemonConfig,
     pub registry: RegistryStore,
     pub rate_limits: RateLimits,
+    /// Running calls per session.
+    pub session_calls: KeyedSlots,
+    /// Connections per peer process that have not passed their handshake yet.
+    pub handshakes: KeyedSlots,
+    /// The per-call homes.
+    pub homes: HomesRoot,
     pub tokens: TokenStore,
     pub audit: AuditLog,
     pub metrics: Metrics,
@@ -70,6 +85,12 @@ pub struct State {
 /// Why the daemon could not start or serve.
 #[derive(Debug, Error)]
 pub enum ServeError {
+    #[error("failed to prepare the call homes directory {path}: {source}")]
+    Homes {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Registry(#[from] LoadError),
     #[error(transparent)]
@@ -103,9 +124,15 @@ fn environment_lookup(name: &str) -> Option<String> {
 /// Loads the registry and tokens and opens the audit log.
 pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
     let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
+    let session_calls = KeyedSlots::new(config.max_calls_per_session);
+    let handshakes = KeyedSlots::new(config.max_handshakes_per_peer);
+    let homes = HomesRoot::prepare(&config.call_homes).map_err(|source| ServeError::Homes {
+        path: config.call_homes.clone(),
+        source,
+    })?;
     let tokens = TokenStore::default();
     if let Some(path) = &config.tokens_file {
-        let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokensFile {
+        let text = read_config_file(path).map_err(|source| ServeError::TokensFile {
             path: path.clone(),
             source,
         })?;
@@ -116,6 +143,9 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
         config,
         registry: RegistryStore::new(registry),
         rate_limits: RateLimits::default(),
+        session_calls,
+        handshakes,
+        homes,
         tokens,
         audit,
         metrics: Metrics::default(),
@@ -180,13 +210,13 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
                         });
                     }
                     // Over the limit: refuse at once rather than queue unbounded sockets.
-                    Err(_) => { tokio::spawn(call::refuse_busy(stream)); }
+                    Err(_) => { tokio::spawn(call::refuse_busy(state.clone(), stream)); }
                 },
-                Err(error) => tracing::warn!(%error, "failed to accept a call"),
+                Err(error) => accept_failed(&error, "call").await,
             },
             accepted = async { control.as_ref().expect("guarded").accept().await }, if control.is_some() => match accepted {
                 Ok((stream, _)) => { tokio::spawn(control::handle(state.clone(), stream)); }
-                Err(error) => tracing::warn!(%error, "failed to accept a control connection"),
+                Err(error) => accept_failed(&error, "control").await,
             },
             () = &mut stop => break,
         }
@@ -219,21 +249,33 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
     Ok(())
 }
 
+/// Out of file descriptors (or another accept error): back off instead of retrying at
+/// once, which would spin a core while the condition lasts.
+async fn accept_failed(error: &std::io::Error, socket: &str) {
+    tracing::warn!(%error, socket, "failed to accept a connection");
+    let out_of_descriptors = matches!(
+        error.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    );
+    let pause = if out_of_descriptors { 100 } else { 10 };
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+}
+
 /// Polls the registry and tokens files and reloads them when their bytes change. Polling
 /// (not inotify) because a Kubernetes ConfigMap update swaps a symlinked directory,
 /// which inotify watches on the file miss.
 async fn reload_loop(state: Arc<State>) {
-    let mut last_registry = std::fs::read(&state.config.registry).ok();
+    let mut last_registry = read_config_file(&state.config.registry).ok();
     let mut last_tokens = state
         .config
         .tokens_file
         .as_ref()
-        .and_then(|path| std::fs::read(path).ok());
+        .and_then(|path| read_config_file(path).ok());
     let mut interval = tokio::time::interval(state.config.reload_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        let current = std::fs::read(&state.config.registry).ok();
+        let current = read_config_file(&state.config.registry).ok();
         if current.is_some() && current != last_registry {
             last_registry = current;
             let result = match LoadedRegistry::load(&state.config.registry, &environment_lookup) {
@@ -258,11 +300,12 @@ async fn reload_loop(state: Arc<State>) {
                 .inc();
         }
         if let Some(path) = &state.config.tokens_file {
-            let current = std::fs::read(path).ok();
+            let current = read_config_file(path).ok();
             if current.is_some() && current != last_tokens {
-                let result = match state.tokens.load_local(&String::from_utf8_lossy(
-                    current.as_deref().unwrap_or_default(),
-                )) {
+                let result = match state
+                    .tokens
+                    .load_local(current.as_deref().unwrap_or_default())
+                {
                     Ok(count) => {
                         tracing::info!(count, "local tokens reloaded");
                         "ok"

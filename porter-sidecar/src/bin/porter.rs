@@ -56,9 +56,16 @@ struct Arguments {
         value_delimiter = ','
     )]
     control_uids: Vec<u32>,
-    /// HOME for the CLIs (default: porter's HOME).
-    #[arg(long, env = "PORTER_CHILD_HOME")]
-    child_home: Option<String>,
+    /// Directory where each call gets a fresh, empty HOME, removed when the call ends
+    /// (default: porter-call-homes-<uid> in the temp directory). Emptied at start.
+    #[arg(long, env = "PORTER_CALL_HOMES")]
+    call_homes: Option<PathBuf>,
+    /// Calls one session (one agent command's token) may have running at once.
+    #[arg(long, env = "PORTER_MAX_CALLS_PER_SESSION", default_value_t = 16)]
+    max_calls_per_session: usize,
+    /// Connections one peer process may have open before their handshake completes.
+    #[arg(long, env = "PORTER_MAX_HANDSHAKES_PER_PEER", default_value_t = 32)]
+    max_handshakes_per_peer: usize,
     /// Seconds between SIGTERM and SIGKILL.
     #[arg(long, env = "PORTER_KILL_GRACE_SECONDS", default_value_t = 5)]
     kill_grace_seconds: u64,
@@ -86,10 +93,11 @@ fn config(arguments: Arguments) -> Result<DaemonConfig> {
     } else {
         arguments.control_uids
     };
-    let child_home = arguments
-        .child_home
-        .or_else(|| std::env::var("HOME").ok())
-        .unwrap_or_else(|| "/tmp".to_owned());
+    let uid = nix::unistd::getuid().as_raw();
+    let call_homes = arguments
+        .call_homes
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("porter-call-homes-{uid}")));
+    let supervisor = std::env::current_exe().context("failed to find porter's own binary")?;
     Ok(DaemonConfig {
         socket: arguments.socket,
         control_socket: arguments.control_socket,
@@ -99,7 +107,10 @@ fn config(arguments: Arguments) -> Result<DaemonConfig> {
         tokens_file: arguments.tokens_file,
         allowed_uids: arguments.allowed_uids,
         control_uids,
-        child_home,
+        call_homes,
+        supervisor,
+        max_calls_per_session: arguments.max_calls_per_session,
+        max_handshakes_per_peer: arguments.max_handshakes_per_peer,
         kill_grace: Duration::from_secs(arguments.kill_grace_seconds),
         shutdown_deadline: Duration::from_secs(arguments.shutdown_deadline_seconds),
         reload_interval: Duration::from_millis(arguments.reload_interval_ms.max(50)),
@@ -117,8 +128,26 @@ async fn stop_signal() {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // Each call's supervisor is this binary again; it needs no runtime.
+    if let Some(status) = porter::supervisor::main_if_asked() {
+        std::process::exit(status);
+    }
+    // Every connection and call holds descriptors: use all the hard limit allows.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(daemon());
+}
+
+async fn daemon() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PORTER_LOG")
