@@ -606,3 +606,47 @@ fn the_chart_examples_render_through_the_real_validate() {
     saint_config::BotConfig::from_json(&rendered_config_json(&validated))
         .expect("the agent accepts it");
 }
+
+#[test]
+fn porter_clis_render_injection_mode_hosts_and_role_requests_into_the_registry() {
+    let (mut bot, dereferenced) = load("acme.yaml");
+    let gh = &mut bot.spec.porter.clis[0];
+    gh.hosts = vec!["api.github.com".to_string(), "github.com".to_string()];
+    gh.requests = serde_json::from_value(serde_json::json!({
+        "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
+        "owner": [{"methods": ["*"], "paths": ["/**"]}],
+    }))
+    .unwrap();
+    bot.spec.porter.clis[1].inject = Some(false);
+    let validated =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap();
+    let registry = serde_json::to_value(&validated.registry).unwrap();
+    let gh = &registry["clis"]["gh"];
+    // No `mode`: injection follows from the hosts, as in Porter.
+    assert_eq!(gh.get("mode"), None);
+    assert_eq!(gh["hosts"], serde_json::json!(["api.github.com", "github.com"]));
+    assert_eq!(
+        gh["requests"],
+        serde_json::json!({
+            "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
+            "owner": [{"methods": ["*"], "paths": ["/**"]}],
+        })
+    );
+    assert_eq!(registry["clis"]["gog"]["mode"], "env");
+    // What Porter will load: gh injected, its secret file variable replaced on the wire.
+    let parsed = porter_protocol::registry::Registry::from_json(&validated.registry.to_json())
+        .expect("porter accepts the rendered registry");
+    assert_eq!(
+        parsed.clis["gh"].effective_mode(),
+        porter_protocol::registry::CliMode::Inject
+    );
+
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec.porter.clis[0].inject = Some(true);
+    let refused =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap_err()
+            .to_string();
+    assert!(refused.contains("needs hosts"), "{refused}");
+}

@@ -199,3 +199,47 @@ fn crds_have_status_subresource_short_names_and_list_map_conditions() {
         serde_json::json!(["ct"])
     );
 }
+
+#[test]
+fn an_injected_cli_without_hosts_is_refused_and_one_with_hosts_passes() {
+    let cli = |extra: serde_json::Value| {
+        let mut cli = serde_json::json!({"name": "gh", "bin": "/usr/bin/gh"});
+        cli.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        bot(serde_json::json!({
+            "model": {"provider": "openai", "name": "m"},
+            "porter": {"clis": [cli]},
+        }))
+    };
+    let without_hosts = errors(&cli(serde_json::json!({"inject": true}))).join("\n");
+    assert!(
+        without_hosts.contains("inject: true needs hosts"),
+        "{without_hosts}"
+    );
+    let requests_in_env_mode = errors(&cli(serde_json::json!({
+        "inject": false, "hosts": ["api.github.com"],
+        "requests": {"employee": [{"methods": ["GET"], "paths": ["/repos/**"]}]},
+    })))
+    .join("\n");
+    assert!(
+        requests_in_env_mode.contains("requests applies to injected CLIs"),
+        "{requests_in_env_mode}"
+    );
+    let bad_host = errors(&cli(
+        serde_json::json!({"hosts": ["https://api.github.com/"]}),
+    ))
+    .join("\n");
+    assert!(
+        bad_host.contains("hosts[] must be host names"),
+        "{bad_host}"
+    );
+    let good = cli(serde_json::json!({
+        "hosts": ["api.github.com", "github.com", "ghe.acme.hr:8443"],
+        "requests": {
+            "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
+            "owner": [{"methods": ["*"], "paths": ["/**"]}],
+        },
+    }));
+    assert_eq!(errors(&good), Vec::<String>::new());
+}

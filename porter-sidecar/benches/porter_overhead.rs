@@ -1,5 +1,6 @@
 //! Benchmark (one run, medians): the latency `cliport-proxy` adds over spawning a CLI
-//! directly, and streaming throughput through Porter against a plain pipe.
+//! directly, what the per-call home and supervisor add over a plain spawn (what Porter
+//! did before them), and streaming throughput through Porter against a plain pipe.
 //!
 //! Runs the real release `porter` and `cliport-proxy` on a temp socket.
 //! `cargo bench -p porter --bench porter_overhead`
@@ -124,6 +125,8 @@ fn main() {
         verdict(added < Duration::from_millis(2))
     );
 
+    supervisor_overhead(&daemon);
+
     let mut pipe = Vec::new();
     let mut through = Vec::new();
     let mut through_redacted = Vec::new();
@@ -166,4 +169,61 @@ fn ms(duration: Duration) -> f64 {
 
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "NOT met" }
+}
+
+/// The per-call home and supervisor against the plain spawn Porter used before them:
+/// `/bin/true` spawned and waited for, versus a fresh home made, `porter-supervise
+/// __supervise … -- /bin/true` spawned and waited for, and the home removed.
+fn supervisor_overhead(daemon: &Daemon) {
+    let root = daemon.workspace.canonicalize().unwrap();
+    let homes =
+        porter::home::HomesRoot::prepare(&daemon.directory.path().join("bench-homes")).unwrap();
+    let supervised = || {
+        let home = homes.create().unwrap();
+        let elapsed = time_status(
+            Command::new(env!("CARGO_BIN_EXE_porter-supervise"))
+                .args(porter::supervisor::arguments(
+                    &root,
+                    std::path::Path::new("repo"),
+                    "/bin/true",
+                    &[],
+                ))
+                .env_clear()
+                .env("HOME", home.path()),
+        );
+        home.remove();
+        elapsed
+    };
+    for _ in 0..20 {
+        time_status(&mut Command::new("/bin/true"));
+        supervised();
+    }
+    let mut plain = Vec::with_capacity(SPAWN_RUNS);
+    let mut wrapped = Vec::with_capacity(SPAWN_RUNS);
+    for _ in 0..SPAWN_RUNS {
+        let started = Instant::now();
+        time_status(&mut Command::new("/bin/true"));
+        plain.push(started.elapsed());
+        let started = Instant::now();
+        supervised();
+        wrapped.push(started.elapsed());
+    }
+    let plain_p50 = median(plain.clone());
+    let wrapped_p50 = median(wrapped.clone());
+    println!(
+        "plain spawn of /bin/true (before)   p50 {:>8.3} ms  p90 {:>8.3} ms  ({SPAWN_RUNS} runs)",
+        ms(plain_p50),
+        ms(percentile(&plain, 0.9))
+    );
+    println!(
+        "home + supervisor + /bin/true       p50 {:>8.3} ms  p90 {:>8.3} ms  ({SPAWN_RUNS} runs)",
+        ms(wrapped_p50),
+        ms(percentile(&wrapped, 0.9))
+    );
+    let added = wrapped_p50.saturating_sub(plain_p50);
+    println!(
+        "added by home + supervisor at p50   {:>8.3} ms  (target < 2 ms: {})",
+        ms(added),
+        verdict(added < Duration::from_millis(2))
+    );
 }

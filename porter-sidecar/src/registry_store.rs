@@ -83,8 +83,9 @@ impl LoadedRegistry {
             })?;
             let mut environment = entry.env.clone();
             for (variable, path) in &entry.env_from_files {
+                // Bounded like the registry: a path pointing at a device is refused.
                 let mut value =
-                    std::fs::read_to_string(path).map_err(|source| LoadError::EnvFile {
+                    read_config_file(Path::new(path)).map_err(|source| LoadError::EnvFile {
                         cli: name.clone(),
                         name: variable.clone(),
                         path: path.clone(),

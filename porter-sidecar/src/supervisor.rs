@@ -1,10 +1,11 @@
-//! The per-call supervisor: Porter runs every CLI through `porter __supervise …`, a
-//! small process that is a child subreaper, so descendants that `setsid` or
-//! double-fork are re-parented to it instead of escaping to init — and it kills them
-//! all when the CLI exits, when Porter asks (timeout, disconnect, shutdown) or when
-//! Porter itself dies. It also enters the working directory by a descriptor it opened
-//! beneath the workspace root, so a directory swapped for a symlink after Porter's
-//! check is refused instead of followed.
+//! The per-call supervisor: Porter runs every CLI through `porter-supervise
+//! __supervise …` (or `porter __supervise …`), a small process that is a child
+//! subreaper, so descendants that `setsid` or double-fork are re-parented to it
+//! instead of escaping to init — and it kills them all when the CLI exits, when
+//! Porter asks (timeout, disconnect, shutdown) or when Porter itself dies. It enters
+//! the working directory by a descriptor it opened beneath the workspace root, so a
+//! directory swapped for a symlink after Porter's check is refused instead of
+//! followed.
 //!
 //! Signals from Porter: SIGTERM asks every descendant to stop, SIGUSR1 kills them all
 //! (repeatedly, until none is left); SIGINT is forwarded to the CLI's process group.
@@ -30,7 +31,7 @@ use nix::{
 };
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM, SIGUSR1};
 
-/// `argv[1]` that turns the `porter` binary into a supervisor.
+/// `argv[1]` that asks `porter-supervise` (or the `porter` binary) to supervise a call.
 pub const SUBCOMMAND: &str = "__supervise";
 
 /// Exit status when the supervisor could not set the call up (its reason is on stderr).

@@ -296,7 +296,7 @@ fn git_drivers_filters_and_command_options_never_yield_the_token() {
             refusals += 1;
         }
     }
-    let command = format!("sh -c 'printf %s \"$GH_TOKEN\" | base64 >&2' #");
+    let command = "sh -c 'printf %s \"$GH_TOKEN\" | base64 >&2' #".to_owned();
     for arguments in [
         vec![
             "clone".to_owned(),

@@ -279,6 +279,12 @@ pub struct PorterSpec {
 /// One CLI Porter runs on the sandbox's behalf.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.inject) || !self.inject || (has(self.hosts) && size(self.hosts) > 0)"
+).message("porter.clis[]: inject: true needs hosts (the only hosts its proxy lets it reach)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.requests) || size(self.requests) == 0 || (has(self.hosts) && size(self.hosts) > 0 && (!has(self.inject) || self.inject))"
+).message("porter.clis[].requests applies to injected CLIs: set hosts (and leave inject unset or true)"))]
 pub struct PorterCliSpec {
     /// Exact command name the sandbox calls (`gh`, `gog`); a plain file name.
     #[schemars(length(min = 1, max = 64))]
@@ -321,6 +327,56 @@ pub struct PorterCliSpec {
     /// Extra argument policy by the requesting contact's role name, on top of `args`.
     #[serde(default)]
     pub role_args: BTreeMap<String, ArgPolicySpec>,
+    /// Injection (the default when `hosts` is set): the CLI gets a per-call placeholder
+    /// and Porter's HTTPS proxy puts the real secret on the wire, only for `hosts`.
+    /// `false` keeps the secret in the CLI's environment (weaker: for credentials that
+    /// must live in the tool, like signing keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject: Option<bool>,
+    /// Injection: the only hosts (`name` or `name:port`) the CLI may reach through
+    /// Porter's proxy, e.g. `api.github.com`, `github.com`, `uploads.github.com`.
+    #[serde(default)]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 259)))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.all(h, h.matches('^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:[0-9]{1,5})?$'))"
+    ).message("porter.clis[].hosts[] must be host names, optionally with :port"))]
+    pub hosts: Vec<String>,
+    /// Injection: the requests each role may make through the proxy, by role name (`*`
+    /// for every role). Empty: any request to the hosts; otherwise a role without rules
+    /// may make none. Enforced on the wire, whatever the arguments were.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub requests: BTreeMap<String, Vec<RequestRuleSpec>>,
+}
+
+/// Requests a role may make through the injecting proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRuleSpec {
+    /// HTTP methods (`GET`, `POST`, …); `*` for any.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 16)))]
+    pub methods: Vec<String>,
+    /// Path patterns without query: `*` within a segment, `**` for any segments
+    /// (`/repos/*/*/pulls/**`).
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 512)))]
+    pub paths: Vec<String>,
+    /// Makes this a GraphQL rule: every operation in the body must be admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphql: Option<GraphqlRuleSpec>,
+}
+
+/// Which GraphQL operations a rule admits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphqlRuleSpec {
+    /// Query operations are admitted.
+    #[serde(default)]
+    pub queries: bool,
+    /// Root mutation fields admitted (`addComment`; `*` for any). Matched by field, not
+    /// by operation name, which the client chooses freely.
+    #[serde(default)]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
+    pub mutations: Vec<String>,
 }
 
 /// One environment variable from a Secret key.

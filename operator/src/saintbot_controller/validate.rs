@@ -9,7 +9,8 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt};
 use porter_protocol::registry::{
-    ArgPolicy, CliEntry, DEFAULT_TIMEOUT_SECONDS, REGISTRY_VERSION, RateLimit, Registry,
+    ArgPolicy, CliEntry, CliMode, DEFAULT_TIMEOUT_SECONDS, GraphqlRule, REGISTRY_VERSION,
+    RateLimit, Registry, RequestRule, split_host,
 };
 use saint_config::{
     BotConfig, BotIdentity, ChannelConfig, ChannelKind, FileAccessConfig, MemoryConfig,
@@ -24,7 +25,8 @@ use crate::{
         Role, SaintBot, SecretKeyReference,
         role::SessionsVisibilityName,
         saintbot::{
-            ArgPolicySpec, ChannelKindName, ModelProviderName, RateLimitSpec, SandboxScopeName,
+            ArgPolicySpec, ChannelKindName, ModelProviderName, PorterCliSpec, RateLimitSpec,
+            RequestRuleSpec, SandboxScopeName,
         },
     },
     identity::{self, ContactInput, IdentityReport},
@@ -272,6 +274,57 @@ fn rate_limit(spec: &RateLimitSpec) -> RateLimit {
     }
 }
 
+/// The same checks as the CRD's CEL and Porter's registry load, so a bad entry stops
+/// here with its field named instead of in Porter.
+fn check_injection(cli: &PorterCliSpec) -> Result<(), ValidateError> {
+    let invalid = |field: &str, message: String| ValidateError::InvalidPorterCli {
+        field: format!("spec.porter.clis[{}].{field}", cli.name),
+        message,
+    };
+    if cli.inject == Some(true) && cli.hosts.is_empty() {
+        return Err(invalid(
+            "inject",
+            "needs hosts (the only hosts its proxy lets it reach)".to_string(),
+        ));
+    }
+    if !cli.requests.is_empty() && (cli.hosts.is_empty() || cli.inject == Some(false)) {
+        return Err(invalid(
+            "requests",
+            "applies to injected CLIs: set hosts (and leave inject unset or true)".to_string(),
+        ));
+    }
+    if let Some(host) = cli.hosts.iter().find(|host| split_host(host).is_none()) {
+        return Err(invalid(
+            "hosts",
+            format!("{host:?} is not a host name[:port]"),
+        ));
+    }
+    for (role, rules) in &cli.requests {
+        if let Some(path) = rules
+            .iter()
+            .flat_map(|rule| &rule.paths)
+            .find(|path| !path.starts_with('/'))
+        {
+            return Err(invalid(
+                &format!("requests.{role}"),
+                format!("path {path:?} must start with /"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn request_rule(spec: &RequestRuleSpec) -> RequestRule {
+    RequestRule {
+        methods: spec.methods.clone(),
+        paths: spec.paths.clone(),
+        graphql: spec.graphql.as_ref().map(|graphql| GraphqlRule {
+            queries: graphql.queries,
+            mutations: graphql.mutations.clone(),
+        }),
+    }
+}
+
 fn arg_policy(spec: &ArgPolicySpec) -> ArgPolicy {
     ArgPolicy {
         allow: spec.allow.clone(),
@@ -428,6 +481,7 @@ pub fn validate(
                 secret: secret_env.secret_key_ref.clone(),
             });
         }
+        check_injection(cli)?;
         porter_env_from_secrets.extend(cli.env_from_secrets.iter().cloned());
         let mut passthrough = cli.passthrough_env.clone();
         passthrough.sort();
@@ -446,6 +500,20 @@ pub fn validate(
                     .role_args
                     .iter()
                     .map(|(role, policy)| (role.clone(), arg_policy(policy)))
+                    .collect(),
+                // Absent `inject` stays absent: Porter injects whenever hosts are set.
+                mode: cli.inject.map(|inject| {
+                    if inject {
+                        CliMode::Inject
+                    } else {
+                        CliMode::Env
+                    }
+                }),
+                hosts: cli.hosts.clone(),
+                requests: cli
+                    .requests
+                    .iter()
+                    .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
                     .collect(),
                 ..CliEntry::default()
             },

@@ -97,7 +97,12 @@ fn config(arguments: Arguments) -> Result<DaemonConfig> {
     let call_homes = arguments
         .call_homes
         .unwrap_or_else(|| std::env::temp_dir().join(format!("porter-call-homes-{uid}")));
-    let supervisor = std::env::current_exe().context("failed to find porter's own binary")?;
+    // The small `porter-supervise` next to this binary; this binary itself (which
+    // understands `__supervise` too) when it is missing, at some cost per call.
+    let own = std::env::current_exe().context("failed to find porter's own binary")?;
+    let supervisor = Some(own.with_file_name("porter-supervise"))
+        .filter(|path| path.is_file())
+        .unwrap_or(own);
     Ok(DaemonConfig {
         socket: arguments.socket,
         control_socket: arguments.control_socket,
