@@ -97,6 +97,79 @@ pub struct CliEntry {
     /// is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<String>,
+    /// How the credential reaches the CLI; absent: `inject` when `hosts` is set, else
+    /// `env`. See [`CliMode`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<CliMode>,
+    /// Injection: the only hosts (`name` or `name:port`, port 443 by default) the CLI
+    /// may reach through Porter's proxy; every other host is refused at CONNECT.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// Injection: the declared variables whose values the proxy injects (the CLI sees a
+    /// per-call placeholder instead). Empty: every `envFromFiles` and `envPassthrough`
+    /// variable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject_env: Vec<String>,
+    /// Injection: the requests each role may make through the proxy, by role name
+    /// (`*` applies to every role). Empty: any request to an allowed host. Otherwise a
+    /// role with no rules (and no `*` rules) may make no request at all.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, Vec<RequestRule>>,
+}
+
+/// How a CLI gets its credential.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CliMode {
+    /// The CLI gets a per-call placeholder; Porter's HTTPS proxy swaps it for the real
+    /// secret on the wire, only for the entry's `hosts` and only for requests the
+    /// caller's role may make. The secret never enters the CLI's process.
+    Inject,
+    /// Weaker: the secret is in the CLI's environment, so everything rests on the
+    /// argument policy. For credentials that must live in the tool (signing keys).
+    #[default]
+    Env,
+}
+
+impl CliEntry {
+    /// The mode this entry runs in ([`CliEntry::mode`], or its default).
+    pub fn effective_mode(&self) -> CliMode {
+        self.mode.unwrap_or(if self.hosts.is_empty() {
+            CliMode::Env
+        } else {
+            CliMode::Inject
+        })
+    }
+}
+
+/// Requests a role may make through the injecting proxy: a request is admitted when
+/// some rule matches its method and path (and, for a GraphQL rule, every operation in
+/// its body).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestRule {
+    /// HTTP methods (upper case); `*` for any.
+    pub methods: Vec<String>,
+    /// Path patterns (no query string): `*` matches within one segment, a `**` segment
+    /// matches any number of segments (`/repos/*/*/pulls/**`).
+    pub paths: Vec<String>,
+    /// Makes this a GraphQL rule: the JSON body's `query` is parsed and every operation
+    /// in it must be admitted here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphql: Option<GraphqlRule>,
+}
+
+/// Which GraphQL operations a rule admits. Mutations are matched by their root fields
+/// (`mergePullRequest`), not by operation names, which the client chooses freely.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GraphqlRule {
+    /// Query operations are admitted.
+    #[serde(default)]
+    pub queries: bool,
+    /// Root mutation fields admitted (`*` for any); empty: no mutation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mutations: Vec<String>,
 }
 
 fn default_timeout() -> u64 {
@@ -195,6 +268,57 @@ pub enum RegistryError {
     RelativeBin { name: String, bin: String },
     #[error("clis.{name}: CLI names are plain file names, not {name:?}")]
     BadName { name: String },
+    #[error("clis.{name}: {message}")]
+    Injection { name: String, message: String },
+}
+
+/// The injection fields of one entry make sense: an injected entry names its hosts, and
+/// every host and injected variable is well formed.
+fn check_injection(entry: &CliEntry) -> Result<(), String> {
+    if entry.effective_mode() == CliMode::Inject && entry.hosts.is_empty() {
+        return Err("mode inject needs hosts (the only hosts the proxy lets it reach)".into());
+    }
+    for host in &entry.hosts {
+        split_host(host).ok_or_else(|| format!("hosts: {host:?} is not a host name[:port]"))?;
+    }
+    let declared = |name: &String| {
+        entry.env.contains_key(name)
+            || entry.env_from_files.contains_key(name)
+            || entry.env_passthrough.contains(name)
+    };
+    if let Some(name) = entry.inject_env.iter().find(|name| !declared(name)) {
+        return Err(format!("injectEnv: {name} is not a declared variable"));
+    }
+    for (role, rules) in &entry.requests {
+        for rule in rules {
+            if rule.methods.is_empty() || rule.paths.is_empty() {
+                return Err(format!("requests.{role}: a rule needs methods and paths"));
+            }
+            if let Some(path) = rule.paths.iter().find(|path| !path.starts_with('/')) {
+                return Err(format!("requests.{role}: path {path:?} must start with /"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Splits `name[:port]` into a lower-case host name and a port (443 by default).
+/// `None` for anything that is not a plain DNS name or IPv4 address.
+pub fn split_host(host: &str) -> Option<(String, u16)> {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) => (name, port.parse::<u16>().ok().filter(|port| *port != 0)?),
+        None => (host, 443),
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+        });
+    plain.then(|| (name.to_ascii_lowercase(), port))
 }
 
 impl Registry {
@@ -219,6 +343,10 @@ impl Registry {
                     bin: entry.bin.clone(),
                 });
             }
+            check_injection(entry).map_err(|message| RegistryError::Injection {
+                name: name.clone(),
+                message,
+            })?;
         }
         Ok(registry)
     }
