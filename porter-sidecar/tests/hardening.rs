@@ -446,3 +446,36 @@ fn idle_connections_past_the_handshake_deadline_are_dropped_and_audited() {
     );
     assert_eq!(daemon.wait_audit(1)["outcome"], "bad_request");
 }
+
+#[test]
+fn a_call_dies_with_porter_even_when_porter_is_killed() {
+    let id = std::process::id();
+    let mut daemon = Daemon::start(|bin, registry| {
+        registry.clis.insert(
+            "lingering".into(),
+            cli(&script(
+                bin,
+                "lingering",
+                &format!("setsid sh -c 'sleep 3301.{id}' </dev/null >/dev/null 2>&1 & exec sleep 3302.{id}"),
+            )),
+        );
+    });
+    let _stream = send_request(&daemon, request("lingering", &[], TOKEN));
+    let started = Instant::now();
+    while processes_with(&format!("sleep 3301.{id}")).is_empty()
+        || processes_with(&format!("sleep 3302.{id}")).is_empty()
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // No chance to clean up: the supervisor's parent-death signal does it.
+    daemon.process.kill().unwrap();
+    daemon.process.wait().unwrap();
+    for marker in [format!("sleep 3301.{id}"), format!("sleep 3302.{id}")] {
+        assert_eq!(
+            wait_gone(&marker, Duration::from_secs(5)),
+            Vec::<u32>::new(),
+            "{marker} outlived porter"
+        );
+    }
+}
