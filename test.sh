@@ -96,6 +96,7 @@ apt_packages=(
 	unzip
 	git
 	ca-certificates
+	gh                    # porter injection tests run the real gh (2.23) through the proxy
 )
 
 prerequisites() {

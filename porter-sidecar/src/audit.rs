@@ -91,6 +91,11 @@ impl AuditLog {
 
     /// Appends one line; a failure is logged, never fatal for the call.
     pub fn write(&self, line: &AuditLine) {
+        self.write_json(line);
+    }
+
+    /// Appends any serialisable record as one line (the proxy's request decisions).
+    pub fn write_json(&self, line: &impl Serialize) {
         let mut text = serde_json::to_string(line).expect("audit line is always serialisable");
         text.push('\n');
         let mut file = self.file.lock().expect("audit log lock");

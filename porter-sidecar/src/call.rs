@@ -103,6 +103,8 @@ struct Prepared {
     session_slot: Slot,
     cwd: PathBuf,
     environment: std::collections::BTreeMap<String, String>,
+    /// Injection mode: the call's placeholders, alive until the call ends.
+    injection: Option<crate::inject::CallInjection>,
 }
 
 /// Serves one connection to the end.
@@ -398,6 +400,16 @@ async fn prepare(
             .unwrap_or(std::path::Path::new("/"));
         child_env::harden_git(&mut environment, ceiling);
     }
+    // Last, so the real secrets are replaced by placeholders in the final environment.
+    let injection = cli.injection.as_ref().map(|entry| {
+        let caller = crate::inject::Caller {
+            session: grant.session.clone(),
+            contact: grant.contact.clone(),
+            role: grant.role.clone(),
+            cli: request.cli.clone(),
+        };
+        state.injector.begin_call(entry, caller, &mut environment)
+    });
     Ok(Prepared {
         registry: registry.clone(),
         request,
@@ -405,6 +417,7 @@ async fn prepare(
         session_slot,
         cwd,
         environment,
+        injection,
     })
 }
 
@@ -456,6 +469,7 @@ async fn run(
         session_slot: _session_slot,
         cwd,
         environment,
+        injection: _injection,
     } = prepared;
     let cli = &registry.clis[&request.cli];
     let relative_cwd = cwd

@@ -12,6 +12,7 @@ pub mod control;
 pub mod cwd;
 pub mod git_guard;
 pub mod home;
+pub mod inject;
 pub mod manage;
 pub mod metrics;
 pub mod policy;

@@ -16,6 +16,7 @@ use porter_protocol::registry::{CliEntry, RateLimit, Registry, RegistryError};
 use thiserror::Error;
 
 use crate::{
+    inject::EntryInjection,
     policy::{CliPolicy, PolicyError},
     redact::Secrets,
 };
@@ -56,6 +57,8 @@ pub struct LoadedCli {
     pub policy: CliPolicy,
     /// Declared variables with their resolved values (credentials).
     pub environment: BTreeMap<String, String>,
+    /// Injection mode: hosts, injected variables and request policy (`None`: env mode).
+    pub injection: Option<Arc<EntryInjection>>,
 }
 
 /// A whole registry ready to serve.
@@ -105,12 +108,14 @@ impl LoadedRegistry {
                 environment.insert(variable.clone(), value);
             }
             secret_values.extend(environment.values().cloned());
+            let injection = EntryInjection::compile(&entry);
             clis.insert(
                 name,
                 LoadedCli {
                     entry,
                     policy,
                     environment,
+                    injection,
                 },
             );
         }

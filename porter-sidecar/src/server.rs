@@ -22,6 +22,7 @@ use crate::{
     capacity::KeyedSlots,
     control,
     home::HomesRoot,
+    inject::{self, InjectConfig, InjectError, Injector},
     metrics::{Metrics, ReloadLabels},
     registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore, read_config_file},
     tokens::{TokenError, TokenStore},
@@ -59,6 +60,8 @@ pub struct DaemonConfig {
     pub shutdown_deadline: Duration,
     pub reload_interval: Duration,
     pub metrics_listen: Option<SocketAddr>,
+    /// The injecting proxy.
+    pub inject: InjectConfig,
 }
 
 /// Shared by every connection.
@@ -74,7 +77,9 @@ pub struct State {
     /// The per-call homes.
     pub homes: HomesRoot,
     pub tokens: TokenStore,
-    pub audit: AuditLog,
+    pub audit: Arc<AuditLog>,
+    /// The injecting proxy and its live calls.
+    pub injector: Arc<Injector>,
     pub metrics: Metrics,
     /// Cancelled when shutdown starts: new calls are refused.
     pub shutdown: CancellationToken,
@@ -97,6 +102,8 @@ pub enum ServeError {
     Tokens(#[from] TokenError),
     #[error(transparent)]
     Audit(#[from] AuditError),
+    #[error(transparent)]
+    Inject(#[from] InjectError),
     #[error("failed to read tokens file {path}: {source}")]
     TokensFile {
         path: PathBuf,
@@ -138,8 +145,10 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
         })?;
         tokens.load_local(&text)?;
     }
-    let audit = AuditLog::open(&config.audit_log)?;
+    let audit = Arc::new(AuditLog::open(&config.audit_log)?);
+    let injector = Arc::new(Injector::new(&config.inject, audit.clone())?);
     Ok(Arc::new(State {
+        injector,
         config,
         registry: RegistryStore::new(registry),
         rate_limits: RateLimits::default(),
@@ -193,6 +202,12 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
     // The call socket last: its existence tells callers porter is ready.
     let calls = bind(&state.config.socket)?;
     let reloader = tokio::spawn(reload_loop(state.clone()));
+    // Stopped last: calls draining after SIGTERM still reach their hosts.
+    let proxy_stop = CancellationToken::new();
+    let proxy = tokio::spawn(inject::proxy::serve(
+        state.injector.clone(),
+        proxy_stop.clone(),
+    ));
     tracing::info!(socket = %state.config.socket.display(), "porter listening");
 
     let tracker = TaskTracker::new();
@@ -246,6 +261,8 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
         .await;
     }
     reloader.abort();
+    proxy_stop.cancel();
+    let _ = proxy.await;
     Ok(())
 }
 

@@ -4,7 +4,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use porter::server::{self, DaemonConfig};
+use porter::{
+    inject::InjectConfig,
+    server::{self, DaemonConfig},
+};
 
 /// Runs registered CLIs with their credentials for callers in the sandbox and streams
 /// the output back. Callers connect on --socket with a token; the agent registers
@@ -78,6 +81,26 @@ struct Arguments {
     /// Address for /metrics and /healthz (off unless set).
     #[arg(long, env = "PORTER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Loopback address of the injecting HTTPS proxy (default: a free port on 127.0.0.1).
+    #[arg(long, env = "PORTER_INJECT_LISTEN")]
+    inject_listen: Option<SocketAddr>,
+    /// For tests and air-gapped mirrors only: HOST=ADDRESS makes the proxy connect to
+    /// ADDRESS for HOST (TLS is still verified for HOST). Repeatable.
+    #[arg(long = "upstream-override", env = "PORTER_UPSTREAM_OVERRIDES", value_delimiter = ',', value_parser = upstream_override)]
+    upstream_overrides: Vec<(String, SocketAddr)>,
+    /// For tests and air-gapped mirrors only: PEM file of extra CAs trusted upstream.
+    #[arg(long, env = "PORTER_UPSTREAM_CA_FILE")]
+    upstream_ca_file: Option<PathBuf>,
+}
+
+fn upstream_override(text: &str) -> Result<(String, SocketAddr), String> {
+    let (host, address) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not HOST=ADDRESS"))?;
+    let address = address
+        .parse()
+        .map_err(|error| format!("{address:?}: {error}"))?;
+    Ok((host.to_ascii_lowercase(), address))
 }
 
 fn config(arguments: Arguments) -> Result<DaemonConfig> {
@@ -120,6 +143,11 @@ fn config(arguments: Arguments) -> Result<DaemonConfig> {
         shutdown_deadline: Duration::from_secs(arguments.shutdown_deadline_seconds),
         reload_interval: Duration::from_millis(arguments.reload_interval_ms.max(50)),
         metrics_listen: arguments.metrics_listen,
+        inject: InjectConfig {
+            listen: arguments.inject_listen,
+            upstream_overrides: arguments.upstream_overrides.into_iter().collect(),
+            upstream_ca_file: arguments.upstream_ca_file,
+        },
     })
 }
 
@@ -153,6 +181,12 @@ fn main() {
 }
 
 async fn daemon() {
+    // Not dumpable: a child running as the same uid cannot read this process's memory or
+    // environment through /proc or ptrace (where the secrets and the proxy CA key live).
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("porter: failed to make the process non-dumpable: {error}");
+        std::process::exit(2);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PORTER_LOG")
