@@ -543,3 +543,134 @@ fn a_placeholder_and_proxy_credential_die_with_their_call() {
     BufReader::new(stream).read_line(&mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 407"), "{status}");
 }
+
+/// Opens a tunnel through Porter's proxy to `api.github.com` with a live call's proxy
+/// URL, and speaks HTTP/1 in it, trusting Porter's CA from `ca_file`.
+fn tunnel_client(
+    proxy_url: &str,
+    ca_file: &str,
+) -> (
+    tokio::runtime::Runtime,
+    hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+) {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (credential, address) = proxy_url
+        .strip_prefix("http://")
+        .unwrap()
+        .rsplit_once('@')
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_file_iter(ca_file).unwrap() {
+        roots.add(certificate.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let sender = runtime.block_on(async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(
+                format!(
+                    "CONNECT api.github.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
+                    STANDARD.encode(credential)
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut reader = tokio::io::BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        while line != "\r\n" {
+            line.clear();
+            reader.read_line(&mut line).await.unwrap();
+        }
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(
+                ServerName::try_from("api.github.com").unwrap(),
+                reader.into_inner(),
+            )
+            .await
+            .unwrap();
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        sender
+    });
+    (runtime, sender)
+}
+
+#[test]
+fn requests_in_a_tunnel_go_only_to_its_host_and_never_switch_protocols() {
+    use http_body_util::{BodyExt, Empty};
+    let world = world();
+    // A call that stays alive while the test drives its tunnel by hand.
+    let mut call = world
+        .daemon
+        .proxy(
+            "sh",
+            &[
+                "-c",
+                "printenv HTTPS_PROXY SSL_CERT_FILE GH_TOKEN; sleep 20",
+            ],
+            TOKEN,
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(call.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    let (proxy_url, ca_file, placeholder) = (next(), next(), next());
+    let (runtime, mut sender) = tunnel_client(&proxy_url, &ca_file);
+    let mut send = |request: http::Request<Empty<bytes::Bytes>>| {
+        runtime.block_on(async {
+            sender.ready().await.unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            let status = response.status();
+            response.into_body().collect().await.unwrap();
+            status
+        })
+    };
+    // Absolute form naming another authority, and a Host header naming a third.
+    let status = send(
+        http::Request::get("https://evil.example.com/repos/o/r/pulls")
+            .header("host", "evil.example.com")
+            .header("authorization", format!("token {placeholder}"))
+            .body(Empty::new())
+            .unwrap(),
+    );
+    assert_eq!(status, 200);
+    let upgrade = send(
+        http::Request::get("/repos/o/r/pulls")
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(Empty::new())
+            .unwrap(),
+    );
+    assert_eq!(upgrade, 403);
+    let _ = call.kill();
+    let _ = call.wait();
+
+    let requests = world.standin.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(
+        (requests[0].host.as_str(), requests[0].path.as_str()),
+        ("api.github.com", "/repos/o/r/pulls")
+    );
+    assert_eq!(
+        requests[0].credential().as_deref(),
+        Some(world.secret.as_str())
+    );
+}

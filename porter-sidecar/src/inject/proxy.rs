@@ -10,7 +10,7 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, Version, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::{body::Incoming, client::conn::http1::SendRequest, service::service_fn};
 use hyper_util::rt::TokioIo;
@@ -328,6 +328,22 @@ impl Tunnel {
     ) -> Result<Response<ProxyBody>, Failure> {
         let role = self.call.caller.role.as_deref();
         let (mut parts, body) = request.into_parts();
+        // Inside the tunnel only plain requests: no second tunnel, no protocol switch
+        // (whose bytes the policy could not read).
+        if parts.method == Method::CONNECT || parts.headers.contains_key(header::UPGRADE) {
+            return Err(Failure::Refused(
+                "CONNECT and protocol upgrades are not proxied".into(),
+            ));
+        }
+        // Origin form only: an absolute URI could name another authority than the
+        // tunnel's host.
+        let origin_form = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |path_and_query| path_and_query.as_str());
+        parts.uri = origin_form
+            .parse()
+            .map_err(|_| Failure::Refused("unparsable request target".into()))?;
         let body = match self.call.entry.policy.check_head(role, method, path) {
             HeadDecision::Allowed => body.boxed(),
             HeadDecision::Refused(reason) => return Err(Failure::Refused(reason)),

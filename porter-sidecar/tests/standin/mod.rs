@@ -212,11 +212,19 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
 
 impl Shared {
     async fn serve(&self, request: Request<Incoming>) -> Response<Body> {
+        // An absolute request target names the host before any Host header does.
         let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("")
+            .uri()
+            .authority()
+            .map(|authority| authority.as_str().to_owned())
+            .or_else(|| {
+                request
+                    .headers()
+                    .get(header::HOST)
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
             .split(':')
             .next()
             .unwrap_or("")
