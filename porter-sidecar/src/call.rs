@@ -7,7 +7,7 @@
 use std::{
     os::fd::AsFd,
     path::PathBuf,
-    process::{ExitStatus, Stdio},
+    process::ExitStatus,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -29,7 +29,7 @@ use tokio::{
         UnixStream,
         unix::{OwnedReadHalf, OwnedWriteHalf},
     },
-    process::{Child, ChildStdin, Command},
+    process::Child,
     sync::oneshot,
 };
 use tokio_util::codec::FramedRead;
@@ -474,31 +474,25 @@ async fn run(
     let cli = &registry.clis[&request.cli];
     let relative_cwd = cwd
         .strip_prefix(&state.config.workspace_root)
+        .ok()
+        .filter(|relative| !relative.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    // The CLI runs under its supervisor (see `supervisor`), which enters the working
-    // directory itself, by a descriptor opened beneath the workspace root.
-    let mut command = Command::new(&state.config.supervisor);
-    command
-        .args(supervisor::arguments(
-            &state.config.workspace_root,
-            relative_cwd,
-            &cli.entry.bin,
-            &request.args,
-        ))
-        .env_clear()
-        .envs(&environment)
-        .current_dir("/")
-        .stdin(if request.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Out of Porter's process group: signals meant for Porter stay with Porter.
-        .process_group(0);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    // The CLI runs under a supervisor started ahead of the call (see `supervisor`),
+    // which enters the working directory itself, by a descriptor opened beneath the
+    // workspace root.
+    let launch = supervisor::Launch {
+        root: state.config.workspace_root.clone(),
+        cwd: relative_cwd.to_owned(),
+        bin: cli.entry.bin.clone(),
+        arguments: request.args.clone(),
+        environment,
+    };
+    let started = match state.supervisors.take() {
+        Ok(mut ready) => ready.launch(&launch).await.map(|()| ready),
+        Err(error) => Err(error),
+    };
+    let (mut child, control) = match started {
+        Ok(ready) => (ready.child, ready.control),
         Err(error) => {
             let message = format!("failed to start {}: {error}", request.cli);
             let _ = write_frame(
@@ -525,7 +519,8 @@ async fn run(
     let (disconnected_sender, mut disconnected) = oneshot::channel::<()>();
     let reader = tokio::spawn(forward_client(
         frames,
-        child.stdin.take(),
+        // The CLI's stdin is the supervisor's socket; without stdin it sees EOF.
+        request.stdin.then_some(control),
         group,
         bytes_in.clone(),
         disconnected_sender,
@@ -622,7 +617,7 @@ async fn run(
 /// signals. Any end of the client stream (or garbage) counts as a disconnect.
 async fn forward_client(
     mut frames: FramedRead<OwnedReadHalf, FrameCodec>,
-    mut stdin: Option<ChildStdin>,
+    mut stdin: Option<tokio::net::UnixStream>,
     group: Pid,
     bytes_in: Arc<AtomicU64>,
     disconnected: oneshot::Sender<()>,

@@ -25,12 +25,16 @@ use crate::{
     inject::{self, InjectConfig, InjectError, Injector},
     metrics::{Metrics, ReloadLabels},
     registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore, read_config_file},
+    supervisor::Pool,
     tokens::{TokenError, TokenStore},
 };
 
 /// Most call connections served at once (each holds a few file descriptors and, once
 /// running, a child process).
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// Supervisors kept started ahead of calls (each holds a socket and two pipes).
+const SUPERVISORS_READY: usize = 4;
 
 /// Everything the daemon is told at start.
 #[derive(Clone, Debug)]
@@ -48,7 +52,7 @@ pub struct DaemonConfig {
     pub control_uids: Vec<u32>,
     /// Where each call's fresh HOME is made (and removed after the call).
     pub call_homes: PathBuf,
-    /// The `porter` binary, run as each call's supervisor (`porter __supervise …`).
+    /// The supervisor binary (`porter-supervise`, or `porter` itself).
     pub supervisor: PathBuf,
     /// Calls one session may have running at once.
     pub max_calls_per_session: usize,
@@ -76,6 +80,8 @@ pub struct State {
     pub handshakes: KeyedSlots,
     /// The per-call homes.
     pub homes: HomesRoot,
+    /// Supervisors waiting for calls.
+    pub supervisors: Pool,
     pub tokens: TokenStore,
     pub audit: Arc<AuditLog>,
     /// The injecting proxy and its live calls.
@@ -133,6 +139,7 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
     let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
     let session_calls = KeyedSlots::new(config.max_calls_per_session);
     let handshakes = KeyedSlots::new(config.max_handshakes_per_peer);
+    let supervisors = Pool::new(config.supervisor.clone(), SUPERVISORS_READY);
     let homes = HomesRoot::prepare(&config.call_homes).map_err(|source| ServeError::Homes {
         path: config.call_homes.clone(),
         source,
@@ -155,6 +162,7 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
         session_calls,
         handshakes,
         homes,
+        supervisors,
         tokens,
         audit,
         metrics: Metrics::default(),
@@ -164,22 +172,36 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
 }
 
 /// Binds a unix socket with mode 0660, replacing a stale socket file (never any other
-/// kind of file).
+/// kind of file). The socket is bound and listening under a temporary name first and
+/// then renamed into place, so a client that waits for the path to appear never finds
+/// it before it accepts connections.
 fn bind(path: &Path) -> Result<UnixListener, ServeError> {
     let error = |source| ServeError::Bind {
         path: path.to_owned(),
         source,
     };
     if let Ok(metadata) = std::fs::symlink_metadata(path)
-        && metadata.file_type().is_socket()
+        && !metadata.file_type().is_socket()
     {
-        std::fs::remove_file(path).map_err(error)?;
+        return Err(error(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "exists and is not a socket",
+        )));
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(error)?;
     }
-    let listener = UnixListener::bind(path).map_err(error)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(error)?;
+    let staging = path.with_file_name(format!(
+        ".{}.{}",
+        path.file_name()
+            .map(|name| name.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&staging);
+    let listener = UnixListener::bind(&staging).map_err(error)?;
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o660)).map_err(error)?;
+    std::fs::rename(&staging, path).map_err(error)?;
     Ok(listener)
 }
 

@@ -1,11 +1,15 @@
-//! The per-call supervisor: Porter runs every CLI through `porter-supervise
-//! __supervise …` (or `porter __supervise …`), a small process that is a child
-//! subreaper, so descendants that `setsid` or double-fork are re-parented to it
-//! instead of escaping to init — and it kills them all when the CLI exits, when
-//! Porter asks (timeout, disconnect, shutdown) or when Porter itself dies. It enters
-//! the working directory by a descriptor it opened beneath the workspace root, so a
-//! directory swapped for a symlink after Porter's check is refused instead of
-//! followed.
+//! The per-call supervisor: Porter runs every CLI under `porter-supervise` (or `porter
+//! __supervise`), a small process that is a child subreaper, so descendants that
+//! `setsid` or double-fork are re-parented to it instead of escaping to init — and it
+//! kills them all when the CLI exits, when Porter asks (timeout, disconnect, shutdown)
+//! or when Porter itself dies. It enters the working directory by a descriptor it
+//! opened beneath the workspace root, so a directory swapped for a symlink after
+//! Porter's check is refused instead of followed.
+//!
+//! Supervisors are started ahead of their calls ([`Pool`]) with empty environments;
+//! each waits on its stdin, a socket, for one [`Launch`] (length-prefixed JSON), then
+//! hands the same socket to the CLI as its stdin, so Porter forwards the caller's input
+//! on it. Starting a supervisor is thus off the call's critical path.
 //!
 //! Signals from Porter: SIGTERM asks every descendant to stop, SIGUSR1 kills them all
 //! (repeatedly, until none is left); SIGINT is forwarded to the CLI's process group.
@@ -13,10 +17,13 @@
 //! descendant is gone. Runs in its own process; touches only its own descendants.
 
 use std::{
+    collections::BTreeMap,
     ffi::{OsStr, OsString},
-    os::unix::process::CommandExt,
-    path::{Component, Path},
-    process::ExitStatus,
+    io::Read,
+    os::{fd::AsFd, unix::process::CommandExt},
+    path::{Component, Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    sync::{Arc, Mutex, mpsc},
 };
 
 use nix::{
@@ -29,7 +36,9 @@ use nix::{
     },
     unistd::Pid,
 };
+use serde::{Deserialize, Serialize};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM, SIGUSR1};
+use tokio::io::AsyncWriteExt;
 
 /// `argv[1]` that asks `porter-supervise` (or the `porter` binary) to supervise a call.
 pub const SUBCOMMAND: &str = "__supervise";
@@ -40,28 +49,120 @@ pub const SETUP_FAILED: i32 = 125;
 /// Exit status when the CLI could not be started.
 pub const START_FAILED: i32 = 127;
 
-/// The supervisor's command line: `__supervise <root> <relative cwd> <porter pid> --
-/// <bin> <args…>`.
-pub fn arguments(
-    workspace_root: &Path,
-    relative_cwd: &Path,
-    bin: &str,
-    cli_arguments: &[String],
-) -> Vec<OsString> {
-    let mut arguments: Vec<OsString> = vec![
-        SUBCOMMAND.into(),
-        workspace_root.into(),
-        if relative_cwd.as_os_str().is_empty() {
-            ".".into()
-        } else {
-            relative_cwd.into()
-        },
-        std::process::id().to_string().into(),
-        "--".into(),
-        bin.into(),
-    ];
-    arguments.extend(cli_arguments.iter().map(OsString::from));
-    arguments
+/// Largest launch message a supervisor reads (arguments and environment).
+const MAX_LAUNCH_BYTES: u32 = 8 << 20;
+
+/// One call, as Porter hands it to a waiting supervisor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The canonical workspace root.
+    pub root: PathBuf,
+    /// The working directory, relative to `root` and canonical (as Porter checked it).
+    pub cwd: PathBuf,
+    pub bin: String,
+    pub arguments: Vec<String>,
+    /// The CLI's whole environment (the supervisor itself starts with none).
+    pub environment: BTreeMap<String, String>,
+}
+
+/// A supervisor waiting for its call: its stdout and stderr pipes are the CLI's; its
+/// control socket takes the [`Launch`] and then the caller's stdin.
+#[derive(Debug)]
+pub struct Ready {
+    pub child: tokio::process::Child,
+    pub control: tokio::net::UnixStream,
+}
+
+impl Ready {
+    /// Starts `launch` on this supervisor.
+    pub async fn launch(&mut self, launch: &Launch) -> std::io::Result<()> {
+        let body = serde_json::to_vec(launch).map_err(std::io::Error::other)?;
+        let length = u32::try_from(body.len())
+            .ok()
+            .filter(|length| *length <= MAX_LAUNCH_BYTES)
+            .ok_or_else(|| std::io::Error::other("the call is too large to launch"))?;
+        let mut message = Vec::with_capacity(4 + body.len());
+        message.extend_from_slice(&length.to_be_bytes());
+        message.extend_from_slice(&body);
+        self.control.write_all(&message).await
+    }
+}
+
+/// Starts a supervisor that waits for its launch.
+fn start(program: &Path) -> std::io::Result<Ready> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let child = tokio::process::Command::new(program)
+        .arg(SUBCOMMAND)
+        .arg(std::process::id().to_string())
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Out of Porter's process group: signals meant for Porter stay with Porter.
+        .process_group(0)
+        .spawn()?;
+    ours.set_nonblocking(true)?;
+    Ok(Ready {
+        child,
+        control: tokio::net::UnixStream::from_std(ours)?,
+    })
+}
+
+/// Supervisors started ahead of their calls. A thread of its own starts them: a
+/// supervisor's parent-death signal follows the thread that started it, and this
+/// thread lives as long as Porter.
+#[derive(Debug)]
+pub struct Pool {
+    program: PathBuf,
+    ready: Arc<Mutex<Vec<Ready>>>,
+    refill: Mutex<mpsc::Sender<()>>,
+}
+
+impl Pool {
+    /// A pool keeping `size` supervisors ready; call from inside the tokio runtime.
+    pub fn new(program: PathBuf, size: usize) -> Self {
+        let ready: Arc<Mutex<Vec<Ready>>> = Arc::default();
+        let (refill, wanted) = mpsc::channel::<()>();
+        let runtime = tokio::runtime::Handle::current();
+        let (pool, target) = (ready.clone(), program.clone());
+        std::thread::Builder::new()
+            .name("porter-supervisors".into())
+            .spawn(move || {
+                let _runtime = runtime.enter();
+                // Each message (and the first start) tops the pool up; the loop ends
+                // when the pool is dropped.
+                let mut message = Ok(());
+                while message.is_ok() {
+                    while pool.lock().expect("pool lock").len() < size {
+                        match start(&target) {
+                            Ok(supervisor) => pool.lock().expect("pool lock").push(supervisor),
+                            Err(error) => {
+                                tracing::warn!(%error, "failed to start a supervisor");
+                                break;
+                            }
+                        }
+                    }
+                    message = wanted.recv();
+                }
+            })
+            .expect("supervisor pool thread");
+        Self {
+            program,
+            ready,
+            refill: Mutex::new(refill),
+        }
+    }
+
+    /// A ready supervisor: one from the pool, or a fresh one when it is empty.
+    pub fn take(&self) -> std::io::Result<Ready> {
+        let pooled = self.ready.lock().expect("pool lock").pop();
+        let _ = self.refill.lock().expect("pool lock").send(());
+        match pooled {
+            Some(ready) => Ok(ready),
+            None => start(&self.program),
+        }
+    }
 }
 
 /// Runs the supervisor if `argv[1]` asks for it; returns its exit status.
@@ -76,18 +177,37 @@ fn fail(message: std::fmt::Arguments<'_>) -> i32 {
     SETUP_FAILED
 }
 
+/// Reads the launch from stdin without reading past it: the rest of stdin is the
+/// caller's input, for the CLI.
+fn read_launch() -> std::io::Result<Option<Launch>> {
+    let mut stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let mut length = [0_u8; 4];
+    match stdin.read_exact(&mut length) {
+        // Porter let this supervisor go unused (it is shutting down).
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        other => other?,
+    }
+    let length = u32::from_be_bytes(length);
+    if length > MAX_LAUNCH_BYTES {
+        return Err(std::io::Error::other("launch message too large"));
+    }
+    let mut body = vec![0_u8; length as usize];
+    stdin.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(std::io::Error::other)
+}
+
 fn supervise(arguments: &[OsString]) -> i32 {
-    let [root, cwd, parent, separator, bin, cli_arguments @ ..] = arguments else {
+    let [parent] = arguments else {
         return fail(format_args!("supervisor: bad arguments"));
     };
-    if separator != "--" {
-        return fail(format_args!("supervisor: bad arguments"));
-    }
     let parent: i32 = parent
         .to_str()
         .and_then(|pid| pid.parse().ok())
         .unwrap_or(0);
-    // Orphans of the call become ours, and Porter's death ends the call.
+    // Orphans of the call become ours, and Porter's death ends the call (and ends a
+    // supervisor still waiting, through SIGUSR1's default action).
     if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
         return fail(format_args!("failed to become a subreaper: {error}"));
     }
@@ -99,30 +219,34 @@ fn supervise(arguments: &[OsString]) -> i32 {
     if nix::unistd::getppid().as_raw() != parent {
         return fail(format_args!("porter went away before the call started"));
     }
+    let launch = match read_launch() {
+        Ok(Some(launch)) => launch,
+        Ok(None) => return 0,
+        Err(error) => return fail(format_args!("failed to read the call: {error}")),
+    };
     // Registered before the CLI starts, so not even its earliest exit is missed.
     let mut signals = match signal_hook::iterator::Signals::new([SIGCHLD, SIGTERM, SIGUSR1, SIGINT])
     {
         Ok(signals) => signals,
         Err(error) => return fail(format_args!("failed to handle signals: {error}")),
     };
-    if let Err(error) = enter(Path::new(root), Path::new(cwd)) {
+    if let Err(error) = enter(&launch.root, &launch.cwd) {
         return fail(format_args!(
             "working directory {}: {error}",
-            Path::new(cwd).display()
+            launch.cwd.display()
         ));
     }
     // Its own process group: Ctrl-C reaches the CLI and its jobs, not the supervisor.
-    let child = match std::process::Command::new(bin)
-        .args(cli_arguments)
+    let child = match std::process::Command::new(&launch.bin)
+        .args(&launch.arguments)
+        .env_clear()
+        .envs(&launch.environment)
         .process_group(0)
         .spawn()
     {
         Ok(child) => child,
         Err(error) => {
-            eprintln!(
-                "porter: failed to start {}: {error}",
-                Path::new(bin).display()
-            );
+            eprintln!("porter: failed to start {}: {error}", launch.bin);
             return START_FAILED;
         }
     };
