@@ -90,6 +90,12 @@ struct World {
 
 /// The stand-in, and Porter with `gh`, `git` and `sh` registered in injection mode.
 fn world() -> World {
+    world_trusting(true)
+}
+
+/// As [`world`]; `trust_standin: false` leaves the stand-in's CA out of Porter's
+/// upstream trust (as a man in the middle would be).
+fn world_trusting(trust_standin: bool) -> World {
     let directory = tempfile::tempdir().unwrap();
     let secret = random_secret();
     let secret_file = directory.path().join("gh-token");
@@ -100,7 +106,10 @@ fn world() -> World {
         .map(|host| format!("{host}={}", standin.address))
         .collect();
     let ca_file = standin.ca_file.to_string_lossy().into_owned();
-    let mut arguments = vec!["--upstream-ca-file", ca_file.as_str()];
+    let mut arguments = Vec::new();
+    if trust_standin {
+        arguments.extend(["--upstream-ca-file", ca_file.as_str()]);
+    }
     for host_override in &overrides {
         arguments.extend(["--upstream-override", host_override.as_str()]);
     }
@@ -673,4 +682,23 @@ fn requests_in_a_tunnel_go_only_to_its_host_and_never_switch_protocols() {
         requests[0].credential().as_deref(),
         Some(world.secret.as_str())
     );
+}
+
+#[test]
+fn an_upstream_whose_certificate_porter_cannot_verify_gets_no_request() {
+    let world = world_trusting(false);
+    let output = world.run("gh", &["api", "repos/o/r/pulls"], TOKEN);
+    assert!(!output.status.success(), "{}", text(&output));
+    assert!(
+        world.standin.requests().is_empty(),
+        "a request (and the token) reached an unverified upstream"
+    );
+    assert!(world.decisions().iter().any(|line| {
+        line["path"] == "/repos/o/r/pulls"
+            && line["decision"] == "upstream_error"
+            && line["reason"]
+                .as_str()
+                .unwrap()
+                .contains("failed to verify TLS")
+    }));
 }

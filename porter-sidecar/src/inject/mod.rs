@@ -374,7 +374,8 @@ pub struct RequestAudit {
     pub method: String,
     /// Without the query string (which may carry values).
     pub path: String,
-    /// `allowed` or `refused`.
+    /// `allowed`, `refused`, or `upstream_error` (admitted, but the upstream could not
+    /// be reached or verified).
     pub decision: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -312,6 +312,8 @@ impl Tunnel {
                 error_response(StatusCode::FORBIDDEN, &format!("refused: {reason}"))
             }
             Err(Failure::Upstream(reason)) => {
+                // Admitted by the policy, but never answered by a verified upstream.
+                audit.decision = "upstream_error";
                 audit.reason = Some(reason.clone());
                 error_response(StatusCode::BAD_GATEWAY, &reason)
             }
