@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use porter_protocol::registry::{CliEntry, Registry, RegistryError};
+use porter_protocol::registry::{CliEntry, CliMode, Registry, RegistryError};
 use thiserror::Error;
 
 /// Why a `cliport` command failed.
@@ -146,8 +146,23 @@ pub fn list(registry: &Registry) -> String {
             .rate_limit
             .map(|limit| format!(" rate={}/min", limit.per_minute))
             .unwrap_or_default();
+        // Env mode is labelled weaker every time it is listed: its secret sits in the
+        // environment of a process that runs caller-chosen arguments.
+        let mode = match entry.effective_mode() {
+            CliMode::Inject => "mode=inject".to_owned(),
+            CliMode::Env if names.is_empty() => "mode=env (no credential)".to_owned(),
+            CliMode::Env => "mode=env (WEAKER: the secret is in the CLI's environment)".to_owned(),
+        };
+        let profile = match (entry.profile, crate::policy::effective_profile(name, entry)) {
+            (Some(profile), _) => format!("profile={}", profile.as_str()),
+            (None, Some(profile)) => format!("profile={} (from the name)", profile.as_str()),
+            (None, None) if !entry.commands.is_empty() || !entry.global_options.is_empty() => {
+                "profile=custom".to_owned()
+            }
+            (None, None) => "profile=none (any arguments the patterns allow)".to_owned(),
+        };
         out.push_str(&format!(
-            "{name}\t{}\ttimeout={}s{limit}\tenv=[{}]\n",
+            "{name}\t{}\ttimeout={}s{limit}\tenv=[{}]\t{mode}\t{profile}\n",
             entry.bin,
             entry.timeout_seconds,
             names.join(",")
@@ -221,6 +236,10 @@ mod tests {
             "{listing}"
         );
         assert!(!listing.contains("hunter22"));
+        assert!(
+            listing.contains("\tmode=env (WEAKER: the secret is in the CLI's environment)\tprofile=gog (from the name)"),
+            "{listing}"
+        );
         assert!(
             install(
                 &mut registry.clone(),
