@@ -107,7 +107,8 @@ pub struct CliEntry {
     pub hosts: Vec<String>,
     /// Injection: the declared variables whose values the proxy injects (the CLI sees a
     /// per-call placeholder instead). Empty: every `envFromFiles` and `envPassthrough`
-    /// variable.
+    /// variable, and literal `env` variables named like credentials (`*TOKEN*`,
+    /// `*SECRET*`, `*PASSWORD*`, `*KEY*`, `*AUTH*`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inject_env: Vec<String>,
     /// Injection: the requests each role may make through the proxy, by role name

@@ -103,10 +103,14 @@ impl EntryInjection {
             return None;
         }
         let variables = if entry.inject_env.is_empty() {
+            // Literal `env` holds settings (GH_HOST) but, in local mode, also tokens
+            // (`cliport install --env GH_TOKEN=…`): those must not reach the child either.
+            let literal_credentials = entry.env.keys().filter(|name| looks_like_credential(name));
             let mut variables: Vec<String> = entry
                 .env_from_files
                 .keys()
                 .chain(&entry.env_passthrough)
+                .chain(literal_credentials)
                 .cloned()
                 .collect();
             variables.sort();
@@ -125,6 +129,23 @@ impl EntryInjection {
             policy: RequestPolicy::compile(&entry.requests),
         }))
     }
+}
+
+/// Variable names that carry credentials by convention (`GH_TOKEN`, `API_KEY`,
+/// `GOG_CLIENT_SECRET`, `DB_PASSWORD`).
+fn looks_like_credential(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "KEY",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|word| upper.contains(word))
 }
 
 /// Who is calling, for the request policy and the audit.
@@ -408,6 +429,20 @@ mod tests {
                 ("api.github.com".to_owned(), 443),
                 ("github.com".to_owned(), 8443)
             ]
+        );
+        let local = EntryInjection::compile(&CliEntry {
+            env: BTreeMap::from([
+                ("GH_HOST".into(), "github.com".into()),
+                ("GH_TOKEN".into(), "ghp_literal".into()),
+            ]),
+            env_from_files: BTreeMap::new(),
+            ..injected_entry()
+        })
+        .unwrap();
+        assert_eq!(
+            local.variables,
+            ["GH_TOKEN"],
+            "a literal token is injected too"
         );
         let env_mode = CliEntry {
             mode: Some(CliMode::Env),

@@ -570,6 +570,26 @@ mod tests {
     }
 
     #[test]
+    fn star_rules_apply_to_every_role_and_to_callers_without_one() {
+        let policy = RequestPolicy::compile(&BTreeMap::from([(
+            "*".to_owned(),
+            vec![rule(&["GET"], &["/user"], None)],
+        )]));
+        assert_eq!(
+            policy.check_head(None, "GET", "/user"),
+            HeadDecision::Allowed
+        );
+        assert_eq!(
+            policy.check_head(Some("employee"), "GET", "/user"),
+            HeadDecision::Allowed
+        );
+        assert!(matches!(
+            policy.check_head(Some("owner"), "DELETE", "/user"),
+            HeadDecision::Refused(_)
+        ));
+    }
+
+    #[test]
     fn no_rules_means_any_request_and_a_graphql_rule_never_admits_get() {
         let open = RequestPolicy::compile(&BTreeMap::new());
         assert_eq!(open.check_head(None, "DELETE", "/x"), HeadDecision::Allowed);
