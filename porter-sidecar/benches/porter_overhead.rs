@@ -247,11 +247,11 @@ fn supervisor_overhead(daemon: &Daemon) {
             ms(after_p50),
             ms(percentile(&after, 0.9))
         );
-        let added = after_p50.saturating_sub(before_p50);
+        // Signed: with the supervisor started ahead, the call can come out faster.
+        let added = ms(after_p50) - ms(before_p50);
         println!(
-            "added by home + supervisor at p50   {:>8.3} ms  (target < 2 ms: {})",
-            ms(added),
-            verdict(added < Duration::from_millis(2))
+            "added by home + supervisor at p50   {added:>8.3} ms  (target < 2 ms: {})",
+            verdict(added < 2.0)
         );
     });
 }

@@ -555,9 +555,6 @@ async fn run(
         // Reaped: the supervisor's pid is free for reuse and must not be signalled.
         guard.0 = None;
     }
-    // The supervisor is gone only after every process of the call: nothing can still
-    // write to the home.
-    let _ = tokio::task::spawn_blocking(move || home.remove()).await;
 
     audit.bytes_stdout = counts.0;
     audit.bytes_stderr = counts.1;
@@ -610,6 +607,9 @@ async fn run(
         })
         .await;
     }
+    // After the last frame, so the caller does not wait for it; the supervisor is gone
+    // only after every process of the call, so nothing can still write to the home.
+    let _ = tokio::task::spawn_blocking(move || home.remove()).await;
     tracing::info!(cli = %request.cli, outcome = %audit.outcome, exit = ?audit.exit, "call ended");
 }
 
