@@ -63,7 +63,18 @@ pub enum Check {
         refuse: Predicate,
         why: &'static str,
     },
+    /// The option's value (or, without an option, every word that is not an option's
+    /// value) may name a file the CLI reads: `file` extracts the path, if any. Porter
+    /// checks each such path against the workspace once the working directory is known
+    /// ([`Parsed::files`]); a symlink out of the workspace is refused there.
+    ReadsFile {
+        option: Option<OptionSpec>,
+        file: FilePart,
+    },
 }
+
+/// The path inside an argument that names a file (`key=@path` → `path`), if any.
+pub type FilePart = fn(&str) -> Option<&str>;
 
 /// One allowed command path.
 #[derive(Clone, Debug)]
@@ -123,6 +134,9 @@ pub struct Parsed {
     pub path: Vec<String>,
     /// The command's own arguments, as given.
     pub rest: Vec<String>,
+    /// Paths of files the call names for the CLI to read, relative to the working
+    /// directory (see [`Check::ReadsFile`]).
+    pub files: Vec<String>,
 }
 
 impl Parsed {
@@ -175,6 +189,7 @@ impl Grammar {
                     return Ok(Parsed {
                         path,
                         rest: Vec::new(),
+                        files: Vec::new(),
                     });
                 }
                 return refuse(format!(
@@ -243,20 +258,22 @@ impl Grammar {
                 }
             }
         };
-        let parsed = Parsed {
+        let mut parsed = Parsed {
             path,
             rest: arguments[index..].to_vec(),
+            files: Vec::new(),
         };
-        self.check_rest(command, &parsed)?;
+        parsed.files = self.check_rest(command, &parsed)?;
         Ok(parsed)
     }
 
-    /// Runs the command's and the grammar-wide checks over the command's arguments.
+    /// Runs the command's and the grammar-wide checks over the command's arguments;
+    /// returns the files they name.
     fn check_rest(
         &self,
         command: Option<&CommandSpec>,
         parsed: &Parsed,
-    ) -> Result<(), GrammarRefusal> {
+    ) -> Result<Vec<String>, GrammarRefusal> {
         let checks: Vec<&Check> = command
             .map(|command| command.checks.iter())
             .into_iter()
@@ -272,6 +289,7 @@ impl Grammar {
                 parsed.path.join(" ")
             )))
         };
+        let mut files = Vec::new();
         let mut index = 0;
         while index < rest.len() {
             let argument = &rest[index];
@@ -301,6 +319,14 @@ impl Grammar {
                             if refuse(value) {
                                 return denied(why, value);
                             }
+                            skip_next |= attached.is_none();
+                        }
+                        Check::ReadsFile {
+                            option: Some(option),
+                            file,
+                        } if names(option) => {
+                            let value = attached.or(next).unwrap_or_default();
+                            files.extend(file(value).map(str::to_owned));
                             skip_next |= attached.is_none();
                         }
                         _ => {}
@@ -338,6 +364,13 @@ impl Grammar {
                                 }
                                 takes_value = true;
                             }
+                            Check::ReadsFile {
+                                option: Some(option),
+                                file,
+                            } if option.short == Some(short) => {
+                                files.extend(file(value).map(str::to_owned));
+                                takes_value = true;
+                            }
                             _ => {}
                         }
                     }
@@ -349,16 +382,20 @@ impl Grammar {
                 }
             } else {
                 for check in &checks {
-                    if let Check::DenyWord { refuse, why } = check
-                        && refuse(argument)
-                    {
-                        return denied(why, argument);
+                    match check {
+                        Check::DenyWord { refuse, why } if refuse(argument) => {
+                            return denied(why, argument);
+                        }
+                        Check::ReadsFile { option: None, file } => {
+                            files.extend(file(argument).map(str::to_owned));
+                        }
+                        _ => {}
                     }
                 }
             }
             index += if skip_next { 2 } else { 1 };
         }
-        Ok(())
+        Ok(files)
     }
 }
 
@@ -389,7 +426,12 @@ mod tests {
                 OptionSpec::new("-v|--verbose", false),
             ],
             commands: vec![
-                CommandSpec::new("mail search").values(&["-m|--message"]),
+                CommandSpec::new("mail search")
+                    .values(&["-m|--message"])
+                    .check(Check::ReadsFile {
+                        option: Some(OptionSpec::new("-b|--body-file", true)),
+                        file: |value| (value != "-").then_some(value),
+                    }),
                 CommandSpec::new("mail send")
                     .check(Check::DenyOption {
                         option: OptionSpec::new("-u|--upload-pack", true),
@@ -469,5 +511,15 @@ mod tests {
         assert!(grammar.parse(&words("mail send -q to@x")).is_ok());
         // A value is not a word to check: a message may name a path.
         assert!(grammar.parse(&words("mail search -m /etc x")).is_ok());
+        // Files named for reading are reported, in every spelling, for Porter to check.
+        assert_eq!(
+            grammar
+                .parse(&words(
+                    "mail search -b a.txt --body-file=b.txt -bc.txt -b -"
+                ))
+                .unwrap()
+                .files,
+            ["a.txt", "b.txt", "c.txt"]
+        );
     }
 }

@@ -336,6 +336,22 @@ async fn prepare(
         })?;
     let cwd = cwd::translate(&state.config.workspace_root, &request.cwd)
         .map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+    // A file the call names for the CLI to read must stay in the workspace once symlinks
+    // are resolved (the grammar saw only its spelling): Porter's own files, secrets
+    // included, are readable by the CLI's uid.
+    for file in cli.policy.files_read(&request.args) {
+        if let Ok(resolved) = cwd.join(&file).canonicalize()
+            && !resolved.starts_with(&state.config.workspace_root)
+        {
+            return Err(Refusal::new(
+                ErrorCode::DeniedArgs,
+                format!(
+                    "{} arguments refused: {file:?} names a file outside the workspace",
+                    request.cli
+                ),
+            ));
+        }
+    }
     state
         .rate_limits
         .check(

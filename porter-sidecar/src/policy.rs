@@ -248,6 +248,16 @@ impl CliPolicy {
         self.profile
     }
 
+    /// Files a call names for the CLI to read (relative to its working directory), for
+    /// Porter to check against the workspace; empty when the grammar refuses the call.
+    pub fn files_read(&self, arguments: &[String]) -> Vec<String> {
+        self.grammar
+            .as_ref()
+            .and_then(|grammar| grammar.parse(arguments).ok())
+            .map(|parsed| parsed.files)
+            .unwrap_or_default()
+    }
+
     /// Decides a call. The grammar goes first; then deny wins over allow at every
     /// layer; the role layer (if the caller has a role with an entry) adds its denies
     /// and its allow list on top of the base policy, so a role can narrow but never

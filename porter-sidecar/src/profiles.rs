@@ -45,6 +45,39 @@ fn file_leaves_cwd(value: &str) -> bool {
     value != "-" && leaves_cwd(value)
 }
 
+/// The file a value names for reading (`-` is stdin).
+fn file_value(value: &str) -> Option<&str> {
+    (value != "-" && !value.is_empty()).then_some(value)
+}
+
+/// The file of `key=@file`.
+fn field_file(value: &str) -> Option<&str> {
+    value
+        .split_once('=')
+        .and_then(|(_, field)| field.strip_prefix('@'))
+        .and_then(file_value)
+}
+
+/// Every word may be a file (`gog drive upload notes.txt`); Porter checks the ones
+/// that exist.
+fn any_word(word: &str) -> Option<&str> {
+    Some(word)
+}
+
+fn reads(spellings: &str, file: crate::argv::FilePart) -> Check {
+    Check::ReadsFile {
+        option: Some(OptionSpec::new(spellings, true)),
+        file,
+    }
+}
+
+fn reads_words() -> Check {
+    Check::ReadsFile {
+        option: None,
+        file: any_word,
+    }
+}
+
 /// `gh api -F key=@file` reads the file into the request.
 fn field_reads_a_file(value: &str) -> bool {
     value
@@ -107,7 +140,11 @@ fn gh() -> Grammar {
         "issue edit",
         "issue comment",
     ] {
-        commands.push(CommandSpec::new(path).check(body_file()));
+        commands.push(
+            CommandSpec::new(path)
+                .check(body_file())
+                .check(reads("-F|--body-file", file_value)),
+        );
     }
     commands.extend([
         CommandSpec::new("api")
@@ -122,7 +159,9 @@ fn gh() -> Grammar {
                 "replaces the credential header",
             ))
             .check(deny_value("-F|--field", field_reads_a_file, READS_OUTSIDE))
+            .check(reads("-F|--field", field_file))
             .check(deny_value("--input", file_leaves_cwd, READS_OUTSIDE))
+            .check(reads("--input", file_value))
             .values(&["-f|--raw-field", "-X|--method", "-q|--jq", "-t|--template"]),
         CommandSpec::new("auth status")
             .check(deny("-t|--show-token", false, "prints the credential"))
@@ -198,19 +237,22 @@ fn git() -> Grammar {
         CommandSpec::new("diff")
             .check(deny("--no-index", false, READS_OUTSIDE))
             .check(output())
-            .check(deny_words(leaves_cwd, READS_OUTSIDE)),
+            .check(deny_words(leaves_cwd, READS_OUTSIDE))
+            .check(reads_words()),
         CommandSpec::new("commit")
             .values(&messages)
             .check(deny_value("-F|--file", file_leaves_cwd, READS_OUTSIDE))
-            .check(deny_value("-t|--template", leaves_cwd, READS_OUTSIDE)),
-        CommandSpec::new("tag").values(&messages).check(deny_value(
-            "-F|--file",
-            file_leaves_cwd,
-            READS_OUTSIDE,
-        )),
+            .check(reads("-F|--file", file_value))
+            .check(deny_value("-t|--template", leaves_cwd, READS_OUTSIDE))
+            .check(reads("-t|--template", file_value)),
+        CommandSpec::new("tag")
+            .values(&messages)
+            .check(reads("-F|--file", file_value))
+            .check(deny_value("-F|--file", file_leaves_cwd, READS_OUTSIDE)),
         CommandSpec::new("merge")
             .values(&messages)
-            .check(deny_value("-F|--file", file_leaves_cwd, READS_OUTSIDE)),
+            .check(deny_value("-F|--file", file_leaves_cwd, READS_OUTSIDE))
+            .check(reads("-F|--file", file_value)),
         CommandSpec::new("rebase")
             .check(deny("-x|--exec", true, RUNS))
             .check(deny("-i|--interactive", false, "opens an editor")),
@@ -218,7 +260,9 @@ fn git() -> Grammar {
             .check(deny("-O|--open-files-in-pager", true, RUNS))
             .check(deny("--no-index", false, READS_OUTSIDE)),
         CommandSpec::new("blame").check(deny("--contents", true, READS_OUTSIDE)),
-        CommandSpec::new("apply").check(deny_words(leaves_cwd, READS_OUTSIDE)),
+        CommandSpec::new("apply")
+            .check(deny_words(leaves_cwd, READS_OUTSIDE))
+            .check(reads_words()),
         CommandSpec::new("format-patch").check(deny_value(
             "-o|--output-directory",
             leaves_cwd,
@@ -337,6 +381,8 @@ fn gog() -> Grammar {
                 refuse: leaves_cwd,
                 why: READS_OUTSIDE,
             },
+            reads("--attach", file_value),
+            reads_words(),
         ],
         abbreviations: false,
     }

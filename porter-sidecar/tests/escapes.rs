@@ -213,11 +213,30 @@ fn gh_aliases_extensions_and_flag_placement_never_yield_the_token() {
         );
         assert_no_leak(&format!("gh {arguments:?}"), &frames_text(&frames));
     }
+    // Files named for gh to read must not lead out of the workspace through a symlink.
+    let outside = tempfile::tempdir().unwrap();
+    let secret_file = outside.path().join("token");
+    std::fs::write(&secret_file, CANARY).unwrap();
+    std::os::unix::fs::symlink(&secret_file, daemon.workspace.join("notes.md")).unwrap();
+    for arguments in [
+        vec!["issue", "create", "-t", "x", "--body-file", "notes.md"],
+        vec!["pr", "comment", "1", "-Fnotes.md"],
+        vec!["api", "repos/o/r/issues", "-F", "body=@notes.md"],
+        vec!["api", "graphql", "--input=notes.md"],
+    ] {
+        let frames = call_in(&daemon, "gh", &arguments, "/workspace");
+        assert_eq!(
+            error_of(&frames),
+            Some(ErrorCode::DeniedArgs),
+            "gh {arguments:?}: {frames:?}"
+        );
+        assert_no_leak(&format!("gh {arguments:?}"), &frames_text(&frames));
+    }
     // The allowed path still runs the real gh.
     let frames = call_in(&daemon, "gh", &["--version"], "/workspace");
     assert_eq!(frames.last(), Some(&Frame::Exit { code: 0 }), "{frames:?}");
     assert!(stdout_of(&frames).contains("gh version 2."));
-    daemon.wait_audit(20);
+    daemon.wait_audit(24);
     assert_no_leak("audit log", &daemon.raw_log_text());
 }
 
