@@ -17,18 +17,18 @@ use std::{
     time::Duration,
 };
 
-use saint_config::{BotConfig, ConfigError};
+use saint_config::{BotConfig, ConfigError, ErrorChain};
 use tokio_util::sync::CancellationToken;
 
 /// Why a config file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLoadError {
-    #[error("failed to read config {path}: {source}")]
+    #[error("failed to read config {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to load config {path}: {source}")]
+    #[error("failed to load config {path}")]
     Invalid { path: PathBuf, source: ConfigError },
 }
 
@@ -153,8 +153,9 @@ impl ConfigStore {
             }
             Err(error) => {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, "refused new config; keeping the last good one");
-                ReloadOutcome::Refused(error.to_string())
+                let message = ErrorChain(&error).to_string();
+                tracing::error!(error = %message, "refused new config; keeping the last good one");
+                ReloadOutcome::Refused(message)
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use saint_config::{BotConfig, ChannelKind, DmScope};
+use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ContactSlug, DmScope, SessionKey};
 
 use crate::tools::Caller;
 
@@ -15,100 +15,48 @@ use crate::tools::Caller;
 pub enum IdentityError {
     #[error("failed to resolve sender: the peer id is empty")]
     EmptyPeer,
+    // The cause is part of this message (shown to the integration that sent it), so it
+    // is not also a `source`.
+    #[error("failed to resolve sender: {0}")]
+    InvalidPeer(saint_config::IdentityError),
     #[error("failed to resolve sender: role {0:?} is not defined")]
     MissingRole(String),
 }
 
-/// Parses a channel kind from its identity prefix (`whatsapp`).
-pub fn channel_kind(prefix: &str) -> Option<ChannelKind> {
-    [
-        ChannelKind::Http,
-        ChannelKind::Whatsapp,
-        ChannelKind::Telegram,
-        ChannelKind::Email,
-        ChannelKind::Slack,
-        ChannelKind::Discord,
-    ]
-    .into_iter()
-    .find(|kind| kind.prefix() == prefix.trim().to_ascii_lowercase())
-}
-
-/// Normalises a peer id the way the operator normalises identities: lower-case, and
-/// phone numbers in E.164 (`00385 99-123` → `+38599123`).
-pub fn normalise_peer(kind: ChannelKind, peer: &str) -> String {
-    let peer = peer.trim().to_lowercase();
-    match kind {
-        ChannelKind::Whatsapp => {
-            let digits: String = peer
-                .chars()
-                .filter(|character| character.is_ascii_digit())
-                .collect();
-            let international = peer.starts_with('+') || peer.starts_with("00");
-            let digits = if !peer.starts_with('+') && peer.starts_with("00") {
-                &digits[2..]
-            } else {
-                &digits[..]
-            };
-            if international || !digits.is_empty() {
-                format!("+{digits}")
-            } else {
-                peer
-            }
-        }
-        _ => peer,
-    }
-}
-
-/// The identity string (`whatsapp:+385991234567`).
-pub fn identity(kind: ChannelKind, peer: &str) -> String {
-    format!("{}:{}", kind.prefix(), normalise_peer(kind, peer))
-}
-
 /// The canonical contact slug an identity links to, if any.
-pub fn linked_slug<'a>(config: &'a BotConfig, identity: &str) -> Option<&'a str> {
+pub fn linked_slug<'a>(
+    config: &'a BotConfig,
+    identity: &ChannelIdentity,
+) -> Option<&'a ContactSlug> {
     config
         .identity_links
         .iter()
-        .find(|(_, identities)| identities.iter().any(|linked| linked == identity))
-        .map(|(slug, _)| slug.as_str())
+        .find(|(_, identities)| identities.contains(identity))
+        .map(|(slug, _)| slug)
         .or_else(|| {
             config
                 .contacts
                 .iter()
-                .find(|contact| contact.identities.iter().any(|linked| linked == identity))
-                .map(|contact| contact.slug.as_str())
+                .find(|contact| contact.identities.contains(identity))
+                .map(|contact| &contact.slug)
         })
 }
 
-// Unknown senders get a slug usable in paths (`memory/users/<slug>/`) that can never
-// equal a contact's slug: contact slugs are Kubernetes names, which contain no `_`.
-fn unknown_slug(identity: &str) -> String {
-    let mut cleaned = String::with_capacity(identity.len());
-    for character in identity.chars() {
-        let character = if character.is_ascii_alphanumeric() {
-            character
-        } else {
-            '-'
-        };
-        if !(character == '-' && cleaned.ends_with('-')) {
-            cleaned.push(character);
-        }
-    }
-    format!("_{}", cleaned.trim_matches('-'))
-}
-
-/// The session key. Known people have one session across every linked channel (identity
-/// links exist precisely to merge them); unknown senders one per channel identity.
-/// `per-channel-peer` and `per-peer` differ only for people with several links, which
-/// the operator merges, so both scopes yield the same keys here.
-pub fn session_key(scope: DmScope, known_slug: Option<&str>, identity: &str) -> String {
+/// The session key. `per-channel-peer` and `per-peer` differ only for people with
+/// several links, which the operator merges, so both scopes yield the same keys here.
+pub fn session_key(
+    scope: DmScope,
+    known_slug: Option<&ContactSlug>,
+    identity: &ChannelIdentity,
+) -> SessionKey {
     match (scope, known_slug) {
-        (_, Some(slug)) => format!("person:{slug}"),
-        (DmScope::PerChannelPeer | DmScope::PerPeer, None) => format!("peer:{identity}"),
+        (_, Some(slug)) => SessionKey::for_contact(slug),
+        (DmScope::PerChannelPeer | DmScope::PerPeer, None) => SessionKey::for_stranger(identity),
     }
 }
 
-/// Builds the [`Caller`] for a message from `peer` on a channel of `kind`.
+/// Builds the [`Caller`] for a message from `peer` on a channel of `kind`. The peer goes
+/// through the same [`ChannelIdentity::parse`] the operator rendered the links with.
 pub fn caller_for(
     config: &BotConfig,
     kind: ChannelKind,
@@ -117,40 +65,35 @@ pub fn caller_for(
     if peer.trim().is_empty() {
         return Err(IdentityError::EmptyPeer);
     }
-    let identity = identity(kind, peer);
+    let identity = ChannelIdentity::parse(kind, peer).map_err(IdentityError::InvalidPeer)?;
     let contact = linked_slug(config, &identity)
-        .and_then(|slug| config.contacts.iter().find(|contact| contact.slug == slug));
-    let (slug, display_name, role_name, known) = match contact {
+        .and_then(|slug| config.contacts.iter().find(|contact| &contact.slug == slug));
+    let (slug, display_name, role_name) = match contact {
         Some(contact) => (
             contact.slug.clone(),
             contact.name.clone(),
             contact.role.clone(),
-            true,
         ),
         None => (
-            unknown_slug(&identity),
-            identity.clone(),
+            ContactSlug::for_stranger(&identity),
+            identity.to_string(),
             config.default_role.clone(),
-            false,
         ),
     };
     let role = config
         .roles
         .get(&role_name)
         .ok_or_else(|| IdentityError::MissingRole(role_name.clone()))?;
-    let session_key = session_key(
-        config.sessions.dm_scope,
-        known.then_some(slug.as_str()),
-        &identity,
-    );
+    let known = contact.is_some();
+    let session_key = session_key(config.sessions.dm_scope, known.then_some(&slug), &identity);
     Ok(Caller {
-        slug,
+        slug: slug.into(),
         display_name,
         role_name,
         role: Arc::new(role.clone()),
         known,
-        identity,
-        session_key,
+        identity: identity.into(),
+        session_key: session_key.into(),
     })
 }
 

@@ -25,7 +25,7 @@ use std::{
 
 use porter_protocol::registry::Registry;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-use saint_config::{BotConfig, SandboxBackend};
+use saint_config::{BotConfig, ErrorChain, SandboxBackend};
 use tokio::{process::Child, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +63,7 @@ pub enum LocalPorterError {
         "failed to find the porter binary at {0} (build it with `cargo build -p porter`, or set SAINT_PORTER_BIN)"
     )]
     MissingBinary(PathBuf),
-    #[error("failed to prepare {path}: {source}")]
+    #[error("failed to prepare {path}")]
     Prepare { path: PathBuf, source: io::Error },
     #[error("failed to read porter registry {path}: {detail}")]
     Registry { path: PathBuf, detail: String },
@@ -71,7 +71,7 @@ pub enum LocalPorterError {
         "failed to use socket path {path}: {length} bytes, a unix socket takes at most {MAX_SOCKET_PATH}; use a shorter workspace or SAINT_SANDBOX_STATE"
     )]
     SocketPathTooLong { path: PathBuf, length: usize },
-    #[error("failed to run porter ({binary}): {source}")]
+    #[error("failed to run porter ({binary})")]
     Spawn { binary: PathBuf, source: io::Error },
     #[error(
         "failed to start porter: it exited ({status}) before listening: {last_line} (log: {log})"
@@ -354,7 +354,7 @@ pub async fn start_for_bot(
         // Asked for explicitly (on, or a registry given): failing is the clear answer.
         Err(error) if required => Err(error),
         Err(error) => {
-            tracing::warn!(%error, "no porter: CLIs through porter are refused; exec still runs in the sandbox");
+            tracing::warn!(error = %ErrorChain(&error), "no porter: CLIs through porter are refused; exec still runs in the sandbox");
             Ok(None)
         }
     }
@@ -665,7 +665,7 @@ async fn supervise(
                 running_since = Instant::now();
             }
             Err(error) => tracing::error!(
-                %error,
+                error = %ErrorChain(&error),
                 retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                 "failed to restart porter"
             ),

@@ -20,6 +20,7 @@ use saint_agent::{
         registry::ToolSet,
     },
 };
+use saint_config::ErrorChain;
 use tokio_util::sync::CancellationToken;
 
 /// The Saint agent runtime: one bot serving a whole company, each person by their role.
@@ -169,7 +170,7 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
             let index = memory.index.clone();
             tools = tools.observe_writes(Arc::new(move |paths: &[String]| {
                 if let Err(error) = index.reindex_paths(paths) {
-                    tracing::warn!(%error, "failed to re-index memory after a write");
+                    tracing::warn!(error = %ErrorChain(&error), "failed to re-index memory after a write");
                 }
             }));
         }

@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 /// Why metering could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum MeteringError {
-    #[error("failed to open usage log {path}: {source}")]
+    #[error("failed to open usage log {path}")]
     Open {
         path: PathBuf,
         source: std::io::Error,

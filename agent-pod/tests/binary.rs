@@ -74,6 +74,29 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     assert!(stderr.contains("defaultRole"), "{stderr}");
 }
 
+#[test]
+fn check_config_prints_a_syntax_error_once_with_file_line_and_column() {
+    let directory = tempfile::tempdir().unwrap();
+    let config_path = directory.path().join("bad.json");
+    std::fs::write(&config_path, "{ not json").unwrap();
+    let output = bin()
+        .args(["check-config", "--config"])
+        .arg(&config_path)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        format!(
+            "saint-agent: failed to load config {}: failed to parse bot config: \
+             key must be a string at line 1 column 3\n",
+            config_path.display()
+        )
+    );
+}
+
 async fn post(client: &reqwest::Client, agent: &AgentProcess, peer: &str, text: &str) -> Value {
     let response = client
         .post(format!("{}/v1/messages", agent.http))

@@ -14,14 +14,14 @@ use crate::{FIELD_MANAGER, wait};
 /// The CRDs could not be read, applied or established.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
-    #[error("failed to read CRD directory {path}: {source}")]
+    #[error("failed to read CRD directory {path}")]
     Read {
         path: String,
         source: std::io::Error,
     },
     #[error("failed to find any CRD YAML in {path}")]
     Empty { path: String },
-    #[error("failed to parse CRD {path}: {source}")]
+    #[error("failed to parse CRD {path}")]
     Parse {
         path: String,
         source: serde_yaml_ng::Error,

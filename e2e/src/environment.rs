@@ -12,12 +12,12 @@ pub enum EnvironmentError {
         "failed to find {variable} in the environment: run the end-to-end suite through e2e/run.sh, which builds and starts the control plane"
     )]
     Missing { variable: &'static str },
-    #[error("failed to read kubeconfig {path}: {source}")]
+    #[error("failed to read kubeconfig {path}")]
     Kubeconfig {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
-    #[error("failed to build a client from kubeconfig {path}: {source}")]
+    #[error("failed to build a client from kubeconfig {path}")]
     Client { path: PathBuf, source: kube::Error },
 }
 

@@ -10,12 +10,12 @@ use crate::{Environment, manifests};
 /// An example could not be read or parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExampleError {
-    #[error("failed to read example {path}: {source}")]
+    #[error("failed to read example {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to parse example {path}: {source}")]
+    #[error("failed to parse example {path}")]
     Parse {
         path: PathBuf,
         source: manifests::ManifestError,

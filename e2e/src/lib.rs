@@ -47,9 +47,10 @@ impl std::fmt::Debug for Failure {
     }
 }
 
-impl<E: std::error::Error> From<E> for Failure {
+// Error types show their cause as `source`, not in `Display`: print the whole chain.
+impl<E: std::error::Error + 'static> From<E> for Failure {
     fn from(error: E) -> Self {
-        Self(error.to_string())
+        Self(saint_config::ErrorChain(&error).to_string())
     }
 }
 

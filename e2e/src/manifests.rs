@@ -15,11 +15,11 @@ use crate::FIELD_MANAGER;
 /// A manifest that could not be parsed or sent.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("failed to parse manifest YAML: {0}")]
+    #[error("failed to parse manifest YAML")]
     Parse(#[from] serde_yaml_ng::Error),
     #[error("failed to read apiVersion/kind of a manifest: {0}")]
     TypeMeta(String),
-    #[error("failed to discover {kind}: {source}")]
+    #[error("failed to discover {kind}")]
     Discovery { kind: String, source: kube::Error },
     #[error("the API server refused {kind} {name}: {message}")]
     Refused {

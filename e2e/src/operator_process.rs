@@ -11,12 +11,12 @@ use std::{
 /// The operator could not be started or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorProcessError {
-    #[error("failed to create operator log {path}: {source}")]
+    #[error("failed to create operator log {path}")]
     Log {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to start {binary}: {source}")]
+    #[error("failed to start {binary}")]
     Spawn {
         binary: PathBuf,
         source: std::io::Error,

@@ -23,7 +23,7 @@ pub enum ServiceAccountError {
     },
     #[error("the TokenRequest for {namespace}/{name} returned no token")]
     EmptyToken { namespace: String, name: String },
-    #[error("failed to write kubeconfig {path}: {source}")]
+    #[error("failed to write kubeconfig {path}")]
     Write {
         path: PathBuf,
         source: std::io::Error,

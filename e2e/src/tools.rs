@@ -8,7 +8,7 @@ use tokio::process::Command;
 /// A command that could not run or exited non-zero.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
-    #[error("failed to start {program}: {source}")]
+    #[error("failed to start {program}")]
     Spawn {
         program: String,
         source: std::io::Error,

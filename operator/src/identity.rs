@@ -6,133 +6,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use saint_config::{ChannelKind, ContactConfig};
+use saint_config::{ChannelIdentity, ChannelKind, ContactConfig, ContactSlug, IdentityError};
 
 use crate::crd::{ContactIdentifiers, IdentifierConflict};
 
-/// Why one identifier could not be normalised.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IdentifierError {
-    #[error(
-        "failed to normalise phone {value:?}: expected E.164 (+ country code and number, 7–15 digits)"
-    )]
-    Phone { value: String },
-    #[error("failed to normalise email {value:?}: expected name@domain.tld")]
-    Email { value: String },
-    #[error("failed to normalise telegram id {value:?}: expected a numeric user id")]
-    Telegram { value: String },
-    #[error("failed to normalise slack id {value:?}: expected a member id (U… or W…)")]
-    Slack { value: String },
-    #[error("failed to normalise discord id {value:?}: expected an id or handle")]
-    Discord { value: String },
-}
-
-/// Normalises a phone number to E.164. Accepts the separators people type (spaces,
-/// dashes, dots, parentheses) and the `00` international prefix, nothing else: a
-/// number without a country code cannot be normalised without guessing, so it is refused.
-pub fn normalise_phone(value: &str) -> Result<String, IdentifierError> {
-    let error = || IdentifierError::Phone {
-        value: value.to_string(),
-    };
-    let compact: String = value
-        .trim()
-        .chars()
-        .filter(|character| !matches!(character, ' ' | '-' | '.' | '(' | ')' | '\u{a0}'))
-        .collect();
-    let digits = if let Some(rest) = compact.strip_prefix('+') {
-        rest
-    } else if let Some(rest) = compact.strip_prefix("00") {
-        rest
-    } else {
-        return Err(error());
-    };
-    let valid = (7..=15).contains(&digits.len())
-        && digits.chars().all(|character| character.is_ascii_digit())
-        && !digits.starts_with('0');
-    if !valid {
-        return Err(error());
-    }
-    Ok(format!("+{digits}"))
-}
-
-/// Lower-cases and trims an email address; refuses anything without exactly one `@` and
-/// a dotted domain.
-pub fn normalise_email(value: &str) -> Result<String, IdentifierError> {
-    let lowered = value.trim().to_lowercase();
-    let valid = match lowered.split_once('@') {
-        Some((local, domain)) => {
-            !local.is_empty()
-                && !domain.contains('@')
-                && domain.contains('.')
-                && !domain.starts_with('.')
-                && !domain.ends_with('.')
-                && !lowered.chars().any(char::is_whitespace)
-        }
-        None => false,
-    };
-    if valid {
-        Ok(lowered)
-    } else {
-        Err(IdentifierError::Email {
-            value: value.to_string(),
-        })
-    }
-}
-
-fn normalise_telegram(value: &str) -> Result<String, IdentifierError> {
-    let trimmed = value.trim();
-    let valid =
-        !trimmed.is_empty() && trimmed.len() <= 20 && trimmed.chars().all(|c| c.is_ascii_digit());
-    if valid {
-        Ok(trimmed.to_string())
-    } else {
-        Err(IdentifierError::Telegram {
-            value: value.to_string(),
-        })
-    }
-}
-
-/// Slack member ids are upper-case on the wire; people paste them in either case.
-fn normalise_slack(value: &str) -> Result<String, IdentifierError> {
-    let upper = value.trim().to_uppercase();
-    let valid = (3..=32).contains(&upper.len())
-        && (upper.starts_with('U') || upper.starts_with('W'))
-        && upper.chars().all(|c| c.is_ascii_alphanumeric());
-    if valid {
-        Ok(upper)
-    } else {
-        Err(IdentifierError::Slack {
-            value: value.to_string(),
-        })
-    }
-}
-
-/// Discord handles are case-insensitive.
-fn normalise_discord(value: &str) -> Result<String, IdentifierError> {
-    let lowered = value.trim().to_lowercase();
-    let valid = (2..=64).contains(&lowered.len())
-        && lowered
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '#'));
-    if valid {
-        Ok(lowered)
-    } else {
-        Err(IdentifierError::Discord {
-            value: value.to_string(),
-        })
-    }
-}
-
-/// A function normalising one kind of identifier.
-type Normaliser = fn(&str) -> Result<String, IdentifierError>;
-
-fn prefixed(kind: ChannelKind, value: &str) -> String {
-    format!("{}:{value}", kind.prefix())
-}
-
 /// Every normalised identity of one contact, sorted and de-duplicated, plus the
-/// identifiers that could not be normalised.
-pub fn identities(identifiers: &ContactIdentifiers) -> (Vec<String>, Vec<IdentifierError>) {
+/// identifiers that could not be normalised. Each identifier goes through the same
+/// [`ChannelIdentity::parse`] the agent applies to inbound senders.
+pub fn identities(identifiers: &ContactIdentifiers) -> (Vec<ChannelIdentity>, Vec<IdentityError>) {
     let mut found = BTreeSet::new();
     let mut errors = Vec::new();
     // The phone is the WhatsApp identity unless a separate WhatsApp number is given.
@@ -140,34 +21,19 @@ pub fn identities(identifiers: &ContactIdentifiers) -> (Vec<String>, Vec<Identif
         .whatsapp
         .as_deref()
         .or(identifiers.phone.as_deref());
-    let candidates: [(ChannelKind, Option<&str>, Normaliser); 5] = [
-        (ChannelKind::Whatsapp, whatsapp, normalise_phone),
-        (
-            ChannelKind::Email,
-            identifiers.email.as_deref(),
-            normalise_email,
-        ),
-        (
-            ChannelKind::Telegram,
-            identifiers.telegram.as_deref(),
-            normalise_telegram,
-        ),
-        (
-            ChannelKind::Slack,
-            identifiers.slack.as_deref(),
-            normalise_slack,
-        ),
-        (
-            ChannelKind::Discord,
-            identifiers.discord.as_deref(),
-            normalise_discord,
-        ),
+    let candidates = [
+        (ChannelKind::Whatsapp, whatsapp),
+        (ChannelKind::Email, identifiers.email.as_deref()),
+        (ChannelKind::Telegram, identifiers.telegram.as_deref()),
+        (ChannelKind::Slack, identifiers.slack.as_deref()),
+        (ChannelKind::Discord, identifiers.discord.as_deref()),
+        (ChannelKind::Matrix, identifiers.matrix.as_deref()),
     ];
-    for (kind, value, normalise) in candidates {
+    for (kind, value) in candidates {
         let Some(value) = value else { continue };
-        match normalise(value) {
-            Ok(normalised) => {
-                found.insert(prefixed(kind, &normalised));
+        match ChannelIdentity::parse(kind, value) {
+            Ok(identity) => {
+                found.insert(identity);
             }
             Err(error) => errors.push(error),
         }
@@ -176,7 +42,7 @@ pub fn identities(identifiers: &ContactIdentifiers) -> (Vec<String>, Vec<Identif
     // check it so a typo is reported rather than ignored.
     if identifiers.whatsapp.is_some()
         && let Some(phone) = identifiers.phone.as_deref()
-        && let Err(error) = normalise_phone(phone)
+        && let Err(error) = ChannelIdentity::parse(ChannelKind::Whatsapp, phone)
     {
         errors.push(error);
     }
@@ -220,7 +86,7 @@ pub struct IdentityReport {
     /// Contacts rendered into the config, sorted by slug.
     pub contacts: Vec<ContactConfig>,
     /// slug → sorted identities. A contact with no linked identity has no entry.
-    pub identity_links: BTreeMap<String, Vec<String>>,
+    pub identity_links: BTreeMap<ContactSlug, Vec<ChannelIdentity>>,
     /// Problems by contact slug (only contacts with problems).
     pub problems: BTreeMap<String, ContactProblems>,
 }
@@ -263,9 +129,18 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
     sorted.sort_by(|left, right| left.slug.cmp(&right.slug));
 
     let mut report = IdentityReport::default();
-    let mut normalised: Vec<(&ContactInput, Vec<String>)> = Vec::new();
-    let mut claims: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut normalised: Vec<(&ContactInput, ContactSlug, Vec<ChannelIdentity>)> = Vec::new();
+    let mut claims: BTreeMap<ChannelIdentity, BTreeSet<String>> = BTreeMap::new();
     for contact in sorted {
+        // The Contact CRD's CEL keeps names DNS-1123 labels; without it, say so here.
+        let slug = match ContactSlug::parse(&contact.slug) {
+            Ok(slug) => slug,
+            Err(error) => {
+                let problems = report.problems.entry(contact.slug.clone()).or_default();
+                problems.invalid.push(error.to_string());
+                continue;
+            }
+        };
         let (identities, errors) = identities(&contact.identifiers);
         if !errors.is_empty() {
             let problems = report.problems.entry(contact.slug.clone()).or_default();
@@ -279,10 +154,10 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
                 .or_default()
                 .insert(contact.slug.clone());
         }
-        normalised.push((contact, identities));
+        normalised.push((contact, slug, identities));
     }
 
-    for (contact, identities) in normalised {
+    for (contact, slug, identities) in normalised {
         let mut linked = Vec::new();
         let mut conflicts = Vec::new();
         for identity in identities {
@@ -294,7 +169,7 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
                     .cloned()
                     .collect();
                 conflicts.push(IdentifierConflict {
-                    identity,
+                    identity: identity.to_string(),
                     contacts: others,
                 });
             } else {
@@ -311,12 +186,10 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
             continue;
         }
         if !linked.is_empty() {
-            report
-                .identity_links
-                .insert(contact.slug.clone(), linked.clone());
+            report.identity_links.insert(slug.clone(), linked.clone());
         }
         report.contacts.push(ContactConfig {
-            slug: contact.slug.clone(),
+            slug,
             name: contact.display_name.clone(),
             role: contact.role.clone(),
             identities: linked,
@@ -345,51 +218,6 @@ mod tests {
     }
 
     #[test]
-    fn phones_are_normalised_to_e164() {
-        assert_eq!(
-            normalise_phone("+385 99 123 4567").unwrap(),
-            "+385991234567"
-        );
-        assert_eq!(
-            normalise_phone("00385-99-123-4567").unwrap(),
-            "+385991234567"
-        );
-        assert_eq!(
-            normalise_phone(" +1 (415) 555.0100 ").unwrap(),
-            "+14155550100"
-        );
-        assert!(
-            normalise_phone("0991234567").is_err(),
-            "no country code must be refused"
-        );
-        assert!(
-            normalise_phone("+0385991234567").is_err(),
-            "country code cannot start with 0"
-        );
-        assert!(normalise_phone("+12345").is_err(), "too short");
-        assert!(normalise_phone("+1234567890123456").is_err(), "too long");
-        assert!(normalise_phone("+38599x234567").is_err(), "letters");
-    }
-
-    #[test]
-    fn emails_are_lower_cased_and_checked() {
-        assert_eq!(
-            normalise_email(" Ana@Company.HR ").unwrap(),
-            "ana@company.hr"
-        );
-        for bad in [
-            "ana",
-            "ana@",
-            "@company.hr",
-            "ana@company",
-            "a@b@c.hr",
-            "ana @company.hr",
-        ] {
-            assert!(normalise_email(bad).is_err(), "{bad:?} must be refused");
-        }
-    }
-
-    #[test]
     fn identities_carry_channel_prefixes_and_are_sorted() {
         let (found, errors) = identities(&ContactIdentifiers {
             phone: Some("+385991234567".into()),
@@ -398,6 +226,7 @@ mod tests {
             slack: Some("u024be7lh".into()),
             discord: Some("Ana#1234".into()),
             whatsapp: None,
+            matrix: None,
         });
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(

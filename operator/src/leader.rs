@@ -9,15 +9,16 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
 use kube::{Api, Client, api::PostParams};
+use saint_config::ErrorChain;
 use tokio::sync::watch;
 
 /// Why the Lease could not be read or written (conflicts are not errors: they mean
 /// someone else won).
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error("failed to read Lease {name:?}: {source}")]
+    #[error("failed to read Lease {name:?}")]
     Get { name: String, source: kube::Error },
-    #[error("failed to write Lease {name:?}: {source}")]
+    #[error("failed to write Lease {name:?}")]
     Write { name: String, source: kube::Error },
 }
 
@@ -188,7 +189,7 @@ impl LeaseLock {
             let leader = match self.try_acquire_or_renew().await {
                 Ok(leader) => leader,
                 Err(error) => {
-                    tracing::warn!(%error, "leader election failed");
+                    tracing::warn!(error = %ErrorChain(&error), "leader election failed");
                     false
                 }
             };

@@ -14,6 +14,7 @@ use saint_operator::{
     api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller,
     settings::OperatorSettings, web,
 };
+use saint_config::ErrorChain;
 use tokio::sync::watch;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -139,7 +140,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
                 api_server_port = port.unwrap_or(api_server_port);
             }
             Err(error) => {
-                tracing::warn!(%error, "failed to discover API server endpoints; bot pods get no API egress rule")
+                tracing::warn!(error = %ErrorChain(&error), "failed to discover API server endpoints; bot pods get no API egress rule")
             }
         }
     }
@@ -224,7 +225,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         }
         elector.abort();
         if let Err(error) = lock.release().await {
-            tracing::warn!(%error, "failed to release the Lease");
+            tracing::warn!(error = %ErrorChain(&error), "failed to release the Lease");
         }
     } else {
         let mut stop = shutdown.clone();

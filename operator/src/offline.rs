@@ -16,12 +16,12 @@ pub const OFFLINE_UID: &str = "00000000-0000-0000-0000-000000000000";
 /// Why manifests could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum OfflineError {
-    #[error("failed to parse YAML document {index}: {source}")]
+    #[error("failed to parse YAML document {index}")]
     Yaml {
         index: usize,
         source: serde_yaml_ng::Error,
     },
-    #[error("failed to read {kind} in YAML document {index}: {source}")]
+    #[error("failed to read {kind} in YAML document {index}")]
     Object {
         kind: String,
         index: usize,

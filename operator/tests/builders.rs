@@ -596,7 +596,7 @@ fn the_chart_examples_render_through_the_real_validate() {
         &settings(),
     )
     .expect("the chart's example bot validates");
-    let slugs: Vec<&String> = validated.config.identity_links.keys().collect();
+    let slugs: Vec<&str> = validated.config.identity_links.keys().map(|slug| slug.as_str()).collect();
     assert_eq!(slugs, vec!["ana", "ivan", "marko"]);
     assert!(
         validated.identity.problems.is_empty(),

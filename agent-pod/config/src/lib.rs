@@ -9,14 +9,20 @@
 //! `BTreeMap` so the same inputs always serialise to byte-identical JSON (a changed
 //! byte would change the config hash and restart pods needlessly).
 
+mod error_chain;
+mod identity;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, str::FromStr};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::validate::{ConfigError, is_known_tool_pattern, validate};
+pub use crate::{
+    error_chain::ErrorChain,
+    identity::{ChannelIdentity, ContactSlug, IdentityError, SessionKey, normalise_peer},
+    validate::{ConfigError, is_known_tool_pattern, validate},
+};
 
 /// The schema version this crate reads and writes. Bumped on any breaking change.
 pub const SCHEMA_VERSION: &str = "saint.work/bot-config/v1alpha1";
@@ -111,7 +117,7 @@ pub struct BotConfig {
     pub contacts: Vec<ContactConfig>,
     /// Canonical slug → normalised channel identities (`whatsapp:+385…`), generated from contacts.
     #[serde(default)]
-    pub identity_links: BTreeMap<String, Vec<String>>,
+    pub identity_links: BTreeMap<ContactSlug, Vec<ChannelIdentity>>,
     /// How session keys are derived.
     #[serde(default)]
     pub sessions: SessionsConfig,
@@ -142,14 +148,26 @@ pub struct BotIdentity {
     pub namespace: String,
 }
 
-/// Wire protocol of the LLM endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Wire protocol of the LLM endpoint. The one provider enum: the SaintBot CRD, the
+/// rendered config and the LLM client all use it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ModelProvider {
     /// Anthropic Messages API.
+    #[default]
     Anthropic,
     /// OpenAI-compatible Chat Completions (also Ollama, vLLM, …).
     Openai,
+}
+
+impl ModelProvider {
+    /// The provider's public endpoint, used when a bot names no base URL.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ModelProvider::Anthropic => "https://api.anthropic.com",
+            ModelProvider::Openai => "https://api.openai.com/v1",
+        }
+    }
 }
 
 /// The LLM the bot talks to.
@@ -176,12 +194,18 @@ pub struct ModelConfig {
     pub prices: BTreeMap<String, ModelPrice>,
 }
 
+/// Context window assumed when none is configured, in tokens.
+pub const DEFAULT_CONTEXT_WINDOW: u32 = 200_000;
+
+/// Maximum output tokens per model call when none is configured.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4_096;
+
 fn default_context_window() -> u32 {
-    200_000
+    DEFAULT_CONTEXT_WINDOW
 }
 
 fn default_max_output_tokens() -> u32 {
-    4_096
+    DEFAULT_MAX_OUTPUT_TOKENS
 }
 
 /// USD per million tokens.
@@ -212,9 +236,22 @@ pub enum ChannelKind {
     Slack,
     /// Discord; peers are user ids or handles.
     Discord,
+    /// Matrix; peers are user ids (`@ana:example.org`).
+    Matrix,
 }
 
 impl ChannelKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ChannelKind; 7] = [
+        ChannelKind::Http,
+        ChannelKind::Whatsapp,
+        ChannelKind::Telegram,
+        ChannelKind::Email,
+        ChannelKind::Slack,
+        ChannelKind::Discord,
+        ChannelKind::Matrix,
+    ];
+
     /// The prefix used in identity strings (`whatsapp:+385…`).
     pub fn prefix(self) -> &'static str {
         match self {
@@ -224,7 +261,26 @@ impl ChannelKind {
             ChannelKind::Email => "email",
             ChannelKind::Slack => "slack",
             ChannelKind::Discord => "discord",
+            ChannelKind::Matrix => "matrix",
         }
+    }
+}
+
+/// A channel name that is not one of [`ChannelKind::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown channel {0:?}")]
+pub struct UnknownChannel(pub String);
+
+impl FromStr for ChannelKind {
+    type Err = UnknownChannel;
+
+    /// Parses an identity prefix (`whatsapp`), ignoring case and surrounding spaces.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let wanted = text.trim();
+        ChannelKind::ALL
+            .into_iter()
+            .find(|kind| kind.prefix().eq_ignore_ascii_case(wanted))
+            .ok_or_else(|| UnknownChannel(text.to_string()))
     }
 }
 
@@ -298,7 +354,7 @@ pub struct ToolPolicy {
     pub deny: Vec<String>,
 }
 
-/// Memory scopes of seed §7.2.
+/// Memory scopes.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -368,8 +424,8 @@ pub struct Budget {
     pub period: BudgetPeriod,
 }
 
-/// Budget periods (UTC calendar boundaries).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Budget periods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum BudgetPeriod {
     /// Calendar day.
@@ -377,10 +433,39 @@ pub enum BudgetPeriod {
     /// ISO week.
     Week,
     /// Calendar month.
+    #[default]
     Month,
 }
 
-/// Which sessions a role may see (seed §5.5).
+/// Which sessions a role may see, by name (the Role CRD's `sessionsVisibility`; the roles
+/// of `ownAndRoles` are listed beside it there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionsVisibilityKind {
+    /// Every session.
+    All,
+    /// Their own sessions plus those of people holding `sessionsVisibleRoles`.
+    OwnAndRoles,
+    /// Only their own sessions.
+    Own,
+    /// None at all.
+    #[default]
+    None,
+}
+
+impl SessionsVisibility {
+    /// The visibility named `kind`; `roles` are used only by `ownAndRoles`.
+    pub fn from_kind(kind: SessionsVisibilityKind, roles: &[String]) -> Self {
+        match kind {
+            SessionsVisibilityKind::All => SessionsVisibility::All,
+            SessionsVisibilityKind::OwnAndRoles => SessionsVisibility::OwnAndRoles(roles.to_vec()),
+            SessionsVisibilityKind::Own => SessionsVisibility::Own,
+            SessionsVisibilityKind::None => SessionsVisibility::None,
+        }
+    }
+}
+
+/// Which sessions a role may see.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SessionsVisibility {
@@ -400,13 +485,13 @@ pub enum SessionsVisibility {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContactConfig {
     /// Canonical slug (the Contact's name), used in paths (`memory/users/<slug>/`).
-    pub slug: String,
+    pub slug: ContactSlug,
     /// Display name.
     pub name: String,
     /// Role name.
     pub role: String,
     /// Normalised identities (`whatsapp:+385…`), sorted.
-    pub identities: Vec<String>,
+    pub identities: Vec<ChannelIdentity>,
 }
 
 /// How session keys are derived.
@@ -491,8 +576,11 @@ pub struct WebSearchConfig {
     pub api_key_env: String,
 }
 
+/// Base URL of the Brave Search API.
+pub const DEFAULT_BRAVE_SEARCH_URL: &str = "https://api.search.brave.com";
+
 fn default_brave_url() -> String {
-    "https://api.search.brave.com".to_string()
+    DEFAULT_BRAVE_SEARCH_URL.to_string()
 }
 
 /// Where `exec` runs.
@@ -505,7 +593,7 @@ pub enum SandboxBackend {
     Local,
 }
 
-/// Sandbox lifetime scope.
+/// Sandbox lifetime scopes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SandboxScope {
@@ -531,6 +619,15 @@ pub const SANDBOX_RUN_SUBPATH_PLACEHOLDER: &str = ".saint/run/sandboxes/{{job-na
 /// Where on the workspace volume each sandbox's runner directory lives.
 pub const SANDBOX_RUN_SUBPATH_PREFIX: &str = ".saint/run/sandboxes/";
 
+/// Where a sandbox sees the caller's view of the workspace.
+pub const SANDBOX_VIEW_MOUNT_PATH: &str = "/agent";
+
+/// The `subPath` placeholder of the Job template's [`SANDBOX_VIEW_MOUNT_PATH`] mount.
+/// The agent replaces that one mount with one read-only mount per subtree or file of
+/// the caller's view (`/agent/<path>` with `subPath: <path>`). Left unreplaced, it
+/// names an empty directory: nothing of the workspace is shown.
+pub const SANDBOX_VIEW_SUBPATH_PLACEHOLDER: &str = "{{agent-view}}";
+
 /// The sandbox as the operator decided it; the agent only fills names and labels.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -552,12 +649,18 @@ pub struct SandboxConfig {
     pub job_template: Option<serde_json::Value>,
 }
 
+/// Seconds a sandbox may sit idle before it is reaped, when none is configured.
+pub const DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS: u64 = 1_800;
+
+/// Per-command `exec` timeout in seconds, when none is configured.
+pub const DEFAULT_EXEC_TIMEOUT_SECONDS: u64 = 120;
+
 fn default_idle_timeout() -> u64 {
-    1_800
+    DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS
 }
 
 fn default_exec_timeout() -> u64 {
-    120
+    DEFAULT_EXEC_TIMEOUT_SECONDS
 }
 
 /// The Porter broker as the agent sees it.

@@ -2,12 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::{BOOTSTRAP_FILES, BotConfig, KNOWN_TOOLS, SCHEMA_VERSION, SandboxBackend, TOOL_GROUPS};
+use crate::{
+    BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, SCHEMA_VERSION,
+    SandboxBackend, TOOL_GROUPS,
+};
 
 /// Why a rendered config was refused. Each message names the offending field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("failed to parse bot config: {0}")]
+    #[error("failed to parse bot config")]
     Parse(#[source] serde_json::Error),
     #[error("schemaVersion is {found:?}, this agent reads {SCHEMA_VERSION:?}")]
     SchemaVersion { found: String },
@@ -83,7 +86,7 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             ));
         }
     }
-    let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut owners: BTreeMap<&ChannelIdentity, &ContactSlug> = BTreeMap::new();
     for contact in &config.contacts {
         if !config.roles.contains_key(&contact.role) {
             return Err(invalid(
@@ -102,7 +105,7 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     }
     for (slug, identities) in &config.identity_links {
         for identity in identities {
-            if owners.get(identity.as_str()) != Some(&slug.as_str()) {
+            if owners.get(identity) != Some(&slug) {
                 return Err(invalid(
                     format!("identityLinks.{slug}"),
                     format!("{identity:?} does not belong to contact {slug:?}"),

@@ -16,14 +16,10 @@ use crate::{
     types::{ChatRequest, ChatResponse, StreamEvent},
 };
 
-/// Which wire format the endpoint speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provider {
-    /// Anthropic Messages API (`POST {base}/v1/messages`).
-    Anthropic,
-    /// OpenAI-compatible Chat Completions (`POST {base}/v1/chat/completions`).
-    Openai,
-}
+/// Which wire format the endpoint speaks: Anthropic Messages (`POST {base}/v1/messages`)
+/// or OpenAI-compatible Chat Completions (`POST {base}/v1/chat/completions`). The same
+/// enum the rendered config and the SaintBot CRD name the provider with.
+pub use saint_config::ModelProvider as Provider;
 
 /// Where the model lives. The key is held here and nowhere else.
 #[derive(Clone)]

@@ -33,7 +33,7 @@ pub enum DatabaseError {
     #[error(transparent)]
     Extension(#[from] ExtensionError),
     /// The directory for the database could not be created.
-    #[error("failed to create the memory database directory {path}: {source}")]
+    #[error("failed to create the memory database directory {path}")]
     CreateDirectory {
         /// The directory.
         path: String,
@@ -41,7 +41,7 @@ pub enum DatabaseError {
         source: std::io::Error,
     },
     /// SQLite refused.
-    #[error("failed to {action} the memory database: {source}")]
+    #[error("failed to {action} the memory database")]
     Sqlite {
         /// What was being done.
         action: &'static str,

@@ -30,7 +30,7 @@ pub enum IndexError {
     #[error(transparent)]
     Database(#[from] DatabaseError),
     /// A query or write failed.
-    #[error("failed to {action}: {source}")]
+    #[error("failed to {action}")]
     Sqlite {
         /// What was being done.
         action: &'static str,
@@ -41,7 +41,7 @@ pub enum IndexError {
     #[error(transparent)]
     Embedding(#[from] EmbeddingError),
     /// The workspace is unusable.
-    #[error("failed to open the workspace {path}: {source}")]
+    #[error("failed to open the workspace {path}")]
     Workspace {
         /// The workspace path.
         path: String,
@@ -53,7 +53,7 @@ pub enum IndexError {
     Poisoned,
     /// Stored vector codes do not have the expected shape: a damaged database (it is
     /// derived data; deleting the file makes the next start rebuild it).
-    #[error("failed to read the memory index: {0}")]
+    #[error("failed to read the memory index")]
     Corrupt(#[from] crate::vector_codes::MalformedCodes),
 }
 

@@ -4,7 +4,7 @@
 
 use std::{path::Path, sync::Arc, thread::JoinHandle, time::Duration};
 
-use saint_config::MemoryConfig;
+use saint_config::{ErrorChain, MemoryConfig};
 
 use crate::{
     embeddings::{EmbeddingError, embedder_from_config},
@@ -64,7 +64,7 @@ pub fn start_with_options(
         .name("memory-reindex".to_string())
         .spawn(move || {
             if let Err(error) = reindex_index.reindex_all() {
-                tracing::error!(%error, "failed to index the memory files");
+                tracing::error!(error = %ErrorChain(&error), "failed to index the memory files");
             }
         })
         .map_err(StartError::Thread)?;

@@ -11,12 +11,13 @@ use std::{
 };
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use saint_config::ErrorChain;
 
 use crate::{index::MemoryIndex, memory_paths::MEMORY_DIRECTORY};
 
 /// Why the watcher could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to watch the memory files: {0}")]
+#[error("failed to watch the memory files")]
 pub struct WatchError(#[from] notify::Error);
 
 enum Message {
@@ -130,7 +131,7 @@ fn run(
                 index.reindex_paths(&paths).map(|_| ())
             };
             if let Err(error) = result {
-                tracing::warn!(%error, "failed to reindex changed memory files");
+                tracing::warn!(error = %ErrorChain(&error), "failed to reindex changed memory files");
             }
             pending.clear();
             rescan = false;

@@ -20,16 +20,13 @@ use axum::{
     routing::{get, post},
 };
 use futures::Stream;
-use saint_config::ChannelKind;
+use saint_config::{ChannelKind, ErrorChain};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::{
-    identity,
-    runtime::{EnvLookup, Inbound, Runtime, TurnError, TurnEvent, TurnReply},
-};
+use crate::runtime::{EnvLookup, Inbound, Runtime, TurnError, TurnEvent, TurnReply};
 
 /// Shared state of the HTTP server.
 #[derive(Clone)]
@@ -133,7 +130,7 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message.clone()),
             ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, self.to_string()),
             ApiError::Turn(error) => {
-                tracing::error!(%error, "turn failed");
+                tracing::error!(error = %ErrorChain(error), "turn failed");
                 turn_error_status(error)
             }
         };
@@ -196,8 +193,10 @@ async fn post_message(
     if state.draining.is_cancelled() {
         return Err(ApiError::Draining);
     }
-    let channel = identity::channel_kind(&request.channel)
-        .ok_or_else(|| ApiError::BadRequest(format!("unknown channel {:?}", request.channel)))?;
+    let channel: ChannelKind = request
+        .channel
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("unknown channel {:?}", request.channel)))?;
     if request.text.trim().is_empty() {
         return Err(ApiError::BadRequest("text must not be empty".to_string()));
     }
@@ -268,7 +267,7 @@ fn event_stream(
                 .event("done")
                 .data(json!(MessageResponse::from(reply)).to_string()),
             Ok(Err(error)) => {
-                tracing::error!(%error, "turn failed");
+                tracing::error!(error = %ErrorChain(&error), "turn failed");
                 Event::default()
                     .event("error")
                     .data(json!({"error": turn_error_status(&error).1}).to_string())

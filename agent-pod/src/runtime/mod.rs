@@ -119,11 +119,11 @@ pub struct TurnReply {
 pub enum TurnError {
     #[error(transparent)]
     Identity(#[from] IdentityError),
-    #[error("failed to store the conversation: {0}")]
+    #[error("failed to store the conversation")]
     Session(#[from] SessionError),
-    #[error("{0}")]
+    #[error(transparent)]
     ModelSetup(#[from] ModelSetupError),
-    #[error("failed to get an answer from the model: {0}")]
+    #[error("failed to get an answer from the model")]
     Model(#[from] LlmError),
     #[error("failed: storage task panicked")]
     Join,

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use saint_config::{ModelConfig, ModelProvider};
-use saint_llm::{ClientOptions, Endpoint, LlmClient, Provider};
+use saint_llm::{ClientOptions, Endpoint, LlmClient};
 
 /// Looks up an environment variable (injected so tests need not mutate the process env).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -47,12 +47,8 @@ pub fn endpoint_for(
         Some(name) => Some(env(name).ok_or_else(|| ModelSetupError::MissingKey(name.clone()))?),
         None => None,
     };
-    let provider = match config.provider {
-        ModelProvider::Anthropic => Provider::Anthropic,
-        ModelProvider::Openai => Provider::Openai,
-    };
     Ok(Endpoint {
-        provider,
+        provider: config.provider,
         base_url,
         api_key,
     })

@@ -1,6 +1,7 @@
 //! The session store as the session tools see it ([`SessionDirectory`]): listings and
 //! readable history. Visibility is decided by the tools, not here.
 
+use saint_config::ErrorChain;
 use saint_llm::{ChatRole, ContentBlock};
 
 use super::store::SessionStore;
@@ -10,8 +11,8 @@ use crate::tools::session_directory::{
 
 impl SessionDirectory for SessionStore {
     fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError> {
-        let sessions =
-            SessionStore::list(self).map_err(|error| SessionDirectoryError(error.to_string()))?;
+        let sessions = SessionStore::list(self)
+            .map_err(|error| SessionDirectoryError(ErrorChain(&error).to_string()))?;
         Ok(sessions
             .into_iter()
             .map(|session| SessionSummary {
@@ -31,7 +32,7 @@ impl SessionDirectory for SessionStore {
     ) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError> {
         let messages = self
             .all_messages(key)
-            .map_err(|error| SessionDirectoryError(error.to_string()))?;
+            .map_err(|error| SessionDirectoryError(ErrorChain(&error).to_string()))?;
         if messages.is_empty() {
             return Ok(None);
         }

@@ -20,22 +20,22 @@ use saint_llm::{ChatRole, ContentBlock, Message};
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("failed to open session database {path}: {source}")]
+    #[error("failed to open session database {path}")]
     Open {
         path: PathBuf,
         source: rusqlite::Error,
     },
-    #[error("failed to create session directory {path}: {source}")]
+    #[error("failed to create session directory {path}")]
     Directory {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to {action}: {source}")]
+    #[error("failed to {action}")]
     Sql {
         action: &'static str,
         source: rusqlite::Error,
     },
-    #[error("failed to decode stored message {id}: {source}")]
+    #[error("failed to decode stored message {id}")]
     Decode { id: i64, source: serde_json::Error },
 }
 

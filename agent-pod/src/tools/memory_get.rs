@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use saint_config::ErrorChain;
 use saint_memory::{MAX_LINES, MemoryFileError, MemoryIndex};
 use serde::Deserialize;
 use serde_json::json;
@@ -79,7 +80,7 @@ impl Tool for MemoryGetTool {
                 MemoryFileError::InvalidPath(_) => ToolError::InvalidInput(error.to_string()),
                 MemoryFileError::NotFound(_) => ToolError::NotFound(error.to_string()),
                 MemoryFileError::Unreadable { .. } | MemoryFileError::Index(_) => {
-                    tracing::warn!(%error, "memory_get failed");
+                    tracing::warn!(error = %ErrorChain(&error), "memory_get failed");
                     ToolError::Failed("failed to read memory".to_string())
                 }
             })?;

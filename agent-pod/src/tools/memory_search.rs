@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use saint_config::ErrorChain;
 use saint_memory::{MAX_RESULTS, MemoryIndex, Scope, SearchRequest};
 use serde::Deserialize;
 use serde_json::json;
@@ -96,7 +97,7 @@ impl Tool for MemorySearchTool {
             .await
             .map_err(|_| ToolError::Failed("memory search failed".to_string()))?
             .map_err(|error| {
-                tracing::warn!(%error, "memory search failed");
+                tracing::warn!(error = %ErrorChain(&error), "memory search failed");
                 ToolError::Failed("memory search failed".to_string())
             })?;
             let results: Vec<serde_json::Value> = hits

@@ -14,7 +14,7 @@ use std::{
 };
 
 use futures::future::BoxFuture;
-use saint_config::{BotConfig, ContactConfig};
+use saint_config::{BotConfig, ChannelIdentity, ContactConfig};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -205,7 +205,7 @@ impl Tool for MessageTool {
                 session_key: context.caller.session_key.clone(),
                 channel: channel_name,
                 recipient: identity.clone(),
-                recipient_slug: contact.slug.clone(),
+                recipient_slug: contact.slug.to_string(),
                 text,
             };
             let status = self
@@ -221,7 +221,7 @@ impl Tool for MessageTool {
                 ToolOutput::text(format!("message {verb} to {} via {identity}", contact.name));
             output
                 .metering
-                .insert("recipient".to_string(), contact.slug.clone().into());
+                .insert("recipient".to_string(), contact.slug.to_string().into());
             Ok(output)
         })
     }
@@ -234,16 +234,21 @@ fn route<'c>(
     channel: Option<&str>,
 ) -> Result<(&'c ContactConfig, String, String), ToolError> {
     let wanted = to.trim().to_lowercase();
+    // An identity the model named goes through the same parser as inbound senders, so
+    // `whatsapp:+385 99 123 4567` and `slack:u024be7lh` find their contact too.
+    let named: Option<ChannelIdentity> = to.trim().parse().ok();
+    let names_identity = |contact: &ContactConfig| {
+        named
+            .as_ref()
+            .is_some_and(|named| contact.identities.contains(named))
+    };
     let contact = config
         .contacts
         .iter()
         .find(|contact| {
-            contact.slug.to_lowercase() == wanted
+            contact.slug.as_str().to_lowercase() == wanted
                 || contact.name.to_lowercase() == wanted
-                || contact
-                    .identities
-                    .iter()
-                    .any(|identity| identity.to_lowercase() == wanted)
+                || names_identity(contact)
         })
         .ok_or_else(|| {
             ToolError::Denied(format!(
@@ -251,29 +256,18 @@ fn route<'c>(
             ))
         })?;
     // The identity the model named, or the first one on a configured channel.
-    let candidates: Vec<&String> = if contact
-        .identities
-        .iter()
-        .any(|identity| identity.to_lowercase() == wanted)
-    {
-        contact
-            .identities
-            .iter()
-            .filter(|identity| identity.to_lowercase() == wanted)
-            .collect()
-    } else {
-        contact.identities.iter().collect()
+    let candidates: Vec<&ChannelIdentity> = match &named {
+        Some(named) if contact.identities.contains(named) => vec![named],
+        _ => contact.identities.iter().collect(),
     };
     for identity in candidates {
-        let Some((prefix, _)) = identity.split_once(':') else {
-            continue;
-        };
+        let prefix = identity.kind().prefix();
         let configured = config.channels.iter().find(|configured| {
-            configured.kind.prefix() == prefix
+            configured.kind == identity.kind()
                 && channel.is_none_or(|wanted| wanted == configured.name || wanted == prefix)
         });
         if let Some(configured) = configured {
-            return Ok((contact, configured.name.clone(), identity.clone()));
+            return Ok((contact, configured.name.clone(), identity.to_string()));
         }
     }
     Err(ToolError::InvalidInput(format!(

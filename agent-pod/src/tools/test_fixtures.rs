@@ -82,7 +82,7 @@ pub fn caller(config: &BotConfig, slug: &str) -> Caller {
         role_name,
         known: contact.is_some(),
         identity: contact.map_or("whatsapp:+15550001111".to_string(), |contact| {
-            contact.identities[0].clone()
+            contact.identities[0].to_string()
         }),
         session_key: format!("session-{slug}"),
     }

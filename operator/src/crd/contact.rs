@@ -105,6 +105,13 @@ pub struct ContactIdentifiers {
     #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.#]{2,64}$')")
         .message("identifiers.discord must be a Discord id or handle (letters, digits, '_', '.', '#')"))]
     pub discord: Option<String>,
+
+    /// Matrix user id (e.g. `@ana:example.org`); compared exactly, as Matrix does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 4, max = 255), regex(pattern = "^@[!-9;-~]+:[!-~]+$"))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^@[!-9;-~]+:[!-~]+$')")
+        .message("identifiers.matrix must be a Matrix user id (@localpart:server.name)"))]
+    pub matrix: Option<String>,
 }
 
 /// What the operator found about this Contact.

@@ -6,7 +6,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use saint_config::{BudgetPeriod, MemoryScope};
+use saint_config::{BudgetPeriod, MemoryScope, SessionsVisibilityKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +66,7 @@ pub struct RoleSpec {
     /// Memory scopes the role may search and read: shared, private, daily, ownUser, allUsers.
     #[serde(default)]
     #[schemars(length(max = 5))]
-    pub memory_scope: Vec<MemoryScopeName>,
+    pub memory_scope: Vec<MemoryScope>,
 
     /// Workspace path globs for the file tools; `<self>` is the asker's contact name.
     #[serde(default)]
@@ -95,7 +95,7 @@ pub struct RoleSpec {
 
     /// Which sessions `sessions_list` / `sessions_history` may show.
     #[serde(default)]
-    pub sessions_visibility: SessionsVisibilityName,
+    pub sessions_visibility: SessionsVisibilityKind,
 
     /// With `sessionsVisibility: ownAndRoles`: the roles whose sessions are visible too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -154,80 +154,8 @@ pub struct RoleBudget {
     #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("budget.usd must be ≥ 0"))]
     pub usd: f64,
     /// Period the cap applies to (UTC calendar boundaries): day, week or month.
-    #[serde(default = "default_budget_period")]
-    pub period: BudgetPeriodName,
-}
-
-fn default_budget_period() -> BudgetPeriodName {
-    BudgetPeriodName::Month
-}
-
-/// Budget periods.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum BudgetPeriodName {
-    /// Calendar day.
-    Day,
-    /// ISO week.
-    Week,
-    /// Calendar month.
-    #[default]
-    Month,
-}
-
-impl From<BudgetPeriodName> for BudgetPeriod {
-    fn from(period: BudgetPeriodName) -> Self {
-        match period {
-            BudgetPeriodName::Day => BudgetPeriod::Day,
-            BudgetPeriodName::Week => BudgetPeriod::Week,
-            BudgetPeriodName::Month => BudgetPeriod::Month,
-        }
-    }
-}
-
-/// Memory scopes (seed §7.2).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum MemoryScopeName {
-    /// `memory/shared/**` and `MEMORY.md`.
-    Shared,
-    /// `memory/private/**`, `COMPANY.md`, `TOOLS.md`.
-    Private,
-    /// `memory/daily/**`.
-    Daily,
-    /// `memory/users/<self>/**`.
-    OwnUser,
-    /// `memory/users/*/**`.
-    AllUsers,
-}
-
-impl From<MemoryScopeName> for MemoryScope {
-    fn from(scope: MemoryScopeName) -> Self {
-        match scope {
-            MemoryScopeName::Shared => MemoryScope::Shared,
-            MemoryScopeName::Private => MemoryScope::Private,
-            MemoryScopeName::Daily => MemoryScope::Daily,
-            MemoryScopeName::OwnUser => MemoryScope::OwnUser,
-            MemoryScopeName::AllUsers => MemoryScope::AllUsers,
-        }
-    }
-}
-
-/// Which sessions a role may see (seed §5.5).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum SessionsVisibilityName {
-    /// Every session.
-    All,
-    /// Their own sessions plus those of people holding `sessionsVisibleRoles`.
-    OwnAndRoles,
-    /// Only their own sessions.
-    Own,
-    /// None at all.
-    #[default]
-    None,
+    #[serde(default)]
+    pub period: BudgetPeriod,
 }
 
 /// What the operator found about this Role.

@@ -14,6 +14,7 @@ use k8s_openapi::{
     },
 };
 use kube::{CustomResource, KubeSchema};
+use saint_config::{ChannelKind, ModelProvider, SandboxScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -146,7 +147,7 @@ pub struct SaintBotSpec {
 }
 
 pub(crate) fn default_role_name() -> String {
-    "external".to_string()
+    crate::saintbot_controller::validate::defaults::DEFAULT_ROLE.to_string()
 }
 
 /// Persona files: inline contents and/or a ConfigMap whose keys are file names.
@@ -168,7 +169,7 @@ pub struct PersonaSpec {
 pub struct ModelSpec {
     /// Wire protocol: `anthropic` (Messages API) or `openai` (Chat Completions, also
     /// Ollama and vLLM).
-    pub provider: ModelProviderName,
+    pub provider: ModelProvider,
     /// Default model name (roles may override it).
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
@@ -196,17 +197,6 @@ pub struct ModelSpec {
     pub prices: BTreeMap<String, ModelPriceSpec>,
 }
 
-/// Wire protocol of the LLM endpoint.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum ModelProviderName {
-    /// Anthropic Messages API.
-    #[default]
-    Anthropic,
-    /// OpenAI-compatible Chat Completions.
-    Openai,
-}
-
 /// USD per million tokens.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -229,8 +219,8 @@ pub struct ChannelSpec {
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = dns_label_rule("channels[].name"))]
     pub name: String,
-    /// Kind of channel: http, whatsapp, telegram, email, slack or discord.
-    pub kind: ChannelKindName,
+    /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix.
+    pub kind: ChannelKind,
     /// Non-secret settings (listen port, phone number id, IMAP host, …).
     #[serde(default)]
     pub settings: BTreeMap<String, String>,
@@ -241,26 +231,6 @@ pub struct ChannelSpec {
     #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
         .message("channels[].secrets values must name both a Secret (name) and a key in it (key)"))]
     pub secrets: BTreeMap<String, SecretKeyReference>,
-}
-
-/// Channel kinds.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum ChannelKindName {
-    /// The built-in authenticated HTTP API.
-    Http,
-    /// WhatsApp Cloud API.
-    Whatsapp,
-    /// Telegram Bot API.
-    Telegram,
-    /// Email (IMAP/SMTP).
-    Email,
-    /// Slack.
-    Slack,
-    /// Discord.
-    Discord,
 }
 
 /// Porter, the credential broker: the CLIs the sandbox may call.
@@ -425,7 +395,7 @@ pub struct ArgPolicySpec {
 pub struct SandboxSpec {
     /// Lifetime scope: `session` (one per session), `agent` (one per bot) or `shared`.
     #[serde(default)]
-    pub scope: SandboxScopeName,
+    pub scope: SandboxScope,
     /// Compute resources of the sandbox container. Absent: operator defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -445,19 +415,6 @@ pub struct SandboxSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 60, max = 2592000))]
     pub max_lifetime_seconds: Option<i64>,
-}
-
-/// Sandbox lifetime scopes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum SandboxScopeName {
-    /// One sandbox per session.
-    #[default]
-    Session,
-    /// One sandbox per bot.
-    Agent,
-    /// One sandbox shared by everything.
-    Shared,
 }
 
 /// The workspace PersistentVolumeClaim.

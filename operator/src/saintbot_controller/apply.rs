@@ -16,7 +16,7 @@ use crate::labels::FIELD_MANAGER;
 
 /// Why a child could not be applied.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to apply {kind} {name:?}: {source}")]
+#[error("failed to apply {kind} {name:?}")]
 pub struct ApplyError {
     pub kind: String,
     pub name: String,

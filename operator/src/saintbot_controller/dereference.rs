@@ -10,17 +10,17 @@ use crate::crd::{Contact, Role, SaintBot};
 /// Why the cluster could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DereferenceError {
-    #[error("failed to list Contacts in namespace {namespace:?}: {source}")]
+    #[error("failed to list Contacts in namespace {namespace:?}")]
     ListContacts {
         namespace: String,
         source: kube::Error,
     },
-    #[error("failed to list SaintBots in namespace {namespace:?}: {source}")]
+    #[error("failed to list SaintBots in namespace {namespace:?}")]
     ListBots {
         namespace: String,
         source: kube::Error,
     },
-    #[error("failed to list Roles in namespace {namespace:?}: {source}")]
+    #[error("failed to list Roles in namespace {namespace:?}")]
     ListRoles {
         namespace: String,
         source: kube::Error,
@@ -29,7 +29,7 @@ pub enum DereferenceError {
         "failed to find persona ConfigMap {name:?} (spec.persona.configMapName); retrying until it exists"
     )]
     PersonaConfigMapMissing { name: String },
-    #[error("failed to read persona ConfigMap {name:?}: {source}")]
+    #[error("failed to read persona ConfigMap {name:?}")]
     GetPersonaConfigMap { name: String, source: kube::Error },
 }
 

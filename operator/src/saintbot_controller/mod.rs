@@ -34,6 +34,7 @@ use kube::{
         watcher,
     },
 };
+use saint_config::ErrorChain;
 
 use self::update_status::Outcome;
 use crate::{
@@ -54,7 +55,7 @@ pub enum ReconcileError {
     MissingNamespace,
     #[error(transparent)]
     Dereference(#[from] dereference::DereferenceError),
-    #[error("spec cannot be rendered: {0}")]
+    #[error("spec cannot be rendered")]
     InvalidSpec(#[source] validate::ValidateError),
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),
@@ -223,7 +224,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
         Err(error) => {
             let outcome = Outcome::Invalid {
                 reason: error.reason(),
-                message: error.to_string(),
+                message: ErrorChain(&error).to_string(),
             };
             let status = update_status::bot_status(bot, &outcome, &now);
             update_status::patch_bot_status(&context.client, bot, &status).await?;
@@ -276,7 +277,7 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
     let event = kube::runtime::events::Event {
         type_: kube::runtime::events::EventType::Warning,
         reason: error.reason().to_string(),
-        note: Some(error.to_string().chars().take(900).collect()),
+        note: Some(ErrorChain(error).to_string().chars().take(900).collect()),
         action: "Reconcile".to_string(),
         secondary: None,
     };
@@ -287,7 +288,7 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
 /// a Contact or a Role — all watched); anything else is retried with exponential backoff
 /// from 5 s up to 5 minutes.
 pub fn error_policy(bot: Arc<SaintBot>, error: &ReconcileError, context: Arc<Context>) -> Action {
-    tracing::warn!(bot = %bot_key(&bot), %error, "reconcile failed");
+    tracing::warn!(bot = %bot_key(&bot), error = %ErrorChain(error), "reconcile failed");
     match error {
         ReconcileError::InvalidSpec(_) | ReconcileError::MissingNamespace => Action::await_change(),
         _ => Action::requeue(backoff(context.failure_count(&bot_key(&bot), true))),
@@ -416,7 +417,7 @@ pub async fn run(
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(bot = %object, "reconciled"),
-                Err(error) => tracing::debug!(%error, "reconcile error"),
+                Err(error) => tracing::debug!(error = %ErrorChain(&error), "reconcile error"),
             }
         })
         .await;

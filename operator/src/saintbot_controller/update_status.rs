@@ -13,6 +13,7 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::events::{Event, EventType, Recorder},
 };
+use saint_config::ErrorChain;
 use serde_json::json;
 
 use super::validate::ValidatedSaintBot;
@@ -31,11 +32,11 @@ pub const CONDITION_IDENTITIES_LINKED: &str = "IdentitiesLinked";
 /// Why status could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateStatusError {
-    #[error("failed to patch status of SaintBot {name:?}: {source}")]
+    #[error("failed to patch status of SaintBot {name:?}")]
     PatchBot { name: String, source: kube::Error },
-    #[error("failed to patch status of Contact {name:?}: {source}")]
+    #[error("failed to patch status of Contact {name:?}")]
     PatchContact { name: String, source: kube::Error },
-    #[error("failed to patch status of Role {name:?}: {source}")]
+    #[error("failed to patch status of Role {name:?}")]
     PatchRole { name: String, source: kube::Error },
 }
 
@@ -410,7 +411,7 @@ pub async fn patch_contact_statuses(
         if let Some(event) = contact_transition_event(contact.status.as_ref(), status)
             && let Err(error) = recorder.publish(&event, &contact.object_ref(&())).await
         {
-            tracing::warn!(%error, contact = %name, "failed to publish event");
+            tracing::warn!(error = %ErrorChain(&error), contact = %name, "failed to publish event");
         }
     }
     Ok(())
@@ -547,7 +548,7 @@ pub async fn publish_events(recorder: &Recorder, bot: &SaintBot, events: &[Event
     let reference: ObjectReference = bot.object_ref(&());
     for event in events {
         if let Err(error) = recorder.publish(event, &reference).await {
-            tracing::warn!(%error, reason = %event.reason, "failed to publish event");
+            tracing::warn!(error = %ErrorChain(&error), reason = %event.reason, "failed to publish event");
         }
     }
 }

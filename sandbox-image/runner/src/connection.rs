@@ -33,7 +33,7 @@ const TERMINATE_GRACE: Duration = Duration::from_secs(2);
 /// Why a connection ended early.
 #[derive(Debug, Error)]
 pub enum ConnectionError {
-    #[error("failed to serve connection: {0}")]
+    #[error("failed to serve connection")]
     Wire(#[from] WireError),
     #[error("failed to serve connection: client sent {0:?} out of order")]
     OutOfOrder(FrameKind),

@@ -18,7 +18,7 @@ pub const SEEDED_MARKER: &str = ".saint-seeded";
 /// Why seeding failed.
 #[derive(Debug, Error)]
 pub enum SeedError {
-    #[error("failed to seed {path}: {source}")]
+    #[error("failed to seed {path}")]
     Copy { path: PathBuf, source: io::Error },
     #[error("refusing seed entry {0:?}: it must be a relative path without `..`")]
     BadEntry(String),

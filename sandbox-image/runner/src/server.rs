@@ -27,9 +27,9 @@ use crate::{
 /// Why the server could not start.
 #[derive(Debug, Error)]
 pub enum ServerError {
-    #[error("failed to bind runner socket {path}: {source}")]
+    #[error("failed to bind runner socket {path}")]
     Bind { path: PathBuf, source: io::Error },
-    #[error("failed to publish runner socket {path}: {source}")]
+    #[error("failed to publish runner socket {path}")]
     Publish { path: PathBuf, source: io::Error },
 }
 
@@ -208,7 +208,11 @@ pub async fn serve(
                     tokio::spawn(async move {
                         let state = active.0.clone();
                         if let Err(error) = connection::serve(stream, state).await {
-                            tracing::debug!(%error, "connection ended early");
+                            // As an error value the text log prints its causes too.
+                            tracing::debug!(
+                                error = &error as &dyn std::error::Error,
+                                "connection ended early"
+                            );
                         }
                         drop(active);
                     });

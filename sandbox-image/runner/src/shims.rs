@@ -13,15 +13,15 @@ use thiserror::Error;
 /// Why the shim directory could not be prepared.
 #[derive(Debug, Error)]
 pub enum ShimError {
-    #[error("failed to create shim directory {path}: {source}")]
+    #[error("failed to create shim directory {path}")]
     CreateDirectory { path: PathBuf, source: io::Error },
-    #[error("failed to link shim {name} in {directory}: {source}")]
+    #[error("failed to link shim {name} in {directory}")]
     Link {
         name: String,
         directory: PathBuf,
         source: io::Error,
     },
-    #[error("failed to read CLI names from {path}: {source}")]
+    #[error("failed to read CLI names from {path}")]
     ReadNames { path: PathBuf, source: io::Error },
     #[error("refusing CLI name {0:?}: names are plain file names")]
     BadName(String),

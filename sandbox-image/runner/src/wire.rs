@@ -14,7 +14,7 @@ use tokio_util::codec::FramedRead;
 pub enum WireError {
     #[error(transparent)]
     Codec(#[from] CodecError),
-    #[error("failed to write frame: {0}")]
+    #[error("failed to write frame")]
     Write(#[source] std::io::Error),
 }
 

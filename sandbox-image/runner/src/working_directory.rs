@@ -15,7 +15,7 @@ use thiserror::Error;
 pub enum WorkingDirectoryError {
     #[error("failed to use working directory {0:?}: it must be an absolute path")]
     Relative(String),
-    #[error("failed to use working directory {path:?}: {source}")]
+    #[error("failed to use working directory {path:?}")]
     Resolve { path: String, source: io::Error },
     #[error("failed to use working directory {0:?}: it is outside /workspace and /agent")]
     Outside(String),

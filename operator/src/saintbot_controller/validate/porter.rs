@@ -1,0 +1,213 @@
+//! Porter CLIs: the registry Porter loads, with credentials only as files mounted into
+//! the `porter` container or `envFrom` Secrets, never as values. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use porter_protocol::registry::{
+    ArgPolicy, CliEntry, CliMode, DEFAULT_TIMEOUT_SECONDS, GraphqlRule, REGISTRY_VERSION,
+    RateLimit, Registry, RequestRule, split_host,
+};
+
+use super::{PORTER_SECRETS_DIR, ValidateError, defaults::DEFAULT_RATE_LIMIT_BURST};
+use crate::crd::{
+    SecretKeyReference,
+    saintbot::{ArgPolicySpec, PorterCliSpec, PorterSpec, RateLimitSpec, RequestRuleSpec},
+};
+
+/// One Secret key the porter container mounts as a file for a CLI.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PorterSecretFile {
+    /// CLI name.
+    pub cli: String,
+    /// Env var name the CLI gets.
+    pub env_name: String,
+    /// Path relative to [`PORTER_SECRETS_DIR`] (`<cli>/<ENV>`).
+    pub relative_path: String,
+    /// Where the value comes from.
+    pub secret: SecretKeyReference,
+}
+
+/// The registry and the credentials the `porter` container mounts for it.
+pub(super) struct RenderedPorter {
+    /// The registry, without credential values.
+    pub registry: Registry,
+    /// CLI credentials mounted as files, sorted.
+    pub secret_files: Vec<PorterSecretFile>,
+    /// Secrets loaded with `envFrom`, sorted.
+    pub env_from_secrets: Vec<String>,
+}
+
+fn rate_limit(spec: &RateLimitSpec) -> RateLimit {
+    RateLimit {
+        per_minute: spec.per_minute,
+        burst: spec.burst.unwrap_or(DEFAULT_RATE_LIMIT_BURST),
+    }
+}
+
+/// The same checks as the CRD's CEL and Porter's registry load, so a bad entry stops
+/// here with its field named instead of in Porter.
+fn check_injection(cli: &PorterCliSpec) -> Result<(), ValidateError> {
+    let invalid = |field: &str, message: String| ValidateError::InvalidPorterCli {
+        field: format!("spec.porter.clis[{}].{field}", cli.name),
+        message,
+    };
+    if cli.inject == Some(true) && cli.hosts.is_empty() {
+        return Err(invalid(
+            "inject",
+            "needs hosts (the only hosts its proxy lets it reach)".to_string(),
+        ));
+    }
+    if !cli.requests.is_empty() && (cli.hosts.is_empty() || cli.inject == Some(false)) {
+        return Err(invalid(
+            "requests",
+            "applies to injected CLIs: set hosts (and leave inject unset or true)".to_string(),
+        ));
+    }
+    if let Some(host) = cli.hosts.iter().find(|host| split_host(host).is_none()) {
+        return Err(invalid(
+            "hosts",
+            format!("{host:?} is not a host name[:port]"),
+        ));
+    }
+    for (role, rules) in &cli.requests {
+        if let Some(path) = rules
+            .iter()
+            .flat_map(|rule| &rule.paths)
+            .find(|path| !path.starts_with('/'))
+        {
+            return Err(invalid(
+                &format!("requests.{role}"),
+                format!("path {path:?} must start with /"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn request_rule(spec: &RequestRuleSpec) -> RequestRule {
+    RequestRule {
+        methods: spec.methods.clone(),
+        paths: spec.paths.clone(),
+        graphql: spec.graphql.as_ref().map(|graphql| GraphqlRule {
+            queries: graphql.queries,
+            mutations: graphql.mutations.clone(),
+        }),
+    }
+}
+
+fn arg_policy(spec: &ArgPolicySpec) -> ArgPolicy {
+    ArgPolicy {
+        allow: spec.allow.clone(),
+        deny: spec.deny.clone(),
+    }
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut characters = name.chars();
+    matches!(characters.next(), Some(first) if first.is_ascii_alphabetic() || first == '_')
+        && characters.all(|character| character.is_ascii_alphanumeric() || character == '_')
+}
+
+pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, ValidateError> {
+    let mut registry = Registry {
+        version: REGISTRY_VERSION,
+        global_rate_limit: spec.global_rate_limit.as_ref().map(rate_limit),
+        clis: BTreeMap::new(),
+    };
+    let mut porter_secret_files = Vec::new();
+    let mut porter_env_from_secrets = BTreeSet::new();
+    for cli in &spec.clis {
+        let plain = !cli.name.is_empty()
+            && cli.name != "."
+            && cli.name != ".."
+            && !cli.name.starts_with('-')
+            && !cli.name.contains(['/', '\0']);
+        if !plain {
+            return Err(ValidateError::InvalidPorterCli {
+                field: "spec.porter.clis[].name".to_string(),
+                message: format!("{:?} is not a plain command name", cli.name),
+            });
+        }
+        if !cli.bin.starts_with('/') {
+            return Err(ValidateError::InvalidPorterCli {
+                field: format!("spec.porter.clis[{}].bin", cli.name),
+                message: "must be an absolute path".to_string(),
+            });
+        }
+        if registry.clis.contains_key(&cli.name) {
+            return Err(ValidateError::InvalidPorterCli {
+                field: format!("spec.porter.clis[{}].name", cli.name),
+                message: "is listed twice".to_string(),
+            });
+        }
+        let mut env_from_files = BTreeMap::new();
+        for secret_env in &cli.secret_env {
+            if !is_env_name(&secret_env.name)
+                || secret_env.secret_key_ref.name.is_empty()
+                || secret_env.secret_key_ref.key.is_empty()
+            {
+                return Err(ValidateError::InvalidPorterCli {
+                    field: format!(
+                        "spec.porter.clis[{}].secretEnv[{}]",
+                        cli.name, secret_env.name
+                    ),
+                    message: "needs an env var name and a Secret name and key".to_string(),
+                });
+            }
+            let relative_path = format!("{}/{}", cli.name, secret_env.name);
+            env_from_files.insert(
+                secret_env.name.clone(),
+                format!("{PORTER_SECRETS_DIR}/{relative_path}"),
+            );
+            porter_secret_files.push(PorterSecretFile {
+                cli: cli.name.clone(),
+                env_name: secret_env.name.clone(),
+                relative_path,
+                secret: secret_env.secret_key_ref.clone(),
+            });
+        }
+        check_injection(cli)?;
+        porter_env_from_secrets.extend(cli.env_from_secrets.iter().cloned());
+        let mut passthrough = cli.passthrough_env.clone();
+        passthrough.sort();
+        passthrough.dedup();
+        registry.clis.insert(
+            cli.name.clone(),
+            CliEntry {
+                bin: cli.bin.clone(),
+                env: cli.env.clone(),
+                env_from_files,
+                env_passthrough: passthrough,
+                timeout_seconds: cli.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+                rate_limit: cli.rate_limit.as_ref().map(rate_limit),
+                args: arg_policy(&cli.args),
+                role_args: cli
+                    .role_args
+                    .iter()
+                    .map(|(role, policy)| (role.clone(), arg_policy(policy)))
+                    .collect(),
+                // Absent `inject` stays absent: Porter injects whenever hosts are set.
+                mode: cli.inject.map(|inject| {
+                    if inject {
+                        CliMode::Inject
+                    } else {
+                        CliMode::Env
+                    }
+                }),
+                hosts: cli.hosts.clone(),
+                requests: cli
+                    .requests
+                    .iter()
+                    .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
+                    .collect(),
+                ..CliEntry::default()
+            },
+        );
+    }
+    porter_secret_files.sort();
+    Ok(RenderedPorter {
+        registry,
+        secret_files: porter_secret_files,
+        env_from_secrets: porter_env_from_secrets.into_iter().collect(),
+    })
+}
