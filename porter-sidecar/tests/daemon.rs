@@ -626,9 +626,13 @@ fn control_socket_tokens_work_for_one_command_and_are_refused_after_revoke() {
 
 #[test]
 fn the_registry_is_reloaded_when_the_file_changes() {
-    let daemon = Daemon::start(|_, registry| {
-        registry.clis.insert("cat".into(), cli("/bin/cat"));
-    });
+    let address = free_loopback_address();
+    let daemon = Daemon::start_with(
+        |_, registry| {
+            registry.clis.insert("cat".into(), cli("/bin/cat"));
+        },
+        &["--metrics-listen", &address],
+    );
     assert_eq!(
         error_of(&daemon.call(request("hello", &[], TOKEN))),
         Some(ErrorCode::UnknownCli)
@@ -657,7 +661,15 @@ fn the_registry_is_reloaded_when_the_file_changes() {
     }
     // A broken file is refused and the last good registry keeps serving.
     std::fs::write(&daemon.registry_path, "{ not json").unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // Wait for the reload to have been refused, as the metrics count it.
+    let started = std::time::Instant::now();
+    while !metrics(&address).contains(r#"porter_reloads_total{file="registry",result="error"} 1"#) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the broken registry was never looked at"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         daemon.call(request("hello", &[], TOKEN)).last(),
         Some(&Frame::Exit { code: 0 })
