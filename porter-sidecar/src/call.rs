@@ -1,8 +1,9 @@
-//! One client connection: handshake, checks (peer, token, CLI, arguments, cwd, rate),
-//! then the child process with its output streamed, stdin forwarded, timeout and
-//! disconnect handled, and one audit line written.
+//! One client connection: handshake, checks (peer, token, CLI, arguments, cwd, rate,
+//! session cap, repository config), then the CLI under its supervisor with its output
+//! streamed, stdin forwarded, timeout and disconnect handled, its home removed, and one
+//! audit line written.
 //!
-//! Spawns and signals only the child it starts (and that child's process group).
+//! Signals only the supervisor it launched, and only until that supervisor is reaped.
 
 use std::{
     os::fd::AsFd,
