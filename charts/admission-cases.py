@@ -75,7 +75,11 @@ def sandbox_job(image: str) -> dict:
                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                                       "limits": {"cpu": "1", "memory": "512Mi"}},
                         "volumeMounts": [
-                            {"name": "agent-workspace", "mountPath": "/agent", "readOnly": True},
+                            # The caller's view: one subPath mount per permitted subtree or file.
+                            {"name": "agent-workspace", "mountPath": "/agent/memory/shared",
+                             "subPath": "memory/shared", "readOnly": True},
+                            {"name": "agent-workspace", "mountPath": "/agent/SOUL.md",
+                             "subPath": "SOUL.md", "readOnly": True},
                             {"name": "agent-workspace", "mountPath": "/run/saint/porter",
                              "subPath": ".saint/run/porter", "readOnly": True},
                             {"name": "agent-workspace", "mountPath": "/run/saint/sandbox",
@@ -160,10 +164,39 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
          lambda job: pod(job)["volumes"].append({"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io"}})),
         ("another bot's workspace claim", "own-workspace",
          lambda job: pod(job)["volumes"][0]["persistentVolumeClaim"].update({"claimName": "other-bot-workspace"})),
-        ("the workspace mounted writable at /agent", "workspace-read-only",
-         lambda job: mount(job, "/agent").pop("readOnly")),
-        ("the workspace mounted with readOnly false", "workspace-read-only",
-         lambda job: mount(job, "/agent").update({"readOnly": False})),
+        ("a view mount writable", "workspace-read-only",
+         lambda job: mount(job, "/agent/memory/shared").pop("readOnly")),
+        ("a view mount with readOnly false", "workspace-read-only",
+         lambda job: mount(job, "/agent/memory/shared").update({"readOnly": False})),
+        ("the whole workspace read-only at /agent (no subPath)", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent", "readOnly": True})),
+        ("the whole workspace through subPath ''", "workspace-view",
+         lambda job: mount(job, "/agent/memory/shared").update({"subPath": ""})),
+        ("the sessions database in the view", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/sessions", "subPath": "sessions", "readOnly": True})),
+        ("the memory index under .saint in the view", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/idx", "subPath": ".saint/memory", "readOnly": True})),
+        ("the usage log in the view", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/usage", "subPath": "logs/usage.jsonl", "readOnly": True})),
+        ("the rendered config in the view", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/config", "subPath": "config", "readOnly": True})),
+        ("runtime state through './sessions'", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/s", "subPath": "./sessions", "readOnly": True})),
+        ("runtime state through 'sessions/'", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/s", "subPath": "sessions/", "readOnly": True})),
+        ("Porter's directory mounted into the view", "workspace-view",
+         lambda job: container(job)["volumeMounts"].append(
+             {"name": "agent-workspace", "mountPath": "/agent/porter", "subPath": ".saint/run/porter", "readOnly": True})),
+        ("a view mount with a subPathExpr", "workspace-view",
+         lambda job: (mount(job, "/agent/SOUL.md").pop("subPath"),
+                      mount(job, "/agent/SOUL.md").update({"subPathExpr": "$(SAINT_SANDBOX_ID)"}))),
         ("Porter's socket directory writable", "workspace-read-only",
          lambda job: mount(job, "/run/saint/porter").pop("readOnly")),
         ("the whole run directory writable at /run/saint (the old layout)", "workspace-read-only",

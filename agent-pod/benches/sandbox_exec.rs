@@ -1,6 +1,9 @@
 //! Benchmark of the local sandbox: the round trip of `exec true` on a warm bubblewrap
 //! sandbox against spawning `sh -c true` directly (the floor), and the cold start of a
-//! sandbox (bubblewrap + runner until its socket answers). Medians from one run.
+//! sandbox (bubblewrap + runner until its socket answers) — each with an employee's
+//! view of a company workspace (computed from the role before every command, as the
+//! `exec` tool does) against the whole workspace mounted as before (every top-level
+//! entry bound, runtime state included). Medians from one run.
 //!
 //! Needs `bwrap` and `saint-sandbox-runner` built next to this bench (`cargo build
 //! --release -p saint-sandbox-runner`), or `SAINT_TEST_BIN_DIR` naming its directory.
@@ -11,11 +14,15 @@ use std::{
 };
 
 use futures::StreamExt;
-use saint_agent::sandbox::{
-    ExecEvent, ExecRequest, Sandbox, ScopeKey,
-    local::{LocalConfig, LocalSandbox},
+use saint_agent::{
+    guard::role_paths::RolePaths,
+    sandbox::{
+        ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
+        local::{LocalConfig, LocalSandbox},
+        view::{self, EntryKind, ViewEntry},
+    },
 };
-use saint_config::SandboxScope;
+use saint_config::{FileAccessConfig, FileGlobs, RoleConfig, SandboxScope};
 
 const WARM_RUNS: usize = 300;
 const COLD_RUNS: usize = 30;
@@ -57,14 +64,95 @@ fn milliseconds(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-async fn exec_true(sandbox: &LocalSandbox, scope: &ScopeKey) {
+fn scope(session: &str, role: &str) -> ScopeKey {
+    ScopeKey::for_caller(
+        SandboxScope::Session,
+        session,
+        &Viewer {
+            role,
+            person: Some("acme-ivo"),
+        },
+    )
+}
+
+/// A company workspace: bootstrap files, shared and per-person memory, data, and the
+/// runtime state a view leaves out.
+fn company_workspace(workspace: &std::path::Path) {
+    let mut files = vec![
+        "SOUL.md".to_string(),
+        "IDENTITY.md".to_string(),
+        "COMPANY.md".to_string(),
+        "sessions/transcripts.sqlite3".to_string(),
+        "logs/usage.jsonl".to_string(),
+        ".saint/memory/index.sqlite".to_string(),
+    ];
+    for index in 0..100 {
+        files.push(format!("memory/shared/topic-{index}.md"));
+        files.push(format!("memory/private/finance-{index}.md"));
+        files.push(format!("data/report-{index}.csv"));
+    }
+    for person in ["acme-ana", "acme-ivo", "acme-marko"] {
+        for index in 0..20 {
+            files.push(format!("memory/users/{person}/note-{index}.md"));
+        }
+    }
+    for file in files {
+        let path = workspace.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "bench\n").unwrap();
+    }
+}
+
+fn employee_rules() -> RolePaths {
+    let mut role: RoleConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    role.files = FileGlobs {
+        read: [
+            "memory/shared/**",
+            "memory/users/<self>/**",
+            "data/**",
+            "SOUL.md",
+            "IDENTITY.md",
+        ]
+        .map(String::from)
+        .to_vec(),
+        write: ["memory/users/<self>/**", "data/**"]
+            .map(String::from)
+            .to_vec(),
+        deny_write: Vec::new(),
+    };
+    RolePaths::new(&role, &FileAccessConfig::default(), "acme-ivo").unwrap()
+}
+
+/// The old mount: all of the workspace, as one bind per top-level entry.
+fn whole_workspace(workspace: &std::path::Path) -> View {
+    let entries = std::fs::read_dir(workspace)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            ViewEntry {
+                path: entry.file_name().to_string_lossy().into_owned(),
+                kind: if entry.file_type().unwrap().is_dir() {
+                    EntryKind::Directory
+                } else {
+                    EntryKind::File
+                },
+            }
+        })
+        .collect();
+    View::from_entries(entries)
+}
+
+async fn exec_true(sandbox: &LocalSandbox, scope: &ScopeKey, view: &View) {
     let request = ExecRequest {
         command: "true".to_string(),
         cwd: "/workspace".to_string(),
         timeout: Duration::from_secs(10),
         ..ExecRequest::default()
     };
-    let mut events = sandbox.exec(scope, request).await.expect("sandbox exec");
+    let mut events = sandbox
+        .exec(scope, view, request)
+        .await
+        .expect("sandbox exec");
     while let Some(event) = events.next().await {
         match event.expect("sandbox event") {
             ExecEvent::Exit(0) => return,
@@ -76,14 +164,55 @@ async fn exec_true(sandbox: &LocalSandbox, scope: &ScopeKey) {
     panic!("stream ended without an exit");
 }
 
+/// Medians of warm `exec true` (view computed before each command when `rules` is
+/// given) and of cold starts, for one kind of mount.
+async fn measure(
+    sandbox: &LocalSandbox,
+    workspace: &std::path::Path,
+    label: &str,
+    rules: Option<&RolePaths>,
+    fixed: &View,
+) -> (Summary, Summary) {
+    let view_now = || match rules {
+        Some(rules) => view::compute(workspace, rules).expect("view"),
+        None => fixed.clone(),
+    };
+    let warm_scope = scope("bench-warm", label);
+    exec_true(sandbox, &warm_scope, &view_now()).await;
+    let mut warm = Vec::with_capacity(WARM_RUNS);
+    for _ in 0..WARM_RUNS {
+        let started = Instant::now();
+        let view = view_now();
+        exec_true(sandbox, &warm_scope, &view).await;
+        warm.push(started.elapsed());
+    }
+    let mut cold = Vec::with_capacity(COLD_RUNS);
+    for run in 0..COLD_RUNS {
+        let scope = scope(&format!("bench-cold-{run}"), label);
+        let started = Instant::now();
+        let view = view_now();
+        drop(sandbox.ensure(&scope, &view).await.expect("cold start"));
+        cold.push(started.elapsed());
+        sandbox.discard(&scope).await.unwrap();
+    }
+    (summarise(warm), summarise(cold))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let base = tempfile::tempdir().unwrap();
     let workspace = base.path().join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::write(workspace.join("SOUL.md"), "bench\n").unwrap();
-    let config = LocalConfig::new(workspace, base.path().join("state"), runner_binary());
+    company_workspace(&workspace);
+    let config = LocalConfig::new(
+        workspace.clone(),
+        base.path().join("state"),
+        runner_binary(),
+    );
     let sandbox = LocalSandbox::new(config).unwrap();
+    let rules = employee_rules();
+    let employee_view = view::compute(&workspace, &rules).unwrap();
+    let whole = whole_workspace(&workspace);
 
     // Direct spawn: the cost of starting `sh -c true` at all, without any sandbox.
     let mut direct = Vec::with_capacity(WARM_RUNS);
@@ -97,46 +226,46 @@ async fn main() {
         assert!(status.success());
         direct.push(started.elapsed());
     }
-
-    // Warm sandbox: one start, then many commands through the runner socket.
-    let warm_scope = ScopeKey::for_session(SandboxScope::Session, "bench-warm");
-    exec_true(&sandbox, &warm_scope).await;
-    let mut warm = Vec::with_capacity(WARM_RUNS);
-    for _ in 0..WARM_RUNS {
-        let started = Instant::now();
-        exec_true(&sandbox, &warm_scope).await;
-        warm.push(started.elapsed());
-    }
-
-    // Cold start: a new scope each time, until the runner answers on its socket.
-    let mut cold = Vec::with_capacity(COLD_RUNS);
-    for run in 0..COLD_RUNS {
-        let scope = ScopeKey::for_session(SandboxScope::Session, &format!("bench-cold-{run}"));
-        let started = Instant::now();
-        drop(sandbox.ensure(&scope).await.expect("cold start"));
-        cold.push(started.elapsed());
-        sandbox.discard(&scope).await.unwrap();
-    }
-
     let direct = summarise(direct);
-    let warm = summarise(warm);
-    let cold = summarise(cold);
-    println!("sandbox exec benchmark ({WARM_RUNS} warm runs, {COLD_RUNS} cold starts)");
+
+    let (whole_warm, whole_cold) = measure(&sandbox, &workspace, "whole", None, &whole).await;
+    let (view_warm, view_cold) = measure(
+        &sandbox,
+        &workspace,
+        "employee",
+        Some(&rules),
+        &employee_view,
+    )
+    .await;
+
     println!(
-        "  direct `sh -c true` spawn (baseline)     median {:7.3} ms   p90 {:7.3} ms",
+        "sandbox exec benchmark ({WARM_RUNS} warm runs, {COLD_RUNS} cold starts each; \
+         employee view = {} mounts {employee_view}, whole workspace = {} mounts)",
+        employee_view.entries().len(),
+        whole.entries().len()
+    );
+    println!(
+        "  direct `sh -c true` spawn (baseline)          median {:7.3} ms   p90 {:7.3} ms",
         milliseconds(direct.median),
         milliseconds(direct.p90)
     );
+    let line = |what: &str, summary: &Summary| {
+        println!(
+            "  {what:<44} median {:7.3} ms   p90 {:7.3} ms   ({:.1}x spawn)",
+            milliseconds(summary.median),
+            milliseconds(summary.p90),
+            summary.median.as_secs_f64() / direct.median.as_secs_f64()
+        )
+    };
+    line("exec `true`, warm, whole workspace (before)", &whole_warm);
+    line("exec `true`, warm, employee view (+ compute)", &view_warm);
+    line("cold start, whole workspace (before)", &whole_cold);
+    line("cold start, employee view", &view_cold);
     println!(
-        "  exec `true`, warm bubblewrap sandbox     median {:7.3} ms   p90 {:7.3} ms   ({:.1}x baseline; target < 20 ms)",
-        milliseconds(warm.median),
-        milliseconds(warm.p90),
-        warm.median.as_secs_f64() / direct.median.as_secs_f64()
-    );
-    println!(
-        "  sandbox cold start (bwrap to runner up)  median {:7.3} ms   p90 {:7.3} ms   ({:.1}x baseline)",
-        milliseconds(cold.median),
-        milliseconds(cold.p90),
-        cold.median.as_secs_f64() / direct.median.as_secs_f64()
+        "  ratios view/whole: warm exec {:.3} (target within 1.10), cold start {:.3}; \
+         cold start with the view {:.1} ms (target < 30 ms)",
+        view_warm.median.as_secs_f64() / whole_warm.median.as_secs_f64(),
+        view_cold.median.as_secs_f64() / whole_cold.median.as_secs_f64(),
+        milliseconds(view_cold.median)
     );
 }

@@ -15,10 +15,12 @@ use std::{
 };
 
 use saint_agent::{
+    guard::role_paths::RolePaths,
     sandbox::{
-        Sandbox, ScopeKey,
+        Sandbox, ScopeKey, View, Viewer,
         local::{LocalConfig, LocalSandbox},
         porter_control::PorterControl,
+        view,
     },
     tools::{
         Caller, Tool, ToolContext, ToolError, ToolOutput,
@@ -141,7 +143,8 @@ fn bot_config(control_socket: &Path) -> BotConfig {
         "model": {"provider": "anthropic", "name": "scripted", "baseUrl": "http://127.0.0.1:9"},
         "defaultRole": "employee",
         "roles": {
-            "employee": {"tools": {"allow": ["exec"]}, "execBlocklist": ["touch *blocked*", "rm -rf *"]},
+            "employee": {"tools": {"allow": ["exec"]}, "execBlocklist": ["touch *blocked*", "rm -rf *"],
+                         "files": {"read": ["SOUL.md", "skills/**"]}},
             "external": {"tools": {"allow": ["exec"]}}
         },
         "sandbox": {"backend": "local", "scope": "session", "idleTimeoutSeconds": 600, "execTimeoutSeconds": 30},
@@ -205,6 +208,27 @@ impl Harness {
             workspace: self.workspace.clone(),
             config: self.config.clone(),
         }
+    }
+
+    /// The sandbox the exec tool picks for Ana (employee) in `session`.
+    fn scope(&self, session: &str) -> ScopeKey {
+        let role = &self.config.roles["employee"];
+        ScopeKey::for_caller(
+            SandboxScope::Session,
+            session,
+            &Viewer::for_caller("employee", role, "acme-ana"),
+        )
+    }
+
+    /// Ana's (employee) view of the workspace now.
+    fn view(&self) -> View {
+        let rules = RolePaths::new(
+            &self.config.roles["employee"],
+            &self.config.file_access,
+            "acme-ana",
+        )
+        .unwrap();
+        view::compute(&self.workspace, &rules).unwrap()
     }
 
     async fn exec(&self, session: &str, command: &str) -> Result<ToolOutput, ToolError> {
@@ -463,7 +487,7 @@ async fn a_blocklisted_command_is_refused_before_anything_runs() {
         .exec("http:ana", "touch /workspace/blocked-marker")
         .await;
     assert!(matches!(refused, Err(ToolError::Denied(_))), "{refused:?}");
-    let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
+    let scope = harness.scope("http:ana");
     // Not even a sandbox was started for the session.
     assert!(!harness.sandbox.paths(&scope).run.exists());
     assert!(harness.sandbox_processes().is_empty());
@@ -526,10 +550,10 @@ async fn without_bubblewrap_exec_fails_closed() {
     };
     assert!(message.contains("sandbox is unavailable"), "{message}");
     assert!(!marker.exists(), "the command ran outside a sandbox");
-    let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
+    let scope = harness.scope("http:ana");
     let error = harness
         .sandbox
-        .ensure(&scope)
+        .ensure(&scope, &harness.view())
         .await
         .err()
         .unwrap()
@@ -552,10 +576,10 @@ async fn a_bubblewrap_that_cannot_start_the_sandbox_fails_closed() {
     .unwrap();
     fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
     let harness = Harness::start_with(|config| config.bwrap = fake.clone());
-    let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
+    let scope = harness.scope("http:ana");
     let error = harness
         .sandbox
-        .ensure(&scope)
+        .ensure(&scope, &harness.view())
         .await
         .err()
         .unwrap()
@@ -623,10 +647,7 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
     let before = fs::metadata(&porter_socket).unwrap().ino();
     // Start another scope's sandbox first, so there is a runner socket to go after.
     harness.run("http:bob", "true").await;
-    let bob_socket = harness
-        .sandbox
-        .paths(&ScopeKey::for_session(SandboxScope::Session, "http:bob"))
-        .socket();
+    let bob_socket = harness.sandbox.paths(&harness.scope("http:bob")).socket();
     assert!(bob_socket.exists());
     let output = harness
         .run(

@@ -21,9 +21,13 @@ use kube::{
     },
     core::{ApiResource, GroupVersionKind},
 };
-use saint_agent::sandbox::{
-    ScopeKey,
-    kubernetes::{JobParameters, build_job},
+use saint_agent::{
+    guard::role_paths::RolePaths,
+    sandbox::{
+        ScopeKey, View, Viewer,
+        kubernetes::{JobParameters, build_job},
+        view,
+    },
 };
 use saint_e2e::{
     Environment,
@@ -655,17 +659,27 @@ spec:
 }
 
 /// A sandbox Job built from the rendered template by the agent's own builder
-/// (`saint_agent::sandbox::kubernetes::build_job`), as the agent would create it.
+/// (`saint_agent::sandbox::kubernetes::build_job`), as the agent would create it, with
+/// `view` at `/agent`.
 fn sandbox_job(
     config: &saint_config::BotConfig,
     template: &Value,
     owner: &OwnerReference,
     suffix: &str,
+    view: &View,
 ) -> Result<Job, Failure> {
-    let scope = ScopeKey::for_session(config.sandbox.scope, "http:e2e-session");
+    let scope = ScopeKey::for_caller(
+        config.sandbox.scope,
+        "http:e2e-session",
+        &Viewer {
+            role: "e2e",
+            person: Some(suffix),
+        },
+    );
     let parameters = JobParameters {
         bot: BOT,
         scope: &scope,
+        view,
         suffix,
         runner_token: "e2e-runner-token",
         clis: &config.porter.clis,
@@ -674,6 +688,198 @@ fn sandbox_job(
         owner: Some(owner),
     };
     build_job(template, &parameters).map_err(Failure::from)
+}
+
+/// A workspace laid out like the example company's: bootstrap files, shared, private,
+/// daily and per-person memory, data, skills and the runtime state.
+fn company_workspace() -> Result<tempfile::TempDir, Failure> {
+    let workspace = tempfile::tempdir()?;
+    let files = [
+        "SOUL.md",
+        "IDENTITY.md",
+        "AGENTS.md",
+        "COMPANY.md",
+        "TOOLS.md",
+        "memory/shared/facts.md",
+        "memory/shared/deep/more.md",
+        "memory/private/finance.md",
+        "memory/daily/2026-11-23.md",
+        "memory/users/ana/secret.md",
+        "memory/users/ivan/notes.md",
+        "memory/users/marko/todo.md",
+        "data/report.csv",
+        "skills/github/SKILL.md",
+        ".saint/memory/index.sqlite",
+        ".saint/run/porter/porter.sock",
+        "sessions/transcripts.sqlite3",
+        "logs/usage.jsonl",
+        "config/bot-config.json",
+    ];
+    for file in files {
+        let path = workspace.path().join(file);
+        std::fs::create_dir_all(path.parent().expect("a parent"))?;
+        std::fs::write(path, file)?;
+    }
+    Ok(workspace)
+}
+
+/// Every file below `root`, workspace-relative.
+fn files_below(root: &std::path::Path, relative: &str, out: &mut BTreeSet<String>) {
+    let path = root.join(relative);
+    if path.is_file() {
+        out.insert(relative.to_owned());
+        return;
+    }
+    for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let child = if relative.is_empty() {
+            name
+        } else {
+            format!("{relative}/{name}")
+        };
+        files_below(root, &child, out);
+    }
+}
+
+fn role_rules(
+    config: &saint_config::BotConfig,
+    role: &str,
+    slug: &str,
+) -> Result<RolePaths, Failure> {
+    let role_config = config
+        .roles
+        .get(role)
+        .ok_or_else(|| Failure::message(format!("the rendered config has no role {role}")))?;
+    RolePaths::new(role_config, &config.file_access, slug)
+        .map_err(|error| Failure::message(error.to_string()))
+}
+
+fn role_view(
+    config: &saint_config::BotConfig,
+    workspace: &std::path::Path,
+    role: &str,
+    slug: &str,
+) -> Result<View, Failure> {
+    let rules = role_rules(config, role, slug)?;
+    view::compute(workspace, &rules).map_err(|error| Failure::message(error.to_string()))
+}
+
+/// For each role of the example company (and a stranger), the Job the agent builds is
+/// admitted, and walking what its workspace mounts show at `/agent` gives exactly the
+/// files that role's `read` tool allows: nothing forbidden visible, nothing permitted
+/// missing, never runtime state.
+#[tokio::test]
+async fn each_roles_sandbox_job_mounts_exactly_what_the_role_may_read() -> TestResult {
+    let scenario = Scenario::start("sandbox-view").await?;
+    scenario.converged().await?;
+    let (_, config) = scenario.bot.rendered_config().await?;
+    let template = config
+        .sandbox
+        .job_template
+        .clone()
+        .ok_or_else(|| Failure::message("the rendered config has no sandbox.jobTemplate"))?;
+    let agent_kubeconfig = service_account::kubeconfig(
+        &scenario.environment,
+        &scenario.admin,
+        &scenario.bot.namespace,
+        &format!("{BOT}-agent"),
+    )
+    .await?;
+    let agent = client_from_kubeconfig(&agent_kubeconfig).await?;
+    let jobs = Api::<Job>::namespaced(agent, &scenario.bot.namespace);
+    let bot_object = scenario.bot.bot().await?;
+    let owner = OwnerReference {
+        api_version: "saint.work/v1alpha1".to_owned(),
+        kind: "SaintBot".to_owned(),
+        name: BOT.to_owned(),
+        uid: bot_object.metadata.uid.clone().unwrap_or_default(),
+        ..OwnerReference::default()
+    };
+    let workspace = company_workspace()?;
+    let mut all_files = BTreeSet::new();
+    files_below(workspace.path(), "", &mut all_files);
+
+    let mut callers: Vec<(String, String)> = config
+        .contacts
+        .iter()
+        .map(|contact| (contact.role.clone(), contact.slug.to_string()))
+        .collect();
+    callers.push((config.default_role.clone(), "stranger".to_owned()));
+    let roles: BTreeSet<&str> = callers.iter().map(|(role, _)| role.as_str()).collect();
+    for expected in ["owner", "manager", "employee", "external"] {
+        if !roles.contains(expected) {
+            return Err(Failure::message(format!(
+                "the example company has no caller with role {expected}: {callers:?}"
+            )));
+        }
+    }
+    let mut problems = Vec::new();
+    for (index, (role, slug)) in callers.iter().enumerate() {
+        let rules = role_rules(&config, role, slug)?;
+        let caller_view = role_view(&config, workspace.path(), role, slug)?;
+        let job = sandbox_job(
+            &config,
+            &template,
+            &owner,
+            &format!("view{index}"),
+            &caller_view,
+        )?;
+        // What the mounts show: each workspace mount at /agent/<p> with subPath <p>.
+        let mut visible = BTreeSet::new();
+        let pod = job
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.template.spec.as_ref())
+            .ok_or_else(|| Failure::message("the built Job has no pod spec"))?;
+        for mount in pod
+            .containers
+            .iter()
+            .flat_map(|container| container.volume_mounts.iter().flatten())
+            .filter(|mount| mount.name == "agent-workspace")
+        {
+            let sub_path = mount.sub_path.clone().unwrap_or_default();
+            if let Some(inside) = mount.mount_path.strip_prefix("/agent/") {
+                if inside != sub_path || mount.read_only != Some(true) {
+                    problems.push(format!("{role}/{slug}: odd view mount {mount:?}"));
+                }
+                files_below(workspace.path(), &sub_path, &mut visible);
+            } else if mount.mount_path == "/agent" {
+                problems.push(format!(
+                    "{role}/{slug}: a mount at /agent itself: {mount:?}"
+                ));
+            }
+        }
+        let readable: BTreeSet<String> = all_files
+            .iter()
+            .filter(|file| rules.check_read(file).is_ok())
+            .cloned()
+            .collect();
+        let shown_not_readable: Vec<_> = visible.difference(&readable).collect();
+        let readable_not_shown: Vec<_> = readable.difference(&visible).collect();
+        if !shown_not_readable.is_empty() || !readable_not_shown.is_empty() {
+            problems.push(format!(
+                "{role}/{slug}: shown but refused by read: {shown_not_readable:?}; \
+                 readable but not shown: {readable_not_shown:?}"
+            ));
+        }
+        for private in [".saint/", "sessions/", "logs/", "config/"] {
+            if visible.iter().any(|file| file.starts_with(private)) {
+                problems.push(format!("{role}/{slug}: runtime state {private} is visible"));
+            }
+        }
+        println!(
+            "{role}/{slug}: /agent shows {caller_view} ({} files)",
+            visible.len()
+        );
+        if let Err(error) = jobs.create(&PostParams::default(), &job).await {
+            problems.push(format!(
+                "{role}/{slug}: the Job with the caller's view was refused: {}",
+                saint_e2e::api_message(&error)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    scenario.finish().await
 }
 
 #[tokio::test]
@@ -708,7 +914,19 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
         uid: bot_object.metadata.uid.clone().unwrap_or_default(),
         ..OwnerReference::default()
     };
-    let job = sandbox_job(&config, &template, &owner, "e2eok")?;
+    let workspace = company_workspace()?;
+    let employee = config
+        .contacts
+        .iter()
+        .find(|contact| contact.role == "employee")
+        .ok_or_else(|| Failure::message("the example company has no employee"))?;
+    let employee_view = role_view(
+        &config,
+        workspace.path(),
+        &employee.role,
+        &employee.slug.to_string(),
+    )?;
+    let job = sandbox_job(&config, &template, &owner, "e2eok", &employee_view)?;
     let job_name = job.metadata.name.clone().unwrap_or_default();
     jobs.create(&PostParams::default(), &job)
         .await
@@ -748,19 +966,59 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
     .await?;
 
     // One deviation each: refused by the admission policy, in its own words.
-    let mut with_secret =
-        serde_json::to_value(sandbox_job(&config, &template, &owner, "e2esecret")?)?;
+    let mut with_secret = serde_json::to_value(sandbox_job(
+        &config,
+        &template,
+        &owner,
+        "e2esecret",
+        &employee_view,
+    )?)?;
     let volumes = with_secret["spec"]["template"]["spec"]["volumes"]
         .as_array_mut()
         .ok_or_else(|| Failure::message("the sandbox template has no volumes list"))?;
     volumes.push(json!({"name": "stolen", "secret": {"secretName": "acme-assistant-llm"}}));
-    let mut with_image =
-        serde_json::to_value(sandbox_job(&config, &template, &owner, "e2eimage")?)?;
+    let mut with_image = serde_json::to_value(sandbox_job(
+        &config,
+        &template,
+        &owner,
+        "e2eimage",
+        &employee_view,
+    )?)?;
     with_image["spec"]["template"]["spec"]["containers"][0]["image"] =
         json!("docker.io/library/busybox:latest");
+    // The old layout: the whole workspace, read-only, at /agent.
+    let mut whole = serde_json::to_value(sandbox_job(
+        &config,
+        &template,
+        &owner,
+        "e2ewhole",
+        &employee_view,
+    )?)?;
+    whole["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .ok_or_else(|| Failure::message("the sandbox container has no volumeMounts"))?
+        .push(json!({"name": "agent-workspace", "mountPath": "/agent", "readOnly": true}));
+    // A view mount of runtime state: the sessions database.
+    let mut sessions = serde_json::to_value(sandbox_job(
+        &config,
+        &template,
+        &owner,
+        "e2esessions",
+        &employee_view,
+    )?)?;
+    sessions["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .ok_or_else(|| Failure::message("the sandbox container has no volumeMounts"))?
+        .push(json!({"name": "agent-workspace", "mountPath": "/agent/sessions", "subPath": "sessions", "readOnly": true}));
     let deviations = [
         ("a Secret volume", with_secret, "no-secret-volumes"),
         ("another image", with_image, "sandbox-image"),
+        ("the whole workspace at /agent", whole, "workspace-view"),
+        (
+            "the sessions directory at /agent/sessions",
+            sessions,
+            "workspace-view",
+        ),
     ];
     let mut problems = Vec::new();
     for (what, job, rule) in deviations {

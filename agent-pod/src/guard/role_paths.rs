@@ -54,6 +54,20 @@ pub struct RolePaths {
     owner_files: GlobSet,
     self_writable: GlobSet,
     internal: bool,
+    /// The same rules as pattern text (`<self>` substituted), for subtree decisions.
+    patterns: RolePatterns,
+}
+
+/// The pattern text behind a [`RolePaths`], after `<self>` substitution.
+#[derive(Clone, Debug, Default)]
+struct RolePatterns {
+    platform_private: Vec<String>,
+    read: Vec<String>,
+    write: Vec<String>,
+    /// Patterns that can take away what `write` grants: deny-write, platform-protected
+    /// and owner files.
+    write_exceptions: Vec<String>,
+    self_writable: Vec<String>,
 }
 
 impl RolePaths {
@@ -68,7 +82,24 @@ impl RolePaths {
             .iter()
             .map(|glob| glob.to_string())
             .collect();
+        let patterns = RolePatterns {
+            platform_private: substitute(&platform_private, slug),
+            read: substitute(&role.files.read, slug),
+            write: substitute(&role.files.write, slug),
+            write_exceptions: [
+                substitute(&role.files.deny_write, slug),
+                substitute(&access.platform_protected, slug),
+                substitute(&access.owner_files, slug),
+            ]
+            .concat(),
+            self_writable: if role.external {
+                Vec::new()
+            } else {
+                substitute(&self_dir, slug)
+            },
+        };
         Ok(Self {
+            patterns,
             platform_private: compile(&platform_private, slug)?,
             read: compile(&role.files.read, slug)?,
             write: compile(&role.files.write, slug)?,
@@ -121,21 +152,136 @@ impl RolePaths {
         }
         Err(RolePathError::WriteDenied { path: shown() })
     }
+
+    /// Whether the rules name the asker's slug anywhere (`<self>` in a glob, or the
+    /// asker's own writable directory of an internal role): then what the asker may
+    /// read differs from what another person of the same role may read.
+    pub fn depends_on_asker(role: &RoleConfig) -> bool {
+        !role.external
+            || [&role.files.read, &role.files.write, &role.files.deny_write]
+                .iter()
+                .any(|globs| globs.iter().any(|glob| glob.contains(SELF_PLACEHOLDER)))
+    }
+
+    /// Whether every path strictly below directory `directory` (workspace-relative,
+    /// `""` for the root) is readable, whatever files appear there later. Decided on
+    /// the pattern text alone, conservatively: `true` only when a recursive read glob
+    /// (`dir/**`, `dir/*`) covers it — or a recursive write glob that no deny-write,
+    /// protected or owner-file pattern touches — and no runtime-state pattern reaches
+    /// into it. `false` says nothing; callers then look at each entry.
+    pub fn covers_subtree(&self, directory: &str) -> bool {
+        let patterns = &self.patterns;
+        if patterns
+            .platform_private
+            .iter()
+            .any(|pattern| reaches_into(pattern, directory))
+        {
+            return false;
+        }
+        let covered_by = |globs: &[String]| {
+            globs.iter().any(|pattern| {
+                recursive_root(pattern).is_some_and(|root| is_within(directory, root))
+            })
+        };
+        if covered_by(&patterns.read) {
+            return true;
+        }
+        let writable = covered_by(&patterns.write) || covered_by(&patterns.self_writable);
+        writable
+            && !patterns
+                .write_exceptions
+                .iter()
+                .any(|pattern| reaches_into(pattern, directory))
+    }
+
+    /// Whether no path below `directory` can be readable: a runtime-state pattern covers
+    /// it whole, or no read or write pattern can match anything below it. Lets a walk
+    /// of the workspace skip whole subtrees.
+    pub fn excludes_subtree(&self, directory: &str) -> bool {
+        let patterns = &self.patterns;
+        let private = patterns
+            .platform_private
+            .iter()
+            .any(|pattern| recursive_root(pattern).is_some_and(|root| is_within(directory, root)));
+        private
+            || ![&patterns.read, &patterns.write, &patterns.self_writable]
+                .iter()
+                .any(|globs| globs.iter().any(|pattern| reaches_into(pattern, directory)))
+    }
 }
 
-/// Compiles globs, substituting `<self>`; globs naming `<self>` are dropped when the slug
-/// is not a safe path component.
+/// The directory a recursive pattern covers whole (`memory/shared` for
+/// `memory/shared/**` or `memory/shared/*`, `""` for `**`), or `None` when the pattern
+/// is anything else. `*` matches `/` in these globs, so a trailing `*` is recursive too.
+fn recursive_root(pattern: &str) -> Option<&str> {
+    let mut root = pattern;
+    loop {
+        if root == "**" || root == "*" {
+            return Some("");
+        }
+        match root.strip_suffix("/**").or_else(|| root.strip_suffix("/*")) {
+            Some(shorter) => root = shorter,
+            None => break,
+        }
+    }
+    (root != pattern && literal_prefix(root) == root && !root.is_empty()).then_some(root)
+}
+
+/// The part of a pattern before its first glob metacharacter.
+fn literal_prefix(pattern: &str) -> &str {
+    let end = pattern
+        .find(['*', '?', '[', ']', '{', '}', '\\', '!'])
+        .unwrap_or(pattern.len());
+    &pattern[..end]
+}
+
+/// Whether `path` is `directory` or below it (`""` is the root).
+fn is_within(path: &str, directory: &str) -> bool {
+    directory.is_empty()
+        || path == directory
+        || path
+            .strip_prefix(directory)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether `pattern` could match some path strictly below `directory` (conservative:
+/// true whenever its literal prefix and the directory overlap).
+fn reaches_into(pattern: &str, directory: &str) -> bool {
+    if directory.is_empty() {
+        return true;
+    }
+    let prefix = literal_prefix(pattern);
+    let below = format!("{directory}/");
+    if prefix.len() == pattern.len() {
+        // A literal pattern matches exactly one path.
+        return pattern.starts_with(&below);
+    }
+    prefix.starts_with(&below) || below.starts_with(prefix)
+}
+
+/// Globs with `<self>` substituted; globs naming `<self>` are dropped when the slug is
+/// not a safe path component.
+fn substitute(globs: &[String], slug: &str) -> Vec<String> {
+    globs
+        .iter()
+        .filter_map(|pattern| {
+            if !pattern.contains(SELF_PLACEHOLDER) {
+                return Some(pattern.trim_start_matches("./").to_string());
+            }
+            is_safe_component(slug).then(|| {
+                pattern
+                    .replace(SELF_PLACEHOLDER, &escape_glob(slug))
+                    .trim_start_matches("./")
+                    .to_string()
+            })
+        })
+        .collect()
+}
+
+/// Compiles globs, substituting `<self>` (see [`substitute`]).
 fn compile(globs: &[String], slug: &str) -> Result<GlobSet, RolePathError> {
     let mut builder = GlobSetBuilder::new();
-    for pattern in globs {
-        let pattern = if pattern.contains(SELF_PLACEHOLDER) {
-            if !is_safe_component(slug) {
-                continue;
-            }
-            pattern.replace(SELF_PLACEHOLDER, &escape_glob(slug))
-        } else {
-            pattern.clone()
-        };
+    for pattern in substitute(globs, slug) {
         builder.add(glob(&pattern)?);
     }
     builder.build().map_err(|error| RolePathError::BadGlob {

@@ -4,6 +4,10 @@
 //! the owner reference and the runner's settings; policy stays with the operator and
 //! the admission policy.
 //!
+//! `/agent` shows only the caller's view: the template's placeholder mount there is
+//! replaced by one read-only `subPath` mount per subtree or file of the view, and a
+//! template that mounts the workspace volume anywhere without a `subPath` is refused.
+//!
 //! The agent reaches the runner through its socket on the bot's shared volume
 //! (`/run/saint/sandboxes/<job>/runner.sock`), so it needs no `pods/exec`. Inside the
 //! sandbox only that Job's own directory is writable (`/run/saint/sandbox`); a template
@@ -19,6 +23,7 @@ use std::{
 };
 
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::VolumeMount;
 use k8s_openapi::{
     api::{
         batch::v1::Job,
@@ -32,9 +37,10 @@ use kube::{
 };
 use saint_config::{
     SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
+    SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
 };
 
-use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, random_token};
+use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, View, random_token};
 
 /// Where the sandbox's own runner directory is mounted; the template's `subPath` there
 /// is [`SANDBOX_RUN_SUBPATH_PLACEHOLDER`], which the agent replaces per Job.
@@ -50,6 +56,8 @@ pub struct JobParameters<'a> {
     pub bot: &'a str,
     /// The scope this sandbox serves.
     pub scope: &'a ScopeKey,
+    /// What `/agent` shows.
+    pub view: &'a View,
     /// Random suffix, so a restarted agent never collides with a leftover Job.
     pub suffix: &'a str,
     /// The token the runner requires.
@@ -90,6 +98,17 @@ pub enum JobBuildError {
          {mount_path}; only {PER_SANDBOX_MOUNT} may be writable"
     )]
     WritableWorkspace { mount_path: String },
+    #[error(
+        "failed to build sandbox job: jobTemplate has no volume mount at \
+         {SANDBOX_VIEW_MOUNT_PATH} with subPath {SANDBOX_VIEW_SUBPATH_PLACEHOLDER} (the place \
+         for the caller's view of the workspace)"
+    )]
+    NoViewPlaceholder,
+    #[error(
+        "failed to build sandbox job: jobTemplate mounts the whole workspace volume at \
+         {mount_path} (no subPath); a sandbox may see only the caller's view"
+    )]
+    WholeWorkspace { mount_path: String },
 }
 
 impl From<JobBuildError> for SandboxError {
@@ -242,6 +261,7 @@ pub fn build_job(
     per_sandbox_mount.sub_path_expr = None;
     per_sandbox_mount.read_only = None;
     let own_directory = per_sandbox_mount.sub_path.clone();
+    replace_view_placeholder(container, parameters.view)?;
     let socket = format!("{PER_SANDBOX_MOUNT}/runner.sock");
     let env = container.env.get_or_insert_with(Vec::new);
     set_env(env, "SAINT_RUNNER_SOCKET", socket);
@@ -273,7 +293,48 @@ pub fn build_job(
             mount_path: mount.mount_path.clone(),
         });
     }
+    let whole = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .flat_map(|container| container.volume_mounts.iter().flatten())
+        .find(|mount| {
+            claim_volumes.contains(&mount.name)
+                && mount.sub_path.as_deref().unwrap_or("").is_empty()
+                && mount.sub_path_expr.is_none()
+        });
+    if let Some(mount) = whole {
+        return Err(JobBuildError::WholeWorkspace {
+            mount_path: mount.mount_path.clone(),
+        });
+    }
     Ok(job)
+}
+
+/// Replaces the template's `/agent` placeholder mount with one read-only mount per
+/// entry of the view, on the same volume.
+fn replace_view_placeholder(
+    container: &mut k8s_openapi::api::core::v1::Container,
+    view: &View,
+) -> Result<(), JobBuildError> {
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    let index = mounts
+        .iter()
+        .position(|mount| {
+            mount.mount_path == SANDBOX_VIEW_MOUNT_PATH
+                && mount.sub_path.as_deref() == Some(SANDBOX_VIEW_SUBPATH_PLACEHOLDER)
+        })
+        .ok_or(JobBuildError::NoViewPlaceholder)?;
+    let placeholder = mounts.remove(index);
+    let view_mounts = view.entries().iter().map(|entry| VolumeMount {
+        name: placeholder.name.clone(),
+        mount_path: format!("{SANDBOX_VIEW_MOUNT_PATH}/{}", entry.path),
+        sub_path: Some(entry.path.clone()),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+    mounts.splice(index..index, view_mounts);
+    Ok(())
 }
 
 /// Settings of the Kubernetes backend.
@@ -304,6 +365,8 @@ struct RunningJob {
     socket: PathBuf,
     token: String,
     activity: Arc<Activity>,
+    /// What its `/agent` shows.
+    view: View,
 }
 
 /// Sandbox Jobs in the bot's namespace.
@@ -423,13 +486,14 @@ impl KubernetesSandbox {
         }
     }
 
-    async fn start(&self, scope: &ScopeKey) -> Result<RunningJob, SandboxError> {
+    async fn start(&self, scope: &ScopeKey, view: &View) -> Result<RunningJob, SandboxError> {
         let template = self.config.template.clone();
         let token = random_token()?;
         let suffix = &random_token()?[..6];
         let parameters = JobParameters {
             bot: &self.config.bot,
             scope,
+            view,
             suffix,
             runner_token: &token,
             clis: &self.config.clis,
@@ -454,6 +518,7 @@ impl KubernetesSandbox {
                     socket,
                     token,
                     activity: Activity::new(),
+                    view: view.clone(),
                 });
             }
             if started.elapsed() >= self.config.start_timeout {
@@ -473,20 +538,31 @@ impl Sandbox for KubernetesSandbox {
     fn ensure<'a>(
         &'a self,
         scope: &'a ScopeKey,
+        view: &'a View,
     ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
         Box::pin(async move {
             let slot = self.slots.slot(scope);
             let mut guard = slot.lock().await;
-            // A Job whose runner socket vanished (pod gone) is replaced.
-            if let Some(running) = guard.as_ref()
-                && !running.socket.exists()
-            {
-                let dead = guard.take().expect("checked above");
-                tracing::warn!(job = dead.name, "sandbox runner gone; replacing the job");
-                self.delete(&dead.name).await?;
+            // A Job whose runner socket vanished (pod gone) is replaced, and so is one
+            // whose mounts no longer match the caller's view (a pod's mounts are fixed).
+            if let Some(running) = guard.as_ref() {
+                let gone = !running.socket.exists();
+                if gone || running.view != *view {
+                    let old = guard.take().expect("checked above");
+                    if gone {
+                        tracing::warn!(job = old.name, "sandbox runner gone; replacing the job");
+                    } else {
+                        tracing::info!(
+                            job = old.name,
+                            view = %view.digest(),
+                            "the caller's view changed; replacing the sandbox job"
+                        );
+                    }
+                    self.delete(&old.name).await?;
+                }
             }
             if guard.is_none() {
-                *guard = Some(self.start(scope).await?);
+                *guard = Some(self.start(scope, view).await?);
             }
             let running = guard.as_ref().expect("just ensured");
             Ok(SandboxHandle {
@@ -565,7 +641,7 @@ mod tests {
                             "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
                             "env": [{"name": "SAINT_RUNNER_TOKEN", "value": "from-template"}],
                             "volumeMounts": [
-                                {"name": "workspace", "mountPath": "/agent", "readOnly": true},
+                                {"name": "workspace", "mountPath": "/agent", "subPath": SANDBOX_VIEW_SUBPATH_PLACEHOLDER, "readOnly": true},
                                 {"name": "workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
                                 {"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
                                 {"name": "scratch", "mountPath": "/workspace"}
@@ -581,6 +657,81 @@ mod tests {
         })
     }
 
+    static NO_VIEW: View = View::empty();
+
+    fn test_scope(scope: SandboxScope, session: &str) -> ScopeKey {
+        ScopeKey::for_caller(
+            scope,
+            session,
+            &super::super::Viewer {
+                role: "employee",
+                person: Some("acme-ana"),
+            },
+        )
+    }
+
+    #[test]
+    fn the_view_replaces_the_placeholder_and_a_whole_workspace_mount_is_refused() {
+        use super::super::view::{EntryKind, ViewEntry};
+        let scope = test_scope(SandboxScope::Agent, "any");
+        let view = View::from_entries(vec![
+            ViewEntry {
+                path: "memory/users/acme-ana".into(),
+                kind: EntryKind::Directory,
+            },
+            ViewEntry {
+                path: "SOUL.md".into(),
+                kind: EntryKind::File,
+            },
+        ]);
+        let job = build_job(
+            &template(),
+            &JobParameters {
+                view: &view,
+                ..parameters(&scope, &[], &[])
+            },
+        )
+        .unwrap();
+        let value = serde_json::to_value(&job).unwrap();
+        let mounts = &value["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+        assert_eq!(
+            mounts.as_array().unwrap()[..2],
+            [
+                json!({"name": "workspace", "mountPath": "/agent/SOUL.md", "subPath": "SOUL.md", "readOnly": true}),
+                json!({"name": "workspace", "mountPath": "/agent/memory/users/acme-ana", "subPath": "memory/users/acme-ana", "readOnly": true}),
+            ]
+        );
+        assert!(
+            !mounts
+                .to_string()
+                .contains(SANDBOX_VIEW_SUBPATH_PLACEHOLDER),
+            "{mounts}"
+        );
+        // An empty view: no workspace mount at /agent at all.
+        let job = build_job(&template(), &parameters(&scope, &[], &[])).unwrap();
+        let value = serde_json::to_value(&job).unwrap();
+        let mounts = value["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].to_string();
+        assert!(!mounts.contains("\"/agent"), "{mounts}");
+
+        let mut whole = template();
+        whole["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0] =
+            json!({"name": "workspace", "mountPath": "/agent", "readOnly": true});
+        assert!(matches!(
+            build_job(&whole, &parameters(&scope, &[], &[])),
+            Err(JobBuildError::NoViewPlaceholder)
+        ));
+        let mut extra = template();
+        extra["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "workspace", "mountPath": "/everything", "readOnly": true}));
+        let refused = build_job(&extra, &parameters(&scope, &[], &[])).unwrap_err();
+        assert!(
+            matches!(&refused, JobBuildError::WholeWorkspace { mount_path } if mount_path == "/everything"),
+            "{refused}"
+        );
+    }
+
     fn parameters<'a>(
         scope: &'a ScopeKey,
         clis: &'a [String],
@@ -589,6 +740,7 @@ mod tests {
         JobParameters {
             bot: "my-bot",
             scope,
+            view: &NO_VIEW,
             suffix: "a1b2c3",
             runner_token: "runner-token-1",
             clis,
@@ -600,7 +752,7 @@ mod tests {
 
     #[test]
     fn job_fills_name_labels_runner_settings_and_keeps_the_operators_policy() {
-        let scope = ScopeKey::for_session(SandboxScope::Session, "http:acme-ana");
+        let scope = test_scope(SandboxScope::Session, "http:acme-ana");
         let clis = vec!["gh".to_string(), "jira".to_string()];
         let seed = vec!["SOUL.md".to_string(), "skills".to_string()];
         let job = build_job(&template(), &parameters(&scope, &clis, &seed)).unwrap();
@@ -663,8 +815,9 @@ mod tests {
                 {"name": "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", "value": "3600"},
             ])
         );
+        // The empty view's placeholder is gone, so the runner directory moved up one.
         assert_eq!(
-            container["volumeMounts"][2],
+            container["volumeMounts"][1],
             json!({"name": "workspace", "mountPath": "/run/saint/sandbox", "subPath": format!(".saint/run/sandboxes/{name}")})
         );
         assert_eq!(
@@ -675,7 +828,7 @@ mod tests {
 
     #[test]
     fn owner_reference_comes_from_the_parameters_or_the_job_is_refused() {
-        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let scope = test_scope(SandboxScope::Agent, "any");
         let mut template = template();
         template["metadata"]
             .as_object_mut()
@@ -699,12 +852,16 @@ mod tests {
             ..owner
         };
         assert_eq!(job.metadata.owner_references.unwrap(), vec![expected]);
-        assert_eq!(job.metadata.name.unwrap(), "my-bot-sbx-agent-a1b2c3");
+        assert_eq!(
+            job.metadata.name.unwrap(),
+            format!("my-bot-sbx-{}-a1b2c3", scope.id())
+        );
+        assert!(scope.id().starts_with("a-"), "{}", scope.id());
     }
 
     #[test]
     fn a_template_without_the_per_sandbox_directory_placeholder_is_refused() {
-        let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
+        let scope = test_scope(SandboxScope::Shared, "any");
         // The whole run directory writable at /run/saint (the layout before the fix):
         // a command could replace Porter's socket and listen in the middle.
         let mut shared = template();
@@ -726,7 +883,7 @@ mod tests {
 
     #[test]
     fn a_template_with_another_writable_workspace_mount_is_refused() {
-        let scope = ScopeKey::for_session(SandboxScope::Shared, "any");
+        let scope = test_scope(SandboxScope::Shared, "any");
         let mut porter_writable = template();
         porter_writable["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][1]
             .as_object_mut()
@@ -759,7 +916,7 @@ mod tests {
         .unwrap();
         let template = &config["sandbox"]["jobTemplate"];
         assert!(template_has_owner(template));
-        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let scope = test_scope(SandboxScope::Agent, "any");
         let job = build_job(template, &parameters(&scope, &[], &[])).unwrap();
         let owners = job.metadata.owner_references.clone().unwrap();
         assert_eq!(owners.len(), 1);
@@ -793,7 +950,7 @@ mod tests {
 
     #[test]
     fn long_bot_names_are_cut_to_a_valid_job_name() {
-        let scope = ScopeKey::for_session(SandboxScope::Session, "http:x");
+        let scope = test_scope(SandboxScope::Session, "http:x");
         let name = job_name(&"b".repeat(80), &scope, "a1b2c3");
         assert_eq!(name.len(), 63);
         assert!(name.ends_with(&format!("-sbx-{}-a1b2c3", scope.id())));
@@ -801,7 +958,7 @@ mod tests {
 
     #[test]
     fn a_template_that_is_not_a_job_is_refused() {
-        let scope = ScopeKey::for_session(SandboxScope::Agent, "any");
+        let scope = test_scope(SandboxScope::Agent, "any");
         let refused = build_job(&json!({"spec": "nonsense"}), &parameters(&scope, &[], &[]));
         assert!(matches!(refused, Err(JobBuildError::Template(_))));
         let mut no_pod = template();

@@ -1,7 +1,9 @@
 //! The local backend: one `saint-sandbox-runner` per scope under bubblewrap — new
 //! user, PID, network (no interfaces), IPC, UTS and cgroup namespaces, no
-//! capabilities, a cleared environment, read-only system directories, the real
-//! workspace read-only at `/agent`, a per-scope scratch directory at `/workspace`.
+//! capabilities, a seccomp filter like the container runtime's default, a cleared
+//! environment, read-only system directories, the caller's view of the workspace
+//! read-only at `/agent` (see [`super::view`]), a per-scope scratch directory at
+//! `/workspace`.
 //!
 //! Creates and deletes only below its state directory, which must lie outside the
 //! workspace (else every sandbox could read every other scope's scratch via `/agent`).
@@ -21,7 +23,9 @@ use std::{
 use futures::future::BoxFuture;
 use tokio::process::{Child, Command};
 
-use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, random_token};
+use super::{
+    Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, View, random_token, seccomp,
+};
 
 /// Where things appear inside the sandbox.
 pub const SANDBOX_RUNNER: &str = "/opt/saint/bin/saint-sandbox-runner";
@@ -61,7 +65,7 @@ pub struct LocalConfig {
     pub proxy: Option<PathBuf>,
     /// CLI names to shim through Porter.
     pub clis: Vec<String>,
-    /// The real workspace (read-only at `/agent`).
+    /// The real workspace (the caller's view of it read-only at `/agent`).
     pub workspace: PathBuf,
     /// Scratch copies and runner sockets, one directory per scope; outside `workspace`.
     pub state_directory: PathBuf,
@@ -189,11 +193,15 @@ fn push_bind(arguments: &mut Vec<OsString>, flag: &str, source: &Path, destinati
     arguments.push(destination.into());
 }
 
-/// The complete bubblewrap command line for one scope (pure).
+/// The complete bubblewrap command line for one scope (pure): `view` decides what
+/// `/agent` shows; `seccomp_fds` are the descriptors bubblewrap inherits holding the
+/// seccomp programs (see [`seccomp::programs`]).
 pub fn bwrap_arguments(
     config: &LocalConfig,
     paths: &ScopePaths,
     host: &HostLayout,
+    view: &View,
+    seccomp_fds: &[i32],
 ) -> Vec<OsString> {
     let mut arguments = Vec::new();
     // Namespaces: all of them (network with only a downed loopback, PID, IPC, UTS,
@@ -217,6 +225,9 @@ pub fn bwrap_arguments(
             "ALL",
         ],
     );
+    for fd in seccomp_fds {
+        push(&mut arguments, &["--add-seccomp-fd", &fd.to_string()]);
+    }
     push_bind(&mut arguments, "--ro-bind", Path::new("/usr"), "/usr");
     for (directory, link) in &host.system_directories {
         match link {
@@ -244,7 +255,18 @@ pub fn bwrap_arguments(
         &mut arguments,
         &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
     );
-    push_bind(&mut arguments, "--ro-bind", &config.workspace, "/agent");
+    // `/agent` is an empty read-only directory with the view's subtrees and files bound
+    // into it: nothing else of the workspace exists in the sandbox's mount namespace.
+    push(&mut arguments, &["--perms", "0555", "--tmpfs", "/agent"]);
+    for (entry, source) in view.sources(&config.workspace) {
+        push_bind(
+            &mut arguments,
+            "--ro-bind",
+            &source,
+            &format!("/agent/{}", entry.path),
+        );
+    }
+    push(&mut arguments, &["--remount-ro", "/agent"]);
     push_bind(&mut arguments, "--bind", &paths.scratch, "/workspace");
     // Porter's directory is read-only: a command must not replace Porter's socket
     // with its own listener and collect other sandboxes' calls.
@@ -313,6 +335,8 @@ struct Running {
     socket: PathBuf,
     token: String,
     activity: Arc<Activity>,
+    /// What its `/agent` shows.
+    view: View,
 }
 
 impl Running {
@@ -333,6 +357,8 @@ pub struct LocalSandbox {
     config: LocalConfig,
     host: HostLayout,
     slots: Slots<Running>,
+    /// Files holding the seccomp programs, opened afresh for each bubblewrap.
+    seccomp_programs: Vec<PathBuf>,
 }
 
 impl LocalSandbox {
@@ -363,6 +389,7 @@ impl LocalSandbox {
                 state.display()
             )));
         }
+        let seccomp_programs = write_seccomp_programs(&state)?;
         let config = LocalConfig {
             state_directory: state,
             workspace,
@@ -372,6 +399,7 @@ impl LocalSandbox {
             config,
             host: HostLayout::probe(),
             slots: Slots::default(),
+            seccomp_programs,
         })
     }
 
@@ -402,7 +430,7 @@ impl LocalSandbox {
         fs::set_permissions(&token_path, fs::Permissions::from_mode(0o600))
     }
 
-    async fn start(&self, scope: &ScopeKey) -> Result<Running, SandboxError> {
+    async fn start(&self, scope: &ScopeKey, view: &View) -> Result<Running, SandboxError> {
         let paths = self.paths(scope);
         let token = random_token()?;
         self.prepare(&paths, &token).map_err(|error| {
@@ -417,9 +445,26 @@ impl LocalSandbox {
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| SandboxError::Start(format!("failed to open sandbox log: {error}")))?;
+        // bubblewrap reads each program from a descriptor it inherits; they are opened
+        // without close-on-exec and closed here once bubblewrap has started.
+        let seccomp_files = self
+            .seccomp_programs
+            .iter()
+            .map(|path| inheritable(path))
+            .collect::<Result<Vec<_>, _>>()?;
+        let seccomp_fds: Vec<i32> = seccomp_files
+            .iter()
+            .map(std::os::fd::AsRawFd::as_raw_fd)
+            .collect();
         let mut command = Command::new(&self.config.bwrap);
         command
-            .args(bwrap_arguments(&self.config, &paths, &self.host))
+            .args(bwrap_arguments(
+                &self.config,
+                &paths,
+                &self.host,
+                view,
+                &seccomp_fds,
+            ))
             // bubblewrap gets nothing from the agent's environment either.
             .env_clear()
             .stdin(Stdio::null())
@@ -435,11 +480,13 @@ impl LocalSandbox {
                 self.config.bwrap.display()
             ))
         })?;
+        drop(seccomp_files);
         let mut running = Running {
             child,
             socket: paths.socket(),
             token,
             activity: Activity::new(),
+            view: view.clone(),
         };
         let started = Instant::now();
         loop {
@@ -471,28 +518,77 @@ impl LocalSandbox {
     }
 }
 
+/// Writes the seccomp programs below the state directory (rewritten at every start, so
+/// an upgraded agent never loads an old filter).
+fn write_seccomp_programs(state: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    let programs = seccomp::programs().map_err(|error| SandboxError::Start(error.to_string()))?;
+    let directory = state.join("seccomp");
+    let write = || -> io::Result<Vec<PathBuf>> {
+        fs::create_dir_all(&directory)?;
+        let mut paths = Vec::new();
+        for (index, program) in programs.iter().enumerate() {
+            let path = directory.join(format!("filter-{index}.bpf"));
+            fs::write(&path, program)?;
+            paths.push(path);
+        }
+        Ok(paths)
+    };
+    write().map_err(|error| {
+        SandboxError::Start(format!(
+            "failed to write seccomp filters to {}: {error}",
+            directory.display()
+        ))
+    })
+}
+
+/// Opens `path` read-only without close-on-exec, so a child inherits it.
+fn inheritable(path: &Path) -> Result<fs::File, SandboxError> {
+    let file = fs::File::open(path).map_err(|error| {
+        SandboxError::Start(format!("failed to open {}: {error}", path.display()))
+    })?;
+    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()).map_err(|error| {
+        SandboxError::Start(format!(
+            "failed to pass {} to bubblewrap: {error}",
+            path.display()
+        ))
+    })?;
+    Ok(file)
+}
+
 impl Sandbox for LocalSandbox {
     fn ensure<'a>(
         &'a self,
         scope: &'a ScopeKey,
+        view: &'a View,
     ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>> {
         Box::pin(async move {
             let slot = self.slots.slot(scope);
             let mut guard = slot.lock().await;
             if let Some(running) = guard.as_mut() {
-                if running.is_alive() {
+                let alive = running.is_alive();
+                if alive && running.view == *view {
                     return Ok(SandboxHandle {
                         socket: running.socket.clone(),
                         token: running.token.clone(),
                         lease: running.activity.lease(),
                     });
                 }
-                tracing::warn!(scope = scope.id(), "sandbox died; starting a new one");
-                if let Some(dead) = guard.take() {
-                    dead.stop().await;
+                if alive {
+                    // Mounts cannot change under a running sandbox: files the caller may
+                    // now read (or no longer read) need a new one. Its scratch stays.
+                    tracing::info!(
+                        scope = scope.id(),
+                        view = %view.digest(),
+                        "the caller's view changed; restarting the sandbox"
+                    );
+                } else {
+                    tracing::warn!(scope = scope.id(), "sandbox died; starting a new one");
+                }
+                if let Some(old) = guard.take() {
+                    old.stop().await;
                 }
             }
-            let running = self.start(scope).await?;
+            let running = self.start(scope, view).await?;
             let handle = SandboxHandle {
                 socket: running.socket.clone(),
                 token: running.token.clone(),
@@ -582,8 +678,25 @@ mod tests {
         config.proxy = Some("/opt/cliport-proxy".into());
         config.clis = vec!["gh".to_string()];
         config.porter_socket_directory = Some("/srv/porter-run".into());
-        let scope = ScopeKey::for_session(SandboxScope::Session, "http:ana");
+        let scope = ScopeKey::for_caller(
+            SandboxScope::Session,
+            "http:ana",
+            &super::super::Viewer {
+                role: "employee",
+                person: Some("acme-ana"),
+            },
+        );
         let paths = ScopePaths::new(&config.state_directory, &scope);
+        let view = View::from_entries(vec![
+            super::super::view::ViewEntry {
+                path: "memory/shared".into(),
+                kind: super::super::view::EntryKind::Directory,
+            },
+            super::super::view::ViewEntry {
+                path: "SOUL.md".into(),
+                kind: super::super::view::EntryKind::File,
+            },
+        ]);
         let host = HostLayout {
             system_directories: vec![
                 ("/bin".into(), Some("usr/bin".into())),
@@ -591,7 +704,7 @@ mod tests {
             ],
             etc_entries: vec!["ld.so.cache".into()],
         };
-        let arguments = strings(&bwrap_arguments(&config, &paths, &host));
+        let arguments = strings(&bwrap_arguments(&config, &paths, &host, &view, &[7, 9]));
         for flag in [
             "--unshare-all",
             "--unshare-user",
@@ -609,7 +722,28 @@ mod tests {
             "no namespace may be shared"
         );
         assert!(window(&arguments, &["--cap-drop", "ALL"]));
-        assert!(window(&arguments, &["--ro-bind", "/srv/acme-ws", "/agent"]));
+        // The view, never the whole workspace: an empty read-only /agent with the
+        // view's entries bound into it.
+        assert!(
+            !arguments.iter().any(|argument| argument == "/srv/acme-ws"),
+            "the workspace root itself must not be mounted"
+        );
+        assert!(window(&arguments, &["--tmpfs", "/agent"]));
+        assert!(window(
+            &arguments,
+            &["--ro-bind", "/srv/acme-ws/SOUL.md", "/agent/SOUL.md"]
+        ));
+        assert!(window(
+            &arguments,
+            &[
+                "--ro-bind",
+                "/srv/acme-ws/memory/shared",
+                "/agent/memory/shared"
+            ]
+        ));
+        assert!(window(&arguments, &["--remount-ro", "/agent"]));
+        assert!(window(&arguments, &["--add-seccomp-fd", "7"]));
+        assert!(window(&arguments, &["--add-seccomp-fd", "9"]));
         let scratch = paths.scratch.display().to_string();
         assert!(window(&arguments, &["--bind", &scratch, "/workspace"]));
         assert!(window(

@@ -11,6 +11,8 @@ pub mod kubernetes;
 pub mod local;
 pub mod porter_control;
 pub mod runner_client;
+pub mod seccomp;
+pub mod view;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -25,6 +27,7 @@ use std::{
 use futures::{future::BoxFuture, stream::BoxStream};
 use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
+pub use view::View;
 
 /// Files copied from the real workspace into a new sandbox's `/workspace` (seed §3.1:
 /// bootstrap files and skills; never memory, config or data).
@@ -37,32 +40,61 @@ pub fn seed_entries() -> Vec<String> {
     entries
 }
 
-/// Which sandbox a command runs in: one per session, one for the bot, or one shared.
+/// Which sandbox a command runs in: one per session, one for the bot, or one shared —
+/// always per view. Two callers whose roles show them different parts of the workspace
+/// never share a sandbox (its writable `/workspace` would carry one person's files to
+/// the other), whatever the configured scope.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScopeKey {
     label: &'static str,
     id: String,
 }
 
+/// Whose view of the workspace a sandbox shows: the role, and the person when the
+/// role's path rules name them (`<self>`, or an internal role's own folder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Viewer<'a> {
+    pub role: &'a str,
+    pub person: Option<&'a str>,
+}
+
+impl<'a> Viewer<'a> {
+    /// The viewer for a caller with `role` named `role_name`, who is `slug`.
+    pub fn for_caller(role_name: &'a str, role: &saint_config::RoleConfig, slug: &'a str) -> Self {
+        Self {
+            role: role_name,
+            person: crate::guard::role_paths::RolePaths::depends_on_asker(role).then_some(slug),
+        }
+    }
+}
+
 impl ScopeKey {
-    /// The key for a call in `session_key` under the configured scope. Session keys
-    /// hold channel identities (phone numbers), so only a hash of them is used in
-    /// names, labels and paths.
-    pub fn for_session(scope: SandboxScope, session_key: &str) -> Self {
-        let label = match scope {
-            SandboxScope::Session => "session",
-            SandboxScope::Agent => "agent",
-            SandboxScope::Shared => "shared",
-        };
-        let id = match scope {
+    /// The key for a call in `session_key` by `viewer` under the configured scope.
+    /// Session keys hold channel identities (phone numbers) and people's slugs, so only
+    /// a hash of them is used in names, labels and paths.
+    pub fn for_caller(scope: SandboxScope, session_key: &str, viewer: &Viewer<'_>) -> Self {
+        let mut hasher = Sha256::new();
+        let (label, prefix) = match scope {
             SandboxScope::Session => {
-                let digest = Sha256::digest(session_key.as_bytes());
-                format!("s-{}", &hex::encode(digest)[..16])
+                hasher.update((session_key.len() as u64).to_be_bytes());
+                hasher.update(session_key.as_bytes());
+                ("session", "s")
             }
-            SandboxScope::Agent => "agent".to_string(),
-            SandboxScope::Shared => "shared".to_string(),
+            SandboxScope::Agent => ("agent", "a"),
+            SandboxScope::Shared => ("shared", "x"),
         };
-        Self { label, id }
+        // Length-prefixed parts: no two different viewers hash the same bytes.
+        hasher.update([0]);
+        for part in [Some(viewer.role), viewer.person] {
+            let part = part.unwrap_or("");
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part.as_bytes());
+        }
+        let digest = hex::encode(hasher.finalize());
+        Self {
+            label,
+            id: format!("{prefix}-{}", &digest[..16]),
+        }
     }
 
     /// A short id safe in file names and Kubernetes names/labels (`[a-z0-9-]`).
@@ -143,9 +175,11 @@ pub struct SandboxHandle {
 pub trait Sandbox: Send + Sync {
     /// A warm sandbox for `scope`, started (and seeded) if none is running, replaced if
     /// the old one died.
+    /// A sandbox whose `/agent` shows a different view than `view` is replaced.
     fn ensure<'a>(
         &'a self,
         scope: &'a ScopeKey,
+        view: &'a View,
     ) -> BoxFuture<'a, Result<SandboxHandle, SandboxError>>;
 
     /// Destroys the sandbox of `scope`, if any (its runner is unreachable).
@@ -166,14 +200,15 @@ pub trait Sandbox: Send + Sync {
     fn exec<'a>(
         &'a self,
         scope: &'a ScopeKey,
+        view: &'a View,
         request: ExecRequest,
     ) -> BoxFuture<'a, Result<ExecStream, SandboxError>> {
         Box::pin(async move {
-            let handle = self.ensure(scope).await?;
+            let handle = self.ensure(scope, view).await?;
             match runner_client::start(handle, &request).await {
                 Err(SandboxError::Unreachable { .. }) => {
                     self.discard(scope).await?;
-                    let handle = self.ensure(scope).await?;
+                    let handle = self.ensure(scope, view).await?;
                     runner_client::start(handle, &request).await
                 }
                 other => other,
@@ -300,27 +335,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scope_keys_hash_sessions_and_share_the_rest() {
-        let ana = ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567");
-        let marko = ScopeKey::for_session(SandboxScope::Session, "email:marko@example.com");
-        assert_ne!(ana, marko);
+    fn scope_keys_hash_sessions_and_share_only_within_one_view() {
+        let ana = Viewer {
+            role: "owner",
+            person: Some("acme-ana"),
+        };
+        let ivo = Viewer {
+            role: "employee",
+            person: Some("acme-ivo"),
+        };
+        let session = ScopeKey::for_caller(SandboxScope::Session, "whatsapp:+385911234567", &ana);
+        let other = ScopeKey::for_caller(SandboxScope::Session, "email:marko@example.com", &ana);
+        assert_ne!(session, other);
         assert!(
-            ana.id().starts_with("s-") && ana.id().len() == 18,
+            session.id().starts_with("s-") && session.id().len() == 18,
             "{}",
-            ana.id()
+            session.id()
         );
         assert!(
-            !ana.id().contains("385"),
+            !session.id().contains("385"),
             "the phone number must not appear"
         );
         assert_eq!(
-            ana,
-            ScopeKey::for_session(SandboxScope::Session, "whatsapp:+385911234567")
+            session,
+            ScopeKey::for_caller(SandboxScope::Session, "whatsapp:+385911234567", &ana)
         );
-        let agent_a = ScopeKey::for_session(SandboxScope::Agent, "whatsapp:+385911234567");
-        let agent_b = ScopeKey::for_session(SandboxScope::Agent, "email:marko@example.com");
-        assert_eq!(agent_a, agent_b);
-        assert_eq!(agent_a.scope_label(), "agent");
+        // Scope `agent` and `shared`: one sandbox per view, never one for everybody.
+        for scope in [SandboxScope::Agent, SandboxScope::Shared] {
+            let first = ScopeKey::for_caller(scope, "whatsapp:+385911234567", &ana);
+            let second = ScopeKey::for_caller(scope, "email:other@example.com", &ana);
+            assert_eq!(first, second);
+            assert_ne!(
+                first,
+                ScopeKey::for_caller(scope, "whatsapp:+385911234567", &ivo)
+            );
+            let same_role_other_person = Viewer {
+                role: "owner",
+                person: Some("acme-marko"),
+            };
+            assert_ne!(
+                first,
+                ScopeKey::for_caller(scope, "x", &same_role_other_person)
+            );
+        }
+        // A role change gives the same session another sandbox.
+        assert_ne!(
+            ScopeKey::for_caller(SandboxScope::Session, "http:ana", &ana),
+            ScopeKey::for_caller(
+                SandboxScope::Session,
+                "http:ana",
+                &Viewer {
+                    role: "employee",
+                    person: Some("acme-ana")
+                }
+            )
+        );
+        // Parts are length-prefixed: ("ab", "c") and ("a", "bc") differ.
+        let split = |role, person| {
+            ScopeKey::for_caller(
+                SandboxScope::Agent,
+                "x",
+                &Viewer {
+                    role,
+                    person: Some(person),
+                },
+            )
+        };
+        assert_ne!(split("ab", "c"), split("a", "bc"));
+        assert_eq!(
+            ScopeKey::for_caller(SandboxScope::Agent, "x", &ivo).scope_label(),
+            "agent"
+        );
     }
 
     #[test]

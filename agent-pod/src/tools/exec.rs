@@ -2,19 +2,33 @@
 //! machine) after the role's exec blocklist allowed it, with a fresh Porter token in
 //! that one command's environment, revoked when the command ends.
 //!
+//! The blocklist is defence in depth only: shell quoting, `$IFS`, `$(printf …)`,
+//! interpreters, `find -delete` and `xargs` get past any list of patterns. What holds
+//! by construction is the sandbox: no credentials, no network, and at `/agent` only the
+//! caller's view of the workspace — what their role's `read` rules allow, never
+//! runtime state — in a sandbox no caller with a different view shares.
+//!
 //! Touches nothing itself: the sandbox backend runs the command, Porter's control
 //! socket issues the token. Without a sandbox every call is refused (fail closed).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
 use serde_json::{Map, Value, json};
 
 use super::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::sandbox::{
-    ExecEvent, ExecRequest, Sandbox, ScopeKey,
-    porter_control::{PorterControl, TokenGrant},
+use crate::{
+    guard::role_paths::RolePaths,
+    sandbox::{
+        ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
+        porter_control::{PorterControl, TokenGrant},
+        view,
+    },
 };
 
 /// `exec` without a sandbox: refuses everything.
@@ -224,6 +238,9 @@ pub struct ExecTool {
     sandbox: Arc<dyn Sandbox>,
     porter: Option<PorterControl>,
     limits: ExecLimits,
+    /// The sandbox each session used last, so a session whose view changed (a role
+    /// change) lets go of its old sandbox at once instead of at the idle timeout.
+    last_scope: Mutex<HashMap<String, ScopeKey>>,
 }
 
 impl ExecTool {
@@ -238,6 +255,57 @@ impl ExecTool {
             sandbox,
             porter,
             limits,
+            last_scope: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The caller's view of the workspace, read off the disk (blocking I/O, so off the
+    /// async workers).
+    async fn view_for(context: &ToolContext) -> Result<View, ToolError> {
+        let rules = RolePaths::new(
+            &context.caller.role,
+            &context.config.file_access,
+            &context.caller.slug,
+        )
+        .map_err(|_| ToolError::Failed("failed to load the file rules of your role".to_string()))?;
+        let workspace = context.workspace.clone();
+        let computed = tokio::task::spawn_blocking(move || view::compute(&workspace, &rules))
+            .await
+            .map_err(|error| {
+                ToolError::Failed(format!("failed to compute the sandbox view: {error}"))
+            })?;
+        computed.map_err(|error| match error {
+            view::ViewError::TooManyEntries { .. } => ToolError::Denied(error.to_string()),
+            view::ViewError::Read { .. } => {
+                tracing::error!(%error, "failed to compute the sandbox view; exec refused");
+                ToolError::Failed(
+                    "commands cannot run right now: the sandbox is unavailable".to_string(),
+                )
+            }
+        })
+    }
+
+    /// Records `scope` as the session's sandbox; discards the one it used before when
+    /// no other session uses that one now.
+    async fn switch_scope(&self, session: &str, scope: &ScopeKey) {
+        let previous = {
+            let mut last = self.last_scope.lock().expect("last scope lock");
+            let previous = last.insert(session.to_string(), scope.clone());
+            match previous {
+                Some(old) if old != *scope && !last.values().any(|other| *other == old) => {
+                    Some(old)
+                }
+                _ => None,
+            }
+        };
+        if let Some(old) = previous {
+            tracing::info!(
+                scope = old.id(),
+                "the caller's view changed; discarding their old sandbox"
+            );
+            if let Err(error) = self.sandbox.discard(&old).await {
+                tracing::warn!(%error, "failed to discard an old sandbox; the idle reaper will");
+            }
         }
     }
 }
@@ -259,9 +327,9 @@ impl Tool for ExecTool {
 
     fn description(&self) -> &'static str {
         "Run a shell command (sh -c) in your sandbox: no network, your scratch copy of the \
-         workspace at /workspace (writable, the default directory) and the real workspace \
-         read-only at /agent. Installed CLIs work as usual. Returns stdout, stderr and the \
-         exit code."
+         workspace at /workspace (writable, the default directory) and, read-only at /agent, \
+         the parts of the real workspace you may read. Installed CLIs work as usual. Returns \
+         stdout, stderr and the exit code."
     }
 
     fn input_schema(&self) -> serde_json::Value {
@@ -309,7 +377,15 @@ impl Tool for ExecTool {
                 .map(Duration::from_secs)
                 .unwrap_or(default_timeout)
                 .clamp(Duration::from_secs(1), self.limits.max_timeout);
-            let scope = ScopeKey::for_session(sandbox_config.scope, &context.caller.session_key);
+            let viewer = Viewer::for_caller(
+                &context.caller.role_name,
+                &context.caller.role,
+                &context.caller.slug,
+            );
+            let scope =
+                ScopeKey::for_caller(sandbox_config.scope, &context.caller.session_key, &viewer);
+            let view = Self::view_for(context).await?;
+            self.switch_scope(&context.caller.session_key, &scope).await;
             let porter_clis = &context.config.porter.clis;
 
             let mut metering = Map::new();
@@ -318,6 +394,7 @@ impl Tool for ExecTool {
                 json!(invokes_porter_cli(&input.command, porter_clis)),
             );
             metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
+            metering.insert("sandboxView".to_string(), json!(view.digest()));
 
             let mut env = std::collections::BTreeMap::new();
             let mut token = None;
@@ -351,7 +428,7 @@ impl Tool for ExecTool {
                 stdin: None,
             };
             let started = std::time::Instant::now();
-            let result = self.run(&scope, request, timeout).await;
+            let result = self.run(&scope, &view, request, timeout).await;
             if let (Some(porter), Some(token)) = (&self.porter, &token)
                 && let Err(error) = porter.revoke(token).await
             {
@@ -403,15 +480,20 @@ impl ExecTool {
     async fn run(
         &self,
         scope: &ScopeKey,
+        view: &View,
         request: ExecRequest,
         timeout: Duration,
     ) -> Result<(CappedOutput, CappedOutput, Ending), ToolError> {
-        let mut events = self.sandbox.exec(scope, request).await.map_err(|error| {
-            tracing::error!(%error, "sandbox unavailable; exec refused");
-            ToolError::Failed(
-                "commands cannot run right now: the sandbox is unavailable".to_string(),
-            )
-        })?;
+        let mut events = self
+            .sandbox
+            .exec(scope, view, request)
+            .await
+            .map_err(|error| {
+                tracing::error!(%error, "sandbox unavailable; exec refused");
+                ToolError::Failed(
+                    "commands cannot run right now: the sandbox is unavailable".to_string(),
+                )
+            })?;
         let (mut stdout, mut stderr) = (CappedOutput::default(), CappedOutput::default());
         // The runner enforces the timeout; this backstop only guards a wedged runner.
         let backstop = tokio::time::sleep(timeout + Duration::from_secs(30));

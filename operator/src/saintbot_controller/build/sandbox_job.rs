@@ -3,7 +3,10 @@
 //! security-relevant field is decided here. Pure: no client.
 
 use k8s_openapi::api::batch::v1::Job;
-use saint_config::{SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER};
+use saint_config::{
+    SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_VIEW_MOUNT_PATH,
+    SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+};
 use serde_json::json;
 
 use super::typed;
@@ -24,7 +27,10 @@ pub const POD_USER: i64 = 65532;
 /// `<bot>-sandbox` selects its labels), pinned to the bot pod's node so it can mount the
 /// ReadWriteOnce workspace and reach the Porter socket on it.
 ///
-/// The workspace volume is mounted read-only everywhere except the sandbox's own
+/// The workspace is never mounted whole: `/agent` is a placeholder the agent replaces
+/// with the caller's view (one read-only `subPath` mount per permitted subtree or
+/// file), so a command sees no runtime state and nothing the caller's role may not
+/// read. The workspace volume is mounted read-only everywhere except the sandbox's own
 /// runner directory: Porter's socket directory is read-only (a command must not
 /// replace Porter's socket with its own listener and collect tokens and commands),
 /// and `/run/saint/sandbox` gets `.saint/run/sandboxes/<job>` — the agent fills the
@@ -68,7 +74,7 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
             },
             "resources": serde_json::to_value(&bot.sandbox.resources).expect("resources serialise"),
             "volumeMounts": [
-                {"name": "agent-workspace", "mountPath": "/agent", "readOnly": true},
+                {"name": "agent-workspace", "mountPath": SANDBOX_VIEW_MOUNT_PATH, "subPath": SANDBOX_VIEW_SUBPATH_PLACEHOLDER, "readOnly": true},
                 {"name": "scratch", "mountPath": "/workspace"},
                 {"name": "agent-workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
                 {"name": "agent-workspace", "mountPath": SANDBOX_RUN_MOUNT_PATH, "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
