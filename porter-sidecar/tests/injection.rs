@@ -669,6 +669,13 @@ fn requests_in_a_tunnel_go_only_to_its_host_and_never_switch_protocols() {
             .unwrap(),
     );
     assert_eq!(upgrade, 403);
+    let overridden = send(
+        http::Request::get("/repos/o/r/pulls")
+            .header("x-http-method-override", "DELETE")
+            .body(Empty::new())
+            .unwrap(),
+    );
+    assert_eq!(overridden, 403);
     let _ = call.kill();
     let _ = call.wait();
 

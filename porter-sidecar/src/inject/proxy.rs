@@ -41,6 +41,13 @@ const MAX_GRAPHQL_BODY: usize = 1 << 20;
 /// Most tunnels open at once.
 const MAX_TUNNELS: usize = 512;
 
+/// Headers some servers read as the real method of a request.
+const METHOD_OVERRIDES: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Accepts tunnels until `stop` is cancelled.
@@ -335,6 +342,15 @@ impl Tunnel {
         if parts.method == Method::CONNECT || parts.headers.contains_key(header::UPGRADE) {
             return Err(Failure::Refused(
                 "CONNECT and protocol upgrades are not proxied".into(),
+            ));
+        }
+        // Some APIs run a POST as the method these name: the policy judged the POST.
+        if METHOD_OVERRIDES
+            .iter()
+            .any(|name| parts.headers.contains_key(*name))
+        {
+            return Err(Failure::Refused(
+                "method override headers are refused".into(),
             ));
         }
         // Origin form only: an absolute URI could name another authority than the
