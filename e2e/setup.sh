@@ -96,7 +96,9 @@ for binary in "${binaries[@]}"; do
 	fi
 done
 "$staging_dir/kube-apiserver" --version
-"$staging_dir/etcd" --version | head -1
+# awk reads all of etcd's output: `head -1` would close the pipe early, and
+# under pipefail etcd's SIGPIPE (exit 141) would fail a complete build.
+"$staging_dir/etcd" --version | awk 'NR == 1'
 "$staging_dir/helm" version --short
 
 rm -rf "$bin_dir"
