@@ -924,7 +924,7 @@ async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_t
         &config,
         workspace.path(),
         &employee.role,
-        &employee.slug.to_string(),
+        employee.slug.as_ref(),
     )?;
     let job = sandbox_job(&config, &template, &owner, "e2eok", &employee_view)?;
     let job_name = job.metadata.name.clone().unwrap_or_default();
