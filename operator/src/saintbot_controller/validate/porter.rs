@@ -114,34 +114,66 @@ pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, Validat
         global_rate_limit: spec.global_rate_limit.as_ref().map(rate_limit),
         clis: BTreeMap::new(),
     };
-    let mut porter_secret_files = Vec::new();
-    let mut porter_env_from_secrets = BTreeSet::new();
+    let mut secret_files = Vec::new();
+    let mut env_from_secrets = BTreeSet::new();
     for cli in &spec.clis {
-        let plain = !cli.name.is_empty()
-            && cli.name != "."
-            && cli.name != ".."
-            && !cli.name.starts_with('-')
-            && !cli.name.contains(['/', '\0']);
-        if !plain {
-            return Err(ValidateError::InvalidPorterCli {
-                field: "spec.porter.clis[].name".to_string(),
-                message: format!("{:?} is not a plain command name", cli.name),
-            });
-        }
-        if !cli.bin.starts_with('/') {
-            return Err(ValidateError::InvalidPorterCli {
-                field: format!("spec.porter.clis[{}].bin", cli.name),
-                message: "must be an absolute path".to_string(),
-            });
-        }
+        check_name_and_bin(cli)?;
         if registry.clis.contains_key(&cli.name) {
             return Err(ValidateError::InvalidPorterCli {
                 field: format!("spec.porter.clis[{}].name", cli.name),
                 message: "is listed twice".to_string(),
             });
         }
-        let mut env_from_files = BTreeMap::new();
-        for secret_env in &cli.secret_env {
+        let files = credential_files(cli)?;
+        check_injection(cli)?;
+        env_from_secrets.extend(cli.env_from_secrets.iter().cloned());
+        let env_from_files = files
+            .iter()
+            .map(|file| {
+                let path = format!("{PORTER_SECRETS_DIR}/{}", file.relative_path);
+                (file.env_name.clone(), path)
+            })
+            .collect();
+        registry
+            .clis
+            .insert(cli.name.clone(), cli_entry(cli, env_from_files));
+        secret_files.extend(files);
+    }
+    secret_files.sort();
+    Ok(RenderedPorter {
+        registry,
+        secret_files,
+        env_from_secrets: env_from_secrets.into_iter().collect(),
+    })
+}
+
+/// The name is what Porter matches exactly and the sandbox links to: a plain file name.
+fn check_name_and_bin(cli: &PorterCliSpec) -> Result<(), ValidateError> {
+    let plain = !cli.name.is_empty()
+        && cli.name != "."
+        && cli.name != ".."
+        && !cli.name.starts_with('-')
+        && !cli.name.contains(['/', '\0']);
+    if !plain {
+        return Err(ValidateError::InvalidPorterCli {
+            field: "spec.porter.clis[].name".to_string(),
+            message: format!("{:?} is not a plain command name", cli.name),
+        });
+    }
+    if !cli.bin.starts_with('/') {
+        return Err(ValidateError::InvalidPorterCli {
+            field: format!("spec.porter.clis[{}].bin", cli.name),
+            message: "must be an absolute path".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// One mounted file per `secretEnv` entry, at `<cli>/<ENV>` under [`PORTER_SECRETS_DIR`].
+fn credential_files(cli: &PorterCliSpec) -> Result<Vec<PorterSecretFile>, ValidateError> {
+    cli.secret_env
+        .iter()
+        .map(|secret_env| {
             if !is_env_name(&secret_env.name)
                 || secret_env.secret_key_ref.name.is_empty()
                 || secret_env.secret_key_ref.key.is_empty()
@@ -154,60 +186,48 @@ pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, Validat
                     message: "needs an env var name and a Secret name and key".to_string(),
                 });
             }
-            let relative_path = format!("{}/{}", cli.name, secret_env.name);
-            env_from_files.insert(
-                secret_env.name.clone(),
-                format!("{PORTER_SECRETS_DIR}/{relative_path}"),
-            );
-            porter_secret_files.push(PorterSecretFile {
+            Ok(PorterSecretFile {
                 cli: cli.name.clone(),
                 env_name: secret_env.name.clone(),
-                relative_path,
+                relative_path: format!("{}/{}", cli.name, secret_env.name),
                 secret: secret_env.secret_key_ref.clone(),
-            });
-        }
-        check_injection(cli)?;
-        porter_env_from_secrets.extend(cli.env_from_secrets.iter().cloned());
-        let mut passthrough = cli.passthrough_env.clone();
-        passthrough.sort();
-        passthrough.dedup();
-        registry.clis.insert(
-            cli.name.clone(),
-            CliEntry {
-                bin: cli.bin.clone(),
-                env: cli.env.clone(),
-                env_from_files,
-                env_passthrough: passthrough,
-                timeout_seconds: cli.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
-                rate_limit: cli.rate_limit.as_ref().map(rate_limit),
-                args: arg_policy(&cli.args),
-                role_args: cli
-                    .role_args
-                    .iter()
-                    .map(|(role, policy)| (role.clone(), arg_policy(policy)))
-                    .collect(),
-                // Absent `inject` stays absent: Porter injects whenever hosts are set.
-                mode: cli.inject.map(|inject| {
-                    if inject {
-                        CliMode::Inject
-                    } else {
-                        CliMode::Env
-                    }
-                }),
-                hosts: cli.hosts.clone(),
-                requests: cli
-                    .requests
-                    .iter()
-                    .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
-                    .collect(),
-                ..CliEntry::default()
-            },
-        );
+            })
+        })
+        .collect()
+}
+
+/// The registry entry: credentials only as file paths, never values.
+fn cli_entry(cli: &PorterCliSpec, env_from_files: BTreeMap<String, String>) -> CliEntry {
+    let mut passthrough = cli.passthrough_env.clone();
+    passthrough.sort();
+    passthrough.dedup();
+    CliEntry {
+        bin: cli.bin.clone(),
+        env: cli.env.clone(),
+        env_from_files,
+        env_passthrough: passthrough,
+        timeout_seconds: cli.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+        rate_limit: cli.rate_limit.as_ref().map(rate_limit),
+        args: arg_policy(&cli.args),
+        role_args: cli
+            .role_args
+            .iter()
+            .map(|(role, policy)| (role.clone(), arg_policy(policy)))
+            .collect(),
+        // Absent `inject` stays absent: Porter injects whenever hosts are set.
+        mode: cli.inject.map(|inject| {
+            if inject {
+                CliMode::Inject
+            } else {
+                CliMode::Env
+            }
+        }),
+        hosts: cli.hosts.clone(),
+        requests: cli
+            .requests
+            .iter()
+            .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
+            .collect(),
+        ..CliEntry::default()
     }
-    porter_secret_files.sort();
-    Ok(RenderedPorter {
-        registry,
-        secret_files: porter_secret_files,
-        env_from_secrets: porter_env_from_secrets.into_iter().collect(),
-    })
 }
