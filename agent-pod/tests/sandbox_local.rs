@@ -688,3 +688,37 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
     let call = harness.run("http:bob", &format!("{CLI} --version")).await;
     assert!(call.contains("hello-cli 1.0 args=--version"), "{call}");
 }
+
+#[tokio::test]
+async fn a_porter_cli_cannot_be_pointed_outside_the_callers_view() {
+    let harness = Harness::start();
+    // The sandbox cannot even enter memory/private (it is not mounted)...
+    let output = harness
+        .run("http:ana", "cd /agent/memory/private 2>&1; echo cd=$?")
+        .await;
+    assert!(
+        output.contains("cd=2") || output.contains("cd=1"),
+        "{output}"
+    );
+    // ...and naming it as the CLI's working directory gets the call refused by Porter,
+    // which runs CLIs on the real workspace.
+    let output = harness
+        .run(
+            "http:ana",
+            &format!("CLIPORT_CWD=/agent/memory/private {CLI} --version; echo status=$?"),
+        )
+        .await;
+    assert!(
+        output.contains("outside what the caller's role may read"),
+        "{output}"
+    );
+    assert!(!output.contains("hello-cli 1.0"), "{output}");
+    // Inside the view (skills/ is readable), and from /workspace, it runs.
+    let output = harness
+        .run(
+            "http:ana",
+            &format!("CLIPORT_CWD=/agent/skills {CLI} --version"),
+        )
+        .await;
+    assert!(output.contains("hello-cli 1.0 args=--version"), "{output}");
+}

@@ -48,6 +48,7 @@ use crate::{
     server::State,
     supervisor,
     tokens::Grant,
+    view,
 };
 
 /// How long a client has to send its hello and request, together: real clients send
@@ -337,20 +338,49 @@ async fn prepare(
         })?;
     let cwd = cwd::translate(&state.config.workspace_root, &request.cwd)
         .map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+    let view = grant
+        .view
+        .as_deref()
+        .map(|entries| view::View::new(&state.config.workspace_root, entries));
+    // The CLI runs on the real workspace: it may work only where the caller's sandbox
+    // could look (the root stands for the sandbox's own /workspace).
+    if let Some(view) = &view
+        && cwd != state.config.workspace_root
+        && !view.contains(&cwd)
+    {
+        return Err(Refusal::new(
+            ErrorCode::BadCwd,
+            format!(
+                "working directory {:?} is outside what the caller's role may read",
+                request.cwd
+            ),
+        ));
+    }
     // A file the call names for the CLI to read must stay in the workspace once symlinks
     // are resolved (the grammar saw only its spelling): Porter's own files, secrets
     // included, are readable by the CLI's uid.
     for file in cli.policy.files_read(&request.args) {
-        if let Ok(resolved) = cwd.join(&file).canonicalize()
-            && !resolved.starts_with(&state.config.workspace_root)
-        {
-            return Err(Refusal::new(
-                ErrorCode::DeniedArgs,
-                format!(
-                    "{} arguments refused: {file:?} names a file outside the workspace",
-                    request.cli
-                ),
-            ));
+        if let Ok(resolved) = cwd.join(&file).canonicalize() {
+            if !resolved.starts_with(&state.config.workspace_root) {
+                return Err(Refusal::new(
+                    ErrorCode::DeniedArgs,
+                    format!(
+                        "{} arguments refused: {file:?} names a file outside the workspace",
+                        request.cli
+                    ),
+                ));
+            }
+            if let Some(view) = &view
+                && !view.contains(&resolved)
+            {
+                return Err(Refusal::new(
+                    ErrorCode::DeniedArgs,
+                    format!(
+                        "{} arguments refused: {file:?} names a file the caller's role may not read",
+                        request.cli
+                    ),
+                ));
+            }
         }
     }
     state

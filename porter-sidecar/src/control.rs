@@ -28,11 +28,13 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             contact,
             role,
             ttl_seconds,
+            view,
         } => {
             let grant = Grant {
                 session,
                 contact,
                 role,
+                view,
             };
             match state.tokens.register(
                 grant,

@@ -23,3 +23,4 @@ pub mod registry_store;
 pub mod server;
 pub mod supervisor;
 pub mod tokens;
+pub mod view;

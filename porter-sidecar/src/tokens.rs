@@ -27,6 +27,10 @@ pub struct Grant {
     pub contact: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Workspace-relative folders and files the caller may read; none: the whole
+    /// workspace (local tokens files, older agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<Vec<String>>,
 }
 
 /// One entry of the local tokens file.
@@ -172,6 +176,7 @@ mod tests {
             session: "s1".into(),
             contact: "ana".into(),
             role: Some(role.into()),
+            view: None,
         }
     }
 

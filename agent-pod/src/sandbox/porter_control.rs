@@ -36,6 +36,9 @@ pub struct TokenGrant {
     pub session: String,
     pub contact: String,
     pub role: String,
+    /// The caller's view (workspace-relative folders and files): Porter runs CLIs only
+    /// there and refuses files they would read elsewhere.
+    pub view: Vec<String>,
 }
 
 /// A client of one control socket; each call is one short connection.
@@ -66,6 +69,7 @@ impl PorterControl {
             contact: grant.contact.clone(),
             role: Some(grant.role.clone()),
             ttl_seconds: ttl.as_secs().max(1),
+            view: Some(grant.view.clone()),
         };
         let response = self.call(&request).await?;
         response

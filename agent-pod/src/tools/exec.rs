@@ -403,6 +403,11 @@ impl Tool for ExecTool {
                     session: context.caller.session_key.clone(),
                     contact: context.caller.slug.clone(),
                     role: context.caller.role_name.clone(),
+                    view: view
+                        .entries()
+                        .iter()
+                        .map(|entry| entry.path.clone())
+                        .collect(),
                 };
                 // A lost revoke still expires shortly after the command's own deadline.
                 match porter

@@ -1,7 +1,7 @@
 //! Messages of Porter's control socket, shared by the daemon and the agent: the agent
 //! registers a token for one sandbox command (bound to its session, contact, role and
 //! an expiry) and revokes it when the command ends. One JSON object per line each way:
-//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…}` →
+//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…,"view":[…]}` →
 //! `{"ok":true,"token":…}`; `{"op":"revoke","token":…}` → `{"ok":true,"revoked":…}`.
 //!
 //! Pure: no sockets.
@@ -20,6 +20,11 @@ pub enum ControlRequest {
         #[serde(default)]
         role: Option<String>,
         ttl_seconds: u64,
+        /// The caller's view of the workspace: workspace-relative folders and files
+        /// their role may read (what their sandbox shows at `/agent`). When present,
+        /// the call's working directory and the files it names must lie inside it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        view: Option<Vec<String>>,
     },
     /// Withdraw a token.
     Revoke { token: String },
@@ -61,10 +66,22 @@ mod tests {
             contact: "ana".to_string(),
             role: Some("owner".to_string()),
             ttl_seconds: 150,
+            view: None,
         };
         assert_eq!(
             serde_json::to_value(&register).unwrap(),
             serde_json::json!({"op": "register", "session": "s1", "contact": "ana", "role": "owner", "ttlSeconds": 150})
+        );
+        let scoped = ControlRequest::Register {
+            session: "s1".to_string(),
+            contact: "ivan".to_string(),
+            role: Some("employee".to_string()),
+            ttl_seconds: 150,
+            view: Some(vec!["memory/shared".to_string(), "SOUL.md".to_string()]),
+        };
+        assert_eq!(
+            serde_json::to_value(&scoped).unwrap()["view"],
+            serde_json::json!(["memory/shared", "SOUL.md"])
         );
         let revoke = ControlRequest::Revoke {
             token: "t".to_string(),
