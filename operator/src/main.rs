@@ -10,11 +10,11 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
+use saint_config::ErrorChain;
 use saint_operator::{
     api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller,
     settings::OperatorSettings, web,
 };
-use saint_config::ErrorChain;
 use tokio::sync::watch;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");

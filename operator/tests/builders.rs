@@ -596,7 +596,12 @@ fn the_chart_examples_render_through_the_real_validate() {
         &settings(),
     )
     .expect("the chart's example bot validates");
-    let slugs: Vec<&str> = validated.config.identity_links.keys().map(|slug| slug.as_str()).collect();
+    let slugs: Vec<&str> = validated
+        .config
+        .identity_links
+        .keys()
+        .map(|slug| slug.as_str())
+        .collect();
     assert_eq!(slugs, vec!["ana", "ivan", "marko"]);
     assert!(
         validated.identity.problems.is_empty(),
@@ -625,7 +630,10 @@ fn porter_clis_render_injection_mode_hosts_and_role_requests_into_the_registry()
     let gh = &registry["clis"]["gh"];
     // No `mode`: injection follows from the hosts, as in Porter.
     assert_eq!(gh.get("mode"), None);
-    assert_eq!(gh["hosts"], serde_json::json!(["api.github.com", "github.com"]));
+    assert_eq!(
+        gh["hosts"],
+        serde_json::json!(["api.github.com", "github.com"])
+    );
     assert_eq!(
         gh["requests"],
         serde_json::json!({

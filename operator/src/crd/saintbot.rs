@@ -317,6 +317,13 @@ pub struct PorterCliSpec {
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub requests: BTreeMap<String, Vec<RequestRuleSpec>>,
+    /// The argument grammar Porter checks every call against, in both modes: `gh`,
+    /// `git` or `gog` — allowlists that refuse aliases, extensions, auth and config
+    /// changes, and options that run programs, wherever flags stand. Absent: the
+    /// profile of the same name when the CLI or its binary is called `gh`, `git` or
+    /// `gog`, otherwise only `args`/`roleArgs` patterns apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<porter_protocol::registry::Profile>,
 }
 
 /// Requests a role may make through the injecting proxy.
@@ -468,7 +475,9 @@ pub struct WebSpec {
 pub struct SaintBotStatus {
     /// `Ready` (True when the config is rendered and the pod is ready; reasons
     /// `Ready`, `ConfigRendered`, `PodNotReady`, `Suspended`, `InvalidSpec`,
-    /// `RoleNotFound`) and `IdentifiersLinked` (False with `IdentifierConflict`).
+    /// `RoleNotFound`), `IdentifiersLinked` (False with `IdentifierConflict`) and
+    /// `CredentialsIsolated` (False with `EnvModeCredentials`, naming the Porter CLIs
+    /// whose credential sits in their environment — the weaker mode).
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

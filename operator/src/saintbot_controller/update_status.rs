@@ -28,6 +28,8 @@ use crate::{
 pub const CONDITION_CONFIG_RENDERED: &str = "ConfigRendered";
 /// Condition: every Contact identifier is linked (no conflicts, no missing roles).
 pub const CONDITION_IDENTITIES_LINKED: &str = "IdentitiesLinked";
+/// Whether every Porter CLI keeps its credential outside the CLI's process.
+pub const CONDITION_CREDENTIALS_ISOLATED: &str = "CredentialsIsolated";
 
 /// Why status could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -208,8 +210,9 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                 generation,
                 now,
             );
+            let isolated = credentials_isolated(&validated.registry, generation, now);
             (
-                vec![ready, rendered, linked],
+                vec![ready, rendered, linked, isolated],
                 (
                     validated.config.contacts.len() as i32,
                     validated.config.roles.len() as i32,
@@ -226,6 +229,55 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
         roles: counts.1,
         conflicts: counts.2,
         config_hash,
+    }
+}
+
+/// `CredentialsIsolated`: True when every Porter CLI runs in injection mode (the CLI
+/// holds a placeholder, Porter puts the secret on the wire); False, reason
+/// `EnvModeCredentials`, naming the CLIs whose credential sits in their environment —
+/// the weaker mode, labelled wherever it shows.
+fn credentials_isolated(
+    registry: &porter_protocol::registry::Registry,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let in_env: Vec<&str> = registry
+        .clis
+        .iter()
+        .filter(|(_, entry)| entry.effective_mode() == porter_protocol::registry::CliMode::Env)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if registry.clis.is_empty() {
+        condition(
+            CONDITION_CREDENTIALS_ISOLATED,
+            true,
+            "NoCredentials",
+            "the bot has no Porter CLIs".into(),
+            generation,
+            now,
+        )
+    } else if in_env.is_empty() {
+        condition(
+            CONDITION_CREDENTIALS_ISOLATED,
+            true,
+            "Injected",
+            "every Porter CLI gets a placeholder; Porter puts the credential on the wire".into(),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            CONDITION_CREDENTIALS_ISOLATED,
+            false,
+            "EnvModeCredentials",
+            format!(
+                "weaker: the credential is in the environment of {} (env mode; argument \
+                 checks only)",
+                in_env.join(", ")
+            ),
+            generation,
+            now,
+        )
     }
 }
 
@@ -570,6 +622,45 @@ mod tests {
             Some(1),
             &time(at),
         )
+    }
+
+    #[test]
+    fn env_mode_clis_are_labelled_weaker_in_the_status() {
+        use porter_protocol::registry::{CliEntry, CliMode, Registry};
+        let now = time("2026-01-01T00:00:00Z");
+        let entry = |hosts: &[&str], mode: Option<CliMode>| CliEntry {
+            bin: "/usr/bin/tool".into(),
+            hosts: hosts.iter().map(|host| host.to_string()).collect(),
+            mode,
+            ..CliEntry::default()
+        };
+        let mut registry = Registry::default();
+        let none = credentials_isolated(&registry, Some(1), &now);
+        assert_eq!(
+            (none.status.as_str(), none.reason.as_str()),
+            ("True", "NoCredentials")
+        );
+        registry
+            .clis
+            .insert("gh".into(), entry(&["api.github.com"], None));
+        let injected = credentials_isolated(&registry, Some(1), &now);
+        assert_eq!(
+            (injected.status.as_str(), injected.reason.as_str()),
+            ("True", "Injected")
+        );
+        registry.clis.insert("gog".into(), entry(&[], None));
+        registry.clis.insert(
+            "signer".into(),
+            entry(&["sign.example"], Some(CliMode::Env)),
+        );
+        let weaker = credentials_isolated(&registry, Some(1), &now);
+        assert_eq!(
+            (weaker.status.as_str(), weaker.reason.as_str()),
+            ("False", "EnvModeCredentials")
+        );
+        assert!(weaker.message.contains("gog, signer"), "{}", weaker.message);
+        assert!(!weaker.message.contains("gh"), "{}", weaker.message);
+        assert!(weaker.message.starts_with("weaker"), "{}", weaker.message);
     }
 
     #[test]

@@ -223,6 +223,7 @@ fn cli_entry(cli: &PorterCliSpec, env_from_files: BTreeMap<String, String>) -> C
             }
         }),
         hosts: cli.hosts.clone(),
+        profile: cli.profile,
         requests: cli
             .requests
             .iter()
