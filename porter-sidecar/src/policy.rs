@@ -163,17 +163,11 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The profile an entry runs under: its `profile` field, else (for registries written
-/// before the field) the profile named like the CLI or its binary. Inference only ever
-/// adds a grammar, it never removes one.
+/// before the field) the profile of the name the CLI is registered under. Never the
+/// binary's file name: a binary is named by whoever installed it, and a renamed `gh`
+/// must not lose its grammar while a script called `git` must not borrow one.
 pub fn effective_profile(name: &str, entry: &CliEntry) -> Option<Profile> {
-    let binary_name = std::path::Path::new(&entry.bin)
-        .file_name()
-        .and_then(|file| file.to_str())
-        .unwrap_or_default();
-    entry
-        .profile
-        .or_else(|| Profile::named(name))
-        .or_else(|| Profile::named(binary_name))
+    entry.profile.or_else(|| Profile::named(name))
 }
 
 fn custom_grammar(name: &str, entry: &CliEntry) -> Option<Grammar> {
@@ -352,10 +346,13 @@ mod tests {
             );
         }
         assert_eq!(policy.check(None, &arguments("pr list")), Ok(()));
-        // Older registries: the name or the binary still brings the profile.
+        // Older registries: the registered name still brings the profile...
+        let by_name = CliPolicy::compile("git", &entry("/opt/vendor/scm")).unwrap();
+        assert_eq!(by_name.profile(), Some(Profile::Git));
+        assert!(by_name.check(None, &arguments("-c a=b status")).is_err());
+        // ...the binary's file name never does.
         let by_binary = CliPolicy::compile("company-git", &entry("/usr/bin/git")).unwrap();
-        assert_eq!(by_binary.profile(), Some(Profile::Git));
-        assert!(by_binary.check(None, &arguments("-c a=b status")).is_err());
+        assert_eq!(by_binary.profile(), None);
         assert_eq!(
             CliPolicy::compile("tool", &entry("/usr/bin/tool"))
                 .unwrap()

@@ -320,8 +320,9 @@ pub struct PorterCliSpec {
     /// The argument grammar Porter checks every call against, in both modes: `gh`,
     /// `git` or `gog` — allowlists that refuse aliases, extensions, auth and config
     /// changes, and options that run programs, wherever flags stand. Absent: the
-    /// profile of the same name when the CLI or its binary is called `gh`, `git` or
-    /// `gog`, otherwise only `args`/`roleArgs` patterns apply.
+    /// profile of the same name when the CLI is registered as `gh`, `git` or `gog`
+    /// (never by its binary's file name), otherwise only `args`/`roleArgs` patterns
+    /// apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<porter_protocol::registry::Profile>,
 }

@@ -83,7 +83,7 @@ pub struct CliEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protected_env: Vec<String>,
     /// The shipped argument grammar that checks every call (an allowlist of commands,
-    /// see [`Profile`]). Absent: the profile named like the CLI or its binary, if any
+    /// see [`Profile`]). Absent: the profile of the name the CLI is registered under, if any
     /// (kept for registries written before this field); set it explicitly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
