@@ -678,10 +678,12 @@ mod tests {
             ViewEntry {
                 path: "memory/users/acme-ana".into(),
                 kind: EntryKind::Directory,
+                inode: 0,
             },
             ViewEntry {
                 path: "SOUL.md".into(),
                 kind: EntryKind::File,
+                inode: 42,
             },
         ]);
         let job = build_job(

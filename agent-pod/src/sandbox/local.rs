@@ -691,10 +691,12 @@ mod tests {
             super::super::view::ViewEntry {
                 path: "memory/shared".into(),
                 kind: super::super::view::EntryKind::Directory,
+                inode: 0,
             },
             super::super::view::ViewEntry {
                 path: "SOUL.md".into(),
                 kind: super::super::view::EntryKind::File,
+                inode: 42,
             },
         ]);
         let host = HostLayout {

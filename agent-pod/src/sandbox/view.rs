@@ -12,9 +12,12 @@
 //! is out of date.
 
 use std::{
+    collections::HashMap,
     fmt, fs, io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, SystemTime},
 };
 
 use sha2::{Digest, Sha256};
@@ -26,17 +29,22 @@ use crate::guard::role_paths::RolePaths;
 pub const MAX_VIEW_ENTRIES: usize = 256;
 
 /// One mount of the view.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ViewEntry {
     /// Workspace-relative, `/`-separated, never empty, no `.` or `..` components.
     pub path: String,
     /// A whole directory or one regular file.
     pub kind: EntryKind,
+    /// A file's inode: a mount of one file holds that inode, so a file replaced by a
+    /// rename (an atomic write) is a different view and needs a new mount. 0 for
+    /// directories, whose mounts follow their contents.
+    pub inode: u64,
 }
 
 /// What a [`ViewEntry`] mounts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntryKind {
+    #[default]
     Directory,
     File,
 }
@@ -84,6 +92,7 @@ impl View {
         for entry in &self.entries {
             hasher.update(entry.path.as_bytes());
             hasher.update([0, entry.kind as u8]);
+            hasher.update(entry.inode.to_be_bytes());
         }
         hex::encode(hasher.finalize())[..12].to_string()
     }
@@ -122,12 +131,91 @@ pub enum ViewError {
 
 /// Computes the view of `workspace` for a caller with `rules`.
 pub fn compute(workspace: &Path, rules: &RolePaths) -> Result<View, ViewError> {
+    compute_with_snapshot(workspace, rules).map(|(view, _)| view)
+}
+
+/// The view, and the directories its computation listed with their modification
+/// times: as long as none of them changed, neither did the view.
+fn compute_with_snapshot(
+    workspace: &Path,
+    rules: &RolePaths,
+) -> Result<(View, Snapshot), ViewError> {
+    let mut snapshot = Snapshot {
+        taken_at: SystemTime::now(),
+        directories: Vec::new(),
+    };
     let mut entries = Vec::new();
     // The root itself is never one mount: runtime state lies directly below it.
     if !rules.excludes_subtree("") {
-        walk(workspace, "", rules, &mut entries)?;
+        walk(workspace, "", rules, &mut entries, &mut snapshot)?;
     }
-    Ok(View::from_entries(entries))
+    Ok((View::from_entries(entries), snapshot))
+}
+
+/// The directories a view was computed from.
+#[derive(Clone, Debug)]
+struct Snapshot {
+    taken_at: SystemTime,
+    directories: Vec<(PathBuf, SystemTime)>,
+}
+
+/// A directory changed this close to the snapshot may have changed again within the
+/// file system's timestamp granularity without its time moving: not trusted.
+const SETTLE: Duration = Duration::from_millis(100);
+
+impl Snapshot {
+    /// Whether every listed directory still has the time it had (a few `stat`s).
+    fn is_current(&self) -> bool {
+        self.directories.iter().all(|(directory, listed)| {
+            listed
+                .checked_add(SETTLE)
+                .is_some_and(|settled| settled < self.taken_at)
+                && fs::symlink_metadata(directory)
+                    .and_then(|metadata| metadata.modified())
+                    .is_ok_and(|now| now == *listed)
+        })
+    }
+}
+
+/// Views by caller, recomputed only when a directory they were read from changed, so
+/// a warm `exec` pays a few `stat` calls instead of a walk.
+#[derive(Debug, Default)]
+pub struct ViewCache {
+    views: Mutex<HashMap<String, (View, Snapshot)>>,
+}
+
+impl ViewCache {
+    /// The view for `key` (which must change whenever the caller's rules do), from
+    /// the cache while it is current, else computed with the rules `rules` builds.
+    pub fn view<E>(
+        &self,
+        key: &str,
+        workspace: &Path,
+        rules: impl FnOnce() -> Result<RolePaths, E>,
+    ) -> Result<View, CacheError<E>> {
+        if let Some((view, snapshot)) = self.views.lock().expect("view cache lock").get(key)
+            && snapshot.is_current()
+        {
+            return Ok(view.clone());
+        }
+        let rules = rules().map_err(CacheError::Rules)?;
+        let (view, snapshot) =
+            compute_with_snapshot(workspace, &rules).map_err(CacheError::View)?;
+        let mut views = self.views.lock().expect("view cache lock");
+        // Callers come and go; a cache that only grows is bounded by starting over.
+        if views.len() >= 4096 {
+            views.clear();
+        }
+        views.insert(key.to_string(), (view.clone(), snapshot));
+        Ok(view)
+    }
+}
+
+/// Why [`ViewCache::view`] failed: the rules could not be built, or the walk failed.
+#[derive(Debug)]
+pub enum CacheError<E> {
+    Rules(E),
+    View(ViewError),
 }
 
 fn walk(
@@ -135,12 +223,18 @@ fn walk(
     directory: &str,
     rules: &RolePaths,
     entries: &mut Vec<ViewEntry>,
+    snapshot: &mut Snapshot,
 ) -> Result<(), ViewError> {
     let host = workspace.join(directory);
     let read_error = |source| ViewError::Read {
         path: host.clone(),
         source,
     };
+    // The time before the listing: a change during it moves the time past this.
+    let listed = fs::symlink_metadata(&host)
+        .and_then(|metadata| metadata.modified())
+        .map_err(read_error)?;
+    snapshot.directories.push((host.clone(), listed));
     let mut children: Vec<(String, fs::Metadata)> = Vec::new();
     for child in fs::read_dir(&host).map_err(read_error)? {
         let child = child.map_err(read_error)?;
@@ -179,10 +273,11 @@ fn walk(
                     ViewEntry {
                         path,
                         kind: EntryKind::Directory,
+                        inode: 0,
                     },
                 )?;
             } else if !rules.excludes_subtree(&path) {
-                walk(workspace, &path, rules, entries)?;
+                walk(workspace, &path, rules, entries, snapshot)?;
             }
         } else if file_type.is_file() && metadata.nlink() == 1 && rules.check_read(&path).is_ok() {
             push(
@@ -190,6 +285,7 @@ fn walk(
                 ViewEntry {
                     path,
                     kind: EntryKind::File,
+                    inode: metadata.ino(),
                 },
             )?;
         }
@@ -365,15 +461,87 @@ mod tests {
         assert!(error.to_string().contains("data/**"), "{error}");
     }
 
+    /// Sets every directory below `root` (and `root`) to a time long past, so a
+    /// snapshot trusts it.
+    fn age_directories(root: &Path) {
+        let past = SystemTime::now() - Duration::from_secs(60);
+        let mut queue = vec![root.to_path_buf()];
+        while let Some(directory) = queue.pop() {
+            fs::File::open(&directory)
+                .unwrap()
+                .set_modified(past)
+                .unwrap();
+            for entry in fs::read_dir(&directory).unwrap().flatten() {
+                if entry.file_type().unwrap().is_dir() {
+                    queue.push(entry.path());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_cache_answers_until_a_listed_folder_changes_or_a_file_is_replaced() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        let owner = rules(&role(&["**"], &["**"], false), "acme-ana");
+        let cache = ViewCache::default();
+        let computed = std::cell::Cell::new(0);
+        let view = |cache: &ViewCache| {
+            cache
+                .view("owner", root, || {
+                    computed.set(computed.get() + 1);
+                    Ok::<_, ()>(owner.clone())
+                })
+                .unwrap()
+        };
+        age_directories(root);
+        let first = view(&cache);
+        assert_eq!(view(&cache), first);
+        assert_eq!(
+            computed.get(),
+            1,
+            "an unchanged workspace is not walked again"
+        );
+
+        // A new top-level file: the root's time moves, the view is computed anew.
+        fs::write(root.join("NEW.md"), "new").unwrap();
+        let second = view(&cache);
+        assert_eq!(computed.get(), 2);
+        assert!(paths(&second).contains(&"NEW.md".to_string()), "{second}");
+
+        // An atomic rewrite of a single-file mount (new inode) is a different view.
+        age_directories(root);
+        let before = view(&cache);
+        fs::write(root.join("SOUL.md.tmp"), "new soul").unwrap();
+        fs::rename(root.join("SOUL.md.tmp"), root.join("SOUL.md")).unwrap();
+        let after = view(&cache);
+        assert_ne!(before, after, "the replaced SOUL.md needs a new mount");
+        let inode = |view: &View| {
+            view.entries()
+                .iter()
+                .find(|entry| entry.path == "SOUL.md")
+                .map(|entry| entry.inode)
+        };
+        assert_ne!(inode(&before), inode(&after));
+
+        // A folder changed just now is not trusted yet: computed every time.
+        let count = computed.get();
+        view(&cache);
+        view(&cache);
+        assert_eq!(computed.get(), count + 2);
+    }
+
     #[test]
     fn the_digest_follows_the_entries() {
         let one = View::from_entries(vec![ViewEntry {
             path: "data".into(),
             kind: EntryKind::Directory,
+            inode: 0,
         }]);
         let two = View::from_entries(vec![ViewEntry {
             path: "data".into(),
             kind: EntryKind::File,
+            inode: 7,
         }]);
         assert_ne!(one.digest(), two.digest());
         assert_eq!(one.digest(), one.clone().digest());

@@ -241,6 +241,8 @@ pub struct ExecTool {
     /// The sandbox each session used last, so a session whose view changed (a role
     /// change) lets go of its old sandbox at once instead of at the idle timeout.
     last_scope: Mutex<HashMap<String, ScopeKey>>,
+    /// Callers' views, recomputed only when the workspace's listed folders change.
+    views: Arc<view::ViewCache>,
 }
 
 impl ExecTool {
@@ -256,27 +258,44 @@ impl ExecTool {
             porter,
             limits,
             last_scope: Mutex::new(HashMap::new()),
+            views: Arc::default(),
         }
     }
 
-    /// The caller's view of the workspace, read off the disk (blocking I/O, so off the
-    /// async workers).
-    async fn view_for(context: &ToolContext) -> Result<View, ToolError> {
-        let rules = RolePaths::new(
-            &context.caller.role,
-            &context.config.file_access,
-            &context.caller.slug,
-        )
-        .map_err(|_| ToolError::Failed("failed to load the file rules of your role".to_string()))?;
+    /// The caller's view of the workspace, from the cache while the workspace's listed
+    /// folders are unchanged, else read off the disk (blocking I/O either way, so off
+    /// the async workers).
+    async fn view_for(&self, context: &ToolContext) -> Result<View, ToolError> {
+        // Everything the view depends on besides the disk: who asks, and the rules.
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            context.caller.role_name,
+            context.caller.slug,
+            serde_json::to_string(&context.caller.role.files).unwrap_or_default(),
+            serde_json::to_string(&context.config.file_access).unwrap_or_default(),
+        );
+        let role = context.caller.role.clone();
+        let config = context.config.clone();
+        let slug = context.caller.slug.clone();
         let workspace = context.workspace.clone();
-        let computed = tokio::task::spawn_blocking(move || view::compute(&workspace, &rules))
-            .await
-            .map_err(|error| {
-                ToolError::Failed(format!("failed to compute the sandbox view: {error}"))
-            })?;
+        let views = self.views.clone();
+        let computed = tokio::task::spawn_blocking(move || {
+            views.view(&key, &workspace, || {
+                RolePaths::new(&role, &config.file_access, &slug)
+            })
+        })
+        .await
+        .map_err(|error| {
+            ToolError::Failed(format!("failed to compute the sandbox view: {error}"))
+        })?;
         computed.map_err(|error| match error {
-            view::ViewError::TooManyEntries { .. } => ToolError::Denied(error.to_string()),
-            view::ViewError::Read { .. } => {
+            view::CacheError::Rules(_) => {
+                ToolError::Failed("failed to load the file rules of your role".to_string())
+            }
+            view::CacheError::View(error @ view::ViewError::TooManyEntries { .. }) => {
+                ToolError::Denied(error.to_string())
+            }
+            view::CacheError::View(error @ view::ViewError::Read { .. }) => {
                 tracing::error!(%error, "failed to compute the sandbox view; exec refused");
                 ToolError::Failed(
                     "commands cannot run right now: the sandbox is unavailable".to_string(),
@@ -384,7 +403,7 @@ impl Tool for ExecTool {
             );
             let scope =
                 ScopeKey::for_caller(sandbox_config.scope, &context.caller.session_key, &viewer);
-            let view = Self::view_for(context).await?;
+            let view = self.view_for(context).await?;
             self.switch_scope(&context.caller.session_key, &scope).await;
             let porter_clis = &context.config.porter.clis;
 
