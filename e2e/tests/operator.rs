@@ -690,6 +690,48 @@ fn sandbox_job(
     build_job(template, &parameters).map_err(Failure::from)
 }
 
+/// What a bot's agent creates sandbox Jobs with: the rendered config and its Job
+/// template, a client acting as the agent's own ServiceAccount, and the SaintBot as
+/// the Jobs' owner.
+struct AgentSide {
+    config: saint_config::BotConfig,
+    template: Value,
+    agent: kube::Client,
+    owner: OwnerReference,
+}
+
+async fn agent_side(scenario: &Scenario) -> Result<AgentSide, Failure> {
+    scenario.converged().await?;
+    let (_, config) = scenario.bot.rendered_config().await?;
+    let template = config
+        .sandbox
+        .job_template
+        .clone()
+        .ok_or_else(|| Failure::message("the rendered config has no sandbox.jobTemplate"))?;
+    let agent_kubeconfig = service_account::kubeconfig(
+        &scenario.environment,
+        &scenario.admin,
+        &scenario.bot.namespace,
+        &format!("{BOT}-agent"),
+    )
+    .await?;
+    let agent = client_from_kubeconfig(&agent_kubeconfig).await?;
+    let bot_object = scenario.bot.bot().await?;
+    let owner = OwnerReference {
+        api_version: "saint.work/v1alpha1".to_owned(),
+        kind: "SaintBot".to_owned(),
+        name: BOT.to_owned(),
+        uid: bot_object.metadata.uid.clone().unwrap_or_default(),
+        ..OwnerReference::default()
+    };
+    Ok(AgentSide {
+        config,
+        template,
+        agent,
+        owner,
+    })
+}
+
 /// A workspace laid out like the example company's: bootstrap files, shared, private,
 /// daily and per-person memory, data, skills and the runtime state.
 fn company_workspace() -> Result<tempfile::TempDir, Failure> {
@@ -771,30 +813,13 @@ fn role_view(
 #[tokio::test]
 async fn each_roles_sandbox_job_mounts_exactly_what_the_role_may_read() -> TestResult {
     let scenario = Scenario::start("sandbox-view").await?;
-    scenario.converged().await?;
-    let (_, config) = scenario.bot.rendered_config().await?;
-    let template = config
-        .sandbox
-        .job_template
-        .clone()
-        .ok_or_else(|| Failure::message("the rendered config has no sandbox.jobTemplate"))?;
-    let agent_kubeconfig = service_account::kubeconfig(
-        &scenario.environment,
-        &scenario.admin,
-        &scenario.bot.namespace,
-        &format!("{BOT}-agent"),
-    )
-    .await?;
-    let agent = client_from_kubeconfig(&agent_kubeconfig).await?;
+    let AgentSide {
+        config,
+        template,
+        agent,
+        owner,
+    } = agent_side(&scenario).await?;
     let jobs = Api::<Job>::namespaced(agent, &scenario.bot.namespace);
-    let bot_object = scenario.bot.bot().await?;
-    let owner = OwnerReference {
-        api_version: "saint.work/v1alpha1".to_owned(),
-        kind: "SaintBot".to_owned(),
-        name: BOT.to_owned(),
-        uid: bot_object.metadata.uid.clone().unwrap_or_default(),
-        ..OwnerReference::default()
-    };
     let workspace = company_workspace()?;
     let mut all_files = BTreeSet::new();
     files_below(workspace.path(), "", &mut all_files);
@@ -886,34 +911,16 @@ async fn each_roles_sandbox_job_mounts_exactly_what_the_role_may_read() -> TestR
 async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_template()
 -> TestResult {
     let scenario = Scenario::start("sandbox").await?;
-    scenario.converged().await?;
-    let (_, config) = scenario.bot.rendered_config().await?;
-    let template = config
-        .sandbox
-        .job_template
-        .clone()
-        .ok_or_else(|| Failure::message("the rendered config has no sandbox.jobTemplate"))?;
-
     // Act as the agent: a token of the bot's own ServiceAccount.
-    let agent_kubeconfig = service_account::kubeconfig(
-        &scenario.environment,
-        &scenario.admin,
-        &scenario.bot.namespace,
-        &format!("{BOT}-agent"),
-    )
-    .await?;
-    let agent = client_from_kubeconfig(&agent_kubeconfig).await?;
+    let AgentSide {
+        config,
+        template,
+        agent,
+        owner,
+    } = agent_side(&scenario).await?;
     let jobs = Api::<Job>::namespaced(agent.clone(), &scenario.bot.namespace);
 
     // The template as rendered: admitted by RBAC, the admission policy and Pod Security.
-    let bot_object = scenario.bot.bot().await?;
-    let owner = OwnerReference {
-        api_version: "saint.work/v1alpha1".to_owned(),
-        kind: "SaintBot".to_owned(),
-        name: BOT.to_owned(),
-        uid: bot_object.metadata.uid.clone().unwrap_or_default(),
-        ..OwnerReference::default()
-    };
     let workspace = company_workspace()?;
     let employee = config
         .contacts
