@@ -109,17 +109,23 @@ struct Prepared {
     injection: Option<crate::inject::CallInjection>,
 }
 
-/// Serves one connection to the end.
-pub async fn handle(state: Arc<State>, stream: UnixStream) {
-    let started = Instant::now();
-    let peer = stream
+/// Who is on the other end of the socket, as the kernel says (`SO_PEERCRED`), not as
+/// the caller claims.
+fn peer_of(stream: &UnixStream) -> Peer {
+    stream
         .peer_cred()
         .map(|credentials| Peer {
             uid: credentials.uid(),
             gid: credentials.gid(),
             pid: credentials.pid(),
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Serves one connection to the end.
+pub async fn handle(state: Arc<State>, stream: UnixStream) {
+    let started = Instant::now();
+    let peer = peer_of(&stream);
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec);
     let mut audit = AuditLine {
@@ -192,14 +198,7 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
 /// Refuses a connection because too many are open, and audits the refusal.
 pub async fn refuse_busy(state: Arc<State>, mut stream: UnixStream) {
     const REASON: &str = "too many concurrent porter connections";
-    let peer = stream
-        .peer_cred()
-        .map(|credentials| Peer {
-            uid: credentials.uid(),
-            gid: credentials.gid(),
-            pid: credentials.pid(),
-        })
-        .unwrap_or_default();
+    let peer = peer_of(&stream);
     let frame = Frame::error(ErrorCode::RateLimited, REASON);
     let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, write_frame(&mut stream, &frame)).await;
     state
