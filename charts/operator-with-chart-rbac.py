@@ -175,7 +175,7 @@ def main() -> int:
             check(result.returncode != 0 and "saint sandbox policy [workspace-read-only]" in result.stderr,
                   "the template with its runner-directory placeholder unfilled is refused: "
                   f"{result.stderr.strip() or 'admitted'}")
-            # ...so fill it as the agent does (agent-pod/src/sandbox/kubernetes.rs).
+            # ...so fill it as the agent does (agent-pod/sandbox/src/kubernetes.rs).
             for mount in template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]:
                 if mount.get("subPath") == ".saint/run/sandboxes/{{job-name}}":
                     mount["subPath"] = f".saint/run/sandboxes/{job_name}"

@@ -14,15 +14,16 @@ use std::{
 };
 
 use futures::StreamExt;
-use saint_agent::{
-    guard::role_paths::RolePaths,
-    sandbox::{
-        ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
-        local::{LocalConfig, LocalSandbox},
-        view::{self, EntryKind, ViewCache, ViewEntry},
-    },
-};
 use saint_config::{FileAccessConfig, FileGlobs, RoleConfig, SandboxScope};
+use saint_sandbox::{
+    ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
+    local::{LocalConfig, LocalSandbox},
+    view::{EntryKind, ViewEntry},
+};
+use saint_tools::guard::{
+    role_paths::RolePaths,
+    view::{self, ViewCache},
+};
 
 const WARM_RUNS: usize = 300;
 const COLD_RUNS: usize = 30;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ContactSlug, DmScope, SessionKey};
 
-use crate::tools::Caller;
+use saint_tools::Caller;
 
 /// Why a sender could not be resolved.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

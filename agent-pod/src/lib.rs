@@ -1,14 +1,11 @@
-//! `saint-agent`: the runtime in each bot's `agent` container.
+//! `saint-agent`: the runtime in each bot's `agent` container — channels, the turn
+//! loop, sessions, metering and `main`. The tools and their guards are `saint-tools`;
+//! the sandboxes `exec` runs in are `saint-sandbox`.
 
 pub mod channel;
 pub mod config_watch;
-pub mod guard;
 pub mod identity;
-pub mod local_porter;
 pub mod metering;
-pub mod policy;
 pub mod prompt;
 pub mod runtime;
-pub mod sandbox;
 pub mod session;
-pub mod tools;

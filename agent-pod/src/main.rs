@@ -8,19 +8,21 @@ use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::http::{AppState, app, drain_turns, metrics_app},
     config_watch::ConfigStore,
-    local_porter::{self, LocalPorterMode, LocalPorterOptions},
     metering::Metering,
     runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
-    sandbox::backend,
     session::SessionStore,
-    tools::{
-        exec::{ExecLimits, ExecTool},
-        memory_get::MemoryGetTool,
-        memory_search::MemorySearchTool,
-        registry::ToolSet,
-    },
 };
 use saint_config::ErrorChain;
+use saint_sandbox::{
+    backend,
+    local_porter::{self, LocalPorterMode, LocalPorterOptions},
+};
+use saint_tools::{
+    exec::{ExecLimits, ExecTool},
+    memory_get::MemoryGetTool,
+    memory_search::MemorySearchTool,
+    registry::ToolSet,
+};
 use tokio_util::sync::CancellationToken;
 
 /// The Saint agent runtime: one bot serving a whole company, each person by their role.

@@ -11,12 +11,12 @@ use std::path::Path;
 
 use saint_config::{BOOTSTRAP_FILES, BotConfig};
 
-use crate::{
+use saint_tools::{
+    Caller,
     guard::{
         paths::{Workspace, WorkspacePath, is_safe_component},
         role_paths::RolePaths,
     },
-    tools::Caller,
 };
 
 /// Largest workspace file put into a prompt, in bytes; larger files are skipped.
@@ -186,7 +186,7 @@ mod tests {
     use std::fs;
 
     use super::*;
-    use crate::tools::test_fixtures::{
+    use saint_tools::test_fixtures::{
         SECRET_BASE_URL, SECRET_KEY_ENV, SECRET_MODEL, SECRET_ROLE_MODEL, caller, company_config,
     };
 

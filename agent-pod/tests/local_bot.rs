@@ -21,8 +21,8 @@ use std::{
 
 use common::*;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-use saint_agent::local_porter::{LocalPorter, LocalPorterSettings, PorterPaths};
 use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_sandbox::local_porter::{LocalPorter, LocalPorterSettings, PorterPaths};
 use serde_json::{Value, json};
 
 const CLI: &str = "hello-cli";

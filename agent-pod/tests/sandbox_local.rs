@@ -14,20 +14,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use saint_agent::{
-    guard::role_paths::RolePaths,
-    sandbox::{
-        Sandbox, ScopeKey, View, Viewer,
-        local::{LocalConfig, LocalSandbox},
-        porter_control::PorterControl,
-        view,
-    },
-    tools::{
-        Caller, Tool, ToolContext, ToolError, ToolOutput,
-        exec::{ExecLimits, ExecTool},
-    },
-};
 use saint_config::{BotConfig, SandboxScope};
+use saint_sandbox::{
+    Sandbox, ScopeKey, View,
+    local::{LocalConfig, LocalSandbox},
+    porter_control::PorterControl,
+};
+use saint_tools::{
+    Caller, Tool, ToolContext, ToolError, ToolOutput,
+    exec::{ExecLimits, ExecTool},
+    guard::{role_paths::RolePaths, view},
+};
 use serde_json::json;
 
 const PORTER_SECRET: &str = "porter-credential-7f3e9a";
@@ -216,7 +213,7 @@ impl Harness {
         ScopeKey::for_caller(
             SandboxScope::Session,
             session,
-            &Viewer::for_caller("employee", role, "acme-ana"),
+            &view::viewer("employee", role, "acme-ana"),
         )
     }
 

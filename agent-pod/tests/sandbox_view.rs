@@ -18,9 +18,9 @@ use std::{
 };
 
 use common::*;
-use saint_agent::guard::role_paths::RolePaths;
 use saint_config::BotConfig;
 use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_tools::guard::role_paths::RolePaths;
 use serde_json::{Value, json};
 
 const MARKO_WHATSAPP: &str = "+385991234568";

@@ -21,14 +21,6 @@ use kube::{
     },
     core::{ApiResource, GroupVersionKind},
 };
-use saint_agent::{
-    guard::role_paths::RolePaths,
-    sandbox::{
-        ScopeKey, View, Viewer,
-        kubernetes::{JobParameters, build_job},
-        view,
-    },
-};
 use saint_e2e::{
     Environment,
     chart::{self, ChartInstall, RunningOperator},
@@ -36,6 +28,11 @@ use saint_e2e::{
     environment::client_from_kubeconfig,
     examples, manifests, namespace, service_account, wait,
 };
+use saint_sandbox::{
+    ScopeKey, View, Viewer,
+    kubernetes::{JobParameters, build_job},
+};
+use saint_tools::guard::{role_paths::RolePaths, view};
 use serde_json::{Value, json};
 
 use saint_e2e::{Failure, TestResult};
@@ -659,7 +656,7 @@ spec:
 }
 
 /// A sandbox Job built from the rendered template by the agent's own builder
-/// (`saint_agent::sandbox::kubernetes::build_job`), as the agent would create it, with
+/// (`saint_sandbox::kubernetes::build_job`), as the agent would create it, with
 /// `view` at `/agent`.
 fn sandbox_job(
     config: &saint_config::BotConfig,

@@ -22,12 +22,13 @@ pub use self::{
     compaction::{estimate_tokens, split_point, summary_request},
     model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
 };
+use saint_tools::registry::ToolSet;
+
 use crate::{
     config_watch::ConfigStore,
     identity::IdentityError,
     metering::Metering,
     session::{SessionError, SessionStore},
-    tools::registry::ToolSet,
 };
 
 /// Size of the per-session lock table at which idle entries are swept.

@@ -16,13 +16,13 @@ use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Inbound, Runtime, TurnError, TurnEvent, TurnReply, compaction};
+use saint_tools::{Caller, Tool, ToolContext, ToolError, policy, untrusted};
+
 use crate::{
     identity,
     metering::{self, ToolCallRecord},
-    policy,
     prompt::{self, PromptInputs},
     session::{StoredMessage, repair_tool_pairing},
-    tools::{Caller, Tool, ToolContext, ToolError, untrusted},
 };
 
 /// What an over-budget person is told. Polite, and reveals nothing about costs or models.

@@ -5,7 +5,7 @@ use saint_config::ErrorChain;
 use saint_llm::{ChatRole, ContentBlock};
 
 use super::store::SessionStore;
-use crate::tools::session_directory::{
+use saint_tools::session_directory::{
     HistoryEntry, SessionDirectory, SessionDirectoryError, SessionSummary,
 };
 

@@ -24,9 +24,9 @@ use saint_agent::{
     metering::Metering,
     runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions},
     session::SessionStore,
-    tools::registry::ToolSet,
 };
 use saint_llm::{ClientOptions, scripted::ScriptedLlm};
+use saint_tools::registry::ToolSet;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -23,8 +23,8 @@ use axum::{
 };
 use futures::future::BoxFuture;
 
-use super::ssrf::{FetchLimits, Resolver, SsrfError, SsrfGuard};
-use crate::tools::{Tool, ToolError, test_fixtures, web_fetch::WebFetchTool};
+use crate::guard::ssrf::{FetchLimits, Resolver, SsrfError, SsrfGuard};
+use crate::{Tool, ToolError, test_fixtures, web_fetch::WebFetchTool};
 
 const PUBLIC_ADDRESS: &str = "93.184.215.14";
 
@@ -444,7 +444,7 @@ async fn web_fetch_tool_marks_pages_untrusted_and_reports_refusals_as_denied() {
         page.content
     );
     assert!(!page.content.contains("<h1>"), "HTML is converted");
-    assert!(page.content.contains(crate::tools::untrusted::BEGIN_MARKER));
+    assert!(page.content.contains(crate::untrusted::BEGIN_MARKER));
     let refused = tool
         .call(
             &stranger,

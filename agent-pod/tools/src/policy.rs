@@ -12,7 +12,7 @@ use std::sync::Arc;
 use globset::GlobBuilder;
 use saint_config::{RoleConfig, TOOL_GROUPS};
 
-use crate::tools::Tool;
+use crate::Tool;
 
 /// Tools no role sees until the sandbox exists.
 pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
@@ -85,7 +85,7 @@ mod tests {
     use saint_config::KNOWN_TOOLS;
 
     use super::*;
-    use crate::tools::{ToolContext, ToolError, ToolOutput};
+    use crate::{ToolContext, ToolError, ToolOutput};
 
     struct Named(&'static str);
 

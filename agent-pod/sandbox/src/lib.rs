@@ -1,5 +1,6 @@
-//! Sandboxes: where the `exec` tool runs commands. A [`Sandbox`] backend keeps one warm
-//! sandbox per [`ScopeKey`] (session, agent or shared), each running
+//! `saint-sandbox`: where the `exec` tool runs commands, and one-machine mode's Porter.
+//!
+//! A [`Sandbox`] backend keeps one warm sandbox per [`ScopeKey`] (session, agent or shared), each running
 //! `saint-sandbox-runner`, and runs commands in it over the runner's unix socket.
 //!
 //! Backends: [`local`] (bubblewrap on this machine) and [`kubernetes`] (a Job per
@@ -9,6 +10,7 @@
 pub mod backend;
 pub mod kubernetes;
 pub mod local;
+pub mod local_porter;
 pub mod porter_control;
 pub mod runner_client;
 pub mod seccomp;
@@ -56,16 +58,6 @@ pub struct ScopeKey {
 pub struct Viewer<'a> {
     pub role: &'a str,
     pub person: Option<&'a str>,
-}
-
-impl<'a> Viewer<'a> {
-    /// The viewer for a caller with `role` named `role_name`, who is `slug`.
-    pub fn for_caller(role_name: &'a str, role: &saint_config::RoleConfig, slug: &'a str) -> Self {
-        Self {
-            role: role_name,
-            person: crate::guard::role_paths::RolePaths::depends_on_asker(role).then_some(slug),
-        }
-    }
 }
 
 impl ScopeKey {

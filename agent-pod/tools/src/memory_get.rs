@@ -107,7 +107,7 @@ mod tests {
     use serde_json::json;
 
     use super::{super::memory_search::MemorySearchTool, *};
-    use crate::tools::test_fixtures;
+    use crate::test_fixtures;
 
     /// The real model, loaded once; a missing model fails with instructions.
     fn model() -> Arc<LocalMiniLm> {

@@ -29,7 +29,7 @@ use saint_config::{BotConfig, ErrorChain, SandboxBackend};
 use tokio::{process::Child, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{
+use crate::{
     SandboxError,
     backend::{self, ExecBackend, LocalMachine},
 };

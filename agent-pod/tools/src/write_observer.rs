@@ -99,7 +99,7 @@ mod tests {
     use saint_memory::{IndexOptions, LocalMiniLm, MemoryIndex, Scope, SearchRequest};
 
     use super::*;
-    use crate::tools::{apply_patch::ApplyPatchTool, test_fixtures, write::WriteTool};
+    use crate::{apply_patch::ApplyPatchTool, test_fixtures, write::WriteTool};
 
     fn recording() -> (WriteObserver, Arc<Mutex<Vec<String>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));

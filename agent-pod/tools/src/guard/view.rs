@@ -7,108 +7,33 @@
 //! whatever appears there later; otherwise it is walked and each readable regular file
 //! is mounted on its own. Runtime state (`.saint/`, `sessions/`, `logs/`, `config/`)
 //! is never walked into. Symbolic links, hard-linked files, sockets and devices are
-//! left out, as the file tools refuse them. The set of mounts can change when files
-//! appear; backends compare it before each command and restart a sandbox whose view
-//! is out of date.
+//! left out, as the file tools refuse them.
 
 use std::{
     collections::HashMap,
-    fmt, fs, io,
+    fs, io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Mutex,
     time::{Duration, SystemTime},
 };
 
-use sha2::{Digest, Sha256};
+use saint_sandbox::view::{EntryKind, MAX_VIEW_ENTRIES, View, ViewEntry};
 
-use crate::guard::role_paths::RolePaths;
+use saint_sandbox::Viewer;
 
-/// Most mounts one view may have: each is a bubblewrap argument or a Kubernetes
-/// volume mount, and a pod spec with thousands of mounts is refused or slow to start.
-pub const MAX_VIEW_ENTRIES: usize = 256;
+use super::role_paths::RolePaths;
 
-/// One mount of the view.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ViewEntry {
-    /// Workspace-relative, `/`-separated, never empty, no `.` or `..` components.
-    pub path: String,
-    /// A whole directory or one regular file.
-    pub kind: EntryKind,
-    /// A file's inode: a mount of one file holds that inode, so a file replaced by a
-    /// rename (an atomic write) is a different view and needs a new mount. 0 for
-    /// directories, whose mounts follow their contents.
-    pub inode: u64,
-}
-
-/// What a [`ViewEntry`] mounts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EntryKind {
-    #[default]
-    Directory,
-    File,
-}
-
-/// The mounts of one caller's `/agent`, sorted by path. No entry lies below another: a
-/// directory mounted whole is never walked into.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct View {
-    entries: Vec<ViewEntry>,
-}
-
-impl View {
-    /// A view that shows nothing.
-    pub const fn empty() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
-    }
-
-    /// A view of exactly these entries (sorted).
-    pub fn from_entries(mut entries: Vec<ViewEntry>) -> Self {
-        entries.sort();
-        entries.dedup();
-        Self { entries }
-    }
-
-    /// The mounts, sorted by path.
-    pub fn entries(&self) -> &[ViewEntry] {
-        &self.entries
-    }
-
-    /// The host path of each entry below `workspace`.
-    pub fn sources<'a>(
-        &'a self,
-        workspace: &'a Path,
-    ) -> impl Iterator<Item = (&'a ViewEntry, PathBuf)> + 'a {
-        self.entries
-            .iter()
-            .map(move |entry| (entry, workspace.join(&entry.path)))
-    }
-
-    /// A short digest of the mounts (for logs and labels).
-    pub fn digest(&self) -> String {
-        let mut hasher = Sha256::new();
-        for entry in &self.entries {
-            hasher.update(entry.path.as_bytes());
-            hasher.update([0, entry.kind as u8]);
-            hasher.update(entry.inode.to_be_bytes());
-        }
-        hex::encode(hasher.finalize())[..12].to_string()
-    }
-}
-
-impl fmt::Display for View {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let paths: Vec<String> = self
-            .entries
-            .iter()
-            .map(|entry| match entry.kind {
-                EntryKind::Directory => format!("{}/", entry.path),
-                EntryKind::File => entry.path.clone(),
-            })
-            .collect();
-        write!(formatter, "[{}]", paths.join(", "))
+/// Whose view a caller gets: their role, and themselves when the role's path rules
+/// name the asker (`<self>`, or an internal role's own folder).
+pub fn viewer<'a>(
+    role_name: &'a str,
+    role: &saint_config::RoleConfig,
+    slug: &'a str,
+) -> Viewer<'a> {
+    Viewer {
+        role: role_name,
+        person: RolePaths::depends_on_asker(role).then_some(slug),
     }
 }
 
@@ -529,21 +454,5 @@ mod tests {
         view(&cache);
         view(&cache);
         assert_eq!(computed.get(), count + 2);
-    }
-
-    #[test]
-    fn the_digest_follows_the_entries() {
-        let one = View::from_entries(vec![ViewEntry {
-            path: "data".into(),
-            kind: EntryKind::Directory,
-            inode: 0,
-        }]);
-        let two = View::from_entries(vec![ViewEntry {
-            path: "data".into(),
-            kind: EntryKind::File,
-            inode: 7,
-        }]);
-        assert_ne!(one.digest(), two.digest());
-        assert_eq!(one.digest(), one.clone().digest());
     }
 }

@@ -22,14 +22,12 @@ use globset::{Glob, GlobSetBuilder};
 use serde_json::{Map, Value, json};
 
 use super::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::{
-    guard::role_paths::RolePaths,
-    sandbox::{
-        ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
-        porter_control::{PorterControl, TokenGrant},
-        view,
-    },
+use saint_sandbox::{
+    ExecEvent, ExecRequest, Sandbox, ScopeKey, View,
+    porter_control::{PorterControl, TokenGrant},
 };
+
+use crate::guard::{role_paths::RolePaths, view};
 
 /// `exec` without a sandbox: refuses everything.
 #[derive(Clone, Copy, Debug, Default)]
@@ -396,7 +394,7 @@ impl Tool for ExecTool {
                 .map(Duration::from_secs)
                 .unwrap_or(default_timeout)
                 .clamp(Duration::from_secs(1), self.limits.max_timeout);
-            let viewer = Viewer::for_caller(
+            let viewer = view::viewer(
                 &context.caller.role_name,
                 &context.caller.role,
                 &context.caller.slug,

@@ -5,8 +5,4 @@
 pub mod paths;
 pub mod role_paths;
 pub mod ssrf;
-
-#[cfg(test)]
-mod path_vectors;
-#[cfg(test)]
-mod ssrf_vectors;
+pub mod view;

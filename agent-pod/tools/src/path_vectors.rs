@@ -9,7 +9,7 @@ use std::{
 
 use rustix::fs::{FileType, Mode};
 
-use crate::tools::{
+use crate::{
     Tool, ToolContext, ToolError, apply_patch::ApplyPatchTool, edit::EditTool, read::ReadTool,
     test_fixtures, write::WriteTool,
 };

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use crate::{
+    ToolContext, ToolError,
     guard::{
         paths::{PathError, Workspace, WorkspacePath},
         role_paths::{RolePathError, RolePaths},
     },
     policy,
-    tools::{ToolContext, ToolError},
 };
 
 /// Largest file the file tools read or rewrite, in bytes.

@@ -1,3 +1,6 @@
+//! `saint-tools`: the tools the model can call, the deterministic guards they apply
+//! (paths, SSRF, the sandbox view) and the policy that picks what a role sees.
+//!
 //! The tool contract: what every tool the model can call implements.
 //!
 //! A tool enforces its own role rules (paths, URLs, scopes) inside `call`; the policy
@@ -9,16 +12,22 @@ pub mod catalog;
 pub mod edit;
 pub mod exec;
 pub mod files;
+pub mod guard;
 pub mod memory_get;
 pub mod memory_search;
 pub mod message;
+#[cfg(test)]
+mod path_vectors;
+pub mod policy;
 pub mod read;
 pub mod registry;
 pub mod session_directory;
 pub mod sessions_history;
 pub mod sessions_list;
 #[cfg(test)]
-pub(crate) mod test_fixtures;
+mod ssrf_vectors;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod test_fixtures;
 #[cfg(test)]
 mod tool_tests;
 pub mod untrusted;
