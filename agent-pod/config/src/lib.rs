@@ -11,6 +11,7 @@
 
 mod error_chain;
 mod identity;
+pub mod sandbox_contract;
 mod validate;
 
 use std::{collections::BTreeMap, str::FromStr};
@@ -21,6 +22,10 @@ use serde::{Deserialize, Serialize};
 pub use crate::{
     error_chain::ErrorChain,
     identity::{ChannelIdentity, ContactSlug, IdentityError, SessionKey, normalise_peer},
+    sandbox_contract::{
+        SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
+        SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+    },
     validate::{ConfigError, is_known_tool_pattern, validate},
 };
 
@@ -605,28 +610,6 @@ pub enum SandboxScope {
     /// One sandbox shared by everything.
     Shared,
 }
-
-/// Where a Kubernetes sandbox sees its own runner directory (socket inside it). The
-/// operator's Job template mounts the workspace volume here with
-/// [`SANDBOX_RUN_SUBPATH_PLACEHOLDER`] as `subPath`; the agent replaces it.
-pub const SANDBOX_RUN_MOUNT_PATH: &str = "/run/saint/sandbox";
-
-/// The `subPath` placeholder in the Job template's [`SANDBOX_RUN_MOUNT_PATH`] mount.
-/// The agent replaces it with [`SANDBOX_RUN_SUBPATH_PREFIX`]`<job name>` and refuses a
-/// template without it; the admission policy refuses a Job still carrying it.
-pub const SANDBOX_RUN_SUBPATH_PLACEHOLDER: &str = ".saint/run/sandboxes/{{job-name}}";
-
-/// Where on the workspace volume each sandbox's runner directory lives.
-pub const SANDBOX_RUN_SUBPATH_PREFIX: &str = ".saint/run/sandboxes/";
-
-/// Where a sandbox sees the caller's view of the workspace.
-pub const SANDBOX_VIEW_MOUNT_PATH: &str = "/agent";
-
-/// The `subPath` placeholder of the Job template's [`SANDBOX_VIEW_MOUNT_PATH`] mount.
-/// The agent replaces that one mount with one read-only mount per subtree or file of
-/// the caller's view (`/agent/<path>` with `subPath: <path>`). Left unreplaced, it
-/// names an empty directory: nothing of the workspace is shown.
-pub const SANDBOX_VIEW_SUBPATH_PLACEHOLDER: &str = "{{agent-view}}";
 
 /// The sandbox as the operator decided it; the agent only fills names and labels.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
