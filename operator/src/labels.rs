@@ -1,5 +1,6 @@
-//! Names and labels shared by every child of a SaintBot (see HELPER_RULES "Shared names").
-//! Pure string functions.
+//! Names and labels shared by every child of a SaintBot. Every builder takes them from
+//! here, so a child and the selectors that find it (the Service, the NetworkPolicies, the
+//! operator's own watches) cannot disagree. Pure string functions.
 
 use std::collections::BTreeMap;
 

@@ -146,8 +146,11 @@ pub struct SaintBotSpec {
     pub web: WebSpec,
 }
 
+/// Role for senders that match no Contact, when `spec.defaultRole` is left out.
+pub const DEFAULT_ROLE: &str = "external";
+
 pub(crate) fn default_role_name() -> String {
-    crate::saintbot_controller::validate::defaults::DEFAULT_ROLE.to_string()
+    DEFAULT_ROLE.to_string()
 }
 
 /// Persona files: inline contents and/or a ConfigMap whose keys are file names.

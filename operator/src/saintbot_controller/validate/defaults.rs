@@ -11,8 +11,8 @@ pub use saint_config::{
     DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS,
 };
 
-/// Role for senders that match no Contact (`spec.defaultRole`).
-pub const DEFAULT_ROLE: &str = "external";
+// The CRD's serde default for `spec.defaultRole` owns this value; listed here with the rest.
+pub use crate::crd::saintbot::DEFAULT_ROLE;
 
 /// Hard lifetime of one sandbox Job (`activeDeadlineSeconds`).
 pub const DEFAULT_SANDBOX_MAX_LIFETIME_SECONDS: i64 = 86_400;
