@@ -24,6 +24,7 @@ use porter_protocol::{
     frame::{FrameHeader, HEADER_LEN, MAX_DATA_PAYLOAD, encode_data},
     handshake,
 };
+use saint_config::ErrorChain;
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
     net::{
@@ -336,7 +337,7 @@ async fn prepare(
             Refusal::new(ErrorCode::DeniedArgs, format!("{} {refusal}", request.cli))
         })?;
     let cwd = cwd::translate(&state.config.workspace_root, &request.cwd)
-        .map_err(|error| Refusal::new(ErrorCode::BadCwd, error.to_string()))?;
+        .map_err(|error| Refusal::new(ErrorCode::BadCwd, ErrorChain(&error).to_string()))?;
     let view = grant
         .view
         .as_deref()

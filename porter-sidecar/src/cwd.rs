@@ -1,14 +1,15 @@
 //! Working-directory translation: a sandbox path (`/workspace/...`, `/agent/...`) becomes
 //! a directory inside the real workspace root, or the call is refused.
 //!
-//! Reads the filesystem only to resolve symlinks; never creates or changes anything.
+//! The directory is opened beneath the root by the kernel (`saint-paths`): `..`,
+//! symlinks and encoded separators are refused, never resolved. Reads the filesystem
+//! only to open directories; never creates or changes anything.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use saint_config::sandbox_contract::SANDBOX_WORKSPACE_ROOTS;
+use saint_paths::{BeneathPath, PathError, Workspace};
 use thiserror::Error;
-
-/// The sandbox mount points that stand for the workspace root.
-pub const SANDBOX_ROOTS: &[&str] = &["/workspace", "/agent"];
 
 /// Why a working directory was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -17,41 +18,48 @@ pub enum CwdError {
     OutsideSandboxRoots(String),
     #[error("working directory {0:?} does not exist in the workspace")]
     Missing(String),
-    #[error("working directory {0:?} resolves outside the workspace")]
+    #[error(
+        "working directory {0:?} leads out of the workspace ('..' and symbolic links are not followed)"
+    )]
     Escapes(String),
     #[error("working directory {0:?} is not a directory")]
     NotDirectory(String),
+    #[error("working directory {path:?} is refused")]
+    Refused {
+        path: String,
+        #[source]
+        source: PathError,
+    },
 }
 
-/// Translates `sandbox_cwd` to a canonical directory inside `workspace_root` (itself
-/// canonical). Symlinks and `..` are resolved first, then containment is checked, so
-/// neither can lead out of the workspace.
+/// Translates `sandbox_cwd` to a directory inside `workspace_root` (itself canonical),
+/// opened beneath the root so neither `..` nor a symlink can lead out of it.
 pub fn translate(workspace_root: &Path, sandbox_cwd: &str) -> Result<PathBuf, CwdError> {
-    let sandbox_path = Path::new(sandbox_cwd);
-    let relative = SANDBOX_ROOTS
-        .iter()
-        .find_map(|root| sandbox_path.strip_prefix(root).ok())
-        .filter(|_| sandbox_path.is_absolute())
-        .ok_or_else(|| CwdError::OutsideSandboxRoots(sandbox_cwd.to_owned()))?;
-    // Refuse `..` outright as well: containment would catch it, but a request that
-    // needs it is malformed and the refusal reads better.
-    if relative
-        .components()
-        .any(|component| matches!(component, Component::ParentDir))
-    {
-        return Err(CwdError::Escapes(sandbox_cwd.to_owned()));
-    }
-    let joined = workspace_root.join(relative);
-    let resolved = joined
-        .canonicalize()
-        .map_err(|_| CwdError::Missing(sandbox_cwd.to_owned()))?;
-    if !resolved.starts_with(workspace_root) {
-        return Err(CwdError::Escapes(sandbox_cwd.to_owned()));
-    }
-    if !resolved.is_dir() {
-        return Err(CwdError::NotDirectory(sandbox_cwd.to_owned()));
-    }
-    Ok(resolved)
+    let roots = SANDBOX_WORKSPACE_ROOTS.map(Path::new);
+    // EXDEV (an open that would leave the root) arrives as OutsideWorkspace.
+    let refused = |source: PathError| match source {
+        PathError::ParentComponent(_) | PathError::Symlink(_) | PathError::OutsideWorkspace(_) => {
+            CwdError::Escapes(sandbox_cwd.to_owned())
+        }
+        PathError::NotFound(_) => CwdError::Missing(sandbox_cwd.to_owned()),
+        PathError::NotDirectory(_) => CwdError::NotDirectory(sandbox_cwd.to_owned()),
+        source => CwdError::Refused {
+            path: sandbox_cwd.to_owned(),
+            source,
+        },
+    };
+    let (_, relative) = BeneathPath::parse_absolute(sandbox_cwd, &roots).map_err(|error| {
+        match error {
+            // Lexically outside both sandbox roots: not a containment question.
+            PathError::OutsideWorkspace(_) => CwdError::OutsideSandboxRoots(sandbox_cwd.to_owned()),
+            error => refused(error),
+        }
+    })?;
+    let workspace = Workspace::open(workspace_root).map_err(refused)?;
+    let directory = workspace
+        .open_directory(&relative, sandbox_cwd)
+        .map_err(refused)?;
+    Ok(directory.path().to_path_buf())
 }
 
 #[cfg(test)]
@@ -98,5 +106,27 @@ mod tests {
             translate(&root, "/workspace/file"),
             Err(CwdError::NotDirectory(_))
         ));
+    }
+
+    #[test]
+    fn encoded_separators_and_control_characters_are_refused_before_any_lookup() {
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path().canonicalize().unwrap();
+        for cwd in [
+            "/workspace/%2e%2e/etc",
+            "/workspace/repo\\..",
+            "/workspace/\u{7}",
+        ] {
+            assert!(
+                matches!(
+                    translate(&root, cwd),
+                    Err(CwdError::Refused {
+                        source: PathError::SuspiciousCharacters(_),
+                        ..
+                    })
+                ),
+                "{cwd:?}"
+            );
+        }
     }
 }
