@@ -1,6 +1,7 @@
 #!/bin/sh
 # Starts the sandbox runner with the image's fixed paths. Everything that varies per
-# sandbox arrives in the environment the agent filled into the Job:
+# sandbox arrives in the environment the agent filled into the Job, which the runner
+# reads itself (saint-config's RunnerSettings; the lists are JSON arrays):
 #   SAINT_RUNNER_SOCKET, SAINT_RUNNER_TOKEN, SAINT_SANDBOX_CLIS, SAINT_SANDBOX_SEED,
 #   SAINT_RUNNER_IDLE_TIMEOUT_SECONDS.
 # The Porter shims go into /tmp/saint-bin (the root filesystem is read-only; /tmp is

@@ -6,8 +6,9 @@
 
 use std::{os::unix::process::ExitStatusExt, process::Stdio, sync::Arc, time::Duration};
 
-use porter_protocol::{ExecRequest, RemoteSignal, Request, handshake};
+use porter_protocol::{ExecRequest, RemoteSignal, Request, async_io::CodecError, handshake};
 use rustix::process::Signal;
+use saint_config::ErrorChain;
 use thiserror::Error;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -19,7 +20,7 @@ use tokio::{
 use crate::{
     environment::command_environment,
     process_group::ProcessGroup,
-    server::State,
+    state::State,
     wire::{ErrorCode, Frame, FrameKind, FrameReader, FrameWriter, WireError},
 };
 
@@ -47,7 +48,7 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
     let mut reader = FrameReader::new(read_half);
     let mut writer = FrameWriter::new(write_half);
 
-    match reader.next().await? {
+    match next_or_refuse(&mut reader, &mut writer).await? {
         Some(Frame::Hello { version }) if handshake::is_supported(version) => {
             writer.send(&Frame::Welcome { version }).await?;
         }
@@ -62,7 +63,7 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
         None => return Err(ConnectionError::ClosedEarly),
     }
 
-    let request = match reader.next().await? {
+    let request = match next_or_refuse(&mut reader, &mut writer).await? {
         Some(Frame::Request(Request::Exec(request))) => request,
         Some(Frame::Request(Request::Cli(_))) => {
             let message = "this is a sandbox runner: it serves exec requests, not CLI calls";
@@ -84,8 +85,9 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
     let working_directory = match state.roots.check(&request.cwd) {
         Ok(directory) => directory,
         Err(error) => {
+            let message = ErrorChain(&error).to_string();
             writer
-                .send(&Frame::error(ErrorCode::BadCwd, error.to_string()))
+                .send(&Frame::error(ErrorCode::BadCwd, message))
                 .await?;
             return Ok(());
         }
@@ -98,6 +100,31 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
         &mut writer,
     )
     .await
+}
+
+/// The next frame. One that does not decode (a client that does not speak the protocol,
+/// or a corrupt frame) is answered with a `BadRequest` error frame saying why, and the
+/// connection ends: nothing after it is read, so nothing runs.
+async fn next_or_refuse<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut FrameWriter<W>,
+) -> Result<Option<Frame>, ConnectionError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    match reader.next().await {
+        Err(WireError::Codec(CodecError::Frame(error))) => {
+            let message = ErrorChain(&error).to_string();
+            writer
+                .send(&Frame::error(ErrorCode::BadRequest, message))
+                .await?;
+            Err(ConnectionError::Wire(WireError::Codec(CodecError::Frame(
+                error,
+            ))))
+        }
+        read => Ok(read?),
+    }
 }
 
 async fn refuse_out_of_order<W: tokio::io::AsyncWrite + Unpin>(

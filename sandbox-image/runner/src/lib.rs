@@ -8,5 +8,6 @@ pub mod process_group;
 pub mod seed;
 pub mod server;
 pub mod shims;
+pub mod state;
 pub mod wire;
 pub mod working_directory;

@@ -5,53 +5,39 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::Parser;
-use saint_sandbox_runner::{
-    seed,
-    server::{self, State},
-    shims,
-    working_directory::Roots,
+use saint_config::sandbox_contract::{
+    RUNNER_TOKEN_ENV, RunnerSettings, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
 };
+use saint_sandbox_runner::{seed, server, shims, state::State, working_directory::Roots};
 
 /// Serves exec requests inside a sandbox over a unix socket (Porter frame protocol).
 ///
 /// Every command runs as `sh -c <command>` in its own process group, with only PATH,
-/// HOME, LANG and the variables the request carries. The runner exits after
-/// `--idle-timeout-seconds` without a connection, or on SIGTERM.
+/// HOME, LANG and the variables the request carries. The runner exits after the idle
+/// timeout without a connection, or on SIGTERM.
+///
+/// What varies per sandbox (socket, token, CLIs, seed, idle timeout) arrives in the
+/// environment the agent fills into the Job (`SAINT_RUNNER_SOCKET`, `SAINT_RUNNER_TOKEN`,
+/// `SAINT_SANDBOX_CLIS` and `SAINT_SANDBOX_SEED` as JSON arrays,
+/// `SAINT_RUNNER_IDLE_TIMEOUT_SECONDS`); a flag given here wins over its variable.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Flags {
     /// Unix socket to listen on (created atomically; its appearance means ready).
-    #[arg(
-        long,
-        env = "SAINT_RUNNER_SOCKET",
-        default_value = "/run/saint/sandbox/runner.sock"
-    )]
-    socket: PathBuf,
-    /// Token every request must carry (required). Never passed on to commands.
-    #[arg(
-        long,
-        env = "SAINT_RUNNER_TOKEN",
-        hide_env_values = true,
-        default_value = ""
-    )]
-    token: String,
-    /// File holding the token (first line); wins over `--token`.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// File holding the token (first line); wins over `SAINT_RUNNER_TOKEN`.
     #[arg(long, env = "SAINT_RUNNER_TOKEN_FILE", value_name = "PATH")]
     token_file: Option<PathBuf>,
     /// Seed the scratch copy from the real workspace with this file or directory
     /// (relative; repeatable; only when the copy was never seeded).
-    #[arg(
-        long = "seed",
-        env = "SAINT_SANDBOX_SEED",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
+    #[arg(long = "seed", value_name = "PATH")]
     seed: Vec<String>,
     /// The writable scratch copy: default working directory and HOME.
-    #[arg(long, default_value = "/workspace")]
+    #[arg(long, default_value = SANDBOX_SCRATCH_MOUNT_PATH)]
     workspace: PathBuf,
     /// The read-only real workspace.
-    #[arg(long, default_value = "/agent")]
+    #[arg(long, default_value = SANDBOX_VIEW_MOUNT_PATH)]
     agent: PathBuf,
     /// Writable directory for the Porter shims, first on every command's PATH.
     #[arg(long, default_value = "/tmp/saint-bin")]
@@ -65,14 +51,6 @@ struct Flags {
     /// File with more CLI names, one per line.
     #[arg(long, value_name = "PATH")]
     clis_file: Option<PathBuf>,
-    /// CLI names, comma-separated (for Job templates that set env rather than args).
-    #[arg(
-        long,
-        env = "SAINT_SANDBOX_CLIS",
-        value_delimiter = ',',
-        value_name = "NAMES"
-    )]
-    clis_list: Vec<String>,
     /// Shell that runs command lines.
     #[arg(long, default_value = "/bin/sh")]
     shell: PathBuf,
@@ -80,12 +58,8 @@ struct Flags {
     #[arg(long, default_value_t = 120)]
     default_timeout_seconds: u64,
     /// Exit after this long without any connection.
-    #[arg(
-        long,
-        env = "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS",
-        default_value_t = 1800
-    )]
-    idle_timeout_seconds: u64,
+    #[arg(long)]
+    idle_timeout_seconds: Option<u64>,
     /// Permission bits of the socket file (octal).
     #[arg(long, default_value = "660", value_parser = parse_octal)]
     socket_mode: u32,
@@ -108,14 +82,9 @@ async fn main() {
 }
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
-    let mut names = flags.clis.clone();
-    names.extend(
-        flags
-            .clis_list
-            .iter()
-            .filter(|name| !name.is_empty())
-            .cloned(),
-    );
+    let settings = RunnerSettings::from_env(|name| std::env::var(name).ok())?;
+    let mut names = settings.clis;
+    names.extend(flags.clis.iter().cloned());
     if let Some(path) = &flags.clis_file {
         names.extend(shims::read_names(path)?);
     }
@@ -127,20 +96,23 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             .next()
             .unwrap_or_default()
             .to_string(),
-        None => flags.token.clone(),
+        None => settings.token,
     };
     // A runner without a token would serve anyone who can reach its socket (every
     // sandbox can reach every socket on the shared volume through /agent).
     anyhow::ensure!(
         !token.trim().is_empty(),
-        "no runner token: set SAINT_RUNNER_TOKEN or --token-file"
+        "no runner token: set {RUNNER_TOKEN_ENV} or --token-file"
     );
-    let seeds: Vec<String> = flags
-        .seed
-        .iter()
-        .filter(|entry| !entry.is_empty())
-        .cloned()
-        .collect();
+    let socket = flags
+        .socket
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&settings.socket));
+    let idle_timeout_seconds = flags
+        .idle_timeout_seconds
+        .unwrap_or(settings.idle_timeout_seconds);
+    let mut seeds = settings.seed;
+    seeds.extend(flags.seed.iter().cloned());
     let seeded = seed::seed(&flags.agent, &flags.workspace, &seeds)?;
     let roots = Roots::resolve(&flags.workspace, &flags.agent).with_context(|| {
         format!(
@@ -156,13 +128,13 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         flags.default_timeout_seconds,
         token,
     ));
-    let listener = server::bind(&flags.socket, flags.socket_mode)?;
-    tracing::info!(socket = %flags.socket.display(), clis = names.len(), seeded, "runner ready");
+    let listener = server::bind(&socket, flags.socket_mode)?;
+    tracing::info!(socket = %socket.display(), clis = names.len(), seeded, "runner ready");
     let stopped = server::serve(
         listener,
-        flags.socket.clone(),
+        socket,
         state,
-        Duration::from_secs(flags.idle_timeout_seconds),
+        Duration::from_secs(idle_timeout_seconds),
         shutdown_signal(),
     )
     .await;

@@ -4,25 +4,17 @@
 //! Owns the socket file (created atomically, removed on exit); touches nothing else.
 
 use std::{
-    collections::HashSet,
     fs, io,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
 use thiserror::Error;
-use tokio::{net::UnixListener, time::Instant};
+use tokio::net::UnixListener;
 
-use crate::{
-    connection,
-    process_group::{ProcessGroup, kill_group_id},
-    working_directory::Roots,
-};
+use crate::{connection, state::State};
 
 /// Why the server could not start.
 #[derive(Debug, Error)]
@@ -33,121 +25,19 @@ pub enum ServerError {
     Publish { path: PathBuf, source: io::Error },
 }
 
-/// What every connection shares.
-#[derive(Debug)]
-pub struct State {
-    /// Where commands may run.
-    pub roots: Roots,
-    /// The directory with the Porter shims, first on every command's `PATH`.
-    pub shim_directory: PathBuf,
-    /// The shell that runs command lines (`/bin/sh`).
-    pub shell: PathBuf,
-    /// Timeout for requests that name none.
-    pub default_timeout_seconds: u64,
-    /// The token every request must carry.
-    token: String,
-    active_connections: AtomicUsize,
-    last_activity: Mutex<Instant>,
-    live_groups: Mutex<HashSet<i32>>,
-}
-
-impl State {
-    /// Shared state for a server.
-    pub fn new(
-        roots: Roots,
-        shim_directory: PathBuf,
-        shell: PathBuf,
-        default_timeout_seconds: u64,
-        token: String,
-    ) -> Self {
-        Self {
-            roots,
-            shim_directory,
-            shell,
-            default_timeout_seconds,
-            token,
-            active_connections: AtomicUsize::new(0),
-            last_activity: Mutex::new(Instant::now()),
-            live_groups: Mutex::new(HashSet::new()),
-        }
-    }
-
-    /// Compares in constant time, so response timing does not reveal a token prefix.
-    pub fn token_matches(&self, offered: &str) -> bool {
-        let (expected, offered) = (self.token.as_bytes(), offered.as_bytes());
-        if expected.len() != offered.len() {
-            return false;
-        }
-        expected
-            .iter()
-            .zip(offered)
-            .fold(0_u8, |difference, (a, b)| difference | (a ^ b))
-            == 0
-    }
-
-    /// Records a live process group until the returned guard drops.
-    pub fn register_group<'a>(&'a self, group: &ProcessGroup) -> GroupRegistration<'a> {
-        let id = group.id();
-        if let Some(id) = id {
-            self.live_groups
-                .lock()
-                .expect("live groups lock")
-                .insert(id);
-        }
-        GroupRegistration { state: self, id }
-    }
-
-    fn kill_live_groups(&self) {
-        for id in self.live_groups.lock().expect("live groups lock").drain() {
-            kill_group_id(id);
-        }
-    }
-
-    fn touch(&self) {
-        *self.last_activity.lock().expect("activity lock") = Instant::now();
-    }
-
-    fn idle_for(&self) -> Option<Duration> {
-        if self.active_connections.load(Ordering::SeqCst) > 0 {
-            return None;
-        }
-        Some(self.last_activity.lock().expect("activity lock").elapsed())
-    }
-}
-
-/// Removes a group from the live list when its command ends.
-pub struct GroupRegistration<'a> {
-    state: &'a State,
-    id: Option<i32>,
-}
-
-impl Drop for GroupRegistration<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id {
-            self.state
-                .live_groups
-                .lock()
-                .expect("live groups lock")
-                .remove(&id);
-        }
-    }
-}
-
 /// Counts a connection as active for as long as it lives.
 struct ActiveConnection(Arc<State>);
 
 impl ActiveConnection {
     fn new(state: Arc<State>) -> Self {
-        state.active_connections.fetch_add(1, Ordering::SeqCst);
-        state.touch();
+        state.connection_opened();
         Self(state)
     }
 }
 
 impl Drop for ActiveConnection {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.active_connections.fetch_sub(1, Ordering::SeqCst);
+        self.0.connection_closed();
     }
 }
 

@@ -17,6 +17,10 @@ use porter_protocol::{
     CliRequest, ErrorCode, ExecRequest, Frame, PROTOCOL_VERSION, Request,
     sync_io::{read_frame, write_frame},
 };
+use saint_config::sandbox_contract::{
+    RUNNER_CLIS_ENV, RUNNER_IDLE_TIMEOUT_ENV, RUNNER_SEED_ENV, RUNNER_SOCKET_ENV, RUNNER_TOKEN_ENV,
+    RunnerSettings,
+};
 
 const TOKEN: &str = "runner-token-for-tests";
 const CANARY: &str = "canary-secret-4b1d";
@@ -388,14 +392,37 @@ fn the_runner_exits_by_itself_when_idle_and_removes_its_socket() {
 #[test]
 fn a_bad_hello_is_refused() {
     let runner = Runner::start(60);
+    let marker = runner.workspace().join("ran");
+    // Garbage where the hello belongs, then a well-formed hello and exec request: the
+    // runner must answer the garbage and read nothing after it.
+    let mut bytes = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+    write_frame(
+        &mut bytes,
+        &Frame::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .unwrap();
+    let request = runner.request(&format!("touch {}", marker.display()));
+    write_frame(&mut bytes, &Frame::Request(Request::Exec(request))).unwrap();
     let mut stream = UnixStream::connect(&runner.socket).unwrap();
-    stream.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-    // The runner drops the connection (unknown frame kind) without running anything.
+    stream.write_all(&bytes).unwrap();
     let result = read_frame(&mut stream);
     assert!(
         !matches!(result, Ok(Some(Frame::Welcome { .. }))),
         "{result:?}"
     );
+    assert_eq!(
+        result.unwrap(),
+        Some(Frame::Error {
+            code: ErrorCode::BadRequest,
+            message: "failed to decode frame: unknown kind byte 71".to_string(),
+        })
+    );
+    // The runner hangs up after the error frame; once it has, it has served this
+    // connection completely, and the command it was sent never ran.
+    assert_eq!(read_frame(&mut stream).unwrap(), None);
+    assert!(!marker.exists());
 }
 
 #[test]
@@ -442,7 +469,7 @@ fn the_token_can_come_from_a_file_and_the_workspace_is_seeded() {
         .arg(base.path().join("agent"))
         .arg("--shim-directory")
         .arg(base.path().join("bin"))
-        .args(["--seed", "SOUL.md,skills"])
+        .args(["--seed", "SOUL.md", "--seed", "skills"])
         .env_remove("SAINT_RUNNER_TOKEN")
         .spawn()
         .unwrap();
@@ -476,4 +503,108 @@ fn the_token_can_come_from_a_file_and_the_workspace_is_seeded() {
         "{outcome:?}"
     );
     assert!(!outcome.stdout.contains("private.md"), "{outcome:?}");
+}
+
+/// Starts the runner with only the image's fixed paths as flags (what the sandbox
+/// image's entrypoint passes) and `environment` as its whole contract environment.
+fn start_with_environment(base: &Path, environment: &[(String, String)]) -> Child {
+    for directory in ["workspace", "agent", "bin"] {
+        fs::create_dir_all(base.join(directory)).unwrap();
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saint-sandbox-runner"));
+    command
+        .arg("--workspace")
+        .arg(base.join("workspace"))
+        .arg("--agent")
+        .arg(base.join("agent"))
+        .arg("--shim-directory")
+        .arg(base.join("bin"))
+        .arg("--proxy")
+        .arg("/opt/saint/bin/cliport-proxy")
+        .env_remove("SAINT_RUNNER_TOKEN_FILE");
+    for name in [
+        RUNNER_SOCKET_ENV,
+        RUNNER_TOKEN_ENV,
+        RUNNER_CLIS_ENV,
+        RUNNER_SEED_ENV,
+        RUNNER_IDLE_TIMEOUT_ENV,
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .envs(environment.iter().map(|(name, value)| (name, value)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_malformed_setting_is_refused_naming_its_variable() {
+    for (variable, value) in [
+        (RUNNER_CLIS_ENV, "gh,jira"),
+        (RUNNER_SEED_ENV, "SOUL.md"),
+        (RUNNER_IDLE_TIMEOUT_ENV, "30m"),
+    ] {
+        let base = tempfile::tempdir().unwrap();
+        let socket = base.path().join("run/runner.sock");
+        let environment = [
+            (RUNNER_SOCKET_ENV.to_string(), socket.display().to_string()),
+            (RUNNER_TOKEN_ENV.to_string(), TOKEN.to_string()),
+            (variable.to_string(), value.to_string()),
+        ];
+        let output = start_with_environment(base.path(), &environment)
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{variable}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("failed to read {variable}: ")),
+            "{variable}: {stderr}"
+        );
+        assert!(!socket.exists(), "{variable}");
+        assert!(
+            !base.path().join("bin/cliport-proxy").exists(),
+            "{variable}"
+        );
+    }
+}
+
+#[test]
+fn settings_from_the_environment_arrive_whole_even_with_commas() {
+    let base = tempfile::tempdir().unwrap();
+    fs::create_dir_all(base.path().join("agent/notes")).unwrap();
+    fs::write(base.path().join("agent/notes/a,b.md"), "comma\n").unwrap();
+    fs::write(base.path().join("agent/SOUL.md"), "soul\n").unwrap();
+    let settings = RunnerSettings {
+        socket: base.path().join("run/runner.sock").display().to_string(),
+        token: TOKEN.to_string(),
+        clis: vec!["gh".to_string(), "odd,cli".to_string()],
+        seed: vec!["notes/a,b.md".to_string(), "SOUL.md".to_string()],
+        idle_timeout_seconds: 60,
+    };
+    let mut child = start_with_environment(base.path(), &settings.to_env());
+    let socket = PathBuf::from(&settings.socket);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the runner exited before its socket appeared"
+        );
+        assert!(Instant::now() < deadline, "runner socket never appeared");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mut names: Vec<String> = fs::read_dir(base.path().join("bin"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cliport-proxy", "gh", "odd,cli"]);
+    assert_eq!(
+        fs::read_to_string(base.path().join("workspace/notes/a,b.md")).unwrap(),
+        "comma\n"
+    );
+    assert!(base.path().join("workspace/SOUL.md").exists());
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -1,0 +1,135 @@
+//! What every connection of one runner shares: where commands may run, the token, the
+//! live process groups (killed on shutdown) and the activity clock behind the idle exit.
+//!
+//! Plain state: no I/O besides signalling process groups.
+
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use crate::{
+    process_group::{ProcessGroup, kill_group_id},
+    working_directory::Roots,
+};
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct State {
+    /// Where commands may run.
+    pub roots: Roots,
+    /// The directory with the Porter shims, first on every command's `PATH`.
+    pub shim_directory: PathBuf,
+    /// The shell that runs command lines (`/bin/sh`).
+    pub shell: PathBuf,
+    /// Timeout for requests that name none.
+    pub default_timeout_seconds: u64,
+    /// The token every request must carry.
+    token: String,
+    active_connections: AtomicUsize,
+    last_activity: Mutex<Instant>,
+    live_groups: Mutex<HashSet<i32>>,
+}
+
+impl State {
+    /// Shared state for a server.
+    pub fn new(
+        roots: Roots,
+        shim_directory: PathBuf,
+        shell: PathBuf,
+        default_timeout_seconds: u64,
+        token: String,
+    ) -> Self {
+        Self {
+            roots,
+            shim_directory,
+            shell,
+            default_timeout_seconds,
+            token,
+            active_connections: AtomicUsize::new(0),
+            last_activity: Mutex::new(Instant::now()),
+            live_groups: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Compares in constant time, so response timing does not reveal a token prefix.
+    pub fn token_matches(&self, offered: &str) -> bool {
+        let (expected, offered) = (self.token.as_bytes(), offered.as_bytes());
+        if expected.len() != offered.len() {
+            return false;
+        }
+        expected
+            .iter()
+            .zip(offered)
+            .fold(0_u8, |difference, (a, b)| difference | (a ^ b))
+            == 0
+    }
+
+    /// Records a live process group until the returned guard drops.
+    pub fn register_group<'a>(&'a self, group: &ProcessGroup) -> GroupRegistration<'a> {
+        let id = group.id();
+        if let Some(id) = id {
+            self.live_groups
+                .lock()
+                .expect("live groups lock")
+                .insert(id);
+        }
+        GroupRegistration { state: self, id }
+    }
+
+    /// Kills every command still running (on shutdown).
+    pub(crate) fn kill_live_groups(&self) {
+        for id in self.live_groups.lock().expect("live groups lock").drain() {
+            kill_group_id(id);
+        }
+    }
+
+    fn touch(&self) {
+        *self.last_activity.lock().expect("activity lock") = Instant::now();
+    }
+
+    /// Counts a new connection as active.
+    pub(crate) fn connection_opened(&self) {
+        self.active_connections.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+    }
+
+    /// Counts a connection as ended; the idle clock starts from now.
+    pub(crate) fn connection_closed(&self) {
+        self.touch();
+        self.active_connections.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// How long no connection has been active; `None` while one is.
+    pub(crate) fn idle_for(&self) -> Option<Duration> {
+        if self.active_connections.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(self.last_activity.lock().expect("activity lock").elapsed())
+    }
+}
+
+/// Removes a group from the live list when its command ends.
+pub struct GroupRegistration<'a> {
+    state: &'a State,
+    id: Option<i32>,
+}
+
+impl Drop for GroupRegistration<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.state
+                .live_groups
+                .lock()
+                .expect("live groups lock")
+                .remove(&id);
+        }
+    }
+}
