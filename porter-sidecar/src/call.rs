@@ -46,7 +46,7 @@ use crate::{
     metrics::{CallLabels, CliLabels, StreamLabels},
     redact::{Secrets, StreamRedactor},
     registry_store::{LimitHit, LoadedCli, LoadedRegistry},
-    server::State,
+    state::State,
     supervisor,
     tokens::Grant,
     view,

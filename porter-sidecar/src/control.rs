@@ -14,7 +14,7 @@ pub use porter_protocol::control::{ControlRequest, ControlResponse};
 use tokio::{io::AsyncWriteExt, net::UnixStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::{server::State, tokens::Grant};
+use crate::{state::State, tokens::Grant};
 
 /// Longest control line accepted; enforced while reading, so a line without a newline
 /// is never buffered past it.

@@ -21,6 +21,7 @@ pub mod proxy;
 pub mod redact;
 pub mod registry_store;
 pub mod server;
+pub mod state;
 pub mod supervisor;
 pub mod tokens;
 pub mod view;

@@ -22,9 +22,10 @@ use crate::{
     capacity::KeyedSlots,
     control,
     home::HomesRoot,
-    inject::{self, InjectConfig, InjectError, Injector},
+    inject::{self, InjectError, Injector},
     metrics::{Metrics, ReloadLabels},
     registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore, read_config_file},
+    state::{DaemonConfig, State},
     supervisor::Pool,
     tokens::{TokenError, TokenStore},
 };
@@ -35,63 +36,6 @@ pub const MAX_CONNECTIONS: usize = 256;
 
 /// Supervisors kept started ahead of calls (each holds a socket and two pipes).
 const SUPERVISORS_READY: usize = 4;
-
-/// Everything the daemon is told at start.
-#[derive(Clone, Debug)]
-pub struct DaemonConfig {
-    pub socket: PathBuf,
-    pub control_socket: Option<PathBuf>,
-    pub registry: PathBuf,
-    /// Canonical workspace root (sandbox `/workspace` and `/agent` map here).
-    pub workspace_root: PathBuf,
-    pub audit_log: PathBuf,
-    pub tokens_file: Option<PathBuf>,
-    /// Peer uids allowed on the call socket; empty: any (the token still decides).
-    pub allowed_uids: Vec<u32>,
-    /// Peer uids allowed on the control socket.
-    pub control_uids: Vec<u32>,
-    /// Where each call's fresh HOME is made (and removed after the call).
-    pub call_homes: PathBuf,
-    /// The supervisor binary (`porter-supervise`, or `porter` itself).
-    pub supervisor: PathBuf,
-    /// Calls one session may have running at once.
-    pub max_calls_per_session: usize,
-    /// Connections one peer process may have waiting for their handshake.
-    pub max_handshakes_per_peer: usize,
-    /// Between SIGTERM and SIGKILL.
-    pub kill_grace: Duration,
-    /// How long running calls may finish after SIGTERM to the daemon.
-    pub shutdown_deadline: Duration,
-    pub reload_interval: Duration,
-    pub metrics_listen: Option<SocketAddr>,
-    /// The injecting proxy.
-    pub inject: InjectConfig,
-}
-
-/// Shared by every connection.
-#[derive(Debug)]
-pub struct State {
-    pub config: DaemonConfig,
-    pub registry: RegistryStore,
-    pub rate_limits: RateLimits,
-    /// Running calls per session.
-    pub session_calls: KeyedSlots,
-    /// Connections per peer process that have not passed their handshake yet.
-    pub handshakes: KeyedSlots,
-    /// The per-call homes.
-    pub homes: HomesRoot,
-    /// Supervisors waiting for calls.
-    pub supervisors: Pool,
-    pub tokens: TokenStore,
-    pub audit: Arc<AuditLog>,
-    /// The injecting proxy and its live calls.
-    pub injector: Arc<Injector>,
-    pub metrics: Metrics,
-    /// Cancelled when shutdown starts: new calls are refused.
-    pub shutdown: CancellationToken,
-    /// Cancelled when the shutdown deadline passes: running calls are killed.
-    pub force: CancellationToken,
-}
 
 /// Why the daemon could not start or serve.
 #[derive(Debug, Error)]

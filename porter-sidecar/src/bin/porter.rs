@@ -4,10 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use porter::{
-    inject::InjectConfig,
-    server::{self, DaemonConfig},
-};
+use porter::{inject::InjectConfig, server, state::DaemonConfig};
 
 /// Runs registered CLIs with their credentials for callers in the sandbox and streams
 /// the output back. Callers connect on --socket with a token; the agent registers
