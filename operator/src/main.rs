@@ -10,9 +10,10 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
+use futures::FutureExt;
 use saint_config::ErrorChain;
 use saint_operator::{
-    api_server, leader::LeaseLock, metrics::Metrics, saintbot_controller,
+    api_server, leader::LeaseLock, metrics::Metrics, references_controller, saintbot_controller,
     settings::OperatorSettings, web,
 };
 use tokio::sync::watch;
@@ -91,6 +92,25 @@ async fn termination() {
     tokio::select! {
         _ = terminate.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// The controllers the leader runs: SaintBots, and the Contacts and Roles they refer to.
+#[derive(Clone)]
+struct Controllers {
+    bots: Arc<saintbot_controller::Context>,
+    references: Arc<references_controller::Context>,
+    namespace: Option<String>,
+}
+
+impl Controllers {
+    /// Runs every controller until `stop` resolves.
+    async fn run(&self, stop: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = stop.boxed().shared();
+        futures::join!(
+            saintbot_controller::run(self.bots.clone(), self.namespace.clone(), stop.clone()),
+            references_controller::run(self.references.clone(), self.namespace.clone(), stop),
+        );
     }
 }
 
@@ -176,11 +196,15 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
             .await
     });
 
-    let context = Arc::new(saintbot_controller::Context::new(
-        client.clone(),
-        settings,
-        metrics,
-    ));
+    let controllers = Controllers {
+        bots: Arc::new(saintbot_controller::Context::new(
+            client.clone(),
+            settings,
+            metrics,
+        )),
+        references: Arc::new(references_controller::Context::new(client.clone())),
+        namespace: arguments.namespace.clone(),
+    };
     if arguments.leader_election {
         let lease_namespace = arguments
             .lease_namespace
@@ -211,13 +235,14 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
             let mut lost = leading.clone();
             let mut stop = shutdown.clone();
             // Losing the Lease stops reconciling at once; another replica may lead now.
-            saintbot_controller::run(context.clone(), arguments.namespace.clone(), async move {
-                tokio::select! {
-                    _ = wait_for(&mut lost, false) => {},
-                    _ = wait_for(&mut stop, true) => {},
-                }
-            })
-            .await;
+            controllers
+                .run(async move {
+                    tokio::select! {
+                        _ = wait_for(&mut lost, false) => {},
+                        _ = wait_for(&mut stop, true) => {},
+                    }
+                })
+                .await;
             if *shutdown.borrow() {
                 break;
             }
@@ -229,10 +254,9 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         }
     } else {
         let mut stop = shutdown.clone();
-        saintbot_controller::run(context, arguments.namespace.clone(), async move {
-            wait_for(&mut stop, true).await
-        })
-        .await;
+        controllers
+            .run(async move { wait_for(&mut stop, true).await })
+            .await;
     }
     server
         .await

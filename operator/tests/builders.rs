@@ -572,7 +572,7 @@ fn a_missing_default_role_is_refused_with_role_not_found() {
     let error =
         saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
             .unwrap_err();
-    assert_eq!(error.reason(), "RoleNotFound");
+    assert_eq!(error.reason().as_str(), "RoleNotFound");
     assert!(error.to_string().contains("spec.defaultRole"), "{error}");
 }
 

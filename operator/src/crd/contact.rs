@@ -118,8 +118,10 @@ pub struct ContactIdentifiers {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContactStatus {
-    /// `Ready` is True when every identifier is linked and the role exists, False with
-    /// reason `IdentifierConflict` or `RoleNotFound` otherwise.
+    /// `Ready` is True when the role exists and every identifier is linked (reason
+    /// `Linked`, or `Unused` when no SaintBot uses the Contact); False with reason
+    /// `RoleNotFound` (the message names the role), `IdentifierConflict` or
+    /// `InvalidIdentifier` otherwise.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -108,9 +108,6 @@ fn quoted_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// The status condition type every Saint resource reports.
-pub const CONDITION_READY: &str = "Ready";
-
 /// Every CRD with the file name `crdgen` writes it to, in a fixed order.
 pub fn all_crds() -> Vec<(
     &'static str,

@@ -15,11 +15,6 @@ pub enum DereferenceError {
         namespace: String,
         source: kube::Error,
     },
-    #[error("failed to list SaintBots in namespace {namespace:?}")]
-    ListBots {
-        namespace: String,
-        source: kube::Error,
-    },
     #[error("failed to list Roles in namespace {namespace:?}")]
     ListRoles {
         namespace: String,
@@ -36,9 +31,6 @@ pub enum DereferenceError {
 /// What a bot refers to, as read from the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Dereferenced {
-    /// Every SaintBot in the namespace, the reconciled one included (Contact statuses
-    /// are judged per bot).
-    pub bots: Vec<SaintBot>,
     /// Every Contact in the bot's namespace (selection happens in `validate`).
     pub contacts: Vec<Contact>,
     /// Every Role in the bot's namespace.
@@ -53,21 +45,6 @@ pub async fn dereference(
     bot: &SaintBot,
     namespace: &str,
 ) -> Result<Dereferenced, DereferenceError> {
-    let mut bots = Api::<SaintBot>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| DereferenceError::ListBots {
-            namespace: namespace.to_string(),
-            source,
-        })?
-        .items;
-    // The list may predate the object being reconciled (a watch event outruns the list).
-    if !bots
-        .iter()
-        .any(|other| other.metadata.name == bot.metadata.name)
-    {
-        bots.push(bot.clone());
-    }
     let contacts = Api::<Contact>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
@@ -104,7 +81,6 @@ pub async fn dereference(
         None => None,
     };
     Ok(Dereferenced {
-        bots,
         contacts,
         roles,
         persona_config_map,

@@ -43,6 +43,7 @@ use crate::{
     metrics::Metrics,
     selection::{bot_uses_contact, bot_uses_role},
     settings::OperatorSettings,
+    status,
 };
 
 /// How long a healthy bot waits before a periodic re-check.
@@ -60,7 +61,7 @@ pub enum ReconcileError {
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),
     #[error(transparent)]
-    UpdateStatus(#[from] update_status::UpdateStatusError),
+    UpdateStatus(#[from] crate::status::StatusError),
 }
 
 impl ReconcileError {
@@ -160,7 +161,7 @@ async fn forget_deleted_bots(store: Store<SaintBot>, metrics: Arc<Metrics>) {
     }
 }
 
-fn bot_key(bot: &SaintBot) -> String {
+pub(crate) fn bot_key(bot: &SaintBot) -> String {
     format!("{}/{}", bot.namespace().unwrap_or_default(), bot.name_any())
 }
 
@@ -183,37 +184,6 @@ pub async fn reconcile(
     result
 }
 
-/// Writes the conflicts and validity of the namespace's Contacts and Roles onto them.
-async fn report_references(
-    context: &Context,
-    namespace: &str,
-    dereferenced: &dereference::Dereferenced,
-    now: &Time,
-) -> Result<(), update_status::UpdateStatusError> {
-    let contact_statuses = update_status::contact_statuses(
-        &dereferenced.bots,
-        &dereferenced.contacts,
-        &dereferenced.roles,
-        now,
-    );
-    update_status::patch_contact_statuses(
-        &context.recorder,
-        &context.client,
-        namespace,
-        &dereferenced.contacts,
-        &contact_statuses,
-    )
-    .await?;
-    let role_statuses = update_status::role_statuses(&dereferenced.roles, now);
-    update_status::patch_role_statuses(
-        &context.client,
-        namespace,
-        &dereferenced.roles,
-        &role_statuses,
-    )
-    .await
-}
-
 async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, ReconcileError> {
     let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
     let now = (context.now)();
@@ -226,12 +196,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
                 reason: error.reason(),
                 message: ErrorChain(&error).to_string(),
             };
-            let status = update_status::bot_status(bot, &outcome, &now);
-            update_status::patch_bot_status(&context.client, bot, &status).await?;
-            report_references(context, &namespace, &dereferenced, &now).await?;
-            let events = update_status::transition_events(bot.status.as_ref(), &status);
-            update_status::publish_events(&context.recorder, bot, &events).await;
-            context.metrics.record_readiness(bot_key(bot), false);
+            update_status::report(context, bot, &outcome, &now).await?;
             return Err(ReconcileError::InvalidSpec(error));
         }
     };
@@ -245,16 +210,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
         config_hash,
         deployment: &applied.deployment,
     };
-    let status = update_status::bot_status(bot, &outcome, &now);
-    update_status::patch_bot_status(&context.client, bot, &status).await?;
-    report_references(context, &namespace, &dereferenced, &now).await?;
-    let events = update_status::transition_events(bot.status.as_ref(), &status);
-    update_status::publish_events(&context.recorder, bot, &events).await;
-
-    let ready = status.conditions.iter().any(|condition| {
-        condition.type_ == crate::crd::CONDITION_READY && condition.status == "True"
-    });
-    context.metrics.record_readiness(bot_key(bot), ready);
+    update_status::report(context, bot, &outcome, &now).await?;
     context.failure_count(&bot_key(bot), false);
     Ok(Action::requeue(RESYNC_INTERVAL))
 }
@@ -281,7 +237,7 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
         action: "Reconcile".to_string(),
         secondary: None,
     };
-    update_status::publish_events(&context.recorder, bot, &[event]).await;
+    status::publish(&context.recorder, bot, &[event]).await;
 }
 
 /// What to do after a failed reconcile: an invalid spec waits for a change (of the bot,

@@ -31,6 +31,7 @@ use crate::{
     identity::{self, ContactInput, IdentityReport},
     selection::bot_uses_contact,
     settings::OperatorSettings,
+    status::Reason,
 };
 
 pub use self::{porter::PorterSecretFile, roles::render_role, workload::ValidatedSandbox};
@@ -67,10 +68,10 @@ pub enum ValidateError {
 
 impl ValidateError {
     /// The status reason this error shows as (`RoleNotFound` or `InvalidSpec`).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            ValidateError::DefaultRoleNotFound { .. } => "RoleNotFound",
-            _ => "InvalidSpec",
+            ValidateError::DefaultRoleNotFound { .. } => Reason::RoleNotFound,
+            _ => Reason::InvalidSpec,
         }
     }
 }

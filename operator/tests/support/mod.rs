@@ -1,6 +1,8 @@
 //! Loads the YAML fixtures into the operator's types, through the real `validate`.
 #![allow(dead_code)]
 
+pub mod stand_in;
+
 use saint_operator::{
     crd::SaintBot,
     offline::{Manifests, read_manifests},
