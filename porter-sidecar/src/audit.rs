@@ -53,7 +53,7 @@ pub struct AuditLine {
 /// Why the audit log could not be written.
 #[derive(Debug, Error)]
 pub enum AuditError {
-    #[error("failed to open audit log {path}: {source}")]
+    #[error("failed to open audit log {path}")]
     Open {
         path: PathBuf,
         #[source]

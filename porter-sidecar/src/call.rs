@@ -232,7 +232,10 @@ async fn next_frame(
             ErrorCode::BadRequest,
             "connection closed before the request",
         )),
-        Ok(Some(Err(error))) => Err(Refusal::new(ErrorCode::BadRequest, error.to_string())),
+        Ok(Some(Err(error))) => Err(Refusal::new(
+            ErrorCode::BadRequest,
+            ErrorChain(&error).to_string(),
+        )),
         Ok(Some(Ok(frame))) => Ok(frame),
     }
 }
@@ -279,7 +282,7 @@ async fn prepare(
     )
     .await
     .map_err(|_| Refusal::new(ErrorCode::BadRequest, "timed out sending the welcome"))?
-    .map_err(|error| Refusal::new(ErrorCode::Internal, error.to_string()))?;
+    .map_err(|error| Refusal::new(ErrorCode::Internal, ErrorChain(&error).to_string()))?;
     let request = match next_frame(frames, deadline).await? {
         Frame::Request(Request::Cli(request)) => request,
         Frame::Request(Request::Exec(_)) => {

@@ -11,6 +11,7 @@ use std::{
 
 use futures::StreamExt;
 pub use porter_protocol::control::{ControlRequest, ControlResponse};
+use saint_config::ErrorChain;
 use tokio::{io::AsyncWriteExt, net::UnixStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
@@ -47,7 +48,7 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
                     revoked: None,
                     error: None,
                 },
-                Err(error) => ControlResponse::error(error.to_string()),
+                Err(error) => ControlResponse::error(ErrorChain(&error).to_string()),
             }
         }
         ControlRequest::Revoke { token } => {

@@ -15,17 +15,23 @@ use thiserror::Error;
 /// Why a `cliport` command failed.
 #[derive(Debug, Error)]
 pub enum ManageError {
-    #[error("failed to read {path}: {source}")]
+    #[error("failed to read {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("failed to write {path}: {source}")]
+    #[error("failed to write {path}")]
     Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("invalid porter registry {path}")]
+    InvalidFile {
+        path: PathBuf,
+        #[source]
+        source: RegistryError,
     },
     #[error(transparent)]
     Registry(#[from] RegistryError),
@@ -48,7 +54,10 @@ pub fn parse_pair(text: &str) -> Result<(String, String), ManageError> {
 /// Reads the registry, or an empty one if the file does not exist yet.
 pub fn load(path: &Path) -> Result<Registry, ManageError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Registry::from_json(&text)?),
+        Ok(text) => Registry::from_json(&text).map_err(|source| ManageError::InvalidFile {
+            path: path.to_owned(),
+            source,
+        }),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Registry::default()),
         Err(source) => Err(ManageError::Read {
             path: path.to_owned(),

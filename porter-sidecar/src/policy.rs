@@ -16,7 +16,7 @@ use crate::{
 /// Why a pattern could not be compiled.
 #[derive(Debug, Error)]
 pub enum PolicyError {
-    #[error("failed to compile argument pattern {pattern:?}: {source}")]
+    #[error("failed to compile argument pattern {pattern:?}")]
     Glob {
         pattern: String,
         #[source]

@@ -20,6 +20,7 @@ use porter_protocol::{
     frame::{HEADER_LEN, MAX_DATA_PAYLOAD},
     sync_io::{write_data, write_frame},
 };
+use saint_config::ErrorChain;
 
 /// Where the socket is unless `CLIPORT_SOCKET` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/saint/porter/porter.sock";
@@ -122,10 +123,10 @@ fn run(cli: &str, arguments: Vec<OsString>) -> Result<i32, String> {
         version: PROTOCOL_VERSION,
     }
     .to_bytes()
-    .map_err(|error| error.to_string())?;
+    .map_err(|error| ErrorChain(&error).to_string())?;
     Frame::Request(request)
         .encode_into(&mut opening)
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| ErrorChain(&error).to_string())?;
     let writer = Arc::new(Mutex::new(
         stream.try_clone().map_err(|error| error.to_string())?,
     ));
@@ -247,7 +248,8 @@ fn receive(cli: &str, mut stream: UnixStream) -> Result<i32, String> {
             let Some(header_bytes) = buffer[start..end].first_chunk::<HEADER_LEN>() else {
                 break;
             };
-            let header = FrameHeader::parse(*header_bytes).map_err(|error| error.to_string())?;
+            let header = FrameHeader::parse(*header_bytes)
+                .map_err(|error| ErrorChain(&error).to_string())?;
             if matches!(header.kind, FrameKind::Stdout | FrameKind::Stderr) {
                 start += HEADER_LEN;
                 pending = Some((header.kind, header.len));
@@ -264,7 +266,9 @@ fn receive(cli: &str, mut stream: UnixStream) -> Result<i32, String> {
             }
             let payload = buffer[start + HEADER_LEN..start + HEADER_LEN + header.len].to_vec();
             start += HEADER_LEN + header.len;
-            match Frame::decode(header.kind, payload).map_err(|error| error.to_string())? {
+            match Frame::decode(header.kind, payload)
+                .map_err(|error| ErrorChain(&error).to_string())?
+            {
                 Frame::Welcome { .. } => {}
                 Frame::Exit { code } => {
                     return Ok(if (0..=255).contains(&code) {

@@ -24,21 +24,25 @@ use crate::{
 /// Why a registry could not be loaded.
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("failed to read porter registry {path}: {source}")]
+    #[error("failed to read porter registry {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-    #[error("clis.{cli}: {source}")]
+    #[error("invalid porter registry {path}")]
+    Registry {
+        path: PathBuf,
+        #[source]
+        source: RegistryError,
+    },
+    #[error("clis.{cli}")]
     Policy {
         cli: String,
         #[source]
         source: PolicyError,
     },
-    #[error("clis.{cli}.envFromFiles.{name}: failed to read {path}: {source}")]
+    #[error("clis.{cli}.envFromFiles.{name}: failed to read {path}")]
     EnvFile {
         cli: String,
         name: String,
@@ -132,7 +136,11 @@ impl LoadedRegistry {
             path: path.to_owned(),
             source,
         })?;
-        Self::resolve(Registry::from_json(&text)?, lookup)
+        let registry = Registry::from_json(&text).map_err(|source| LoadError::Registry {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::resolve(registry, lookup)
     }
 }
 

@@ -12,6 +12,7 @@ use std::{
     time::Duration,
 };
 
+use saint_config::ErrorChain;
 use thiserror::Error;
 use tokio::net::UnixListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -40,7 +41,7 @@ const SUPERVISORS_READY: usize = 4;
 /// Why the daemon could not start or serve.
 #[derive(Debug, Error)]
 pub enum ServeError {
-    #[error("failed to prepare the call homes directory {path}: {source}")]
+    #[error("failed to prepare the call homes directory {path}")]
     Homes {
         path: PathBuf,
         #[source]
@@ -48,25 +49,29 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Registry(#[from] LoadError),
-    #[error(transparent)]
-    Tokens(#[from] TokenError),
+    #[error("invalid tokens file {path}")]
+    Tokens {
+        path: PathBuf,
+        #[source]
+        source: TokenError,
+    },
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error(transparent)]
     Inject(#[from] InjectError),
-    #[error("failed to read tokens file {path}: {source}")]
+    #[error("failed to read tokens file {path}")]
     TokensFile {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("failed to bind {path}: {source}")]
+    #[error("failed to bind {path}")]
     Bind {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("failed to serve metrics on {address}: {source}")]
+    #[error("failed to serve metrics on {address}")]
     Metrics {
         address: SocketAddr,
         #[source]
@@ -94,7 +99,12 @@ pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
             path: path.clone(),
             source,
         })?;
-        tokens.load_local(&text)?;
+        tokens
+            .load_local(&text)
+            .map_err(|source| ServeError::Tokens {
+                path: path.clone(),
+                source,
+            })?;
     }
     let audit = Arc::new(AuditLog::open(&config.audit_log)?);
     let injector = Arc::new(Injector::new(&config.inject, audit.clone())?);
@@ -269,7 +279,7 @@ async fn reload_loop(state: Arc<State>) {
                 }
                 Err(error) => {
                     // Keep serving the last good registry.
-                    tracing::error!(%error, "registry reload refused");
+                    tracing::error!(error = %ErrorChain(&error), "registry reload refused");
                     "error"
                 }
             };
@@ -294,7 +304,7 @@ async fn reload_loop(state: Arc<State>) {
                         "ok"
                     }
                     Err(error) => {
-                        tracing::error!(%error, "tokens reload refused");
+                        tracing::error!(error = %ErrorChain(&error), "tokens reload refused");
                         "error"
                     }
                 };

@@ -52,7 +52,7 @@ struct LocalTokensFile {
 /// Why a tokens file or a registration was refused.
 #[derive(Debug, Error)]
 pub enum TokenError {
-    #[error("failed to parse tokens file: {0}")]
+    #[error("failed to parse tokens file")]
     Parse(#[source] serde_json::Error),
     #[error("tokens file entry {0} has a token shorter than 16 bytes")]
     Short(usize),

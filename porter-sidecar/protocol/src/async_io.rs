@@ -16,7 +16,7 @@ use crate::frame::{Frame, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAX_DA
 /// Why a frame could not be read or written.
 #[derive(Debug, Error)]
 pub enum CodecError {
-    #[error("failed to transfer frame: {0}")]
+    #[error("failed to transfer frame")]
     Io(#[from] io::Error),
     #[error(transparent)]
     Frame(#[from] FrameError),

@@ -261,7 +261,7 @@ pub enum OptionArity {
 /// Why a registry file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("failed to parse porter registry: {0}")]
+    #[error("failed to parse porter registry")]
     Parse(#[source] serde_json::Error),
     #[error("porter registry version is {0}, this porter reads {REGISTRY_VERSION}")]
     Version(u32),

@@ -76,7 +76,7 @@ pub struct ExecRequest {
 /// Why a request payload was refused.
 #[derive(Debug, Error)]
 pub enum RequestError {
-    #[error("failed to parse request: {0}")]
+    #[error("failed to parse request")]
     Json(#[source] serde_json::Error),
     #[error("failed to parse request: {field} contains a NUL byte")]
     Nul { field: &'static str },

@@ -12,7 +12,7 @@ use crate::frame::{Frame, FrameError, FrameHeader, FrameKind, HEADER_LEN};
 /// Why a frame could not be read.
 #[derive(Debug, Error)]
 pub enum ReadError {
-    #[error("failed to read frame: {0}")]
+    #[error("failed to read frame")]
     Io(#[from] io::Error),
     #[error(transparent)]
     Frame(#[from] FrameError),

@@ -1,6 +1,6 @@
 //! `cliport`: manage the Porter registry in local mode and read the audit log.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{collections::BTreeMap, path::PathBuf, process::ExitCode};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -77,8 +77,18 @@ fn pairs(texts: &[String]) -> Result<BTreeMap<String, String>> {
         .collect()
 }
 
-fn main() -> Result<()> {
-    let arguments = Arguments::parse();
+fn main() -> ExitCode {
+    match run(Arguments::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line, each cause once (`{:#}` joins anyhow's chain with ": ").
+            eprintln!("cliport: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(arguments: Arguments) -> Result<()> {
     let path = &arguments.registry;
     match arguments.command {
         Command::Install {

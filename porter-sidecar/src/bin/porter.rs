@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::{Context, Result};
 use clap::Parser;
 use porter::{inject::InjectConfig, server, state::DaemonConfig};
+use saint_config::ErrorChain;
 
 /// Runs registered CLIs with their credentials for callers in the sandbox and streams
 /// the output back. Callers connect on --socket with a token; the agent registers
@@ -197,12 +198,13 @@ async fn daemon() {
     let state = match started {
         Ok(state) => state,
         Err(error) => {
+            // `{:#}`: the whole chain on one line, each cause once.
             eprintln!("porter: {error:#}");
             std::process::exit(2);
         }
     };
     if let Err(error) = server::serve(state, stop_signal()).await {
-        eprintln!("porter: {error:#}");
+        eprintln!("porter: {}", ErrorChain(&error));
         std::process::exit(1);
     }
 }

@@ -19,9 +19,9 @@ use rustls::{
 /// Why a certificate could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
-    #[error("failed to make a certificate: {0}")]
+    #[error("failed to make a certificate")]
     Certificate(#[from] rcgen::Error),
-    #[error("failed to build the TLS configuration: {0}")]
+    #[error("failed to build the TLS configuration")]
     Tls(#[from] rustls::Error),
 }
 

@@ -53,19 +53,19 @@ const BYPASS_VARIABLES: &[&str] = &["NO_PROXY", "no_proxy", "ALL_PROXY", "all_pr
 pub enum InjectError {
     #[error(transparent)]
     Ca(#[from] ca::CaError),
-    #[error("failed to write the proxy CA certificate to {path}: {source}")]
+    #[error("failed to write the proxy CA certificate to {path}")]
     WriteCa {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("failed to read the extra upstream CA file {path}: {source}")]
+    #[error("failed to read the extra upstream CA file {path}")]
     ReadUpstreamCa {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("failed to bind the injecting proxy on {address}: {source}")]
+    #[error("failed to bind the injecting proxy on {address}")]
     Bind {
         address: SocketAddr,
         #[source]

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::{body::Incoming, client::conn::http1::SendRequest, service::service_fn};
 use hyper_util::rt::TokioIo;
 use porter_protocol::registry::split_host;
+use saint_config::ErrorChain;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -209,7 +210,7 @@ async fn tunnel(injector: Arc<Injector>, mut stream: TcpStream) {
     let config = match injector.ca.server_config(&connect.host) {
         Ok(config) => config,
         Err(error) => {
-            tracing::error!(%error, host = %connect.host, "failed to issue a proxy certificate");
+            tracing::error!(error = %ErrorChain(&error), host = %connect.host, "failed to issue a proxy certificate");
             return;
         }
     };

@@ -1,0 +1,112 @@
+//! The real binaries given bad files: one line on stderr that names the file and
+//! prints each cause once, and a failing exit status.
+
+mod support;
+
+use std::{
+    path::Path,
+    process::{Command, Output},
+};
+
+use support::cli;
+
+/// What serde_json says about `{ not json`.
+const CAUSE: &str = "key must be a string at line 1 column 3";
+
+fn porter(directory: &Path, registry: &Path, tokens: Option<&Path>) -> Output {
+    let workspace = directory.join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_porter"));
+    command
+        .arg("--socket")
+        .arg(directory.join("porter.sock"))
+        .arg("--registry")
+        .arg(registry)
+        .arg("--workspace")
+        .arg(&workspace)
+        .arg("--call-homes")
+        .arg(directory.join("homes"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("PORTER_LOG", "warn");
+    if let Some(tokens) = tokens {
+        command.arg("--tokens-file").arg(tokens);
+    }
+    command.output().unwrap()
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+#[test]
+fn porter_names_a_malformed_registry_and_prints_the_cause_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    std::fs::write(&registry, "{ not json").unwrap();
+    let output = porter(directory.path(), &registry, None);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "porter: invalid porter registry {}: failed to parse porter registry: {CAUSE}\n",
+            registry.display()
+        )
+    );
+}
+
+#[test]
+fn porter_names_a_malformed_tokens_file_and_prints_the_cause_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    let mut contents = porter_protocol::registry::Registry::default();
+    contents.clis.insert("true".into(), cli("/bin/true"));
+    std::fs::write(&registry, contents.to_json()).unwrap();
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, "{ not json").unwrap();
+    let output = porter(directory.path(), &registry, Some(&tokens));
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "porter: invalid tokens file {}: failed to parse tokens file: {CAUSE}\n",
+            tokens.display()
+        )
+    );
+}
+
+#[test]
+fn porter_names_an_unreadable_registry_and_prints_the_cause_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let output = porter(directory.path(), Path::new("/dev/zero"), None);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        "porter: failed to read porter registry /dev/zero: not a regular file\n"
+    );
+}
+
+#[test]
+fn cliport_names_a_malformed_registry_and_prints_the_cause_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    std::fs::write(&registry, "{ not json").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_cliport"))
+        .arg("--registry")
+        .arg(&registry)
+        .arg("list")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        // A backtrace would be more than the one line promised.
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "cliport: invalid porter registry {}: failed to parse porter registry: {CAUSE}\n",
+            registry.display()
+        )
+    );
+}
