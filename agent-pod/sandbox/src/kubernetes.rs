@@ -35,9 +35,11 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use saint_config::{
-    SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
-    SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+use saint_config::sandbox_contract::{
+    RunnerSettings, SANDBOX_KEY_LABEL, SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER,
+    SANDBOX_RUN_SUBPATH_PREFIX, SANDBOX_SCOPE_LABEL, SANDBOX_VIEW_MOUNT_PATH,
+    SANDBOX_VIEW_SUBPATH_PLACEHOLDER, agent_runner_socket_path, runner_socket_path,
+    sandbox_label_selector, sandbox_labels,
 };
 
 use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, View, random_token};
@@ -79,7 +81,7 @@ pub struct JobParameters<'a> {
 pub enum JobBuildError {
     #[error("failed to build sandbox job: the bot config has no sandbox jobTemplate")]
     NoTemplate,
-    #[error("failed to build sandbox job: jobTemplate is not a batch/v1 Job: {0}")]
+    #[error("failed to build sandbox job: jobTemplate is not a batch/v1 Job")]
     Template(#[source] serde_json::Error),
     #[error("failed to build sandbox job: jobTemplate has no pod spec or no container")]
     NoContainer,
@@ -136,10 +138,7 @@ pub fn template_has_owner(template: &serde_json::Value) -> bool {
 
 /// The runner socket of Job `name` as the agent sees it.
 pub fn agent_socket_path(agent_run_directory: &Path, name: &str) -> PathBuf {
-    agent_run_directory
-        .join("sandboxes")
-        .join(name)
-        .join("runner.sock")
+    agent_runner_socket_path(agent_run_directory, name)
 }
 
 fn set_env(env: &mut Vec<EnvVar>, name: &str, value: String) {
@@ -159,31 +158,15 @@ pub fn build_job(
     let mut job: Job = serde_json::from_value(template.clone()).map_err(JobBuildError::Template)?;
     let name = job_name(parameters.bot, parameters.scope, parameters.suffix);
 
-    let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "saint".to_string()),
-        (
-            "app.kubernetes.io/instance".to_string(),
-            parameters.bot.to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "saint-operator".to_string(),
-        ),
-        (
-            "app.kubernetes.io/component".to_string(),
-            "sandbox".to_string(),
-        ),
-        ("saint.work/bot".to_string(), parameters.bot.to_string()),
-        ("saint.work/sandbox".to_string(), "true".to_string()),
-        (
-            "saint.work/sandbox-scope".to_string(),
-            parameters.scope.scope_label().to_string(),
-        ),
-        (
-            "saint.work/sandbox-key".to_string(),
-            parameters.scope.id().to_string(),
-        ),
-    ]);
+    let mut labels = sandbox_labels(parameters.bot);
+    labels.insert(
+        SANDBOX_SCOPE_LABEL.to_string(),
+        parameters.scope.scope_label().to_string(),
+    );
+    labels.insert(
+        SANDBOX_KEY_LABEL.to_string(),
+        parameters.scope.id().to_string(),
+    );
 
     let metadata = &mut job.metadata;
     metadata.name = Some(name.clone());
@@ -262,21 +245,17 @@ pub fn build_job(
     per_sandbox_mount.read_only = None;
     let own_directory = per_sandbox_mount.sub_path.clone();
     replace_view_placeholder(container, parameters.view)?;
-    let socket = format!("{PER_SANDBOX_MOUNT}/runner.sock");
+    let settings = RunnerSettings {
+        socket: runner_socket_path(),
+        token: parameters.runner_token.to_string(),
+        clis: parameters.clis.to_vec(),
+        seed: parameters.seed.to_vec(),
+        idle_timeout_seconds: parameters.runner_idle_timeout_seconds,
+    };
     let env = container.env.get_or_insert_with(Vec::new);
-    set_env(env, "SAINT_RUNNER_SOCKET", socket);
-    set_env(
-        env,
-        "SAINT_RUNNER_TOKEN",
-        parameters.runner_token.to_string(),
-    );
-    set_env(env, "SAINT_SANDBOX_CLIS", parameters.clis.join(","));
-    set_env(env, "SAINT_SANDBOX_SEED", parameters.seed.join(","));
-    set_env(
-        env,
-        "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS",
-        parameters.runner_idle_timeout_seconds.to_string(),
-    );
+    for (name, value) in settings.to_env() {
+        set_env(env, &name, value);
+    }
     // Every other mount of the workspace, in any container, must be read-only.
     let writable = pod
         .containers
@@ -420,7 +399,7 @@ impl KubernetesSandbox {
     /// Deletes this bot's sandbox Jobs left by an earlier agent (their tokens are
     /// lost with it). Call once at start.
     pub async fn reap_leftovers(&self) -> Result<usize, SandboxError> {
-        let selector = format!("saint.work/bot={},saint.work/sandbox=true", self.config.bot);
+        let selector = sandbox_label_selector(&self.config.bot);
         let jobs = self
             .jobs
             .list(&ListParams::default().labels(&selector))
@@ -812,8 +791,8 @@ mod tests {
             json!([
                 {"name": "SAINT_RUNNER_SOCKET", "value": "/run/saint/sandbox/runner.sock"},
                 {"name": "SAINT_RUNNER_TOKEN", "value": "runner-token-1"},
-                {"name": "SAINT_SANDBOX_CLIS", "value": "gh,jira"},
-                {"name": "SAINT_SANDBOX_SEED", "value": "SOUL.md,skills"},
+                {"name": "SAINT_SANDBOX_CLIS", "value": "[\"gh\",\"jira\"]"},
+                {"name": "SAINT_SANDBOX_SEED", "value": "[\"SOUL.md\",\"skills\"]"},
                 {"name": "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", "value": "3600"},
             ])
         );
@@ -825,6 +804,38 @@ mod tests {
         assert_eq!(
             agent_socket_path(Path::new("/run/saint"), &name),
             PathBuf::from(format!("/run/saint/sandboxes/{name}/runner.sock"))
+        );
+    }
+
+    #[test]
+    fn the_runner_settings_read_back_from_the_job_are_the_ones_given_even_with_commas() {
+        let scope = test_scope(SandboxScope::Agent, "any");
+        let clis = vec!["gh".to_string(), "odd,cli".to_string()];
+        let seed = vec!["notes/a,b.md".to_string(), "skills".to_string()];
+        let job = build_job(&template(), &parameters(&scope, &clis, &seed)).unwrap();
+        let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        let env: BTreeMap<String, String> = container
+            .env
+            .iter()
+            .flatten()
+            .map(|variable| {
+                (
+                    variable.name.clone(),
+                    variable.value.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let settings = RunnerSettings::from_env(|name| env.get(name).cloned()).unwrap();
+        assert_eq!(
+            settings,
+            RunnerSettings {
+                socket: "/run/saint/sandbox/runner.sock".to_string(),
+                // The template's own token is replaced, never kept.
+                token: "runner-token-1".to_string(),
+                clis,
+                seed,
+                idle_timeout_seconds: 3600,
+            }
         );
     }
 

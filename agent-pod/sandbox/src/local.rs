@@ -21,6 +21,10 @@ use std::{
 };
 
 use futures::future::BoxFuture;
+use saint_config::sandbox_contract::{
+    RUNNER_SOCKET_FILE_NAME, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
+    SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
+};
 use tokio::process::{Child, Command};
 
 use super::{
@@ -32,9 +36,9 @@ pub const SANDBOX_RUNNER: &str = "/opt/saint/bin/saint-sandbox-runner";
 /// The proxy every Porter shim links to, inside the sandbox.
 pub const SANDBOX_PROXY: &str = "/opt/saint/bin/cliport-proxy";
 /// The runner's own directory (socket and token), inside the sandbox.
-pub const SANDBOX_RUN_DIRECTORY: &str = "/run/saint/sandbox";
+pub const SANDBOX_RUN_DIRECTORY: &str = SANDBOX_RUN_MOUNT_PATH;
 /// Porter's socket directory, inside the sandbox (`porter.sock` in it).
-pub const SANDBOX_PORTER_DIRECTORY: &str = "/run/saint/porter";
+pub const SANDBOX_PORTER_DIRECTORY: &str = SANDBOX_PORTER_MOUNT_PATH;
 
 /// The uid and gid commands run as inside the sandbox (mapped to the agent's own).
 const SANDBOX_ID: &str = "1000";
@@ -179,7 +183,7 @@ impl ScopePaths {
 
     /// The runner socket on this machine.
     pub fn socket(&self) -> PathBuf {
-        self.run.join("runner.sock")
+        self.run.join(RUNNER_SOCKET_FILE_NAME)
     }
 }
 
@@ -257,17 +261,25 @@ pub fn bwrap_arguments(
     );
     // `/agent` is an empty read-only directory with the view's subtrees and files bound
     // into it: nothing else of the workspace exists in the sandbox's mount namespace.
-    push(&mut arguments, &["--perms", "0555", "--tmpfs", "/agent"]);
+    push(
+        &mut arguments,
+        &["--perms", "0555", "--tmpfs", SANDBOX_VIEW_MOUNT_PATH],
+    );
     for (entry, source) in view.sources(&config.workspace) {
         push_bind(
             &mut arguments,
             "--ro-bind",
             &source,
-            &format!("/agent/{}", entry.path),
+            &format!("{SANDBOX_VIEW_MOUNT_PATH}/{}", entry.path),
         );
     }
-    push(&mut arguments, &["--remount-ro", "/agent"]);
-    push_bind(&mut arguments, "--bind", &paths.scratch, "/workspace");
+    push(&mut arguments, &["--remount-ro", SANDBOX_VIEW_MOUNT_PATH]);
+    push_bind(
+        &mut arguments,
+        "--bind",
+        &paths.scratch,
+        SANDBOX_SCRATCH_MOUNT_PATH,
+    );
     // Porter's directory is read-only: a command must not replace Porter's socket
     // with its own listener and collect other sandboxes' calls.
     if let Some(porter) = &config.porter_socket_directory {
@@ -291,22 +303,22 @@ pub fn bwrap_arguments(
             "/usr/local/bin:/usr/bin:/bin",
             "--setenv",
             "HOME",
-            "/workspace",
+            SANDBOX_SCRATCH_MOUNT_PATH,
             "--setenv",
             "LANG",
             "C.UTF-8",
             "--chdir",
-            "/workspace",
+            SANDBOX_SCRATCH_MOUNT_PATH,
             "--",
             SANDBOX_RUNNER,
             "--socket",
-            &format!("{SANDBOX_RUN_DIRECTORY}/runner.sock"),
+            &format!("{SANDBOX_RUN_DIRECTORY}/{RUNNER_SOCKET_FILE_NAME}"),
             "--token-file",
             &format!("{SANDBOX_RUN_DIRECTORY}/token"),
             "--workspace",
-            "/workspace",
+            SANDBOX_SCRATCH_MOUNT_PATH,
             "--agent",
-            "/agent",
+            SANDBOX_VIEW_MOUNT_PATH,
             "--shim-directory",
             "/tmp/saint-bin",
             "--proxy",
@@ -323,8 +335,9 @@ pub fn bwrap_arguments(
             push(&mut arguments, &["--cli", cli]);
         }
     }
-    if !config.seed.is_empty() {
-        push(&mut arguments, &["--seed", &config.seed.join(",")]);
+    // One flag per entry: a path may contain a comma.
+    for entry in &config.seed {
+        push(&mut arguments, &["--seed", entry]);
     }
     arguments
 }
