@@ -4,34 +4,17 @@
 
 use std::collections::BTreeMap;
 
-/// The field manager of every server-side apply.
-pub const FIELD_MANAGER: &str = "saint-operator";
+// Label keys and the labels of sandbox Jobs are part of the sandbox contract: the agent
+// builds sandbox Jobs from the operator's template and must label them the same way.
+pub use saint_config::sandbox_contract::{labels, sandbox_labels, sandbox_selector};
 
-/// Label naming the bot a child belongs to.
-pub const BOT_LABEL: &str = "saint.work/bot";
-/// Label marking sandbox Jobs and pods.
-pub const SANDBOX_LABEL: &str = "saint.work/sandbox";
+/// The field manager of every server-side apply (also each object's
+/// `app.kubernetes.io/managed-by`).
+pub const FIELD_MANAGER: &str = saint_config::sandbox_contract::MANAGED_BY;
 /// Pod-template annotation holding the hash of restart-relevant inputs.
 pub const RESTART_HASH_ANNOTATION: &str = "saint.work/restart-hash";
 /// ConfigMap annotation holding the hash of the rendered config.
 pub const CONFIG_HASH_ANNOTATION: &str = "saint.work/config-hash";
-
-/// Labels on every child of `bot`, with its component (`agent`, `sandbox`, `config`, …).
-pub fn labels(bot: &str, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "saint".to_string()),
-        ("app.kubernetes.io/instance".to_string(), bot.to_string()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            FIELD_MANAGER.to_string(),
-        ),
-        (
-            "app.kubernetes.io/component".to_string(),
-            component.to_string(),
-        ),
-        (BOT_LABEL.to_string(), bot.to_string()),
-    ])
-}
 
 /// The labels that select the bot pod (stable: a Deployment selector is immutable).
 pub fn agent_selector(bot: &str) -> BTreeMap<String, String> {
@@ -42,14 +25,6 @@ pub fn agent_selector(bot: &str) -> BTreeMap<String, String> {
             "app.kubernetes.io/component".to_string(),
             "agent".to_string(),
         ),
-    ])
-}
-
-/// The labels that select the bot's sandbox pods.
-pub fn sandbox_selector(bot: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (BOT_LABEL.to_string(), bot.to_string()),
-        (SANDBOX_LABEL.to_string(), "true".to_string()),
     ])
 }
 

@@ -3,15 +3,16 @@
 //! security-relevant field is decided here. Pure: no client.
 
 use k8s_openapi::api::batch::v1::Job;
-use saint_config::{
-    SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_VIEW_MOUNT_PATH,
+use saint_config::sandbox_contract::{
+    PORTER_RUN_SUBPATH, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
+    SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
     SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
 };
 use serde_json::json;
 
 use super::typed;
 use crate::{
-    labels::{SANDBOX_LABEL, agent_selector, labels, workspace_claim_name},
+    labels::{agent_selector, sandbox_labels, workspace_claim_name},
     saintbot_controller::validate::ValidatedSaintBot,
 };
 
@@ -40,8 +41,7 @@ pub const POD_USER: i64 = 65532;
 /// with the bot; `blockOwnerDeletion` is false because setting it true needs update
 /// rights on `saintbots/finalizers`, which the agent's account does not have.
 pub fn job_template(bot: &ValidatedSaintBot) -> Job {
-    let mut sandbox_labels = labels(&bot.name, "sandbox");
-    sandbox_labels.insert(SANDBOX_LABEL.to_string(), "true".to_string());
+    let sandbox_labels = sandbox_labels(&bot.name);
     let mut owner = bot.owner_reference.clone();
     owner.block_owner_deletion = Some(false);
     let mut pod_spec = json!({
@@ -75,8 +75,8 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
             "resources": serde_json::to_value(&bot.sandbox.resources).expect("resources serialise"),
             "volumeMounts": [
                 {"name": "agent-workspace", "mountPath": SANDBOX_VIEW_MOUNT_PATH, "subPath": SANDBOX_VIEW_SUBPATH_PLACEHOLDER, "readOnly": true},
-                {"name": "scratch", "mountPath": "/workspace"},
-                {"name": "agent-workspace", "mountPath": "/run/saint/porter", "subPath": ".saint/run/porter", "readOnly": true},
+                {"name": "scratch", "mountPath": SANDBOX_SCRATCH_MOUNT_PATH},
+                {"name": "agent-workspace", "mountPath": SANDBOX_PORTER_MOUNT_PATH, "subPath": PORTER_RUN_SUBPATH, "readOnly": true},
                 {"name": "agent-workspace", "mountPath": SANDBOX_RUN_MOUNT_PATH, "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
                 {"name": "tmp", "mountPath": "/tmp"},
             ],
