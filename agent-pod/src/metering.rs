@@ -2,13 +2,13 @@
 //! cost through the config's price table, and budget periods.
 //!
 //! Writes only `logs/usage.jsonl` under the workspace. Nothing here is ever shown to the
-//! model (seed §9.2: the bot may not know its costs).
+//! model: the bot does not know what it costs or what it runs on.
 
 use std::{
     fs::{File, OpenOptions},
     io::Write,
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -333,7 +333,7 @@ impl Metrics {
 
 /// The usage log plus metrics.
 pub struct Metering {
-    usage_log: Mutex<File>,
+    usage_log: Arc<Mutex<File>>,
     usage_path: PathBuf,
     /// Prometheus metrics.
     pub metrics: Metrics,
@@ -352,7 +352,7 @@ impl Metering {
             source,
         })?;
         Ok(Self {
-            usage_log: Mutex::new(file),
+            usage_log: Arc::new(Mutex::new(file)),
             usage_path: path,
             metrics: Metrics::default(),
         })
@@ -363,18 +363,24 @@ impl Metering {
         &self.usage_path
     }
 
-    /// Logs and counts one tool call. A failed log write is reported, never fatal: the
-    /// call already happened.
-    pub fn record_tool_call(&self, record: &ToolCallRecord<'_>) {
+    /// Logs and counts one tool call; returns once the line is written. The write runs
+    /// off the async workers. A failed write is reported, never fatal: the call
+    /// already happened.
+    pub async fn record_tool_call(&self, record: &ToolCallRecord<'_>) {
         self.metrics
             .tool_call(record.tool, record.outcome, record.duration);
         let line = usage_line(record, jiff::Timestamp::now());
-        let mut file = self
-            .usage_log
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(error) = file.write_all(line.as_bytes()) {
-            tracing::error!(%error, "failed to append to the usage log");
+        let log = self.usage_log.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            log.lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .write_all(line.as_bytes())
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "failed to append to the usage log"),
+            Err(_) => tracing::error!("the usage log write panicked"),
         }
     }
 }

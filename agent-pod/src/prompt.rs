@@ -1,11 +1,11 @@
-//! System prompt assembly per role (seed 000 §2.4).
+//! System prompt assembly per role.
 //!
 //! Reads only workspace files — the role's bootstrap files (in `BOOTSTRAP_FILES`
 //! order), its injected files (e.g. `COMPANY.md`) and the asker's
 //! `memory/users/<slug>/preferences.md` — through the containment guard, so a symlink
 //! or hard link planted in the workspace cannot pull an outside file into the prompt.
 //! Missing or refused files are skipped, never invented. Nothing here names the model,
-//! the config, credentials or the platform ("brain in a jar", seed §9.2).
+//! the config, credentials or the platform: the bot knows its persona, not its machinery.
 
 use std::path::Path;
 

@@ -89,7 +89,8 @@ pub const BOOTSTRAP_FILES: &[&str] = &[
     "HEARTBEAT.md",
 ];
 
-/// Files no role may ever write through the agent's tools (tier 1 of seed §5.2).
+/// Files no role may ever write through the agent's tools (the first of the three
+/// write tiers: platform-protected, owner files, the asker's own folder).
 pub const DEFAULT_PLATFORM_PROTECTED: &[&str] = &[
     "SOUL.md",
     "IDENTITY.md",

@@ -47,7 +47,7 @@ pub fn escape_glob_literal(text: &str) -> String {
 }
 
 impl Scope {
-    /// The scope of a role (seed 000 §7.2) for the asker `slug`; `<self>` becomes the
+    /// The scope of a role for the asker `slug`; `<self>` becomes the
     /// slug, escaped so a slug such as `*` cannot widen it. No scopes: nothing visible.
     pub fn for_role(scopes: &[MemoryScope], slug: &str) -> Self {
         let slug = escape_glob_literal(slug);

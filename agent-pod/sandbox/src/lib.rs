@@ -31,8 +31,8 @@ use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
 
-/// Files copied from the real workspace into a new sandbox's `/workspace` (seed §3.1:
-/// bootstrap files and skills; never memory, config or data).
+/// Files copied from the real workspace into a new sandbox's `/workspace`: bootstrap
+/// files and skills; never memory, config or data.
 pub fn seed_entries() -> Vec<String> {
     let mut entries: Vec<String> = saint_config::BOOTSTRAP_FILES
         .iter()

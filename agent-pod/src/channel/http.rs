@@ -98,6 +98,8 @@ pub struct MessageResponse {
     pub session_key: String,
     /// Id of the stored message (it is durable once this is returned).
     pub message_id: i64,
+    /// How the turn ended: `answered`, `over_budget` or `iteration_cap`.
+    pub outcome: String,
 }
 
 impl From<TurnReply> for MessageResponse {
@@ -106,6 +108,7 @@ impl From<TurnReply> for MessageResponse {
             reply: reply.text,
             session_key: reply.session_key,
             message_id: reply.message_id,
+            outcome: reply.outcome.label().to_string(),
         }
     }
 }

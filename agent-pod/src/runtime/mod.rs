@@ -6,6 +6,7 @@
 
 mod compaction;
 mod model;
+mod session_cache;
 mod turn;
 
 use std::{
@@ -18,9 +19,11 @@ use std::{
 use saint_config::ChannelKind;
 use saint_llm::{ClientOptions, LlmError, Usage};
 
+use self::session_cache::SessionCache;
 pub use self::{
     compaction::{estimate_tokens, split_point, summary_request},
     model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
+    turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},
 };
 use saint_tools::registry::ToolSet;
 
@@ -96,6 +99,29 @@ pub enum TurnEvent {
     },
 }
 
+/// How a turn ended, for the channel that delivers its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// The model answered.
+    Answered,
+    /// The person's budget is spent; they got [`OVER_BUDGET_REPLY`] and no model ran
+    /// after the limit was reached.
+    OverBudget,
+    /// The tool loop hit its cap; they got [`ITERATION_CAP_REPLY`].
+    IterationCap,
+}
+
+impl TurnOutcome {
+    /// The label in metrics and the HTTP API.
+    pub fn label(self) -> &'static str {
+        match self {
+            TurnOutcome::Answered => "answered",
+            TurnOutcome::OverBudget => "over_budget",
+            TurnOutcome::IterationCap => "iteration_cap",
+        }
+    }
+}
+
 /// A finished turn.
 #[derive(Clone, Debug)]
 pub struct TurnReply {
@@ -105,8 +131,8 @@ pub struct TurnReply {
     pub session_key: String,
     /// Id of the person's stored message.
     pub message_id: i64,
-    /// Whether the turn was refused for budget (no model call made).
-    pub over_budget: bool,
+    /// How the turn ended.
+    pub outcome: TurnOutcome,
     /// Tokens used by all model calls of the turn.
     pub usage: Usage,
     /// Model calls made (including compaction).
@@ -141,8 +167,9 @@ pub struct Runtime {
     pub(crate) options: RuntimeOptions,
     // Whether `exec` runs in a working sandbox; without one it is withheld from every role.
     pub(crate) sandbox_available: bool,
-    // One turn at a time per session, so messages and tool results interleave sanely.
-    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    // One turn at a time per session, so messages and tool results interleave sanely;
+    // the lock also guards what the last turn kept of the session.
+    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<SessionCache>>>>,
 }
 
 impl Runtime {
@@ -196,7 +223,7 @@ impl Runtime {
         &self.tools
     }
 
-    fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<SessionCache>> {
         let mut table = self.session_locks.lock().expect("session lock table");
         // Keep the table small: drop locks nobody holds or waits for (only the table has
         // a reference; a turn clones its lock under this same mutex, so this cannot race).

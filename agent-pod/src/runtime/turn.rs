@@ -15,14 +15,17 @@ use saint_llm::{
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Inbound, Runtime, TurnError, TurnEvent, TurnReply, compaction};
+use super::{
+    Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction,
+    session_cache::SessionCache,
+};
 use saint_tools::{Caller, Tool, ToolContext, ToolError, policy, untrusted};
 
 use crate::{
     identity,
     metering::{self, ToolCallRecord},
     prompt::{self, PromptInputs},
-    session::{StoredMessage, repair_tool_pairing},
+    session::{StoredMessage, Transcript, repair_tool_pairing},
 };
 
 /// What an over-budget person is told. Polite, and reveals nothing about costs or models.
@@ -62,6 +65,8 @@ struct TurnState<'a> {
     usage: Usage,
     model_calls: u32,
     model_time: Duration,
+    /// What this turn's model calls cost, in USD.
+    spent: f64,
 }
 
 impl TurnState<'_> {
@@ -85,7 +90,7 @@ impl Runtime {
         let config = self.config.current();
         let caller = identity::caller_for(&config, inbound.channel, &inbound.peer)?;
         let lock = self.session_lock(&caller.session_key);
-        let _guard = lock.lock().await;
+        let mut session = lock.lock().await;
 
         // Acknowledge only once the message is durable.
         let message_id = self
@@ -98,37 +103,42 @@ impl Runtime {
             usage: Usage::default(),
             model_calls: 0,
             model_time: Duration::ZERO,
+            spent: 0.0,
         };
         state.emit(TurnEvent::Accepted {
             message_id,
             session_key: caller.session_key.clone(),
         });
 
-        let outcome = self.run_loop(&mut state, &cancel).await;
-        let (text, over_budget, label) = match outcome {
-            Ok(LoopEnd::Answer(text)) => (text, false, "answered"),
+        let end = self.run_loop(&mut state, &mut session, &cancel).await;
+        let (outcome, text) = match end {
+            Ok(LoopEnd::Answer(text)) => (TurnOutcome::Answered, text),
             Ok(LoopEnd::OverBudget) => {
                 self.metering.metrics.budget_refusal(&caller.role_name);
-                (OVER_BUDGET_REPLY.to_string(), true, "over_budget")
+                (TurnOutcome::OverBudget, OVER_BUDGET_REPLY.to_string())
             }
-            Ok(LoopEnd::IterationCap) => (ITERATION_CAP_REPLY.to_string(), false, "iteration_cap"),
+            Ok(LoopEnd::IterationCap) => {
+                (TurnOutcome::IterationCap, ITERATION_CAP_REPLY.to_string())
+            }
             Err(error) => {
                 self.metering.metrics.turn(&caller.role_name, "error");
                 return Err(error);
             }
         };
-        if label != "answered" {
+        if outcome != TurnOutcome::Answered {
             // The model did not produce this text; store it so the transcript shows it.
             self.persist(&caller, Message::assistant_text(text.clone()))
                 .await?;
             state.emit(TurnEvent::TextDelta(text.clone()));
         }
-        self.metering.metrics.turn(&caller.role_name, label);
+        self.metering
+            .metrics
+            .turn(&caller.role_name, outcome.label());
         Ok(TurnReply {
             text,
             session_key: caller.session_key.clone(),
             message_id,
-            over_budget,
+            outcome,
             usage: state.usage,
             model_calls: state.model_calls,
             model_time: state.model_time,
@@ -160,16 +170,45 @@ impl Runtime {
         .await
     }
 
-    async fn within_budget(&self, caller: &Caller) -> Result<bool, TurnError> {
+    /// What the caller had spent in their budget's period before this turn; `None` for a
+    /// role without a budget. Read once per turn: the turn adds its own spend as it goes
+    /// (`TurnState::spent`), so the loop checks the budget without a query per model
+    /// call. A turn running at the same time in another of the person's sessions is
+    /// counted from that person's next turn on.
+    async fn spent_before_turn(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<(saint_config::Budget, f64)>, TurnError> {
         let Some(budget) = caller.role.budget.clone() else {
-            return Ok(true);
+            return Ok(None);
         };
         let (first, last) = metering::period_days(budget.period, jiff::Timestamp::now());
         let slug = caller.slug.clone();
         let spent = self
             .blocking(move |store| store.spent_between(&slug, &first, &last))
             .await?;
-        Ok(metering::within_budget(Some(&budget), spent))
+        Ok(Some((budget, spent)))
+    }
+
+    /// The system prompt, built off the async workers: it reads the workspace's prompt
+    /// files.
+    async fn system_prompt(
+        &self,
+        caller: &Caller,
+        config: &Arc<BotConfig>,
+        tool_names: Vec<&'static str>,
+    ) -> Result<String, TurnError> {
+        let (caller, config, workspace) = (caller.clone(), config.clone(), self.workspace.clone());
+        tokio::task::spawn_blocking(move || {
+            prompt::system_prompt(&PromptInputs {
+                caller: &caller,
+                config: &config,
+                workspace: &workspace,
+                tool_names: &tool_names,
+            })
+        })
+        .await
+        .map_err(|_| TurnError::Join)
     }
 
     async fn call_model(
@@ -199,6 +238,7 @@ impl Runtime {
             tracing::warn!(model = %request.model, "no price for model; its spend is not counted");
             0.0
         });
+        state.spent += cost;
         self.metering
             .metrics
             .model_call(&request.model, response.usage, cost, elapsed);
@@ -208,6 +248,7 @@ impl Runtime {
     async fn run_loop(
         &self,
         state: &mut TurnState<'_>,
+        session: &mut SessionCache,
         cancel: &CancellationToken,
     ) -> Result<LoopEnd, TurnError> {
         let caller = state.caller;
@@ -222,13 +263,8 @@ impl Runtime {
             self.tools.all(),
             self.sandbox_available,
         );
-        let tool_names: Vec<&str> = visible.iter().map(|tool| tool.name()).collect();
-        let base_prompt = prompt::system_prompt(&PromptInputs {
-            caller,
-            config: &config,
-            workspace: &self.workspace,
-            tool_names: &tool_names,
-        });
+        let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
+        let base_prompt = self.system_prompt(caller, &config, tool_names).await?;
         let specs = tool_specs(&visible);
         let client = self.model.client(&config.model)?;
         let context = ToolContext {
@@ -237,42 +273,21 @@ impl Runtime {
             config: config.clone(),
         };
 
-        let key = caller.session_key.clone();
-        let transcript = self.blocking(move |store| store.transcript(&key)).await?;
-        let mut summary = transcript.summary;
-        let mut history: Vec<StoredMessage> = transcript.messages;
+        let spent_before = self.spent_before_turn(caller).await?;
+        let Transcript {
+            mut summary,
+            messages: mut history,
+        } = self.transcript(&caller.session_key, session).await?;
 
-        for _ in 0..self.options.max_iterations {
-            // Budget is checked before every model call: a long tool loop may cross it.
-            if !self.within_budget(caller).await? {
-                return Ok(LoopEnd::OverBudget);
-            }
-            let mut request = self.request(
-                &model_name,
-                &base_prompt,
-                &summary,
-                &history,
-                &specs,
-                &config,
-            );
-            let threshold =
-                (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
-            if compaction::estimate_tokens(&request) > threshold
-                && let Some(cut) =
-                    compaction::split_point(&history, self.options.keep_recent_messages)
-            {
-                summary = self
-                    .compact(
-                        state,
-                        &client,
-                        &model_name,
-                        &summary,
-                        &history[..cut],
-                        cancel,
-                    )
-                    .await?;
-                history.drain(..cut);
-                request = self.request(
+        let end = 'turn: {
+            for _ in 0..self.options.max_iterations {
+                // Budget is checked before every model call: a long tool loop may cross it.
+                if let Some((budget, before)) = &spent_before
+                    && !metering::within_budget(Some(budget), before + state.spent)
+                {
+                    break 'turn LoopEnd::OverBudget;
+                }
+                let mut request = self.request(
                     &model_name,
                     &base_prompt,
                     &summary,
@@ -280,50 +295,83 @@ impl Runtime {
                     &specs,
                     &config,
                 );
-            }
+                let threshold =
+                    (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
+                if compaction::estimate_tokens(&request) > threshold
+                    && let Some(cut) =
+                        compaction::split_point(&history, self.options.keep_recent_messages)
+                {
+                    summary = self
+                        .compact(
+                            state,
+                            &client,
+                            &model_name,
+                            &summary,
+                            &history[..cut],
+                            cancel,
+                        )
+                        .await?;
+                    history.drain(..cut);
+                    request = self.request(
+                        &model_name,
+                        &base_prompt,
+                        &summary,
+                        &history,
+                        &specs,
+                        &config,
+                    );
+                }
 
-            let (response, cost) = self
-                .call_model(state, &client, &request, cancel, true)
-                .await?;
-            let message = response.message;
-            let id = self
-                .persist_with_spend(caller, message.clone(), cost)
-                .await?;
-            history.push(StoredMessage {
-                id,
-                message: message.clone(),
-                identity: caller.identity.clone(),
-            });
+                let (response, cost) = self
+                    .call_model(state, &client, &request, cancel, true)
+                    .await?;
+                let message = response.message;
+                let id = self
+                    .persist_with_spend(caller, message.clone(), cost)
+                    .await?;
+                history.push(StoredMessage {
+                    id,
+                    message: message.clone(),
+                    identity: caller.identity.clone(),
+                });
 
-            let calls: Vec<(String, String, serde_json::Value)> = message
-                .tool_uses()
-                .map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone()))
-                .collect();
-            if calls.is_empty() {
-                return Ok(LoopEnd::Answer(message.text()));
-            }
-            let mut results = Vec::with_capacity(calls.len());
-            for (call_id, name, input) in calls {
-                let tool = visible.iter().find(|tool| tool.name() == name);
-                let (content, is_error) = self.run_tool(state, &context, tool, &name, input).await;
-                results.push(ContentBlock::ToolResult {
-                    tool_use_id: call_id,
-                    content,
-                    is_error,
+                let calls: Vec<(String, String, serde_json::Value)> = message
+                    .tool_uses()
+                    .map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone()))
+                    .collect();
+                if calls.is_empty() {
+                    break 'turn LoopEnd::Answer(message.text());
+                }
+                let mut results = Vec::with_capacity(calls.len());
+                for (call_id, name, input) in calls {
+                    let tool = visible.iter().find(|tool| tool.name() == name);
+                    let (content, is_error) =
+                        self.run_tool(state, &context, tool, &name, input).await;
+                    results.push(ContentBlock::ToolResult {
+                        tool_use_id: call_id,
+                        content,
+                        is_error,
+                    });
+                }
+                let message = Message {
+                    role: ChatRole::User,
+                    content: results,
+                };
+                let id = self.persist(caller, message.clone()).await?;
+                history.push(StoredMessage {
+                    id,
+                    message,
+                    identity: caller.identity.clone(),
                 });
             }
-            let message = Message {
-                role: ChatRole::User,
-                content: results,
-            };
-            let id = self.persist(caller, message.clone()).await?;
-            history.push(StoredMessage {
-                id,
-                message,
-                identity: caller.identity.clone(),
-            });
-        }
-        Ok(LoopEnd::IterationCap)
+            LoopEnd::IterationCap
+        };
+        // Everything in `history` is stored: the next turn of this session starts from it.
+        session.keep(Transcript {
+            summary,
+            messages: history,
+        });
+        Ok(end)
     }
 
     fn request(
@@ -434,15 +482,17 @@ impl Runtime {
             }
             Err(error) => (error.to_string(), true, error.outcome(), &empty),
         };
-        self.metering.record_tool_call(&ToolCallRecord {
-            user: &state.caller.slug,
-            role: &state.caller.role_name,
-            tool: name,
-            input: &input,
-            duration,
-            outcome,
-            extra,
-        });
+        self.metering
+            .record_tool_call(&ToolCallRecord {
+                user: &state.caller.slug,
+                role: &state.caller.role_name,
+                tool: name,
+                input: &input,
+                duration,
+                outcome,
+                extra,
+            })
+            .await;
         state.emit(TurnEvent::ToolCall {
             name: name.to_string(),
             outcome: outcome.to_string(),

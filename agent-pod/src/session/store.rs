@@ -236,14 +236,24 @@ impl SessionStore {
                 .optional()
                 .map_err(sql("read summary"))?
                 .unwrap_or_default();
-            let messages = read_messages(connection, key, false)?;
+            let messages = read_messages(connection, key, false, 0)?;
             Ok(Transcript { summary, messages })
         })
     }
 
+    /// The uncompacted messages of a session stored after message `after_id`, oldest
+    /// first: what a turn that kept the transcript in memory has not seen yet.
+    pub fn messages_after(
+        &self,
+        key: &str,
+        after_id: i64,
+    ) -> Result<Vec<StoredMessage>, SessionError> {
+        self.with(|connection| read_messages(connection, key, false, after_id))
+    }
+
     /// Every message of a session, compacted or not (for `sessions_history` and audits).
     pub fn all_messages(&self, key: &str) -> Result<Vec<StoredMessage>, SessionError> {
-        self.with(|connection| read_messages(connection, key, true))
+        self.with(|connection| read_messages(connection, key, true, 0))
     }
 
     /// Replaces messages up to and including `through_id` by `summary`.
@@ -347,15 +357,16 @@ fn read_messages(
     connection: &Connection,
     key: &str,
     include_compacted: bool,
+    after_id: i64,
 ) -> Result<Vec<StoredMessage>, SessionError> {
     let mut statement = connection
         .prepare_cached(
             "SELECT id, role, content, identity FROM messages
-             WHERE session_key = ?1 AND (compacted = 0 OR ?2) ORDER BY id",
+             WHERE session_key = ?1 AND (compacted = 0 OR ?2) AND id > ?3 ORDER BY id",
         )
         .map_err(sql("prepare history"))?;
     let rows = statement
-        .query_map(params![key, include_compacted], |row| {
+        .query_map(params![key, include_compacted, after_id], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
                 row.get::<_, String>(1)?,

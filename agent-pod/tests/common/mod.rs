@@ -94,6 +94,7 @@ pub struct InProcess {
     pub llm: ScriptedLlm,
     pub runtime: Arc<Runtime>,
     pub router: Router,
+    options: RuntimeOptions,
 }
 
 impl InProcess {
@@ -113,29 +114,12 @@ impl InProcess {
         adjust(&mut config);
         write_config(&config_path, &config);
 
-        let variables = environment();
-        let env: EnvLookup = Arc::new(move |name| variables.get(name).cloned());
         options.client = ClientOptions {
             min_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
             ..options.client
         };
-        let config_store = Arc::new(ConfigStore::load(&config_path).unwrap());
-        let store =
-            Arc::new(SessionStore::open(workspace.join("sessions/transcripts.sqlite3")).unwrap());
-        let metering = Arc::new(Metering::open(&workspace).unwrap());
-        let model = ModelAccess::new(None, env.clone(), options.client.clone());
-        let tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
-        let runtime = Arc::new(Runtime::new(
-            config_store,
-            store,
-            model,
-            tools,
-            metering,
-            workspace.clone(),
-            options,
-        ));
-        let router = app(AppState::new(runtime.clone(), env));
+        let (runtime, router) = Self::assemble(&workspace, &config_path, options.clone());
         Self {
             directory,
             workspace,
@@ -143,7 +127,41 @@ impl InProcess {
             llm,
             runtime,
             router,
+            options,
         }
+    }
+
+    /// A new runtime over the same workspace, config and model, as after a restart:
+    /// nothing is kept in memory from before.
+    pub fn restart(&mut self) {
+        (self.runtime, self.router) =
+            Self::assemble(&self.workspace, &self.config_path, self.options.clone());
+    }
+
+    fn assemble(
+        workspace: &Path,
+        config_path: &Path,
+        options: RuntimeOptions,
+    ) -> (Arc<Runtime>, Router) {
+        let variables = environment();
+        let env: EnvLookup = Arc::new(move |name| variables.get(name).cloned());
+        let config_store = Arc::new(ConfigStore::load(config_path).unwrap());
+        let store =
+            Arc::new(SessionStore::open(workspace.join("sessions/transcripts.sqlite3")).unwrap());
+        let metering = Arc::new(Metering::open(workspace).unwrap());
+        let model = ModelAccess::new(None, env.clone(), options.client.clone());
+        let tools = ToolSet::builtin(workspace, store.clone(), env.clone());
+        let runtime = Arc::new(Runtime::new(
+            config_store,
+            store,
+            model,
+            tools,
+            metering,
+            workspace.to_path_buf(),
+            options,
+        ));
+        let router = app(AppState::new(runtime.clone(), env));
+        (runtime, router)
     }
 
     pub fn rewrite_config(&self, adjust: impl FnOnce(&mut Value)) {

@@ -38,7 +38,7 @@ pub fn write(root: &Path, relative: &str, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
-/// Role scopes of seed 000 §7.2.
+/// The owner's memory scopes: shared, private, daily notes and every person's folder.
 pub fn owner_scopes() -> Vec<MemoryScope> {
     vec![
         MemoryScope::Shared,

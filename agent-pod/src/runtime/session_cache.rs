@@ -1,0 +1,65 @@
+//! What a turn keeps of its session for the next one: the transcript as the model sees
+//! it (summary and uncompacted messages). The next turn reads only the messages stored
+//! since — its own user message, a canned reply — instead of decoding the whole session
+//! again. The cache lives beside the session's lock and is only reached through it, so
+//! two turns never see it at once; it is dropped when a turn fails and when the idle
+//! session's lock is swept.
+
+use crate::session::{SessionStore, StoredMessage, Transcript};
+
+use super::{Runtime, TurnError};
+
+/// One session's kept transcript (empty until a turn of it has completed).
+#[derive(Debug, Default)]
+pub(crate) struct SessionCache {
+    kept: Option<Kept>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    transcript: Transcript,
+    /// The id of its last message (0 when none is left uncompacted): every uncompacted
+    /// message up to it is in `transcript`, every later one is not.
+    seen_through: i64,
+}
+
+impl SessionCache {
+    /// Keeps `transcript` for the session's next turn.
+    pub(crate) fn keep(&mut self, transcript: Transcript) {
+        let seen_through = transcript
+            .messages
+            .last()
+            .map(|stored| stored.id)
+            .unwrap_or_default();
+        self.kept = Some(Kept {
+            transcript,
+            seen_through,
+        });
+    }
+}
+
+impl Runtime {
+    /// The session's transcript: the kept one brought up to date with what was stored
+    /// since, else read whole. Takes the cache's content: a turn that fails keeps
+    /// nothing, and the next one reads the store again.
+    pub(crate) async fn transcript(
+        &self,
+        key: &str,
+        cache: &mut SessionCache,
+    ) -> Result<Transcript, TurnError> {
+        let key = key.to_string();
+        match cache.kept.take() {
+            None => self.blocking(move |store| store.transcript(&key)).await,
+            Some(Kept {
+                mut transcript,
+                seen_through,
+            }) => {
+                let newer: Vec<StoredMessage> = self
+                    .blocking(move |store: &SessionStore| store.messages_after(&key, seen_through))
+                    .await?;
+                transcript.messages.extend(newer);
+                Ok(transcript)
+            }
+        }
+    }
+}
