@@ -1,4 +1,5 @@
-//! The Saint operator: CRD types, identity links and the SaintBot controller.
+//! The Saint operator: CRD types, identity links, the SaintBot controller and the
+//! references controller (Contact and Role status), sharing one typed status module.
 
 pub mod api_server;
 pub mod crd;
