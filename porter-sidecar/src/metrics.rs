@@ -62,7 +62,7 @@ impl Default for Metrics {
         registry.register("running_calls", "Calls running now", running.clone());
         registry.register(
             "reloads",
-            "Registry and token file reloads by result",
+            "Registry and token file reloads by result (ok, error, unreadable)",
             reloads.clone(),
         );
         Self {

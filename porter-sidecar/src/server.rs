@@ -254,27 +254,87 @@ async fn accept_failed(error: &std::io::Error, socket: &str) {
     tokio::time::sleep(Duration::from_millis(pause)).await;
 }
 
+/// One file the reload loop watches.
+struct Watched {
+    /// The `file` label of its reload metrics.
+    file: &'static str,
+    /// The text last seen, applied or refused: the same bytes are not tried twice.
+    last: Option<String>,
+    /// Whether the last check could not read the file; reported once until it reads
+    /// again, not on every tick.
+    unreadable: bool,
+}
+
+impl Watched {
+    fn new(file: &'static str, path: &Path) -> Self {
+        Self {
+            file,
+            last: read_config_file(path).ok(),
+            unreadable: false,
+        }
+    }
+
+    /// The file's text if it changed since the last check. A file that cannot be read
+    /// (gone, a device, too large) keeps the last good contents serving.
+    fn changed(&mut self, path: &Path, metrics: &Metrics) -> Option<String> {
+        match read_config_file(path) {
+            Ok(text) => {
+                self.unreadable = false;
+                if self.last.as_deref() == Some(text.as_str()) {
+                    return None;
+                }
+                self.last = Some(text.clone());
+                Some(text)
+            }
+            Err(error) => {
+                if !self.unreadable {
+                    self.unreadable = true;
+                    tracing::error!(
+                        file = self.file,
+                        path = %path.display(),
+                        %error,
+                        "failed to read a watched file; the last good one keeps serving"
+                    );
+                    count_reload(metrics, self.file, "unreadable");
+                }
+                None
+            }
+        }
+    }
+}
+
+fn count_reload(metrics: &Metrics, file: &str, result: &str) {
+    metrics
+        .reloads
+        .get_or_create(&ReloadLabels {
+            file: file.into(),
+            result: result.into(),
+        })
+        .inc();
+}
+
 /// Polls the registry and tokens files and reloads them when their bytes change. Polling
 /// (not inotify) because a Kubernetes ConfigMap update swaps a symlinked directory,
 /// which inotify watches on the file miss.
 async fn reload_loop(state: Arc<State>) {
-    let mut last_registry = read_config_file(&state.config.registry).ok();
-    let mut last_tokens = state
+    let mut registry = Watched::new("registry", &state.config.registry);
+    let mut tokens = state
         .config
         .tokens_file
-        .as_ref()
-        .and_then(|path| read_config_file(path).ok());
+        .as_deref()
+        .map(|path| (path, Watched::new("tokens", path)));
     let mut interval = tokio::time::interval(state.config.reload_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        let current = read_config_file(&state.config.registry).ok();
-        if current.is_some() && current != last_registry {
-            last_registry = current;
+        if registry
+            .changed(&state.config.registry, &state.metrics)
+            .is_some()
+        {
             let result = match LoadedRegistry::load(&state.config.registry, &environment_lookup) {
-                Ok(registry) => {
-                    tracing::info!(clis = registry.clis.len(), "registry reloaded");
-                    state.registry.replace(registry);
+                Ok(loaded) => {
+                    tracing::info!(clis = loaded.clis.len(), "registry reloaded");
+                    state.registry.replace(loaded);
                     "ok"
                 }
                 Err(error) => {
@@ -283,41 +343,22 @@ async fn reload_loop(state: Arc<State>) {
                     "error"
                 }
             };
-            state
-                .metrics
-                .reloads
-                .get_or_create(&ReloadLabels {
-                    file: "registry".into(),
-                    result: result.into(),
-                })
-                .inc();
+            count_reload(&state.metrics, "registry", result);
         }
-        if let Some(path) = &state.config.tokens_file {
-            let current = read_config_file(path).ok();
-            if current.is_some() && current != last_tokens {
-                let result = match state
-                    .tokens
-                    .load_local(current.as_deref().unwrap_or_default())
-                {
-                    Ok(count) => {
-                        tracing::info!(count, "local tokens reloaded");
-                        "ok"
-                    }
-                    Err(error) => {
-                        tracing::error!(error = %ErrorChain(&error), "tokens reload refused");
-                        "error"
-                    }
-                };
-                last_tokens = current;
-                state
-                    .metrics
-                    .reloads
-                    .get_or_create(&ReloadLabels {
-                        file: "tokens".into(),
-                        result: result.into(),
-                    })
-                    .inc();
-            }
+        if let Some((path, watched)) = &mut tokens
+            && let Some(text) = watched.changed(path, &state.metrics)
+        {
+            let result = match state.tokens.load_local(&text) {
+                Ok(count) => {
+                    tracing::info!(count, "local tokens reloaded");
+                    "ok"
+                }
+                Err(error) => {
+                    tracing::error!(error = %ErrorChain(&error), "tokens reload refused");
+                    "error"
+                }
+            };
+            count_reload(&state.metrics, "tokens", result);
         }
     }
 }

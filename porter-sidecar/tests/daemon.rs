@@ -645,7 +645,7 @@ fn the_registry_is_reloaded_when_the_file_changes() {
         "hello".into(),
         cli(&script(&daemon.bin_dir, "hello", "echo hello")),
     );
-    std::fs::write(&daemon.registry_path, registry.to_json()).unwrap();
+    write_atomically(&daemon.registry_path, &registry.to_json());
     let started = std::time::Instant::now();
     loop {
         let frames = daemon.call(request("hello", &[], TOKEN));
@@ -659,19 +659,81 @@ fn the_registry_is_reloaded_when_the_file_changes() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The change was one reload, counted as such.
+    assert_eq!(
+        metric_value(
+            &address,
+            r#"porter_reloads_total{file="registry",result="ok"}"#
+        ),
+        Some(1)
+    );
     // A broken file is refused and the last good registry keeps serving.
-    std::fs::write(&daemon.registry_path, "{ not json").unwrap();
+    write_atomically(&daemon.registry_path, "{ not json");
     // Wait for the reload to have been refused, as the metrics count it.
-    let started = std::time::Instant::now();
-    while !metrics(&address).contains(r#"porter_reloads_total{file="registry",result="error"} 1"#) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the broken registry was never looked at"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_metric(
+        &address,
+        r#"porter_reloads_total{file="registry",result="error"}"#,
+        1,
+        "the broken registry was never looked at",
+    );
     assert_eq!(
         daemon.call(request("hello", &[], TOKEN)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+}
+
+#[test]
+fn the_tokens_file_is_reloaded_when_it_changes() {
+    const REPLACEMENT: &str = "replacement-token-0123456789";
+    let address = free_loopback_address();
+    let daemon = Daemon::start_with(
+        |_, registry| {
+            registry.clis.insert("true".into(), cli("/bin/true"));
+        },
+        &["--metrics-listen", &address],
+    );
+    assert_eq!(
+        daemon.call(request("true", &[], TOKEN)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+    assert_eq!(
+        error_of(&daemon.call(request("true", &[], REPLACEMENT))),
+        Some(ErrorCode::BadToken)
+    );
+    write_atomically(
+        &daemon.tokens_path,
+        &format!(
+            r#"{{"tokens":[{{"token":"{REPLACEMENT}","session":"s-new","contact":"owner","role":"owner"}}]}}"#
+        ),
+    );
+    wait_for_metric(
+        &address,
+        r#"porter_reloads_total{file="tokens",result="ok"}"#,
+        1,
+        "the new tokens file was never loaded",
+    );
+    // The file replaces the local tokens: the new one works, the old one is gone.
+    assert_eq!(
+        daemon.call(request("true", &[], REPLACEMENT)).last(),
+        Some(&Frame::Exit { code: 0 })
+    );
+    assert_eq!(
+        error_of(&daemon.call(request("true", &[], TOKEN))),
+        Some(ErrorCode::BadToken)
+    );
+    // A file with a short token is refused whole; the last good tokens keep working.
+    write_atomically(
+        &daemon.tokens_path,
+        r#"{"tokens":[{"token":"short","session":"s","contact":"c","role":"owner"}]}"#,
+    );
+    wait_for_metric(
+        &address,
+        r#"porter_reloads_total{file="tokens",result="error"}"#,
+        1,
+        "the refused tokens file was never looked at",
+    );
+    assert_eq!(
+        daemon.call(request("true", &[], REPLACEMENT)).last(),
         Some(&Frame::Exit { code: 0 })
     );
 }

@@ -267,13 +267,26 @@ fn a_registry_that_is_a_device_or_too_large_is_refused() {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
     // A running daemon keeps its last good registry when the file becomes a device.
-    let daemon = Daemon::start(|_, registry| {
-        registry.clis.insert("true".into(), cli("/bin/true"));
-    });
+    let address = free_loopback_address();
+    let daemon = Daemon::start_with(
+        |_, registry| {
+            registry.clis.insert("true".into(), cli("/bin/true"));
+        },
+        &["--metrics-listen", &address],
+    );
     let before = peak_rss_kib(daemon.pid());
-    std::fs::remove_file(&daemon.registry_path).unwrap();
-    std::os::unix::fs::symlink("/dev/zero", &daemon.registry_path).unwrap();
-    // Several reload intervals (100 ms) pass; each must refuse the device at once.
+    // Swapped in by rename, so the reload loop never sees the file missing.
+    let staged = daemon.directory.path().join("staged-link");
+    std::os::unix::fs::symlink("/dev/zero", &staged).unwrap();
+    std::fs::rename(&staged, &daemon.registry_path).unwrap();
+    let unreadable = r#"porter_reloads_total{file="registry",result="unreadable"}"#;
+    wait_for_metric(
+        &address,
+        unreadable,
+        1,
+        "the registry turned device was never looked at",
+    );
+    // Several more reload intervals (100 ms) pass; each must refuse the device at once.
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(800) {
         assert_eq!(
@@ -281,6 +294,15 @@ fn a_registry_that_is_a_device_or_too_large_is_refused() {
             Some(&Frame::Exit { code: 0 })
         );
     }
+    // Reported once, not on every tick, and never parsed.
+    assert_eq!(metric_value(&address, unreadable), Some(1));
+    assert_eq!(
+        metric_value(
+            &address,
+            r#"porter_reloads_total{file="registry",result="error"}"#
+        ),
+        None
+    );
     let after = peak_rss_kib(daemon.pid());
     assert!(
         after < before + 16 * 1024,
@@ -306,6 +328,9 @@ fn running_out_of_descriptors_backs_off_instead_of_spinning() {
     )
     .unwrap();
     let socket = directory.path().join("porter.sock");
+    // Porter's log, read for the sign that it did run out of descriptors.
+    let log_path = directory.path().join("porter.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     // A hard limit of 64 descriptors: a few dozen connections exhaust it.
     let mut porter = Command::new("sh")
         .arg("-c")
@@ -326,8 +351,9 @@ fn running_out_of_descriptors_backs_off_instead_of_spinning() {
         .arg("1000")
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .env("PORTER_LOG", "error")
+        .env("PORTER_LOG", "warn")
         .stdin(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let started = Instant::now();
@@ -343,7 +369,20 @@ fn running_out_of_descriptors_backs_off_instead_of_spinning() {
     let idle: Vec<UnixStream> = (0..120)
         .filter_map(|_| UnixStream::connect(&socket).ok())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Measure only once accept has failed with EMFILE: the condition under test.
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.contains("failed to accept a connection") && line.contains("os error 24"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "porter never ran out of descriptors: {}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let before = cpu_ticks(pid);
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(pid) - before;

@@ -28,6 +28,7 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub control_socket: PathBuf,
     pub registry_path: PathBuf,
+    pub tokens_path: PathBuf,
     pub audit_log: PathBuf,
     pub bin_dir: PathBuf,
     pub process: Child,
@@ -110,6 +111,7 @@ impl Daemon {
             socket,
             control_socket,
             registry_path,
+            tokens_path: tokens,
             audit_log,
             bin_dir,
             process,
@@ -314,6 +316,41 @@ pub fn free_loopback_address() -> String {
         .unwrap()
         .port();
     format!("127.0.0.1:{port}")
+}
+
+/// Replaces `path` the way a ConfigMap update does (write aside, rename over), so the
+/// daemon's reload loop never sees a half-written file.
+pub fn write_atomically(path: &Path, contents: &str) {
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, contents).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+/// The value of one series (`name{labels}`) in the daemon's `/metrics`, if present.
+pub fn metric_value(address: &str, series: &str) -> Option<u64> {
+    metrics(address).lines().find_map(|line| {
+        line.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Polls `/metrics` until `series` reads `value`; fails with `what` after 10 s.
+pub fn wait_for_metric(address: &str, series: &str, value: u64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let current = metric_value(address, series);
+        if current == Some(value) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{what}: {series} is {current:?} after 10 s, expected {value}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The daemon's `/metrics` text from `address`.
