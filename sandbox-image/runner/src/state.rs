@@ -21,7 +21,6 @@ use crate::{
 };
 
 /// What every connection shares.
-#[derive(Debug)]
 pub struct State {
     /// Where commands may run.
     pub roots: Roots,
@@ -116,6 +115,20 @@ impl State {
     }
 }
 
+// By hand: the token never reaches a log through `{:?}`.
+impl std::fmt::Debug for State {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("State")
+            .field("roots", &self.roots)
+            .field("shim_directory", &self.shim_directory)
+            .field("shell", &self.shell)
+            .field("default_timeout_seconds", &self.default_timeout_seconds)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
 /// Removes a group from the live list when its command ends.
 pub struct GroupRegistration<'a> {
     state: &'a State,
@@ -131,5 +144,26 @@ impl Drop for GroupRegistration<'_> {
                 .expect("live groups lock")
                 .remove(&id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let base = tempfile::tempdir().unwrap();
+        let roots = Roots::resolve(base.path(), base.path()).unwrap();
+        let state = State::new(
+            roots,
+            PathBuf::from("/tmp/saint-bin"),
+            PathBuf::from("/bin/sh"),
+            120,
+            "secret-runner-token".to_string(),
+        );
+        let shown = format!("{state:?}");
+        assert!(!shown.contains("secret-runner-token"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 }
