@@ -139,7 +139,7 @@ pub enum SandboxError {
     Start(String),
     #[error("failed to start sandbox: not ready after {seconds} s ({detail})")]
     NotReady { seconds: u64, detail: String },
-    #[error("failed to reach sandbox runner at {path}: {source}")]
+    #[error("failed to reach sandbox runner at {path}")]
     Unreachable {
         path: PathBuf,
         source: std::io::Error,
@@ -306,7 +306,9 @@ pub fn spawn_reaper(sandbox: Arc<dyn Sandbox>, every: Duration) -> tokio::task::
             match sandbox.reap_idle().await {
                 Ok(0) => {}
                 Ok(reaped) => tracing::info!(reaped, "reaped idle sandboxes"),
-                Err(error) => tracing::warn!(%error, "failed to reap idle sandboxes"),
+                Err(error) => {
+                    tracing::warn!(error = %saint_config::ErrorChain(&error), "failed to reap idle sandboxes")
+                }
             }
         }
     })

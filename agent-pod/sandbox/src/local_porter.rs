@@ -199,7 +199,7 @@ pub fn ensure_registry(path: &Path) -> Result<(Vec<String>, bool), LocalPorterEr
             let registry =
                 Registry::from_json(&text).map_err(|error| LocalPorterError::Registry {
                     path: path.to_path_buf(),
-                    detail: error.to_string(),
+                    detail: ErrorChain(&error).to_string(),
                 })?;
             Ok((registry.clis.into_keys().collect(), false))
         }

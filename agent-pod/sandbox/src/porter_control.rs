@@ -15,12 +15,12 @@ use tokio::{
 /// Why a control call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PorterControlError {
-    #[error("failed to reach porter control socket {path}: {source}")]
+    #[error("failed to reach porter control socket {path}")]
     Connect {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to talk to porter control socket: {0}")]
+    #[error("failed to talk to porter control socket")]
     Io(#[source] std::io::Error),
     #[error("failed to talk to porter control socket: {0}")]
     Protocol(String),

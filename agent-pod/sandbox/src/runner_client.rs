@@ -8,13 +8,14 @@ use porter_protocol::{
     ErrorCode, Frame, PROTOCOL_VERSION, Request,
     async_io::{CodecError, FrameCodec, write_data, write_frame},
 };
+use saint_config::ErrorChain;
 use tokio::{io::AsyncWrite, net::UnixStream};
 use tokio_util::codec::FramedRead;
 
 use super::{ExecEvent, ExecRequest, ExecStream, SandboxError, SandboxHandle};
 
 fn protocol(error: CodecError) -> SandboxError {
-    SandboxError::Protocol(error.to_string())
+    SandboxError::Protocol(ErrorChain(&error).to_string())
 }
 
 async fn send<W: AsyncWrite + Unpin>(writer: &mut W, frame: &Frame) -> Result<(), SandboxError> {

@@ -1,6 +1,6 @@
 //! Frames on the wire: `[kind:u8][len:u32 BE][payload]`.
 //!
-//! Kinds 0, 1 and 2 are the file descriptors (stdin, stdout, stderr) as in seed §6.8;
+//! Kinds 0, 1 and 2 are the file descriptors (stdin, stdout, stderr) in that order;
 //! the rest are control frames. Every kind has its own payload limit, checked on the
 //! header *before* any buffer is sized from the length field, so a hostile peer cannot
 //! make either side allocate more than [`MAX_FRAME_PAYLOAD`].

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// Current registry format version.
 pub const REGISTRY_VERSION: u32 = 1;
 
-/// Default per-CLI timeout (seed §6.8).
+/// Default per-CLI timeout: a call still running after it is killed.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 120;
 
 /// The whole registry file.
