@@ -162,8 +162,10 @@ pub struct RoleBudget {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleStatus {
-    /// `Ready` is True when bots can render the Role, False with reason `InvalidSpec`
-    /// (e.g. a tool glob matching no known tool) otherwise.
+    /// `Ready` is True with reason `Valid` when bots can render the Role, False with
+    /// reason `InvalidSpec` (e.g. a tool glob matching no known tool, named in the
+    /// message, which also comes as a Warning Event) otherwise. Written whether or not a
+    /// SaintBot uses the Role.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -477,11 +477,16 @@ pub struct WebSpec {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SaintBotStatus {
-    /// `Ready` (True when the config is rendered and the pod is ready; reasons
-    /// `Ready`, `ConfigRendered`, `PodNotReady`, `Suspended`, `InvalidSpec`,
-    /// `RoleNotFound`), `IdentifiersLinked` (False with `IdentifierConflict`) and
-    /// `CredentialsIsolated` (False with `EnvModeCredentials`, naming the Porter CLIs
-    /// whose credential sits in their environment — the weaker mode).
+    /// `Ready` (True with `PodReady` when the config is rendered and the pod is ready;
+    /// False with `PodNotReady` or `Suspended` while nothing needs fixing, with
+    /// `InvalidSpec` or `RoleNotFound` when the spec cannot be rendered),
+    /// `ConfigRendered` (True with `ConfigRendered`, else the same reason as `Ready`),
+    /// `IdentitiesLinked` (True with `AllLinked`; False with `IdentifierConflict` or
+    /// `RoleNotFound` naming what was left out) and `CredentialsIsolated` (True with
+    /// `NoCredentials` or `Injected`; False with `EnvModeCredentials`, naming the Porter
+    /// CLIs whose credential sits in their environment — the weaker mode). A change of
+    /// `Ready` or `IdentitiesLinked` also comes as an Event, a Warning when a person has
+    /// to act.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
