@@ -21,21 +21,20 @@ use std::{
     ffi::{OsStr, OsString},
     io::Read,
     os::{fd::AsFd, unix::process::CommandExt},
-    path::{Component, Path, PathBuf},
+    path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
     sync::{Arc, Mutex, mpsc},
 };
 
 use nix::{
     errno::Errno,
-    fcntl::{OFlag, OpenHow, ResolveFlag},
     sys::{
         signal::Signal,
-        stat::Mode,
         wait::{WaitPidFlag, WaitStatus},
     },
     unistd::Pid,
 };
+use saint_paths::{BeneathPath, PathError, Workspace};
 use serde::{Deserialize, Serialize};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM, SIGUSR1};
 use tokio::io::AsyncWriteExt;
@@ -323,45 +322,22 @@ fn signal_children(signal: Signal) {
     }
 }
 
-/// Enters `relative` beneath `root` by a descriptor opened without following any
-/// symlink or leaving `root`. Porter hands over the canonical path it checked, so a
-/// symlink or `..` met here means the tree changed since.
-fn enter(root: &Path, relative: &Path) -> nix::Result<()> {
-    let root = nix::fcntl::open(
-        root,
-        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let directory = match nix::fcntl::openat2(&root, relative, how) {
-        // Kernels before 5.6 (or a seccomp filter) lack openat2: walk component by
-        // component with O_NOFOLLOW, which is as strict.
-        Err(Errno::ENOSYS) => {
-            let mut current = root;
-            for component in relative.components() {
-                match component {
-                    Component::CurDir => {}
-                    Component::Normal(name) => {
-                        current = nix::fcntl::openat(
-                            &current,
-                            name,
-                            OFlag::O_DIRECTORY
-                                | OFlag::O_RDONLY
-                                | OFlag::O_NOFOLLOW
-                                | OFlag::O_CLOEXEC,
-                            Mode::empty(),
-                        )?;
-                    }
-                    _ => return Err(Errno::EXDEV),
-                }
-            }
-            current
-        }
-        other => other?,
-    };
-    nix::unistd::fchdir(&directory)
+/// Enters `relative` beneath `root` through the one path-containment implementation
+/// (`saint-paths`: opened beneath `root` by the kernel, no symlink followed). Porter
+/// hands over the canonical path it checked, so a symlink or `..` met here means the
+/// tree changed since.
+fn enter(root: &Path, relative: &Path) -> Result<(), PathError> {
+    let shown = relative.to_string_lossy();
+    let absolute = root.join(relative);
+    let absolute = absolute
+        .to_str()
+        .ok_or_else(|| PathError::SuspiciousCharacters(shown.to_string()))?;
+    let (_, path) = BeneathPath::parse_absolute(absolute, &[root])?;
+    let directory = Workspace::open(root)?.open_directory(&path, &shown)?;
+    nix::unistd::fchdir(&directory).map_err(|errno| PathError::Io {
+        path: shown.to_string(),
+        reason: errno.desc().to_string(),
+    })
 }
 
 /// The supervisor's exit status as the CLI's exit code.
