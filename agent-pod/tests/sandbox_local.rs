@@ -24,6 +24,7 @@ use saint_tools::{
     Caller, Tool, ToolContext, ToolError, ToolOutput,
     exec::{ExecLimits, ExecTool},
     guard::{role_paths::RolePaths, view},
+    policy,
 };
 use serde_json::json;
 
@@ -228,13 +229,22 @@ impl Harness {
         view::compute(&self.workspace, &rules).unwrap()
     }
 
+    /// Calls exec as the runtime does: through the policy, with a sandbox available.
+    async fn call(
+        &self,
+        context: &ToolContext,
+        input: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let permit = policy::permit(&context.caller, &self.tool, true)?;
+        self.tool.call(&permit, context, input).await
+    }
+
     async fn exec(&self, session: &str, command: &str) -> Result<ToolOutput, ToolError> {
-        self.tool
-            .call(
-                &self.context(session, "employee"),
-                json!({"command": command}),
-            )
-            .await
+        self.call(
+            &self.context(session, "employee"),
+            json!({"command": command}),
+        )
+        .await
     }
 
     async fn run(&self, session: &str, command: &str) -> String {
@@ -490,7 +500,6 @@ async fn a_blocklisted_command_is_refused_before_anything_runs() {
     assert!(harness.sandbox_processes().is_empty());
     // A role without a blocklist has no exec at all.
     let external = harness
-        .tool
         .call(
             &harness.context("http:ana", "external"),
             json!({"command": "true"}),
@@ -517,7 +526,6 @@ async fn a_timeout_kills_the_command_and_leaves_no_process_behind() {
     let context = harness.context("http:ana", "employee");
     let started = Instant::now();
     let result = harness
-        .tool
         .call(
             &context,
             json!({"command": "sleep 1000.25 & sleep 1000.5", "timeout_seconds": 1}),

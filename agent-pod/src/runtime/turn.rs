@@ -19,7 +19,11 @@ use super::{
     Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction,
     session_cache::SessionCache,
 };
-use saint_tools::{Caller, Tool, ToolContext, ToolError, policy, untrusted};
+use saint_tools::{
+    Caller, ToolContext, ToolError,
+    policy::{self, PermittedTool},
+    untrusted,
+};
 
 use crate::{
     identity,
@@ -47,7 +51,7 @@ pub fn cap_tool_result(content: String, limit: usize) -> String {
     kept
 }
 
-fn tool_specs(tools: &[Arc<dyn Tool>]) -> Vec<ToolSpec> {
+fn tool_specs(tools: &[PermittedTool]) -> Vec<ToolSpec> {
     tools
         .iter()
         .map(|tool| ToolSpec {
@@ -258,11 +262,9 @@ impl Runtime {
             .model
             .clone()
             .unwrap_or_else(|| config.model.name.clone());
-        let visible = policy::visible_tools_with_sandbox(
-            &caller.role,
-            self.tools.all(),
-            self.sandbox_available,
-        );
+        // The policy is asked once per turn: each tool comes with the permit it is
+        // called with, and a tool the role may not use is neither offered nor callable.
+        let visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
         let base_prompt = self.system_prompt(caller, &config, tool_names).await?;
         let specs = tool_specs(&visible);
@@ -442,7 +444,7 @@ impl Runtime {
         &self,
         state: &TurnState<'_>,
         context: &ToolContext,
-        tool: Option<&Arc<dyn Tool>>,
+        tool: Option<&PermittedTool>,
         name: &str,
         input: serde_json::Value,
     ) -> (String, bool) {

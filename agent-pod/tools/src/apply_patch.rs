@@ -13,12 +13,12 @@
 //! either applies completely or not at all (up to a crash between file writes).
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{
-        FileAccess, MAX_FILE_BYTES, blocking, path_error, require_tool, required_string, role_error,
-    },
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error, role_error},
 };
 use crate::guard::paths::WorkspacePath;
 
@@ -65,36 +65,30 @@ enum Change {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ApplyPatchTool;
 
-impl Tool for ApplyPatchTool {
-    fn name(&self) -> &'static str {
-        "apply_patch"
-    }
+/// What `apply_patch` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ApplyPatchInput {
+    /// The unified diff
+    #[serde(alias = "input")]
+    pub patch: String,
+}
 
-    fn description(&self) -> &'static str {
-        "Apply a patch to workspace files, either in the `*** Begin Patch` format \
+impl TypedTool for ApplyPatchTool {
+    type Input = ApplyPatchInput;
+    const NAME: &'static str = "apply_patch";
+    const DESCRIPTION: &'static str = "Apply a patch to workspace files, either in the `*** Begin Patch` format \
          (`*** Add File: <path>`, `*** Update File: <path>` with `@@` hunks, `*** Delete File: \
          <path>`, then `*** End Patch`) or as a unified diff (`--- a/<path>`, `+++ b/<path>`, \
-         `@@` hunks). All files change or none."
-    }
+         `@@` hunks). All files change or none.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "patch": {"type": "string", "description": "The unified diff"}
-            },
-            "required": ["patch"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: ApplyPatchInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let patch = required_string(&input, &["patch", "input"])?;
+            let patch = input.patch;
             let files = if patch.trim_start().starts_with(BEGIN_PATCH) {
                 parse_begin_patch(&patch)?
             } else {

@@ -3,54 +3,55 @@
 //! Touches only the workspace, through [`crate::guard::paths`].
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error, require_tool, required_string},
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error},
 };
 
 /// Edits files by exact string replacement.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EditTool;
 
-impl Tool for EditTool {
-    fn name(&self) -> &'static str {
-        "edit"
-    }
+/// What `edit` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct EditInput {
+    /// File path relative to the workspace
+    #[serde(alias = "file_path", alias = "filePath")]
+    pub path: String,
+    /// Exact text to replace
+    #[serde(alias = "oldString", alias = "oldText", alias = "old_text")]
+    pub old_string: String,
+    /// Replacement text
+    #[serde(alias = "newString", alias = "newText", alias = "new_text")]
+    pub new_string: String,
+    /// Replace every occurrence
+    #[serde(alias = "replaceAll")]
+    pub replace_all: Option<bool>,
+}
 
-    fn description(&self) -> &'static str {
-        "Replace `old_string` with `new_string` in a workspace file. `old_string` must occur \
-         exactly once unless `replace_all` is true."
-    }
+impl TypedTool for EditTool {
+    type Input = EditInput;
+    const NAME: &'static str = "edit";
+    const DESCRIPTION: &'static str = "Replace `old_string` with `new_string` in a workspace file. `old_string` must occur \
+         exactly once unless `replace_all` is true.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace"},
-                "old_string": {"type": "string", "description": "Exact text to replace"},
-                "new_string": {"type": "string", "description": "Replacement text"},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence"}
-            },
-            "required": ["path", "old_string", "new_string"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: EditInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let raw = required_string(&input, &["path", "file_path", "filePath"])?;
-            let old = required_string(&input, &["old_string", "oldString", "oldText", "old_text"])?;
-            let new = required_string(&input, &["new_string", "newString", "newText", "new_text"])?;
-            let replace_all = input
-                .get("replace_all")
-                .or_else(|| input.get("replaceAll"))
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false);
+            let EditInput {
+                path: raw,
+                old_string: old,
+                new_string: new,
+                replace_all,
+            } = input;
+            let replace_all = replace_all.unwrap_or(false);
             if old.is_empty() {
                 return Err(ToolError::InvalidInput(
                     "old_string must not be empty".to_string(),

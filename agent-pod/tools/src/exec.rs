@@ -19,9 +19,11 @@ use std::{
 
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
-use serde_json::{Map, Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput};
+use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool};
 use saint_sandbox::{
     ExecEvent, ExecRequest, Sandbox, ScopeKey, View,
     porter_control::{PorterControl, TokenGrant},
@@ -33,27 +35,16 @@ use crate::guard::{role_paths::RolePaths, view};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExecUnavailableTool;
 
-impl Tool for ExecUnavailableTool {
-    fn name(&self) -> &'static str {
-        "exec"
-    }
+impl TypedTool for ExecUnavailableTool {
+    type Input = ExecInput;
+    const NAME: &'static str = "exec";
+    const DESCRIPTION: &'static str = "Run a shell command in the sandbox.";
 
-    fn description(&self) -> &'static str {
-        "Run a shell command in the sandbox."
-    }
-
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "Shell command"}},
-            "required": ["command"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         _context: &'a ToolContext,
-        _input: serde_json::Value,
+        _input: ExecInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async {
             Err(ToolError::Denied(
@@ -327,49 +318,34 @@ impl ExecTool {
     }
 }
 
-#[derive(serde::Deserialize)]
+/// What `exec` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ExecInput {
-    command: String,
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    timeout_seconds: Option<u64>,
+pub struct ExecInput {
+    /// Shell command line
+    pub command: String,
+    /// Working directory under /workspace or /agent (default /workspace)
+    pub cwd: Option<String>,
+    /// Kill the command after this many seconds
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<u64>,
 }
 
-impl Tool for ExecTool {
-    fn name(&self) -> &'static str {
-        "exec"
-    }
-
-    fn description(&self) -> &'static str {
-        "Run a shell command (sh -c) in your sandbox: no network, your scratch copy of the \
+impl TypedTool for ExecTool {
+    type Input = ExecInput;
+    const NAME: &'static str = "exec";
+    const DESCRIPTION: &'static str = "Run a shell command (sh -c) in your sandbox: no network, your scratch copy of the \
          workspace at /workspace (writable, the default directory) and, read-only at /agent, \
          the parts of the real workspace you may read. Installed CLIs work as usual. Returns \
-         stdout, stderr and the exit code."
-    }
+         stdout, stderr and the exit code.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "Shell command line"},
-                "cwd": {"type": "string", "description": "Working directory under /workspace or /agent (default /workspace)"},
-                "timeout_seconds": {"type": "integer", "minimum": 1, "description": "Kill the command after this many seconds"}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: Value,
+        input: ExecInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let input: ExecInput = serde_json::from_value(input)
-                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
             if input.command.trim().is_empty() {
                 return Err(ToolError::InvalidInput("command is empty".to_string()));
             }

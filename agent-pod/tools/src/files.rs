@@ -1,5 +1,5 @@
-//! Shared plumbing of the file tools: input fields, the tool's own policy check, path
-//! parsing against the workspace and the role's path rules, error mapping.
+//! Shared plumbing of the file tools: path parsing against the workspace and the role's
+//! path rules, error mapping.
 //!
 //! Touches nothing itself; the file tools call it before any file-system access.
 
@@ -11,47 +11,10 @@ use crate::{
         paths::{PathError, Workspace, WorkspacePath},
         role_paths::{RolePathError, RolePaths},
     },
-    policy,
 };
 
 /// Largest file the file tools read or rewrite, in bytes.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
-/// Refuses the call when the caller's role does not allow the tool at all. The policy
-/// layer already hides such tools; this is the tool enforcing its own rule.
-pub fn require_tool(context: &ToolContext, tool: &str) -> Result<(), ToolError> {
-    if policy::tool_allowed(&context.caller.role, tool) {
-        Ok(())
-    } else {
-        Err(ToolError::Denied(format!(
-            "your role may not use the {tool} tool"
-        )))
-    }
-}
-
-/// A string field, accepting snake_case and camelCase spellings (seed 002 §5.2).
-pub fn string_field(input: &serde_json::Value, names: &[&str]) -> Option<String> {
-    names
-        .iter()
-        .find_map(|name| input.get(*name).and_then(serde_json::Value::as_str))
-        .map(str::to_string)
-}
-
-/// A required string field.
-pub fn required_string(input: &serde_json::Value, names: &[&str]) -> Result<String, ToolError> {
-    string_field(input, names)
-        .ok_or_else(|| ToolError::InvalidInput(format!("{} is required", names[0])))
-}
-
-/// An optional non-negative integer field.
-pub fn integer_field(input: &serde_json::Value, names: &[&str]) -> Result<Option<u64>, ToolError> {
-    match names.iter().find_map(|name| input.get(*name)) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(value) => value.as_u64().map(Some).ok_or_else(|| {
-            ToolError::InvalidInput(format!("{} must be a non-negative integer", names[0]))
-        }),
-    }
-}
 
 /// An opened workspace plus the caller's path rules.
 pub struct FileAccess {

@@ -3,9 +3,12 @@
 //!
 //! The tool contract: what every tool the model can call implements.
 //!
-//! A tool enforces its own role rules (paths, URLs, scopes) inside `call`; the policy
-//! layer only decides which tools a role sees at all. Refusals are ordinary
-//! [`ToolError`]s, returned to the model as error results, never panics.
+//! Whether a role may call a tool at all is decided once, by the runtime through
+//! [`policy`], and reaches the tool as a [`Permit`] it cannot be called without. A tool
+//! enforces only its own finer rules (paths, URLs, scopes) inside `call`. Tools declare
+//! their input as a typed struct ([`TypedTool`]); the schema the model sees is
+//! generated from it. Refusals are ordinary [`ToolError`]s, returned to the model as
+//! error results, never panics.
 
 pub mod apply_patch;
 pub mod catalog;
@@ -30,6 +33,7 @@ mod ssrf_vectors;
 pub mod test_fixtures;
 #[cfg(test)]
 mod tool_tests;
+pub mod typed;
 pub mod untrusted;
 pub mod web_fetch;
 pub mod web_search;
@@ -40,6 +44,8 @@ use std::{path::PathBuf, sync::Arc};
 
 use futures::future::BoxFuture;
 use saint_config::{BotConfig, RoleConfig};
+
+pub use crate::{policy::Permit, typed::TypedTool};
 
 /// Who is asking, resolved by deterministic code before the model runs.
 #[derive(Clone, Debug)]
@@ -126,7 +132,9 @@ impl ToolError {
     }
 }
 
-/// A tool the model can call.
+/// A tool the model can call, as the registry holds it. Tools implement [`TypedTool`]
+/// and get this by the adaptor in [`typed`]; wrappers (e.g. the write observer)
+/// implement it directly and pass the permit on.
 pub trait Tool: Send + Sync {
     /// The name the model uses (one of `saint_config::KNOWN_TOOLS`).
     fn name(&self) -> &'static str;
@@ -134,9 +142,11 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &'static str;
     /// JSON Schema of the input object.
     fn input_schema(&self) -> serde_json::Value;
-    /// Runs the call. Enforces the caller's role rules itself.
+    /// Runs the call the policy allowed (`permit`). Enforces the tool's own finer
+    /// rules (paths, URLs, scopes) itself.
     fn call<'a>(
         &'a self,
+        permit: &'a Permit,
         context: &'a ToolContext,
         input: serde_json::Value,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use saint_config::ErrorChain;
 use saint_memory::{MAX_LINES, MemoryFileError, MemoryIndex};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, memory_search::caller_scope};
+use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool, memory_search::caller_scope};
 
 /// Reads a memory file for the asker's role.
 pub struct MemoryGetTool {
@@ -24,52 +25,38 @@ impl MemoryGetTool {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// What `memory_get` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
-    path: String,
-    #[serde(default)]
-    from: Option<usize>,
-    #[serde(default)]
-    lines: Option<usize>,
+pub struct MemoryGetInput {
+    /// Workspace-relative path of a .md memory file.
+    pub path: String,
+    /// First line to read (1-based).
+    #[schemars(range(min = 1))]
+    pub from: Option<usize>,
+    /// Number of lines to read.
+    #[schemars(range(min = 1, max = MAX_LINES))]
+    pub lines: Option<usize>,
 }
 
-impl Tool for MemoryGetTool {
-    fn name(&self) -> &'static str {
-        "memory_get"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read lines of one memory file (a workspace-relative path such as \
+impl TypedTool for MemoryGetTool {
+    type Input = MemoryGetInput;
+    const NAME: &'static str = "memory_get";
+    const DESCRIPTION: &'static str = "Read lines of one memory file (a workspace-relative path such as \
          memory/shared/prices.md, usually from a memory_search result). `from` is the first \
          line (1-based, default 1), `lines` how many (default and maximum 400). Files outside \
-         what the person you are helping may see are refused."
-    }
+         what the person you are helping may see are refused.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": { "type": "string", "description": "Workspace-relative path of a .md memory file." },
-                "from": { "type": "integer", "minimum": 1, "description": "First line to read (1-based)." },
-                "lines": { "type": "integer", "minimum": 1, "maximum": MAX_LINES, "description": "Number of lines to read." }
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: MemoryGetInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let input: Input = serde_json::from_value(input)
-                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
             let scope = caller_scope(context);
             let index = Arc::clone(&self.index);
-            let Input { path, from, lines } = input;
+            let MemoryGetInput { path, from, lines } = input;
             let result = tokio::task::spawn_blocking(move || {
                 index.read_memory_file(&scope, &path, from, lines)
             })
@@ -107,7 +94,10 @@ mod tests {
     use serde_json::json;
 
     use super::{super::memory_search::MemorySearchTool, *};
-    use crate::test_fixtures;
+    use crate::{
+        Tool,
+        test_fixtures::{self, CallPermitted},
+    };
 
     /// The real model, loaded once; a missing model fails with instructions.
     fn model() -> Arc<LocalMiniLm> {
@@ -172,6 +162,9 @@ mod tests {
         let mut context = test_fixtures::context(workspace, slug);
         let mut role = (*context.caller.role).clone();
         role.memory_scope = scopes;
+        // The policy must let the role call the memory tools at all (the fixture's
+        // roles name none); what these tests check is the scope inside the tool.
+        role.tools.allow.push("memory_*".to_string());
         context.caller.role = Arc::new(role);
         context
     }
@@ -196,7 +189,7 @@ mod tests {
             vec![MemoryScope::Shared, MemoryScope::OwnUser],
         );
         let output = tool
-            .call(
+            .call_permitted(
                 &employee,
                 json!({"query": "how much does a bike service cost", "k": 5}),
             )
@@ -210,7 +203,7 @@ mod tests {
 
         // A `paths` filter pointing outside the scope cannot widen it.
         let output = tool
-            .call(
+            .call_permitted(
                 &employee,
                 json!({"query": "bike mechanic salary", "paths": ["memory/private/*", "*"]}),
             )
@@ -228,18 +221,18 @@ mod tests {
             vec![MemoryScope::Shared, MemoryScope::Private],
         );
         let output = tool
-            .call(&owner, json!({"query": "bike mechanic salary", "k": 1}))
+            .call_permitted(&owner, json!({"query": "bike mechanic salary", "k": 1}))
             .await
             .expect("search");
         assert_eq!(result_paths(&output), ["memory/private/salaries.md"]);
 
         let error = tool
-            .call(&employee, json!({"query": " "}))
+            .call_permitted(&employee, json!({"query": " "}))
             .await
             .expect_err("empty query");
         assert!(matches!(error, ToolError::InvalidInput(_)));
         let error = tool
-            .call(&employee, json!({"q": "x"}))
+            .call_permitted(&employee, json!({"q": "x"}))
             .await
             .expect_err("unknown field");
         assert!(matches!(error, ToolError::InvalidInput(_)));
@@ -255,7 +248,7 @@ mod tests {
             vec![MemoryScope::Shared, MemoryScope::OwnUser],
         );
         let output = tool
-            .call(
+            .call_permitted(
                 &employee,
                 json!({"path": "memory/shared/prices.md", "from": 3, "lines": 1}),
             )
@@ -273,25 +266,25 @@ mod tests {
             "memory/users/acme-marko/notes.md",
         ] {
             let error = tool
-                .call(&employee, json!({"path": path}))
+                .call_permitted(&employee, json!({"path": path}))
                 .await
                 .expect_err("outside scope");
             assert!(matches!(error, ToolError::Denied(_)), "{path}: {error:?}");
         }
         let error = tool
-            .call(&employee, json!({"path": "../etc/passwd.md"}))
+            .call_permitted(&employee, json!({"path": "../etc/passwd.md"}))
             .await
             .expect_err("escape");
         assert!(matches!(error, ToolError::InvalidInput(_)), "{error:?}");
         let error = tool
-            .call(&employee, json!({"path": "memory/shared/none.md"}))
+            .call_permitted(&employee, json!({"path": "memory/shared/none.md"}))
             .await
             .expect_err("missing");
         assert!(matches!(error, ToolError::NotFound(_)), "{error:?}");
         // A role with no memory scope reads nothing, not everything.
         let nobody = context_with(workspace.path(), "stranger", Vec::new());
         let error = tool
-            .call(&nobody, json!({"path": "memory/shared/prices.md"}))
+            .call_permitted(&nobody, json!({"path": "memory/shared/prices.md"}))
             .await
             .expect_err("no scope");
         assert!(matches!(error, ToolError::Denied(_)), "{error:?}");

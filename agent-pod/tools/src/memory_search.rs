@@ -6,10 +6,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use saint_config::ErrorChain;
 use saint_memory::{MAX_RESULTS, MemoryIndex, Scope, SearchRequest};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Tool, ToolContext, ToolError, ToolOutput};
+use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Hits returned when the model does not say.
 const DEFAULT_RESULTS: usize = 5;
@@ -26,14 +27,18 @@ impl MemorySearchTool {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// What `memory_search` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
-    query: String,
+pub struct MemorySearchInput {
+    /// What to look for, in natural language or exact terms.
+    pub query: String,
+    /// How many passages to return (default 5).
+    #[schemars(range(min = 1, max = MAX_RESULTS))]
+    pub k: Option<usize>,
+    /// Optional path globs that narrow the search.
     #[serde(default)]
-    k: Option<usize>,
-    #[serde(default)]
-    paths: Vec<String>,
+    pub paths: Vec<String>,
 }
 
 /// The asker's scope: the role's memory scopes with `<self>` = the asker's slug.
@@ -41,40 +46,22 @@ pub fn caller_scope(context: &ToolContext) -> Scope {
     Scope::for_role(&context.caller.role.memory_scope, &context.caller.slug)
 }
 
-impl Tool for MemorySearchTool {
-    fn name(&self) -> &'static str {
-        "memory_search"
-    }
-
-    fn description(&self) -> &'static str {
-        "Search the memory notes (MEMORY.md and memory/**/*.md) by meaning and by keyword. \
+impl TypedTool for MemorySearchTool {
+    type Input = MemorySearchInput;
+    const NAME: &'static str = "memory_search";
+    const DESCRIPTION: &'static str = "Search the memory notes (MEMORY.md and memory/**/*.md) by meaning and by keyword. \
          Returns the best matching passages with file path, line range, score and a snippet; \
          use memory_get to read more lines of a file. Only notes the person you are helping \
          may see are searched. `paths` (optional SQLite GLOB patterns such as \
-         \"memory/shared/*\") narrows the search further."
-    }
+         \"memory/shared/*\") narrows the search further.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "query": { "type": "string", "description": "What to look for, in natural language or exact terms." },
-                "k": { "type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "description": "How many passages to return (default 5)." },
-                "paths": { "type": "array", "items": { "type": "string" }, "description": "Optional path globs that narrow the search." }
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: MemorySearchInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let input: Input = serde_json::from_value(input)
-                .map_err(|error| ToolError::InvalidInput(error.to_string()))?;
             if input.query.trim().is_empty() {
                 return Err(ToolError::InvalidInput(
                     "query must not be empty".to_string(),

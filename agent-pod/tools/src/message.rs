@@ -15,12 +15,10 @@ use std::{
 
 use futures::future::BoxFuture;
 use saint_config::{BotConfig, ChannelIdentity, ContactConfig};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{require_tool, required_string, string_field},
-};
+use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Longest message body, in characters.
 const MAX_MESSAGE_CHARS: usize = 4_000;
@@ -150,42 +148,38 @@ impl MessageTool {
     }
 }
 
-impl Tool for MessageTool {
-    fn name(&self) -> &'static str {
-        "message"
-    }
+/// What `message` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MessageInput {
+    /// Contact slug, name or identity
+    #[serde(alias = "recipient")]
+    pub to: String,
+    /// Channel name or kind (optional)
+    pub channel: Option<String>,
+    /// Message text
+    #[serde(alias = "message")]
+    pub text: String,
+}
 
-    fn description(&self) -> &'static str {
-        "Send a message to a known contact. `to` is the contact's name/slug or one of their \
-         identities (e.g. `email:ana@example.com`); `channel` optionally picks the channel."
-    }
+impl TypedTool for MessageTool {
+    type Input = MessageInput;
+    const NAME: &'static str = "message";
+    const DESCRIPTION: &'static str = "Send a message to a known contact. `to` is the contact's name/slug or one of their \
+         identities (e.g. `email:ana@example.com`); `channel` optionally picks the channel.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "to": {"type": "string", "description": "Contact slug, name or identity"},
-                "channel": {"type": "string", "description": "Channel name or kind (optional)"},
-                "text": {"type": "string", "description": "Message text"}
-            },
-            "required": ["to", "text"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: MessageInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
             if context.caller.role.external || !context.caller.known {
                 return Err(ToolError::Denied(
                     "messages can only be sent for internal contacts".to_string(),
                 ));
             }
-            let to = required_string(&input, &["to", "recipient"])?;
-            let text = required_string(&input, &["text", "message"])?;
+            let MessageInput { to, channel, text } = input;
             if text.trim().is_empty() {
                 return Err(ToolError::InvalidInput(
                     "text must not be empty".to_string(),
@@ -196,7 +190,6 @@ impl Tool for MessageTool {
                     "text is longer than {MAX_MESSAGE_CHARS} characters"
                 )));
             }
-            let channel = string_field(&input, &["channel"]);
             let (contact, channel_name, identity) =
                 route(&context.config, &to, channel.as_deref())?;
             let message = OutboundMessage {

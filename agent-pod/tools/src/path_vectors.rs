@@ -10,8 +10,8 @@ use std::{
 use rustix::fs::{FileType, Mode};
 
 use crate::{
-    Tool, ToolContext, ToolError, apply_patch::ApplyPatchTool, edit::EditTool, read::ReadTool,
-    test_fixtures, write::WriteTool,
+    Tool, ToolContext, ToolError, apply_patch::ApplyPatchTool, edit::EditTool, policy,
+    read::ReadTool, test_fixtures, write::WriteTool,
 };
 
 const OUTSIDE_SECRET: &str = "OUTSIDE-SECRET-CONTENT";
@@ -92,8 +92,10 @@ fn call(
     context: &ToolContext,
     input: serde_json::Value,
 ) -> Result<String, ToolError> {
+    // The owner's role allows every file tool; the vectors test the tool's own rules.
+    let permit = policy::permit(&context.caller, tool, false)?;
     runtime()
-        .block_on(tool.call(context, input))
+        .block_on(tool.call(&permit, context, input))
         .map(|output| output.content)
 }
 

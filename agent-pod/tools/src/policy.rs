@@ -1,4 +1,4 @@
-//! Tool policy: which tools a role may see and call.
+//! Tool policy: which tools a role may see and call, checked once, by the runtime.
 //!
 //! Pure: reads only the role and the tool names; no I/O. A pattern is a tool name, a
 //! `group:<name>` from [`saint_config::TOOL_GROUPS`], or a glob (`sessions_*`). Deny
@@ -6,13 +6,152 @@
 //! from every role unless the runtime says a sandbox is available and the role has an
 //! exec blocklist; the fail-closed `exec` tool of the catalog refuses every call, so a
 //! model that names it anyway fails closed.
+//!
+//! The decision travels as a [`Permit`]: only this module makes one, and
+//! [`Tool::call`] takes one, so a tool never asks the policy itself — holding the permit
+//! is the proof its call was allowed. Depends on the tool contract (`lib.rs`) only,
+//! never on a tool module.
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use globset::GlobBuilder;
 use saint_config::{RoleConfig, TOOL_GROUPS};
 
-use crate::Tool;
+use crate::{Caller, Tool, ToolContext, ToolError, ToolOutput};
+
+/// Proof that the policy let one role call one tool. There is no public way to build
+/// one outside this module (private fields, no `Default`, no `Clone`), and
+/// [`Tool::call`] cannot be invoked without one, so a call the policy did not allow
+/// does not compile, let alone run:
+///
+/// ```compile_fail,E0451
+/// // Private fields: only the policy mints permits.
+/// let permit = saint_tools::Permit { tool: "write", role: "owner".to_string() };
+/// ```
+///
+/// ```compile_fail,E0061
+/// use saint_tools::{Tool, ToolContext, write::WriteTool};
+/// // A tool call without a permit does not type-check.
+/// fn call(context: &ToolContext) {
+///     let _ = WriteTool.call(context, serde_json::json!({"path": "a", "content": "b"}));
+/// }
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct Permit {
+    tool: &'static str,
+    role: String,
+}
+
+impl Permit {
+    /// The tool this permit is for.
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The role it was issued to.
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    /// Refuses a call this permit was not issued for: another tool, or a caller of
+    /// another role (a permit handed on to the wrong call proves nothing).
+    pub fn covers(&self, tool: &str, caller: &Caller) -> Result<(), ToolError> {
+        if self.tool == tool && self.role == caller.role_name {
+            Ok(())
+        } else {
+            Err(ToolError::Denied(format!(
+                "your role may not use the {tool} tool"
+            )))
+        }
+    }
+}
+
+/// A tool the caller's role may call, together with its permit: what the runtime
+/// offers the model and calls.
+pub struct PermittedTool {
+    tool: Arc<dyn Tool>,
+    permit: Permit,
+}
+
+impl PermittedTool {
+    /// The tool's name.
+    pub fn name(&self) -> &'static str {
+        self.tool.name()
+    }
+
+    /// The tool's description for the model.
+    pub fn description(&self) -> &'static str {
+        self.tool.description()
+    }
+
+    /// The tool's input schema for the model.
+    pub fn input_schema(&self) -> serde_json::Value {
+        self.tool.input_schema()
+    }
+
+    /// The permit this tool is called with.
+    pub fn permit(&self) -> &Permit {
+        &self.permit
+    }
+
+    /// Calls the tool with its permit.
+    pub fn call<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        self.tool.call(&self.permit, context, input)
+    }
+}
+
+impl std::fmt::Debug for PermittedTool {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PermittedTool")
+            .field("permit", &self.permit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The permit for `caller` to call `tool`, or the refusal the model sees.
+pub fn permit(
+    caller: &Caller,
+    tool: &dyn Tool,
+    sandbox_available: bool,
+) -> Result<Permit, ToolError> {
+    let name = tool.name();
+    if tool_allowed_with_sandbox(&caller.role, name, sandbox_available) {
+        Ok(Permit {
+            tool: name,
+            role: caller.role_name.clone(),
+        })
+    } else {
+        Err(ToolError::Denied(format!(
+            "your role may not use the {name} tool"
+        )))
+    }
+}
+
+/// The tools `caller` may call, in catalog order, each with its permit. Tools the role
+/// may not use are never returned, so they are never described to the model and a
+/// call naming one finds nothing to run.
+pub fn permitted_tools(
+    caller: &Caller,
+    all: &[Arc<dyn Tool>],
+    sandbox_available: bool,
+) -> Vec<PermittedTool> {
+    all.iter()
+        .filter_map(|tool| {
+            permit(caller, tool.as_ref(), sandbox_available)
+                .ok()
+                .map(|permit| PermittedTool {
+                    tool: Arc::clone(tool),
+                    permit,
+                })
+        })
+        .collect()
+}
 
 /// Tools no role sees until the sandbox exists.
 pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
@@ -43,7 +182,7 @@ pub fn tool_allowed(role: &RoleConfig, tool: &str) -> bool {
 
 /// Like [`tool_allowed`], for a runtime that may have a working sandbox. The sandbox
 /// tools (`exec`, `process`) are allowed only when `sandbox_available` is true *and* the
-/// role has an `execBlocklist` (absent means the role has no exec at all, seed §2.2).
+/// role has an `execBlocklist` (absent means the role has no exec at all).
 pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_available: bool) -> bool {
     if WITHHELD_TOOLS.contains(&tool) && !(sandbox_available && role.exec_blocklist.is_some()) {
         return false;
@@ -85,7 +224,6 @@ mod tests {
     use saint_config::KNOWN_TOOLS;
 
     use super::*;
-    use crate::{ToolContext, ToolError, ToolOutput};
 
     struct Named(&'static str);
 
@@ -101,6 +239,7 @@ mod tests {
         }
         fn call<'a>(
             &'a self,
+            _permit: &'a Permit,
             _context: &'a ToolContext,
             _input: serde_json::Value,
         ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

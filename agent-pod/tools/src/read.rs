@@ -3,13 +3,12 @@
 //! Touches only the workspace, through [`crate::guard::paths`].
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{
-        FileAccess, MAX_FILE_BYTES, blocking, integer_field, path_error, require_tool,
-        required_string,
-    },
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error},
 };
 
 /// Longest output returned to the model, in characters.
@@ -19,38 +18,36 @@ const MAX_OUTPUT_CHARS: usize = 100_000;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReadTool;
 
-impl Tool for ReadTool {
-    fn name(&self) -> &'static str {
-        "read"
-    }
+/// What `read` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadInput {
+    /// File path relative to the workspace
+    #[serde(alias = "file_path", alias = "filePath")]
+    pub path: String,
+    /// First line to return (1-based)
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// Number of lines to return
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
 
-    fn description(&self) -> &'static str {
-        "Read a text file from the workspace. `path` is relative to the workspace. \
-         Optionally `offset` (first line, 1-based) and `limit` (number of lines)."
-    }
+impl TypedTool for ReadTool {
+    type Input = ReadInput;
+    const NAME: &'static str = "read";
+    const DESCRIPTION: &'static str = "Read a text file from the workspace. `path` is relative to the workspace. \
+         Optionally `offset` (first line, 1-based) and `limit` (number of lines).";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace"},
-                "offset": {"type": "integer", "description": "First line to return (1-based)", "minimum": 1},
-                "limit": {"type": "integer", "description": "Number of lines to return", "minimum": 1}
-            },
-            "required": ["path"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: ReadInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let raw = required_string(&input, &["path", "file_path", "filePath"])?;
-            let offset = integer_field(&input, &["offset"])?.unwrap_or(1).max(1) as usize;
-            let limit = integer_field(&input, &["limit"])?.map(|limit| limit as usize);
+            let raw = input.path;
+            let offset = input.offset.unwrap_or(1).max(1) as usize;
+            let limit = input.limit.map(|limit| limit as usize);
             let context = context.clone();
             let (shown, text) = blocking(move || {
                 let access = FileAccess::for_caller(&context)?;

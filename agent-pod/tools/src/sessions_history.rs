@@ -6,10 +6,12 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{blocking, integer_field, require_tool, required_string},
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::blocking,
     read::truncate_chars,
     session_directory::{SessionDirectory, may_see},
 };
@@ -35,37 +37,32 @@ impl SessionsHistoryTool {
     }
 }
 
-impl Tool for SessionsHistoryTool {
-    fn name(&self) -> &'static str {
-        "sessions_history"
-    }
+/// What `sessions_history` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionsHistoryInput {
+    /// Key from sessions_list
+    #[serde(alias = "sessionKey", alias = "key")]
+    pub session_key: String,
+    /// Most messages to show
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
 
-    fn description(&self) -> &'static str {
-        "Show the most recent messages of a conversation you may see, by session key."
-    }
+impl TypedTool for SessionsHistoryTool {
+    type Input = SessionsHistoryInput;
+    const NAME: &'static str = "sessions_history";
+    const DESCRIPTION: &'static str =
+        "Show the most recent messages of a conversation you may see, by session key.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "session_key": {"type": "string", "description": "Key from sessions_list"},
-                "limit": {"type": "integer", "description": "Most messages to show", "minimum": 1}
-            },
-            "required": ["session_key"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: SessionsHistoryInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let key = required_string(&input, &["session_key", "sessionKey", "key"])?;
-            let limit = integer_field(&input, &["limit"])?
-                .unwrap_or(20)
-                .clamp(1, 200) as usize;
+            let key = input.session_key;
+            let limit = input.limit.unwrap_or(20).clamp(1, 200) as usize;
             let not_found = || ToolError::NotFound(format!("no session {key:?}"));
             let directory = self.directory.clone();
             let sessions = blocking(move || {

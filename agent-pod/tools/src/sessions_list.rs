@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{blocking, integer_field, require_tool},
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::blocking,
     session_directory::{SessionDirectory, may_see},
 };
 
@@ -33,34 +35,28 @@ impl SessionsListTool {
     }
 }
 
-impl Tool for SessionsListTool {
-    fn name(&self) -> &'static str {
-        "sessions_list"
-    }
+/// What `sessions_list` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionsListInput {
+    /// Most sessions to list
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
 
-    fn description(&self) -> &'static str {
-        "List conversations you may see: session key, person, message count, last activity."
-    }
+impl TypedTool for SessionsListTool {
+    type Input = SessionsListInput;
+    const NAME: &'static str = "sessions_list";
+    const DESCRIPTION: &'static str =
+        "List conversations you may see: session key, person, message count, last activity.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "limit": {"type": "integer", "description": "Most sessions to list", "minimum": 1}
-            }
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: SessionsListInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let limit = integer_field(&input, &["limit"])?
-                .unwrap_or(50)
-                .clamp(1, 500) as usize;
+            let limit = input.limit.unwrap_or(50).clamp(1, 500) as usize;
             let directory = self.directory.clone();
             let sessions = blocking(move || {
                 directory

@@ -24,7 +24,11 @@ use axum::{
 use futures::future::BoxFuture;
 
 use crate::guard::ssrf::{FetchLimits, Resolver, SsrfError, SsrfGuard};
-use crate::{Tool, ToolError, test_fixtures, web_fetch::WebFetchTool};
+use crate::{
+    ToolError,
+    test_fixtures::{self, CallPermitted},
+    web_fetch::WebFetchTool,
+};
 
 const PUBLIC_ADDRESS: &str = "93.184.215.14";
 
@@ -434,7 +438,7 @@ async fn web_fetch_tool_marks_pages_untrusted_and_reports_refusals_as_denied() {
     let workspace = tempfile::tempdir().unwrap();
     let stranger = test_fixtures::context(workspace.path(), "stranger");
     let page = tool
-        .call(&stranger, serde_json::json!({"url": format!("http://allowed.acme-test.com:{}/page", harness.allowed.port())}))
+        .call_permitted(&stranger, serde_json::json!({"url": format!("http://allowed.acme-test.com:{}/page", harness.allowed.port())}))
         .await
         .unwrap();
     assert!(page.untrusted);
@@ -446,7 +450,7 @@ async fn web_fetch_tool_marks_pages_untrusted_and_reports_refusals_as_denied() {
     assert!(!page.content.contains("<h1>"), "HTML is converted");
     assert!(page.content.contains(crate::untrusted::BEGIN_MARKER));
     let refused = tool
-        .call(
+        .call_permitted(
             &stranger,
             serde_json::json!({"url": format!("http://127.0.0.1:{}/", harness.target.port())}),
         )
@@ -460,7 +464,7 @@ async fn web_fetch_tool_marks_pages_untrusted_and_reports_refusals_as_denied() {
         context
     };
     let refused = tool
-        .call(&employee_with_denied_tool, serde_json::json!({"url": format!("http://allowed.acme-test.com:{}/page", harness.allowed.port())}))
+        .call_permitted(&employee_with_denied_tool, serde_json::json!({"url": format!("http://allowed.acme-test.com:{}/page", harness.allowed.port())}))
         .await;
     assert!(matches!(refused, Err(ToolError::Denied(_))), "{refused:?}");
     assert_eq!(harness.target_hits.load(Ordering::SeqCst), 0);

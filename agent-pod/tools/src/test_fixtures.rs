@@ -3,9 +3,10 @@
 
 use std::{path::Path, sync::Arc};
 
+use futures::future::BoxFuture;
 use saint_config::BotConfig;
 
-use super::{Caller, ToolContext};
+use super::{Caller, Tool, ToolContext, ToolError, ToolOutput, policy};
 
 /// Model details that must never reach a prompt or tool output.
 pub const SECRET_MODEL: &str = "acme-model-ultra-7";
@@ -97,3 +98,21 @@ pub fn context(workspace: &Path, slug: &str) -> ToolContext {
         config: Arc::new(config),
     }
 }
+
+/// Calls a tool the way the runtime does: the caller's role must be permitted by the
+/// policy (no sandbox assumed), else the call is `Denied` before the tool runs.
+pub trait CallPermitted: Tool + Sized {
+    /// Asks the policy for a permit for the context's caller, then calls with it.
+    fn call_permitted<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let permit = policy::permit(&context.caller, self, false)?;
+            self.call(&permit, context, input).await
+        })
+    }
+}
+
+impl<T: Tool> CallPermitted for T {}

@@ -7,15 +7,21 @@ use axum::{Router, http::HeaderMap, routing::get};
 use saint_config::KNOWN_TOOLS;
 
 use super::{
-    Tool, ToolContext, ToolError,
+    Tool, ToolContext, ToolError, ToolOutput, TypedTool,
     catalog::{CatalogDependencies, all_tools},
-    exec::ExecUnavailableTool,
+    edit::EditTool,
+    exec::{ExecTool, ExecUnavailableTool},
+    memory_get::MemoryGetTool,
+    memory_search::MemorySearchTool,
     message::{FileOutbox, MessageTool},
+    read::ReadTool,
     session_directory::{HistoryEntry, SessionDirectory, SessionDirectoryError, SessionSummary},
     sessions_history::SessionsHistoryTool,
     sessions_list::SessionsListTool,
-    test_fixtures::{self, company_config},
+    test_fixtures::{self, CallPermitted, company_config},
+    typed,
     web_search::WebSearchTool,
+    write::WriteTool,
 };
 use crate::policy;
 
@@ -72,7 +78,7 @@ fn context(slug: &str) -> (tempfile::TempDir, ToolContext) {
 async fn listed(slug: &str) -> Vec<String> {
     let (_workspace, context) = context(slug);
     let output = SessionsListTool::new(sessions())
-        .call(&context, serde_json::json!({}))
+        .call_permitted(&context, serde_json::json!({}))
         .await
         .unwrap();
     let mut keys: Vec<String> = output
@@ -104,7 +110,7 @@ async fn sessions_list_follows_role_visibility() {
     assert_eq!(listed("acme-ivo").await, ["session-acme-ivo"]);
     let (_workspace, stranger) = context("stranger");
     let refused = SessionsListTool::new(sessions())
-        .call(&stranger, serde_json::json!({}))
+        .call_permitted(&stranger, serde_json::json!({}))
         .await;
     assert!(matches!(refused, Err(ToolError::Denied(_))), "{refused:?}");
 }
@@ -114,7 +120,7 @@ async fn sessions_history_hides_invisible_sessions_like_missing_ones() {
     let tool = SessionsHistoryTool::new(sessions());
     let (_workspace, manager) = context("acme-marko");
     let visible = tool
-        .call(
+        .call_permitted(
             &manager,
             serde_json::json!({"session_key": "session-acme-ivo"}),
         )
@@ -122,13 +128,13 @@ async fn sessions_history_hides_invisible_sessions_like_missing_ones() {
         .unwrap();
     assert_eq!(visible.content, "[user] hello from acme-ivo");
     let hidden = tool
-        .call(
+        .call_permitted(
             &manager,
             serde_json::json!({"session_key": "session-acme-ana"}),
         )
         .await;
     let missing = tool
-        .call(
+        .call_permitted(
             &manager,
             serde_json::json!({"session_key": "session-nobody"}),
         )
@@ -146,7 +152,7 @@ async fn sessions_history_hides_invisible_sessions_like_missing_ones() {
     );
     let (_workspace, owner) = context("acme-ana");
     assert!(
-        tool.call(
+        tool.call_permitted(
             &owner,
             serde_json::json!({"session_key": "session-acme-marko"})
         )
@@ -161,14 +167,14 @@ async fn message_goes_only_to_contacts_on_configured_channels_and_is_recorded() 
     let outbox = Arc::new(FileOutbox::new(workspace.path().join("logs/outbox.jsonl")));
     let tool = MessageTool::new(outbox.clone());
     let sent = tool
-        .call(
+        .call_permitted(
             &owner,
             serde_json::json!({"to": "Ivo", "text": "Meeting at 10"}),
         )
         .await
         .unwrap();
     assert!(sent.content.contains("queued"), "{}", sent.content);
-    tool.call(
+    tool.call_permitted(
         &owner,
         serde_json::json!({"to": "acme-marko", "channel": "acme-mail", "text": "Report?"}),
     )
@@ -182,7 +188,7 @@ async fn message_goes_only_to_contacts_on_configured_channels_and_is_recorded() 
     assert_eq!(recorded[1].recipient, "email:marko@acme.example");
 
     let stranger_number = tool
-        .call(
+        .call_permitted(
             &owner,
             serde_json::json!({"to": "whatsapp:+15550009999", "text": "hi"}),
         )
@@ -192,7 +198,7 @@ async fn message_goes_only_to_contacts_on_configured_channels_and_is_recorded() 
         "{stranger_number:?}"
     );
     let no_identity = tool
-        .call(
+        .call_permitted(
             &owner,
             serde_json::json!({"to": "acme-marko", "channel": "acme-whatsapp", "text": "hi"}),
         )
@@ -203,7 +209,7 @@ async fn message_goes_only_to_contacts_on_configured_channels_and_is_recorded() 
     );
     let (_workspace, stranger) = context("stranger");
     assert!(matches!(
-        tool.call(&stranger, serde_json::json!({"to": "Ivo", "text": "hi"}))
+        tool.call_permitted(&stranger, serde_json::json!({"to": "Ivo", "text": "hi"}))
             .await,
         Err(ToolError::Denied(_))
     ));
@@ -250,7 +256,7 @@ async fn web_search_calls_the_configured_api_with_the_secret_and_marks_results_u
         (name == "ACME_SEARCH_KEY").then(|| "brave-key-123".to_string())
     }));
     let output = tool
-        .call(
+        .call_permitted(
             &context,
             serde_json::json!({"query": "acme deadline", "count": 2}),
         )
@@ -274,7 +280,7 @@ async fn web_search_calls_the_configured_api_with_the_secret_and_marks_results_u
 
     let keyless = WebSearchTool::new(Arc::new(|_: &str| None));
     let refused = keyless
-        .call(&context, serde_json::json!({"query": "x"}))
+        .call_permitted(&context, serde_json::json!({"query": "x"}))
         .await;
     assert!(
         matches!(&refused, Err(ToolError::Failed(message)) if !message.contains("ACME_SEARCH_KEY")),
@@ -285,8 +291,10 @@ async fn web_search_calls_the_configured_api_with_the_secret_and_marks_results_u
 #[tokio::test]
 async fn exec_fails_closed_even_for_the_owner() {
     let (_workspace, owner) = context("acme-ana");
+    // Permitted as if a sandbox were available, so the refusal is the tool's own.
+    let permit = policy::permit(&owner.caller, &ExecUnavailableTool, true).unwrap();
     let result = ExecUnavailableTool
-        .call(&owner, serde_json::json!({"command": "id"}))
+        .call(&permit, &owner, serde_json::json!({"command": "id"}))
         .await;
     assert!(matches!(result, Err(ToolError::Denied(_))), "{result:?}");
 }
@@ -318,4 +326,330 @@ fn catalog_lists_tools_in_known_order_and_external_sees_only_web_tools() {
     assert_eq!(visible("external"), ["web_search", "web_fetch"]);
     assert!(!visible("owner").contains(&"exec"));
     assert!(visible("owner").contains(&"write"));
+}
+
+/// Every tool's input schema, the memory and sandbox tools included (their input types
+/// need no index or sandbox to describe).
+fn every_schema() -> Vec<(&'static str, serde_json::Value)> {
+    let workspace = tempfile::tempdir().unwrap();
+    let outbox = Arc::new(FileOutbox::new(workspace.path().join("outbox.jsonl")));
+    let mut schemas: Vec<(&'static str, serde_json::Value)> =
+        all_tools(CatalogDependencies::new(outbox, sessions()))
+            .iter()
+            .map(|tool| (tool.name(), tool.input_schema()))
+            .collect();
+    schemas.push((
+        MemoryGetTool::NAME,
+        typed::input_schema::<<MemoryGetTool as TypedTool>::Input>(),
+    ));
+    schemas.push((
+        MemorySearchTool::NAME,
+        typed::input_schema::<<MemorySearchTool as TypedTool>::Input>(),
+    ));
+    schemas.push((
+        "exec (sandboxed)",
+        typed::input_schema::<<ExecTool as TypedTool>::Input>(),
+    ));
+    schemas
+}
+
+/// Keys that would make a tool API resolve references or reject the schema.
+fn indirections(value: &serde_json::Value, found: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(object) => {
+            for (key, inner) in object {
+                if [
+                    "$schema",
+                    "$defs",
+                    "$ref",
+                    "definitions",
+                    "anyOf",
+                    "oneOf",
+                    "title",
+                ]
+                .contains(&key.as_str())
+                {
+                    found.push(key.clone());
+                }
+                if key == "type" && inner.is_array() {
+                    found.push(format!("type {inner}"));
+                }
+                indirections(inner, found);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| indirections(item, found)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_tool_schema_is_one_inline_object_with_described_properties() {
+    let schemas = every_schema();
+    assert_eq!(schemas.len(), 13);
+    for (name, schema) in schemas {
+        assert_eq!(schema["type"], "object", "{name}: {schema}");
+        let properties = schema["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name}: no properties in {schema}"));
+        assert!(!properties.is_empty(), "{name}");
+        for (field, property) in properties {
+            assert!(
+                property["type"].is_string(),
+                "{name}.{field} has one plain type: {property}"
+            );
+            assert!(
+                property["description"]
+                    .as_str()
+                    .is_some_and(|text| !text.is_empty()),
+                "{name}.{field} is described for the model: {property}"
+            );
+        }
+        let required = schema["required"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no required list in {schema}"));
+        for field in required {
+            let field = field.as_str().expect("required names are strings");
+            assert!(
+                properties.contains_key(field),
+                "{name}: {field} is required but not a property"
+            );
+        }
+        let mut found = Vec::new();
+        indirections(&schema, &mut found);
+        assert!(found.is_empty(), "{name}: {found:?} in {schema}");
+    }
+}
+
+#[test]
+fn schemas_keep_the_fields_and_required_lists_the_model_was_offered_before() {
+    let names = |value: &serde_json::Value| -> Vec<String> {
+        let mut names: Vec<String> = match value {
+            serde_json::Value::Object(object) => object.keys().cloned().collect(),
+            serde_json::Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().unwrap().to_string())
+                .collect(),
+            _ => Vec::new(),
+        };
+        names.sort();
+        names
+    };
+    let actual: Vec<(String, Vec<String>, Vec<String>)> = every_schema()
+        .iter()
+        .map(|(name, schema)| {
+            (
+                name.to_string(),
+                names(&schema["properties"]),
+                names(&schema["required"]),
+            )
+        })
+        .collect();
+    let expected: Vec<(&str, Vec<&str>, Vec<&str>)> = vec![
+        ("read", vec!["limit", "offset", "path"], vec!["path"]),
+        ("write", vec!["content", "path"], vec!["content", "path"]),
+        (
+            "edit",
+            vec!["new_string", "old_string", "path", "replace_all"],
+            vec!["path", "old_string", "new_string"],
+        ),
+        ("apply_patch", vec!["patch"], vec!["patch"]),
+        (
+            "exec",
+            vec!["command", "cwd", "timeout_seconds"],
+            vec!["command"],
+        ),
+        ("web_search", vec!["count", "query"], vec!["query"]),
+        (
+            "web_fetch",
+            vec!["extract_mode", "max_chars", "url"],
+            vec!["url"],
+        ),
+        ("message", vec!["channel", "text", "to"], vec!["to", "text"]),
+        ("sessions_list", vec!["limit"], vec![]),
+        (
+            "sessions_history",
+            vec!["limit", "session_key"],
+            vec!["session_key"],
+        ),
+        ("memory_get", vec!["from", "lines", "path"], vec!["path"]),
+        ("memory_search", vec!["k", "paths", "query"], vec!["query"]),
+        (
+            "exec (sandboxed)",
+            vec!["command", "cwd", "timeout_seconds"],
+            vec!["command"],
+        ),
+    ];
+    let expected: Vec<(String, Vec<String>, Vec<String>)> = expected
+        .into_iter()
+        .map(|(name, fields, required)| {
+            let owned = |list: Vec<&str>| -> Vec<String> {
+                let mut list: Vec<String> = list.into_iter().map(str::to_string).collect();
+                list.sort();
+                list
+            };
+            (name.to_string(), owned(fields), owned(required))
+        })
+        .collect();
+    assert_eq!(actual, expected);
+}
+
+#[tokio::test]
+async fn the_spellings_models_use_reach_the_same_fields() {
+    let (workspace, owner) = context("acme-ana");
+    WriteTool
+        .call_permitted(
+            &owner,
+            serde_json::json!({"file_path": "data/plan.md", "content": "one two two"}),
+        )
+        .await
+        .unwrap();
+    EditTool
+        .call_permitted(
+            &owner,
+            serde_json::json!({"filePath": "data/plan.md", "oldText": "two", "newText": "three", "replaceAll": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("data/plan.md")).unwrap(),
+        "one three three"
+    );
+    let read = ReadTool
+        .call_permitted(&owner, serde_json::json!({"filePath": "data/plan.md"}))
+        .await
+        .unwrap();
+    assert_eq!(read.content, "one three three");
+    let history = SessionsHistoryTool::new(sessions())
+        .call_permitted(
+            &owner,
+            serde_json::json!({"sessionKey": "session-acme-ivo"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(history.content, "[user] hello from acme-ivo");
+}
+
+#[tokio::test]
+async fn a_mistyped_or_misspelled_field_is_invalid_input_naming_the_field() {
+    let (_workspace, owner) = context("acme-ana");
+    let invalid = |result: Result<ToolOutput, ToolError>| match result {
+        Err(ToolError::InvalidInput(message)) => message,
+        other => panic!("expected invalid input, got {other:?}"),
+    };
+    let mistyped = invalid(
+        ReadTool
+            .call_permitted(
+                &owner,
+                serde_json::json!({"path": "SOUL.md", "offset": "ten"}),
+            )
+            .await,
+    );
+    assert!(mistyped.starts_with("offset: invalid type"), "{mistyped}");
+    let negative = invalid(
+        ReadTool
+            .call_permitted(&owner, serde_json::json!({"path": "SOUL.md", "limit": -3}))
+            .await,
+    );
+    assert_eq!(
+        negative,
+        "limit: invalid value: integer `-3`, expected a non-negative integer"
+    );
+    let misspelled = invalid(
+        WriteTool
+            .call_permitted(
+                &owner,
+                serde_json::json!({"pth": "data/a.md", "content": "x"}),
+            )
+            .await,
+    );
+    assert_eq!(misspelled, "missing field `path`");
+    // Tools that refused unknown fields before still do, naming the stranger field.
+    let unknown = typed::decode::<<ExecTool as TypedTool>::Input>(
+        serde_json::json!({"command": "id", "shell": "bash"}),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&unknown, ToolError::InvalidInput(message) if message.starts_with("unknown field `shell`")),
+        "{unknown:?}"
+    );
+    let not_an_object = invalid(
+        ReadTool
+            .call_permitted(&owner, serde_json::json!(["SOUL.md"]))
+            .await,
+    );
+    assert_eq!(not_an_object, "the input must be a JSON object");
+    for message in [&mistyped, &negative, &misspelled, &not_an_object] {
+        assert!(
+            !message.contains("Input") && !message.contains("u64"),
+            "no Rust names reach the model: {message}"
+        );
+    }
+    // A tool without required fields takes `null` as no fields.
+    assert!(
+        SessionsListTool::new(sessions())
+            .call_permitted(&owner, serde_json::Value::Null)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_permit_covers_only_its_tool_and_its_role() {
+    let (workspace, owner) = context("acme-ana");
+    let (_other, employee) = context("acme-ivo");
+    let (_third, stranger) = context("stranger");
+    let read_permit = policy::permit(&owner.caller, &ReadTool, false).unwrap();
+    assert_eq!(read_permit.tool(), "read");
+    let input = serde_json::json!({"path": "data/x.md", "content": "x"});
+    // A permit for `read` does not let `write` run.
+    let other_tool = WriteTool.call(&read_permit, &owner, input.clone()).await;
+    assert!(
+        matches!(other_tool, Err(ToolError::Denied(_))),
+        "{other_tool:?}"
+    );
+    // The owner's permit handed to an employee's call proves nothing.
+    let write_permit = policy::permit(&owner.caller, &WriteTool, false).unwrap();
+    let other_role = WriteTool
+        .call(&write_permit, &employee, input.clone())
+        .await;
+    assert!(
+        matches!(other_role, Err(ToolError::Denied(_))),
+        "{other_role:?}"
+    );
+    assert!(!workspace.path().join("data/x.md").exists());
+    // The policy gives a stranger no permit for a file tool at all.
+    assert!(matches!(
+        policy::permit(&stranger.caller, &WriteTool, false),
+        Err(ToolError::Denied(_))
+    ));
+    WriteTool.call(&write_permit, &owner, input).await.unwrap();
+    assert!(workspace.path().join("data/x.md").exists());
+}
+
+#[test]
+fn the_runtime_gets_each_permitted_tool_with_its_permit() {
+    let workspace = tempfile::tempdir().unwrap();
+    let outbox = Arc::new(FileOutbox::new(workspace.path().join("outbox.jsonl")));
+    let tools = all_tools(CatalogDependencies::new(outbox, sessions()));
+    let config = company_config();
+    let permitted = |slug: &str, sandbox: bool| -> Vec<(&'static str, &'static str)> {
+        policy::permitted_tools(&test_fixtures::caller(&config, slug), &tools, sandbox)
+            .iter()
+            .map(|tool| (tool.name(), tool.permit().tool()))
+            .collect()
+    };
+    assert_eq!(
+        permitted("stranger", true),
+        [("web_search", "web_search"), ("web_fetch", "web_fetch")]
+    );
+    let owner: Vec<&str> = permitted("acme-ana", false)
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
+    assert!(!owner.contains(&"exec"), "no sandbox, no exec: {owner:?}");
+    let owner: Vec<&str> = permitted("acme-ana", true)
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
+    assert!(owner.contains(&"exec"), "{owner:?}");
 }

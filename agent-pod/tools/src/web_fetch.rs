@@ -7,12 +7,11 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{integer_field, require_tool, required_string, string_field},
-    read::truncate_chars,
-    untrusted,
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool, read::truncate_chars, untrusted,
 };
 use crate::guard::ssrf::{FetchLimits, Fetched, SsrfError, SsrfGuard};
 
@@ -40,42 +39,48 @@ impl Default for WebFetchTool {
     }
 }
 
-impl Tool for WebFetchTool {
-    fn name(&self) -> &'static str {
-        "web_fetch"
-    }
+/// What `web_fetch` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WebFetchInput {
+    /// http or https URL
+    pub url: String,
+    /// Output style
+    #[serde(default, alias = "extractMode")]
+    pub extract_mode: ExtractMode,
+    /// Most characters to return
+    #[serde(alias = "maxChars")]
+    #[schemars(range(min = 100))]
+    pub max_chars: Option<u64>,
+}
 
-    fn description(&self) -> &'static str {
-        "Fetch a public http or https URL and return its readable text (HTML is converted to \
-         markdown). Internal, local and private addresses are refused."
-    }
+/// How a fetched HTML page is rendered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExtractMode {
+    // Markdown keeps links and headings.
+    #[default]
+    Markdown,
+    Text,
+}
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "url": {"type": "string", "description": "http or https URL"},
-                "extract_mode": {"type": "string", "enum": ["markdown", "text"], "description": "Output style"},
-                "max_chars": {"type": "integer", "description": "Most characters to return", "minimum": 100}
-            },
-            "required": ["url"]
-        })
-    }
+impl TypedTool for WebFetchTool {
+    type Input = WebFetchInput;
+    const NAME: &'static str = "web_fetch";
+    const DESCRIPTION: &'static str = "Fetch a public http or https URL and return its readable text (HTML is converted to \
+         markdown). Internal, local and private addresses are refused.";
 
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: WebFetchInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let url = required_string(&input, &["url"])?;
-            let plain =
-                string_field(&input, &["extract_mode", "extractMode"]).as_deref() == Some("text");
-            let max_chars = integer_field(&input, &["max_chars", "maxChars"])?
-                .map_or(DEFAULT_MAX_CHARS, |max| {
-                    (max as usize).clamp(100, LARGEST_MAX_CHARS)
-                });
+            let url = input.url;
+            let plain = input.extract_mode == ExtractMode::Text;
+            let max_chars = input.max_chars.map_or(DEFAULT_MAX_CHARS, |max| {
+                (max as usize).clamp(100, LARGEST_MAX_CHARS)
+            });
             let fetched = self
                 .guard
                 .fetch(&url, &context.config.web.url_blocklist, self.limits)

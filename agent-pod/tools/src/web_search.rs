@@ -8,12 +8,10 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{integer_field, require_tool, required_string},
-    untrusted,
-};
+use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool, untrusted};
 
 /// Looks up a secret by environment variable name.
 pub type SecretLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -50,40 +48,37 @@ impl WebSearchTool {
     }
 }
 
-impl Tool for WebSearchTool {
-    fn name(&self) -> &'static str {
-        "web_search"
-    }
+/// What `web_search` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WebSearchInput {
+    /// Search query
+    #[serde(alias = "q")]
+    pub query: String,
+    /// Number of results (1-10)
+    #[schemars(range(min = 1, max = 10))]
+    pub count: Option<u64>,
+}
 
-    fn description(&self) -> &'static str {
-        "Search the web. Returns titles, URLs and snippets of the top results."
-    }
+impl TypedTool for WebSearchTool {
+    type Input = WebSearchInput;
+    const NAME: &'static str = "web_search";
+    const DESCRIPTION: &'static str =
+        "Search the web. Returns titles, URLs and snippets of the top results.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "Search query"},
-                "count": {"type": "integer", "description": "Number of results (1-10)", "minimum": 1, "maximum": 10}
-            },
-            "required": ["query"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: WebSearchInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let query = required_string(&input, &["query", "q"])?;
+            let query = input.query;
             if query.trim().is_empty() {
                 return Err(ToolError::InvalidInput(
                     "query must not be empty".to_string(),
                 ));
             }
-            let count = integer_field(&input, &["count"])?.unwrap_or(5).clamp(1, 10);
+            let count = input.count.unwrap_or(5).clamp(1, 10);
             let Some(search) = &context.config.web.search else {
                 return Err(ToolError::Failed("web search is not available".to_string()));
             };

@@ -3,10 +3,12 @@
 //! Touches only the workspace, through [`crate::guard::paths`] (atomic replace).
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use super::{
-    Tool, ToolContext, ToolError, ToolOutput,
-    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error, require_tool, required_string},
+    Permit, ToolContext, ToolError, ToolOutput, TypedTool,
+    files::{FileAccess, MAX_FILE_BYTES, blocking, path_error},
 };
 use crate::guard::paths::WriteOutcome;
 
@@ -14,36 +16,30 @@ use crate::guard::paths::WriteOutcome;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WriteTool;
 
-impl Tool for WriteTool {
-    fn name(&self) -> &'static str {
-        "write"
-    }
+/// What `write` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WriteInput {
+    /// File path relative to the workspace
+    #[serde(alias = "file_path", alias = "filePath")]
+    pub path: String,
+    /// The whole new file content
+    pub content: String,
+}
 
-    fn description(&self) -> &'static str {
-        "Create or overwrite a text file in the workspace with `content`. `path` is relative \
-         to the workspace; missing directories are created."
-    }
+impl TypedTool for WriteTool {
+    type Input = WriteInput;
+    const NAME: &'static str = "write";
+    const DESCRIPTION: &'static str = "Create or overwrite a text file in the workspace with `content`. `path` is relative \
+         to the workspace; missing directories are created.";
 
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace"},
-                "content": {"type": "string", "description": "The whole new file content"}
-            },
-            "required": ["path", "content"]
-        })
-    }
-
-    fn call<'a>(
+    fn run<'a>(
         &'a self,
+        _permit: &'a Permit,
         context: &'a ToolContext,
-        input: serde_json::Value,
+        input: WriteInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            require_tool(context, self.name())?;
-            let raw = required_string(&input, &["path", "file_path", "filePath"])?;
-            let content = required_string(&input, &["content"])?;
+            let WriteInput { path: raw, content } = input;
             if content.len() as u64 > MAX_FILE_BYTES {
                 return Err(ToolError::InvalidInput(format!(
                     "content is larger than {MAX_FILE_BYTES} bytes"

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{Tool, ToolContext, ToolError, ToolOutput};
+use super::{Permit, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Called with the workspace-relative memory paths a tool call wrote; runs on a
 /// blocking thread and reports its own failures (a failed re-index never fails the
@@ -71,11 +71,12 @@ impl Tool for ObservedWrites {
 
     fn call<'a>(
         &'a self,
+        permit: &'a Permit,
         context: &'a ToolContext,
         input: serde_json::Value,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let output = self.inner.call(context, input).await?;
+            let output = self.inner.call(permit, context, input).await?;
             let memory: Vec<String> = written_paths(&output)
                 .into_iter()
                 .filter(|path| is_memory_path(path))
@@ -99,7 +100,11 @@ mod tests {
     use saint_memory::{IndexOptions, LocalMiniLm, MemoryIndex, Scope, SearchRequest};
 
     use super::*;
-    use crate::{apply_patch::ApplyPatchTool, test_fixtures, write::WriteTool};
+    use crate::{
+        apply_patch::ApplyPatchTool,
+        test_fixtures::{self, CallPermitted},
+        write::WriteTool,
+    };
 
     fn recording() -> (WriteObserver, Arc<Mutex<Vec<String>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -117,14 +122,14 @@ mod tests {
         let (observer, seen) = recording();
         let write = ObservedWrites::new(Arc::new(WriteTool), Arc::clone(&observer));
         write
-            .call(
+            .call_permitted(
                 &context,
                 serde_json::json!({"path": "data/a.txt", "content": "x"}),
             )
             .await
             .expect("write data");
         write
-            .call(
+            .call_permitted(
                 &context,
                 serde_json::json!({"path": "memory/shared/a.md", "content": "x"}),
             )
@@ -132,7 +137,7 @@ mod tests {
             .expect("write memory");
         let patch = ObservedWrites::new(Arc::new(ApplyPatchTool), observer);
         patch
-            .call(
+            .call_permitted(
                 &context,
                 serde_json::json!({"patch": "*** Begin Patch\n*** Add File: MEMORY.md\n+hello\n*** Add File: data/b.txt\n+b\n*** End Patch\n"}),
             )
@@ -174,7 +179,7 @@ mod tests {
         };
         assert!(search(&index).is_empty(), "the index starts empty");
         write
-            .call(
+            .call_permitted(
                 &context,
                 serde_json::json!({
                     "path": "memory/shared/parking.md",
