@@ -19,6 +19,7 @@ use std::{
 
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
+use saint_config::sandbox_contract::{SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_WORKSPACE_ROOTS};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, json};
@@ -354,8 +355,10 @@ impl TypedTool for ExecTool {
                 &input.command,
                 context.caller.role.exec_blocklist.as_deref(),
             )?;
-            let cwd = input.cwd.unwrap_or_else(|| "/workspace".to_string());
-            let inside = ["/workspace", "/agent"]
+            let cwd = input
+                .cwd
+                .unwrap_or_else(|| SANDBOX_SCRATCH_MOUNT_PATH.to_string());
+            let inside = SANDBOX_WORKSPACE_ROOTS
                 .iter()
                 .any(|root| cwd == *root || cwd.starts_with(&format!("{root}/")));
             if !inside {
