@@ -143,7 +143,9 @@ pub trait Tool: Send + Sync {
     /// JSON Schema of the input object.
     fn input_schema(&self) -> serde_json::Value;
     /// Runs the call the policy allowed (`permit`). Enforces the tool's own finer
-    /// rules (paths, URLs, scopes) itself.
+    /// rules (paths, URLs, scopes) itself. The typed adaptor refuses a permit issued
+    /// for another tool or role ([`Permit::covers`]); a wrapper implementing this
+    /// directly passes the permit on to the tool it wraps.
     fn call<'a>(
         &'a self,
         permit: &'a Permit,
