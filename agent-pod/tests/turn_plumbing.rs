@@ -106,7 +106,8 @@ async fn a_turn_that_spends_the_budget_stops_before_its_next_model_call() {
         .store()
         .spent_between("_telegram-999", &day, &day)
         .unwrap();
-    assert!((spent - 0.6).abs() < 1e-9, "spent {spent}");
+    // 600,000 input tokens at 1 USD and 10 output tokens at 5 USD per million.
+    assert!((spent - 0.600_05).abs() < 1e-9, "spent {spent}");
 }
 
 #[tokio::test]

@@ -19,7 +19,10 @@ use std::{
 
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
-use saint_config::sandbox_contract::{SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_WORKSPACE_ROOTS};
+use saint_config::{
+    ErrorChain,
+    sandbox_contract::{SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_WORKSPACE_ROOTS},
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, json};
@@ -286,7 +289,7 @@ impl ExecTool {
                 ToolError::Denied(error.to_string())
             }
             view::CacheError::View(error @ view::ViewError::Read { .. }) => {
-                tracing::error!(%error, "failed to compute the sandbox view; exec refused");
+                tracing::error!(error = %ErrorChain(&error), "failed to compute the sandbox view; exec refused");
                 ToolError::Failed(
                     "commands cannot run right now: the sandbox is unavailable".to_string(),
                 )
@@ -313,7 +316,7 @@ impl ExecTool {
                 "the caller's view changed; discarding their old sandbox"
             );
             if let Err(error) = self.sandbox.discard(&old).await {
-                tracing::warn!(%error, "failed to discard an old sandbox; the idle reaper will");
+                tracing::warn!(error = %ErrorChain(&error), "failed to discard an old sandbox; the idle reaper will");
             }
         }
     }
@@ -415,7 +418,7 @@ impl TypedTool for ExecTool {
                         token = Some(issued);
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "failed to register porter token; the command runs without one");
+                        tracing::warn!(error = %ErrorChain(&error), "failed to register porter token; the command runs without one");
                         metering.insert("porterTokenError".to_string(), json!(true));
                     }
                 }
@@ -433,7 +436,7 @@ impl TypedTool for ExecTool {
             if let (Some(porter), Some(token)) = (&self.porter, &token)
                 && let Err(error) = porter.revoke(token).await
             {
-                tracing::warn!(%error, "failed to revoke porter token; it expires by itself");
+                tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
             }
             metering.insert(
                 "durationMs".to_string(),
@@ -490,7 +493,7 @@ impl ExecTool {
             .exec(scope, view, request)
             .await
             .map_err(|error| {
-                tracing::error!(%error, "sandbox unavailable; exec refused");
+                tracing::error!(error = %ErrorChain(&error), "sandbox unavailable; exec refused");
                 ToolError::Failed(
                     "commands cannot run right now: the sandbox is unavailable".to_string(),
                 )
@@ -516,7 +519,7 @@ impl ExecTool {
                 }
                 Some(Ok(ExecEvent::TimedOut)) => return Ok((stdout, stderr, Ending::TimedOut)),
                 Some(Err(error)) => {
-                    tracing::error!(%error, "sandbox command failed");
+                    tracing::error!(error = %ErrorChain(&error), "sandbox command failed");
                     return Err(ToolError::Failed(
                         "the command could not be run in the sandbox".to_string(),
                     ));

@@ -1,5 +1,4 @@
-//! What the session tools need from the session store, and who may see which session
-//! (seed 000 §5.5).
+//! What the session tools need from the session store, and who may see which session.
 //!
 //! Pure visibility logic plus a trait the session store implements; no I/O here.
 

@@ -371,7 +371,7 @@ async fn ssrf_vectors_are_all_refused_and_never_reach_the_internal_server() {
         "an SSRF vector reached the internal server"
     );
 
-    // The per-bot blocklist applies on top (seed §5.3 style entries).
+    // The per-bot blocklist (host names) applies on top.
     let blocklist = vec!["allowed.acme-test.com".to_string()];
     let blocked = harness
         .guard

@@ -1,7 +1,7 @@
 //! Role path rules for the file tools: which workspace paths a role may read and write.
 //!
 //! Pure: decides on normalised workspace-relative paths (see [`super::paths`]); never
-//! touches the file system. The three write tiers of seed §5.2:
+//! touches the file system. The three write tiers:
 //! 1. platform-protected files (`fileAccess.platformProtected`) — no role writes them;
 //! 2. owner files (`fileAccess.ownerFiles`, e.g. `COMPANY.md`) — only roles whose own
 //!    `files.write` globs match them;
@@ -23,7 +23,7 @@ pub const SELF_PLACEHOLDER: &str = "<self>";
 /// The runtime's own state on the workspace volume, which no role reads or writes through
 /// the file tools whatever its globs say: the sessions database (visible only through the
 /// session tools and their visibility rules), the memory index and sockets under
-/// `.saint/`, config and logs (usage and costs are none of the model's business, §9.2).
+/// `.saint/`, config and logs (usage and costs are none of the model's business).
 pub const PLATFORM_PRIVATE: &[&str] = &[".saint/**", "sessions/**", "config/**", "logs/**"];
 
 /// Why a path is refused for this role.

@@ -40,7 +40,7 @@ pub fn viewer<'a>(
 /// Why a view could not be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
-    #[error("failed to read workspace directory {path}: {source}")]
+    #[error("failed to read workspace directory {path}")]
     Read {
         path: PathBuf,
         #[source]
