@@ -441,6 +441,41 @@ async fn the_sandbox_has_no_network() {
     assert_eq!(routes, "0\n[exit code 0]");
 }
 
+/// The real exec path (policy permit, view, local backend) on a machine where no
+/// sandbox can start: a bubblewrap that cannot create namespaces. The command must not
+/// run anywhere, and the caller is told exec is unavailable, not given a host shell.
+#[tokio::test]
+async fn exec_fails_closed_on_the_real_path_when_no_sandbox_can_start() {
+    let broken = tempfile::tempdir().unwrap();
+    let bwrap = broken.path().join("bwrap");
+    fs::write(
+        &bwrap,
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+    )
+    .unwrap();
+    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
+    let harness = Harness::start_with(|local| {
+        local.bwrap = bwrap.clone();
+        local.start_timeout = Duration::from_secs(2);
+    });
+    let marker = harness.base.path().join("ran-outside-the-sandbox");
+    let result = harness
+        .exec("http:ana", &format!("touch {}", marker.display()))
+        .await;
+    match result {
+        Err(ToolError::Failed(message)) => {
+            assert!(message.contains("sandbox is unavailable"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!marker.exists(), "the command ran without a sandbox");
+    assert!(
+        harness.sandbox_processes().is_empty(),
+        "{:?}",
+        harness.sandbox_processes()
+    );
+}
+
 #[tokio::test]
 async fn the_real_workspace_is_read_only_at_agent() {
     let harness = Harness::start();
