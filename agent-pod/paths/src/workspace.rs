@@ -17,7 +17,7 @@ use std::{
 };
 
 use rustix::{
-    fd::{AsFd, BorrowedFd, OwnedFd},
+    fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat},
     io::Errno,
 };
@@ -62,6 +62,15 @@ impl Directory {
     /// working directory) gives that process a name, not the descriptor.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A name for this very directory that no rename or symlink can redirect:
+    /// `/proc/self/fd/<descriptor>`. Given to `Command::current_dir`, the child enters
+    /// it between fork and exec, while it still holds the descriptor (close-on-exec
+    /// closes it only at exec), so the command starts in the directory that was
+    /// checked even if its name now points elsewhere. Valid while `self` lives.
+    pub fn entry_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.descriptor.as_raw_fd()))
     }
 }
 

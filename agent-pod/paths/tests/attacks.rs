@@ -226,3 +226,35 @@ fn a_component_swapped_for_a_symlink_mid_walk_never_leads_outside() {
         "the race was not exercised: {opened} opened, {refused} refused, {swaps} swaps"
     );
 }
+
+/// After the check, the directory's name is pointed outside (the directory moved away,
+/// a symlink to the outside tree put in its place). A command started through
+/// `entry_path` still runs in the checked directory; one started by name would not.
+#[test]
+fn a_command_enters_the_checked_directory_even_after_its_name_is_swapped() {
+    let tree = tree();
+    fs::create_dir_all(tree.root.join("work")).unwrap();
+    let workspace = Workspace::open(&tree.root).unwrap();
+    let (_, path) =
+        BeneathPath::parse_absolute("/workspace/work", &[Path::new("/workspace")]).unwrap();
+    let directory = workspace.open_directory(&path, "/workspace/work").unwrap();
+
+    fs::rename(tree.root.join("work"), tree.root.join("moved")).unwrap();
+    symlink(&tree.outside, tree.root.join("work")).unwrap();
+
+    let physical_cwd = |directory: &Path| {
+        let output = std::process::Command::new("/bin/pwd")
+            .arg("-P")
+            .current_dir(directory)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim_end())
+    };
+    assert_eq!(
+        physical_cwd(&directory.entry_path()),
+        tree.root.join("moved")
+    );
+    // The name alone now leads outside: this is what entry_path protects against.
+    assert_eq!(physical_cwd(directory.path()), tree.outside);
+}

@@ -9,6 +9,7 @@ use std::{os::unix::process::ExitStatusExt, process::Stdio, sync::Arc, time::Dur
 use porter_protocol::{ExecRequest, RemoteSignal, Request, async_io::CodecError, handshake};
 use rustix::process::Signal;
 use saint_config::ErrorChain;
+use saint_paths::Directory;
 use thiserror::Error;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -82,7 +83,7 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
             .await?;
         return Ok(());
     }
-    let working_directory = match state.roots.check(&request.cwd) {
+    let working_directory = match state.roots.open(&request.cwd) {
         Ok(directory) => directory,
         Err(error) => {
             let message = ErrorChain(&error).to_string();
@@ -147,7 +148,7 @@ enum Ending {
 
 async fn run(
     request: &ExecRequest,
-    working_directory: std::path::PathBuf,
+    working_directory: Directory,
     state: &State,
     reader: &mut FrameReader<tokio::net::unix::OwnedReadHalf>,
     writer: &mut FrameWriter<tokio::net::unix::OwnedWriteHalf>,
@@ -160,7 +161,9 @@ async fn run(
         .arg(&request.command)
         .env_clear()
         .envs(&environment)
-        .current_dir(&working_directory)
+        // The checked directory itself, not whatever its name points at by now (a
+        // command of this sandbox may have swapped it for a symlink meanwhile).
+        .current_dir(working_directory.entry_path())
         // A new process group: timeout and disconnect kill every process the command
         // started, not just the shell.
         .process_group(0)

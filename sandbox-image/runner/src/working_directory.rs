@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use saint_paths::{BeneathPath, PathError, Workspace};
+use saint_paths::{BeneathPath, Directory, PathError, Workspace};
 use thiserror::Error;
 
 /// Why a working directory was refused.
@@ -70,9 +70,20 @@ impl Roots {
     /// returns its canonical path. `/workspace/link -> /etc` is refused, and so is
     /// `/workspace/link -> sub`: the path a request names is the directory it gets.
     pub fn check(&self, requested: &str) -> Result<PathBuf, WorkingDirectoryError> {
-        if requested.is_empty() {
-            return Ok(self.workspace.clone());
-        }
+        self.open(requested)
+            .map(|directory| directory.path().to_path_buf())
+    }
+
+    /// Like [`Roots::check`], but keeps the directory open: a command started in its
+    /// [`Directory::entry_path`] runs in the directory that was checked even if a
+    /// command of the sandbox renames it or swaps in a symlink meanwhile.
+    pub fn open(&self, requested: &str) -> Result<Directory, WorkingDirectoryError> {
+        let workspace = self.workspace.to_string_lossy();
+        let requested = if requested.is_empty() {
+            workspace.as_ref()
+        } else {
+            requested
+        };
         if !requested.starts_with('/') {
             return Err(WorkingDirectoryError::Relative(requested.to_string()));
         }
@@ -94,7 +105,6 @@ impl Roots {
         };
         self.opened[index % 2]
             .open_directory(&relative, requested)
-            .map(|directory| directory.path().to_path_buf())
             .map_err(|error| refusal(requested, error))
     }
 }
