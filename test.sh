@@ -245,7 +245,19 @@ helm_chart() {
 	"$helm" lint --strict charts/saint || return 1
 	"$helm" lint --strict charts/saint --set watchNamespace=acme --set replicaCount=2 || return 1
 	/usr/bin/python3 charts/check-chart.py --helm "$helm" --chart charts/saint || return 1
-	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples
+	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples || return 1
+	# Monitoring objects: promtool built once from its Go module, the Prometheus
+	# Operator CRDs from the module cache; rules and dashboard checked against the
+	# metrics the Rust code registers (with a self-test that bad rules are refused).
+	local promtool monitoring_crds
+	promtool="$(charts/install-promtool.sh | tail -n 1)" || return 1
+	monitoring_crds="$(charts/monitoring-crds.sh | tail -n 1)" || return 1
+	"$helm" lint --strict charts/saint --set monitoring.serviceMonitor.enabled=true \
+		--set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
+		--set monitoring.grafanaDashboard.enabled=true || return 1
+	/usr/bin/python3 charts/check-monitoring.py --helm "$helm" --promtool "$promtool" --chart charts/saint \
+		--repository . --golden operator/tests/golden --monitoring-crds "$monitoring_crds" \
+		--rule-tests charts/monitoring-tests/saint-rules.test.yaml --self-test
 }
 
 chart_on_api_server() {
@@ -291,7 +303,7 @@ sections=(
 	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
 	"test|5. cargo test --workspace (all but saint-e2e, which runs in section 9)|cargo_test"
 	"crds|6. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
-	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas)|helm_chart"
+	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas, monitoring rules and dashboard)|helm_chart"
 	"apiserver|8. chart on a real API server: install, examples, admission policy, operator RBAC (charts/test-on-api-server.sh)|chart_on_api_server"
 	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
 )
