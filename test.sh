@@ -252,9 +252,6 @@ helm_chart() {
 	local promtool monitoring_crds
 	promtool="$(charts/install-promtool.sh | tail -n 1)" || return 1
 	monitoring_crds="$(charts/monitoring-crds.sh | tail -n 1)" || return 1
-	"$helm" lint --strict charts/saint --set monitoring.serviceMonitor.enabled=true \
-		--set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
-		--set monitoring.grafanaDashboard.enabled=true || return 1
 	/usr/bin/python3 charts/check-monitoring.py --helm "$helm" --promtool "$promtool" --chart charts/saint \
 		--repository . --golden operator/tests/golden --monitoring-crds "$monitoring_crds" \
 		--rule-tests charts/monitoring-tests/saint-rules.test.yaml --self-test

@@ -15,6 +15,10 @@ import sys
 
 import yaml
 
+# libyaml's loader when PyYAML has it (Debian's does): the same documents, parsed
+# several times faster than the pure-Python SafeLoader.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 SANDBOX_IMAGE = "ghcr.io/saint-work/saint-sandbox:0.1.0"
 RULE_PREFIX = "saint sandbox policy ["
 
@@ -31,7 +35,7 @@ def render(helm: str, chart: str, *arguments: str) -> list[dict]:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"helm template {' '.join(arguments)} failed:\n{result.stderr}")
-    return [document for document in yaml.safe_load_all(result.stdout) if document]
+    return [document for document in yaml.load_all(result.stdout, Loader=YAML_LOADER) if document]
 
 
 def render_fails(helm: str, chart: str, *arguments: str) -> str:

@@ -20,6 +20,10 @@ import sys
 import jsonschema
 import yaml
 
+# libyaml's loader when PyYAML has it (Debian's does): the same documents, parsed
+# several times faster than the pure-Python SafeLoader.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def strict(schema: dict) -> dict:
     """Copies an OpenAPI v3 schema into JSON Schema: unknown fields rejected,
@@ -59,7 +63,7 @@ def strict(schema: dict) -> dict:
 def load_crd_schemas(crd_directory: pathlib.Path) -> dict[tuple[str, str], dict]:
     schemas = {}
     for path in sorted(crd_directory.glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
+        for crd in yaml.load_all(path.read_text(), Loader=YAML_LOADER):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group = crd["spec"]["group"]
@@ -126,7 +130,7 @@ def main() -> int:
     secrets: dict[str, set[str]] = {}
     counts: dict[str, int] = {}
     for path in sorted(options.examples.glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
+        for document in yaml.load_all(path.read_text(), Loader=YAML_LOADER):
             if not document:
                 continue
             name = f"{path.name}: {document.get('kind')}/{document.get('metadata', {}).get('name')}"
