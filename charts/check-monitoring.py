@@ -136,7 +136,7 @@ def references(expression: str) -> dict:
     """Metric names, label names (matchers and grouping) and matchers of a query.
     Enough PromQL for the queries this chart writes; promtool parses them fully."""
     matchers = []
-    grouping: list[list[str]] = []
+    grouping: list[tuple[str, list[str]]] = []
 
     def selector(match: re.Match) -> str:
         for label, operator, value in re.findall(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"',
@@ -147,7 +147,7 @@ def references(expression: str) -> dict:
     text = re.sub(r"\{([^{}]*)\}", selector, expression)
 
     def group(match: re.Match) -> str:
-        grouping.append([label.strip() for label in match.group(2).split(",") if label.strip()])
+        grouping.append((match.group(1), [label.strip() for label in match.group(2).split(",") if label.strip()]))
         return " "
 
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", group, text)
@@ -158,7 +158,7 @@ def references(expression: str) -> dict:
         name, call = match.group(1), match.group(2)
         if name and not call and name.lower() not in PROMQL_WORDS:
             metrics.add(name)
-    labels = {label for label, _, _ in matchers} | {label for labels in grouping for label in labels}
+    labels = {label for label, _, _ in matchers} | {label for _, labels in grouping for label in labels}
     return {"metrics": metrics, "labels": labels, "matchers": matchers, "grouping": grouping}
 
 
@@ -234,8 +234,9 @@ def check_rules(groups: list[dict], context: dict, where: str) -> None:
             used = set(re.findall(r"\$labels\.(\w+)", " ".join(annotations.values())))
             # Aggregations keep only their `by` labels; an annotation naming any
             # other label would print an empty string.
+            kept = [labels for keyword, labels in found["grouping"] if keyword == "by"]
             for label in sorted(used):
-                check(all(label in clause for clause in found["grouping"]) or not re.search(r"\bby\s*\(", rule["expr"]),
+                check(all(label in labels for labels in kept),
                       f"{where} {name}: annotation uses $labels.{label}, which its aggregation drops")
             about_bots = not any(metric.startswith("saint_operator_") for metric in found["metrics"]) and \
                 ("job", "=", "saint-operator") not in found["matchers"]
