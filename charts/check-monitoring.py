@@ -30,6 +30,7 @@ import argparse
 import copy
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -69,8 +70,13 @@ def check(condition: bool, message: str) -> None:
 
 
 def rust_sources(repository: pathlib.Path) -> list[pathlib.Path]:
+    # Build output directories are pruned, not walked: a target/ can hold millions of files.
     skip = {"target", ".git", "node_modules"}
-    return [path for path in repository.rglob("*.rs") if not skip.intersection(path.relative_to(repository).parts)]
+    sources = []
+    for directory, subdirectories, files in os.walk(repository):
+        subdirectories[:] = [name for name in subdirectories if name not in skip]
+        sources.extend(pathlib.Path(directory, name) for name in files if name.endswith(".rs"))
+    return sorted(sources)
 
 
 def exported_metrics(sources: list[pathlib.Path]) -> dict[str, dict]:
