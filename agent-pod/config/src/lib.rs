@@ -141,6 +141,40 @@ pub struct BotConfig {
     /// Memory index settings.
     #[serde(default)]
     pub memory: MemoryConfig,
+    /// Where persona files are read from besides the workspace; absent in local mode,
+    /// where the workspace is the only source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona: Option<PersonaConfig>,
+}
+
+/// Where the agent container sees the SaintBot's persona ConfigMap (`<bot>-persona`):
+/// the operator mounts it here and names it as `persona.directory` in the rendered
+/// config, so the path is spelled once for both.
+pub const PERSONA_MOUNT_PATH: &str = "/etc/saint-persona";
+
+/// The persona directory: one file per persona file name (`SOUL.md`, …, `COMPANY.md`).
+///
+/// The rule, one for every persona file: a prompt file with a plain name (a
+/// [`BOOTSTRAP_FILES`] entry or a role's `inject` entry without `/`) is read from this
+/// directory when the directory holds it, and from the workspace only when it does not.
+/// The directory is what the bot's owner declared (read-only, from the SaintBot); the
+/// workspace is writable by the bot's own tools, so letting the declared file win means
+/// nothing the bot writes replaces a persona its owner declared, while files the
+/// SaintBot leaves out (an owner-edited `COMPANY.md`, say) still come from the
+/// workspace. A file the directory holds but that is refused (a symlink leaving it,
+/// oversized) is left out of the prompt, not replaced by the workspace's copy; a
+/// directory that cannot be read at all (missing, or a `..data` link leaving it) is
+/// logged and the workspace stands in, as without a directory. Which files a person's
+/// prompt gets is decided by their role's `bootstrap` and `inject`, whichever source a
+/// file comes from.
+///
+/// A Kubernetes ConfigMap volume (`..data` → a timestamped directory, each file a
+/// symlink into `..data/`) and a plain directory are both read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PersonaConfig {
+    /// Absolute path of the directory ([`PERSONA_MOUNT_PATH`] on Kubernetes).
+    pub directory: String,
 }
 
 /// The bot's name and namespace.
@@ -334,10 +368,12 @@ pub struct RoleConfig {
     /// Spending cap; absent means unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
-    /// Bootstrap files included in the system prompt (subset of [`BOOTSTRAP_FILES`]).
+    /// Bootstrap files included in the system prompt (subset of [`BOOTSTRAP_FILES`]),
+    /// each read from the persona directory or the workspace as [`PersonaConfig`] says.
     #[serde(default)]
     pub bootstrap: Vec<String>,
-    /// Extra workspace files injected into the prompt (e.g. `COMPANY.md`).
+    /// Extra files injected into the prompt (e.g. `COMPANY.md`): a plain name is read
+    /// like a bootstrap file; a path (`memory/shared/x.md`) only from the workspace.
     #[serde(default)]
     pub inject: Vec<String>,
     /// Which sessions `sessions_list` / `sessions_history` may show.

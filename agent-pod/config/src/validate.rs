@@ -113,6 +113,14 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             }
         }
     }
+    if let Some(persona) = &config.persona
+        && !std::path::Path::new(&persona.directory).is_absolute()
+    {
+        return Err(invalid(
+            "persona.directory",
+            format!("{:?} must be an absolute path", persona.directory),
+        ));
+    }
     if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
     {
         return Err(invalid(

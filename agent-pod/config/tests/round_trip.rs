@@ -61,3 +61,42 @@ fn json_schema_names_every_top_level_field() {
         assert!(properties.contains_key(field), "schema lacks {field}");
     }
 }
+
+#[test]
+fn persona_directory_round_trips_and_must_be_absolute() {
+    let text = EXAMPLE.replacen(
+        "{",
+        r#"{"persona": {"directory": "/etc/saint-persona"},"#,
+        1,
+    );
+    let config = BotConfig::from_json(&text).expect("a persona directory is accepted");
+    assert_eq!(
+        config
+            .persona
+            .as_ref()
+            .map(|persona| persona.directory.as_str()),
+        Some(saint_config::PERSONA_MOUNT_PATH)
+    );
+    assert!(
+        config
+            .to_json()
+            .contains(r#""directory": "/etc/saint-persona""#)
+    );
+
+    let relative = EXAMPLE.replacen("{", r#"{"persona": {"directory": "persona"},"#, 1);
+    let error = BotConfig::from_json(&relative).unwrap_err();
+    assert!(
+        matches!(&error, ConfigError::Invalid { field, .. } if field == "persona.directory"),
+        "{error}"
+    );
+}
+
+#[test]
+fn json_schema_documents_where_persona_files_come_from() {
+    let schema = BotConfig::json_schema().to_string();
+    assert!(schema.contains("persona"), "schema lacks persona");
+    assert!(
+        schema.contains("from the workspace only when it does not"),
+        "the schema states the persona rule"
+    );
+}

@@ -21,8 +21,8 @@ use k8s_openapi::{
 use kube::{Resource, ResourceExt};
 use porter_protocol::registry::Registry;
 use saint_config::{
-    BotConfig, BotIdentity, FileAccessConfig, MemoryConfig, PorterConfig, SCHEMA_VERSION,
-    SessionsConfig,
+    BotConfig, BotIdentity, FileAccessConfig, MemoryConfig, PERSONA_MOUNT_PATH, PersonaConfig,
+    PorterConfig, SCHEMA_VERSION, SessionsConfig,
 };
 
 use super::dereference::Dereferenced;
@@ -197,6 +197,10 @@ pub fn validate(
             ..PorterConfig::default()
         },
         memory: MemoryConfig::default(),
+        // The persona ConfigMap is always mounted there (build/workload.rs).
+        persona: Some(PersonaConfig {
+            directory: PERSONA_MOUNT_PATH.to_string(),
+        }),
     };
     check_rendered(&config)?;
     let workload = workload::render_workload(spec, settings);

@@ -54,7 +54,8 @@ pub fn config_map(bot: &ValidatedSaintBot) -> ConfigMap {
 }
 
 /// `<bot>-persona`: persona files (inline ones win over the referenced ConfigMap's),
-/// mounted read-only at `/etc/saint-persona/` in the agent container.
+/// mounted read-only at [`saint_config::PERSONA_MOUNT_PATH`] in the agent container,
+/// which the rendered config names as `persona.directory`.
 pub fn persona_config_map(bot: &ValidatedSaintBot) -> ConfigMap {
     ConfigMap {
         metadata: child_metadata(bot, persona_config_map_name(&bot.name), "persona"),

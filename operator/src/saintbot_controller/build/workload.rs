@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use saint_config::PERSONA_MOUNT_PATH;
 use serde_json::{Value, json};
 
 use super::{child_metadata, sandbox_job::POD_USER, sha256_hex, typed};
@@ -74,7 +75,6 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     let mut env = vec![
         json!({"name": "SAINT_CONFIG", "value": "/etc/saint/bot-config.json"}),
         json!({"name": "SAINT_WORKSPACE", "value": WORKSPACE}),
-        json!({"name": "SAINT_PERSONA_DIR", "value": "/etc/saint-persona"}),
     ];
     if let Some(secret) = &bot.model_api_key {
         env.push(secret_env(MODEL_API_KEY_ENV, secret));
@@ -103,7 +103,10 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
-            {"name": "persona", "mountPath": "/etc/saint-persona", "readOnly": true},
+            // A whole-volume mount (not `items` with subPath): the kubelet updates it in
+            // place, so a persona change reaches the next prompt without a restart. The
+            // agent reads its `..data` layout (saint-agent's persona module).
+            {"name": "persona", "mountPath": PERSONA_MOUNT_PATH, "readOnly": true},
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
             {"name": "porter-control", "mountPath": "/run/saint/porter-control"},
