@@ -7,7 +7,7 @@
 
 use std::{
     os::fd::AsFd,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::ExitStatus,
     sync::{
         Arc,
@@ -25,6 +25,7 @@ use porter_protocol::{
     handshake,
 };
 use saint_config::ErrorChain;
+use saint_paths::{PathError, Workspace, WorkspacePath};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
     net::{
@@ -359,31 +360,32 @@ async fn prepare(
             ),
         ));
     }
-    // A file the call names for the CLI to read must stay in the workspace once symlinks
-    // are resolved (the grammar saw only its spelling): Porter's own files, secrets
-    // included, are readable by the CLI's uid.
+    // A file the call names for the CLI to read must be the file its spelling names in
+    // the workspace (the grammar saw only the spelling): opened beneath the root by
+    // saint-paths, so no `..`, no symlink (the CLI would follow it) and no hard link.
+    // Porter's own files, secrets included, are readable by the CLI's uid.
     for file in cli.policy.files_read(&request.args) {
-        if let Ok(resolved) = cwd.join(&file).canonicalize() {
-            if !resolved.starts_with(&state.config.workspace_root) {
-                return Err(Refusal::new(
+        let resolved =
+            file_argument(&state.config.workspace_root, &cwd, &file).map_err(|error| {
+                Refusal::new(
                     ErrorCode::DeniedArgs,
                     format!(
-                        "{} arguments refused: {file:?} names a file outside the workspace",
-                        request.cli
+                        "{} arguments refused: {file:?} names a file outside the workspace ({})",
+                        request.cli,
+                        ErrorChain(&error)
                     ),
-                ));
-            }
-            if let Some(view) = &view
-                && !view.contains(&resolved)
-            {
-                return Err(Refusal::new(
-                    ErrorCode::DeniedArgs,
-                    format!(
-                        "{} arguments refused: {file:?} names a file the caller's role may not read",
-                        request.cli
-                    ),
-                ));
-            }
+                )
+            })?;
+        if let Some(view) = &view
+            && !view.contains(&resolved)
+        {
+            return Err(Refusal::new(
+                ErrorCode::DeniedArgs,
+                format!(
+                    "{} arguments refused: {file:?} names a file the caller's role may not read",
+                    request.cli
+                ),
+            ));
         }
     }
     state
@@ -880,4 +882,20 @@ async fn stream_until_done(
         }
     }
     (ending, status, (stdout.count, stderr.count))
+}
+
+/// Where `file`, named relative to `cwd`, lies in the workspace: checked lexically and
+/// opened beneath `root` by the kernel. A missing file passes (the CLI fails on it); a
+/// directory passes (it is contained as much as a file); anything else the containment
+/// refuses is an error.
+fn file_argument(root: &Path, cwd: &Path, file: &str) -> Result<PathBuf, PathError> {
+    let joined = cwd.join(file);
+    let joined = joined
+        .to_str()
+        .ok_or_else(|| PathError::SuspiciousCharacters(file.to_string()))?;
+    let path = WorkspacePath::parse(joined, root)?;
+    match Workspace::open(root)?.exists(&path) {
+        Ok(_) | Err(PathError::IsDirectory(_)) => Ok(root.join(path.as_str())),
+        Err(error) => Err(error),
+    }
 }

@@ -23,7 +23,7 @@ use porter_protocol::{
 use saint_config::ErrorChain;
 
 /// Where the socket is unless `CLIPORT_SOCKET` says otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/saint/porter/porter.sock";
+pub const DEFAULT_SOCKET: &str = saint_config::sandbox_contract::PORTER_SOCKET_PATH;
 
 /// The binary's own name: invoked under it, the first argument names the CLI.
 pub const PROXY_NAME: &str = "cliport-proxy";

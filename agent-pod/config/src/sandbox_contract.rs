@@ -112,6 +112,18 @@ pub const SANDBOX_PORTER_MOUNT_PATH: &str = "/run/saint/porter";
 /// The workspace-volume `subPath` of Porter's socket directory.
 pub const PORTER_RUN_SUBPATH: &str = ".saint/run/porter";
 
+/// Porter's call socket file name in its socket directory (the sandbox's proxy looks
+/// for exactly this).
+pub const PORTER_SOCKET_FILE_NAME: &str = "porter.sock";
+
+/// Porter's call socket in the pod: [`SANDBOX_PORTER_MOUNT_PATH`] +
+/// [`PORTER_SOCKET_FILE_NAME`] (the Porter container mounts the directory where the
+/// sandbox does).
+pub const PORTER_SOCKET_PATH: &str = "/run/saint/porter/porter.sock";
+
+/// Porter's control socket in the pod: a directory only the agent container mounts.
+pub const PORTER_CONTROL_SOCKET_PATH: &str = "/run/saint/porter-control/control.sock";
+
 /// The runner's socket file name inside its runner directory.
 pub const RUNNER_SOCKET_FILE_NAME: &str = "runner.sock";
 
@@ -269,6 +281,14 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    #[test]
+    fn porter_socket_path_is_its_directory_and_file_name() {
+        assert_eq!(
+            PORTER_SOCKET_PATH,
+            format!("{SANDBOX_PORTER_MOUNT_PATH}/{PORTER_SOCKET_FILE_NAME}")
+        );
+    }
     use crate::ErrorChain;
 
     fn lookup_in(variables: &[(String, String)]) -> impl Fn(&str) -> Option<String> + use<> {

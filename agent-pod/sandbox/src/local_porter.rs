@@ -36,9 +36,9 @@ use crate::{
 
 /// Where Porter's call socket lives relative to the workspace (the same place the
 /// operator puts it on the bot's volume): the sandbox binds this directory read-only.
-pub const SOCKET_SUBDIRECTORY: &str = ".saint/run/porter";
+pub const SOCKET_SUBDIRECTORY: &str = saint_config::sandbox_contract::PORTER_RUN_SUBPATH;
 /// The call socket's file name (the sandbox's proxy looks for exactly this).
-pub const SOCKET_NAME: &str = "porter.sock";
+pub const SOCKET_NAME: &str = saint_config::sandbox_contract::PORTER_SOCKET_FILE_NAME;
 /// Porter's audit log relative to the workspace.
 pub const AUDIT_LOG: &str = "logs/porter.jsonl";
 

@@ -17,7 +17,7 @@ struct Arguments {
     #[arg(
         long,
         env = "PORTER_SOCKET",
-        default_value = "/run/saint/porter/porter.sock"
+        default_value = saint_config::sandbox_contract::PORTER_SOCKET_PATH
     )]
     socket: PathBuf,
     /// The control socket for token registration (only the agent container reaches it).
