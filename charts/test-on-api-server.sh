@@ -7,7 +7,8 @@
 #    "restricted";
 # 2. the examples (charts/saint/examples/) applied with `--dry-run=server` to a
 #    namespace enforcing Pod Security "restricted": the CRDs' OpenAPI schemas
-#    and CEL rules accept them;
+#    and CEL rules accept them; likewise the chart's optional monitoring
+#    objects, against the Prometheus Operator's CRDs;
 # 3. the sandbox admission policy's cases (charts/admission-cases.py): Jobs
 #    created as a bot's agent ServiceAccount with `--dry-run=server`, so
 #    authentication, RBAC and every admission plugin run;
@@ -84,6 +85,20 @@ if $started_here; then
 	"$kubectl" label namespace saint-examples pod-security.kubernetes.io/enforce=restricted
 	echo "examples: server-side dry run (schemas and CEL rules of the installed CRDs)"
 	"$kubectl" apply --dry-run=server --namespace saint-examples -f charts/saint/examples/
+	# The optional monitoring objects against the Prometheus Operator's own CRDs
+	# (from its Go module): the API server checks their schemas and CEL rules.
+	monitoring_crds="$(charts/monitoring-crds.sh | tail -n 1)"
+	for kind in servicemonitors podmonitors prometheusrules; do
+		"$kubectl" apply --server-side -f "$monitoring_crds/monitoring.coreos.com_$kind.yaml" >/dev/null
+		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$kind.monitoring.coreos.com"
+	done
+	echo "monitoring: ServiceMonitor, PodMonitor, PrometheusRule and dashboard ConfigMap, server-side dry run"
+	"$helm" template saint "$chart" --namespace "$release_namespace" \
+		--set monitoring.serviceMonitor.enabled=true --set monitoring.podMonitor.enabled=true \
+		--set monitoring.prometheusRule.enabled=true --set monitoring.grafanaDashboard.enabled=true \
+		--show-only templates/servicemonitor.yaml --show-only templates/podmonitor.yaml \
+		--show-only templates/prometheusrule.yaml --show-only templates/grafana-dashboard.yaml |
+		"$kubectl" apply --dry-run=server --namespace "$release_namespace" -f -
 else
 	# Someone's cluster: touch only the policy and its binding, and remove them after.
 	"$helm" template saint "$chart" --namespace "$release_namespace" \
