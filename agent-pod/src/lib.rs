@@ -6,6 +6,7 @@ pub mod channel;
 pub mod config_watch;
 pub mod identity;
 pub mod metering;
+pub mod persona;
 pub mod prompt;
 pub mod runtime;
 pub mod session;

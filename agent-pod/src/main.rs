@@ -9,6 +9,8 @@ use saint_agent::{
     channel::http::{AppState, app, drain_turns, metrics_app},
     config_watch::ConfigStore,
     metering::Metering,
+    persona,
+    prompt::MAX_PROMPT_FILE_BYTES,
     runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
     session::SessionStore,
 };
@@ -55,7 +57,8 @@ struct RunArgs {
     /// Rendered bot config (bot-config.json); reloaded when it changes.
     #[arg(long, env = "SAINT_CONFIG")]
     config: PathBuf,
-    /// Workspace directory (persona files, memory, sessions, logs).
+    /// Workspace directory (memory, sessions, logs; the persona files the config's
+    /// persona directory does not hold, or all of them without one).
     #[arg(long, env = "SAINT_WORKSPACE")]
     workspace: PathBuf,
     /// Address of the HTTP channel.
@@ -122,6 +125,7 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         arguments.model_base_url.as_deref(),
         &env,
     )?;
+    persona::log_sources(&config.last_good(), MAX_PROMPT_FILE_BYTES);
     std::fs::create_dir_all(&arguments.workspace).with_context(|| {
         format!(
             "failed to create workspace {}",

@@ -1,11 +1,13 @@
 //! System prompt assembly per role.
 //!
-//! Reads only workspace files — the role's bootstrap files (in `BOOTSTRAP_FILES`
-//! order), its injected files (e.g. `COMPANY.md`) and the asker's
-//! `memory/users/<slug>/preferences.md` — through the containment guard, so a symlink
-//! or hard link planted in the workspace cannot pull an outside file into the prompt.
-//! Missing or refused files are skipped, never invented. Nothing here names the model,
-//! the config, credentials or the platform: the bot knows its persona, not its machinery.
+//! Reads the role's bootstrap files (in `BOOTSTRAP_FILES` order) and its injected files
+//! (e.g. `COMPANY.md`) from the persona directory or the workspace (`persona.rs` applies
+//! the one rule), and the asker's `memory/users/<slug>/preferences.md` from the workspace
+//! alone — all through the containment guard, so a symlink or hard link planted in
+//! either cannot pull an outside file into the prompt. The role decides which files a
+//! prompt gets, whichever directory holds them. Missing or refused files are skipped,
+//! never invented. Nothing here names the model, the config, credentials or the
+//! platform: the bot knows its persona, not its machinery.
 
 use std::path::Path;
 
@@ -19,8 +21,11 @@ use saint_tools::{
     },
 };
 
-/// Largest workspace file put into a prompt, in bytes; larger files are skipped.
-const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
+use crate::persona;
+
+/// Largest persona or workspace file put into a prompt, in bytes; larger files are
+/// skipped.
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
 
 /// Everything the system prompt is built from.
 #[derive(Clone, Copy, Debug)]
@@ -55,20 +60,23 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
         }
     };
 
-    let mut sections: Vec<String> = Vec::new();
-    for file in BOOTSTRAP_FILES
+    // The role's filter is applied here, before any file is read, so a file the role
+    // does not list is never read, whichever directory holds it.
+    let persona_names: Vec<&str> = BOOTSTRAP_FILES
         .iter()
-        .filter(|file| role.bootstrap.iter().any(|wanted| wanted == *file))
-    {
-        if let Some(text) = read(file) {
-            sections.push(format!("## {file}\n\n{}", text.trim_end()));
-        }
-    }
-    for file in &role.inject {
-        if let Some(text) = read(file) {
-            sections.push(format!("## {file}\n\n{}", text.trim_end()));
-        }
-    }
+        .copied()
+        .filter(|file| role.bootstrap.iter().any(|wanted| wanted == file))
+        .chain(role.inject.iter().map(String::as_str))
+        .collect();
+    let mut sections: Vec<String> = persona::read_persona_files(
+        inputs.config.persona.as_ref(),
+        &persona_names,
+        MAX_PROMPT_FILE_BYTES,
+        read,
+    )
+    .into_iter()
+    .map(|(file, text)| format!("## {file}\n\n{}", text.trim_end()))
+    .collect();
 
     sections.push(format!(
         "## Who you are talking to\n\n{}",
