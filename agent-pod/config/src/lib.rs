@@ -699,8 +699,8 @@ pub struct PorterConfig {
 impl Default for PorterConfig {
     fn default() -> Self {
         Self {
-            socket_path: "/run/saint/porter/porter.sock".to_string(),
-            control_socket_path: "/run/saint/porter-control/control.sock".to_string(),
+            socket_path: sandbox_contract::PORTER_SOCKET_PATH.to_string(),
+            control_socket_path: sandbox_contract::PORTER_CONTROL_SOCKET_PATH.to_string(),
             clis: Vec::new(),
         }
     }

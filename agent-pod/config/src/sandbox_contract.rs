@@ -121,7 +121,11 @@ pub const PORTER_SOCKET_FILE_NAME: &str = "porter.sock";
 /// sandbox does).
 pub const PORTER_SOCKET_PATH: &str = "/run/saint/porter/porter.sock";
 
-/// Porter's control socket in the pod: a directory only the agent container mounts.
+/// The directory of Porter's control socket in the pod: only the agent and Porter
+/// containers mount it, never a sandbox.
+pub const PORTER_CONTROL_MOUNT_PATH: &str = "/run/saint/porter-control";
+
+/// Porter's control socket in the pod, in [`PORTER_CONTROL_MOUNT_PATH`].
 pub const PORTER_CONTROL_SOCKET_PATH: &str = "/run/saint/porter-control/control.sock";
 
 /// The runner's socket file name inside its runner directory.
@@ -288,6 +292,7 @@ mod tests {
             PORTER_SOCKET_PATH,
             format!("{SANDBOX_PORTER_MOUNT_PATH}/{PORTER_SOCKET_FILE_NAME}")
         );
+        assert!(PORTER_CONTROL_SOCKET_PATH.starts_with(&format!("{PORTER_CONTROL_MOUNT_PATH}/")));
     }
     use crate::ErrorChain;
 

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use saint_config::PERSONA_MOUNT_PATH;
+use saint_config::{
+    PERSONA_MOUNT_PATH,
+    sandbox_contract::{PORTER_CONTROL_MOUNT_PATH, PORTER_CONTROL_SOCKET_PATH, PORTER_SOCKET_PATH},
+};
 use serde_json::{Value, json};
 
 use super::{child_metadata, sandbox_job::POD_USER, sha256_hex, typed};
@@ -109,7 +112,7 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "persona", "mountPath": PERSONA_MOUNT_PATH, "readOnly": true},
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
-            {"name": "porter-control", "mountPath": "/run/saint/porter-control"},
+            {"name": "porter-control", "mountPath": PORTER_CONTROL_MOUNT_PATH},
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": true},
         ],
@@ -125,8 +128,8 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
         "env": [
             {"name": "PORTER_REGISTRY", "value": "/etc/saint/porter-registry.json"},
             {"name": "PORTER_WORKSPACE", "value": WORKSPACE},
-            {"name": "PORTER_SOCKET", "value": "/run/saint/porter/porter.sock"},
-            {"name": "PORTER_CONTROL_SOCKET", "value": "/run/saint/porter-control/control.sock"},
+            {"name": "PORTER_SOCKET", "value": PORTER_SOCKET_PATH},
+            {"name": "PORTER_CONTROL_SOCKET", "value": PORTER_CONTROL_SOCKET_PATH},
             {"name": "PORTER_AUDIT_LOG", "value": format!("{WORKSPACE}/logs/porter.jsonl")},
             {"name": "PORTER_METRICS_LISTEN", "value": format!("0.0.0.0:{PORTER_METRICS_PORT}")},
         ],
@@ -143,7 +146,7 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
-            {"name": "porter-control", "mountPath": "/run/saint/porter-control"},
+            {"name": "porter-control", "mountPath": PORTER_CONTROL_MOUNT_PATH},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     });
