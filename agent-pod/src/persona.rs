@@ -44,7 +44,7 @@ const SNAPSHOT_ATTEMPTS: usize = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum PersonaError {
     #[error("failed to open the persona directory")]
-    Open(#[source] PathError),
+    Open(#[source] io::Error),
     #[error("failed to read the persona directory's {DATA_LINK} link")]
     DataLink(#[source] io::Error),
     #[error(
@@ -69,9 +69,12 @@ pub type DirectoryFile = Result<Option<String>, PathError>;
 impl PersonaDirectory {
     /// Opens the directory (its own path is trusted configuration, like the workspace's).
     pub fn open(path: &Path) -> Result<Self, PersonaError> {
+        // saint-paths says only that the open failed; std says why (missing, not a
+        // directory, permission).
+        std::fs::read_dir(path).map_err(PersonaError::Open)?;
         Workspace::open(path)
             .map(|root| Self { root })
-            .map_err(PersonaError::Open)
+            .map_err(|_| PersonaError::Open(io::Error::other("not a readable directory")))
     }
 
     /// Reads each of `names` (plain file names) from one version of the directory, in
