@@ -1,12 +1,21 @@
 //! Renders `bot-config.json` (or every child object) for the SaintBots in YAML files,
 //! offline, exactly as the controller would.
 //!
-//! cargo run -p saint-operator --example render -- [--namespace NS] [--children] FILE...
+//! cargo run -p saint-operator --example render -- [--namespace NS] [--children]
+//!     [--persona-dir DIR] FILE...
+//!
+//! `--persona-dir DIR` is for running the bot without Kubernetes: the persona
+//! ConfigMap's files are written into DIR and the config names DIR (absolute) as its
+//! persona directory, where the operator's config names the ConfigMap's mount.
 
+use saint_config::PersonaConfig;
 use saint_operator::{
     offline::{Manifests, read_manifests},
     saintbot_controller::{
-        build::{build_children, config_map::rendered_config_json},
+        build::{
+            build_children,
+            config_map::{rendered_config, rendered_config_json},
+        },
         validate::validate,
     },
     settings::OperatorSettings,
@@ -15,6 +24,7 @@ use saint_operator::{
 fn main() -> anyhow::Result<()> {
     let mut namespace = "default".to_string();
     let mut children = false;
+    let mut persona_directory = None;
     let mut files = Vec::new();
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -25,6 +35,12 @@ fn main() -> anyhow::Result<()> {
                     .ok_or_else(|| anyhow::anyhow!("--namespace needs a value"))?
             }
             "--children" => children = true,
+            "--persona-dir" => {
+                persona_directory =
+                    Some(std::path::PathBuf::from(arguments.next().ok_or_else(
+                        || anyhow::anyhow!("--persona-dir needs a value"),
+                    )?))
+            }
             _ => files.push(argument),
         }
     }
@@ -51,6 +67,28 @@ fn main() -> anyhow::Result<()> {
             ] {
                 print!("---\n{object}");
             }
+        } else if let Some(directory) = &persona_directory {
+            std::fs::create_dir_all(directory)?;
+            let directory = directory.canonicalize()?;
+            for (name, text) in &build_children(&validated)
+                .persona_config_map
+                .data
+                .unwrap_or_default()
+            {
+                // Keys are file names (the API server would refuse others in a ConfigMap).
+                if name.contains('/') || name == "." || name == ".." {
+                    anyhow::bail!("persona file name {name:?} is not a plain file name");
+                }
+                std::fs::write(directory.join(name), text)?;
+            }
+            let mut config = rendered_config(&validated);
+            config.persona = Some(PersonaConfig {
+                directory: directory
+                    .to_str()
+                    .ok_or_else(|| anyhow::anyhow!("--persona-dir must be a UTF-8 path"))?
+                    .to_string(),
+            });
+            print!("{}", config.to_json());
         } else {
             print!("{}", rendered_config_json(&validated));
         }
