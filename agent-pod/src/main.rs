@@ -125,7 +125,7 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         arguments.model_base_url.as_deref(),
         &env,
     )?;
-    persona::log_sources(&config.last_good(), MAX_PROMPT_FILE_BYTES);
+    persona::PersonaSources::check(&config.last_good(), MAX_PROMPT_FILE_BYTES).log();
     std::fs::create_dir_all(&arguments.workspace).with_context(|| {
         format!(
             "failed to create workspace {}",

@@ -194,43 +194,82 @@ pub fn wanted_names(config: &BotConfig) -> Vec<&str> {
     names.into_iter().collect()
 }
 
-/// Logs, once at start, where each persona file a role asks for will come from, and one
-/// warning per refused file or for an unreadable directory, so a persona that cannot
-/// reach the model is said at start rather than noticed in answers.
-pub fn log_sources(config: &BotConfig, max_bytes: u64) {
-    let Some(persona) = &config.persona else {
-        tracing::info!("no persona directory configured: persona files come from the workspace");
-        return;
-    };
-    let names = wanted_names(config);
-    let files = match PersonaDirectory::open(Path::new(&persona.directory))
-        .and_then(|directory| directory.read_files(&names, max_bytes))
-    {
-        Ok(files) => files,
-        Err(error) => {
-            tracing::warn!(
-                directory = %persona.directory,
-                error = %ErrorChain(&error),
-                "persona directory unreadable; persona files come from the workspace"
+/// Where each persona file some role asks for comes from, checked once at start so a
+/// persona that cannot reach the model is said then, not noticed in answers.
+#[derive(Debug, Default)]
+pub struct PersonaSources {
+    /// The configured persona directory, if any.
+    pub directory: Option<String>,
+    /// Files the directory holds (they win).
+    pub from_directory: Vec<String>,
+    /// Files left to the workspace (all of them without a usable directory).
+    pub from_workspace: Vec<String>,
+    /// Files the directory holds but that are refused, with why.
+    pub refused: Vec<(String, PathError)>,
+    /// Why the directory could not be read at all.
+    pub unreadable: Option<PersonaError>,
+}
+
+impl PersonaSources {
+    /// Checks the persona directory of `config` for every name of [`wanted_names`].
+    pub fn check(config: &BotConfig, max_bytes: u64) -> Self {
+        let names = wanted_names(config);
+        let owned = |names: &[&str]| names.iter().map(|name| name.to_string()).collect();
+        let Some(persona) = &config.persona else {
+            return Self {
+                from_workspace: owned(&names),
+                ..Self::default()
+            };
+        };
+        let mut sources = Self {
+            directory: Some(persona.directory.clone()),
+            ..Self::default()
+        };
+        match PersonaDirectory::open(Path::new(&persona.directory))
+            .and_then(|directory| directory.read_files(&names, max_bytes))
+        {
+            Ok(files) => {
+                for (name, file) in names.iter().zip(files) {
+                    match file {
+                        Ok(Some(_)) => sources.from_directory.push(name.to_string()),
+                        Ok(None) => sources.from_workspace.push(name.to_string()),
+                        Err(error) => sources.refused.push((name.to_string(), error)),
+                    }
+                }
+            }
+            Err(error) => {
+                sources.from_workspace = owned(&names);
+                sources.unreadable = Some(error);
+            }
+        }
+        sources
+    }
+
+    /// One line for the sources, and one warning per problem.
+    pub fn log(&self) {
+        let Some(directory) = &self.directory else {
+            tracing::info!(
+                "no persona directory configured: persona files come from the workspace"
             );
             return;
+        };
+        if let Some(error) = &self.unreadable {
+            tracing::warn!(
+                %directory,
+                error = %ErrorChain(error),
+                "persona directory unreadable; persona files come from the workspace"
+            );
         }
-    };
-    let mut held = Vec::new();
-    let mut absent = Vec::new();
-    for (name, file) in names.iter().zip(files) {
-        match file {
-            Ok(Some(_)) => held.push(*name),
-            Ok(None) => absent.push(*name),
-            Err(error) => tracing::warn!(file = name, %error, "persona file refused"),
+        for (file, error) in &self.refused {
+            tracing::warn!(%file, %error, "persona file refused; it is left out of every prompt");
         }
+        tracing::info!(
+            %directory,
+            from_directory = ?self.from_directory,
+            from_workspace = ?self.from_workspace,
+            "persona files"
+        );
     }
-    tracing::info!(
-        directory = %persona.directory,
-        from_directory = ?held,
-        from_workspace = ?absent,
-        "persona files"
-    );
 }
 
 #[cfg(test)]
@@ -424,6 +463,51 @@ mod tests {
             read(mount.path(), &["SOUL.md"])[0],
             Err(PathError::TooLarge(_, _))
         ));
+    }
+
+    #[test]
+    fn the_start_up_check_names_each_file_by_source_and_each_refusal() {
+        let mut config: BotConfig = serde_json::from_str(include_str!(
+            "../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        let mount = configmap_volume(&[("SOUL.md", "declared soul"), ("IDENTITY.md", "me")]);
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret.md"), "TOP SECRET OUTSIDE").unwrap();
+        symlink(
+            outside.path().join("secret.md"),
+            mount
+                .path()
+                .join("..2026_11_23_12_00_00.123456789/AGENTS.md"),
+        )
+        .unwrap();
+        config.persona = Some(persona(mount.path()));
+        let sources = PersonaSources::check(&config, LIMIT);
+        assert_eq!(sources.from_directory, ["IDENTITY.md", "SOUL.md"]);
+        assert_eq!(
+            sources.refused,
+            [(
+                "AGENTS.md".to_string(),
+                PathError::Symlink("..2026_11_23_12_00_00.123456789/AGENTS.md".to_string())
+            )]
+        );
+        assert!(sources.from_workspace.contains(&"COMPANY.md".to_string()));
+        assert!(!sources.from_workspace.contains(&"AGENTS.md".to_string()));
+        assert!(sources.unreadable.is_none());
+
+        config.persona = Some(PersonaConfig {
+            directory: "/nonexistent/saint-persona".to_string(),
+        });
+        let sources = PersonaSources::check(&config, LIMIT);
+        assert!(matches!(sources.unreadable, Some(PersonaError::Open(_))));
+        assert_eq!(sources.from_workspace, wanted_names(&config));
+
+        config.persona = None;
+        let sources = PersonaSources::check(&config, LIMIT);
+        assert_eq!(
+            (sources.directory, sources.from_workspace.len()),
+            (None, wanted_names(&config).len())
+        );
     }
 
     #[test]
