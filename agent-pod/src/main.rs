@@ -6,7 +6,10 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use saint_agent::{
-    channel::http::{AppState, app, drain_turns, metrics_app},
+    channel::{
+        http::{AppState, app, drain_turns, metrics_app},
+        startup::channel_problems,
+    },
     config_watch::ConfigStore,
     metering::Metering,
     persona,
@@ -126,6 +129,10 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         &env,
     )?;
     persona::PersonaSources::check(&config.last_good(), MAX_PROMPT_FILE_BYTES).log();
+    // One line per channel that cannot work as declared: nothing fails silently later.
+    for problem in channel_problems(&config.last_good(), |name| env(name)) {
+        tracing::warn!("{problem}");
+    }
     std::fs::create_dir_all(&arguments.workspace).with_context(|| {
         format!(
             "failed to create workspace {}",

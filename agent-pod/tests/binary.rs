@@ -74,6 +74,62 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     assert!(stderr.contains("defaultRole"), "{stderr}");
 }
 
+/// A declared channel this build does not serve and an HTTP channel whose token
+/// variable is unset each get one warning at start, naming the channel and the
+/// variable, instead of silence and a 401 on every message.
+#[test]
+fn unserved_channels_and_a_missing_channel_token_are_named_at_start() {
+    let directory = tempfile::tempdir().unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config("http://127.0.0.1:9"));
+    let mut child = bin()
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--workspace")
+        .arg(directory.path().join("workspace"))
+        .env_clear()
+        .env("RUST_LOG", "warn")
+        .env("SAINT_MODEL_API_KEY", "sk-model-key")
+        .env(
+            "SAINT_SANDBOX_STATE",
+            directory.path().join("sandbox-state"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Started (the warnings come before the listening line), then stopped.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("saint-agent listening"), "{line:?}");
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("is declared but this build does not serve"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("serve whatsapp"), "{stderr}");
+    let token: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("SAINT_CHANNEL_API_TOKEN"))
+        .collect();
+    assert_eq!(token.len(), 1, "{stderr}");
+    assert!(token[0].contains("401"), "{stderr}");
+}
+
 #[test]
 fn check_config_prints_a_syntax_error_once_with_file_line_and_column() {
     let directory = tempfile::tempdir().unwrap();

@@ -1,0 +1,158 @@
+//! What the declared channels will and will not do, said once at start: a channel this
+//! build does not serve, an HTTP channel whose token is missing (every message would be
+//! refused with 401). Pure: reads the config and looks variables up; the caller logs.
+
+use std::fmt;
+
+use saint_config::{BotConfig, ChannelKind};
+
+/// The channel kinds this build serves.
+pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http];
+
+/// One problem with the declared channels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelProblem {
+    /// A channel is declared but this build has no transport for it.
+    NotServed { name: String, kind: ChannelKind },
+    /// No HTTP channel is declared: the HTTP API refuses every message.
+    NoHttpChannel,
+    /// The HTTP channel names no token variable in `secretEnv.token`.
+    TokenNotNamed { name: String },
+    /// The HTTP channel's token variable is unset or empty.
+    TokenUnset { name: String, variable: String },
+}
+
+impl fmt::Display for ChannelProblem {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChannelProblem::NotServed { name, kind } => {
+                let kind = kind.prefix();
+                write!(
+                    formatter,
+                    "channel {name:?} ({kind}) is declared but this build does not serve \
+                     {kind}: its messages are not received (served: http)"
+                )
+            }
+            ChannelProblem::NoHttpChannel => write!(
+                formatter,
+                "no http channel is declared: the HTTP API refuses every message with 401"
+            ),
+            ChannelProblem::TokenNotNamed { name } => write!(
+                formatter,
+                "http channel {name:?} names no token variable (secretEnv.token): every \
+                 message is refused with 401"
+            ),
+            ChannelProblem::TokenUnset { name, variable } => write!(
+                formatter,
+                "http channel {name:?}: its token variable {variable} is unset or empty: \
+                 every message is refused with 401 until it is set and the agent restarted"
+            ),
+        }
+    }
+}
+
+/// The problems of `config`'s channels, in declaration order.
+pub fn channel_problems(
+    config: &BotConfig,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<ChannelProblem> {
+    let mut problems = Vec::new();
+    let mut http_declared = false;
+    for channel in &config.channels {
+        if !SERVED_KINDS.contains(&channel.kind) {
+            problems.push(ChannelProblem::NotServed {
+                name: channel.name.clone(),
+                kind: channel.kind,
+            });
+            continue;
+        }
+        http_declared = true;
+        match channel.secret_env.get("token") {
+            None => problems.push(ChannelProblem::TokenNotNamed {
+                name: channel.name.clone(),
+            }),
+            Some(variable) if lookup(variable).is_none_or(|value| value.is_empty()) => problems
+                .push(ChannelProblem::TokenUnset {
+                    name: channel.name.clone(),
+                    variable: variable.clone(),
+                }),
+            Some(_) => {}
+        }
+    }
+    if !http_declared {
+        problems.push(ChannelProblem::NoHttpChannel);
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(channels: serde_json::Value) -> BotConfig {
+        let mut config: serde_json::Value = serde_json::from_str(include_str!(
+            "../../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        config["channels"] = channels;
+        serde_json::from_value(config).unwrap()
+    }
+
+    #[test]
+    fn every_declared_channel_that_cannot_work_is_named_once() {
+        let config = config(json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "API_TOKEN"}},
+            {"name": "wa", "kind": "whatsapp", "secretEnv": {"accessToken": "WA"}},
+            {"name": "mail", "kind": "email"},
+        ]));
+        let set = HashMap::from([("API_TOKEN", "t0k3n")]);
+        let problems = channel_problems(&config, |name| set.get(name).map(|v| v.to_string()));
+        assert_eq!(
+            problems,
+            vec![
+                ChannelProblem::NotServed {
+                    name: "wa".into(),
+                    kind: ChannelKind::Whatsapp
+                },
+                ChannelProblem::NotServed {
+                    name: "mail".into(),
+                    kind: ChannelKind::Email
+                },
+            ]
+        );
+        assert!(problems[0].to_string().contains("does not serve whatsapp"));
+    }
+
+    #[test]
+    fn an_http_channel_without_its_token_says_every_message_gets_401() {
+        let unset = config(json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "API_TOKEN"}},
+        ]));
+        let empty = HashMap::from([("API_TOKEN", "")]);
+        for lookup in [HashMap::new(), empty] {
+            let problems = channel_problems(&unset, |name| lookup.get(name).map(|v| v.to_string()));
+            assert_eq!(
+                problems,
+                vec![ChannelProblem::TokenUnset {
+                    name: "api".into(),
+                    variable: "API_TOKEN".into()
+                }]
+            );
+            assert!(problems[0].to_string().contains("401"));
+        }
+        let unnamed = config(json!([{"name": "api", "kind": "http"}]));
+        assert_eq!(
+            channel_problems(&unnamed, |_| None),
+            vec![ChannelProblem::TokenNotNamed { name: "api".into() }]
+        );
+        assert_eq!(
+            channel_problems(&config(json!([])), |_| None),
+            vec![ChannelProblem::NoHttpChannel]
+        );
+    }
+}
