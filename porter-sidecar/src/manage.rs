@@ -41,6 +41,58 @@ pub enum ManageError {
     Unknown(String),
     #[error("{name:?} is not a valid CLI name or {bin:?} is not an absolute path")]
     Invalid { name: String, bin: String },
+    #[error(
+        "{bin} does not exist: install the CLI in the Porter container first (`command -v NAME` prints its path)"
+    )]
+    MissingBinary { bin: String },
+    #[error("{bin} is not an executable file")]
+    NotExecutable { bin: String },
+}
+
+/// Refuses a binary Porter could not run: missing, not a regular file (after
+/// symlinks, as exec follows them), or without an execute bit.
+pub fn check_binary(bin: &str) -> Result<(), ManageError> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(bin) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(ManageError::MissingBinary {
+                bin: bin.to_owned(),
+            })
+        }
+        Ok(metadata) if metadata.is_file() && metadata.permissions().mode() & 0o111 != 0 => Ok(()),
+        _ => Err(ManageError::NotExecutable {
+            bin: bin.to_owned(),
+        }),
+    }
+}
+
+/// Why a credential value looks like an example left in place rather than a real
+/// secret (`…`, `<token>`, `YOUR_TOKEN`, `changeme`), if it does. The value itself is
+/// never part of the answer: it may be a real credential.
+pub fn placeholder_reason(value: &str) -> Option<&'static str> {
+    let lower = value.trim().to_ascii_lowercase();
+    if lower.is_empty() {
+        Some("it is empty")
+    } else if lower.contains('…') || lower.contains("...") {
+        Some("it contains an ellipsis")
+    } else if lower.starts_with('<') && lower.ends_with('>') {
+        Some("it is an <angle-bracket> placeholder")
+    } else if [
+        "your_",
+        "your-",
+        "changeme",
+        "replace",
+        "xxxx",
+        "placeholder",
+        "example",
+    ]
+    .iter()
+    .any(|marker| lower.contains(marker))
+    {
+        Some("it reads like an example value")
+    } else {
+        None
+    }
 }
 
 /// Parses `KEY=VALUE`.

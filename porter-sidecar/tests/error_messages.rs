@@ -110,3 +110,90 @@ fn cliport_names_a_malformed_registry_and_prints_the_cause_once() {
         )
     );
 }
+
+fn cliport(registry: &std::path::Path, arguments: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cliport"))
+        .arg("--registry")
+        .arg(registry)
+        .args(arguments)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cliport_refuses_to_install_a_missing_or_non_executable_binary() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    let missing = directory.path().join("no-such-gh");
+    let output = cliport(
+        &registry,
+        &["install", "gh", "--bin", missing.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "cliport: {} does not exist: install the CLI in the Porter container first (`command -v NAME` prints its path)\n",
+            missing.display()
+        )
+    );
+    let text_file = directory.path().join("gh");
+    std::fs::write(&text_file, "not a program").unwrap();
+    let output = cliport(
+        &registry,
+        &["install", "gh", "--bin", text_file.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr_of(&output).contains("is not an executable file"),
+        "{output:?}"
+    );
+    assert!(!registry.exists(), "nothing was registered");
+}
+
+#[test]
+fn cliport_warns_about_a_placeholder_credential_without_printing_it() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    for (value, warned) in [
+        ("ghp_…", true),
+        ("<your token>", true),
+        ("YOUR_GITHUB_TOKEN", true),
+        ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", false),
+    ] {
+        let output = cliport(
+            &registry,
+            &[
+                "install",
+                "gh",
+                "--bin",
+                "/bin/sh",
+                "--env",
+                &format!("GH_TOKEN={value}"),
+            ],
+        );
+        assert!(output.status.success(), "{output:?}");
+        let stderr = stderr_of(&output);
+        assert_eq!(
+            stderr.contains("GH_TOKEN looks like a placeholder"),
+            warned,
+            "{value}: {stderr}"
+        );
+        assert!(
+            !stderr.contains(value),
+            "the value is never printed: {stderr}"
+        );
+    }
+    let output = cliport(&registry, &["env", "gh", "GH_TOKEN=changeme"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stderr_of(&output).contains("GH_TOKEN looks like a placeholder"));
+    let output = cliport(&registry, &["env", "gh", "GH_TOKEN="]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        stderr_of(&output),
+        "",
+        "removing a variable warns about nothing"
+    );
+}

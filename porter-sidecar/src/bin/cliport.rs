@@ -88,6 +88,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// Warns (without printing the value) about credential values that look like examples.
+fn warn_placeholders(name: &str, env: &std::collections::BTreeMap<String, String>) {
+    for (key, value) in env {
+        if let Some(reason) = manage::placeholder_reason(value) {
+            eprintln!(
+                "cliport: warning: {name}'s {key} looks like a placeholder ({reason}); calls will fail to authenticate until it is set to the real value"
+            );
+        }
+    }
+}
+
 fn run(arguments: Arguments) -> Result<()> {
     let path = &arguments.registry;
     match arguments.command {
@@ -100,8 +111,11 @@ fn run(arguments: Arguments) -> Result<()> {
             allow,
             deny,
         } => {
+            manage::check_binary(&bin)?;
+            let env = pairs(&env)?;
+            warn_placeholders(&name, &env);
             let mut registry = manage::load(path)?;
-            let mut entry = manage::entry(&bin, pairs(&env)?, pairs(&env_file)?, timeout);
+            let mut entry = manage::entry(&bin, env, pairs(&env_file)?, timeout);
             entry.args.allow = allow;
             entry.args.deny = deny;
             manage::install(&mut registry, &name, entry)?;
@@ -121,6 +135,13 @@ fn run(arguments: Arguments) -> Result<()> {
                 .iter()
                 .map(|text| manage::parse_pair(text))
                 .collect::<Result<_, _>>()?;
+            // An empty value removes the variable: only values being set are judged.
+            let set: BTreeMap<String, String> = pairs
+                .iter()
+                .filter(|(_, value)| !value.is_empty())
+                .cloned()
+                .collect();
+            warn_placeholders(&name, &set);
             manage::set_env(&mut registry, &name, &pairs)?;
             manage::save(path, &registry)?;
             println!("updated {name}");
