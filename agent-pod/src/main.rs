@@ -64,11 +64,12 @@ struct RunArgs {
     /// persona directory does not hold, or all of them without one).
     #[arg(long, env = "SAINT_WORKSPACE")]
     workspace: PathBuf,
-    /// Address of the HTTP channel.
-    #[arg(long, env = "SAINT_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Address of the HTTP channel. Loopback by default: on a laptop the bot is not
+    /// offered to the network unless asked (the operator sets all addresses in the pod).
+    #[arg(long, env = "SAINT_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Address of the metrics endpoint (also served on the HTTP address).
-    #[arg(long, env = "SAINT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = "SAINT_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
     metrics_listen: SocketAddr,
     /// Model base URL overriding the config's `model.baseUrl`.
     #[arg(long, env = "SAINT_MODEL_BASE_URL")]

@@ -29,6 +29,17 @@ fn run_help_explains_config_workspace_and_the_model_environment() {
     }
 }
 
+/// Outside Kubernetes nothing is offered to the network unless asked: both listeners
+/// default to loopback (the operator sets the pod address explicitly).
+#[test]
+fn the_http_and_metrics_listeners_default_to_loopback() {
+    let output = bin().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("[default: 127.0.0.1:8080]"), "{help}");
+    assert!(help.contains("[default: 127.0.0.1:9090]"), "{help}");
+    assert!(!help.contains("0.0.0.0"), "{help}");
+}
+
 #[test]
 fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     let directory = tempfile::tempdir().unwrap();

@@ -4,7 +4,10 @@
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde_json::json;
 
-use super::{child_metadata, typed};
+use super::{
+    child_metadata, typed,
+    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT},
+};
 use crate::{
     labels::{
         agent_network_policy_name, agent_selector, sandbox_network_policy_name, sandbox_selector,
@@ -64,7 +67,7 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         "spec": {
             "podSelector": {"matchLabels": agent_selector(&bot.name)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"port": 8080, "protocol": "TCP"}, {"port": 9090, "protocol": "TCP"}]}],
+            "ingress": [{"ports": [{"port": AGENT_HTTP_PORT, "protocol": "TCP"}, {"port": AGENT_METRICS_PORT, "protocol": "TCP"}]}],
             "egress": egress,
         },
     }))

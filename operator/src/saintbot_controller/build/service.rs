@@ -1,17 +1,20 @@
-//! The bot's Service `<bot>`: HTTP channel and webhooks on 8080, metrics on 9090. Pure.
+//! The bot's Service `<bot>`: the agent's HTTP channel and webhooks, and its metrics. Pure.
 
 use k8s_openapi::{
     api::core::v1::{Service, ServicePort, ServiceSpec},
     apimachinery::pkg::util::intstr::IntOrString,
 };
 
-use super::child_metadata;
+use super::{
+    child_metadata,
+    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT},
+};
 use crate::{labels::agent_selector, saintbot_controller::validate::ValidatedSaintBot};
 
-fn port(name: &str, number: i32) -> ServicePort {
+fn port(name: &str, number: u16) -> ServicePort {
     ServicePort {
         name: Some(name.to_string()),
-        port: number,
+        port: i32::from(number),
         target_port: Some(IntOrString::String(name.to_string())),
         protocol: Some("TCP".to_string()),
         ..ServicePort::default()
@@ -24,7 +27,10 @@ pub fn service(bot: &ValidatedSaintBot) -> Service {
         metadata: child_metadata(bot, bot.name.clone(), "agent"),
         spec: Some(ServiceSpec {
             selector: Some(agent_selector(&bot.name)),
-            ports: Some(vec![port("http", 8080), port("metrics", 9090)]),
+            ports: Some(vec![
+                port("http", AGENT_HTTP_PORT),
+                port("metrics", AGENT_METRICS_PORT),
+            ]),
             type_: Some("ClusterIP".to_string()),
             ..ServiceSpec::default()
         }),

@@ -23,7 +23,11 @@ use crate::{
 
 const WORKSPACE: &str = "/var/lib/saint/workspace";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// Porter's `/healthz` and `/metrics` listener (the agent has 8080 and 9090).
+/// The agent's HTTP channel (and webhooks), on the pod address.
+pub(crate) const AGENT_HTTP_PORT: u16 = 8080;
+/// The agent's metrics listener, on the pod address.
+pub(crate) const AGENT_METRICS_PORT: u16 = 9090;
+/// Porter's `/healthz` and `/metrics` listener.
 const PORTER_METRICS_PORT: u16 = 9091;
 
 /// An HTTP probe on a named container port.
@@ -78,6 +82,10 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     let mut env = vec![
         json!({"name": "SAINT_CONFIG", "value": "/etc/saint/bot-config.json"}),
         json!({"name": "SAINT_WORKSPACE", "value": WORKSPACE}),
+        // The agent listens on loopback unless told otherwise; in the pod the Service
+        // and the kubelet's probes reach it on the pod address.
+        json!({"name": "SAINT_LISTEN", "value": format!("0.0.0.0:{AGENT_HTTP_PORT}")}),
+        json!({"name": "SAINT_METRICS_LISTEN", "value": format!("0.0.0.0:{AGENT_METRICS_PORT}")}),
     ];
     if let Some(secret) = &bot.model_api_key {
         env.push(secret_env(MODEL_API_KEY_ENV, secret));
@@ -94,8 +102,8 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "imagePullPolicy": "IfNotPresent",
         "env": env,
         "ports": [
-            {"name": "http", "containerPort": 8080, "protocol": "TCP"},
-            {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+            {"name": "http", "containerPort": AGENT_HTTP_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"},
         ],
         // Up to a minute to start (config, memory database), then `/healthz` must keep
         // answering; `/readyz` turns false while draining on SIGTERM.
