@@ -17,10 +17,11 @@ use saint_agent::{
     runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
     session::SessionStore,
 };
-use saint_config::ErrorChain;
+use saint_config::{ErrorChain, SandboxBackend};
 use saint_sandbox::{
     backend,
     local_porter::{self, LocalPorterMode, LocalPorterOptions},
+    state_lock,
 };
 use saint_tools::{
     exec::{ExecLimits, ExecTool},
@@ -188,6 +189,14 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
                 }
             }));
         }
+        // One agent per local state directory: a second one would reap this one's
+        // sandboxes and replace its Porter. Held until the agent exits.
+        let _state_lock = if config.last_good().sandbox.backend == SandboxBackend::Local {
+            let machine = backend::LocalMachine::from_environment(&config.last_good(), env.as_ref());
+            Some(state_lock::lock_state_directory(&machine.state_directory)?)
+        } else {
+            None
+        };
         // One machine: the agent runs its own Porter unless another one listens.
         let porter_options = LocalPorterOptions {
             mode: arguments.local_porter,

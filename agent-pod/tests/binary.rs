@@ -252,6 +252,47 @@ async fn the_binary_answers_reloads_contacts_and_finishes_a_running_turn_on_sigt
     assert!(status.success(), "graceful shutdown exits 0: {status:?}");
 }
 
+/// Two local agents of one bot on one machine would reap each other's sandboxes and
+/// replace each other's Porter: the second is refused at start, in one line naming the
+/// state directory and the first agent's pid.
+#[tokio::test]
+async fn a_second_agent_on_the_same_state_directory_says_so_and_exits() {
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config(&llm.base_url()));
+    let first = spawn_agent(&config_path, &workspace, &[]);
+    let state = directory.path().join("sandbox-state");
+    let output = bin()
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--workspace")
+        .arg(&workspace)
+        .env_clear()
+        .envs(environment())
+        .env("RUST_LOG", "error")
+        .env("SAINT_SANDBOX_STATE", &state)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("another saint-agent (pid {})", first.child.id())),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&state.display().to_string()), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_runs_in_the_local_sandbox_for_the_owner_and_is_never_offered_to_strangers() {
     let runner = std::path::Path::new(env!("CARGO_BIN_EXE_saint-agent"))

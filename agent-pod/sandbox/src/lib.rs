@@ -14,6 +14,7 @@ pub mod local_porter;
 pub mod porter_control;
 pub mod runner_client;
 pub mod seccomp;
+pub mod state_lock;
 pub mod view;
 
 use std::{
