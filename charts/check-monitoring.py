@@ -367,9 +367,9 @@ def check_monitors(kinds: dict[str, list[dict]], golden: pathlib.Path) -> tuple[
     network_policy = yaml.safe_load((golden / "agent-network-policy.yaml").read_text())
     open_ports = {port["port"] for rule in network_policy["spec"].get("ingress", []) for port in rule.get("ports", [])}
     for name in sorted(endpoints):
-        if container_ports.get(name) not in open_ports:
-            print(f"check-monitoring: NOTE: the bot NetworkPolicy admits no ingress to {name} "
-                  f"({container_ports.get(name)}); Prometheus cannot scrape it where NetworkPolicies are enforced")
+        check(container_ports.get(name) in open_ports,
+              f"PodMonitor scrapes {name} ({container_ports.get(name)}), to which the bot NetworkPolicy "
+              "admits no ingress: Prometheus could not scrape it where NetworkPolicies are enforced")
 
     service_monitor = kinds["ServiceMonitor"][0]["spec"]
     services = [service for service in kinds["Service"] if service["metadata"]["name"].endswith("-metrics")]

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{
     child_metadata, typed,
-    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT},
+    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT, PORTER_METRICS_PORT},
 };
 use crate::{
     labels::{
@@ -67,7 +67,13 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         "spec": {
             "podSelector": {"matchLabels": agent_selector(&bot.name)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"port": AGENT_HTTP_PORT, "protocol": "TCP"}, {"port": AGENT_METRICS_PORT, "protocol": "TCP"}]}],
+            // The HTTP channel, and the agent's and Porter's metrics for scraping (no
+            // secrets there); Porter's call and control sockets are unix sockets only.
+            "ingress": [{"ports": [
+                {"port": AGENT_HTTP_PORT, "protocol": "TCP"},
+                {"port": AGENT_METRICS_PORT, "protocol": "TCP"},
+                {"port": PORTER_METRICS_PORT, "protocol": "TCP"},
+            ]}],
             "egress": egress,
         },
     }))

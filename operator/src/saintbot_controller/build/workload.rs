@@ -28,7 +28,7 @@ pub(crate) const AGENT_HTTP_PORT: u16 = 8080;
 /// The agent's metrics listener, on the pod address.
 pub(crate) const AGENT_METRICS_PORT: u16 = 9090;
 /// Porter's `/healthz` and `/metrics` listener.
-const PORTER_METRICS_PORT: u16 = 9091;
+pub(crate) const PORTER_METRICS_PORT: u16 = 9091;
 
 /// An HTTP probe on a named container port.
 fn http_probe(path: &str, port: &str, period_seconds: i32, failure_threshold: i32) -> Value {
