@@ -75,8 +75,7 @@ async fn wait_ready(
 }
 
 #[tokio::test]
-async fn a_role_and_a_contact_in_a_namespace_without_any_saintbot_get_their_status() -> TestResult
-{
+async fn a_role_and_a_contact_in_a_namespace_without_any_saintbot_get_their_status() -> TestResult {
     let environment = Environment::from_env()?;
     let admin = environment.admin_client().await?;
     let install = chart::install(&environment, &admin, "refs", &[]).await?;
@@ -86,7 +85,8 @@ async fn a_role_and_a_contact_in_a_namespace_without_any_saintbot_get_their_stat
     let log = || operator.process.log_tail(20);
 
     let roles = Api::<DynamicObject>::namespaced_with(admin.clone(), &people, &role_resource());
-    let contacts = Api::<DynamicObject>::namespaced_with(admin.clone(), &people, &contact_resource());
+    let contacts =
+        Api::<DynamicObject>::namespaced_with(admin.clone(), &people, &contact_resource());
     let role_status = wait_ready(
         &roles,
         "Role clerk Ready=True/Valid",
@@ -96,7 +96,9 @@ async fn a_role_and_a_contact_in_a_namespace_without_any_saintbot_get_their_stat
     )
     .await?;
     assert_eq!(
-        role_status.get("observedGeneration").and_then(Value::as_i64),
+        role_status
+            .get("observedGeneration")
+            .and_then(Value::as_i64),
         Some(1),
         "status: {role_status}"
     );
