@@ -130,6 +130,19 @@ impl LoadedRegistry {
         })
     }
 
+    /// One warning per registered CLI whose binary Porter could not run (missing, not a
+    /// file, not executable): calls to it would fail only when made.
+    pub fn warn_unrunnable_binaries(&self) {
+        for (name, cli) in &self.clis {
+            if let Err(error) = crate::manage::check_binary(&cli.entry.bin) {
+                tracing::warn!(
+                    cli = %name,
+                    "registered CLI cannot run: {error}; calls to it fail until it is installed"
+                );
+            }
+        }
+    }
+
     /// Reads, parses and resolves the registry file.
     pub fn load(path: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LoadError> {
         let text = read_config_file(path).map_err(|source| LoadError::Read {

@@ -86,6 +86,7 @@ fn environment_lookup(name: &str) -> Option<String> {
 /// Loads the registry and tokens and opens the audit log.
 pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
     let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
+    registry.warn_unrunnable_binaries();
     let session_calls = KeyedSlots::new(config.max_calls_per_session);
     let handshakes = KeyedSlots::new(config.max_handshakes_per_peer);
     let supervisors = Pool::new(config.supervisor.clone(), SUPERVISORS_READY);
@@ -334,6 +335,7 @@ async fn reload_loop(state: Arc<State>) {
             let result = match LoadedRegistry::load(&state.config.registry, &environment_lookup) {
                 Ok(loaded) => {
                     tracing::info!(clis = loaded.clis.len(), "registry reloaded");
+                    loaded.warn_unrunnable_binaries();
                     state.registry.replace(loaded);
                     "ok"
                 }

@@ -197,3 +197,31 @@ fn cliport_warns_about_a_placeholder_credential_without_printing_it() {
         "removing a variable warns about nothing"
     );
 }
+
+/// A registered CLI whose binary is missing is named at start (one line with the CLI
+/// and the path), not discovered on the first call. The malformed tokens file after it
+/// stops Porter right after the registry is loaded.
+#[test]
+fn porter_names_a_registered_cli_whose_binary_is_missing_at_start() {
+    let directory = tempfile::tempdir().unwrap();
+    let registry = directory.path().join("registry.json");
+    let mut contents = porter_protocol::registry::Registry::default();
+    contents.clis.insert("true".into(), cli("/bin/true"));
+    contents
+        .clis
+        .insert("gh".into(), cli("/nonexistent/bin/gh"));
+    std::fs::write(&registry, contents.to_json()).unwrap();
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, "{ not json").unwrap();
+    let output = porter(directory.path(), &registry, Some(&tokens));
+    let stderr = stderr_of(&output);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("registered CLI cannot run"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "only gh is missing: {stderr}");
+    assert!(
+        warnings[0].contains("gh") && warnings[0].contains("/nonexistent/bin/gh does not exist"),
+        "{stderr}"
+    );
+}
