@@ -192,7 +192,11 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
         // One agent per local state directory: a second one would reap this one's
         // sandboxes and replace its Porter. Held until the agent exits.
         let _state_lock = if config.last_good().sandbox.backend == SandboxBackend::Local {
-            let machine = backend::LocalMachine::from_environment(&config.last_good(), env.as_ref());
+            let machine = backend::LocalMachine::from_environment(
+                &config.last_good(),
+                &workspace,
+                env.as_ref(),
+            );
             Some(state_lock::lock_state_directory(&machine.state_directory)?)
         } else {
             None

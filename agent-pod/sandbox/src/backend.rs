@@ -5,7 +5,11 @@
 //! Reads the environment and the filesystem (and, in Kubernetes, the agent's own pod);
 //! starts no sandbox.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use saint_config::{BotConfig, SandboxBackend};
 
@@ -26,16 +30,21 @@ pub struct LocalMachine {
     pub runner: PathBuf,
     /// `SAINT_CLIPORT_PROXY`, default `cliport-proxy` next to this executable.
     pub proxy: PathBuf,
-    /// `SAINT_SANDBOX_STATE`, default `$XDG_STATE_HOME/saint/sandboxes/<bot>` (or
-    /// `~/.local/state/...`); must be outside the workspace.
+    /// `SAINT_SANDBOX_STATE`, default `$XDG_STATE_HOME/saint/sandboxes/<bot>-<hash of
+    /// the workspace>` (or `~/.local/state/...`); must be outside the workspace.
     pub state_directory: PathBuf,
     /// `SAINT_PORTER_SOCKET_DIR`, default the directory of `porter.socketPath`.
     pub porter_socket_directory: PathBuf,
 }
 
 impl LocalMachine {
-    /// Defaults for `config`, each overridable by its environment variable.
-    pub fn from_environment(config: &BotConfig, env: &dyn Fn(&str) -> Option<String>) -> Self {
+    /// Defaults for `config` serving `workspace`, each overridable by its environment
+    /// variable.
+    pub fn from_environment(
+        config: &BotConfig,
+        workspace: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
         let beside_executable = |name: &str| {
             std::env::current_exe()
                 .ok()
@@ -55,7 +64,11 @@ impl LocalMachine {
             proxy: env("SAINT_CLIPORT_PROXY")
                 .map_or_else(|| beside_executable("cliport-proxy"), PathBuf::from),
             state_directory: env("SAINT_SANDBOX_STATE").map_or_else(
-                || state_home.join("saint/sandboxes").join(&config.bot.name),
+                || {
+                    state_home
+                        .join("saint/sandboxes")
+                        .join(state_directory_name(&config.bot.name, workspace))
+                },
                 PathBuf::from,
             ),
             porter_socket_directory: env("SAINT_PORTER_SOCKET_DIR").map_or_else(
@@ -75,6 +88,16 @@ impl LocalMachine {
 pub struct ExecBackend {
     pub sandbox: Arc<dyn Sandbox>,
     pub porter: Option<PorterControl>,
+}
+
+/// The default state directory's name: the bot's name and a short hash of its
+/// workspace, so two bots of the same name on one machine (two checkouts, two users'
+/// workspaces) never share sandboxes or a Porter; short, so unix socket paths under it
+/// stay within their 107-byte limit.
+pub fn state_directory_name(bot: &str, workspace: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+    format!("{bot}-{}", &hex::encode(digest)[..8])
 }
 
 /// The local backend for `config`. Fails (and `exec` stays disabled) if the runner
@@ -158,11 +181,10 @@ pub async fn for_config(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ExecBackend, SandboxError> {
     match config.sandbox.backend {
-        SandboxBackend::Local => local(
-            config,
-            workspace,
-            LocalMachine::from_environment(config, env),
-        ),
+        SandboxBackend::Local => {
+            let machine = LocalMachine::from_environment(config, &workspace, env);
+            local(config, workspace, machine)
+        }
         SandboxBackend::Kubernetes => kubernetes(config, PathBuf::from("/run/saint")).await,
     }
 }
@@ -197,14 +219,36 @@ mod tests {
     }
 
     #[test]
+    fn the_default_state_directory_is_per_bot_and_workspace_and_short() {
+        let one = state_directory_name("my-bot", Path::new("/home/ana/acme"));
+        assert_eq!(
+            one,
+            state_directory_name("my-bot", Path::new("/home/ana/acme"))
+        );
+        assert_ne!(
+            one,
+            state_directory_name("my-bot", Path::new("/home/ivo/acme"))
+        );
+        assert_ne!(
+            one,
+            state_directory_name("other-bot", Path::new("/home/ana/acme"))
+        );
+        assert!(
+            one.starts_with("my-bot-") && one.len() == "my-bot-".len() + 8,
+            "{one}"
+        );
+    }
+
+    #[test]
     fn local_machine_defaults_follow_the_environment() {
         let variables = HashMap::from([("HOME", "/home/acme"), ("SAINT_BWRAP", "/opt/bwrap")]);
         let lookup = |name: &str| variables.get(name).map(|value| value.to_string());
-        let machine = LocalMachine::from_environment(&config(), &lookup);
+        let machine = LocalMachine::from_environment(&config(), Path::new("/srv/acme/ws"), &lookup);
         assert_eq!(machine.bwrap, PathBuf::from("/opt/bwrap"));
         assert_eq!(
             machine.state_directory,
-            PathBuf::from("/home/acme/.local/state/saint/sandboxes/my-bot")
+            PathBuf::from("/home/acme/.local/state/saint/sandboxes")
+                .join(state_directory_name("my-bot", Path::new("/srv/acme/ws")))
         );
         assert_eq!(
             machine.porter_socket_directory,

@@ -298,7 +298,7 @@ pub async fn start_for_bot(
     options: LocalPorterOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<LocalPorter>, LocalPorterError> {
-    let machine = LocalMachine::from_environment(config, env);
+    let machine = LocalMachine::from_environment(config, workspace, env);
     let configured_socket = machine.porter_socket_directory.join(SOCKET_NAME);
     let wanted = match options.mode {
         LocalPorterMode::Off => false,
@@ -411,7 +411,7 @@ impl LocalPorter {
         workspace: PathBuf,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ExecBackend, SandboxError> {
-        let mut machine = LocalMachine::from_environment(config, env);
+        let mut machine = LocalMachine::from_environment(config, &workspace, env);
         machine.porter_socket_directory = self.paths.socket_directory.clone();
         let mut config = config.clone();
         config.porter.socket_path = self.paths.socket.display().to_string();
