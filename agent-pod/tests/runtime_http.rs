@@ -581,3 +581,35 @@ async fn a_tool_call_cut_off_by_a_crash_is_answered_as_interrupted_on_the_next_t
     assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_cut");
     assert_eq!(messages[2]["content"][1]["text"], "hello?");
 }
+
+#[tokio::test]
+async fn readyz_names_each_declared_channel_that_cannot_work() {
+    let bot = InProcess::start().await;
+    let (status, body) = bot
+        .request(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[0], "ready", "{body}");
+    // The example company declares WhatsApp, which this build does not serve; its
+    // HTTP channel has its token.
+    assert_eq!(lines.len(), 2, "{body}");
+    assert!(
+        lines[1].starts_with("warning: ") && lines[1].contains("does not serve whatsapp"),
+        "{body}"
+    );
+    // A config without the WhatsApp channel and with an HTTP token variable nobody
+    // set: the warning follows the config in force.
+    bot.rewrite_config(|config| {
+        config["channels"] = json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_UNSET_TOKEN"}}
+        ]);
+    });
+    // Every request reads the newest valid config, as a message does.
+    let (_, body) = bot
+        .request(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await;
+    assert!(body.contains("SAINT_UNSET_TOKEN"), "{body}");
+    assert!(body.contains("401"), "{body}");
+    assert!(!body.contains("whatsapp"), "{body}");
+}

@@ -283,12 +283,20 @@ fn event_stream(
     })
 }
 
+/// `ready` (or 503 `draining`), then one `warning:` line per declared channel that
+/// cannot work with the config and environment in force (the lines the agent logged
+/// at start, kept current across config reloads). The warnings do not make the bot
+/// unready: it still serves what it can.
 async fn readyz(State(state): State<AppState>) -> Response {
     if state.draining.is_cancelled() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
-    } else {
-        "ready".into_response()
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
     }
+    let config = state.runtime.config().current();
+    let mut body = String::from("ready\n");
+    for problem in super::startup::channel_problems(&config, |name| (state.env)(name)) {
+        body.push_str(&format!("warning: {problem}\n"));
+    }
+    body.into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
