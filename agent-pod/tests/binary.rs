@@ -13,6 +13,26 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_saint-agent"))
 }
 
+/// `saint-agent run` with `config` and `workspace` on loopback ports the kernel picks,
+/// with an empty environment (callers add what they test).
+fn run_on_loopback(config: &std::path::Path, workspace: impl AsRef<std::path::Path>) -> Command {
+    let mut command = bin();
+    command
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(config)
+        .arg("--workspace")
+        .arg(workspace.as_ref())
+        .env_clear();
+    command
+}
+
 #[test]
 fn run_help_explains_config_workspace_and_the_model_environment() {
     let output = bin().args(["run", "--help"]).output().unwrap();
@@ -45,19 +65,7 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
     let directory = tempfile::tempdir().unwrap();
     let config_path = directory.path().join("bot-config.json");
     write_config(&config_path, &test_config("http://127.0.0.1:9"));
-    let output = bin()
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--workspace")
-        .arg(directory.path().join("workspace"))
-        .env_clear()
+    let output = run_on_loopback(&config_path, directory.path().join("workspace"))
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -93,19 +101,7 @@ fn unserved_channels_and_a_missing_channel_token_are_named_at_start() {
     let directory = tempfile::tempdir().unwrap();
     let config_path = directory.path().join("bot-config.json");
     write_config(&config_path, &test_config("http://127.0.0.1:9"));
-    let mut child = bin()
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--workspace")
-        .arg(directory.path().join("workspace"))
-        .env_clear()
+    let mut child = run_on_loopback(&config_path, directory.path().join("workspace"))
         .env("RUST_LOG", "warn")
         .env("SAINT_MODEL_API_KEY", "sk-model-key")
         .env(
@@ -265,19 +261,7 @@ async fn a_second_agent_on_the_same_state_directory_says_so_and_exits() {
     write_config(&config_path, &test_config(&llm.base_url()));
     let first = spawn_agent(&config_path, &workspace, &[]);
     let state = directory.path().join("sandbox-state");
-    let output = bin()
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--workspace")
-        .arg(&workspace)
-        .env_clear()
+    let output = run_on_loopback(&config_path, &workspace)
         .envs(environment())
         .env("RUST_LOG", "error")
         .env("SAINT_SANDBOX_STATE", &state)
@@ -344,19 +328,7 @@ fn enabled_memory_without_its_embedding_model_refuses_to_start() {
     let mut config = test_config("http://127.0.0.1:9");
     config["memory"] = json!({"embeddings": {"kind": "local", "modelDir": missing_model}});
     write_config(&config_path, &config);
-    let output = bin()
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--workspace")
-        .arg(directory.path().join("workspace"))
-        .env_clear()
+    let output = run_on_loopback(&config_path, directory.path().join("workspace"))
         .envs(environment())
         .output()
         .unwrap();
