@@ -90,6 +90,18 @@ impl ScopeKey {
         }
     }
 
+    /// A key whose id is as long as any key's, for sizing paths built from ids.
+    pub(crate) fn longest() -> Self {
+        Self::for_caller(
+            SandboxScope::Session,
+            "",
+            &Viewer {
+                role: "",
+                person: None,
+            },
+        )
+    }
+
     /// A short id safe in file names and Kubernetes names/labels (`[a-z0-9-]`).
     pub fn id(&self) -> &str {
         &self.id

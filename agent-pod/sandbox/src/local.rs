@@ -157,6 +157,27 @@ impl HostLayout {
     }
 }
 
+/// Longest path a unix socket address holds (`sun_path` is 108 bytes with the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a state directory so deep that runner sockets under it would not fit in a
+/// socket address: binding would fail inside the sandbox and every `exec` would wait
+/// for a socket that never appears. Checked once, at start, with the longest path.
+fn check_socket_room(state: &Path) -> Result<(), SandboxError> {
+    let longest = ScopePaths::new(state, &ScopeKey::longest()).socket();
+    let length = longest.as_os_str().len();
+    if length > MAX_SOCKET_PATH {
+        return Err(SandboxError::Start(format!(
+            "sandbox state directory {} is too deep: runner sockets under it take {length} \
+             bytes, over the {MAX_SOCKET_PATH}-byte limit of a unix socket path; set \
+             SAINT_SANDBOX_STATE to a directory of at most {} bytes",
+            state.display(),
+            state.as_os_str().len() - (length - MAX_SOCKET_PATH),
+        )));
+    }
+    Ok(())
+}
+
 /// Host paths of one scope's sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScopePaths {
@@ -402,6 +423,7 @@ impl LocalSandbox {
                 state.display()
             )));
         }
+        check_socket_room(&state)?;
         let seccomp_programs = write_seccomp_programs(&state)?;
         let config = LocalConfig {
             state_directory: state,
@@ -809,6 +831,31 @@ mod tests {
         let refused = LocalSandbox::new(config).err().unwrap();
         assert!(
             refused.to_string().contains("inside the workspace"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_state_directory_too_deep_for_socket_paths_is_refused_naming_the_limit() {
+        let workspace = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let deep = |length: usize| {
+            let base = outside.path().canonicalize().unwrap();
+            let filler = length - base.as_os_str().len() - 1;
+            base.join("d".repeat(filler))
+        };
+        // The deepest state directory that fits is accepted, one byte more is not:
+        // the check sizes the real longest socket path, not a guess.
+        let longest_socket = ScopePaths::new(&deep(65), &ScopeKey::longest()).socket();
+        assert_eq!(longest_socket.as_os_str().len(), MAX_SOCKET_PATH);
+        let fits = LocalConfig::new(workspace.path().into(), deep(65), "/opt/runner".into());
+        assert!(LocalSandbox::new(fits).is_ok());
+        let too_deep = LocalConfig::new(workspace.path().into(), deep(66), "/opt/runner".into());
+        let refused = LocalSandbox::new(too_deep).err().unwrap().to_string();
+        assert!(
+            refused.contains("107-byte limit")
+                && refused.contains("SAINT_SANDBOX_STATE")
+                && refused.contains("at most 65 bytes"),
             "{refused}"
         );
     }
