@@ -97,6 +97,8 @@ apt_packages=(
 	git
 	ca-certificates
 	gh                    # porter injection tests run the real gh (2.23) through the proxy
+	chromium              # the chat page's browser test (agent-pod/tests/up.rs)
+	chromium-driver
 )
 
 prerequisites() {

@@ -84,9 +84,14 @@ struct Loaded {
     seen: Option<Fingerprint>,
 }
 
+/// A change applied to every config read from the file (and to nothing on disk): how
+/// `saint-agent up` points a bot at the model it found.
+pub type Overlay = Arc<dyn Fn(&mut BotConfig) + Send + Sync>;
+
 /// The config in force, shared by everything that needs it.
 pub struct ConfigStore {
     path: PathBuf,
+    overlay: Option<Overlay>,
     loaded: Mutex<Loaded>,
     reloads: AtomicU64,
     refusals: AtomicU64,
@@ -95,11 +100,23 @@ pub struct ConfigStore {
 impl ConfigStore {
     /// Loads the file; fails if the first config is unreadable or invalid.
     pub fn load(path: impl Into<PathBuf>) -> Result<Self, ConfigLoadError> {
+        Self::load_with(path, None)
+    }
+
+    /// Loads the file with `overlay` applied to it now and on every reload.
+    pub fn load_with(
+        path: impl Into<PathBuf>,
+        overlay: Option<Overlay>,
+    ) -> Result<Self, ConfigLoadError> {
         let path = path.into();
         let seen = fingerprint(&path).ok();
-        let config = load_file(&path)?;
+        let mut config = load_file(&path)?;
+        if let Some(overlay) = &overlay {
+            overlay(&mut config);
+        }
         Ok(Self {
             path,
+            overlay,
             loaded: Mutex::new(Loaded {
                 config: Arc::new(config),
                 seen,
@@ -142,7 +159,10 @@ impl ConfigStore {
         }
         loaded.seen = now;
         match load_file(&self.path) {
-            Ok(config) => {
+            Ok(mut config) => {
+                if let Some(overlay) = &self.overlay {
+                    overlay(&mut config);
+                }
                 if *loaded.config == config {
                     return ReloadOutcome::Unchanged;
                 }

@@ -10,14 +10,17 @@ use saint_agent::{
         http::{AppState, app, drain_turns, metrics_app},
         startup::channel_problems,
     },
-    config_watch::ConfigStore,
+    config_watch::{self, ConfigStore},
     metering::Metering,
+    model_discovery::{self, ModelChoice},
     persona,
     prompt::MAX_PROMPT_FILE_BYTES,
-    runtime::{ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
+    runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
     session::SessionStore,
+    starter::{BotFiles, Starter},
+    up,
 };
-use saint_config::{ErrorChain, SandboxBackend};
+use saint_config::{ChannelKind, ErrorChain, SandboxBackend};
 use saint_sandbox::{
     backend,
     local_porter::{self, LocalPorterMode, LocalPorterOptions},
@@ -48,6 +51,16 @@ enum Command {
     /// (normally SAINT_MODEL_API_KEY). The HTTP channel's bearer token comes from the
     /// variable named by the http channel's `secretEnv.token`.
     Run(RunArgs),
+    /// Start a ready bot on this machine with a chat page: the example company (Ana the
+    /// owner, Marko, Ivan, and strangers), its files under your data directory, its own
+    /// Porter and bubblewrap sandboxes; prints the page's address.
+    ///
+    /// The model is found in this order: SAINT_MODEL_BASE_URL (with SAINT_MODEL_PROVIDER
+    /// `anthropic`|`openai`, SAINT_MODEL_NAME, SAINT_MODEL_API_KEY); else the bot's own
+    /// Anthropic endpoint when SAINT_MODEL_API_KEY is set; else a local Ollama on
+    /// 127.0.0.1:11434 (SAINT_OLLAMA_URL). With none the bot still starts, and the page
+    /// and the log say what to set.
+    Up(UpArgs),
     /// Validate a config file and exit (0 if valid).
     CheckConfig {
         /// Rendered bot config (bot-config.json).
@@ -95,21 +108,65 @@ struct RunArgs {
     porter_bin: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct UpArgs {
+    /// Where bots' files live (bot file, persona, workspace, Porter registry, the page's
+    /// token). Default: $XDG_DATA_HOME/saint, else ~/.local/share/saint.
+    #[arg(long, env = "SAINT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address of the chat page and the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Address of the metrics endpoint (metrics are also on the page's address).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_listen: SocketAddr,
+    /// Do not build Porter and the sandbox runner (they are built under `cargo run`).
+    #[arg(long)]
+    no_build: bool,
+    /// Run without memory (skips fetching the embedding model).
+    #[arg(long)]
+    no_memory: bool,
+}
+
+/// What `up` adds to a plain `run`.
+#[derive(Default)]
+struct RunExtras {
+    /// Applied to every config read (the model `up` found).
+    overlay: Option<config_watch::Overlay>,
+    /// Lines for the log and the chat page.
+    notices: Vec<String>,
+    /// Serve the chat page; its token is printed in the page's address.
+    chat_token: Option<String>,
+    /// Whether a model that cannot be reached stops the start (`run`) or is reported (`up`).
+    require_model: bool,
+}
+
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    // A person at a terminal reads `up`'s log; a log collector reads `run`'s.
+    if matches!(cli.command, Command::Up(_)) {
+        logs.compact().init();
+    } else {
+        logs.json().init();
+    }
     let result = match cli.command {
         Command::CheckConfig { config } => ConfigStore::load(&config)
             .map(|_| ())
             .map_err(anyhow::Error::from),
-        Command::Run(arguments) => run(arguments),
+        Command::Run(arguments) => run(
+            arguments,
+            process_env(),
+            RunExtras {
+                require_model: true,
+                ..RunExtras::default()
+            },
+        ),
+        Command::Up(arguments) => up(arguments),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -121,15 +178,139 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(arguments: RunArgs) -> anyhow::Result<()> {
-    let config = Arc::new(ConfigStore::load(&arguments.config)?);
+fn up(arguments: UpArgs) -> anyhow::Result<()> {
     let env = process_env();
-    // Fail at start, not at the first message, when no model can be reached.
-    endpoint_for(
+    let starter = Starter::embedded().context("the embedded starter bot is corrupt")?;
+    let data = match arguments.data_dir {
+        Some(directory) => directory,
+        None => up::data_directory(&env)?,
+    };
+    let files = BotFiles::new(&data, starter.name());
+    let mut notices = Vec::new();
+    let companion_problems = if arguments.no_build {
+        let hide_cargo = env.clone();
+        up::ensure_companions(
+            &(Arc::new(move |name: &str| (name != "CARGO").then(|| hide_cargo(name)).flatten())
+                as EnvLookup),
+        )
+    } else {
+        up::ensure_companions(&env)
+    };
+    let companions_ready = companion_problems.is_empty();
+    notices.extend(companion_problems);
+    let embedding_model = if arguments.no_memory {
+        notices.push("memory: off (--no-memory)".to_string());
+        None
+    } else {
+        match up::embedding_model(&env) {
+            Ok(directory) => Some(directory),
+            Err(reason) => {
+                notices.push(format!("memory: off — {reason}"));
+                None
+            }
+        }
+    };
+    let installed = starter.install(&files, embedding_model.as_deref())?;
+    if installed.wrote_config {
+        notices.push(format!(
+            "bot file written: {} (edit it; the bot reloads it)",
+            files.config.display()
+        ));
+    } else {
+        notices.push(format!(
+            "bot file: {} (yours, kept as it is)",
+            files.config.display()
+        ));
+    }
+    if !installed.left_out_channels.is_empty() {
+        notices.push(format!(
+            "channels {} of the example need a platform account: left out here; add them to the bot file with their secrets",
+            installed.left_out_channels.join(", ")
+        ));
+    }
+    let token = up::chat_token(&files.chat_token)?;
+    let config = saint_agent::config_watch::load_file(&files.config)?;
+    // The page's token is the HTTP channel's token, unless the user set that variable.
+    let token_variable = config
+        .channels
+        .iter()
+        .find(|channel| channel.kind == ChannelKind::Http)
+        .and_then(|channel| channel.secret_env.get("token").cloned())
+        .context(
+            "the bot file declares no http channel with secretEnv.token; the chat page needs one",
+        )?;
+    let env: EnvLookup = {
+        let (base, token) = (env.clone(), token.clone());
+        Arc::new(move |name: &str| {
+            base(name).or_else(|| (name == token_variable).then(|| token.clone()))
+        })
+    };
+    let discovery = {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("failed to start tokio")?;
+        let http = reqwest::Client::new();
+        tokio.block_on(model_discovery::discover(&config.model, &env, &http))?
+    };
+    notices.push(discovery.summary.clone());
+    let model_overlay = match discovery.choice {
+        ModelChoice::Overlay(overlay) => Some(overlay),
+        ModelChoice::Config | ModelChoice::Missing(_) => None,
+    };
+    let memory_model = embedding_model.clone();
+    let overlay: config_watch::Overlay = Arc::new(move |config| {
+        if let Some(overlay) = &model_overlay {
+            overlay.apply(config);
+        }
+        up::fit_memory(config, memory_model.as_deref());
+    });
+    let run_arguments = RunArgs {
+        config: files.config.clone(),
+        workspace: files.workspace.clone(),
+        listen: arguments.listen,
+        metrics_listen: arguments.metrics_listen,
+        model_base_url: None,
+        config_poll_ms: 1000,
+        drain_seconds: 25,
+        local_porter: LocalPorterMode::Auto,
+        // A registry named on the command line makes Porter required; without its
+        // binary the bot still runs, without CLIs.
+        porter_registry: companions_ready.then(|| files.porter_registry.clone()),
+        porter_bin: None,
+    };
+    run(
+        run_arguments,
+        env,
+        RunExtras {
+            overlay: Some(overlay),
+            notices,
+            chat_token: Some(token),
+            require_model: false,
+        },
+    )
+}
+
+fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<()> {
+    let config = Arc::new(ConfigStore::load_with(
+        &arguments.config,
+        extras.overlay.clone(),
+    )?);
+    for notice in &extras.notices {
+        tracing::info!("{notice}");
+    }
+    // Fail at start, not at the first message, when no model can be reached; `up` starts
+    // anyway and says what to set.
+    if let Err(error) = endpoint_for(
         &config.last_good().model,
         arguments.model_base_url.as_deref(),
         &env,
-    )?;
+    ) {
+        if extras.require_model {
+            return Err(error.into());
+        }
+        tracing::warn!("{error}");
+    }
     persona::PersonaSources::check(&config.last_good(), MAX_PROMPT_FILE_BYTES).log();
     // One line per channel that cannot work as declared: nothing fails silently later.
     for problem in channel_problems(&config.last_good(), |name| env(name)) {
@@ -245,7 +426,7 @@ fn run(arguments: RunArgs) -> anyhow::Result<()> {
             options,
         )
         .with_sandbox_available(sandbox_available);
-        let served = serve(arguments, config, Arc::new(runtime), env).await;
+        let served = serve(arguments, config, Arc::new(runtime), env, extras).await;
         // Shutdown order: running turns have drained (serve), then the sandboxes stop,
         // then Porter, which their commands may have been calling.
         if let Some(sandboxes) = sandboxes {
@@ -264,8 +445,12 @@ async fn serve(
     config: Arc<ConfigStore>,
     runtime: Arc<Runtime>,
     env: saint_agent::runtime::EnvLookup,
+    extras: RunExtras,
 ) -> anyhow::Result<()> {
-    let state = AppState::new(runtime, env);
+    let mut state = AppState::new(runtime, env);
+    if extras.chat_token.is_some() {
+        state = state.with_chat_page(extras.notices.clone());
+    }
     let stop_server = CancellationToken::new();
     let watcher = config.spawn_watcher(
         Duration::from_millis(arguments.config_poll_ms),
@@ -281,6 +466,17 @@ async fn serve(
     let (http_address, metrics_address) = (listener.local_addr()?, metrics_listener.local_addr()?);
     // Tests and scripts read this line to learn the ports.
     println!("saint-agent listening http={http_address} metrics={metrics_address}");
+    if let Some(token) = &extras.chat_token {
+        // The token rides in the fragment, which the browser never sends to the server.
+        println!(
+            "Chat with {} at http://{http_address}/chat#token={token}",
+            state.runtime.config().last_good().bot.name
+        );
+        for notice in &extras.notices {
+            println!("  {notice}");
+        }
+        println!("Press Ctrl-C to stop.");
+    }
     tracing::info!(%http_address, %metrics_address, "listening");
 
     let metrics_server = tokio::spawn({

@@ -259,6 +259,8 @@ struct Shared {
     fallback: Mutex<Option<Reply>>,
     requests: Mutex<Vec<RecordedRequest>>,
     counter: Mutex<u64>,
+    /// Models listed by `GET /api/tags` (Ollama) and `GET /v1/models` (OpenAI).
+    models: Mutex<Vec<String>>,
 }
 
 /// The running server; stops when dropped.
@@ -277,6 +279,8 @@ impl ScriptedLlm {
         let router = Router::new()
             .route("/v1/messages", post(anthropic_handler))
             .route("/v1/chat/completions", post(openai_handler))
+            .route("/api/tags", axum::routing::get(ollama_tags_handler))
+            .route("/v1/models", axum::routing::get(openai_models_handler))
             .with_state(shared.clone());
         let (shutdown, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -315,6 +319,13 @@ impl ScriptedLlm {
     /// Replies still queued.
     pub fn pending(&self) -> usize {
         self.shared.script.lock().expect("script lock").len()
+    }
+
+    /// Lists `models` the way Ollama (`GET /api/tags`) and OpenAI-compatible servers
+    /// (`GET /v1/models`) do; empty by default.
+    pub fn set_models(&self, models: &[&str]) {
+        *self.shared.models.lock().expect("models lock") =
+            models.iter().map(|model| model.to_string()).collect();
     }
 
     /// Every request received so far.
@@ -574,4 +585,37 @@ fn openai_events(
     }
     events.push("data: [DONE]\n\n".to_string());
     events
+}
+
+// Ollama's model list, shaped as its API documents it (name, model, size, digest, details).
+async fn ollama_tags_handler(State(shared): State<Arc<Shared>>) -> axum::response::Response {
+    let models: Vec<Value> = shared
+        .models
+        .lock()
+        .expect("models lock")
+        .iter()
+        .map(|name| {
+            serde_json::json!({
+                "name": name,
+                "model": name,
+                "modified_at": "2026-11-01T00:00:00Z",
+                "size": 2_019_393_189_u64,
+                "digest": "a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72",
+                "details": {"format": "gguf", "family": "llama", "parameter_size": "3.2B", "quantization_level": "Q4_K_M"}
+            })
+        })
+        .collect();
+    axum::response::IntoResponse::into_response(axum::Json(json!({"models": models})))
+}
+
+// OpenAI's model list (`object: list` of `object: model`).
+async fn openai_models_handler(State(shared): State<Arc<Shared>>) -> axum::response::Response {
+    let data: Vec<Value> = shared
+        .models
+        .lock()
+        .expect("models lock")
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 1_762_000_000, "owned_by": "scripted"}))
+        .collect();
+    axum::response::IntoResponse::into_response(axum::Json(json!({"object": "list", "data": data})))
 }

@@ -41,6 +41,10 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Cancelled when the drain deadline passes: running turns stop.
     pub abort_turns: CancellationToken,
+    /// Start-up notices shown on the chat page (which model, what to set).
+    pub notices: Arc<Vec<String>>,
+    /// Whether `/chat` serves the chat page.
+    pub chat_page: bool,
 }
 
 impl AppState {
@@ -52,18 +56,31 @@ impl AppState {
             turns: TaskTracker::new(),
             draining: CancellationToken::new(),
             abort_turns: CancellationToken::new(),
+            notices: Arc::new(Vec::new()),
+            chat_page: false,
         }
+    }
+
+    /// Serves the chat page, showing `notices` on it.
+    pub fn with_chat_page(mut self, notices: Vec<String>) -> Self {
+        self.chat_page = true;
+        self.notices = Arc::new(notices);
+        self
     }
 }
 
 /// The router.
 pub fn app(state: AppState) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/v1/messages", post(post_message))
+        .merge(super::chat_page::api_routes())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    if state.chat_page {
+        router = router.merge(super::chat_page::page_routes());
+    }
+    router.with_state(state)
 }
 
 /// The metrics-only router (served on the metrics port).
@@ -144,7 +161,10 @@ impl IntoResponse for ApiError {
 fn turn_error_status(error: &TurnError) -> (StatusCode, String) {
     match error {
         TurnError::Identity(error) => (StatusCode::BAD_REQUEST, error.to_string()),
-        TurnError::Model(_) | TurnError::ModelSetup(_) => (
+        // A setup problem names what to set (variable names, never values): the person
+        // at the page or the operator's client can fix it; a silent 502 helps no one.
+        TurnError::ModelSetup(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+        TurnError::Model(_) => (
             StatusCode::BAD_GATEWAY,
             "failed to answer: the assistant is unavailable right now".to_string(),
         ),
@@ -165,7 +185,7 @@ fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
             == 0
 }
 
-fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let config = state.runtime.config().current();
     let expected = config
         .channels
@@ -237,7 +257,8 @@ enum StreamPhase {
     Finished,
 }
 
-/// SSE events: `accepted` {messageId, sessionKey}, `delta` {text}, `tool` {name, outcome},
+/// SSE events: `accepted` {messageId, sessionKey}, `caller` {contact, role, model, tools},
+/// `delta` {text}, `tool` {name, outcome},
 /// then `done` {reply, sessionKey, messageId} or `error` {error}.
 fn event_stream(
     receiver: mpsc::UnboundedReceiver<TurnEvent>,
@@ -255,6 +276,15 @@ fn event_stream(
                 } => Event::default()
                     .event("accepted")
                     .data(json!({"messageId": message_id, "sessionKey": session_key}).to_string()),
+                TurnEvent::Caller {
+                    contact,
+                    role,
+                    model,
+                    tools,
+                } => Event::default().event("caller").data(
+                    json!({"contact": contact, "role": role, "model": model, "tools": tools})
+                        .to_string(),
+                ),
                 TurnEvent::TextDelta(text) => Event::default()
                     .event("delta")
                     .data(json!({"text": text}).to_string()),

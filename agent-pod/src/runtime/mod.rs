@@ -88,6 +88,17 @@ pub enum TurnEvent {
         /// Session it belongs to.
         session_key: String,
     },
+    /// Who the sender is to the bot and what their role allows in this turn.
+    Caller {
+        /// Display name of the matched contact; `None` for a stranger.
+        contact: Option<String>,
+        /// The role applied.
+        role: String,
+        /// The model the role uses.
+        model: String,
+        /// Tools offered to the model in this turn.
+        tools: Vec<String>,
+    },
     /// More reply text.
     TextDelta(String),
     /// A tool call finished (`outcome` is `ok` or an error label).

@@ -266,6 +266,12 @@ impl Runtime {
         // called with, and a tool the role may not use is neither offered nor callable.
         let visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
+        state.emit(TurnEvent::Caller {
+            contact: caller.known.then(|| caller.display_name.clone()),
+            role: caller.role_name.clone(),
+            model: model_name.clone(),
+            tools: tool_names.iter().map(|name| name.to_string()).collect(),
+        });
         let base_prompt = self.system_prompt(caller, &config, tool_names).await?;
         let specs = tool_specs(&visible);
         let client = self.model.client(&config.model)?;

@@ -1,0 +1,295 @@
+//! Which model a bot started by `saint-agent up` talks to, found without editing its
+//! config: the environment first, then a local Ollama, else none — and then the bot
+//! still starts, and the log and the chat page say exactly what to set.
+//!
+//! The result is an overlay on the config's `model` section, applied on every (re)load,
+//! so the bot file on disk stays what the user wrote.
+
+use std::time::Duration;
+
+use saint_config::{BotConfig, ModelConfig, ModelProvider};
+use serde::Deserialize;
+
+use crate::runtime::EnvLookup;
+
+/// Variable naming the model endpoint's base URL (`https://api.anthropic.com`,
+/// `http://127.0.0.1:11434`).
+pub const BASE_URL_ENV: &str = "SAINT_MODEL_BASE_URL";
+/// Variable naming the wire format: `anthropic` or `openai`.
+pub const PROVIDER_ENV: &str = "SAINT_MODEL_PROVIDER";
+/// Variable naming the model every role uses.
+pub const NAME_ENV: &str = "SAINT_MODEL_NAME";
+/// Variable holding the API key.
+pub const API_KEY_ENV: &str = "SAINT_MODEL_API_KEY";
+/// Variable overriding where a local Ollama is looked for.
+pub const OLLAMA_URL_ENV: &str = "SAINT_OLLAMA_URL";
+/// Ollama's default address.
+pub const OLLAMA_DEFAULT_URL: &str = "http://127.0.0.1:11434";
+
+/// What to set when no model was found: the one message the log and the page show.
+pub const NO_MODEL_ADVICE: &str = "no model endpoint: set SAINT_MODEL_API_KEY to an Anthropic \
+     API key, or SAINT_MODEL_BASE_URL (with SAINT_MODEL_NAME, and SAINT_MODEL_API_KEY if it \
+     needs one) to any OpenAI-compatible server, or start Ollama on 127.0.0.1:11434 with a \
+     model pulled (`ollama pull llama3.2`), then start the bot again";
+
+/// The model section the bot runs with, replacing the config's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelOverlay {
+    pub provider: ModelProvider,
+    pub base_url: String,
+    /// The model every role uses; `None` keeps the config's names (the roles' too).
+    pub name: Option<String>,
+    /// Variable holding the key; `None` for an endpoint that needs none.
+    pub api_key_env: Option<String>,
+}
+
+impl ModelOverlay {
+    /// Applies the overlay. A forced model name replaces the roles' own: they name
+    /// models of the config's provider, which another endpoint does not serve.
+    pub fn apply(&self, config: &mut BotConfig) {
+        config.model.provider = self.provider;
+        config.model.base_url = self.base_url.clone();
+        config.model.api_key_env = self.api_key_env.clone();
+        if let Some(name) = &self.name {
+            config.model.name = name.clone();
+            for role in config.roles.values_mut() {
+                role.model = None;
+            }
+        }
+    }
+}
+
+/// Where the model comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelChoice {
+    /// The config's own model section, as written (its key is set).
+    Config,
+    /// An overlay from the environment or a local Ollama.
+    Overlay(ModelOverlay),
+    /// Nothing usable; the advice says what to set.
+    Missing(String),
+}
+
+/// The choice and one line describing it, for the log and the page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Discovery {
+    pub choice: ModelChoice,
+    pub summary: String,
+}
+
+impl Discovery {
+    /// Whether a model endpoint was found.
+    pub fn found(&self) -> bool {
+        !matches!(self.choice, ModelChoice::Missing(_))
+    }
+}
+
+/// Why the environment names a model that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("{PROVIDER_ENV}={0:?} is not a provider: use `anthropic` or `openai`")]
+    Provider(String),
+}
+
+/// Finds the model: `SAINT_MODEL_BASE_URL` (+ provider, name, key) from the environment;
+/// else the config's endpoint when its key variable is set; else a local Ollama that
+/// answers with at least one model; else [`ModelChoice::Missing`].
+pub async fn discover(
+    config: &ModelConfig,
+    env: &EnvLookup,
+    http: &reqwest::Client,
+) -> Result<Discovery, DiscoveryError> {
+    if let Some(base_url) = env(BASE_URL_ENV) {
+        return from_environment(config, env, http, base_url).await;
+    }
+    if let Some(name) = &config.api_key_env
+        && env(name).is_some()
+    {
+        return Ok(Discovery {
+            summary: format!(
+                "model: {} {} at {} (key from {name})",
+                provider_label(config.provider),
+                config.name,
+                config.base_url
+            ),
+            choice: ModelChoice::Config,
+        });
+    }
+    let ollama = env(OLLAMA_URL_ENV).unwrap_or_else(|| OLLAMA_DEFAULT_URL.to_string());
+    match ollama_models(http, &ollama).await {
+        Some(models) if !models.is_empty() => {
+            let name = env(NAME_ENV)
+                .filter(|name| models.contains(name))
+                .unwrap_or_else(|| models[0].clone());
+            Ok(Discovery {
+                summary: format!(
+                    "model: {name} from the local Ollama at {ollama} (of {}; {NAME_ENV} picks another)",
+                    models.join(", ")
+                ),
+                choice: ModelChoice::Overlay(ModelOverlay {
+                    provider: ModelProvider::Openai,
+                    base_url: ollama,
+                    name: Some(name),
+                    api_key_env: None,
+                }),
+            })
+        }
+        Some(_) => Ok(missing(format!(
+            "Ollama answers at {ollama} but has no model: run `ollama pull llama3.2` (or set \
+             SAINT_MODEL_API_KEY or SAINT_MODEL_BASE_URL), then start the bot again"
+        ))),
+        None => Ok(missing(NO_MODEL_ADVICE.to_string())),
+    }
+}
+
+fn missing(advice: String) -> Discovery {
+    Discovery {
+        summary: advice.clone(),
+        choice: ModelChoice::Missing(advice),
+    }
+}
+
+async fn from_environment(
+    config: &ModelConfig,
+    env: &EnvLookup,
+    http: &reqwest::Client,
+    base_url: String,
+) -> Result<Discovery, DiscoveryError> {
+    let provider = match env(PROVIDER_ENV) {
+        Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+            "anthropic" => ModelProvider::Anthropic,
+            "openai" => ModelProvider::Openai,
+            _ => return Err(DiscoveryError::Provider(value)),
+        },
+        // Self-hosted servers (Ollama, vLLM, llama.cpp, LM Studio) speak OpenAI's API.
+        None if is_anthropic_host(&base_url) => ModelProvider::Anthropic,
+        None => ModelProvider::Openai,
+    };
+    let api_key_env = env(API_KEY_ENV).map(|_| API_KEY_ENV.to_string());
+    let name = match env(NAME_ENV) {
+        Some(name) => Some(name),
+        // Same provider: the config's model names (the roles' too) still apply.
+        None if provider == config.provider => None,
+        // Another provider does not serve the config's model names: ask the server.
+        None => match openai_first_model(http, &base_url, env(API_KEY_ENV)).await {
+            Some(name) => Some(name),
+            None => {
+                return Ok(missing(format!(
+                    "{BASE_URL_ENV}={base_url} lists no model: set {NAME_ENV} to the model to use"
+                )));
+            }
+        },
+    };
+    let key_note = match &api_key_env {
+        Some(variable) => format!("key from {variable}"),
+        None => "no key".to_string(),
+    };
+    let assumed = if env(PROVIDER_ENV).is_none() {
+        format!(", {PROVIDER_ENV} unset so assumed")
+    } else {
+        String::new()
+    };
+    Ok(Discovery {
+        summary: format!(
+            "model: {} {} at {base_url} ({key_note}; from {BASE_URL_ENV}{assumed})",
+            provider_label(provider),
+            name.as_deref().unwrap_or(&config.name),
+        ),
+        choice: ModelChoice::Overlay(ModelOverlay {
+            provider,
+            base_url,
+            name,
+            api_key_env,
+        }),
+    })
+}
+
+fn provider_label(provider: ModelProvider) -> &'static str {
+    match provider {
+        ModelProvider::Anthropic => "anthropic",
+        ModelProvider::Openai => "openai-compatible",
+    }
+}
+
+fn is_anthropic_host(base_url: &str) -> bool {
+    url_host(base_url)
+        .is_some_and(|host| host == "anthropic.com" || host.ends_with(".anthropic.com"))
+}
+
+fn url_host(base_url: &str) -> Option<&str> {
+    let rest = base_url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    Some(host_port.split(':').next().unwrap_or(host_port))
+}
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Deserialize)]
+struct OllamaTags {
+    #[serde(default)]
+    models: Vec<OllamaModel>,
+}
+
+#[derive(Deserialize)]
+struct OllamaModel {
+    name: String,
+}
+
+/// The models a local Ollama has pulled (`GET /api/tags`), or `None` when nothing
+/// answers there as Ollama.
+async fn ollama_models(http: &reqwest::Client, base_url: &str) -> Option<Vec<String>> {
+    let url = format!("{}/api/tags", base_url.trim_end_matches('/'));
+    let response = http.get(url).timeout(PROBE_TIMEOUT).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let tags: OllamaTags = response.json().await.ok()?;
+    Some(tags.models.into_iter().map(|model| model.name).collect())
+}
+
+#[derive(Deserialize)]
+struct OpenaiModels {
+    #[serde(default)]
+    data: Vec<OpenaiModel>,
+}
+
+#[derive(Deserialize)]
+struct OpenaiModel {
+    id: String,
+}
+
+/// The first model an OpenAI-compatible server lists (`GET /v1/models`).
+async fn openai_first_model(
+    http: &reqwest::Client,
+    base_url: &str,
+    api_key: Option<String>,
+) -> Option<String> {
+    let url = format!("{}/v1/models", base_url.trim_end_matches('/'));
+    let mut request = http.get(url).timeout(PROBE_TIMEOUT);
+    if let Some(key) = api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let models: OpenaiModels = response.json().await.ok()?;
+    models.data.into_iter().next().map(|model| model.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_read_from_urls_without_being_fooled_by_user_info_or_paths() {
+        assert!(is_anthropic_host("https://api.anthropic.com"));
+        assert!(is_anthropic_host("https://api.anthropic.com:443/"));
+        assert!(!is_anthropic_host("http://127.0.0.1:11434"));
+        assert!(!is_anthropic_host("http://anthropic.com.evil.test/"));
+        assert!(!is_anthropic_host("http://evil.test/api.anthropic.com"));
+        assert!(is_anthropic_host("https://user@api.anthropic.com/"));
+        assert!(!is_anthropic_host("not a url"));
+    }
+}

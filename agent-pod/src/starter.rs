@@ -1,0 +1,218 @@
+//! The bot `saint-agent up` starts when the user has none: the chart's example company
+//! (Ana the owner, Marko the manager, Ivan an employee, and everyone else external),
+//! as the operator renders it — the bundle is regenerated from the operator's output and
+//! a test fails when it drifts — adapted to one machine.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use saint_config::{BotConfig, ChannelKind, EmbeddingsConfig, PersonaConfig, SandboxBackend};
+use serde::{Deserialize, Serialize};
+
+/// The bundle's path, relative to the `saint-agent` crate.
+pub const STARTER_BUNDLE_PATH: &str = "starter/acme-assistant.json";
+
+const EMBEDDED: &str = include_str!("../starter/acme-assistant.json");
+
+/// A rendered bot config and its persona files.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Starter {
+    /// The config as the operator renders it for Kubernetes.
+    pub bot_config: BotConfig,
+    /// Persona file name → text (the persona ConfigMap's data).
+    pub persona: BTreeMap<String, String>,
+}
+
+/// Where `up` keeps one bot's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BotFiles {
+    pub directory: PathBuf,
+    pub config: PathBuf,
+    pub persona: PathBuf,
+    pub workspace: PathBuf,
+    pub porter_registry: PathBuf,
+    pub chat_token: PathBuf,
+}
+
+impl BotFiles {
+    /// The files of bot `name` under `data_directory`.
+    pub fn new(data_directory: &Path, name: &str) -> Self {
+        let directory = data_directory.join(name);
+        Self {
+            config: directory.join("bot-config.json"),
+            persona: directory.join("persona"),
+            workspace: directory.join("workspace"),
+            porter_registry: directory.join("porter.json"),
+            chat_token: directory.join("chat-token"),
+            directory,
+        }
+    }
+}
+
+/// What installing the starter did, for the start-up lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// Whether a new bot file was written (false: the user's existing file is kept).
+    pub wrote_config: bool,
+    /// Declared channels left out of the local bot, by name.
+    pub left_out_channels: Vec<String>,
+}
+
+impl Starter {
+    /// The bundle compiled into this binary.
+    pub fn embedded() -> Result<Self, serde_json::Error> {
+        serde_json::from_str(EMBEDDED)
+    }
+
+    /// Deterministic JSON (pretty, trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("starter serialises");
+        text.push('\n');
+        text
+    }
+
+    /// The bot's name.
+    pub fn name(&self) -> &str {
+        &self.bot_config.bot.name
+    }
+
+    /// The config for one machine: the bubblewrap sandbox, persona files from
+    /// `files.persona`, memory from `embedding_model` (off without one), and only the
+    /// HTTP channel — the others need a platform account and a public webhook, which
+    /// the user adds to the bot file when they have them.
+    pub fn local_config(
+        &self,
+        files: &BotFiles,
+        embedding_model: Option<&Path>,
+    ) -> (BotConfig, Vec<String>) {
+        let mut config = self.bot_config.clone();
+        config.sandbox.backend = SandboxBackend::Local;
+        config.persona = Some(PersonaConfig {
+            directory: files.persona.display().to_string(),
+        });
+        match embedding_model {
+            Some(directory) => {
+                config.memory.enabled = true;
+                config.memory.embeddings = EmbeddingsConfig::Local {
+                    model_dir: directory.display().to_string(),
+                };
+            }
+            None => config.memory.enabled = false,
+        }
+        let (kept, left_out): (Vec<_>, Vec<_>) = config
+            .channels
+            .into_iter()
+            .partition(|channel| channel.kind == ChannelKind::Http);
+        config.channels = kept;
+        (
+            config,
+            left_out.into_iter().map(|channel| channel.name).collect(),
+        )
+    }
+
+    /// Writes the bot file (unless one exists: the user's edits are kept) and any missing
+    /// persona file, private to the user.
+    pub fn install(
+        &self,
+        files: &BotFiles,
+        embedding_model: Option<&Path>,
+    ) -> anyhow::Result<Installed> {
+        for directory in [&files.directory, &files.persona, &files.workspace] {
+            create_private_directory(directory)?;
+        }
+        for (name, text) in &self.persona {
+            // Keys are ConfigMap keys: plain file names, never paths.
+            if name.contains('/') || name == "." || name == ".." {
+                anyhow::bail!("starter persona file name {name:?} is not a plain file name");
+            }
+            let path = files.persona.join(name);
+            if !path.exists() {
+                write_private(&path, text)?;
+            }
+        }
+        let mut installed = Installed::default();
+        if !files.config.exists() {
+            let (config, left_out) = self.local_config(files, embedding_model);
+            write_private(&files.config, &config.to_json())?;
+            installed.wrote_config = true;
+            installed.left_out_channels = left_out;
+        }
+        Ok(installed)
+    }
+}
+
+fn create_private_directory(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .with_context(|| format!("failed to create {}", path.display()))
+}
+
+/// Writes through a temporary file and a rename, so a crash never leaves half a file.
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .with_context(|| format!("failed to write {}", temporary.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("failed to write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("failed to write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_config_keeps_only_http_runs_bubblewrap_and_reads_the_persona_directory() {
+        let starter = Starter::embedded().unwrap();
+        let files = BotFiles::new(Path::new("/data/saint"), starter.name());
+        let (config, left_out) = starter.local_config(&files, None);
+        assert_eq!(config.sandbox.backend, SandboxBackend::Local);
+        assert_eq!(
+            config.persona.unwrap().directory,
+            "/data/saint/acme-assistant/persona"
+        );
+        assert!(!config.memory.enabled);
+        assert!(config.channels.iter().all(|c| c.kind == ChannelKind::Http));
+        assert_eq!(left_out, vec!["whatsapp".to_string(), "email".to_string()]);
+        // The roles and people are the operator's, untouched.
+        assert_eq!(config.roles, starter.bot_config.roles);
+        assert_eq!(config.contacts, starter.bot_config.contacts);
+    }
+
+    #[test]
+    fn install_keeps_an_existing_bot_file_and_writes_private_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = tempfile::tempdir().unwrap();
+        let starter = Starter::embedded().unwrap();
+        let files = BotFiles::new(data.path(), starter.name());
+        let first = starter.install(&files, None).unwrap();
+        assert!(first.wrote_config);
+        let mode = std::fs::metadata(&files.config)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "bot file mode {mode:o}");
+        std::fs::write(&files.config, "{\"edited\": true}").unwrap();
+        let second = starter.install(&files, None).unwrap();
+        assert!(!second.wrote_config);
+        assert_eq!(
+            std::fs::read_to_string(&files.config).unwrap(),
+            "{\"edited\": true}"
+        );
+        assert!(files.persona.join("SOUL.md").is_file());
+    }
+}

@@ -1,0 +1,240 @@
+//! `saint-agent up`: one command from a fresh clone to a bot answering on a chat page.
+//! This module holds its machine-side steps (where the files live, the helper binaries,
+//! the embedding model, the page's token); `main` runs the bot itself exactly as `run`
+//! does.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::Context;
+
+use crate::runtime::EnvLookup;
+
+/// Where `up` keeps bots: `SAINT_DATA_DIR`, else `$XDG_DATA_HOME/saint`, else
+/// `~/.local/share/saint` — never the repository, so no bot file or credential ends up
+/// in a commit.
+pub fn data_directory(env: &EnvLookup) -> anyhow::Result<PathBuf> {
+    if let Some(directory) = env("SAINT_DATA_DIR") {
+        return Ok(PathBuf::from(directory));
+    }
+    if let Some(directory) = env("XDG_DATA_HOME") {
+        return Ok(Path::new(&directory).join("saint"));
+    }
+    let home = env("HOME").context(
+        "neither SAINT_DATA_DIR, XDG_DATA_HOME nor HOME is set: pass --data-dir DIRECTORY",
+    )?;
+    Ok(Path::new(&home).join(".local/share/saint"))
+}
+
+/// The binaries the bot runs besides the agent, found next to `saint-agent`.
+pub const COMPANIONS: [&str; 2] = ["porter", "saint-sandbox-runner"];
+
+/// Makes sure Porter and the sandbox runner sit next to this binary. Under `cargo run`
+/// they are built (or found up to date) with the same profile, so the README's one
+/// command is enough; elsewhere their absence is reported, and the bot runs without
+/// `exec` and CLIs rather than not at all.
+pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
+    let Ok(executable) = std::env::current_exe() else {
+        return vec!["cannot locate saint-agent's own binary; exec is disabled".to_string()];
+    };
+    let Some(directory) = executable.parent() else {
+        return Vec::new();
+    };
+    if let Some(cargo) = env("CARGO") {
+        let profile = match directory.file_name().and_then(|name| name.to_str()) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => "dev".to_string(),
+        };
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        eprintln!("saint-agent up: building Porter and the sandbox runner (profile {profile})");
+        let mut build = Command::new(cargo);
+        build
+            .arg("build")
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .args([
+                "--profile",
+                &profile,
+                "-p",
+                "porter",
+                "-p",
+                "saint-sandbox-runner",
+            ]);
+        match build.status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                return vec![format!(
+                    "building Porter and the sandbox runner failed ({status}); exec is disabled"
+                )];
+            }
+            Err(error) => {
+                return vec![format!(
+                    "failed to run cargo to build Porter and the sandbox runner: {error}; exec is disabled"
+                )];
+            }
+        }
+    }
+    COMPANIONS
+        .iter()
+        .filter(|name| !directory.join(name).is_file())
+        .map(|name| {
+            format!(
+                "{name} is not next to saint-agent in {}: build it with `cargo build -p porter \
+                 -p saint-sandbox-runner` (same profile); until then exec is disabled",
+                directory.display()
+            )
+        })
+        .collect()
+}
+
+/// Files of the local embedding model.
+const MODEL_FILES: [&str; 3] = ["model.safetensors", "config.json", "tokenizer.json"];
+
+/// The embedding model memory needs: `SAINT_MODEL_DIR` or the cache, fetched once by
+/// the repository's script when run from a source checkout. `None` (memory off) with
+/// the reason when it cannot be had.
+pub fn embedding_model(env: &EnvLookup) -> Result<PathBuf, String> {
+    let directory = match env("SAINT_MODEL_DIR") {
+        Some(directory) => PathBuf::from(directory),
+        None => {
+            let home = env("HOME").ok_or("HOME is not set")?;
+            Path::new(&home).join(".cache/saint/models/all-MiniLM-L6-v2")
+        }
+    };
+    let complete = |directory: &Path| {
+        MODEL_FILES
+            .iter()
+            .all(|file| directory.join(file).is_file())
+    };
+    if complete(&directory) {
+        return Ok(directory);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("memory/fetch-model.sh");
+    if !script.is_file() {
+        return Err(format!(
+            "no embedding model in {} (set SAINT_MODEL_DIR to a directory holding {})",
+            directory.display(),
+            MODEL_FILES.join(", ")
+        ));
+    }
+    eprintln!("saint-agent up: fetching the embedding model for memory (about 90 MB, once)");
+    let fetched = Command::new("bash")
+        .arg(&script)
+        .arg(&directory)
+        .stdout(std::process::Stdio::null())
+        .status();
+    match fetched {
+        Ok(status) if status.success() && complete(&directory) => Ok(directory),
+        Ok(status) => Err(format!(
+            "fetching the embedding model failed ({status}); run {} yourself, then start again",
+            script.display()
+        )),
+        Err(error) => Err(format!("failed to run {}: {error}", script.display())),
+    }
+}
+
+/// Points a bot with memory at the embedding model this machine has: a local model
+/// directory without the model's files becomes `model` (when there is one), and memory
+/// is turned off when there is none — memory that cannot start would stop the bot.
+/// A bot file that turns memory off, or names a model that is there, is left alone.
+pub fn fit_memory(config: &mut saint_config::BotConfig, model: Option<&Path>) {
+    if !config.memory.enabled {
+        return;
+    }
+    if let saint_config::EmbeddingsConfig::Local { model_dir } = &config.memory.embeddings {
+        let present = MODEL_FILES
+            .iter()
+            .all(|file| Path::new(model_dir).join(file).is_file());
+        if present {
+            return;
+        }
+        match model {
+            Some(directory) => {
+                config.memory.embeddings = saint_config::EmbeddingsConfig::Local {
+                    model_dir: directory.display().to_string(),
+                }
+            }
+            None => config.memory.enabled = false,
+        }
+    }
+}
+
+/// The chat page's token: kept in `path` (mode 0600) so the page's address stays the
+/// same across restarts; 128 random bits.
+pub fn chat_token(path: &Path) -> anyhow::Result<String> {
+    if let Ok(token) = std::fs::read_to_string(path)
+        && token.trim().len() >= 32
+    {
+        return Ok(token.trim().to_string());
+    }
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .context("failed to read /dev/urandom")?;
+    let token: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    {
+        use std::{io::Write, os::unix::fs::OpenOptionsExt};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+        file.write_all(token.as_bytes())
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> EnvLookup {
+        Arc::new(move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    #[test]
+    fn data_directory_prefers_saint_then_xdg_then_home_and_never_the_working_directory() {
+        assert_eq!(
+            data_directory(&env_of(&[("SAINT_DATA_DIR", "/d"), ("HOME", "/h")])).unwrap(),
+            PathBuf::from("/d")
+        );
+        assert_eq!(
+            data_directory(&env_of(&[("XDG_DATA_HOME", "/x"), ("HOME", "/h")])).unwrap(),
+            PathBuf::from("/x/saint")
+        );
+        assert_eq!(
+            data_directory(&env_of(&[("HOME", "/h")])).unwrap(),
+            PathBuf::from("/h/.local/share/saint")
+        );
+        let error = data_directory(&env_of(&[])).unwrap_err().to_string();
+        assert!(error.contains("--data-dir"), "{error}");
+    }
+
+    #[test]
+    fn chat_token_is_random_private_and_stable() {
+        use std::os::unix::fs::PermissionsExt;
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("chat-token");
+        let first = chat_token(&path).unwrap();
+        assert_eq!(first.len(), 32);
+        assert_eq!(chat_token(&path).unwrap(), first);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0);
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(chat_token(&other.path().join("t")).unwrap(), first);
+    }
+}

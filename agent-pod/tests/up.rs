@@ -1,0 +1,517 @@
+//! `saint-agent up`, as a newcomer runs it: the real binary, the embedded example company
+//! (the operator's own render), its files under the data directory, the model found in
+//! the environment or a local Ollama (or a clear line saying what to set), and the chat
+//! page driven in Debian's headless Chromium.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use saint_llm::scripted::{Reply, ScriptedLlm};
+use serde_json::{Value, json};
+
+/// A running `saint-agent up` and what it printed up to the page's address.
+struct Up {
+    child: Child,
+    chat_url: String,
+    base_url: String,
+    token: String,
+    printed: Vec<String>,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `up` in `directory` (its working directory, standing in for a fresh clone)
+/// with only `environment` set: no inherited model keys, no cargo.
+fn start_up(directory: &Path, environment: &[(&str, String)]) -> Up {
+    let home = directory.join("home");
+    let clone = directory.join("clone");
+    std::fs::create_dir_all(&clone).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saint-agent"));
+    command
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--no-build",
+            "--no-memory",
+        ])
+        .current_dir(&clone)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        // Short, so the sandbox's sockets fit whatever the test directory's length.
+        .env("SAINT_SANDBOX_STATE", directory.join("s"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (name, value) in environment {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("failed to start saint-agent up");
+    let stdout = child.stdout.take().unwrap();
+    // Read lines on a thread so a bot that never prints fails the test with what it said.
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let mut chat_url = None;
+    // The address, then its notices, then the line that ends the start-up report.
+    while let Ok(line) = received.recv_timeout(Duration::from_secs(60)) {
+        if let Some(url) = line
+            .strip_prefix("Chat with ")
+            .and_then(|rest| rest.split_once(" at "))
+            .map(|(_, url)| url.to_string())
+        {
+            chat_url = Some(url);
+        }
+        let done = line.starts_with("Press Ctrl-C");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    let Some(chat_url) = chat_url else {
+        let _ = child.kill();
+        panic!("saint-agent up never printed the page's address; it printed {printed:#?}");
+    };
+    let (base_url, token) = chat_url.split_once("/chat#token=").unwrap();
+    Up {
+        base_url: base_url.to_string(),
+        token: token.to_string(),
+        chat_url,
+        child,
+        printed,
+    }
+}
+
+async fn post_message(up: &Up, channel: &str, peer: &str, text: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/messages", up.base_url))
+        .bearer_auth(&up.token)
+        .json(&json!({"channel": channel, "peer": peer, "text": text}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn status(up: &Up) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/v1/status", up.base_url))
+        .bearer_auth(&up.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn files_under(directory: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(directory).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_model_the_bot_starts_and_the_log_the_api_and_the_page_say_what_to_set() {
+    let directory = tempfile::tempdir().unwrap();
+    // Nothing answers here: no Ollama either.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let up = start_up(directory.path(), &[("SAINT_OLLAMA_URL", nowhere)]);
+    let printed = up.printed.join("\n");
+    assert!(
+        printed.contains("no model endpoint: set SAINT_MODEL_API_KEY")
+            && printed.contains("SAINT_MODEL_BASE_URL")
+            && printed.contains("Ollama"),
+        "{printed}"
+    );
+
+    // A message is refused with the variable to set, never a bare 401 or 502.
+    let (code, body) = post_message(&up, "http", "someone", "hello?").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("SAINT_MODEL_API_KEY"),
+        "{body}"
+    );
+    let status = status(&up).await;
+    let notices = status["notices"].to_string();
+    assert!(notices.contains("no model endpoint"), "{status}");
+    assert_eq!(status["modelReady"], false, "{status}");
+    assert_eq!(status["bot"], "acme-assistant");
+
+    // Everything lives under the data directory; the working directory (a clone) stays
+    // empty, so no bot file, registry or workspace can be committed by accident.
+    assert_eq!(
+        files_under(&directory.path().join("clone")),
+        Vec::<PathBuf>::new()
+    );
+    let bot = directory
+        .path()
+        .join("home/.local/share/saint/acme-assistant");
+    for file in ["bot-config.json", "chat-token", "persona/SOUL.md"] {
+        assert!(
+            bot.join(file).is_file(),
+            "{file} missing under {}",
+            bot.display()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(bot.join("chat-token")).unwrap(),
+        up.token
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_ollama_is_found_and_its_model_serves_every_role() {
+    let ollama = ScriptedLlm::start().await.unwrap();
+    ollama.set_models(&["llama3.2:latest", "qwen2.5:7b"]);
+    ollama.set_fallback(Reply::text("hello from ollama"));
+    let directory = tempfile::tempdir().unwrap();
+    let up = start_up(directory.path(), &[("SAINT_OLLAMA_URL", ollama.base_url())]);
+    let printed = up.printed.join("\n");
+    assert!(
+        printed.contains("model: llama3.2:latest from the local Ollama"),
+        "{printed}"
+    );
+    // Ana is the owner; an employee's role names its own (Anthropic) model, which a
+    // local Ollama does not serve, so every role uses the discovered one.
+    for (channel, peer) in [("email", "ana@company.hr"), ("email", "ivan@company.hr")] {
+        let (code, body) = post_message(&up, channel, peer, "hi").await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["reply"], "hello from ollama");
+    }
+    let requests = ollama.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(request.model(), "llama3.2:latest");
+        assert_eq!(request.wire, saint_llm::scripted::Wire::Openai);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_environment_names_the_model_and_a_bad_provider_is_refused_by_name() {
+    let directory = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .args(["up", "--listen", "127.0.0.1:0", "--no-build", "--no-memory"])
+        .env_clear()
+        .env("HOME", directory.path())
+        .env("SAINT_MODEL_BASE_URL", "http://127.0.0.1:9")
+        .env("SAINT_MODEL_PROVIDER", "gpt")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("SAINT_MODEL_PROVIDER=\"gpt\" is not a provider")
+            && stderr.contains("anthropic")
+            && stderr.contains("openai"),
+        "{stderr}"
+    );
+}
+
+// ---- the chat page in a real browser ----
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free loopback port, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_driver() -> Driver {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        assert!(
+            Path::new(binary).is_file(),
+            "{binary} is missing: install Debian's chromium and chromium-driver \
+             (./test.sh installs them)"
+        );
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("failed to start chromedriver");
+    let driver = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    // Ready when /status says so; give up after 30 s with the reason.
+    let http = reqwest::Client::new();
+    for _ in 0..300 {
+        if let Ok(response) = http.get(format!("{}/status", driver.url)).send().await
+            && let Ok(body) = response.json::<Value>().await
+            && body["value"]["ready"] == true
+        {
+            return driver;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("chromedriver did not become ready on {}", driver.url);
+}
+
+async fn browser(driver: &Driver, profile: &Path) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_string(),
+        json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new",
+                // Root in a VM: Chromium's own sandbox needs user namespaces it may not get.
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--window-size=1200,800",
+                format!("--user-data-dir={}", profile.display()),
+            ]
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("failed to open a Chromium session")
+}
+
+/// Sends `text` from the page as the person at `index` of the select, and waits for the
+/// reply to finish; returns the reply's text.
+async fn send_as(page: &Client, index: usize, text: &str) -> String {
+    page.find(Locator::Css("#person"))
+        .await
+        .unwrap()
+        .select_by_value(&index.to_string())
+        .await
+        .unwrap();
+    let before = page
+        .find_all(Locator::Css(".msg.bot[data-state=done], .msg.error"))
+        .await
+        .unwrap()
+        .len();
+    page.find(Locator::Css("#text"))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // Wait on the page's own state, not on time.
+    let finished = page
+        .wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::XPath(&format!(
+            "(//div[contains(@class,'msg') and (@data-state='done' or @data-state='error')])[{}]",
+            before + 1
+        )))
+        .await
+        .expect("the reply never finished on the page");
+    let state = finished
+        .attr("data-state")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    let text = finished
+        .find(Locator::Css(".text"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(state, "done", "the page showed an error: {text}");
+    text
+}
+
+async fn text_of(page: &Client, selector: &str) -> String {
+    page.find(Locator::Css(selector))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn visible_messages(page: &Client) -> Vec<String> {
+    let mut texts = Vec::new();
+    for message in page.find_all(Locator::Css("#log .msg")).await.unwrap() {
+        texts.push(message.text().await.unwrap());
+    }
+    texts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() {
+    let model = ScriptedLlm::start().await.unwrap();
+    // Ana's turn: the model writes a note (the owner may), then answers; the
+    // stranger's turn: text only.
+    model.push(Reply::tool_call(
+        "write",
+        json!({"path": "notes/from-the-page.md", "content": "Ana was here"}),
+    ));
+    model.push(Reply::text("Hello Ana. I wrote that down."));
+    model.push(Reply::text("Hello, stranger."));
+    let directory = tempfile::tempdir().unwrap();
+    let up = start_up(
+        directory.path(),
+        &[
+            ("SAINT_MODEL_BASE_URL", model.base_url()),
+            ("SAINT_MODEL_PROVIDER", "anthropic".to_string()),
+            ("SAINT_MODEL_API_KEY", "test-key".to_string()),
+        ],
+    );
+    let driver = start_driver().await;
+    let page = browser(&driver, &directory.path().join("chromium")).await;
+    page.goto(&up.chat_url).await.unwrap();
+    page.wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#person option"))
+        .await
+        .expect("the page never listed anyone");
+
+    // The token left the address bar as soon as the page read it.
+    let address = page.current_url().await.unwrap();
+    assert!(!address.as_str().contains(&up.token), "{address}");
+    assert_eq!(text_of(&page, "#bot").await, "acme-assistant");
+
+    let mut options = Vec::new();
+    for option in page.find_all(Locator::Css("#person option")).await.unwrap() {
+        options.push(option.text().await.unwrap());
+    }
+    assert_eq!(
+        options,
+        [
+            "Ana (owner)",
+            "Ivan (employee)",
+            "Marko (manager)",
+            "A stranger (external)"
+        ]
+    );
+
+    // Ana, the owner.
+    let reply = send_as(&page, 0, "Who are you?").await;
+    assert_eq!(reply, "Hello Ana. I wrote that down.");
+    assert_eq!(text_of(&page, "#applied-person").await, "Ana");
+    assert_eq!(text_of(&page, "#applied-role").await, "owner");
+    let owner_tools = text_of(&page, "#applied-tools").await;
+    for tool in ["read", "write", "edit", "web_fetch"] {
+        assert!(owner_tools.contains(tool), "owner tools: {owner_tools}");
+    }
+    assert_eq!(text_of(&page, "#log .tools li").await, "write → ok");
+    assert_eq!(
+        std::fs::read_to_string(
+            directory
+                .path()
+                .join("home/.local/share/saint/acme-assistant/workspace/notes/from-the-page.md")
+        )
+        .unwrap(),
+        "Ana was here"
+    );
+    if let Ok(directory) = std::env::var("SAINT_SCREENSHOT_DIR") {
+        let png = page.screenshot().await.unwrap();
+        std::fs::write(Path::new(&directory).join("chat-page.png"), png).unwrap();
+    }
+
+    // A stranger sees none of Ana's conversation and gets the external role.
+    page.find(Locator::Css("#person"))
+        .await
+        .unwrap()
+        .select_by_value("3")
+        .await
+        .unwrap();
+    assert_eq!(visible_messages(&page).await, Vec::<String>::new());
+    let reply = send_as(&page, 3, "Hi, who are you?").await;
+    assert_eq!(reply, "Hello, stranger.");
+    assert_eq!(
+        text_of(&page, "#applied-person").await,
+        "a stranger (not a contact)"
+    );
+    assert_eq!(text_of(&page, "#applied-role").await, "external");
+    assert_eq!(
+        text_of(&page, "#applied-tools").await,
+        "web_search, web_fetch"
+    );
+    let seen = visible_messages(&page).await.join("\n");
+    assert!(!seen.contains("Ana"), "{seen}");
+
+    // Back to Ana: her conversation is still there.
+    page.find(Locator::Css("#person"))
+        .await
+        .unwrap()
+        .select_by_value("0")
+        .await
+        .unwrap();
+    let seen = visible_messages(&page).await.join("\n");
+    assert!(
+        seen.contains("Who are you?") && seen.contains("Hello Ana") && !seen.contains("stranger"),
+        "{seen}"
+    );
+    page.close().await.unwrap();
+
+    // What the model was given: the owner's turn carried the persona and the owner's
+    // tools; the stranger's carried only the external role's.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    let soul = std::fs::read_to_string(
+        directory
+            .path()
+            .join("home/.local/share/saint/acme-assistant/persona/SOUL.md"),
+    )
+    .unwrap();
+    let first_line = soul.lines().find(|line| !line.trim().is_empty()).unwrap();
+    assert!(requests[0].system().contains(first_line.trim()));
+    assert!(requests[0].tool_names().contains(&"write".to_string()));
+    assert_eq!(requests[2].tool_names(), ["web_fetch", "web_search"]);
+    assert_eq!(requests[2].user_texts(), ["Hi, who are you?"]);
+}
