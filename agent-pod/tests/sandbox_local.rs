@@ -762,3 +762,25 @@ async fn a_porter_cli_cannot_be_pointed_outside_the_callers_view() {
         .await;
     assert!(output.contains("hello-cli 1.0 args=--version"), "{output}");
 }
+
+/// A state directory too deep for socket addresses (a long home directory and bot name)
+/// still runs commands: the runner's socket goes to a short private directory instead
+/// of `exec` waiting for a socket that can never be bound.
+#[tokio::test]
+async fn exec_works_with_a_state_directory_too_deep_for_socket_paths() {
+    let short_root = tempfile::tempdir().unwrap();
+    let root = short_root.path().to_path_buf();
+    let harness = Harness::start_with(move |local| {
+        local.state_directory = local.state_directory.join("d".repeat(120));
+        local.short_socket_root = root;
+    });
+    let output = harness.run("http:ana", "echo deep-state-ok").await;
+    assert!(output.starts_with("deep-state-ok\n"), "{output}");
+    let socket = harness.sandbox.paths(&harness.scope("http:ana")).socket();
+    assert!(
+        socket.starts_with(short_root.path()),
+        "{}",
+        socket.display()
+    );
+    assert!(socket.as_os_str().len() <= 107);
+}

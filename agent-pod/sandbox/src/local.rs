@@ -81,6 +81,9 @@ pub struct LocalConfig {
     pub start_timeout: Duration,
     /// Files and directories copied from the workspace into a new `/workspace`.
     pub seed: Vec<String>,
+    /// Where runner sockets go when the state directory is too deep for them
+    /// (`<root>/saint-<uid>/<hash of the state directory>/`): `/tmp`.
+    pub short_socket_root: PathBuf,
 }
 
 impl LocalConfig {
@@ -98,6 +101,7 @@ impl LocalConfig {
             idle_timeout: Duration::from_secs(1800),
             start_timeout: Duration::from_secs(10),
             seed: super::seed_entries(),
+            short_socket_root: PathBuf::from("/tmp"),
         }
     }
 }
@@ -160,19 +164,69 @@ impl HostLayout {
 /// Longest path a unix socket address holds (`sun_path` is 108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
-/// Refuses a state directory so deep that runner sockets under it would not fit in a
-/// socket address: binding would fail inside the sandbox and every `exec` would wait
-/// for a socket that never appears. Checked once, at start, with the longest path.
-fn check_socket_room(state: &Path) -> Result<(), SandboxError> {
-    let longest = ScopePaths::new(state, &ScopeKey::longest()).socket();
-    let length = longest.as_os_str().len();
-    if length > MAX_SOCKET_PATH {
+/// Whether runner sockets under `base` (`<base>/<scope id>/…/runner.sock` at the
+/// longest) fit in a socket address.
+fn sockets_fit(paths: &ScopePaths) -> bool {
+    paths.socket().as_os_str().len() <= MAX_SOCKET_PATH
+}
+
+/// Where runner directories go: under the state directory when their sockets fit there;
+/// else under a short private directory (`<root>/saint-<uid>/<8 hex of the state
+/// directory>`), so a deep home directory or a long bot name never leaves `exec`
+/// waiting for a socket that cannot be bound. `None`: the state directory.
+fn runner_base(state: &Path, root: &Path) -> Result<Option<PathBuf>, SandboxError> {
+    let longest = ScopeKey::longest();
+    if sockets_fit(&ScopePaths::new(state, &longest)) {
+        return Ok(None);
+    }
+    let private = root.join(format!("saint-{}", rustix::process::getuid().as_raw()));
+    let base = private.join(state_hash(state));
+    let mut paths = ScopePaths::new(state, &longest);
+    paths.run = base.join(longest.id());
+    if !sockets_fit(&paths) {
         return Err(SandboxError::Start(format!(
-            "sandbox state directory {} is too deep: runner sockets under it take {length} \
-             bytes, over the {MAX_SOCKET_PATH}-byte limit of a unix socket path; set \
-             SAINT_SANDBOX_STATE to a directory of at most {} bytes",
+            "runner sockets fit neither under the sandbox state directory {} nor under {}: \
+             a unix socket path holds at most {MAX_SOCKET_PATH} bytes; set \
+             SAINT_SANDBOX_STATE to a shorter directory",
             state.display(),
-            state.as_os_str().len() - (length - MAX_SOCKET_PATH),
+            private.display()
+        )));
+    }
+    create_private_directory(&private)?;
+    create_private_directory(&base)?;
+    Ok(Some(base))
+}
+
+fn state_hash(state: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(state.as_os_str().as_encoded_bytes()))[..8].to_string()
+}
+
+/// Creates `path` (mode 0700) or accepts it only when it already is a real directory of
+/// this user that no one else may enter: in a shared `/tmp` another user could have
+/// made it first, or left a symlink, to receive the runner's token.
+fn create_private_directory(path: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => return Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => {
+            return Err(SandboxError::Start(format!(
+                "failed to create {}: {error}",
+                path.display()
+            )));
+        }
+    }
+    let metadata = fs::symlink_metadata(path).map_err(|error| {
+        SandboxError::Start(format!("failed to inspect {}: {error}", path.display()))
+    })?;
+    let ours = metadata.uid() == rustix::process::getuid().as_raw();
+    if !metadata.is_dir() || !ours || metadata.mode() & 0o077 != 0 {
+        return Err(SandboxError::Start(format!(
+            "{} exists but is not a private directory of this user (a symlink, another \
+             user's, or open to others): remove it, or set SAINT_SANDBOX_STATE to a \
+             shorter directory",
+            path.display()
         )));
     }
     Ok(())
@@ -393,6 +447,8 @@ pub struct LocalSandbox {
     slots: Slots<Running>,
     /// Files holding the seccomp programs, opened afresh for each bubblewrap.
     seccomp_programs: Vec<PathBuf>,
+    /// Where runner directories go when not under the state directory.
+    runner_base: Option<PathBuf>,
 }
 
 impl LocalSandbox {
@@ -423,7 +479,7 @@ impl LocalSandbox {
                 state.display()
             )));
         }
-        check_socket_room(&state)?;
+        let runner_base = runner_base(&state, &config.short_socket_root)?;
         let seccomp_programs = write_seccomp_programs(&state)?;
         let config = LocalConfig {
             state_directory: state,
@@ -435,12 +491,17 @@ impl LocalSandbox {
             host: HostLayout::probe(),
             slots: Slots::default(),
             seccomp_programs,
+            runner_base,
         })
     }
 
     /// The host paths of a scope (for tests and operators inspecting a sandbox).
     pub fn paths(&self, scope: &ScopeKey) -> ScopePaths {
-        ScopePaths::new(&self.config.state_directory, scope)
+        let mut paths = ScopePaths::new(&self.config.state_directory, scope);
+        if let Some(base) = &self.runner_base {
+            paths.run = base.join(scope.id());
+        }
+        paths
     }
 
     fn prepare(&self, paths: &ScopePaths, token: &str) -> io::Result<()> {
@@ -836,27 +897,70 @@ mod tests {
     }
 
     #[test]
-    fn a_state_directory_too_deep_for_socket_paths_is_refused_naming_the_limit() {
+    fn runner_sockets_move_to_a_short_private_directory_when_the_state_directory_is_deep() {
+        use std::os::unix::fs::PermissionsExt;
         let workspace = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
         let deep = |length: usize| {
             let base = outside.path().canonicalize().unwrap();
             let filler = length - base.as_os_str().len() - 1;
             base.join("d".repeat(filler))
         };
-        // The deepest state directory that fits is accepted, one byte more is not:
-        // the check sizes the real longest socket path, not a guess.
-        let longest_socket = ScopePaths::new(&deep(65), &ScopeKey::longest()).socket();
-        assert_eq!(longest_socket.as_os_str().len(), MAX_SOCKET_PATH);
-        let fits = LocalConfig::new(workspace.path().into(), deep(65), "/opt/runner".into());
-        assert!(LocalSandbox::new(fits).is_ok());
-        let too_deep = LocalConfig::new(workspace.path().into(), deep(66), "/opt/runner".into());
-        let refused = LocalSandbox::new(too_deep).err().unwrap().to_string();
-        assert!(
-            refused.contains("107-byte limit")
-                && refused.contains("SAINT_SANDBOX_STATE")
-                && refused.contains("at most 65 bytes"),
-            "{refused}"
+        let scope = ScopeKey::longest();
+        let sandbox = |state: PathBuf| {
+            let mut config = LocalConfig::new(workspace.path().into(), state, "/opt/runner".into());
+            config.short_socket_root = root.path().to_path_buf();
+            LocalSandbox::new(config).unwrap()
+        };
+        // The deepest state directory whose sockets fit keeps them; one byte deeper
+        // moves them: the check sizes the real longest socket path.
+        let fits = sandbox(deep(65));
+        assert_eq!(
+            fits.paths(&scope).socket().as_os_str().len(),
+            MAX_SOCKET_PATH
         );
+        assert!(fits.paths(&scope).run.starts_with(deep(65)));
+        let moved = sandbox(deep(200));
+        let run = moved.paths(&scope).run;
+        assert!(run.starts_with(root.path()), "{}", run.display());
+        assert!(moved.paths(&scope).socket().as_os_str().len() <= MAX_SOCKET_PATH);
+        let private = run.parent().unwrap().parent().unwrap();
+        let mode = fs::metadata(private).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+        // Two state directories never share runner directories.
+        let other = sandbox(deep(201));
+        assert_ne!(other.paths(&scope).run, run);
+        // Scratch stays with the state directory.
+        assert!(moved.paths(&scope).scratch.starts_with(deep(200)));
+    }
+
+    #[test]
+    fn a_short_socket_directory_someone_else_prepared_is_refused() {
+        let workspace = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let deep = state.path().join("d".repeat(120));
+        let root = tempfile::tempdir().unwrap();
+        let private = root
+            .path()
+            .join(format!("saint-{}", rustix::process::getuid().as_raw()));
+        // A symlink planted where the private directory would be.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &private).unwrap();
+        let mut config =
+            LocalConfig::new(workspace.path().into(), deep.clone(), "/opt/runner".into());
+        config.short_socket_root = root.path().to_path_buf();
+        let refused = LocalSandbox::new(config.clone()).err().unwrap().to_string();
+        assert!(refused.contains("not a private directory"), "{refused}");
+        // A directory open to others is refused too.
+        fs::remove_file(&private).unwrap();
+        fs::create_dir(&private).unwrap();
+        fs::set_permissions(
+            &private,
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let refused = LocalSandbox::new(config).err().unwrap().to_string();
+        assert!(refused.contains("not a private directory"), "{refused}");
     }
 }
