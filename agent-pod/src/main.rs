@@ -106,6 +106,10 @@ struct RunArgs {
     /// The porter binary (default: `porter` next to saint-agent).
     #[arg(long, env = "SAINT_PORTER_BIN")]
     porter_bin: Option<PathBuf>,
+    /// Serve the chat page at /chat on the HTTP address (open it as
+    /// /chat#token=<the HTTP channel's token>).
+    #[arg(long)]
+    chat_page: bool,
 }
 
 #[derive(clap::Args)]
@@ -278,6 +282,7 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
         // binary the bot still runs, without CLIs.
         porter_registry: companions_ready.then(|| files.porter_registry.clone()),
         porter_bin: None,
+        chat_page: true,
     };
     run(
         run_arguments,
@@ -448,7 +453,7 @@ async fn serve(
     extras: RunExtras,
 ) -> anyhow::Result<()> {
     let mut state = AppState::new(runtime, env);
-    if extras.chat_token.is_some() {
+    if extras.chat_token.is_some() || arguments.chat_page {
         state = state.with_chat_page(extras.notices.clone());
     }
     let stop_server = CancellationToken::new();
@@ -476,6 +481,8 @@ async fn serve(
             println!("  {notice}");
         }
         println!("Press Ctrl-C to stop.");
+    } else if arguments.chat_page {
+        println!("Chat page: http://{http_address}/chat#token=<the HTTP channel's token>");
     }
     tracing::info!(%http_address, %metrics_address, "listening");
 
