@@ -490,8 +490,8 @@ def self_test(options, context: dict) -> None:
     cases = [
         ("a metric the code does not export", "sum by (namespace, bot) (rate(saint_messages_total[5m])) > 0",
          "saint_messages_total is not exported"),
-        ("a label the metric does not carry", "sum by (namespace, bot, person) (rate(saint_llm_cost_usd_total[5m])) > 0",
-         "label 'person'"),
+        ("a label the metric does not carry", "sum by (namespace, bot, channel) (rate(saint_llm_cost_usd_total[5m])) > 0",
+         "label 'channel'"),
         ("a matcher value the code never writes", 'sum by (namespace, bot) (rate(saint_turns_total{outcome="exploded"}[5m])) > 0',
          "never writes the value 'exploded'"),
         ("a query promtool cannot parse", "sum by (namespace, bot) (rate(saint_turns_total[5m]) > 0",

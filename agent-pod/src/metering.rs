@@ -191,6 +191,20 @@ struct ModelLabels {
     model: String,
 }
 
+/// Spend is labelled by who caused it: the contact's slug, or `stranger` for everyone
+/// no Contact names (one series for all of them, so strangers cannot grow the series).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CostLabels {
+    model: String,
+    role: String,
+    person: String,
+}
+
+/// The `person` label of a caller's spend.
+pub fn person_label(known: bool, slug: &str) -> &str {
+    if known { slug } else { "stranger" }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabels {
     role: String,
@@ -200,6 +214,15 @@ fn duration_histogram() -> Histogram {
     Histogram::new([0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0])
 }
 
+/// Who a model call was for, as metrics label it.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelCall<'a> {
+    pub model: &'a str,
+    pub role: &'a str,
+    /// See [`person_label`].
+    pub person: &'a str,
+}
+
 /// Prometheus metrics of the runtime.
 pub struct Metrics {
     registry: Registry,
@@ -207,7 +230,7 @@ pub struct Metrics {
     tool_seconds: Family<ToolNameLabels, Histogram, fn() -> Histogram>,
     turns: Family<TurnLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
-    cost: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    cost: Family<CostLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     budget_refusals: Family<RoleLabels, Counter>,
     model_seconds: Family<ModelLabels, Histogram, fn() -> Histogram>,
 }
@@ -238,8 +261,12 @@ impl Default for Metrics {
             "Model tokens by model and kind (input, output)",
             tokens.clone(),
         );
-        let cost = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register("llm_cost_usd", "Model spend in USD by model", cost.clone());
+        let cost = Family::<CostLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "llm_cost_usd",
+            "Model spend in USD by model, role and person",
+            cost.clone(),
+        );
         let budget_refusals = Family::<RoleLabels, Counter>::default();
         registry.register(
             "budget_refusals",
@@ -293,7 +320,12 @@ impl Metrics {
     }
 
     /// Counts a model call's tokens, cost and time.
-    pub fn model_call(&self, model: &str, usage: Usage, cost_usd: f64, duration: Duration) {
+    pub fn model_call(&self, call: ModelCall<'_>, usage: Usage, cost_usd: f64, duration: Duration) {
+        let ModelCall {
+            model,
+            role,
+            person,
+        } = call;
         let labels = |kind: &str| TokenLabels {
             model: model.into(),
             kind: kind.into(),
@@ -305,8 +337,10 @@ impl Metrics {
             .get_or_create(&labels("output"))
             .inc_by(usage.output_tokens);
         self.cost
-            .get_or_create(&ModelLabels {
+            .get_or_create(&CostLabels {
                 model: model.into(),
+                role: role.into(),
+                person: person.into(),
             })
             .inc_by(cost_usd);
         self.model_seconds
@@ -477,7 +511,11 @@ mod tests {
         let metrics = Metrics::default();
         metrics.tool_call("web_fetch", "denied", Duration::from_millis(3));
         metrics.model_call(
-            "m",
+            ModelCall {
+                model: "m",
+                role: "owner",
+                person: person_label(true, "ana"),
+            },
             Usage {
                 input_tokens: 5,
                 output_tokens: 2,
@@ -494,5 +532,12 @@ mod tests {
             text.contains("saint_llm_tokens_total{model=\"m\",kind=\"input\"} 5"),
             "{text}"
         );
+        assert!(
+            text.contains(
+                "saint_llm_cost_usd_total{model=\"m\",role=\"owner\",person=\"ana\"} 0.01"
+            ),
+            "{text}"
+        );
+        assert_eq!(person_label(false, "http-someone"), "stranger");
     }
 }

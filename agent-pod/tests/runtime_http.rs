@@ -141,8 +141,20 @@ async fn over_budget_contact_is_refused_without_a_model_call() {
         metrics.contains("saint_budget_refusals_total{role=\"external\"} 1"),
         "{metrics}"
     );
+    // Both strangers' spend lands in one series: strangers cannot grow the series count.
+    let stranger_spend: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("saint_llm_cost_usd_total{"))
+        .collect();
+    assert_eq!(
+        stranger_spend.len(),
+        1,
+        "one cost series for the strangers: {stranger_spend:?}"
+    );
     assert!(
-        metrics.contains("saint_llm_cost_usd_total{model=\"claude-haiku-4-5\"}"),
+        stranger_spend[0].starts_with(
+            "saint_llm_cost_usd_total{model=\"claude-haiku-4-5\",role=\"external\",person=\"stranger\"} 0.6"
+        ),
         "{metrics}"
     );
 }

@@ -243,9 +243,16 @@ impl Runtime {
             0.0
         });
         state.spent += cost;
-        self.metering
-            .metrics
-            .model_call(&request.model, response.usage, cost, elapsed);
+        self.metering.metrics.model_call(
+            metering::ModelCall {
+                model: &request.model,
+                role: &state.caller.role_name,
+                person: metering::person_label(state.caller.known, &state.caller.slug),
+            },
+            response.usage,
+            cost,
+            elapsed,
+        );
         Ok((response, cost))
     }
 
