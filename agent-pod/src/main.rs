@@ -151,6 +151,8 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour for a person at a terminal only, never escape codes in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     // A person at a terminal reads `up`'s log; a log collector reads `run`'s.
     if matches!(cli.command, Command::Up(_)) {

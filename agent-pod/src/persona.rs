@@ -245,6 +245,23 @@ impl PersonaSources {
         sources
     }
 
+    /// One line per problem, as `/readyz` shows them.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let (Some(directory), Some(error)) = (&self.directory, &self.unreadable) {
+            problems.push(format!(
+                "persona directory {directory} unreadable ({}); persona files come from the workspace",
+                ErrorChain(error)
+            ));
+        }
+        for (file, error) in &self.refused {
+            problems.push(format!(
+                "persona file {file} refused ({error}); it is left out of every prompt"
+            ));
+        }
+        problems
+    }
+
     /// One line for the sources, and one warning per problem.
     pub fn log(&self) {
         let Some(directory) = &self.directory else {

@@ -22,6 +22,8 @@ struct Up {
     base_url: String,
     token: String,
     printed: Vec<String>,
+    /// Where its log goes.
+    log: PathBuf,
 }
 
 impl Drop for Up {
@@ -56,7 +58,7 @@ fn start_up(directory: &Path, environment: &[(&str, String)]) -> Up {
         .env("SAINT_SANDBOX_STATE", directory.join("s"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(std::fs::File::create(directory.join("up.log")).unwrap());
     for (name, value) in environment {
         command.env(name, value);
     }
@@ -99,6 +101,7 @@ fn start_up(directory: &Path, environment: &[(&str, String)]) -> Up {
         chat_url,
         child,
         printed,
+        log: directory.join("up.log"),
     }
 }
 
@@ -514,4 +517,56 @@ async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() 
     assert!(requests[0].tool_names().contains(&"write".to_string()));
     assert_eq!(requests[2].tool_names(), ["web_fetch", "web_search"]);
     assert_eq!(requests[2].user_texts(), ["Hi, who are you?"]);
+}
+
+/// Nothing fails silently: a CLI the bot file lists but Porter's registry lacks, and a
+/// persona file that is refused, are each one clear line at start and in `/readyz`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_in_readyz() {
+    let directory = tempfile::tempdir().unwrap();
+    // A symlink where the persona's SOUL.md goes: the agent must not follow it.
+    let persona = directory
+        .path()
+        .join("home/.local/share/saint/acme-assistant/persona");
+    std::fs::create_dir_all(&persona).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", persona.join("SOUL.md")).unwrap();
+    let up = start_up(
+        directory.path(),
+        &[
+            ("SAINT_MODEL_BASE_URL", "http://127.0.0.1:9".to_string()),
+            ("SAINT_MODEL_NAME", "m".to_string()),
+        ],
+    );
+    let log = std::fs::read_to_string(&up.log).unwrap();
+    let line_with = |needles: &[&str]| {
+        log.lines()
+            .find(|line| needles.iter().all(|needle| line.contains(needle)))
+            .map(str::to_string)
+    };
+    // The example bot file lists gh and gog; neither is registered yet.
+    for cli in ["gh", "gog"] {
+        assert!(
+            line_with(&["no entry for it", &format!("\"cli\":\"{cli}\"")])
+                .or_else(|| line_with(&["no entry for it", &format!("cli={cli}")]))
+                .is_some(),
+            "no line names the unregistered {cli}: {log}"
+        );
+    }
+    assert!(
+        line_with(&["persona file refused", "SOUL.md"]).is_some(),
+        "{log}"
+    );
+    let readyz = reqwest::get(format!("{}/readyz", up.base_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(readyz.starts_with("ready\n"), "{readyz}");
+    assert!(
+        readyz
+            .lines()
+            .any(|line| line.starts_with("warning: persona file SOUL.md refused")),
+        "{readyz}"
+    );
 }

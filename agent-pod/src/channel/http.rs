@@ -314,8 +314,8 @@ fn event_stream(
 }
 
 /// `ready` (or 503 `draining`), then one `warning:` line per declared channel that
-/// cannot work with the config and environment in force (the lines the agent logged
-/// at start, kept current across config reloads). The warnings do not make the bot
+/// cannot work with the config and environment in force and per persona file refused
+/// (the lines the agent logged at start, kept current across config reloads). The warnings do not make the bot
 /// unready: it still serves what it can.
 async fn readyz(State(state): State<AppState>) -> Response {
     if state.draining.is_cancelled() {
@@ -324,6 +324,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let config = state.runtime.config().current();
     let mut body = String::from("ready\n");
     for problem in super::startup::channel_problems(&config, |name| (state.env)(name)) {
+        body.push_str(&format!("warning: {problem}\n"));
+    }
+    // The persona directory is re-checked: a ConfigMap update can break it at any time.
+    for problem in
+        crate::persona::PersonaSources::check(&config, crate::prompt::MAX_PROMPT_FILE_BYTES)
+            .problems()
+    {
         body.push_str(&format!("warning: {problem}\n"));
     }
     body.into_response()
