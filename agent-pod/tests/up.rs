@@ -11,6 +11,8 @@ use std::{
     time::Duration,
 };
 
+use std::os::unix::process::CommandExt;
+
 use fantoccini::{Client, ClientBuilder, Locator};
 use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
@@ -257,7 +259,11 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // chromedriver leads its own process group, which the Chromium it started
+        // shares: kill them all, so a failed test leaves no browser behind.
+        if let Some(group) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = self.child.wait();
     }
 }
@@ -276,6 +282,7 @@ async fn start_driver() -> Driver {
         .unwrap()
         .port();
     let child = Command::new(CHROMEDRIVER)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .arg("--allowed-ips=127.0.0.1")
         .stdout(Stdio::null())
