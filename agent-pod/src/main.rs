@@ -466,7 +466,12 @@ async fn serve(
 
     let listener = tokio::net::TcpListener::bind(arguments.listen)
         .await
-        .with_context(|| format!("failed to listen on {}", arguments.listen))?;
+        .with_context(|| {
+            format!(
+                "failed to listen on {} (in use by another program? pass --listen with another port)",
+                arguments.listen
+            )
+        })?;
     let metrics_listener = tokio::net::TcpListener::bind(arguments.metrics_listen)
         .await
         .with_context(|| format!("failed to listen on {}", arguments.metrics_listen))?;

@@ -577,3 +577,28 @@ async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_i
         "{readyz}"
     );
 }
+
+#[test]
+fn a_taken_port_is_one_line_naming_the_address_and_the_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let directory = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .args(["up", "--listen", &address, "--no-build", "--no-memory"])
+        .env_clear()
+        .env("HOME", directory.path())
+        .env("SAINT_SANDBOX_STATE", directory.path().join("s"))
+        .env("SAINT_OLLAMA_URL", "http://127.0.0.1:9")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("saint-agent: failed to listen on ")
+            && last.contains(&address)
+            && last.contains("--listen"),
+        "{stderr}"
+    );
+}
