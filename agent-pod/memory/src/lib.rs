@@ -20,6 +20,7 @@
 
 pub mod chunking;
 mod database;
+pub mod embedder_service;
 pub mod embeddings;
 mod index;
 mod memory_file;
@@ -40,7 +41,8 @@ pub use index::{
 pub use memory_file::{MAX_LINES, MemoryFileError, MemoryText};
 pub use scope::{Scope, ScopeError};
 pub use search::{
-    KEYWORD_WEIGHT, MAX_RESULTS, SNIPPET_CHARS, SearchHit, SearchRequest, VECTOR_WEIGHT, fts_query,
+    KEYWORD_WEIGHT, MAX_RESULTS, SNIPPET_CHARS, SearchHit, SearchOutcome, SearchRequest,
+    VECTOR_WEIGHT, fts_query,
 };
 pub use startup::{Memory, StartError, start, start_with_options};
 pub use watcher::{MemoryWatcher, WatchError, watch};

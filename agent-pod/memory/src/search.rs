@@ -64,6 +64,14 @@ pub struct SearchRequest<'a> {
     pub scope: &'a Scope,
 }
 
+/// Hits, and whether they come from keywords alone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SearchOutcome {
+    pub hits: Vec<SearchHit>,
+    /// Why the semantic half was skipped (the embedder's error), if it was.
+    pub keyword_only: Option<String>,
+}
+
 /// One hit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchHit {
@@ -136,7 +144,49 @@ impl MemoryIndex {
                 crate::embeddings::EmbeddingError::Inference("no vector for the query".to_string())
             })?;
         let reader = self.reader()?;
-        search_with_vector(&reader, request.query, &query_vector, k, request.scope)
+        search_with_vector(
+            &reader,
+            request.query,
+            Some(&query_vector),
+            k,
+            request.scope,
+        )
+    }
+
+    /// [`MemoryIndex::search`], but when a remote embedder cannot be reached the query is
+    /// answered from keywords alone and the outcome says so (a search is never failed
+    /// for want of the semantic half).
+    pub fn search_or_keywords(
+        &self,
+        request: &SearchRequest<'_>,
+    ) -> Result<SearchOutcome, IndexError> {
+        let k = request.k.clamp(1, MAX_RESULTS);
+        if request.scope.is_empty() || request.query.trim().is_empty() {
+            return Ok(SearchOutcome::default());
+        }
+        let (query_vector, keyword_only) = match self.embedder.embed(&[request.query]) {
+            Ok(vectors) => (vectors.into_iter().next(), None),
+            Err(error @ crate::embeddings::EmbeddingError::Remote(_)) => {
+                tracing::warn!(%error, "embedder unreachable: keyword-only memory search");
+                (None, Some(error.to_string()))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        if query_vector.is_none() && keyword_only.is_none() {
+            return Err(crate::embeddings::EmbeddingError::Inference(
+                "no vector for the query".to_string(),
+            )
+            .into());
+        }
+        let reader = self.reader()?;
+        let hits = search_with_vector(
+            &reader,
+            request.query,
+            query_vector.as_deref(),
+            k,
+            request.scope,
+        )?;
+        Ok(SearchOutcome { hits, keyword_only })
     }
 
     /// [`MemoryIndex::search`] for a caller that already has the query's vector
@@ -158,7 +208,7 @@ impl MemoryIndex {
             .into());
         }
         let reader = self.reader()?;
-        search_with_vector(&reader, request.query, query_vector, k, request.scope)
+        search_with_vector(&reader, request.query, Some(query_vector), k, request.scope)
     }
 
     /// The vector side of a search alone: chunk ids and cosine similarities of the
@@ -232,7 +282,7 @@ fn renumber(sql: &str, first: usize) -> String {
 pub(crate) fn search_with_vector(
     connection: &Connection,
     query: &str,
-    query_vector: &[f32],
+    query_vector: Option<&[f32]>,
     k: usize,
     scope: &Scope,
 ) -> Result<Vec<SearchHit>, IndexError> {
@@ -252,14 +302,18 @@ pub(crate) fn search_with_vector(
     };
     let mut candidates: HashMap<i64, Candidate> = HashMap::new();
 
-    for (id, similarity) in nearest_vectors(
-        connection,
-        query_vector,
-        pool,
-        covers_everything,
-        &condition,
-        &globs,
-    )? {
+    let nearest = match query_vector {
+        Some(query_vector) => nearest_vectors(
+            connection,
+            query_vector,
+            pool,
+            covers_everything,
+            &condition,
+            &globs,
+        )?,
+        None => Vec::new(),
+    };
+    for (id, similarity) in nearest {
         candidates.insert(
             id,
             Candidate {
@@ -317,11 +371,13 @@ pub(crate) fn search_with_vector(
     }
 
     // Exact vector similarity for keyword-only candidates.
-    for (id, candidate) in candidates
-        .iter_mut()
-        .filter(|(_, candidate)| candidate.vector_score.is_none())
-    {
-        candidate.vector_score = Some(exact_similarity(connection, query_vector, *id)?);
+    if let Some(query_vector) = query_vector {
+        for (id, candidate) in candidates
+            .iter_mut()
+            .filter(|(_, candidate)| candidate.vector_score.is_none())
+        {
+            candidate.vector_score = Some(exact_similarity(connection, query_vector, *id)?);
+        }
     }
 
     let mut scored: Vec<(i64, f32, f32, f32)> = candidates
@@ -597,7 +653,7 @@ mod tests {
         let hits = search_with_vector(
             &connection,
             "unrelated words",
-            &[1.0, 0.0, 0.0, 0.0],
+            Some(&[1.0, 0.0, 0.0, 0.0]),
             3,
             &scope,
         )
@@ -620,7 +676,7 @@ mod tests {
         // "shop hours" by bm25, 60 times over; the in-scope chunks still get their
         // keyword score (1.0 = best in-scope relevance), so the filter came first.
         let (_directory, connection) = private_crowd_and_three_shared("hours hours");
-        let hits = search_with_vector(&connection, "hours", &[0.0, 0.0, 0.0, 1.0], 3, &scope)
+        let hits = search_with_vector(&connection, "hours", Some(&[0.0, 0.0, 0.0, 1.0]), 3, &scope)
             .expect("search");
         assert_eq!(hits.len(), 3);
         assert!(
@@ -755,8 +811,14 @@ mod tests {
             ("memory/shared/b.md", "weather report", [0.0, 1.0, 0.0, 0.0]),
         ]);
         let scope = Scope::from_globs(["memory/*"]);
-        let hits = search_with_vector(&connection, "invoice", &[0.0, 1.0, 0.0, 0.0], 2, &scope)
-            .expect("search");
+        let hits = search_with_vector(
+            &connection,
+            "invoice",
+            Some(&[0.0, 1.0, 0.0, 0.0]),
+            2,
+            &scope,
+        )
+        .expect("search");
         // b: vector 1, keyword 0 → 0.7; a: vector 0, keyword 1 → 0.3.
         assert_eq!(hits[0].path, "memory/shared/b.md");
         assert!((hits[0].score - 0.7).abs() < 1e-5, "{hits:?}");

@@ -74,8 +74,8 @@ impl TypedTool for MemorySearchTool {
             let index = Arc::clone(&self.index);
             let query = input.query;
             // Embedding and SQLite are blocking work: keep them off the async workers.
-            let hits = tokio::task::spawn_blocking(move || {
-                index.search(&SearchRequest {
+            let outcome = tokio::task::spawn_blocking(move || {
+                index.search_or_keywords(&SearchRequest {
                     query: &query,
                     k,
                     scope: &scope,
@@ -87,6 +87,7 @@ impl TypedTool for MemorySearchTool {
                 tracing::warn!(error = %ErrorChain(&error), "memory search failed");
                 ToolError::Failed("memory search failed".to_string())
             })?;
+            let hits = &outcome.hits;
             let results: Vec<serde_json::Value> = hits
                 .iter()
                 .map(|hit| {
@@ -99,9 +100,21 @@ impl TypedTool for MemorySearchTool {
                     })
                 })
                 .collect();
-            let mut output = ToolOutput::text(
-                serde_json::to_string_pretty(&json!({ "results": results })).unwrap_or_default(),
-            );
+            let mut body = json!({ "results": results });
+            if let Some(reason) = &outcome.keyword_only {
+                // Said in the result, so the model (and the person) know matches may
+                // be missing, rather than trusting an incomplete answer.
+                body["note"] = json!(format!(
+                    "keyword-only results: semantic search is unavailable right now ({reason})"
+                ));
+            }
+            let mut output =
+                ToolOutput::text(serde_json::to_string_pretty(&body).unwrap_or_default());
+            if outcome.keyword_only.is_some() {
+                output
+                    .metering
+                    .insert("keywordOnly".to_string(), json!(true));
+            }
             output
                 .metering
                 .insert("results".to_string(), json!(hits.len()));

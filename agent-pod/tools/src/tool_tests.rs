@@ -653,3 +653,67 @@ fn the_runtime_gets_each_permitted_tool_with_its_permit() {
         .collect();
     assert!(owner.contains(&"exec"), "{owner:?}");
 }
+
+/// An embedder that answers until the test takes it "offline", then fails the way a
+/// remote embedder does when its service is gone.
+struct SwitchableEmbedder {
+    online: std::sync::atomic::AtomicBool,
+}
+
+impl saint_memory::Embedder for SwitchableEmbedder {
+    fn model_id(&self) -> String {
+        "test:switchable".to_string()
+    }
+    fn dimensions(&self) -> usize {
+        4
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, saint_memory::EmbeddingError> {
+        if !self.online.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(saint_memory::EmbeddingError::Remote(
+                "error sending request: connection refused".to_string(),
+            ));
+        }
+        Ok(texts.iter().map(|_| vec![0.5, 0.5, 0.5, 0.5]).collect())
+    }
+}
+
+#[tokio::test]
+async fn memory_search_without_its_embedder_answers_from_keywords_and_says_so() {
+    let (workspace, context) = context("acme-ana");
+    std::fs::create_dir_all(workspace.path().join("memory/shared")).unwrap();
+    std::fs::write(
+        workspace.path().join("memory/shared/payments.md"),
+        "# Payments\n\nSupplier invoices are paid within 30 days.\n",
+    )
+    .unwrap();
+    let embedder = Arc::new(SwitchableEmbedder {
+        online: std::sync::atomic::AtomicBool::new(true),
+    });
+    let index = saint_memory::MemoryIndex::open(
+        saint_memory::IndexOptions::new(workspace.path()),
+        embedder.clone(),
+    )
+    .unwrap();
+    index.reindex_all().unwrap();
+    let tool = MemorySearchTool::new(Arc::new(index));
+    let input = serde_json::json!({"query": "supplier invoices"});
+    let online = tool.call_permitted(&context, input.clone()).await.unwrap();
+    assert!(
+        !online.content.contains("keyword-only"),
+        "{}",
+        online.content
+    );
+
+    embedder
+        .online
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let offline = tool.call_permitted(&context, input).await.unwrap();
+    let body: serde_json::Value = serde_json::from_str(&offline.content).unwrap();
+    assert_eq!(body["results"][0]["path"], "memory/shared/payments.md");
+    let note = body["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("keyword-only results: semantic search is unavailable right now"),
+        "{note}"
+    );
+    assert_eq!(offline.metering["keywordOnly"], true);
+}
