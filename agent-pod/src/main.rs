@@ -234,6 +234,12 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
             installed.left_out_channels.join(", ")
         ));
     }
+    if companions_ready {
+        notices.extend(up::unregistered_clis(
+            &files,
+            &saint_agent::config_watch::load_file(&files.config)?,
+        )?);
+    }
     let token = up::chat_token(&files.chat_token)?;
     let config = saint_agent::config_watch::load_file(&files.config)?;
     // The page's token is the HTTP channel's token, unless the user set that variable.

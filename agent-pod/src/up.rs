@@ -91,6 +91,37 @@ pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
         .collect()
 }
 
+/// One notice naming the CLIs the bot file lists that Porter's registry lacks, with
+/// the command that registers one (the registry is created empty when missing).
+pub fn unregistered_clis(
+    files: &crate::starter::BotFiles,
+    config: &saint_config::BotConfig,
+) -> anyhow::Result<Vec<String>> {
+    let (registered, _) = saint_sandbox::local_porter::ensure_registry(&files.porter_registry)?;
+    let missing: Vec<&str> = config
+        .porter
+        .clis
+        .iter()
+        .map(String::as_str)
+        .filter(|cli| !registered.iter().any(|name| name == cli))
+        .collect();
+    if missing.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cliport = std::env::current_exe()
+        .ok()
+        .and_then(|executable| Some(executable.parent()?.join("cliport")))
+        .filter(|path| path.is_file())
+        .map_or_else(|| "cliport".to_string(), |path| path.display().to_string());
+    Ok(vec![format!(
+        "CLIs {} are listed by the bot but not registered with Porter, so the bot cannot run \
+         them yet; register one with its credential: {cliport} --registry {} install gh --bin \
+         /usr/bin/gh --env GH_TOKEN=<a GitHub token>",
+        missing.join(", "),
+        files.porter_registry.display()
+    )])
+}
+
 /// Files of the local embedding model.
 const MODEL_FILES: [&str; 3] = ["model.safetensors", "config.json", "tokenizer.json"];
 

@@ -544,6 +544,13 @@ async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_i
             ("SAINT_MODEL_NAME", "m".to_string()),
         ],
     );
+    // What the person at the terminal reads: which CLIs and the command to register one.
+    let printed = up.printed.join("\n");
+    assert!(
+        printed.contains("CLIs gh, gog are listed by the bot but not registered")
+            && printed.contains("install gh --bin /usr/bin/gh --env GH_TOKEN="),
+        "{printed}"
+    );
     let log = std::fs::read_to_string(&up.log).unwrap();
     let line_with = |needles: &[&str]| {
         log.lines()
