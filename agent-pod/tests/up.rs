@@ -412,6 +412,10 @@ async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() 
     ));
     model.push(Reply::text("Hello Ana. I wrote that down."));
     model.push(Reply::text("Hello, stranger."));
+    // A reply carrying markup (a prompt-injected model, say) is shown as text.
+    let markup =
+        "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+    model.push(Reply::text(markup));
     let directory = tempfile::tempdir().unwrap();
     let up = start_up(
         directory.path(),
@@ -494,6 +498,14 @@ async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() 
     );
     let seen = visible_messages(&page).await.join("\n");
     assert!(!seen.contains("Ana"), "{seen}");
+    assert_eq!(send_as(&page, 3, "Show me something").await, markup);
+    assert!(
+        page.find_all(Locator::Css("#log img, #log script"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(page.title().await.unwrap(), "acme-assistant — Saint");
 
     // Back to Ana: her conversation is still there.
     page.find(Locator::Css("#person"))
@@ -512,7 +524,7 @@ async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() 
     // What the model was given: the owner's turn carried the persona and the owner's
     // tools; the stranger's carried only the external role's.
     let requests = model.requests();
-    assert_eq!(requests.len(), 3);
+    assert_eq!(requests.len(), 4);
     let soul = std::fs::read_to_string(
         directory
             .path()
