@@ -164,12 +164,7 @@ fn authorised(options: &ServiceOptions, headers: &HeaderMap) -> bool {
         .and_then(|value| value.strip_prefix("Bearer "))
         .unwrap_or_default();
     // Same time whatever the first differing byte.
-    presented.len() == expected.len()
-        && presented
-            .bytes()
-            .zip(expected.bytes())
-            .fold(0u8, |difference, (a, b)| difference | (a ^ b))
-            == 0
+    subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), expected.as_bytes()).into()
 }
 
 async fn embeddings(
