@@ -99,6 +99,7 @@ impl Starter {
                 config.memory.enabled = true;
                 config.memory.embeddings = EmbeddingsConfig::Local {
                     model_dir: directory.display().to_string(),
+                    weights: saint_config::ModelWeights::F32,
                 };
             }
             None => config.memory.enabled = false,

@@ -176,7 +176,8 @@ pub fn fit_memory(config: &mut saint_config::BotConfig, model: Option<&Path>) {
     if !config.memory.enabled {
         return;
     }
-    if let saint_config::EmbeddingsConfig::Local { model_dir } = &config.memory.embeddings {
+    if let saint_config::EmbeddingsConfig::Local { model_dir, weights } = &config.memory.embeddings
+    {
         let present = MODEL_FILES
             .iter()
             .all(|file| Path::new(model_dir).join(file).is_file());
@@ -187,6 +188,7 @@ pub fn fit_memory(config: &mut saint_config::BotConfig, model: Option<&Path>) {
             Some(directory) => {
                 config.memory.embeddings = saint_config::EmbeddingsConfig::Local {
                     model_dir: directory.display().to_string(),
+                    weights: *weights,
                 }
             }
             None => config.memory.enabled = false,

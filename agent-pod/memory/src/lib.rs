@@ -34,7 +34,9 @@ mod watcher;
 
 pub use chunking::{Chunk, ChunkingOptions, chunk_markdown};
 pub use database::DatabaseError;
-pub use embeddings::{Embedder, EmbeddingError, LocalMiniLm, OpenAiEmbedder, embedder_from_config};
+pub use embeddings::{
+    Embedder, EmbeddingError, LocalMiniLm, OpenAiEmbedder, QuantizedMiniLm, embedder_from_config,
+};
 pub use index::{
     DEFAULT_DATABASE_PATH, IndexError, IndexOptions, IndexStats, MemoryIndex, ReindexReport,
 };

@@ -15,6 +15,7 @@ fn start_indexes_the_workspace_in_the_background() {
     let config = MemoryConfig {
         enabled: true,
         embeddings: EmbeddingsConfig::Local {
+            weights: saint_config::ModelWeights::F32,
             model_dir: default_model_dir().display().to_string(),
         },
     };
@@ -45,6 +46,7 @@ fn start_without_the_model_fails_with_a_clear_error() {
     let config = MemoryConfig {
         enabled: true,
         embeddings: EmbeddingsConfig::Local {
+            weights: saint_config::ModelWeights::F32,
             model_dir: missing.display().to_string(),
         },
     };

@@ -15,11 +15,11 @@ use super::{Embedder, EmbeddingError, normalise};
 /// shipped `tokenizer.json` pads and truncates everything to 128 instead; padding is
 /// replaced by per-batch padding (masked out when pooling) and truncation raised to
 /// this window so chunks of ~250 tokens are embedded whole.
-const MAX_TOKENS: usize = 256;
+pub(super) const MAX_TOKENS: usize = 256;
 
 /// Texts per forward pass: big enough to keep both cores busy, small enough that one
 /// long text does not pad many short ones (texts are sorted by length first).
-const BATCH_SIZE: usize = 32;
+pub(super) const BATCH_SIZE: usize = 32;
 
 /// all-MiniLM-L6-v2 loaded from `model.safetensors`, `config.json`, `tokenizer.json`.
 pub struct LocalMiniLm {
@@ -36,6 +36,13 @@ impl std::fmt::Debug for LocalMiniLm {
             .field("dimensions", &self.dimensions)
             .finish_non_exhaustive()
     }
+}
+
+/// The three files of the model and the errors that name them.
+pub(super) struct ModelFiles {
+    weights: PathBuf,
+    config: PathBuf,
+    tokenizer: PathBuf,
 }
 
 fn required_file(directory: &Path, name: &str) -> Result<PathBuf, EmbeddingError> {
@@ -56,25 +63,39 @@ fn invalid(path: &Path, reason: impl std::fmt::Display) -> EmbeddingError {
     }
 }
 
-impl LocalMiniLm {
-    /// Loads the model from `directory`; every missing file is a clear error.
-    pub fn load(directory: &Path) -> Result<Self, EmbeddingError> {
-        let weights_path = required_file(directory, "model.safetensors")?;
-        let config_path = required_file(directory, "config.json")?;
-        let tokenizer_path = required_file(directory, "tokenizer.json")?;
+impl ModelFiles {
+    /// The files in `directory`; every missing one is a clear error.
+    pub(super) fn find(directory: &Path) -> Result<Self, EmbeddingError> {
+        Ok(Self {
+            weights: required_file(directory, "model.safetensors")?,
+            config: required_file(directory, "config.json")?,
+            tokenizer: required_file(directory, "tokenizer.json")?,
+        })
+    }
 
-        let config_text =
-            std::fs::read_to_string(&config_path).map_err(|error| invalid(&config_path, error))?;
-        let config: Config =
-            serde_json::from_str(&config_text).map_err(|error| invalid(&config_path, error))?;
-        let dimensions = serde_json::from_str::<serde_json::Value>(&config_text)
-            .ok()
-            .and_then(|value| value.get("hidden_size").and_then(serde_json::Value::as_u64))
-            .ok_or_else(|| invalid(&config_path, "no hidden_size"))?
-            as usize;
+    pub(super) fn config_text(&self) -> Result<String, EmbeddingError> {
+        std::fs::read_to_string(&self.config).map_err(|error| invalid(&self.config, error))
+    }
 
-        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
-            .map_err(|error| invalid(&tokenizer_path, error))?;
+    pub(super) fn invalid_config(&self, reason: impl std::fmt::Display) -> EmbeddingError {
+        invalid(&self.config, reason)
+    }
+
+    pub(super) fn invalid_weights(&self, reason: impl std::fmt::Display) -> EmbeddingError {
+        invalid(&self.weights, reason)
+    }
+
+    /// The weights file's bytes. Read into memory rather than mmap: the mmap loader is
+    /// `unsafe` (the file could change underneath), and 90 MB is read once at startup.
+    pub(super) fn weights(&self) -> Result<Vec<u8>, EmbeddingError> {
+        std::fs::read(&self.weights).map_err(|error| invalid(&self.weights, error))
+    }
+
+    /// The tokenizer, padding each batch to its longest text and truncating at
+    /// [`MAX_TOKENS`].
+    pub(super) fn tokenizer(&self) -> Result<Tokenizer, EmbeddingError> {
+        let mut tokenizer = Tokenizer::from_file(&self.tokenizer)
+            .map_err(|error| invalid(&self.tokenizer, error))?;
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
             ..PaddingParams::default()
@@ -84,17 +105,102 @@ impl LocalMiniLm {
                 max_length: MAX_TOKENS,
                 ..TruncationParams::default()
             }))
-            .map_err(|error| invalid(&tokenizer_path, error))?;
+            .map_err(|error| invalid(&self.tokenizer, error))?;
+        Ok(tokenizer)
+    }
+}
 
+/// Token ids, token type ids and attention mask of a batch, each `(batch, length)`.
+pub(super) fn tokenise(
+    tokenizer: &Tokenizer,
+    texts: &[&str],
+    device: &Device,
+) -> Result<(Tensor, Tensor, Tensor), EmbeddingError> {
+    let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
+    let encodings = tokenizer
+        .encode_batch(texts.to_vec(), true)
+        .map_err(|error| EmbeddingError::Inference(format!("tokenizer: {error}")))?;
+    let batch = encodings.len();
+    let length = encodings
+        .first()
+        .map(|encoding| encoding.get_ids().len())
+        .unwrap_or(0);
+    let mut ids = Vec::with_capacity(batch * length);
+    let mut type_ids = Vec::with_capacity(batch * length);
+    let mut mask = Vec::with_capacity(batch * length);
+    for encoding in &encodings {
+        ids.extend_from_slice(encoding.get_ids());
+        type_ids.extend_from_slice(encoding.get_type_ids());
+        mask.extend_from_slice(encoding.get_attention_mask());
+    }
+    Ok((
+        Tensor::from_vec(ids, (batch, length), device).map_err(inference)?,
+        Tensor::from_vec(type_ids, (batch, length), device).map_err(inference)?,
+        Tensor::from_vec(mask, (batch, length), device).map_err(inference)?,
+    ))
+}
+
+/// Mean over real tokens only (padding positions get weight zero; without the mask
+/// every text would be averaged with the same padding states), then L2-normalised.
+pub(super) fn mean_pool_normalised(
+    hidden: &Tensor,
+    mask: &Tensor,
+) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+    let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
+    let weights = mask
+        .to_dtype(DType::F32)
+        .and_then(|mask| mask.unsqueeze(2))
+        .map_err(inference)?;
+    let summed = hidden
+        .broadcast_mul(&weights)
+        .and_then(|masked| masked.sum(1))
+        .map_err(inference)?;
+    let counts = weights.sum(1).map_err(inference)?;
+    let pooled = summed.broadcast_div(&counts).map_err(inference)?;
+    let mut vectors: Vec<Vec<f32>> = pooled.to_vec2().map_err(inference)?;
+    for vector in &mut vectors {
+        normalise(vector);
+    }
+    Ok(vectors)
+}
+
+/// Embeds `texts` in batches of [`BATCH_SIZE`] sorted by length (so each batch pads to
+/// similar lengths), returning vectors in the callers' order.
+pub(super) fn embed_in_batches(
+    texts: &[&str],
+    embed_batch: impl Fn(&[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError>,
+) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|index| texts[*index].len());
+    let mut result = vec![Vec::new(); texts.len()];
+    for batch in order.chunks(BATCH_SIZE) {
+        let batch_texts: Vec<&str> = batch.iter().map(|index| texts[*index]).collect();
+        for (index, vector) in batch.iter().zip(embed_batch(&batch_texts)?) {
+            result[*index] = vector;
+        }
+    }
+    Ok(result)
+}
+
+impl LocalMiniLm {
+    /// Loads the model from `directory`; every missing file is a clear error.
+    pub fn load(directory: &Path) -> Result<Self, EmbeddingError> {
+        let files = ModelFiles::find(directory)?;
+        let config_text = files.config_text()?;
+        let config: Config =
+            serde_json::from_str(&config_text).map_err(|error| files.invalid_config(error))?;
+        let dimensions = serde_json::from_str::<serde_json::Value>(&config_text)
+            .ok()
+            .and_then(|value| value.get("hidden_size").and_then(serde_json::Value::as_u64))
+            .ok_or_else(|| files.invalid_config("no hidden_size"))?
+            as usize;
+        let tokenizer = files.tokenizer()?;
         let device = Device::Cpu;
-        // Read into memory rather than mmap: the mmap loader is `unsafe` (the file
-        // could change underneath), and 90 MB is read once at startup.
-        let weights =
-            std::fs::read(&weights_path).map_err(|error| invalid(&weights_path, error))?;
-        let variables = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
-            .map_err(|error| invalid(&weights_path, error))?;
+        let variables =
+            VarBuilder::from_buffered_safetensors(files.weights()?, DType::F32, &device)
+                .map_err(|error| files.invalid_weights(error))?;
         let model =
-            BertModel::load(variables, &config).map_err(|error| invalid(&weights_path, error))?;
+            BertModel::load(variables, &config).map_err(|error| files.invalid_weights(error))?;
         Ok(Self {
             model,
             tokenizer,
@@ -105,49 +211,12 @@ impl LocalMiniLm {
 
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
         let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|error| EmbeddingError::Inference(format!("tokenizer: {error}")))?;
-        let batch = encodings.len();
-        let length = encodings
-            .first()
-            .map(|encoding| encoding.get_ids().len())
-            .unwrap_or(0);
-        let mut ids = Vec::with_capacity(batch * length);
-        let mut type_ids = Vec::with_capacity(batch * length);
-        let mut mask = Vec::with_capacity(batch * length);
-        for encoding in &encodings {
-            ids.extend_from_slice(encoding.get_ids());
-            type_ids.extend_from_slice(encoding.get_type_ids());
-            mask.extend_from_slice(encoding.get_attention_mask());
-        }
-        let ids = Tensor::from_vec(ids, (batch, length), &self.device).map_err(inference)?;
-        let type_ids =
-            Tensor::from_vec(type_ids, (batch, length), &self.device).map_err(inference)?;
-        let mask = Tensor::from_vec(mask, (batch, length), &self.device).map_err(inference)?;
-
+        let (ids, type_ids, mask) = tokenise(&self.tokenizer, texts, &self.device)?;
         let hidden = self
             .model
             .forward(&ids, &type_ids, Some(&mask))
             .map_err(inference)?;
-        // Mean over real tokens only: padding positions get weight zero. Without the
-        // mask every text would be averaged with the same padding states.
-        let weights = mask
-            .to_dtype(DType::F32)
-            .and_then(|mask| mask.unsqueeze(2))
-            .map_err(inference)?;
-        let summed = hidden
-            .broadcast_mul(&weights)
-            .and_then(|masked| masked.sum(1))
-            .map_err(inference)?;
-        let counts = weights.sum(1).map_err(inference)?;
-        let pooled = summed.broadcast_div(&counts).map_err(inference)?;
-        let mut vectors: Vec<Vec<f32>> = pooled.to_vec2().map_err(inference)?;
-        for vector in &mut vectors {
-            normalise(vector);
-        }
-        Ok(vectors)
+        mean_pool_normalised(&hidden, &mask)
     }
 }
 
@@ -161,16 +230,6 @@ impl Embedder for LocalMiniLm {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
-        // Sort by length so each batch pads to similar lengths, then restore order.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|index| texts[*index].len());
-        let mut result = vec![Vec::new(); texts.len()];
-        for batch in order.chunks(BATCH_SIZE) {
-            let batch_texts: Vec<&str> = batch.iter().map(|index| texts[*index]).collect();
-            for (index, vector) in batch.iter().zip(self.embed_batch(&batch_texts)?) {
-                result[*index] = vector;
-            }
-        }
-        Ok(result)
+        embed_in_batches(texts, |batch| self.embed_batch(batch))
     }
 }

@@ -7,12 +7,14 @@
 
 mod local_minilm;
 mod openai;
+mod quantized_minilm;
 
 use std::{path::Path, sync::Arc};
 
 pub use local_minilm::LocalMiniLm;
 pub use openai::OpenAiEmbedder;
-use saint_config::EmbeddingsConfig;
+pub use quantized_minilm::QuantizedMiniLm;
+use saint_config::{EmbeddingsConfig, ModelWeights};
 
 /// Why texts could not be embedded, or an embedder not be built.
 #[derive(Debug, thiserror::Error)]
@@ -68,9 +70,10 @@ pub fn embedder_from_config(
     config: &EmbeddingsConfig,
 ) -> Result<Arc<dyn Embedder>, EmbeddingError> {
     match config {
-        EmbeddingsConfig::Local { model_dir } => {
-            Ok(Arc::new(LocalMiniLm::load(Path::new(model_dir))?))
-        }
+        EmbeddingsConfig::Local { model_dir, weights } => match weights {
+            ModelWeights::F32 => Ok(Arc::new(LocalMiniLm::load(Path::new(model_dir))?)),
+            ModelWeights::Q8 => Ok(Arc::new(QuantizedMiniLm::load(Path::new(model_dir))?)),
+        },
         EmbeddingsConfig::Openai {
             base_url,
             model,
@@ -138,12 +141,15 @@ mod tests {
     #[test]
     fn missing_local_model_is_a_startup_error_naming_the_fetch_script() {
         let directory = tempfile::tempdir().expect("tempdir");
-        let config = EmbeddingsConfig::Local {
-            model_dir: directory.path().display().to_string(),
-        };
-        let error = embedder_from_config(&config).err().expect("must fail");
-        let message = error.to_string();
-        assert!(message.contains("fetch-model.sh"), "{message}");
-        assert!(message.contains("is missing"), "{message}");
+        for weights in [ModelWeights::F32, ModelWeights::Q8] {
+            let config = EmbeddingsConfig::Local {
+                model_dir: directory.path().display().to_string(),
+                weights,
+            };
+            let error = embedder_from_config(&config).err().expect("must fail");
+            let message = error.to_string();
+            assert!(message.contains("fetch-model.sh"), "{message}");
+            assert!(message.contains("is missing"), "{message}");
+        }
     }
 }
