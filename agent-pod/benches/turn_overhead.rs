@@ -115,11 +115,11 @@ async fn measure_turns(bot: &InProcess, with_tool: bool) -> TurnSamples {
         }
         bot.llm.push(Reply::text("Sure, here you go."));
         // 50 people, so transcripts grow to ~20 messages each as in a lively bot.
-        let inbound = Inbound {
-            channel: ChannelKind::Whatsapp,
-            peer: format!("+38591{:07}", index % 50),
-            text: format!("question number {index}"),
-        };
+        let inbound = Inbound::direct(
+            ChannelKind::Whatsapp,
+            format!("+38591{:07}", index % 50),
+            format!("question number {index}"),
+        );
         let started = Instant::now();
         let reply = bot
             .runtime

@@ -62,11 +62,24 @@ pub fn caller_for(
     kind: ChannelKind,
     peer: &str,
 ) -> Result<Caller, IdentityError> {
+    caller_for_sender(config, kind, peer, true)
+}
+
+/// Like [`caller_for`], for a sender the channel may not have authenticated: an
+/// unverified sender is a stranger (default role, own session) even when the identity
+/// names a contact, so a forged `From:` never gets the contact's role.
+pub fn caller_for_sender(
+    config: &BotConfig,
+    kind: ChannelKind,
+    peer: &str,
+    verified: bool,
+) -> Result<Caller, IdentityError> {
     if peer.trim().is_empty() {
         return Err(IdentityError::EmptyPeer);
     }
     let identity = ChannelIdentity::parse(kind, peer).map_err(IdentityError::InvalidPeer)?;
     let contact = linked_slug(config, &identity)
+        .filter(|_| verified)
         .and_then(|slug| config.contacts.iter().find(|contact| &contact.slug == slug));
     let (slug, display_name, role_name) = match contact {
         Some(contact) => (
@@ -149,6 +162,15 @@ mod tests {
                 .slug,
             "ivan"
         );
+    }
+
+    #[test]
+    fn an_unverified_sender_naming_the_owner_is_a_stranger() {
+        let config = config();
+        let forged = caller_for_sender(&config, ChannelKind::Email, "ana@acme.example", false).unwrap();
+        assert_eq!(forged.role_name, "external");
+        assert!(!forged.known);
+        assert_ne!(forged.session_key, caller_for(&config, ChannelKind::Email, "ana@acme.example").unwrap().session_key);
     }
 
     #[test]

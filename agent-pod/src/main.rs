@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::{
         http::{AppState, app, drain_turns, metrics_app},
+        hub::{ChannelHub, start_workers},
+        outbox::DurableOutbox,
         startup::channel_problems,
     },
     config_watch::{self, ConfigStore},
@@ -30,6 +32,7 @@ use saint_tools::{
     exec::{ExecLimits, ExecTool},
     memory_get::MemoryGetTool,
     memory_search::MemorySearchTool,
+    message::MessageTool,
     registry::ToolSet,
 };
 use tokio_util::sync::CancellationToken;
@@ -369,7 +372,18 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         .build()
         .context("failed to start tokio")?;
     tokio.block_on(async move {
-        let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone());
+        // Channels other than HTTP: their transports, inbox and outbox. The `message` tool
+        // sends through them.
+        let lookup = env.clone();
+        let channels = Arc::new(ChannelHub::from_config(
+            &config.last_good(),
+            &move |name: &str| lookup(name),
+            store.clone(),
+            metering.clone(),
+            &workspace,
+        ));
+        let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone())
+            .replace(Arc::new(MessageTool::new(Arc::new(DurableOutbox::new(channels.clone())))));
         if let Some(memory) = &memory {
             tools = tools
                 .replace(Arc::new(MemorySearchTool::new(memory.index.clone())))
@@ -439,7 +453,7 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             options,
         )
         .with_sandbox_available(sandbox_available);
-        let served = serve(arguments, config, Arc::new(runtime), env, extras).await;
+        let served = serve(arguments, config, Arc::new(runtime), env, extras, channels).await;
         // Shutdown order: running turns have drained (serve), then the sandboxes stop,
         // then Porter, which their commands may have been calling.
         if let Some(sandboxes) = sandboxes {
@@ -459,8 +473,9 @@ async fn serve(
     runtime: Arc<Runtime>,
     env: saint_agent::runtime::EnvLookup,
     extras: RunExtras,
+    channels: Arc<ChannelHub>,
 ) -> anyhow::Result<()> {
-    let mut state = AppState::new(runtime, env);
+    let mut state = AppState::new(runtime.clone(), env).with_channels(channels.clone());
     if extras.chat_token.is_some() || arguments.chat_page {
         state = state.with_chat_page(extras.notices.clone());
     }
@@ -519,12 +534,29 @@ async fn serve(
         tokio::time::sleep(drain_deadline).await;
         abort_turns.cancel();
     });
-    axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(state.draining.clone().cancelled_owned())
-        .await
-        .context("http server failed")?;
+    // The dispatcher stops taking inbox rows when draining starts; senders run until the
+    // turns have drained, so their replies still go out. Anything left waits in the
+    // queue for the next start.
+    let channel_workers = start_workers(
+        &channels,
+        runtime,
+        state.turns.clone(),
+        state.abort_turns.clone(),
+        state.draining.clone(),
+        stop_server.clone(),
+    );
+    axum::serve(
+        listener,
+        app(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(state.draining.clone().cancelled_owned())
+    .await
+    .context("http server failed")?;
     let finished = drain_turns(&state, Duration::from_secs(2)).await;
     stop_server.cancel();
+    for worker in channel_workers {
+        let _ = worker.await;
+    }
     let _ = metrics_server.await;
     let _ = watcher.await;
     tracing::info!(finished, "stopped");

@@ -14,7 +14,7 @@ use std::{
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 use saint_config::{Budget, BudgetPeriod, ModelConfig};
@@ -233,6 +233,27 @@ pub struct Metrics {
     cost: Family<CostLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     budget_refusals: Family<RoleLabels, Counter>,
     model_seconds: Family<ModelLabels, Histogram, fn() -> Histogram>,
+    channel_up: Family<ChannelLabels, Gauge>,
+    channel_messages: Family<ChannelMessageLabels, Counter>,
+    delivery_failures: Family<DeliveryFailureLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabels {
+    channel: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelMessageLabels {
+    channel: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryFailureLabels {
+    channel: String,
+    reason: String,
 }
 
 impl Default for Metrics {
@@ -282,8 +303,29 @@ impl Default for Metrics {
             "Model call wall time",
             model_seconds.clone(),
         );
+        let channel_up = Family::<ChannelLabels, Gauge>::default();
+        registry.register(
+            "channel_up",
+            "1 while a channel serves; 0 while the platform refuses its credentials",
+            channel_up.clone(),
+        );
+        let channel_messages = Family::<ChannelMessageLabels, Counter>::default();
+        registry.register(
+            "channel_messages",
+            "Channel messages by channel and direction (in: stored in the inbox; out: sent)",
+            channel_messages.clone(),
+        );
+        let delivery_failures = Family::<DeliveryFailureLabels, Counter>::default();
+        registry.register(
+            "channel_delivery_failures",
+            "Failed send attempts by channel and reason (retry, rejected, credentials, window)",
+            delivery_failures.clone(),
+        );
         Self {
             registry,
+            channel_up,
+            channel_messages,
+            delivery_failures,
             tool_calls,
             tool_seconds,
             turns,
@@ -296,6 +338,36 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Sets `saint_channel_up` for a channel.
+    pub fn channel_up(&self, channel: &str, kind: &str, up: bool) {
+        self.channel_up
+            .get_or_create(&ChannelLabels {
+                channel: channel.to_string(),
+                kind: kind.to_string(),
+            })
+            .set(i64::from(up));
+    }
+
+    /// Counts a message in (`in`) or out (`out`) of a channel.
+    pub fn channel_message(&self, channel: &str, direction: &str) {
+        self.channel_messages
+            .get_or_create(&ChannelMessageLabels {
+                channel: channel.to_string(),
+                direction: direction.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a failed send attempt.
+    pub fn delivery_failure(&self, channel: &str, reason: &str) {
+        self.delivery_failures
+            .get_or_create(&DeliveryFailureLabels {
+                channel: channel.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
     /// Counts a tool call.
     pub fn tool_call(&self, tool: &str, outcome: &str, duration: Duration) {
         self.tool_calls

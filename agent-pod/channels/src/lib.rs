@@ -2,5 +2,24 @@
 //!
 //! A channel is one transport (inbound: webhook, long poll or connection;
 //! outbound: send) plus the platform rules that go with it. Inbound messages
-//! are normalised to the typed channel identity and made durable before the
-//! platform is acknowledged; replies leave through a durable outbox.
+//! are normalised to the typed channel identity and made durable in the
+//! [`queue`] before the platform is acknowledged; replies leave through the
+//! same database's outbox, written in the transaction that stores the answer.
+//!
+//! This crate holds what is pure or platform-specific: the wire types, the
+//! queue's SQL, splitting and formatting, and each platform's protocol. The
+//! agent wires them to its HTTP server, its turn loop and its metrics.
+
+pub mod format;
+pub mod message;
+pub mod queue;
+pub mod settings;
+pub mod transport;
+pub mod whatsapp;
+
+#[cfg(feature = "scripted")]
+pub mod scripted;
+
+pub use message::{AttachmentRef, InboundMessage, OutboundBody};
+pub use settings::SettingsError;
+pub use transport::{SendError, Transport};

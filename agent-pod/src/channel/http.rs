@@ -45,6 +45,10 @@ pub struct AppState {
     pub notices: Arc<Vec<String>>,
     /// Whether `/chat` serves the chat page.
     pub chat_page: bool,
+    /// The channels served besides HTTP (webhooks land here).
+    pub channels: Option<Arc<super::hub::ChannelHub>>,
+    /// Rate limits on webhook requests.
+    pub webhook_limits: Arc<super::webhook::WebhookLimits>,
 }
 
 impl AppState {
@@ -58,7 +62,15 @@ impl AppState {
             abort_turns: CancellationToken::new(),
             notices: Arc::new(Vec::new()),
             chat_page: false,
+            channels: None,
+            webhook_limits: Arc::default(),
         }
+    }
+
+    /// Serves the webhooks of `hub`'s channels.
+    pub fn with_channels(mut self, hub: Arc<super::hub::ChannelHub>) -> Self {
+        self.channels = Some(hub);
+        self
     }
 
     /// Serves the chat page, showing `notices` on it.
@@ -73,6 +85,10 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/v1/messages", post(post_message))
+        .route(
+            "/channels/{name}/webhook",
+            get(super::webhook::verify).post(super::webhook::receive),
+        )
         .merge(super::chat_page::api_routes())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -228,11 +244,7 @@ async fn post_message(
             .get(header::ACCEPT)
             .and_then(|value| value.to_str().ok())
             .is_some_and(|accept| accept.contains("text/event-stream"));
-    let inbound = Inbound {
-        channel,
-        peer: request.peer,
-        text: request.text,
-    };
+    let inbound = Inbound::direct(channel, request.peer, request.text);
     let (sender, receiver) = mpsc::unbounded_channel();
     let runtime = state.runtime.clone();
     let abort = state.abort_turns.clone();
@@ -332,6 +344,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
             .problems()
     {
         body.push_str(&format!("warning: {problem}\n"));
+    }
+    if let Some(hub) = &state.channels {
+        for line in hub.health_lines() {
+            body.push_str(&format!("warning: {line}\n"));
+        }
     }
     body.into_response()
 }

@@ -4,10 +4,11 @@
 
 use std::fmt;
 
+use saint_channels::{SettingsError, whatsapp::WhatsappSettings};
 use saint_config::{BotConfig, ChannelKind};
 
 /// The channel kinds this build serves.
-pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http];
+pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http, ChannelKind::Whatsapp];
 
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +21,8 @@ pub enum ChannelProblem {
     TokenNotNamed { name: String },
     /// The HTTP channel's token variable is unset or empty.
     TokenUnset { name: String, variable: String },
+    /// A channel's settings or secrets are incomplete or wrong: it is not started.
+    Settings(SettingsError),
 }
 
 impl fmt::Display for ChannelProblem {
@@ -30,7 +33,7 @@ impl fmt::Display for ChannelProblem {
                 write!(
                     formatter,
                     "channel {name:?} ({kind}) is declared but this build does not serve \
-                     {kind}: its messages are not received (served: http)"
+                     {kind}: its messages are not received (served: http, whatsapp)"
                 )
             }
             ChannelProblem::NoHttpChannel => write!(
@@ -46,6 +49,10 @@ impl fmt::Display for ChannelProblem {
                 formatter,
                 "http channel {name:?}: its token variable {variable} is unset or empty: \
                  every message is refused with 401 until it is set and the agent restarted"
+            ),
+            ChannelProblem::Settings(error) => write!(
+                formatter,
+                "{error}: the channel is not started, its messages are not received"
             ),
         }
     }
@@ -64,6 +71,12 @@ pub fn channel_problems(
                 name: channel.name.clone(),
                 kind: channel.kind,
             });
+            continue;
+        }
+        if channel.kind == ChannelKind::Whatsapp {
+            if let Err(error) = WhatsappSettings::read(channel, &lookup) {
+                problems.push(ChannelProblem::Settings(error));
+            }
             continue;
         }
         http_declared = true;
@@ -107,25 +120,25 @@ mod tests {
     fn every_declared_channel_that_cannot_work_is_named_once() {
         let config = config(json!([
             {"name": "api", "kind": "http", "secretEnv": {"token": "API_TOKEN"}},
-            {"name": "wa", "kind": "whatsapp", "secretEnv": {"accessToken": "WA"}},
+            {"name": "wa", "kind": "whatsapp", "settings": {"phoneNumberId": "1"},
+             "secretEnv": {"accessToken": "WA", "appSecret": "WA_SECRET"}},
+            {"name": "wa2", "kind": "whatsapp", "settings": {"phoneNumber": "1"}},
             {"name": "mail", "kind": "email"},
         ]));
-        let set = HashMap::from([("API_TOKEN", "t0k3n")]);
+        let set = HashMap::from([("API_TOKEN", "t0k3n"), ("WA", "token")]);
         let problems = channel_problems(&config, |name| set.get(name).map(|v| v.to_string()));
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].starts_with("channel \"wa\": secrets.appSecret: variable WA_SECRET is unset or empty"), "{}", lines[0]);
+        assert!(lines[1].starts_with("channel \"wa2\": settings.phoneNumber is not a setting of whatsapp channels (known: phoneNumberId, apiBaseUrl)"), "{}", lines[1]);
         assert_eq!(
-            problems,
-            vec![
-                ChannelProblem::NotServed {
-                    name: "wa".into(),
-                    kind: ChannelKind::Whatsapp
-                },
-                ChannelProblem::NotServed {
-                    name: "mail".into(),
-                    kind: ChannelKind::Email
-                },
-            ]
+            problems[2],
+            ChannelProblem::NotServed {
+                name: "mail".into(),
+                kind: ChannelKind::Email
+            }
         );
-        assert!(problems[0].to_string().contains("does not serve whatsapp"));
+        assert!(lines[2].contains("does not serve email"));
     }
 
     #[test]

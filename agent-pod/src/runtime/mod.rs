@@ -76,6 +76,40 @@ pub struct Inbound {
     pub peer: String,
     /// Message text.
     pub text: String,
+    /// Whether the channel authenticated the sender; an unauthenticated one is served by
+    /// the default role whatever contact the identity names.
+    pub sender_verified: bool,
+    /// Set when the message came through a channel's inbox: its reply is queued in the
+    /// outbox in the same transaction as the answer.
+    pub delivery: Option<Delivery>,
+}
+
+impl Inbound {
+    /// A message from `peer` on `channel` whose channel authenticated the sender,
+    /// answered to the caller directly (no outbox).
+    pub fn direct(channel: ChannelKind, peer: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            channel,
+            peer: peer.into(),
+            text: text.into(),
+            sender_verified: true,
+            delivery: None,
+        }
+    }
+}
+
+/// Where a channel message's reply goes and how far its turn got before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Inbox row id.
+    pub inbox_id: i64,
+    /// Channel name the reply leaves through.
+    pub channel: String,
+    /// The platform id of the message answered.
+    pub reply_to: Option<String>,
+    /// The person's message is already in the transcript as this id (a turn resumed
+    /// after a restart): it is not stored again.
+    pub accepted_message_id: Option<i64>,
 }
 
 /// Progress of a turn, for streaming channels.

@@ -15,8 +15,10 @@ use saint_llm::{
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 
+use saint_channels::{OutboundBody, queue};
+
 use super::{
-    Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction,
+    Delivery, Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction,
     session_cache::SessionCache,
 };
 use saint_tools::{
@@ -62,9 +64,37 @@ fn tool_specs(tools: &[PermittedTool]) -> Vec<ToolSpec> {
         .collect()
 }
 
+/// What the channel queue records with a stored message.
+enum QueueStep {
+    None,
+    /// The person's message of this inbox row.
+    Accept(i64),
+    /// The answer: queue it as the reply and mark the inbox row answered.
+    Reply {
+        delivery: Delivery,
+        body: OutboundBody,
+    },
+}
+
+impl QueueStep {
+    fn reply(delivery: Option<&Delivery>, text: &str) -> Self {
+        match delivery {
+            Some(delivery) => QueueStep::Reply {
+                delivery: delivery.clone(),
+                body: OutboundBody {
+                    text: text.to_string(),
+                    reply_to: delivery.reply_to.clone(),
+                },
+            },
+            None => QueueStep::None,
+        }
+    }
+}
+
 struct TurnState<'a> {
     caller: &'a Caller,
     config: &'a Arc<BotConfig>,
+    delivery: Option<&'a Delivery>,
     events: Option<&'a UnboundedSender<TurnEvent>>,
     usage: Usage,
     model_calls: u32,
@@ -92,17 +122,42 @@ impl Runtime {
     ) -> Result<TurnReply, TurnError> {
         // Every message sees the newest valid config (a new Contact applies right away).
         let config = self.config.current();
-        let caller = identity::caller_for(&config, inbound.channel, &inbound.peer)?;
+        let caller = identity::caller_for_sender(
+            &config,
+            inbound.channel,
+            &inbound.peer,
+            inbound.sender_verified,
+        )?;
         let lock = self.session_lock(&caller.session_key);
         let mut session = lock.lock().await;
 
-        // Acknowledge only once the message is durable.
-        let message_id = self
-            .persist(&caller, Message::user_text(inbound.text))
-            .await?;
+        // Acknowledge only once the message is durable. A channel message's inbox row
+        // is marked accepted in the same transaction, so a restart resumes the turn
+        // instead of storing the message twice.
+        let delivery = inbound.delivery;
+        let message_id = match &delivery {
+            Some(Delivery {
+                accepted_message_id: Some(id),
+                ..
+            }) => *id,
+            Some(Delivery { inbox_id, .. }) => {
+                self.persist_then(
+                    &caller,
+                    Message::user_text(inbound.text),
+                    0.0,
+                    QueueStep::Accept(*inbox_id),
+                )
+                .await?
+            }
+            None => {
+                self.persist(&caller, Message::user_text(inbound.text))
+                    .await?
+            }
+        };
         let mut state = TurnState {
             caller: &caller,
             config: &config,
+            delivery: delivery.as_ref(),
             events: events.as_ref(),
             usage: Usage::default(),
             model_calls: 0,
@@ -130,9 +185,15 @@ impl Runtime {
             }
         };
         if outcome != TurnOutcome::Answered {
-            // The model did not produce this text; store it so the transcript shows it.
-            self.persist(&caller, Message::assistant_text(text.clone()))
-                .await?;
+            // The model did not produce this text; store it so the transcript shows it
+            // (and queue it as the reply, for a channel message).
+            self.persist_then(
+                &caller,
+                Message::assistant_text(text.clone()),
+                0.0,
+                QueueStep::reply(delivery.as_ref(), &text),
+            )
+            .await?;
             state.emit(TurnEvent::TextDelta(text.clone()));
         }
         self.metering
@@ -150,15 +211,16 @@ impl Runtime {
     }
 
     async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
-        self.persist_with_spend(caller, message, 0.0).await
+        self.persist_then(caller, message, 0.0, QueueStep::None).await
     }
 
-    // A model answer and its cost are committed together.
-    async fn persist_with_spend(
+    // A model answer, its cost and the channel queue's step are committed together.
+    async fn persist_then(
         &self,
         caller: &Caller,
         message: Message,
         cost: f64,
+        step: QueueStep,
     ) -> Result<i64, TurnError> {
         let (key, slug, role, identity) = (
             caller.session_key.clone(),
@@ -169,7 +231,20 @@ impl Runtime {
         let day = metering::spend_day(jiff::Timestamp::now());
         self.blocking(move |store| {
             let spend = (cost > 0.0).then_some((day.as_str(), cost));
-            store.append_with_spend(&key, &slug, &role, &identity, &message, spend)
+            store.append_then(&key, &slug, &role, &identity, &message, spend, |transaction, id| {
+                match step {
+                    QueueStep::None => Ok(()),
+                    QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
+                    QueueStep::Reply { delivery, body } => queue::queue_reply(
+                        transaction,
+                        delivery.inbox_id,
+                        &delivery.channel,
+                        &identity,
+                        &body,
+                    )
+                    .map(drop),
+                }
+            })
         })
         .await
     }
@@ -341,8 +416,15 @@ impl Runtime {
                     .call_model(state, &client, &request, cancel, true)
                     .await?;
                 let message = response.message;
+                // The final answer of a channel message is queued as its reply in the
+                // transaction that stores it.
+                let step = if message.tool_uses().next().is_none() {
+                    QueueStep::reply(state.delivery, &message.text())
+                } else {
+                    QueueStep::None
+                };
                 let id = self
-                    .persist_with_spend(caller, message.clone(), cost)
+                    .persist_then(caller, message.clone(), cost, step)
                     .await?;
                 history.push(StoredMessage {
                     id,

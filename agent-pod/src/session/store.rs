@@ -146,6 +146,9 @@ impl SessionStore {
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
+        connection
+            .execute_batch(saint_channels::queue::SCHEMA)
+            .map_err(open_error)?;
         Ok(Self {
             path,
             connection: Mutex::new(connection),
@@ -193,6 +196,23 @@ impl SessionStore {
         message: &Message,
         spend: Option<(&str, f64)>,
     ) -> Result<i64, SessionError> {
+        self.append_then(key, contact, role, identity, message, spend, |_, _| Ok(()))
+    }
+
+    /// Like [`SessionStore::append_with_spend`], also running `then` (given the new
+    /// message's id) in the same transaction: the channel queue's bookkeeping (the
+    /// inbox row accepted, the reply queued) commits exactly when the message does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_then(
+        &self,
+        key: &str,
+        contact: &str,
+        role: &str,
+        identity: &str,
+        message: &Message,
+        spend: Option<(&str, f64)>,
+        then: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> rusqlite::Result<()>,
+    ) -> Result<i64, SessionError> {
         let content = serde_json::to_string(&message.content).expect("content blocks serialise");
         let speaker = match message.role {
             ChatRole::User => "user",
@@ -219,8 +239,24 @@ impl SessionStore {
             if let Some((day, usd)) = spend {
                 add_spend(&transaction, contact, day, usd)?;
             }
+            then(&transaction, id).map_err(sql("update the channel queue"))?;
             transaction.commit().map_err(sql("commit message"))?;
             Ok(id)
+        })
+    }
+
+    /// Runs `operation` on the database (the channel queue's tables live here too), as
+    /// one transaction.
+    pub fn queue<T>(
+        &self,
+        action: &'static str,
+        operation: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, SessionError> {
+        self.with(|connection| {
+            let transaction = connection.transaction().map_err(sql(action))?;
+            let value = operation(&transaction).map_err(sql(action))?;
+            transaction.commit().map_err(sql(action))?;
+            Ok(value)
         })
     }
 

@@ -44,13 +44,14 @@ pub struct OutboundMessage {
 }
 
 /// What happened to a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum DeliveryStatus {
-    /// Handed to the channel's transport.
+    /// The platform took it.
     Sent,
-    /// Recorded in the outbox; the channel has no transport yet.
-    Recorded,
+    /// In the durable outbox; the channel's sender delivers it (retrying if the platform
+    /// asks to wait). `last_error` is the last failed attempt's reason, if any.
+    Queued { last_error: Option<String> },
 }
 
 /// Why the outbox could not take a message.
@@ -122,7 +123,7 @@ impl Outbox for FileOutbox {
             writeln!(file, "{line}").map_err(|_| OutboxError("outbox unavailable".to_string()))?;
             file.sync_data()
                 .map_err(|_| OutboxError("outbox unavailable".to_string()))?;
-            Ok(DeliveryStatus::Recorded)
+            Ok(DeliveryStatus::Queued { last_error: None })
         })
     }
 }
@@ -206,12 +207,17 @@ impl TypedTool for MessageTool {
                 .deliver(message)
                 .await
                 .map_err(|error| ToolError::Failed(error.to_string()))?;
-            let verb = match status {
-                DeliveryStatus::Sent => "sent",
-                DeliveryStatus::Recorded => "queued",
+            let status = match status {
+                DeliveryStatus::Sent => "sent".to_string(),
+                DeliveryStatus::Queued { last_error: None } => {
+                    "queued (it goes out as soon as the channel takes it)".to_string()
+                }
+                DeliveryStatus::Queued {
+                    last_error: Some(error),
+                } => format!("queued; the last attempt failed and is retried: {error}"),
             };
             let mut output =
-                ToolOutput::text(format!("message {verb} to {} via {identity}", contact.name));
+                ToolOutput::text(format!("message to {} via {identity}: {status}", contact.name));
             output
                 .metering
                 .insert("recipient".to_string(), contact.slug.to_string().into());

@@ -1,0 +1,60 @@
+//! What travels through the inbox and outbox: the channel-neutral shape of one inbound
+//! message and of one reply. Stored as JSON in the queue, so field names are part of
+//! the on-disk format.
+
+use saint_config::{ChannelIdentity, ChannelKind};
+use serde::{Deserialize, Serialize};
+
+/// One message as a channel received it, normalised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboundMessage {
+    /// Channel name (the config's `channels[].name`).
+    pub channel: String,
+    /// Channel kind.
+    pub kind: ChannelKind,
+    /// The platform's id for the message (`wamid.…`, a `Message-ID`); unique per channel.
+    pub platform_id: String,
+    /// The sender, parsed with the same rules the operator rendered the contacts with.
+    pub sender: ChannelIdentity,
+    /// Whether the platform authenticated the sender. An unauthenticated sender (an
+    /// e-mail whose `From:` no DKIM or DMARC check vouches for) is served by the default
+    /// role, whatever contact the identity names.
+    pub sender_verified: bool,
+    /// The sender's display name as the platform gave it (never used for identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Text of the message (caption for media).
+    pub text: String,
+    /// Files to fetch before the turn runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentRef>,
+    /// When the platform says it was sent (RFC 3339).
+    pub sent_at: String,
+}
+
+/// A file that came with a message, by the platform's reference.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentRef {
+    /// The platform's media id.
+    pub id: String,
+    /// `image`, `document`, `audio`, `video`, `sticker`.
+    pub kind: String,
+    /// MIME type as the platform declared it.
+    pub mime_type: String,
+    /// File name the sender gave, if any (untrusted: never used as a path as is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name: Option<String>,
+}
+
+/// One reply or message waiting in the outbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboundBody {
+    /// Markdown text as the model wrote it; the transport renders and splits it.
+    pub text: String,
+    /// The platform id of the message this answers, for threading or quoting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+}

@@ -1,0 +1,276 @@
+//! The Graph API client: `POST /<phone-number-id>/messages` for text and read receipts,
+//! `GET /<media-id>` and the media URL for attachments. Errors are classified by the
+//! platform's answer: rate limits and server errors are retried (honouring
+//! `Retry-After`), a refused token stops the channel, the rest fail the message with
+//! the platform's own reason.
+
+use std::time::Duration;
+
+use futures::{StreamExt, future::BoxFuture};
+use saint_config::{ChannelIdentity, ChannelKind};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{CUSTOMER_SERVICE_WINDOW, MAX_TEXT_CHARS, WhatsappSettings};
+use crate::{
+    format::markdown_to_whatsapp,
+    message::{AttachmentRef, InboundMessage},
+    transport::{SendError, Transport},
+};
+
+/// Error codes that mean "slow down" (application, account and pair rate limits).
+const RATE_LIMIT_CODES: &[i64] = &[4, 80007, 130429, 131048, 131056];
+/// The Cloud API's code for a free-form message outside the customer-service window.
+const REENGAGEMENT_CODE: i64 = 131047;
+
+/// Talks to the Graph API for one channel.
+pub struct GraphClient {
+    settings: WhatsappSettings,
+    http: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: GraphError,
+}
+
+#[derive(Deserialize)]
+struct GraphError {
+    message: String,
+    #[serde(default)]
+    code: i64,
+}
+
+#[derive(Deserialize)]
+struct SendResponse {
+    #[serde(default)]
+    messages: Vec<SentMessage>,
+}
+
+#[derive(Deserialize)]
+struct SentMessage {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct MediaInfo {
+    url: String,
+    file_size: Option<u64>,
+}
+
+impl GraphClient {
+    /// A client for `settings`.
+    pub fn new(settings: WhatsappSettings) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("a client with timeouts builds");
+        Self { settings, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.settings.api_base_url)
+    }
+
+    async fn post(&self, body: serde_json::Value) -> Result<bytes::Bytes, SendError> {
+        let response = self
+            .http
+            .post(self.url(&format!("{}/messages", self.settings.phone_number_id)))
+            .bearer_auth(&self.settings.access_token)
+            .json(&body)
+            .send()
+            .await
+            .map_err(network_error)?;
+        checked(response).await
+    }
+}
+
+fn network_error(error: reqwest::Error) -> SendError {
+    SendError::Retry {
+        reason: format!("graph api unreachable: {error}"),
+        after: None,
+    }
+}
+
+/// The body of a successful answer, or the error classified.
+async fn checked(response: reqwest::Response) -> Result<bytes::Bytes, SendError> {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = response.bytes().await.map_err(network_error)?;
+    if status.is_success() {
+        return Ok(body);
+    }
+    let error = serde_json::from_slice::<ErrorBody>(&body).ok().map(|body| body.error);
+    let (code, message) = match &error {
+        Some(error) => (error.code, error.message.clone()),
+        None => (0, String::from_utf8_lossy(&body).chars().take(200).collect()),
+    };
+    let reason = format!("whatsapp: {message} (HTTP {}, code {code})", status.as_u16());
+    Err(classify(status.as_u16(), code, reason, retry_after))
+}
+
+fn classify(status: u16, code: i64, reason: String, after: Option<Duration>) -> SendError {
+    if status == 429 || RATE_LIMIT_CODES.contains(&code) || status >= 500 {
+        return SendError::Retry { reason, after };
+    }
+    if status == 401 || code == 190 {
+        return SendError::Credentials { reason };
+    }
+    if code == REENGAGEMENT_CODE {
+        return SendError::Permanent {
+            reason: format!(
+                "{reason}: more than 24 hours since this person last wrote, so WhatsApp takes \
+                 only an approved template message"
+            ),
+        };
+    }
+    SendError::Permanent { reason }
+}
+
+// The Cloud API wants the number without `+`.
+fn wa_number(identity: &ChannelIdentity) -> &str {
+    identity.peer().trim_start_matches('+')
+}
+
+impl Transport for GraphClient {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Whatsapp
+    }
+
+    fn max_chars(&self) -> usize {
+        MAX_TEXT_CHARS
+    }
+
+    fn render(&self, markdown: &str) -> String {
+        markdown_to_whatsapp(markdown)
+    }
+
+    fn send<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        text: &'a str,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let mut body = json!({
+                "messaging_product": "whatsapp",
+                "recipient_type": "individual",
+                "to": wa_number(to),
+                "type": "text",
+                "text": {"preview_url": false, "body": text},
+            });
+            if let Some(reply_to) = reply_to {
+                body["context"] = json!({"message_id": reply_to});
+            }
+            let answer = self.post(body).await?;
+            let sent: SendResponse = serde_json::from_slice(&answer).map_err(|error| SendError::Retry {
+                reason: format!("whatsapp: unreadable answer to a send: {error}"),
+                after: None,
+            })?;
+            sent.messages
+                .into_iter()
+                .next()
+                .map(|message| message.id)
+                .ok_or_else(|| SendError::Retry {
+                    reason: "whatsapp: the answer to a send names no message id".to_string(),
+                    after: None,
+                })
+        })
+    }
+
+    fn mark_read<'a>(&'a self, message: &'a InboundMessage) -> BoxFuture<'a, Result<(), SendError>> {
+        Box::pin(async move {
+            self.post(json!({
+                "messaging_product": "whatsapp",
+                "status": "read",
+                "message_id": message.platform_id,
+            }))
+            .await
+            .map(drop)
+        })
+    }
+
+    fn fetch_attachment<'a>(
+        &'a self,
+        attachment: &'a AttachmentRef,
+        max_bytes: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, SendError>> {
+        Box::pin(async move {
+            // Media ids are opaque tokens from a verified delivery; refuse anything that
+            // would change the path.
+            if attachment.id.is_empty() || !attachment.id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' || byte == b'.') || attachment.id.contains("..") {
+                return Err(SendError::Permanent {
+                    reason: format!("whatsapp: media id {:?} is not a media id", attachment.id),
+                });
+            }
+            let response = self
+                .http
+                .get(self.url(&attachment.id))
+                .bearer_auth(&self.settings.access_token)
+                .send()
+                .await
+                .map_err(network_error)?;
+            let info: MediaInfo = serde_json::from_slice(&checked(response).await?).map_err(|error| {
+                SendError::Permanent {
+                    reason: format!("whatsapp: unreadable media description: {error}"),
+                }
+            })?;
+            let too_big = |size: u64| SendError::Permanent {
+                reason: format!("whatsapp: {} is {size} bytes, over the {max_bytes}-byte limit", attachment.kind),
+            };
+            if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
+                return Err(too_big(size));
+            }
+            let response = self
+                .http
+                .get(&info.url)
+                .bearer_auth(&self.settings.access_token)
+                .send()
+                .await
+                .map_err(network_error)?;
+            if !response.status().is_success() {
+                return checked(response).await.map(|body| body.to_vec());
+            }
+            // The declared size is the sender's word; count what actually arrives.
+            let mut stream = response.bytes_stream();
+            let mut data = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(network_error)?;
+                if (data.len() + chunk.len()) as u64 > max_bytes {
+                    return Err(too_big((data.len() + chunk.len()) as u64));
+                }
+                data.extend_from_slice(&chunk);
+            }
+            Ok(data)
+        })
+    }
+
+    fn reply_window(&self) -> Option<Duration> {
+        Some(CUSTOMER_SERVICE_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platform_answers_are_classified() {
+        let reason = || "r".to_string();
+        assert!(matches!(classify(429, 0, reason(), None), SendError::Retry { .. }));
+        assert!(matches!(classify(400, 131056, reason(), None), SendError::Retry { .. }));
+        assert!(matches!(classify(503, 0, reason(), None), SendError::Retry { .. }));
+        assert!(matches!(classify(401, 190, reason(), None), SendError::Credentials { .. }));
+        match classify(400, REENGAGEMENT_CODE, reason(), None) {
+            SendError::Permanent { reason } => assert!(reason.contains("template")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(classify(400, 100, reason(), None), SendError::Permanent { .. }));
+    }
+}

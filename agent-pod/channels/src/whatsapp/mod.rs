@@ -1,0 +1,88 @@
+//! WhatsApp Cloud API: the webhook (verification handshake, signed deliveries) and the
+//! Graph API client (send, read receipts, media).
+
+mod graph;
+mod webhook;
+
+use std::time::Duration;
+
+use saint_config::ChannelConfig;
+
+pub use self::{
+    graph::GraphClient,
+    webhook::{WebhookError, parse_delivery, verify_challenge, verify_signature},
+};
+use crate::settings::{SettingsError, SettingsReader};
+
+/// Longest text body the Cloud API takes.
+pub const MAX_TEXT_CHARS: usize = 4_096;
+
+/// How long after a person's last message a free-form message may be sent to them;
+/// after that only a pre-approved template may open the conversation.
+pub const CUSTOMER_SERVICE_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The Graph API used unless `settings.apiBaseUrl` says otherwise.
+pub const DEFAULT_API_BASE_URL: &str = "https://graph.facebook.com/v21.0";
+
+const SETTINGS: &[&str] = &["phoneNumberId", "apiBaseUrl"];
+const SECRETS: &[&str] = &["accessToken", "appSecret", "verifyToken"];
+
+/// A WhatsApp channel's settings, read and checked.
+#[derive(Clone)]
+pub struct WhatsappSettings {
+    /// Channel name.
+    pub channel: String,
+    /// The business phone number's id (the Graph API's `/<id>/messages`).
+    pub phone_number_id: String,
+    /// Graph API base, version included (`https://graph.facebook.com/v21.0`).
+    pub api_base_url: String,
+    /// Bearer token for the Graph API.
+    pub access_token: String,
+    /// Signs webhook deliveries (`X-Hub-Signature-256`).
+    pub app_secret: String,
+    /// Answers the webhook verification handshake.
+    pub verify_token: String,
+}
+
+impl std::fmt::Debug for WhatsappSettings {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("WhatsappSettings")
+            .field("channel", &self.channel)
+            .field("phone_number_id", &self.phone_number_id)
+            .field("api_base_url", &self.api_base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WhatsappSettings {
+    /// Reads `channel`'s settings and secrets (through `lookup`).
+    pub fn read(
+        channel: &ChannelConfig,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, SettingsError> {
+        let reader = SettingsReader::new(channel, "whatsapp", SETTINGS, SECRETS, lookup)?;
+        let phone_number_id = reader.required("phoneNumberId")?;
+        if !phone_number_id.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(reader.invalid("phoneNumberId", "must be the numeric id Meta shows for the number"));
+        }
+        let api_base_url = reader
+            .optional("apiBaseUrl")
+            .unwrap_or(DEFAULT_API_BASE_URL)
+            .trim_end_matches('/')
+            .to_string();
+        let parsed = reqwest::Url::parse(&api_base_url)
+            .map_err(|error| reader.invalid("apiBaseUrl", format!("is not a URL: {error}")))?;
+        if !matches!(parsed.scheme(), "https" | "http") {
+            return Err(reader.invalid("apiBaseUrl", "must be an http(s) URL"));
+        }
+        Ok(Self {
+            channel: channel.name.clone(),
+            phone_number_id: phone_number_id.to_string(),
+            api_base_url,
+            access_token: reader.secret("accessToken")?,
+            app_secret: reader.secret("appSecret")?,
+            verify_token: reader.secret("verifyToken")?,
+        })
+    }
+}

@@ -1,0 +1,187 @@
+//! The channels a bot serves besides HTTP, started from the config: one transport per
+//! channel, its live health, and the wake-ups that connect the inbox (webhooks, pollers)
+//! to the dispatcher and the outbox to each channel's sender.
+//!
+//! Channels are read once at start: a channel whose settings cannot work is left out
+//! and reported (startup log, `/readyz`), never half-started.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use saint_channels::{
+    Transport,
+    whatsapp::{GraphClient, WhatsappSettings},
+};
+use saint_config::{BotConfig, ChannelKind};
+use tokio::sync::Notify;
+
+use crate::{metering::Metering, session::SessionStore};
+
+/// What a channel is doing, as `/readyz` and `saint_channel_up` show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelState {
+    /// Serving.
+    Up,
+    /// The last send failed and is being retried (the platform's reason).
+    Retrying(String),
+    /// The platform refused the bot's credentials; nothing goes out until they are fixed.
+    CredentialsRefused(String),
+}
+
+/// One served channel.
+pub struct ServedChannel {
+    /// Channel name.
+    pub name: String,
+    /// Its kind.
+    pub kind: ChannelKind,
+    /// Sends, reads receipts, fetches media.
+    pub transport: Arc<dyn Transport>,
+    /// Wakes this channel's sender when a row is queued.
+    pub outbox_ready: Arc<Notify>,
+    /// WhatsApp webhook settings (verify token, app secret, phone number id).
+    pub whatsapp: Option<WhatsappSettings>,
+    state: Mutex<ChannelState>,
+}
+
+/// Every served channel and the shared wake-ups.
+pub struct ChannelHub {
+    channels: BTreeMap<String, Arc<ServedChannel>>,
+    /// Wakes the dispatcher when an inbound message is stored.
+    pub inbox_ready: Arc<Notify>,
+    pub(crate) store: Arc<SessionStore>,
+    pub(crate) metering: Arc<Metering>,
+    pub(crate) workspace: PathBuf,
+}
+
+impl ChannelHub {
+    /// Starts the transports of `config`'s channels whose settings and secrets are
+    /// complete; the others are skipped (`startup::channel_problems` says why).
+    pub fn from_config(
+        config: &BotConfig,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        store: Arc<SessionStore>,
+        metering: Arc<Metering>,
+        workspace: &Path,
+    ) -> Self {
+        let mut channels = BTreeMap::new();
+        for channel in &config.channels {
+            let served = match channel.kind {
+                ChannelKind::Whatsapp => match WhatsappSettings::read(channel, lookup) {
+                    Ok(settings) => Some((
+                        Arc::new(GraphClient::new(settings.clone())) as Arc<dyn Transport>,
+                        Some(settings),
+                    )),
+                    Err(_) => None,
+                },
+                _ => None,
+            };
+            if let Some((transport, whatsapp)) = served {
+                metering.metrics.channel_up(&channel.name, channel.kind.prefix(), true);
+                channels.insert(
+                    channel.name.clone(),
+                    Arc::new(ServedChannel {
+                        name: channel.name.clone(),
+                        kind: channel.kind,
+                        transport,
+                        outbox_ready: Arc::new(Notify::new()),
+                        whatsapp,
+                        state: Mutex::new(ChannelState::Up),
+                    }),
+                );
+            }
+        }
+        Self {
+            channels,
+            inbox_ready: Arc::new(Notify::new()),
+            store,
+            metering,
+            workspace: workspace.to_path_buf(),
+        }
+    }
+
+    /// The served channel called `name`.
+    pub fn channel(&self, name: &str) -> Option<&Arc<ServedChannel>> {
+        self.channels.get(name)
+    }
+
+    /// Every served channel.
+    pub fn channels(&self) -> impl Iterator<Item = &Arc<ServedChannel>> {
+        self.channels.values()
+    }
+
+    /// Records a channel's state (logged when it changes, and in `saint_channel_up`).
+    pub fn set_state(&self, channel: &ServedChannel, state: ChannelState) {
+        let mut current = channel.state.lock().expect("channel state lock");
+        if *current == state {
+            return;
+        }
+        match &state {
+            ChannelState::Up => tracing::info!(channel = %channel.name, "channel is up"),
+            ChannelState::Retrying(reason) => {
+                tracing::warn!(channel = %channel.name, %reason, "channel: send failed, retrying")
+            }
+            ChannelState::CredentialsRefused(reason) => tracing::error!(
+                channel = %channel.name, %reason,
+                "channel: the platform refused the bot's credentials; replies wait until they are fixed"
+            ),
+        }
+        self.metering.metrics.channel_up(
+            &channel.name,
+            channel.kind.prefix(),
+            !matches!(state, ChannelState::CredentialsRefused(_)),
+        );
+        *current = state;
+    }
+
+    /// `/readyz` lines for channels that are not simply up.
+    pub fn health_lines(&self) -> Vec<String> {
+        self.channels
+            .values()
+            .filter_map(|channel| {
+                match &*channel.state.lock().expect("channel state lock") {
+                    ChannelState::Up => None,
+                    ChannelState::Retrying(reason) => Some(format!(
+                        "channel {:?}: retrying: {reason}",
+                        channel.name
+                    )),
+                    ChannelState::CredentialsRefused(reason) => Some(format!(
+                        "channel {:?}: credentials refused by the platform: {reason}",
+                        channel.name
+                    )),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Starts the dispatcher (until `stop_dispatch`: shutdown stops taking new turns first)
+/// and one sender per channel (until `stop_senders`, after running turns drained, so
+/// their replies still go out). Returns the tasks.
+pub fn start_workers(
+    hub: &Arc<ChannelHub>,
+    runtime: Arc<crate::runtime::Runtime>,
+    turns: tokio_util::task::TaskTracker,
+    abort_turns: tokio_util::sync::CancellationToken,
+    stop_dispatch: tokio_util::sync::CancellationToken,
+    stop_senders: tokio_util::sync::CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![tokio::spawn(super::dispatch::run(
+        hub.clone(),
+        runtime,
+        turns,
+        abort_turns,
+        stop_dispatch,
+    ))];
+    for channel in hub.channels() {
+        tracing::info!(channel = %channel.name, kind = channel.kind.prefix(), "channel started");
+        tasks.push(tokio::spawn(super::sender::run(
+            hub.clone(),
+            channel.clone(),
+            stop_senders.clone(),
+        )));
+    }
+    tasks
+}

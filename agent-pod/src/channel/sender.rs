@@ -1,0 +1,133 @@
+//! A channel's sender: delivers its outbox rows, oldest first, part by part.
+//!
+//! The text is rendered in the platform's markup and split at its limit on paragraph
+//! boundaries; each part sent is recorded before the next, so a retry (or a restart)
+//! sends only what is missing. Rate limits and server errors are retried with backoff,
+//! at least as long as the platform asked; a refused token keeps rows queued (they go
+//! out once the credentials are fixed); a message the platform refuses for good is
+//! marked failed with the platform's reason.
+
+use std::{sync::Arc, time::Duration};
+
+use saint_channels::{
+    SendError,
+    format::split_message,
+    queue::{self, OutboxRow},
+};
+use saint_config::{ChannelIdentity, ErrorChain};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    dispatch::retry_delay,
+    hub::{ChannelHub, ChannelState, ServedChannel},
+};
+
+/// Retried sends before a row is given up on (a little over two hours of backoff).
+pub const MAX_SEND_ATTEMPTS: u32 = 30;
+/// How long a channel whose credentials were refused waits before trying again.
+const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
+
+/// Delivers `channel`'s outbox until `stop`.
+pub async fn run(hub: Arc<ChannelHub>, channel: Arc<ServedChannel>, stop: CancellationToken) {
+    loop {
+        let due = hub.store.queue("read the outbox", |transaction| {
+            queue::due_outbound(transaction, &channel.name, queue::now_ms(), 32)
+        });
+        match due {
+            Ok(rows) => {
+                for row in rows {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    deliver(&hub, &channel, row).await;
+                }
+            }
+            Err(error) => {
+                tracing::error!(channel = %channel.name, error = %ErrorChain(&error), "failed to read the outbox")
+            }
+        }
+        let next_due = hub
+            .store
+            .queue("read the outbox", |transaction| {
+                queue::next_outbound_due(transaction, &channel.name)
+            })
+            .ok()
+            .flatten();
+        let wait = next_due.map_or(Duration::from_secs(30), |at| {
+            Duration::from_millis((at - queue::now_ms()).clamp(0, 30_000) as u64)
+        });
+        tokio::select! {
+            _ = channel.outbox_ready.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+fn record(hub: &ChannelHub, action: &'static str, operation: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>) {
+    if let Err(error) = hub.store.queue(action, operation) {
+        tracing::error!(error = %ErrorChain(&error), "failed to update the outbox");
+    }
+}
+
+async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
+    let metrics = &hub.metering.metrics;
+    let recipient: ChannelIdentity = match row.recipient.parse() {
+        Ok(recipient) => recipient,
+        Err(error) => {
+            let reason = format!("recipient {:?} is not an identity: {error}", row.recipient);
+            record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+            return;
+        }
+    };
+    let parts = split_message(&channel.transport.render(&row.body.text), channel.transport.max_chars());
+    for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
+        // Only the first part quotes the message it answers.
+        let reply_to = if index == 0 { row.body.reply_to.as_deref() } else { None };
+        match channel.transport.send(&recipient, part, reply_to).await {
+            Ok(platform_id) => {
+                metrics.channel_message(&channel.name, "out");
+                record(hub, "record a sent part", |transaction| {
+                    queue::record_part_sent(transaction, row.id, index as u32 + 1, &platform_id)
+                });
+            }
+            Err(SendError::Retry { reason, after }) => {
+                metrics.delivery_failure(&channel.name, "retry");
+                let attempts = row.attempts + 1;
+                if attempts >= MAX_SEND_ATTEMPTS {
+                    let reason = format!("gave up after {attempts} attempts: {reason}");
+                    tracing::error!(channel = %channel.name, outbox_id = row.id, %reason, "message not delivered");
+                    record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+                    return;
+                }
+                let delay = retry_delay(attempts).max(after.unwrap_or_default());
+                hub.set_state(channel, ChannelState::Retrying(reason.clone()));
+                record(hub, "reschedule an outbox row", |transaction| {
+                    queue::retry_outbound(transaction, row.id, queue::now_ms() + delay.as_millis() as i64, &reason)
+                });
+                return;
+            }
+            Err(SendError::Credentials { reason }) => {
+                metrics.delivery_failure(&channel.name, "credentials");
+                hub.set_state(channel, ChannelState::CredentialsRefused(reason.clone()));
+                record(hub, "reschedule an outbox row", |transaction| {
+                    queue::retry_outbound(
+                        transaction,
+                        row.id,
+                        queue::now_ms() + CREDENTIALS_RETRY.as_millis() as i64,
+                        &reason,
+                    )
+                });
+                return;
+            }
+            Err(SendError::Permanent { reason }) => {
+                metrics.delivery_failure(&channel.name, "rejected");
+                tracing::warn!(channel = %channel.name, outbox_id = row.id, %reason, "the platform refused a message");
+                record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+                return;
+            }
+        }
+    }
+    record(hub, "mark an outbox row sent", |transaction| queue::mark_sent(transaction, row.id));
+    hub.set_state(channel, ChannelState::Up);
+}

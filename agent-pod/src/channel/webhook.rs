@@ -1,0 +1,225 @@
+//! Webhook endpoints on the agent's HTTP server: `/channels/<name>/webhook`.
+//!
+//! Before anything is parsed a request passes a per-address rate limit (a flood of
+//! junk from one address cannot starve the platform's deliveries) and a body-size
+//! limit, then the platform's signature. Each message is stored in the inbox (or, for a
+//! sender over their own rate limit, recorded as ignored) and the platform gets its
+//! 200 only after that commit; a redelivery is acknowledged and not stored again.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    num::NonZeroU32,
+    sync::Arc,
+};
+
+use axum::{
+    extract::{ConnectInfo, Path, Query, Request, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use saint_channels::{queue, whatsapp};
+use saint_config::{ChannelKind, ErrorChain};
+use serde::Deserialize;
+
+use super::{http::AppState, hub::ChannelHub};
+
+/// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
+pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
+
+/// Rate limits on webhooks: per remote address before verification, per sender after.
+pub struct WebhookLimits {
+    per_address: DefaultKeyedRateLimiter<IpAddr>,
+    per_sender: DefaultKeyedRateLimiter<String>,
+}
+
+impl Default for WebhookLimits {
+    fn default() -> Self {
+        Self::new(
+            Quota::per_second(NonZeroU32::new(50).expect("non-zero"))
+                .allow_burst(NonZeroU32::new(200).expect("non-zero")),
+            Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
+                .allow_burst(NonZeroU32::new(10).expect("non-zero")),
+        )
+    }
+}
+
+impl WebhookLimits {
+    /// Limits with the given quotas.
+    pub fn new(per_address: Quota, per_sender: Quota) -> Self {
+        Self {
+            per_address: RateLimiter::keyed(per_address),
+            per_sender: RateLimiter::keyed(per_sender),
+        }
+    }
+
+    fn address_allowed(&self, address: IpAddr) -> bool {
+        if self.per_address.len() > 10_000 {
+            self.per_address.retain_recent();
+        }
+        self.per_address.check_key(&address).is_ok()
+    }
+
+    fn sender_allowed(&self, sender: &str) -> bool {
+        if self.per_sender.len() > 10_000 {
+            self.per_sender.retain_recent();
+        }
+        self.per_sender.check_key(&sender.to_string()).is_ok()
+    }
+}
+
+/// Query of the verification handshake.
+#[derive(Debug, Deserialize)]
+pub struct Handshake {
+    #[serde(rename = "hub.mode")]
+    mode: Option<String>,
+    #[serde(rename = "hub.verify_token")]
+    verify_token: Option<String>,
+    #[serde(rename = "hub.challenge")]
+    challenge: Option<String>,
+}
+
+fn hub_of(state: &AppState) -> Result<&Arc<ChannelHub>, Response> {
+    state
+        .channels
+        .as_ref()
+        .ok_or_else(|| (StatusCode::NOT_FOUND, "no such channel").into_response())
+}
+
+/// `GET`: the platform's verification handshake.
+pub async fn verify(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(handshake): Query<Handshake>,
+) -> Response {
+    let hub = match hub_of(&state) {
+        Ok(hub) => hub,
+        Err(response) => return response,
+    };
+    let Some(settings) = hub.channel(&name).and_then(|channel| channel.whatsapp.as_ref()) else {
+        return (StatusCode::NOT_FOUND, "no such channel").into_response();
+    };
+    match whatsapp::verify_challenge(
+        settings,
+        handshake.mode.as_deref(),
+        handshake.verify_token.as_deref(),
+        handshake.challenge.as_deref(),
+    ) {
+        Ok(challenge) => {
+            tracing::info!(channel = %name, "webhook verified by the platform");
+            challenge.into_response()
+        }
+        Err(error) => {
+            tracing::warn!(channel = %name, %error, "webhook verification refused");
+            (StatusCode::FORBIDDEN, error.to_string()).into_response()
+        }
+    }
+}
+
+/// `POST`: a delivery.
+pub async fn receive(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Response {
+    let hub = match hub_of(&state) {
+        Ok(hub) => hub.clone(),
+        Err(response) => return response,
+    };
+    let Some(channel) = hub.channel(&name).cloned() else {
+        return (StatusCode::NOT_FOUND, "no such channel").into_response();
+    };
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+    if !state.webhook_limits.address_allowed(address) {
+        tracing::warn!(channel = %name, %address, "webhook flood from one address; refused with 429");
+        return (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
+    }
+    if state.draining.is_cancelled() {
+        // The platform retries; the next pod takes it.
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    let signature = request
+        .headers()
+        .get("x-hub-signature-256")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
+    let body = match axum::body::to_bytes(request.into_body(), MAX_WEBHOOK_BYTES).await {
+        Ok(body) => body,
+        Err(_) => {
+            tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
+            return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
+        }
+    };
+    let messages = match channel.kind {
+        ChannelKind::Whatsapp => {
+            let Some(settings) = channel.whatsapp.as_ref() else {
+                return (StatusCode::NOT_FOUND, "no such channel").into_response();
+            };
+            if let Err(error) = whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body) {
+                tracing::warn!(channel = %name, %address, %error, "webhook refused: not signed by the platform");
+                return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+            }
+            match whatsapp::parse_delivery(settings, &body) {
+                Ok(delivery) => {
+                    for skipped in &delivery.skipped {
+                        tracing::info!(channel = %name, "{skipped}");
+                    }
+                    delivery.messages
+                }
+                Err(error) => {
+                    tracing::warn!(channel = %name, %error, "signed webhook body could not be read; nothing stored");
+                    return (StatusCode::BAD_REQUEST, error.to_string()).into_response();
+                }
+            }
+        }
+        _ => return (StatusCode::NOT_FOUND, "no such channel").into_response(),
+    };
+    if messages.is_empty() {
+        return StatusCode::OK.into_response();
+    }
+    let decisions: Vec<_> = messages
+        .into_iter()
+        .map(|message| {
+            let allowed = state.webhook_limits.sender_allowed(message.sender.as_ref());
+            (message, allowed)
+        })
+        .collect();
+    let store = hub.store.clone();
+    let stored = tokio::task::spawn_blocking(move || {
+        store.queue("store inbound messages", |transaction| {
+            let mut new = 0;
+            for (message, allowed) in &decisions {
+                let inserted = if *allowed {
+                    queue::insert_inbound(transaction, message)?
+                } else {
+                    tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
+                        "sender over their message rate limit; message recorded, not answered");
+                    queue::insert_ignored(transaction, message, "sender over their message rate limit")?
+                };
+                if inserted.is_some() && *allowed {
+                    new += 1;
+                }
+            }
+            Ok(new)
+        })
+    })
+    .await;
+    match stored {
+        Ok(Ok(new)) => {
+            for _ in 0..new {
+                hub.metering.metrics.channel_message(&name, "in");
+            }
+            hub.inbox_ready.notify_one();
+            StatusCode::OK.into_response()
+        }
+        Ok(Err(error)) => {
+            // No 200: the platform delivers again later.
+            tracing::error!(channel = %name, error = %ErrorChain(&error), "failed to store inbound messages");
+            (StatusCode::INTERNAL_SERVER_ERROR, "not stored").into_response()
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "not stored").into_response(),
+    }
+}
