@@ -9,6 +9,7 @@
 //! `BTreeMap` so the same inputs always serialise to byte-identical JSON (a changed
 //! byte would change the config hash and restart pods needlessly).
 
+pub mod channel_settings;
 mod error_chain;
 mod identity;
 pub mod sandbox_contract;

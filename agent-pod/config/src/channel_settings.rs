@@ -1,0 +1,65 @@
+//! Which `settings` and `secrets` keys each channel kind takes: one list for the
+//! operator (CRD validation, so a typo is refused at `kubectl apply`) and the agent (the
+//! channel's reader, which refuses unknown keys too).
+
+use crate::ChannelKind;
+
+/// The keys of one channel kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelKeys {
+    /// Settings the kind reads.
+    pub settings: &'static [&'static str],
+    /// Settings it cannot work without.
+    pub required_settings: &'static [&'static str],
+    /// Secrets the kind reads.
+    pub secrets: &'static [&'static str],
+    /// Secrets it cannot work without.
+    pub required_secrets: &'static [&'static str],
+}
+
+/// WhatsApp Cloud API.
+pub const WHATSAPP: ChannelKeys = ChannelKeys {
+    settings: &["phoneNumberId", "apiBaseUrl"],
+    required_settings: &["phoneNumberId"],
+    secrets: &["accessToken", "appSecret", "verifyToken"],
+    required_secrets: &["accessToken", "appSecret", "verifyToken"],
+};
+
+/// E-mail over IMAP and SMTP.
+pub const EMAIL: ChannelKeys = ChannelKeys {
+    settings: &[
+        "address",
+        "imapHost",
+        "imapPort",
+        "imapSecurity",
+        "smtpHost",
+        "smtpPort",
+        "smtpSecurity",
+        "username",
+        "mailbox",
+        "authservId",
+        "pollSeconds",
+        "dnsServer",
+    ],
+    required_settings: &["address", "imapHost", "smtpHost"],
+    secrets: &["password"],
+    required_secrets: &["password"],
+};
+
+/// The built-in HTTP API.
+pub const HTTP: ChannelKeys = ChannelKeys {
+    settings: &["port"],
+    required_settings: &[],
+    secrets: &["token"],
+    required_secrets: &["token"],
+};
+
+/// The keys of `kind`, for the kinds this version serves.
+pub fn keys(kind: ChannelKind) -> Option<ChannelKeys> {
+    match kind {
+        ChannelKind::Http => Some(HTTP),
+        ChannelKind::Whatsapp => Some(WHATSAPP),
+        ChannelKind::Email => Some(EMAIL),
+        _ => None,
+    }
+}
