@@ -451,10 +451,112 @@ fn invalid_cases() -> Vec<InvalidCase> {
             json!("api"),
             "channels[].name must be unique",
         ),
+        // Channel keys: generated from saint_config::channel_settings (the agent's list).
+        // Example channels: 0 api (http), 1 whatsapp, 2 email.
+        case(
+            "whatsapp channel without its phone number id",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/settings",
+            json!({}),
+            "channels[]: a whatsapp channel needs settings.phoneNumberId",
+        ),
+        case(
+            "whatsapp channel without its verify token",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/secrets/verifyToken",
+            Value::Null,
+            "secrets.accessToken, secrets.appSecret and secrets.verifyToken",
+        ),
+        case(
+            "whatsapp setting misspelt",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/settings/phoneNumber",
+            json!("+385991234567"),
+            "channels[].settings: unknown key for a whatsapp channel (known: phoneNumberId, apiBaseUrl)",
+        ),
+        case(
+            "whatsapp phone number id not digits",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/settings/phoneNumberId",
+            json!("+385991234567"),
+            "channels[].settings.phoneNumberId",
+        ),
+        case(
+            "whatsapp secret misspelt",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/1/secrets/apiToken",
+            json!({"name": "acme-assistant-channels", "key": "whatsapp-access-token"}),
+            "channels[].secrets: unknown key for a whatsapp channel",
+        ),
+        case(
+            "email channel without its IMAP host",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/settings",
+            json!({"address": "saint@company.hr", "smtpHost": "smtp.company.hr"}),
+            "settings.imapHost",
+        ),
+        case(
+            "email channel without its password",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/secrets",
+            json!({}),
+            "channels[]: an email channel needs secrets.password",
+        ),
+        case(
+            "email IMAP security not tls, starttls or none",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/settings/imapSecurity",
+            json!("ssl"),
+            "channels[].settings.imapSecurity",
+        ),
+        case(
+            "email SMTP port not a number",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/settings/smtpPort",
+            json!("submission"),
+            "channels[].settings.smtpPort",
+        ),
+        case(
+            "email password given as a setting",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/settings/password",
+            json!("hunter2"),
+            "channels[].settings: unknown key for an email channel",
+        ),
+        case(
+            "http channel without its token",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/0/secrets",
+            json!({}),
+            "channels[]: an http channel needs secrets.token",
+        ),
     ]
 }
 
-/// Sets `pointer` in `document` to `value`, creating the last key if needed.
+/// Sets `pointer` in `document` to `value`, creating the last key if needed; `null`
+/// removes an object's key instead (a field left out).
 fn set_pointer(document: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
     let (parent, key) = pointer
         .rsplit_once('/')
@@ -463,6 +565,10 @@ fn set_pointer(document: &mut Value, pointer: &str, value: Value) -> Result<(), 
         .pointer_mut(parent)
         .ok_or_else(|| format!("no {parent} in the example"))?;
     match parent {
+        Value::Object(map) if value.is_null() => {
+            map.remove(key)
+                .ok_or_else(|| format!("no {pointer} in the example to remove"))?;
+        }
         Value::Object(map) => {
             map.insert(key.to_owned(), value);
         }

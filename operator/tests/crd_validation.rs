@@ -243,3 +243,214 @@ fn an_injected_cli_without_hosts_is_refused_and_one_with_hosts_passes() {
     }));
     assert_eq!(errors(&good), Vec::<String>::new());
 }
+
+/// A value each setting accepts, for the drift test below; `x` for free-text settings.
+fn good_setting_value(key: &str) -> &'static str {
+    match key {
+        "phoneNumberId" => "100000000000001",
+        "apiBaseUrl" => "https://graph.facebook.com/v21.0",
+        "address" => "saint@acme.hr",
+        "imapPort" | "smtpPort" | "port" => "993",
+        "imapSecurity" | "smtpSecurity" => "starttls",
+        "pollSeconds" => "60",
+        _ => "x",
+    }
+}
+
+fn channel_bot(channel: serde_json::Value) -> SaintBot {
+    bot(serde_json::json!({
+        "model": {"provider": "openai", "name": "m"},
+        "channels": [channel],
+    }))
+}
+
+fn secret_refs(keys: &[&str]) -> serde_json::Value {
+    keys.iter()
+        .map(|key| {
+            (
+                key.to_string(),
+                serde_json::json!({"name": "channels", "key": key}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn settings(keys: &[&str]) -> serde_json::Value {
+    keys.iter()
+        .map(|key| (key.to_string(), good_setting_value(key).into()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The CRD takes exactly the keys `saint_config::channel_settings` lists (the agent's
+/// readers use the same list): every key passes, each required one is missed by name,
+/// a key outside the list is refused. A key added to one side only fails here.
+#[test]
+fn channel_rules_take_exactly_the_keys_the_agent_reads() {
+    use saint_config::{ChannelKind, channel_settings};
+    let mut served = 0;
+    for kind in ChannelKind::ALL {
+        let name = kind.prefix();
+        let Some(keys) = channel_settings::keys(kind) else {
+            // Not served yet: accepted as declared, whatever its keys.
+            let anything = channel_bot(serde_json::json!({
+                "name": "later", "kind": name, "settings": {"anything": "1"},
+                "secrets": {"botToken": {"name": "channels", "key": "token"}},
+            }));
+            assert_eq!(errors(&anything), Vec::<String>::new(), "{name}");
+            continue;
+        };
+        served += 1;
+        let full = |settings_keys: &[&str], secret_keys: &[&str]| {
+            channel_bot(serde_json::json!({
+                "name": "ch", "kind": name,
+                "settings": settings(settings_keys), "secrets": secret_refs(secret_keys),
+            }))
+        };
+        assert_eq!(
+            errors(&full(keys.settings, keys.secrets)),
+            Vec::<String>::new(),
+            "{name} with every key it takes"
+        );
+        assert_eq!(
+            errors(&full(keys.required_settings, keys.required_secrets)),
+            Vec::<String>::new(),
+            "{name} with only its required keys"
+        );
+        for (map, required, all) in [
+            ("settings", keys.required_settings, keys.settings),
+            ("secrets", keys.required_secrets, keys.secrets),
+        ] {
+            for missing in required {
+                let fewer: Vec<&str> = all.iter().copied().filter(|key| key != missing).collect();
+                let bot = if map == "settings" {
+                    full(&fewer, keys.secrets)
+                } else {
+                    full(keys.settings, &fewer)
+                };
+                let messages = errors(&bot).join("\n");
+                assert!(
+                    messages.contains("channel needs ")
+                        && messages.contains(&format!("{map}.{missing}")),
+                    "{name} without {map}.{missing}: {messages}"
+                );
+            }
+            let mut more: Vec<&str> = all.to_vec();
+            more.push("notAKey");
+            let bot = if map == "settings" {
+                full(&more, keys.secrets)
+            } else {
+                full(keys.settings, &more)
+            };
+            let messages = errors(&bot);
+            let expected = format!(
+                "channels[].{map}: unknown key for a{} {name} channel (known: {})",
+                if name.starts_with(['a', 'e', 'i', 'o', 'u', 'h']) {
+                    "n"
+                } else {
+                    ""
+                },
+                all.join(", ")
+            );
+            assert_eq!(messages, vec![expected], "{name} with {map}.notAKey");
+        }
+    }
+    assert_eq!(served, 3, "http, whatsapp and email are served");
+}
+
+#[test]
+fn channel_setting_formats_are_checked_naming_the_setting() {
+    let cases = [
+        (
+            "whatsapp",
+            "phoneNumberId",
+            "+385 91 123",
+            "channels[].settings.phoneNumberId of a whatsapp channel must be digits",
+        ),
+        (
+            "whatsapp",
+            "apiBaseUrl",
+            "graph.facebook.com",
+            "channels[].settings.apiBaseUrl of a whatsapp channel must be an http:// or https:// URL",
+        ),
+        (
+            "email",
+            "imapSecurity",
+            "ssl",
+            "channels[].settings.imapSecurity of an email channel must be one of tls, starttls, none",
+        ),
+        (
+            "email",
+            "smtpSecurity",
+            "STARTTLS",
+            "channels[].settings.smtpSecurity of an email channel must be one of tls, starttls, none",
+        ),
+        (
+            "email",
+            "imapPort",
+            "imaps",
+            "channels[].settings.imapPort of an email channel must be a port number",
+        ),
+        (
+            "email",
+            "smtpPort",
+            "587x",
+            "channels[].settings.smtpPort of an email channel must be a port number",
+        ),
+        (
+            "email",
+            "pollSeconds",
+            "1m",
+            "channels[].settings.pollSeconds of an email channel must be a whole number",
+        ),
+        (
+            "email",
+            "address",
+            "saint",
+            "channels[].settings.address of an email channel must be an e-mail address",
+        ),
+        (
+            "http",
+            "port",
+            "http",
+            "channels[].settings.port of an http channel must be a port number",
+        ),
+    ];
+    for (kind, key, value, expected) in cases {
+        let keys = saint_config::channel_settings::keys(kind.parse().unwrap()).unwrap();
+        let mut values = settings(keys.required_settings);
+        values[key] = value.into();
+        let bad = channel_bot(serde_json::json!({
+            "name": "ch", "kind": kind, "settings": values,
+            "secrets": secret_refs(keys.required_secrets),
+        }));
+        let messages = errors(&bad);
+        assert_eq!(messages.len(), 1, "{kind}.{key}={value}: {messages:?}");
+        assert!(
+            messages[0].starts_with(expected),
+            "{kind}.{key}={value}: {messages:?}"
+        );
+    }
+}
+
+/// The field docs `kubectl explain` shows list every key the kinds take.
+#[test]
+fn channel_field_docs_name_every_key() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(SaintBot::crd()).unwrap();
+    let channel = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["channels"]["items"]["properties"];
+    let settings_doc = channel["settings"]["description"].as_str().unwrap();
+    let secrets_doc = channel["secrets"]["description"].as_str().unwrap();
+    for kind in saint_config::ChannelKind::ALL {
+        if let Some(keys) = saint_config::channel_settings::keys(kind) {
+            for key in keys.settings {
+                assert!(settings_doc.contains(key), "settings doc lacks {key}");
+            }
+            for key in keys.secrets {
+                assert!(secrets_doc.contains(key), "secrets doc lacks {key}");
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! `x-kubernetes-validations`, so the API server refuses bad manifests with a message
 //! naming the field. Nothing here talks to a cluster.
 
+pub mod channel_rules;
 pub mod contact;
 pub mod role;
 pub mod saintbot;

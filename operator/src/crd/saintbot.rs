@@ -217,18 +217,31 @@ pub struct ModelPriceSpec {
 /// One chat channel.
 #[derive(KubeSchema, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+// The per-kind key rules are generated from `saint_config::channel_settings`, one rule
+// per kind and check, which `x_kube(validation = …)` (one attribute per rule) cannot do.
+#[schemars(transform = super::channel_rules::add_channel_rules)]
 pub struct ChannelSpec {
     /// Unique name of the channel within the bot (DNS-1123 label).
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = dns_label_rule("channels[].name"))]
     pub name: String,
-    /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix.
+    /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix. This
+    /// version serves http, whatsapp and email; the others are accepted and reported in
+    /// the `ChannelsServed` condition (reason `ChannelNotServed`).
     pub kind: ChannelKind,
-    /// Non-secret settings (listen port, phone number id, IMAP host, …).
+    /// Non-secret settings. whatsapp: phoneNumberId (required, digits), apiBaseUrl.
+    /// email: address, imapHost, smtpHost (required), imapPort, imapSecurity
+    /// (tls|starttls|none), smtpPort, smtpSecurity, username, mailbox, authservId,
+    /// pollSeconds, dnsServer. http: port. Unknown keys are refused.
     #[serde(default)]
+    #[schemars(extend(
+        "maxProperties" = 32,
+        "additionalProperties" = {"type": "string", "maxLength": 2048}
+    ))]
     pub settings: BTreeMap<String, String>,
     /// Secret settings: setting name → Secret key. Each becomes the env var
-    /// `SAINT_CHANNEL_<NAME>_<SETTING>` of the `agent` container only.
+    /// `SAINT_CHANNEL_<NAME>_<SETTING>` of the `agent` container only. whatsapp:
+    /// accessToken, appSecret, verifyToken; email: password; http: token (all required).
     #[serde(default)]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
