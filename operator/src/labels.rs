@@ -53,6 +53,19 @@ pub fn sandbox_network_policy_name(bot: &str) -> String {
     format!("{bot}-sandbox")
 }
 
+/// `<bot>-webhooks` Ingress name.
+pub fn webhook_ingress_name(bot: &str) -> String {
+    format!("{bot}-webhooks")
+}
+/// `app.kubernetes.io/component` of the webhook Ingress (the operator finds a stale one
+/// by it).
+pub const WEBHOOKS_COMPONENT: &str = "webhooks";
+
+/// Path of a channel's webhook on the agent's HTTP port (the agent's router serves it).
+pub fn channel_webhook_path(channel: &str) -> String {
+    format!("/channels/{channel}/webhook")
+}
+
 /// Env var of a channel secret: `SAINT_CHANNEL_<CHANNEL>_<KEY>`, upper-case, non-alphanumerics → `_`.
 pub fn channel_secret_env(channel: &str, key: &str) -> String {
     let raw = format!("SAINT_CHANNEL_{channel}_{key}");

@@ -32,6 +32,8 @@ pub enum ConditionType {
     IdentitiesLinked,
     /// SaintBot: every Porter CLI keeps its credential outside the CLI's process.
     CredentialsIsolated,
+    /// SaintBot: the agent serves every declared channel (kind).
+    ChannelsServed,
 }
 
 impl ConditionType {
@@ -42,6 +44,7 @@ impl ConditionType {
             ConditionType::ConfigRendered => "ConfigRendered",
             ConditionType::IdentitiesLinked => "IdentitiesLinked",
             ConditionType::CredentialsIsolated => "CredentialsIsolated",
+            ConditionType::ChannelsServed => "ChannelsServed",
         }
     }
 }
@@ -111,11 +114,16 @@ pub enum Reason {
     Injected,
     /// SaintBot `CredentialsIsolated`: some CLI holds its credential in its environment.
     EnvModeCredentials,
+    /// SaintBot `ChannelsServed`: this version serves every declared channel.
+    AllChannelsServed,
+    /// SaintBot `ChannelsServed`: a declared channel's kind is not served by this
+    /// version (accepted by the CRD, ignored by the agent); the message names it.
+    ChannelNotServed,
 }
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 17] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -131,6 +139,8 @@ impl Reason {
         Reason::NoCredentials,
         Reason::Injected,
         Reason::EnvModeCredentials,
+        Reason::AllChannelsServed,
+        Reason::ChannelNotServed,
     ];
 
     /// The `reason` field as written.
@@ -151,6 +161,8 @@ impl Reason {
             Reason::NoCredentials => "NoCredentials",
             Reason::Injected => "Injected",
             Reason::EnvModeCredentials => "EnvModeCredentials",
+            Reason::AllChannelsServed => "AllChannelsServed",
+            Reason::ChannelNotServed => "ChannelNotServed",
         }
     }
 
@@ -164,7 +176,8 @@ impl Reason {
             | Reason::Unused
             | Reason::Valid
             | Reason::NoCredentials
-            | Reason::Injected => Severity::Healthy,
+            | Reason::Injected
+            | Reason::AllChannelsServed => Severity::Healthy,
             Reason::PodNotReady | Reason::Suspended => Severity::Progressing,
             // The weaker credential mode is the owner's choice, but it is labelled
             // wherever it shows, so it reads as a warning.
@@ -172,7 +185,8 @@ impl Reason {
             | Reason::RoleNotFound
             | Reason::InvalidIdentifier
             | Reason::InvalidSpec
-            | Reason::EnvModeCredentials => Severity::Problem,
+            | Reason::EnvModeCredentials
+            | Reason::ChannelNotServed => Severity::Problem,
         }
     }
 }
@@ -409,6 +423,8 @@ mod tests {
                 ("NoCredentials", "True", Normal),
                 ("Injected", "True", Normal),
                 ("EnvModeCredentials", "False", Warning),
+                ("AllChannelsServed", "True", Normal),
+                ("ChannelNotServed", "False", Warning),
             ]
         );
     }

@@ -39,6 +39,126 @@ fn every_child_matches_its_golden_file() {
         &yaml(&children.sandbox_network_policy),
     );
     assert_golden("deployment.yaml", &yaml(&children.deployment));
+    assert_golden(
+        "webhook-ingress.yaml",
+        &yaml(
+            children
+                .webhook_ingress
+                .as_ref()
+                .expect("the fixture asks for a webhook Ingress"),
+        ),
+    );
+}
+
+fn bot_with(change: impl FnOnce(&mut serde_json::Value)) -> Children {
+    let (bot, dereferenced) = load("acme.yaml");
+    let mut value = serde_json::to_value(&bot).unwrap();
+    change(&mut value);
+    let bot = serde_json::from_value(value).unwrap();
+    build_children(
+        &saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap(),
+    )
+}
+
+#[test]
+fn the_webhook_ingress_routes_only_the_webhook_paths_of_webhook_channels() {
+    let children = bot_with(|bot| {
+        let channels = bot["spec"]["channels"].as_array_mut().unwrap();
+        channels.push(serde_json::json!({
+            "name": "wa-sales", "kind": "whatsapp", "settings": {"phoneNumberId": "42"},
+        }));
+    });
+    let ingress = serde_json::to_value(children.webhook_ingress.unwrap()).unwrap();
+    let paths: Vec<(String, String, String)> = ingress["spec"]["rules"][0]["http"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|path| {
+            (
+                path["path"].as_str().unwrap().to_string(),
+                path["pathType"].as_str().unwrap().to_string(),
+                path["backend"]["service"]["port"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    // The http channel `api` is not routed: its authenticated API stays in the cluster.
+    assert_eq!(
+        paths,
+        vec![
+            (
+                "/channels/wa-main/webhook".into(),
+                "Exact".into(),
+                "http".into()
+            ),
+            (
+                "/channels/wa-sales/webhook".into(),
+                "Exact".into(),
+                "http".into()
+            ),
+        ]
+    );
+    assert_eq!(ingress["spec"]["rules"][0]["host"], "bot.acme.example");
+    assert_eq!(
+        ingress["metadata"]["ownerReferences"][0]["kind"], "SaintBot",
+        "garbage-collected with the bot"
+    );
+}
+
+#[test]
+fn no_webhook_ingress_without_the_field_or_without_a_webhook_channel() {
+    let without_field = bot_with(|bot| {
+        bot["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("webhookIngress");
+    });
+    assert!(without_field.webhook_ingress.is_none());
+    let policy = serde_json::to_value(&without_field.agent_network_policy).unwrap();
+    assert_eq!(
+        policy["spec"]["ingress"].as_array().unwrap().len(),
+        1,
+        "no ingress-controller rule without an Ingress: {policy}"
+    );
+    let only_http = bot_with(|bot| {
+        bot["spec"]["channels"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|channel| channel["kind"] == "http");
+    });
+    assert!(only_http.webhook_ingress.is_none());
+}
+
+#[test]
+fn the_ingress_controller_namespace_reaches_only_the_http_port() {
+    let policy = |children: Children| {
+        let policy = serde_json::to_value(&children.agent_network_policy).unwrap();
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|rule| rule.get("from").is_some())
+            .cloned()
+            .expect("a rule for the ingress controller")
+    };
+    let default = policy(children());
+    assert_eq!(
+        default,
+        serde_json::json!({
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+        })
+    );
+    let nginx = policy(bot_with(|bot| {
+        bot["spec"]["webhookIngress"]["controllerNamespace"] = "ingress-nginx".into();
+    }));
+    assert_eq!(
+        nginx["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "ingress-nginx"
+    );
 }
 
 #[test]
@@ -177,7 +297,13 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
     agent_secrets.sort();
     assert_eq!(
         agent_secrets,
-        vec!["acme-channels", "acme-channels", "acme-llm"]
+        vec![
+            "acme-channels",
+            "acme-channels",
+            "acme-channels",
+            "acme-channels",
+            "acme-llm"
+        ]
     );
     assert!(
         secret_names(&porter)

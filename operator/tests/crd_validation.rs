@@ -439,8 +439,8 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
 fn channel_field_docs_name_every_key() {
     use kube::CustomResourceExt;
     let crd = serde_json::to_value(SaintBot::crd()).unwrap();
-    let channel = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["channels"]["items"]["properties"];
+    let channel = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["channels"]["items"]["properties"];
     let settings_doc = channel["settings"]["description"].as_str().unwrap();
     let secrets_doc = channel["secrets"]["description"].as_str().unwrap();
     for kind in saint_config::ChannelKind::ALL {

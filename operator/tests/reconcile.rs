@@ -44,6 +44,27 @@ enum Scenario {
     ApplyFailureStopsAndWarns,
     /// The same refusal on the retry: the same reads and apply, and no second Event.
     ApplyFailureRetriedQuietly,
+    /// `spec.webhookIngress` removed: after the children, the bot's labelled Ingresses
+    /// are listed and only the one it controls is deleted, with its uid as precondition.
+    RemovedWebhookIngressIsDeleted,
+}
+
+/// The fixture bot's uid (tests/fixtures/acme.yaml).
+const BOT_UID: &str = "0b5e7a8c-1111-4222-8333-944455556666";
+
+fn ingress(name: &str, controller_uid: &str, uid: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {
+            "name": name, "namespace": "acme", "uid": uid,
+            "labels": {"app.kubernetes.io/instance": "my-bot", "app.kubernetes.io/component": "webhooks"},
+            "ownerReferences": [{
+                "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot", "name": "my-bot",
+                "uid": controller_uid, "controller": true,
+            }],
+        },
+        "spec": {},
+    })
 }
 
 fn apply_expectation(path: &str, expected: Value, extra_status: Option<Value>) -> Expect {
@@ -69,7 +90,7 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
             .unwrap();
     let children = build_children(&validated);
     let namespace = "/namespaces/acme";
-    vec![
+    let mut applies = vec![
         apply_expectation(
             &format!("/api/v1{namespace}/serviceaccounts/my-bot-agent"),
             to_value(&children.service_account),
@@ -120,7 +141,39 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
             to_value(&children.deployment),
             Some(deployment_status),
         ),
-    ]
+    ];
+    match &children.webhook_ingress {
+        Some(webhooks) => applies.push(apply_expectation(
+            &format!("/apis/networking.k8s.io/v1{namespace}/ingresses/my-bot-webhooks"),
+            to_value(webhooks),
+            None,
+        )),
+        None => {
+            applies.push(expect(
+                Method::GET,
+                &format!("/apis/networking.k8s.io/v1{namespace}/ingresses"),
+                |_| {
+                    list(
+                        "IngressList",
+                        vec![
+                            ingress("my-bot-webhooks", BOT_UID, "ingress-1"),
+                            // Same labels, another controller: never touched.
+                            ingress("someone-elses", "another-uid", "ingress-2"),
+                        ],
+                    )
+                },
+            ));
+            applies.push(expect(
+                Method::DELETE,
+                &format!("/apis/networking.k8s.io/v1{namespace}/ingresses/my-bot-webhooks"),
+                |body| {
+                    assert_eq!(body["preconditions"]["uid"], "ingress-1", "{body}");
+                    ingress("my-bot-webhooks", BOT_UID, "ingress-1")
+                },
+            ));
+        }
+    }
+    applies
 }
 
 fn reads(contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect> {
@@ -216,6 +269,24 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             steps.push(event_expectation("ConfigRendered", "Normal"));
             (bot, steps)
         }
+        Scenario::RemovedWebhookIngressIsDeleted => {
+            bot.spec.webhook_ingress = None;
+            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    assert_eq!(
+                        condition(status, "ChannelsServed")["reason"],
+                        "AllChannelsServed"
+                    );
+                },
+            ));
+            steps.push(event_expectation("PodNotReady", "Normal"));
+            steps.push(event_expectation("ConfigRendered", "Normal"));
+            (bot, steps)
+        }
         Scenario::ApplyFailureStopsAndWarns | Scenario::ApplyFailureRetriedQuietly => {
             let mut steps = reads(&dereferenced.contacts, roles, persona);
             steps.push(expect(
@@ -277,6 +348,13 @@ async fn first_reconcile_of_the_example_bot_applies_every_child_and_patches_stat
         .await
         .expect("reconcile succeeds");
     assert_eq!(action, Action::requeue(RESYNC_INTERVAL));
+}
+
+#[tokio::test]
+async fn a_removed_webhook_ingress_is_deleted_and_only_the_bots_own() {
+    run(Scenario::RemovedWebhookIngressIsDeleted)
+        .await
+        .expect("reconcile succeeds");
 }
 
 #[tokio::test]

@@ -162,7 +162,10 @@ pub fn channel_rules() -> Vec<Rule> {
                     "{other_kind} || !has(self.settings) || !('{key}' in self.settings) \
                      || [self.settings['{key}']].all(v, {condition})"
                 ),
-                format!("channels[].settings.{key} of {} must be {must_be}", a_channel(kind)),
+                format!(
+                    "channels[].settings.{key} of {} must be {must_be}",
+                    a_channel(kind)
+                ),
             ));
         }
     }

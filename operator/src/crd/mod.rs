@@ -94,6 +94,19 @@ pub(crate) fn dns_label_rule(field: &str) -> Rule {
     ))
 }
 
+/// A DNS-1123 subdomain: dot-separated DNS-1123 labels (host names, most object names).
+pub const DNS_1123_SUBDOMAIN_PATTERN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// CEL for a DNS-1123 subdomain string (a host name: no scheme, port or path).
+pub(crate) fn dns_subdomain_rule(field: &str) -> Rule {
+    Rule::new(format!("self.matches('{DNS_1123_SUBDOMAIN_PATTERN}')")).message(Message::Message(
+        format!(
+            "{field} must be a DNS name (lower-case letters, digits, '-' and '.'; no scheme, port or path)"
+        ),
+    ))
+}
+
 /// CEL for a list of DNS-1123 labels.
 pub(crate) fn dns_label_list_rule(field: &str) -> Rule {
     Rule::new(format!(

@@ -18,7 +18,7 @@ use saint_config::{ChannelKind, ModelProvider, SandboxScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{SecretKeyReference, dns_label_rule, secret_key_rule};
+use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_rule};
 
 /// One Saint assistant. The operator renders its config, storage, pod, permissions and
 /// network fences, and re-renders the config when its Contacts or Roles change.
@@ -144,6 +144,13 @@ pub struct SaintBotSpec {
     /// Web tools settings.
     #[serde(default)]
     pub web: WebSpec,
+
+    /// An Ingress `<bot>-webhooks` for the platforms' webhooks (WhatsApp): it routes only
+    /// `/channels/<name>/webhook` of the webhook channels to the bot's HTTP port, nothing
+    /// else of the agent's API. Built while the bot has a webhook channel; removed when
+    /// this field is removed. Absent: no Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_ingress: Option<WebhookIngressSpec>,
 }
 
 /// Role for senders that match no Contact, when `spec.defaultRole` is left out.
@@ -486,6 +493,46 @@ pub struct WebSpec {
     pub search_api_key_secret_ref: Option<SecretKeyReference>,
 }
 
+/// The webhook Ingress.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookIngressSpec {
+    /// IngressClass to use (`spec.ingressClassName`, e.g. `traefik`, `nginx`). Absent:
+    /// the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = dns_subdomain_rule("webhookIngress.className"))]
+    pub class_name: Option<String>,
+    /// Public host name the platform calls (e.g. `saint.company.hr`): a DNS name, no
+    /// scheme, port or path. Meta calls `https://<host>/channels/<name>/webhook`.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = dns_subdomain_rule("webhookIngress.host"))]
+    pub host: String,
+    /// Secret (type `kubernetes.io/tls`, in the bot's namespace) with the certificate
+    /// for `host`. Absent: no `tls` section (the controller's default certificate, or
+    /// cert-manager through `annotations`). Meta accepts only HTTPS with a valid
+    /// certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = dns_subdomain_rule("webhookIngress.tlsSecretName"))]
+    pub tls_secret_name: Option<String>,
+    /// Namespace of the ingress controller's pods; the bot's NetworkPolicy admits pods
+    /// of this namespace to the agent's HTTP port only. Default `kube-system` (k3s's
+    /// Traefik); `ingress-nginx` for ingress-nginx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = dns_label_rule("webhookIngress.controllerNamespace"))]
+    pub controller_namespace: Option<String>,
+    /// Annotations put on the Ingress (e.g. `cert-manager.io/cluster-issuer`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Namespace of the ingress controller when `webhookIngress.controllerNamespace` is left
+/// out: k3s ships Traefik there.
+pub const DEFAULT_INGRESS_CONTROLLER_NAMESPACE: &str = "kube-system";
+
 /// What the operator last did with this bot.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -497,9 +544,11 @@ pub struct SaintBotStatus {
     /// `IdentitiesLinked` (True with `AllLinked`; False with `IdentifierConflict` or
     /// `RoleNotFound` naming what was left out) and `CredentialsIsolated` (True with
     /// `NoCredentials` or `Injected`; False with `EnvModeCredentials`, naming the Porter
-    /// CLIs whose credential sits in their environment — the weaker mode). A change of
+    /// CLIs whose credential sits in their environment — the weaker mode),
+    /// `ChannelsServed` (True with `AllChannelsServed`; False with `ChannelNotServed`,
+    /// naming declared channels whose kind this version does not serve). A change of
     /// `Ready` or `IdentitiesLinked` also comes as an Event, a Warning when a person has
-    /// to act.
+    /// to act; a newly unserved channel comes as a Warning Event.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -19,7 +19,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
-        networking::v1::NetworkPolicy,
+        networking::v1::{Ingress, NetworkPolicy},
         rbac::v1::{Role as RbacRole, RoleBinding},
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -343,6 +343,7 @@ pub async fn run(
         .owns(api::<RoleBinding>(&client, &namespace), children.clone())
         .owns(api::<Service>(&client, &namespace), children.clone())
         .owns(api::<NetworkPolicy>(&client, &namespace), children.clone())
+        .owns(api::<Ingress>(&client, &namespace), children.clone())
         .owns(api::<Deployment>(&client, &namespace), children)
         .watches(
             api::<Contact>(&client, &namespace),

@@ -14,7 +14,7 @@ use crate::{
     crd::{SaintBot, SaintBotStatus},
     status::{
         self, ConditionType, Reason, StatusError, carry_transition_times, condition, find,
-        transition_event,
+        problem_event, transition_event,
     },
 };
 
@@ -119,8 +119,9 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                 format!("bot-config.json sha256 {config_hash}"),
             );
             let isolated = credentials_isolated(&validated.registry, generation, now);
+            let served = channels_served(&validated.config.channels, generation, now);
             (
-                vec![ready, rendered, linked, isolated],
+                vec![ready, rendered, linked, isolated, served],
                 (
                     validated.config.contacts.len() as i32,
                     validated.config.roles.len() as i32,
@@ -185,6 +186,48 @@ fn credentials_isolated(
     )
 }
 
+/// `ChannelsServed`: True when this version serves every declared channel; False,
+/// reason `ChannelNotServed`, naming the channels whose kind it does not (the CRD accepts
+/// every kind, so a bot can be declared ahead of its channels, but the agent ignores
+/// them: without this, nobody would learn why no message arrives).
+fn channels_served(
+    channels: &[saint_config::ChannelConfig],
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let not_served: Vec<String> = channels
+        .iter()
+        .filter(|channel| saint_config::channel_settings::keys(channel.kind).is_none())
+        .map(|channel| format!("{} ({})", channel.name, channel.kind.prefix()))
+        .collect();
+    let (reason, message) = if not_served.is_empty() {
+        (
+            Reason::AllChannelsServed,
+            "the agent serves every declared channel".to_string(),
+        )
+    } else {
+        let served: Vec<&str> = crate::crd::channel_rules::served_kinds()
+            .map(|(kind, _)| kind.prefix())
+            .collect();
+        (
+            Reason::ChannelNotServed,
+            format!(
+                "declared but not served by this version, so nobody is answered there: {} \
+                 (served kinds: {})",
+                not_served.join(", "),
+                served.join(", ")
+            ),
+        )
+    };
+    condition(
+        ConditionType::ChannelsServed,
+        reason,
+        message,
+        generation,
+        now,
+    )
+}
+
 /// The Events a status change deserves: only transitions (a changed status or reason of
 /// `Ready` or `IdentitiesLinked`, or a new config hash), never a repeat of the same
 /// state. Pure.
@@ -199,6 +242,11 @@ pub fn transition_events(previous: Option<&SaintBotStatus>, next: &SaintBotStatu
             transition_event(find(previous_conditions, type_.as_str()), now, "Reconcile")
         })
         .collect();
+    // A Warning when a channel becomes unserved or the unserved set changes.
+    if let Some(now) = find(&next.conditions, ConditionType::ChannelsServed.as_str()) {
+        let before = find(previous_conditions, ConditionType::ChannelsServed.as_str());
+        events.extend(problem_event(before, now, "Reconcile"));
+    }
     let hash_changed = next.config_hash.is_some()
         && previous.and_then(|status| status.config_hash.as_ref()) != next.config_hash.as_ref();
     if hash_changed {
@@ -297,6 +345,65 @@ mod tests {
         assert!(weaker.message.contains("gog, signer"), "{}", weaker.message);
         assert!(!weaker.message.contains("gh"), "{}", weaker.message);
         assert!(weaker.message.starts_with("weaker"), "{}", weaker.message);
+    }
+
+    #[test]
+    fn channels_the_agent_does_not_serve_are_named_with_a_warning() {
+        let now = time("2026-01-01T00:00:00Z");
+        let channel = |name: &str, kind| saint_config::ChannelConfig {
+            name: name.into(),
+            kind,
+            settings: Default::default(),
+            secret_env: Default::default(),
+        };
+        use saint_config::ChannelKind::{Email, Http, Slack, Telegram, Whatsapp};
+        let served = channels_served(
+            &[
+                channel("api", Http),
+                channel("wa", Whatsapp),
+                channel("mail", Email),
+            ],
+            Some(1),
+            &now,
+        );
+        assert_eq!(
+            (served.status.as_str(), served.reason.as_str()),
+            ("True", "AllChannelsServed")
+        );
+        let unserved = channels_served(
+            &[
+                channel("api", Http),
+                channel("tg", Telegram),
+                channel("team", Slack),
+            ],
+            Some(1),
+            &now,
+        );
+        assert_eq!(
+            (unserved.status.as_str(), unserved.reason.as_str()),
+            ("False", "ChannelNotServed")
+        );
+        assert!(
+            unserved.message.contains("tg (telegram), team (slack)"),
+            "{}",
+            unserved.message
+        );
+        assert!(!unserved.message.contains("api"), "{}", unserved.message);
+        let status = |condition: Condition| SaintBotStatus {
+            conditions: vec![condition],
+            ..SaintBotStatus::default()
+        };
+        let events = transition_events(Some(&status(served)), &status(unserved.clone()));
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "ChannelNotServed");
+        assert!(matches!(
+            events[0].type_,
+            kube::runtime::events::EventType::Warning
+        ));
+        assert!(
+            transition_events(Some(&status(unserved.clone())), &status(unserved)).is_empty(),
+            "the same unserved channels again are silent"
+        );
     }
 
     #[test]

@@ -123,6 +123,50 @@ pub struct ValidatedSaintBot {
     pub api_server_port: i32,
     /// Identity resolution result (what was linked, what was left out and why).
     pub identity: IdentityReport,
+    /// The webhook Ingress, when `spec.webhookIngress` is set and a channel takes webhooks.
+    pub webhook_ingress: Option<ValidatedWebhookIngress>,
+}
+
+/// `spec.webhookIngress`, defaulted, with the paths it routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedWebhookIngress {
+    /// IngressClass; `None`: the cluster default.
+    pub class_name: Option<String>,
+    /// Public host.
+    pub host: String,
+    /// TLS Secret for `host`.
+    pub tls_secret_name: Option<String>,
+    /// Namespace whose pods the agent NetworkPolicy admits to the HTTP port.
+    pub controller_namespace: String,
+    /// Annotations of the Ingress.
+    pub annotations: BTreeMap<String, String>,
+    /// `/channels/<name>/webhook` of every webhook channel, in spec order.
+    pub paths: Vec<String>,
+}
+
+/// The webhook Ingress: only for a bot that asks for one and has a channel receiving
+/// webhooks — an Ingress without paths would expose nothing but still claim the host.
+fn webhook_ingress(spec: &crate::crd::SaintBotSpec) -> Option<ValidatedWebhookIngress> {
+    let requested = spec.webhook_ingress.as_ref()?;
+    let paths: Vec<String> = spec
+        .channels
+        .iter()
+        .filter(|channel| crate::crd::channel_rules::receives_webhooks(channel.kind))
+        .map(|channel| crate::labels::channel_webhook_path(&channel.name))
+        .collect();
+    if paths.is_empty() {
+        return None;
+    }
+    Some(ValidatedWebhookIngress {
+        class_name: requested.class_name.clone(),
+        host: requested.host.clone(),
+        tls_secret_name: requested.tls_secret_name.clone(),
+        controller_namespace: requested.controller_namespace.clone().unwrap_or_else(|| {
+            crate::crd::saintbot::DEFAULT_INGRESS_CONTROLLER_NAMESPACE.to_string()
+        }),
+        annotations: requested.annotations.clone(),
+        paths,
+    })
 }
 
 /// `metadata.name`, `metadata.namespace` and the owner reference every child carries.
@@ -228,5 +272,6 @@ pub fn validate(
         api_server_cidrs: settings.api_server_cidrs.clone(),
         api_server_port: settings.api_server_port,
         identity,
+        webhook_ingress: webhook_ingress(spec),
     })
 }

@@ -3,6 +3,7 @@
 //! the same objects, so server-side apply is a no-op when nothing changed.
 
 pub mod config_map;
+pub mod ingress;
 pub mod network_policy;
 pub mod pvc;
 pub mod rbac;
@@ -15,7 +16,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
-        networking::v1::NetworkPolicy,
+        networking::v1::{Ingress, NetworkPolicy},
         rbac::v1::{Role, RoleBinding},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -78,6 +79,8 @@ pub struct Children {
     pub agent_network_policy: NetworkPolicy,
     pub sandbox_network_policy: NetworkPolicy,
     pub deployment: Deployment,
+    /// `None`: no webhook Ingress wanted; a stale one is deleted by `apply`.
+    pub webhook_ingress: Option<Ingress>,
 }
 
 /// Builds every child.
@@ -93,5 +96,6 @@ pub fn build_children(bot: &ValidatedSaintBot) -> Children {
         agent_network_policy: network_policy::agent_network_policy(bot),
         sandbox_network_policy: network_policy::sandbox_network_policy(bot),
         deployment: workload::deployment(bot),
+        webhook_ingress: ingress::webhook_ingress(bot),
     }
 }

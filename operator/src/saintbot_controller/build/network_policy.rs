@@ -1,5 +1,6 @@
 //! NetworkPolicies: the bot pod reaches the internet, DNS and the API server but not the
-//! cluster's private ranges; sandbox pods get no ingress and no egress at all. Pure.
+//! cluster's private ranges, and admits the webhook Ingress's controller to its HTTP port;
+//! sandbox pods get no ingress and no egress at all. Pure.
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde_json::json;
@@ -56,6 +57,24 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
             json!({"to": peers, "ports": [{"port": bot.api_server_port, "protocol": "TCP"}]}),
         );
     }
+    // The HTTP channel, and the agent's and Porter's metrics for scraping (no secrets
+    // there); Porter's call and control sockets are unix sockets only.
+    let mut ingress = vec![json!({"ports": [
+        {"port": AGENT_HTTP_PORT, "protocol": "TCP"},
+        {"port": AGENT_METRICS_PORT, "protocol": "TCP"},
+        {"port": PORTER_METRICS_PORT, "protocol": "TCP"},
+    ]})];
+    // The webhook Ingress's controller, to the HTTP port only. The rule above admits it
+    // today as well; this one states the Ingress's need on its own, so narrowing the
+    // HTTP channel's sources later cannot silently cut the platforms' webhooks off.
+    if let Some(webhooks) = &bot.webhook_ingress {
+        ingress.push(json!({
+            "from": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": webhooks.controller_namespace,
+            }}}],
+            "ports": [{"port": AGENT_HTTP_PORT, "protocol": "TCP"}],
+        }));
+    }
     let metadata = serde_json::to_value(child_metadata(
         bot,
         agent_network_policy_name(&bot.name),
@@ -67,13 +86,7 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         "spec": {
             "podSelector": {"matchLabels": agent_selector(&bot.name)},
             "policyTypes": ["Ingress", "Egress"],
-            // The HTTP channel, and the agent's and Porter's metrics for scraping (no
-            // secrets there); Porter's call and control sockets are unix sockets only.
-            "ingress": [{"ports": [
-                {"port": AGENT_HTTP_PORT, "protocol": "TCP"},
-                {"port": AGENT_METRICS_PORT, "protocol": "TCP"},
-                {"port": PORTER_METRICS_PORT, "protocol": "TCP"},
-            ]}],
+            "ingress": ingress,
             "egress": egress,
         },
     }))
