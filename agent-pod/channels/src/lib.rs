@@ -10,6 +10,8 @@
 //! queue's SQL, splitting and formatting, and each platform's protocol. The
 //! agent wires them to its HTTP server, its turn loop and its metrics.
 
+pub mod attachments;
+pub mod email;
 pub mod format;
 pub mod message;
 pub mod queue;
@@ -20,6 +22,6 @@ pub mod whatsapp;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 
-pub use message::{AttachmentRef, InboundMessage, OutboundBody};
+pub use message::{AttachmentRef, InboundMessage, OutboundBody, ReplyContext};
 pub use settings::SettingsError;
-pub use transport::{SendError, Transport};
+pub use transport::{ChannelState, InboxSink, SendError, Transport};

@@ -31,6 +31,24 @@ pub struct InboundMessage {
     pub attachments: Vec<AttachmentRef>,
     /// When the platform says it was sent (RFC 3339).
     pub sent_at: String,
+    /// How a reply joins the conversation (e-mail: subject and references).
+    #[serde(default)]
+    pub context: ReplyContext,
+}
+
+/// What a reply needs to join the conversation it answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyContext {
+    /// The platform id of the message this answers, for threading or quoting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    /// Subject of the conversation (e-mail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Earlier message ids of the thread, oldest first (e-mail `References`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
 }
 
 /// A file that came with a message, by the platform's reference.
@@ -54,7 +72,7 @@ pub struct AttachmentRef {
 pub struct OutboundBody {
     /// Markdown text as the model wrote it; the transport renders and splits it.
     pub text: String,
-    /// The platform id of the message this answers, for threading or quoting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_to: Option<String>,
+    /// Where it goes in the conversation.
+    #[serde(flatten)]
+    pub context: ReplyContext,
 }

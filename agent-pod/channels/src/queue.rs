@@ -52,7 +52,33 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox(channel, state, next_attempt_at);
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_one_reply ON outbox(inbox_id) WHERE origin = 'reply';
+CREATE TABLE IF NOT EXISTS channel_cursor (
+    channel TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 ";
+
+/// A polling channel's saved position (IMAP UIDVALIDITY and UID, an update offset).
+pub fn cursor(connection: &Connection, channel: &str) -> rusqlite::Result<Option<String>> {
+    connection
+        .query_row(
+            "SELECT value FROM channel_cursor WHERE channel = ?1",
+            [channel],
+            |row| row.get(0),
+        )
+        .optional()
+}
+
+/// Saves a polling channel's position; call in the transaction that stored what was
+/// read up to it, so a crash never skips a message or stores one twice.
+pub fn set_cursor(connection: &Connection, channel: &str, value: &str) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO channel_cursor (channel, value) VALUES (?1, ?2)
+         ON CONFLICT (channel) DO UPDATE SET value = ?2",
+        params![channel, value],
+    )?;
+    Ok(())
+}
 
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {

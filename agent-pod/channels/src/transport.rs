@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use saint_config::{ChannelIdentity, ChannelKind};
 
-use crate::message::{AttachmentRef, InboundMessage};
+use crate::message::{AttachmentRef, InboundMessage, ReplyContext};
 
 /// Why a send failed, classified by what the sender should do next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,12 +39,13 @@ pub trait Transport: Send + Sync {
     /// The model's Markdown in the platform's markup.
     fn render(&self, markdown: &str) -> String;
 
-    /// Sends one part to `to`; returns the platform's id for it.
+    /// Sends part `part` (from 0) of a reply to `to`; returns the platform's id for it.
     fn send<'a>(
         &'a self,
         to: &'a ChannelIdentity,
         text: &'a str,
-        reply_to: Option<&'a str>,
+        context: &'a ReplyContext,
+        part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>>;
 
     /// Tells the platform the message was read (best effort; platforms without read
@@ -63,4 +64,34 @@ pub trait Transport: Send + Sync {
     fn reply_window(&self) -> Option<Duration> {
         None
     }
+}
+
+/// What a channel's connection is doing, as `/readyz` and `saint_channel_up` show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelState {
+    /// Serving.
+    Up,
+    /// The last attempt failed and is being retried (the reason).
+    Retrying(String),
+    /// The platform refused the bot's credentials; nothing moves until they are fixed.
+    CredentialsRefused(String),
+}
+
+/// Where a polling channel (IMAP, long polling) puts what it received: the agent's
+/// inbox, with the channel's position saved in the same transaction.
+pub trait InboxSink: Send + Sync {
+    /// The channel's saved position, if any.
+    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>>;
+
+    /// Stores `messages` (each with a reason not to answer it, if it is not to be
+    /// answered) and the new position, in one transaction.
+    fn commit<'a>(
+        &'a self,
+        channel: &'a str,
+        messages: Vec<(InboundMessage, Option<String>)>,
+        cursor: String,
+    ) -> BoxFuture<'a, Result<(), String>>;
+
+    /// Reports the connection's state.
+    fn report(&self, channel: &str, state: ChannelState);
 }

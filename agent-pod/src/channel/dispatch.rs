@@ -9,13 +9,13 @@
 
 use std::{
     collections::HashSet,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use saint_channels::{
-    AttachmentRef, OutboundBody,
+    AttachmentRef, OutboundBody, attachments,
     queue::{self, InboxRow},
 };
 use saint_config::ErrorChain;
@@ -127,7 +127,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         delivery: Some(Delivery {
             inbox_id: row.id,
             channel: channel.name.clone(),
-            reply_to: Some(row.message.platform_id.clone()),
+            context: row.message.context.clone(),
             accepted_message_id: row.message_id,
         }),
     };
@@ -153,7 +153,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
                         row.message.sender.as_ref(),
                         &OutboundBody {
                             text: FAILED_REPLY.to_string(),
-                            reply_to: Some(row.message.platform_id.clone()),
+                            context: row.message.context.clone(),
                         },
                     )
                     .map(drop)
@@ -186,10 +186,8 @@ async fn save_attachment(
     row: &InboxRow,
     attachment: &AttachmentRef,
 ) -> String {
-    let directory = PathBuf::from("inbox")
-        .join(safe_name(&channel.name))
-        .join(safe_name(&row.message.platform_id));
-    let file = directory.join(file_name(attachment));
+    let file = attachments::relative_path(&channel.name, &row.message.platform_id, attachment);
+    let directory = file.parent().expect("attachment paths have a folder").to_path_buf();
     let target = workspace.join(&file);
     if let Ok(metadata) = tokio::fs::metadata(&target).await {
         return attachment_note(attachment, &file, metadata.len());
@@ -228,66 +226,9 @@ fn attachment_note(attachment: &AttachmentRef, file: &Path, size: u64) -> String
     )
 }
 
-/// A path component made only of safe characters (a platform id or a sender's file
-/// name never becomes `..` or a path).
-pub fn safe_name(raw: &str) -> String {
-    let cleaned: String = raw
-        .chars()
-        .map(|character| {
-            if character.is_ascii_alphanumeric() || matches!(character, '-' | '_' | '.') {
-                character
-            } else {
-                '_'
-            }
-        })
-        .take(100)
-        .collect();
-    let cleaned = cleaned.trim_start_matches('.').to_string();
-    if cleaned.is_empty() { "_".to_string() } else { cleaned }
-}
-
-fn file_name(attachment: &AttachmentRef) -> String {
-    if let Some(name) = attachment.file_name.as_deref() {
-        let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
-        return safe_name(base);
-    }
-    let extension = match attachment.mime_type.split(';').next().unwrap_or("").trim() {
-        "image/jpeg" => "jpg",
-        "image/png" => "png",
-        "image/webp" => "webp",
-        "audio/ogg" => "ogg",
-        "audio/mpeg" => "mp3",
-        "audio/mp4" => "m4a",
-        "video/mp4" => "mp4",
-        "application/pdf" => "pdf",
-        "text/plain" => "txt",
-        _ => "bin",
-    };
-    format!("{}.{extension}", safe_name(&attachment.kind))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_from_the_platform_never_leave_the_inbox_folder() {
-        for hostile in ["../../etc/passwd", "..", "/abs", "a/../../b", "...", "x\0y", ""] {
-            let name = safe_name(hostile);
-            assert!(!name.contains('/') && !name.starts_with('.') && !name.is_empty(), "{hostile:?} → {name:?}");
-        }
-        let attachment = AttachmentRef {
-            id: "1".into(),
-            kind: "document".into(),
-            mime_type: "application/pdf".into(),
-            file_name: Some("../../../home/owner/.ssh/id_rsa".into()),
-        };
-        assert_eq!(file_name(&attachment), "id_rsa");
-        assert_eq!(
-            file_name(&AttachmentRef { file_name: None, ..attachment }),
-            "document.pdf"
-        );
-    }
 
     #[test]
     fn retries_back_off_to_five_minutes() {

@@ -13,23 +13,13 @@ use std::{
 
 use saint_channels::{
     Transport,
+    transport::ChannelState,
     whatsapp::{GraphClient, WhatsappSettings},
 };
 use saint_config::{BotConfig, ChannelKind};
 use tokio::sync::Notify;
 
 use crate::{metering::Metering, session::SessionStore};
-
-/// What a channel is doing, as `/readyz` and `saint_channel_up` show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChannelState {
-    /// Serving.
-    Up,
-    /// The last send failed and is being retried (the platform's reason).
-    Retrying(String),
-    /// The platform refused the bot's credentials; nothing goes out until they are fixed.
-    CredentialsRefused(String),
-}
 
 /// One served channel.
 pub struct ServedChannel {

@@ -51,7 +51,7 @@ impl Outbox for DurableOutbox {
                     }
                     let body = OutboundBody {
                         text: message.text.clone(),
-                        reply_to: None,
+                        context: Default::default(),
                     };
                     queue::enqueue(transaction, &message.channel, &message.recipient, &body, "message_tool", None)
                         .map(Some)

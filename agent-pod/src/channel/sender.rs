@@ -10,7 +10,7 @@
 use std::{sync::Arc, time::Duration};
 
 use saint_channels::{
-    SendError,
+    ChannelState, SendError,
     format::split_message,
     queue::{self, OutboxRow},
 };
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     dispatch::retry_delay,
-    hub::{ChannelHub, ChannelState, ServedChannel},
+    hub::{ChannelHub, ServedChannel},
 };
 
 /// Retried sends before a row is given up on (a little over two hours of backoff).
@@ -82,9 +82,7 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
     };
     let parts = split_message(&channel.transport.render(&row.body.text), channel.transport.max_chars());
     for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
-        // Only the first part quotes the message it answers.
-        let reply_to = if index == 0 { row.body.reply_to.as_deref() } else { None };
-        match channel.transport.send(&recipient, part, reply_to).await {
+        match channel.transport.send(&recipient, part, &row.body.context, index).await {
             Ok(platform_id) => {
                 metrics.channel_message(&channel.name, "out");
                 record(hub, "record a sent part", |transaction| {

@@ -105,8 +105,8 @@ pub struct Delivery {
     pub inbox_id: i64,
     /// Channel name the reply leaves through.
     pub channel: String,
-    /// The platform id of the message answered.
-    pub reply_to: Option<String>,
+    /// Where the reply goes in the conversation (the message answered, its thread).
+    pub context: saint_channels::ReplyContext,
     /// The person's message is already in the transcript as this id (a turn resumed
     /// after a restart): it is not stored again.
     pub accepted_message_id: Option<i64>,

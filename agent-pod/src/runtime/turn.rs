@@ -83,7 +83,7 @@ impl QueueStep {
                 delivery: delivery.clone(),
                 body: OutboundBody {
                     text: text.to_string(),
-                    reply_to: delivery.reply_to.clone(),
+                    context: delivery.context.clone(),
                 },
             },
             None => QueueStep::None,

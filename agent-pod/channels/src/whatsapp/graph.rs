@@ -14,7 +14,7 @@ use serde_json::json;
 use super::{CUSTOMER_SERVICE_WINDOW, MAX_TEXT_CHARS, WhatsappSettings};
 use crate::{
     format::markdown_to_whatsapp,
-    message::{AttachmentRef, InboundMessage},
+    message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
 
@@ -155,7 +155,8 @@ impl Transport for GraphClient {
         &'a self,
         to: &'a ChannelIdentity,
         text: &'a str,
-        reply_to: Option<&'a str>,
+        context: &'a ReplyContext,
+        part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
             let mut body = json!({
@@ -165,7 +166,8 @@ impl Transport for GraphClient {
                 "type": "text",
                 "text": {"preview_url": false, "body": text},
             });
-            if let Some(reply_to) = reply_to {
+            // Only the first part quotes the message it answers.
+            if let Some(reply_to) = context.reply_to.as_deref().filter(|_| part == 0) {
                 body["context"] = json!({"message_id": reply_to});
             }
             let answer = self.post(body).await?;

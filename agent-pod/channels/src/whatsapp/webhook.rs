@@ -239,7 +239,7 @@ fn normalise(
     Ok(InboundMessage {
         channel: settings.channel.clone(),
         kind: ChannelKind::Whatsapp,
-        platform_id: message.id,
+        platform_id: message.id.clone(),
         sender,
         // Meta authenticates the number and signs the delivery.
         sender_verified: true,
@@ -247,5 +247,9 @@ fn normalise(
         text,
         attachments,
         sent_at,
+        context: crate::message::ReplyContext {
+            reply_to: Some(message.id),
+            ..Default::default()
+        },
     })
 }

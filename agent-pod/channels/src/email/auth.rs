@@ -1,0 +1,139 @@
+//! Whether the `From:` address of a message is the sender's: an aligned DKIM signature
+//! that verifies against the key its domain publishes in DNS, or — when the channel
+//! names the receiving server (`authservId`) — that server's own
+//! `Authentication-Results` saying DMARC or aligned DKIM passed. Anything else is
+//! unverified and served by the default role.
+//!
+//! Only the topmost `Authentication-Results` header counts: it is the one the receiving
+//! server added last; one further down could have been written by the sender.
+
+use mail_auth::{
+    AuthenticatedMessage, DkimResult, MessageAuthenticator,
+    hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts},
+};
+
+use super::EmailSettings;
+
+/// The outcome of the sender check, with the reason for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SenderCheck {
+    /// The `From:` domain vouched for the message.
+    Verified(String),
+    /// Nothing vouched for it.
+    Unverified(String),
+}
+
+/// Checks senders for one channel.
+pub struct Verifier {
+    authenticator: MessageAuthenticator,
+    authserv_id: Option<String>,
+}
+
+impl Verifier {
+    /// A verifier using the channel's DNS server, or the system's.
+    pub fn new(settings: &EmailSettings) -> Result<Self, String> {
+        let authenticator = match settings.dns_server {
+            Some(server) => {
+                let mut name_server = NameServerConfig::udp(server.ip());
+                for connection in &mut name_server.connections {
+                    connection.port = server.port();
+                }
+                MessageAuthenticator::new(
+                    ResolverConfig::from_name_servers(vec![name_server]),
+                    ResolverOpts::default(),
+                )
+            }
+            None => MessageAuthenticator::new_system_conf(),
+        }
+        .map_err(|error| format!("failed to set up DNS for DKIM checks: {error}"))?;
+        Ok(Self {
+            authenticator,
+            authserv_id: settings.authserv_id.clone(),
+        })
+    }
+}
+
+/// Whether `domain` (a signature's `d=`) is aligned with the `From:` domain: the same,
+/// or a parent of it (relaxed alignment).
+fn aligned(signing: &str, from_domain: &str) -> bool {
+    let signing = signing.trim_end_matches('.').to_lowercase();
+    let from_domain = from_domain.to_lowercase();
+    // A bare TLD is no organisation: `d=com` never vouches for `x.com`.
+    signing.contains('.')
+        && (from_domain == signing || from_domain.ends_with(&format!(".{signing}")))
+}
+
+/// Checks `raw`'s `From:` domain `from_domain`.
+pub async fn verify_sender(verifier: &Verifier, raw: &[u8], from_domain: &str) -> SenderCheck {
+    if let Some(check) = trusted_results(verifier, raw, from_domain) {
+        return check;
+    }
+    let Some(message) = AuthenticatedMessage::parse(raw) else {
+        return SenderCheck::Unverified("message could not be parsed for DKIM".to_string());
+    };
+    let outputs = verifier.authenticator.verify_dkim(&message).await;
+    if outputs.is_empty() {
+        return SenderCheck::Unverified("no DKIM signature".to_string());
+    }
+    let mut seen = Vec::new();
+    for output in &outputs {
+        let domain = output.signature().map(|signature| signature.d.clone()).unwrap_or_default();
+        match output.result() {
+            DkimResult::Pass if aligned(&domain, from_domain) => {
+                return SenderCheck::Verified(format!("DKIM pass, d={domain}"));
+            }
+            DkimResult::Pass => seen.push(format!("DKIM pass for d={domain}, not aligned with {from_domain}")),
+            other => seen.push(format!("DKIM {other:?} for d={domain}")),
+        }
+    }
+    SenderCheck::Unverified(seen.join("; "))
+}
+
+/// The trusted server's verdict, if the channel names one and it is the topmost
+/// `Authentication-Results`.
+fn trusted_results(verifier: &Verifier, raw: &[u8], from_domain: &str) -> Option<SenderCheck> {
+    let trusted = verifier.authserv_id.as_deref()?;
+    let message = mail_parser::MessageParser::default().parse(raw)?;
+    let (_, value) = message
+        .headers_raw()
+        .find(|(name, _)| name.eq_ignore_ascii_case("Authentication-Results"))?;
+    let value = value.replace(['\r', '\n'], " ");
+    let mut parts = value.split(';');
+    let authserv = parts.next()?.split_whitespace().next()?.to_lowercase();
+    if authserv != trusted {
+        return None;
+    }
+    for result in parts {
+        let words: Vec<String> = result.split_whitespace().map(str::to_lowercase).collect();
+        let Some(method) = words.first() else { continue };
+        if method == "dmarc=pass" {
+            let header_from = words.iter().find_map(|word| word.strip_prefix("header.from="));
+            if header_from.is_none_or(|domain| domain == from_domain.to_lowercase()) {
+                return Some(SenderCheck::Verified(format!("{trusted}: dmarc=pass")));
+            }
+        }
+        if method == "dkim=pass"
+            && let Some(domain) = words.iter().find_map(|word| word.strip_prefix("header.d="))
+            && aligned(domain, from_domain)
+        {
+            return Some(SenderCheck::Verified(format!("{trusted}: dkim=pass header.d={domain}")));
+        }
+    }
+    Some(SenderCheck::Unverified(format!("{trusted}'s Authentication-Results show no DMARC or aligned DKIM pass")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alignment_is_relaxed_but_not_loose() {
+        assert!(aligned("acme.example", "acme.example"));
+        assert!(aligned("acme.example", "mail.acme.example"));
+        assert!(aligned("ACME.example.", "acme.example"));
+        assert!(!aligned("evil.example", "acme.example"));
+        assert!(!aligned("me.example", "acme.example"));
+        assert!(!aligned("example", "acme.example"));
+        assert!(!aligned("mail.acme.example", "acme.example"));
+    }
+}

@@ -1,0 +1,348 @@
+//! The IMAP side: log in, select the mailbox, fetch every message past the saved UID,
+//! store it (with the new UID, in one transaction), then wait with IDLE — or poll where
+//! the server has none — and repeat. A dropped connection is re-established with
+//! backoff; since the position moves only with what was stored, nothing is skipped,
+//! and the inbox's unique message ids make a re-fetch harmless.
+//!
+//! The position is `<UIDVALIDITY>:<last UID>`. A changed UIDVALIDITY (the mailbox was
+//! rebuilt) starts over from the first message. On the very first start the bot begins
+//! with mail that arrives from then on, not the mailbox's whole history.
+
+use std::{
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use async_imap::{Session, extensions::idle::IdleResponse};
+use futures::TryStreamExt;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
+use tokio_rustls::client::TlsStream;
+
+use super::{EmailSettings, Security, Verifier, inbound, verify_sender};
+use crate::{
+    ChannelState, InboxSink,
+    email::auth::SenderCheck,
+};
+
+/// Longest single IDLE before it is renewed (servers may drop idle clients at 30 min).
+const IDLE_RENEW: Duration = Duration::from_secs(25 * 60);
+/// Largest message fetched whole; bigger ones are stored as a note.
+const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+
+/// A plain or TLS connection.
+#[derive(Debug)]
+pub enum MailStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for MailStream {
+    fn poll_read(self: Pin<&mut Self>, context: &mut Context<'_>, buffer: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MailStream::Plain(stream) => Pin::new(stream).poll_read(context, buffer),
+            MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(context, buffer),
+        }
+    }
+}
+
+impl AsyncWrite for MailStream {
+    fn poll_write(self: Pin<&mut Self>, context: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            MailStream::Plain(stream) => Pin::new(stream).poll_write(context, data),
+            MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(context, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MailStream::Plain(stream) => Pin::new(stream).poll_flush(context),
+            MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(context),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MailStream::Plain(stream) => Pin::new(stream).poll_shutdown(context),
+            MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(context),
+        }
+    }
+}
+
+/// Why a session ended.
+enum SessionEnd {
+    /// Asked to stop.
+    Stopped,
+    /// The server refused the login.
+    LoginRefused(String),
+    /// Anything else; try again.
+    Failed(String),
+}
+
+/// Runs the channel's inbound side until `stop` resolves.
+pub async fn run_poller(
+    settings: EmailSettings,
+    verifier: Arc<Verifier>,
+    sink: Arc<dyn InboxSink>,
+    workspace: PathBuf,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let mut stop_signal = stop.clone();
+        let end = tokio::select! {
+            end = session(&settings, &verifier, sink.as_ref(), &workspace, &mut backoff) => end,
+            _ = stop_signal.wait_for(|stopped| *stopped) => SessionEnd::Stopped,
+        };
+        let wait = match end {
+            SessionEnd::Stopped => return,
+            SessionEnd::LoginRefused(reason) => {
+                sink.report(&settings.channel, ChannelState::CredentialsRefused(reason));
+                Duration::from_secs(60)
+            }
+            SessionEnd::Failed(reason) => {
+                tracing::warn!(channel = %settings.channel, %reason, retry_in_s = backoff.as_secs(), "imap: connection lost; reconnecting");
+                sink.report(&settings.channel, ChannelState::Retrying(reason));
+                let wait = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                wait
+            }
+        };
+        let mut stop_signal = stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop_signal.wait_for(|stopped| *stopped) => return,
+        }
+    }
+}
+
+pub(crate) fn tls_connector() -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(certificate);
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+async fn wrap_tls(host: &str, stream: TcpStream) -> Result<MailStream, String> {
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|error| format!("{host:?} is not a TLS server name: {error}"))?;
+    let tls = tls_connector()
+        .connect(name, stream)
+        .await
+        .map_err(|error| format!("TLS with {host} failed: {error}"))?;
+    Ok(MailStream::Tls(Box::new(tls)))
+}
+
+async fn connect(settings: &EmailSettings) -> Result<async_imap::Client<MailStream>, String> {
+    let address = format!("{}:{}", settings.imap_host, settings.imap_port);
+    let tcp = tokio::time::timeout(Duration::from_secs(20), TcpStream::connect(&address))
+        .await
+        .map_err(|_| format!("connecting to {address} timed out"))?
+        .map_err(|error| format!("cannot connect to {address}: {error}"))?;
+    let stream = match settings.imap_security {
+        Security::Tls => wrap_tls(&settings.imap_host, tcp).await?,
+        Security::None => MailStream::Plain(tcp),
+        Security::StartTls => {
+            let mut client = async_imap::Client::new(MailStream::Plain(tcp));
+            client.read_response().await.map_err(|error| format!("no IMAP greeting: {error}"))?;
+            client
+                .run_command_and_check_ok("STARTTLS", None)
+                .await
+                .map_err(|error| format!("STARTTLS refused: {error}"))?;
+            let MailStream::Plain(tcp) = client.into_inner() else {
+                unreachable!("the stream was plain until STARTTLS")
+            };
+            // After STARTTLS there is no second greeting.
+            return Ok(async_imap::Client::new(wrap_tls(&settings.imap_host, tcp).await?));
+        }
+    };
+    let mut client = async_imap::Client::new(stream);
+    client.read_response().await.map_err(|error| format!("no IMAP greeting: {error}"))?;
+    Ok(client)
+}
+
+fn parse_cursor(cursor: Option<&str>) -> Option<(u32, u32)> {
+    let (validity, uid) = cursor?.split_once(':')?;
+    Some((validity.parse().ok()?, uid.parse().ok()?))
+}
+
+async fn session(
+    settings: &EmailSettings,
+    verifier: &Verifier,
+    sink: &dyn InboxSink,
+    workspace: &Path,
+    backoff: &mut Duration,
+) -> SessionEnd {
+    let client = match connect(settings).await {
+        Ok(client) => client,
+        Err(reason) => return SessionEnd::Failed(reason),
+    };
+    let mut session = match client.login(&settings.username, &settings.password).await {
+        Ok(session) => session,
+        Err((error, _)) => {
+            return SessionEnd::LoginRefused(format!("imap: login as {} refused: {error}", settings.username));
+        }
+    };
+    let mailbox = match session.select(&settings.mailbox).await {
+        Ok(mailbox) => mailbox,
+        Err(error) => return SessionEnd::Failed(format!("imap: cannot select {}: {error}", settings.mailbox)),
+    };
+    let idle = match session.capabilities().await {
+        Ok(capabilities) => capabilities.has_str("IDLE"),
+        Err(error) => return SessionEnd::Failed(format!("imap: CAPABILITY failed: {error}")),
+    };
+    let validity = mailbox.uid_validity.unwrap_or(0);
+    let saved = match sink.cursor(&settings.channel).await {
+        Ok(saved) => parse_cursor(saved.as_deref()),
+        Err(reason) => return SessionEnd::Failed(reason),
+    };
+    let mut last_uid = match saved {
+        Some((saved_validity, uid)) if saved_validity == validity => uid,
+        Some(_) => {
+            tracing::warn!(channel = %settings.channel, "imap: UIDVALIDITY changed; reading the mailbox again (already stored messages are recognised)");
+            0
+        }
+        None => {
+            let start = mailbox.uid_next.unwrap_or(1).saturating_sub(1);
+            tracing::info!(channel = %settings.channel, from_uid = start + 1, "imap: first start; answering mail that arrives from now on");
+            if let Err(reason) = sink.commit(&settings.channel, Vec::new(), format!("{validity}:{start}")).await {
+                return SessionEnd::Failed(reason);
+            }
+            start
+        }
+    };
+    sink.report(&settings.channel, ChannelState::Up);
+    tracing::info!(channel = %settings.channel, idle, "imap: connected");
+    *backoff = Duration::from_secs(1);
+    loop {
+        match fetch_new(settings, verifier, sink, workspace, &mut session, validity, &mut last_uid).await {
+            Ok(()) => {}
+            Err(reason) => return SessionEnd::Failed(reason),
+        }
+        if idle {
+            let mut handle = session.idle();
+            if let Err(error) = handle.init().await {
+                return SessionEnd::Failed(format!("imap: IDLE failed: {error}"));
+            }
+            let (wait, _interrupt) = handle.wait_with_timeout(IDLE_RENEW);
+            let response = wait.await;
+            match response {
+                Ok(IdleResponse::NewData(_) | IdleResponse::Timeout) => {}
+                Ok(IdleResponse::ManualInterrupt) => {
+                    return SessionEnd::Failed("imap: the server closed the connection".to_string());
+                }
+                Err(error) => return SessionEnd::Failed(format!("imap: IDLE failed: {error}")),
+            }
+            session = match handle.done().await {
+                Ok(session) => session,
+                Err(error) => return SessionEnd::Failed(format!("imap: ending IDLE failed: {error}")),
+            };
+        } else {
+            tokio::time::sleep(settings.poll_interval).await;
+            if let Err(error) = session.noop().await {
+                return SessionEnd::Failed(format!("imap: NOOP failed: {error}"));
+            }
+        }
+    }
+}
+
+async fn fetch_new(
+    settings: &EmailSettings,
+    verifier: &Verifier,
+    sink: &dyn InboxSink,
+    workspace: &Path,
+    session: &mut Session<MailStream>,
+    validity: u32,
+    last_uid: &mut u32,
+) -> Result<(), String> {
+    let messages: Vec<(u32, Vec<u8>)> = {
+        let stream = session
+            .uid_fetch(format!("{}:*", *last_uid + 1), "(UID RFC822.SIZE BODY.PEEK[])")
+            .await
+            .map_err(|error| format!("imap: FETCH failed: {error}"))?;
+        let fetched: Vec<_> = stream
+            .try_collect()
+            .await
+            .map_err(|error| format!("imap: FETCH failed: {error}"))?;
+        let mut messages: Vec<(u32, Vec<u8>)> = fetched
+            .iter()
+            // `n:*` names the last message even when it is below `n`.
+            .filter_map(|fetch| Some((fetch.uid?, fetch.body().unwrap_or_default().to_vec())))
+            .filter(|(uid, _)| *uid > *last_uid)
+            .collect();
+        messages.sort_by_key(|(uid, _)| *uid);
+        messages
+    };
+    for (uid, raw) in messages {
+        let fallback_id = format!("imap:{validity}:{uid}");
+        let stored = if raw.len() > MAX_MESSAGE_BYTES {
+            tracing::warn!(channel = %settings.channel, uid, bytes = raw.len(), "imap: message too large; not answered");
+            Vec::new()
+        } else {
+            match inbound::parse_mail(settings, &raw, &fallback_id) {
+                Ok(parsed) => vec![prepare(settings, verifier, workspace, &raw, parsed).await?],
+                Err(reason) => {
+                    tracing::warn!(channel = %settings.channel, uid, %reason, "imap: message skipped");
+                    Vec::new()
+                }
+            }
+        };
+        sink.commit(&settings.channel, stored, format!("{validity}:{uid}")).await?;
+        *last_uid = uid;
+    }
+    Ok(())
+}
+
+/// Checks the sender and saves the attachments; returns the entry to store.
+async fn prepare(
+    settings: &EmailSettings,
+    verifier: &Verifier,
+    workspace: &Path,
+    raw: &[u8],
+    mut parsed: inbound::ParsedMail,
+) -> Result<(crate::InboundMessage, Option<String>), String> {
+    let from_domain = parsed
+        .message
+        .sender
+        .peer()
+        .rsplit_once('@')
+        .map(|(_, domain)| domain.to_string())
+        .unwrap_or_default();
+    match verify_sender(verifier, raw, &from_domain).await {
+        SenderCheck::Verified(how) => {
+            tracing::info!(channel = %settings.channel, sender = %parsed.message.sender, %how, "e-mail sender verified");
+            parsed.message.sender_verified = true;
+        }
+        SenderCheck::Unverified(why) => {
+            tracing::warn!(channel = %settings.channel, sender = %parsed.message.sender, %why,
+                "e-mail sender not verified: handled under the default role");
+        }
+    }
+    for (path, data) in &parsed.attachments {
+        let target = workspace.join(path);
+        let written = async {
+            if let Some(parent) = target.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            let partial = target.with_extension("partial");
+            tokio::fs::write(&partial, data).await?;
+            tokio::fs::rename(&partial, &target).await
+        };
+        written
+            .await
+            .map_err(|error| format!("failed to save attachment {}: {error}", target.display()))?;
+    }
+    if let Some(reason) = &parsed.ignore {
+        tracing::info!(channel = %settings.channel, sender = %parsed.message.sender, %reason, "e-mail not answered: machine-sent");
+    }
+    Ok((parsed.message, parsed.ignore))
+}
