@@ -552,6 +552,24 @@ fn invalid_cases() -> Vec<InvalidCase> {
             json!({}),
             "channels[]: an http channel needs secrets.token",
         ),
+        case(
+            "webhook Ingress host given as a URL",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/webhookIngress/host",
+            json!("https://saint.company.hr/"),
+            "spec.webhookIngress.host",
+        ),
+        case(
+            "webhook Ingress controller namespace not a DNS label",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/webhookIngress/controllerNamespace",
+            json!("Ingress_Nginx"),
+            "spec.webhookIngress.controllerNamespace",
+        ),
     ]
 }
 

@@ -172,6 +172,11 @@ fn child_kinds() -> Vec<(ApiResource, Option<String>)> {
             ),
             None,
         ),
+        // The example asks for a webhook Ingress and has a WhatsApp channel.
+        (
+            resource("networking.k8s.io", "v1", "Ingress", "ingresses"),
+            Some(format!("{BOT}-webhooks")),
+        ),
     ]
 }
 
@@ -480,6 +485,61 @@ async fn contact_edit_rerenders_the_config_without_a_restart_while_model_and_cha
     manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
     scenario.converged().await?;
     wait_for_new_template_hash(&scenario, &seen).await?;
+    scenario.finish().await
+}
+
+#[tokio::test]
+async fn the_webhook_ingress_exposes_only_webhook_paths_and_goes_when_the_field_goes() -> TestResult
+{
+    let scenario = Scenario::start("webhooks").await?;
+    scenario.converged().await?;
+    let name = format!("{BOT}-webhooks");
+    let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
+        Api::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    let ingress = serde_json::to_value(ingresses.get(&name).await?)?;
+    let rule = &ingress["spec"]["rules"][0];
+    assert_eq!(rule["host"], "saint.company.hr", "{ingress}");
+    let paths: Vec<(&str, &str)> = rule["http"]["paths"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|path| {
+            (
+                path["path"].as_str().unwrap_or_default(),
+                path["pathType"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        vec![("/channels/whatsapp/webhook", "Exact")],
+        "only the WhatsApp webhook is public: {ingress}"
+    );
+    assert_eq!(
+        ingress["spec"]["tls"][0]["secretName"], "acme-assistant-tls",
+        "{ingress}"
+    );
+
+    // The field goes: the operator deletes the Ingress (garbage collection would not,
+    // the bot still exists).
+    let mut bot = examples::find(&scenario.environment, "saintbot.yaml", "SaintBot", BOT)?;
+    if let Some(spec) = bot.data["spec"].as_object_mut() {
+        spec.remove("webhookIngress");
+    }
+    manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
+    wait::until(
+        "the webhook Ingress is deleted",
+        CONVERGE_TIMEOUT,
+        || async {
+            match ingresses.get_opt(&name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err(format!("{name} still exists")),
+                Err(error) => Err(error.to_string()),
+            }
+        },
+    )
+    .await?;
     scenario.finish().await
 }
 
