@@ -11,11 +11,15 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use futures::future::BoxFuture;
 use saint_channels::{
-    Transport,
+    InboundMessage, InboxSink, Transport,
+    email::{EmailSettings, SmtpTransport, Verifier},
+    queue,
     transport::ChannelState,
     whatsapp::{GraphClient, WhatsappSettings},
 };
+use saint_config::ErrorChain;
 use saint_config::{BotConfig, ChannelKind};
 use tokio::sync::Notify;
 
@@ -33,6 +37,8 @@ pub struct ServedChannel {
     pub outbox_ready: Arc<Notify>,
     /// WhatsApp webhook settings (verify token, app secret, phone number id).
     pub whatsapp: Option<WhatsappSettings>,
+    /// E-mail settings and sender verifier, for the IMAP poller.
+    pub email: Option<(EmailSettings, Arc<Verifier>)>,
     state: Mutex<ChannelState>,
 }
 
@@ -44,6 +50,8 @@ pub struct ChannelHub {
     pub(crate) store: Arc<SessionStore>,
     pub(crate) metering: Arc<Metering>,
     pub(crate) workspace: PathBuf,
+    /// Channels whose transport could not be built from complete settings.
+    start_problems: Vec<String>,
 }
 
 impl ChannelHub {
@@ -57,18 +65,38 @@ impl ChannelHub {
         workspace: &Path,
     ) -> Self {
         let mut channels = BTreeMap::new();
+        let mut start_problems = Vec::new();
         for channel in &config.channels {
-            let served = match channel.kind {
+            let served: Option<(Arc<dyn Transport>, _, _)> = match channel.kind {
                 ChannelKind::Whatsapp => match WhatsappSettings::read(channel, lookup) {
                     Ok(settings) => Some((
-                        Arc::new(GraphClient::new(settings.clone())) as Arc<dyn Transport>,
+                        Arc::new(GraphClient::new(settings.clone())),
                         Some(settings),
+                        None,
                     )),
+                    Err(_) => None,
+                },
+                ChannelKind::Email => match EmailSettings::read(channel, lookup) {
+                    Ok(settings) => {
+                        let built = SmtpTransport::new(settings.clone())
+                            .and_then(|smtp| Ok((smtp, Verifier::new(&settings)?)));
+                        match built {
+                            Ok((smtp, verifier)) => {
+                                Some((Arc::new(smtp), None, Some((settings, Arc::new(verifier)))))
+                            }
+                            Err(reason) => {
+                                let line = format!("channel {:?}: {reason}: the channel is not started", channel.name);
+                                tracing::error!("{line}");
+                                start_problems.push(line);
+                                None
+                            }
+                        }
+                    }
                     Err(_) => None,
                 },
                 _ => None,
             };
-            if let Some((transport, whatsapp)) = served {
+            if let Some((transport, whatsapp, email)) = served {
                 metering.metrics.channel_up(&channel.name, channel.kind.prefix(), true);
                 channels.insert(
                     channel.name.clone(),
@@ -78,6 +106,7 @@ impl ChannelHub {
                         transport,
                         outbox_ready: Arc::new(Notify::new()),
                         whatsapp,
+                        email,
                         state: Mutex::new(ChannelState::Up),
                     }),
                 );
@@ -89,6 +118,7 @@ impl ChannelHub {
             store,
             metering,
             workspace: workspace.to_path_buf(),
+            start_problems,
         }
     }
 
@@ -128,7 +158,8 @@ impl ChannelHub {
 
     /// `/readyz` lines for channels that are not simply up.
     pub fn health_lines(&self) -> Vec<String> {
-        self.channels
+        let live = self
+            .channels
             .values()
             .filter_map(|channel| {
                 match &*channel.state.lock().expect("channel state lock") {
@@ -142,8 +173,69 @@ impl ChannelHub {
                         channel.name
                     )),
                 }
+            });
+        self.start_problems.iter().cloned().chain(live).collect()
+    }
+}
+
+/// The inbox as the polling channels (e-mail) see it.
+struct HubSink(Arc<ChannelHub>);
+
+impl InboxSink for HubSink {
+    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            let store = self.0.store.clone();
+            let channel = channel.to_string();
+            tokio::task::spawn_blocking(move || {
+                store.queue("read a channel's position", |transaction| queue::cursor(transaction, &channel))
             })
-            .collect()
+            .await
+            .map_err(|_| "the storage task failed".to_string())?
+            .map_err(|error| ErrorChain(&error).to_string())
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        channel: &'a str,
+        messages: Vec<(InboundMessage, Option<String>)>,
+        cursor: String,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let store = self.0.store.clone();
+            let name = channel.to_string();
+            let new = tokio::task::spawn_blocking(move || {
+                store.queue("store inbound messages", |transaction| {
+                    let mut new = 0;
+                    for (message, ignore) in &messages {
+                        match ignore {
+                            None => new += usize::from(queue::insert_inbound(transaction, message)?.is_some()),
+                            Some(reason) => {
+                                queue::insert_ignored(transaction, message, reason)?;
+                            }
+                        }
+                    }
+                    queue::set_cursor(transaction, &name, &cursor)?;
+                    Ok(new)
+                })
+            })
+            .await
+            .map_err(|_| "the storage task failed".to_string())?
+            .map_err(|error| ErrorChain(&error).to_string())?;
+            for _ in 0..new {
+                self.0.metering.metrics.channel_message(channel, "in");
+            }
+            if new > 0 {
+                self.0.inbox_ready.notify_one();
+            }
+            Ok(())
+        })
+    }
+
+    fn report(&self, channel: &str, state: ChannelState) {
+        if let Some(served) = self.0.channel(channel) {
+            self.0.set_state(served, state);
+        }
     }
 }
 
@@ -163,8 +255,15 @@ pub fn start_workers(
         runtime,
         turns,
         abort_turns,
-        stop_dispatch,
+        stop_dispatch.clone(),
     ))];
+    // Pollers stop taking mail when draining starts, with the dispatcher.
+    let (stop_pollers, pollers_stopped) = tokio::sync::watch::channel(false);
+    tasks.push(tokio::spawn(async move {
+        stop_dispatch.cancelled().await;
+        let _ = stop_pollers.send(true);
+    }));
+    let sink: Arc<dyn InboxSink> = Arc::new(HubSink(hub.clone()));
     for channel in hub.channels() {
         tracing::info!(channel = %channel.name, kind = channel.kind.prefix(), "channel started");
         tasks.push(tokio::spawn(super::sender::run(
@@ -172,6 +271,15 @@ pub fn start_workers(
             channel.clone(),
             stop_senders.clone(),
         )));
+        if let Some((settings, verifier)) = &channel.email {
+            tasks.push(tokio::spawn(saint_channels::email::run_poller(
+                settings.clone(),
+                verifier.clone(),
+                sink.clone(),
+                hub.workspace.clone(),
+                pollers_stopped.clone(),
+            )));
+        }
     }
     tasks
 }

@@ -4,11 +4,11 @@
 
 use std::fmt;
 
-use saint_channels::{SettingsError, whatsapp::WhatsappSettings};
+use saint_channels::{SettingsError, email::EmailSettings, whatsapp::WhatsappSettings};
 use saint_config::{BotConfig, ChannelKind};
 
 /// The channel kinds this build serves.
-pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http, ChannelKind::Whatsapp];
+pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http, ChannelKind::Whatsapp, ChannelKind::Email];
 
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl fmt::Display for ChannelProblem {
                 write!(
                     formatter,
                     "channel {name:?} ({kind}) is declared but this build does not serve \
-                     {kind}: its messages are not received (served: http, whatsapp)"
+                     {kind}: its messages are not received (served: http, whatsapp, email)"
                 )
             }
             ChannelProblem::NoHttpChannel => write!(
@@ -73,8 +73,13 @@ pub fn channel_problems(
             });
             continue;
         }
-        if channel.kind == ChannelKind::Whatsapp {
-            if let Err(error) = WhatsappSettings::read(channel, &lookup) {
+        let checked = match channel.kind {
+            ChannelKind::Whatsapp => Some(WhatsappSettings::read(channel, &lookup).map(drop)),
+            ChannelKind::Email => Some(EmailSettings::read(channel, &lookup).map(drop)),
+            _ => None,
+        };
+        if let Some(checked) = checked {
+            if let Err(error) = checked {
                 problems.push(ChannelProblem::Settings(error));
             }
             continue;
@@ -123,7 +128,7 @@ mod tests {
             {"name": "wa", "kind": "whatsapp", "settings": {"phoneNumberId": "1"},
              "secretEnv": {"accessToken": "WA", "appSecret": "WA_SECRET"}},
             {"name": "wa2", "kind": "whatsapp", "settings": {"phoneNumber": "1"}},
-            {"name": "mail", "kind": "email"},
+            {"name": "tg", "kind": "telegram"},
         ]));
         let set = HashMap::from([("API_TOKEN", "t0k3n"), ("WA", "token")]);
         let problems = channel_problems(&config, |name| set.get(name).map(|v| v.to_string()));
@@ -134,11 +139,11 @@ mod tests {
         assert_eq!(
             problems[2],
             ChannelProblem::NotServed {
-                name: "mail".into(),
-                kind: ChannelKind::Email
+                name: "tg".into(),
+                kind: ChannelKind::Telegram
             }
         );
-        assert!(lines[2].contains("does not serve email"));
+        assert!(lines[2].contains("does not serve telegram"));
     }
 
     #[test]
