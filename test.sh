@@ -99,6 +99,10 @@ apt_packages=(
 	gh                    # porter injection tests run the real gh (2.23) through the proxy
 	chromium              # the chat page's browser test (agent-pod/tests/up.rs)
 	chromium-driver
+	dovecot-imapd         # the e-mail channel's tests run a real mail server (agent-pod/tests/email.rs):
+	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,
+	dovecot-submissiond
+	opensmtpd             #   OpenSMTPD as the MTA in front of it
 )
 
 prerequisites() {
