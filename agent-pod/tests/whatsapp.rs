@@ -512,3 +512,18 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
     );
     assert_eq!(stored_user_texts, (ROUNDS * 3) as i64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_flooding_forged_requests_is_refused_for_a_while() {
+    let bot = Bot::start().await;
+    let body = serde_json::to_vec(&scripted::text_delivery(PHONE_NUMBER_ID, ANA, "wamid.X", "x")).unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..80 {
+        statuses.push(bot.post_raw(body.clone(), Some("sha256=00".to_string())).await);
+    }
+    // The failure budget (a burst of 50) is spent on 401s; then the address gets 429.
+    assert_eq!(statuses[0], 401);
+    assert!(statuses.iter().take(40).all(|status| *status == 401), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 0);
+}

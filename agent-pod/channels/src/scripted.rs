@@ -36,6 +36,8 @@ pub struct GraphRequest {
     pub bearer: Option<String>,
     /// The JSON body (`null` for none).
     pub body: Value,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl GraphRequest {
@@ -131,6 +133,7 @@ struct Script {
 
 #[derive(Clone)]
 struct Shared {
+    sent: Arc<tokio::sync::Notify>,
     script: Arc<Mutex<Script>>,
     token: Arc<Mutex<String>>,
     base: String,
@@ -155,6 +158,7 @@ impl ScriptedGraph {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let shared = Shared {
+            sent: Arc::default(),
             script: Arc::default(),
             token: Arc::new(Mutex::new(access_token.to_string())),
             base: format!("http://{address}"),
@@ -211,6 +215,21 @@ impl ScriptedGraph {
             .collect()
     }
 
+    /// Waits until `count` text sends succeeded in all, or `timeout` passed; returns
+    /// whether they did.
+    pub async fn wait_for_sent(&self, count: u64, timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.shared.sent.notified();
+            if self.lock().sent >= count {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.lock().sent >= count;
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
         self.shared.script.lock().expect("script lock")
     }
@@ -245,6 +264,7 @@ fn record(shared: &Shared, method: &str, path: String, headers: &HeaderMap, body
         path,
         bearer,
         body,
+        at: std::time::Instant::now(),
     });
     if authorised {
         Ok(script.requests.len() - 1)
@@ -287,6 +307,7 @@ async fn messages(
     script.sent += 1;
     let message_id = format!("wamid.OUT{:06}", script.sent);
     script.requests[index].body["delivered"] = json!(true);
+    shared.sent.notify_waiters();
     Json(json!({
         "messaging_product": "whatsapp",
         "contacts": [{"input": to, "wa_id": to}],

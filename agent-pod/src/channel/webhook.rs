@@ -1,15 +1,19 @@
 //! Webhook endpoints on the agent's HTTP server: `/channels/<name>/webhook`.
 //!
-//! Before anything is parsed a request passes a per-address rate limit (a flood of
-//! junk from one address cannot starve the platform's deliveries) and a body-size
-//! limit, then the platform's signature. Each message is stored in the inbox (or, for a
-//! sender over their own rate limit, recorded as ignored) and the platform gets its
-//! 200 only after that commit; a redelivery is acknowledged and not stored again.
+//! Before anything is parsed a request passes a body-size limit and the platform's
+//! signature. An address that keeps sending requests that fail the signature is
+//! refused with 429 for a while (a flood of junk from one address cannot keep the
+//! server busy); the platform's own signed deliveries are never throttled by address,
+//! only each sender by their own message rate. Each message is stored in the inbox (or,
+//! for a sender over their rate, recorded as ignored) and the platform gets its 200
+//! only after that commit; a redelivery is acknowledged and not stored again.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     num::NonZeroU32,
-    sync::Arc,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -27,17 +31,22 @@ use super::{http::AppState, hub::ChannelHub};
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
 
-/// Rate limits on webhooks: per remote address before verification, per sender after.
+/// How long an address that exhausted its failure budget is refused.
+const BLOCK_FOR: Duration = Duration::from_secs(10);
+
+/// Rate limits on webhooks: failed verifications per remote address, messages per
+/// sender.
 pub struct WebhookLimits {
-    per_address: DefaultKeyedRateLimiter<IpAddr>,
+    failures_per_address: DefaultKeyedRateLimiter<IpAddr>,
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
     per_sender: DefaultKeyedRateLimiter<String>,
 }
 
 impl Default for WebhookLimits {
     fn default() -> Self {
         Self::new(
-            Quota::per_second(NonZeroU32::new(50).expect("non-zero"))
-                .allow_burst(NonZeroU32::new(200).expect("non-zero")),
+            Quota::per_second(NonZeroU32::new(10).expect("non-zero"))
+                .allow_burst(NonZeroU32::new(50).expect("non-zero")),
             Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
                 .allow_burst(NonZeroU32::new(10).expect("non-zero")),
         )
@@ -46,18 +55,39 @@ impl Default for WebhookLimits {
 
 impl WebhookLimits {
     /// Limits with the given quotas.
-    pub fn new(per_address: Quota, per_sender: Quota) -> Self {
+    pub fn new(failures_per_address: Quota, per_sender: Quota) -> Self {
         Self {
-            per_address: RateLimiter::keyed(per_address),
+            failures_per_address: RateLimiter::keyed(failures_per_address),
+            blocked: Mutex::default(),
             per_sender: RateLimiter::keyed(per_sender),
         }
     }
 
-    fn address_allowed(&self, address: IpAddr) -> bool {
-        if self.per_address.len() > 10_000 {
-            self.per_address.retain_recent();
+    fn address_blocked(&self, address: IpAddr) -> bool {
+        let mut blocked = self.blocked.lock().expect("blocked addresses");
+        match blocked.get(&address) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                blocked.remove(&address);
+                false
+            }
+            None => false,
         }
-        self.per_address.check_key(&address).is_ok()
+    }
+
+    /// Counts a failed verification; past the budget the address is refused for a while.
+    fn failed(&self, address: IpAddr) {
+        if self.failures_per_address.len() > 10_000 {
+            self.failures_per_address.retain_recent();
+        }
+        if self.failures_per_address.check_key(&address).is_err() {
+            let mut blocked = self.blocked.lock().expect("blocked addresses");
+            if blocked.len() > 10_000 {
+                let now = Instant::now();
+                blocked.retain(|_, until| *until > now);
+            }
+            blocked.insert(address, Instant::now() + BLOCK_FOR);
+        }
     }
 
     fn sender_allowed(&self, sender: &str) -> bool {
@@ -133,8 +163,7 @@ pub async fn receive(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
-    if !state.webhook_limits.address_allowed(address) {
-        tracing::warn!(channel = %name, %address, "webhook flood from one address; refused with 429");
+    if state.webhook_limits.address_blocked(address) {
         return (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
     }
     if state.draining.is_cancelled() {
@@ -149,6 +178,7 @@ pub async fn receive(
     let body = match axum::body::to_bytes(request.into_body(), MAX_WEBHOOK_BYTES).await {
         Ok(body) => body,
         Err(_) => {
+            state.webhook_limits.failed(address);
             tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
             return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
         }
@@ -159,6 +189,7 @@ pub async fn receive(
                 return (StatusCode::NOT_FOUND, "no such channel").into_response();
             };
             if let Err(error) = whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body) {
+                state.webhook_limits.failed(address);
                 tracing::warn!(channel = %name, %address, %error, "webhook refused: not signed by the platform");
                 return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
             }
