@@ -117,11 +117,13 @@ async fn delete_stale_webhook_ingress(
     Ok(())
 }
 
-/// Applies every child in dependency order.
+/// Applies every child in dependency order. `owner`: the SaintBot's controller
+/// reference, to recognise a webhook Ingress of its own that is no longer wanted.
 pub async fn apply(
     client: &Client,
     namespace: &str,
     children: &Children,
+    owner: &OwnerReference,
 ) -> Result<Applied, ApplyError> {
     // Identity and permissions first, so the pod never starts with a missing account.
     apply_one(client, namespace, &children.service_account).await?;
@@ -145,17 +147,7 @@ pub async fn apply(
         Some(ingress) => {
             apply_one(client, namespace, ingress).await?;
         }
-        None => {
-            let owner = children
-                .deployment
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .next()
-                .expect("every child carries the SaintBot's owner reference");
-            delete_stale_webhook_ingress(client, namespace, owner).await?;
-        }
+        None => delete_stale_webhook_ingress(client, namespace, owner).await?,
     }
     Ok(Applied { deployment })
 }

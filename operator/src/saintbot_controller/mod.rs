@@ -203,7 +203,13 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
 
     let children = build::build_children(&validated);
     let config_hash = build::config_map::config_hash(&validated);
-    let applied = apply::apply(&context.client, &namespace, &children).await?;
+    let applied = apply::apply(
+        &context.client,
+        &namespace,
+        &children,
+        &validated.owner_reference,
+    )
+    .await?;
 
     let outcome = Outcome::Applied {
         bot: &validated,
