@@ -535,6 +535,15 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "channels[].settings.smtpPort",
         ),
         case(
+            "email poll interval below the agent's 5 seconds",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/2/settings/pollSeconds",
+            json!("1"),
+            "channels[].settings.pollSeconds",
+        ),
+        case(
             "email password given as a setting",
             "saintbot.yaml",
             "SaintBot",

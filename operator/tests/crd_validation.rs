@@ -394,6 +394,30 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
         ),
         (
             "email",
+            "imapPort",
+            "70000",
+            "channels[].settings.imapPort of an email channel must be a port number (1-65535)",
+        ),
+        (
+            "email",
+            "smtpPort",
+            "0",
+            "channels[].settings.smtpPort of an email channel must be a port number",
+        ),
+        (
+            "email",
+            "pollSeconds",
+            "3601",
+            "channels[].settings.pollSeconds of an email channel must be a whole number of seconds from 5 to 3600",
+        ),
+        (
+            "email",
+            "pollSeconds",
+            "4",
+            "channels[].settings.pollSeconds of an email channel must be a whole number",
+        ),
+        (
+            "email",
             "smtpPort",
             "587x",
             "channels[].settings.smtpPort of an email channel must be a port number",

@@ -11,9 +11,14 @@ use saint_config::{
     channel_settings::{self, ChannelKeys},
 };
 
+/// CEL: `v` is a TCP port number. `int()` only after the digits check, so it cannot fail.
+const PORT: &str = "v.matches('^[0-9]{1,5}$') && int(v) >= 1 && int(v) <= 65535";
+
 /// Format checks on setting values, as (kind, key, CEL condition on `v`, what the value
-/// must be). Only applied when the key is present; a key listed here must be one of the
-/// kind's settings (a unit test holds this table to `channel_settings`).
+/// must be), the same the agent's channel readers apply (agent-pod/channels), so a bad
+/// value is refused at `kubectl apply` rather than in the pod's log. Only applied when
+/// the key is present; a key listed here must be one of the kind's settings (a unit test
+/// holds this table to `channel_settings`).
 pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
     (
         ChannelKind::Whatsapp,
@@ -36,14 +41,14 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
     (
         ChannelKind::Email,
         "imapPort",
-        "v.matches('^[0-9]{1,5}$')",
-        "a port number",
+        PORT,
+        "a port number (1-65535)",
     ),
     (
         ChannelKind::Email,
         "smtpPort",
-        "v.matches('^[0-9]{1,5}$')",
-        "a port number",
+        PORT,
+        "a port number (1-65535)",
     ),
     (
         ChannelKind::Email,
@@ -60,15 +65,10 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
     (
         ChannelKind::Email,
         "pollSeconds",
-        "v.matches('^[0-9]{1,6}$')",
-        "a whole number of seconds",
+        "v.matches('^[0-9]{1,4}$') && int(v) >= 5 && int(v) <= 3600",
+        "a whole number of seconds from 5 to 3600",
     ),
-    (
-        ChannelKind::Http,
-        "port",
-        "v.matches('^[0-9]{1,5}$')",
-        "a port number",
-    ),
+    (ChannelKind::Http, "port", PORT, "a port number (1-65535)"),
 ];
 
 /// Channel kinds that receive platform webhooks on the agent's HTTP port at
