@@ -46,9 +46,15 @@ impl Drop for Agent {
 fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Agent {
     let workspace = directory.join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::write(workspace.join("SOUL.md"), "You are Acme's helpful colleague.").unwrap();
-    let mut config: Value =
-        serde_json::from_str(include_str!("../config/tests/fixtures/acme-bot-config.json")).unwrap();
+    std::fs::write(
+        workspace.join("SOUL.md"),
+        "You are Acme's helpful colleague.",
+    )
+    .unwrap();
+    let mut config: Value = serde_json::from_str(include_str!(
+        "../config/tests/fixtures/acme-bot-config.json"
+    ))
+    .unwrap();
     config["model"]["baseUrl"] = json!(llm.base_url());
     config["memory"]["enabled"] = json!(false);
     config["channels"] = json!([
@@ -60,7 +66,13 @@ fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Ag
     let config_path = directory.join("bot-config.json");
     std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
-        .args(["run", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--config")
         .arg(&config_path)
         .arg("--workspace")
@@ -78,7 +90,9 @@ fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Ag
         .spawn()
         .expect("saint-agent starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let http = line
         .split_whitespace()
         .find_map(|part| part.strip_prefix("http="))
@@ -100,7 +114,8 @@ fn ms(duration: Duration) -> f64 {
 }
 
 async fn post_webhook(client: &reqwest::Client, url: &str, from: &str, id: &str) -> u16 {
-    let body = serde_json::to_vec(&scripted::text_delivery(PHONE_NUMBER_ID, from, id, "hello")).unwrap();
+    let body =
+        serde_json::to_vec(&scripted::text_delivery(PHONE_NUMBER_ID, from, id, "hello")).unwrap();
     let signature = scripted::signature(APP_SECRET, &body);
     client
         .post(url)

@@ -167,10 +167,16 @@ mod tests {
     #[test]
     fn an_unverified_sender_naming_the_owner_is_a_stranger() {
         let config = config();
-        let forged = caller_for_sender(&config, ChannelKind::Email, "ana@acme.example", false).unwrap();
+        let forged =
+            caller_for_sender(&config, ChannelKind::Email, "ana@acme.example", false).unwrap();
         assert_eq!(forged.role_name, "external");
         assert!(!forged.known);
-        assert_ne!(forged.session_key, caller_for(&config, ChannelKind::Email, "ana@acme.example").unwrap().session_key);
+        assert_ne!(
+            forged.session_key,
+            caller_for(&config, ChannelKind::Email, "ana@acme.example")
+                .unwrap()
+                .session_key
+        );
     }
 
     #[test]

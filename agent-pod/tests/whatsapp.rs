@@ -79,7 +79,10 @@ impl Bot {
     }
 
     fn webhook_url(&self) -> String {
-        format!("{}/channels/whatsapp/webhook", self.agent.as_ref().unwrap().http)
+        format!(
+            "{}/channels/whatsapp/webhook",
+            self.agent.as_ref().unwrap().http
+        )
     }
 
     async fn post_raw(&self, body: Vec<u8>, signature: Option<String>) -> u16 {
@@ -110,7 +113,9 @@ impl Bot {
     }
 
     fn count(&self, sql: &str) -> i64 {
-        self.database().query_row(sql, [], |row| row.get(0)).unwrap()
+        self.database()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
     }
 
     /// Sends the platform accepted, by the message they answer (`context.message_id`).
@@ -137,16 +142,25 @@ impl Bot {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("timed out waiting for {what}; graph saw {:#?}", self.graph.requests());
+        panic!(
+            "timed out waiting for {what}; graph saw {:#?}",
+            self.graph.requests()
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contact_is_answered_on_whatsapp_in_their_role_with_the_reply_quoting_their_message() {
     let bot = Bot::start().await;
-    bot.llm.push(Reply::text("## Plan\n**Done**, see [the doc](https://acme.example/doc)."));
-    assert_eq!(bot.text_from(ANA, "wamid.ANA1", "What is the plan?").await, 200);
-    bot.wait_for("the reply", |bot| bot.graph.delivered_texts().len() == 1).await;
+    bot.llm.push(Reply::text(
+        "## Plan\n**Done**, see [the doc](https://acme.example/doc).",
+    ));
+    assert_eq!(
+        bot.text_from(ANA, "wamid.ANA1", "What is the plan?").await,
+        200
+    );
+    bot.wait_for("the reply", |bot| bot.graph.delivered_texts().len() == 1)
+        .await;
     assert_eq!(
         bot.graph.delivered_texts(),
         vec![(
@@ -155,29 +169,51 @@ async fn a_contact_is_answered_on_whatsapp_in_their_role_with_the_reply_quoting_
         )]
     );
     let requests = bot.graph.requests();
-    let send = requests.iter().find(|request| request.body["delivered"] == true).unwrap();
+    let send = requests
+        .iter()
+        .find(|request| request.body["delivered"] == true)
+        .unwrap();
     assert_eq!(send.path, format!("/v21.0/{PHONE_NUMBER_ID}/messages"));
     assert_eq!(send.bearer.as_deref(), Some(ACCESS_TOKEN));
     assert_eq!(send.body["context"]["message_id"], "wamid.ANA1");
     assert!(
         requests
             .iter()
-            .any(|request| request.body["status"] == "read" && request.body["message_id"] == "wamid.ANA1"),
+            .any(|request| request.body["status"] == "read"
+                && request.body["message_id"] == "wamid.ANA1"),
         "a read receipt was sent"
     );
     // Ana is the owner: her turn offers the owner's tools, and the model saw her words.
     let model_request = &bot.llm.requests()[0];
-    assert!(model_request.tool_names().contains(&"sessions_list".to_string()));
-    assert!(model_request.user_texts().iter().any(|text| text.contains("What is the plan?")));
+    assert!(
+        model_request
+            .tool_names()
+            .contains(&"sessions_list".to_string())
+    );
+    assert!(
+        model_request
+            .user_texts()
+            .iter()
+            .any(|text| text.contains("What is the plan?"))
+    );
     // A stranger on the same channel gets the external role's tools only.
     bot.llm.push(Reply::text("Hello!"));
     assert_eq!(bot.text_from("385910000000", "wamid.S1", "hi").await, 200);
-    bot.wait_for("the stranger's reply", |bot| bot.graph.delivered_texts().len() == 2).await;
+    bot.wait_for("the stranger's reply", |bot| {
+        bot.graph.delivered_texts().len() == 2
+    })
+    .await;
     let mut stranger_tools = bot.llm.requests()[1].tool_names();
     stranger_tools.sort();
     assert_eq!(stranger_tools, vec!["web_fetch", "web_search"]);
-    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'answered'"), 2);
-    assert_eq!(bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'"), 2);
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'answered'"),
+        2
+    );
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'"),
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,14 +229,24 @@ async fn the_verification_handshake_answers_only_the_right_token() {
     assert_eq!(right.status(), 200);
     assert_eq!(right.text().await.unwrap(), "1158201444");
     for wrong in ["wrong", "", "test-verify-toke", "test-verify-tokenX"] {
-        assert_eq!(bot.client.get(url(wrong)).send().await.unwrap().status(), 403, "{wrong:?}");
+        assert_eq!(
+            bot.client.get(url(wrong)).send().await.unwrap().status(),
+            403,
+            "{wrong:?}"
+        );
     }
     let unsubscribe = format!(
         "{}?hub.mode=unsubscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=1",
         bot.webhook_url()
     );
-    assert_eq!(bot.client.get(unsubscribe).send().await.unwrap().status(), 403);
-    let unknown = format!("{}/channels/telegram/webhook", bot.agent.as_ref().unwrap().http);
+    assert_eq!(
+        bot.client.get(unsubscribe).send().await.unwrap().status(),
+        403
+    );
+    let unknown = format!(
+        "{}/channels/telegram/webhook",
+        bot.agent.as_ref().unwrap().http
+    );
     assert_eq!(bot.client.get(unknown).send().await.unwrap().status(), 404);
 }
 
@@ -217,11 +263,31 @@ async fn unsigned_forged_and_malformed_deliveries_are_refused_and_nothing_is_sto
     };
     let cases: Vec<(&str, Vec<u8>, Option<String>, u16)> = vec![
         ("no signature", body.clone(), None, 401),
-        ("signed with another secret", body.clone(), Some(scripted::signature("other", &body)), 401),
+        (
+            "signed with another secret",
+            body.clone(),
+            Some(scripted::signature("other", &body)),
+            401,
+        ),
         ("tampered body", tampered, Some(good.clone()), 401),
-        ("sha1 prefix", body.clone(), Some(good.replace("sha256=", "sha1=")), 401),
-        ("bare hex", body.clone(), Some(good.trim_start_matches("sha256=").to_string()), 401),
-        ("truncated mac", body.clone(), Some(good[..good.len() - 2].to_string()), 401),
+        (
+            "sha1 prefix",
+            body.clone(),
+            Some(good.replace("sha256=", "sha1=")),
+            401,
+        ),
+        (
+            "bare hex",
+            body.clone(),
+            Some(good.trim_start_matches("sha256=").to_string()),
+            401,
+        ),
+        (
+            "truncated mac",
+            body.clone(),
+            Some(good[..good.len() - 2].to_string()),
+            401,
+        ),
         ("empty", body.clone(), Some(String::new()), 401),
     ];
     for (name, body, signature, status) in cases {
@@ -229,9 +295,15 @@ async fn unsigned_forged_and_malformed_deliveries_are_refused_and_nothing_is_sto
     }
     // Signed but not a delivery: malformed JSON, invalid UTF-8, another object.
     for (name, body) in [
-        ("malformed json", b"{\"object\": \"whatsapp_business_account\", \"entry\": [".to_vec()),
+        (
+            "malformed json",
+            b"{\"object\": \"whatsapp_business_account\", \"entry\": [".to_vec(),
+        ),
         ("invalid utf-8", b"{\"object\": \"\xff\xfe\"}".to_vec()),
-        ("another object", br#"{"object": "page", "entry": []}"#.to_vec()),
+        (
+            "another object",
+            br#"{"object": "page", "entry": []}"#.to_vec(),
+        ),
     ] {
         let signature = scripted::signature(APP_SECRET, &body);
         assert_eq!(bot.post_raw(body, Some(signature)).await, 400, "{name}");
@@ -249,29 +321,41 @@ async fn unsigned_forged_and_malformed_deliveries_are_refused_and_nothing_is_sto
                "reaction": {"message_id": "wamid.X", "emoji": "👍"}}),
     );
     assert_eq!(bot.deliver(&reaction).await, 200);
-    assert_eq!(bot.deliver(&scripted::text_delivery("999", ANA, "wamid.O1", "hi")).await, 200);
+    assert_eq!(
+        bot.deliver(&scripted::text_delivery("999", ANA, "wamid.O1", "hi"))
+            .await,
+        200
+    );
     assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 0);
     assert_eq!(bot.llm.request_count(), 0);
     // The genuine delivery still works afterwards.
     bot.llm.push(Reply::text("ok"));
     assert_eq!(bot.post_raw(body, Some(good)).await, 200);
-    bot.wait_for("the genuine message's reply", |bot| bot.graph.delivered_texts().len() == 1).await;
+    bot.wait_for("the genuine message's reply", |bot| {
+        bot.graph.delivered_texts().len() == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_message_is_answered_once() {
     let bot = Bot::start().await;
-    bot.llm.set_fallback(Reply::text("answer").with_delay(Duration::from_millis(200)));
+    bot.llm
+        .set_fallback(Reply::text("answer").with_delay(Duration::from_millis(200)));
     let payload = scripted::text_delivery(PHONE_NUMBER_ID, ANA, "wamid.D1", "once please");
     // Meta redelivers when it misses an acknowledgement: in a burst and later.
     let burst = futures::future::join_all((0..5).map(|_| bot.deliver(&payload))).await;
     assert!(burst.iter().all(|status| *status == 200), "{burst:?}");
-    bot.wait_for("the reply", |bot| !bot.replies_by_inbound().is_empty()).await;
+    bot.wait_for("the reply", |bot| !bot.replies_by_inbound().is_empty())
+        .await;
     assert_eq!(bot.deliver(&payload).await, 200);
     // A second message from Ana is answered after the first, so once its reply is out
     // every earlier delivery has been handled.
     assert_eq!(bot.text_from(ANA, "wamid.D2", "and this").await, 200);
-    bot.wait_for("the second reply", |bot| bot.replies_by_inbound().contains_key("wamid.D2")).await;
+    bot.wait_for("the second reply", |bot| {
+        bot.replies_by_inbound().contains_key("wamid.D2")
+    })
+    .await;
     assert_eq!(bot.replies_by_inbound()["wamid.D1"].len(), 1);
     assert_eq!(bot.llm.request_count(), 2);
     assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 2);
@@ -284,7 +368,10 @@ async fn rate_limits_and_server_errors_are_retried_until_sent() {
         .fail_next_sends([Failure::rate_limited(Some(1)), Failure::server_error()]);
     bot.llm.push(Reply::text("eventually"));
     assert_eq!(bot.text_from(ANA, "wamid.RL1", "hello").await, 200);
-    bot.wait_for("the retried reply", |bot| bot.graph.delivered_texts().len() == 1).await;
+    bot.wait_for("the retried reply", |bot| {
+        bot.graph.delivered_texts().len() == 1
+    })
+    .await;
     let sends: Vec<_> = bot
         .graph
         .requests()
@@ -292,7 +379,10 @@ async fn rate_limits_and_server_errors_are_retried_until_sent() {
         .filter(|request| request.body["type"] == "text")
         .collect();
     assert_eq!(sends.len(), 3, "429, 500, then sent");
-    assert_eq!(bot.graph.delivered_texts(), vec![(ANA.to_string(), "eventually".to_string())]);
+    assert_eq!(
+        bot.graph.delivered_texts(),
+        vec![(ANA.to_string(), "eventually".to_string())]
+    );
     let metrics = bot
         .client
         .get(format!("{}/metrics", bot.agent.as_ref().unwrap().metrics))
@@ -303,11 +393,17 @@ async fn rate_limits_and_server_errors_are_retried_until_sent() {
         .await
         .unwrap();
     assert!(
-        metrics.contains(r#"saint_channel_delivery_failures_total{channel="whatsapp",reason="retry"} 2"#),
+        metrics.contains(
+            r#"saint_channel_delivery_failures_total{channel="whatsapp",reason="retry"} 2"#
+        ),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"saint_channel_messages_total{channel="whatsapp",direction="in"} 1"#));
-    assert!(metrics.contains(r#"saint_channel_messages_total{channel="whatsapp",direction="out"} 1"#));
+    assert!(
+        metrics.contains(r#"saint_channel_messages_total{channel="whatsapp",direction="in"} 1"#)
+    );
+    assert!(
+        metrics.contains(r#"saint_channel_messages_total{channel="whatsapp",direction="out"} 1"#)
+    );
     assert!(metrics.contains(r#"saint_channel_up{channel="whatsapp",kind="whatsapp"} 1"#));
 }
 
@@ -321,7 +417,15 @@ async fn a_refused_token_shows_in_readyz_and_metrics_and_the_reply_waits() {
     let readyz = format!("{}/readyz", agent.http);
     let mut body = String::new();
     for _ in 0..200 {
-        body = bot.client.get(&readyz).send().await.unwrap().text().await.unwrap();
+        body = bot
+            .client
+            .get(&readyz)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         if body.contains("credentials refused") {
             break;
         }
@@ -332,10 +436,24 @@ async fn a_refused_token_shows_in_readyz_and_metrics_and_the_reply_waits() {
         "{body}"
     );
     assert!(body.contains("(HTTP 401, code 190)"), "{body}");
-    let metrics = bot.client.get(format!("{}/metrics", agent.metrics)).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"saint_channel_up{channel="whatsapp",kind="whatsapp"} 0"#), "{metrics}");
+    let metrics = bot
+        .client
+        .get(format!("{}/metrics", agent.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"saint_channel_up{channel="whatsapp",kind="whatsapp"} 0"#),
+        "{metrics}"
+    );
     // The reply is kept, not dropped.
-    assert_eq!(bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'"), 1);
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'"),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,12 +463,20 @@ async fn a_long_reply_is_split_on_paragraphs_under_the_limit() {
         .map(|index| format!("Paragraph {index}: {}", "word ".repeat(180).trim_end()))
         .collect();
     bot.llm.push(Reply::text(paragraphs.join("\n\n")));
-    assert_eq!(bot.text_from(ANA, "wamid.L1", "tell me everything").await, 200);
+    assert_eq!(
+        bot.text_from(ANA, "wamid.L1", "tell me everything").await,
+        200
+    );
     bot.wait_for("every part", |bot| {
         bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'") == 1
     })
     .await;
-    let parts: Vec<String> = bot.graph.delivered_texts().into_iter().map(|(_, text)| text).collect();
+    let parts: Vec<String> = bot
+        .graph
+        .delivered_texts()
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
     assert!(parts.len() >= 2, "{} parts", parts.len());
     assert!(parts.iter().all(|part| part.chars().count() <= 4_096));
     // Cut only between paragraphs: every part is whole paragraphs, in order.
@@ -362,8 +488,13 @@ async fn a_long_reply_is_split_on_paragraphs_under_the_limit() {
 async fn media_is_saved_in_the_inbox_folder_and_oversized_media_is_refused() {
     let bot = Bot::start().await;
     let photo: Vec<u8> = (0..50_000u32).map(|index| (index % 251) as u8).collect();
-    bot.graph.add_media("1037543291543636", "image/jpeg", photo.clone());
-    bot.graph.add_media("2000000000000001", "application/pdf", vec![0u8; 17 * 1024 * 1024]);
+    bot.graph
+        .add_media("1037543291543636", "image/jpeg", photo.clone());
+    bot.graph.add_media(
+        "2000000000000001",
+        "application/pdf",
+        vec![0u8; 17 * 1024 * 1024],
+    );
     bot.llm.set_fallback(Reply::text("got it"));
     let image = scripted::media_delivery(
         PHONE_NUMBER_ID,
@@ -381,10 +512,16 @@ async fn media_is_saved_in_the_inbox_folder_and_oversized_media_is_refused() {
         json!({"filename": "../../../etc/passwd", "mime_type": "application/pdf", "sha256": "x", "id": "2000000000000001"}),
     );
     assert_eq!(bot.deliver(&document).await, 200);
-    bot.wait_for("both replies", |bot| bot.graph.delivered_texts().len() == 2).await;
+    bot.wait_for("both replies", |bot| bot.graph.delivered_texts().len() == 2)
+        .await;
     let saved = bot.workspace.join("inbox/whatsapp/wamid.M1/image.jpg");
     assert_eq!(std::fs::read(&saved).unwrap(), photo);
-    let texts: Vec<String> = bot.llm.requests().iter().flat_map(|request| request.user_texts()).collect();
+    let texts: Vec<String> = bot
+        .llm
+        .requests()
+        .iter()
+        .flat_map(|request| request.user_texts())
+        .collect();
     assert!(
         texts.iter().any(|text| text.contains("the receipt")
             && text.contains("[image attachment (image/jpeg, 50000 bytes) saved as inbox/whatsapp/wamid.M1/image.jpg]")),
@@ -404,56 +541,92 @@ async fn the_message_tool_sends_for_real_and_explains_the_closed_window() {
     // Marko wrote earlier today; the window is open for him.
     bot.llm.push(Reply::text("Hi Marko"));
     assert_eq!(bot.text_from(MARKO, "wamid.MK1", "hello bot").await, 200);
-    bot.wait_for("Marko's reply", |bot| bot.graph.delivered_texts().len() == 1).await;
+    bot.wait_for("Marko's reply", |bot| {
+        bot.graph.delivered_texts().len() == 1
+    })
+    .await;
     // Ana asks the bot to message Marko, then someone who never wrote on WhatsApp.
-    bot.llm.push(Reply::tool_call("message", json!({"to": "marko", "text": "Meeting at **3**"})));
-    bot.llm.push(Reply::tool_call("message", json!({"to": "whatsapp:+385991234567", "channel": "whatsapp", "text": "note to self"})));
+    bot.llm.push(Reply::tool_call(
+        "message",
+        json!({"to": "marko", "text": "Meeting at **3**"}),
+    ));
+    bot.llm.push(Reply::tool_call(
+        "message",
+        json!({"to": "whatsapp:+385991234567", "channel": "whatsapp", "text": "note to self"}),
+    ));
     bot.llm.push(Reply::text("Done."));
-    let reply = bot.client
+    let reply = bot
+        .client
         .post(format!("{}/v1/messages", bot.agent.as_ref().unwrap().http))
         .bearer_auth(TOKEN)
-        .json(&json!({"channel": "email", "peer": ANA_EMAIL, "text": "tell Marko about the meeting"}))
+        .json(
+            &json!({"channel": "email", "peer": ANA_EMAIL, "text": "tell Marko about the meeting"}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(reply.status(), 200);
-    let results: Vec<(String, bool)> = bot.llm.requests().iter().flat_map(|request| request.tool_results()).collect();
+    let results: Vec<(String, bool)> = bot
+        .llm
+        .requests()
+        .iter()
+        .flat_map(|request| request.tool_results())
+        .collect();
     assert!(
-        results.iter().any(|(text, error)| !error && text.contains("message to Marko") && text.ends_with(": sent")),
+        results.iter().any(|(text, error)| !error
+            && text.contains("message to Marko")
+            && text.ends_with(": sent")),
         "{results:#?}"
     );
     assert!(
-        results.iter().any(|(text, error)| *error && text.contains("has not written on whatsapp in the last 24 hours")
+        results.iter().any(|(text, error)| *error
+            && text.contains("has not written on whatsapp in the last 24 hours")
             && text.contains("template")),
         "{results:#?}"
     );
-    assert!(bot.graph.delivered_texts().contains(&(MARKO.to_string(), "Meeting at *3*".to_string())));
+    assert!(
+        bot.graph
+            .delivered_texts()
+            .contains(&(MARKO.to_string(), "Meeting at *3*".to_string()))
+    );
     assert!(!bot.graph.delivered_texts().iter().any(|(to, _)| to == ANA));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_flooding_sender_does_not_starve_the_others() {
     let bot = Bot::start().await;
-    bot.llm.set_fallback(Reply::text("ok").with_delay(Duration::from_millis(100)));
+    bot.llm
+        .set_fallback(Reply::text("ok").with_delay(Duration::from_millis(100)));
     // A stranger sends 40 messages at once; the per-sender limit records the excess
     // without answering it.
     let ids: Vec<String> = (0..40).map(|index| format!("wamid.FL{index}")).collect();
     let flood: Vec<u16> = futures::future::join_all(
-        ids.iter().map(|id| bot.text_from("385910000001", id, "spam")),
+        ids.iter()
+            .map(|id| bot.text_from("385910000001", id, "spam")),
     )
     .await;
     assert!(flood.iter().all(|status| *status == 200));
     assert_eq!(bot.text_from(ANA, "wamid.A1", "urgent question").await, 200);
     // Ana's message does not wait behind the stranger's queue.
-    bot.wait_for("Ana's reply", |bot| bot.replies_by_inbound().contains_key("wamid.A1")).await;
+    bot.wait_for("Ana's reply", |bot| {
+        bot.replies_by_inbound().contains_key("wamid.A1")
+    })
+    .await;
     let stranger_answered = bot
         .replies_by_inbound()
         .keys()
         .filter(|id| id.starts_with("wamid.FL"))
         .count();
-    assert!(stranger_answered < 10, "{stranger_answered} of the flood answered before Ana");
-    let ignored = bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'failed' AND error LIKE '%rate limit%'");
-    assert_eq!(ignored, 30, "10 fit the burst; the rest are recorded as ignored");
+    assert!(
+        stranger_answered < 10,
+        "{stranger_answered} of the flood answered before Ana"
+    );
+    let ignored = bot
+        .count("SELECT COUNT(*) FROM inbox WHERE state = 'failed' AND error LIKE '%rate limit%'");
+    assert_eq!(
+        ignored, 30,
+        "10 fit the burst; the rest are recorded as ignored"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,8 +636,11 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
     // A slowly streaming model, so kills land while turns are running (and resumed turns
     // from the previous round are still streaming when the next kill comes).
     bot.llm.set_fallback(
-        Reply::text("This answer streams slowly, word by word, so a kill lands in the middle of it. ".repeat(3))
-            .with_chunk_delay(Duration::from_millis(10)),
+        Reply::text(
+            "This answer streams slowly, word by word, so a kill lands in the middle of it. "
+                .repeat(3),
+        )
+        .with_chunk_delay(Duration::from_millis(10)),
     );
     let mut acknowledged = Vec::new();
     for round in 0..ROUNDS {
@@ -475,7 +651,11 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
         for sender in 0..3 {
             let id = format!("wamid.K{round:02}S{sender}");
             let from = format!("3859100{round:02}{sender:03}");
-            if bot.text_from(&from, &id, &format!("round {round} sender {sender}")).await == 200 {
+            if bot
+                .text_from(&from, &id, &format!("round {round} sender {sender}"))
+                .await
+                == 200
+            {
                 acknowledged.push(id);
             }
         }
@@ -502,28 +682,47 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
     let replies = bot.replies_by_inbound();
     assert_eq!(acknowledged.len(), ROUNDS * 3);
     // The kills did interrupt turns: more model calls than messages.
-    assert!(bot.llm.request_count() > acknowledged.len(), "no turn was interrupted");
+    assert!(
+        bot.llm.request_count() > acknowledged.len(),
+        "no turn was interrupted"
+    );
     for id in &acknowledged {
-        assert_eq!(replies[id].len(), 1, "{id} answered {} times", replies[id].len());
+        assert_eq!(
+            replies[id].len(),
+            1,
+            "{id} answered {} times",
+            replies[id].len()
+        );
     }
     // Each person's message is in the transcript once, however often its turn resumed.
-    let stored_user_texts = bot.count(
-        "SELECT COUNT(*) FROM messages WHERE role = 'user' AND content LIKE '%\"round %'",
-    );
+    let stored_user_texts = bot
+        .count("SELECT COUNT(*) FROM messages WHERE role = 'user' AND content LIKE '%\"round %'");
     assert_eq!(stored_user_texts, (ROUNDS * 3) as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_flooding_forged_requests_is_refused_for_a_while() {
     let bot = Bot::start().await;
-    let body = serde_json::to_vec(&scripted::text_delivery(PHONE_NUMBER_ID, ANA, "wamid.X", "x")).unwrap();
+    let body = serde_json::to_vec(&scripted::text_delivery(
+        PHONE_NUMBER_ID,
+        ANA,
+        "wamid.X",
+        "x",
+    ))
+    .unwrap();
     let mut statuses = Vec::new();
     for _ in 0..80 {
-        statuses.push(bot.post_raw(body.clone(), Some("sha256=00".to_string())).await);
+        statuses.push(
+            bot.post_raw(body.clone(), Some("sha256=00".to_string()))
+                .await,
+        );
     }
     // The failure budget (a burst of 50) is spent on 401s; then the address gets 429.
     assert_eq!(statuses[0], 401);
-    assert!(statuses.iter().take(40).all(|status| *status == 401), "{statuses:?}");
+    assert!(
+        statuses.iter().take(40).all(|status| *status == 401),
+        "{statuses:?}"
+    );
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 0);
 }

@@ -29,7 +29,11 @@ pub fn safe_name(raw: &str) -> String {
         .take(100)
         .collect();
     let cleaned = cleaned.trim_start_matches('.').to_string();
-    if cleaned.is_empty() { "_".to_string() } else { cleaned }
+    if cleaned.is_empty() {
+        "_".to_string()
+    } else {
+        cleaned
+    }
 }
 
 pub fn file_name(attachment: &AttachmentRef) -> String {
@@ -58,9 +62,20 @@ mod tests {
 
     #[test]
     fn names_from_the_platform_never_leave_the_inbox_folder() {
-        for hostile in ["../../etc/passwd", "..", "/abs", "a/../../b", "...", "x\0y", ""] {
+        for hostile in [
+            "../../etc/passwd",
+            "..",
+            "/abs",
+            "a/../../b",
+            "...",
+            "x\0y",
+            "",
+        ] {
             let name = safe_name(hostile);
-            assert!(!name.contains('/') && !name.starts_with('.') && !name.is_empty(), "{hostile:?} → {name:?}");
+            assert!(
+                !name.contains('/') && !name.starts_with('.') && !name.is_empty(),
+                "{hostile:?} → {name:?}"
+            );
         }
         let attachment = AttachmentRef {
             id: "1".into(),
@@ -70,9 +85,11 @@ mod tests {
         };
         assert_eq!(file_name(&attachment), "id_rsa");
         assert_eq!(
-            file_name(&AttachmentRef { file_name: None, ..attachment }),
+            file_name(&AttachmentRef {
+                file_name: None,
+                ..attachment
+            }),
             "document.pdf"
         );
     }
-
 }

@@ -20,18 +20,22 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
             .nth(limit)
             .map_or(rest.len(), |(offset, _)| offset);
         let window = &rest[..window_end];
-        let cut = [
+        let boundaries = [
             window.rfind("\n\n"),
             window.rfind('\n'),
             last_sentence_end(window),
             window.rfind(' '),
-        ]
-        .into_iter()
-        .flatten()
-        // A cut in the first fifth would leave a tiny part; a coarser boundary further
-        // on is better than a finer one at the very start.
-        .find(|&offset| offset > window.len() / 5)
-        .unwrap_or(window_end);
+        ];
+        // A cut in the first fifth would leave a tiny part: a coarser boundary further on
+        // is better than a finer one at the very start, and any boundary is better than
+        // cutting inside a word.
+        let cut = boundaries
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&offset| offset > window.len() / 5)
+            .or_else(|| boundaries.iter().flatten().copied().filter(|&offset| offset > 0).max())
+            .unwrap_or(window_end);
         let (head, tail) = rest.split_at(cut);
         let head = head.trim_end();
         if !head.is_empty() {
@@ -157,16 +161,27 @@ mod tests {
 
     #[test]
     fn splits_on_paragraphs_before_lines_and_words() {
-        let text = format!("{}\n\n{}\n{}", "a".repeat(30), "b".repeat(20), "c".repeat(20));
+        let text = format!(
+            "{}\n\n{}\n{}",
+            "a".repeat(30),
+            "b".repeat(20),
+            "c".repeat(20)
+        );
         assert_eq!(
             split_message(&text, 50),
-            vec!["a".repeat(30), format!("{}\n{}", "b".repeat(20), "c".repeat(20))]
+            vec![
+                "a".repeat(30),
+                format!("{}\n{}", "b".repeat(20), "c".repeat(20))
+            ]
         );
         assert_eq!(
             split_message("one two three four", 9),
             vec!["one two", "three", "four"]
         );
-        assert_eq!(split_message("First one. Second one.", 15), vec!["First one.", "Second one."]);
+        assert_eq!(
+            split_message("First one. Second one.", 15),
+            vec!["First one.", "Second one."]
+        );
     }
 
     #[test]
@@ -182,14 +197,17 @@ mod tests {
             let text = words.join(" ");
             let parts = split_message(&text, limit);
             prop_assert!(parts.iter().all(|part| part.chars().count() <= limit && !part.is_empty()));
-            prop_assert_eq!(parts.join(" ").split_whitespace().collect::<Vec<_>>(), text.split_whitespace().collect::<Vec<_>>());
+            let joined = parts.join(" ");
+            prop_assert_eq!(joined.split_whitespace().collect::<Vec<_>>(), text.split_whitespace().collect::<Vec<_>>());
         }
     }
 
     #[test]
     fn markdown_becomes_whatsapp_markup() {
         assert_eq!(
-            markdown_to_whatsapp("## Plan\n**Due** *today*, ~~not~~ [docs](https://x.example/a)\n* item\n`a*b*c`"),
+            markdown_to_whatsapp(
+                "## Plan\n**Due** *today*, ~~not~~ [docs](https://x.example/a)\n* item\n`a*b*c`"
+            ),
             "*Plan*\n*Due* _today_, ~not~ docs (https://x.example/a)\n- item\n`a*b*c`"
         );
         assert_eq!(
@@ -197,6 +215,9 @@ mod tests {
             "```\n**kept**\n```\nhttps://a.example"
         );
         // Brackets that are not links are copied.
-        assert_eq!(markdown_to_whatsapp("a [b] c (d) [e](f g)"), "a [b] c (d) [e](f g)");
+        assert_eq!(
+            markdown_to_whatsapp("a [b] c (d) [e](f g)"),
+            "a [b] c (d) [e](f g)"
+        );
     }
 }

@@ -165,7 +165,11 @@ pub fn insert_ignored(
 }
 
 /// Rows waiting for a turn whose next attempt is due by `now`, oldest first.
-pub fn due_inbound(connection: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<InboxRow>> {
+pub fn due_inbound(
+    connection: &Connection,
+    now: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<InboxRow>> {
     let mut statement = connection.prepare_cached(
         "SELECT id, body, state, message_id, attempts FROM inbox
          WHERE state IN ('received', 'accepted') AND next_attempt_at <= ?1
@@ -215,7 +219,11 @@ pub fn next_inbound_due(connection: &Connection) -> rusqlite::Result<Option<i64>
 
 /// Marks a row accepted: the person's message is transcript message `message_id`.
 /// Call inside the transaction that stored that message.
-pub fn mark_accepted(connection: &Connection, inbox_id: i64, message_id: i64) -> rusqlite::Result<()> {
+pub fn mark_accepted(
+    connection: &Connection,
+    inbox_id: i64,
+    message_id: i64,
+) -> rusqlite::Result<()> {
     connection.execute(
         "UPDATE inbox SET state = 'accepted', message_id = ?2 WHERE id = ?1",
         params![inbox_id, message_id],
@@ -233,7 +241,14 @@ pub fn queue_reply(
     recipient: &str,
     body: &OutboundBody,
 ) -> rusqlite::Result<i64> {
-    let id = enqueue(connection, channel, recipient, body, "reply", Some(inbox_id))?;
+    let id = enqueue(
+        connection,
+        channel,
+        recipient,
+        body,
+        "reply",
+        Some(inbox_id),
+    )?;
     connection.execute(
         "UPDATE inbox SET state = 'answered', error = NULL WHERE id = ?1",
         params![inbox_id],
@@ -347,7 +362,9 @@ pub fn due_outbound(
                 parts_sent,
                 attempts,
             }),
-            Err(error) => fail_outbound(connection, id, &format!("unreadable outbox row: {error}"))?,
+            Err(error) => {
+                fail_outbound(connection, id, &format!("unreadable outbox row: {error}"))?
+            }
         }
     }
     Ok(due)
@@ -422,7 +439,10 @@ pub enum OutboxStatus {
 }
 
 /// The state of outbox row `outbox_id`.
-pub fn outbound_status(connection: &Connection, outbox_id: i64) -> rusqlite::Result<Option<OutboxStatus>> {
+pub fn outbound_status(
+    connection: &Connection,
+    outbox_id: i64,
+) -> rusqlite::Result<Option<OutboxStatus>> {
     connection
         .query_row(
             "SELECT state, error FROM outbox WHERE id = ?1",

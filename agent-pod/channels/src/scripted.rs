@@ -43,7 +43,9 @@ pub struct GraphRequest {
 impl GraphRequest {
     /// The text of a text-message send, if this is one.
     pub fn sent_text(&self) -> Option<&str> {
-        (self.body["type"] == "text").then(|| self.body["text"]["body"].as_str()).flatten()
+        (self.body["type"] == "text")
+            .then(|| self.body["text"]["body"].as_str())
+            .flatten()
     }
 
     /// The recipient of a send.
@@ -105,7 +107,7 @@ impl Failure {
     fn response(&self) -> Response {
         let body = json!({"error": {
             "message": self.message,
-            "type": if self.code == 190 { "OAuthException" } else { "OAuthException" },
+            "type": "OAuthException",
             "code": self.code,
             "fbtrace_id": "AbCdEfGhIjK",
         }});
@@ -115,9 +117,10 @@ impl Failure {
         )
             .into_response();
         if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, seconds.to_string().parse().expect("digits"));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                seconds.to_string().parse().expect("digits"),
+            );
         }
         response
     }
@@ -211,7 +214,9 @@ impl ScriptedGraph {
             .requests
             .iter()
             .filter(|request| request.body["delivered"] == true)
-            .filter_map(|request| Some((request.to()?.to_string(), request.sent_text()?.to_string())))
+            .filter_map(|request| {
+                Some((request.to()?.to_string(), request.sent_text()?.to_string()))
+            })
             .collect()
     }
 
@@ -255,7 +260,13 @@ fn invalid_token() -> Response {
 }
 
 // Records the request; `Err` carries the answer when the token is wrong.
-fn record(shared: &Shared, method: &str, path: String, headers: &HeaderMap, body: Value) -> Result<usize, Response> {
+fn record(
+    shared: &Shared,
+    method: &str,
+    path: String,
+    headers: &HeaderMap,
+    body: Value,
+) -> Result<usize, Box<Response>> {
     let bearer = bearer(headers);
     let authorised = bearer.as_deref() == Some(shared.token.lock().expect("token lock").as_str());
     let mut script = shared.script.lock().expect("script lock");
@@ -269,7 +280,7 @@ fn record(shared: &Shared, method: &str, path: String, headers: &HeaderMap, body
     if authorised {
         Ok(script.requests.len() - 1)
     } else {
-        Err(invalid_token())
+        Err(Box::new(invalid_token()))
     }
 }
 
@@ -280,9 +291,15 @@ async fn messages(
     body: Bytes,
 ) -> Response {
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let index = match record(&shared, "POST", format!("/{version}/{id}/messages"), &headers, parsed.clone()) {
+    let index = match record(
+        &shared,
+        "POST",
+        format!("/{version}/{id}/messages"),
+        &headers,
+        parsed.clone(),
+    ) {
         Ok(index) => index,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if parsed["messaging_product"] != "whatsapp" {
         return Failure::invalid_parameter().response();
@@ -321,8 +338,14 @@ async fn media_info(
     Path((version, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(response) = record(&shared, "GET", format!("/{version}/{id}"), &headers, Value::Null) {
-        return response;
+    if let Err(response) = record(
+        &shared,
+        "GET",
+        format!("/{version}/{id}"),
+        &headers,
+        Value::Null,
+    ) {
+        return *response;
     }
     let script = shared.script.lock().expect("script lock");
     match script.media.get(&id) {
@@ -350,8 +373,14 @@ async fn media_download(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(response) = record(&shared, "GET", format!("/media-download/{id}"), &headers, Value::Null) {
-        return response;
+    if let Err(response) = record(
+        &shared,
+        "GET",
+        format!("/media-download/{id}"),
+        &headers,
+        Value::Null,
+    ) {
+        return *response;
     }
     let script = shared.script.lock().expect("script lock");
     match script.media.get(&id) {
@@ -364,8 +393,7 @@ async fn media_download(
 
 /// The `X-Hub-Signature-256` value Meta sends for `body`.
 pub fn signature(app_secret: &str, body: &[u8]) -> String {
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(app_secret.as_bytes()).expect("any key length");
+    let mut mac = Hmac::<Sha256>::new_from_slice(app_secret.as_bytes()).expect("any key length");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }

@@ -11,14 +11,18 @@ use saint_config::ChannelConfig;
 pub enum SettingsError {
     #[error("channel {channel:?}: settings.{key} is required")]
     MissingSetting { channel: String, key: &'static str },
-    #[error("channel {channel:?}: settings.{key} is not a setting of {kind} channels (known: {known})")]
+    #[error(
+        "channel {channel:?}: settings.{key} is not a setting of {kind} channels (known: {known})"
+    )]
     UnknownSetting {
         channel: String,
         kind: &'static str,
         key: String,
         known: String,
     },
-    #[error("channel {channel:?}: secrets.{key} is not a secret of {kind} channels (known: {known})")]
+    #[error(
+        "channel {channel:?}: secrets.{key} is not a secret of {kind} channels (known: {known})"
+    )]
     UnknownSecret {
         channel: String,
         kind: &'static str,
@@ -87,10 +91,11 @@ impl<'a> SettingsReader<'a> {
 
     /// A required setting.
     pub fn required(&self, key: &'static str) -> Result<&'a str, SettingsError> {
-        self.optional(key).ok_or_else(|| SettingsError::MissingSetting {
-            channel: self.channel.name.clone(),
-            key,
-        })
+        self.optional(key)
+            .ok_or_else(|| SettingsError::MissingSetting {
+                channel: self.channel.name.clone(),
+                key,
+            })
     }
 
     /// An invalid value of `key`.
@@ -104,14 +109,14 @@ impl<'a> SettingsReader<'a> {
 
     /// A required secret's value, from the variable the config names.
     pub fn secret(&self, key: &'static str) -> Result<String, SettingsError> {
-        let variable = self
-            .channel
-            .secret_env
-            .get(key)
-            .ok_or_else(|| SettingsError::SecretNotNamed {
-                channel: self.channel.name.clone(),
-                key,
-            })?;
+        let variable =
+            self.channel
+                .secret_env
+                .get(key)
+                .ok_or_else(|| SettingsError::SecretNotNamed {
+                    channel: self.channel.name.clone(),
+                    key,
+                })?;
         (self.lookup)(variable)
             .filter(|value| !value.is_empty())
             .ok_or_else(|| SettingsError::SecretUnset {

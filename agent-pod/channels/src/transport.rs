@@ -50,7 +50,8 @@ pub trait Transport: Send + Sync {
 
     /// Tells the platform the message was read (best effort; platforms without read
     /// receipts do nothing).
-    fn mark_read<'a>(&'a self, message: &'a InboundMessage) -> BoxFuture<'a, Result<(), SendError>>;
+    fn mark_read<'a>(&'a self, message: &'a InboundMessage)
+    -> BoxFuture<'a, Result<(), SendError>>;
 
     /// Downloads an attachment, refusing more than `max_bytes`.
     fn fetch_attachment<'a>(

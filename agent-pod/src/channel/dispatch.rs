@@ -50,11 +50,9 @@ pub async fn run(
         if stop.is_cancelled() {
             return;
         }
-        let due = hub
-            .store
-            .queue("read the inbox", |transaction| {
-                queue::due_inbound(transaction, queue::now_ms(), 256)
-            });
+        let due = hub.store.queue("read the inbox", |transaction| {
+            queue::due_inbound(transaction, queue::now_ms(), 256)
+        });
         let rows = match due {
             Ok(rows) => rows,
             Err(error) => {
@@ -71,7 +69,8 @@ pub async fn run(
                 busy.lock().expect("busy senders").remove(&sender);
                 break;
             };
-            let (hub, runtime, busy, abort) = (hub.clone(), runtime.clone(), busy.clone(), abort.clone());
+            let (hub, runtime, busy, abort) =
+                (hub.clone(), runtime.clone(), busy.clone(), abort.clone());
             turns.spawn(async move {
                 process(&hub, &runtime, row, abort).await;
                 busy.lock().expect("busy senders").remove(&sender);
@@ -82,7 +81,9 @@ pub async fn run(
         }
         let next_due = hub
             .store
-            .queue("read the inbox", |transaction| queue::next_inbound_due(transaction))
+            .queue("read the inbox", |transaction| {
+                queue::next_inbound_due(transaction)
+            })
             .ok()
             .flatten();
         let wait = next_due.map_or(Duration::from_secs(30), |at| {
@@ -100,9 +101,9 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
     let Some(channel) = hub.channel(&row.message.channel).cloned() else {
         let reason = format!("channel {:?} is no longer served", row.message.channel);
         tracing::warn!(inbox_id = row.id, %reason, "inbound message dropped");
-        let _ = hub
-            .store
-            .queue("update the inbox", |transaction| queue::fail_inbound(transaction, row.id, &reason));
+        let _ = hub.store.queue("update the inbox", |transaction| {
+            queue::fail_inbound(transaction, row.id, &reason)
+        });
         return;
     };
     if row.state == queue::InboxState::Received && row.attempts == 0 {
@@ -136,9 +137,9 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         Err(TurnError::Identity(error)) => {
             let reason = error.to_string();
             tracing::warn!(inbox_id = row.id, %reason, "inbound message cannot be answered");
-            let _ = hub
-                .store
-                .queue("update the inbox", |transaction| queue::fail_inbound(transaction, row.id, &reason));
+            let _ = hub.store.queue("update the inbox", |transaction| {
+                queue::fail_inbound(transaction, row.id, &reason)
+            });
         }
         Err(error) => {
             let reason = ErrorChain(&error).to_string();
@@ -162,7 +163,12 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
                 let delay = retry_delay(attempts);
                 tracing::warn!(inbox_id = row.id, attempts, retry_in_ms = delay.as_millis() as u64, %reason, "turn failed; will retry");
                 hub.store.queue("update the inbox", |transaction| {
-                    queue::retry_inbound(transaction, row.id, queue::now_ms() + delay.as_millis() as i64, &reason)
+                    queue::retry_inbound(
+                        transaction,
+                        row.id,
+                        queue::now_ms() + delay.as_millis() as i64,
+                        &reason,
+                    )
                 })
             };
             if let Err(error) = result {
@@ -187,12 +193,19 @@ async fn save_attachment(
     attachment: &AttachmentRef,
 ) -> String {
     let file = attachments::relative_path(&channel.name, &row.message.platform_id, attachment);
-    let directory = file.parent().expect("attachment paths have a folder").to_path_buf();
+    let directory = file
+        .parent()
+        .expect("attachment paths have a folder")
+        .to_path_buf();
     let target = workspace.join(&file);
     if let Ok(metadata) = tokio::fs::metadata(&target).await {
         return attachment_note(attachment, &file, metadata.len());
     }
-    match channel.transport.fetch_attachment(attachment, ATTACHMENT_MAX_BYTES).await {
+    match channel
+        .transport
+        .fetch_attachment(attachment, ATTACHMENT_MAX_BYTES)
+        .await
+    {
         Ok(data) => {
             let written = async {
                 tokio::fs::create_dir_all(workspace.join(&directory)).await?;

@@ -85,7 +85,10 @@ impl ChannelHub {
                                 Some((Arc::new(smtp), None, Some((settings, Arc::new(verifier)))))
                             }
                             Err(reason) => {
-                                let line = format!("channel {:?}: {reason}: the channel is not started", channel.name);
+                                let line = format!(
+                                    "channel {:?}: {reason}: the channel is not started",
+                                    channel.name
+                                );
                                 tracing::error!("{line}");
                                 start_problems.push(line);
                                 None
@@ -97,7 +100,9 @@ impl ChannelHub {
                 _ => None,
             };
             if let Some((transport, whatsapp, email)) = served {
-                metering.metrics.channel_up(&channel.name, channel.kind.prefix(), true);
+                metering
+                    .metrics
+                    .channel_up(&channel.name, channel.kind.prefix(), true);
                 channels.insert(
                     channel.name.clone(),
                     Arc::new(ServedChannel {
@@ -158,22 +163,18 @@ impl ChannelHub {
 
     /// `/readyz` lines for channels that are not simply up.
     pub fn health_lines(&self) -> Vec<String> {
-        let live = self
-            .channels
-            .values()
-            .filter_map(|channel| {
-                match &*channel.state.lock().expect("channel state lock") {
-                    ChannelState::Up => None,
-                    ChannelState::Retrying(reason) => Some(format!(
-                        "channel {:?}: retrying: {reason}",
-                        channel.name
-                    )),
-                    ChannelState::CredentialsRefused(reason) => Some(format!(
-                        "channel {:?}: credentials refused by the platform: {reason}",
-                        channel.name
-                    )),
+        let live = self.channels.values().filter_map(|channel| {
+            match &*channel.state.lock().expect("channel state lock") {
+                ChannelState::Up => None,
+                ChannelState::Retrying(reason) => {
+                    Some(format!("channel {:?}: retrying: {reason}", channel.name))
                 }
-            });
+                ChannelState::CredentialsRefused(reason) => Some(format!(
+                    "channel {:?}: credentials refused by the platform: {reason}",
+                    channel.name
+                )),
+            }
+        });
         self.start_problems.iter().cloned().chain(live).collect()
     }
 }
@@ -187,7 +188,9 @@ impl InboxSink for HubSink {
             let store = self.0.store.clone();
             let channel = channel.to_string();
             tokio::task::spawn_blocking(move || {
-                store.queue("read a channel's position", |transaction| queue::cursor(transaction, &channel))
+                store.queue("read a channel's position", |transaction| {
+                    queue::cursor(transaction, &channel)
+                })
             })
             .await
             .map_err(|_| "the storage task failed".to_string())?
@@ -209,7 +212,11 @@ impl InboxSink for HubSink {
                     let mut new = 0;
                     for (message, ignore) in &messages {
                         match ignore {
-                            None => new += usize::from(queue::insert_inbound(transaction, message)?.is_some()),
+                            None => {
+                                new += usize::from(
+                                    queue::insert_inbound(transaction, message)?.is_some(),
+                                )
+                            }
                             Some(reason) => {
                                 queue::insert_ignored(transaction, message, reason)?;
                             }

@@ -30,7 +30,10 @@ impl DurableOutbox {
 }
 
 impl Outbox for DurableOutbox {
-    fn deliver(&self, message: OutboundMessage) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>> {
+    fn deliver(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<DeliveryStatus, OutboxError>> {
         Box::pin(async move {
             let channel = self.hub.channel(&message.channel).cloned().ok_or_else(|| {
                 OutboxError(format!(
@@ -43,8 +46,13 @@ impl Outbox for DurableOutbox {
             let queued = tokio::task::spawn_blocking(move || {
                 store.queue("queue a message", |transaction| {
                     if let Some(window) = window {
-                        let last = queue::last_inbound_at(transaction, &message.channel, &message.recipient)?;
-                        let open = last.is_some_and(|at| queue::now_ms() - at < window.as_millis() as i64);
+                        let last = queue::last_inbound_at(
+                            transaction,
+                            &message.channel,
+                            &message.recipient,
+                        )?;
+                        let open =
+                            last.is_some_and(|at| queue::now_ms() - at < window.as_millis() as i64);
                         if !open {
                             return Ok(None);
                         }
@@ -53,8 +61,15 @@ impl Outbox for DurableOutbox {
                         text: message.text.clone(),
                         context: Default::default(),
                     };
-                    queue::enqueue(transaction, &message.channel, &message.recipient, &body, "message_tool", None)
-                        .map(Some)
+                    queue::enqueue(
+                        transaction,
+                        &message.channel,
+                        &message.recipient,
+                        &body,
+                        "message_tool",
+                        None,
+                    )
+                    .map(Some)
                 })
             })
             .await
@@ -78,7 +93,9 @@ impl Outbox for DurableOutbox {
             while tokio::time::Instant::now() < deadline {
                 let store = self.hub.store.clone();
                 let status = tokio::task::spawn_blocking(move || {
-                    store.queue("read the outbox", |transaction| queue::outbound_status(transaction, id))
+                    store.queue("read the outbox", |transaction| {
+                        queue::outbound_status(transaction, id)
+                    })
                 })
                 .await
                 .ok()

@@ -64,7 +64,11 @@ pub async fn run(hub: Arc<ChannelHub>, channel: Arc<ServedChannel>, stop: Cancel
     }
 }
 
-fn record(hub: &ChannelHub, action: &'static str, operation: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>) {
+fn record(
+    hub: &ChannelHub,
+    action: &'static str,
+    operation: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>,
+) {
     if let Err(error) = hub.store.queue(action, operation) {
         tracing::error!(error = %ErrorChain(&error), "failed to update the outbox");
     }
@@ -76,13 +80,22 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         Ok(recipient) => recipient,
         Err(error) => {
             let reason = format!("recipient {:?} is not an identity: {error}", row.recipient);
-            record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+            record(hub, "fail an outbox row", |transaction| {
+                queue::fail_outbound(transaction, row.id, &reason)
+            });
             return;
         }
     };
-    let parts = split_message(&channel.transport.render(&row.body.text), channel.transport.max_chars());
+    let parts = split_message(
+        &channel.transport.render(&row.body.text),
+        channel.transport.max_chars(),
+    );
     for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
-        match channel.transport.send(&recipient, part, &row.body.context, index).await {
+        match channel
+            .transport
+            .send(&recipient, part, &row.body.context, index)
+            .await
+        {
             Ok(platform_id) => {
                 metrics.channel_message(&channel.name, "out");
                 record(hub, "record a sent part", |transaction| {
@@ -95,13 +108,20 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
                 if attempts >= MAX_SEND_ATTEMPTS {
                     let reason = format!("gave up after {attempts} attempts: {reason}");
                     tracing::error!(channel = %channel.name, outbox_id = row.id, %reason, "message not delivered");
-                    record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+                    record(hub, "fail an outbox row", |transaction| {
+                        queue::fail_outbound(transaction, row.id, &reason)
+                    });
                     return;
                 }
                 let delay = retry_delay(attempts).max(after.unwrap_or_default());
                 hub.set_state(channel, ChannelState::Retrying(reason.clone()));
                 record(hub, "reschedule an outbox row", |transaction| {
-                    queue::retry_outbound(transaction, row.id, queue::now_ms() + delay.as_millis() as i64, &reason)
+                    queue::retry_outbound(
+                        transaction,
+                        row.id,
+                        queue::now_ms() + delay.as_millis() as i64,
+                        &reason,
+                    )
                 });
                 return;
             }
@@ -121,11 +141,15 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
             Err(SendError::Permanent { reason }) => {
                 metrics.delivery_failure(&channel.name, "rejected");
                 tracing::warn!(channel = %channel.name, outbox_id = row.id, %reason, "the platform refused a message");
-                record(hub, "fail an outbox row", |transaction| queue::fail_outbound(transaction, row.id, &reason));
+                record(hub, "fail an outbox row", |transaction| {
+                    queue::fail_outbound(transaction, row.id, &reason)
+                });
                 return;
             }
         }
     }
-    record(hub, "mark an outbox row sent", |transaction| queue::mark_sent(transaction, row.id));
+    record(hub, "mark an outbox row sent", |transaction| {
+        queue::mark_sent(transaction, row.id)
+    });
     hub.set_state(channel, ChannelState::Up);
 }

@@ -8,7 +8,8 @@ use saint_channels::{SettingsError, email::EmailSettings, whatsapp::WhatsappSett
 use saint_config::{BotConfig, ChannelKind};
 
 /// The channel kinds this build serves.
-pub const SERVED_KINDS: &[ChannelKind] = &[ChannelKind::Http, ChannelKind::Whatsapp, ChannelKind::Email];
+pub const SERVED_KINDS: &[ChannelKind] =
+    &[ChannelKind::Http, ChannelKind::Whatsapp, ChannelKind::Email];
 
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,7 +135,13 @@ mod tests {
         let problems = channel_problems(&config, |name| set.get(name).map(|v| v.to_string()));
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(lines.len(), 3, "{lines:#?}");
-        assert!(lines[0].starts_with("channel \"wa\": secrets.appSecret: variable WA_SECRET is unset or empty"), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with(
+                "channel \"wa\": secrets.appSecret: variable WA_SECRET is unset or empty"
+            ),
+            "{}",
+            lines[0]
+        );
         assert!(lines[1].starts_with("channel \"wa2\": settings.phoneNumber is not a setting of whatsapp channels (known: phoneNumberId, apiBaseUrl)"), "{}", lines[1]);
         assert_eq!(
             problems[2],

@@ -12,7 +12,7 @@ use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     num::NonZeroU32,
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -26,7 +26,7 @@ use saint_channels::{queue, whatsapp};
 use saint_config::{ChannelKind, ErrorChain};
 use serde::Deserialize;
 
-use super::{http::AppState, hub::ChannelHub};
+use super::http::AppState;
 
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
@@ -109,11 +109,8 @@ pub struct Handshake {
     challenge: Option<String>,
 }
 
-fn hub_of(state: &AppState) -> Result<&Arc<ChannelHub>, Response> {
-    state
-        .channels
-        .as_ref()
-        .ok_or_else(|| (StatusCode::NOT_FOUND, "no such channel").into_response())
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "no such channel").into_response()
 }
 
 /// `GET`: the platform's verification handshake.
@@ -122,12 +119,14 @@ pub async fn verify(
     Path(name): Path<String>,
     Query(handshake): Query<Handshake>,
 ) -> Response {
-    let hub = match hub_of(&state) {
-        Ok(hub) => hub,
-        Err(response) => return response,
+    let Some(hub) = state.channels.as_ref() else {
+        return not_found();
     };
-    let Some(settings) = hub.channel(&name).and_then(|channel| channel.whatsapp.as_ref()) else {
-        return (StatusCode::NOT_FOUND, "no such channel").into_response();
+    let Some(settings) = hub
+        .channel(&name)
+        .and_then(|channel| channel.whatsapp.as_ref())
+    else {
+        return not_found();
     };
     match whatsapp::verify_challenge(
         settings,
@@ -152,12 +151,11 @@ pub async fn receive(
     Path(name): Path<String>,
     request: Request,
 ) -> Response {
-    let hub = match hub_of(&state) {
-        Ok(hub) => hub.clone(),
-        Err(response) => return response,
+    let Some(hub) = state.channels.clone() else {
+        return not_found();
     };
     let Some(channel) = hub.channel(&name).cloned() else {
-        return (StatusCode::NOT_FOUND, "no such channel").into_response();
+        return not_found();
     };
     let address = request
         .extensions()
@@ -186,9 +184,11 @@ pub async fn receive(
     let messages = match channel.kind {
         ChannelKind::Whatsapp => {
             let Some(settings) = channel.whatsapp.as_ref() else {
-                return (StatusCode::NOT_FOUND, "no such channel").into_response();
+                return not_found();
             };
-            if let Err(error) = whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body) {
+            if let Err(error) =
+                whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body)
+            {
                 state.webhook_limits.failed(address);
                 tracing::warn!(channel = %name, %address, %error, "webhook refused: not signed by the platform");
                 return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();

@@ -70,22 +70,19 @@ enum QueueStep {
     /// The person's message of this inbox row.
     Accept(i64),
     /// The answer: queue it as the reply and mark the inbox row answered.
-    Reply {
-        delivery: Delivery,
-        body: OutboundBody,
-    },
+    Reply(Box<(Delivery, OutboundBody)>),
 }
 
 impl QueueStep {
     fn reply(delivery: Option<&Delivery>, text: &str) -> Self {
         match delivery {
-            Some(delivery) => QueueStep::Reply {
-                delivery: delivery.clone(),
-                body: OutboundBody {
+            Some(delivery) => QueueStep::Reply(Box::new((
+                delivery.clone(),
+                OutboundBody {
                     text: text.to_string(),
                     context: delivery.context.clone(),
                 },
-            },
+            ))),
             None => QueueStep::None,
         }
     }
@@ -211,7 +208,8 @@ impl Runtime {
     }
 
     async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
-        self.persist_then(caller, message, 0.0, QueueStep::None).await
+        self.persist_then(caller, message, 0.0, QueueStep::None)
+            .await
     }
 
     // A model answer, its cost and the channel queue's step are committed together.
@@ -231,20 +229,29 @@ impl Runtime {
         let day = metering::spend_day(jiff::Timestamp::now());
         self.blocking(move |store| {
             let spend = (cost > 0.0).then_some((day.as_str(), cost));
-            store.append_then(&key, &slug, &role, &identity, &message, spend, |transaction, id| {
-                match step {
+            store.append_then(
+                &key,
+                &slug,
+                &role,
+                &identity,
+                &message,
+                spend,
+                |transaction, id| match step {
                     QueueStep::None => Ok(()),
                     QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
-                    QueueStep::Reply { delivery, body } => queue::queue_reply(
-                        transaction,
-                        delivery.inbox_id,
-                        &delivery.channel,
-                        &identity,
-                        &body,
-                    )
-                    .map(drop),
-                }
-            })
+                    QueueStep::Reply(reply) => {
+                        let (delivery, body) = *reply;
+                        queue::queue_reply(
+                            transaction,
+                            delivery.inbox_id,
+                            &delivery.channel,
+                            &identity,
+                            &body,
+                        )
+                        .map(drop)
+                    }
+                },
+            )
         })
         .await
     }

@@ -216,8 +216,10 @@ impl TypedTool for MessageTool {
                     last_error: Some(error),
                 } => format!("queued; the last attempt failed and is retried: {error}"),
             };
-            let mut output =
-                ToolOutput::text(format!("message to {} via {identity}: {status}", contact.name));
+            let mut output = ToolOutput::text(format!(
+                "message to {} via {identity}: {status}",
+                contact.name
+            ));
             output
                 .metering
                 .insert("recipient".to_string(), contact.slug.to_string().into());

@@ -77,12 +77,17 @@ pub async fn verify_sender(verifier: &Verifier, raw: &[u8], from_domain: &str) -
     }
     let mut seen = Vec::new();
     for output in &outputs {
-        let domain = output.signature().map(|signature| signature.d.clone()).unwrap_or_default();
+        let domain = output
+            .signature()
+            .map(|signature| signature.d.clone())
+            .unwrap_or_default();
         match output.result() {
             DkimResult::Pass if aligned(&domain, from_domain) => {
                 return SenderCheck::Verified(format!("DKIM pass, d={domain}"));
             }
-            DkimResult::Pass => seen.push(format!("DKIM pass for d={domain}, not aligned with {from_domain}")),
+            DkimResult::Pass => seen.push(format!(
+                "DKIM pass for d={domain}, not aligned with {from_domain}"
+            )),
             other => seen.push(format!("DKIM {other:?} for d={domain}")),
         }
     }
@@ -105,9 +110,13 @@ fn trusted_results(verifier: &Verifier, raw: &[u8], from_domain: &str) -> Option
     }
     for result in parts {
         let words: Vec<String> = result.split_whitespace().map(str::to_lowercase).collect();
-        let Some(method) = words.first() else { continue };
+        let Some(method) = words.first() else {
+            continue;
+        };
         if method == "dmarc=pass" {
-            let header_from = words.iter().find_map(|word| word.strip_prefix("header.from="));
+            let header_from = words
+                .iter()
+                .find_map(|word| word.strip_prefix("header.from="));
             if header_from.is_none_or(|domain| domain == from_domain.to_lowercase()) {
                 return Some(SenderCheck::Verified(format!("{trusted}: dmarc=pass")));
             }
@@ -116,10 +125,14 @@ fn trusted_results(verifier: &Verifier, raw: &[u8], from_domain: &str) -> Option
             && let Some(domain) = words.iter().find_map(|word| word.strip_prefix("header.d="))
             && aligned(domain, from_domain)
         {
-            return Some(SenderCheck::Verified(format!("{trusted}: dkim=pass header.d={domain}")));
+            return Some(SenderCheck::Verified(format!(
+                "{trusted}: dkim=pass header.d={domain}"
+            )));
         }
     }
-    Some(SenderCheck::Unverified(format!("{trusted}'s Authentication-Results show no DMARC or aligned DKIM pass")))
+    Some(SenderCheck::Unverified(format!(
+        "{trusted}'s Authentication-Results show no DMARC or aligned DKIM pass"
+    )))
 }
 
 #[cfg(test)]

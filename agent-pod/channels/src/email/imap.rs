@@ -25,10 +25,7 @@ use tokio::{
 use tokio_rustls::client::TlsStream;
 
 use super::{EmailSettings, Security, Verifier, inbound, verify_sender};
-use crate::{
-    ChannelState, InboxSink,
-    email::auth::SenderCheck,
-};
+use crate::{ChannelState, InboxSink, email::auth::SenderCheck};
 
 /// Longest single IDLE before it is renewed (servers may drop idle clients at 30 min).
 const IDLE_RENEW: Duration = Duration::from_secs(25 * 60);
@@ -43,7 +40,11 @@ pub enum MailStream {
 }
 
 impl AsyncRead for MailStream {
-    fn poll_read(self: Pin<&mut Self>, context: &mut Context<'_>, buffer: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             MailStream::Plain(stream) => Pin::new(stream).poll_read(context, buffer),
             MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(context, buffer),
@@ -52,7 +53,11 @@ impl AsyncRead for MailStream {
 }
 
 impl AsyncWrite for MailStream {
-    fn poll_write(self: Pin<&mut Self>, context: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             MailStream::Plain(stream) => Pin::new(stream).poll_write(context, data),
             MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(context, data),
@@ -153,7 +158,10 @@ async fn connect(settings: &EmailSettings) -> Result<async_imap::Client<MailStre
         Security::None => MailStream::Plain(tcp),
         Security::StartTls => {
             let mut client = async_imap::Client::new(MailStream::Plain(tcp));
-            client.read_response().await.map_err(|error| format!("no IMAP greeting: {error}"))?;
+            client
+                .read_response()
+                .await
+                .map_err(|error| format!("no IMAP greeting: {error}"))?;
             client
                 .run_command_and_check_ok("STARTTLS", None)
                 .await
@@ -162,11 +170,16 @@ async fn connect(settings: &EmailSettings) -> Result<async_imap::Client<MailStre
                 unreachable!("the stream was plain until STARTTLS")
             };
             // After STARTTLS there is no second greeting.
-            return Ok(async_imap::Client::new(wrap_tls(&settings.imap_host, tcp).await?));
+            return Ok(async_imap::Client::new(
+                wrap_tls(&settings.imap_host, tcp).await?,
+            ));
         }
     };
     let mut client = async_imap::Client::new(stream);
-    client.read_response().await.map_err(|error| format!("no IMAP greeting: {error}"))?;
+    client
+        .read_response()
+        .await
+        .map_err(|error| format!("no IMAP greeting: {error}"))?;
     Ok(client)
 }
 
@@ -189,12 +202,20 @@ async fn session(
     let mut session = match client.login(&settings.username, &settings.password).await {
         Ok(session) => session,
         Err((error, _)) => {
-            return SessionEnd::LoginRefused(format!("imap: login as {} refused: {error}", settings.username));
+            return SessionEnd::LoginRefused(format!(
+                "imap: login as {} refused: {error}",
+                settings.username
+            ));
         }
     };
     let mailbox = match session.select(&settings.mailbox).await {
         Ok(mailbox) => mailbox,
-        Err(error) => return SessionEnd::Failed(format!("imap: cannot select {}: {error}", settings.mailbox)),
+        Err(error) => {
+            return SessionEnd::Failed(format!(
+                "imap: cannot select {}: {error}",
+                settings.mailbox
+            ));
+        }
     };
     let idle = match session.capabilities().await {
         Ok(capabilities) => capabilities.has_str("IDLE"),
@@ -214,7 +235,10 @@ async fn session(
         None => {
             let start = mailbox.uid_next.unwrap_or(1).saturating_sub(1);
             tracing::info!(channel = %settings.channel, from_uid = start + 1, "imap: first start; answering mail that arrives from now on");
-            if let Err(reason) = sink.commit(&settings.channel, Vec::new(), format!("{validity}:{start}")).await {
+            if let Err(reason) = sink
+                .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
+                .await
+            {
                 return SessionEnd::Failed(reason);
             }
             start
@@ -224,7 +248,17 @@ async fn session(
     tracing::info!(channel = %settings.channel, idle, "imap: connected");
     *backoff = Duration::from_secs(1);
     loop {
-        match fetch_new(settings, verifier, sink, workspace, &mut session, validity, &mut last_uid).await {
+        match fetch_new(
+            settings,
+            verifier,
+            sink,
+            workspace,
+            &mut session,
+            validity,
+            &mut last_uid,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(reason) => return SessionEnd::Failed(reason),
         }
@@ -238,13 +272,17 @@ async fn session(
             match response {
                 Ok(IdleResponse::NewData(_) | IdleResponse::Timeout) => {}
                 Ok(IdleResponse::ManualInterrupt) => {
-                    return SessionEnd::Failed("imap: the server closed the connection".to_string());
+                    return SessionEnd::Failed(
+                        "imap: the server closed the connection".to_string(),
+                    );
                 }
                 Err(error) => return SessionEnd::Failed(format!("imap: IDLE failed: {error}")),
             }
             session = match handle.done().await {
                 Ok(session) => session,
-                Err(error) => return SessionEnd::Failed(format!("imap: ending IDLE failed: {error}")),
+                Err(error) => {
+                    return SessionEnd::Failed(format!("imap: ending IDLE failed: {error}"));
+                }
             };
         } else {
             tokio::time::sleep(settings.poll_interval).await;
@@ -266,7 +304,10 @@ async fn fetch_new(
 ) -> Result<(), String> {
     let messages: Vec<(u32, Vec<u8>)> = {
         let stream = session
-            .uid_fetch(format!("{}:*", *last_uid + 1), "(UID RFC822.SIZE BODY.PEEK[])")
+            .uid_fetch(
+                format!("{}:*", *last_uid + 1),
+                "(UID RFC822.SIZE BODY.PEEK[])",
+            )
             .await
             .map_err(|error| format!("imap: FETCH failed: {error}"))?;
         let fetched: Vec<_> = stream
@@ -296,7 +337,8 @@ async fn fetch_new(
                 }
             }
         };
-        sink.commit(&settings.channel, stored, format!("{validity}:{uid}")).await?;
+        sink.commit(&settings.channel, stored, format!("{validity}:{uid}"))
+            .await?;
         *last_uid = uid;
     }
     Ok(())

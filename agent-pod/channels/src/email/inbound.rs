@@ -32,7 +32,11 @@ pub struct ParsedMail {
 
 /// Parses `raw`; `fallback_id` names it when it has no `Message-ID`. `None` when the
 /// bytes are not a message with a sender at all.
-pub fn parse_mail(settings: &EmailSettings, raw: &[u8], fallback_id: &str) -> Result<ParsedMail, String> {
+pub fn parse_mail(
+    settings: &EmailSettings,
+    raw: &[u8],
+    fallback_id: &str,
+) -> Result<ParsedMail, String> {
     let mail = MessageParser::default()
         .parse(raw)
         .ok_or_else(|| "not a MIME message".to_string())?;
@@ -51,22 +55,36 @@ pub fn parse_mail(settings: &EmailSettings, raw: &[u8], fallback_id: &str) -> Re
     let mut references: Vec<String> = mail
         .references()
         .as_text_list()
-        .map(|list| list.iter().map(|id| format!("<{}>", id.trim_matches(['<', '>']))).collect())
-        .or_else(|| mail.references().as_text().map(|id| vec![format!("<{}>", id.trim_matches(['<', '>']))]))
+        .map(|list| {
+            list.iter()
+                .map(|id| format!("<{}>", id.trim_matches(['<', '>'])))
+                .collect()
+        })
+        .or_else(|| {
+            mail.references()
+                .as_text()
+                .map(|id| vec![format!("<{}>", id.trim_matches(['<', '>']))])
+        })
         .unwrap_or_default();
     if let Some(parent) = mail.in_reply_to().as_text()
-        && references.last().map(String::as_str) != Some(&format!("<{}>", parent.trim_matches(['<', '>'])))
+        && references.last().map(String::as_str)
+            != Some(&format!("<{}>", parent.trim_matches(['<', '>'])))
     {
         references.push(format!("<{}>", parent.trim_matches(['<', '>'])));
     }
     references.push(platform_id.clone());
 
-    let body = mail.body_text(0).map(|text| text.into_owned()).unwrap_or_default();
+    let body = mail
+        .body_text(0)
+        .map(|text| text.into_owned())
+        .unwrap_or_default();
     let mut text = strip_quoted(&body);
     if text.chars().count() > MAX_TEXT_CHARS {
         let total = text.chars().count();
         text = text.chars().take(MAX_TEXT_CHARS).collect();
-        text.push_str(&format!("\n[message cut: showing {MAX_TEXT_CHARS} of {total} characters]"));
+        text.push_str(&format!(
+            "\n[message cut: showing {MAX_TEXT_CHARS} of {total} characters]"
+        ));
     }
 
     let mut saved = Vec::new();
@@ -88,7 +106,10 @@ pub fn parse_mail(settings: &EmailSettings, raw: &[u8], fallback_id: &str) -> Re
         };
         let contents = part.contents();
         if index >= MAX_ATTACHMENTS {
-            notes.push(format!("[attachment {} not kept: more than {MAX_ATTACHMENTS} attachments]", name.as_deref().unwrap_or("?")));
+            notes.push(format!(
+                "[attachment {} not kept: more than {MAX_ATTACHMENTS} attachments]",
+                name.as_deref().unwrap_or("?")
+            ));
             continue;
         }
         if contents.len() > MAX_ATTACHMENT_BYTES {
@@ -108,7 +129,11 @@ pub fn parse_mail(settings: &EmailSettings, raw: &[u8], fallback_id: &str) -> Re
         ));
         saved.push((path, contents.to_vec()));
     }
-    let mut full = if subject.is_empty() { String::new() } else { format!("Subject: {subject}\n\n") };
+    let mut full = if subject.is_empty() {
+        String::new()
+    } else {
+        format!("Subject: {subject}\n\n")
+    };
     full.push_str(&text);
     for note in notes {
         full.push('\n');
@@ -148,8 +173,15 @@ pub fn parse_mail(settings: &EmailSettings, raw: &[u8], fallback_id: &str) -> Re
 }
 
 /// Why a message is machine-sent and must get no answer, if it is.
-fn automatic_reason(mail: &mail_parser::Message<'_>, from: &str, own_address: &str) -> Option<String> {
-    let header = |name: &str| mail.header_raw(name).map(|value| value.trim().to_lowercase());
+fn automatic_reason(
+    mail: &mail_parser::Message<'_>,
+    from: &str,
+    own_address: &str,
+) -> Option<String> {
+    let header = |name: &str| {
+        mail.header_raw(name)
+            .map(|value| value.trim().to_lowercase())
+    };
     if let Some(value) = header("Auto-Submitted")
         && value != "no"
     {
@@ -160,7 +192,12 @@ fn automatic_reason(mail: &mail_parser::Message<'_>, from: &str, own_address: &s
     {
         return Some(format!("Precedence: {value}"));
     }
-    for name in ["X-Autoreply", "X-Autorespond", "List-Id", "List-Unsubscribe"] {
+    for name in [
+        "X-Autoreply",
+        "X-Autorespond",
+        "List-Id",
+        "List-Unsubscribe",
+    ] {
         if header(name).is_some() {
             return Some(format!("{name} header"));
         }
@@ -171,16 +208,26 @@ fn automatic_reason(mail: &mail_parser::Message<'_>, from: &str, own_address: &s
         return Some("null sender (Return-Path: <>)".to_string());
     }
     let local = from.split('@').next().unwrap_or("").to_lowercase();
-    if ["mailer-daemon", "postmaster", "noreply", "no-reply", "donotreply"].contains(&local.as_str()) {
+    if [
+        "mailer-daemon",
+        "postmaster",
+        "noreply",
+        "no-reply",
+        "donotreply",
+    ]
+    .contains(&local.as_str())
+    {
         return Some(format!("sent by {from}"));
     }
     if from.eq_ignore_ascii_case(own_address) {
         return Some("sent by this bot's own address".to_string());
     }
-    if mail
-        .content_type()
-        .is_some_and(|content_type| content_type.ctype().eq_ignore_ascii_case("multipart") && content_type.subtype().is_some_and(|subtype| subtype.eq_ignore_ascii_case("report")))
-    {
+    if mail.content_type().is_some_and(|content_type| {
+        content_type.ctype().eq_ignore_ascii_case("multipart")
+            && content_type
+                .subtype()
+                .is_some_and(|subtype| subtype.eq_ignore_ascii_case("report"))
+    }) {
         return Some("delivery report (multipart/report)".to_string());
     }
     None
@@ -195,7 +242,9 @@ pub fn strip_quoted(body: &str) -> String {
         let trimmed = line.trim();
         let attribution = trimmed.starts_with("On ")
             && (trimmed.ends_with("wrote:")
-                || lines.get(index + 1).is_some_and(|next| next.trim().ends_with("wrote:")));
+                || lines
+                    .get(index + 1)
+                    .is_some_and(|next| next.trim().ends_with("wrote:")));
         if attribution
             || trimmed.starts_with("-----Original Message-----")
             || trimmed.starts_with("________________________________")
@@ -233,7 +282,11 @@ mod tests {
         assert_eq!(parsed.message.text, "Subject: Re: Plan\n\nYes, go ahead.");
         assert_eq!(
             parsed.message.context.references,
-            vec!["<r0@acme.example>", "<r1@acme.example>", "<r2@acme.example>"]
+            vec![
+                "<r0@acme.example>",
+                "<r1@acme.example>",
+                "<r2@acme.example>"
+            ]
         );
         assert!(parsed.ignore.is_none());
     }
@@ -247,35 +300,67 @@ mod tests {
             "Return-Path: <>",
             "List-Id: <team.acme.example>",
         ] {
-            let raw = format!("From: ana@acme.example\r\n{header}\r\nSubject: Out of office\r\n\r\nI am away.\r\n");
+            let raw = format!(
+                "From: ana@acme.example\r\n{header}\r\nSubject: Out of office\r\n\r\nI am away.\r\n"
+            );
             let parsed = parse_mail(&settings(), raw.as_bytes(), "uid:1").unwrap();
             assert!(parsed.ignore.is_some(), "{header}");
         }
         let daemon = b"From: MAILER-DAEMON@acme.example\r\nSubject: Undelivered\r\n\r\nbounce\r\n";
-        assert!(parse_mail(&settings(), daemon, "uid:1").unwrap().ignore.is_some());
+        assert!(
+            parse_mail(&settings(), daemon, "uid:1")
+                .unwrap()
+                .ignore
+                .is_some()
+        );
         let own = b"From: saint@acme.example\r\nSubject: loop\r\n\r\nme\r\n";
-        assert!(parse_mail(&settings(), own, "uid:1").unwrap().ignore.is_some());
+        assert!(
+            parse_mail(&settings(), own, "uid:1")
+                .unwrap()
+                .ignore
+                .is_some()
+        );
         let human = b"From: ana@acme.example\r\nAuto-Submitted: no\r\nSubject: hi\r\n\r\nhello\r\n";
-        assert!(parse_mail(&settings(), human, "uid:1").unwrap().ignore.is_none());
+        assert!(
+            parse_mail(&settings(), human, "uid:1")
+                .unwrap()
+                .ignore
+                .is_none()
+        );
     }
 
     #[test]
     fn html_only_mail_becomes_text_and_huge_mail_is_cut() {
         let raw = b"From: ana@acme.example\r\nContent-Type: text/html\r\n\r\n<html><body><p>Hello <b>bot</b></p><script>x()</script></body></html>\r\n";
         let parsed = parse_mail(&settings(), raw, "uid:9").unwrap();
-        assert!(parsed.message.text.contains("Hello bot"), "{}", parsed.message.text);
+        assert!(
+            parsed.message.text.contains("Hello bot"),
+            "{}",
+            parsed.message.text
+        );
         assert!(!parsed.message.text.contains("<b>"));
         assert_eq!(parsed.message.platform_id, "uid:9");
         let lines = "a line of text\r\n".repeat(10_000);
         let raw = format!("From: ana@acme.example\r\nSubject: long\r\n\r\n{lines}");
         let parsed = parse_mail(&settings(), raw.as_bytes(), "uid:10").unwrap();
-        assert!(parsed.message.text.ends_with("[message cut: showing 20000 of 149999 characters]"), "{}", &parsed.message.text[parsed.message.text.len() - 80..]);
+        assert!(
+            parsed
+                .message
+                .text
+                .ends_with("[message cut: showing 20000 of 149999 characters]"),
+            "{}",
+            &parsed.message.text[parsed.message.text.len() - 80..]
+        );
     }
 
     #[test]
     fn garbage_is_refused_with_a_reason() {
         assert!(parse_mail(&settings(), b"", "uid:1").is_err());
-        assert!(parse_mail(&settings(), b"Subject: no sender\r\n\r\nx", "uid:1").unwrap_err().contains("From"));
+        assert!(
+            parse_mail(&settings(), b"Subject: no sender\r\n\r\nx", "uid:1")
+                .unwrap_err()
+                .contains("From")
+        );
         assert!(parse_mail(&settings(), b"From: not an address\r\n\r\nx", "uid:1").is_err());
     }
 }

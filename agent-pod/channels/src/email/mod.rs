@@ -37,7 +37,9 @@ impl Security {
             None | Some("tls") => Ok(Self::Tls),
             Some("starttls") => Ok(Self::StartTls),
             Some("none") => Ok(Self::None),
-            Some(other) => Err(reader.invalid(key, format!("is {other:?}; use tls, starttls or none"))),
+            Some(other) => {
+                Err(reader.invalid(key, format!("is {other:?}; use tls, starttls or none")))
+            }
         }
     }
 }
@@ -87,7 +89,11 @@ impl std::fmt::Debug for EmailSettings {
     }
 }
 
-fn port(reader: &SettingsReader<'_>, key: &'static str, default: u16) -> Result<u16, SettingsError> {
+fn port(
+    reader: &SettingsReader<'_>,
+    key: &'static str,
+    default: u16,
+) -> Result<u16, SettingsError> {
     match reader.optional(key) {
         None => Ok(default),
         Some(text) => text
@@ -112,11 +118,23 @@ impl EmailSettings {
         }
         let imap_security = Security::parse(&reader, "imapSecurity")?;
         let smtp_security = Security::parse(&reader, "smtpSecurity")?;
-        let imap_port = port(&reader, "imapPort", if imap_security == Security::Tls { 993 } else { 143 })?;
-        let smtp_port = port(&reader, "smtpPort", match smtp_security {
-            Security::Tls => 465,
-            Security::StartTls | Security::None => 587,
-        })?;
+        let imap_port = port(
+            &reader,
+            "imapPort",
+            if imap_security == Security::Tls {
+                993
+            } else {
+                143
+            },
+        )?;
+        let smtp_port = port(
+            &reader,
+            "smtpPort",
+            match smtp_security {
+                Security::Tls => 465,
+                Security::StartTls | Security::None => 587,
+            },
+        )?;
         let poll_interval = match reader.optional("pollSeconds") {
             None => Duration::from_secs(60),
             Some(text) => text
@@ -125,7 +143,9 @@ impl EmailSettings {
                 .ok()
                 .filter(|seconds| (5..=3600).contains(seconds))
                 .map(Duration::from_secs)
-                .ok_or_else(|| reader.invalid("pollSeconds", format!("is {text:?}; use 5 to 3600")))?,
+                .ok_or_else(|| {
+                    reader.invalid("pollSeconds", format!("is {text:?}; use 5 to 3600"))
+                })?,
         };
         let dns_server = reader
             .optional("dnsServer")
@@ -133,12 +153,19 @@ impl EmailSettings {
                 text.trim()
                     .parse::<SocketAddr>()
                     .or_else(|_| format!("{}:53", text.trim()).parse::<SocketAddr>())
-                    .map_err(|_| reader.invalid("dnsServer", format!("is {text:?}, not an IP address (with optional :port)")))
+                    .map_err(|_| {
+                        reader.invalid(
+                            "dnsServer",
+                            format!("is {text:?}, not an IP address (with optional :port)"),
+                        )
+                    })
             })
             .transpose()?;
         Ok(Self {
             channel: channel.name.clone(),
-            username: reader.optional("username").map_or_else(|| address.clone(), str::to_string),
+            username: reader
+                .optional("username")
+                .map_or_else(|| address.clone(), str::to_string),
             address,
             imap_host: reader.required("imapHost")?.trim().to_string(),
             imap_port,
@@ -148,7 +175,9 @@ impl EmailSettings {
             smtp_security,
             password: reader.secret("password")?,
             mailbox: reader.optional("mailbox").unwrap_or("INBOX").to_string(),
-            authserv_id: reader.optional("authservId").map(|id| id.trim().to_lowercase()),
+            authserv_id: reader
+                .optional("authservId")
+                .map(|id| id.trim().to_lowercase()),
             poll_interval,
             dns_server,
         })

@@ -29,18 +29,28 @@ impl SmtpTransport {
         let builder = match settings.smtp_security {
             Security::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(host),
             Security::StartTls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(host),
-            Security::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)),
+            Security::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
+                host,
+            )),
         }
         .map_err(|error| format!("smtp: {error}"))?;
         let mailer = builder
             .port(settings.smtp_port)
-            .credentials(Credentials::new(settings.username.clone(), settings.password.clone()))
+            .credentials(Credentials::new(
+                settings.username.clone(),
+                settings.password.clone(),
+            ))
             .timeout(Some(std::time::Duration::from_secs(60)))
             .build();
         Ok(Self { settings, mailer })
     }
 
-    fn build(&self, to: &ChannelIdentity, text: &str, context: &ReplyContext) -> Result<Message, SendError> {
+    fn build(
+        &self,
+        to: &ChannelIdentity,
+        text: &str,
+        context: &ReplyContext,
+    ) -> Result<Message, SendError> {
         let permanent = |reason: String| SendError::Permanent { reason };
         let from: Mailbox = self
             .settings
@@ -51,7 +61,12 @@ impl SmtpTransport {
             .peer()
             .parse()
             .map_err(|error| permanent(format!("email: recipient {}: {error}", to.peer())))?;
-        let subject = match context.subject.as_deref().map(str::trim).filter(|subject| !subject.is_empty()) {
+        let subject = match context
+            .subject
+            .as_deref()
+            .map(str::trim)
+            .filter(|subject| !subject.is_empty())
+        {
             Some(subject) if subject.to_lowercase().starts_with("re:") => subject.to_string(),
             Some(subject) => format!("Re: {subject}"),
             None => format!("Message from {}", self.settings.address),
@@ -96,13 +111,19 @@ impl lettre::message::header::Header for AutoSubmitted {
 fn classify(error: lettre::transport::smtp::Error) -> SendError {
     let reason = format!("email: {error}");
     let code = error.status().map(|code| code.to_string());
-    if code.as_deref().is_some_and(|code| code.starts_with("535") || code.starts_with("530")) {
+    if code
+        .as_deref()
+        .is_some_and(|code| code.starts_with("535") || code.starts_with("530"))
+    {
         return SendError::Credentials { reason };
     }
     if error.is_permanent() {
         return SendError::Permanent { reason };
     }
-    SendError::Retry { reason, after: None }
+    SendError::Retry {
+        reason,
+        after: None,
+    }
 }
 
 impl Transport for SmtpTransport {
@@ -138,7 +159,10 @@ impl Transport for SmtpTransport {
         })
     }
 
-    fn mark_read<'a>(&'a self, _message: &'a InboundMessage) -> BoxFuture<'a, Result<(), SendError>> {
+    fn mark_read<'a>(
+        &'a self,
+        _message: &'a InboundMessage,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async { Ok(()) })
     }
 

@@ -106,12 +106,20 @@ async fn checked(response: reqwest::Response) -> Result<bytes::Bytes, SendError>
     if status.is_success() {
         return Ok(body);
     }
-    let error = serde_json::from_slice::<ErrorBody>(&body).ok().map(|body| body.error);
+    let error = serde_json::from_slice::<ErrorBody>(&body)
+        .ok()
+        .map(|body| body.error);
     let (code, message) = match &error {
         Some(error) => (error.code, error.message.clone()),
-        None => (0, String::from_utf8_lossy(&body).chars().take(200).collect()),
+        None => (
+            0,
+            String::from_utf8_lossy(&body).chars().take(200).collect(),
+        ),
     };
-    let reason = format!("whatsapp: {message} (HTTP {}, code {code})", status.as_u16());
+    let reason = format!(
+        "whatsapp: {message} (HTTP {}, code {code})",
+        status.as_u16()
+    );
     Err(classify(status.as_u16(), code, reason, retry_after))
 }
 
@@ -171,10 +179,11 @@ impl Transport for GraphClient {
                 body["context"] = json!({"message_id": reply_to});
             }
             let answer = self.post(body).await?;
-            let sent: SendResponse = serde_json::from_slice(&answer).map_err(|error| SendError::Retry {
-                reason: format!("whatsapp: unreadable answer to a send: {error}"),
-                after: None,
-            })?;
+            let sent: SendResponse =
+                serde_json::from_slice(&answer).map_err(|error| SendError::Retry {
+                    reason: format!("whatsapp: unreadable answer to a send: {error}"),
+                    after: None,
+                })?;
             sent.messages
                 .into_iter()
                 .next()
@@ -186,7 +195,10 @@ impl Transport for GraphClient {
         })
     }
 
-    fn mark_read<'a>(&'a self, message: &'a InboundMessage) -> BoxFuture<'a, Result<(), SendError>> {
+    fn mark_read<'a>(
+        &'a self,
+        message: &'a InboundMessage,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
         Box::pin(async move {
             self.post(json!({
                 "messaging_product": "whatsapp",
@@ -206,7 +218,12 @@ impl Transport for GraphClient {
         Box::pin(async move {
             // Media ids are opaque tokens from a verified delivery; refuse anything that
             // would change the path.
-            if attachment.id.is_empty() || !attachment.id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' || byte == b'.') || attachment.id.contains("..") {
+            if attachment.id.is_empty()
+                || !attachment.id.bytes().all(|byte| {
+                    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' || byte == b'.'
+                })
+                || attachment.id.contains("..")
+            {
                 return Err(SendError::Permanent {
                     reason: format!("whatsapp: media id {:?} is not a media id", attachment.id),
                 });
@@ -218,13 +235,17 @@ impl Transport for GraphClient {
                 .send()
                 .await
                 .map_err(network_error)?;
-            let info: MediaInfo = serde_json::from_slice(&checked(response).await?).map_err(|error| {
-                SendError::Permanent {
-                    reason: format!("whatsapp: unreadable media description: {error}"),
-                }
-            })?;
+            let info: MediaInfo =
+                serde_json::from_slice(&checked(response).await?).map_err(|error| {
+                    SendError::Permanent {
+                        reason: format!("whatsapp: unreadable media description: {error}"),
+                    }
+                })?;
             let too_big = |size: u64| SendError::Permanent {
-                reason: format!("whatsapp: {} is {size} bytes, over the {max_bytes}-byte limit", attachment.kind),
+                reason: format!(
+                    "whatsapp: {} is {size} bytes, over the {max_bytes}-byte limit",
+                    attachment.kind
+                ),
             };
             if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
                 return Err(too_big(size));
@@ -265,14 +286,29 @@ mod tests {
     #[test]
     fn platform_answers_are_classified() {
         let reason = || "r".to_string();
-        assert!(matches!(classify(429, 0, reason(), None), SendError::Retry { .. }));
-        assert!(matches!(classify(400, 131056, reason(), None), SendError::Retry { .. }));
-        assert!(matches!(classify(503, 0, reason(), None), SendError::Retry { .. }));
-        assert!(matches!(classify(401, 190, reason(), None), SendError::Credentials { .. }));
+        assert!(matches!(
+            classify(429, 0, reason(), None),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(400, 131056, reason(), None),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(503, 0, reason(), None),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(401, 190, reason(), None),
+            SendError::Credentials { .. }
+        ));
         match classify(400, REENGAGEMENT_CODE, reason(), None) {
             SendError::Permanent { reason } => assert!(reason.contains("template")),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(classify(400, 100, reason(), None), SendError::Permanent { .. }));
+        assert!(matches!(
+            classify(400, 100, reason(), None),
+            SendError::Permanent { .. }
+        ));
     }
 }

@@ -24,7 +24,6 @@ pub const CUSTOMER_SERVICE_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// The Graph API used unless `settings.apiBaseUrl` says otherwise.
 pub const DEFAULT_API_BASE_URL: &str = "https://graph.facebook.com/v21.0";
 
-
 /// A WhatsApp channel's settings, read and checked.
 #[derive(Clone)]
 pub struct WhatsappSettings {
@@ -59,10 +58,19 @@ impl WhatsappSettings {
         channel: &ChannelConfig,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, SettingsError> {
-        let reader = SettingsReader::new(channel, "whatsapp", WHATSAPP.settings, WHATSAPP.secrets, lookup)?;
+        let reader = SettingsReader::new(
+            channel,
+            "whatsapp",
+            WHATSAPP.settings,
+            WHATSAPP.secrets,
+            lookup,
+        )?;
         let phone_number_id = reader.required("phoneNumberId")?;
         if !phone_number_id.bytes().all(|byte| byte.is_ascii_digit()) {
-            return Err(reader.invalid("phoneNumberId", "must be the numeric id Meta shows for the number"));
+            return Err(reader.invalid(
+                "phoneNumberId",
+                "must be the numeric id Meta shows for the number",
+            ));
         }
         let api_base_url = reader
             .optional("apiBaseUrl")

@@ -36,9 +36,8 @@ pub fn verify_challenge(
     token: Option<&str>,
     challenge: Option<&str>,
 ) -> Result<String, WebhookError> {
-    let token_matches = token.is_some_and(|token| {
-        bool::from(token.as_bytes().ct_eq(settings.verify_token.as_bytes()))
-    });
+    let token_matches = token
+        .is_some_and(|token| bool::from(token.as_bytes().ct_eq(settings.verify_token.as_bytes())));
     match (mode, challenge) {
         (Some("subscribe"), Some(challenge)) if token_matches => Ok(challenge.to_string()),
         _ => Err(WebhookError::BadVerification),
@@ -151,8 +150,8 @@ struct Media {
 
 /// Parses a verified delivery for the channel of `settings`.
 pub fn parse_delivery(settings: &WhatsappSettings, body: &[u8]) -> Result<Delivery, WebhookError> {
-    let payload: Payload = serde_json::from_slice(body)
-        .map_err(|error| WebhookError::Malformed(error.to_string()))?;
+    let payload: Payload =
+        serde_json::from_slice(body).map_err(|error| WebhookError::Malformed(error.to_string()))?;
     if payload.object != "whatsapp_business_account" {
         return Err(WebhookError::Malformed(format!(
             "object is {:?}, not \"whatsapp_business_account\"",
@@ -162,12 +161,17 @@ pub fn parse_delivery(settings: &WhatsappSettings, body: &[u8]) -> Result<Delive
     let mut delivery = Delivery::default();
     for change in payload.entry.into_iter().flat_map(|entry| entry.changes) {
         if change.field != "messages" {
-            delivery.skipped.push(format!("field {:?} ignored", change.field));
+            delivery
+                .skipped
+                .push(format!("field {:?} ignored", change.field));
             continue;
         }
         let value = change.value;
         delivery.statuses += value.statuses.len();
-        let number = value.metadata.as_ref().map(|metadata| metadata.phone_number_id.as_str());
+        let number = value
+            .metadata
+            .as_ref()
+            .map(|metadata| metadata.phone_number_id.as_str());
         if number != Some(settings.phone_number_id.as_str()) {
             if !value.messages.is_empty() {
                 delivery.skipped.push(format!(
@@ -195,7 +199,12 @@ fn normalise(
 ) -> Result<InboundMessage, String> {
     // `from` is the sender's number in international form without `+`.
     let sender = ChannelIdentity::parse(ChannelKind::Whatsapp, &format!("+{}", message.from))
-        .map_err(|error| format!("message {} skipped: sender {:?}: {error}", message.id, message.from))?;
+        .map_err(|error| {
+            format!(
+                "message {} skipped: sender {:?}: {error}",
+                message.id, message.from
+            )
+        })?;
     let sent_at = message
         .timestamp
         .parse::<i64>()
@@ -216,11 +225,18 @@ fn normalise(
                 "video" => message.video,
                 _ => message.sticker,
             }
-            .ok_or_else(|| format!("message {} skipped: {kind} without its {kind} object", message.id))?;
+            .ok_or_else(|| {
+                format!(
+                    "message {} skipped: {kind} without its {kind} object",
+                    message.id
+                )
+            })?;
             let attachment = AttachmentRef {
                 id: media.id,
                 kind: kind.to_string(),
-                mime_type: media.mime_type.unwrap_or_else(|| "application/octet-stream".to_string()),
+                mime_type: media
+                    .mime_type
+                    .unwrap_or_else(|| "application/octet-stream".to_string()),
                 file_name: media.filename,
             };
             (media.caption.unwrap_or_default(), vec![attachment])
