@@ -543,6 +543,101 @@ async fn the_webhook_ingress_exposes_only_webhook_paths_and_goes_when_the_field_
     scenario.finish().await
 }
 
+/// Waits until the SaintBot's `ChannelsServed` condition has `state`; returns the status.
+async fn wait_for_channels_served(
+    scenario: &Scenario,
+    state: (&str, &str),
+) -> Result<Value, Failure> {
+    Ok(wait::until(
+        &format!("ChannelsServed={}/{}", state.0, state.1),
+        CONVERGE_TIMEOUT,
+        || async {
+            let bot = scenario
+                .bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = bot.data.get("status").cloned().unwrap_or(Value::Null);
+            if condition_state(&status, "ChannelsServed")
+                == (state.0.to_owned(), state.1.to_owned())
+            {
+                Ok(status)
+            } else {
+                Err(format!("status {status}"))
+            }
+        },
+    )
+    .await?)
+}
+
+#[tokio::test]
+async fn a_channel_kind_the_agent_does_not_serve_is_named_in_a_condition_and_a_warning()
+-> TestResult {
+    let scenario = Scenario::start("unserved").await?;
+    scenario.converged().await?;
+    wait_for_channels_served(&scenario, ("True", "AllChannelsServed")).await?;
+
+    // Telegram is accepted by the CRD (a bot may be declared ahead of its channels),
+    // but this agent ignores it: the bot must say so.
+    let mut bot = examples::find(&scenario.environment, "saintbot.yaml", "SaintBot", BOT)?;
+    if let Some(channels) = bot.data["spec"]["channels"].as_array_mut() {
+        channels.push(json!({
+            "name": "telegram", "kind": "telegram",
+            "secrets": {"botToken": {"name": "acme-assistant-channels", "key": "telegram-token"}},
+        }));
+    }
+    manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
+    let status = wait_for_channels_served(&scenario, ("False", "ChannelNotServed")).await?;
+    let message = saint_e2e::company_bot::condition(&status, "ChannelsServed")
+        .and_then(|condition| condition.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("telegram (telegram)") && !message.contains("whatsapp ("),
+        "condition message: {message}"
+    );
+
+    let events = Api::<Event>::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    wait::until(
+        "a ChannelNotServed Warning about the SaintBot",
+        CONVERGE_TIMEOUT,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            let found = list.items.iter().any(|event| {
+                event.reason.as_deref() == Some("ChannelNotServed")
+                    && event.type_.as_deref() == Some("Warning")
+                    && event.involved_object.name.as_deref() == Some(BOT)
+                    && event
+                        .message
+                        .as_deref()
+                        .is_some_and(|note| note.contains("telegram"))
+            });
+            if found {
+                Ok(())
+            } else {
+                Err(format!(
+                    "events: {:?}",
+                    list.items
+                        .iter()
+                        .map(|event| (event.reason.clone(), event.message.clone()))
+                        .collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
+
+    // The channel goes: served again.
+    let bot = examples::find(&scenario.environment, "saintbot.yaml", "SaintBot", BOT)?;
+    manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
+    wait_for_channels_served(&scenario, ("True", "AllChannelsServed")).await?;
+    scenario.finish().await
+}
+
 #[tokio::test]
 async fn an_identifier_claimed_by_two_contacts_surfaces_a_condition_and_an_event_until_fixed()
 -> TestResult {
