@@ -100,7 +100,12 @@ fn missing_model_key_and_invalid_config_fail_with_one_clear_line() {
 fn unserved_channels_and_a_missing_channel_token_are_named_at_start() {
     let directory = tempfile::tempdir().unwrap();
     let config_path = directory.path().join("bot-config.json");
-    write_config(&config_path, &test_config("http://127.0.0.1:9"));
+    let mut config = test_config("http://127.0.0.1:9");
+    config["channels"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "tg", "kind": "telegram"}));
+    write_config(&config_path, &config);
     let mut child = run_on_loopback(&config_path, directory.path().join("workspace"))
         .env("RUST_LOG", "warn")
         .env("SAINT_MODEL_API_KEY", "sk-model-key")
@@ -128,7 +133,12 @@ fn unserved_channels_and_a_missing_channel_token_are_named_at_start() {
         .filter(|line| line.contains("is declared but this build does not serve"))
         .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
-    assert!(warnings[0].contains("serve whatsapp"), "{stderr}");
+    assert!(warnings[0].contains("serve telegram"), "{stderr}");
+    // The fixture's WhatsApp channel lacks its phone number id: named, not started.
+    assert!(
+        stderr.contains(r#"channel \"whatsapp\": settings.phoneNumberId is required: the channel is not started"#),
+        "{stderr}"
+    );
     let token: Vec<&str> = stderr
         .lines()
         .filter(|line| line.contains("SAINT_CHANNEL_API_TOKEN"))

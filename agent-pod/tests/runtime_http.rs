@@ -603,11 +603,14 @@ async fn readyz_names_each_declared_channel_that_cannot_work() {
     assert_eq!(status, StatusCode::OK);
     let lines: Vec<&str> = body.lines().collect();
     assert_eq!(lines[0], "ready", "{body}");
-    // The example company declares WhatsApp, which this build does not serve; its
-    // HTTP channel has its token.
+    // The example company's WhatsApp channel names no phone number id (nor the app
+    // secret and verify token): it is not started, and readyz says which setting is
+    // missing. Its HTTP channel has its token.
     assert_eq!(lines.len(), 2, "{body}");
-    assert!(
-        lines[1].starts_with("warning: ") && lines[1].contains("does not serve whatsapp"),
+    assert_eq!(
+        lines[1],
+        "warning: channel \"whatsapp\": settings.phoneNumberId is required: the channel is not \
+         started, its messages are not received",
         "{body}"
     );
     // A config without the WhatsApp channel and with an HTTP token variable nobody
