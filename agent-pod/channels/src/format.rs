@@ -34,7 +34,14 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
             .flatten()
             .copied()
             .find(|&offset| offset > window.len() / 5)
-            .or_else(|| boundaries.iter().flatten().copied().filter(|&offset| offset > 0).max())
+            .or_else(|| {
+                boundaries
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&offset| offset > 0)
+                    .max()
+            })
             .unwrap_or(window_end);
         let (head, tail) = rest.split_at(cut);
         let head = head.trim_end();
