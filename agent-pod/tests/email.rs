@@ -67,6 +67,13 @@ impl MailServer {
         require("/usr/sbin/smtpd");
         require("/usr/lib/dovecot/submission");
         require("/usr/lib/dovecot/lmtp");
+        // OpenSMTPD's control socket has a fixed path: a system instance would make
+        // ours exit at start.
+        assert!(
+            std::os::unix::net::UnixStream::connect("/var/run/smtpd.sock").is_err(),
+            "a system OpenSMTPD is running (/var/run/smtpd.sock answers); stop it \
+             (service opensmtpd stop) to run the e-mail tests"
+        );
         let directory = tempfile::Builder::new()
             .prefix("saint-mail")
             .tempdir()
