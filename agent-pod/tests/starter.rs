@@ -62,3 +62,37 @@ fn the_embedded_starter_bot_is_the_operators_render_of_the_chart_examples() {
         "the example persona has a SOUL.md"
     );
 }
+
+/// The channel contract end to end: every channel the operator renders from the example
+/// SaintBot (settings and secret variable names) is accepted by the agent's own
+/// readers once its secrets are set, so the example's channels work as declared; with
+/// none set, each channel is named with the secret it lacks.
+#[test]
+fn the_operators_rendered_channels_are_served_by_the_agent() {
+    use saint_agent::channel::startup::{ChannelProblem, channel_problems};
+
+    let config = operator_render().bot_config;
+    let kinds: Vec<&str> = config
+        .channels
+        .iter()
+        .map(|channel| channel.kind.prefix())
+        .collect();
+    assert_eq!(kinds, vec!["http", "whatsapp", "email"]);
+    let problems = channel_problems(&config, |variable| {
+        variable
+            .starts_with("SAINT_CHANNEL_")
+            .then(|| "set".to_string())
+    });
+    assert_eq!(problems, Vec::<ChannelProblem>::new());
+    let unset: Vec<String> = channel_problems(&config, |_| None)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(unset.iter().any(|line| line.contains("channel \"whatsapp\": secrets.accessToken: variable SAINT_CHANNEL_WHATSAPP_ACCESSTOKEN is unset")), "{unset:#?}");
+    assert!(
+        unset.iter().any(|line| line.contains(
+            "channel \"email\": secrets.password: variable SAINT_CHANNEL_EMAIL_PASSWORD is unset"
+        )),
+        "{unset:#?}"
+    );
+}
