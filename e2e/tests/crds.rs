@@ -571,6 +571,16 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "spec.webhookIngress.host",
         ),
         case(
+            "webhook Ingress without a webhook channel",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels",
+            json!([{"name": "api", "kind": "http",
+                "secrets": {"token": {"name": "acme-assistant-channels", "key": "http-token"}}}]),
+            "webhookIngress needs a channel that receives webhooks (kind whatsapp)",
+        ),
+        case(
             "webhook Ingress controller namespace not a DNS label",
             "saintbot.yaml",
             "SaintBot",

@@ -478,3 +478,32 @@ fn channel_field_docs_name_every_key() {
         }
     }
 }
+
+#[test]
+fn a_webhook_ingress_needs_a_webhook_channel_and_a_dns_host() {
+    let http = serde_json::json!({"name": "api", "kind": "http",
+        "secrets": {"token": {"name": "channels", "key": "token"}}});
+    let whatsapp = serde_json::json!({"name": "wa", "kind": "whatsapp",
+        "settings": {"phoneNumberId": "1"},
+        "secrets": secret_refs(&["accessToken", "appSecret", "verifyToken"])});
+    let with = |channels: serde_json::Value, host: &str| {
+        bot(serde_json::json!({
+            "model": {"provider": "openai", "name": "m"},
+            "channels": channels,
+            "webhookIngress": {"host": host},
+        }))
+    };
+    assert_eq!(
+        errors(&with(serde_json::json!([http, whatsapp]), "bot.acme.hr")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&with(serde_json::json!([http]), "bot.acme.hr")),
+        vec!["webhookIngress needs a channel that receives webhooks (kind whatsapp)"]
+    );
+    let url = errors(&with(serde_json::json!([whatsapp]), "https://bot.acme.hr")).join("\n");
+    assert!(
+        url.contains("webhookIngress.host must be a DNS name"),
+        "{url}"
+    );
+}

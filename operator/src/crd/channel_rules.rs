@@ -77,6 +77,26 @@ pub fn receives_webhooks(kind: ChannelKind) -> bool {
     matches!(kind, ChannelKind::Whatsapp)
 }
 
+/// CEL on the SaintBot spec: `webhookIngress` only with a channel receiving webhooks —
+/// otherwise the Ingress would route nothing and the field would do nothing, silently.
+pub fn webhook_ingress_needs_a_webhook_channel() -> Rule {
+    let kinds: Vec<&str> = ChannelKind::ALL
+        .into_iter()
+        .filter(|kind| receives_webhooks(*kind))
+        .map(ChannelKind::prefix)
+        .collect();
+    rule(
+        format!(
+            "!has(self.webhookIngress) || (has(self.channels) && self.channels.exists(c, c.kind in {}))",
+            cel_list(&kinds)
+        ),
+        format!(
+            "webhookIngress needs a channel that receives webhooks (kind {})",
+            kinds.join(" or ")
+        ),
+    )
+}
+
 /// The kinds this version serves, with their keys, in declaration order.
 pub fn served_kinds() -> impl Iterator<Item = (ChannelKind, ChannelKeys)> {
     ChannelKind::ALL

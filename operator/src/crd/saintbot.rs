@@ -82,6 +82,7 @@ use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_r
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.porter) || !has(self.porter.clis) || self.porter.clis.all(c, self.porter.clis.exists_one(d, d.name == c.name))"
 ).message("porter.clis[].name must be unique"))]
+#[x_kube(validation = super::channel_rules::webhook_ingress_needs_a_webhook_channel())]
 pub struct SaintBotSpec {
     /// Persona and workspace files (SOUL.md, IDENTITY.md, AGENTS.md, TOOLS.md, USER.md,
     /// HEARTBEAT.md, COMPANY.md), inline or from a ConfigMap.
@@ -147,8 +148,8 @@ pub struct SaintBotSpec {
 
     /// An Ingress `<bot>-webhooks` for the platforms' webhooks (WhatsApp): it routes only
     /// `/channels/<name>/webhook` of the webhook channels to the bot's HTTP port, nothing
-    /// else of the agent's API. Built while the bot has a webhook channel; removed when
-    /// this field is removed. Absent: no Ingress.
+    /// else of the agent's API. Needs a channel that receives webhooks (whatsapp); the
+    /// Ingress is deleted when this field is removed. Absent: no Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_ingress: Option<WebhookIngressSpec>,
 }
