@@ -113,6 +113,9 @@ def check_default(helm: str, chart: str) -> None:
     # requires it to hold them itself.
     for verb in ("create", "get", "list", "watch", "delete"):
         check(granted(cluster_rules, "batch", "jobs", verb), f"ClusterRole: missing jobs {verb}")
+    # ... and events (the agent reports refused channel credentials on its SaintBot).
+    for verb in ("create", "patch"):
+        check(granted(cluster_rules, "events.k8s.io", "events", verb), f"ClusterRole: missing events {verb}")
     for resource in ("configmaps", "persistentvolumeclaims", "serviceaccounts", "services"):
         for verb in ("create", "patch", "list", "watch"):
             check(granted(cluster_rules, "", resource, verb), f"ClusterRole: missing {resource} {verb} (apply, watch)")

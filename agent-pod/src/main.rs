@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::{
+        events::ChannelEvents,
         http::{AppState, app, drain_turns, metrics_app},
         hub::{ChannelHub, start_workers},
         outbox::DurableOutbox,
@@ -382,6 +383,19 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             metering.clone(),
             &workspace,
         ));
+        // In a cluster the operator passes the SaintBot's uid: refused channel
+        // credentials become Events on it.
+        if let Some(uid) = env(saint_config::BOT_UID_ENV).filter(|uid| !uid.is_empty())
+            && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        {
+            match kube::Client::try_default().await {
+                Ok(client) => {
+                    let bot = &config.last_good().bot;
+                    channels.set_events(ChannelEvents::new(client, &bot.name, &bot.namespace, &uid));
+                }
+                Err(error) => tracing::warn!(error = %ErrorChain(&error), "no Kubernetes client: channel Events are not published"),
+            }
+        }
         let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone())
             .replace(Arc::new(MessageTool::new(Arc::new(DurableOutbox::new(channels.clone())))));
         if let Some(memory) = &memory {

@@ -1059,6 +1059,79 @@ async fn each_roles_sandbox_job_mounts_exactly_what_the_role_may_read() -> TestR
     scenario.finish().await
 }
 
+/// A channel token the platform refuses reaches `kubectl describe sbot`: the agent,
+/// acting as its own ServiceAccount under the operator's Role, puts a Warning Event on
+/// the SaintBot whose uid the operator passed in the Deployment.
+#[tokio::test]
+async fn a_refused_channel_credential_becomes_a_warning_event_on_the_saintbot() -> TestResult {
+    let scenario = Scenario::start("events").await?;
+    let AgentSide { agent, owner, .. } = agent_side(&scenario).await?;
+    let deployment = scenario.bot.deployment().await?;
+    let uid = deployment
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .and_then(|pod| {
+            pod.containers
+                .into_iter()
+                .find(|container| container.name == "agent")
+        })
+        .and_then(|agent| agent.env)
+        .and_then(|env| {
+            env.into_iter()
+                .find(|var| var.name == saint_config::BOT_UID_ENV)
+        })
+        .and_then(|var| var.value)
+        .ok_or_else(|| Failure::message("the agent container has no SAINT_BOT_UID"))?;
+    if uid != owner.uid {
+        return Err(Failure::message(format!(
+            "SAINT_BOT_UID is {uid}, the SaintBot's uid is {}",
+            owner.uid
+        )));
+    }
+    let events =
+        saint_agent::channel::events::ChannelEvents::new(agent, BOT, &scenario.bot.namespace, &uid);
+    events
+        .credentials_refused(
+            "whatsapp",
+            "whatsapp: Invalid OAuth access token (HTTP 401, code 190)",
+        )
+        .await
+        .map_err(|error| {
+            Failure::message(format!(
+                "the agent's account could not publish the Event: {}",
+                saint_e2e::api_message(&error)
+            ))
+        })?;
+    // What `kubectl describe sbot` lists: core Events whose involvedObject is the bot.
+    wait::until("the Warning Event on the SaintBot", CONVERGE_TIMEOUT, || async {
+        let listed = Api::<Event>::namespaced(scenario.admin.clone(), &scenario.bot.namespace)
+            .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
+            .await
+            .map_err(|error| error.to_string())?;
+        let found = listed.items.iter().any(|event| {
+            event.type_.as_deref() == Some("Warning")
+                && event.reason.as_deref() == Some("ChannelCredentialsRefused")
+                && event.involved_object.kind.as_deref() == Some("SaintBot")
+                && event.message.as_deref()
+                    == Some("channel whatsapp: whatsapp: Invalid OAuth access token (HTTP 401, code 190)")
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(format!(
+                "events on the bot: {:?}",
+                listed
+                    .items
+                    .iter()
+                    .map(|event| (event.reason.clone(), event.message.clone()))
+                    .collect::<Vec<_>>()
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_template()
 -> TestResult {

@@ -36,6 +36,10 @@ pub const SCHEMA_VERSION: &str = "saint.work/bot-config/v1alpha1";
 /// The file name of the rendered config inside its ConfigMap / on disk.
 pub const CONFIG_FILE_NAME: &str = "bot-config.json";
 
+/// The agent container's variable holding its SaintBot's uid (set by the operator), so
+/// the agent can put Events on the SaintBot (`kubectl describe sbot` shows them).
+pub const BOT_UID_ENV: &str = "SAINT_BOT_UID";
+
 /// Tool names the runtime knows. Roles may name these, `group:<name>` or globs.
 pub const KNOWN_TOOLS: &[&str] = &[
     "read",

@@ -8,7 +8,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, OnceLock},
 };
 
 use futures::future::BoxFuture;
@@ -52,6 +52,8 @@ pub struct ChannelHub {
     pub(crate) workspace: PathBuf,
     /// Channels whose transport could not be built from complete settings.
     start_problems: Vec<String>,
+    /// Events on the SaintBot, in a cluster.
+    events: OnceLock<Arc<super::events::ChannelEvents>>,
 }
 
 impl ChannelHub {
@@ -124,7 +126,13 @@ impl ChannelHub {
             metering,
             workspace: workspace.to_path_buf(),
             start_problems,
+            events: OnceLock::new(),
         }
+    }
+
+    /// Reports refused credentials as Events on the SaintBot too.
+    pub fn set_events(&self, events: super::events::ChannelEvents) {
+        let _ = self.events.set(Arc::new(events));
     }
 
     /// The served channel called `name`.
@@ -148,10 +156,20 @@ impl ChannelHub {
             ChannelState::Retrying(reason) => {
                 tracing::warn!(channel = %channel.name, %reason, "channel: send failed, retrying")
             }
-            ChannelState::CredentialsRefused(reason) => tracing::error!(
-                channel = %channel.name, %reason,
-                "channel: the platform refused the bot's credentials; replies wait until they are fixed"
-            ),
+            ChannelState::CredentialsRefused(reason) => {
+                tracing::error!(
+                    channel = %channel.name, %reason,
+                    "channel: the platform refused the bot's credentials; replies wait until they are fixed"
+                );
+                if let Some(events) = self.events.get().cloned() {
+                    let (name, reason) = (channel.name.clone(), reason.clone());
+                    tokio::spawn(async move {
+                        if let Err(error) = events.credentials_refused(&name, &reason).await {
+                            tracing::warn!(error = %ErrorChain(&error), "failed to publish a channel Event");
+                        }
+                    });
+                }
+            }
         }
         self.metering.metrics.channel_up(
             &channel.name,

@@ -5,6 +5,7 @@
 
 pub mod chat_page;
 pub mod dispatch;
+pub mod events;
 pub mod http;
 pub mod hub;
 pub mod outbox;

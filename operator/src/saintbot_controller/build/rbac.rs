@@ -16,8 +16,9 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 }
 
 /// Role `<bot>-agent`: Jobs create/get/list/watch/delete (sandboxes), Pods
-/// get/list/watch (to find a sandbox's pod). What a Job may contain is fenced by the
-/// chart's ValidatingAdmissionPolicy, not by this Role.
+/// get/list/watch (to find a sandbox's pod), Events create/patch (a channel whose
+/// credentials the platform refuses is reported on the SaintBot). What a Job may
+/// contain is fenced by the chart's ValidatingAdmissionPolicy, not by this Role.
 pub fn agent_role(bot: &ValidatedSaintBot) -> Role {
     Role {
         metadata: child_metadata(bot, agent_account_name(&bot.name), "agent"),
@@ -28,6 +29,7 @@ pub fn agent_role(bot: &ValidatedSaintBot) -> Role {
                 &["create", "get", "list", "watch", "delete"],
             ),
             rule("", &["pods"], &["get", "list", "watch"]),
+            rule("events.k8s.io", &["events"], &["create", "patch"]),
         ]),
     }
 }

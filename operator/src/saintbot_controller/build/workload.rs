@@ -86,6 +86,9 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         // and the kubelet's probes reach it on the pod address.
         json!({"name": "SAINT_LISTEN", "value": format!("0.0.0.0:{AGENT_HTTP_PORT}")}),
         json!({"name": "SAINT_METRICS_LISTEN", "value": format!("0.0.0.0:{AGENT_METRICS_PORT}")}),
+        // Events about the bot's channels (a token the platform refuses) go on the
+        // SaintBot itself, which `kubectl describe` finds by uid.
+        json!({"name": saint_config::BOT_UID_ENV, "value": bot.owner_reference.uid}),
     ];
     if let Some(secret) = &bot.model_api_key {
         env.push(secret_env(MODEL_API_KEY_ENV, secret));
