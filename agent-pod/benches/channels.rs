@@ -4,9 +4,14 @@
 //! - webhook → durable: a signed WhatsApp delivery until its 200 (sent only after the
 //!   inbox commit), p50/p99;
 //! - message → first reply byte: WhatsApp (webhook until the Graph API receives the
-//!   reply) against HTTP (request until the first streamed `delta`);
+//!   reply) and e-mail (a DKIM-signed mail handed to the MTA until the bot's SMTP
+//!   submission of the reply completed) against HTTP (request until the first streamed
+//!   `delta`);
 //! - sustained throughput with 100 peers sending 5 messages each at once: messages per
 //!   second, and every reply counted (none lost, none duplicated).
+//!
+//! Needs Debian's dovecot-imapd, dovecot-lmtpd, dovecot-submissiond and opensmtpd
+//! (`./test.sh prerequisites` installs them) and root, like the e-mail tests.
 //!
 //! cargo bench -p saint-agent --bench channels
 
@@ -18,7 +23,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[path = "../tests/mail_server/mod.rs"]
+mod mail_server;
+
 use futures::{StreamExt, future::join_all};
+use mail_server::{ANA, BOT, BOT_PASSWORD, DkimKey, Dns, MailServer, mail};
 use saint_channels::scripted::{self, ScriptedGraph};
 use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
@@ -30,6 +39,7 @@ const HTTP_TOKEN: &str = "bench-http-token";
 const LATENCY_RUNS: usize = 200;
 const PEERS: usize = 100;
 const PER_PEER: usize = 5;
+const EMAIL_RUNS: usize = 20;
 
 struct Agent {
     child: Child,
@@ -43,7 +53,13 @@ impl Drop for Agent {
     }
 }
 
-fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Agent {
+fn spawn_agent(
+    directory: &Path,
+    llm: &ScriptedLlm,
+    graph: &ScriptedGraph,
+    mail: &MailServer,
+    dns: &Dns,
+) -> Agent {
     let workspace = directory.join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
     std::fs::write(
@@ -62,6 +78,12 @@ fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Ag
         {"name": "whatsapp", "kind": "whatsapp",
          "settings": {"phoneNumberId": PHONE_NUMBER_ID, "apiBaseUrl": graph.base_url()},
          "secretEnv": {"accessToken": "WA_TOKEN", "appSecret": "WA_SECRET", "verifyToken": "WA_VERIFY"}},
+        {"name": "email", "kind": "email",
+         "settings": {"address": BOT, "imapHost": "127.0.0.1", "imapPort": mail.imap.to_string(),
+                      "imapSecurity": "none", "smtpHost": "127.0.0.1",
+                      "smtpPort": mail.submission.to_string(), "smtpSecurity": "none",
+                      "dnsServer": dns.address.to_string()},
+         "secretEnv": {"password": "MAIL_PASSWORD"}},
     ]);
     let config_path = directory.join("bot-config.json");
     std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
@@ -84,6 +106,7 @@ fn spawn_agent(directory: &Path, llm: &ScriptedLlm, graph: &ScriptedGraph) -> Ag
         .env("WA_TOKEN", ACCESS_TOKEN)
         .env("WA_SECRET", APP_SECRET)
         .env("WA_VERIFY", "verify")
+        .env("MAIL_PASSWORD", BOT_PASSWORD)
         .env("SAINT_SANDBOX_STATE", directory.join("sandbox-state"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -171,7 +194,16 @@ fn main() {
         llm.set_fallback(Reply::text("ok"));
         let graph = ScriptedGraph::start(ACCESS_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
-        let agent = spawn_agent(directory.path(), &llm, &graph);
+        let mail_server = MailServer::start();
+        let dns = Dns::start();
+        let dkim = DkimKey::publish(&dns, "acme.example", "sel", 7);
+        let agent = spawn_agent(directory.path(), &llm, &graph, &mail_server, &dns);
+        let database = directory.path().join("workspace/sessions/transcripts.sqlite3");
+        let count = |sql: &str| -> i64 {
+            rusqlite::Connection::open(&database)
+                .and_then(|connection| connection.query_row(sql, [], |row| row.get(0)))
+                .unwrap_or(0)
+        };
         let client = reqwest::Client::new();
         let webhook = format!("{}/channels/whatsapp/webhook", agent.http);
         let messages = format!("{}/v1/messages", agent.http);
@@ -205,6 +237,23 @@ fn main() {
         let mut http = Vec::with_capacity(LATENCY_RUNS);
         for index in 0..LATENCY_RUNS {
             http.push(http_first_delta(&client, &messages, &format!("+3859300{index:05}")).await);
+        }
+
+        let mut email = Vec::with_capacity(EMAIL_RUNS);
+        let connected = Instant::now();
+        while count("SELECT COUNT(*) FROM channel_cursor WHERE channel = 'email'") == 0 {
+            assert!(connected.elapsed() < wait, "the e-mail channel never connected");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for index in 0..EMAIL_RUNS {
+            let signed = dkim.sign(&mail(ANA, "Bench", &format!("b{index}@acme.example"), "hello", ""));
+            let started = Instant::now();
+            mail_server.deliver(ANA, BOT, &signed).await;
+            while count("SELECT COUNT(*) FROM outbox WHERE channel = 'email' AND state = 'sent'") <= index as i64 {
+                assert!(started.elapsed() < wait, "no e-mail reply");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            email.push(started.elapsed());
         }
 
         // 3. Throughput: 100 peers, 5 messages each, all at once.
@@ -266,6 +315,11 @@ fn main() {
             whatsapp_p50.as_secs_f64() / http_p50.as_secs_f64()
         );
         println!(
+            "message -> reply submitted: e-mail p50 {:.2} ms p99 {:.2} ms ({EMAIL_RUNS} runs; MTA, LMTP, IMAP IDLE, DKIM check, SMTP submission included)",
+            ms(percentile(&mut email, 0.5)),
+            ms(percentile(&mut email, 0.99))
+        );
+        println!(
             "throughput: whatsapp {:.0} messages/s ({} lost, {} duplicated) | http (baseline) {:.0} messages/s ({} of {} answered) | ratio {:.2}x",
             total / whatsapp_elapsed.as_secs_f64(),
             whatsapp_lost,
@@ -277,5 +331,6 @@ fn main() {
         );
         assert_eq!((whatsapp_lost, whatsapp_duplicated), (0, 0));
         drop(agent);
+        drop(mail_server);
     });
 }
