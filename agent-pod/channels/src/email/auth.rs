@@ -139,6 +139,72 @@ fn trusted_results(verifier: &Verifier, raw: &[u8], from_domain: &str) -> Option
 mod tests {
     use super::*;
 
+    fn verifier(authserv_id: Option<&str>) -> Verifier {
+        // DNS is never asked in these cases: a loopback port nobody serves.
+        let channel: saint_config::ChannelConfig = serde_json::from_value(serde_json::json!({
+            "name": "mail", "kind": "email",
+            "settings": {"address": "saint@acme.example", "imapHost": "h", "smtpHost": "h",
+                         "dnsServer": "127.0.0.1:9"},
+            "secretEnv": {"password": "P"},
+        }))
+        .unwrap();
+        let mut settings = EmailSettings::read(&channel, &|_| Some("pw".to_string())).unwrap();
+        settings.authserv_id = authserv_id.map(str::to_string);
+        Verifier::new(&settings).unwrap()
+    }
+
+    fn check(verifier: &Verifier, headers: &str) -> Option<SenderCheck> {
+        let raw = format!("{headers}From: ana@acme.example\r\nSubject: x\r\n\r\nbody\r\n");
+        trusted_results(verifier, raw.as_bytes(), "acme.example")
+    }
+
+    #[test]
+    fn only_the_trusted_servers_topmost_results_count() {
+        let trusted = verifier(Some("mx.acme.example"));
+        assert!(matches!(
+            check(
+                &trusted,
+                "Authentication-Results: mx.acme.example; spf=pass smtp.mailfrom=acme.example;\r\n dmarc=pass header.from=acme.example\r\n"
+            ),
+            Some(SenderCheck::Verified(_))
+        ));
+        assert!(matches!(
+            check(
+                &trusted,
+                "Authentication-Results: mx.acme.example; dkim=pass header.d=acme.example\r\n"
+            ),
+            Some(SenderCheck::Verified(_))
+        ));
+        // Failing or misaligned results from the trusted server: unverified.
+        for header in [
+            "Authentication-Results: mx.acme.example; dmarc=fail header.from=acme.example\r\n",
+            "Authentication-Results: mx.acme.example; dkim=pass header.d=evil.example\r\n",
+            "Authentication-Results: mx.acme.example; dmarc=pass header.from=evil.example\r\n",
+        ] {
+            assert!(
+                matches!(check(&trusted, header), Some(SenderCheck::Unverified(_))),
+                "{header}"
+            );
+        }
+        // A header the sender wrote under the trusted name, below another server's:
+        // the topmost is not the trusted server's, so the results are not used at all.
+        assert_eq!(
+            check(
+                &trusted,
+                "Authentication-Results: relay.other.example; none\r\nAuthentication-Results: mx.acme.example; dmarc=pass\r\n"
+            ),
+            None
+        );
+        // No trusted server configured: headers are ignored (DKIM decides).
+        assert_eq!(
+            check(
+                &verifier(None),
+                "Authentication-Results: mx.acme.example; dmarc=pass\r\n"
+            ),
+            None
+        );
+    }
+
     #[test]
     fn alignment_is_relaxed_but_not_loose() {
         assert!(aligned("acme.example", "acme.example"));
