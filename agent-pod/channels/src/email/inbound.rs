@@ -353,6 +353,97 @@ mod tests {
         );
     }
 
+    /// A DEFLATE stream (fixed Huffman codes) of `matches` × 258 zero bytes plus one:
+    /// a literal 0, then back-references of length 258 at distance 1.
+    fn deflate_zeros(matches: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let (mut buffer, mut used) = (0u32, 0u32);
+        let mut push = |value: u32, bits: u32, out: &mut Vec<u8>| {
+            buffer |= value << used;
+            used += bits;
+            while used >= 8 {
+                out.push(buffer as u8);
+                buffer >>= 8;
+                used -= 8;
+            }
+        };
+        // Huffman codes go most significant bit first.
+        let code = |code: u32, bits: u32| {
+            (0..bits).fold(0, |reversed, bit| {
+                reversed | (((code >> bit) & 1) << (bits - 1 - bit))
+            })
+        };
+        push(0b011, 3, &mut out); // final block, fixed Huffman
+        push(code(0x30, 8), 8, &mut out); // literal 0
+        for _ in 0..matches {
+            push(code(0b1100_0101, 8), 8, &mut out); // length 258 (code 285)
+            push(0, 5, &mut out); // distance 1 (code 0)
+        }
+        push(0, 7, &mut out); // end of block (code 256)
+        push(0, 7, &mut out); // flush
+        out
+    }
+
+    /// A zip holding one entry that inflates to `inflated` bytes.
+    fn zip_bomb(inflated: usize) -> Vec<u8> {
+        let data = deflate_zeros(inflated / 258);
+        let name = b"zeros.bin";
+        let mut zip = Vec::new();
+        let size = |value: usize| (value as u32).to_le_bytes();
+        zip.extend_from_slice(b"PK\x03\x04\x14\x00\x00\x00\x08\x00\x00\x00\x00\x00");
+        zip.extend_from_slice(&[0; 4]); // crc (unchecked here)
+        zip.extend_from_slice(&size(data.len()));
+        zip.extend_from_slice(&size(inflated));
+        zip.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        zip.extend_from_slice(&[0, 0]);
+        zip.extend_from_slice(name);
+        zip.extend_from_slice(&data);
+        zip
+    }
+
+    #[test]
+    fn a_zip_bomb_is_kept_as_received_never_inflated() {
+        let bomb = zip_bomb(200 * 1024 * 1024);
+        assert!(bomb.len() < 2 * 1024 * 1024, "{} bytes", bomb.len());
+        let encoded: String = {
+            use std::fmt::Write;
+            // Base64 by hand would be long; hex-free: the MIME parser decodes base64.
+            let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut text = String::new();
+            for (index, chunk) in bomb.chunks(3).enumerate() {
+                let value = chunk.iter().enumerate().fold(0u32, |value, (at, byte)| {
+                    value | (u32::from(*byte) << (16 - 8 * at))
+                });
+                for position in 0..4 {
+                    if position <= chunk.len() {
+                        text.push(table[((value >> (18 - 6 * position)) & 63) as usize] as char);
+                    } else {
+                        text.push('=');
+                    }
+                }
+                if index % 19 == 18 {
+                    let _ = write!(text, "\r\n");
+                }
+            }
+            text
+        };
+        let raw = format!(
+            "From: ana@acme.example\r\nSubject: archive\r\nMessage-ID: <bomb@acme.example>\r\nMIME-Version: 1.0\r\n\
+             Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nThe archive.\r\n\
+             --b\r\nContent-Type: application/zip\r\nContent-Disposition: attachment; filename=\"bomb.zip\"\r\n\
+             Content-Transfer-Encoding: base64\r\n\r\n{encoded}\r\n--b--\r\n"
+        );
+        let parsed = parse_mail(&settings(), raw.as_bytes(), "uid:1").unwrap();
+        assert_eq!(parsed.attachments.len(), 1);
+        let (path, data) = &parsed.attachments[0];
+        assert_eq!(
+            path,
+            &std::path::PathBuf::from("inbox/mail/_bomb_acme.example_/bomb.zip")
+        );
+        assert_eq!(data, &bomb, "stored byte for byte, never inflated");
+        assert!(parsed.message.text.contains(&format!("[file attachment (application/zip, {} bytes) saved as inbox/mail/_bomb_acme.example_/bomb.zip]", bomb.len())), "{}", parsed.message.text);
+    }
+
     #[test]
     fn garbage_is_refused_with_a_reason() {
         assert!(parse_mail(&settings(), b"", "uid:1").is_err());
