@@ -54,6 +54,7 @@ def sandbox_job(image: str) -> dict:
         "metadata": {"name": JOB, "namespace": NAMESPACE, "labels": dict(labels)},
         "spec": {
             "backoffLimit": 0,
+            "activeDeadlineSeconds": 86400,
             "ttlSecondsAfterFinished": 60,
             "template": {
                 "metadata": {"labels": dict(labels)},
@@ -129,7 +130,24 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
         runner_directory.pop("subPath")
         runner_directory["subPathExpr"] = "$(SAINT_SANDBOX_ID)"
 
+    def limits(job):
+        return container(job)["resources"]["limits"]
+
     return [
+        ("no activeDeadlineSeconds", "deadline", lambda job: job["spec"].pop("activeDeadlineSeconds")),
+        ("a deadline of a year", "deadline", set_path("spec", "activeDeadlineSeconds", 31536000)),
+        ("no ttlSecondsAfterFinished", "ttl", lambda job: job["spec"].pop("ttlSecondsAfterFinished")),
+        ("a ttl of a week", "ttl", set_path("spec", "ttlSecondsAfterFinished", 604800)),
+        ("backoffLimit unset (the API default is 6)", "no-retries", lambda job: job["spec"].pop("backoffLimit")),
+        ("backoffLimit 6", "no-retries", set_path("spec", "backoffLimit", 6)),
+        ("parallelism 1000", "one-pod", set_path("spec", "parallelism", 1000)),
+        ("completions 50", "one-pod", set_path("spec", "completions", 50)),
+        ("no resource limits", "resource-limits", lambda job: container(job)["resources"].pop("limits")),
+        ("no memory limit", "resource-limits", lambda job: limits(job).pop("memory")),
+        ("no cpu limit", "resource-limits", lambda job: limits(job).pop("cpu")),
+        ("an init container without limits", "resource-limits",
+         lambda job: pod(job).update({"initContainers": [
+             {**{key: value for key, value in container(job).items() if key != "resources"}, "name": "init"}]})),
         ("Job without the sandbox label", "sandbox-label",
          lambda job: job["metadata"]["labels"].pop("saint.work/sandbox")),
         ("pod template without the sandbox label", "sandbox-label",
