@@ -276,4 +276,29 @@ async fn idle_delivers_and_a_dropped_connection_loses_and_repeats_nothing() {
     assert_eq!(subjects, vec!["Re: One", "Re: Three", "Re: Two"]);
     assert_eq!(bot.llm.request_count(), 3, "each mail answered once");
     assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 3);
+    // A backlog larger than one fetch batch, arriving while the bot is disconnected:
+    // every mail is read, in order, and answered once.
+    bot.server.kick(BOT);
+    for index in 0..11 {
+        let subject = format!("Backlog {index:02}");
+        bot.server
+            .deliver(
+                ANA,
+                BOT,
+                &acme.sign(&mail(
+                    ANA,
+                    &subject,
+                    &format!("b{index}@acme.example"),
+                    "more",
+                    "",
+                )),
+            )
+            .await;
+    }
+    bot.wait_for("the backlog's replies", || async {
+        bot.replies_to_ana().await.len() == 14
+    })
+    .await;
+    assert_eq!(bot.llm.request_count(), 14, "each mail answered once");
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 14);
 }

@@ -1,19 +1,18 @@
 //! Webhook endpoints on the agent's HTTP server: `/channels/<name>/webhook`.
 //!
 //! Before anything is parsed a request passes a body-size limit and the platform's
-//! signature. An address that keeps sending requests that fail the signature is
-//! refused with 429 for a while (a flood of junk from one address cannot keep the
-//! server busy); the platform's own signed deliveries are never throttled by address,
-//! only each sender by their own message rate. Each message is stored in the inbox (or,
-//! for a sender over their rate, recorded as ignored) and the platform gets its 200
-//! only after that commit; a redelivery is acknowledged and not stored again.
+//! signature (an HMAC over at most that many bytes: cheap to refuse). Requests are never
+//! throttled by address: behind an Ingress every request comes from the controller, so
+//! an address block would let anyone sending forged requests lock out the platform's
+//! genuine deliveries. What is limited is each verified sender's message rate — a
+//! stranger flooding the bot is recorded, not answered, and the dispatcher runs one
+//! turn per sender at a time, so nobody else waits behind them. Each message is stored
+//! in the inbox and the platform gets its 200 only after that commit; a redelivery is
+//! acknowledged and not stored again.
 
 use std::{
-    collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     num::NonZeroU32,
-    sync::Mutex,
-    time::{Duration, Instant},
 };
 
 use axum::{
@@ -31,22 +30,14 @@ use super::http::AppState;
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
 
-/// How long an address that exhausted its failure budget is refused.
-const BLOCK_FOR: Duration = Duration::from_secs(10);
-
-/// Rate limits on webhooks: failed verifications per remote address, messages per
-/// sender.
+/// The rate limit on messages per sender, applied after verification.
 pub struct WebhookLimits {
-    failures_per_address: DefaultKeyedRateLimiter<IpAddr>,
-    blocked: Mutex<HashMap<IpAddr, Instant>>,
     per_sender: DefaultKeyedRateLimiter<String>,
 }
 
 impl Default for WebhookLimits {
     fn default() -> Self {
         Self::new(
-            Quota::per_second(NonZeroU32::new(10).expect("non-zero"))
-                .allow_burst(NonZeroU32::new(50).expect("non-zero")),
             Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
                 .allow_burst(NonZeroU32::new(10).expect("non-zero")),
         )
@@ -54,39 +45,10 @@ impl Default for WebhookLimits {
 }
 
 impl WebhookLimits {
-    /// Limits with the given quotas.
-    pub fn new(failures_per_address: Quota, per_sender: Quota) -> Self {
+    /// Limits with the given per-sender quota.
+    pub fn new(per_sender: Quota) -> Self {
         Self {
-            failures_per_address: RateLimiter::keyed(failures_per_address),
-            blocked: Mutex::default(),
             per_sender: RateLimiter::keyed(per_sender),
-        }
-    }
-
-    fn address_blocked(&self, address: IpAddr) -> bool {
-        let mut blocked = self.blocked.lock().expect("blocked addresses");
-        match blocked.get(&address) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                blocked.remove(&address);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Counts a failed verification; past the budget the address is refused for a while.
-    fn failed(&self, address: IpAddr) {
-        if self.failures_per_address.len() > 10_000 {
-            self.failures_per_address.retain_recent();
-        }
-        if self.failures_per_address.check_key(&address).is_err() {
-            let mut blocked = self.blocked.lock().expect("blocked addresses");
-            if blocked.len() > 10_000 {
-                let now = Instant::now();
-                blocked.retain(|_, until| *until > now);
-            }
-            blocked.insert(address, Instant::now() + BLOCK_FOR);
         }
     }
 
@@ -161,9 +123,6 @@ pub async fn receive(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
-    if state.webhook_limits.address_blocked(address) {
-        return (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
-    }
     if state.draining.is_cancelled() {
         // The platform retries; the next pod takes it.
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
@@ -176,7 +135,6 @@ pub async fn receive(
     let body = match axum::body::to_bytes(request.into_body(), MAX_WEBHOOK_BYTES).await {
         Ok(body) => body,
         Err(_) => {
-            state.webhook_limits.failed(address);
             tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
             return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
         }
@@ -189,7 +147,6 @@ pub async fn receive(
             if let Err(error) =
                 whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body)
             {
-                state.webhook_limits.failed(address);
                 tracing::warn!(channel = %name, %address, %error, "webhook refused: not signed by the platform");
                 return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
             }

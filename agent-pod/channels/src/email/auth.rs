@@ -65,6 +65,22 @@ fn aligned(signing: &str, from_domain: &str) -> bool {
 
 /// Checks `raw`'s `From:` domain `from_domain`.
 pub async fn verify_sender(verifier: &Verifier, raw: &[u8], from_domain: &str) -> SenderCheck {
+    // Exactly one From: (as RFC 5322 requires). With two, the one the bot reads and the
+    // one a signature covers could differ: a mail signed for one colleague could carry
+    // another's address on top.
+    let from_headers = mail_parser::MessageParser::default()
+        .parse(raw)
+        .map_or(0, |message| {
+            message
+                .headers_raw()
+                .filter(|(name, _)| name.eq_ignore_ascii_case("From"))
+                .count()
+        });
+    if from_headers != 1 {
+        return SenderCheck::Unverified(format!(
+            "{from_headers} From: headers; exactly one is accepted"
+        ));
+    }
     if let Some(check) = trusted_results(verifier, raw, from_domain) {
         return check;
     }
@@ -156,6 +172,23 @@ mod tests {
     fn check(verifier: &Verifier, headers: &str) -> Option<SenderCheck> {
         let raw = format!("{headers}From: ana@acme.example\r\nSubject: x\r\n\r\nbody\r\n");
         trusted_results(verifier, raw.as_bytes(), "acme.example")
+    }
+
+    #[tokio::test]
+    async fn a_second_from_header_is_never_verified() {
+        // Even the trusted server's dmarc=pass does not vouch for a mail with two From:.
+        let trusted = verifier(Some("mx.acme.example"));
+        let raw = "Authentication-Results: mx.acme.example; dmarc=pass header.from=acme.example\r\n\
+                   From: ana@acme.example\r\nFrom: ivan@acme.example\r\nSubject: x\r\n\r\nbody\r\n";
+        assert_eq!(
+            verify_sender(&trusted, raw.as_bytes(), "acme.example").await,
+            SenderCheck::Unverified("2 From: headers; exactly one is accepted".to_string())
+        );
+        let single = raw.replace("From: ivan@acme.example\r\n", "");
+        assert!(matches!(
+            verify_sender(&trusted, single.as_bytes(), "acme.example").await,
+            SenderCheck::Verified(_)
+        ));
     }
 
     #[test]

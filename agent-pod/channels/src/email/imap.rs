@@ -4,9 +4,11 @@
 //! backoff; since the position moves only with what was stored, nothing is skipped,
 //! and the inbox's unique message ids make a re-fetch harmless.
 //!
-//! The position is `<UIDVALIDITY>:<last UID>`. A changed UIDVALIDITY (the mailbox was
-//! rebuilt) starts over from the first message. On the very first start the bot begins
-//! with mail that arrives from then on, not the mailbox's whole history.
+//! The position is `<UIDVALIDITY>:<last UID>`. On the very first start, and when the
+//! UIDVALIDITY changed (the mailbox was rebuilt and every UID means something else),
+//! the bot begins with mail that arrives from then on: answering the mailbox's whole
+//! history would write to people about mail they sent long ago. New mail is fetched a
+//! few messages at a time, so a backlog never sits in memory at once.
 
 use std::{
     path::{Path, PathBuf},
@@ -31,6 +33,8 @@ use crate::{ChannelState, InboxSink, email::auth::SenderCheck};
 const IDLE_RENEW: Duration = Duration::from_secs(25 * 60);
 /// Largest message fetched whole; bigger ones are stored as a note.
 const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+/// Messages fetched per request.
+const FETCH_BATCH: usize = 8;
 
 /// A plain or TLS connection.
 #[derive(Debug)]
@@ -228,13 +232,15 @@ async fn session(
     };
     let mut last_uid = match saved {
         Some((saved_validity, uid)) if saved_validity == validity => uid,
-        Some(_) => {
-            tracing::warn!(channel = %settings.channel, "imap: UIDVALIDITY changed; reading the mailbox again (already stored messages are recognised)");
-            0
-        }
-        None => {
+        saved => {
             let start = mailbox.uid_next.unwrap_or(1).saturating_sub(1);
-            tracing::info!(channel = %settings.channel, from_uid = start + 1, "imap: first start; answering mail that arrives from now on");
+            if saved.is_some() {
+                tracing::warn!(channel = %settings.channel, from_uid = start + 1,
+                    "imap: UIDVALIDITY changed (the mailbox was rebuilt); answering mail that arrives from now on");
+            } else {
+                tracing::info!(channel = %settings.channel, from_uid = start + 1,
+                    "imap: first start; answering mail that arrives from now on");
+            }
             if let Err(reason) = sink
                 .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
                 .await
@@ -302,27 +308,51 @@ async fn fetch_new(
     validity: u32,
     last_uid: &mut u32,
 ) -> Result<(), String> {
-    let messages: Vec<(u32, Vec<u8>)> = {
-        let stream = session
-            .uid_fetch(
-                format!("{}:*", *last_uid + 1),
-                "(UID RFC822.SIZE BODY.PEEK[])",
-            )
+    let mut new: Vec<u32> = session
+        .uid_search(format!("UID {}:*", *last_uid + 1))
+        .await
+        .map_err(|error| format!("imap: SEARCH failed: {error}"))?
+        .into_iter()
+        // `n:*` names the last message even when it is below `n`.
+        .filter(|uid| *uid > *last_uid)
+        .collect();
+    new.sort_unstable();
+    for batch in new.chunks(FETCH_BATCH) {
+        let set = batch
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let fetched: Vec<_> = session
+            .uid_fetch(set, "(UID BODY.PEEK[])")
             .await
-            .map_err(|error| format!("imap: FETCH failed: {error}"))?;
-        let fetched: Vec<_> = stream
+            .map_err(|error| format!("imap: FETCH failed: {error}"))?
             .try_collect()
             .await
             .map_err(|error| format!("imap: FETCH failed: {error}"))?;
         let mut messages: Vec<(u32, Vec<u8>)> = fetched
             .iter()
-            // `n:*` names the last message even when it is below `n`.
             .filter_map(|fetch| Some((fetch.uid?, fetch.body().unwrap_or_default().to_vec())))
-            .filter(|(uid, _)| *uid > *last_uid)
             .collect();
         messages.sort_by_key(|(uid, _)| *uid);
-        messages
-    };
+        drop(fetched);
+        store_batch(
+            settings, verifier, sink, workspace, validity, last_uid, messages,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn store_batch(
+    settings: &EmailSettings,
+    verifier: &Verifier,
+    sink: &dyn InboxSink,
+    workspace: &Path,
+    validity: u32,
+    last_uid: &mut u32,
+    messages: Vec<(u32, Vec<u8>)>,
+) -> Result<(), String> {
     for (uid, raw) in messages {
         let fallback_id = format!("imap:{validity}:{uid}");
         let stored = if raw.len() > MAX_MESSAGE_BYTES {
