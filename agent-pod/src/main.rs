@@ -378,6 +378,7 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         let lookup = env.clone();
         let channels = Arc::new(ChannelHub::from_config(
             &config.last_good(),
+            Some(config.clone()),
             &move |name: &str| lookup(name),
             store.clone(),
             metering.clone(),

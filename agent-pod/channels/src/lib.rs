@@ -11,17 +11,25 @@
 //! agent wires them to its HTTP server, its turn loop and its metrics.
 
 pub mod attachments;
+pub mod discord;
 pub mod email;
 pub mod format;
+pub mod matrix;
 pub mod message;
+pub mod open;
 pub mod queue;
 pub mod settings;
+pub mod slack;
+pub mod telegram;
 pub mod transport;
 pub mod whatsapp;
 
 #[cfg(feature = "scripted")]
 pub mod scripted;
 
-pub use message::{AttachmentRef, InboundMessage, OutboundBody, ReplyContext};
+pub use message::{AttachmentRef, Conversation, InboundMessage, OutboundBody, ReplyContext};
 pub use settings::SettingsError;
-pub use transport::{ChannelState, InboxSink, SendError, Transport};
+pub use transport::{
+    ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,
+    SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,
+};

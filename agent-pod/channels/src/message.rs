@@ -34,6 +34,23 @@ pub struct InboundMessage {
     /// How a reply joins the conversation (e-mail: subject and references).
     #[serde(default)]
     pub context: ReplyContext,
+    /// The group conversation it was said in; `None` for a direct message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Conversation>,
+}
+
+/// A group conversation: a group chat, a channel (or a thread in it), a room. It is one
+/// session whoever writes in it, and each message's turn runs with its sender's role.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conversation {
+    /// Stable key of the conversation on its channel: the platform's chat, channel or
+    /// room id, with the thread appended where a thread is its own conversation
+    /// (`C0123/1700000000.000100`).
+    pub id: String,
+    /// Its name as the platform shows it, if any (for people reading logs and lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// What a reply needs to join the conversation it answers.
@@ -49,6 +66,15 @@ pub struct ReplyContext {
     /// Earlier message ids of the thread, oldest first (e-mail `References`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
+    /// Where the reply is posted, when that is not simply the sender: a group chat,
+    /// channel or room id, or the platform's id of a direct chat (a Slack `D…` channel,
+    /// a Discord DM channel, a Matrix room). `None`: the transport reaches the
+    /// recipient's identity directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
+    /// The thread the reply goes in (Slack `thread_ts`, a Matrix thread root event id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
 }
 
 /// A file that came with a message, by the platform's reference.

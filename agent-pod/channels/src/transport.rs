@@ -2,12 +2,17 @@
 //! webhook handler, a poller, a connection) and lives in each platform's module; what
 //! it produces is always an [`InboundMessage`] for the inbox.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
+use http::HeaderMap;
 use saint_config::{ChannelIdentity, ChannelKind};
+use tokio::sync::watch;
 
-use crate::message::{AttachmentRef, InboundMessage, ReplyContext};
+use crate::{
+    message::{AttachmentRef, InboundMessage, ReplyContext},
+    settings::{SettingsError, SettingsReader},
+};
 
 /// Why a send failed, classified by what the sender should do next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,4 +100,160 @@ pub trait InboxSink: Send + Sync {
 
     /// Reports the connection's state.
     fn report(&self, channel: &str, state: ChannelState);
+
+    /// Whether `identity` belongs to a Contact, by the bot's current config (for group
+    /// policies and for accepting invitations).
+    fn is_contact(&self, identity: &ChannelIdentity) -> bool;
+}
+
+/// A channel's inbound side that connects out — long polling, a socket, a sync loop —
+/// so the bot needs no public endpoint. It receives until `stop` turns true, puts what
+/// it receives in `sink` (with its position, in one transaction) and only then tells
+/// the platform it has it, reporting its state as it goes.
+pub trait Connection: Send + Sync {
+    /// Runs the connection until `stop` is set (or the sender side is dropped).
+    fn run(
+        self: Arc<Self>,
+        sink: Arc<dyn InboxSink>,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()>;
+}
+
+/// A channel's inbound side as platform deliveries to `/channels/<name>/webhook`.
+pub trait Webhook: Send + Sync {
+    /// Answers a `GET` verification handshake from its query parameters (WhatsApp's
+    /// `hub.challenge`); platforms without one refuse it.
+    fn handshake(&self, query: &[(String, String)]) -> Result<String, WebhookRefusal> {
+        let _ = query;
+        Err(WebhookRefusal::NotFound)
+    }
+
+    /// Authenticates a `POST` (headers and the raw body, already size-limited) and
+    /// reads the messages in it. Nothing is stored when this refuses.
+    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal>;
+}
+
+/// What an authenticated webhook delivery held.
+#[derive(Debug, Default)]
+pub struct WebhookDelivery {
+    /// Messages for the inbox.
+    pub messages: Vec<InboundMessage>,
+    /// What was skipped and why, for the log.
+    pub skipped: Vec<String>,
+    /// A body the platform expects back (Slack's `url_verification` challenge) as
+    /// (content type, body); `None`: an empty 200.
+    pub response: Option<(&'static str, String)>,
+}
+
+/// Why a webhook request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookRefusal {
+    /// Not signed by the platform (a wrong signature or secret, a stale timestamp): 401.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A handshake with the wrong verify token: 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Signed but unreadable: 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// This channel takes no such request: 404.
+    #[error("no such endpoint on this channel")]
+    NotFound,
+}
+
+/// What one channel brings when it is opened: its transport, and how messages come in.
+pub struct OpenedChannel {
+    /// Sends, read receipts, media.
+    pub transport: Arc<dyn Transport>,
+    /// An outbound connection feeding the inbox, for channels that connect out.
+    pub connection: Option<Arc<dyn Connection>>,
+    /// Webhook deliveries, for channels the platform calls.
+    pub webhook: Option<Arc<dyn Webhook>>,
+}
+
+/// Why a channel could not be opened. Both name the channel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// Its settings or secrets are incomplete or wrong.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// Complete settings, but a part could not be built (a TLS setup, a resolver).
+    #[error("channel {channel:?}: {reason}")]
+    Start { channel: String, reason: String },
+}
+
+/// Whether the bot serves group conversations on a channel (`settings.groupPolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// Anyone in a group the bot is in may address it (strangers get the default role).
+    #[default]
+    Open,
+    /// Only people who are Contacts are answered in groups.
+    Contacts,
+    /// Group messages are never answered; direct messages only.
+    Disabled,
+}
+
+/// Which group messages a channel answers: its policy and whether a message must
+/// address the bot (mention it, reply to it). Direct messages are always answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupRules {
+    /// `settings.groupPolicy`.
+    pub policy: GroupPolicy,
+    /// `settings.requireMention` (default true).
+    pub require_mention: bool,
+}
+
+impl Default for GroupRules {
+    fn default() -> Self {
+        Self {
+            policy: GroupPolicy::Open,
+            require_mention: true,
+        }
+    }
+}
+
+impl GroupRules {
+    /// Reads `groupPolicy` and `requireMention` (both optional).
+    pub fn read(reader: &SettingsReader<'_>) -> Result<Self, SettingsError> {
+        let policy = match reader.optional("groupPolicy").map(str::trim) {
+            None | Some("open") => GroupPolicy::Open,
+            Some("contacts") => GroupPolicy::Contacts,
+            Some("disabled") => GroupPolicy::Disabled,
+            Some(other) => {
+                return Err(reader.invalid(
+                    "groupPolicy",
+                    format!("is {other:?}; use open, contacts or disabled"),
+                ));
+            }
+        };
+        let require_mention = match reader.optional("requireMention").map(str::trim) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                return Err(
+                    reader.invalid("requireMention", format!("is {other:?}; use true or false"))
+                );
+            }
+        };
+        Ok(Self {
+            policy,
+            require_mention,
+        })
+    }
+
+    /// Why a group message is not to be answered, if it is not: `addressed` says
+    /// whether it mentions or replies to the bot, `known` whether its sender is a
+    /// Contact ([`InboxSink::is_contact`]).
+    pub fn skip_reason(&self, addressed: bool, known: bool) -> Option<&'static str> {
+        match self.policy {
+            GroupPolicy::Disabled => Some("group messages are not served on this channel"),
+            GroupPolicy::Contacts if !known => {
+                Some("the sender is not a contact and this channel answers only contacts in groups")
+            }
+            _ if self.require_mention && !addressed => Some("not addressed to the bot"),
+            _ => None,
+        }
+    }
 }

@@ -46,6 +46,44 @@ pub const EMAIL: ChannelKeys = ChannelKeys {
     required_secrets: &["password"],
 };
 
+/// Settings every group-capable kind (Telegram, Slack, Discord, Matrix) reads: whether
+/// the bot serves group conversations (`open`, `contacts`, `disabled`) and whether it
+/// answers there only when addressed (`true`, the default, or `false`).
+pub const GROUP_SETTINGS: [&str; 2] = ["groupPolicy", "requireMention"];
+
+/// Telegram Bot API: long polling by default, `mode: webhook` with a secret token.
+pub const TELEGRAM: ChannelKeys = ChannelKeys {
+    settings: &["apiBaseUrl", "mode", "groupPolicy", "requireMention"],
+    required_settings: &[],
+    secrets: &["botToken", "webhookSecret"],
+    required_secrets: &["botToken"],
+};
+
+/// Slack: Socket Mode by default (`appToken`), `mode: events` for the Events API over
+/// HTTP (`signingSecret`).
+pub const SLACK: ChannelKeys = ChannelKeys {
+    settings: &["apiBaseUrl", "mode", "groupPolicy", "requireMention"],
+    required_settings: &[],
+    secrets: &["botToken", "appToken", "signingSecret"],
+    required_secrets: &["botToken"],
+};
+
+/// Discord: the Gateway for inbound, the REST API for sending.
+pub const DISCORD: ChannelKeys = ChannelKeys {
+    settings: &["apiBaseUrl", "groupPolicy", "requireMention"],
+    required_settings: &[],
+    secrets: &["botToken"],
+    required_secrets: &["botToken"],
+};
+
+/// Matrix: the client-server API (`/sync`) with an access token.
+pub const MATRIX: ChannelKeys = ChannelKeys {
+    settings: &["homeserverUrl", "userId", "groupPolicy", "requireMention"],
+    required_settings: &["homeserverUrl", "userId"],
+    secrets: &["accessToken"],
+    required_secrets: &["accessToken"],
+};
+
 /// The built-in HTTP API.
 pub const HTTP: ChannelKeys = ChannelKeys {
     settings: &["port"],
@@ -60,6 +98,9 @@ pub fn keys(kind: ChannelKind) -> Option<ChannelKeys> {
         ChannelKind::Http => Some(HTTP),
         ChannelKind::Whatsapp => Some(WHATSAPP),
         ChannelKind::Email => Some(EMAIL),
-        _ => None,
+        ChannelKind::Telegram => Some(TELEGRAM),
+        ChannelKind::Slack => Some(SLACK),
+        ChannelKind::Discord => Some(DISCORD),
+        ChannelKind::Matrix => Some(MATRIX),
     }
 }

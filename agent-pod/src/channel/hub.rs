@@ -13,17 +13,12 @@ use std::{
 
 use futures::future::BoxFuture;
 use saint_channels::{
-    InboundMessage, InboxSink, Transport,
-    email::{EmailSettings, SmtpTransport, Verifier},
-    queue,
-    transport::ChannelState,
-    whatsapp::{GraphClient, WhatsappSettings},
+    Connection, InboundMessage, InboxSink, Transport, Webhook, open, queue, transport::ChannelState,
 };
-use saint_config::ErrorChain;
-use saint_config::{BotConfig, ChannelKind};
+use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ErrorChain};
 use tokio::sync::Notify;
 
-use crate::{metering::Metering, session::SessionStore};
+use crate::{config_watch::ConfigStore, metering::Metering, session::SessionStore};
 
 /// One served channel.
 pub struct ServedChannel {
@@ -35,10 +30,10 @@ pub struct ServedChannel {
     pub transport: Arc<dyn Transport>,
     /// Wakes this channel's sender when a row is queued.
     pub outbox_ready: Arc<Notify>,
-    /// WhatsApp webhook settings (verify token, app secret, phone number id).
-    pub whatsapp: Option<WhatsappSettings>,
-    /// E-mail settings and sender verifier, for the IMAP poller.
-    pub email: Option<(EmailSettings, Arc<Verifier>)>,
+    /// Platform deliveries to `/channels/<name>/webhook`, for channels the platform calls.
+    pub webhook: Option<Arc<dyn Webhook>>,
+    /// The outbound connection feeding the inbox, for channels that connect out.
+    connection: Option<Arc<dyn Connection>>,
     state: Mutex<ChannelState>,
 }
 
@@ -50,6 +45,8 @@ pub struct ChannelHub {
     pub(crate) store: Arc<SessionStore>,
     pub(crate) metering: Arc<Metering>,
     pub(crate) workspace: PathBuf,
+    /// The bot's config, read anew by connections that ask who is a Contact.
+    config: Option<Arc<ConfigStore>>,
     /// Channels whose transport could not be built from complete settings.
     start_problems: Vec<String>,
     /// Events on the SaintBot, in a cluster.
@@ -57,10 +54,12 @@ pub struct ChannelHub {
 }
 
 impl ChannelHub {
-    /// Starts the transports of `config`'s channels whose settings and secrets are
-    /// complete; the others are skipped (`startup::channel_problems` says why).
+    /// Opens `config`'s channels whose settings and secrets are complete; the others are
+    /// skipped (`startup::channel_problems` says why, a part that failed to build is
+    /// logged here). `live_config` answers "is this a Contact" for connections.
     pub fn from_config(
         config: &BotConfig,
+        live_config: Option<Arc<ConfigStore>>,
         lookup: &dyn Fn(&str) -> Option<String>,
         store: Arc<SessionStore>,
         metering: Arc<Metering>,
@@ -69,55 +68,33 @@ impl ChannelHub {
         let mut channels = BTreeMap::new();
         let mut start_problems = Vec::new();
         for channel in &config.channels {
-            let served: Option<(Arc<dyn Transport>, _, _)> = match channel.kind {
-                ChannelKind::Whatsapp => match WhatsappSettings::read(channel, lookup) {
-                    Ok(settings) => Some((
-                        Arc::new(GraphClient::new(settings.clone())),
-                        Some(settings),
-                        None,
-                    )),
-                    Err(_) => None,
-                },
-                ChannelKind::Email => match EmailSettings::read(channel, lookup) {
-                    Ok(settings) => {
-                        let built = SmtpTransport::new(settings.clone())
-                            .and_then(|smtp| Ok((smtp, Verifier::new(&settings)?)));
-                        match built {
-                            Ok((smtp, verifier)) => {
-                                Some((Arc::new(smtp), None, Some((settings, Arc::new(verifier)))))
-                            }
-                            Err(reason) => {
-                                let line = format!(
-                                    "channel {:?}: {reason}: the channel is not started",
-                                    channel.name
-                                );
-                                tracing::error!("{line}");
-                                start_problems.push(line);
-                                None
-                            }
-                        }
-                    }
-                    Err(_) => None,
-                },
-                _ => None,
+            let opened = match open::open(channel, lookup, workspace) {
+                Ok(Some(opened)) => opened,
+                // The HTTP channel is the agent's own; settings problems are reported by
+                // `startup::channel_problems`.
+                Ok(None) | Err(saint_channels::OpenError::Settings(_)) => continue,
+                Err(error @ saint_channels::OpenError::Start { .. }) => {
+                    let line = format!("{error}: the channel is not started");
+                    tracing::error!("{line}");
+                    start_problems.push(line);
+                    continue;
+                }
             };
-            if let Some((transport, whatsapp, email)) = served {
-                metering
-                    .metrics
-                    .channel_up(&channel.name, channel.kind.prefix(), true);
-                channels.insert(
-                    channel.name.clone(),
-                    Arc::new(ServedChannel {
-                        name: channel.name.clone(),
-                        kind: channel.kind,
-                        transport,
-                        outbox_ready: Arc::new(Notify::new()),
-                        whatsapp,
-                        email,
-                        state: Mutex::new(ChannelState::Up),
-                    }),
-                );
-            }
+            metering
+                .metrics
+                .channel_up(&channel.name, channel.kind.prefix(), true);
+            channels.insert(
+                channel.name.clone(),
+                Arc::new(ServedChannel {
+                    name: channel.name.clone(),
+                    kind: channel.kind,
+                    transport: opened.transport,
+                    outbox_ready: Arc::new(Notify::new()),
+                    webhook: opened.webhook,
+                    connection: opened.connection,
+                    state: Mutex::new(ChannelState::Up),
+                }),
+            );
         }
         Self {
             channels,
@@ -125,6 +102,7 @@ impl ChannelHub {
             store,
             metering,
             workspace: workspace.to_path_buf(),
+            config: live_config,
             start_problems,
             events: OnceLock::new(),
         }
@@ -262,6 +240,12 @@ impl InboxSink for HubSink {
             self.0.set_state(served, state);
         }
     }
+
+    fn is_contact(&self, identity: &ChannelIdentity) -> bool {
+        self.0.config.as_ref().is_some_and(|config| {
+            crate::identity::linked_slug(&config.current(), identity).is_some()
+        })
+    }
 }
 
 /// Starts the dispatcher (until `stop_dispatch`: shutdown stops taking new turns first)
@@ -282,7 +266,7 @@ pub fn start_workers(
         abort_turns,
         stop_dispatch.clone(),
     ))];
-    // Pollers stop taking mail when draining starts, with the dispatcher.
+    // Connections stop taking messages when draining starts, with the dispatcher.
     let (stop_pollers, pollers_stopped) = tokio::sync::watch::channel(false);
     tasks.push(tokio::spawn(async move {
         stop_dispatch.cancelled().await;
@@ -296,14 +280,12 @@ pub fn start_workers(
             channel.clone(),
             stop_senders.clone(),
         )));
-        if let Some((settings, verifier)) = &channel.email {
-            tasks.push(tokio::spawn(saint_channels::email::run_poller(
-                settings.clone(),
-                verifier.clone(),
-                sink.clone(),
-                hub.workspace.clone(),
-                pollers_stopped.clone(),
-            )));
+        if let Some(connection) = &channel.connection {
+            tasks.push(tokio::spawn(
+                connection
+                    .clone()
+                    .run(sink.clone(), pollers_stopped.clone()),
+            ));
         }
     }
     tasks

@@ -4,12 +4,19 @@
 
 use std::fmt;
 
-use saint_channels::{SettingsError, email::EmailSettings, whatsapp::WhatsappSettings};
+use saint_channels::{SettingsError, open};
 use saint_config::{BotConfig, ChannelKind};
 
 /// The channel kinds this build serves.
-pub const SERVED_KINDS: &[ChannelKind] =
-    &[ChannelKind::Http, ChannelKind::Whatsapp, ChannelKind::Email];
+pub const SERVED_KINDS: &[ChannelKind] = &[
+    ChannelKind::Http,
+    ChannelKind::Whatsapp,
+    ChannelKind::Email,
+    ChannelKind::Telegram,
+    ChannelKind::Slack,
+    ChannelKind::Discord,
+    ChannelKind::Matrix,
+];
 
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,13 +81,8 @@ pub fn channel_problems(
             });
             continue;
         }
-        let checked = match channel.kind {
-            ChannelKind::Whatsapp => Some(WhatsappSettings::read(channel, &lookup).map(drop)),
-            ChannelKind::Email => Some(EmailSettings::read(channel, &lookup).map(drop)),
-            _ => None,
-        };
-        if let Some(checked) = checked {
-            if let Err(error) = checked {
+        if channel.kind != ChannelKind::Http {
+            if let Err(error) = open::check(channel, &lookup) {
                 problems.push(ChannelProblem::Settings(error));
             }
             continue;

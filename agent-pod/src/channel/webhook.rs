@@ -21,9 +21,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use saint_channels::{queue, whatsapp};
-use saint_config::{ChannelKind, ErrorChain};
-use serde::Deserialize;
+use saint_channels::{WebhookRefusal, queue};
+use saint_config::ErrorChain;
 
 use super::http::AppState;
 
@@ -60,49 +59,42 @@ impl WebhookLimits {
     }
 }
 
-/// Query of the verification handshake.
-#[derive(Debug, Deserialize)]
-pub struct Handshake {
-    #[serde(rename = "hub.mode")]
-    mode: Option<String>,
-    #[serde(rename = "hub.verify_token")]
-    verify_token: Option<String>,
-    #[serde(rename = "hub.challenge")]
-    challenge: Option<String>,
-}
-
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "no such channel").into_response()
+}
+
+fn refused(refusal: &WebhookRefusal) -> Response {
+    let status = match refusal {
+        WebhookRefusal::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        WebhookRefusal::Forbidden(_) => StatusCode::FORBIDDEN,
+        WebhookRefusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+        WebhookRefusal::NotFound => StatusCode::NOT_FOUND,
+    };
+    (status, refusal.to_string()).into_response()
 }
 
 /// `GET`: the platform's verification handshake.
 pub async fn verify(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Query(handshake): Query<Handshake>,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let Some(hub) = state.channels.as_ref() else {
-        return not_found();
-    };
-    let Some(settings) = hub
-        .channel(&name)
-        .and_then(|channel| channel.whatsapp.as_ref())
+    let Some(webhook) = state
+        .channels
+        .as_ref()
+        .and_then(|hub| hub.channel(&name))
+        .and_then(|channel| channel.webhook.clone())
     else {
         return not_found();
     };
-    match whatsapp::verify_challenge(
-        settings,
-        handshake.mode.as_deref(),
-        handshake.verify_token.as_deref(),
-        handshake.challenge.as_deref(),
-    ) {
+    match webhook.handshake(&query) {
         Ok(challenge) => {
             tracing::info!(channel = %name, "webhook verified by the platform");
             challenge.into_response()
         }
-        Err(error) => {
-            tracing::warn!(channel = %name, %error, "webhook verification refused");
-            (StatusCode::FORBIDDEN, error.to_string()).into_response()
+        Err(refusal) => {
+            tracing::warn!(channel = %name, error = %refusal, "webhook verification refused");
+            refused(&refusal)
         }
     }
 }
@@ -116,7 +108,10 @@ pub async fn receive(
     let Some(hub) = state.channels.clone() else {
         return not_found();
     };
-    let Some(channel) = hub.channel(&name).cloned() else {
+    let Some(webhook) = hub
+        .channel(&name)
+        .and_then(|channel| channel.webhook.clone())
+    else {
         return not_found();
     };
     let address = request
@@ -127,46 +122,43 @@ pub async fn receive(
         // The platform retries; the next pod takes it.
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
-    let signature = request
-        .headers()
-        .get("x-hub-signature-256")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_string);
-    let body = match axum::body::to_bytes(request.into_body(), MAX_WEBHOOK_BYTES).await {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_WEBHOOK_BYTES).await {
         Ok(body) => body,
         Err(_) => {
             tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
             return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
         }
     };
-    let messages = match channel.kind {
-        ChannelKind::Whatsapp => {
-            let Some(settings) = channel.whatsapp.as_ref() else {
-                return not_found();
-            };
-            if let Err(error) =
-                whatsapp::verify_signature(&settings.app_secret, signature.as_deref(), &body)
-            {
-                tracing::warn!(channel = %name, %address, %error, "webhook refused: not signed by the platform");
-                return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
-            }
-            match whatsapp::parse_delivery(settings, &body) {
-                Ok(delivery) => {
-                    for skipped in &delivery.skipped {
-                        tracing::info!(channel = %name, "{skipped}");
-                    }
-                    delivery.messages
+    let delivery = match webhook.receive(&parts.headers, &body) {
+        Ok(delivery) => delivery,
+        Err(refusal) => {
+            match &refusal {
+                WebhookRefusal::Unauthorized(_) => {
+                    tracing::warn!(channel = %name, %address, error = %refusal, "webhook refused: not signed by the platform")
                 }
-                Err(error) => {
-                    tracing::warn!(channel = %name, %error, "signed webhook body could not be read; nothing stored");
-                    return (StatusCode::BAD_REQUEST, error.to_string()).into_response();
+                _ => {
+                    tracing::warn!(channel = %name, error = %refusal, "webhook body could not be read; nothing stored")
                 }
             }
+            return refused(&refusal);
         }
-        _ => return (StatusCode::NOT_FOUND, "no such channel").into_response(),
     };
+    for skipped in &delivery.skipped {
+        tracing::info!(channel = %name, "{skipped}");
+    }
+    let ok = || match &delivery.response {
+        Some((content_type, body)) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, *content_type)],
+            body.clone(),
+        )
+            .into_response(),
+        None => StatusCode::OK.into_response(),
+    };
+    let messages = delivery.messages.clone();
     if messages.is_empty() {
-        return StatusCode::OK.into_response();
+        return ok();
     }
     let decisions: Vec<_> = messages
         .into_iter()
@@ -201,7 +193,7 @@ pub async fn receive(
                 hub.metering.metrics.channel_message(&name, "in");
             }
             hub.inbox_ready.notify_one();
-            StatusCode::OK.into_response()
+            ok()
         }
         Ok(Err(error)) => {
             // No 200: the platform delivers again later.

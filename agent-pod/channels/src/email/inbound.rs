@@ -165,7 +165,9 @@ pub fn parse_mail(
                 reply_to: Some(platform_id),
                 subject: Some(subject),
                 references,
+                ..Default::default()
             },
+            conversation: None,
         },
         attachments: saved,
         ignore,

@@ -8,9 +8,16 @@ mod imap;
 mod inbound;
 mod smtp;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
+use futures::future::BoxFuture;
 use saint_config::{ChannelConfig, channel_settings::EMAIL};
+use tokio::sync::watch;
 
 pub use self::{
     auth::{SenderCheck, Verifier, verify_sender},
@@ -18,7 +25,58 @@ pub use self::{
     inbound::{MAX_ATTACHMENT_BYTES, ParsedMail, parse_mail},
     smtp::SmtpTransport,
 };
-use crate::settings::{SettingsError, SettingsReader};
+use crate::{
+    settings::{SettingsError, SettingsReader},
+    transport::{Connection, InboxSink, OpenError, OpenedChannel},
+};
+
+/// Opens an e-mail channel: SMTP submission for replies, the IMAP poller for inbound
+/// (attachments are saved under `workspace`).
+pub fn open(
+    channel: &ChannelConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    workspace: &Path,
+) -> Result<OpenedChannel, OpenError> {
+    let settings = EmailSettings::read(channel, lookup)?;
+    let start = |reason: String| OpenError::Start {
+        channel: channel.name.clone(),
+        reason,
+    };
+    let smtp = SmtpTransport::new(settings.clone()).map_err(start)?;
+    let verifier = Verifier::new(&settings).map_err(start)?;
+    Ok(OpenedChannel {
+        transport: Arc::new(smtp),
+        connection: Some(Arc::new(ImapConnection {
+            settings,
+            verifier: Arc::new(verifier),
+            workspace: workspace.to_path_buf(),
+        })),
+        webhook: None,
+    })
+}
+
+/// The IMAP side of an e-mail channel.
+struct ImapConnection {
+    settings: EmailSettings,
+    verifier: Arc<Verifier>,
+    workspace: PathBuf,
+}
+
+impl Connection for ImapConnection {
+    fn run(
+        self: Arc<Self>,
+        sink: Arc<dyn InboxSink>,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(run_poller(
+            self.settings.clone(),
+            self.verifier.clone(),
+            sink,
+            self.workspace.clone(),
+            stop,
+        ))
+    }
+}
 
 /// How a connection is secured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

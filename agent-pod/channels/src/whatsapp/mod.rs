@@ -4,15 +4,65 @@
 mod graph;
 mod webhook;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
+use http::HeaderMap;
 use saint_config::{ChannelConfig, channel_settings::WHATSAPP};
 
 pub use self::{
     graph::GraphClient,
     webhook::{WebhookError, parse_delivery, verify_challenge, verify_signature},
 };
-use crate::settings::{SettingsError, SettingsReader};
+use crate::{
+    settings::{SettingsError, SettingsReader},
+    transport::{OpenError, OpenedChannel, Webhook, WebhookDelivery, WebhookRefusal},
+};
+
+/// Opens a WhatsApp channel: the Graph API client and the signed webhook.
+pub fn open(
+    channel: &ChannelConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<OpenedChannel, OpenError> {
+    let settings = WhatsappSettings::read(channel, lookup)?;
+    Ok(OpenedChannel {
+        transport: Arc::new(GraphClient::new(settings.clone())),
+        connection: None,
+        webhook: Some(Arc::new(settings)),
+    })
+}
+
+impl Webhook for WhatsappSettings {
+    fn handshake(&self, query: &[(String, String)]) -> Result<String, WebhookRefusal> {
+        let get = |name: &str| {
+            query
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        };
+        verify_challenge(
+            self,
+            get("hub.mode"),
+            get("hub.verify_token"),
+            get("hub.challenge"),
+        )
+        .map_err(|error| WebhookRefusal::Forbidden(error.to_string()))
+    }
+
+    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal> {
+        let signature = headers
+            .get("x-hub-signature-256")
+            .and_then(|value| value.to_str().ok());
+        verify_signature(&self.app_secret, signature, body)
+            .map_err(|error| WebhookRefusal::Unauthorized(error.to_string()))?;
+        let delivery = parse_delivery(self, body)
+            .map_err(|error| WebhookRefusal::BadRequest(error.to_string()))?;
+        Ok(WebhookDelivery {
+            messages: delivery.messages,
+            skipped: delivery.skipped,
+            response: None,
+        })
+    }
+}
 
 /// Longest text body the Cloud API takes.
 pub const MAX_TEXT_CHARS: usize = 4_096;

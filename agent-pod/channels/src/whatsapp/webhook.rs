@@ -267,5 +267,6 @@ fn normalise(
             reply_to: Some(message.id),
             ..Default::default()
         },
+        conversation: None,
     })
 }

@@ -1,0 +1,1 @@
+//! A scripted discord server (being built).

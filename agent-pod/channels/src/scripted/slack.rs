@@ -1,0 +1,1 @@
+//! A scripted slack server (being built).

@@ -1,0 +1,1 @@
+//! A scripted telegram server (being built).
