@@ -122,6 +122,23 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
 /// "You are talking to Ana (owner). …" or the external-contact warning. Unknown senders
 /// are never named: their display name is whatever the channel claimed.
 fn context_line(caller: &Caller) -> String {
+    let person = person_line(caller);
+    if saint_config::SessionKey::is_conversation(&caller.session_key) {
+        let name = if caller.known {
+            caller.display_name.as_str()
+        } else {
+            "the sender"
+        };
+        return format!(
+            "This is a group conversation: several people write here, each message starts \
+             with its sender in brackets. Answer the latest message, from {name}. {person} \
+             What you may do in this turn is what {name}'s role allows, whoever asked before."
+        );
+    }
+    person
+}
+
+fn person_line(caller: &Caller) -> String {
     if !caller.known {
         return "You are talking to an unknown contact. Do not reveal internal details: no \
                 information about the company's people, files, memory, conversations or plans. \

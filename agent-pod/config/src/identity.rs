@@ -483,11 +483,26 @@ impl SessionKey {
         Self(format!("peer:{identity}"))
     }
 
+    /// The session of a group conversation (a group chat, a channel thread, a room) on
+    /// the channel called `channel`: one session whoever writes in it. Each turn in it
+    /// still runs with the role of the person who wrote that message.
+    pub fn for_conversation(channel: &str, conversation: &str) -> Self {
+        Self(format!("{GROUP_PREFIX}{channel}:{conversation}"))
+    }
+
+    /// Whether `key` names a group conversation's session.
+    pub fn is_conversation(key: &str) -> bool {
+        key.starts_with(GROUP_PREFIX)
+    }
+
     /// The key text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
+
+/// Prefix of group conversations' session keys.
+const GROUP_PREFIX: &str = "group:";
 
 impl fmt::Display for SessionKey {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -130,6 +130,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
             channel: channel.name.clone(),
             context: row.message.context.clone(),
             accepted_message_id: row.message_id,
+            conversation: row.message.conversation.clone(),
         }),
     };
     match runtime.handle(inbound, None, abort).await {

@@ -5,6 +5,7 @@
 //! around the model, never by it.
 
 mod compaction;
+mod group;
 mod model;
 mod session_cache;
 mod turn;
@@ -110,6 +111,9 @@ pub struct Delivery {
     /// The person's message is already in the transcript as this id (a turn resumed
     /// after a restart): it is not stored again.
     pub accepted_message_id: Option<i64>,
+    /// The group conversation it was said in (`None`: a direct message). Its session is
+    /// the conversation's; the turn still runs with the sender's role.
+    pub conversation: Option<saint_channels::Conversation>,
 }
 
 /// Progress of a turn, for streaming channels.

@@ -7,7 +7,7 @@ use std::{
 };
 
 use futures::FutureExt;
-use saint_config::BotConfig;
+use saint_config::{BotConfig, SessionKey};
 use saint_llm::{
     CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent,
     ToolSpec, Usage,
@@ -18,7 +18,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use saint_channels::{OutboundBody, queue};
 
 use super::{
-    Delivery, Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction,
+    Delivery, Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction, group,
     session_cache::SessionCache,
 };
 use saint_tools::{
@@ -119,12 +119,26 @@ impl Runtime {
     ) -> Result<TurnReply, TurnError> {
         // Every message sees the newest valid config (a new Contact applies right away).
         let config = self.config.current();
-        let caller = identity::caller_for_sender(
+        let mut caller = identity::caller_for_sender(
             &config,
             inbound.channel,
             &inbound.peer,
             inbound.sender_verified,
         )?;
+        // A group conversation is one session whoever writes; the role stays the
+        // sender's, and the stored message says who wrote it.
+        let text = match inbound
+            .delivery
+            .as_ref()
+            .and_then(|delivery| Some((delivery, delivery.conversation.as_ref()?)))
+        {
+            Some((delivery, conversation)) => {
+                caller.session_key =
+                    SessionKey::for_conversation(&delivery.channel, &conversation.id).into();
+                group::attributed(&caller, &inbound.text)
+            }
+            None => inbound.text,
+        };
         let lock = self.session_lock(&caller.session_key);
         let mut session = lock.lock().await;
 
@@ -140,16 +154,13 @@ impl Runtime {
             Some(Delivery { inbox_id, .. }) => {
                 self.persist_then(
                     &caller,
-                    Message::user_text(inbound.text),
+                    Message::user_text(text),
                     0.0,
                     QueueStep::Accept(*inbox_id),
                 )
                 .await?
             }
-            None => {
-                self.persist(&caller, Message::user_text(inbound.text))
-                    .await?
-            }
+            None => self.persist(&caller, Message::user_text(text)).await?,
         };
         let mut state = TurnState {
             caller: &caller,
@@ -375,6 +386,10 @@ impl Runtime {
             mut summary,
             messages: mut history,
         } = self.transcript(&caller.session_key, session).await?;
+        if SessionKey::is_conversation(&caller.session_key) {
+            // Another member's tool output never enters this member's turn.
+            history = group::said_only(history);
+        }
 
         let end = 'turn: {
             for _ in 0..self.options.max_iterations {

@@ -1,7 +1,7 @@
 //! The session store as the session tools see it ([`SessionDirectory`]): listings and
 //! readable history. Visibility is decided by the tools, not here.
 
-use saint_config::ErrorChain;
+use saint_config::{ErrorChain, SessionKey};
 use saint_llm::{ChatRole, ContentBlock};
 
 use super::store::SessionStore;
@@ -13,16 +13,25 @@ impl SessionDirectory for SessionStore {
     fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError> {
         let sessions = SessionStore::list(self)
             .map_err(|error| SessionDirectoryError(ErrorChain(&error).to_string()))?;
-        Ok(sessions
+        sessions
             .into_iter()
-            .map(|session| SessionSummary {
-                key: session.key,
-                contact: session.contact,
-                role: session.role,
-                message_count: session.message_count,
-                updated_at: session.updated_at,
+            .map(|session| {
+                let members = if SessionKey::is_conversation(&session.key) {
+                    self.writers(&session.key)
+                        .map_err(|error| SessionDirectoryError(ErrorChain(&error).to_string()))?
+                } else {
+                    Vec::new()
+                };
+                Ok(SessionSummary {
+                    key: session.key,
+                    contact: session.contact,
+                    role: session.role,
+                    message_count: session.message_count,
+                    updated_at: session.updated_at,
+                    members,
+                })
             })
-            .collect())
+            .collect()
     }
 
     fn history(
@@ -43,14 +52,17 @@ impl SessionDirectory for SessionStore {
                     (ChatRole::User, ContentBlock::Text { text }) => HistoryEntry {
                         speaker: "user".into(),
                         text,
+                        said: true,
                     },
                     (ChatRole::Assistant, ContentBlock::Text { text }) => HistoryEntry {
                         speaker: "assistant".into(),
                         text,
+                        said: true,
                     },
                     (_, ContentBlock::ToolUse { name, .. }) => HistoryEntry {
                         speaker: "assistant".into(),
                         text: format!("[called {name}]"),
+                        said: false,
                     },
                     (
                         _,
@@ -64,6 +76,7 @@ impl SessionDirectory for SessionStore {
                         } else {
                             content
                         },
+                        said: false,
                     },
                 };
                 entries.push(entry);

@@ -362,6 +362,23 @@ impl SessionStore {
         self.with(|connection| add_spend(connection, contact, day, usd))
     }
 
+    /// The channel identities that wrote in session `key`, in the order they first did.
+    pub fn writers(&self, key: &str) -> Result<Vec<String>, SessionError> {
+        self.with(|connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT identity FROM messages WHERE session_key = ?1 AND role = 'user'
+                     GROUP BY identity ORDER BY MIN(id)",
+                )
+                .map_err(sql("prepare a session's writers"))?;
+            let rows = statement
+                .query_map(params![key], |row| row.get(0))
+                .map_err(sql("list a session's writers"))?;
+            rows.collect::<Result<Vec<String>, _>>()
+                .map_err(sql("read a session's writers"))
+        })
+    }
+
     /// `PRAGMA integrity_check`: `"ok"` for a healthy database.
     pub fn integrity_check(&self) -> Result<String, SessionError> {
         self.with(|connection| {

@@ -2,7 +2,7 @@
 //!
 //! Pure visibility logic plus a trait the session store implements; no I/O here.
 
-use saint_config::{BotConfig, SessionsVisibility};
+use saint_config::{BotConfig, SessionKey, SessionsVisibility};
 
 use super::Caller;
 
@@ -19,6 +19,9 @@ pub struct SessionSummary {
     pub message_count: u64,
     /// RFC 3339 time of the last message.
     pub updated_at: String,
+    /// For a group conversation's session: the channel identities of everyone who
+    /// wrote in it (its `contact` is only whoever wrote last). Empty otherwise.
+    pub members: Vec<String>,
 }
 
 /// One transcript entry shown by `sessions_history`.
@@ -28,6 +31,9 @@ pub struct HistoryEntry {
     pub speaker: String,
     /// Text of the message.
     pub text: String,
+    /// Whether it was said in the conversation (a person's or the bot's text), as
+    /// opposed to a tool call or result made during a turn.
+    pub said: bool,
 }
 
 /// Why the directory could not answer.
@@ -63,8 +69,45 @@ fn owner_role<'c>(config: &'c BotConfig, session: &'c SessionSummary) -> &'c str
         })
 }
 
-/// Whether `caller` may see `session`.
+/// The current role of the person behind a channel identity.
+fn identity_role<'c>(config: &'c BotConfig, identity: &str) -> &'c str {
+    config
+        .contacts
+        .iter()
+        .find(|contact| {
+            contact
+                .identities
+                .iter()
+                .any(|known| known.as_ref() == identity)
+        })
+        .map_or(config.default_role.as_str(), |contact| {
+            contact.role.as_str()
+        })
+}
+
+/// Whether `caller` may see `session`. A group conversation's session is its members'
+/// own; under `ownAndRoles` a non-member sees it only when every member has one of the
+/// listed roles (a manager sees employees' groups, not one the owner talks in).
 pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) -> bool {
+    if SessionKey::is_conversation(&session.key) {
+        let member = session
+            .members
+            .iter()
+            .any(|member| *member == caller.identity);
+        return match &caller.role.sessions_visibility {
+            SessionsVisibility::All => true,
+            SessionsVisibility::Own => member,
+            SessionsVisibility::OwnAndRoles(roles) => {
+                member
+                    || (!session.members.is_empty()
+                        && session.members.iter().all(|member| {
+                            let role = identity_role(config, member);
+                            roles.iter().any(|listed| listed == role)
+                        }))
+            }
+            SessionsVisibility::None => false,
+        };
+    }
     let own = (caller.known && session.contact == caller.slug) || session.key == caller.session_key;
     match &caller.role.sessions_visibility {
         SessionsVisibility::All => true,

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use saint_config::{SessionKey, SessionsVisibility};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -86,8 +87,17 @@ impl TypedTool for SessionsHistoryTool {
             })
             .await?
             .ok_or_else(not_found)?;
+            // In a group conversation, members saw what was said; the tool calls and
+            // results of each member's turns stay theirs (only `all` visibility shows
+            // them).
+            let said_only = SessionKey::is_conversation(&key)
+                && !matches!(
+                    context.caller.role.sessions_visibility,
+                    SessionsVisibility::All
+                );
             let text = entries
                 .iter()
+                .filter(|entry| entry.said || !said_only)
                 .map(|entry| format!("[{}] {}", entry.speaker, entry.text))
                 .collect::<Vec<_>>()
                 .join("\n");

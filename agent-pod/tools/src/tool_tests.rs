@@ -45,6 +45,7 @@ impl SessionDirectory for Sessions {
                 vec![HistoryEntry {
                     speaker: "user".to_string(),
                     text: format!("hello from {}", session.contact),
+                    said: true,
                 }]
                 .into_iter()
                 .take(limit)
@@ -60,6 +61,7 @@ fn sessions() -> Arc<Sessions> {
         role: role.to_string(),
         message_count: 3,
         updated_at: "2026-11-22T01:00:00Z".to_string(),
+        members: Vec::new(),
     };
     Arc::new(Sessions(vec![
         session("acme-ana", "owner"),
@@ -716,4 +718,108 @@ async fn memory_search_without_its_embedder_answers_from_keywords_and_says_so() 
         "{note}"
     );
     assert_eq!(offline.metering["keywordOnly"], true);
+}
+
+/// Two group conversations: one the owner and an employee talk in, one only employees
+/// do. Their history holds a tool result from one member's turn.
+struct Groups(Vec<SessionSummary>);
+
+impl SessionDirectory for Groups {
+    fn list(&self) -> Result<Vec<SessionSummary>, SessionDirectoryError> {
+        Ok(self.0.clone())
+    }
+    fn history(
+        &self,
+        key: &str,
+        _limit: usize,
+    ) -> Result<Option<Vec<HistoryEntry>>, SessionDirectoryError> {
+        let entry = |speaker: &str, text: &str, said: bool| HistoryEntry {
+            speaker: speaker.to_string(),
+            text: text.to_string(),
+            said,
+        };
+        Ok(self.0.iter().any(|session| session.key == key).then(|| {
+            vec![
+                entry("user", "[Ana (owner)]: read pay.md", true),
+                entry("assistant", "[called read]", false),
+                entry("tool", "salaries: 9000", false),
+                entry("assistant", "Sent to you privately.", true),
+            ]
+        }))
+    }
+}
+
+fn groups() -> Arc<Groups> {
+    let group = |key: &str, members: &[&str]| SessionSummary {
+        key: key.to_string(),
+        contact: "acme-ivo".to_string(),
+        role: "employee".to_string(),
+        message_count: 4,
+        updated_at: "2026-11-22T01:00:00Z".to_string(),
+        members: members.iter().map(|member| member.to_string()).collect(),
+    };
+    Arc::new(Groups(vec![
+        group(
+            "group:slack:C1/1",
+            &["whatsapp:+385991112222", "whatsapp:+385993334444"],
+        ),
+        group("group:slack:C2/1", &["whatsapp:+385993334444"]),
+    ]))
+}
+
+#[tokio::test]
+async fn a_group_session_is_its_members_and_their_tool_output_stays_theirs() {
+    let list = |slug: &'static str| async move {
+        let (_workspace, context) = context(slug);
+        let output = SessionsListTool::new(groups())
+            .call_permitted(&context, serde_json::json!({}))
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = output
+            .content
+            .lines()
+            .filter_map(|line| line.split(' ').next())
+            .map(str::to_string)
+            .collect();
+        keys.sort();
+        keys
+    };
+    // The last writer recorded on both is Ivo, but that does not make them Ivo's alone:
+    // Ivo is a member of both, Marko of neither; Marko (employees' sessions) sees the
+    // employees-only group, not the one the owner talks in.
+    assert_eq!(
+        list("acme-ivo").await,
+        ["group:slack:C1/1", "group:slack:C2/1"]
+    );
+    assert_eq!(list("acme-marko").await, ["group:slack:C2/1"]);
+    assert_eq!(
+        list("acme-ana").await,
+        ["group:slack:C1/1", "group:slack:C2/1"]
+    );
+
+    let tool = SessionsHistoryTool::new(groups());
+    let history = |slug: &'static str| {
+        let tool = &tool;
+        async move {
+            let (_workspace, context) = context(slug);
+            tool.call_permitted(
+                &context,
+                serde_json::json!({"session_key": "group:slack:C1/1"}),
+            )
+            .await
+            .unwrap()
+            .content
+        }
+    };
+    let member = history("acme-ivo").await;
+    assert!(member.contains("Sent to you privately."), "{member}");
+    assert!(
+        !member.contains("salaries") && !member.contains("[called read]"),
+        "{member}"
+    );
+    let owner = history("acme-ana").await;
+    assert!(
+        owner.contains("salaries: 9000"),
+        "all-visibility sees tool output: {owner}"
+    );
 }
