@@ -1,0 +1,373 @@
+//! The REST client: `POST /channels/{id}/messages` for replies (opening a DM channel
+//! with `POST /users/@me/channels` when the bot writes to a person first),
+//! `GET /gateway/bot` for the Gateway's address, and attachment downloads. Rate limits
+//! are kept per route: an answer saying none remain makes the next send on that route
+//! wait for the bucket to refill, and a 429 is retried after Discord's `retry_after`.
+
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+
+use futures::{StreamExt, future::BoxFuture};
+use http::{HeaderMap, Method};
+use saint_config::{ChannelIdentity, ChannelKind};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{DiscordSettings, MAX_TEXT_CHARS, render::markdown_to_discord};
+use crate::{
+    message::{AttachmentRef, InboundMessage, ReplyContext},
+    transport::{SendError, Transport},
+};
+
+/// Talks to Discord's REST API for one channel.
+pub struct RestClient {
+    settings: DiscordSettings,
+    http: reqwest::Client,
+    /// Route → when its bucket refills, after an answer said nothing remains in it.
+    exhausted: Mutex<HashMap<String, Instant>>,
+    /// User id → the DM channel opened with them.
+    direct_channels: Mutex<HashMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    code: i64,
+    #[serde(default)]
+    retry_after: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct GatewayBot {
+    url: String,
+}
+
+impl RestClient {
+    /// A client for `settings`.
+    pub fn new(settings: DiscordSettings) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            // Discord asks bots to name themselves this way.
+            .user_agent(concat!(
+                "DiscordBot (https://github.com/saint-bot, ",
+                env!("CARGO_PKG_VERSION"),
+                ")"
+            ))
+            .build()
+            .expect("a client with timeouts builds");
+        Self {
+            settings,
+            http,
+            exhausted: Mutex::default(),
+            direct_channels: Mutex::default(),
+        }
+    }
+
+    /// The Gateway's address (`GET /gateway/bot`).
+    pub async fn gateway_url(&self) -> Result<String, SendError> {
+        let answer = self
+            .request(Method::GET, "GET /gateway/bot", "gateway/bot", None)
+            .await?;
+        let gateway: GatewayBot =
+            serde_json::from_value(answer).map_err(|error| SendError::Retry {
+                reason: format!("discord: unreadable answer from /gateway/bot: {error}"),
+                after: None,
+            })?;
+        Ok(gateway.url)
+    }
+
+    /// One authenticated call; `route` keys its rate-limit bucket.
+    async fn request(
+        &self,
+        method: Method,
+        route: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, SendError> {
+        let refill = self
+            .exhausted
+            .lock()
+            .expect("bucket lock")
+            .get(route)
+            .copied();
+        if let Some(refill) = refill.filter(|refill| *refill > Instant::now()) {
+            tracing::debug!(channel = %self.settings.channel, route, wait_ms = (refill - Instant::now()).as_millis() as u64,
+                "discord: rate-limit bucket empty; waiting for it to refill");
+            tokio::time::sleep_until(refill).await;
+        }
+        let mut request = self
+            .http
+            .request(method, format!("{}/{path}", self.settings.api_base_url))
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bot {}", self.settings.bot_token),
+            );
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(network_error)?;
+        let status = response.status().as_u16();
+        self.note_bucket(route, response.headers());
+        let retry_after = seconds(response.headers(), "retry-after");
+        let body = response.bytes().await.map_err(network_error)?;
+        if (200..300).contains(&status) {
+            return Ok(serde_json::from_slice(&body).unwrap_or(Value::Null));
+        }
+        let error = serde_json::from_slice::<ErrorBody>(&body).ok();
+        let message = error.as_ref().map_or_else(
+            || String::from_utf8_lossy(&body).chars().take(200).collect(),
+            |error| error.message.clone(),
+        );
+        let code = error.as_ref().map_or(0, |error| error.code);
+        let after = error
+            .as_ref()
+            .and_then(|error| error.retry_after)
+            .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
+            .map(Duration::from_secs_f64)
+            .or(retry_after);
+        Err(classify(
+            status,
+            format!("discord: {message} (HTTP {status}, code {code})"),
+            after,
+        ))
+    }
+
+    // Remembers when an exhausted bucket refills.
+    fn note_bucket(&self, route: &str, headers: &HeaderMap) {
+        let remaining = headers
+            .get("x-ratelimit-remaining")
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim);
+        let mut exhausted = self.exhausted.lock().expect("bucket lock");
+        match (remaining, seconds(headers, "x-ratelimit-reset-after")) {
+            (Some("0"), Some(reset_after)) => {
+                let bucket = headers
+                    .get("x-ratelimit-bucket")
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or("?");
+                tracing::debug!(channel = %self.settings.channel, route, bucket, reset_after_ms = reset_after.as_millis() as u64,
+                    "discord: rate-limit bucket exhausted");
+                exhausted.insert(route.to_string(), Instant::now() + reset_after);
+            }
+            (Some(_), _) => {
+                exhausted.remove(route);
+            }
+            _ => {}
+        }
+    }
+
+    /// The DM channel with user `user_id`, opened once.
+    async fn direct_channel(&self, user_id: &str) -> Result<String, SendError> {
+        if let Some(channel) = self
+            .direct_channels
+            .lock()
+            .expect("dm lock")
+            .get(user_id)
+            .cloned()
+        {
+            return Ok(channel);
+        }
+        let answer = self
+            .request(
+                Method::POST,
+                "POST /users/@me/channels",
+                "users/@me/channels",
+                Some(json!({"recipient_id": user_id})),
+            )
+            .await?;
+        let created: Created =
+            serde_json::from_value(answer).map_err(|error| SendError::Retry {
+                reason: format!("discord: unreadable answer to opening a DM: {error}"),
+                after: None,
+            })?;
+        self.direct_channels
+            .lock()
+            .expect("dm lock")
+            .insert(user_id.to_string(), created.id.clone());
+        Ok(created.id)
+    }
+}
+
+fn seconds(headers: &HeaderMap, name: &str) -> Option<Duration> {
+    headers
+        .get(name)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+fn network_error(error: reqwest::Error) -> SendError {
+    SendError::Retry {
+        reason: format!("discord api unreachable: {error}"),
+        after: None,
+    }
+}
+
+fn classify(status: u16, reason: String, after: Option<Duration>) -> SendError {
+    match status {
+        429 | 500.. => SendError::Retry { reason, after },
+        401 => SendError::Credentials { reason },
+        // 403 Missing Access / Missing Permissions, 404 Unknown Channel, 400 invalid body.
+        _ => SendError::Permanent { reason },
+    }
+}
+
+// Snowflakes only: anything else would change the request path.
+fn snowflake(id: &str) -> Result<&str, SendError> {
+    if !id.is_empty() && id.len() <= 20 && id.bytes().all(|byte| byte.is_ascii_digit()) {
+        Ok(id)
+    } else {
+        Err(SendError::Permanent {
+            reason: format!(
+                "discord: {id:?} is not a Discord id (a user is reached by numeric id, not by handle)"
+            ),
+        })
+    }
+}
+
+impl Transport for RestClient {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Discord
+    }
+
+    fn max_chars(&self) -> usize {
+        MAX_TEXT_CHARS
+    }
+
+    fn render(&self, markdown: &str) -> String {
+        markdown_to_discord(markdown)
+    }
+
+    fn send<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        text: &'a str,
+        context: &'a ReplyContext,
+        part: usize,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let channel = match context.chat.as_deref() {
+                Some(chat) => snowflake(chat)?.to_string(),
+                None => self.direct_channel(snowflake(to.peer())?).await?,
+            };
+            let mut body = json!({
+                "content": text,
+                // Model text never pings anyone, whatever it contains.
+                "allowed_mentions": {"parse": []},
+            });
+            // Only the first part quotes the message it answers (set for guild messages).
+            if let Some(reply_to) = context.reply_to.as_deref().filter(|_| part == 0) {
+                body["message_reference"] =
+                    json!({"message_id": reply_to, "fail_if_not_exists": false});
+            }
+            let answer = self
+                .request(
+                    Method::POST,
+                    &format!("POST /channels/{channel}/messages"),
+                    &format!("channels/{channel}/messages"),
+                    Some(body),
+                )
+                .await?;
+            let created: Created =
+                serde_json::from_value(answer).map_err(|error| SendError::Retry {
+                    reason: format!("discord: unreadable answer to a send: {error}"),
+                    after: None,
+                })?;
+            Ok(created.id)
+        })
+    }
+
+    fn mark_read<'a>(
+        &'a self,
+        _message: &'a InboundMessage,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
+        // Bots have no read receipts on Discord.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn fetch_attachment<'a>(
+        &'a self,
+        attachment: &'a AttachmentRef,
+        max_bytes: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, SendError>> {
+        Box::pin(async move {
+            let url = reqwest::Url::parse(&attachment.id)
+                .ok()
+                .filter(|url| matches!(url.scheme(), "https" | "http"))
+                .ok_or_else(|| SendError::Permanent {
+                    reason: format!("discord: attachment {:?} is not a URL", attachment.id),
+                })?;
+            // Attachment URLs are signed CDN links: the bot's token is never sent there.
+            let response = self.http.get(url).send().await.map_err(network_error)?;
+            let status = response.status().as_u16();
+            if !(200..300).contains(&status) {
+                return Err(classify(
+                    status,
+                    format!("discord: attachment download failed (HTTP {status})"),
+                    None,
+                ));
+            }
+            let too_big = |size: u64| SendError::Permanent {
+                reason: format!(
+                    "discord: {} is {size} bytes, over the {max_bytes}-byte limit",
+                    attachment.kind
+                ),
+            };
+            if let Some(size) = response.content_length().filter(|size| *size > max_bytes) {
+                return Err(too_big(size));
+            }
+            let mut stream = response.bytes_stream();
+            let mut data = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(network_error)?;
+                if (data.len() + chunk.len()) as u64 > max_bytes {
+                    return Err(too_big((data.len() + chunk.len()) as u64));
+                }
+                data.extend_from_slice(&chunk);
+            }
+            Ok(data)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_classified() {
+        let reason = || "r".to_string();
+        assert!(matches!(
+            classify(429, reason(), None),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(502, reason(), None),
+            SendError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(401, reason(), None),
+            SendError::Credentials { .. }
+        ));
+        for status in [400, 403, 404] {
+            assert!(matches!(
+                classify(status, reason(), None),
+                SendError::Permanent { .. }
+            ));
+        }
+        assert!(snowflake("../users").is_err() && snowflake("").is_err());
+        assert_eq!(snowflake("80351110224678912").unwrap(), "80351110224678912");
+    }
+}
