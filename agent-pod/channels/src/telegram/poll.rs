@@ -1,0 +1,254 @@
+//! Long polling: `getMe` once per session (the bot's id and username, and a check of
+//! the token), then `getUpdates` with the saved offset, again and again. Each batch's
+//! messages and the next offset are committed to the inbox in one transaction, and only
+//! then is the new offset asked for — which is what tells Telegram to forget the batch.
+//! A crash before the commit gets the same updates again; the inbox's unique message
+//! ids make that harmless. Failures reconnect with backoff (at least Telegram's
+//! `retry_after`); a refused token waits a minute and tries again.
+//!
+//! Webhook mode uses [`IdentityCheck`]: `getMe` alone, so the token is checked and the
+//! webhook learns the username mentions are recognised by.
+
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use futures::future::BoxFuture;
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{
+    api::{ApiError, BotApi, BotUser},
+    update::{BotIdentity, Received, Update, read_update},
+};
+use crate::transport::{ChannelState, Connection, InboxSink};
+
+/// How long one `getUpdates` waits for updates.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait between attempts after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Wait after the token was refused.
+const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
+
+/// Why a session ended.
+enum SessionEnd {
+    /// The token was refused.
+    CredentialsRefused(String),
+    /// Anything else; try again (no sooner than `after`).
+    Failed {
+        reason: String,
+        after: Option<Duration>,
+    },
+}
+
+impl From<ApiError> for SessionEnd {
+    fn from(error: ApiError) -> Self {
+        // 404 is what the Bot API answers for a token that is not even well-formed.
+        if matches!(error.status, 401 | 404) {
+            return Self::CredentialsRefused(error.to_string());
+        }
+        let reason = if error.status == 409 {
+            format!(
+                "{error}: a webhook is set for this bot, so getUpdates is refused; delete it \
+                 (deleteWebhook) or use settings.mode: webhook"
+            )
+        } else {
+            error.to_string()
+        };
+        Self::Failed {
+            reason,
+            after: error.retry_after,
+        }
+    }
+}
+
+/// The `getUpdates` loop of a polling channel.
+pub struct Poller {
+    api: Arc<BotApi>,
+    poll_timeout: Duration,
+}
+
+impl Poller {
+    /// A poller on `api`.
+    pub fn new(api: Arc<BotApi>) -> Self {
+        Self {
+            api,
+            poll_timeout: POLL_TIMEOUT,
+        }
+    }
+
+    /// The same with a shorter long-poll (for tests that stop the poller often).
+    pub fn with_poll_timeout(mut self, timeout: Duration) -> Self {
+        self.poll_timeout = timeout;
+        self
+    }
+
+    async fn session(
+        &self,
+        sink: &dyn InboxSink,
+        backoff: &mut Duration,
+    ) -> Result<(), SessionEnd> {
+        let settings = self.api.settings();
+        let channel = settings.channel.as_str();
+        let me = self.api.get_me().await?;
+        let bot = BotIdentity {
+            id: me.id,
+            username: me.username.clone(),
+        };
+        let mut offset: Option<i64> = sink
+            .cursor(channel)
+            .await
+            .map_err(|error| SessionEnd::Failed {
+                reason: format!("failed to read the saved update offset: {error}"),
+                after: None,
+            })?
+            .and_then(|cursor| cursor.parse().ok());
+        let mut reported_up = false;
+        loop {
+            let mut request = json!({
+                "timeout": self.poll_timeout.as_secs(),
+                "allowed_updates": ["message"],
+            });
+            if let Some(offset) = offset {
+                request["offset"] = json!(offset);
+            }
+            let updates: Vec<serde_json::Value> = self
+                .api
+                .call(
+                    "getUpdates",
+                    &request,
+                    self.poll_timeout + Duration::from_secs(15),
+                )
+                .await?;
+            if !reported_up {
+                sink.report(channel, ChannelState::Up);
+                *backoff = Duration::from_secs(1);
+                reported_up = true;
+            }
+            let Some(last) = updates
+                .iter()
+                .filter_map(|update| update["update_id"].as_i64())
+                .max()
+            else {
+                continue;
+            };
+            let mut messages = Vec::new();
+            for raw in updates {
+                let update: Update = match serde_json::from_value(raw) {
+                    Ok(update) => update,
+                    Err(error) => {
+                        tracing::warn!(channel, %error, "telegram: an unreadable update is skipped");
+                        continue;
+                    }
+                };
+                match read_update(channel, &update, &bot, &settings.group_rules, &|identity| {
+                    sink.is_contact(identity)
+                }) {
+                    Received::Message(message) => messages.push((*message, None)),
+                    Received::Skipped(reason) => tracing::debug!(channel, "telegram: {reason}"),
+                }
+            }
+            let next = last + 1;
+            // The offset that confirms this batch is asked for only once it is stored.
+            sink.commit(channel, messages, next.to_string())
+                .await
+                .map_err(|error| SessionEnd::Failed {
+                    reason: format!("failed to store received messages: {error}"),
+                    after: None,
+                })?;
+            offset = Some(next);
+        }
+    }
+}
+
+impl Connection for Poller {
+    fn run(
+        self: Arc<Self>,
+        sink: Arc<dyn InboxSink>,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let channel = self.api.settings().channel.clone();
+            let mut backoff = Duration::from_secs(1);
+            loop {
+                let mut stop_signal = stop.clone();
+                let end = tokio::select! {
+                    end = self.session(sink.as_ref(), &mut backoff) => end,
+                    _ = stop_signal.wait_for(|stopped| *stopped) => return,
+                };
+                let wait = match end {
+                    Ok(()) => Duration::ZERO,
+                    Err(SessionEnd::CredentialsRefused(reason)) => {
+                        tracing::error!(channel, %reason, "telegram: the bot token was refused");
+                        sink.report(&channel, ChannelState::CredentialsRefused(reason));
+                        CREDENTIALS_RETRY
+                    }
+                    Err(SessionEnd::Failed { reason, after }) => {
+                        let wait = backoff.max(after.unwrap_or_default());
+                        tracing::warn!(channel, %reason, retry_in_s = wait.as_secs(), "telegram: polling failed; retrying");
+                        sink.report(&channel, ChannelState::Retrying(reason));
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        wait
+                    }
+                };
+                let mut stop_signal = stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop_signal.wait_for(|stopped| *stopped) => return,
+                }
+            }
+        })
+    }
+}
+
+/// Webhook mode's connection: `getMe` until it answers (reporting a refused token),
+/// then nothing but waiting for `stop`.
+pub struct IdentityCheck {
+    api: Arc<BotApi>,
+    identity: Arc<OnceLock<BotUser>>,
+}
+
+impl IdentityCheck {
+    /// Checks `api`'s token and fills `identity`.
+    pub fn new(api: Arc<BotApi>, identity: Arc<OnceLock<BotUser>>) -> Self {
+        Self { api, identity }
+    }
+}
+
+impl Connection for IdentityCheck {
+    fn run(
+        self: Arc<Self>,
+        sink: Arc<dyn InboxSink>,
+        mut stop: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let channel = self.api.settings().channel.clone();
+            let mut backoff = Duration::from_secs(1);
+            loop {
+                let wait = match self.api.get_me().await.map_err(SessionEnd::from) {
+                    Ok(user) => {
+                        let _ = self.identity.set(user);
+                        sink.report(&channel, ChannelState::Up);
+                        break;
+                    }
+                    Err(SessionEnd::CredentialsRefused(reason)) => {
+                        sink.report(&channel, ChannelState::CredentialsRefused(reason));
+                        CREDENTIALS_RETRY
+                    }
+                    Err(SessionEnd::Failed { reason, after }) => {
+                        sink.report(&channel, ChannelState::Retrying(reason));
+                        let wait = backoff.max(after.unwrap_or_default());
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        wait
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.wait_for(|stopped| *stopped) => return,
+                }
+            }
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        })
+    }
+}

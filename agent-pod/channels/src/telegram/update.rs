@@ -1,0 +1,433 @@
+//! Reading one Bot API `Update` into an inbox message: who wrote (the user id), where
+//! (a private chat, or a group that is its own conversation), whether it addresses the
+//! bot (an `@username` mention, a `/command@username`, a reply to the bot's message),
+//! its text with the mention taken out, and its files. Pure.
+//!
+//! Entity offsets count UTF-16 code units, as Telegram documents them.
+
+use saint_config::{ChannelIdentity, ChannelKind};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::{
+    message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
+    transport::GroupRules,
+};
+
+/// One update as `getUpdates` returns it or a webhook delivers it.
+#[derive(Debug, Deserialize)]
+pub struct Update {
+    /// Its sequence number (the next `offset` is the last one plus one).
+    pub update_id: i64,
+    #[serde(default)]
+    message: Option<Message>,
+    // Whatever else the update is (`edited_message`, `my_chat_member`, …), to name it.
+    #[serde(flatten)]
+    other: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    message_id: i64,
+    #[serde(default)]
+    from: Option<User>,
+    chat: Chat,
+    date: i64,
+    #[serde(default)]
+    message_thread_id: Option<i64>,
+    #[serde(default)]
+    is_topic_message: bool,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    entities: Vec<Entity>,
+    #[serde(default)]
+    caption: Option<String>,
+    #[serde(default)]
+    caption_entities: Vec<Entity>,
+    #[serde(default)]
+    photo: Vec<PhotoSize>,
+    #[serde(default)]
+    document: Option<FileMeta>,
+    #[serde(default)]
+    voice: Option<FileMeta>,
+    #[serde(default)]
+    audio: Option<FileMeta>,
+    #[serde(default)]
+    video: Option<FileMeta>,
+    #[serde(default)]
+    reply_to_message: Option<Box<Message>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct User {
+    id: i64,
+    #[serde(default)]
+    is_bot: bool,
+    #[serde(default)]
+    first_name: String,
+    #[serde(default)]
+    last_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Chat {
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Entity {
+    #[serde(rename = "type")]
+    kind: String,
+    offset: usize,
+    length: usize,
+    #[serde(default)]
+    user: Option<User>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PhotoSize {
+    file_id: String,
+    #[serde(default)]
+    width: u64,
+    #[serde(default)]
+    height: u64,
+    #[serde(default)]
+    file_size: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FileMeta {
+    file_id: String,
+    #[serde(default)]
+    file_name: Option<String>,
+    #[serde(default)]
+    mime_type: Option<String>,
+}
+
+/// Who the bot is, for telling whether a group message addresses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BotIdentity {
+    /// Its user id.
+    pub id: i64,
+    /// Its username without `@` (`None` until `getMe` told it).
+    pub username: Option<String>,
+}
+
+/// What one update comes to.
+#[derive(Debug)]
+pub enum Received {
+    /// A message for the inbox.
+    Message(Box<InboundMessage>),
+    /// Not answered, and not stored (the reason is for the log).
+    Skipped(String),
+}
+
+/// Reads `update` on `channel`: a private message is always taken; a group message
+/// only as `rules` allow for its sender (`is_contact`).
+pub fn read_update(
+    channel: &str,
+    update: &Update,
+    bot: &BotIdentity,
+    rules: &GroupRules,
+    is_contact: &dyn Fn(&ChannelIdentity) -> bool,
+) -> Received {
+    let skip = |reason: String| Received::Skipped(format!("update {}: {reason}", update.update_id));
+    let Some(message) = &update.message else {
+        let kind = update
+            .other
+            .keys()
+            .next()
+            .map_or("empty", String::as_str)
+            .to_string();
+        return skip(format!("a {kind} update is not handled"));
+    };
+    let Some(from) = &message.from else {
+        return skip("a message without a sender (a channel post) is not handled".into());
+    };
+    if from.is_bot {
+        return skip("a message from a bot is not answered".into());
+    }
+    let Ok(sender) = ChannelIdentity::parse(ChannelKind::Telegram, &from.id.to_string()) else {
+        return skip(format!("sender id {} is not a telegram user id", from.id));
+    };
+    let group = match message.chat.kind.as_str() {
+        "private" => false,
+        "group" | "supergroup" => true,
+        other => return skip(format!("a message in a {other} chat is not handled")),
+    };
+    let (raw_text, entities) = match (&message.text, &message.caption) {
+        (Some(text), _) => (text.as_str(), &message.entities),
+        (None, Some(caption)) => (caption.as_str(), &message.caption_entities),
+        (None, None) => ("", &message.entities),
+    };
+    let attachments = attachments(message);
+    if raw_text.trim().is_empty() && attachments.is_empty() {
+        return skip(
+            "a message with neither text nor a file (a sticker, a location, a service \
+             message) is not handled"
+                .into(),
+        );
+    }
+    let (text, mentioned) = strip_mentions(raw_text, entities, bot);
+    let replies_to_bot = message
+        .reply_to_message
+        .as_ref()
+        .and_then(|replied| replied.from.as_ref())
+        .is_some_and(|replied| replied.id == bot.id);
+    if group
+        && let Some(reason) = rules.skip_reason(mentioned || replies_to_bot, is_contact(&sender))
+    {
+        return skip(format!(
+            "group message from {sender} in chat {}: {reason}",
+            message.chat.id
+        ));
+    }
+    let chat = message.chat.id.to_string();
+    // In a forum supergroup each topic is its own conversation.
+    let thread = message
+        .message_thread_id
+        .filter(|_| group && message.is_topic_message)
+        .map(|thread| thread.to_string());
+    let conversation = group.then(|| Conversation {
+        id: match &thread {
+            Some(thread) => format!("{chat}/{thread}"),
+            None => chat.clone(),
+        },
+        title: message.chat.title.clone(),
+    });
+    let display_name = match &from.last_name {
+        Some(last) => format!("{} {last}", from.first_name),
+        None => from.first_name.clone(),
+    };
+    Received::Message(Box::new(InboundMessage {
+        channel: channel.to_string(),
+        kind: ChannelKind::Telegram,
+        // Message ids count per chat.
+        platform_id: format!("{chat}:{}", message.message_id),
+        sender,
+        sender_verified: true,
+        display_name: Some(display_name).filter(|name| !name.trim().is_empty()),
+        text,
+        attachments,
+        sent_at: jiff::Timestamp::from_second(message.date)
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+            .to_string(),
+        context: ReplyContext {
+            reply_to: Some(message.message_id.to_string()),
+            chat: group.then_some(chat),
+            thread,
+            ..ReplyContext::default()
+        },
+        conversation,
+    }))
+}
+
+fn attachments(message: &Message) -> Vec<AttachmentRef> {
+    let mut attachments = Vec::new();
+    // Telegram sends every size of a photo; the largest is the original.
+    if let Some(photo) = message.photo.iter().max_by_key(|size| {
+        (
+            size.file_size.unwrap_or(0),
+            size.width.saturating_mul(size.height),
+        )
+    }) {
+        attachments.push(AttachmentRef {
+            id: photo.file_id.clone(),
+            kind: "image".to_string(),
+            mime_type: "image/jpeg".to_string(),
+            file_name: None,
+        });
+    }
+    for (file, kind, default_mime) in [
+        (&message.document, "document", "application/octet-stream"),
+        (&message.voice, "audio", "audio/ogg"),
+        (&message.audio, "audio", "audio/mpeg"),
+        (&message.video, "video", "video/mp4"),
+    ] {
+        if let Some(file) = file {
+            attachments.push(AttachmentRef {
+                id: file.file_id.clone(),
+                kind: kind.to_string(),
+                mime_type: file
+                    .mime_type
+                    .clone()
+                    .unwrap_or_else(|| default_mime.to_string()),
+                file_name: file.file_name.clone(),
+            });
+        }
+    }
+    attachments
+}
+
+/// The text without the bot's mentions, and whether there was one: an `@username`
+/// mention, a mention of the bot by id (a user without a username is mentioned as a
+/// `text_mention`), or a `/command@username` (which keeps `/command`).
+fn strip_mentions(text: &str, entities: &[Entity], bot: &BotIdentity) -> (String, bool) {
+    let units: Vec<u16> = text.encode_utf16().collect();
+    let handle = bot
+        .username
+        .as_deref()
+        .map(|username| format!("@{username}").to_lowercase());
+    let mut removed: Vec<(usize, usize)> = Vec::new();
+    let mut mentioned = false;
+    for entity in entities {
+        let end = entity.offset.saturating_add(entity.length);
+        let Some(span) = units.get(entity.offset..end) else {
+            continue;
+        };
+        let span = String::from_utf16_lossy(span).to_lowercase();
+        match entity.kind.as_str() {
+            "mention" if Some(&span) == handle.as_ref() => {
+                mentioned = true;
+                removed.push((entity.offset, end));
+            }
+            "text_mention" if entity.user.as_ref().is_some_and(|user| user.id == bot.id) => {
+                mentioned = true;
+            }
+            "bot_command" => {
+                if let Some(handle) = &handle
+                    && span.ends_with(handle.as_str())
+                {
+                    mentioned = true;
+                    let suffix = handle.encode_utf16().count();
+                    removed.push((end - suffix, end));
+                }
+            }
+            _ => {}
+        }
+    }
+    if removed.is_empty() {
+        return (text.to_string(), mentioned);
+    }
+    removed.sort_unstable();
+    let mut kept: Vec<u16> = Vec::with_capacity(units.len());
+    let mut position = 0;
+    for (start, end) in removed {
+        if start < position {
+            continue;
+        }
+        kept.extend_from_slice(&units[position..start]);
+        position = end;
+        // "hey @bot, do it" → "hey, do it"; "@bot do it" → "do it".
+        let space = u16::from(b' ');
+        let next_is_punctuation = units
+            .get(position)
+            .and_then(|unit| char::from_u32(u32::from(*unit)))
+            .is_some_and(|next| next.is_ascii_punctuation());
+        if kept.last().is_none_or(|last| *last == space) {
+            if next_is_punctuation {
+                kept.pop();
+            }
+            while units.get(position) == Some(&space) {
+                position += 1;
+            }
+        }
+    }
+    kept.extend_from_slice(&units[position..]);
+    (
+        String::from_utf16_lossy(&kept).trim().to_string(),
+        mentioned,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    fn bot() -> BotIdentity {
+        BotIdentity {
+            id: 777,
+            username: Some("Acme_Bot".to_string()),
+        }
+    }
+
+    fn entity(kind: &str, offset: usize, length: usize) -> Entity {
+        Entity {
+            kind: kind.to_string(),
+            offset,
+            length,
+            user: None,
+        }
+    }
+
+    #[test]
+    fn mentions_are_found_case_insensitively_and_taken_out() {
+        let text = "hey @acme_bot, what's up";
+        assert_eq!(
+            strip_mentions(text, &[entity("mention", 4, 9)], &bot()),
+            ("hey, what's up".to_string(), true)
+        );
+        assert_eq!(
+            strip_mentions("@ACME_BOT do it", &[entity("mention", 0, 9)], &bot()),
+            ("do it".to_string(), true)
+        );
+        assert_eq!(
+            strip_mentions("@other_bot do it", &[entity("mention", 0, 10)], &bot()),
+            ("@other_bot do it".to_string(), false)
+        );
+        assert_eq!(
+            strip_mentions(
+                "/report@acme_bot now",
+                &[entity("bot_command", 0, 16)],
+                &bot()
+            ),
+            ("/report now".to_string(), true)
+        );
+        // Offsets are UTF-16 units: the emoji before the mention takes two.
+        assert_eq!(
+            strip_mentions("😀 @acme_bot hi", &[entity("mention", 3, 9)], &bot()),
+            ("😀 hi".to_string(), true)
+        );
+        // An entity past the text is ignored rather than trusted.
+        assert_eq!(
+            strip_mentions("hi", &[entity("mention", 1, 90)], &bot()),
+            ("hi".to_string(), false)
+        );
+    }
+
+    #[test]
+    fn a_group_photo_replying_to_the_bot_is_addressed_and_keeps_the_largest_size() {
+        let update: Update = serde_json::from_value(json!({
+            "update_id": 10,
+            "message": {
+                "message_id": 5, "date": 1_700_000_000,
+                "from": {"id": 222222222, "is_bot": false, "first_name": "Marko", "last_name": "M"},
+                "chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+                "caption": "this one",
+                "photo": [
+                    {"file_id": "small", "file_unique_id": "a", "width": 90, "height": 90, "file_size": 1000},
+                    {"file_id": "large", "file_unique_id": "b", "width": 1280, "height": 960, "file_size": 90000}
+                ],
+                "reply_to_message": {"message_id": 4, "date": 1, "chat": {"id": -100123, "type": "supergroup"},
+                                      "from": {"id": 777, "is_bot": true, "first_name": "Acme"}, "text": "earlier"}
+            }
+        }))
+        .unwrap();
+        let Received::Message(message) =
+            read_update("tg", &update, &bot(), &GroupRules::default(), &|_| false)
+        else {
+            panic!("skipped")
+        };
+        assert_eq!(message.platform_id, "-100123:5");
+        assert_eq!(message.text, "this one");
+        assert_eq!(message.attachments[0].id, "large");
+        assert_eq!(message.display_name.as_deref(), Some("Marko M"));
+        assert_eq!(
+            message.conversation,
+            Some(Conversation {
+                id: "-100123".to_string(),
+                title: Some("Ops".to_string())
+            })
+        );
+        assert_eq!(message.context.chat.as_deref(), Some("-100123"));
+        assert_eq!(message.sent_at, "2023-11-14T22:13:20Z");
+    }
+}
