@@ -1,0 +1,685 @@
+//! The inbound side: `/sync` long polling from the saved since token. Each answer's
+//! messages are stored with its `next_batch` in one transaction, and only then is the
+//! next sync asked for, so a crash redelivers (and the inbox's unique event ids make
+//! that harmless). The very first start takes the current position without answering
+//! history.
+//!
+//! Invitations are accepted only from Contacts (others are declined). Rooms with
+//! end-to-end encryption are not supported: the bot says so there once and never
+//! answers in them.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::future::BoxFuture;
+use reqwest::Method;
+use saint_config::{ChannelIdentity, ChannelKind};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, watch};
+
+use super::{MatrixApi, MatrixSettings, transaction_id};
+use crate::{
+    message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
+    transport::{ChannelState, Connection, InboxSink, SendError},
+};
+
+/// How long the homeserver holds a sync open when nothing happens.
+const LONG_POLL: Duration = Duration::from_secs(30);
+/// Longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Wait after the homeserver refused the token (it must be replaced first).
+const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
+/// Pages of a room's history read to close a gap in a limited timeline.
+const MAX_GAP_PAGES: usize = 10;
+
+/// What the bot says in an end-to-end encrypted room, once.
+pub const ENCRYPTED_ROOM_NOTICE: &str = "This room is end-to-end encrypted, which this assistant does not support: \
+     it cannot read messages here and will not answer them. Please write to it in an \
+     unencrypted room.";
+
+/// Event types the syncs ask for: messages, memberships (invitations, who is in a room,
+/// its name) and encryption.
+const EVENT_TYPES: [&str; 5] = [
+    "m.room.message",
+    "m.room.member",
+    "m.room.encryption",
+    "m.room.encrypted",
+    "m.room.name",
+];
+
+fn filter(timeline_limit: u32) -> String {
+    json!({
+        "presence": {"types": []},
+        "account_data": {"types": []},
+        "room": {
+            "timeline": {"types": EVENT_TYPES, "limit": timeline_limit},
+            "state": {"types": EVENT_TYPES, "lazy_load_members": true},
+            "ephemeral": {"types": []},
+            "account_data": {"types": []},
+        },
+    })
+    .to_string()
+}
+
+/// What the bot knows about a room it is in.
+#[derive(Clone, Debug)]
+struct RoomInfo {
+    /// Joined members with their display names.
+    members: HashMap<String, Option<String>>,
+    /// The room's name, if it has one.
+    name: Option<String>,
+    /// Whether the room has `m.room.encryption` state.
+    encrypted: bool,
+}
+
+#[derive(Default)]
+struct SyncState {
+    /// Rooms looked up, until their membership, name or encryption changes.
+    rooms: HashMap<String, RoomInfo>,
+    /// Encrypted rooms told (since this process started) that the bot cannot read them.
+    told_encrypted: HashSet<String>,
+    /// The bot's display name, for mentions by name.
+    display_name: Option<String>,
+}
+
+/// The `/sync` connection of one Matrix channel.
+pub struct SyncConnection {
+    settings: MatrixSettings,
+    api: Arc<MatrixApi>,
+    state: Mutex<SyncState>,
+}
+
+/// Why a session ended.
+enum SessionEnd {
+    /// The homeserver refused the token.
+    Credentials(String),
+    /// Anything else; try again (not before `after`, when the homeserver said so).
+    Failed(String, Option<Duration>),
+}
+
+impl From<SendError> for SessionEnd {
+    fn from(error: SendError) -> Self {
+        match error {
+            SendError::Credentials { reason } => SessionEnd::Credentials(reason),
+            SendError::Retry { reason, after } => SessionEnd::Failed(reason, after),
+            SendError::Permanent { reason } => SessionEnd::Failed(reason, None),
+        }
+    }
+}
+
+impl Connection for SyncConnection {
+    fn run(
+        self: Arc<Self>,
+        sink: Arc<dyn InboxSink>,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move { self.run_until(sink, stop).await })
+    }
+}
+
+impl SyncConnection {
+    /// The connection for `settings`, sending its notices through `api`.
+    pub fn new(settings: MatrixSettings, api: Arc<MatrixApi>) -> Self {
+        Self {
+            settings,
+            api,
+            state: Mutex::new(SyncState::default()),
+        }
+    }
+
+    async fn run_until(&self, sink: Arc<dyn InboxSink>, stop: watch::Receiver<bool>) {
+        let channel = &self.settings.channel;
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let mut stop_signal = stop.clone();
+            let end = tokio::select! {
+                end = self.session(sink.as_ref(), &mut backoff) => end,
+                _ = stop_signal.wait_for(|stopped| *stopped) => return,
+            };
+            let wait = match end {
+                SessionEnd::Credentials(reason) => {
+                    sink.report(channel, ChannelState::CredentialsRefused(reason));
+                    CREDENTIALS_RETRY
+                }
+                SessionEnd::Failed(reason, after) => {
+                    let wait = backoff.max(after.unwrap_or_default());
+                    tracing::warn!(%channel, %reason, retry_in_ms = wait.as_millis() as u64, "matrix: sync failed; retrying");
+                    sink.report(channel, ChannelState::Retrying(reason));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
+            };
+            let mut stop_signal = stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop_signal.wait_for(|stopped| *stopped) => return,
+            }
+        }
+    }
+
+    // Runs until something fails: checks the token, then syncs forever.
+    async fn session(&self, sink: &dyn InboxSink, backoff: &mut Duration) -> SessionEnd {
+        match self.sync_loop(sink, backoff).await {
+            Ok(never) => match never {},
+            Err(end) => end,
+        }
+    }
+
+    async fn sync_loop(
+        &self,
+        sink: &dyn InboxSink,
+        backoff: &mut Duration,
+    ) -> Result<std::convert::Infallible, SessionEnd> {
+        let channel = &self.settings.channel;
+        let whoami = self.api.get(&["account", "whoami"]).await?;
+        let owner = whoami["user_id"].as_str().unwrap_or_default();
+        if owner != self.settings.user() {
+            return Err(SessionEnd::Credentials(format!(
+                "matrix: the access token belongs to {owner:?}, not to settings.userId {:?}",
+                self.settings.user()
+            )));
+        }
+        let display_name = self
+            .api
+            .get(&["profile", self.settings.user(), "displayname"])
+            .await
+            .ok()
+            .and_then(|profile| profile["displayname"].as_str().map(str::to_string))
+            .filter(|name| !name.trim().is_empty());
+        self.state.lock().await.display_name = display_name;
+        let mut since = sink
+            .cursor(channel)
+            .await
+            .map_err(|error| SessionEnd::Failed(error, None))?;
+        if since.is_none() {
+            // First start: begin from now. History is not answered, but invitations
+            // waiting for the bot are.
+            let first = self.sync(None, Duration::ZERO, &filter(1)).await?;
+            self.handle_invites(sink, &first).await?;
+            let next = next_batch(&first)?;
+            sink.commit(channel, Vec::new(), next.clone())
+                .await
+                .map_err(|error| SessionEnd::Failed(error, None))?;
+            tracing::info!(%channel, "matrix: first start; answering messages from now on");
+            since = Some(next);
+        }
+        sink.report(channel, ChannelState::Up);
+        let filter = filter(100);
+        loop {
+            let current = since.clone().expect("set above");
+            let response = self.sync(Some(&current), LONG_POLL, &filter).await?;
+            *backoff = Duration::from_secs(1);
+            let next = next_batch(&response)?;
+            self.handle_invites(sink, &response).await?;
+            let messages = self.messages(sink, &response, &current).await?;
+            let count = messages.len();
+            sink.commit(channel, messages, next.clone())
+                .await
+                .map_err(|error| SessionEnd::Failed(error, None))?;
+            if count > 0 {
+                tracing::debug!(%channel, count, "matrix: messages stored");
+            }
+            since = Some(next);
+        }
+    }
+
+    async fn sync(
+        &self,
+        since: Option<&str>,
+        timeout: Duration,
+        filter: &str,
+    ) -> Result<Value, SendError> {
+        let mut url = self.api.url("v3", &["sync"]);
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("filter", filter);
+            query.append_pair("timeout", &timeout.as_millis().to_string());
+            if let Some(since) = since {
+                query.append_pair("since", since);
+            }
+        }
+        self.api
+            .call(Method::GET, url, None, timeout + Duration::from_secs(30))
+            .await
+    }
+
+    /// Joins rooms a Contact invited the bot to; declines the others. Runs before the
+    /// position moves past the invitation, so a failure here retries it.
+    async fn handle_invites(
+        &self,
+        sink: &dyn InboxSink,
+        response: &Value,
+    ) -> Result<(), SendError> {
+        let channel = &self.settings.channel;
+        let Some(invites) = response["rooms"]["invite"].as_object() else {
+            return Ok(());
+        };
+        for (room, invite) in invites {
+            let inviter = invite["invite_state"]["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|event| {
+                    event["type"] == "m.room.member"
+                        && event["state_key"] == self.settings.user()
+                        && event["content"]["membership"] == "invite"
+                })
+                .and_then(|event| event["sender"].as_str())
+                .unwrap_or_default();
+            let known = ChannelIdentity::parse(ChannelKind::Matrix, inviter)
+                .is_ok_and(|identity| sink.is_contact(&identity));
+            let result = if known {
+                tracing::info!(%channel, %room, %inviter, "matrix: joining a room a contact invited the bot to");
+                self.api.post(&["join", room], &json!({})).await
+            } else {
+                tracing::info!(%channel, %room, %inviter, "matrix: declining an invitation from someone who is not a contact");
+                self.api.post(&["rooms", room, "leave"], &json!({})).await
+            };
+            match result {
+                Ok(_) => {}
+                // The room is gone or the invitation withdrawn: nothing to retry.
+                Err(SendError::Permanent { reason }) => {
+                    tracing::warn!(%channel, %room, %reason, "matrix: could not answer an invitation")
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// The messages of a sync answer to store: from other people, in rooms that are
+    /// not encrypted, direct or addressing the bot by the group rules.
+    async fn messages(
+        &self,
+        sink: &dyn InboxSink,
+        response: &Value,
+        since: &str,
+    ) -> Result<Vec<(InboundMessage, Option<String>)>, SendError> {
+        let mut stored = Vec::new();
+        let Some(joined) = response["rooms"]["join"].as_object() else {
+            return Ok(stored);
+        };
+        for (room, update) in joined {
+            let mut timeline: Vec<Value> = update["timeline"]["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if update["timeline"]["limited"] == true
+                && let Some(previous) = update["timeline"]["prev_batch"].as_str()
+            {
+                let mut gap = self.gap(room, previous, since).await?;
+                gap.append(&mut timeline);
+                timeline = gap;
+            }
+            let state_events = update["state"]["events"].as_array().into_iter().flatten();
+            let changed = state_events.clone().chain(timeline.iter()).any(|event| {
+                matches!(
+                    event["type"].as_str(),
+                    Some("m.room.member" | "m.room.name" | "m.room.encryption")
+                )
+            });
+            if changed {
+                self.state.lock().await.rooms.remove(room);
+            }
+            let encryption_seen = state_events
+                .chain(timeline.iter())
+                .any(|event| event["type"] == "m.room.encryption")
+                || timeline
+                    .iter()
+                    .any(|event| event["type"] == "m.room.encrypted");
+            let from_others: Vec<&Value> = timeline[self.first_new(&timeline)..]
+                .iter()
+                .filter(|event| {
+                    event["type"] == "m.room.message" && event["sender"] != self.settings.user()
+                })
+                .collect();
+            if from_others.is_empty() && !encryption_seen {
+                continue;
+            }
+            let info = self.room_info(room).await?;
+            if info.encrypted || encryption_seen {
+                self.tell_encrypted(room).await?;
+                continue;
+            }
+            for event in from_others {
+                if let Some(message) = self.inbound(sink, room, &info, event).await {
+                    stored.push((message, None));
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Where new messages start in a room's timeline: after the bot's invitation (or
+    /// its join) when the bot joined in this batch — what came before is the room's
+    /// history — else at the start.
+    fn first_new(&self, timeline: &[Value]) -> usize {
+        let own_membership = |event: &Value, membership: &str| {
+            event["type"] == "m.room.member"
+                && event["state_key"] == self.settings.user()
+                && event["content"]["membership"] == membership
+        };
+        let Some(joined_at) = timeline
+            .iter()
+            .rposition(|event| own_membership(event, "join"))
+        else {
+            return 0;
+        };
+        let invited_at = timeline[..joined_at]
+            .iter()
+            .rposition(|event| own_membership(event, "invite"));
+        invited_at.unwrap_or(joined_at) + 1
+    }
+
+    /// A limited timeline's missing events, oldest first: the room's history from the
+    /// timeline's start back to the position the sync started from.
+    async fn gap(&self, room: &str, previous: &str, since: &str) -> Result<Vec<Value>, SendError> {
+        let mut events = Vec::new();
+        let mut from = previous.to_string();
+        for _ in 0..MAX_GAP_PAGES {
+            let mut url = self.api.url("v3", &["rooms", room, "messages"]);
+            url.query_pairs_mut()
+                .append_pair("dir", "b")
+                .append_pair("from", &from)
+                .append_pair("to", since)
+                .append_pair("limit", "100")
+                .append_pair("filter", &json!({"types": EVENT_TYPES}).to_string());
+            let page = self
+                .api
+                .call(Method::GET, url, None, Duration::from_secs(60))
+                .await?;
+            let chunk = page["chunk"].as_array().cloned().unwrap_or_default();
+            let end = page["end"].as_str().map(str::to_string);
+            let done = chunk.is_empty() || end.is_none();
+            events.extend(chunk);
+            match end {
+                Some(end) if !done => from = end,
+                _ => break,
+            }
+        }
+        if events.len() >= MAX_GAP_PAGES * 100 {
+            tracing::warn!(channel = %self.settings.channel, %room, "matrix: a gap longer than {} events; older messages are not answered", MAX_GAP_PAGES * 100);
+        }
+        events.reverse();
+        Ok(events)
+    }
+
+    async fn room_info(&self, room: &str) -> Result<RoomInfo, SendError> {
+        if let Some(info) = self.state.lock().await.rooms.get(room) {
+            return Ok(info.clone());
+        }
+        let joined = self.api.get(&["rooms", room, "joined_members"]).await?;
+        let members = joined["joined"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(user, profile)| {
+                (
+                    user.clone(),
+                    profile["display_name"].as_str().map(str::to_string),
+                )
+            })
+            .collect();
+        let name = self
+            .api
+            .state(room, "m.room.name")
+            .await?
+            .and_then(|content| content["name"].as_str().map(str::to_string))
+            .filter(|name| !name.trim().is_empty());
+        let encrypted = self.api.state(room, "m.room.encryption").await?.is_some();
+        let info = RoomInfo {
+            members,
+            name,
+            encrypted,
+        };
+        self.state
+            .lock()
+            .await
+            .rooms
+            .insert(room.to_string(), info.clone());
+        Ok(info)
+    }
+
+    /// Tells an encrypted room, once, that the bot cannot read it.
+    async fn tell_encrypted(&self, room: &str) -> Result<(), SendError> {
+        if self.state.lock().await.told_encrypted.contains(room) {
+            return Ok(());
+        }
+        let content = json!({"msgtype": "m.notice", "body": ENCRYPTED_ROOM_NOTICE});
+        let transaction = transaction_id(room, ENCRYPTED_ROOM_NOTICE, 0, &ReplyContext::default());
+        match self.api.send_message(room, &transaction, &content).await {
+            Ok(_) => {}
+            // Not allowed to write there: say nothing, but answer nothing either.
+            Err(SendError::Permanent { reason }) => {
+                tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: could not tell an encrypted room it is not supported")
+            }
+            Err(error) => return Err(error),
+        }
+        tracing::info!(channel = %self.settings.channel, %room, "matrix: an end-to-end encrypted room; its messages are not answered");
+        self.state
+            .lock()
+            .await
+            .told_encrypted
+            .insert(room.to_string());
+        Ok(())
+    }
+
+    /// One message event as an inbound message, or `None` if it is not to be answered
+    /// (a notice from a bot, an edit, a group message the rules skip).
+    async fn inbound(
+        &self,
+        sink: &dyn InboxSink,
+        room: &str,
+        info: &RoomInfo,
+        event: &Value,
+    ) -> Option<InboundMessage> {
+        let channel = &self.settings.channel;
+        let content = &event["content"];
+        let msgtype = content["msgtype"].as_str()?;
+        let relates = &content["m.relates_to"];
+        // Bots write notices; edits are not new questions; redacted events are empty.
+        if msgtype == "m.notice" || relates["rel_type"] == "m.replace" {
+            return None;
+        }
+        let event_id = event["event_id"].as_str()?;
+        let sender_id = event["sender"].as_str()?;
+        let sender = ChannelIdentity::parse(ChannelKind::Matrix, sender_id).ok()?;
+        let thread = (relates["rel_type"] == "m.thread")
+            .then(|| relates["event_id"].as_str().map(str::to_string))
+            .flatten();
+        // In a thread, `m.in_reply_to` is only a fallback for clients without threads
+        // unless `is_falling_back` is false.
+        let replied = relates["m.in_reply_to"]["event_id"]
+            .as_str()
+            .filter(|_| thread.is_none() || relates["is_falling_back"] == false);
+        let body = content["body"].as_str().unwrap_or_default();
+        let body = if relates["m.in_reply_to"].is_object() {
+            strip_reply_fallback(body)
+        } else {
+            body
+        };
+        let (text, attachments) = match msgtype {
+            "m.image" | "m.file" | "m.audio" | "m.video" => {
+                let file_name = content["filename"].as_str();
+                // With a `filename`, a different `body` is the caption.
+                let caption = match file_name {
+                    Some(name) if name != body => body.to_string(),
+                    _ => String::new(),
+                };
+                let attachment = content["url"]
+                    .as_str()
+                    .filter(|url| url.starts_with("mxc://"))
+                    .map(|url| AttachmentRef {
+                        id: url.to_string(),
+                        kind: match msgtype {
+                            "m.image" => "image",
+                            "m.audio" => "audio",
+                            "m.video" => "video",
+                            _ => "document",
+                        }
+                        .to_string(),
+                        mime_type: content["info"]["mimetype"]
+                            .as_str()
+                            .unwrap_or("application/octet-stream")
+                            .to_string(),
+                        file_name: file_name.or(Some(body)).map(str::to_string),
+                    });
+                (caption, attachment.into_iter().collect())
+            }
+            _ => (body.to_string(), Vec::new()),
+        };
+        if text.trim().is_empty() && attachments.is_empty() {
+            return None;
+        }
+        let direct = info.members.len() == 2 && info.members.contains_key(sender_id);
+        if !direct {
+            let display_name = self.state.lock().await.display_name.clone();
+            let mut addressed = mentions(
+                content,
+                &text,
+                self.settings.user(),
+                display_name.as_deref(),
+            );
+            if !addressed && let Some(replied) = replied {
+                addressed = self.api.sent_by_bot(room, replied).await;
+            }
+            let known = sink.is_contact(&sender);
+            if let Some(reason) = self.settings.group_rules.skip_reason(addressed, known) {
+                tracing::debug!(%channel, %room, %event_id, %reason, "matrix: room message skipped");
+                return None;
+            }
+        }
+        let sent_at = event["origin_server_ts"]
+            .as_i64()
+            .and_then(|millis| jiff::Timestamp::from_millisecond(millis).ok())
+            .unwrap_or_else(jiff::Timestamp::now)
+            .to_string();
+        Some(InboundMessage {
+            channel: channel.clone(),
+            kind: ChannelKind::Matrix,
+            platform_id: event_id.to_string(),
+            sender,
+            sender_verified: true,
+            display_name: info.members.get(sender_id).cloned().flatten(),
+            text,
+            attachments,
+            sent_at,
+            context: ReplyContext {
+                reply_to: Some(event_id.to_string()),
+                chat: Some(room.to_string()),
+                thread: thread.clone(),
+                ..ReplyContext::default()
+            },
+            conversation: (!direct).then(|| Conversation {
+                id: match &thread {
+                    Some(root) => format!("{room}/{root}"),
+                    None => room.to_string(),
+                },
+                title: info.name.clone(),
+            }),
+        })
+    }
+}
+
+fn next_batch(response: &Value) -> Result<String, SessionEnd> {
+    response["next_batch"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| SessionEnd::Failed("matrix: a sync answer without next_batch".into(), None))
+}
+
+/// A reply's body without the quoted fallback (`> <@ana:x> earlier text` lines and the
+/// blank line after them) older clients put in front.
+fn strip_reply_fallback(body: &str) -> &str {
+    match body.split_once("\n\n") {
+        Some((quote, rest)) if quote.lines().all(|line| line.starts_with('>')) => rest,
+        _ => body,
+    }
+}
+
+/// Whether a room message addresses the bot: it lists the bot in `m.mentions`, names
+/// its user id (in the text or a `matrix.to` link) or its display name as a word.
+fn mentions(content: &Value, text: &str, user: &str, display_name: Option<&str>) -> bool {
+    let listed = content["m.mentions"]["user_ids"]
+        .as_array()
+        .is_some_and(|ids| ids.iter().any(|id| id == user));
+    let formatted = content["formatted_body"].as_str().unwrap_or_default();
+    let encoded = user.replace('@', "%40").replace(':', "%3A");
+    let by_id = text.contains(user)
+        || formatted.contains(user)
+        || formatted.contains(&encoded)
+        || formatted.contains(&user.replace('@', "%40"));
+    let by_name = display_name.is_some_and(|name| contains_word(text, name));
+    listed || by_id || by_name
+}
+
+// `needle` in `haystack`, ignoring case, not inside a longer word.
+fn contains_word(haystack: &str, needle: &str) -> bool {
+    let haystack = haystack.to_lowercase();
+    let needle = needle.to_lowercase();
+    let mut start = 0;
+    while let Some(found) = haystack[start..].find(&needle) {
+        let at = start + found;
+        let end = at + needle.len();
+        let before = haystack[..at].chars().next_back();
+        let after = haystack[end..].chars().next();
+        if !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric) {
+            return true;
+        }
+        start = at + needle.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_by_list_id_link_or_name() {
+        let user = "@saint:acme.example";
+        assert!(mentions(
+            &json!({"m.mentions": {"user_ids": [user]}}),
+            "hi",
+            user,
+            None
+        ));
+        assert!(mentions(&json!({}), "@saint:acme.example: hi", user, None));
+        assert!(mentions(
+            &json!({"formatted_body": "<a href=\"https://matrix.to/#/%40saint%3Aacme.example\">Saint</a> hi"}),
+            "Saint hi",
+            user,
+            None
+        ));
+        assert!(mentions(
+            &json!({}),
+            "Acme Bot, please",
+            user,
+            Some("acme bot")
+        ));
+        assert!(!mentions(
+            &json!({}),
+            "the acme botany club",
+            user,
+            Some("acme bot")
+        ));
+        assert!(!mentions(
+            &json!({"m.mentions": {"user_ids": ["@ana:acme.example"]}}),
+            "hi all",
+            user,
+            Some("Saint")
+        ));
+    }
+
+    #[test]
+    fn the_reply_fallback_is_not_part_of_the_question() {
+        assert_eq!(
+            strip_reply_fallback("> <@saint:x> the plan is\n> two lines\n\nand the budget?"),
+            "and the budget?"
+        );
+        assert_eq!(strip_reply_fallback("plain\n\ntext"), "plain\n\ntext");
+    }
+}
