@@ -616,11 +616,13 @@ fn closed(frame: Option<CloseFrame>, state: &mut State) -> SessionEnd {
         4004 => SessionEnd::Refused(format!(
             "discord: the gateway refused the bot token (close code 4004, authentication failed): {reason}"
         )),
-        4014 => SessionEnd::Refused(format!(
+        4014 => SessionEnd::Refused(
+
             "discord: the gateway refused the bot's intents (close code 4014, disallowed intents): \
              enable the Message Content intent for the bot in the Discord Developer Portal \
              (Bot → Privileged Gateway Intents)"
-        )),
+                .to_string(),
+        ),
         4010..=4013 => SessionEnd::Unservable(format!(
             "discord: the gateway refused the connection (close code {code}: {}): {reason}",
             match code {
