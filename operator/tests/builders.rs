@@ -108,6 +108,58 @@ fn the_webhook_ingress_routes_only_the_webhook_paths_of_webhook_channels() {
     );
 }
 
+/// Telegram and Slack are routed only in their webhook modes; polling, Socket Mode,
+/// Discord and Matrix connect out, so no path of theirs becomes public.
+#[test]
+fn only_channels_in_a_webhook_mode_get_an_ingress_path() {
+    let secret = |key: &str| serde_json::json!({"name": "acme-channels", "key": key});
+    let children = bot_with(|bot| {
+        let channels = bot["spec"]["channels"].as_array_mut().unwrap();
+        channels.extend([
+            serde_json::json!({"name": "tg-poll", "kind": "telegram",
+                "secrets": {"botToken": secret("tg-token")}}),
+            serde_json::json!({"name": "tg-hook", "kind": "telegram",
+                "settings": {"mode": "webhook"},
+                "secrets": {"botToken": secret("tg-token"), "webhookSecret": secret("tg-hook")}}),
+            serde_json::json!({"name": "slack-socket", "kind": "slack",
+                "settings": {"mode": "socket"},
+                "secrets": {"botToken": secret("slack-bot"), "appToken": secret("slack-app")}}),
+            serde_json::json!({"name": "slack-events", "kind": "slack",
+                "settings": {"mode": "events"},
+                "secrets": {"botToken": secret("slack-bot"), "signingSecret": secret("slack-signing")}}),
+            serde_json::json!({"name": "discord", "kind": "discord",
+                "secrets": {"botToken": secret("discord-token")}}),
+            serde_json::json!({"name": "matrix", "kind": "matrix",
+                "settings": {"homeserverUrl": "https://matrix.acme.example", "userId": "@bot:acme.example"},
+                "secrets": {"accessToken": secret("matrix-token")}}),
+        ]);
+    });
+    let ingress = serde_json::to_value(children.webhook_ingress.unwrap()).unwrap();
+    let paths: Vec<&str> = ingress["spec"]["rules"][0]["http"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|path| path["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        vec![
+            "/channels/wa-main/webhook",
+            "/channels/tg-hook/webhook",
+            "/channels/slack-events/webhook",
+        ]
+    );
+
+    // A Slack channel in Socket Mode is no reason for an Ingress on its own.
+    let socket_only = bot_with(|bot| {
+        let channels = bot["spec"]["channels"].as_array_mut().unwrap();
+        channels.retain(|channel| channel["kind"] != "whatsapp");
+        channels.push(serde_json::json!({"name": "slack", "kind": "slack",
+            "secrets": {"botToken": secret("slack-bot"), "appToken": secret("slack-app")}}));
+    });
+    assert!(socket_only.webhook_ingress.is_none());
+}
+
 #[test]
 fn no_webhook_ingress_without_the_field_or_without_a_webhook_channel() {
     let without_field = bot_with(|bot| {

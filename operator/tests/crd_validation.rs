@@ -3,7 +3,8 @@
 //! message naming the field. (The real API server checks them again in `e2e/`.)
 
 use kube::core::cel::validate_cel;
-use saint_operator::crd::{Contact, Role, SaintBot};
+use saint_config::{ChannelKind, channel_settings};
+use saint_operator::crd::{Contact, Role, SaintBot, channel_rules::channel_modes};
 
 fn errors<T: kube::CustomResourceExt + serde::Serialize>(object: &T) -> Vec<String> {
     match validate_cel(object) {
@@ -244,17 +245,59 @@ fn an_injected_cli_without_hosts_is_refused_and_one_with_hosts_passes() {
     assert_eq!(errors(&good), Vec::<String>::new());
 }
 
-/// A value each setting accepts, for the drift test below; `x` for free-text settings.
+/// A value each setting accepts, for the drift test below; `x` for free-text settings
+/// (`mode` is set per kind from `CHANNEL_MODES`).
 fn good_setting_value(key: &str) -> &'static str {
     match key {
         "phoneNumberId" => "100000000000001",
         "apiBaseUrl" => "https://graph.facebook.com/v21.0",
+        "homeserverUrl" => "https://matrix.acme.hr",
+        "userId" => "@saint:acme.hr",
         "address" => "saint@acme.hr",
         "imapPort" | "smtpPort" | "port" => "993",
         "imapSecurity" | "smtpSecurity" => "starttls",
         "pollSeconds" => "60",
+        "groupPolicy" => "open",
+        "requireMention" => "false",
         _ => "x",
     }
+}
+
+/// The secrets a channel of `kind` takes with `settings.mode` = `mode` (`None`: left
+/// out, the default mode): every secret of the kind but those of its other modes.
+fn secrets_in_mode(kind: ChannelKind, mode: Option<&str>) -> Vec<&'static str> {
+    let keys = channel_settings::keys(kind).expect("every kind has keys");
+    let Some(modes) = channel_modes(kind) else {
+        return keys.secrets.to_vec();
+    };
+    let mode = mode.unwrap_or(modes.modes[0]);
+    keys.secrets
+        .iter()
+        .copied()
+        .filter(|secret| {
+            modes
+                .mode_secrets
+                .iter()
+                .all(|(other, its_mode)| other != secret || *its_mode == mode)
+        })
+        .collect()
+}
+
+/// The secrets a channel of `kind` cannot do without in `mode` (`None`: the default).
+fn required_secrets_in_mode(kind: ChannelKind, mode: Option<&str>) -> Vec<&'static str> {
+    let keys = channel_settings::keys(kind).expect("every kind has keys");
+    let mut required = keys.required_secrets.to_vec();
+    if let Some(modes) = channel_modes(kind) {
+        let mode = mode.unwrap_or(modes.modes[0]);
+        required.extend(
+            modes
+                .mode_secrets
+                .iter()
+                .filter(|(_, its_mode)| *its_mode == mode)
+                .map(|(secret, _)| *secret),
+        );
+    }
+    required
 }
 
 fn channel_bot(channel: serde_json::Value) -> SaintBot {
@@ -284,66 +327,91 @@ fn settings(keys: &[&str]) -> serde_json::Value {
 }
 
 /// The CRD takes exactly the keys `saint_config::channel_settings` lists (the agent's
-/// readers use the same list): every key passes, each required one is missed by name,
-/// a key outside the list is refused. A key added to one side only fails here.
+/// readers use the same list): every key passes (in each mode, with that mode's
+/// secrets), each required one is missed by name, a key outside the list is refused. A
+/// key added to one side only fails here.
 #[test]
 fn channel_rules_take_exactly_the_keys_the_agent_reads() {
-    use saint_config::{ChannelKind, channel_settings};
-    let mut served = 0;
     for kind in ChannelKind::ALL {
         let name = kind.prefix();
-        let Some(keys) = channel_settings::keys(kind) else {
-            // Not served yet: accepted as declared, whatever its keys.
-            let anything = channel_bot(serde_json::json!({
-                "name": "later", "kind": name, "settings": {"anything": "1"},
-                "secrets": {"botToken": {"name": "channels", "key": "token"}},
-            }));
-            assert_eq!(errors(&anything), Vec::<String>::new(), "{name}");
-            continue;
+        let keys = channel_settings::keys(kind).unwrap_or_else(|| panic!("{name} has no keys"));
+        let modes = channel_modes(kind);
+        // `settings.mode` left out (the default), or set to `mode`.
+        let with_mode = |settings_keys: &[&str], mode: Option<&str>| {
+            let mut values = settings(settings_keys);
+            let values = values.as_object_mut().unwrap();
+            values.remove("mode");
+            if let Some(mode) = mode {
+                values.insert("mode".into(), mode.into());
+            }
+            serde_json::Value::from(values.clone())
         };
-        served += 1;
-        let full = |settings_keys: &[&str], secret_keys: &[&str]| {
+        let full = |settings_value: serde_json::Value, secret_keys: &[&str]| {
             channel_bot(serde_json::json!({
                 "name": "ch", "kind": name,
-                "settings": settings(settings_keys), "secrets": secret_refs(secret_keys),
+                "settings": settings_value, "secrets": secret_refs(secret_keys),
             }))
         };
-        assert_eq!(
-            errors(&full(keys.settings, keys.secrets)),
-            Vec::<String>::new(),
-            "{name} with every key it takes"
+        let mut every_mode = vec![None];
+        every_mode.extend(
+            modes
+                .iter()
+                .flat_map(|modes| modes.modes.iter().copied().map(Some)),
         );
-        assert_eq!(
-            errors(&full(keys.required_settings, keys.required_secrets)),
-            Vec::<String>::new(),
-            "{name} with only its required keys"
-        );
+        for mode in every_mode {
+            assert_eq!(
+                errors(&full(
+                    with_mode(keys.settings, mode),
+                    &secrets_in_mode(kind, mode)
+                )),
+                Vec::<String>::new(),
+                "{name} with every key it takes in mode {mode:?}"
+            );
+            assert_eq!(
+                errors(&full(
+                    with_mode(keys.required_settings, mode),
+                    &required_secrets_in_mode(kind, mode)
+                )),
+                Vec::<String>::new(),
+                "{name} with only the keys it needs in mode {mode:?}"
+            );
+        }
+        let all_secrets = secrets_in_mode(kind, None);
+        let required_secrets = required_secrets_in_mode(kind, None);
         for (map, required, all) in [
             ("settings", keys.required_settings, keys.settings),
-            ("secrets", keys.required_secrets, keys.secrets),
+            (
+                "secrets",
+                required_secrets.as_slice(),
+                all_secrets.as_slice(),
+            ),
         ] {
             for missing in required {
                 let fewer: Vec<&str> = all.iter().copied().filter(|key| key != missing).collect();
                 let bot = if map == "settings" {
-                    full(&fewer, keys.secrets)
+                    full(with_mode(&fewer, None), &all_secrets)
                 } else {
-                    full(keys.settings, &fewer)
+                    full(with_mode(keys.settings, None), &fewer)
                 };
                 let messages = errors(&bot).join("\n");
                 assert!(
-                    messages.contains("channel needs ")
-                        && messages.contains(&format!("{map}.{missing}")),
+                    messages.contains(" needs ") && messages.contains(&format!("{map}.{missing}")),
                     "{name} without {map}.{missing}: {messages}"
                 );
             }
             let mut more: Vec<&str> = all.to_vec();
             more.push("notAKey");
             let bot = if map == "settings" {
-                full(&more, keys.secrets)
+                full(with_mode(&more, None), &all_secrets)
             } else {
-                full(keys.settings, &more)
+                full(with_mode(keys.settings, None), &more)
             };
             let messages = errors(&bot);
+            let known = if map == "settings" {
+                keys.settings
+            } else {
+                keys.secrets
+            };
             let expected = format!(
                 "channels[].{map}: unknown key for a{} {name} channel (known: {})",
                 if name.starts_with(['a', 'e', 'i', 'o', 'u', 'h']) {
@@ -351,12 +419,126 @@ fn channel_rules_take_exactly_the_keys_the_agent_reads() {
                 } else {
                     ""
                 },
-                all.join(", ")
+                known.join(", ")
             );
             assert_eq!(messages, vec![expected], "{name} with {map}.notAKey");
         }
     }
-    assert_eq!(served, 3, "http, whatsapp and email are served");
+}
+
+/// What the agent's telegram and slack readers refuse about modes, refused at apply:
+/// each mode's secret is needed in its mode and refused in the others, and a webhook
+/// mode cannot keep a contacts-only group policy.
+#[test]
+fn mode_secrets_are_needed_in_their_mode_and_refused_in_the_others() {
+    let channel = |kind: &str, settings: serde_json::Value, secrets: &[&str]| {
+        channel_bot(serde_json::json!({
+            "name": "ch", "kind": kind, "settings": settings, "secrets": secret_refs(secrets),
+        }))
+    };
+    use serde_json::json;
+    let cases = [
+        (
+            "telegram webhook without its secret token",
+            channel("telegram", json!({"mode": "webhook"}), &["botToken"]),
+            "channels[]: a telegram channel in settings.mode webhook needs secrets.webhookSecret",
+        ),
+        (
+            "telegram polling with a webhook secret",
+            channel(
+                "telegram",
+                json!({"mode": "polling"}),
+                &["botToken", "webhookSecret"],
+            ),
+            "channels[].secrets.webhookSecret of a telegram channel is used only in settings.mode webhook: set that mode or remove the secret",
+        ),
+        (
+            "telegram without a mode, with a webhook secret",
+            channel("telegram", json!({}), &["botToken", "webhookSecret"]),
+            "channels[].secrets.webhookSecret of a telegram channel is used only in settings.mode webhook",
+        ),
+        (
+            "telegram webhook answering contacts only in groups",
+            channel(
+                "telegram",
+                json!({"mode": "webhook", "groupPolicy": "contacts"}),
+                &["botToken", "webhookSecret"],
+            ),
+            "channels[].settings.groupPolicy of a telegram channel cannot be contacts in settings.mode webhook",
+        ),
+        (
+            "slack socket mode without its app token",
+            channel("slack", json!({}), &["botToken"]),
+            "channels[]: a slack channel in settings.mode socket (the default) needs secrets.appToken",
+        ),
+        (
+            "slack events without its signing secret",
+            channel("slack", json!({"mode": "events"}), &["botToken"]),
+            "channels[]: a slack channel in settings.mode events needs secrets.signingSecret",
+        ),
+        (
+            "slack events with Socket Mode's app token",
+            channel(
+                "slack",
+                json!({"mode": "events"}),
+                &["botToken", "signingSecret", "appToken"],
+            ),
+            "channels[].secrets.appToken of a slack channel is used only in settings.mode socket (the default): set that mode or remove the secret",
+        ),
+        (
+            "slack socket mode with a signing secret",
+            channel(
+                "slack",
+                json!({"mode": "socket"}),
+                &["botToken", "appToken", "signingSecret"],
+            ),
+            "channels[].secrets.signingSecret of a slack channel is used only in settings.mode events: set that mode or remove the secret",
+        ),
+        (
+            "slack events answering contacts only in groups",
+            channel(
+                "slack",
+                json!({"mode": "events", "groupPolicy": "contacts"}),
+                &["botToken", "signingSecret"],
+            ),
+            "channels[].settings.groupPolicy of a slack channel cannot be contacts in settings.mode events",
+        ),
+    ];
+    for (what, bot, expected) in cases {
+        let messages = errors(&bot);
+        assert_eq!(messages.len(), 1, "{what}: {messages:?}");
+        assert!(messages[0].starts_with(expected), "{what}: {messages:?}");
+    }
+    // Contacts-only groups are fine where the agent reads the contact list (polling,
+    // Socket Mode), and so are both modes with their own secrets.
+    for (kind, settings, secrets) in [
+        (
+            "telegram",
+            json!({"groupPolicy": "contacts"}),
+            &["botToken"][..],
+        ),
+        (
+            "telegram",
+            json!({"mode": "webhook"}),
+            &["botToken", "webhookSecret"][..],
+        ),
+        (
+            "slack",
+            json!({"mode": "socket", "groupPolicy": "contacts"}),
+            &["botToken", "appToken"][..],
+        ),
+        (
+            "slack",
+            json!({"mode": "events", "groupPolicy": "disabled"}),
+            &["botToken", "signingSecret"][..],
+        ),
+    ] {
+        assert_eq!(
+            errors(&channel(kind, settings.clone(), secrets)),
+            Vec::<String>::new(),
+            "{kind} {settings} {secrets:?}"
+        );
+    }
 }
 
 #[test]
@@ -440,20 +622,93 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
             "http",
             "channels[].settings.port of an http channel must be a port number",
         ),
+        (
+            "telegram",
+            "mode",
+            "push",
+            "channels[].settings.mode of a telegram channel must be one of polling, webhook",
+        ),
+        (
+            "telegram",
+            "apiBaseUrl",
+            "api.telegram.org",
+            "channels[].settings.apiBaseUrl of a telegram channel must be an http:// or https:// URL",
+        ),
+        (
+            "telegram",
+            "groupPolicy",
+            "everyone",
+            "channels[].settings.groupPolicy of a telegram channel must be one of open, contacts, disabled",
+        ),
+        (
+            "slack",
+            "mode",
+            "rtm",
+            "channels[].settings.mode of a slack channel must be one of socket, events",
+        ),
+        (
+            "slack",
+            "requireMention",
+            "yes",
+            "channels[].settings.requireMention of a slack channel must be true or false",
+        ),
+        (
+            "discord",
+            "apiBaseUrl",
+            "ftp://discord.com/api",
+            "channels[].settings.apiBaseUrl of a discord channel must be an http:// or https:// URL",
+        ),
+        (
+            "discord",
+            "groupPolicy",
+            "Contacts",
+            "channels[].settings.groupPolicy of a discord channel must be one of open, contacts, disabled",
+        ),
+        (
+            "matrix",
+            "homeserverUrl",
+            "matrix.acme.hr",
+            "channels[].settings.homeserverUrl of a matrix channel must be an http:// or https:// URL",
+        ),
+        (
+            "matrix",
+            "userId",
+            "saint",
+            "channels[].settings.userId of a matrix channel must be a Matrix user id (@localpart:server)",
+        ),
+        (
+            "matrix",
+            "userId",
+            "@saint",
+            "channels[].settings.userId of a matrix channel must be a Matrix user id",
+        ),
+        (
+            "matrix",
+            "userId",
+            "@sa int:acme.hr",
+            "channels[].settings.userId of a matrix channel must be a Matrix user id",
+        ),
+        (
+            "matrix",
+            "requireMention",
+            "1",
+            "channels[].settings.requireMention of a matrix channel must be true or false",
+        ),
     ];
-    for (kind, key, value, expected) in cases {
-        let keys = saint_config::channel_settings::keys(kind.parse().unwrap()).unwrap();
+    for (name, key, value, expected) in cases {
+        let kind: ChannelKind = name.parse().unwrap();
+        let keys = channel_settings::keys(kind).unwrap();
         let mut values = settings(keys.required_settings);
         values[key] = value.into();
         let bad = channel_bot(serde_json::json!({
-            "name": "ch", "kind": kind, "settings": values,
-            "secrets": secret_refs(keys.required_secrets),
+            "name": "ch", "kind": name, "settings": values,
+            "secrets": secret_refs(&required_secrets_in_mode(kind, None)),
         }));
         let messages = errors(&bad);
-        assert_eq!(messages.len(), 1, "{kind}.{key}={value}: {messages:?}");
+        assert_eq!(messages.len(), 1, "{name}.{key}={value}: {messages:?}");
         assert!(
             messages[0].starts_with(expected),
-            "{kind}.{key}={value}: {messages:?}"
+            "{name}.{key}={value}: {messages:?}"
         );
     }
 }
@@ -467,8 +722,8 @@ fn channel_field_docs_name_every_key() {
         ["channels"]["items"]["properties"];
     let settings_doc = channel["settings"]["description"].as_str().unwrap();
     let secrets_doc = channel["secrets"]["description"].as_str().unwrap();
-    for kind in saint_config::ChannelKind::ALL {
-        if let Some(keys) = saint_config::channel_settings::keys(kind) {
+    for kind in ChannelKind::ALL {
+        if let Some(keys) = channel_settings::keys(kind) {
             for key in keys.settings {
                 assert!(settings_doc.contains(key), "settings doc lacks {key}");
             }
@@ -497,10 +752,59 @@ fn a_webhook_ingress_needs_a_webhook_channel_and_a_dns_host() {
         errors(&with(serde_json::json!([http, whatsapp]), "bot.acme.hr")),
         Vec::<String>::new()
     );
+    let refused = vec![
+        "webhookIngress needs a channel that receives webhooks (kind whatsapp, telegram with \
+         settings.mode webhook or slack with settings.mode events)",
+    ];
     assert_eq!(
         errors(&with(serde_json::json!([http]), "bot.acme.hr")),
-        vec!["webhookIngress needs a channel that receives webhooks (kind whatsapp)"]
+        refused
     );
+    // Telegram and Slack receive webhooks only in their webhook modes; Discord and
+    // Matrix connect out.
+    let channel = |kind: &str, settings: serde_json::Value, secrets: &[&str]| {
+        serde_json::json!({"name": kind, "kind": kind, "settings": settings,
+            "secrets": secret_refs(secrets)})
+    };
+    let polling = channel("telegram", serde_json::json!({}), &["botToken"]);
+    let socket = channel(
+        "slack",
+        serde_json::json!({"mode": "socket"}),
+        &["botToken", "appToken"],
+    );
+    let discord = channel("discord", serde_json::json!({}), &["botToken"]);
+    let matrix = channel(
+        "matrix",
+        serde_json::json!({"homeserverUrl": "https://matrix.acme.hr", "userId": "@saint:acme.hr"}),
+        &["accessToken"],
+    );
+    assert_eq!(
+        errors(&with(
+            serde_json::json!([http, polling, socket, discord, matrix]),
+            "bot.acme.hr"
+        )),
+        refused
+    );
+    let telegram_webhook = channel(
+        "telegram",
+        serde_json::json!({"mode": "webhook"}),
+        &["botToken", "webhookSecret"],
+    );
+    let slack_events = channel(
+        "slack",
+        serde_json::json!({"mode": "events"}),
+        &["botToken", "signingSecret"],
+    );
+    for webhook_channel in [telegram_webhook, slack_events] {
+        assert_eq!(
+            errors(&with(
+                serde_json::json!([http, webhook_channel]),
+                "bot.acme.hr"
+            )),
+            Vec::<String>::new(),
+            "{webhook_channel}"
+        );
+    }
     let url = errors(&with(serde_json::json!([whatsapp]), "https://bot.acme.hr")).join("\n");
     assert!(
         url.contains("webhookIngress.host must be a DNS name"),

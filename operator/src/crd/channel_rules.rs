@@ -1,9 +1,11 @@
 //! CEL rules for `spec.channels[]`, generated from `saint_config::channel_settings` — the
 //! one list of keys the agent's channel readers use too — so `kubectl apply` refuses a
 //! missing or misspelt key with the same words the agent would log, and the two lists
-//! cannot drift. Kinds this version does not serve (no entry in `channel_settings::keys`)
-//! get no key rules: the CRD keeps accepting them and the operator reports them in the
-//! `ChannelsServed` condition instead.
+//! cannot drift. Every kind this version knows has keys there; a kind added to
+//! `ChannelKind` without keys would get no key rules (the CRD would accept it as declared)
+//! and be reported in the `ChannelsServed` condition instead.
+
+use std::collections::BTreeMap;
 
 use kube::core::{Message, Rule};
 use saint_config::{
@@ -13,12 +15,19 @@ use saint_config::{
 
 /// CEL: `v` is a TCP port number. `int()` only after the digits check, so it cannot fail.
 const PORT: &str = "v.matches('^[0-9]{1,5}$') && int(v) >= 1 && int(v) <= 65535";
+/// CEL: `v` is an http(s) URL (the agent's readers refuse any other scheme).
+const HTTP_URL: &str = "v.startsWith('https://') || v.startsWith('http://')";
+/// CEL: `v` is a `groupPolicy` (see `saint_config::channel_settings::GROUP_SETTINGS`).
+const GROUP_POLICY: &str = "v in ['open', 'contacts', 'disabled']";
+/// CEL: `v` is a `requireMention`.
+const TRUE_OR_FALSE: &str = "v in ['true', 'false']";
 
 /// Format checks on setting values, as (kind, key, CEL condition on `v`, what the value
 /// must be), the same the agent's channel readers apply (agent-pod/channels), so a bad
 /// value is refused at `kubectl apply` rather than in the pod's log. Only applied when
 /// the key is present; a key listed here must be one of the kind's settings (a unit test
-/// holds this table to `channel_settings`).
+/// holds this table to `channel_settings`). `settings.mode` is checked from
+/// [`CHANNEL_MODES`], which also says what each mode needs.
 pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
     (
         ChannelKind::Whatsapp,
@@ -29,7 +38,7 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
     (
         ChannelKind::Whatsapp,
         "apiBaseUrl",
-        "v.startsWith('https://') || v.startsWith('http://')",
+        HTTP_URL,
         "an http:// or https:// URL",
     ),
     (
@@ -69,30 +78,210 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         "a whole number of seconds from 5 to 3600",
     ),
     (ChannelKind::Http, "port", PORT, "a port number (1-65535)"),
+    (
+        ChannelKind::Telegram,
+        "apiBaseUrl",
+        HTTP_URL,
+        "an http:// or https:// URL",
+    ),
+    (
+        ChannelKind::Telegram,
+        "groupPolicy",
+        GROUP_POLICY,
+        "one of open, contacts, disabled",
+    ),
+    (
+        ChannelKind::Telegram,
+        "requireMention",
+        TRUE_OR_FALSE,
+        "true or false",
+    ),
+    (
+        ChannelKind::Slack,
+        "apiBaseUrl",
+        HTTP_URL,
+        "an http:// or https:// URL",
+    ),
+    (
+        ChannelKind::Slack,
+        "groupPolicy",
+        GROUP_POLICY,
+        "one of open, contacts, disabled",
+    ),
+    (
+        ChannelKind::Slack,
+        "requireMention",
+        TRUE_OR_FALSE,
+        "true or false",
+    ),
+    (
+        ChannelKind::Discord,
+        "apiBaseUrl",
+        HTTP_URL,
+        "an http:// or https:// URL",
+    ),
+    (
+        ChannelKind::Discord,
+        "groupPolicy",
+        GROUP_POLICY,
+        "one of open, contacts, disabled",
+    ),
+    (
+        ChannelKind::Discord,
+        "requireMention",
+        TRUE_OR_FALSE,
+        "true or false",
+    ),
+    (
+        ChannelKind::Matrix,
+        "homeserverUrl",
+        HTTP_URL,
+        "an http:// or https:// URL",
+    ),
+    (
+        ChannelKind::Matrix,
+        "userId",
+        "v.matches('^@[^:\\\\s]+:[^\\\\s]+$')",
+        "a Matrix user id (@localpart:server)",
+    ),
+    (
+        ChannelKind::Matrix,
+        "groupPolicy",
+        GROUP_POLICY,
+        "one of open, contacts, disabled",
+    ),
+    (
+        ChannelKind::Matrix,
+        "requireMention",
+        TRUE_OR_FALSE,
+        "true or false",
+    ),
 ];
 
-/// Channel kinds that receive platform webhooks on the agent's HTTP port at
-/// `/channels/<name>/webhook` (what `spec.webhookIngress` exposes).
-pub fn receives_webhooks(kind: ChannelKind) -> bool {
-    matches!(kind, ChannelKind::Whatsapp)
+/// A kind whose `settings.mode` decides how messages arrive: over a connection the agent
+/// opens (the default mode), or by the platform calling the agent's webhook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelModes {
+    /// The kind.
+    pub kind: ChannelKind,
+    /// Every value `settings.mode` takes, the default (used when it is left out) first.
+    pub modes: &'static [&'static str],
+    /// The mode in which the platform calls `/channels/<name>/webhook`. The agent refuses
+    /// `groupPolicy: contacts` there: it judges a delivery before storing it, without
+    /// the bot's contact list.
+    pub webhook_mode: &'static str,
+    /// Secrets only one mode uses, as (secret, mode): required in that mode and refused in
+    /// the others, as the agent's readers do — a secret nothing checks is a mistake.
+    pub mode_secrets: &'static [(&'static str, &'static str)],
+}
+
+/// The kinds with modes, as the agent's readers take them (agent-pod/channels).
+pub const CHANNEL_MODES: &[ChannelModes] = &[
+    ChannelModes {
+        kind: ChannelKind::Telegram,
+        modes: &["polling", "webhook"],
+        webhook_mode: "webhook",
+        mode_secrets: &[("webhookSecret", "webhook")],
+    },
+    ChannelModes {
+        kind: ChannelKind::Slack,
+        modes: &["socket", "events"],
+        webhook_mode: "events",
+        mode_secrets: &[("appToken", "socket"), ("signingSecret", "events")],
+    },
+];
+
+/// Kinds that receive webhooks in every configuration.
+const ALWAYS_WEBHOOKS: &[ChannelKind] = &[ChannelKind::Whatsapp];
+
+/// The modes of `kind`, if it has any.
+pub fn channel_modes(kind: ChannelKind) -> Option<&'static ChannelModes> {
+    CHANNEL_MODES.iter().find(|modes| modes.kind == kind)
+}
+
+/// Whether a channel of `kind` with `settings` receives platform webhooks on the agent's
+/// HTTP port at `/channels/<name>/webhook` (what `spec.webhookIngress` exposes):
+/// whatsapp always, telegram in mode webhook, slack in mode events. The others connect
+/// out and need no Ingress.
+pub fn receives_webhooks(kind: ChannelKind, settings: &BTreeMap<String, String>) -> bool {
+    if ALWAYS_WEBHOOKS.contains(&kind) {
+        return true;
+    }
+    channel_modes(kind).is_some_and(|modes| {
+        // Trimmed as the agent's readers read it.
+        settings.get("mode").map(|mode| mode.trim()) == Some(modes.webhook_mode)
+    })
+}
+
+/// CEL on a `channels[]` entry `channel`: its `settings.mode` is `mode`. The default mode
+/// also when the setting is left out or is no other mode, so a misspelt mode is refused
+/// by its format rule alone, not again for the default mode's secrets.
+fn mode_is(channel: &str, modes: &ChannelModes, mode: &str) -> String {
+    if modes.modes.first() == Some(&mode) {
+        format!(
+            "(!has({channel}.settings) || !('mode' in {channel}.settings) \
+             || !({channel}.settings['mode'] in {}))",
+            cel_list(&modes.modes[1..])
+        )
+    } else {
+        format!(
+            "(has({channel}.settings) && 'mode' in {channel}.settings \
+             && {channel}.settings['mode'] == '{mode}')"
+        )
+    }
+}
+
+/// "settings.mode webhook", "settings.mode socket (the default)".
+fn mode_words(modes: &ChannelModes, mode: &str) -> String {
+    if modes.modes.first() == Some(&mode) {
+        format!("settings.mode {mode} (the default)")
+    } else {
+        format!("settings.mode {mode}")
+    }
+}
+
+/// "kind whatsapp, telegram with settings.mode webhook or slack with settings.mode events".
+fn webhook_channel_words() -> String {
+    let mut kinds: Vec<String> = ALWAYS_WEBHOOKS
+        .iter()
+        .map(|kind| kind.prefix().to_string())
+        .collect();
+    kinds.extend(CHANNEL_MODES.iter().map(|modes| {
+        format!(
+            "{} with settings.mode {}",
+            modes.kind.prefix(),
+            modes.webhook_mode
+        )
+    }));
+    match kinds.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("kind {} or {last}", rest.join(", "))
+        }
+        _ => format!("kind {}", kinds.join("")),
+    }
 }
 
 /// CEL on the SaintBot spec: `webhookIngress` only with a channel receiving webhooks —
 /// otherwise the Ingress would route nothing and the field would do nothing, silently.
+/// The same test as [`receives_webhooks`], for each channel `c`.
 pub fn webhook_ingress_needs_a_webhook_channel() -> Rule {
-    let kinds: Vec<&str> = ChannelKind::ALL
-        .into_iter()
-        .filter(|kind| receives_webhooks(*kind))
-        .map(ChannelKind::prefix)
-        .collect();
+    let always: Vec<&str> = ALWAYS_WEBHOOKS.iter().map(|kind| kind.prefix()).collect();
+    let mut receives = vec![format!("c.kind in {}", cel_list(&always))];
+    receives.extend(CHANNEL_MODES.iter().map(|modes| {
+        format!(
+            "(c.kind == '{}' && {})",
+            modes.kind.prefix(),
+            mode_is("c", modes, modes.webhook_mode)
+        )
+    }));
     rule(
         format!(
-            "!has(self.webhookIngress) || (has(self.channels) && self.channels.exists(c, c.kind in {}))",
-            cel_list(&kinds)
+            "!has(self.webhookIngress) || (has(self.channels) && self.channels.exists(c, {}))",
+            receives.join(" || ")
         ),
         format!(
-            "webhookIngress needs a channel that receives webhooks (kind {})",
-            kinds.join(" or ")
+            "webhookIngress needs a channel that receives webhooks ({})",
+            webhook_channel_words()
         ),
     )
 }
@@ -188,7 +377,64 @@ pub fn channel_rules() -> Vec<Rule> {
                 ),
             ));
         }
+        if let Some(modes) = channel_modes(kind) {
+            rules.extend(mode_rules(modes, &other_kind));
+        }
     }
+    rules
+}
+
+/// The rules of a kind with modes: `settings.mode` is one of them, each mode's secret is
+/// there in its mode and absent in the others, and the webhook mode has no contacts-only
+/// group policy — as the agent's reader refuses them.
+fn mode_rules(modes: &ChannelModes, other_kind: &str) -> Vec<Rule> {
+    let kind = modes.kind;
+    let mut rules = vec![rule(
+        format!(
+            "{other_kind} || !has(self.settings) || !('mode' in self.settings) \
+             || self.settings['mode'] in {}",
+            cel_list(modes.modes)
+        ),
+        format!(
+            "channels[].settings.mode of {} must be one of {}",
+            a_channel(kind),
+            modes.modes.join(", ")
+        ),
+    )];
+    for (secret, mode) in modes.mode_secrets {
+        let in_mode = mode_is("self", modes, mode);
+        let has_secret = format!("(has(self.secrets) && '{secret}' in self.secrets)");
+        rules.push(rule(
+            format!("{other_kind} || !{in_mode} || {has_secret}"),
+            format!(
+                "channels[]: {} in {} needs secrets.{secret}",
+                a_channel(kind),
+                mode_words(modes, mode)
+            ),
+        ));
+        rules.push(rule(
+            format!("{other_kind} || {in_mode} || !{has_secret}"),
+            format!(
+                "channels[].secrets.{secret} of {} is used only in {}: set that mode or \
+                 remove the secret",
+                a_channel(kind),
+                mode_words(modes, mode)
+            ),
+        ));
+    }
+    rules.push(rule(
+        format!(
+            "{other_kind} || !{} || !has(self.settings) || !('groupPolicy' in self.settings) \
+             || self.settings['groupPolicy'] != 'contacts'",
+            mode_is("self", modes, modes.webhook_mode)
+        ),
+        format!(
+            "channels[].settings.groupPolicy of {} cannot be contacts in {} (a webhook \
+             delivery is judged without the contact list): use open or disabled",
+            a_channel(kind),
+            mode_words(modes, modes.webhook_mode)
+        ),
+    ));
     rules
 }
 
@@ -218,6 +464,60 @@ mod tests {
     }
 
     #[test]
+    fn every_mode_table_entry_is_held_to_its_kinds_keys() {
+        for modes in CHANNEL_MODES {
+            let keys = channel_settings::keys(modes.kind)
+                .unwrap_or_else(|| panic!("{:?} is not served but has modes", modes.kind));
+            assert!(keys.settings.contains(&"mode"), "{:?}", modes.kind);
+            assert!(modes.modes.contains(&modes.webhook_mode), "{modes:?}");
+            for (secret, mode) in modes.mode_secrets {
+                assert!(keys.secrets.contains(secret), "{secret} of {modes:?}");
+                // Required in one mode only: the kind's always-required list cannot hold it.
+                assert!(!keys.required_secrets.contains(secret), "{secret}");
+                assert!(modes.modes.contains(mode), "{mode} of {modes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_webhook_modes_receive_webhooks() {
+        let settings = |mode: Option<&str>| -> BTreeMap<String, String> {
+            mode.map(|mode| ("mode".to_string(), mode.to_string()))
+                .into_iter()
+                .collect()
+        };
+        let cases = [
+            (ChannelKind::Whatsapp, None, true),
+            (ChannelKind::Telegram, None, false),
+            (ChannelKind::Telegram, Some("polling"), false),
+            (ChannelKind::Telegram, Some("webhook"), true),
+            (ChannelKind::Slack, None, false),
+            (ChannelKind::Slack, Some("socket"), false),
+            (ChannelKind::Slack, Some(" events"), true),
+            (ChannelKind::Discord, None, false),
+            (ChannelKind::Matrix, None, false),
+            (ChannelKind::Email, None, false),
+            (ChannelKind::Http, None, false),
+        ];
+        for (kind, mode, expected) in cases {
+            assert_eq!(
+                receives_webhooks(kind, &settings(mode)),
+                expected,
+                "{kind:?} {mode:?}"
+            );
+        }
+        let message = match webhook_ingress_needs_a_webhook_channel().message {
+            Some(Message::Message(message)) => message,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            message,
+            "webhookIngress needs a channel that receives webhooks (kind whatsapp, telegram \
+             with settings.mode webhook or slack with settings.mode events)"
+        );
+    }
+
+    #[test]
     fn messages_name_the_fields_in_plain_words() {
         let messages: Vec<String> = channel_rules()
             .into_iter()
@@ -233,6 +533,16 @@ mod tests {
             "channels[]: an email channel needs settings.address, settings.imapHost and settings.smtpHost",
             "channels[]: an email channel needs secrets.password",
             "channels[]: an http channel needs secrets.token",
+            "channels[].settings.mode of a telegram channel must be one of polling, webhook",
+            "channels[]: a telegram channel in settings.mode webhook needs secrets.webhookSecret",
+            "channels[].secrets.webhookSecret of a telegram channel is used only in settings.mode webhook: set that mode or remove the secret",
+            "channels[]: a slack channel in settings.mode socket (the default) needs secrets.appToken",
+            "channels[]: a slack channel in settings.mode events needs secrets.signingSecret",
+            "channels[].secrets.signingSecret of a slack channel is used only in settings.mode events: set that mode or remove the secret",
+            "channels[].secrets.appToken of a slack channel is used only in settings.mode socket (the default): set that mode or remove the secret",
+            "channels[].settings.groupPolicy of a slack channel must be one of open, contacts, disabled",
+            "channels[].settings.userId of a matrix channel must be a Matrix user id (@localpart:server)",
+            "channels[]: a matrix channel needs settings.homeserverUrl and settings.userId",
         ] {
             assert!(
                 messages.iter().any(|message| message == expected),

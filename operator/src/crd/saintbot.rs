@@ -146,10 +146,12 @@ pub struct SaintBotSpec {
     #[serde(default)]
     pub web: WebSpec,
 
-    /// An Ingress `<bot>-webhooks` for the platforms' webhooks (WhatsApp): it routes only
-    /// `/channels/<name>/webhook` of the webhook channels to the bot's HTTP port, nothing
-    /// else of the agent's API. Needs a channel that receives webhooks (whatsapp); the
-    /// Ingress is deleted when this field is removed. Absent: no Ingress.
+    /// An Ingress `<bot>-webhooks` for the platforms' webhooks: it routes only
+    /// `/channels/<name>/webhook` of the channels that receive webhooks (whatsapp,
+    /// telegram with `settings.mode: webhook`, slack with `settings.mode: events`) to the
+    /// bot's HTTP port, nothing else of the agent's API; channels that connect out
+    /// (telegram polling, slack socket mode, discord, matrix, email) need none. Needs such
+    /// a channel; the Ingress is deleted when this field is removed. Absent: no Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_ingress: Option<WebhookIngressSpec>,
 }
@@ -233,14 +235,16 @@ pub struct ChannelSpec {
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = dns_label_rule("channels[].name"))]
     pub name: String,
-    /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix. This
-    /// version serves http, whatsapp and email; the others are accepted and reported in
-    /// the `ChannelsServed` condition (reason `ChannelNotServed`).
+    /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix.
     pub kind: ChannelKind,
     /// Non-secret settings. whatsapp: phoneNumberId (required, digits), apiBaseUrl.
     /// email: address, imapHost, smtpHost (required), imapPort, imapSecurity
     /// (tls|starttls|none), smtpPort, smtpSecurity, username, mailbox, authservId,
-    /// pollSeconds, dnsServer. http: port. Unknown keys are refused.
+    /// pollSeconds, dnsServer. http: port. telegram: mode (polling, the default, or
+    /// webhook), apiBaseUrl. slack: mode (socket, the default, or events), apiBaseUrl.
+    /// discord: apiBaseUrl. matrix: homeserverUrl, userId (required, @localpart:server).
+    /// telegram, slack, discord and matrix: groupPolicy (open|contacts|disabled; not
+    /// contacts in a webhook mode), requireMention (true|false). Unknown keys are refused.
     #[serde(default)]
     #[schemars(extend(
         "maxProperties" = 32,
@@ -249,7 +253,10 @@ pub struct ChannelSpec {
     pub settings: BTreeMap<String, String>,
     /// Secret settings: setting name → Secret key. Each becomes the env var
     /// `SAINT_CHANNEL_<NAME>_<SETTING>` of the `agent` container only. whatsapp:
-    /// accessToken, appSecret, verifyToken; email: password; http: token (all required).
+    /// accessToken, appSecret, verifyToken; email: password; http: token; telegram:
+    /// botToken, webhookSecret (in mode webhook only); slack: botToken, appToken (in mode
+    /// socket only), signingSecret (in mode events only); discord: botToken; matrix:
+    /// accessToken. Each is required where it applies and refused where it does not.
     #[serde(default)]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
@@ -505,14 +512,15 @@ pub struct WebhookIngressSpec {
     #[x_kube(validation = dns_subdomain_rule("webhookIngress.className"))]
     pub class_name: Option<String>,
     /// Public host name the platform calls (e.g. `saint.company.hr`): a DNS name, no
-    /// scheme, port or path. Meta calls `https://<host>/channels/<name>/webhook`.
+    /// scheme, port or path. The platform (Meta, Telegram, Slack) calls
+    /// `https://<host>/channels/<name>/webhook`.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = dns_subdomain_rule("webhookIngress.host"))]
     pub host: String,
     /// Secret (type `kubernetes.io/tls`, in the bot's namespace) with the certificate
     /// for `host`. Absent: no `tls` section (the controller's default certificate, or
-    /// cert-manager through `annotations`). Meta accepts only HTTPS with a valid
-    /// certificate.
+    /// cert-manager through `annotations`). Meta and Slack call only HTTPS with a valid
+    /// certificate; Telegram only HTTPS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = dns_subdomain_rule("webhookIngress.tlsSecretName"))]
@@ -547,9 +555,10 @@ pub struct SaintBotStatus {
     /// `NoCredentials` or `Injected`; False with `EnvModeCredentials`, naming the Porter
     /// CLIs whose credential sits in their environment — the weaker mode),
     /// `ChannelsServed` (True with `AllChannelsServed`; False with `ChannelNotServed`,
-    /// naming declared channels whose kind this version does not serve). A change of
-    /// `Ready` or `IdentitiesLinked` also comes as an Event, a Warning when a person has
-    /// to act; a newly unserved channel comes as a Warning Event.
+    /// naming declared channels whose kind this version does not serve — none today:
+    /// every kind has an agent reader). A change of `Ready` or `IdentitiesLinked` also
+    /// comes as an Event, a Warning when a person has to act; a newly unserved channel
+    /// comes as a Warning Event.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -146,12 +146,15 @@ pub struct ValidatedWebhookIngress {
 
 /// The webhook Ingress: only for a bot that asks for one and has a channel receiving
 /// webhooks — an Ingress without paths would expose nothing but still claim the host.
+/// A channel that connects out (telegram polling, slack socket mode) gets no path.
 fn webhook_ingress(spec: &crate::crd::SaintBotSpec) -> Option<ValidatedWebhookIngress> {
     let requested = spec.webhook_ingress.as_ref()?;
     let paths: Vec<String> = spec
         .channels
         .iter()
-        .filter(|channel| crate::crd::channel_rules::receives_webhooks(channel.kind))
+        .filter(|channel| {
+            crate::crd::channel_rules::receives_webhooks(channel.kind, &channel.settings)
+        })
         .map(|channel| crate::labels::channel_webhook_path(&channel.name))
         .collect();
     if paths.is_empty() {
