@@ -287,6 +287,26 @@ memory_model() {
 	echo "SAINT_MODEL_DIR=$SAINT_MODEL_DIR"
 }
 
+# ---- Matrix: a real Synapse homeserver for agent-pod/tests/matrix.rs --------
+# Synapse is installed from PyPI, pinned, into a virtualenv cached per version
+# (one cold install, then reused; a half-finished install is redone).
+# The harness finds it through SAINT_SYNAPSE and fails, naming this section, when
+# it is missing.
+synapse_version=1.163.2
+synapse_homeserver() {
+	local venv="$SAINT_CACHE_DIR/synapse-$synapse_version"
+	if [[ ! -e "$venv/.installed" ]]; then
+		echo "installing matrix-synapse==$synapse_version into $venv"
+		rm -rf "$venv"
+		/usr/bin/python3 -m venv "$venv" || return 1
+		"$venv/bin/pip" install --quiet --disable-pip-version-check "matrix-synapse==$synapse_version" || return 1
+		touch "$venv/.installed"
+	fi
+	"$venv/bin/python" -c 'import synapse' || return 1
+	export SAINT_SYNAPSE="$venv/bin/python"
+	echo "SAINT_SYNAPSE=$SAINT_SYNAPSE (matrix-synapse $synapse_version)"
+}
+
 end_to_end() {
 	if [[ ! -e e2e/setup.sh || ! -e e2e/run.sh ]]; then
 		skip_section "e2e/setup.sh and e2e/run.sh are not both in the tree yet"
@@ -304,6 +324,7 @@ sections=(
 	"fmt|2. cargo fmt --all --check|cargo_fmt"
 	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
 	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
+	"synapse|4b. Synapse homeserver for the Matrix tests (PyPI, cached under ~/.cache/saint)|synapse_homeserver"
 	"test|5. cargo test --workspace (all but saint-e2e, which runs in section 9)|cargo_test"
 	"crds|6. CRD drift (crdgen vs crds/ vs charts/saint/crds/)|crd_drift"
 	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas, monitoring rules and dashboard)|helm_chart"
@@ -318,7 +339,7 @@ for wanted in "${selected[@]}"; do
 		[[ "${entry%%|*}" == "$wanted" ]] && known=true
 	done
 	if ! $known; then
-		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory test crds chart apiserver e2e" >&2
+		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory synapse test crds chart apiserver e2e" >&2
 		exit 2
 	fi
 done

@@ -1,0 +1,504 @@
+//! The Matrix channel against a real homeserver: Synapse on loopback (see
+//! `synapse/mod.rs`), the real agent binary and the scripted model. People are real
+//! Synapse accounts that create rooms, invite the bot and write to it through the
+//! client-server API; what the bot sent is read back from the rooms.
+//!
+//! One homeserver serves the whole file; every test registers its own accounts (named
+//! after the test), so the tests run side by side without sharing a room or a user.
+
+mod common;
+mod synapse;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::*;
+use saint_llm::scripted::{Reply, ScriptedLlm};
+use serde_json::{Value, json};
+use synapse::{Synapse, User};
+
+const BOT_TOKEN_VARIABLE: &str = "MATRIX_ACCESS_TOKEN";
+
+struct Bot {
+    llm: ScriptedLlm,
+    bot: User,
+    ana: User,
+    ivan: User,
+    stranger: User,
+    _directory: tempfile::TempDir,
+    config_path: PathBuf,
+    workspace: PathBuf,
+    agent: Option<AgentProcess>,
+}
+
+impl Bot {
+    /// Registers `<tag>-bot`, `<tag>-ana` (owner), `<tag>-ivan` (employee) and
+    /// `<tag>-stranger`, and starts the agent with a Matrix channel for the bot.
+    async fn start(tag: &str) -> Self {
+        let synapse = Synapse::shared();
+        let bot = synapse.register(&format!("{tag}-bot")).await;
+        let ana = synapse.register(&format!("{tag}-ana")).await;
+        let ivan = synapse.register(&format!("{tag}-ivan")).await;
+        let stranger = synapse.register(&format!("{tag}-stranger")).await;
+        let llm = ScriptedLlm::start().await.unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        let workspace = directory.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        seed_workspace(&workspace);
+        let config_path = directory.path().join("bot-config.json");
+        let mut config = test_config(&llm.base_url());
+        // Ana and Ivan are reachable on Matrix too, in the contacts and their links.
+        for (index, user) in [(0, &ana), (1, &ivan)] {
+            let identity = json!(format!("matrix:{}", user.id));
+            let slug = config["contacts"][index]["slug"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            config["contacts"][index]["identities"]
+                .as_array_mut()
+                .unwrap()
+                .push(identity.clone());
+            config["identityLinks"][slug]
+                .as_array_mut()
+                .unwrap()
+                .push(identity);
+        }
+        assert_eq!(config["contacts"][0]["role"], "owner");
+        assert_eq!(config["contacts"][1]["role"], "employee");
+        config["channels"] = json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+            {"name": "matrix", "kind": "matrix",
+             "settings": {"homeserverUrl": synapse.base_url, "userId": bot.id},
+             "secretEnv": {"accessToken": BOT_TOKEN_VARIABLE}},
+        ]);
+        write_config(&config_path, &config);
+        let mut started = Self {
+            llm,
+            bot,
+            ana,
+            ivan,
+            stranger,
+            _directory: directory,
+            config_path,
+            workspace,
+            agent: None,
+        };
+        started.spawn();
+        // The bot answers what arrives once it has its first position.
+        started
+            .wait_for("the first sync", || async {
+                (started.count("SELECT COUNT(*) FROM channel_cursor WHERE channel = 'matrix'") == 1)
+                    .then_some(())
+            })
+            .await;
+        started
+    }
+
+    fn spawn(&mut self) {
+        self.agent = Some(spawn_agent(
+            &self.config_path,
+            &self.workspace,
+            &[(BOT_TOKEN_VARIABLE, &self.bot.token)],
+        ));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.child.kill().unwrap(); // SIGKILL
+            agent.child.wait().unwrap();
+        }
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        rusqlite::Connection::open(self.workspace.join("sessions/transcripts.sqlite3"))
+            .and_then(|database| database.query_row(sql, [], |row| row.get(0)))
+            .unwrap_or(0)
+    }
+
+    /// Waits (bounded) until `probe` gives a value.
+    async fn wait_for<T, F, Fut>(&self, what: &str, probe: F) -> T
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; model requests: {}; homeserver log:\n{}",
+                    self.llm.request_count(),
+                    Synapse::shared().log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A direct room `user` opens with the bot, once the bot has joined it.
+    async fn direct_room(&self, user: &User) -> String {
+        let room = user
+            .create_room(json!({"is_direct": true, "invite": [self.bot.id],
+                                "preset": "trusted_private_chat"}))
+            .await;
+        self.wait_for("the bot to join", || async {
+            (user.membership(&room, &self.bot.id).await.as_deref() == Some("join")).then_some(())
+        })
+        .await;
+        room
+    }
+
+    /// The bot's messages in `room`, oldest first, as `user` reads them.
+    async fn bot_messages(&self, user: &User, room: &str) -> Vec<Value> {
+        user.messages(room)
+            .await
+            .into_iter()
+            .filter(|event| event["sender"] == self.bot.id.as_str())
+            .collect()
+    }
+
+    /// Waits until the bot has sent `count` messages in `room`; returns them.
+    async fn wait_for_bot_messages(&self, user: &User, room: &str, count: usize) -> Vec<Value> {
+        self.wait_for(&format!("{count} bot messages in {room}"), || async {
+            let messages = self.bot_messages(user, room).await;
+            (messages.len() >= count).then_some(messages)
+        })
+        .await
+    }
+}
+
+fn replied_to(event: &Value) -> Option<&str> {
+    event["content"]["m.relates_to"]["m.in_reply_to"]["event_id"].as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contacts_invitation_is_accepted_and_answered_and_a_strangers_is_declined() {
+    let bot = Bot::start("invites").await;
+    let room = bot.direct_room(&bot.ana).await;
+    bot.llm.push(Reply::text(
+        "## Plan\n**Done**, see [the doc](https://acme.example/doc?a=1&b=2).",
+    ));
+    let asked = bot.ana.say(&room, "What is the plan?").await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    let content = &replies[0]["content"];
+    assert_eq!(content["msgtype"], "m.text");
+    assert_eq!(
+        content["body"],
+        "## Plan\n**Done**, see [the doc](https://acme.example/doc?a=1&b=2)."
+    );
+    assert_eq!(content["format"], "org.matrix.custom.html");
+    assert_eq!(
+        content["formatted_body"],
+        "<h2>Plan</h2><p><strong>Done</strong>, see <a href=\"https://acme.example/doc?a=1&amp;b=2\">the doc</a>.</p>"
+    );
+    assert_eq!(replied_to(&replies[0]), Some(asked.as_str()));
+    // A direct room: Ana's own session, in her role (the owner's tools).
+    let request = &bot.llm.requests()[0];
+    assert!(
+        request
+            .user_texts()
+            .iter()
+            .any(|text| text.contains("What is the plan?"))
+    );
+    assert!(request.tool_names().contains(&"sessions_list".to_string()));
+    let stored: String =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row("SELECT body FROM inbox", [], |row| row.get(0))
+            .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["platformId"], asked.as_str());
+    assert_eq!(stored["sender"], format!("matrix:{}", bot.ana.id));
+    assert_eq!(stored["context"]["chat"], room.as_str());
+    assert!(stored.get("conversation").is_none(), "{stored}");
+    // A stranger's invitation is declined: the bot never joins their room.
+    let strangers_room = bot
+        .stranger
+        .create_room(json!({"is_direct": true, "invite": [bot.bot.id],
+                            "preset": "trusted_private_chat"}))
+        .await;
+    bot.wait_for("the declined invitation", || async {
+        (bot.stranger
+            .membership(&strangers_room, &bot.bot.id)
+            .await
+            .as_deref()
+            == Some("leave"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(bot.llm.request_count(), 1);
+    // A long answer arrives in parts, each valid on its own: the cut falls inside the
+    // code block, which the second part reopens.
+    let long = format!(
+        "{}\n```\n{}\n```",
+        "A sentence of the report. ".repeat(100),
+        (0..400)
+            .map(|line| format!("code line {line} <tag>"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(long.chars().count() > 10_000);
+    bot.llm.push(Reply::text(long));
+    let asked = bot.ana.say(&room, "The full report, please").await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 3).await;
+    let parts = &replies[1..];
+    assert_eq!(parts.len(), 2, "{parts:#?}");
+    assert_eq!(replied_to(&parts[0]), Some(asked.as_str()));
+    assert_eq!(replied_to(&parts[1]), None, "only the first part quotes");
+    let html: Vec<&str> = parts
+        .iter()
+        .map(|part| part["content"]["formatted_body"].as_str().unwrap())
+        .collect();
+    assert!(
+        html[0].starts_with("<p>A sentence")
+            && html[0].contains("<pre><code>code line 0 &lt;tag&gt;\n")
+    );
+    assert!(html[0].ends_with("</code></pre>"), "{}", html[0]);
+    assert!(html[1].starts_with("<pre><code>code line "), "{}", html[1]);
+    assert!(
+        html[1].ends_with("code line 399 &lt;tag&gt;</code></pre>"),
+        "{}",
+        html[1]
+    );
+    assert!(parts.iter().all(|part| {
+        part["content"]["body"]
+            .as_str()
+            .unwrap()
+            .matches("```")
+            .count()
+            % 2
+            == 0
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_room_each_person_is_answered_in_their_own_role_and_only_when_addressed() {
+    let bot = Bot::start("roles").await;
+    let room = bot
+        .ana
+        .create_room(json!({"name": "Acme team", "preset": "private_chat",
+                            "invite": [bot.ivan.id, bot.bot.id]}))
+        .await;
+    bot.ivan.join(&room).await;
+    bot.wait_for("the bot to join", || async {
+        (bot.ana.membership(&room, &bot.bot.id).await.as_deref() == Some("join")).then_some(())
+    })
+    .await;
+    bot.llm.push(Reply::text("That is for the owner only."));
+    bot.llm.push(Reply::text("Here are the sessions."));
+    // Not addressed: skipped, not stored.
+    bot.ivan.say(&room, "lunch at noon?").await;
+    let ivans = bot.ivan.say_to(&room, &bot.bot, "list every session").await;
+    let ivan_reply = bot.wait_for_bot_messages(&bot.ivan, &room, 1).await;
+    assert_eq!(replied_to(&ivan_reply[0]), Some(ivans.as_str()));
+    assert_eq!(
+        ivan_reply[0]["content"]["body"],
+        "That is for the owner only."
+    );
+    let anas = bot.ana.say_to(&room, &bot.bot, "list every session").await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 2).await;
+    assert_eq!(replied_to(&replies[1]), Some(anas.as_str()));
+    let requests = bot.llm.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the unaddressed message was not answered"
+    );
+    assert!(
+        requests[0]
+            .user_texts()
+            .iter()
+            .any(|text| text.contains("list every session"))
+    );
+    // Ivan (employee) is not offered the owner's session tools; Ana (owner) is.
+    assert!(
+        !requests[0]
+            .tool_names()
+            .contains(&"sessions_list".to_string()),
+        "{:?}",
+        requests[0].tool_names()
+    );
+    assert!(
+        requests[1]
+            .tool_names()
+            .contains(&"sessions_list".to_string()),
+        "{:?}",
+        requests[1].tool_names()
+    );
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 2);
+    let stored: String =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row("SELECT body FROM inbox ORDER BY id LIMIT 1", [], |row| {
+                row.get(0)
+            })
+            .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["conversation"],
+        json!({"id": room, "title": "Acme team"})
+    );
+    assert_eq!(stored["context"]["chat"], room.as_str());
+    // A reply to the bot's message addresses it without a mention.
+    bot.llm.push(Reply::text("Noted."));
+    let follow_up = bot
+        .ana
+        .send(
+            &room,
+            "m.room.message",
+            json!({"msgtype": "m.text", "body": "thanks, and the budget?",
+                   "m.relates_to": {"m.in_reply_to": {"event_id": replies[1]["event_id"]}}}),
+        )
+        .await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 3).await;
+    assert_eq!(replied_to(&replies[2]), Some(follow_up.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_while_the_bot_is_killed_are_answered_once_after_it_restarts() {
+    let mut bot = Bot::start("restart").await;
+    bot.llm.set_fallback(Reply::text("answer"));
+    let room = bot.direct_room(&bot.ana).await;
+    let first = bot.ana.say(&room, "before the crash").await;
+    bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    bot.kill();
+    let mut asked = vec![first];
+    for index in 0..3 {
+        asked.push(bot.ana.say(&room, &format!("while down {index}")).await);
+    }
+    bot.spawn();
+    bot.wait_for_bot_messages(&bot.ana, &room, asked.len())
+        .await;
+    // One more after the restart: once it is answered, any duplicate would have shown.
+    asked.push(bot.ana.say(&room, "after the restart").await);
+    bot.wait_for_bot_messages(&bot.ana, &room, asked.len())
+        .await;
+    bot.wait_for("an empty queue", || async {
+        (bot.count("SELECT COUNT(*) FROM inbox WHERE state IN ('received', 'accepted')") == 0
+            && bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'") == 0)
+            .then_some(())
+    })
+    .await;
+    let replies = bot.bot_messages(&bot.ana, &room).await;
+    for id in &asked {
+        let answers = replies
+            .iter()
+            .filter(|reply| replied_to(reply) == Some(id.as_str()))
+            .count();
+        assert_eq!(answers, 1, "{id} answered {answers} times");
+    }
+    assert_eq!(replies.len(), asked.len());
+    assert_eq!(bot.llm.request_count(), asked.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_room_is_told_once_that_it_is_not_supported_and_never_answered() {
+    let bot = Bot::start("encrypted").await;
+    let room = bot
+        .ana
+        .create_room(json!({
+            "is_direct": true, "invite": [bot.bot.id], "preset": "trusted_private_chat",
+            "initial_state": [{"type": "m.room.encryption", "state_key": "",
+                               "content": {"algorithm": "m.megolm.v1.aes-sha2"}}],
+        }))
+        .await;
+    let notices = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    assert_eq!(notices[0]["content"]["msgtype"], "m.notice");
+    let notice = notices[0]["content"]["body"].as_str().unwrap();
+    assert!(
+        notice.contains("end-to-end encrypted") && notice.contains("unencrypted room"),
+        "{notice}"
+    );
+    // An encrypted message (as a client would send it) and a plain one sent anyway.
+    bot.ana
+        .send(
+            &room,
+            "m.room.encrypted",
+            json!({"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
+                   "device_id": "RJYKSTBOIE", "sender_key": "IlRMeOPX2e0MurIyfWEucYBRVOEEUMrOHqn/8mLqMjA",
+                   "session_id": "X3lUlvLELLYxeTx4yOVu6UDpasGEVO0Jbu+QFnm0cKQ"}),
+        )
+        .await;
+    bot.ana.say(&room, "plain text in an encrypted room").await;
+    // A direct message elsewhere, sent after them, is answered: by then both were read.
+    bot.llm.push(Reply::text("answered"));
+    let plain_room = bot.direct_room(&bot.ana).await;
+    bot.ana.say(&plain_room, "hello").await;
+    bot.wait_for_bot_messages(&bot.ana, &plain_room, 1).await;
+    assert_eq!(
+        bot.bot_messages(&bot.ana, &room).await.len(),
+        1,
+        "one notice only"
+    );
+    assert_eq!(
+        bot.llm.request_count(),
+        1,
+        "no model call for the encrypted room"
+    );
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_is_fetched_from_the_authenticated_media_api_into_the_inbox_folder() {
+    let bot = Bot::start("media").await;
+    let room = bot.direct_room(&bot.ana).await;
+    let photo: Vec<u8> = (0..50_000u32).map(|index| (index % 251) as u8).collect();
+    let uri = bot.ana.upload("image/png", photo.clone()).await;
+    bot.llm.push(Reply::text("got it"));
+    let event = bot
+        .ana
+        .send(
+            &room,
+            "m.room.message",
+            json!({"msgtype": "m.image", "body": "the receipt", "filename": "receipt.png",
+                   "url": uri, "info": {"mimetype": "image/png", "size": photo.len()}}),
+        )
+        .await;
+    bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    let folder = saint_channels::attachments::safe_name(&event);
+    let saved = bot
+        .workspace
+        .join(format!("inbox/matrix/{folder}/receipt.png"));
+    assert_eq!(std::fs::read(&saved).unwrap(), photo);
+    let texts = bot.llm.requests()[0].user_texts();
+    assert!(
+        texts.iter().any(|text| text.contains("the receipt")
+            && text.contains("[image attachment (image/png, 50000 bytes) saved as inbox/matrix/")),
+        "{texts:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_message_tool_opens_a_direct_room_with_the_contact() {
+    let bot = Bot::start("message").await;
+    let ivan_matrix = format!("matrix:{}", bot.ivan.id);
+    bot.llm.push(Reply::tool_call(
+        "message",
+        json!({"to": ivan_matrix, "channel": "matrix", "text": "Meeting at **3**"}),
+    ));
+    bot.llm.push(Reply::text("Done."));
+    let client = reqwest::Client::new();
+    let reply = client
+        .post(format!("{}/v1/messages", bot.agent.as_ref().unwrap().http))
+        .bearer_auth(TOKEN)
+        .json(
+            &json!({"channel": "email", "peer": ANA_EMAIL, "text": "tell Ivan about the meeting"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let room = bot
+        .wait_for("Ivan's invitation", || async {
+            bot.ivan.invited_rooms().await.into_iter().next()
+        })
+        .await;
+    bot.ivan.join(&room).await;
+    let messages = bot.wait_for_bot_messages(&bot.ivan, &room, 1).await;
+    assert_eq!(messages[0]["content"]["body"], "Meeting at **3**");
+    assert_eq!(
+        messages[0]["content"]["formatted_body"],
+        "<p>Meeting at <strong>3</strong></p>"
+    );
+}
