@@ -235,7 +235,7 @@ pub fn entities(text: &str) -> Value {
             .is_none_or(|before| !is_name(before) && before != '@' && before != '/');
         if starts_word && (character == '@' || (character == '/' && index == 0)) {
             let body_end = rest[1..]
-                .find(|next: char| !is_name(next) && !(character == '/' && next == '@'))
+                .find(|next: char| !(is_name(next) || (character == '/' && next == '@')))
                 .map_or(rest.len(), |end| end + 1);
             if body_end > 1 {
                 let kind = if character == '@' {
@@ -595,6 +595,7 @@ fn record(shared: &Shared, method: String, authorised: bool, body: Value) -> usi
         status: 0,
         at: Instant::now(),
     });
+    shared.changed.notify_waiters();
     script.requests.len() - 1
 }
 

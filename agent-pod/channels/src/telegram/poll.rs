@@ -123,7 +123,6 @@ impl Poller {
                 .await?;
             if !reported_up {
                 sink.report(channel, ChannelState::Up);
-                *backoff = Duration::from_secs(1);
                 reported_up = true;
             }
             let Some(last) = updates
@@ -131,6 +130,7 @@ impl Poller {
                 .filter_map(|update| update["update_id"].as_i64())
                 .max()
             else {
+                *backoff = Duration::from_secs(1);
                 continue;
             };
             let mut messages = Vec::new();
@@ -158,6 +158,8 @@ impl Poller {
                     after: None,
                 })?;
             offset = Some(next);
+            // Reset only once a batch is stored: an inbox that keeps failing backs off.
+            *backoff = Duration::from_secs(1);
         }
     }
 }
