@@ -1,0 +1,236 @@
+//! The Discord channel end to end: the real agent binary, the scripted model and a
+//! scripted Discord (REST and Gateway) that records every request. Ana (owner) and
+//! Ivan (employee) are Contacts with their Discord user ids.
+
+mod common;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::*;
+use saint_channels::scripted::discord::{
+    BOT_USER_ID, ScriptedDiscord, direct_message, guild_message,
+};
+use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
+use serde_json::{Value, json};
+
+const BOT_TOKEN: &str = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.G1a2b3.agent-test-token";
+const ANA: &str = "80351110224678912";
+const IVAN: &str = "80351110224678913";
+const IVAN_DM: &str = "1200000000000000002";
+const GUILD: &str = "1000000000000000001";
+const GENERAL: &str = "1000000000000000002";
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Bot {
+    llm: ScriptedLlm,
+    discord: ScriptedDiscord,
+    _directory: tempfile::TempDir,
+    _agent: AgentProcess,
+}
+
+// Adds `identity` to the contact `slug` and to its identity links alike.
+fn add_identity(config: &mut Value, slug: &str, identity: &str) {
+    let contact = config["contacts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|contact| contact["slug"] == slug)
+        .unwrap();
+    contact["identities"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(identity));
+    config["identityLinks"][slug]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(identity));
+}
+
+impl Bot {
+    async fn start() -> Self {
+        let llm = ScriptedLlm::start().await.unwrap();
+        let discord = ScriptedDiscord::start(BOT_TOKEN, Duration::from_millis(500))
+            .await
+            .unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        let workspace: PathBuf = directory.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        seed_workspace(&workspace);
+        let config_path = directory.path().join("bot-config.json");
+        let mut config = test_config(&llm.base_url());
+        config["channels"] = json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+            {"name": "discord", "kind": "discord",
+             "settings": {"apiBaseUrl": discord.api_base_url()},
+             "secretEnv": {"botToken": "DISCORD_BOT_TOKEN"}},
+        ]);
+        add_identity(&mut config, "ana", &format!("discord:{ANA}"));
+        add_identity(&mut config, "ivan", &format!("discord:{IVAN}"));
+        write_config(&config_path, &config);
+        let agent = spawn_agent(
+            &config_path,
+            &workspace,
+            &[("DISCORD_BOT_TOKEN", BOT_TOKEN)],
+        );
+        let bot = Self {
+            llm,
+            discord,
+            _directory: directory,
+            _agent: agent,
+        };
+        assert!(
+            bot.discord
+                .wait_until(WAIT, |discord| discord.connected())
+                .await,
+            "the agent never identified; gateway saw {:?}",
+            bot.discord.gateway_log()
+        );
+        bot
+    }
+
+    async fn wait_for_posted(&self, count: usize) {
+        assert!(
+            self.discord.wait_for_posted(count, WAIT).await,
+            "timed out waiting for {count} posts; REST saw {:#?}",
+            self.discord.requests()
+        );
+    }
+
+    /// The model request of the turn whose newest user text contains `text`.
+    fn turn_for(&self, text: &str) -> RecordedRequest {
+        self.llm
+            .requests()
+            .into_iter()
+            .find(|request| {
+                request
+                    .user_texts()
+                    .last()
+                    .is_some_and(|last| last.contains(text))
+            })
+            .unwrap_or_else(|| panic!("no model request for {text:?}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_employee_s_direct_message_is_answered_in_the_dm_in_their_role() {
+    let bot = Bot::start().await;
+    bot.llm.push(Reply::text(
+        "Hi Ivan, **lunch** is at noon. Ping @everyone?",
+    ));
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000001",
+            IVAN_DM,
+            IVAN,
+            "When is lunch?",
+        ))
+        .unwrap();
+    bot.wait_for_posted(1).await;
+    let posted = bot.discord.posted();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].channel_id, IVAN_DM);
+    assert_eq!(
+        posted[0].content(),
+        "Hi Ivan, **lunch** is at noon. Ping @\u{200B}everyone?"
+    );
+    assert!(
+        posted[0].body["message_reference"].is_null(),
+        "a DM answer needs no quote"
+    );
+    assert_eq!(posted[0].body["allowed_mentions"], json!({"parse": []}));
+    let sends: Vec<_> = bot
+        .discord
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with("/messages"))
+        .collect();
+    assert_eq!(
+        sends[0].authorization.as_deref(),
+        Some(format!("Bot {BOT_TOKEN}").as_str())
+    );
+    // Ivan is an employee: his turn is not offered the owner's session tools.
+    let turn = bot.turn_for("When is lunch?");
+    let tools = turn.tool_names();
+    assert!(tools.contains(&"web_fetch".to_string()), "{tools:?}");
+    assert!(!tools.contains(&"sessions_list".to_string()), "{tools:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_guild_channel_each_mention_is_answered_with_its_sender_s_role() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Noted."));
+    let dispatch = |message| bot.discord.dispatch_message(message).unwrap();
+    // Not addressed to the bot: never reaches the model.
+    dispatch(guild_message(
+        "1300000000000000101",
+        GUILD,
+        GENERAL,
+        IVAN,
+        "just chatting about anvils",
+        &[],
+    ));
+    dispatch(guild_message(
+        "1300000000000000102",
+        GUILD,
+        GENERAL,
+        ANA,
+        &format!("<@{BOT_USER_ID}> which sessions are open?"),
+        &[BOT_USER_ID],
+    ));
+    dispatch(guild_message(
+        "1300000000000000103",
+        GUILD,
+        GENERAL,
+        IVAN,
+        &format!("<@{BOT_USER_ID}> and what is for lunch?"),
+        &[BOT_USER_ID],
+    ));
+    bot.wait_for_posted(2).await;
+    let posted = bot.discord.posted();
+    let mut quoted: Vec<&str> = posted
+        .iter()
+        .map(|message| {
+            assert_eq!(message.channel_id, GENERAL);
+            assert_eq!(message.content(), "Noted.");
+            message.body["message_reference"]["message_id"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    quoted.sort_unstable();
+    assert_eq!(quoted, vec!["1300000000000000102", "1300000000000000103"]);
+    // The owner's turn offers the owner's tools; the employee's, in the same channel,
+    // does not.
+    let owner_turn = bot.turn_for("which sessions are open?");
+    assert!(
+        owner_turn
+            .tool_names()
+            .contains(&"sessions_list".to_string())
+    );
+    let employee_turn = bot.turn_for("what is for lunch?");
+    assert!(
+        !employee_turn
+            .tool_names()
+            .contains(&"sessions_list".to_string()),
+        "{:?}",
+        employee_turn.tool_names()
+    );
+    // The mention is stripped from what the model reads, and the chatter never arrives.
+    let texts: Vec<String> = bot
+        .llm
+        .requests()
+        .iter()
+        .flat_map(|request| request.user_texts())
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .all(|text| !text.contains(&format!("<@{BOT_USER_ID}>"))),
+        "{texts:#?}"
+    );
+    assert!(
+        texts.iter().all(|text| !text.contains("just chatting")),
+        "{texts:#?}"
+    );
+    assert_eq!(bot.llm.request_count(), 2);
+}
