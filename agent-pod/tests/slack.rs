@@ -1,0 +1,215 @@
+//! The Slack channel end to end: the real agent binary, the scripted model and a
+//! scripted Slack (Web API and Socket Mode) that records every request. Ivan (employee)
+//! is a Contact with his Slack member id in the fixture; Ana (owner) gets one here.
+
+mod common;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::*;
+use saint_channels::scripted::slack::{
+    BOT_USER_ID, ScriptedSlack, app_mention_event, message_event,
+};
+use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
+use serde_json::{Value, json};
+
+const BOT_TOKEN: &str = "xoxb-1111-2222-agent-test";
+const APP_TOKEN: &str = "xapp-1-A0SAINT-3333-agent-test";
+const IVAN: &str = "U024BK3";
+const ANA: &str = "U0ANA0001";
+const IVAN_DM: &str = "D0IVAN";
+const GENERAL: &str = "C0GENERAL";
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Bot {
+    llm: ScriptedLlm,
+    slack: ScriptedSlack,
+    _directory: tempfile::TempDir,
+    _agent: AgentProcess,
+}
+
+// Adds `identity` to the contact `slug` and to its identity links alike.
+fn add_identity(config: &mut Value, slug: &str, identity: &str) {
+    let contact = config["contacts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|contact| contact["slug"] == slug)
+        .unwrap();
+    contact["identities"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(identity));
+    if let Some(links) = config["identityLinks"][slug].as_array_mut() {
+        links.push(json!(identity));
+    }
+}
+
+impl Bot {
+    async fn start() -> Self {
+        let llm = ScriptedLlm::start().await.unwrap();
+        let slack = ScriptedSlack::start(BOT_TOKEN, APP_TOKEN).await.unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        let workspace: PathBuf = directory.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        seed_workspace(&workspace);
+        let config_path = directory.path().join("bot-config.json");
+        let mut config = test_config(&llm.base_url());
+        config["channels"] = json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+            {"name": "slack", "kind": "slack",
+             "settings": {"apiBaseUrl": slack.api_url()},
+             "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}},
+        ]);
+        add_identity(&mut config, "ana", &format!("slack:{ANA}"));
+        write_config(&config_path, &config);
+        let agent = spawn_agent(
+            &config_path,
+            &workspace,
+            &[
+                ("SLACK_BOT_TOKEN", BOT_TOKEN),
+                ("SLACK_APP_TOKEN", APP_TOKEN),
+            ],
+        );
+        let bot = Self {
+            llm,
+            slack,
+            _directory: directory,
+            _agent: agent,
+        };
+        assert!(
+            bot.slack.wait_for_connections(1, WAIT).await,
+            "the agent never opened a socket; slack saw {:#?}",
+            bot.slack.requests()
+        );
+        bot
+    }
+
+    async fn wait_for_posted(&self, count: usize) {
+        assert!(
+            self.slack.wait_for_posted(count, WAIT).await,
+            "timed out waiting for {count} posts; slack saw {:#?}",
+            self.slack.requests()
+        );
+    }
+
+    /// The model request of the turn whose newest user text contains `text`.
+    fn turn_for(&self, text: &str) -> RecordedRequest {
+        self.llm
+            .requests()
+            .into_iter()
+            .find(|request| {
+                request
+                    .user_texts()
+                    .last()
+                    .is_some_and(|last| last.contains(text))
+            })
+            .unwrap_or_else(|| panic!("no model request for {text:?}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ivan_s_direct_message_is_answered_in_his_direct_channel_in_his_role() {
+    let bot = Bot::start().await;
+    bot.llm.push(Reply::text(
+        "Hi Ivan, **lunch** is at noon & <b>late</b>: [menu](https://acme.example/menu)",
+    ));
+    let envelope = bot.slack.push_event(message_event(
+        IVAN_DM,
+        "im",
+        IVAN,
+        "1700000100.000100",
+        "When is lunch?",
+    ));
+    bot.wait_for_posted(1).await;
+    let posted = bot.slack.posted();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].channel, IVAN_DM);
+    assert_eq!(
+        posted[0].thread_ts, None,
+        "a direct message is answered in place"
+    );
+    assert_eq!(
+        posted[0].text,
+        "Hi Ivan, *lunch* is at noon &amp; &lt;b&gt;late&lt;/b&gt;: <https://acme.example/menu|menu>"
+    );
+    assert!(bot.slack.acked(&envelope), "the envelope was acknowledged");
+    let post = bot
+        .slack
+        .requests()
+        .into_iter()
+        .find(|request| request.method == "chat.postMessage")
+        .unwrap();
+    assert_eq!(post.bearer.as_deref(), Some(BOT_TOKEN));
+    // Ivan is an employee: his turn is not offered the owner's tools.
+    let tools = bot.turn_for("When is lunch?").tool_names();
+    assert!(tools.contains(&"web_fetch".to_string()), "{tools:?}");
+    for owner_only in ["write", "sessions_list"] {
+        assert!(!tools.contains(&owner_only.to_string()), "{tools:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_channel_each_mention_is_answered_in_its_thread_with_its_sender_s_role() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Noted."));
+    // Chatter without a mention never reaches the model.
+    bot.slack.push_event(message_event(
+        GENERAL,
+        "channel",
+        IVAN,
+        "1700000200.000100",
+        "just chatting about anvils",
+    ));
+    // Ana mentions the bot: Slack sends the message and the app_mention.
+    let ana_text = format!("<@{BOT_USER_ID}> which sessions are open?");
+    let ana_ts = "1700000200.000200";
+    bot.slack
+        .push_event(message_event(GENERAL, "channel", ANA, ana_ts, &ana_text));
+    bot.slack
+        .push_event(app_mention_event(GENERAL, ANA, ana_ts, &ana_text));
+    // Ivan asks in a thread of his own.
+    let ivan_ts = "1700000200.000300";
+    let ivan_text = format!("<@{BOT_USER_ID}> and what is for lunch?");
+    bot.slack
+        .push_event(message_event(GENERAL, "channel", IVAN, ivan_ts, &ivan_text));
+    bot.slack
+        .push_event(app_mention_event(GENERAL, IVAN, ivan_ts, &ivan_text));
+    bot.wait_for_posted(2).await;
+    let mut threads: Vec<String> = bot
+        .slack
+        .posted()
+        .iter()
+        .map(|posted| {
+            assert_eq!(posted.channel, GENERAL);
+            assert_eq!(posted.text, "Noted.");
+            posted.thread_ts.clone().expect("answered in the thread")
+        })
+        .collect();
+    threads.sort();
+    assert_eq!(threads, vec![ana_ts.to_string(), ivan_ts.to_string()]);
+    let ana_turn = bot.turn_for("which sessions are open?");
+    let ivan_turn = bot.turn_for("and what is for lunch?");
+    assert!(
+        ana_turn.tool_names().contains(&"sessions_list".to_string()),
+        "the owner's turn has the owner's tools: {:?}",
+        ana_turn.tool_names()
+    );
+    let ivan_tools = ivan_turn.tool_names();
+    for owner_only in ["write", "sessions_list"] {
+        assert!(
+            !ivan_tools.contains(&owner_only.to_string()),
+            "{ivan_tools:?}"
+        );
+    }
+    // One model turn per mention: the message/app_mention pairs were stored once, and
+    // the chatter never reached the model.
+    assert_eq!(bot.llm.requests().len(), 2, "{:#?}", bot.llm.requests());
+    assert!(
+        bot.llm.requests().iter().all(|request| request
+            .user_texts()
+            .iter()
+            .all(|text| !text.contains("anvils") && !text.contains(BOT_USER_ID))),
+        "no chatter, and the mention is stripped"
+    );
+}
