@@ -34,6 +34,13 @@ impl Bot {
     /// Registers `<tag>-bot`, `<tag>-ana` (owner), `<tag>-ivan` (employee) and
     /// `<tag>-stranger`, and starts the agent with a Matrix channel for the bot.
     async fn start(tag: &str) -> Self {
+        let mut bot = Self::prepare(tag).await;
+        bot.start_agent().await;
+        bot
+    }
+
+    /// The accounts and the agent's config, without starting the agent.
+    async fn prepare(tag: &str) -> Self {
         let synapse = Synapse::shared();
         let bot = synapse.register(&format!("{tag}-bot")).await;
         let ana = synapse.register(&format!("{tag}-ana")).await;
@@ -71,7 +78,7 @@ impl Bot {
              "secretEnv": {"accessToken": BOT_TOKEN_VARIABLE}},
         ]);
         write_config(&config_path, &config);
-        let mut started = Self {
+        Self {
             llm,
             bot,
             ana,
@@ -81,16 +88,18 @@ impl Bot {
             config_path,
             workspace,
             agent: None,
-        };
-        started.spawn();
-        // The bot answers what arrives once it has its first position.
-        started
-            .wait_for("the first sync", || async {
-                (started.count("SELECT COUNT(*) FROM channel_cursor WHERE channel = 'matrix'") == 1)
-                    .then_some(())
-            })
-            .await;
-        started
+        }
+    }
+
+    /// Starts the agent; returns once the channel has its first position (from then on
+    /// what arrives is answered).
+    async fn start_agent(&mut self) {
+        self.spawn();
+        self.wait_for("the first sync", || async {
+            (self.count("SELECT COUNT(*) FROM channel_cursor WHERE channel = 'matrix'") == 1)
+                .then_some(())
+        })
+        .await;
     }
 
     fn spawn(&mut self) {
@@ -353,6 +362,38 @@ async fn in_a_room_each_person_is_answered_in_their_own_role_and_only_when_addre
         .await;
     let replies = bot.wait_for_bot_messages(&bot.ana, &room, 3).await;
     assert_eq!(replied_to(&replies[2]), Some(follow_up.as_str()));
+    // A thread is a conversation of its own, answered in the thread.
+    bot.llm.push(Reply::text("In the thread."));
+    let in_thread = bot
+        .ivan
+        .send(
+            &room,
+            "m.room.message",
+            json!({"msgtype": "m.text", "body": format!("{} what about Friday?", bot.bot.id),
+                   "m.mentions": {"user_ids": [bot.bot.id]},
+                   "m.relates_to": {"rel_type": "m.thread", "event_id": ivans,
+                                    "is_falling_back": true,
+                                    "m.in_reply_to": {"event_id": ivans}}}),
+        )
+        .await;
+    let replies = bot.wait_for_bot_messages(&bot.ivan, &room, 4).await;
+    let relation = &replies[3]["content"]["m.relates_to"];
+    assert_eq!(relation["rel_type"], "m.thread");
+    assert_eq!(relation["event_id"], ivans.as_str());
+    assert_eq!(relation["m.in_reply_to"]["event_id"], in_thread.as_str());
+    let stored: String =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row(
+                "SELECT body FROM inbox ORDER BY id DESC LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["conversation"]["id"], format!("{room}/{ivans}"));
+    assert_eq!(stored["context"]["thread"], ivans.as_str());
+    assert_eq!(stored["context"]["chat"], room.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,4 +542,86 @@ async fn the_message_tool_opens_a_direct_room_with_the_contact() {
         messages[0]["content"]["formatted_body"],
         "<p>Meeting at <strong>3</strong></p>"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_from_before_the_first_start_is_not_answered() {
+    let mut bot = Bot::prepare("history").await;
+    // The bot was in the room before it ever ran: what was said then is history.
+    let room = bot
+        .ana
+        .create_room(json!({"is_direct": true, "invite": [bot.bot.id],
+                            "preset": "trusted_private_chat"}))
+        .await;
+    bot.bot.join(&room).await;
+    bot.ana.say(&room, "an old question").await;
+    bot.start_agent().await;
+    bot.llm.push(Reply::text("new answer"));
+    let asked = bot.ana.say(&room, "a new question").await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    assert_eq!(replied_to(&replies[0]), Some(asked.as_str()));
+    assert_eq!(bot.llm.request_count(), 1);
+    let texts = bot.llm.requests()[0].user_texts();
+    assert!(
+        !texts.iter().any(|text| text.contains("an old question")),
+        "{texts:#?}"
+    );
+    // Someone who writes before the bot has accepted the invitation is answered once it
+    // joins: the message came after the invitation.
+    let ivan_room = bot
+        .ivan
+        .create_room(json!({"is_direct": true, "invite": [bot.bot.id],
+                            "preset": "trusted_private_chat"}))
+        .await;
+    bot.llm.push(Reply::text("hello Ivan"));
+    let early = bot.ivan.say(&ivan_room, "are you there?").await;
+    let replies = bot.wait_for_bot_messages(&bot.ivan, &ivan_room, 1).await;
+    assert_eq!(replied_to(&replies[0]), Some(early.as_str()));
+    assert_eq!(bot.llm.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_shows_in_readyz_and_the_reply_waits() {
+    let bot = Bot::start("revoked").await;
+    let room = bot.direct_room(&bot.ana).await;
+    // The bot's session is ended on the homeserver (a password change, a logout).
+    bot.bot
+        .call(reqwest::Method::POST, "logout", Some(json!({})))
+        .await;
+    bot.llm.push(Reply::text("waiting reply"));
+    // Wakes the sync that was already open; the next one is refused.
+    bot.ana.say(&room, "hi").await;
+    let agent = bot.agent.as_ref().unwrap();
+    let client = reqwest::Client::new();
+    let body = bot
+        .wait_for("credentials refused in /readyz", || async {
+            let body = client
+                .get(format!("{}/readyz", agent.http))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            body.contains("credentials refused").then_some(body)
+        })
+        .await;
+    assert!(
+        body.contains("channel \"matrix\": credentials refused by the platform: matrix: "),
+        "{body}"
+    );
+    assert!(body.contains("M_UNKNOWN_TOKEN"), "{body}");
+    let metrics = client
+        .get(format!("{}/metrics", agent.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"saint_channel_up{channel="matrix",kind="matrix"} 0"#),
+        "{metrics}"
+    );
+    assert!(bot.bot_messages(&bot.ana, &room).await.is_empty());
 }
