@@ -4,7 +4,10 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -35,6 +38,8 @@ struct MemorySink {
     state: Mutex<SinkState>,
     changed: Notify,
     contacts: Vec<ChannelIdentity>,
+    /// Commits refused before they succeed again (a busy or failing disk).
+    failing_commits: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -103,6 +108,15 @@ impl InboxSink for MemorySink {
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             assert_eq!(channel, "discord");
+            if self
+                .failing_commits
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok()
+            {
+                return Err("database is locked".to_string());
+            }
             let mut state = self.state.lock().unwrap();
             state.cursor = Some(cursor.clone());
             state.commits.push((
@@ -491,6 +505,26 @@ async fn a_refused_token_on_gateway_bot_is_reported() {
                 > 1)
             .await
     );
+}
+
+#[tokio::test]
+async fn a_message_the_inbox_could_not_store_is_replayed_by_the_resume() {
+    let harness = Harness::start().await;
+    harness.ready().await;
+    let stored = harness.dm("1300000000000001101", "stored");
+    harness.stored("1300000000000001101").await;
+    harness.sink.failing_commits.store(1, Ordering::SeqCst);
+    harness.dm("1300000000000001102", "the inbox is busy");
+    harness.stored("1300000000000001102").await;
+    assert_eq!(
+        harness.sink.stored_ids(),
+        vec!["1300000000000001101", "1300000000000001102"]
+    );
+    // The position stayed at the last stored message, so the resume replayed the rest.
+    let log = harness.discord.gateway_log();
+    assert_eq!(log.resumes.len(), 1);
+    assert_eq!(log.resumes[0]["seq"], json!(stored));
+    assert_eq!(log.identifies.len(), 1);
 }
 
 #[tokio::test]

@@ -161,6 +161,16 @@ fn gateway_address(url: &str) -> Result<String, String> {
     Ok(parsed.to_string())
 }
 
+/// Closes with a code other than 1000 or 1001 (which would end the session), so it
+/// stays resumable; bounded, since the peer may be gone.
+async fn close_resumable(socket: &mut Socket, reason: &'static str) {
+    let frame = CloseFrame {
+        code: CloseCode::from(4000),
+        reason: reason.into(),
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), socket.close(Some(frame))).await;
+}
+
 async fn send_json(socket: &mut Socket, payload: Value) -> Result<(), String> {
     socket
         .send(Message::text(payload.to_string()))
@@ -272,11 +282,12 @@ impl GatewayConnection {
                 return SessionEnd::Lost("discord: connecting to the gateway timed out".into());
             }
         };
-        let interval = match tokio::time::timeout(CONNECT_TIMEOUT, read_hello(&mut socket)).await {
-            Ok(Ok(interval)) => interval,
-            Ok(Err(end)) => return end,
-            Err(_) => return SessionEnd::Lost("discord: no Hello from the gateway".into()),
-        };
+        let interval =
+            match tokio::time::timeout(CONNECT_TIMEOUT, read_hello(&mut socket, state)).await {
+                Ok(Ok(interval)) => interval,
+                Ok(Err(end)) => return end,
+                Err(_) => return SessionEnd::Lost("discord: no Hello from the gateway".into()),
+            };
         let opening = match &resuming {
             Some(cursor) => json!({"op": 6, "d": {
                 "token": self.settings.bot_token,
@@ -300,7 +311,7 @@ impl GatewayConnection {
                     if awaiting_ack {
                         // No ACK since the last beat: the connection is dead though open.
                         // Closing with a code other than 1000 keeps the session resumable.
-                        let _ = socket.close(Some(CloseFrame { code: CloseCode::from(4000), reason: "zombie".into() })).await;
+                        close_resumable(&mut socket, "zombie").await;
                         return SessionEnd::Lost("discord: no heartbeat ACK before the next beat (zombie connection)".into());
                     }
                     if let Err(reason) = send_json(&mut socket, json!({"op": 1, "d": state.seq})).await {
@@ -334,6 +345,9 @@ impl GatewayConnection {
             match payload["op"].as_u64() {
                 Some(0) => {
                     if let Err(reason) = self.dispatch(&payload, state, sink).await {
+                        // Not stored: the event is replayed on resume, after a backoff
+                        // (storage that keeps failing must not spin the connection).
+                        state.up = false;
                         return SessionEnd::Lost(reason);
                     }
                 }
@@ -346,12 +360,7 @@ impl GatewayConnection {
                     }
                 }
                 Some(7) => {
-                    let _ = socket
-                        .close(Some(CloseFrame {
-                            code: CloseCode::from(4000),
-                            reason: "reconnect".into(),
-                        }))
-                        .await;
+                    close_resumable(&mut socket, "reconnect").await;
                     return SessionEnd::Lost("discord: the gateway asked to reconnect".into());
                 }
                 Some(9) => {
@@ -568,7 +577,7 @@ fn cursor_text(cursor: &GatewayCursor) -> String {
 }
 
 /// Waits for Hello; its heartbeat interval.
-async fn read_hello(socket: &mut Socket) -> Result<Duration, SessionEnd> {
+async fn read_hello(socket: &mut Socket, state: &mut State) -> Result<Duration, SessionEnd> {
     loop {
         match socket.next().await {
             Some(Ok(Message::Text(text))) => {
@@ -583,15 +592,7 @@ async fn read_hello(socket: &mut Socket) -> Result<Duration, SessionEnd> {
                     return Ok(Duration::from_millis(interval));
                 }
             }
-            Some(Ok(Message::Close(frame))) => {
-                let mut state = State {
-                    cursor: None,
-                    seq: None,
-                    up: false,
-                    recent: RecentIds::default(),
-                };
-                return Err(closed(frame, &mut state));
-            }
+            Some(Ok(Message::Close(frame))) => return Err(closed(frame, state)),
             Some(Ok(_)) => {}
             Some(Err(error)) => {
                 return Err(SessionEnd::Lost(format!(
