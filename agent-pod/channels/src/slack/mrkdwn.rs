@@ -213,18 +213,24 @@ fn cut_line(line: &str) -> Vec<String> {
             .nth(MAX_BLOCK_CHARS)
             .map_or(rest.len(), |(offset, _)| offset);
         let window = &rest[..window_end];
-        let cut = window
+        let spaces: Vec<usize> = window
             .char_indices()
             .rev()
             .filter(|(offset, character)| *character == ' ' && *offset > 0)
             .map(|(offset, _)| offset)
-            .find(|&offset| safe_cut(window, offset))
+            .collect();
+        // Best a space outside links and code spans, then one outside links (a stray
+        // backtick upsets the count of spans), then any space.
+        let cut = spaces
+            .iter()
+            .find(|&&offset| !in_link(window, offset) && !in_code_span(window, offset))
+            .or_else(|| spaces.iter().find(|&&offset| !in_link(window, offset)))
+            .or_else(|| spaces.first())
+            .copied()
             .unwrap_or_else(|| {
-                // No space: step back out of an `&amp;`-style entity.
-                match window[window.len().saturating_sub(5)..].rfind('&') {
-                    Some(amp) if !window[window.len().saturating_sub(5) + amp..].contains(';') => {
-                        window.len().saturating_sub(5) + amp
-                    }
+                // No space: step back out of an `&amp;`-style entity cut short.
+                match window.rfind('&') {
+                    Some(amp) if window.len() - amp < 5 && !window[amp..].contains(';') => amp,
                     _ => window.len(),
                 }
             });
@@ -238,17 +244,20 @@ fn cut_line(line: &str) -> Vec<String> {
     pieces
 }
 
-// Whether `offset` lies outside every `<…>` link and `` `…` `` span of `text`.
-fn safe_cut(text: &str, offset: usize) -> bool {
+// Whether `offset` of `text` lies inside a `<…>` link. Escaped text has no literal `<`
+// or `>` but Slack's own markup.
+fn in_link(text: &str, offset: usize) -> bool {
     let before = &text[..offset];
-    // Escaped text has no literal `<` or `>` but Slack's own markup.
-    let in_link = match (before.rfind('<'), before.rfind('>')) {
+    match (before.rfind('<'), before.rfind('>')) {
         (Some(open), Some(close)) => open > close,
         (Some(_), None) => true,
         _ => false,
-    };
-    let in_code = before.matches('`').count() % 2 == 1;
-    !in_link && !in_code
+    }
+}
+
+// Whether `offset` of `text` lies inside a `` `…` `` code span.
+fn in_code_span(text: &str, offset: usize) -> bool {
+    text[..offset].matches('`').count() % 2 == 1
 }
 
 // Code lines in closed blocks of at most MAX_BLOCK_CHARS, with no blank line inside.
@@ -300,8 +309,41 @@ fn fenced(lines: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
+    use proptest::prelude::*;
 
     use super::*;
+    use crate::format::split_message;
+
+    fn block() -> impl Strategy<Value = String> {
+        prop_oneof![
+            // Prose: words (some multi-byte) with emphasis, links and code spans.
+            proptest::collection::vec(
+                "[a-zž€😀]{1,9}|\\*\\*b\\*\\*|`c<d`|\\[l\\]\\(https://x\\.example/a_b\\)|<|&|`",
+                1..900
+            )
+            .prop_map(|words| words.join(" ")),
+            // Code: lines, some empty, some long.
+            proptest::collection::vec("[a-z =<>&;😀]{0,120}", 1..120)
+                .prop_map(|lines| format!("```rust\n{}\n```", lines.join("\n"))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn every_split_part_is_whole_mrkdwn(blocks in proptest::collection::vec(block(), 1..12)) {
+            let rendered = markdown_to_mrkdwn(&blocks.join("\n\n"));
+            for part in split_message(&rendered, super::super::MAX_TEXT_CHARS) {
+                prop_assert!(part.chars().count() <= super::super::MAX_TEXT_CHARS);
+                prop_assert_eq!(part.matches(FENCE).count() % 2, 0, "a code block left open: {}", part);
+                for block in part.split("\n\n") {
+                    let fences = block.matches(FENCE).count();
+                    prop_assert!(fences == 0 || (fences == 2 && block.starts_with("```\n") && block.ends_with("\n```")), "{}", block);
+                    prop_assert_eq!(block.matches('<').count(), block.matches('>').count(), "a link cut: {}", block);
+                }
+            }
+        }
+    }
 
     #[test]
     fn markdown_becomes_mrkdwn() {
