@@ -247,6 +247,11 @@ async fn create_dry_run(
         })
 }
 
+/// The refusal of a `webhookIngress` with no channel receiving webhooks.
+const WEBHOOK_INGRESS_NEEDS_A_WEBHOOK_CHANNEL: &str = "webhookIngress needs a channel that \
+    receives webhooks (kind whatsapp, telegram with settings.mode webhook or slack with \
+    settings.mode events)";
+
 /// One invalid manifest: an example with one field broken.
 struct InvalidCase {
     what: &'static str,
@@ -452,7 +457,8 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "channels[].name must be unique",
         ),
         // Channel keys: generated from saint_config::channel_settings (the agent's list).
-        // Example channels: 0 api (http), 1 whatsapp, 2 email.
+        // Example channels: 0 api (http), 1 whatsapp, 2 email, 3 telegram (polling),
+        // 4 slack (socket), 5 discord, 6 matrix.
         case(
             "whatsapp channel without its phone number id",
             "saintbot.yaml",
@@ -562,6 +568,119 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "channels[]: an http channel needs secrets.token",
         ),
         case(
+            "telegram webhook mode without its secret token",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/3/settings",
+            json!({"mode": "webhook"}),
+            "channels[]: a telegram channel in settings.mode webhook needs secrets.webhookSecret",
+        ),
+        case(
+            "telegram polling with a webhook secret",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/3/secrets/webhookSecret",
+            json!({"name": "acme-assistant-channels", "key": "telegram-webhook-secret"}),
+            "channels[].secrets.webhookSecret of a telegram channel is used only in settings.mode webhook: set that mode or remove the secret",
+        ),
+        case(
+            "telegram mode misspelt",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/3/settings/mode",
+            json!("webhooks"),
+            "channels[].settings.mode of a telegram channel must be one of polling, webhook",
+        ),
+        case(
+            "slack events mode without its signing secret",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/4",
+            json!({"name": "slack", "kind": "slack", "settings": {"mode": "events"},
+                "secrets": {"botToken": {"name": "acme-assistant-channels", "key": "slack-bot-token"}}}),
+            "channels[]: a slack channel in settings.mode events needs secrets.signingSecret",
+        ),
+        case(
+            "slack socket mode with a signing secret",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/4/secrets/signingSecret",
+            json!({"name": "acme-assistant-channels", "key": "slack-signing-secret"}),
+            "channels[].secrets.signingSecret of a slack channel is used only in settings.mode events: set that mode or remove the secret",
+        ),
+        case(
+            "slack events mode keeping Socket Mode's app token",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/4/settings/mode",
+            json!("events"),
+            "channels[].secrets.appToken of a slack channel is used only in settings.mode socket (the default): set that mode or remove the secret",
+        ),
+        case(
+            "slack events mode answering only contacts in groups",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/4",
+            json!({"name": "slack", "kind": "slack",
+                "settings": {"mode": "events", "groupPolicy": "contacts"},
+                "secrets": {
+                    "botToken": {"name": "acme-assistant-channels", "key": "slack-bot-token"},
+                    "signingSecret": {"name": "acme-assistant-channels", "key": "slack-signing-secret"}}}),
+            "channels[].settings.groupPolicy of a slack channel cannot be contacts in settings.mode events (a webhook delivery is judged without the contact list): use open or disabled",
+        ),
+        case(
+            "slack requireMention not true or false",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/4/settings/requireMention",
+            json!("yes"),
+            "channels[].settings.requireMention of a slack channel must be true or false",
+        ),
+        case(
+            "discord group policy not open, contacts or disabled",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/5/settings/groupPolicy",
+            json!("members"),
+            "channels[].settings.groupPolicy of a discord channel must be one of open, contacts, disabled",
+        ),
+        case(
+            "matrix user id without its server",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/6/settings/userId",
+            json!("@saint"),
+            "channels[].settings.userId of a matrix channel must be a Matrix user id (@localpart:server)",
+        ),
+        case(
+            "matrix homeserver URL without a scheme",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/6/settings/homeserverUrl",
+            json!("matrix.company.hr"),
+            "channels[].settings.homeserverUrl of a matrix channel must be an http:// or https:// URL",
+        ),
+        case(
+            "matrix channel without its user id",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels/6/settings",
+            json!({"homeserverUrl": "https://matrix.company.hr"}),
+            "channels[]: a matrix channel needs settings.homeserverUrl and settings.userId",
+        ),
+        case(
             "webhook Ingress host given as a URL",
             "saintbot.yaml",
             "SaintBot",
@@ -578,7 +697,23 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "/spec/channels",
             json!([{"name": "api", "kind": "http",
                 "secrets": {"token": {"name": "acme-assistant-channels", "key": "http-token"}}}]),
-            "webhookIngress needs a channel that receives webhooks (kind whatsapp)",
+            WEBHOOK_INGRESS_NEEDS_A_WEBHOOK_CHANNEL,
+        ),
+        case(
+            "webhook Ingress with only channels that connect out",
+            "saintbot.yaml",
+            "SaintBot",
+            "acme-assistant",
+            "/spec/channels",
+            json!([
+                {"name": "telegram", "kind": "telegram", "settings": {"mode": "polling"},
+                    "secrets": {"botToken": {"name": "acme-assistant-channels", "key": "telegram-bot-token"}}},
+                {"name": "slack", "kind": "slack", "settings": {"mode": "socket"},
+                    "secrets": {
+                        "botToken": {"name": "acme-assistant-channels", "key": "slack-bot-token"},
+                        "appToken": {"name": "acme-assistant-channels", "key": "slack-app-token"}}},
+            ]),
+            WEBHOOK_INGRESS_NEEDS_A_WEBHOOK_CHANNEL,
         ),
         case(
             "webhook Ingress controller namespace not a DNS label",
