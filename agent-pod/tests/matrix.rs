@@ -625,3 +625,105 @@ async fn a_revoked_token_shows_in_readyz_and_the_reply_waits() {
     );
     assert!(bot.bot_messages(&bot.ana, &room).await.is_empty());
 }
+
+/// The inbox as a list in memory, for running the channel's connection in the test.
+#[derive(Default)]
+struct MemorySink {
+    cursor: std::sync::Mutex<Option<String>>,
+    stored: std::sync::Mutex<Vec<saint_channels::InboundMessage>>,
+}
+
+impl saint_channels::InboxSink for MemorySink {
+    fn cursor<'a>(
+        &'a self,
+        _channel: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move { Ok(self.cursor.lock().unwrap().clone()) })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        _channel: &'a str,
+        messages: Vec<(saint_channels::InboundMessage, Option<String>)>,
+        cursor: String,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let mut stored = self.stored.lock().unwrap();
+            stored.extend(messages.into_iter().map(|(message, _)| message));
+            *self.cursor.lock().unwrap() = Some(cursor);
+            Ok(())
+        })
+    }
+
+    fn report(&self, _channel: &str, _state: saint_channels::ChannelState) {}
+
+    fn is_contact(&self, _identity: &saint_config::ChannelIdentity) -> bool {
+        false
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_longer_than_one_sync_is_read_whole_and_in_order() {
+    let synapse = Synapse::shared();
+    let bot = synapse.register("backlog-bot").await;
+    let ana = synapse.register("backlog-ana").await;
+    let room = ana
+        .create_room(
+            json!({"is_direct": true, "invite": [bot.id], "preset": "trusted_private_chat"}),
+        )
+        .await;
+    bot.join(&room).await;
+    // The position saved before the backlog: a sync now, as the bot.
+    let (status, position) = bot.call(reqwest::Method::GET, "sync?timeout=0", None).await;
+    assert_eq!(status, 200);
+    let sink = std::sync::Arc::new(MemorySink::default());
+    *sink.cursor.lock().unwrap() = Some(position["next_batch"].as_str().unwrap().to_string());
+    // More than the 100 events one sync's timeline holds.
+    let sent: Vec<String> = (0..150).map(|index| format!("message {index}")).collect();
+    for text in &sent {
+        ana.say(&room, text).await;
+    }
+    let channel: saint_config::ChannelConfig = serde_json::from_value(json!({
+        "name": "matrix", "kind": "matrix",
+        "settings": {"homeserverUrl": synapse.base_url, "userId": bot.id},
+        "secretEnv": {"accessToken": "TOKEN"},
+    }))
+    .unwrap();
+    let token = bot.token.clone();
+    let opened = saint_channels::open::open(
+        &channel,
+        &move |_| Some(token.clone()),
+        std::path::Path::new("/nonexistent"),
+    )
+    .unwrap()
+    .unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let connection = tokio::spawn(opened.connection.unwrap().run(sink.clone(), stopped));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let count = sink.stored.lock().unwrap().len();
+        if count >= sent.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} of {} stored",
+            sent.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let texts: Vec<String> = sink
+        .stored
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|message| message.text.clone())
+        .collect();
+    assert_eq!(texts, sent);
+    // Stopping does not wait for the open long poll to end.
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), connection)
+        .await
+        .expect("the connection stops promptly")
+        .unwrap();
+}
