@@ -24,8 +24,11 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Bot {
     llm: ScriptedLlm,
     discord: ScriptedDiscord,
+    // Before the directory: the agent stops before its files go.
+    agent: Option<AgentProcess>,
+    config_path: PathBuf,
+    workspace: PathBuf,
     _directory: tempfile::TempDir,
-    _agent: AgentProcess,
 }
 
 // Adds `identity` to the contact `slug` and to its identity links alike.
@@ -67,17 +70,15 @@ impl Bot {
         add_identity(&mut config, "ana", &format!("discord:{ANA}"));
         add_identity(&mut config, "ivan", &format!("discord:{IVAN}"));
         write_config(&config_path, &config);
-        let agent = spawn_agent(
-            &config_path,
-            &workspace,
-            &[("DISCORD_BOT_TOKEN", BOT_TOKEN)],
-        );
-        let bot = Self {
+        let mut bot = Self {
             llm,
             discord,
+            agent: None,
+            config_path,
+            workspace,
             _directory: directory,
-            _agent: agent,
         };
+        bot.spawn();
         assert!(
             bot.discord
                 .wait_until(WAIT, |discord| discord.connected())
@@ -86,6 +87,28 @@ impl Bot {
             bot.discord.gateway_log()
         );
         bot
+    }
+
+    fn spawn(&mut self) {
+        self.agent = Some(spawn_agent(
+            &self.config_path,
+            &self.workspace,
+            &[("DISCORD_BOT_TOKEN", BOT_TOKEN)],
+        ));
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        rusqlite::Connection::open(self.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.child.kill().unwrap(); // SIGKILL
+            agent.child.wait().unwrap();
+        }
     }
 
     async fn wait_for_posted(&self, count: usize) {
@@ -232,5 +255,56 @@ async fn in_a_guild_channel_each_mention_is_answered_with_its_sender_s_role() {
         texts.iter().all(|text| !text.contains("just chatting")),
         "{texts:#?}"
     );
+    assert_eq!(bot.llm.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_said_while_the_agent_is_down_is_replayed_by_the_resume_and_answered() {
+    let mut bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("On it."));
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000201",
+            IVAN_DM,
+            IVAN,
+            "first",
+        ))
+        .unwrap();
+    bot.wait_for_posted(1).await;
+    // Killed once the reply is marked sent (a kill before that re-sends it, by design).
+    for _ in 0..600 {
+        if bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'") == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'"),
+        1
+    );
+    bot.kill();
+    assert!(
+        bot.discord
+            .wait_until(WAIT, |discord| !discord.connected())
+            .await
+    );
+    // Said while the bot was down; Discord keeps it for the session.
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000202",
+            IVAN_DM,
+            IVAN,
+            "said while you were down",
+        ))
+        .unwrap();
+    bot.spawn();
+    bot.wait_for_posted(2).await;
+    let log = bot.discord.gateway_log();
+    assert_eq!(log.identifies.len(), 1, "the restarted agent resumed");
+    assert_eq!(log.resumes.len(), 1);
+    assert_eq!(log.resumes[0]["session_id"], "session-1");
+    bot.turn_for("said while you were down");
+    // Each message was answered once.
+    assert_eq!(bot.discord.posted().len(), 2);
     assert_eq!(bot.llm.request_count(), 2);
 }
