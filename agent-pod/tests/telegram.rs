@@ -9,13 +9,14 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use common::*;
 use saint_channels::scripted::telegram::{
-    self as scripted, BOT_USERNAME, Group, Person, ScriptedTelegram,
+    self as scripted, BOT_USERNAME, Failure, Group, Person, ScriptedTelegram,
 };
 use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000002:AAF-agent-test-token";
 const MARKO_TELEGRAM: &str = "222222222";
+const WEBHOOK_SECRET: &str = "agent-hook_secret-1";
 
 fn ivan() -> Person {
     Person::new(IVAN_TELEGRAM.parse().unwrap(), "Ivan")
@@ -36,6 +37,11 @@ struct Bot {
 
 impl Bot {
     async fn start() -> Self {
+        Self::start_in(false).await
+    }
+
+    /// With `webhook`, the channel takes webhook deliveries instead of polling.
+    async fn start_in(webhook: bool) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -50,6 +56,10 @@ impl Bot {
              "settings": {"apiBaseUrl": telegram.base_url()},
              "secretEnv": {"botToken": "TG_BOT_TOKEN"}},
         ]);
+        if webhook {
+            config["channels"][1]["settings"]["mode"] = json!("webhook");
+            config["channels"][1]["secretEnv"]["webhookSecret"] = json!("TG_WEBHOOK_SECRET");
+        }
         write_config(&config_path, &config);
         let mut bot = Self {
             llm,
@@ -67,7 +77,10 @@ impl Bot {
         self.agent = Some(spawn_agent(
             &self.config_path,
             &self.workspace,
-            &[("TG_BOT_TOKEN", BOT_TOKEN)],
+            &[
+                ("TG_BOT_TOKEN", BOT_TOKEN),
+                ("TG_WEBHOOK_SECRET", WEBHOOK_SECRET),
+            ],
         ));
     }
 
@@ -302,4 +315,71 @@ async fn kill_9_twenty_times_while_polling_every_stored_message_is_answered_exac
     let stored_user_texts = bot
         .count("SELECT COUNT(*) FROM messages WHERE role = 'user' AND content LIKE '%\"round %'");
     assert_eq!(stored_user_texts, (ROUNDS * 3) as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_reply_waits_for_retry_after_and_is_sent_once() {
+    let bot = Bot::start().await;
+    bot.telegram
+        .fail_next("sendMessage", [Failure::too_many_requests(2)]);
+    bot.llm.push(Reply::text("after the wait"));
+    bot.telegram
+        .push_message(scripted::private_text(&ivan(), "are you there?"));
+    assert!(bot.telegram.wait_for_sent(1, Duration::from_secs(30)).await);
+    let attempts = bot.telegram.requests_of("sendMessage");
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|request| request.status)
+            .collect::<Vec<_>>(),
+        vec![429, 200]
+    );
+    assert!(
+        attempts[1].at - attempts[0].at >= Duration::from_secs(2),
+        "retried after {:?}",
+        attempts[1].at - attempts[0].at
+    );
+    assert_eq!(bot.telegram.sent()[0]["text"], "after the wait");
+    bot.wait_for("the outbox row sent", |bot| {
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'") == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_webhook_mode_only_deliveries_with_the_secret_token_are_answered() {
+    let bot = Bot::start_in(true).await;
+    let url = format!(
+        "{}/channels/telegram/webhook",
+        bot.agent.as_ref().unwrap().http
+    );
+    let message = json!({
+        "message_id": 31, "date": 1_700_000_000,
+        "from": {"id": ivan().id, "is_bot": false, "first_name": "Ivan"},
+        "chat": {"id": ivan().id, "type": "private", "first_name": "Ivan"},
+        "text": "hello over the webhook"});
+    let update = json!({"update_id": 900, "message": message});
+    let client = reqwest::Client::new();
+    let post = |secret: Option<&'static str>| {
+        let mut request = client.post(&url).json(&update);
+        if let Some(secret) = secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(post(None).await, 401);
+    assert_eq!(post(Some("agent-hook_secret-2")).await, 401);
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 0);
+    bot.llm.push(Reply::text("Hi Ivan"));
+    assert_eq!(post(Some(WEBHOOK_SECRET)).await, 200);
+    // Telegram redelivers when it misses an answer: stored and answered once.
+    assert_eq!(post(Some(WEBHOOK_SECRET)).await, 200);
+    assert!(bot.telegram.wait_for_sent(1, Duration::from_secs(30)).await);
+    assert_eq!(bot.telegram.sent()[0]["chat_id"], IVAN_TELEGRAM);
+    assert_eq!(bot.telegram.sent()[0]["text"], "Hi Ivan");
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 1);
+    // The token was checked with getMe; updates were never polled.
+    assert!(!bot.telegram.requests_of("getMe").is_empty());
+    assert!(bot.telegram.requests_of("getUpdates").is_empty());
+    assert_eq!(bot.llm.request_count(), 1);
 }
