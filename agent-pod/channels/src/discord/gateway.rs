@@ -263,6 +263,7 @@ impl GatewayConnection {
             Err(reason) => {
                 // A stored address that is unusable: start a new session instead.
                 state.cursor = None;
+                state.seq = None;
                 return SessionEnd::Lost(reason);
             }
         };

@@ -648,10 +648,21 @@ async fn serve_socket(shared: Shared, query: String, mut socket: WebSocket) {
     let (commands, mut receiver) = mpsc::unbounded_channel();
     let connection = {
         let mut script = shared.lock();
-        script.gateway.connections.push(query);
+        script.gateway.connections.push(query.clone());
         script.gateway.connections.len()
     };
     shared.changed.notify_waiters();
+    // Discord takes API version 10 with JSON here; anything else is refused at once.
+    let parameters: Vec<&str> = query.split('&').collect();
+    if !parameters.contains(&"v=10") || !parameters.contains(&"encoding=json") {
+        let code = if parameters.contains(&"v=10") {
+            4002
+        } else {
+            4012
+        };
+        close(&shared, &mut socket, code).await;
+        return;
+    }
     let hello = json!({"op": 10, "d": {"heartbeat_interval": shared.heartbeat_interval.as_millis() as u64}});
     if socket.send(Message::text(hello.to_string())).await.is_err() {
         return;
@@ -765,8 +776,15 @@ fn handle_frame(
             if data["token"].as_str() != Some(token.as_str()) {
                 return vec![Command::Close(4004)];
             }
+            if !data["properties"].is_object() {
+                // Discord cannot decode an Identify without its connection properties.
+                return vec![Command::Close(4002)];
+            }
             let intents = data["intents"].as_u64().unwrap_or(0);
-            if intents & !script.allowed_intents != 0 {
+            // A privileged intent not enabled in the portal is refused; stricter than
+            // Discord, so is an Identify without Message Content (the channel would
+            // receive every message with empty content).
+            if intents & !script.allowed_intents != 0 || intents & MESSAGE_CONTENT == 0 {
                 return vec![Command::Close(4014)];
             }
             script.gateway.sessions_started += 1;
