@@ -8,13 +8,14 @@ use std::{path::PathBuf, time::Duration};
 
 use common::*;
 use saint_channels::scripted::slack::{
-    BOT_USER_ID, ScriptedSlack, app_mention_event, message_event,
+    BOT_USER_ID, ScriptedSlack, app_mention_event, event_callback, message_event, signed_headers,
 };
 use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "xoxb-1111-2222-agent-test";
 const APP_TOKEN: &str = "xapp-1-A0SAINT-3333-agent-test";
+const SIGNING_SECRET: &str = "e2e-signing-secret-0123456789abcdef";
 const IVAN: &str = "U024BK3";
 const ANA: &str = "U0ANA0001";
 const IVAN_DM: &str = "D0IVAN";
@@ -24,8 +25,8 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Bot {
     llm: ScriptedLlm,
     slack: ScriptedSlack,
-    _directory: tempfile::TempDir,
-    _agent: AgentProcess,
+    directory: tempfile::TempDir,
+    agent: AgentProcess,
 }
 
 // Adds `identity` to the contact `slug` and to its identity links alike.
@@ -47,6 +48,11 @@ fn add_identity(config: &mut Value, slug: &str, identity: &str) {
 
 impl Bot {
     async fn start() -> Self {
+        Self::start_in(false).await
+    }
+
+    /// Starts the agent in Socket Mode, or in events mode (`events`).
+    async fn start_in(events: bool) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let slack = ScriptedSlack::start(BOT_TOKEN, APP_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -55,11 +61,18 @@ impl Bot {
         seed_workspace(&workspace);
         let config_path = directory.path().join("bot-config.json");
         let mut config = test_config(&llm.base_url());
+        let slack_channel = if events {
+            json!({"name": "slack", "kind": "slack",
+             "settings": {"apiBaseUrl": slack.api_url(), "mode": "events"},
+             "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "signingSecret": "SLACK_SIGNING_SECRET"}})
+        } else {
+            json!({"name": "slack", "kind": "slack",
+             "settings": {"apiBaseUrl": slack.api_url()},
+             "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}})
+        };
         config["channels"] = json!([
             {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
-            {"name": "slack", "kind": "slack",
-             "settings": {"apiBaseUrl": slack.api_url()},
-             "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}},
+            slack_channel,
         ]);
         add_identity(&mut config, "ana", &format!("slack:{ANA}"));
         write_config(&config_path, &config);
@@ -69,16 +82,17 @@ impl Bot {
             &[
                 ("SLACK_BOT_TOKEN", BOT_TOKEN),
                 ("SLACK_APP_TOKEN", APP_TOKEN),
+                ("SLACK_SIGNING_SECRET", SIGNING_SECRET),
             ],
         );
         let bot = Self {
             llm,
             slack,
-            _directory: directory,
-            _agent: agent,
+            directory,
+            agent,
         };
         assert!(
-            bot.slack.wait_for_connections(1, WAIT).await,
+            events || bot.slack.wait_for_connections(1, WAIT).await,
             "the agent never opened a socket; slack saw {:#?}",
             bot.slack.requests()
         );
@@ -91,6 +105,31 @@ impl Bot {
             "timed out waiting for {count} posts; slack saw {:#?}",
             self.slack.requests()
         );
+    }
+
+    /// Posts `payload` to the Slack webhook, signed at `timestamp` with `secret`;
+    /// returns the status, content type and body.
+    async fn post_event(
+        &self,
+        payload: &Value,
+        secret: &str,
+        timestamp: i64,
+    ) -> (u16, String, String) {
+        let body = serde_json::to_vec(payload).unwrap();
+        let response = reqwest::Client::new()
+            .post(format!("{}/channels/slack/webhook", self.agent.http))
+            .headers(signed_headers(secret, timestamp, &body))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|value| value.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (status, content_type, response.text().await.unwrap())
     }
 
     /// The model request of the turn whose newest user text contains `text`.
@@ -212,4 +251,69 @@ async fn in_a_channel_each_mention_is_answered_in_its_thread_with_its_sender_s_r
             .all(|text| !text.contains("anvils") && !text.contains(BOT_USER_ID))),
         "no chatter, and the mention is stripped"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_events_mode_only_signed_recent_requests_are_taken_and_answered() {
+    let bot = Bot::start_in(true).await;
+    bot.llm.push(Reply::text("Noon."));
+    let now = jiff::Timestamp::now().as_second();
+    let challenge = json!({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "type": "url_verification",
+        "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"});
+    let (status, content_type, body) = bot.post_event(&challenge, SIGNING_SECRET, now).await;
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert_eq!(body, "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P");
+    let forged = event_callback(message_event(
+        IVAN_DM,
+        "im",
+        IVAN,
+        "1700000300.000100",
+        "forged",
+    ));
+    assert_eq!(bot.post_event(&forged, "not-the-secret", now).await.0, 401);
+    assert_eq!(
+        bot.post_event(&forged, SIGNING_SECRET, now - 10 * 60)
+            .await
+            .0,
+        401,
+        "a replay"
+    );
+    let genuine = event_callback(message_event(
+        IVAN_DM,
+        "im",
+        IVAN,
+        "1700000300.000200",
+        "When is lunch?",
+    ));
+    assert_eq!(bot.post_event(&genuine, SIGNING_SECRET, now).await.0, 200);
+    // Slack retries a delivery it thinks failed: answered once.
+    assert_eq!(bot.post_event(&genuine, SIGNING_SECRET, now).await.0, 200);
+    bot.wait_for_posted(1).await;
+    let posted = bot.slack.posted();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].channel, IVAN_DM);
+    assert_eq!(posted[0].text, "Noon.");
+    assert_eq!(
+        bot.llm.requests().len(),
+        1,
+        "the forged and replayed requests never reached the model"
+    );
+    assert!(
+        bot.llm.requests()[0]
+            .user_texts()
+            .iter()
+            .all(|text| !text.contains("forged"))
+    );
+    assert_eq!(bot.slack.connections(), 0, "events mode opens no socket");
+    let inbox = rusqlite::Connection::open(
+        bot.directory
+            .path()
+            .join("workspace/sessions/transcripts.sqlite3"),
+    )
+    .unwrap();
+    let stored: i64 = inbox
+        .query_row("SELECT COUNT(*) FROM inbox", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(stored, 1, "the redelivery was not stored again");
 }
