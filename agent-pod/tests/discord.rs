@@ -8,7 +8,7 @@ use std::{path::PathBuf, time::Duration};
 
 use common::*;
 use saint_channels::scripted::discord::{
-    BOT_USER_ID, ScriptedDiscord, direct_message, guild_message,
+    BOT_USER_ID, Failure, ScriptedDiscord, direct_message, guild_message,
 };
 use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
@@ -307,4 +307,39 @@ async fn what_is_said_while_the_agent_is_down_is_replayed_by_the_resume_and_answ
     // Each message was answered once.
     assert_eq!(bot.discord.posted().len(), 2);
     assert_eq!(bot.llm.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_reply_is_sent_after_discord_s_retry_after() {
+    let bot = Bot::start().await;
+    bot.discord.fail_next_sends([Failure::rate_limited(0.8)]);
+    bot.llm.push(Reply::text("After the wait."));
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000301",
+            IVAN_DM,
+            IVAN,
+            "quick question",
+        ))
+        .unwrap();
+    bot.wait_for_posted(1).await;
+    let sends: Vec<_> = bot
+        .discord
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with("/messages"))
+        .collect();
+    assert_eq!(
+        sends
+            .iter()
+            .map(|request| request.status)
+            .collect::<Vec<_>>(),
+        vec![429, 200]
+    );
+    assert!(
+        sends[1].at - sends[0].at >= Duration::from_millis(800),
+        "retried after {:?}",
+        sends[1].at - sends[0].at
+    );
+    assert_eq!(bot.discord.posted()[0].content(), "After the wait.");
 }
