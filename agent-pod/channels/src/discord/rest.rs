@@ -57,7 +57,7 @@ impl RestClient {
             .timeout(Duration::from_secs(60))
             // Discord asks bots to name themselves this way.
             .user_agent(concat!(
-                "DiscordBot (https://github.com/saint-bot, ",
+                "DiscordBot (https://github.com/saint-work/saint, ",
                 env!("CARGO_PKG_VERSION"),
                 ")"
             ))
