@@ -1,5 +1,5 @@
-//! What the declared channels will and will not do, said once at start: a channel this
-//! build does not serve, an HTTP channel whose token is missing (every message would be
+//! What the declared channels will and will not do, said once at start: a channel whose
+//! settings cannot work, an HTTP channel whose token is missing (every message would be
 //! refused with 401). Pure: reads the config and looks variables up; the caller logs.
 
 use std::fmt;
@@ -7,22 +7,9 @@ use std::fmt;
 use saint_channels::{SettingsError, open};
 use saint_config::{BotConfig, ChannelKind};
 
-/// The channel kinds this build serves.
-pub const SERVED_KINDS: &[ChannelKind] = &[
-    ChannelKind::Http,
-    ChannelKind::Whatsapp,
-    ChannelKind::Email,
-    ChannelKind::Telegram,
-    ChannelKind::Slack,
-    ChannelKind::Discord,
-    ChannelKind::Matrix,
-];
-
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChannelProblem {
-    /// A channel is declared but this build has no transport for it.
-    NotServed { name: String, kind: ChannelKind },
     /// No HTTP channel is declared: the HTTP API refuses every message.
     NoHttpChannel,
     /// The HTTP channel names no token variable in `secretEnv.token`.
@@ -36,14 +23,6 @@ pub enum ChannelProblem {
 impl fmt::Display for ChannelProblem {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ChannelProblem::NotServed { name, kind } => {
-                let kind = kind.prefix();
-                write!(
-                    formatter,
-                    "channel {name:?} ({kind}) is declared but this build does not serve \
-                     {kind}: its messages are not received (served: http, whatsapp, email)"
-                )
-            }
             ChannelProblem::NoHttpChannel => write!(
                 formatter,
                 "no http channel is declared: the HTTP API refuses every message with 401"
@@ -74,13 +53,6 @@ pub fn channel_problems(
     let mut problems = Vec::new();
     let mut http_declared = false;
     for channel in &config.channels {
-        if !SERVED_KINDS.contains(&channel.kind) {
-            problems.push(ChannelProblem::NotServed {
-                name: channel.name.clone(),
-                kind: channel.kind,
-            });
-            continue;
-        }
         if channel.kind != ChannelKind::Http {
             if let Err(error) = open::check(channel, &lookup) {
                 problems.push(ChannelProblem::Settings(error));
@@ -131,9 +103,10 @@ mod tests {
             {"name": "wa", "kind": "whatsapp", "settings": {"phoneNumberId": "1"},
              "secretEnv": {"accessToken": "WA", "appSecret": "WA_SECRET"}},
             {"name": "wa2", "kind": "whatsapp", "settings": {"phoneNumber": "1"}},
-            {"name": "tg", "kind": "telegram"},
+            {"name": "tg", "kind": "telegram", "secretEnv": {"botToken": "TG"},
+             "settings": {"groupPolicy": "everyone"}},
         ]));
-        let set = HashMap::from([("API_TOKEN", "t0k3n"), ("WA", "token")]);
+        let set = HashMap::from([("API_TOKEN", "t0k3n"), ("WA", "token"), ("TG", "123:abc")]);
         let problems = channel_problems(&config, |name| set.get(name).map(|v| v.to_string()));
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(lines.len(), 3, "{lines:#?}");
@@ -145,14 +118,13 @@ mod tests {
             lines[0]
         );
         assert!(lines[1].starts_with("channel \"wa2\": settings.phoneNumber is not a setting of whatsapp channels (known: phoneNumberId, apiBaseUrl)"), "{}", lines[1]);
-        assert_eq!(
-            problems[2],
-            ChannelProblem::NotServed {
-                name: "tg".into(),
-                kind: ChannelKind::Telegram
-            }
+        assert!(
+            lines[2].starts_with(
+                "channel \"tg\": settings.groupPolicy is \"everyone\"; use open, contacts or disabled"
+            ),
+            "{}",
+            lines[2]
         );
-        assert!(lines[2].contains("does not serve telegram"));
     }
 
     #[test]
