@@ -42,6 +42,7 @@ const DISCORD_TOKEN: &str = "bench-discord-token";
 const MEMORY_ROUNDS: usize = 5;
 const SETTLE: Duration = Duration::from_secs(3);
 const LATENCY_RUNS: usize = 50;
+const MEMORY_ROUNDS_ENV: &str = "SAINT_BENCH_MEMORY_ROUNDS";
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Agent {
@@ -81,7 +82,11 @@ struct Platforms {
 fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agent {
     let workspace = directory.join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::write(workspace.join("SOUL.md"), "You are Acme's helpful colleague.").unwrap();
+    std::fs::write(
+        workspace.join("SOUL.md"),
+        "You are Acme's helpful colleague.",
+    )
+    .unwrap();
     let mut config: Value = serde_json::from_str(include_str!(
         "../config/tests/fixtures/acme-bot-config.json"
     ))
@@ -92,7 +97,10 @@ fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agen
     let identity = json!(format!("matrix:{}", platforms.ana.id));
     for contact in config["contacts"].as_array_mut().unwrap() {
         if contact["slug"] == "ana" {
-            contact["identities"].as_array_mut().unwrap().push(identity.clone());
+            contact["identities"]
+                .as_array_mut()
+                .unwrap()
+                .push(identity.clone());
         }
     }
     if let Some(links) = config["identityLinks"]["ana"].as_array_mut() {
@@ -121,7 +129,13 @@ fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agen
     let config_path = directory.join("bot-config.json");
     std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
-        .args(["run", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--config")
         .arg(&config_path)
         .arg("--workspace")
@@ -141,18 +155,28 @@ fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agen
         .spawn()
         .expect("saint-agent starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let http = line
         .split_whitespace()
         .find_map(|part| part.strip_prefix("http="))
         .unwrap_or_else(|| panic!("saint-agent did not report its address: {line:?}"))
         .to_string();
-    Agent { child, http: format!("http://{http}") }
+    Agent {
+        child,
+        http: format!("http://{http}"),
+    }
 }
 
 /// Waits until `/readyz` lists no channel problem and each scripted platform saw the
 /// bot connect (a pending long poll, a socket, an identified Gateway session).
-async fn wait_connected(agent: &Agent, platforms: &Platforms, polls_before: usize, sockets_before: u64) {
+async fn wait_connected(
+    agent: &Agent,
+    platforms: &Platforms,
+    polls_before: usize,
+    sockets_before: u64,
+) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -163,7 +187,11 @@ async fn wait_connected(agent: &Agent, platforms: &Platforms, polls_before: usiz
             .ok()
             .filter(|response| response.status() == 200);
         let clean = match ready {
-            Some(response) => !response.text().await.unwrap_or_default().contains("warning:"),
+            Some(response) => !response
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("warning:"),
             None => false,
         };
         if clean
@@ -173,7 +201,10 @@ async fn wait_connected(agent: &Agent, platforms: &Platforms, polls_before: usiz
         {
             return;
         }
-        assert!(Instant::now() < deadline, "the channels did not all connect within {WAIT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the channels did not all connect within {WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -205,7 +236,9 @@ async fn http_first_delta(client: &reqwest::Client, agent: &Agent, peer: &str) -
 
 /// The sender's next `/sync` batch token.
 async fn sync_token(user: &User) -> String {
-    let (_, answer) = user.call(reqwest::Method::GET, "sync?timeout=0", None).await;
+    let (_, answer) = user
+        .call(reqwest::Method::GET, "sync?timeout=0", None)
+        .await;
     answer["next_batch"].as_str().unwrap().to_string()
 }
 
@@ -215,7 +248,11 @@ async fn wait_for_matrix_reply(user: &User, room: &str, from: &str, mut since: S
     let deadline = Instant::now() + WAIT;
     loop {
         let (status, answer) = user
-            .call(reqwest::Method::GET, &format!("sync?timeout=10000&since={since}"), None)
+            .call(
+                reqwest::Method::GET,
+                &format!("sync?timeout=10000&since={since}"),
+                None,
+            )
             .await;
         assert_eq!(status, 200, "{answer}");
         since = answer["next_batch"].as_str().unwrap().to_string();
@@ -235,10 +272,7 @@ async fn wait_for_matrix_reply(user: &User, room: &str, from: &str, mut since: S
 
 fn report(name: &str, samples: &mut [f64], baseline: f64) {
     let value = median(samples);
-    println!(
-        "| {name} | {value:.2} ms | {:.2}x |",
-        value / baseline
-    );
+    println!("| {name} | {value:.2} ms | {:.2}x |", value / baseline);
 }
 
 fn main() {
@@ -266,7 +300,8 @@ fn main() {
 
         // Idle memory, alternating so drift in the machine affects both alike.
         let (mut http_only, mut all_four) = (Vec::new(), Vec::new());
-        for round in 0..MEMORY_ROUNDS {
+        let rounds = std::env::var(MEMORY_ROUNDS_ENV).ok().and_then(|n| n.parse().ok()).unwrap_or(MEMORY_ROUNDS);
+        for round in 0..rounds {
             for connected in [false, true] {
                 let directory = tempfile::tempdir().unwrap();
                 let (polls, sockets) = (
@@ -319,6 +354,18 @@ fn main() {
             assert!(Instant::now() < deadline, "the bot did not join Ana's room");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Synapse's own share: Ana's message until her own `/sync` returns it (the bot's
+        // path has two such hops: her message to the bot, its reply to her).
+        let alone = platforms.ana.create_room(json!({"preset": "private_chat"})).await;
+        let mut echo_ms = Vec::new();
+        let mut echo_since = sync_token(&platforms.ana).await;
+        for _ in 0..LATENCY_RUNS {
+            let started = Instant::now();
+            platforms.ana.say(&alone, "note to self").await;
+            echo_since =
+                wait_for_matrix_reply(&platforms.ana, &alone, &platforms.ana.id, echo_since).await;
+            echo_ms.push(ms(started.elapsed()));
+        }
         let mut http = Vec::new();
         let (mut telegram_ms, mut slack_ms, mut discord_ms, mut matrix_ms) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -347,13 +394,18 @@ fn main() {
 
             let posted = platforms.discord.posted().len();
             let started = Instant::now();
-            platforms.discord.dispatch_message(discord::direct_message(
+            let dispatched = platforms.discord.dispatch_message(discord::direct_message(
                 &format!("{}", 1_300_000_000_000_000_000u64 + run as u64),
                 "1200000000000000001",
-                "1100000000000000001",
+                "80351110224678913",
                 "hello",
             ));
-            assert!(platforms.discord.wait_for_posted(posted + 1, WAIT).await, "discord reply");
+            assert!(
+                platforms.discord.wait_for_posted(posted + 1, WAIT).await,
+                "no Discord reply to run {run} (dispatched as {dispatched:?}); gateway saw {:?}; REST saw {:?}",
+                platforms.discord.gateway_log(),
+                platforms.discord.requests()
+            );
             discord_ms.push(ms(started.elapsed()));
 
             let started = Instant::now();
@@ -369,6 +421,11 @@ fn main() {
         report("Slack (envelope pushed → chat.postMessage received)", &mut slack_ms, baseline);
         report("Discord (MESSAGE_CREATE dispatched → message posted)", &mut discord_ms, baseline);
         report("Matrix (sent to Synapse → the reply in the sender's /sync)", &mut matrix_ms, baseline);
+        println!(
+            "\nSynapse alone (a message until the sender's own /sync returns it, median of \
+             {LATENCY_RUNS}): {:.2} ms; the Matrix path crosses Synapse twice.",
+            median(&mut echo_ms)
+        );
     });
 }
 
