@@ -310,9 +310,18 @@ impl SyncConnection {
             if update["timeline"]["limited"] == true
                 && let Some(previous) = update["timeline"]["prev_batch"].as_str()
             {
-                let mut gap = self.gap(room, previous, since).await?;
-                gap.append(&mut timeline);
-                timeline = gap;
+                match self.gap(room, previous, since).await {
+                    Ok(mut gap) => {
+                        gap.append(&mut timeline);
+                        timeline = gap;
+                    }
+                    // Refused for good (the bot left the room meanwhile): what the sync
+                    // brought is still read.
+                    Err(SendError::Permanent { reason }) => {
+                        tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a gap in a room's timeline could not be read")
+                    }
+                    Err(error) => return Err(error),
+                }
             }
             let state_events = update["state"]["events"].as_array().into_iter().flatten();
             let changed = state_events.clone().chain(timeline.iter()).any(|event| {
@@ -339,7 +348,16 @@ impl SyncConnection {
             if from_others.is_empty() && !encryption_seen {
                 continue;
             }
-            let info = self.room_info(room).await?;
+            let info = match self.room_info(room).await {
+                Ok(info) => info,
+                // A room the bot can no longer read (it left or was removed) must not
+                // hold up every other room: its messages are skipped.
+                Err(SendError::Permanent { reason }) => {
+                    tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a room's members could not be read; its messages are skipped");
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             if info.encrypted || encryption_seen {
                 self.tell_encrypted(room).await?;
                 continue;
