@@ -185,7 +185,7 @@ pub struct GatewayLog {
     pub resumes: Vec<Value>,
     /// Heartbeats: when, and the sequence number sent.
     pub heartbeats: Vec<(Instant, Value)>,
-    /// Heartbeat intervals announced in Hello, per connection.
+    /// Sessions started by an accepted Identify.
     pub sessions_started: usize,
     /// Close codes the server sent.
     pub closes_sent: Vec<u16>,
