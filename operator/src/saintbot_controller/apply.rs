@@ -60,7 +60,8 @@ where
 }
 
 /// Deletes the webhook Ingress this bot owns but no longer wants (`spec.webhookIngress`
-/// removed, or its last webhook channel gone). Garbage collection only removes children
+/// removed, or its last webhook channel gone or switched to a mode that connects out,
+/// such as telegram polling or slack socket). Garbage collection only removes children
 /// with their owner, so this one is deleted by hand: found by its labels, taken only
 /// when its controller is this SaintBot (uid), and deleted with that object's uid as a
 /// precondition, so an Ingress someone else made under the same name is never touched.
