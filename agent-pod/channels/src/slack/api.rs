@@ -129,12 +129,20 @@ impl SlackApi {
                 after: retry_after,
             });
         }
-        let answer: Value = serde_json::from_slice(&bytes).map_err(|_| SendError::Retry {
-            reason: format!(
+        let answer: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            let reason = format!(
                 "slack: {method} answered HTTP {} with a body that is not JSON",
                 status.as_u16()
-            ),
-            after: None,
+            );
+            // A 4xx page (a wrong apiBaseUrl) will not change by waiting.
+            if status.is_client_error() {
+                SendError::Permanent { reason }
+            } else {
+                SendError::Retry {
+                    reason,
+                    after: None,
+                }
+            }
         })?;
         if answer["ok"] == true {
             return Ok(answer);
@@ -200,7 +208,7 @@ impl SlackApi {
         self.direct_channels.lock().expect("direct channels lock")
     }
 
-    /// Whether the bot token may be sent to `url`: only Slack's file host over HTTPS or
+    /// Whether the bot token may be sent to `url`: only Slack's own hosts over HTTPS or
     /// the configured API's own host (a file URL comes from an event, and the token
     /// must never go anywhere else).
     fn may_fetch(&self, url: &reqwest::Url) -> bool {
@@ -213,7 +221,7 @@ impl SlackApi {
         let slack_files = url.scheme() == "https"
             && url
                 .host_str()
-                .is_some_and(|host| host == "files.slack.com" || host.ends_with(".slack.com"));
+                .is_some_and(|host| host == "slack.com" || host.ends_with(".slack.com"));
         same_as_api || slack_files
     }
 }
