@@ -258,6 +258,11 @@ pub fn entities(text: &str) -> Value {
 /// and closed, `&` only in the entities `&lt;` `&gt;` `&amp;` `&quot;` and numeric ones,
 /// no stray `<` or `>`. Returns the length of the text it shows, in characters.
 pub fn check_html(text: &str) -> Result<usize, String> {
+    parse_html(text).map(|shown| shown.chars().count())
+}
+
+// The text `text` shows once its tags and entities are parsed.
+fn parse_html(text: &str) -> Result<String, String> {
     const TAGS: &[&str] = &[
         "b",
         "strong",
@@ -277,7 +282,7 @@ pub fn check_html(text: &str) -> Result<usize, String> {
         "tg-emoji",
     ];
     let mut stack: Vec<String> = Vec::new();
-    let mut shown = 0;
+    let mut shown = String::new();
     let mut rest = text;
     while let Some(character) = rest.chars().next() {
         match character {
@@ -330,11 +335,11 @@ pub fn check_html(text: &str) -> Result<usize, String> {
                 if !known {
                     return Err(format!("unsupported HTML entity &{name};"));
                 }
-                shown += 1;
+                shown.push('&');
                 rest = &rest[end + 1..];
             }
             other => {
-                shown += 1;
+                shown.push(other);
                 rest = &rest[other.len_utf8()..];
             }
         }
@@ -703,7 +708,7 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
         return error_response(400, "Bad Request: message text is empty", None);
     }
     let shown = if parameters["parse_mode"] == "HTML" {
-        match check_html(text) {
+        match parse_html(text) {
             Ok(shown) => shown,
             Err(problem) => {
                 return error_response(
@@ -714,9 +719,12 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
             }
         }
     } else {
-        text.chars().count()
+        text.to_string()
     };
-    if shown > 4_096 {
+    if shown.trim().is_empty() {
+        return error_response(400, "Bad Request: message text is empty", None);
+    }
+    if shown.chars().count() > 4_096 {
         return error_response(400, "Bad Request: message is too long", None);
     }
     let mut script = shared.lock();

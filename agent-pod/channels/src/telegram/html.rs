@@ -176,6 +176,10 @@ impl Packer<'_> {
     }
 
     fn cut(&mut self) {
+        // A chunk of tags around nothing would be a message without text.
+        if self.fresh {
+            return;
+        }
         let mut done = std::mem::take(&mut self.current);
         for (_, name) in self.stack.iter().rev() {
             done.push_str(&format!("</{name}>"));
@@ -188,7 +192,9 @@ impl Packer<'_> {
 
     fn finish(mut self) -> Vec<String> {
         assert!(self.stack.is_empty(), "a block closes every tag it opens");
-        self.chunks.push(std::mem::take(&mut self.current));
+        if !self.fresh {
+            self.chunks.push(std::mem::take(&mut self.current));
+        }
         self.chunks
             .into_iter()
             .map(|chunk| chunk.trim().to_string())
@@ -471,6 +477,20 @@ mod tests {
                 "{block}"
             );
         }
+    }
+
+    #[test]
+    fn no_block_is_tags_around_nothing() {
+        // The last line of the code block is blank, and a cut falls right before it.
+        let code = "x".repeat(CHUNK_CHARS - "<pre></pre>".len());
+        let rendered =
+            markdown_to_telegram_html(&format!("```\n{code}\n\n```\n\n{}", "y ".repeat(2_100)));
+        assert!(
+            rendered.starts_with(&format!("<pre>{code}</pre>\n\ny y")),
+            "{}",
+            &rendered[..40]
+        );
+        assert!(!rendered.contains("<pre></pre>"));
     }
 
     #[test]
