@@ -683,20 +683,7 @@ async fn a_backlog_longer_than_one_sync_is_read_whole_and_in_order() {
     for text in &sent {
         ana.say(&room, text).await;
     }
-    let channel: saint_config::ChannelConfig = serde_json::from_value(json!({
-        "name": "matrix", "kind": "matrix",
-        "settings": {"homeserverUrl": synapse.base_url, "userId": bot.id},
-        "secretEnv": {"accessToken": "TOKEN"},
-    }))
-    .unwrap();
-    let token = bot.token.clone();
-    let opened = saint_channels::open::open(
-        &channel,
-        &move |_| Some(token.clone()),
-        std::path::Path::new("/nonexistent"),
-    )
-    .unwrap()
-    .unwrap();
+    let opened = open_channel(&bot);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let connection = tokio::spawn(opened.connection.unwrap().run(sink.clone(), stopped));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -726,4 +713,92 @@ async fn a_backlog_longer_than_one_sync_is_read_whole_and_in_order() {
         .await
         .expect("the connection stops promptly")
         .unwrap();
+}
+
+/// The channel opened in this process for `bot` (no agent).
+fn open_channel(bot: &User) -> saint_channels::OpenedChannel {
+    let channel: saint_config::ChannelConfig = serde_json::from_value(json!({
+        "name": "matrix", "kind": "matrix",
+        "settings": {"homeserverUrl": Synapse::shared().base_url, "userId": bot.id},
+        "secretEnv": {"accessToken": "TOKEN"},
+    }))
+    .unwrap();
+    let token = bot.token.clone();
+    saint_channels::open::open(
+        &channel,
+        &move |_| Some(token.clone()),
+        std::path::Path::new("/nonexistent"),
+    )
+    .unwrap()
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_send_is_one_message_and_a_rate_limit_says_when_to_retry() {
+    let synapse = Synapse::shared();
+    let bot = synapse.register("sends-bot").await;
+    let ana = synapse.register("sends-ana").await;
+    let admin = synapse.register_admin("sends-admin").await;
+    let room = ana
+        .create_room(
+            json!({"is_direct": true, "invite": [bot.id], "preset": "trusted_private_chat"}),
+        )
+        .await;
+    bot.join(&room).await;
+    let asked = ana.say(&room, "a question").await;
+    let transport = open_channel(&bot).transport;
+    let to =
+        saint_config::ChannelIdentity::parse(saint_config::ChannelKind::Matrix, &ana.id).unwrap();
+    let context = saint_channels::ReplyContext {
+        reply_to: Some(asked.clone()),
+        chat: Some(room.clone()),
+        ..Default::default()
+    };
+    // The same part sent again (a crash before it was recorded as sent): the homeserver
+    // recognises the transaction and answers with the first event.
+    let first = transport
+        .send(&to, "the answer", &context, 0)
+        .await
+        .unwrap();
+    let again = transport
+        .send(&to, "the answer", &context, 0)
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    let sent: Vec<Value> = ana
+        .messages(&room)
+        .await
+        .into_iter()
+        .filter(|event| event["sender"] == bot.id.as_str())
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0]["event_id"], first.as_str());
+    // One message a second: the next sends are refused with the homeserver's wait.
+    admin.limit_messages(&bot.id, 1, 1).await;
+    let mut refusal = None;
+    for index in 0..5 {
+        match transport
+            .send(&to, &format!("burst {index}"), &context, 1)
+            .await
+        {
+            Ok(_) => continue,
+            Err(error) => {
+                refusal = Some(error);
+                break;
+            }
+        }
+    }
+    match refusal {
+        Some(saint_channels::SendError::Retry {
+            reason,
+            after: Some(after),
+        }) => {
+            assert!(reason.contains("M_LIMIT_EXCEEDED"), "{reason}");
+            assert!(
+                after > Duration::ZERO && after <= Duration::from_secs(2),
+                "{after:?}"
+            );
+        }
+        other => panic!("expected a retry with a wait, got {other:?}"),
+    }
 }

@@ -245,6 +245,15 @@ impl Synapse {
     /// Registers `localpart` through the shared-secret admin API (nonce, then an
     /// HMAC-SHA1 of nonce, user, password and admin flag); returns its session.
     pub async fn register(&self, localpart: &str) -> User {
+        self.register_as(localpart, false).await
+    }
+
+    /// Registers a server administrator.
+    pub async fn register_admin(&self, localpart: &str) -> User {
+        self.register_as(localpart, true).await
+    }
+
+    async fn register_as(&self, localpart: &str, admin: bool) -> User {
         // A client per test: a pooled connection must not outlive its test's runtime.
         let client = reqwest::Client::new();
         let url = format!("{}/_synapse/admin/v1/register", self.base_url);
@@ -252,12 +261,13 @@ impl Synapse {
         let nonce: Value = nonce.json().await.unwrap();
         let nonce = nonce["nonce"].as_str().unwrap().to_string();
         let password = format!("{localpart}-password");
-        let mac = hmac_sha1(SHARED_SECRET, &[&nonce, localpart, &password, "notadmin"]);
+        let flag = if admin { "admin" } else { "notadmin" };
+        let mac = hmac_sha1(SHARED_SECRET, &[&nonce, localpart, &password, flag]);
         let response = client
             .post(&url)
             .json(
                 &json!({"nonce": nonce, "username": localpart, "password": password,
-                           "admin": false, "mac": mac}),
+                           "admin": admin, "mac": mac}),
             )
             .send()
             .await
@@ -344,6 +354,28 @@ impl User {
             self.id
         );
         answer
+    }
+
+    /// As an administrator: limits `user` to `per_second` messages, in bursts of
+    /// `burst` (the admin API's per-user rate limit override).
+    pub async fn limit_messages(&self, user: &str, per_second: u32, burst: u32) {
+        let response = self
+            .client
+            .post(format!(
+                "{}/_synapse/admin/v1/users/{}/override_ratelimit",
+                self.base_url,
+                encode(user)
+            ))
+            .bearer_auth(&self.token)
+            .json(&json!({"messages_per_second": per_second, "burst_count": burst}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
     }
 
     /// Creates a room with `body` (`/createRoom`); returns its id.
