@@ -383,3 +383,35 @@ async fn in_webhook_mode_only_deliveries_with_the_secret_token_are_answered() {
     assert!(bot.telegram.requests_of("getUpdates").is_empty());
     assert_eq!(bot.llm.request_count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photo_is_fetched_with_get_file_and_saved_in_the_inbox_folder() {
+    let bot = Bot::start().await;
+    let photo: Vec<u8> = (0..30_000u32).map(|index| (index % 249) as u8).collect();
+    bot.telegram
+        .add_file("AgACAgIAAxk-ivan", "photos/file_12.jpg", photo.clone());
+    bot.llm.push(Reply::text("Nice receipt."));
+    let (_, message_id) = bot.telegram.push_message(scripted::photo(
+        scripted::private_chat(&ivan()),
+        &ivan(),
+        "AgACAgIAAxk-ivan",
+        "the receipt",
+    ));
+    assert!(bot.telegram.wait_for_sent(1, Duration::from_secs(30)).await);
+    // Only the largest size was fetched.
+    let lookups = bot.telegram.requests_of("getFile");
+    assert_eq!(lookups.len(), 1);
+    assert_eq!(lookups[0].body["file_id"], "AgACAgIAAxk-ivan");
+    let saved = bot.workspace.join(format!(
+        "inbox/telegram/{IVAN_TELEGRAM}_{message_id}/image.jpg"
+    ));
+    assert_eq!(std::fs::read(&saved).unwrap(), photo);
+    let texts = bot.llm.requests()[0].user_texts();
+    assert!(
+        texts.iter().any(|text| text.contains("the receipt")
+            && text.contains(&format!(
+                "[image attachment (image/jpeg, 30000 bytes) saved as inbox/telegram/{IVAN_TELEGRAM}_{message_id}/image.jpg]"
+            ))),
+        "{texts:#?}"
+    );
+}
