@@ -82,8 +82,8 @@ impl Starter {
 
     /// The config for one machine: the bubblewrap sandbox, persona files from
     /// `files.persona`, memory from `embedding_model` (off without one), and only the
-    /// HTTP channel — the others need a platform account and a public webhook, which
-    /// the user adds to the bot file when they have them.
+    /// HTTP channel — the others need a platform account and its tokens (WhatsApp also
+    /// a public webhook), which the user adds to the bot file when they have them.
     pub fn local_config(
         &self,
         files: &BotFiles,

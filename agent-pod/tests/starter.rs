@@ -77,7 +77,12 @@ fn the_operators_rendered_channels_are_served_by_the_agent() {
         .iter()
         .map(|channel| channel.kind.prefix())
         .collect();
-    assert_eq!(kinds, vec!["http", "whatsapp", "email"]);
+    assert_eq!(
+        kinds,
+        vec![
+            "http", "whatsapp", "email", "telegram", "slack", "discord", "matrix"
+        ]
+    );
     let problems = channel_problems(&config, |variable| {
         variable
             .starts_with("SAINT_CHANNEL_")

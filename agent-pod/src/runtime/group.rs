@@ -36,7 +36,7 @@ pub(crate) fn said_only(messages: Vec<StoredMessage>) -> Vec<StoredMessage> {
                 .into_iter()
                 .filter(|block| matches!(block, ContentBlock::Text { .. }))
                 .collect();
-            (!content.is_empty()).then(|| StoredMessage {
+            (!content.is_empty()).then_some(StoredMessage {
                 message: Message {
                     role: stored.message.role,
                     content,

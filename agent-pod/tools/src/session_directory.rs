@@ -90,10 +90,7 @@ fn identity_role<'c>(config: &'c BotConfig, identity: &str) -> &'c str {
 /// listed roles (a manager sees employees' groups, not one the owner talks in).
 pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) -> bool {
     if SessionKey::is_conversation(&session.key) {
-        let member = session
-            .members
-            .iter()
-            .any(|member| *member == caller.identity);
+        let member = session.members.contains(&caller.identity);
         return match &caller.role.sessions_visibility {
             SessionsVisibility::All => true,
             SessionsVisibility::Own => member,
