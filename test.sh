@@ -103,7 +103,6 @@ apt_packages=(
 	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,
 	dovecot-submissiond
 	opensmtpd             #   OpenSMTPD as the MTA in front of it
-	python3-venv          # the Matrix tests' Synapse virtualenv (section "synapse")
 )
 
 prerequisites() {
