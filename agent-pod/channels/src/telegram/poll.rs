@@ -78,12 +78,6 @@ impl Poller {
         }
     }
 
-    /// The same with a shorter long-poll (for tests that stop the poller often).
-    pub fn with_poll_timeout(mut self, timeout: Duration) -> Self {
-        self.poll_timeout = timeout;
-        self
-    }
-
     async fn session(
         &self,
         sink: &dyn InboxSink,
