@@ -211,6 +211,22 @@ async fn a_contacts_invitation_is_accepted_and_answered_and_a_strangers_is_decli
             .any(|text| text.contains("What is the plan?"))
     );
     assert!(request.tool_names().contains(&"sessions_list".to_string()));
+    // The bot marked Ana's message read.
+    bot.wait_for("the read receipt", || async {
+        let (_, sync) = bot
+            .ana
+            .call(reqwest::Method::GET, "sync?timeout=0", None)
+            .await;
+        sync["rooms"]["join"][&room]["ephemeral"]["events"]
+            .as_array()?
+            .iter()
+            .any(|event| {
+                event["type"] == "m.receipt"
+                    && event["content"][&asked]["m.read"][&bot.bot.id].is_object()
+            })
+            .then_some(())
+    })
+    .await;
     let stored: String =
         rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
             .unwrap()
