@@ -24,6 +24,10 @@ use crate::{
     transport::{SendError, Transport},
 };
 
+/// Most bytes of text (`body` and `formatted_body` together) in one event, leaving
+/// room under the homeserver's 65,536-byte event limit for the rest of the event.
+const MAX_CONTENT_BYTES: usize = 60_000;
+
 /// Event ids of the bot's own messages remembered, to recognise replies to the bot
 /// without asking the homeserver (older ones are looked up).
 const REMEMBERED_SENT: usize = 4_096;
@@ -364,12 +368,20 @@ pub(crate) fn reply_content(
     part: usize,
     to: Option<&str>,
 ) -> Value {
-    let mut content = json!({
-        "msgtype": "m.text",
-        "body": html::plain_body(text),
-        "format": "org.matrix.custom.html",
-        "formatted_body": html::markdown_to_html(text),
-    });
+    let body = html::plain_body(text);
+    let formatted = html::markdown_to_html(text);
+    let mut content = if body.len() + formatted.len() <= MAX_CONTENT_BYTES {
+        json!({
+            "msgtype": "m.text",
+            "body": body,
+            "format": "org.matrix.custom.html",
+            "formatted_body": formatted,
+        })
+    } else {
+        // Text of many-byte characters can make both together exceed an event's size
+        // limit: the plain text alone always fits.
+        json!({"msgtype": "m.text", "body": body})
+    };
     let reply_to = context.reply_to.as_deref().filter(|_| part == 0);
     if let Some(thread) = context.thread.as_deref() {
         // In the thread; clients without threads see a reply to the message answered
@@ -574,6 +586,18 @@ mod tests {
         let second = reply_content("b", &plain, 1, Some("@ana:x"));
         assert!(second.get("m.relates_to").is_none());
         assert_eq!(second["m.mentions"], json!({}));
+    }
+
+    #[test]
+    fn a_part_too_big_with_its_html_is_sent_as_plain_text() {
+        let emoji = "😀".repeat(MAX_TEXT_CHARS);
+        let content = reply_content(&emoji, &ReplyContext::default(), 0, None);
+        assert_eq!(content["body"], emoji.as_str());
+        assert!(content.get("formatted_body").is_none());
+        assert!(content.get("format").is_none());
+        let ascii = "a".repeat(MAX_TEXT_CHARS);
+        let content = reply_content(&ascii, &ReplyContext::default(), 0, None);
+        assert_eq!(content["format"], "org.matrix.custom.html");
     }
 
     #[test]

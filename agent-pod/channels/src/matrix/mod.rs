@@ -26,9 +26,9 @@ use crate::{
     transport::{GroupRules, OpenError, OpenedChannel},
 };
 
-/// Longest text part sent, in characters. An event may be 65,536 bytes; the plain
-/// `body` and the HTML `formatted_body` both count, characters may take four bytes
-/// and escaping makes `<` four, so a part stays well under the limit at this length.
+/// Longest text part sent, in characters. An event may be 65,536 bytes and the plain
+/// `body` and the HTML `formatted_body` both count: at this length both fit for text
+/// of up to three-byte characters (a part that would not fit goes as plain text).
 pub const MAX_TEXT_CHARS: usize = 8_000;
 
 /// Opens a Matrix channel: the client for sending and the `/sync` connection.
