@@ -162,10 +162,8 @@ impl SyncConnection {
 
     // Runs until something fails: checks the token, then syncs forever.
     async fn session(&self, sink: &dyn InboxSink, backoff: &mut Duration) -> SessionEnd {
-        match self.sync_loop(sink, backoff).await {
-            Ok(never) => match never {},
-            Err(end) => end,
-        }
+        let Err(end) = self.sync_loop(sink, backoff).await;
+        end
     }
 
     async fn sync_loop(
@@ -190,39 +188,42 @@ impl SyncConnection {
             .and_then(|profile| profile["displayname"].as_str().map(str::to_string))
             .filter(|name| !name.trim().is_empty());
         self.state.lock().await.display_name = display_name;
-        let mut since = sink
+        let saved = sink
             .cursor(channel)
             .await
             .map_err(|error| SessionEnd::Failed(error, None))?;
-        if since.is_none() {
-            // First start: begin from now. History is not answered, but invitations
-            // waiting for the bot are.
-            let first = self.sync(None, Duration::ZERO, &filter(1)).await?;
-            self.handle_invites(sink, &first).await?;
-            let next = next_batch(&first)?;
-            sink.commit(channel, Vec::new(), next.clone())
-                .await
-                .map_err(|error| SessionEnd::Failed(error, None))?;
-            tracing::info!(%channel, "matrix: first start; answering messages from now on");
-            since = Some(next);
-        }
+        let mut since = match saved {
+            Some(since) => since,
+            None => {
+                // First start: begin from now. History is not answered, but
+                // invitations waiting for the bot are.
+                let first = self.sync(None, Duration::ZERO, &filter(1)).await?;
+                self.handle_invites(sink, &first).await?;
+                let next = next_batch(&first)?;
+                sink.commit(channel, Vec::new(), next.clone())
+                    .await
+                    .map_err(|error| SessionEnd::Failed(error, None))?;
+                tracing::info!(%channel, "matrix: first start; answering messages from now on");
+                next
+            }
+        };
         sink.report(channel, ChannelState::Up);
         let filter = filter(100);
         loop {
-            let current = since.clone().expect("set above");
-            let response = self.sync(Some(&current), LONG_POLL, &filter).await?;
+            let response = self.sync(Some(&since), LONG_POLL, &filter).await?;
             *backoff = Duration::from_secs(1);
             let next = next_batch(&response)?;
             self.handle_invites(sink, &response).await?;
-            let messages = self.messages(sink, &response, &current).await?;
+            let messages = self.messages(sink, &response, &since).await?;
             let count = messages.len();
+            // The position moves only with what was stored.
             sink.commit(channel, messages, next.clone())
                 .await
                 .map_err(|error| SessionEnd::Failed(error, None))?;
             if count > 0 {
                 tracing::debug!(%channel, count, "matrix: messages stored");
             }
-            since = Some(next);
+            since = next;
         }
     }
 
