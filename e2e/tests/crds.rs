@@ -623,19 +623,6 @@ fn invalid_cases() -> Vec<InvalidCase> {
             "channels[].secrets.appToken of a slack channel is used only in settings.mode socket (the default): set that mode or remove the secret",
         ),
         case(
-            "slack events mode answering only contacts in groups",
-            "saintbot.yaml",
-            "SaintBot",
-            "acme-assistant",
-            "/spec/channels/4",
-            json!({"name": "slack", "kind": "slack",
-                "settings": {"mode": "events", "groupPolicy": "contacts"},
-                "secrets": {
-                    "botToken": {"name": "acme-assistant-channels", "key": "slack-bot-token"},
-                    "signingSecret": {"name": "acme-assistant-channels", "key": "slack-signing-secret"}}}),
-            "channels[].settings.groupPolicy of a slack channel cannot be contacts in settings.mode events (a webhook delivery is judged without the contact list): use open or disabled",
-        ),
-        case(
             "slack requireMention not true or false",
             "saintbot.yaml",
             "SaintBot",

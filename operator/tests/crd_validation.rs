@@ -427,8 +427,7 @@ fn channel_rules_take_exactly_the_keys_the_agent_reads() {
 }
 
 /// What the agent's telegram and slack readers refuse about modes, refused at apply:
-/// each mode's secret is needed in its mode and refused in the others, and a webhook
-/// mode cannot keep a contacts-only group policy.
+/// each mode's secret is needed in its mode and refused in the others.
 #[test]
 fn mode_secrets_are_needed_in_their_mode_and_refused_in_the_others() {
     let channel = |kind: &str, settings: serde_json::Value, secrets: &[&str]| {
@@ -458,15 +457,6 @@ fn mode_secrets_are_needed_in_their_mode_and_refused_in_the_others() {
             "channels[].secrets.webhookSecret of a telegram channel is used only in settings.mode webhook",
         ),
         (
-            "telegram webhook answering contacts only in groups",
-            channel(
-                "telegram",
-                json!({"mode": "webhook", "groupPolicy": "contacts"}),
-                &["botToken", "webhookSecret"],
-            ),
-            "channels[].settings.groupPolicy of a telegram channel cannot be contacts in settings.mode webhook",
-        ),
-        (
             "slack socket mode without its app token",
             channel("slack", json!({}), &["botToken"]),
             "channels[]: a slack channel in settings.mode socket (the default) needs secrets.appToken",
@@ -494,23 +484,14 @@ fn mode_secrets_are_needed_in_their_mode_and_refused_in_the_others() {
             ),
             "channels[].secrets.signingSecret of a slack channel is used only in settings.mode events: set that mode or remove the secret",
         ),
-        (
-            "slack events answering contacts only in groups",
-            channel(
-                "slack",
-                json!({"mode": "events", "groupPolicy": "contacts"}),
-                &["botToken", "signingSecret"],
-            ),
-            "channels[].settings.groupPolicy of a slack channel cannot be contacts in settings.mode events",
-        ),
     ];
     for (what, bot, expected) in cases {
         let messages = errors(&bot);
         assert_eq!(messages.len(), 1, "{what}: {messages:?}");
         assert!(messages[0].starts_with(expected), "{what}: {messages:?}");
     }
-    // Contacts-only groups are fine where the agent reads the contact list (polling,
-    // Socket Mode), and so are both modes with their own secrets.
+    // Contacts-only groups are served in every mode (a webhook delivery is judged with
+    // the bot's contact list too), and both modes take their own secrets.
     for (kind, settings, secrets) in [
         (
             "telegram",
@@ -529,8 +510,13 @@ fn mode_secrets_are_needed_in_their_mode_and_refused_in_the_others() {
         ),
         (
             "slack",
-            json!({"mode": "events", "groupPolicy": "disabled"}),
+            json!({"mode": "events", "groupPolicy": "contacts"}),
             &["botToken", "signingSecret"][..],
+        ),
+        (
+            "telegram",
+            json!({"mode": "webhook", "groupPolicy": "contacts"}),
+            &["botToken", "webhookSecret"][..],
         ),
     ] {
         assert_eq!(

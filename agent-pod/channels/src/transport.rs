@@ -129,8 +129,15 @@ pub trait Webhook: Send + Sync {
     }
 
     /// Authenticates a `POST` (headers and the raw body, already size-limited) and
-    /// reads the messages in it. Nothing is stored when this refuses.
-    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal>;
+    /// reads the messages in it. Nothing is stored when this refuses. `is_contact` says
+    /// whether an identity belongs to a Contact by the bot's current config (for
+    /// contacts-only group policies).
+    fn receive(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        is_contact: &(dyn Fn(&ChannelIdentity) -> bool + Sync),
+    ) -> Result<WebhookDelivery, WebhookRefusal>;
 }
 
 /// What an authenticated webhook delivery held.

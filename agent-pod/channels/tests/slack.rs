@@ -471,17 +471,21 @@ async fn events_api_requests_count_only_when_signed_recently() {
     let now = jiff::Timestamp::now().as_second();
 
     let delivery = webhook
-        .receive(&scripted::signed_headers(SIGNING_SECRET, now, &body), &body)
+        .receive(
+            &scripted::signed_headers(SIGNING_SECRET, now, &body),
+            &body,
+            &|_| false,
+        )
         .expect("a signed request");
     assert_eq!(delivery.messages.len(), 1);
     assert_eq!(delivery.messages[0].platform_id, "D0IVAN:1700000007.000100");
     assert_eq!(delivery.response, None);
 
-    let unauthorized = |headers: http::HeaderMap, body: &[u8]| match webhook.receive(&headers, body)
-    {
-        Err(WebhookRefusal::Unauthorized(reason)) => reason,
-        other => panic!("expected Unauthorized, got {other:?}"),
-    };
+    let unauthorized =
+        |headers: http::HeaderMap, body: &[u8]| match webhook.receive(&headers, body, &|_| false) {
+            Err(WebhookRefusal::Unauthorized(reason)) => reason,
+            other => panic!("expected Unauthorized, got {other:?}"),
+        };
     let wrong_secret = scripted::signed_headers("another-secret", now, &body);
     assert!(unauthorized(wrong_secret, &body).contains("does not match"));
     let stale = scripted::signed_headers(SIGNING_SECRET, now - 6 * 60, &body);
@@ -515,7 +519,11 @@ async fn url_verification_is_answered_with_its_challenge() {
     .unwrap();
     let now = jiff::Timestamp::now().as_second();
     let delivery = webhook
-        .receive(&scripted::signed_headers(SIGNING_SECRET, now, &body), &body)
+        .receive(
+            &scripted::signed_headers(SIGNING_SECRET, now, &body),
+            &body,
+            &|_| false,
+        )
         .unwrap();
     assert!(delivery.messages.is_empty());
     assert_eq!(
@@ -779,4 +787,57 @@ async fn files_are_fetched_with_the_bot_token_within_the_size_limit() {
         2
     );
     running.stop().await;
+}
+
+#[tokio::test]
+async fn a_contacts_only_channel_in_events_mode_answers_contacts_and_skips_strangers() {
+    let server = ScriptedSlack::start(BOT_TOKEN, APP_TOKEN).await.unwrap();
+    let webhook = open(
+        &server,
+        &[("mode", "events"), ("groupPolicy", "contacts")],
+        &["botToken", "signingSecret"],
+    )
+    .webhook
+    .expect("events mode takes webhooks");
+    let ivan = ChannelIdentity::parse(ChannelKind::Slack, IVAN).unwrap();
+    let is_contact = |identity: &ChannelIdentity| *identity == ivan;
+    let now = jiff::Timestamp::now().as_second();
+    let mention = |user: &str, ts: &str| {
+        serde_json::to_vec(&scripted::event_callback(app_mention_event(
+            "C0GENERAL",
+            user,
+            ts,
+            &format!("<@{BOT_USER_ID}> status?"),
+        )))
+        .unwrap()
+    };
+
+    let from_contact = mention(IVAN, "1700000100.000100");
+    let delivery = webhook
+        .receive(
+            &scripted::signed_headers(SIGNING_SECRET, now, &from_contact),
+            &from_contact,
+            &is_contact,
+        )
+        .unwrap();
+    assert_eq!(delivery.messages.len(), 1, "{:?}", delivery.skipped);
+    assert_eq!(delivery.messages[0].sender, ivan);
+
+    let from_stranger = mention("U0STRANGER", "1700000101.000100");
+    let delivery = webhook
+        .receive(
+            &scripted::signed_headers(SIGNING_SECRET, now, &from_stranger),
+            &from_stranger,
+            &is_contact,
+        )
+        .unwrap();
+    assert!(delivery.messages.is_empty());
+    assert!(
+        delivery
+            .skipped
+            .iter()
+            .any(|reason| reason.contains("not a contact")),
+        "{:?}",
+        delivery.skipped
+    );
 }

@@ -725,24 +725,28 @@ async fn webhook_deliveries_need_the_secret_token() {
     ] {
         assert!(
             matches!(
-                webhook.receive(&headers(wrong), &body),
+                webhook.receive(&headers(wrong), &body, &|_| false),
                 Err(WebhookRefusal::Unauthorized(_))
             ),
             "{wrong:?}"
         );
     }
     assert!(matches!(
-        webhook.receive(&headers(Some(SECRET)), b"{\"update_id\": "),
+        webhook.receive(&headers(Some(SECRET)), b"{\"update_id\": ", &|_| false),
         Err(WebhookRefusal::BadRequest(_))
     ));
-    let delivery = webhook.receive(&headers(Some(SECRET)), &body).unwrap();
+    let delivery = webhook
+        .receive(&headers(Some(SECRET)), &body, &|_| false)
+        .unwrap();
     assert_eq!(delivery.messages.len(), 1);
     assert_eq!(delivery.messages[0].platform_id, format!("{}:9", ivan().id));
     assert_eq!(delivery.messages[0].text, "via webhook");
     // An edited message is acknowledged and skipped.
     let edited =
         serde_json::to_vec(&json!({"update_id": 6, "edited_message": update["message"]})).unwrap();
-    let delivery = webhook.receive(&headers(Some(SECRET)), &edited).unwrap();
+    let delivery = webhook
+        .receive(&headers(Some(SECRET)), &edited, &|_| false)
+        .unwrap();
     assert!(delivery.messages.is_empty());
     assert_eq!(
         delivery.skipped,
@@ -759,7 +763,7 @@ async fn webhook_deliveries_need_the_secret_token() {
         "text": format!("@{BOT_USERNAME} ping"),
         "entities": [{"type": "mention", "offset": 0, "length": BOT_USERNAME.len() + 1}]}}))
     .unwrap();
-    match webhook.receive(&headers(Some(SECRET)), &mention) {
+    match webhook.receive(&headers(Some(SECRET)), &mention, &|_| false) {
         Err(WebhookRefusal::BadRequest(reason)) => {
             assert!(reason.contains("username is not known yet"), "{reason}")
         }
@@ -775,7 +779,9 @@ async fn webhook_deliveries_need_the_secret_token() {
             .run(sink.clone(), stopped),
     );
     wait_until("getMe", || sink.states() == vec![ChannelState::Up]).await;
-    let delivery = webhook.receive(&headers(Some(SECRET)), &mention).unwrap();
+    let delivery = webhook
+        .receive(&headers(Some(SECRET)), &mention, &|_| false)
+        .unwrap();
     assert_eq!(delivery.messages[0].text, "ping");
     assert!(server.requests_of("getUpdates").is_empty());
 }

@@ -113,6 +113,13 @@ impl ChannelHub {
         let _ = self.events.set(Arc::new(events));
     }
 
+    /// Whether `identity` belongs to a Contact, by the bot's current config.
+    pub fn is_contact(&self, identity: &ChannelIdentity) -> bool {
+        self.config.as_ref().is_some_and(|config| {
+            crate::identity::linked_slug(&config.current(), identity).is_some()
+        })
+    }
+
     /// The served channel called `name`.
     pub fn channel(&self, name: &str) -> Option<&Arc<ServedChannel>> {
         self.channels.get(name)
@@ -242,9 +249,7 @@ impl InboxSink for HubSink {
     }
 
     fn is_contact(&self, identity: &ChannelIdentity) -> bool {
-        self.0.config.as_ref().is_some_and(|config| {
-            crate::identity::linked_slug(&config.current(), identity).is_some()
-        })
+        self.0.is_contact(identity)
     }
 }
 

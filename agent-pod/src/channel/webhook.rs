@@ -130,7 +130,9 @@ pub async fn receive(
             return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
         }
     };
-    let delivery = match webhook.receive(&parts.headers, &body) {
+    let delivery = match webhook
+        .receive(&parts.headers, &body, &|identity| hub.is_contact(identity))
+    {
         Ok(delivery) => delivery,
         Err(refusal) => {
             match &refusal {

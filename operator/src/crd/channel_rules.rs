@@ -166,9 +166,7 @@ pub struct ChannelModes {
     pub kind: ChannelKind,
     /// Every value `settings.mode` takes, the default (used when it is left out) first.
     pub modes: &'static [&'static str],
-    /// The mode in which the platform calls `/channels/<name>/webhook`. The agent refuses
-    /// `groupPolicy: contacts` there: it judges a delivery before storing it, without
-    /// the bot's contact list.
+    /// The mode in which the platform calls `/channels/<name>/webhook`.
     pub webhook_mode: &'static str,
     /// Secrets only one mode uses, as (secret, mode): required in that mode and refused in
     /// the others, as the agent's readers do — a secret nothing checks is a mistake.
@@ -385,8 +383,7 @@ pub fn channel_rules() -> Vec<Rule> {
 }
 
 /// The rules of a kind with modes: `settings.mode` is one of them, each mode's secret is
-/// there in its mode and absent in the others, and the webhook mode has no contacts-only
-/// group policy — as the agent's reader refuses them.
+/// there in its mode and absent in the others — as the agent's reader refuses them.
 fn mode_rules(modes: &ChannelModes, other_kind: &str) -> Vec<Rule> {
     let kind = modes.kind;
     let mut rules = vec![rule(
@@ -422,19 +419,6 @@ fn mode_rules(modes: &ChannelModes, other_kind: &str) -> Vec<Rule> {
             ),
         ));
     }
-    rules.push(rule(
-        format!(
-            "{other_kind} || !{} || !has(self.settings) || !('groupPolicy' in self.settings) \
-             || self.settings['groupPolicy'] != 'contacts'",
-            mode_is("self", modes, modes.webhook_mode)
-        ),
-        format!(
-            "channels[].settings.groupPolicy of {} cannot be contacts in {} (a webhook \
-             delivery is judged without the contact list): use open or disabled",
-            a_channel(kind),
-            mode_words(modes, modes.webhook_mode)
-        ),
-    ));
     rules
 }
 

@@ -21,7 +21,7 @@ pub use self::{
 };
 use crate::{
     settings::{SettingsError, SettingsReader},
-    transport::{GroupPolicy, GroupRules, OpenError, OpenedChannel},
+    transport::{GroupRules, OpenError, OpenedChannel},
 };
 
 /// The Web API used unless `settings.apiBaseUrl` says otherwise.
@@ -146,15 +146,6 @@ impl SlackSettings {
                         "mode",
                         "is events, where secrets.appToken (Socket Mode's token) is not used: \
                          remove it, or set mode: socket",
-                    ));
-                }
-                // A webhook delivery is judged before it is stored, without the bot's
-                // contact list: a contacts-only policy could not be kept there.
-                if groups.policy == GroupPolicy::Contacts {
-                    return Err(reader.invalid(
-                        "groupPolicy",
-                        "is contacts, which only Socket Mode serves (mode: socket); use open \
-                         or disabled with mode: events",
                     ));
                 }
                 Mode::Events {

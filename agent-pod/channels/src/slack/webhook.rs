@@ -80,7 +80,12 @@ pub fn verify_request(
 }
 
 impl Webhook for EventsWebhook {
-    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal> {
+    fn receive(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        is_contact: &(dyn Fn(&saint_config::ChannelIdentity) -> bool + Sync),
+    ) -> Result<WebhookDelivery, WebhookRefusal> {
         verify_request(
             &self.signing_secret,
             headers,
@@ -99,13 +104,11 @@ impl Webhook for EventsWebhook {
                 delivery.response = Some(("text/plain", challenge.to_string()));
             }
             Some("event_callback") => {
-                // Contacts-only groups are refused in events mode (see the settings), so
-                // no sender needs looking up here.
                 let reader = EventReader {
                     channel: &self.settings.channel,
                     bot_user_id: None,
                     rules: self.settings.groups,
-                    is_contact: &|_| false,
+                    is_contact,
                 };
                 match parse_event(&reader, &payload) {
                     EventOutcome::Message(message) => delivery.messages.push(*message),

@@ -25,9 +25,7 @@ pub use self::{
 };
 use crate::{
     settings::{SettingsError, SettingsReader},
-    transport::{
-        GroupPolicy, GroupRules, OpenError, OpenedChannel, Webhook, WebhookDelivery, WebhookRefusal,
-    },
+    transport::{GroupRules, OpenError, OpenedChannel, Webhook, WebhookDelivery, WebhookRefusal},
 };
 
 /// The Bot API used unless `settings.apiBaseUrl` says otherwise.
@@ -119,15 +117,6 @@ impl TelegramSettings {
             }
             Mode::Polling => None,
         };
-        // A webhook delivery is handled without the bot's config at hand, so it cannot
-        // tell a Contact from a stranger.
-        if mode == Mode::Webhook && group_rules.policy == GroupPolicy::Contacts {
-            return Err(reader.invalid(
-                "groupPolicy",
-                "is contacts, which is served in polling mode only (use open or disabled \
-                 with mode: webhook)",
-            ));
-        }
         Ok(Self {
             channel: channel.name.clone(),
             api_base_url,
@@ -191,7 +180,12 @@ impl TelegramWebhook {
 }
 
 impl Webhook for TelegramWebhook {
-    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal> {
+    fn receive(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        is_contact: &(dyn Fn(&saint_config::ChannelIdentity) -> bool + Sync),
+    ) -> Result<WebhookDelivery, WebhookRefusal> {
         let expected = self.settings.webhook_secret.as_deref().unwrap_or_default();
         let presented = headers
             .get(SECRET_HEADER)
@@ -226,13 +220,12 @@ impl Webhook for TelegramWebhook {
                 }
             }
         };
-        // Contacts-only groups are refused in webhook mode, so no contact check is needed.
         match read_update(
             &self.settings.channel,
             &update,
             &bot,
             &self.settings.group_rules,
-            &|_| false,
+            is_contact,
         ) {
             Received::Message(message) => Ok(WebhookDelivery {
                 messages: vec![*message],
@@ -331,13 +324,13 @@ mod tests {
                 .unwrap_err()
                 .contains("settings.apiBaseUrl")
         );
+        // Contacts-only groups are served in both modes.
         assert!(
             read(
                 &[("mode", "webhook"), ("groupPolicy", "contacts")],
                 &[("botToken", "T"), ("webhookSecret", "S")]
             )
-            .unwrap_err()
-            .contains("settings.groupPolicy is contacts, which is served in polling mode only")
+            .is_ok()
         );
         assert!(
             read(&[("chatId", "1")], &[("botToken", "T")])

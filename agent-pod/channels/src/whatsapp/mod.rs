@@ -48,7 +48,12 @@ impl Webhook for WhatsappSettings {
         .map_err(|error| WebhookRefusal::Forbidden(error.to_string()))
     }
 
-    fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<WebhookDelivery, WebhookRefusal> {
+    fn receive(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        _is_contact: &(dyn Fn(&saint_config::ChannelIdentity) -> bool + Sync),
+    ) -> Result<WebhookDelivery, WebhookRefusal> {
         let signature = headers
             .get("x-hub-signature-256")
             .and_then(|value| value.to_str().ok());
