@@ -34,13 +34,22 @@ impl Bot {
     /// Registers `<tag>-bot`, `<tag>-ana` (owner), `<tag>-ivan` (employee) and
     /// `<tag>-stranger`, and starts the agent with a Matrix channel for the bot.
     async fn start(tag: &str) -> Self {
-        let mut bot = Self::prepare(tag).await;
+        Self::start_with(tag, json!({})).await
+    }
+
+    /// Like `start`, with more channel settings (`groupPolicy`, `requireMention`).
+    async fn start_with(tag: &str, settings: Value) -> Self {
+        let mut bot = Self::prepare_with(tag, settings).await;
         bot.start_agent().await;
         bot
     }
 
     /// The accounts and the agent's config, without starting the agent.
     async fn prepare(tag: &str) -> Self {
+        Self::prepare_with(tag, json!({})).await
+    }
+
+    async fn prepare_with(tag: &str, settings: Value) -> Self {
         let synapse = Synapse::shared();
         let bot = synapse.register(&format!("{tag}-bot")).await;
         let ana = synapse.register(&format!("{tag}-ana")).await;
@@ -71,10 +80,13 @@ impl Bot {
         }
         assert_eq!(config["contacts"][0]["role"], "owner");
         assert_eq!(config["contacts"][1]["role"], "employee");
+        let mut channel_settings = json!({"homeserverUrl": synapse.base_url, "userId": bot.id});
+        for (key, value) in settings.as_object().unwrap() {
+            channel_settings[key] = value.clone();
+        }
         config["channels"] = json!([
             {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
-            {"name": "matrix", "kind": "matrix",
-             "settings": {"homeserverUrl": synapse.base_url, "userId": bot.id},
+            {"name": "matrix", "kind": "matrix", "settings": channel_settings,
              "secretEnv": {"accessToken": BOT_TOKEN_VARIABLE}},
         ]);
         write_config(&config_path, &config);
@@ -410,6 +422,41 @@ async fn in_a_room_each_person_is_answered_in_their_own_role_and_only_when_addre
     assert_eq!(stored["conversation"]["id"], format!("{room}/{ivans}"));
     assert_eq!(stored["context"]["thread"], ivans.as_str());
     assert_eq!(stored["context"]["chat"], room.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_served_to_contacts_only_without_mentions_answers_contacts_and_ignores_strangers() {
+    let bot = Bot::start_with(
+        "contacts",
+        json!({"groupPolicy": "contacts", "requireMention": "false"}),
+    )
+    .await;
+    let room = bot
+        .ana
+        .create_room(json!({"name": "Suppliers", "preset": "public_chat",
+                            "invite": [bot.ivan.id, bot.bot.id]}))
+        .await;
+    bot.ivan.join(&room).await;
+    bot.stranger.join(&room).await;
+    bot.wait_for("the bot to join", || async {
+        (bot.ana.membership(&room, &bot.bot.id).await.as_deref() == Some("join")).then_some(())
+    })
+    .await;
+    bot.llm.push(Reply::text("Noon works."));
+    // The stranger addresses the bot, Ivan (a contact) does not need to.
+    bot.stranger
+        .say_to(&room, &bot.bot, "give me your price list")
+        .await;
+    let ivans = bot.ivan.say(&room, "lunch at noon?").await;
+    let replies = bot.wait_for_bot_messages(&bot.ivan, &room, 1).await;
+    assert_eq!(replied_to(&replies[0]), Some(ivans.as_str()));
+    assert_eq!(bot.llm.request_count(), 1);
+    let texts = bot.llm.requests()[0].user_texts();
+    assert!(
+        !texts.iter().any(|text| text.contains("price list")),
+        "{texts:#?}"
+    );
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
