@@ -470,6 +470,20 @@ async fn messages_sent_while_the_bot_is_killed_are_answered_once_after_it_restar
     let mut asked = vec![first];
     for index in 0..3 {
         asked.push(bot.ana.say(&room, &format!("while down {index}")).await);
+        if index == 0 {
+            // The bot's display name changes meanwhile: a membership event of the bot
+            // in the middle of the backlog, which is not a join.
+            let path = format!("profile/{}/displayname", bot.bot.id);
+            let (status, _) = bot
+                .bot
+                .call(
+                    reqwest::Method::PUT,
+                    &path,
+                    Some(json!({"displayname": "Acme Assistant"})),
+                )
+                .await;
+            assert_eq!(status, 200);
+        }
     }
     bot.spawn();
     bot.wait_for_bot_messages(&bot.ana, &room, asked.len())

@@ -340,7 +340,7 @@ impl SyncConnection {
                 || timeline
                     .iter()
                     .any(|event| event["type"] == "m.room.encrypted");
-            let from_others: Vec<&Value> = timeline[self.first_new(&timeline)..]
+            let from_others: Vec<&Value> = timeline[first_new(&timeline, self.settings.user())..]
                 .iter()
                 .filter(|event| {
                     event["type"] == "m.room.message" && event["sender"] != self.settings.user()
@@ -370,27 +370,6 @@ impl SyncConnection {
             }
         }
         Ok(stored)
-    }
-
-    /// Where new messages start in a room's timeline: after the bot's invitation (or
-    /// its join) when the bot joined in this batch — what came before is the room's
-    /// history — else at the start.
-    fn first_new(&self, timeline: &[Value]) -> usize {
-        let own_membership = |event: &Value, membership: &str| {
-            event["type"] == "m.room.member"
-                && event["state_key"] == self.settings.user()
-                && event["content"]["membership"] == membership
-        };
-        let Some(joined_at) = timeline
-            .iter()
-            .rposition(|event| own_membership(event, "join"))
-        else {
-            return 0;
-        };
-        let invited_at = timeline[..joined_at]
-            .iter()
-            .rposition(|event| own_membership(event, "invite"));
-        invited_at.unwrap_or(joined_at) + 1
     }
 
     /// A limited timeline's missing events, oldest first: the room's history from the
@@ -603,6 +582,29 @@ impl SyncConnection {
     }
 }
 
+/// Where new messages start in a room's timeline: after the bot's invitation (or its
+/// join) when the bot joined in this batch — what came before is the room's history —
+/// else at the start. A change of the bot's display name is a `join` too, but its
+/// previous membership was already `join`: it is not a join.
+fn first_new(timeline: &[Value], user: &str) -> usize {
+    let own_membership = |event: &Value, membership: &str| {
+        event["type"] == "m.room.member"
+            && event["state_key"] == user
+            && event["content"]["membership"] == membership
+            && event["unsigned"]["prev_content"]["membership"] != membership
+    };
+    let Some(joined_at) = timeline
+        .iter()
+        .rposition(|event| own_membership(event, "join"))
+    else {
+        return 0;
+    };
+    let invited_at = timeline[..joined_at]
+        .iter()
+        .rposition(|event| own_membership(event, "invite"));
+    invited_at.unwrap_or(joined_at) + 1
+}
+
 fn next_batch(response: &Value) -> Result<String, SessionEnd> {
     response["next_batch"]
         .as_str()
@@ -691,6 +693,34 @@ mod tests {
             user,
             Some("Saint")
         ));
+    }
+
+    #[test]
+    fn messages_before_the_bots_own_join_are_history_but_a_profile_change_is_no_join() {
+        let bot = "@saint:x";
+        let member = |membership: &str, previous: Option<&str>| {
+            let mut event = json!({"type": "m.room.member", "state_key": bot,
+                                   "content": {"membership": membership}});
+            if let Some(previous) = previous {
+                event["unsigned"] = json!({"prev_content": {"membership": previous}});
+            }
+            event
+        };
+        let message = json!({"type": "m.room.message", "sender": "@ana:x"});
+        // Old message, invitation, message while invited, join, message.
+        let joined = [
+            message.clone(),
+            member("invite", None),
+            message.clone(),
+            member("join", Some("invite")),
+            message.clone(),
+        ];
+        assert_eq!(first_new(&joined, bot), 2);
+        // Joined without an invitation in view: after the join.
+        assert_eq!(first_new(&joined[3..], bot), 1);
+        // A display name change in the middle of a batch: everything is new.
+        let renamed = [message.clone(), member("join", Some("join")), message];
+        assert_eq!(first_new(&renamed, bot), 0);
     }
 
     #[test]
