@@ -188,7 +188,10 @@ mod tests {
         );
         assert!(!config.memory.enabled);
         assert!(config.channels.iter().all(|c| c.kind == ChannelKind::Http));
-        assert_eq!(left_out, vec!["whatsapp".to_string(), "email".to_string()]);
+        assert_eq!(
+            left_out,
+            ["whatsapp", "email", "telegram", "slack", "discord", "matrix"]
+        );
         // The roles and people are the operator's, untouched.
         assert_eq!(config.roles, starter.bot_config.roles);
         assert_eq!(config.contacts, starter.bot_config.contacts);

@@ -415,3 +415,55 @@ async fn a_photo_is_fetched_with_get_file_and_saved_in_the_inbox_folder() {
         "{texts:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_stranger_is_recorded_not_answered_and_never_delays_a_colleague() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("ok"));
+    let stranger = Person::new(999_000_111, "Flood");
+    // Sixty messages in one long-poll batch, then Ivan's: the stranger's burst allowance
+    // is answered, the rest recorded; empty messages are never turns.
+    for n in 0..60 {
+        bot.telegram
+            .push_message(scripted::private_text(&stranger, &format!("spam {n}")));
+    }
+    bot.telegram
+        .push_message(scripted::private_text(&ivan(), "   "));
+    bot.telegram
+        .push_message(scripted::private_text(&ivan(), "Is the report ready?"));
+    bot.wait_for("Ivan's answer", |bot| {
+        bot.sent_by_chat().contains_key(IVAN_TELEGRAM)
+    })
+    .await;
+    bot.wait_for("the stranger's messages stored", |bot| {
+        bot.count("SELECT COUNT(*) FROM inbox WHERE sender = 'telegram:999000111'") == 60
+    })
+    .await;
+    let limited = bot
+        .count("SELECT COUNT(*) FROM inbox WHERE error = 'sender over their message rate limit'");
+    assert!(
+        (40..=50).contains(&limited),
+        "the stranger's burst (10) is answered, the rest recorded: {limited} limited"
+    );
+    // Ivan's blank message is never a turn (skipped by the channel or recorded as empty).
+    assert!(
+        bot.llm.requests().iter().all(|request| request
+            .user_texts()
+            .last()
+            .is_none_or(|text| !text.trim().is_empty())),
+        "a blank message reached the model"
+    );
+    let ivan_turns = bot
+        .llm
+        .requests()
+        .into_iter()
+        .filter(|request| {
+            request
+                .user_texts()
+                .last()
+                .is_some_and(|text| text.contains("Is the report ready?"))
+        })
+        .count();
+    assert_eq!(ivan_turns, 1);
+    assert_eq!(bot.sent_by_chat()[IVAN_TELEGRAM].len(), 1);
+}

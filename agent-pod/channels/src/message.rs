@@ -39,6 +39,23 @@ pub struct InboundMessage {
     pub conversation: Option<Conversation>,
 }
 
+impl InboundMessage {
+    /// The lane the message waits in: one per group conversation, else one per sender,
+    /// on its channel. A lane's messages are answered one at a time, in order.
+    pub fn lane(&self) -> String {
+        match &self.conversation {
+            Some(conversation) => format!("{}\u{0}group\u{0}{}", self.channel, conversation.id),
+            None => format!("{}\u{0}{}", self.channel, self.sender),
+        }
+    }
+
+    /// Why the message cannot be a turn, if it cannot: nothing to answer.
+    pub fn unanswerable(&self) -> Option<&'static str> {
+        (self.text.trim().is_empty() && self.attachments.is_empty())
+            .then_some("empty message: no text and no attachment")
+    }
+}
+
 /// A group conversation: a group chat, a channel (or a thread in it), a room. It is one
 /// session whoever writes in it, and each message's turn runs with its sender's role.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -170,9 +170,16 @@ pub fn due_inbound(
     now: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<InboxRow>> {
+    // Only the oldest waiting row of each lane — a sender's direct messages, or one
+    // group conversation ([`InboundMessage::lane`]) — and only once it is due: a lane's
+    // messages run in order, and however many rows one person queued, everyone else's
+    // oldest message is in the batch too.
     let mut statement = connection.prepare_cached(
         "SELECT id, body, state, message_id, attempts FROM inbox
-         WHERE state IN ('received', 'accepted') AND next_attempt_at <= ?1
+         WHERE id IN (
+             SELECT MIN(id) FROM inbox WHERE state IN ('received', 'accepted')
+             GROUP BY channel, COALESCE(json_extract(body, '$.conversation.id'), sender)
+         ) AND next_attempt_at <= ?1
          ORDER BY id LIMIT ?2",
     )?;
     let rows = statement.query_map(params![now, limit as i64], |row| {

@@ -1,7 +1,8 @@
 //! The dispatcher: runs a turn for every waiting inbox row, oldest first.
 //!
-//! At most one turn per sender at a time (one person flooding the bot holds one slot,
-//! not all of them) and a bounded number in all. A turn's answer queues the reply in
+//! At most one turn per lane at a time — a sender's direct messages, or one group
+//! conversation — in order, and a bounded number in all: one person flooding the bot
+//! holds one slot and one place in each batch, not all of them. A turn's answer queues the reply in
 //! the transaction that stores it; a turn that fails (the model down) is retried with
 //! backoff, and after [`MAX_ATTEMPTS`] the person is told it failed. Rows left by a
 //! crash are picked up at start: `accepted` ones resume without storing the person's
@@ -61,19 +62,21 @@ pub async fn run(
             }
         };
         for row in rows {
-            let sender = row.message.sender.to_string();
-            if !busy.lock().expect("busy senders").insert(sender.clone()) {
+            // One turn per lane: a sender's direct messages, or one group conversation
+            // (whose turns share a session and would only wait for each other).
+            let sender = row.message.lane();
+            if !busy.lock().expect("busy lanes").insert(sender.clone()) {
                 continue;
             }
             let Ok(slot) = slots.clone().try_acquire_owned() else {
-                busy.lock().expect("busy senders").remove(&sender);
+                busy.lock().expect("busy lanes").remove(&sender);
                 break;
             };
             let (hub, runtime, busy, abort) =
                 (hub.clone(), runtime.clone(), busy.clone(), abort.clone());
             turns.spawn(async move {
                 process(&hub, &runtime, row, abort).await;
-                busy.lock().expect("busy senders").remove(&sender);
+                busy.lock().expect("busy lanes").remove(&sender);
                 drop(slot);
                 // The sender's next message (or another waiting one) may run now.
                 hub.inbox_ready.notify_one();

@@ -47,8 +47,6 @@ pub struct AppState {
     pub chat_page: bool,
     /// The channels served besides HTTP (webhooks land here).
     pub channels: Option<Arc<super::hub::ChannelHub>>,
-    /// Rate limits on webhook requests.
-    pub webhook_limits: Arc<super::webhook::WebhookLimits>,
 }
 
 impl AppState {
@@ -63,7 +61,6 @@ impl AppState {
             notices: Arc::new(Vec::new()),
             chat_page: false,
             channels: None,
-            webhook_limits: Arc::default(),
         }
     }
 

@@ -51,6 +51,8 @@ pub struct ChannelHub {
     start_problems: Vec<String>,
     /// Events on the SaintBot, in a cluster.
     events: OnceLock<Arc<super::events::ChannelEvents>>,
+    /// Each sender's message rate, on every channel.
+    pub sender_limits: super::webhook::SenderLimits,
 }
 
 impl ChannelHub {
@@ -105,12 +107,27 @@ impl ChannelHub {
             config: live_config,
             start_problems,
             events: OnceLock::new(),
+            sender_limits: super::webhook::SenderLimits::default(),
         }
     }
 
     /// Reports refused credentials as Events on the SaintBot too.
     pub fn set_events(&self, events: super::events::ChannelEvents) {
         let _ = self.events.set(Arc::new(events));
+    }
+
+    /// Why an inbound message is to be recorded but not answered, if it is: nothing to
+    /// answer, or its sender is over their message rate.
+    pub fn not_to_answer(&self, message: &InboundMessage) -> Option<String> {
+        if let Some(reason) = message.unanswerable() {
+            return Some(reason.to_string());
+        }
+        if !self.sender_limits.sender_allowed(message.sender.as_ref()) {
+            tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
+                "sender over their message rate limit; message recorded, not answered");
+            return Some("sender over their message rate limit".to_string());
+        }
+        None
     }
 
     /// Whether `identity` belongs to a Contact, by the bot's current config.
@@ -210,6 +227,15 @@ impl InboxSink for HubSink {
         Box::pin(async move {
             let store = self.0.store.clone();
             let name = channel.to_string();
+            // Every channel keeps the same rules as the webhooks: nothing to answer, or a
+            // sender over their rate, is recorded and not answered.
+            let messages: Vec<_> = messages
+                .into_iter()
+                .map(|(message, ignore)| {
+                    let ignore = ignore.or_else(|| self.0.not_to_answer(&message));
+                    (message, ignore)
+                })
+                .collect();
             let new = tokio::task::spawn_blocking(move || {
                 store.queue("store inbound messages", |transaction| {
                     let mut new = 0;

@@ -29,12 +29,13 @@ use super::http::AppState;
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
 
-/// The rate limit on messages per sender, applied after verification.
-pub struct WebhookLimits {
+/// The rate limit on messages per sender, on every channel (webhook deliveries after
+/// their signature, connection channels as they commit).
+pub struct SenderLimits {
     per_sender: DefaultKeyedRateLimiter<String>,
 }
 
-impl Default for WebhookLimits {
+impl Default for SenderLimits {
     fn default() -> Self {
         Self::new(
             Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
@@ -43,7 +44,7 @@ impl Default for WebhookLimits {
     }
 }
 
-impl WebhookLimits {
+impl SenderLimits {
     /// Limits with the given per-sender quota.
     pub fn new(per_sender: Quota) -> Self {
         Self {
@@ -51,7 +52,8 @@ impl WebhookLimits {
         }
     }
 
-    fn sender_allowed(&self, sender: &str) -> bool {
+    /// Whether `sender` may send one more message now (and counts it).
+    pub fn sender_allowed(&self, sender: &str) -> bool {
         if self.per_sender.len() > 10_000 {
             self.per_sender.retain_recent();
         }
@@ -165,24 +167,22 @@ pub async fn receive(
     let decisions: Vec<_> = messages
         .into_iter()
         .map(|message| {
-            let allowed = state.webhook_limits.sender_allowed(message.sender.as_ref());
-            (message, allowed)
+            let ignore = hub.not_to_answer(&message);
+            (message, ignore)
         })
         .collect();
     let store = hub.store.clone();
     let stored = tokio::task::spawn_blocking(move || {
         store.queue("store inbound messages", |transaction| {
             let mut new = 0;
-            for (message, allowed) in &decisions {
-                let inserted = if *allowed {
-                    queue::insert_inbound(transaction, message)?
-                } else {
-                    tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
-                        "sender over their message rate limit; message recorded, not answered");
-                    queue::insert_ignored(transaction, message, "sender over their message rate limit")?
-                };
-                if inserted.is_some() && *allowed {
-                    new += 1;
+            for (message, ignore) in &decisions {
+                match ignore {
+                    None => {
+                        new += usize::from(queue::insert_inbound(transaction, message)?.is_some())
+                    }
+                    Some(reason) => {
+                        queue::insert_ignored(transaction, message, reason)?;
+                    }
                 }
             }
             Ok(new)
