@@ -972,3 +972,50 @@ async fn a_ten_thousand_character_answer_goes_out_in_parts_that_keep_code_blocks
         assert!(all.contains(&format!("let value_9 = compute(9, {section});")));
     }
 }
+
+#[tokio::test]
+async fn a_bare_mention_and_sticker_or_embed_only_messages_are_not_stored() {
+    let harness = Harness::start().await;
+    harness.ready().await;
+    let dispatch = |message| harness.discord.dispatch_message(message).unwrap();
+    dispatch(guild_message(
+        "1300000000000001201",
+        GUILD,
+        GENERAL,
+        ANA,
+        &format!("<@{BOT_USER_ID}>  "),
+        &[BOT_USER_ID],
+    ));
+    let mut sticker = direct_message("1300000000000001202", DM_CHANNEL, ANA, "");
+    sticker["sticker_items"] =
+        json!([{"id": "749054660769218631", "name": "Wave", "format_type": 3}]);
+    dispatch(sticker);
+    let mut embed = direct_message("1300000000000001203", DM_CHANNEL, ANA, " ");
+    embed["embeds"] = json!([{"type": "rich", "title": "A card"}]);
+    dispatch(embed);
+    harness.dm("1300000000000001204", "and a real question");
+    harness.stored("1300000000000001204").await;
+    assert_eq!(harness.sink.stored_ids(), vec!["1300000000000001204"]);
+}
+
+#[tokio::test]
+async fn a_rate_limited_gateway_request_is_retried_after_discords_retry_after() {
+    let harness = Harness::start_with(&[], Vec::new(), |discord| {
+        discord.fail_next_gateway_requests([Failure::rate_limited(2.5)]);
+    })
+    .await;
+    harness.ready().await;
+    let asked: Vec<_> = harness
+        .discord
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with("/gateway/bot"))
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[0].status, 429);
+    let waited = asked[1].at - asked[0].at;
+    assert!(
+        waited >= Duration::from_millis(2_400),
+        "asked again after {waited:?}, before Discord's retry_after of 2.5 s"
+    );
+}

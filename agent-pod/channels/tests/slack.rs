@@ -841,3 +841,37 @@ async fn a_contacts_only_channel_in_events_mode_answers_contacts_and_skips_stran
         delivery.skipped
     );
 }
+
+#[tokio::test]
+async fn a_rate_limited_connections_open_is_retried_after_slacks_retry_after() {
+    let server = ScriptedSlack::start(BOT_TOKEN, APP_TOKEN).await.unwrap();
+    server.fail_next("apps.connections.open", [Failure::rate_limited(3)]);
+    let inbox = Arc::new(Inbox::default());
+    let opened = open(&server, &[], &["botToken", "appToken"]);
+    let (stop, stopped) = watch::channel(false);
+    let started = tokio::time::Instant::now();
+    let task = tokio::spawn(opened.connection.unwrap().run(inbox.clone(), stopped));
+    while server.connections() == 0 {
+        assert!(
+            started.elapsed() < WAIT,
+            "no connection after the rate limit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3),
+        "connected after {waited:?}, before Slack's Retry-After of 3 s"
+    );
+    let opens = server
+        .requests()
+        .iter()
+        .filter(|request| request.method == "apps.connections.open")
+        .count();
+    assert_eq!(opens, 2);
+    stop.send(true).unwrap();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the connection stops promptly")
+        .unwrap();
+}

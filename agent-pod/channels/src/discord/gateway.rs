@@ -98,6 +98,15 @@ enum SessionEnd {
     Unservable(String),
     /// The connection dropped or was closed; resume if there is a session.
     Lost(String),
+    /// Discord rate-limited `GET /gateway/bot` (429): try again after the backoff, but
+    /// no sooner than its `retry_after`.
+    Throttled(String, Duration),
+}
+
+/// How long to wait before reconnecting: the backoff, or Discord's `retry_after` when
+/// that is longer.
+fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
+    retry_after.map_or(backoff, |after| after.max(backoff))
 }
 
 /// What the loop keeps between sessions.
@@ -239,6 +248,13 @@ impl GatewayConnection {
                     backoff = (backoff * 2).min(BACKOFF_CAP);
                     wait
                 }
+                SessionEnd::Throttled(reason, after) => {
+                    let wait = reconnect_wait(backoff, Some(after));
+                    tracing::warn!(%channel, %reason, retry_in_s = wait.as_secs(), "discord: rate-limited asking for the gateway; waiting Discord's retry_after");
+                    sink.report(&channel, ChannelState::Retrying(reason));
+                    backoff = (backoff * 2).min(BACKOFF_CAP);
+                    wait
+                }
             };
             if stopped_during(&stop, wait).await {
                 return;
@@ -255,6 +271,10 @@ impl GatewayConnection {
             None => match self.rest.gateway_url().await {
                 Ok(url) => url,
                 Err(SendError::Credentials { reason }) => return SessionEnd::Refused(reason),
+                Err(SendError::Retry {
+                    reason,
+                    after: Some(after),
+                }) => return SessionEnd::Throttled(reason, after),
                 Err(error) => return SessionEnd::Lost(error.to_string()),
             },
         };
@@ -517,10 +537,15 @@ impl GatewayConnection {
                 })
             }
         };
-        let attachments = data["attachments"]
+        let attachments: Vec<AttachmentRef> = data["attachments"]
             .as_array()
             .map(|attachments| attachments.iter().filter_map(attachment).collect())
             .unwrap_or_default();
+        // A bare mention, a sticker, an embed: nothing for the model to answer.
+        if text.trim().is_empty() && attachments.is_empty() {
+            tracing::debug!(%channel, message = id, reason = "empty message", "discord: message not answered");
+            return None;
+        }
         let display_name = [
             &data["member"]["nick"],
             &author["global_name"],
@@ -674,6 +699,14 @@ mod tests {
         );
         assert!(gateway_address("https://discord.com").is_err());
         assert_eq!(INTENTS, 37_376);
+    }
+
+    #[test]
+    fn the_reconnect_waits_at_least_discords_retry_after() {
+        let second = Duration::from_secs(1);
+        assert_eq!(reconnect_wait(second, None), second);
+        assert_eq!(reconnect_wait(second, Some(30 * second)), 30 * second);
+        assert_eq!(reconnect_wait(8 * second, Some(second)), 8 * second);
     }
 
     #[test]

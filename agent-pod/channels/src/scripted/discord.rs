@@ -214,6 +214,7 @@ struct Script {
     requests: Vec<RestRequest>,
     posted: Vec<Posted>,
     send_failures: VecDeque<Failure>,
+    gateway_failures: VecDeque<Failure>,
     /// After the next successful send, the bucket is empty for this long.
     exhaust_bucket: Option<f64>,
     /// When the emptied bucket refills.
@@ -269,6 +270,7 @@ impl ScriptedDiscord {
                 requests: Vec::new(),
                 posted: Vec::new(),
                 send_failures: VecDeque::new(),
+                gateway_failures: VecDeque::new(),
                 exhaust_bucket: None,
                 bucket_empty_until: None,
                 direct_channels: HashMap::new(),
@@ -337,6 +339,12 @@ impl ScriptedDiscord {
     /// Answers the next sends with `failures`, in order, before succeeding again.
     pub fn fail_next_sends(&self, failures: impl IntoIterator<Item = Failure>) {
         self.lock().send_failures.extend(failures);
+    }
+
+    /// Answers the next `GET /gateway/bot` calls with `failures`, in order. A 429 there
+    /// comes as a global limit: `Retry-After` and `retry_after`, no bucket headers.
+    pub fn fail_next_gateway_requests(&self, failures: impl IntoIterator<Item = Failure>) {
+        self.lock().gateway_failures.extend(failures);
     }
 
     /// The next successful send answers `X-RateLimit-Remaining: 0` with a reset after
@@ -513,6 +521,26 @@ async fn gateway_bot(State(shared): State<Shared>, headers: HeaderMap) -> Respon
     if !authorised(&shared, &headers).1 {
         record(&shared, "GET", path, &headers, Value::Null, 401);
         return Failure::unauthorized().response("gateway");
+    }
+    let failure = shared.lock().gateway_failures.pop_front();
+    if let Some(failure) = failure {
+        record(&shared, "GET", path, &headers, Value::Null, failure.status);
+        let mut response = failure.response("gateway");
+        let answer = response.headers_mut();
+        for bucket_header in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-reset-after",
+            "x-ratelimit-bucket",
+        ] {
+            answer.remove(bucket_header);
+        }
+        if failure.status == 429 {
+            answer.insert("x-ratelimit-global", HeaderValue::from_static("true"));
+            answer.insert("x-ratelimit-scope", HeaderValue::from_static("global"));
+        }
+        return response;
     }
     record(&shared, "GET", path, &headers, Value::Null, 200);
     Json(json!({

@@ -166,8 +166,10 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
     }))
 }
 
-/// The text without the bot's mentions (`<@U…>`, `<@U…|name>`), with Slack's escapes
-/// (`&amp;`, `&lt;`, `&gt;`) read back.
+/// The text without the bot's mentions (`<@U…>`, `<@U…|name>`), each with one adjacent
+/// space, and with Slack's escapes (`&amp;`, `&lt;`, `&gt;`) read back. All other
+/// whitespace stays as written (pasted code keeps its indentation); only blank lines
+/// before the first text and whitespace after the last are dropped.
 pub fn strip_mentions(text: &str, bot_user_id: &str) -> String {
     let mention = format!("<@{bot_user_id}");
     let mut out = String::with_capacity(text.len());
@@ -179,6 +181,12 @@ pub fn strip_mentions(text: &str, bot_user_id: &str) -> String {
             Some(end) if end == 0 || after.starts_with('|') => {
                 out.push_str(&rest[..start]);
                 rest = &after[end + 1..];
+                // One space goes with the mention: the one after it, else the one before.
+                if let Some(stripped) = rest.strip_prefix(' ') {
+                    rest = stripped;
+                } else if out.ends_with(' ') {
+                    out.pop();
+                }
             }
             _ => {
                 out.push_str(&rest[..start + mention.len()]);
@@ -187,18 +195,12 @@ pub fn strip_mentions(text: &str, bot_user_id: &str) -> String {
         }
     }
     out.push_str(rest);
-    let collapsed = out
-        .lines()
-        .map(|line| {
-            line.split(' ')
-                .filter(|word| !word.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    collapsed
-        .trim()
+    let first_line = match out.find(|character: char| !character.is_whitespace()) {
+        Some(first) => out[..first].rfind('\n').map_or(0, |newline| newline + 1),
+        None => out.len(),
+    };
+    out[first_line..]
+        .trim_end()
         .replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&")
@@ -260,12 +262,41 @@ mod tests {
     fn mentions_of_the_bot_are_stripped_and_escapes_read_back() {
         assert_eq!(
             strip_mentions("<@UBOT> what is  1 &lt; 2?", "UBOT"),
-            "what is 1 < 2?"
+            "what is  1 < 2?"
         );
         assert_eq!(
             strip_mentions("hi <@UBOT|saint>, ask <@UBOTX> &amp; <@U024BK3>", "UBOT"),
-            "hi , ask <@UBOTX> & <@U024BK3>"
+            "hi, ask <@UBOTX> & <@U024BK3>"
         );
+        assert_eq!(strip_mentions("  <@UBOT>  ", "UBOT"), "");
+    }
+
+    #[test]
+    fn stripping_a_mention_keeps_the_indentation_of_pasted_code() {
+        let yaml = "server:\n  port: 8080\n  hosts:\n    - a  # first\n\n    - b";
+        assert_eq!(
+            strip_mentions(&format!("<@UBOT> check this:\n{yaml}"), "UBOT"),
+            format!("check this:\n{yaml}")
+        );
+        assert_eq!(strip_mentions(&format!("<@UBOT>\n{yaml}\n"), "UBOT"), yaml);
+        assert_eq!(
+            strip_mentions(
+                &format!("is this right <@UBOT|saint>\n```\n{yaml}\n```"),
+                "UBOT"
+            ),
+            format!("is this right\n```\n{yaml}\n```")
+        );
+        let outcome = parse_event(
+            &reader(&|_| false),
+            &callback(
+                json!({"type": "message", "channel": "D0DM", "channel_type": "im",
+                "user": "U024BK3", "text": format!("<@UBOT> {yaml}"), "ts": "1.6"}),
+            ),
+        );
+        let EventOutcome::Message(message) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(message.text, yaml);
     }
 
     #[test]

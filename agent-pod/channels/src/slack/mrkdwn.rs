@@ -145,7 +145,9 @@ fn links_and_emphasis(segment: &str) -> String {
                 .map(|end| (close, &after[..close], &url_part[..end]))
         });
         match link {
-            Some((close, label, url)) if !url.is_empty() && !url.contains(char::is_whitespace) => {
+            // Only web and mail links: any other target (`!channel`, `!here`,
+            // `!subteam^S…`, `@U…`) would be Slack markup that pings people.
+            Some((close, label, url)) if is_link_target(url) => {
                 out.push_str(&emphasis(&rest[..open]));
                 let label = escape(label);
                 let url = escape(url);
@@ -164,6 +166,16 @@ fn links_and_emphasis(segment: &str) -> String {
     }
     out.push_str(&emphasis(rest));
     out
+}
+
+/// Whether `url` may become a `<url|text>` link: a whitespace-free `https://`,
+/// `http://` or `mailto:` address (any case).
+fn is_link_target(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    !url.contains(char::is_whitespace)
+        && ["https://", "http://", "mailto:"]
+            .iter()
+            .any(|scheme| lower.starts_with(scheme) && lower.len() > scheme.len())
 }
 
 fn url_len(url_part: &str) -> usize {
@@ -364,6 +376,29 @@ mod tests {
         assert_eq!(
             markdown_to_mrkdwn("> quoted <b>\n[https://a.example](https://a.example)"),
             "> quoted &lt;b&gt;\n<https://a.example>"
+        );
+    }
+
+    #[test]
+    fn links_to_anything_but_web_and_mail_addresses_cannot_ping() {
+        for markdown in [
+            "[ping](!channel)",
+            "[!here](!here)",
+            "[x](!subteam^S123)",
+            "[x](@U123)",
+            "[x](!everyone)",
+            "[x](#C123)",
+        ] {
+            let rendered = markdown_to_mrkdwn(markdown);
+            assert!(
+                !rendered.contains("<!") && !rendered.contains("<@") && !rendered.contains("<#"),
+                "{markdown} → {rendered}"
+            );
+        }
+        assert_eq!(markdown_to_mrkdwn("[ping](!channel)"), "[ping](!channel)");
+        assert_eq!(
+            markdown_to_mrkdwn("[a](HTTPS://x.example) [m](mailto:a@x.example)"),
+            "<HTTPS://x.example|a> <mailto:a@x.example|m>"
         );
     }
 

@@ -53,6 +53,15 @@ enum SessionEnd {
     Refresh(String),
     /// Anything else; try again after the backoff.
     Failed(String),
+    /// Slack rate-limited a call (HTTP 429): try again after the backoff, but no
+    /// sooner than its `Retry-After`.
+    Throttled(String, Duration),
+}
+
+/// How long to wait before reconnecting: the backoff, or Slack's `Retry-After` when
+/// that is longer.
+fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
+    retry_after.map_or(backoff, |after| after.max(backoff))
 }
 
 impl SocketConnection {
@@ -116,6 +125,13 @@ impl SocketConnection {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     wait
                 }
+                SessionEnd::Throttled(reason, after) => {
+                    let wait = reconnect_wait(backoff, Some(after));
+                    tracing::warn!(%channel, %reason, retry_in_s = wait.as_secs(), "slack: rate-limited while connecting; waiting Slack's Retry-After");
+                    sink.report(&channel, ChannelState::Retrying(reason));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
             };
             let mut stop_signal = stop.clone();
             tokio::select! {
@@ -128,6 +144,10 @@ impl SocketConnection {
     async fn session(&self, sink: &dyn InboxSink, backoff: &mut Duration) -> SessionEnd {
         let failed = |error: SendError| match error {
             SendError::Credentials { reason } => SessionEnd::Refused(reason),
+            SendError::Retry {
+                reason,
+                after: Some(after),
+            } => SessionEnd::Throttled(reason, after),
             SendError::Retry { reason, .. } | SendError::Permanent { reason } => {
                 SessionEnd::Failed(reason)
             }
@@ -267,5 +287,18 @@ impl Connection for SocketConnection {
         stop: watch::Receiver<bool>,
     ) -> BoxFuture<'static, ()> {
         Box::pin(self.run_loop(sink, stop))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reconnect_waits_at_least_slacks_retry_after() {
+        let second = Duration::from_secs(1);
+        assert_eq!(reconnect_wait(second, None), second);
+        assert_eq!(reconnect_wait(second, Some(30 * second)), 30 * second);
+        assert_eq!(reconnect_wait(8 * second, Some(second)), 8 * second);
     }
 }

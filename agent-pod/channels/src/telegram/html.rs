@@ -400,9 +400,10 @@ fn marker(
         let target = &after[close + 2..];
         let end = target.find(')')?;
         let url = &target[..end];
-        let allowed = ["https://", "http://", "mailto:", "tg://"]
+        // Not `tg://`: `tg://user?id=N` mentions (pings) a user.
+        let allowed = ["https://", "http://", "mailto:"]
             .iter()
-            .any(|scheme| url.starts_with(scheme));
+            .any(|scheme| url.to_ascii_lowercase().starts_with(scheme));
         if label.is_empty()
             || label.contains('[')
             || !allowed
@@ -462,6 +463,15 @@ mod tests {
             markdown_to_telegram_html("[a \"quote](https://x.example/\"onclick)"),
             "<a href=\"https://x.example/&quot;onclick\">a \"quote</a>"
         );
+    }
+
+    #[test]
+    fn tg_links_that_would_ping_a_user_stay_text() {
+        for markdown in ["[hi](tg://user?id=123456)", "[hi](TG://user?id=123456)"] {
+            let rendered = markdown_to_telegram_html(markdown);
+            assert!(!rendered.contains("<a"), "{markdown} → {rendered}");
+            assert_eq!(rendered, markdown);
+        }
     }
 
     #[test]

@@ -57,7 +57,24 @@ struct Message {
     video: Option<FileMeta>,
     #[serde(default)]
     reply_to_message: Option<Box<Message>>,
+    // Posted on behalf of a chat (a channel, an anonymous group admin).
+    #[serde(default)]
+    sender_chat: Option<Value>,
+    // A linked channel's post forwarded into its discussion group (sent as 777000).
+    #[serde(default)]
+    is_automatic_forward: bool,
+    // Forwarded: Bot API 7+ names the origin, older versions the original sender/date.
+    #[serde(default)]
+    forward_origin: Option<Value>,
+    #[serde(default)]
+    forward_from: Option<Value>,
+    #[serde(default)]
+    forward_date: Option<i64>,
 }
+
+/// What a forwarded message's text starts with, so the forwarder is not taken for its
+/// author.
+pub const FORWARDED_NOTE: &str = "[forwarded message] ";
 
 #[derive(Debug, Deserialize)]
 struct User {
@@ -152,6 +169,15 @@ pub fn read_update(
     if from.is_bot {
         return skip("a message from a bot is not answered".into());
     }
+    if message.sender_chat.is_some() {
+        return skip(
+            "a message posted on behalf of a chat (a channel, an anonymous admin) is not answered"
+                .into(),
+        );
+    }
+    if message.is_automatic_forward {
+        return skip("an automatic forward from a linked channel is not answered".into());
+    }
     let Ok(sender) = ChannelIdentity::parse(ChannelKind::Telegram, &from.id.to_string()) else {
         return skip(format!("sender id {} is not a telegram user id", from.id));
     };
@@ -166,14 +192,22 @@ pub fn read_update(
         (None, None) => ("", &message.entities),
     };
     let attachments = attachments(message);
-    if raw_text.trim().is_empty() && attachments.is_empty() {
+    let (text, mentioned) = strip_mentions(raw_text, entities, bot);
+    if text.trim().is_empty() && attachments.is_empty() {
         return skip(
-            "a message with neither text nor a file (a sticker, a location, a service \
-             message) is not handled"
+            "empty message: neither text besides the mention nor a file (a bare mention, \
+             a sticker, a location, a service message) is not handled"
                 .into(),
         );
     }
-    let (text, mentioned) = strip_mentions(raw_text, entities, bot);
+    let forwarded = message.forward_origin.is_some()
+        || message.forward_from.is_some()
+        || message.forward_date.is_some();
+    let text = if forwarded {
+        format!("{FORWARDED_NOTE}{text}")
+    } else {
+        text
+    };
     let replies_to_bot = message
         .reply_to_message
         .as_ref()
@@ -390,6 +424,99 @@ mod tests {
         assert_eq!(
             strip_mentions("hi", &[entity("mention", 1, 90)], &bot()),
             ("hi".to_string(), false)
+        );
+    }
+
+    fn read(message: Value) -> Received {
+        let update: Update =
+            serde_json::from_value(json!({"update_id": 11, "message": message})).unwrap();
+        let rules = GroupRules::default();
+        read_update("tg", &update, &bot(), &rules, &|_| false)
+    }
+
+    fn private(extra: Value) -> Value {
+        let mut message = json!({
+            "message_id": 6, "date": 1_700_000_000,
+            "from": {"id": 222222222, "is_bot": false, "first_name": "Marko"},
+            "chat": {"id": 222222222, "type": "private"},
+            "text": "the plan is fine"
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            message[key] = value.clone();
+        }
+        message
+    }
+
+    #[test]
+    fn messages_posted_as_a_chat_and_automatic_forwards_are_skipped() {
+        let as_channel = read(private(json!({
+            "chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+            "from": {"id": 136817688, "is_bot": false, "first_name": "Channel", "username": "Channel_Bot"},
+            "sender_chat": {"id": -100999, "type": "channel", "title": "News"},
+            "text": "@acme_bot hi", "entities": [{"type": "mention", "offset": 0, "length": 9}]
+        })));
+        assert!(
+            matches!(&as_channel, Received::Skipped(reason) if reason.contains("on behalf of a chat")),
+            "{as_channel:?}"
+        );
+        let anonymous_admin = read(private(json!({
+            "chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+            "from": {"id": 1087968824, "is_bot": false, "first_name": "Group"},
+            "sender_chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+            "text": "@acme_bot hi", "entities": [{"type": "mention", "offset": 0, "length": 9}]
+        })));
+        assert!(
+            matches!(&anonymous_admin, Received::Skipped(reason) if reason.contains("on behalf of a chat")),
+            "{anonymous_admin:?}"
+        );
+        let automatic = read(private(json!({
+            "chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+            "from": {"id": 777000, "is_bot": false, "first_name": "Telegram"},
+            "is_automatic_forward": true,
+            "text": "@acme_bot read this", "entities": [{"type": "mention", "offset": 0, "length": 9}]
+        })));
+        assert!(
+            matches!(&automatic, Received::Skipped(reason) if reason.contains("automatic forward")),
+            "{automatic:?}"
+        );
+    }
+
+    #[test]
+    fn forwarded_messages_are_marked_as_forwarded() {
+        for forward in [
+            json!({"forward_origin": {"type": "user", "date": 1_699_000_000,
+                   "sender_user": {"id": 333, "is_bot": false, "first_name": "Ana"}}}),
+            json!({"forward_from": {"id": 333, "is_bot": false, "first_name": "Ana"},
+                   "forward_date": 1_699_000_000}),
+            json!({"forward_date": 1_699_000_000}),
+        ] {
+            let Received::Message(message) = read(private(forward.clone())) else {
+                panic!("skipped: {forward}")
+            };
+            assert_eq!(message.text, "[forwarded message] the plan is fine");
+        }
+        let Received::Message(own) = read(private(json!({}))) else {
+            panic!("skipped")
+        };
+        assert_eq!(own.text, "the plan is fine");
+    }
+
+    #[test]
+    fn a_bare_mention_is_an_empty_message() {
+        let bare = read(private(json!({
+            "chat": {"id": -100123, "type": "supergroup", "title": "Ops"},
+            "text": "@acme_bot", "entities": [{"type": "mention", "offset": 0, "length": 9}]
+        })));
+        assert!(
+            matches!(&bare, Received::Skipped(reason) if reason.contains("empty message")),
+            "{bare:?}"
+        );
+        let private_bare = read(private(json!({
+            "text": " @acme_bot ", "entities": [{"type": "mention", "offset": 1, "length": 9}]
+        })));
+        assert!(
+            matches!(private_bare, Received::Skipped(_)),
+            "{private_bare:?}"
         );
     }
 
