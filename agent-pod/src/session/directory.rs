@@ -47,6 +47,9 @@ impl SessionDirectory for SessionStore {
         }
         let mut entries = Vec::new();
         for stored in messages {
+            // An assistant message that called a tool was never posted: its text is the
+            // model narrating its work, not something said in the conversation.
+            let posted = stored.message.tool_uses().next().is_none();
             for block in stored.message.content {
                 let entry = match (stored.message.role, block) {
                     (ChatRole::User, ContentBlock::Text { text }) => HistoryEntry {
@@ -57,7 +60,7 @@ impl SessionDirectory for SessionStore {
                     (ChatRole::Assistant, ContentBlock::Text { text }) => HistoryEntry {
                         speaker: "assistant".into(),
                         text,
-                        said: true,
+                        said: posted,
                     },
                     (_, ContentBlock::ToolUse { name, .. }) => HistoryEntry {
                         speaker: "assistant".into(),
@@ -118,5 +121,75 @@ mod tests {
             None
         );
         assert_eq!(SessionDirectory::list(&store).unwrap()[0].message_count, 3);
+    }
+}
+
+#[cfg(test)]
+mod said_tests {
+    use saint_llm::{ContentBlock, Message};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_narration_of_a_turn_that_called_a_tool_is_not_marked_said() {
+        let directory = tempfile::tempdir().unwrap();
+        let store = SessionStore::open(directory.path().join("db.sqlite3")).unwrap();
+        let key = "group:slack:C1/1";
+        let append = |role: ChatRole, content: Vec<ContentBlock>| {
+            store
+                .append(key, "ana", "owner", "slack:U1", &Message { role, content })
+                .unwrap();
+        };
+        append(
+            ChatRole::User,
+            vec![ContentBlock::Text {
+                text: "[Ana (owner)]: read it".into(),
+            }],
+        );
+        append(
+            ChatRole::Assistant,
+            vec![
+                ContentBlock::Text {
+                    text: "It says 9000.".into(),
+                },
+                ContentBlock::ToolUse {
+                    id: "t".into(),
+                    name: "read".into(),
+                    input: json!({}),
+                },
+            ],
+        );
+        append(
+            ChatRole::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "t".into(),
+                content: "9000".into(),
+                is_error: false,
+            }],
+        );
+        append(
+            ChatRole::Assistant,
+            vec![ContentBlock::Text {
+                text: "Sent.".into(),
+            }],
+        );
+        let said: Vec<(String, bool)> = SessionDirectory::history(&store, key, 10)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|entry| (entry.text, entry.said))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("[Ana (owner)]: read it".to_string(), true),
+                ("It says 9000.".to_string(), false),
+                ("[called read]".to_string(), false),
+                ("9000".to_string(), false),
+                ("Sent.".to_string(), true),
+            ]
+        );
+        assert_eq!(store.writers(key).unwrap(), ["slack:U1"]);
     }
 }
