@@ -92,6 +92,11 @@ pub struct ReplyContext {
     /// The thread the reply goes in (Slack `thread_ts`, a Matrix thread root event id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<String>,
+    /// The outbox row being sent, set by the sender (never stored): a transport whose
+    /// sends are idempotent by key (Matrix transaction ids) keys on it, so a retry after
+    /// a crash is one message and two identical messages are two.
+    #[serde(skip)]
+    pub outbox_id: Option<i64>,
 }
 
 /// A file that came with a message, by the platform's reference.

@@ -90,10 +90,14 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         &channel.transport.render(&row.body.text),
         channel.transport.max_chars(),
     );
+    let context = saint_channels::ReplyContext {
+        outbox_id: Some(row.id),
+        ..row.body.context.clone()
+    };
     for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
         match channel
             .transport
-            .send(&recipient, part, &row.body.context, index)
+            .send(&recipient, part, &context, index)
             .await
         {
             Ok(platform_id) => {

@@ -43,14 +43,19 @@ pub struct MatrixApi {
 }
 
 /// The transaction id of part `part` of a reply with `text` into `room`: the same
-/// reply always gets the same id, so the homeserver treats a retried send (after a
-/// crash between sending and recording it) as the same event.
+/// outbox row always gets the same id, so the homeserver treats a retried send (after
+/// a crash between sending and recording it) as the same event, and two rows with the
+/// same text (a reminder sent twice) are two events.
 pub fn transaction_id(room: &str, text: &str, part: usize, context: &ReplyContext) -> String {
     let mut hash = Sha256::new();
     for field in [
         room,
         text,
         &part.to_string(),
+        &context
+            .outbox_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
         context.reply_to.as_deref().unwrap_or(""),
         context.thread.as_deref().unwrap_or(""),
     ] {
@@ -553,6 +558,12 @@ mod tests {
         assert!(id.starts_with("saint-") && id.len() == 38);
         assert_ne!(id, transaction_id("!room:x", "hello", 1, &context));
         assert_ne!(id, transaction_id("!other:x", "hello", 0, &context));
+        // The same text from another outbox row is another message.
+        let next_row = ReplyContext {
+            outbox_id: Some(context.outbox_id.unwrap_or(0) + 1),
+            ..context.clone()
+        };
+        assert_ne!(id, transaction_id("!room:x", "hello", 0, &next_row));
         assert_ne!(
             id,
             transaction_id("!room:x", "hello", 0, &ReplyContext::default())
