@@ -6,12 +6,23 @@ use std::path::PathBuf;
 
 use crate::message::AttachmentRef;
 
-/// The workspace-relative path of `attachment` of message `platform_id` on `channel`.
-pub fn relative_path(channel: &str, platform_id: &str, attachment: &AttachmentRef) -> PathBuf {
+/// The workspace-relative path of attachment number `index` (from 0) of message
+/// `platform_id` on `channel`. Every attachment after the first is numbered, so two
+/// that carry the same name (two pasted `image.png`) are two files.
+pub fn relative_path(
+    channel: &str,
+    platform_id: &str,
+    index: usize,
+    attachment: &AttachmentRef,
+) -> PathBuf {
+    let name = match index {
+        0 => file_name(attachment),
+        _ => format!("{}-{}", index + 1, file_name(attachment)),
+    };
     PathBuf::from("inbox")
         .join(safe_name(channel))
         .join(safe_name(platform_id))
-        .join(file_name(attachment))
+        .join(name)
 }
 
 /// A path component made only of safe characters (a platform id or a sender's file
@@ -84,6 +95,19 @@ mod tests {
             file_name: Some("../../../home/owner/.ssh/id_rsa".into()),
         };
         assert_eq!(file_name(&attachment), "id_rsa");
+        // Two attachments with one name are two files.
+        let pasted = AttachmentRef {
+            file_name: Some("image.png".into()),
+            ..attachment.clone()
+        };
+        assert_ne!(
+            relative_path("discord", "1", 0, &pasted),
+            relative_path("discord", "1", 1, &pasted)
+        );
+        assert_eq!(
+            relative_path("discord", "1", 1, &pasted),
+            PathBuf::from("inbox/discord/1/2-image.png")
+        );
         assert_eq!(
             file_name(&AttachmentRef {
                 file_name: None,

@@ -116,8 +116,8 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         }
     }
     let mut text = row.message.text.clone();
-    for attachment in &row.message.attachments {
-        let note = save_attachment(&hub.workspace, &channel, &row, attachment).await;
+    for (index, attachment) in row.message.attachments.iter().enumerate() {
+        let note = save_attachment(&hub.workspace, &channel, &row, index, attachment).await;
         if !text.is_empty() {
             text.push('\n');
         }
@@ -194,9 +194,11 @@ async fn save_attachment(
     workspace: &Path,
     channel: &ServedChannel,
     row: &InboxRow,
+    index: usize,
     attachment: &AttachmentRef,
 ) -> String {
-    let file = attachments::relative_path(&channel.name, &row.message.platform_id, attachment);
+    let file =
+        attachments::relative_path(&channel.name, &row.message.platform_id, index, attachment);
     let directory = file
         .parent()
         .expect("attachment paths have a folder")

@@ -120,7 +120,7 @@ pub fn parse_mail(
             ));
             continue;
         }
-        let path = attachments::relative_path(&settings.channel, &platform_id, &reference);
+        let path = attachments::relative_path(&settings.channel, &platform_id, index, &reference);
         notes.push(format!(
             "[file attachment ({}, {} bytes) saved as {}]",
             reference.mime_type,
