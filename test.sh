@@ -2,7 +2,8 @@
 # shellcheck disable=SC2317 # section functions are called through the table below, not by name
 # The one command that runs every Saint test, in order, failing fast:
 #
-#   prerequisites -> cargo fmt -> cargo clippy -> memory model -> cargo test ->
+#   prerequisites -> cargo fmt -> cargo clippy -> memory model -> Synapse (Matrix tests) ->
+#   cargo test ->
 #   CRD drift -> Helm chart (lint, template, examples) ->
 #   chart on a real API server -> end-to-end
 #
