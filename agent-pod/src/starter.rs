@@ -190,7 +190,9 @@ mod tests {
         assert!(config.channels.iter().all(|c| c.kind == ChannelKind::Http));
         assert_eq!(
             left_out,
-            ["whatsapp", "email", "telegram", "slack", "discord", "matrix"]
+            [
+                "whatsapp", "email", "telegram", "slack", "discord", "matrix"
+            ]
         );
         // The roles and people are the operator's, untouched.
         assert_eq!(config.roles, starter.bot_config.roles);
