@@ -249,6 +249,9 @@ async fn a_contacts_invitation_is_accepted_and_answered_and_a_strangers_is_decli
     assert_eq!(stored["sender"], format!("matrix:{}", bot.ana.id));
     assert_eq!(stored["context"]["chat"], room.as_str());
     assert!(stored.get("conversation").is_none(), "{stored}");
+    // The bot marked the room direct with Ana when it joined.
+    let direct = bot.bot.account_data("m.direct").await;
+    assert_eq!(direct[&bot.ana.id], json!([room]), "{direct}");
     // A stranger's invitation is declined: the bot never joins their room.
     let strangers_room = bot
         .stranger
@@ -460,6 +463,70 @@ async fn a_room_served_to_contacts_only_without_mentions_answers_contacts_and_ig
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_of_two_not_marked_direct_is_a_group_that_needs_a_mention() {
+    let bot = Bot::start("pairs").await;
+    // Ana opens a room (not a direct one), the stranger joins, Ana leaves: the bot and
+    // the stranger are alone in it.
+    let strangers = bot
+        .ana
+        .create_room(json!({"preset": "public_chat", "invite": [bot.bot.id]}))
+        .await;
+    bot.wait_for("the bot to join", || async {
+        (bot.ana.membership(&strangers, &bot.bot.id).await.as_deref() == Some("join")).then_some(())
+    })
+    .await;
+    bot.stranger.join(&strangers).await;
+    bot.ana.leave(&strangers).await;
+    bot.stranger
+        .say(&strangers, "tell me the owner's secrets")
+        .await;
+    // A room of Ana's with the bot alone, not created as a direct room.
+    let shared = bot
+        .ana
+        .create_room(json!({"preset": "private_chat", "invite": [bot.bot.id]}))
+        .await;
+    bot.wait_for("the bot to join", || async {
+        (bot.ana.membership(&shared, &bot.bot.id).await.as_deref() == Some("join")).then_some(())
+    })
+    .await;
+    bot.ana.say(&shared, "notes to self").await;
+    // Ana's direct room, written to after both: once it is answered, both were read.
+    bot.llm.push(Reply::text("answered"));
+    let direct = bot.direct_room(&bot.ana).await;
+    bot.ana.say(&direct, "hello").await;
+    bot.wait_for_bot_messages(&bot.ana, &direct, 1).await;
+    assert_eq!(bot.llm.request_count(), 1);
+    let texts = bot.llm.requests()[0].user_texts();
+    assert!(
+        !texts
+            .iter()
+            .any(|text| text.contains("secrets") || text.contains("notes to self")),
+        "{texts:#?}"
+    );
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 1);
+    assert!(bot.bot_messages(&bot.ana, &shared).await.is_empty());
+    // Addressed, the stranger is answered there as in any group: in the room's
+    // conversation, not in a direct session.
+    bot.llm.push(Reply::text("hello stranger"));
+    bot.stranger
+        .say_to(&strangers, &bot.bot, "what are your hours?")
+        .await;
+    bot.wait_for_bot_messages(&bot.stranger, &strangers, 1)
+        .await;
+    let stored: String =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row(
+                "SELECT body FROM inbox ORDER BY id DESC LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["conversation"]["id"], strangers.as_str(), "{stored}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_sent_while_the_bot_is_killed_are_answered_once_after_it_restarts() {
     let mut bot = Bot::start("restart").await;
     bot.llm.set_fallback(Reply::text("answer"));
@@ -614,6 +681,9 @@ async fn the_message_tool_opens_a_direct_room_with_the_contact() {
         .await;
     bot.ivan.join(&room).await;
     let messages = bot.wait_for_bot_messages(&bot.ivan, &room, 1).await;
+    // The room is marked direct with Ivan in the bot's account data.
+    let direct = bot.bot.account_data("m.direct").await;
+    assert_eq!(direct[&bot.ivan.id], json!([room]), "{direct}");
     assert_eq!(messages[0]["content"]["body"], "Meeting at **3**");
     assert_eq!(
         messages[0]["content"]["formatted_body"],
@@ -631,6 +701,8 @@ async fn history_from_before_the_first_start_is_not_answered() {
                             "preset": "trusted_private_chat"}))
         .await;
     bot.bot.join(&room).await;
+    // Joined by hand, as a client does it: marked direct.
+    bot.bot.mark_direct(&bot.ana.id, &room).await;
     bot.ana.say(&room, "an old question").await;
     bot.start_agent().await;
     bot.llm.push(Reply::text("new answer"));
@@ -750,6 +822,7 @@ async fn a_backlog_longer_than_one_sync_is_read_whole_and_in_order() {
         )
         .await;
     bot.join(&room).await;
+    bot.mark_direct(&ana.id, &room).await;
     // The position saved before the backlog: a sync now, as the bot.
     let (status, position) = bot.call(reqwest::Method::GET, "sync?timeout=0", None).await;
     assert_eq!(status, 200);
@@ -850,6 +923,26 @@ async fn a_repeated_send_is_one_message_and_a_rate_limit_says_when_to_retry() {
         .collect();
     assert_eq!(sent.len(), 1, "{sent:#?}");
     assert_eq!(sent[0]["event_id"], first.as_str());
+    // A message to Ana outside any room opens a direct room, marked direct.
+    let to_ana = saint_channels::ReplyContext::default();
+    transport.send(&to, "first", &to_ana, 0).await.unwrap();
+    let direct = bot.account_data("m.direct").await;
+    let opened = direct[&ana.id][0].as_str().unwrap().to_string();
+    assert_ne!(opened, room);
+    // The bot is no longer in it: the send is refused, to be retried, and the retry
+    // opens another room.
+    bot.leave(&opened).await;
+    match transport.send(&to, "second", &to_ana, 0).await {
+        Err(saint_channels::SendError::Retry { reason, .. }) => {
+            assert!(reason.contains("M_FORBIDDEN"), "{reason}")
+        }
+        other => panic!("expected a retry, got {other:?}"),
+    }
+    transport.send(&to, "second", &to_ana, 0).await.unwrap();
+    let direct = bot.account_data("m.direct").await;
+    let reopened = direct[&ana.id][1].as_str().unwrap().to_string();
+    assert_ne!(reopened, opened);
+    assert_eq!(ana.invited_rooms().await.len(), 2);
     // One message a second: the next sends are refused with the homeserver's wait.
     admin.limit_messages(&bot.id, 1, 1).await;
     let mut refusal = None;

@@ -396,6 +396,46 @@ impl User {
         .await;
     }
 
+    /// Leaves `room`.
+    pub async fn leave(&self, room: &str) {
+        self.ok(
+            reqwest::Method::POST,
+            &format!("rooms/{}/leave", encode(room)),
+            Some(json!({})),
+        )
+        .await;
+    }
+
+    /// Marks `room` direct with `user` in this user's `m.direct` account data, as a
+    /// client does when it joins a direct room.
+    pub async fn mark_direct(&self, user: &str, room: &str) {
+        let mut direct = self.account_data("m.direct").await;
+        if !direct.is_object() {
+            direct = json!({});
+        }
+        let mut rooms = direct[user].as_array().cloned().unwrap_or_default();
+        rooms.push(json!(room));
+        direct[user] = Value::Array(rooms);
+        self.ok(
+            reqwest::Method::PUT,
+            &format!("user/{}/account_data/m.direct", encode(&self.id)),
+            Some(direct),
+        )
+        .await;
+    }
+
+    /// This user's account data of `event_type` (`Null` if there is none).
+    pub async fn account_data(&self, event_type: &str) -> Value {
+        let (status, answer) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("user/{}/account_data/{event_type}", encode(&self.id)),
+                None,
+            )
+            .await;
+        if status == 404 { Value::Null } else { answer }
+    }
+
     /// Sends an event of `event_type`; returns its id.
     pub async fn send(&self, room: &str, event_type: &str, content: Value) -> String {
         static TRANSACTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -40,6 +40,11 @@ pub struct MatrixApi {
     direct_rooms: Mutex<HashMap<String, String>>,
     /// Event ids the bot sent recently.
     sent: Mutex<HashSet<String>>,
+    /// The bot's `m.direct` account data: the rooms marked direct, by the other
+    /// person's user id.
+    marked_direct: Mutex<HashMap<String, HashSet<String>>>,
+    /// Held while the bot's `m.direct` account data is read and rewritten.
+    direct_update: tokio::sync::Mutex<()>,
 }
 
 /// The transaction id of part `part` of a reply with `text` into `room`: the same
@@ -115,6 +120,8 @@ impl MatrixApi {
             http,
             direct_rooms: Mutex::new(HashMap::new()),
             sent: Mutex::new(HashSet::new()),
+            marked_direct: Mutex::new(HashMap::new()),
+            direct_update: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -291,16 +298,17 @@ impl MatrixApi {
             .collect())
     }
 
-    /// A room for messages between the bot and `user` alone: one the bot is in with
-    /// only that person (joined or invited), else a new direct room inviting them.
-    async fn direct_room(&self, user: &str) -> Result<String, SendError> {
+    /// A room for messages between the bot and `user` alone: one marked direct with
+    /// that person that the bot is in with only them (joined or invited), else a new
+    /// direct room inviting them.
+    async fn direct_room(&self, user: &str) -> Result<(String, bool), SendError> {
         if let Some(room) = self
             .direct_rooms
             .lock()
             .expect("direct rooms lock")
             .get(user)
         {
-            return Ok(room.clone());
+            return Ok((room.clone(), true));
         }
         let joined = self.get(&["joined_rooms"]).await?;
         for room in joined["joined_rooms"]
@@ -308,6 +316,7 @@ impl MatrixApi {
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
+            .filter(|room| self.is_marked_direct(user, room))
         {
             let mut members = self.present_members(room).await?;
             members.sort();
@@ -315,7 +324,7 @@ impl MatrixApi {
             expected.sort();
             if members == expected {
                 self.remember_direct(user, room);
-                return Ok(room.to_string());
+                return Ok((room.to_string(), false));
             }
         }
         let created = self
@@ -332,8 +341,12 @@ impl MatrixApi {
             })?
             .to_string();
         tracing::info!(channel = %self.settings.channel, %user, %room, "matrix: opened a direct room");
+        // Best effort: the room is remembered in this process either way.
+        if let Err(error) = self.mark_direct(user, &room).await {
+            tracing::warn!(channel = %self.settings.channel, %user, %room, %error, "matrix: could not mark a new room direct in the account data");
+        }
         self.remember_direct(user, &room);
-        Ok(room)
+        Ok((room, false))
     }
 
     fn remember_direct(&self, user: &str, room: &str) {
@@ -342,6 +355,110 @@ impl MatrixApi {
             .expect("direct rooms lock")
             .insert(user.to_string(), room.to_string());
     }
+
+    /// Forgets the direct room found for anyone in `room` (its members changed): the
+    /// next message to them looks again.
+    pub(crate) fn forget_direct_room(&self, room: &str) {
+        self.direct_rooms
+            .lock()
+            .expect("direct rooms lock")
+            .retain(|_, cached| cached != room);
+    }
+
+    /// Whether the bot's `m.direct` account data marks `room` direct with `user`.
+    pub(crate) fn is_marked_direct(&self, user: &str, room: &str) -> bool {
+        self.marked_direct
+            .lock()
+            .expect("direct marks lock")
+            .get(user)
+            .is_some_and(|rooms| rooms.contains(room))
+    }
+
+    /// Takes `content` (an `m.direct` account data event's) as the rooms marked direct.
+    pub(crate) fn set_marked_direct(&self, content: &Value) {
+        *self.marked_direct.lock().expect("direct marks lock") = direct_marks(content);
+    }
+
+    /// Reads the bot's `m.direct` account data (none yet is none marked).
+    pub(crate) async fn load_marked_direct(&self) -> Result<(), SendError> {
+        let content = self.account_direct().await?;
+        self.set_marked_direct(&content);
+        Ok(())
+    }
+
+    async fn account_direct(&self) -> Result<Value, SendError> {
+        let user = self.settings.user();
+        let (status, body, retry_after) = self
+            .call_raw(
+                Method::GET,
+                self.url("v3", &["user", user, "account_data", "m.direct"]),
+                None,
+                Duration::from_secs(60),
+            )
+            .await?;
+        match status {
+            200..300 => serde_json::from_slice(&body).map_err(|error| SendError::Retry {
+                reason: format!("matrix: unreadable m.direct account data: {error}"),
+                after: None,
+            }),
+            404 => Ok(json!({})),
+            _ => Err(classify(status, &body, retry_after)),
+        }
+    }
+
+    /// Marks `room` direct with `user`: in this process, and in the bot's `m.direct`
+    /// account data (read afresh and written back), where it outlives a restart.
+    pub(crate) async fn mark_direct(&self, user: &str, room: &str) -> Result<(), SendError> {
+        self.marked_direct
+            .lock()
+            .expect("direct marks lock")
+            .entry(user.to_string())
+            .or_default()
+            .insert(room.to_string());
+        let _held = self.direct_update.lock().await;
+        let mut content = self.account_direct().await?;
+        if !content.is_object() {
+            content = json!({});
+        }
+        let rooms = content[user].as_array().cloned().unwrap_or_default();
+        if rooms.iter().any(|listed| listed == room) {
+            return Ok(());
+        }
+        let mut rooms = rooms;
+        rooms.push(json!(room));
+        content[user] = Value::Array(rooms);
+        self.call(
+            Method::PUT,
+            self.url(
+                "v3",
+                &["user", self.settings.user(), "account_data", "m.direct"],
+            ),
+            Some(&content),
+            Duration::from_secs(60),
+        )
+        .await?;
+        self.set_marked_direct(&content);
+        Ok(())
+    }
+}
+
+/// The rooms an `m.direct` content marks direct, by user id.
+fn direct_marks(content: &Value) -> HashMap<String, HashSet<String>> {
+    content
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(user, rooms)| {
+            let rooms = rooms
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            (user.clone(), rooms)
+        })
+        .collect()
 }
 
 fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
@@ -429,13 +546,28 @@ impl Transport for MatrixApi {
         part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let room = match context.chat.as_deref() {
-                Some(room) => room.to_string(),
+            let (room, cached) = match context.chat.as_deref() {
+                Some(room) => (room.to_string(), false),
                 None => self.direct_room(to.peer()).await?,
             };
             let content = reply_content(text, context, part, Some(to.peer()));
-            self.send_message(&room, &transaction_id(&room, text, part, context), &content)
-                .await
+            let sent = self
+                .send_message(&room, &transaction_id(&room, text, part, context), &content)
+                .await;
+            match sent {
+                // The remembered direct room is no longer the bot's (it left or was
+                // removed): forget it and look again on the next attempt.
+                Err(SendError::Permanent { reason })
+                    if cached && reason.contains("M_FORBIDDEN") =>
+                {
+                    self.forget_direct_room(&room);
+                    Err(SendError::Retry {
+                        reason: format!("{reason}; the direct room will be looked up again"),
+                        after: None,
+                    })
+                }
+                sent => sent,
+            }
         })
     }
 

@@ -4,6 +4,10 @@
 //! that harmless). The very first start takes the current position without answering
 //! history.
 //!
+//! A room is direct only when the bot's `m.direct` account data marks it direct with
+//! the sender (the bot marks a Contact's `is_direct` invitation before it joins) and
+//! the two of them are alone in it; every other room, two members or not, is a group.
+//!
 //! Invitations are accepted only from Contacts (others are declined). Rooms with
 //! end-to-end encryption are not supported: the bot says so there once and never
 //! answers in them.
@@ -34,6 +38,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
 /// Pages of a room's history read to close a gap in a limited timeline.
 const MAX_GAP_PAGES: usize = 10;
+/// Syncs in a row that may fail on one room's members, name or encryption notice (a
+/// homeserver error) before that room's extras are passed over for a batch, so one
+/// broken room does not hold up the whole channel.
+const ROOM_FAILURES_BEFORE_SKIP: u32 = 3;
 
 /// What the bot says in an end-to-end encrypted room, once.
 pub const ENCRYPTED_ROOM_NOTICE: &str = "This room is end-to-end encrypted, which this assistant does not support: \
@@ -53,7 +61,7 @@ const EVENT_TYPES: [&str; 5] = [
 fn filter(timeline_limit: u32) -> String {
     json!({
         "presence": {"types": []},
-        "account_data": {"types": []},
+        "account_data": {"types": ["m.direct"]},
         "room": {
             "timeline": {"types": EVENT_TYPES, "limit": timeline_limit},
             "state": {"types": EVENT_TYPES, "lazy_load_members": true},
@@ -83,6 +91,8 @@ struct SyncState {
     told_encrypted: HashSet<String>,
     /// The bot's display name, for mentions by name.
     display_name: Option<String>,
+    /// Failed syncs in a row on a room's extras, by room.
+    room_failures: HashMap<String, u32>,
 }
 
 /// The `/sync` connection of one Matrix channel.
@@ -188,6 +198,8 @@ impl SyncConnection {
             .and_then(|profile| profile["displayname"].as_str().map(str::to_string))
             .filter(|name| !name.trim().is_empty());
         self.state.lock().await.display_name = display_name;
+        // The rooms marked direct; later changes arrive with the syncs.
+        self.api.load_marked_direct().await?;
         let saved = sink
             .cursor(channel)
             .await
@@ -198,6 +210,7 @@ impl SyncConnection {
                 // First start: begin from now. History is not answered, but
                 // invitations waiting for the bot are.
                 let first = self.sync(None, Duration::ZERO, &filter(1)).await?;
+                self.account_data(&first);
                 self.handle_invites(sink, &first).await?;
                 let next = next_batch(&first)?;
                 sink.commit(channel, Vec::new(), next.clone())
@@ -213,6 +226,7 @@ impl SyncConnection {
             let response = self.sync(Some(&since), LONG_POLL, &filter).await?;
             *backoff = Duration::from_secs(1);
             let next = next_batch(&response)?;
+            self.account_data(&response);
             self.handle_invites(sink, &response).await?;
             let messages = self.messages(sink, &response, &since).await?;
             let count = messages.len();
@@ -247,6 +261,18 @@ impl SyncConnection {
             .await
     }
 
+    /// Takes a changed `m.direct` from the bot's account data in a sync answer.
+    fn account_data(&self, response: &Value) {
+        let events = response["account_data"]["events"].as_array();
+        if let Some(direct) = events
+            .into_iter()
+            .flatten()
+            .rfind(|event| event["type"] == "m.direct")
+        {
+            self.api.set_marked_direct(&direct["content"]);
+        }
+    }
+
     /// Joins rooms a Contact invited the bot to; declines the others. Runs before the
     /// position moves past the invitation, so a failure here retries it.
     async fn handle_invites(
@@ -259,21 +285,26 @@ impl SyncConnection {
             return Ok(());
         };
         for (room, invite) in invites {
-            let inviter = invite["invite_state"]["events"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|event| {
-                    event["type"] == "m.room.member"
-                        && event["state_key"] == self.settings.user()
-                        && event["content"]["membership"] == "invite"
-                })
+            let events = invite["invite_state"]["events"].as_array();
+            let invitation = invitation(events.map_or(&[], Vec::as_slice), self.settings.user());
+            let inviter = invitation
                 .and_then(|event| event["sender"].as_str())
                 .unwrap_or_default();
             let known = ChannelIdentity::parse(ChannelKind::Matrix, inviter)
                 .is_ok_and(|identity| sink.is_contact(&identity));
             let result = if known {
                 tracing::info!(%channel, %room, %inviter, "matrix: joining a room a contact invited the bot to");
+                // A direct room is marked before joining, so a crash between the two
+                // never leaves it taken for a group.
+                if invitation.is_some_and(|event| event["content"]["is_direct"] == true) {
+                    match self.api.mark_direct(inviter, room).await {
+                        Ok(()) => {}
+                        Err(SendError::Permanent { reason }) => {
+                            tracing::warn!(%channel, %room, %reason, "matrix: could not mark a direct room in the account data")
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
                 self.api.post(&["join", room], &json!({})).await
             } else {
                 tracing::info!(%channel, %room, %inviter, "matrix: declining an invitation from someone who is not a contact");
@@ -334,6 +365,13 @@ impl SyncConnection {
             if changed {
                 self.state.lock().await.rooms.remove(room);
             }
+            if state_events.clone().chain(timeline.iter()).any(|event| {
+                event["type"] == "m.room.member" && event["state_key"] != self.settings.user()
+            }) {
+                // Someone joined or left: a direct room found for a message may no
+                // longer be one.
+                self.api.forget_direct_room(room);
+            }
             let encryption_seen = state_events
                 .chain(timeline.iter())
                 .any(|event| event["type"] == "m.room.encryption")
@@ -349,6 +387,7 @@ impl SyncConnection {
             if from_others.is_empty() && !encryption_seen {
                 continue;
             }
+            let mut looked_up = true;
             let info = match self.room_info(room).await {
                 Ok(info) => info,
                 // A room the bot can no longer read (it left or was removed) must not
@@ -357,11 +396,31 @@ impl SyncConnection {
                     tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a room's members could not be read; its messages are skipped");
                     continue;
                 }
-                Err(error) => return Err(error),
+                // A homeserver error on this room alone, again and again: its messages
+                // are read without what could not be looked up (a room not known to be
+                // direct is a group; not known to be encrypted unless the batch shows
+                // it), and it is looked up again next time.
+                Err(error) => {
+                    self.room_failed(room, error).await?;
+                    looked_up = false;
+                    RoomInfo {
+                        members: HashMap::new(),
+                        name: None,
+                        encrypted: false,
+                    }
+                }
             };
             if info.encrypted || encryption_seen {
-                self.tell_encrypted(room).await?;
+                match self.tell_encrypted(room).await {
+                    Ok(()) if looked_up => self.room_succeeded(room).await,
+                    Ok(()) => {}
+                    // The notice is told next time.
+                    Err(error) => self.room_failed(room, error).await?,
+                }
                 continue;
+            }
+            if looked_up {
+                self.room_succeeded(room).await;
             }
             for event in from_others {
                 if let Some(message) = self.inbound(sink, room, &info, event).await {
@@ -370,6 +429,27 @@ impl SyncConnection {
             }
         }
         Ok(stored)
+    }
+
+    /// A failed lookup for `room`: the error while the room has failed fewer than
+    /// `ROOM_FAILURES_BEFORE_SKIP` syncs in a row (the sync is retried), then `Ok` (the
+    /// lookup is passed over for this batch). A refused token always ends the sync.
+    async fn room_failed(&self, room: &str, error: SendError) -> Result<(), SendError> {
+        if matches!(error, SendError::Credentials { .. }) {
+            return Err(error);
+        }
+        let mut state = self.state.lock().await;
+        let failures = state.room_failures.entry(room.to_string()).or_default();
+        *failures += 1;
+        if *failures < ROOM_FAILURES_BEFORE_SKIP {
+            return Err(error);
+        }
+        tracing::warn!(channel = %self.settings.channel, %room, %error, failures = *failures, "matrix: a room keeps failing; passing over its lookups for this batch");
+        Ok(())
+    }
+
+    async fn room_succeeded(&self, room: &str) {
+        self.state.lock().await.room_failures.remove(room);
     }
 
     /// A limited timeline's missing events, oldest first: the room's history from the
@@ -495,7 +575,7 @@ impl SyncConnection {
             .filter(|_| thread.is_none() || relates["is_falling_back"] == false);
         let body = content["body"].as_str().unwrap_or_default();
         let body = if relates["m.in_reply_to"].is_object() {
-            strip_reply_fallback(body)
+            strip_reply_fallback(body, content["formatted_body"].as_str())
         } else {
             body
         };
@@ -532,7 +612,12 @@ impl SyncConnection {
         if text.trim().is_empty() && attachments.is_empty() {
             return None;
         }
-        let direct = info.members.len() == 2 && info.members.contains_key(sender_id);
+        // Direct only when marked so (when the bot joined, or by a client) and the two of
+        // them alone: any other room, two members or not, is a group.
+        let direct = info.members.len() == 2
+            && info.members.contains_key(sender_id)
+            && info.members.contains_key(self.settings.user())
+            && self.api.is_marked_direct(sender_id, room);
         if !direct {
             let display_name = self.state.lock().await.display_name.clone();
             let mut addressed = mentions(
@@ -613,12 +698,29 @@ fn next_batch(response: &Value) -> Result<String, SessionEnd> {
 }
 
 /// A reply's body without the quoted fallback (`> <@ana:x> earlier text` lines and the
-/// blank line after them) older clients put in front.
-fn strip_reply_fallback(body: &str) -> &str {
+/// blank line after them) older clients put in front. Only a fallback is removed: the
+/// HTML has its `<mx-reply>`, or the quote starts with the quoted sender; a quote the
+/// person wrote themselves stays.
+fn strip_reply_fallback<'a>(body: &'a str, formatted: Option<&str>) -> &'a str {
+    let fallback =
+        formatted.is_some_and(|html| html.contains("<mx-reply>")) || body.starts_with("> <@");
     match body.split_once("\n\n") {
-        Some((quote, rest)) if quote.lines().all(|line| line.starts_with('>')) => rest,
+        Some((quote, rest)) if fallback && quote.lines().all(|line| line.starts_with('>')) => rest,
         _ => body,
     }
+}
+
+/// The invitation of `user` among an invite's state events: the member event inviting
+/// them, the last one with an event id (the invite event itself) before stripped state
+/// (which a remote server can fill with any sender).
+fn invitation<'a>(events: &'a [Value], user: &str) -> Option<&'a Value> {
+    let mut invites = events.iter().rev().filter(|event| {
+        event["type"] == "m.room.member"
+            && event["state_key"] == user
+            && event["content"]["membership"] == "invite"
+    });
+    let last = invites.clone().next();
+    invites.find(|event| event["event_id"].is_string()).or(last)
 }
 
 /// Whether a room message addresses the bot: it lists the bot in `m.mentions`, names
@@ -724,11 +826,105 @@ mod tests {
     }
 
     #[test]
-    fn the_reply_fallback_is_not_part_of_the_question() {
+    fn the_reply_fallback_is_not_part_of_the_question_but_a_quote_of_ones_own_is() {
         assert_eq!(
-            strip_reply_fallback("> <@saint:x> the plan is\n> two lines\n\nand the budget?"),
+            strip_reply_fallback(
+                "> <@saint:x> the plan is\n> two lines\n\nand the budget?",
+                None
+            ),
             "and the budget?"
         );
-        assert_eq!(strip_reply_fallback("plain\n\ntext"), "plain\n\ntext");
+        assert_eq!(
+            strip_reply_fallback(
+                "> the plan is\n\nand the budget?",
+                Some("<mx-reply><blockquote>the plan is</blockquote></mx-reply>and the budget?")
+            ),
+            "and the budget?"
+        );
+        assert_eq!(strip_reply_fallback("plain\n\ntext", None), "plain\n\ntext");
+        // A reply (without a fallback) that starts with a quote of the person's own.
+        let own = "> the contract says 30 days\n\nis that right?";
+        assert_eq!(strip_reply_fallback(own, None), own);
+        assert_eq!(
+            strip_reply_fallback(
+                own,
+                Some("<blockquote>the contract says 30 days</blockquote>")
+            ),
+            own
+        );
+    }
+
+    #[tokio::test]
+    async fn a_room_that_keeps_failing_is_passed_over_after_a_few_syncs() {
+        let settings = MatrixSettings {
+            channel: "matrix".into(),
+            homeserver_url: "http://127.0.0.1:9".into(),
+            user_id: ChannelIdentity::parse(ChannelKind::Matrix, "@saint:x").unwrap(),
+            access_token: "token".into(),
+            group_rules: Default::default(),
+        };
+        let connection = SyncConnection::new(settings.clone(), Arc::new(MatrixApi::new(settings)));
+        let failure = || SendError::Retry {
+            reason: "matrix: Internal error (HTTP 500)".into(),
+            after: None,
+        };
+        // The first failures retry the sync; then the room no longer holds it up.
+        for _ in 1..ROOM_FAILURES_BEFORE_SKIP {
+            assert!(connection.room_failed("!a:x", failure()).await.is_err());
+        }
+        assert!(connection.room_failed("!a:x", failure()).await.is_ok());
+        assert!(connection.room_failed("!a:x", failure()).await.is_ok());
+        // Another room counts on its own; a refused token always ends the sync.
+        assert!(connection.room_failed("!b:x", failure()).await.is_err());
+        let refused = SendError::Credentials {
+            reason: "matrix: refused".into(),
+        };
+        assert!(connection.room_failed("!a:x", refused).await.is_err());
+        // A room read again starts over.
+        connection.room_succeeded("!a:x").await;
+        assert!(connection.room_failed("!a:x", failure()).await.is_err());
+    }
+
+    #[test]
+    fn the_inviter_is_the_sender_of_the_invite_event_not_of_stripped_state() {
+        let bot = "@saint:x";
+        let invite = |sender: &str, event_id: Option<&str>| {
+            let mut event = json!({"type": "m.room.member", "state_key": bot, "sender": sender,
+                                   "content": {"membership": "invite"}});
+            if let Some(id) = event_id {
+                event["event_id"] = json!(id);
+            }
+            event
+        };
+        // Stripped state from a remote server claims a contact invited the bot; the
+        // invite event itself is the stranger's.
+        let events = [
+            invite("@ana:x", None),
+            json!({"type": "m.room.name", "state_key": "", "sender": "@ana:x",
+                   "content": {"name": "Team"}}),
+            invite("@stranger:evil", Some("$invite")),
+        ];
+        assert_eq!(
+            invitation(&events, bot).unwrap()["sender"],
+            "@stranger:evil"
+        );
+        // Even when the forged one comes last, the event with an id wins.
+        let reversed = [events[2].clone(), events[0].clone()];
+        assert_eq!(
+            invitation(&reversed, bot).unwrap()["sender"],
+            "@stranger:evil"
+        );
+        // Another user's invitation is not the bot's.
+        let other = [
+            json!({"type": "m.room.member", "state_key": "@ivan:x", "sender": "@ana:x",
+                            "event_id": "$other", "content": {"membership": "invite"}}),
+        ];
+        assert!(invitation(&other, bot).is_none());
+        // Without event ids (stripped only), the last one.
+        let stripped = [invite("@ana:x", None), invite("@stranger:evil", None)];
+        assert_eq!(
+            invitation(&stripped, bot).unwrap()["sender"],
+            "@stranger:evil"
+        );
     }
 }
