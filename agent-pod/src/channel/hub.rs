@@ -117,12 +117,15 @@ impl ChannelHub {
     }
 
     /// Why an inbound message is to be recorded but not answered, if it is: nothing to
-    /// answer, or its sender is over their message rate.
+    /// answer, or a sender who is not a (verified) Contact over their message rate. A
+    /// Contact is not rate-limited: their role's budget bounds what they cost, and a
+    /// backlog delivered after downtime is not a flood.
     pub fn not_to_answer(&self, message: &InboundMessage) -> Option<String> {
         if let Some(reason) = message.unanswerable() {
             return Some(reason.to_string());
         }
-        if !self.sender_limits.sender_allowed(message.sender.as_ref()) {
+        let contact = message.sender_verified && self.is_contact(&message.sender);
+        if !contact && !self.sender_limits.sender_allowed(message.sender.as_ref()) {
             tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
                 "sender over their message rate limit; message recorded, not answered");
             return Some("sender over their message rate limit".to_string());
