@@ -39,6 +39,7 @@ const TELEGRAM_TOKEN: &str = "123456:bench-telegram-token";
 const SLACK_BOT_TOKEN: &str = "xoxb-bench";
 const SLACK_APP_TOKEN: &str = "xapp-bench";
 const DISCORD_TOKEN: &str = "bench-discord-token";
+const DISCORD_IVAN: &str = "80351110224678913";
 const MEMORY_ROUNDS: usize = 5;
 const SETTLE: Duration = Duration::from_secs(3);
 const LATENCY_RUNS: usize = 50;
@@ -93,18 +94,24 @@ fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agen
     .unwrap();
     config["model"]["baseUrl"] = json!(platforms.llm.base_url());
     config["memory"]["enabled"] = json!(false);
-    // Ana invites the bot on Matrix; it joins only for a Contact.
-    let identity = json!(format!("matrix:{}", platforms.ana.id));
-    for contact in config["contacts"].as_array_mut().unwrap() {
-        if contact["slug"] == "ana" {
-            contact["identities"]
-                .as_array_mut()
-                .unwrap()
-                .push(identity.clone());
+    // The senders are Contacts (strangers are rate-limited, which this does not
+    // measure): Ana invites the bot on Matrix (it joins only for a Contact), Ivan
+    // writes on Telegram, Slack (the fixture's ids) and Discord.
+    for (slug, identity) in [
+        ("ana", format!("matrix:{}", platforms.ana.id)),
+        ("ivan", format!("discord:{DISCORD_IVAN}")),
+    ] {
+        for contact in config["contacts"].as_array_mut().unwrap() {
+            if contact["slug"] == slug {
+                contact["identities"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!(identity));
+            }
         }
-    }
-    if let Some(links) = config["identityLinks"]["ana"].as_array_mut() {
-        links.push(identity);
+        if let Some(links) = config["identityLinks"][slug].as_array_mut() {
+            links.push(json!(identity));
+        }
     }
     let mut channels =
         vec![json!({"name": "api", "kind": "http", "secretEnv": {"token": "HTTP_TOKEN"}})];
@@ -397,7 +404,7 @@ fn main() {
             let dispatched = platforms.discord.dispatch_message(discord::direct_message(
                 &format!("{}", 1_300_000_000_000_000_000u64 + run as u64),
                 "1200000000000000001",
-                "80351110224678913",
+                DISCORD_IVAN,
                 "hello",
             ));
             assert!(
