@@ -145,10 +145,15 @@ impl Daemon {
         command
     }
 
-    /// Audit lines so far.
+    /// Audit lines so far: complete lines only — Porter may be appending one while
+    /// the test reads, and a line is only whole once its newline is written.
     pub fn audit(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.audit_log)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        let complete = match text.rfind('\n') {
+            Some(end) => &text[..end],
+            None => "",
+        };
+        complete
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
