@@ -82,10 +82,11 @@ struct RunArgs {
     /// persona directory does not hold, or all of them without one).
     #[arg(long, env = "SAINT_WORKSPACE")]
     workspace: PathBuf,
-    /// Address of the HTTP channel. Loopback by default: on a laptop the bot is not
-    /// offered to the network unless asked (the operator sets all addresses in the pod).
-    #[arg(long, env = "SAINT_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
+    /// Address of the HTTP channel. Default: loopback on the HTTP channel's
+    /// `settings.port` (8080 when it names none) — on a laptop the bot is not offered to
+    /// the network unless asked (the operator sets all addresses in the pod).
+    #[arg(long, env = "SAINT_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Address of the metrics endpoint (also served on the HTTP address).
     #[arg(long, env = "SAINT_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
     metrics_listen: SocketAddr,
@@ -284,7 +285,7 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
     let run_arguments = RunArgs {
         config: files.config.clone(),
         workspace: files.workspace.clone(),
-        listen: arguments.listen,
+        listen: Some(arguments.listen),
         metrics_listen: arguments.metrics_listen,
         model_base_url: None,
         config_poll_ms: 1000,
@@ -306,6 +307,31 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
             require_model: false,
         },
     )
+}
+
+/// The HTTP channel's address: `--listen` (or `SAINT_LISTEN`) when given — saying so
+/// when it differs from the channel's `settings.port` — else loopback on that port.
+fn listen_address(listen: Option<SocketAddr>, config: &saint_config::BotConfig) -> SocketAddr {
+    let declared = match saint_agent::channel::startup::declared_http_port(config) {
+        Ok(port) => port,
+        Err(problem) => {
+            tracing::warn!("{problem}");
+            None
+        }
+    };
+    match (listen, declared) {
+        (Some(listen), Some(port)) if listen.port() != port && listen.port() != 0 => {
+            tracing::warn!(
+                "--listen {listen} overrides the http channel's settings.port {port}: listening on {listen}"
+            );
+            listen
+        }
+        (Some(listen), _) => listen,
+        (None, port) => SocketAddr::from((
+            [127, 0, 0, 1],
+            port.unwrap_or(saint_agent::channel::startup::DEFAULT_HTTP_PORT),
+        )),
+    }
 }
 
 fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<()> {
@@ -495,17 +521,17 @@ async fn serve(
         state = state.with_chat_page(extras.notices.clone());
     }
     let stop_server = CancellationToken::new();
+    let listen = listen_address(arguments.listen, &config.last_good());
     let watcher = config.spawn_watcher(
         Duration::from_millis(arguments.config_poll_ms),
         stop_server.clone(),
     );
 
-    let listener = tokio::net::TcpListener::bind(arguments.listen)
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| {
             format!(
-                "failed to listen on {} (in use by another program? pass --listen with another port)",
-                arguments.listen
+                "failed to listen on {listen} (in use by another program? pass --listen with another port)"
             )
         })?;
     let metrics_listener = tokio::net::TcpListener::bind(arguments.metrics_listen)

@@ -55,7 +55,10 @@ fn run_help_explains_config_workspace_and_the_model_environment() {
 fn the_http_and_metrics_listeners_default_to_loopback() {
     let output = bin().args(["run", "--help"]).output().unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
-    assert!(help.contains("[default: 127.0.0.1:8080]"), "{help}");
+    assert!(
+        help.contains("Default: loopback on the HTTP channel's `settings.port` (8080 when it"),
+        "{help}"
+    );
     assert!(help.contains("[default: 127.0.0.1:9090]"), "{help}");
     assert!(!help.contains("0.0.0.0"), "{help}");
 }
@@ -406,5 +409,51 @@ async fn memory_tools_search_the_workspace_notes_when_the_embedding_model_is_pre
         llm.requests()[0]
             .tool_names()
             .contains(&"memory_get".to_string())
+    );
+}
+
+/// The HTTP channel's `settings.port` is where the agent listens when no `--listen`
+/// says otherwise (the operator renders the same port into the pod's address, its
+/// container port, Service and NetworkPolicy).
+#[test]
+fn the_http_channels_port_setting_is_where_the_agent_listens() {
+    let directory = tempfile::tempdir().unwrap();
+    let config_path = directory.path().join("bot-config.json");
+    // A port free now; the agent binds it moments later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = test_config("http://127.0.0.1:9");
+    config["channels"][0]["settings"] = json!({"port": port.to_string()});
+    write_config(&config_path, &config);
+    let mut child = bin()
+        .args(["run", "--metrics-listen", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--workspace")
+        .arg(directory.path().join("workspace"))
+        .env_clear()
+        .env("SAINT_MODEL_API_KEY", "sk-model-key")
+        .env(
+            "SAINT_SANDBOX_STATE",
+            directory.path().join("sandbox-state"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        line.contains(&format!("http=127.0.0.1:{port}")),
+        "listening line {line:?}, expected port {port}"
     );
 }

@@ -836,3 +836,80 @@ fn porter_clis_render_injection_mode_hosts_and_role_requests_into_the_registry()
             .to_string();
     assert!(refused.contains("needs hosts"), "{refused}");
 }
+
+/// The HTTP channel's `settings.port` is the agent's port everywhere the pod needs it:
+/// the address the agent is told to listen on, the container port (which the probes
+/// name), the Service and both NetworkPolicy rules.
+#[test]
+fn the_http_channels_port_is_the_pods_http_port_everywhere() {
+    let children = bot_with(|bot| {
+        bot["spec"]["channels"][0]["settings"]["port"] = "8443".into();
+        bot["spec"]["webhookIngress"]["controllerNamespace"] = "ingress-nginx".into();
+    });
+    let deployment = serde_json::to_value(&children.deployment).unwrap();
+    let agent = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|container| container["name"] == "agent")
+        .unwrap()
+        .clone();
+    let listen = agent["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|env| env["name"] == "SAINT_LISTEN")
+        .unwrap()["value"]
+        .clone();
+    assert_eq!(listen, "0.0.0.0:8443");
+    assert!(
+        agent["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|port| port["name"] == "http" && port["containerPort"] == 8443),
+        "{agent}"
+    );
+    let service = serde_json::to_value(&children.service).unwrap();
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|port| port["name"] == "http" && port["port"] == 8443),
+        "{service}"
+    );
+    let policy = serde_json::to_value(&children.agent_network_policy).unwrap();
+    let text = policy["spec"]["ingress"].to_string();
+    assert!(text.contains("8443") && !text.contains("8080"), "{text}");
+}
+
+#[test]
+fn an_http_port_that_is_another_listener_s_or_disagrees_is_refused_naming_the_field() {
+    let (bot, dereferenced) = load("acme.yaml");
+    let refused = |change: &dyn Fn(&mut serde_json::Value)| {
+        let mut value = serde_json::to_value(&bot).unwrap();
+        change(&mut value);
+        let bot = serde_json::from_value(value).unwrap();
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default()
+    };
+    let metrics = refused(&|bot| bot["spec"]["channels"][0]["settings"]["port"] = "9090".into());
+    assert!(
+        metrics.contains("spec.channels[api].settings.port") && metrics.contains("metrics port"),
+        "{metrics}"
+    );
+    let two = refused(&|bot| {
+        let mut second = bot["spec"]["channels"][0].clone();
+        second["name"] = "api2".into();
+        second["settings"]["port"] = "8081".into();
+        second["secrets"]["token"]["key"] = "api-token-2".into();
+        bot["spec"]["channels"].as_array_mut().unwrap().push(second);
+    });
+    assert!(
+        two.contains("spec.channels[api2].settings.port") && two.contains("one HTTP port"),
+        "{two}"
+    );
+}

@@ -7,6 +7,36 @@ use std::fmt;
 use saint_channels::{SettingsError, open};
 use saint_config::{BotConfig, ChannelKind};
 
+/// The HTTP channel's port when its settings name none.
+pub const DEFAULT_HTTP_PORT: u16 = 8080;
+
+/// The port the (first) HTTP channel's `settings.port` names, if it names one; an error
+/// naming the field when it is not a port number.
+pub fn declared_http_port(config: &BotConfig) -> Result<Option<u16>, String> {
+    let Some(channel) = config
+        .channels
+        .iter()
+        .find(|channel| channel.kind == ChannelKind::Http)
+    else {
+        return Ok(None);
+    };
+    match channel.settings.get("port").map(|port| port.trim()) {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse::<u16>()
+            .ok()
+            .filter(|port| *port > 0)
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "http channel {:?}: settings.port is {text:?}, not a port number (1-65535): \
+                     listening on {DEFAULT_HTTP_PORT}",
+                    channel.name
+                )
+            }),
+    }
+}
+
 /// One problem with the declared channels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChannelProblem {
@@ -125,6 +155,28 @@ mod tests {
             "{}",
             lines[2]
         );
+    }
+
+    #[test]
+    fn the_http_channels_port_setting_is_read_and_a_bad_one_named() {
+        let with = |port: &str| {
+            config(json!([
+                {"name": "api", "kind": "http", "settings": {"port": port},
+                 "secretEnv": {"token": "API_TOKEN"}},
+            ]))
+        };
+        assert_eq!(declared_http_port(&with("8081")), Ok(Some(8081)));
+        assert_eq!(
+            declared_http_port(&config(json!([{"name": "api", "kind": "http"}]))),
+            Ok(None)
+        );
+        for bad in ["0", "65536", "http", "-1"] {
+            let error = declared_http_port(&with(bad)).unwrap_err();
+            assert!(
+                error.starts_with("http channel \"api\": settings.port is"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{
     child_metadata, typed,
-    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT, PORTER_METRICS_PORT},
+    workload::{AGENT_METRICS_PORT, PORTER_METRICS_PORT, agent_http_port},
 };
 use crate::{
     labels::{
@@ -60,7 +60,7 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
     // The HTTP channel, and the agent's and Porter's metrics for scraping (no secrets
     // there); Porter's call and control sockets are unix sockets only.
     let mut ingress = vec![json!({"ports": [
-        {"port": AGENT_HTTP_PORT, "protocol": "TCP"},
+        {"port": agent_http_port(bot), "protocol": "TCP"},
         {"port": AGENT_METRICS_PORT, "protocol": "TCP"},
         {"port": PORTER_METRICS_PORT, "protocol": "TCP"},
     ]})];
@@ -72,7 +72,7 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
             "from": [{"namespaceSelector": {"matchLabels": {
                 "kubernetes.io/metadata.name": webhooks.controller_namespace,
             }}}],
-            "ports": [{"port": AGENT_HTTP_PORT, "protocol": "TCP"}],
+            "ports": [{"port": agent_http_port(bot), "protocol": "TCP"}],
         }));
     }
     let metadata = serde_json::to_value(child_metadata(

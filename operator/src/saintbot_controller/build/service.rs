@@ -7,7 +7,7 @@ use k8s_openapi::{
 
 use super::{
     child_metadata,
-    workload::{AGENT_HTTP_PORT, AGENT_METRICS_PORT},
+    workload::{AGENT_METRICS_PORT, agent_http_port},
 };
 use crate::{labels::agent_selector, saintbot_controller::validate::ValidatedSaintBot};
 
@@ -28,7 +28,7 @@ pub fn service(bot: &ValidatedSaintBot) -> Service {
         spec: Some(ServiceSpec {
             selector: Some(agent_selector(&bot.name)),
             ports: Some(vec![
-                port("http", AGENT_HTTP_PORT),
+                port("http", agent_http_port(bot)),
                 port("metrics", AGENT_METRICS_PORT),
             ]),
             type_: Some("ClusterIP".to_string()),

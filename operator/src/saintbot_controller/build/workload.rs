@@ -23,8 +23,21 @@ use crate::{
 
 const WORKSPACE: &str = "/var/lib/saint/workspace";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// The agent's HTTP channel (and webhooks), on the pod address.
+/// The agent's HTTP channel (and webhooks), on the pod address, when the HTTP channel's
+/// `settings.port` names no other.
 pub(crate) const AGENT_HTTP_PORT: u16 = 8080;
+
+/// The agent's HTTP port: the HTTP channel's `settings.port` (validated), else
+/// [`AGENT_HTTP_PORT`]. The pod's address, container port, Service and NetworkPolicy
+/// all use it, and the agent reads the same setting.
+pub(crate) fn agent_http_port(bot: &ValidatedSaintBot) -> u16 {
+    bot.config
+        .channels
+        .iter()
+        .filter(|channel| channel.kind == saint_config::ChannelKind::Http)
+        .find_map(|channel| channel.settings.get("port")?.trim().parse().ok())
+        .unwrap_or(AGENT_HTTP_PORT)
+}
 /// The agent's metrics listener, on the pod address.
 pub(crate) const AGENT_METRICS_PORT: u16 = 9090;
 /// Porter's `/healthz` and `/metrics` listener.
@@ -84,7 +97,7 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         json!({"name": "SAINT_WORKSPACE", "value": WORKSPACE}),
         // The agent listens on loopback unless told otherwise; in the pod the Service
         // and the kubelet's probes reach it on the pod address.
-        json!({"name": "SAINT_LISTEN", "value": format!("0.0.0.0:{AGENT_HTTP_PORT}")}),
+        json!({"name": "SAINT_LISTEN", "value": format!("0.0.0.0:{}", agent_http_port(bot))}),
         json!({"name": "SAINT_METRICS_LISTEN", "value": format!("0.0.0.0:{AGENT_METRICS_PORT}")}),
         // Events about the bot's channels (a token the platform refuses) go on the
         // SaintBot itself, which `kubectl describe` finds by uid.
@@ -105,7 +118,7 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "imagePullPolicy": "IfNotPresent",
         "env": env,
         "ports": [
-            {"name": "http", "containerPort": AGENT_HTTP_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": agent_http_port(bot), "protocol": "TCP"},
             {"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"},
         ],
         // Up to a minute to start (config, memory database), then `/healthz` must keep

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use saint_config::ChannelConfig;
+use saint_config::{ChannelConfig, ChannelKind};
 
 use super::ValidateError;
 use crate::{
     crd::{SecretKeyReference, saintbot::ChannelSpec},
     labels::channel_secret_env,
+    saintbot_controller::build::workload::{AGENT_METRICS_PORT, PORTER_METRICS_PORT},
 };
 
 /// The rendered channels and the Secret keys the agent container gets.
@@ -24,6 +25,7 @@ pub(super) fn render_channels(specs: &[ChannelSpec]) -> Result<RenderedChannels,
     let mut channels = Vec::new();
     let mut secrets = Vec::new();
     let mut seen_env = BTreeMap::new();
+    let mut http_port: Option<u16> = None;
     for channel in specs {
         let mut secret_env = BTreeMap::new();
         for (setting, secret) in &channel.secrets {
@@ -45,6 +47,33 @@ pub(super) fn render_channels(specs: &[ChannelSpec]) -> Result<RenderedChannels,
             }
             secret_env.insert(setting.clone(), env.clone());
             secrets.push((env, secret.clone()));
+        }
+        // The HTTP port is the pod's: it must not be another listener's, and every HTTP
+        // channel must agree on it (the agent serves one HTTP address).
+        if channel.kind == ChannelKind::Http
+            && let Some(port) = channel.settings.get("port")
+        {
+            let field = format!("spec.channels[{}].settings.port", channel.name);
+            let number = port.trim().parse::<u16>().ok().filter(|port| *port > 0);
+            let clash = match number {
+                None => Some("is not a port number (1-65535)".to_string()),
+                Some(AGENT_METRICS_PORT) => Some(format!(
+                    "is {AGENT_METRICS_PORT}, the agent's metrics port; choose another"
+                )),
+                Some(PORTER_METRICS_PORT) => Some(format!(
+                    "is {PORTER_METRICS_PORT}, Porter's metrics port; choose another"
+                )),
+                Some(number) => match http_port.replace(number) {
+                    Some(other) if other != number => Some(format!(
+                        "is {number}, but another http channel names {other}: the agent serves \
+                         one HTTP port"
+                    )),
+                    _ => None,
+                },
+            };
+            if let Some(message) = clash {
+                return Err(ValidateError::InvalidChannel { field, message });
+            }
         }
         channels.push(ChannelConfig {
             name: channel.name.clone(),
