@@ -98,6 +98,26 @@ impl<'a> SettingsReader<'a> {
             })
     }
 
+    /// An http(s) URL setting, trimmed and without a trailing `/`; `default` when it is
+    /// left out, required when there is no default.
+    pub fn http_url(
+        &self,
+        key: &'static str,
+        default: Option<&'static str>,
+    ) -> Result<String, SettingsError> {
+        let raw = match default {
+            Some(default) => self.optional(key).unwrap_or(default),
+            None => self.required(key)?,
+        };
+        let url = raw.trim().trim_end_matches('/').to_string();
+        let parsed = reqwest::Url::parse(&url)
+            .map_err(|error| self.invalid(key, format!("is not a URL: {error}")))?;
+        if !matches!(parsed.scheme(), "https" | "http") || parsed.host().is_none() {
+            return Err(self.invalid(key, "must be an http(s) URL"));
+        }
+        Ok(url)
+    }
+
     /// An invalid value of `key`.
     pub fn invalid(&self, key: &'static str, problem: impl Into<String>) -> SettingsError {
         SettingsError::InvalidSetting {

@@ -86,17 +86,7 @@ impl DiscordSettings {
             DISCORD.secrets,
             lookup,
         )?;
-        let api_base_url = reader
-            .optional("apiBaseUrl")
-            .unwrap_or(DEFAULT_API_BASE_URL)
-            .trim()
-            .trim_end_matches('/')
-            .to_string();
-        let parsed = reqwest::Url::parse(&api_base_url)
-            .map_err(|error| reader.invalid("apiBaseUrl", format!("is not a URL: {error}")))?;
-        if !matches!(parsed.scheme(), "https" | "http") {
-            return Err(reader.invalid("apiBaseUrl", "must be an http(s) URL"));
-        }
+        let api_base_url = reader.http_url("apiBaseUrl", Some(DEFAULT_API_BASE_URL))?;
         let group_rules = GroupRules::read(&reader)?;
         let bot_token = reader.secret("botToken")?;
         Ok(Self {

@@ -87,16 +87,7 @@ impl MatrixSettings {
     ) -> Result<Self, SettingsError> {
         let reader =
             SettingsReader::new(channel, "matrix", MATRIX.settings, MATRIX.secrets, lookup)?;
-        let homeserver_url = reader
-            .required("homeserverUrl")?
-            .trim()
-            .trim_end_matches('/')
-            .to_string();
-        let parsed = reqwest::Url::parse(&homeserver_url)
-            .map_err(|error| reader.invalid("homeserverUrl", format!("is not a URL: {error}")))?;
-        if !matches!(parsed.scheme(), "https" | "http") || parsed.host().is_none() {
-            return Err(reader.invalid("homeserverUrl", "must be an http(s) URL"));
-        }
+        let homeserver_url = reader.http_url("homeserverUrl", None)?;
         let user_id = reader.required("userId")?;
         let user_id = ChannelIdentity::parse(ChannelKind::Matrix, user_id).map_err(|_| {
             reader.invalid(

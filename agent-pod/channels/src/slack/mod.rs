@@ -113,17 +113,7 @@ impl SlackSettings {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, SettingsError> {
         let reader = SettingsReader::new(channel, "slack", SLACK.settings, SLACK.secrets, lookup)?;
-        let api_base_url = reader
-            .optional("apiBaseUrl")
-            .unwrap_or(DEFAULT_API_BASE_URL)
-            .trim()
-            .trim_end_matches('/')
-            .to_string();
-        let parsed = reqwest::Url::parse(&api_base_url)
-            .map_err(|error| reader.invalid("apiBaseUrl", format!("is not a URL: {error}")))?;
-        if !matches!(parsed.scheme(), "https" | "http") {
-            return Err(reader.invalid("apiBaseUrl", "must be an http(s) URL"));
-        }
+        let api_base_url = reader.http_url("apiBaseUrl", Some(DEFAULT_API_BASE_URL))?;
         let groups = GroupRules::read(&reader)?;
         let named = |key: &str| channel.secret_env.contains_key(key);
         // A secret of the other mode would be silently unused: refuse it by name.

@@ -85,17 +85,7 @@ impl TelegramSettings {
             TELEGRAM.secrets,
             lookup,
         )?;
-        let api_base_url = reader
-            .optional("apiBaseUrl")
-            .unwrap_or(DEFAULT_API_BASE_URL)
-            .trim()
-            .trim_end_matches('/')
-            .to_string();
-        let parsed = reqwest::Url::parse(&api_base_url)
-            .map_err(|error| reader.invalid("apiBaseUrl", format!("is not a URL: {error}")))?;
-        if !matches!(parsed.scheme(), "https" | "http") {
-            return Err(reader.invalid("apiBaseUrl", "must be an http(s) URL"));
-        }
+        let api_base_url = reader.http_url("apiBaseUrl", Some(DEFAULT_API_BASE_URL))?;
         let mode = match reader.optional("mode").map(str::trim) {
             None | Some("polling") => Mode::Polling,
             Some("webhook") => Mode::Webhook,

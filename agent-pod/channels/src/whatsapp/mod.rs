@@ -127,16 +127,7 @@ impl WhatsappSettings {
                 "must be the numeric id Meta shows for the number",
             ));
         }
-        let api_base_url = reader
-            .optional("apiBaseUrl")
-            .unwrap_or(DEFAULT_API_BASE_URL)
-            .trim_end_matches('/')
-            .to_string();
-        let parsed = reqwest::Url::parse(&api_base_url)
-            .map_err(|error| reader.invalid("apiBaseUrl", format!("is not a URL: {error}")))?;
-        if !matches!(parsed.scheme(), "https" | "http") {
-            return Err(reader.invalid("apiBaseUrl", "must be an http(s) URL"));
-        }
+        let api_base_url = reader.http_url("apiBaseUrl", Some(DEFAULT_API_BASE_URL))?;
         Ok(Self {
             channel: channel.name.clone(),
             phone_number_id: phone_number_id.to_string(),
