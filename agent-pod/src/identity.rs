@@ -107,6 +107,8 @@ pub fn caller_for_sender(
         known,
         identity: identity.into(),
         session_key: session_key.into(),
+        trigger: saint_tools::Trigger::Message,
+        depth: 0,
     })
 }
 

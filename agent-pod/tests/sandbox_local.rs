@@ -202,6 +202,8 @@ impl Harness {
                 known: true,
                 identity: format!("http:{session}"),
                 session_key: session.to_string(),
+                trigger: saint_tools::Trigger::Message,
+                depth: 0,
             },
             workspace: self.workspace.clone(),
             config: self.config.clone(),

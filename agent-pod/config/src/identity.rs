@@ -495,6 +495,34 @@ impl SessionKey {
         key.starts_with(GROUP_PREFIX)
     }
 
+    /// The session of scheduled job `job` (each run an isolated turn in it).
+    pub fn for_job(job: &str) -> Self {
+        Self(format!("{JOB_PREFIX}{job}"))
+    }
+
+    /// The bot's heartbeat session.
+    pub fn for_heartbeat() -> Self {
+        Self(HEARTBEAT_KEY.to_string())
+    }
+
+    /// The session of sub-agent `child`, started from the session `parent`.
+    pub fn for_subagent(parent: &str, child: &str) -> Self {
+        Self(format!("{SUBAGENT_PREFIX}{child}:{parent}"))
+    }
+
+    /// Whether `key` names a session nobody typed into: a job's, the heartbeat's or a
+    /// sub-agent's.
+    pub fn is_background(key: &str) -> bool {
+        key.starts_with(JOB_PREFIX) || key == HEARTBEAT_KEY || key.starts_with(SUBAGENT_PREFIX)
+    }
+
+    /// The session a sub-agent's session was started from.
+    pub fn subagent_parent(key: &str) -> Option<&str> {
+        key.strip_prefix(SUBAGENT_PREFIX)?
+            .split_once(':')
+            .map(|(_, parent)| parent)
+    }
+
     /// The key text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -503,6 +531,15 @@ impl SessionKey {
 
 /// Prefix of group conversations' session keys.
 const GROUP_PREFIX: &str = "group:";
+
+/// Prefix of scheduled jobs' session keys.
+const JOB_PREFIX: &str = "cron:";
+
+/// The heartbeat's session key.
+const HEARTBEAT_KEY: &str = "heartbeat";
+
+/// Prefix of sub-agents' session keys (`subagent:<child>:<parent key>`).
+const SUBAGENT_PREFIX: &str = "subagent:";
 
 impl fmt::Display for SessionKey {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -27,7 +27,10 @@ pub use crate::{
         SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
         SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
     },
-    validate::{ConfigError, is_known_tool_pattern, validate},
+    validate::{
+        ConfigError, MIN_HEARTBEAT_SECONDS, MIN_JOB_INTERVAL_SECONDS, clock_minutes,
+        is_known_timezone, is_known_tool_pattern, validate,
+    },
 };
 
 /// The schema version this crate reads and writes. Bumped on any breaking change.
@@ -59,6 +62,7 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "sessions_send",
     "sessions_spawn",
     "cron",
+    "skill",
     "tts",
     "image",
 ];
@@ -81,6 +85,7 @@ pub const TOOL_GROUPS: &[(&str, &[&str])] = &[
     ),
     ("messaging", &["message"]),
     ("automation", &["cron"]),
+    ("skills", &["skill"]),
     ("media", &["tts", "image"]),
 ];
 
@@ -150,6 +155,110 @@ pub struct BotConfig {
     /// where the workspace is the only source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persona: Option<PersonaConfig>,
+    /// The periodic turn that reads `HEARTBEAT.md`; absent: no heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatConfig>,
+    /// Scheduled jobs (`cron`) bot-wide: default time zone and missed-run policy.
+    #[serde(default, skip_serializing_if = "ScheduleConfig::is_default")]
+    pub schedule: ScheduleConfig,
+    /// Where skills are read from besides the workspace's `skills/`.
+    #[serde(default, skip_serializing_if = "SkillsConfig::is_empty")]
+    pub skills: SkillsConfig,
+}
+
+/// The heartbeat: a turn every `everySeconds` that reads `HEARTBEAT.md` and does what it
+/// says, with the bot's own heartbeat role. An empty or comment-only file costs no
+/// model call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    /// Seconds between heartbeats (≥ 60).
+    pub every_seconds: u64,
+    /// Only within these hours; absent: any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_hours: Option<ActiveHours>,
+    /// The role the heartbeat turn runs with (what it may do).
+    pub role: String,
+    /// Contacts (slugs) the heartbeat may notify: its answer goes to them, and its
+    /// `message` tool reaches no one else. Empty: it notifies nobody.
+    #[serde(default)]
+    pub notify: Vec<ContactSlug>,
+}
+
+/// A daily window, `start` inclusive to `end` exclusive, in a time zone. A window whose
+/// end is before its start runs over midnight (`22:00`–`06:00`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActiveHours {
+    /// `HH:MM`, 24-hour.
+    pub start: String,
+    /// `HH:MM`, 24-hour.
+    pub end: String,
+    /// IANA time zone (`Europe/Zagreb`); default: the schedule's time zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// Bot-wide scheduling settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduleConfig {
+    /// IANA time zone of cron expressions that name none, and of active hours.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// A run missed while the bot was down is made up once on start if it was due no
+    /// longer than this many seconds ago; older ones are skipped (never a burst).
+    #[serde(default = "default_missed_run_grace")]
+    pub missed_run_grace_seconds: u64,
+}
+
+/// Time zone of schedules that name none.
+pub const DEFAULT_TIMEZONE: &str = "UTC";
+
+/// Seconds within which a missed run is made up on start.
+pub const DEFAULT_MISSED_RUN_GRACE_SECONDS: u64 = 3_600;
+
+fn default_timezone() -> String {
+    DEFAULT_TIMEZONE.to_string()
+}
+
+fn default_missed_run_grace() -> u64 {
+    DEFAULT_MISSED_RUN_GRACE_SECONDS
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        Self {
+            timezone: default_timezone(),
+            missed_run_grace_seconds: default_missed_run_grace(),
+        }
+    }
+}
+
+impl ScheduleConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Where the agent sees the skills its SaintBot declares (one folder per skill); the
+/// operator mounts them here and names the directory in `skills.directories`.
+pub const SKILLS_MOUNT_PATH: &str = "/etc/saint-skills";
+
+/// Skill sources besides the workspace's `skills/<name>/SKILL.md`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// Absolute directories holding `<name>/SKILL.md` folders (read-only). A skill
+    /// declared here wins over a workspace folder of the same name.
+    #[serde(default)]
+    pub directories: Vec<String>,
+}
+
+impl SkillsConfig {
+    fn is_empty(&self) -> bool {
+        self.directories.is_empty()
+    }
 }
 
 /// Where the agent container sees the SaintBot's persona ConfigMap (`<bot>-persona`):
@@ -387,6 +496,105 @@ pub struct RoleConfig {
     /// Whether people with this role are treated as external (prompt warning, no internals).
     #[serde(default)]
     pub external: bool,
+    /// Limits on the scheduled jobs a person with this role may keep.
+    #[serde(default, skip_serializing_if = "CronLimits::is_default")]
+    pub cron: CronLimits,
+    /// Limits on the background sub-agents a person with this role may start.
+    #[serde(default, skip_serializing_if = "SpawnLimits::is_default")]
+    pub spawn: SpawnLimits,
+}
+
+/// Limits on one person's scheduled jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CronLimits {
+    /// Jobs one person may keep.
+    #[serde(default = "default_max_jobs")]
+    pub max_jobs: u32,
+    /// Shortest time between two runs of a job, in seconds.
+    #[serde(default = "default_min_interval")]
+    pub min_interval_seconds: u64,
+}
+
+/// Jobs one person may keep when the role says nothing.
+pub const DEFAULT_MAX_JOBS: u32 = 10;
+
+/// Shortest interval between runs when the role says nothing, in seconds.
+pub const DEFAULT_MIN_INTERVAL_SECONDS: u64 = 300;
+
+fn default_max_jobs() -> u32 {
+    DEFAULT_MAX_JOBS
+}
+
+fn default_min_interval() -> u64 {
+    DEFAULT_MIN_INTERVAL_SECONDS
+}
+
+impl Default for CronLimits {
+    fn default() -> Self {
+        Self {
+            max_jobs: DEFAULT_MAX_JOBS,
+            min_interval_seconds: DEFAULT_MIN_INTERVAL_SECONDS,
+        }
+    }
+}
+
+impl CronLimits {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Limits on one person's sub-agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpawnLimits {
+    /// How deep sub-agents may nest: 1 lets a person's turn spawn, but not its children.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: u32,
+    /// Sub-agents of one person running at once.
+    #[serde(default = "default_max_concurrent")]
+    pub max_concurrent: u32,
+    /// Longest a sub-agent may run, in seconds; a spawn may ask for less, never more.
+    #[serde(default = "default_spawn_timeout")]
+    pub timeout_seconds: u64,
+}
+
+/// Nesting depth of sub-agents when the role says nothing.
+pub const DEFAULT_SPAWN_DEPTH: u32 = 1;
+
+/// Sub-agents of one person at once when the role says nothing.
+pub const DEFAULT_SPAWN_CONCURRENCY: u32 = 2;
+
+/// Longest sub-agent run when the role says nothing, in seconds.
+pub const DEFAULT_SPAWN_TIMEOUT_SECONDS: u64 = 600;
+
+fn default_max_depth() -> u32 {
+    DEFAULT_SPAWN_DEPTH
+}
+
+fn default_max_concurrent() -> u32 {
+    DEFAULT_SPAWN_CONCURRENCY
+}
+
+fn default_spawn_timeout() -> u64 {
+    DEFAULT_SPAWN_TIMEOUT_SECONDS
+}
+
+impl Default for SpawnLimits {
+    fn default() -> Self {
+        Self {
+            max_depth: DEFAULT_SPAWN_DEPTH,
+            max_concurrent: DEFAULT_SPAWN_CONCURRENCY,
+            timeout_seconds: DEFAULT_SPAWN_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+impl SpawnLimits {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Tool allow and deny lists.

@@ -121,12 +121,124 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             format!("{:?} must be an absolute path", persona.directory),
         ));
     }
+    validate_proactive(config)?;
     if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
     {
         return Err(invalid(
             "sandbox.jobTemplate",
             "is required for the kubernetes backend",
         ));
+    }
+    Ok(())
+}
+
+/// Shortest heartbeat interval, in seconds.
+pub const MIN_HEARTBEAT_SECONDS: u64 = 60;
+
+/// Shortest interval a role may allow between two runs of a scheduled job, in seconds.
+pub const MIN_JOB_INTERVAL_SECONDS: u64 = 60;
+
+/// Whether `name` is an IANA time zone this build knows.
+pub fn is_known_timezone(name: &str) -> bool {
+    jiff::tz::TimeZone::get(name).is_ok()
+}
+
+/// Minutes after midnight of an `HH:MM` clock time.
+pub fn clock_minutes(text: &str) -> Option<u32> {
+    let (hours, minutes) = text.split_once(':')?;
+    if hours.len() != 2 || minutes.len() != 2 {
+        return None;
+    }
+    let (hours, minutes): (u32, u32) = (hours.parse().ok()?, minutes.parse().ok()?);
+    (hours < 24 && minutes < 60).then_some(hours * 60 + minutes)
+}
+
+// Heartbeat, schedule, skills and the per-role cron and spawn limits.
+fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
+    if !is_known_timezone(&config.schedule.timezone) {
+        return Err(invalid(
+            "schedule.timezone",
+            format!("{:?} is not an IANA time zone", config.schedule.timezone),
+        ));
+    }
+    if let Some(heartbeat) = &config.heartbeat {
+        if heartbeat.every_seconds < MIN_HEARTBEAT_SECONDS {
+            return Err(invalid(
+                "heartbeat.everySeconds",
+                format!("must be at least {MIN_HEARTBEAT_SECONDS}"),
+            ));
+        }
+        if !config.roles.contains_key(&heartbeat.role) {
+            return Err(invalid(
+                "heartbeat.role",
+                format!("names role {:?}, which is not defined", heartbeat.role),
+            ));
+        }
+        if let Some(slug) = heartbeat
+            .notify
+            .iter()
+            .find(|slug| !config.contacts.iter().any(|contact| &contact.slug == *slug))
+        {
+            return Err(invalid(
+                "heartbeat.notify",
+                format!("{slug:?} is not a contact of this bot"),
+            ));
+        }
+        if let Some(hours) = &heartbeat.active_hours {
+            for (field, value) in [("start", &hours.start), ("end", &hours.end)] {
+                if clock_minutes(value).is_none() {
+                    return Err(invalid(
+                        format!("heartbeat.activeHours.{field}"),
+                        format!("{value:?} is not a time of day as HH:MM (00:00 to 23:59)"),
+                    ));
+                }
+            }
+            if hours.start == hours.end {
+                return Err(invalid(
+                    "heartbeat.activeHours",
+                    "start and end are equal, which leaves no active time",
+                ));
+            }
+            if let Some(zone) = &hours.timezone
+                && !is_known_timezone(zone)
+            {
+                return Err(invalid(
+                    "heartbeat.activeHours.timezone",
+                    format!("{zone:?} is not an IANA time zone"),
+                ));
+            }
+        }
+    }
+    if let Some(directory) = config
+        .skills
+        .directories
+        .iter()
+        .find(|directory| !std::path::Path::new(directory).is_absolute())
+    {
+        return Err(invalid(
+            "skills.directories",
+            format!("{directory:?} must be an absolute path"),
+        ));
+    }
+    for (name, role) in &config.roles {
+        if role.cron.min_interval_seconds < MIN_JOB_INTERVAL_SECONDS {
+            return Err(invalid(
+                format!("roles.{name}.cron.minIntervalSeconds"),
+                format!("must be at least {MIN_JOB_INTERVAL_SECONDS}"),
+            ));
+        }
+        if role.spawn.max_concurrent == 0 {
+            return Err(invalid(
+                format!("roles.{name}.spawn.maxConcurrent"),
+                "must be at least 1 (deny sessions_spawn to forbid sub-agents)",
+            ));
+        }
+        if role.spawn.timeout_seconds == 0 {
+            return Err(invalid(
+                format!("roles.{name}.spawn.timeoutSeconds"),
+                "must be at least 1",
+            ));
+        }
     }
     Ok(())
 }

@@ -64,6 +64,37 @@ pub struct Caller {
     pub identity: String,
     /// The session this turn belongs to.
     pub session_key: String,
+    /// What started the turn: a message, or work the person set going earlier.
+    pub trigger: Trigger,
+    /// How many sub-agents deep this turn runs (0: not a sub-agent).
+    pub depth: u32,
+}
+
+/// What started a turn. Every turn runs with, and is metered to, the person it belongs
+/// to (the heartbeat's to the bot); the trigger only says how it began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Trigger {
+    /// A person wrote.
+    #[default]
+    Message,
+    /// A scheduled job came due.
+    Cron,
+    /// The bot's heartbeat.
+    Heartbeat,
+    /// A sub-agent started by `sessions_spawn`.
+    Subagent,
+}
+
+impl Trigger {
+    /// The label in the usage log and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Trigger::Message => "message",
+            Trigger::Cron => "cron",
+            Trigger::Heartbeat => "heartbeat",
+            Trigger::Subagent => "subagent",
+        }
+    }
 }
 
 /// Everything a tool call may read.

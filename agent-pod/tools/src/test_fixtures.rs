@@ -86,6 +86,8 @@ pub fn caller(config: &BotConfig, slug: &str) -> Caller {
             contact.identities[0].to_string()
         }),
         session_key: format!("session-{slug}"),
+        trigger: crate::Trigger::Message,
+        depth: 0,
     }
 }
 

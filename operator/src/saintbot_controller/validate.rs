@@ -248,6 +248,9 @@ pub fn validate(
         persona: Some(PersonaConfig {
             directory: PERSONA_MOUNT_PATH.to_string(),
         }),
+        heartbeat: None,
+        schedule: Default::default(),
+        skills: Default::default(),
     };
     check_rendered(&config)?;
     let workload = workload::render_workload(spec, settings);

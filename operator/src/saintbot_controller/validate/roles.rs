@@ -88,6 +88,8 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
             &spec.sessions_visible_roles,
         ),
         external: spec.external,
+        cron: Default::default(),
+        spawn: Default::default(),
     })
 }
 
