@@ -21,6 +21,8 @@ pub enum IdentityError {
     InvalidPeer(saint_config::IdentityError),
     #[error("failed to resolve sender: role {0:?} is not defined")]
     MissingRole(String),
+    #[error("contact {0:?} no longer exists")]
+    NoSuchContact(String),
 }
 
 /// The canonical contact slug an identity links to, if any.
@@ -109,6 +111,80 @@ pub fn caller_for_sender(
         session_key: session_key.into(),
         trigger: saint_tools::Trigger::Message,
         depth: 0,
+        may_message: None,
+    })
+}
+
+/// The [`Caller`] for work a contact set going earlier (a scheduled job, a sub-agent):
+/// the contact as the config knows them *now*, with their current role, in `session_key`.
+/// A contact removed since is refused, so their work stops instead of running with a
+/// role they no longer hold. `identity` is the channel identity the work speaks for
+/// (where its result goes); absent, the contact's first identity.
+pub fn caller_for_contact(
+    config: &BotConfig,
+    slug: &str,
+    identity: Option<&str>,
+    session_key: String,
+    trigger: saint_tools::Trigger,
+) -> Result<Caller, IdentityError> {
+    let contact = config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == slug)
+        .ok_or_else(|| IdentityError::NoSuchContact(slug.to_string()))?;
+    let role = config
+        .roles
+        .get(&contact.role)
+        .ok_or_else(|| IdentityError::MissingRole(contact.role.clone()))?;
+    let identity = identity
+        .map(str::to_string)
+        .or_else(|| {
+            contact
+                .identities
+                .first()
+                .map(|identity| identity.to_string())
+        })
+        .unwrap_or_else(|| format!("contact:{slug}"));
+    Ok(Caller {
+        slug: contact.slug.to_string(),
+        display_name: contact.name.clone(),
+        role_name: contact.role.clone(),
+        role: Arc::new(role.clone()),
+        known: true,
+        identity,
+        session_key,
+        trigger,
+        depth: 0,
+        may_message: None,
+    })
+}
+
+/// The slug the bot's own work (the heartbeat) is metered to; the leading `_` keeps it
+/// apart from every Contact's.
+pub const BOT_SLUG: &str = "_bot";
+
+/// The [`Caller`] of the bot's heartbeat: the bot itself with `role`, reaching only the
+/// contacts in `notify`.
+pub fn caller_for_heartbeat(
+    config: &BotConfig,
+    role_name: &str,
+    notify: &[ContactSlug],
+) -> Result<Caller, IdentityError> {
+    let role = config
+        .roles
+        .get(role_name)
+        .ok_or_else(|| IdentityError::MissingRole(role_name.to_string()))?;
+    Ok(Caller {
+        slug: BOT_SLUG.to_string(),
+        display_name: format!("{} (heartbeat)", config.bot.name),
+        role_name: role_name.to_string(),
+        role: Arc::new(role.clone()),
+        known: true,
+        identity: "bot:heartbeat".to_string(),
+        session_key: SessionKey::for_heartbeat().into(),
+        trigger: saint_tools::Trigger::Heartbeat,
+        depth: 0,
+        may_message: Some(notify.iter().map(|slug| slug.to_string()).collect()),
     })
 }
 

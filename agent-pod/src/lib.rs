@@ -3,6 +3,7 @@
 //! the sandboxes `exec` runs in are `saint-sandbox`.
 
 pub mod channel;
+pub mod clock;
 pub mod config_watch;
 pub mod identity;
 pub mod metering;

@@ -97,6 +97,45 @@ pub struct ToolCallRecord<'a> {
     pub outcome: &'a str,
     /// Extra facts from the tool (`{"porter": true}`).
     pub extra: &'a Map<String, Value>,
+    /// What started the turn ([`saint_tools::Trigger::label`]).
+    pub trigger: &'a str,
+}
+
+/// One finished turn as logged: who it is metered to, what started it, what it cost.
+#[derive(Clone, Debug)]
+pub struct TurnRecord<'a> {
+    /// Contact slug (the bot's own slug for the heartbeat).
+    pub user: &'a str,
+    /// Role name.
+    pub role: &'a str,
+    /// What started the turn.
+    pub trigger: &'a str,
+    /// How it ended (`answered`, `over_budget`, …).
+    pub outcome: &'a str,
+    /// Model calls made.
+    pub model_calls: u32,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Spend in USD.
+    pub cost_usd: f64,
+}
+
+/// The usage log line for a finished turn (a `turn` field where tool lines have `tool`).
+pub fn turn_line(record: &TurnRecord<'_>, timestamp: jiff::Timestamp) -> String {
+    let mut text = json!({
+        "ts": timestamp.to_string(),
+        "user": record.user,
+        "role": record.role,
+        "trigger": record.trigger,
+        "turn": record.outcome,
+        "modelCalls": record.model_calls,
+        "inputTokens": record.usage.input_tokens,
+        "outputTokens": record.usage.output_tokens,
+        "costUsd": record.cost_usd,
+    })
+    .to_string();
+    text.push('\n');
+    text
 }
 
 /// The usage log line for a record.
@@ -112,6 +151,7 @@ pub fn usage_line(record: &ToolCallRecord<'_>, timestamp: jiff::Timestamp) -> St
         json!(record.duration.as_millis() as u64),
     );
     line.insert("outcome".into(), json!(record.outcome));
+    line.insert("trigger".into(), json!(record.trigger));
     for (key, value) in record.extra {
         line.entry(key.clone()).or_insert_with(|| value.clone());
     }
@@ -178,6 +218,7 @@ struct ToolNameLabels {
 struct TurnLabels {
     role: String,
     outcome: String,
+    trigger: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -198,6 +239,7 @@ struct CostLabels {
     model: String,
     role: String,
     person: String,
+    trigger: String,
 }
 
 /// The `person` label of a caller's spend.
@@ -221,6 +263,8 @@ pub struct ModelCall<'a> {
     pub role: &'a str,
     /// See [`person_label`].
     pub person: &'a str,
+    /// What started the turn ([`saint_tools::Trigger::label`]).
+    pub trigger: &'a str,
 }
 
 /// Prometheus metrics of the runtime.
@@ -382,11 +426,12 @@ impl Metrics {
     }
 
     /// Counts a finished turn.
-    pub fn turn(&self, role: &str, outcome: &str) {
+    pub fn turn(&self, role: &str, outcome: &str, trigger: &str) {
         self.turns
             .get_or_create(&TurnLabels {
                 role: role.into(),
                 outcome: outcome.into(),
+                trigger: trigger.into(),
             })
             .inc();
     }
@@ -397,6 +442,7 @@ impl Metrics {
             model,
             role,
             person,
+            trigger,
         } = call;
         let labels = |kind: &str| TokenLabels {
             model: model.into(),
@@ -413,6 +459,7 @@ impl Metrics {
                 model: model.into(),
                 role: role.into(),
                 person: person.into(),
+                trigger: trigger.into(),
             })
             .inc_by(cost_usd);
         self.model_seconds
@@ -476,6 +523,17 @@ impl Metering {
         self.metrics
             .tool_call(record.tool, record.outcome, record.duration);
         let line = usage_line(record, jiff::Timestamp::now());
+        self.append(line).await;
+    }
+
+    /// Counts a finished turn and logs it to the usage log.
+    pub async fn record_turn(&self, record: &TurnRecord<'_>) {
+        self.metrics
+            .turn(record.role, record.outcome, record.trigger);
+        self.append(turn_line(record, jiff::Timestamp::now())).await;
+    }
+
+    async fn append(&self, line: String) {
         let log = self.usage_log.clone();
         let written = tokio::task::spawn_blocking(move || {
             log.lock()
@@ -510,6 +568,7 @@ mod tests {
             duration: Duration::from_millis(12),
             outcome: "ok",
             extra: &extra,
+            trigger: "cron",
         };
         let line: Value = serde_json::from_str(&usage_line(
             &record,
@@ -521,7 +580,7 @@ mod tests {
             json!({
                 "ts": "2026-02-10T14:00:00Z", "user": "ana", "role": "owner", "tool": "write",
                 "params": {"path": "memory/users/ana/notes.md", "content": "<1300 chars>"},
-                "durationMs": 12, "outcome": "ok", "porter": true,
+                "durationMs": 12, "outcome": "ok", "trigger": "cron", "porter": true,
             })
         );
     }
@@ -587,6 +646,7 @@ mod tests {
                 model: "m",
                 role: "owner",
                 person: person_label(true, "ana"),
+                trigger: "subagent",
             },
             Usage {
                 input_tokens: 5,
@@ -606,7 +666,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "saint_llm_cost_usd_total{model=\"m\",role=\"owner\",person=\"ana\"} 0.01"
+                "saint_llm_cost_usd_total{model=\"m\",role=\"owner\",person=\"ana\",trigger=\"subagent\"} 0.01"
             ),
             "{text}"
         );

@@ -153,7 +153,7 @@ async fn over_budget_contact_is_refused_without_a_model_call() {
     );
     assert!(
         stranger_spend[0].starts_with(
-            "saint_llm_cost_usd_total{model=\"claude-haiku-4-5\",role=\"external\",person=\"stranger\"} 0.6"
+            "saint_llm_cost_usd_total{model=\"claude-haiku-4-5\",role=\"external\",person=\"stranger\",trigger=\"message\"} 0.6"
         ),
         "{metrics}"
     );

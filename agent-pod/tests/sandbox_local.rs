@@ -204,6 +204,7 @@ impl Harness {
                 session_key: session.to_string(),
                 trigger: saint_tools::Trigger::Message,
                 depth: 0,
+                may_message: None,
             },
             workspace: self.workspace.clone(),
             config: self.config.clone(),

@@ -4,6 +4,7 @@
 //! window. Every decision about *who may do what* is made here in code, before and
 //! around the model, never by it.
 
+mod assignment;
 mod compaction;
 mod group;
 mod model;
@@ -22,6 +23,7 @@ use saint_llm::{ClientOptions, LlmError, Usage};
 
 use self::session_cache::SessionCache;
 pub use self::{
+    assignment::{Assignment, AssignmentEnd, narrowed_role},
     compaction::{estimate_tokens, split_point, summary_request},
     model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
     turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},
@@ -114,6 +116,15 @@ pub struct Delivery {
     /// The group conversation it was said in (`None`: a direct message). Its session is
     /// the conversation's; the turn still runs with the sender's role.
     pub conversation: Option<saint_channels::Conversation>,
+}
+
+/// A person a background turn's answer goes to, on one of the bot's channels.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recipient {
+    /// Channel name (`channels[].name`).
+    pub channel: String,
+    /// Their identity on it (`telegram:42`).
+    pub identity: String,
 }
 
 /// Progress of a turn, for streaming channels.
@@ -219,6 +230,8 @@ pub struct Runtime {
     // One turn at a time per session, so messages and tool results interleave sanely;
     // the lock also guards what the last turn kept of the session.
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<SessionCache>>>>,
+    // Wakes a channel's sender when a background turn queued something for it.
+    outbox_notifier: std::sync::OnceLock<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl Runtime {
@@ -242,6 +255,7 @@ impl Runtime {
             options,
             sandbox_available: false,
             session_locks: Mutex::default(),
+            outbox_notifier: std::sync::OnceLock::new(),
         }
     }
 

@@ -18,8 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use saint_channels::{OutboundBody, queue};
 
 use super::{
-    Delivery, Inbound, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, compaction, group,
-    session_cache::SessionCache,
+    Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
+    compaction, group, session_cache::SessionCache,
 };
 use saint_tools::{
     Caller, ToolContext, ToolError,
@@ -71,27 +71,55 @@ enum QueueStep {
     Accept(i64),
     /// The answer: queue it as the reply and mark the inbox row answered.
     Reply(Box<(Delivery, OutboundBody)>),
+    /// The answer of work nobody is waiting on live: queue it to each recipient.
+    Send(Box<(Vec<Recipient>, String)>),
 }
 
 impl QueueStep {
-    fn reply(delivery: Option<&Delivery>, text: &str) -> Self {
-        match delivery {
-            Some(delivery) => QueueStep::Reply(Box::new((
-                delivery.clone(),
+    /// What storing the final answer `text` also queues.
+    fn answer(destination: &Destination<'_>, text: &str) -> Self {
+        match destination {
+            Destination::Caller => QueueStep::None,
+            Destination::Reply(delivery) => QueueStep::Reply(Box::new((
+                (*delivery).clone(),
                 OutboundBody {
                     text: text.to_string(),
                     context: delivery.context.clone(),
                 },
             ))),
-            None => QueueStep::None,
+            Destination::Send { to, quiet } => {
+                let silent =
+                    text.trim().is_empty() || quiet.is_some_and(|quiet| text.trim() == quiet);
+                if silent || to.is_empty() {
+                    QueueStep::None
+                } else {
+                    QueueStep::Send(Box::new((to.to_vec(), text.to_string())))
+                }
+            }
         }
     }
 }
 
-struct TurnState<'a> {
+/// Where a turn's final answer goes besides the transcript.
+pub(super) enum Destination<'a> {
+    /// Back to whoever called (the HTTP API streams it).
+    Caller,
+    /// The reply to a channel message, through its channel's outbox.
+    Reply(&'a Delivery),
+    /// To these people through their channels' outboxes; an empty answer or one equal
+    /// to `quiet` (nothing to report) is not sent.
+    Send {
+        to: &'a [Recipient],
+        quiet: Option<&'a str>,
+    },
+}
+
+pub(super) struct TurnState<'a> {
     caller: &'a Caller,
     config: &'a Arc<BotConfig>,
-    delivery: Option<&'a Delivery>,
+    destination: Destination<'a>,
+    /// Said to the model after the system prompt (what started a background turn).
+    note: Option<&'a str>,
     events: Option<&'a UnboundedSender<TurnEvent>>,
     usage: Usage,
     model_calls: u32,
@@ -139,34 +167,77 @@ impl Runtime {
             }
             None => inbound.text,
         };
+        let delivery = inbound.delivery;
+        let destination = match &delivery {
+            Some(delivery) => Destination::Reply(delivery),
+            None => Destination::Caller,
+        };
+        let accepted = match &delivery {
+            Some(Delivery {
+                accepted_message_id: Some(id),
+                ..
+            }) => Accepted::Already(*id),
+            Some(Delivery { inbox_id, .. }) => Accepted::Inbox(*inbox_id),
+            None => Accepted::Store,
+        };
+        let reply = self
+            .turn(
+                TurnInput {
+                    caller: &caller,
+                    config: &config,
+                    text,
+                    accepted,
+                    destination,
+                    note: None,
+                },
+                events.as_ref(),
+                &cancel,
+            )
+            .await?;
+        Ok(reply)
+    }
+
+    /// Runs one turn for `input.caller` in their session: stores the message, loops
+    /// model and tools, stores and queues the answer, meters it.
+    pub(super) async fn turn(
+        &self,
+        input: TurnInput<'_>,
+        events: Option<&UnboundedSender<TurnEvent>>,
+        cancel: &CancellationToken,
+    ) -> Result<TurnReply, TurnError> {
+        let TurnInput {
+            caller,
+            config,
+            text,
+            accepted,
+            destination,
+            note,
+        } = input;
         let lock = self.session_lock(&caller.session_key);
         let mut session = lock.lock().await;
 
         // Acknowledge only once the message is durable. A channel message's inbox row
         // is marked accepted in the same transaction, so a restart resumes the turn
         // instead of storing the message twice.
-        let delivery = inbound.delivery;
-        let message_id = match &delivery {
-            Some(Delivery {
-                accepted_message_id: Some(id),
-                ..
-            }) => *id,
-            Some(Delivery { inbox_id, .. }) => {
+        let message_id = match accepted {
+            Accepted::Already(id) => id,
+            Accepted::Inbox(inbox_id) => {
                 self.persist_then(
-                    &caller,
+                    caller,
                     Message::user_text(text),
                     0.0,
-                    QueueStep::Accept(*inbox_id),
+                    QueueStep::Accept(inbox_id),
                 )
                 .await?
             }
-            None => self.persist(&caller, Message::user_text(text)).await?,
+            Accepted::Store => self.persist(caller, Message::user_text(text)).await?,
         };
         let mut state = TurnState {
-            caller: &caller,
-            config: &config,
-            delivery: delivery.as_ref(),
-            events: events.as_ref(),
+            caller,
+            config,
+            destination,
+            note,
+            events,
             usage: Usage::default(),
             model_calls: 0,
             model_time: Duration::ZERO,
@@ -177,7 +248,7 @@ impl Runtime {
             session_key: caller.session_key.clone(),
         });
 
-        let end = self.run_loop(&mut state, &mut session, &cancel).await;
+        let end = self.run_loop(&mut state, &mut session, cancel).await;
         let (outcome, text) = match end {
             Ok(LoopEnd::Answer(text)) => (TurnOutcome::Answered, text),
             Ok(LoopEnd::OverBudget) => {
@@ -188,25 +259,23 @@ impl Runtime {
                 (TurnOutcome::IterationCap, ITERATION_CAP_REPLY.to_string())
             }
             Err(error) => {
-                self.metering.metrics.turn(&caller.role_name, "error");
+                self.record_turn(&state, "error").await;
                 return Err(error);
             }
         };
         if outcome != TurnOutcome::Answered {
             // The model did not produce this text; store it so the transcript shows it
-            // (and queue it as the reply, for a channel message).
-            self.persist_then(
-                &caller,
-                Message::assistant_text(text.clone()),
-                0.0,
-                QueueStep::reply(delivery.as_ref(), &text),
-            )
-            .await?;
+            // (and queue it as the reply, for a channel message; work nobody waits on
+            // live is not sent a refusal: its owner hears about the budget once).
+            let step = match &state.destination {
+                Destination::Send { .. } => QueueStep::None,
+                destination => QueueStep::answer(destination, &text),
+            };
+            self.persist_then(caller, Message::assistant_text(text.clone()), 0.0, step)
+                .await?;
             state.emit(TurnEvent::TextDelta(text.clone()));
         }
-        self.metering
-            .metrics
-            .turn(&caller.role_name, outcome.label());
+        self.record_turn(&state, outcome.label()).await;
         Ok(TurnReply {
             text,
             session_key: caller.session_key.clone(),
@@ -216,6 +285,34 @@ impl Runtime {
             model_calls: state.model_calls,
             model_time: state.model_time,
         })
+    }
+
+    async fn record_turn(&self, state: &TurnState<'_>, outcome: &str) {
+        self.metering
+            .record_turn(&metering::TurnRecord {
+                user: &state.caller.slug,
+                role: &state.caller.role_name,
+                trigger: state.caller.trigger.label(),
+                outcome,
+                model_calls: state.model_calls,
+                usage: state.usage,
+                cost_usd: state.spent,
+            })
+            .await;
+    }
+
+    /// Stores `text` as said by the bot in `caller`'s session and queues it to
+    /// `recipients`, in one transaction.
+    pub(super) async fn persist_notice(
+        &self,
+        caller: Caller,
+        recipients: Vec<Recipient>,
+        text: String,
+    ) -> Result<(), TurnError> {
+        let step = QueueStep::Send(Box::new((recipients, text.clone())));
+        self.persist_then(&caller, Message::assistant_text(text), 0.0, step)
+            .await
+            .map(drop)
     }
 
     async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
@@ -238,6 +335,7 @@ impl Runtime {
             caller.identity.clone(),
         );
         let day = metering::spend_day(jiff::Timestamp::now());
+        let origin = caller.trigger.label();
         self.blocking(move |store| {
             let spend = (cost > 0.0).then_some((day.as_str(), cost));
             store.append_then(
@@ -250,6 +348,24 @@ impl Runtime {
                 |transaction, id| match step {
                     QueueStep::None => Ok(()),
                     QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
+                    QueueStep::Send(send) => {
+                        let (recipients, text) = *send;
+                        let body = OutboundBody {
+                            text,
+                            context: Default::default(),
+                        };
+                        for recipient in &recipients {
+                            queue::enqueue(
+                                transaction,
+                                &recipient.channel,
+                                &recipient.identity,
+                                &body,
+                                origin,
+                                None,
+                            )?;
+                        }
+                        Ok(())
+                    }
                     QueueStep::Reply(reply) => {
                         let (delivery, body) = *reply;
                         queue::queue_reply(
@@ -272,7 +388,7 @@ impl Runtime {
     /// (`TurnState::spent`), so the loop checks the budget without a query per model
     /// call. A turn running at the same time in another of the person's sessions is
     /// counted from that person's next turn on.
-    async fn spent_before_turn(
+    pub(super) async fn spent_before_turn(
         &self,
         caller: &Caller,
     ) -> Result<Option<(saint_config::Budget, f64)>, TurnError> {
@@ -341,6 +457,7 @@ impl Runtime {
                 model: &request.model,
                 role: &state.caller.role_name,
                 person: metering::person_label(state.caller.known, &state.caller.slug),
+                trigger: state.caller.trigger.label(),
             },
             response.usage,
             cost,
@@ -372,7 +489,11 @@ impl Runtime {
             model: model_name.clone(),
             tools: tool_names.iter().map(|name| name.to_string()).collect(),
         });
-        let base_prompt = self.system_prompt(caller, &config, tool_names).await?;
+        let mut base_prompt = self.system_prompt(caller, &config, tool_names).await?;
+        if let Some(note) = state.note {
+            base_prompt.push_str("\n\n");
+            base_prompt.push_str(note);
+        }
         let specs = tool_specs(&visible);
         let client = self.model.client(&config.model)?;
         let context = ToolContext {
@@ -441,7 +562,7 @@ impl Runtime {
                 // The final answer of a channel message is queued as its reply in the
                 // transaction that stores it.
                 let step = if message.tool_uses().next().is_none() {
-                    QueueStep::reply(state.delivery, &message.text())
+                    QueueStep::answer(&state.destination, &message.text())
                 } else {
                     QueueStep::None
                 };
@@ -610,6 +731,7 @@ impl Runtime {
                 duration,
                 outcome,
                 extra,
+                trigger: state.caller.trigger.label(),
             })
             .await;
         state.emit(TurnEvent::ToolCall {
@@ -618,6 +740,27 @@ impl Runtime {
         });
         (content, is_error)
     }
+}
+
+/// How the turn's first message is stored.
+pub(super) enum Accepted {
+    /// Stored by an earlier attempt as this id (a turn resumed after a restart).
+    Already(i64),
+    /// Store it and mark this inbox row accepted in the same transaction.
+    Inbox(i64),
+    /// Store it.
+    Store,
+}
+
+/// What [`Runtime::turn`] runs.
+pub(super) struct TurnInput<'a> {
+    pub(super) caller: &'a Caller,
+    pub(super) config: &'a Arc<BotConfig>,
+    /// The message that starts the turn.
+    pub(super) text: String,
+    pub(super) accepted: Accepted,
+    pub(super) destination: Destination<'a>,
+    pub(super) note: Option<&'a str>,
 }
 
 enum LoopEnd {

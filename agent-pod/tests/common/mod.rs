@@ -197,7 +197,23 @@ impl InProcess {
         body["reply"].as_str().unwrap().to_string()
     }
 
+    /// The usage log's tool-call lines.
     pub fn usage_lines(&self) -> Vec<Value> {
+        self.all_usage_lines()
+            .into_iter()
+            .filter(|line| line.get("tool").is_some())
+            .collect()
+    }
+
+    /// The usage log's turn lines.
+    pub fn turn_lines(&self) -> Vec<Value> {
+        self.all_usage_lines()
+            .into_iter()
+            .filter(|line| line.get("turn").is_some())
+            .collect()
+    }
+
+    fn all_usage_lines(&self) -> Vec<Value> {
         std::fs::read_to_string(self.workspace.join("logs/usage.jsonl"))
             .unwrap_or_default()
             .lines()

@@ -68,6 +68,9 @@ pub struct Caller {
     pub trigger: Trigger,
     /// How many sub-agents deep this turn runs (0: not a sub-agent).
     pub depth: u32,
+    /// When set, the only contacts (slugs) this turn's `message` tool may reach, on top
+    /// of the role's rules (the heartbeat notifies only whom the bot names).
+    pub may_message: Option<Arc<[String]>>,
 }
 
 /// What started a turn. Every turn runs with, and is metered to, the person it belongs

@@ -193,6 +193,18 @@ impl TypedTool for MessageTool {
             }
             let (contact, channel_name, identity) =
                 route(&context.config, &to, channel.as_deref())?;
+            if let Some(allowed) = &context.caller.may_message
+                && !allowed.iter().any(|slug| contact.slug == *slug)
+            {
+                return Err(ToolError::Denied(format!(
+                    "this turn may message only {}",
+                    if allowed.is_empty() {
+                        "nobody".to_string()
+                    } else {
+                        allowed.join(", ")
+                    }
+                )));
+            }
             let message = OutboundMessage {
                 requested_by: context.caller.slug.clone(),
                 requested_by_role: context.caller.role_name.clone(),
@@ -228,8 +240,9 @@ impl TypedTool for MessageTool {
     }
 }
 
-/// Finds the contact, the channel and the identity to send to.
-fn route<'c>(
+/// Finds the contact, the channel and the identity to send to: the identity `to` names,
+/// else the contact's first identity on a configured channel (`channel` narrows it).
+pub fn route<'c>(
     config: &'c BotConfig,
     to: &str,
     channel: Option<&str>,

@@ -88,6 +88,7 @@ pub fn caller(config: &BotConfig, slug: &str) -> Caller {
         session_key: format!("session-{slug}"),
         trigger: crate::Trigger::Message,
         depth: 0,
+        may_message: None,
     }
 }
 
