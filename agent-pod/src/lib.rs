@@ -5,12 +5,15 @@
 pub mod channel;
 pub mod clock;
 pub mod config_watch;
+pub mod heartbeat;
 pub mod identity;
 pub mod metering;
 pub mod model_discovery;
 pub mod persona;
 pub mod prompt;
 pub mod runtime;
+pub mod schedule;
 pub mod session;
 pub mod starter;
+pub mod subagents;
 pub mod up;

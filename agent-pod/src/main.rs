@@ -13,14 +13,18 @@ use saint_agent::{
         outbox::DurableOutbox,
         startup::channel_problems,
     },
+    clock::Clock,
     config_watch::{self, ConfigStore},
+    heartbeat,
     metering::Metering,
     model_discovery::{self, ModelChoice},
     persona,
     prompt::MAX_PROMPT_FILE_BYTES,
     runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
+    schedule::Schedule,
     session::SessionStore,
     starter::{BotFiles, Starter},
+    subagents::Subagents,
     up,
 };
 use saint_config::{ChannelKind, ErrorChain, SandboxBackend};
@@ -375,6 +379,7 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         workspace.join("sessions").join("transcripts.sqlite3"),
     )?);
     let metering = Arc::new(Metering::open(&workspace)?);
+    let clock = Arc::new(Clock::from_env(|name| env(name))?);
     let options = RuntimeOptions::default();
     let model = ModelAccess::new(
         arguments.model_base_url.clone(),
@@ -425,6 +430,13 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         }
         let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone())
             .replace(Arc::new(MessageTool::new(Arc::new(DurableOutbox::new(channels.clone())))));
+        // Work that runs on its own: scheduled jobs and sub-agents, each as the person
+        // who started it.
+        let schedule = Schedule::open(&workspace, store.clone(), channels.clone())?;
+        let subagents = Subagents::new();
+        for tool in [schedule.tool(), subagents.tool()].into_iter().flatten() {
+            tools = tools.replace(tool);
+        }
         if let Some(memory) = &memory {
             tools = tools
                 .replace(Arc::new(MemorySearchTool::new(memory.index.clone())))
@@ -494,7 +506,22 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             options,
         )
         .with_sandbox_available(sandbox_available);
-        let served = serve(arguments, config, Arc::new(runtime), env, extras, channels).await;
+        let runtime = Arc::new(runtime);
+        subagents.attach(&runtime);
+        // Background turns queue their answers outside a channel's own turn: wake the
+        // channel's sender for them.
+        let hub = channels.clone();
+        runtime.set_outbox_notifier(Arc::new(move |name: &str| {
+            if let Some(channel) = hub.channel(name) {
+                channel.outbox_ready.notify_one();
+            }
+        }));
+        let background = Background {
+            schedule,
+            subagents,
+            clock,
+        };
+        let served = serve(arguments, config, runtime, env, extras, channels, background).await;
         // Shutdown order: running turns have drained (serve), then the sandboxes stop,
         // then Porter, which their commands may have been calling.
         if let Some(sandboxes) = sandboxes {
@@ -508,6 +535,13 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
     })
 }
 
+/// What runs without anyone writing: the scheduler, the heartbeat, sub-agents.
+struct Background {
+    schedule: Arc<Schedule>,
+    subagents: Arc<Subagents>,
+    clock: Arc<Clock>,
+}
+
 async fn serve(
     arguments: RunArgs,
     config: Arc<ConfigStore>,
@@ -515,6 +549,7 @@ async fn serve(
     env: saint_agent::runtime::EnvLookup,
     extras: RunExtras,
     channels: Arc<ChannelHub>,
+    background: Background,
 ) -> anyhow::Result<()> {
     let mut state = AppState::new(runtime.clone(), env).with_channels(channels.clone());
     if extras.chat_token.is_some() || arguments.chat_page {
@@ -580,12 +615,26 @@ async fn serve(
     // queue for the next start.
     let channel_workers = start_workers(
         &channels,
-        runtime,
+        runtime.clone(),
         state.turns.clone(),
         state.abort_turns.clone(),
         state.draining.clone(),
         stop_server.clone(),
     );
+    // Scheduled jobs and the heartbeat start no new turn once draining begins, finish
+    // the ones running, and are cancelled with every other turn at the drain deadline.
+    let scheduler = tokio::spawn(background.schedule.clone().run(
+        runtime.clone(),
+        background.clock.clone(),
+        state.draining.clone(),
+        state.abort_turns.clone(),
+    ));
+    let heartbeat = tokio::spawn(heartbeat::run(
+        runtime,
+        background.clock.clone(),
+        state.draining.clone(),
+        state.abort_turns.clone(),
+    ));
     axum::serve(
         listener,
         app(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
@@ -594,6 +643,13 @@ async fn serve(
     .await
     .context("http server failed")?;
     let finished = drain_turns(&state, Duration::from_secs(2)).await;
+    let _ = scheduler.await;
+    let _ = heartbeat.await;
+    // Nothing is left running: sub-agents still going are cancelled and awaited.
+    let cancelled = background.subagents.shutdown().await;
+    if cancelled > 0 {
+        tracing::info!(cancelled, "sub-agents cancelled at shutdown");
+    }
     stop_server.cancel();
     for worker in channel_workers {
         let _ = worker.await;
