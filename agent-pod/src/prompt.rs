@@ -6,7 +6,8 @@
 //! alone — all through the containment guard, so a symlink or hard link planted in
 //! either cannot pull an outside file into the prompt. The role decides which files a
 //! prompt gets, whichever directory holds them. Missing or refused files are skipped,
-//! never invented. Nothing here names the model, the config, credentials or the
+//! never invented. Skills the role may use are listed by name and description only
+//! (`saint_tools::skills`); their bodies reach the model through the `skill` tool. Nothing here names the model, the config, credentials or the
 //! platform: the bot knows its persona, not its machinery.
 
 use std::path::Path;
@@ -19,6 +20,7 @@ use saint_tools::{
         paths::{Workspace, WorkspacePath, is_safe_component},
         role_paths::RolePaths,
     },
+    skills::SkillCatalog,
 };
 
 use crate::persona;
@@ -106,6 +108,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
         ));
     }
 
+    if let Some(listing) = skills_section(inputs) {
+        sections.push(listing);
+    }
+
     if let Some(guidance) = memory_guidance(inputs, own_directory.as_deref()) {
         sections.push(format!("## Remembering things\n\n{guidance}"));
     }
@@ -117,6 +123,32 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
             .to_string(),
     );
     sections.join("\n\n") + "\n"
+}
+
+/// The skills the caller's role may use, one line each (name and description, never
+/// the body: the `skill` tool loads that on demand, so a turn that needs no skill pays
+/// only for the listing). None when the role allows no installed skill, or when the
+/// turn was not offered the `skill` tool (a deny pattern names it).
+fn skills_section(inputs: &PromptInputs<'_>) -> Option<String> {
+    let role = &inputs.caller.role;
+    if !saint_tools::policy::skills_allow_any(&role.skills)
+        || !inputs.tool_names.contains(&saint_tools::policy::SKILL_TOOL)
+    {
+        return None;
+    }
+    let catalog = SkillCatalog::load(inputs.workspace, inputs.config);
+    let lines: Vec<String> = catalog
+        .allowed(&role.skills)
+        .map(|skill| format!("- {}: {}", skill.name, skill.description))
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "## Skills\n\nBefore following one of these skills, load its instructions with the \
+         `skill` tool.\n{}",
+        lines.join("\n")
+    ))
 }
 
 /// "You are talking to Ana (owner). …" or the external-contact warning. Unknown senders
@@ -368,6 +400,53 @@ mod tests {
             assert!(
                 !prompt.contains(&workspace.path().to_string_lossy().to_lowercase()),
                 "{slug}: host path leaked"
+            );
+        }
+    }
+
+    #[test]
+    fn skills_are_listed_by_name_and_description_for_the_roles_that_allow_them() {
+        let workspace = workspace();
+        for (name, description) in [("pdf", "Fill PDF forms."), ("invoices", "Issue invoices.")] {
+            let folder = workspace.path().join("skills").join(name);
+            fs::create_dir_all(&folder).unwrap();
+            fs::write(
+                folder.join("SKILL.md"),
+                format!("---\nname: {name}\ndescription: {description}\n---\nBODY OF {name}\n"),
+            )
+            .unwrap();
+        }
+        let mut config = company_config();
+        let prompt_with = |config: &BotConfig, slug: &str, tools: &[&str]| {
+            let caller = caller(config, slug);
+            system_prompt(&PromptInputs {
+                caller: &caller,
+                config,
+                workspace: workspace.path(),
+                tool_names: tools,
+            })
+        };
+        config.roles.get_mut("owner").unwrap().skills = saint_config::Skills::All;
+        config.roles.get_mut("employee").unwrap().skills =
+            saint_config::Skills::Only(vec!["invoices".to_string(), "missing".to_string()]);
+        let owner = prompt_with(&config, "acme-ana", &["read", "skill"]);
+        assert!(owner.contains(
+            "## Skills\n\nBefore following one of these skills, load its instructions with the `skill` tool.\n\
+             - invoices: Issue invoices.\n- pdf: Fill PDF forms."
+        ), "{owner}");
+        let employee = prompt_with(&config, "acme-ivo", &["read", "skill"]);
+        assert!(employee.contains("- invoices: Issue invoices.") && !employee.contains("pdf"));
+        assert!(
+            !employee.contains("missing"),
+            "an allowed but absent skill is not listed"
+        );
+        // No skill tool offered (denied), or a role without skills: no section at all.
+        assert!(!prompt_with(&config, "acme-ana", &["read"]).contains("## Skills"));
+        assert!(!prompt_with(&config, "acme-marko", &["read", "skill"]).contains("## Skills"));
+        for prompt in [owner, employee] {
+            assert!(
+                !prompt.contains("BODY OF"),
+                "bodies are never in the prompt"
             );
         }
     }

@@ -1,4 +1,4 @@
-//! Builds the file, web, messaging and session tools of this crate.
+//! Builds the file, web, messaging, session and skill tools of this crate.
 //!
 //! Construction only: the runtime passes what the tools need (outbox, session
 //! directory, SSRF guard, secret lookup); the policy decides what each role sees.
@@ -15,6 +15,7 @@ use super::{
     session_directory::SessionDirectory,
     sessions_history::SessionsHistoryTool,
     sessions_list::SessionsListTool,
+    skills::SkillTool,
     web_fetch::WebFetchTool,
     web_search::{SecretLookup, WebSearchTool},
     write::WriteTool,
@@ -66,5 +67,6 @@ pub fn all_tools(dependencies: CatalogDependencies) -> Vec<Arc<dyn Tool>> {
         Arc::new(MessageTool::new(dependencies.outbox)),
         Arc::new(SessionsListTool::new(dependencies.sessions.clone())),
         Arc::new(SessionsHistoryTool::new(dependencies.sessions)),
+        Arc::new(SkillTool),
     ]
 }

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod session_directory;
 pub mod sessions_history;
 pub mod sessions_list;
+pub mod skills;
 #[cfg(test)]
 mod ssrf_vectors;
 #[cfg(any(test, feature = "fixtures"))]

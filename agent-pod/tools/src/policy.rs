@@ -2,10 +2,12 @@
 //!
 //! Pure: reads only the role and the tool names; no I/O. A pattern is a tool name, a
 //! `group:<name>` from [`saint_config::TOOL_GROUPS`], or a glob (`sessions_*`). Deny
-//! always wins over allow. Tools that need the sandbox (`exec`, `process`) are withheld
-//! from every role unless the runtime says a sandbox is available and the role has an
-//! exec blocklist; the fail-closed `exec` tool of the catalog refuses every call, so a
-//! model that names it anyway fails closed.
+//! always wins over allow. The `skill` tool is the one exception to "allowed by a
+//! pattern": the role's `skills` setting is its permission (any skill allowed →
+//! offered, unless a deny pattern names it). Tools that need the sandbox (`exec`,
+//! `process`) are withheld from every role unless the runtime says a sandbox is
+//! available and the role has an exec blocklist; the fail-closed `exec` tool of the
+//! catalog refuses every call, so a model that names it anyway fails closed.
 //!
 //! The decision travels as a [`Permit`]: only this module makes one, and
 //! [`Tool::call`] takes one, so a tool never asks the policy itself — holding the permit
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use globset::GlobBuilder;
-use saint_config::{RoleConfig, TOOL_GROUPS};
+use saint_config::{RoleConfig, Skills, TOOL_GROUPS};
 
 use crate::{Caller, Tool, ToolContext, ToolError, ToolOutput};
 
@@ -153,6 +155,20 @@ pub fn permitted_tools(
         .collect()
 }
 
+/// The tool that loads a skill's instructions: offered by the role's `skills` setting,
+/// not by its tool allow list.
+pub const SKILL_TOOL: &str = "skill";
+
+/// Whether a `skills` setting lets the role use any skill at all (which skills are
+/// installed is the skill tool's and the prompt's business: this module does no I/O).
+pub fn skills_allow_any(skills: &Skills) -> bool {
+    match skills {
+        Skills::All => true,
+        Skills::Only(names) => !names.is_empty(),
+        Skills::None => false,
+    }
+}
+
 /// Tools no role sees until the sandbox exists.
 pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
 
@@ -192,6 +208,11 @@ pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_availabl
         .deny
         .iter()
         .any(|pattern| pattern_matches(pattern, tool));
+    if tool == SKILL_TOOL {
+        // The role's `skills` setting is the permission (no allow entry needed); deny
+        // still wins.
+        return skills_allow_any(&role.skills) && !denied;
+    }
     let allowed = role
         .tools
         .allow
@@ -352,6 +373,35 @@ mod tests {
         let mut denied = role(&["*"], &["exec"]);
         denied.exec_blocklist = Some(Vec::new());
         assert!(!names(&denied, true).contains(&"exec"));
+    }
+
+    #[test]
+    fn the_skill_tool_follows_the_skills_setting_and_deny_still_wins() {
+        let with_skills = |allow: &[&str], deny: &[&str], skills: serde_json::Value| {
+            let mut role = role(allow, deny);
+            role.skills = serde_json::from_value(skills).unwrap();
+            visible(&role).contains(&SKILL_TOOL)
+        };
+        // No allow entry needed: the skills setting is the permission.
+        assert!(with_skills(&[], &[], serde_json::json!("all")));
+        assert!(with_skills(
+            &["read"],
+            &[],
+            serde_json::json!({"only": ["pdf"]})
+        ));
+        // An allow list naming it does not give it to a role without skills.
+        assert!(!with_skills(&["*"], &[], serde_json::json!("none")));
+        assert!(!with_skills(
+            &["skill"],
+            &[],
+            serde_json::json!({"only": []})
+        ));
+        for deny in ["skill", "group:skills", "sk*"] {
+            assert!(
+                !with_skills(&["*"], &[deny], serde_json::json!("all")),
+                "{deny}"
+            );
+        }
     }
 
     #[test]

@@ -387,7 +387,7 @@ fn indirections(value: &serde_json::Value, found: &mut Vec<String>) {
 #[test]
 fn every_tool_schema_is_one_inline_object_with_described_properties() {
     let schemas = every_schema();
-    assert_eq!(schemas.len(), 13);
+    assert_eq!(schemas.len(), 14);
     for (name, schema) in schemas {
         assert_eq!(schema["type"], "object", "{name}: {schema}");
         let properties = schema["properties"]
@@ -473,6 +473,7 @@ fn schemas_keep_the_fields_and_required_lists_the_model_was_offered_before() {
             vec!["limit", "session_key"],
             vec!["session_key"],
         ),
+        ("skill", vec!["name"], vec!["name"]),
         ("memory_get", vec!["from", "lines", "path"], vec!["path"]),
         ("memory_search", vec!["k", "paths", "query"], vec!["query"]),
         (
