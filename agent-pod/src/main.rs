@@ -20,7 +20,9 @@ use saint_agent::{
     model_discovery::{self, ModelChoice},
     persona,
     prompt::MAX_PROMPT_FILE_BYTES,
-    runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions, endpoint_for, process_env},
+    runtime::{
+        EnvLookup, ModelAccess, Outlets, Runtime, RuntimeOptions, endpoint_for, process_env,
+    },
     schedule::Schedule,
     session::SessionStore,
     starter::{BotFiles, Starter},
@@ -510,12 +512,15 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         subagents.attach(&runtime);
         // Background turns queue their answers outside a channel's own turn: wake the
         // channel's sender for them.
-        let hub = channels.clone();
-        runtime.set_outbox_notifier(Arc::new(move |name: &str| {
-            if let Some(channel) = hub.channel(name) {
-                channel.outbox_ready.notify_one();
-            }
-        }));
+        let (ready_hub, send_hub) = (channels.clone(), channels.clone());
+        runtime.set_outlets(Outlets {
+            ready: Arc::new(move |name: &str| {
+                if let Some(channel) = ready_hub.channel(name) {
+                    channel.outbox_ready.notify_one();
+                }
+            }),
+            can_send: Arc::new(move |name: &str| send_hub.channel(name).is_some()),
+        });
         let background = Background {
             schedule,
             subagents,

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use saint_config::{KNOWN_TOOLS, RoleConfig};
+use saint_config::{BotConfig, ChannelIdentity, KNOWN_TOOLS, RoleConfig};
 use saint_llm::CancellationToken;
 use saint_tools::{Caller, policy};
 
@@ -137,16 +137,69 @@ impl Runtime {
     }
 
     fn outbox_ready<'a>(&self, channels: impl Iterator<Item = &'a str>) {
-        if let Some(notify) = self.outbox_notifier.get() {
+        if let Some(outlets) = self.outlets.get() {
             for channel in channels {
-                notify(channel);
+                (outlets.ready)(channel);
             }
         }
     }
 
-    /// Sets what wakes a channel's sender when a background turn queued something for
-    /// it (the hub's senders otherwise look again within 30 s).
-    pub fn set_outbox_notifier(&self, notify: Arc<dyn Fn(&str) + Send + Sync>) {
-        let _ = self.outbox_notifier.set(notify);
+    /// Sets which channels can send on their own and what wakes their senders when a
+    /// background turn queued something for them.
+    pub fn set_outlets(&self, outlets: Outlets) {
+        let _ = self.outlets.set(outlets);
     }
+
+    /// Whether the channel named `channel` can send a message nobody asked for (it has
+    /// a running transport; the HTTP API only answers requests).
+    pub fn can_send(&self, channel: &str) -> bool {
+        self.outlets
+            .get()
+            .is_some_and(|outlets| (outlets.can_send)(channel))
+    }
+
+    /// Where a message to contact `slug` goes: their identity `preferred` when its
+    /// channel can send, else their first identity on a channel that can; `None` when
+    /// no channel can reach them (the message then stays in a session).
+    pub fn recipient_for(
+        &self,
+        config: &BotConfig,
+        slug: &str,
+        preferred: Option<&str>,
+    ) -> Option<Recipient> {
+        let contact = config
+            .contacts
+            .iter()
+            .find(|contact| contact.slug == slug)?;
+        let reachable = |identity: &ChannelIdentity| {
+            config
+                .channels
+                .iter()
+                .filter(|channel| channel.kind == identity.kind())
+                .find(|channel| self.can_send(&channel.name))
+                .map(|channel| Recipient {
+                    channel: channel.name.clone(),
+                    identity: identity.to_string(),
+                })
+        };
+        let preferred = preferred.and_then(|wanted| {
+            contact
+                .identities
+                .iter()
+                .find(|identity| identity.as_str() == wanted)
+        });
+        preferred
+            .into_iter()
+            .chain(contact.identities.iter())
+            .find_map(reachable)
+    }
+}
+
+/// The channels as background turns see them (the agent's channel hub).
+#[derive(Clone)]
+pub struct Outlets {
+    /// Wakes the sender of the channel named by the argument.
+    pub ready: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Whether the channel named by the argument can send on its own.
+    pub can_send: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 }

@@ -23,7 +23,7 @@ use saint_llm::{ClientOptions, LlmError, Usage};
 
 use self::session_cache::SessionCache;
 pub use self::{
-    assignment::{Assignment, AssignmentEnd, narrowed_role},
+    assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role},
     compaction::{estimate_tokens, split_point, summary_request},
     model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
     turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},
@@ -230,8 +230,8 @@ pub struct Runtime {
     // One turn at a time per session, so messages and tool results interleave sanely;
     // the lock also guards what the last turn kept of the session.
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<SessionCache>>>>,
-    // Wakes a channel's sender when a background turn queued something for it.
-    outbox_notifier: std::sync::OnceLock<Arc<dyn Fn(&str) + Send + Sync>>,
+    // The channels background turns queue answers for.
+    outlets: std::sync::OnceLock<assignment::Outlets>,
 }
 
 impl Runtime {
@@ -255,7 +255,7 @@ impl Runtime {
             options,
             sandbox_available: false,
             session_locks: Mutex::default(),
-            outbox_notifier: std::sync::OnceLock::new(),
+            outlets: std::sync::OnceLock::new(),
         }
     }
 
