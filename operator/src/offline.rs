@@ -34,7 +34,7 @@ pub enum OfflineError {
 pub struct Manifests {
     /// SaintBots, in file order.
     pub bots: Vec<SaintBot>,
-    /// Contacts, Roles and the (last) ConfigMap, as `dereference` would read them.
+    /// Contacts, Roles and ConfigMaps (by name), as `dereference` would read them.
     pub dereferenced: Dereferenced,
 }
 
@@ -78,8 +78,9 @@ pub fn read_manifests(
                 .roles
                 .push(serde_json::from_value::<Role>(value).map_err(error)?),
             "ConfigMap" => {
-                manifests.dereferenced.persona_config_map =
-                    Some(serde_json::from_value::<ConfigMap>(value).map_err(error)?)
+                let config_map = serde_json::from_value::<ConfigMap>(value).map_err(error)?;
+                let name = config_map.metadata.name.clone().unwrap_or_default();
+                manifests.dereferenced.config_maps.insert(name, config_map);
             }
             _ => {}
         }

@@ -98,6 +98,9 @@ pub enum Reason {
     IdentifierConflict,
     /// A Role named by a Contact or by `spec.defaultRole` does not exist or is not selected.
     RoleNotFound,
+    /// SaintBot: a ConfigMap (or a key in it) a skill names does not exist; retried with
+    /// backoff until it does (the message names the field).
+    ConfigMapNotFound,
     /// Contact `Ready`: an identifier cannot be normalised.
     InvalidIdentifier,
     /// Contact `Ready`: every identifier is linked.
@@ -123,7 +126,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -131,6 +134,7 @@ impl Reason {
         Reason::AllLinked,
         Reason::IdentifierConflict,
         Reason::RoleNotFound,
+        Reason::ConfigMapNotFound,
         Reason::InvalidIdentifier,
         Reason::Linked,
         Reason::Unused,
@@ -153,6 +157,7 @@ impl Reason {
             Reason::AllLinked => "AllLinked",
             Reason::IdentifierConflict => "IdentifierConflict",
             Reason::RoleNotFound => "RoleNotFound",
+            Reason::ConfigMapNotFound => "ConfigMapNotFound",
             Reason::InvalidIdentifier => "InvalidIdentifier",
             Reason::Linked => "Linked",
             Reason::Unused => "Unused",
@@ -183,6 +188,7 @@ impl Reason {
             // wherever it shows, so it reads as a warning.
             Reason::IdentifierConflict
             | Reason::RoleNotFound
+            | Reason::ConfigMapNotFound
             | Reason::InvalidIdentifier
             | Reason::InvalidSpec
             | Reason::EnvModeCredentials
@@ -415,6 +421,7 @@ mod tests {
                 ("AllLinked", "True", Normal),
                 ("IdentifierConflict", "False", Warning),
                 ("RoleNotFound", "False", Warning),
+                ("ConfigMapNotFound", "False", Warning),
                 ("InvalidIdentifier", "False", Warning),
                 ("Linked", "True", Normal),
                 ("Unused", "True", Normal),

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,6 +39,10 @@ enum Scenario {
     ConflictingContactsAreReported,
     /// The default role is missing: nothing is applied, status says RoleNotFound.
     MissingDefaultRoleWaits,
+    /// A skill's ConfigMap does not exist (yet): nothing is applied, status says
+    /// ConfigMapNotFound naming the field, and the error is retried with backoff (no
+    /// watch would wake the bot when the ConfigMap arrives).
+    MissingSkillConfigMapIsRetried,
     /// The API server refuses the first apply: reconcile stops there, no status is
     /// written, and one Warning Event named after the error variant is published.
     ApplyFailureStopsAndWarns,
@@ -176,9 +180,16 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
     applies
 }
 
-fn reads(contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect> {
+/// The reads of one reconcile: Contacts, Roles, then the ConfigMaps the bot names —
+/// persona first, then each skill's — answered from `config_maps` (a name absent there
+/// is answered 404).
+fn reads(
+    contacts: &[Contact],
+    roles: Vec<Value>,
+    config_maps: &BTreeMap<String, Value>,
+) -> Vec<Expect> {
     let contacts: Vec<Value> = contacts.iter().map(to_value).collect();
-    vec![
+    let mut steps = vec![
         expect(
             Method::GET,
             "/apis/saint.work/v1alpha1/namespaces/acme/contacts",
@@ -189,12 +200,19 @@ fn reads(contacts: &[Contact], roles: Vec<Value>, persona: Value) -> Vec<Expect>
             "/apis/saint.work/v1alpha1/namespaces/acme/roles",
             move |_| list("RoleList", roles),
         ),
-        expect(
+    ];
+    for name in ["acme-persona", "acme-skills", "acme-skill-google"] {
+        let answer = config_maps.get(name).cloned().unwrap_or_else(|| {
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": format!("configmaps \"{name}\" not found"), "reason": "NotFound", "code": 404})
+        });
+        steps.push(expect(
             Method::GET,
-            "/api/v1/namespaces/acme/configmaps/acme-persona",
-            move |_| persona,
-        ),
-    ]
+            &format!("/api/v1/namespaces/acme/configmaps/{name}"),
+            move |_| answer,
+        ));
+    }
+    steps
 }
 
 fn ana_twin() -> Contact {
@@ -210,13 +228,17 @@ fn ana_twin() -> Contact {
 fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
     let (mut bot, dereferenced) = load("acme.yaml");
     let roles: Vec<Value> = dereferenced.roles.iter().map(to_value).collect();
-    let persona = to_value(dereferenced.persona_config_map.as_ref().unwrap());
+    let persona: BTreeMap<String, Value> = dereferenced
+        .config_maps
+        .iter()
+        .map(|(name, config_map)| (name.clone(), to_value(config_map)))
+        .collect();
     let not_ready =
         json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 0});
     match which {
         Scenario::FirstReconcileAppliesEveryChild => {
             let hash = config_hash(&validated("acme.yaml"));
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&dereferenced.contacts, roles, &persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
@@ -244,7 +266,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
         Scenario::ConflictingContactsAreReported => {
             let mut contacts = dereferenced.contacts.clone();
             contacts.push(ana_twin());
-            let mut steps = reads(&contacts, roles, persona);
+            let mut steps = reads(&contacts, roles, &persona);
             steps.extend(child_applies(&bot, &contacts, not_ready));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
@@ -271,7 +293,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
         }
         Scenario::RemovedWebhookIngressIsDeleted => {
             bot.spec.webhook_ingress = None;
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&dereferenced.contacts, roles, &persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
@@ -288,7 +310,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             (bot, steps)
         }
         Scenario::ApplyFailureStopsAndWarns | Scenario::ApplyFailureRetriedQuietly => {
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&dereferenced.contacts, roles, &persona);
             steps.push(expect(
                 Method::PATCH,
                 "/api/v1/namespaces/acme/serviceaccounts/my-bot-agent",
@@ -299,9 +321,32 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             }
             (bot, steps)
         }
+        Scenario::MissingSkillConfigMapIsRetried => {
+            let mut config_maps = persona.clone();
+            config_maps.remove("acme-skill-google");
+            let mut steps = reads(&dereferenced.contacts, roles, &config_maps);
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    let ready = condition(status, "Ready");
+                    assert_eq!(ready["status"], "False");
+                    assert_eq!(ready["reason"], "ConfigMapNotFound");
+                    let message = ready["message"].as_str().unwrap();
+                    assert!(
+                        message.contains("spec.skills[1].configMapRef")
+                            && message.contains("acme-skill-google"),
+                        "{message}"
+                    );
+                    assert_eq!(condition(status, "ConfigRendered")["status"], "False");
+                },
+            ));
+            steps.push(event_expectation("ConfigMapNotFound", "Warning"));
+            (bot, steps)
+        }
         Scenario::MissingDefaultRoleWaits => {
             bot.spec.default_role = "visitor".to_string();
-            let mut steps = reads(&dereferenced.contacts, roles, persona);
+            let mut steps = reads(&dereferenced.contacts, roles, &persona);
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -370,6 +415,27 @@ async fn a_missing_default_role_applies_nothing_and_reports_role_not_found() {
         .await
         .expect_err("reconcile reports the invalid spec");
     assert!(matches!(error, ReconcileError::InvalidSpec(_)), "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_skill_config_map_applies_nothing_reports_it_and_is_retried() {
+    let (bot, steps) = scenario(&Scenario::MissingSkillConfigMapIsRetried);
+    let bot = Arc::new(bot);
+    let ((error, action), _) = with_stand_in(steps, |client| async move {
+        let context = context(client);
+        let error = reconcile(bot.clone(), context.clone())
+            .await
+            .expect_err("reconcile reports the missing ConfigMap");
+        let action = error_policy(bot.clone(), &error, context.clone());
+        (error, action)
+    })
+    .await;
+    assert!(matches!(error, ReconcileError::InvalidSpec(_)), "{error}");
+    assert_eq!(
+        action,
+        Action::requeue(backoff(1)),
+        "retried: nothing watches the ConfigMap"
+    );
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 
 pub mod channel_rules;
 pub mod contact;
+pub mod proactive;
 pub mod role;
 pub mod saintbot;
 

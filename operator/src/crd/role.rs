@@ -10,6 +10,7 @@ use saint_config::{BudgetPeriod, MemoryScope, SessionsVisibilityKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::proactive::{CronLimitsSpec, SpawnLimitsSpec};
 use super::{bootstrap_files_rule, dns_label_list_rule, tool_patterns_rule};
 
 /// A role: the tools, model, files, memory and budget a bot grants the people holding it.
@@ -107,6 +108,16 @@ pub struct RoleSpec {
     /// internals are shown to them.
     #[serde(default)]
     pub external: bool,
+
+    /// Limits on the scheduled jobs (`cron` tool) of each person holding the role.
+    /// Absent: 10 jobs, runs at least 300 s apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<CronLimitsSpec>,
+
+    /// Limits on the background sub-agents (`sessions_spawn`) of each person holding the
+    /// role. Absent: depth 1, 2 at once, 600 s each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<SpawnLimitsSpec>,
 }
 
 /// Tool allow and deny lists.

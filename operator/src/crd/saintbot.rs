@@ -18,6 +18,9 @@ use saint_config::{ChannelKind, ModelProvider, SandboxScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::proactive::{
+    ActiveHoursSpec, ConfigMapKeyReference, HeartbeatSpec, ScheduleSpec, SkillSpec,
+};
 use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_rule};
 
 /// One Saint assistant. The operator renders its config, storage, pod, permissions and
@@ -83,6 +86,9 @@ use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_r
     "!has(self.porter) || !has(self.porter.clis) || self.porter.clis.all(c, self.porter.clis.exists_one(d, d.name == c.name))"
 ).message("porter.clis[].name must be unique"))]
 #[x_kube(validation = super::channel_rules::webhook_ingress_needs_a_webhook_channel())]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.skills) || self.skills.all(s, self.skills.exists_one(t, t.name == s.name))"
+).message("skills[].name must be unique"))]
 pub struct SaintBotSpec {
     /// Persona and workspace files (SOUL.md, IDENTITY.md, AGENTS.md, TOOLS.md, USER.md,
     /// HEARTBEAT.md, COMPANY.md), inline or from a ConfigMap.
@@ -154,6 +160,25 @@ pub struct SaintBotSpec {
     /// a channel; the Ingress is deleted when this field is removed. Absent: no Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_ingress: Option<WebhookIngressSpec>,
+
+    /// The heartbeat: every `everySeconds` (within `activeHours`) the bot reads
+    /// `HEARTBEAT.md` and does what it says, with the Role `role`, telling only the
+    /// Contacts in `notify`. An empty or comment-only HEARTBEAT.md costs no model call.
+    /// Absent: no heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatSpec>,
+
+    /// Scheduled jobs (the `cron` tool), bot-wide: the time zone of schedules that name
+    /// none and how long after its time a missed run is still made up. Absent: UTC, 3600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleSpec>,
+
+    /// Skills: `SKILL.md` files from ConfigMap keys, mounted read-only into the `agent`
+    /// container as `/etc/saint-skills/<name>/SKILL.md`. Their front matter is listed in
+    /// the prompt of roles whose `skills` allow them; the body is read on demand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub skills: Vec<SkillSpec>,
 }
 
 /// Role for senders that match no Contact, when `spec.defaultRole` is left out.
@@ -548,7 +573,8 @@ pub const DEFAULT_INGRESS_CONTROLLER_NAMESPACE: &str = "kube-system";
 pub struct SaintBotStatus {
     /// `Ready` (True with `PodReady` when the config is rendered and the pod is ready;
     /// False with `PodNotReady` or `Suspended` while nothing needs fixing, with
-    /// `InvalidSpec` or `RoleNotFound` when the spec cannot be rendered),
+    /// `InvalidSpec` or `RoleNotFound` when the spec cannot be rendered, with
+    /// `ConfigMapNotFound` while a skill's ConfigMap or key is missing — retried),
     /// `ConfigRendered` (True with `ConfigRendered`, else the same reason as `Ready`),
     /// `IdentitiesLinked` (True with `AllLinked`; False with `IdentifierConflict` or
     /// `RoleNotFound` naming what was left out) and `CredentialsIsolated` (True with

@@ -247,11 +247,14 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
 }
 
 /// What to do after a failed reconcile: an invalid spec waits for a change (of the bot,
-/// a Contact or a Role — all watched); anything else is retried with exponential backoff
-/// from 5 s up to 5 minutes.
+/// a Contact or a Role — all watched), except a missing skill ConfigMap (not watched),
+/// which is retried like anything else: with exponential backoff from 5 s up to 5 minutes.
 pub fn error_policy(bot: Arc<SaintBot>, error: &ReconcileError, context: Arc<Context>) -> Action {
     tracing::warn!(bot = %bot_key(&bot), error = %ErrorChain(error), "reconcile failed");
     match error {
+        ReconcileError::InvalidSpec(invalid) if invalid.is_retried() => {
+            Action::requeue(backoff(context.failure_count(&bot_key(&bot), true)))
+        }
         ReconcileError::InvalidSpec(_) | ReconcileError::MissingNamespace => Action::await_change(),
         _ => Action::requeue(backoff(context.failure_count(&bot_key(&bot), true))),
     }

@@ -9,6 +9,7 @@ mod channels;
 pub mod defaults;
 mod model;
 mod porter;
+pub mod proactive;
 pub mod roles;
 mod workload;
 
@@ -34,7 +35,10 @@ use crate::{
     status::Reason,
 };
 
-pub use self::{porter::PorterSecretFile, roles::render_role, workload::ValidatedSandbox};
+pub use self::{
+    porter::PorterSecretFile, proactive::ValidatedSkill, roles::render_role,
+    workload::ValidatedSandbox,
+};
 
 /// Env var of the agent container holding the model API key.
 pub const MODEL_API_KEY_ENV: &str = "SAINT_MODEL_API_KEY";
@@ -58,6 +62,18 @@ pub enum ValidateError {
         field: String,
         message: String,
     },
+    #[error(
+        "failed to render the heartbeat: spec.heartbeat.role names Role {role:?}, which does not exist or is not selected"
+    )]
+    HeartbeatRoleNotFound { role: String },
+    #[error("failed to render {field}: {message}")]
+    InvalidSetting { field: String, message: String },
+    #[error("failed to mount skills: {field} names {}, which does not exist; retrying until it does", missing_config_map(name, key.as_deref()))]
+    SkillConfigMapNotFound {
+        field: String,
+        name: String,
+        key: Option<String>,
+    },
     #[error("failed to render channels: {field}: {message}")]
     InvalidChannel { field: String, message: String },
     #[error("failed to render porter CLIs: {field}: {message}")]
@@ -66,13 +82,30 @@ pub enum ValidateError {
     RenderedConfig(#[source] saint_config::ConfigError),
 }
 
+fn missing_config_map(name: &str, key: Option<&str>) -> String {
+    match key {
+        None => format!("ConfigMap {name:?}"),
+        Some(key) => format!("key {key:?} of ConfigMap {name:?}"),
+    }
+}
+
 impl ValidateError {
-    /// The status reason this error shows as (`RoleNotFound` or `InvalidSpec`).
+    /// The status reason this error shows as (`RoleNotFound`, `ConfigMapNotFound` or
+    /// `InvalidSpec`).
     pub fn reason(&self) -> Reason {
         match self {
-            ValidateError::DefaultRoleNotFound { .. } => Reason::RoleNotFound,
+            ValidateError::DefaultRoleNotFound { .. }
+            | ValidateError::HeartbeatRoleNotFound { .. } => Reason::RoleNotFound,
+            ValidateError::SkillConfigMapNotFound { .. } => Reason::ConfigMapNotFound,
             _ => Reason::InvalidSpec,
         }
+    }
+
+    /// Whether only time can fix it: a ConfigMap is not watched, so its arrival wakes
+    /// nobody and the controller retries with backoff (Roles and Contacts are watched:
+    /// their errors wait for a change).
+    pub fn is_retried(&self) -> bool {
+        matches!(self, ValidateError::SkillConfigMapNotFound { .. })
     }
 }
 
@@ -125,6 +158,8 @@ pub struct ValidatedSaintBot {
     pub identity: IdentityReport,
     /// The webhook Ingress, when `spec.webhookIngress` is set and a channel takes webhooks.
     pub webhook_ingress: Option<ValidatedWebhookIngress>,
+    /// Skills mounted under `saint_config::SKILLS_MOUNT_PATH`, in spec order.
+    pub skills: Vec<ValidatedSkill>,
 }
 
 /// `spec.webhookIngress`, defaulted, with the paths it routes.
@@ -222,6 +257,10 @@ pub fn validate(
     let channels = channels::render_channels(&spec.channels)?;
 
     let porter = porter::render_porter(&spec.porter)?;
+    let heartbeat =
+        proactive::render_heartbeat(spec.heartbeat.as_ref(), &roles, &identity.contacts)?;
+    let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
+    let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
 
     let config = BotConfig {
         schema_version: SCHEMA_VERSION.to_string(),
@@ -248,9 +287,10 @@ pub fn validate(
         persona: Some(PersonaConfig {
             directory: PERSONA_MOUNT_PATH.to_string(),
         }),
-        heartbeat: None,
-        schedule: Default::default(),
-        skills: Default::default(),
+        heartbeat,
+        schedule,
+        // Names the mount of `skills` (build/workload.rs) when any skill is declared.
+        skills: skills_config,
     };
     check_rendered(&config)?;
     let workload = workload::render_workload(spec, settings);
@@ -279,5 +319,6 @@ pub fn validate(
         api_server_port: settings.api_server_port,
         identity,
         webhook_ingress: webhook_ingress(spec),
+        skills,
     })
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use saint_config::{
-    PERSONA_MOUNT_PATH,
+    PERSONA_MOUNT_PATH, SKILLS_MOUNT_PATH,
     sandbox_contract::{PORTER_CONTROL_MOUNT_PATH, PORTER_CONTROL_SOCKET_PATH, PORTER_SOCKET_PATH},
 };
 use serde_json::{Value, json};
@@ -112,6 +112,24 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     if let Some(secret) = &bot.web_search_api_key {
         env.push(secret_env(WEB_SEARCH_API_KEY_ENV, secret));
     }
+    let mut mounts = vec![
+        json!({"name": "config", "mountPath": "/etc/saint", "readOnly": true}),
+        // A whole-volume mount (not `items` with subPath): the kubelet updates it in
+        // place, so a persona change reaches the next prompt without a restart. The
+        // agent reads its `..data` layout (saint-agent's persona module).
+        json!({"name": "persona", "mountPath": PERSONA_MOUNT_PATH, "readOnly": true}),
+    ];
+    if !bot.skills.is_empty() {
+        // Whole-volume too, for the same reason: an edited SKILL.md is read fresh.
+        mounts.push(json!({"name": "skills", "mountPath": SKILLS_MOUNT_PATH, "readOnly": true}));
+    }
+    mounts.extend([
+        json!({"name": "workspace", "mountPath": WORKSPACE}),
+        json!({"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"}),
+        json!({"name": "porter-control", "mountPath": PORTER_CONTROL_MOUNT_PATH}),
+        json!({"name": "tmp", "mountPath": "/tmp"}),
+        json!({"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": true}),
+    ]);
     json!({
         "name": "agent",
         "image": bot.agent_image,
@@ -128,18 +146,7 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "readinessProbe": http_probe("/readyz", "http", 5, 2),
         "resources": serde_json::to_value(&bot.agent_resources).expect("resources serialise"),
         "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
-            // A whole-volume mount (not `items` with subPath): the kubelet updates it in
-            // place, so a persona change reaches the next prompt without a restart. The
-            // agent reads its `..data` layout (saint-agent's persona module).
-            {"name": "persona", "mountPath": PERSONA_MOUNT_PATH, "readOnly": true},
-            {"name": "workspace", "mountPath": WORKSPACE},
-            {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
-            {"name": "porter-control", "mountPath": PORTER_CONTROL_MOUNT_PATH},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": true},
-        ],
+        "volumeMounts": mounts,
     })
 }
 
@@ -237,6 +244,20 @@ fn volumes(bot: &ValidatedSaintBot) -> Vec<Value> {
             {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
         ]}}),
     ];
+    if !bot.skills.is_empty() {
+        // The user's ConfigMaps themselves, projected: each skill's key becomes
+        // `<name>/SKILL.md`, so the agent finds one folder per skill.
+        let sources: Vec<Value> = bot
+            .skills
+            .iter()
+            .map(|skill| {
+                json!({"configMap": {"name": skill.config_map, "items": [
+                    {"key": skill.key, "path": format!("{}/SKILL.md", skill.name)},
+                ]}})
+            })
+            .collect();
+        volumes.push(json!({"name": "skills", "projected": {"sources": sources}}));
+    }
     if !bot.porter_secret_files.is_empty() {
         let sources: Vec<Value> = bot
             .porter_secret_files

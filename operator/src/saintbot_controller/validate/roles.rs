@@ -5,12 +5,16 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use saint_config::{
-    Budget, FileGlobs, RoleConfig, SessionsVisibility, Skills, ToolPolicy, is_known_tool_pattern,
+    Budget, CronLimits, FileGlobs, RoleConfig, SessionsVisibility, Skills, SpawnLimits, ToolPolicy,
+    is_known_tool_pattern,
 };
 
 use super::ValidateError;
 use crate::{
-    crd::{Role, SaintBot},
+    crd::{
+        Role, SaintBot,
+        proactive::{CronLimitsSpec, SpawnLimitsSpec, bounds},
+    },
     selection::bot_uses_role,
 };
 
@@ -88,9 +92,74 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
             &spec.sessions_visible_roles,
         ),
         external: spec.external,
-        cron: Default::default(),
-        spawn: Default::default(),
+        cron: cron_limits(&name, spec.cron.as_ref())?,
+        spawn: spawn_limits(&name, spec.spawn.as_ref())?,
     })
+}
+
+/// A number within `range`, or an error naming `field` of Role `role`.
+fn within<T: PartialOrd + std::fmt::Display + Copy>(
+    role: &str,
+    field: &str,
+    value: T,
+    (low, high): (T, T),
+) -> Result<T, ValidateError> {
+    if value < low || value > high {
+        return Err(invalid_role(
+            role,
+            field,
+            format!("{value} is outside {low} to {high}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// `spec.cron`, defaulted from `saint_config`'s defaults.
+fn cron_limits(role: &str, spec: Option<&CronLimitsSpec>) -> Result<CronLimits, ValidateError> {
+    let mut limits = CronLimits::default();
+    let Some(spec) = spec else {
+        return Ok(limits);
+    };
+    if let Some(max_jobs) = spec.max_jobs {
+        limits.max_jobs = within(role, "spec.cron.maxJobs", max_jobs, (0, bounds::MAX_JOBS))?;
+    }
+    if let Some(seconds) = spec.min_interval_seconds {
+        limits.min_interval_seconds = within(
+            role,
+            "spec.cron.minIntervalSeconds",
+            seconds,
+            bounds::MIN_INTERVAL_SECONDS,
+        )?;
+    }
+    Ok(limits)
+}
+
+/// `spec.spawn`, defaulted from `saint_config`'s defaults.
+fn spawn_limits(role: &str, spec: Option<&SpawnLimitsSpec>) -> Result<SpawnLimits, ValidateError> {
+    let mut limits = SpawnLimits::default();
+    let Some(spec) = spec else {
+        return Ok(limits);
+    };
+    if let Some(depth) = spec.max_depth {
+        limits.max_depth = within(role, "spec.spawn.maxDepth", depth, (0, bounds::MAX_DEPTH))?;
+    }
+    if let Some(concurrent) = spec.max_concurrent {
+        limits.max_concurrent = within(
+            role,
+            "spec.spawn.maxConcurrent",
+            concurrent,
+            bounds::MAX_CONCURRENT,
+        )?;
+    }
+    if let Some(seconds) = spec.timeout_seconds {
+        limits.timeout_seconds = within(
+            role,
+            "spec.spawn.timeoutSeconds",
+            seconds,
+            bounds::SPAWN_TIMEOUT_SECONDS,
+        )?;
+    }
+    Ok(limits)
 }
 
 /// The Roles `bot` selects, by name; the default role must be one of them.

@@ -101,9 +101,11 @@ pub(super) fn persona_files(
     spec: &SaintBotSpec,
     dereferenced: &Dereferenced,
 ) -> BTreeMap<String, String> {
-    let mut files: BTreeMap<String, String> = dereferenced
-        .persona_config_map
+    let mut files: BTreeMap<String, String> = spec
+        .persona
+        .config_map_name
         .as_ref()
+        .and_then(|name| dereferenced.config_maps.get(name))
         .and_then(|config_map| config_map.data.clone())
         .unwrap_or_default();
     files.extend(spec.persona.files.clone());
