@@ -142,7 +142,7 @@ fn bot_config(control_socket: &Path) -> BotConfig {
         "defaultRole": "employee",
         "roles": {
             "employee": {"tools": {"allow": ["exec"]}, "execBlocklist": ["touch *blocked*", "rm -rf *"],
-                         "files": {"read": ["SOUL.md", "skills/**"]}},
+                         "files": {"read": ["SOUL.md", "skills/**"]}, "skills": "all"},
             "external": {"tools": {"allow": ["exec"]}}
         },
         "sandbox": {"backend": "local", "scope": "session", "idleTimeoutSeconds": 600, "execTimeoutSeconds": 30},

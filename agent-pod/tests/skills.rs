@@ -268,3 +268,69 @@ async fn a_denied_skill_tool_and_an_only_list_of_absent_skills_leave_no_section(
         );
     }
 }
+
+/// Skills are seeded into the sandbox's `/workspace` per role: the employee's sandbox
+/// holds only the folders of the skills their role allows (and shows only those at
+/// `/agent`), the owner's every skill folder.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_is_seeded_with_the_roles_skills_only() {
+    let runner =
+        Path::new(env!("CARGO_BIN_EXE_saint-agent")).with_file_name("saint-sandbox-runner");
+    assert!(
+        runner.is_file() && Path::new("/usr/bin/bwrap").is_file(),
+        "this test needs bubblewrap (/usr/bin/bwrap) and the saint-sandbox-runner binary ({}); \
+         build it with `cargo build -p saint-sandbox-runner`",
+        runner.display()
+    );
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    for name in ["google-workspace", "scheduling", "pdf"] {
+        write_skill(&workspace.join("skills"), name, "workspace");
+        fs::write(
+            workspace.join("skills").join(name).join("run.sh"),
+            "echo helper\n",
+        )
+        .unwrap();
+    }
+    let config_path = directory.path().join("bot-config.json");
+    write_config(&config_path, &test_config(&llm.base_url()));
+    let agent = spawn_agent(&config_path, &workspace, &[]);
+    let client = reqwest::Client::new();
+    const LIST: &str = "cd /workspace/skills && find . -type f | sort; echo AGENT; \
+                        cd /agent/skills && find . -type f | sort";
+
+    let mut listings = Vec::new();
+    for person in [IVAN, ANA] {
+        let before = llm.requests().len();
+        llm.push(Reply::tool_call("exec", json!({"command": LIST})));
+        llm.push(Reply::text("done"));
+        post(&client, &agent, person, "list the skills").await;
+        let requests = llm.requests();
+        assert_eq!(requests.len(), before + 2);
+        let (output, is_error) = requests[before + 1].tool_results().pop().unwrap();
+        assert!(!is_error, "{person:?}: {output}");
+        listings.push(output);
+    }
+    let files = |names: &[&str]| -> String {
+        let mut lines: Vec<String> = names
+            .iter()
+            .flat_map(|name| [format!("./{name}/SKILL.md"), format!("./{name}/run.sh")])
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    };
+    let employee = files(&["google-workspace", "scheduling"]);
+    assert_eq!(
+        listings[0].trim(),
+        format!("{employee}\nAGENT\n{employee}\n[exit code 0]"),
+        "the employee's sandbox holds only their skills"
+    );
+    let owner = files(&["google-workspace", "pdf", "scheduling"]);
+    assert_eq!(
+        listings[1].trim(),
+        format!("{owner}\nAGENT\n{owner}\n[exit code 0]")
+    );
+}

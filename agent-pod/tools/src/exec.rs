@@ -261,11 +261,12 @@ impl ExecTool {
     async fn view_for(&self, context: &ToolContext) -> Result<View, ToolError> {
         // Everything the view depends on besides the disk: who asks, and the rules.
         let key = format!(
-            "{}\0{}\0{}\0{}",
+            "{}\0{}\0{}\0{}\0{}",
             context.caller.role_name,
             context.caller.slug,
             serde_json::to_string(&context.caller.role.files).unwrap_or_default(),
             serde_json::to_string(&context.config.file_access).unwrap_or_default(),
+            serde_json::to_string(&context.caller.role.skills).unwrap_or_default(),
         );
         let role = context.caller.role.clone();
         let config = context.config.clone();
@@ -273,7 +274,9 @@ impl ExecTool {
         let workspace = context.workspace.clone();
         let views = self.views.clone();
         let computed = tokio::task::spawn_blocking(move || {
-            views.view(&key, &workspace, || {
+            // Below `skills/` the sandbox shows (and so seeds) only the skills the role
+            // may use.
+            views.view_with_skills(&key, &workspace, Some(&role.skills), || {
                 RolePaths::new(&role, &config.file_access, &slug)
             })
         })

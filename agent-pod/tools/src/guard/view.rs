@@ -23,6 +23,9 @@ use saint_sandbox::view::{EntryKind, MAX_VIEW_ENTRIES, View, ViewEntry};
 use saint_sandbox::Viewer;
 
 use super::role_paths::RolePaths;
+use saint_config::Skills;
+
+use crate::skills::{WORKSPACE_SKILLS, is_skill_name};
 
 /// Whose view a caller gets: their role, and themselves when the role's path rules
 /// name the asker (`<self>`, or an internal role's own folder).
@@ -56,7 +59,20 @@ pub enum ViewError {
 
 /// Computes the view of `workspace` for a caller with `rules`.
 pub fn compute(workspace: &Path, rules: &RolePaths) -> Result<View, ViewError> {
-    compute_with_snapshot(workspace, rules).map(|(view, _)| view)
+    compute_with_snapshot(workspace, rules, None).map(|(view, _)| view)
+}
+
+/// [`compute`] for a caller whose role's `skills` setting is `skills`: below
+/// `skills/` only the folders of skills it allows are shown (all of them for
+/// [`Skills::All`], none for [`Skills::None`]), each as far as `rules` let the caller
+/// read it, so the sandbox seeds exactly the role's skills. `None` treats `skills/`
+/// like any folder.
+pub fn compute_with_skills(
+    workspace: &Path,
+    rules: &RolePaths,
+    skills: Option<&Skills>,
+) -> Result<View, ViewError> {
+    compute_with_snapshot(workspace, rules, skills).map(|(view, _)| view)
 }
 
 /// The view, and the directories its computation listed with their modification
@@ -64,6 +80,7 @@ pub fn compute(workspace: &Path, rules: &RolePaths) -> Result<View, ViewError> {
 fn compute_with_snapshot(
     workspace: &Path,
     rules: &RolePaths,
+    skills: Option<&Skills>,
 ) -> Result<(View, Snapshot), ViewError> {
     let mut snapshot = Snapshot {
         taken_at: SystemTime::now(),
@@ -72,7 +89,14 @@ fn compute_with_snapshot(
     let mut entries = Vec::new();
     // The root itself is never one mount: runtime state lies directly below it.
     if !rules.excludes_subtree("") {
-        walk(workspace, "", rules, &mut entries, &mut snapshot)?;
+        let mut walk = Walk {
+            workspace,
+            rules,
+            skills,
+            entries: &mut entries,
+            snapshot: &mut snapshot,
+        };
+        walk.directory("")?;
     }
     Ok((View::from_entries(entries), snapshot))
 }
@@ -118,6 +142,18 @@ impl ViewCache {
         workspace: &Path,
         rules: impl FnOnce() -> Result<RolePaths, E>,
     ) -> Result<View, CacheError<E>> {
+        self.view_with_skills(key, workspace, None, rules)
+    }
+
+    /// [`Self::view`] with the role's `skills` setting (see [`compute_with_skills`]);
+    /// `key` must change whenever it does.
+    pub fn view_with_skills<E>(
+        &self,
+        key: &str,
+        workspace: &Path,
+        skills: Option<&Skills>,
+        rules: impl FnOnce() -> Result<RolePaths, E>,
+    ) -> Result<View, CacheError<E>> {
         if let Some((view, snapshot)) = self.views.lock().expect("view cache lock").get(key)
             && snapshot.is_current()
         {
@@ -125,7 +161,7 @@ impl ViewCache {
         }
         let rules = rules().map_err(CacheError::Rules)?;
         let (view, snapshot) =
-            compute_with_snapshot(workspace, &rules).map_err(CacheError::View)?;
+            compute_with_snapshot(workspace, &rules, skills).map_err(CacheError::View)?;
         let mut views = self.views.lock().expect("view cache lock");
         // Callers come and go; a cache that only grows is bounded by starting over.
         if views.len() >= 4096 {
@@ -143,79 +179,134 @@ pub enum CacheError<E> {
     View(ViewError),
 }
 
-fn walk(
-    workspace: &Path,
-    directory: &str,
-    rules: &RolePaths,
-    entries: &mut Vec<ViewEntry>,
-    snapshot: &mut Snapshot,
-) -> Result<(), ViewError> {
-    let host = workspace.join(directory);
-    let read_error = |source| ViewError::Read {
-        path: host.clone(),
-        source,
-    };
-    // The time before the listing: a change during it moves the time past this.
-    let listed = fs::symlink_metadata(&host)
-        .and_then(|metadata| metadata.modified())
-        .map_err(read_error)?;
-    snapshot.directories.push((host.clone(), listed));
-    let mut children: Vec<(String, fs::Metadata)> = Vec::new();
-    for child in fs::read_dir(&host).map_err(read_error)? {
-        let child = child.map_err(read_error)?;
-        let Some(name) = child.file_name().to_str().map(str::to_string) else {
-            tracing::debug!(directory, "skipping a file name that is not UTF-8");
-            continue;
+/// One computation's walk: what it reads and what it collects.
+struct Walk<'a> {
+    workspace: &'a Path,
+    rules: &'a RolePaths,
+    skills: Option<&'a Skills>,
+    entries: &'a mut Vec<ViewEntry>,
+    snapshot: &'a mut Snapshot,
+}
+
+impl Walk<'_> {
+    fn directory(&mut self, directory: &str) -> Result<(), ViewError> {
+        let host = self.workspace.join(directory);
+        let read_error = |source| ViewError::Read {
+            path: host.clone(),
+            source,
         };
-        if !is_plain_name(&name) {
-            continue;
-        }
-        // `symlink_metadata`: a link is seen as a link, never followed.
-        match fs::symlink_metadata(child.path()) {
-            Ok(metadata) => children.push((name, metadata)),
-            // Removed since the directory was read.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(ViewError::Read {
-                    path: child.path(),
-                    source,
-                });
+        // The time before the listing: a change during it moves the time past this.
+        let listed = fs::symlink_metadata(&host)
+            .and_then(|metadata| metadata.modified())
+            .map_err(read_error)?;
+        self.snapshot.directories.push((host.clone(), listed));
+        let mut children: Vec<(String, fs::Metadata)> = Vec::new();
+        for child in fs::read_dir(&host).map_err(read_error)? {
+            let child = child.map_err(read_error)?;
+            let Some(name) = child.file_name().to_str().map(str::to_string) else {
+                tracing::debug!(directory, "skipping a file name that is not UTF-8");
+                continue;
+            };
+            if !is_plain_name(&name) {
+                continue;
+            }
+            // `symlink_metadata`: a link is seen as a link, never followed.
+            match fs::symlink_metadata(child.path()) {
+                Ok(metadata) => children.push((name, metadata)),
+                // Removed since the directory was read.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ViewError::Read {
+                        path: child.path(),
+                        source,
+                    });
+                }
             }
         }
-    }
-    children.sort_by(|left, right| left.0.cmp(&right.0));
-    for (name, metadata) in children {
-        let path = if directory.is_empty() {
-            name
-        } else {
-            format!("{directory}/{name}")
-        };
-        let file_type = metadata.file_type();
-        if file_type.is_dir() {
-            if rules.covers_subtree(&path) {
+        children.sort_by(|left, right| left.0.cmp(&right.0));
+        for (name, metadata) in children {
+            let path = if directory.is_empty() {
+                name
+            } else {
+                format!("{directory}/{name}")
+            };
+            let file_type = metadata.file_type();
+            if file_type.is_dir() && path == WORKSPACE_SKILLS {
+                match self.skills {
+                    Some(Skills::None) => {
+                        self.skill_folders(&path, &[])?;
+                        continue;
+                    }
+                    Some(Skills::Only(names)) => {
+                        self.skill_folders(&path, names)?;
+                        continue;
+                    }
+                    Some(Skills::All) | None => {}
+                }
+            }
+            if file_type.is_dir() {
+                self.subtree(path)?;
+            } else if file_type.is_file()
+                && metadata.nlink() == 1
+                && self.rules.check_read(&path).is_ok()
+            {
                 push(
-                    entries,
+                    self.entries,
                     ViewEntry {
                         path,
-                        kind: EntryKind::Directory,
-                        inode: 0,
+                        kind: EntryKind::File,
+                        inode: metadata.ino(),
                     },
                 )?;
-            } else if !rules.excludes_subtree(&path) {
-                walk(workspace, &path, rules, entries, snapshot)?;
             }
-        } else if file_type.is_file() && metadata.nlink() == 1 && rules.check_read(&path).is_ok() {
+        }
+        Ok(())
+    }
+
+    /// A directory: mounted whole when the rules cover it, walked when they reach into it.
+    fn subtree(&mut self, path: String) -> Result<(), ViewError> {
+        if self.rules.covers_subtree(&path) {
             push(
-                entries,
+                self.entries,
                 ViewEntry {
                     path,
-                    kind: EntryKind::File,
-                    inode: metadata.ino(),
+                    kind: EntryKind::Directory,
+                    inode: 0,
                 },
-            )?;
+            )
+        } else if !self.rules.excludes_subtree(&path) {
+            self.directory(&path)
+        } else {
+            Ok(())
         }
     }
-    Ok(())
+
+    /// `skills/`: only the folders of the skills `names`, where they are real
+    /// directories, each as far as the rules reach. Listed (for the snapshot) like any
+    /// directory, so a folder added or removed recomputes the view.
+    fn skill_folders(&mut self, skills: &str, names: &[String]) -> Result<(), ViewError> {
+        let host = self.workspace.join(skills);
+        let listed = fs::symlink_metadata(&host)
+            .and_then(|metadata| metadata.modified())
+            .map_err(|source| ViewError::Read {
+                path: host.clone(),
+                source,
+            })?;
+        self.snapshot.directories.push((host, listed));
+        let mut names: Vec<&String> = names.iter().filter(|name| is_skill_name(name)).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let folder = format!("{skills}/{name}");
+            // `symlink_metadata`: a link is seen as a link, never followed.
+            let is_directory = fs::symlink_metadata(self.workspace.join(&folder))
+                .is_ok_and(|metadata| metadata.file_type().is_dir());
+            if is_directory {
+                self.subtree(folder)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn push(entries: &mut Vec<ViewEntry>, entry: ViewEntry) -> Result<(), ViewError> {
@@ -333,6 +424,59 @@ mod tests {
         assert_eq!(
             paths(&view),
             ["COMPANY.md", "IDENTITY.md", "SOUL.md", "data/", "memory/"]
+        );
+    }
+
+    #[test]
+    fn below_skills_only_the_roles_skill_folders_are_shown_as_far_as_it_may_read() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        for folder in ["skills/pdf", "skills/invoices", "skills/secret"] {
+            fs::create_dir_all(root.join(folder)).unwrap();
+            fs::write(root.join(folder).join("SKILL.md"), folder).unwrap();
+        }
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("skills/linked")).unwrap();
+        let owner = rules(&role(&["**"], &["**"], false), "acme-ana");
+        let only = Skills::Only(
+            [
+                "invoices",
+                "pdf",
+                "linked",
+                "missing",
+                "../data",
+                "skills/pdf",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        let view = compute_with_skills(root, &owner, Some(&only)).unwrap();
+        assert_eq!(
+            paths(&view),
+            [
+                "COMPANY.md",
+                "IDENTITY.md",
+                "SOUL.md",
+                "data/",
+                "memory/",
+                "skills/invoices/",
+                "skills/pdf/"
+            ]
+        );
+        // No skills: nothing below skills/; all skills, or no filter: skills/ whole.
+        let none = compute_with_skills(root, &owner, Some(&Skills::None)).unwrap();
+        assert!(!paths(&none).iter().any(|path| path.starts_with("skills")));
+        for skills in [Some(&Skills::All), None] {
+            let view = compute_with_skills(root, &owner, skills).unwrap();
+            assert!(paths(&view).contains(&"skills/".to_string()), "{skills:?}");
+        }
+        // The read rules still bound it: a role that may read only one skill's file.
+        let narrow = role(&["skills/pdf/SKILL.md"], &[], false);
+        let view = compute_with_skills(root, &rules(&narrow, "acme-ivo"), Some(&only)).unwrap();
+        assert_eq!(
+            paths(&view),
+            ["memory/users/acme-ivo/", "skills/pdf/SKILL.md"],
+            "(their own folder is theirs by the file-access defaults)"
         );
     }
 
