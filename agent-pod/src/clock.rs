@@ -20,9 +20,15 @@ const SYSTEM_WAIT_CAP: Duration = Duration::from_secs(30);
 /// How often a file clock is read while waiting.
 const FILE_POLL: Duration = Duration::from_millis(25);
 
-/// Where "now" comes from.
+/// Where "now" comes from, and when this process started by it.
 #[derive(Debug)]
-pub enum Clock {
+pub struct Clock {
+    source: Source,
+    started: Timestamp,
+}
+
+#[derive(Debug)]
+enum Source {
     /// The system clock.
     System,
     /// A file holding an RFC 3339 timestamp; the last readable value is kept when a
@@ -48,7 +54,10 @@ impl Clock {
     /// file must hold a timestamp already), else the system clock.
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ClockError> {
         let Some(path) = lookup(CLOCK_FILE_ENV).filter(|path| !path.is_empty()) else {
-            return Ok(Clock::System);
+            return Ok(Clock {
+                source: Source::System,
+                started: Timestamp::now(),
+            });
         };
         let path = PathBuf::from(path);
         let first = read_file(&path).map_err(|reason| ClockError {
@@ -56,17 +65,25 @@ impl Clock {
             reason,
         })?;
         tracing::warn!(path = %path.display(), "scheduling follows the clock file, not the system clock");
-        Ok(Clock::File {
-            path,
-            last: Mutex::new(first),
+        Ok(Clock {
+            source: Source::File {
+                path,
+                last: Mutex::new(first),
+            },
+            started: first,
         })
+    }
+
+    /// When this process started, by this clock (read once, when the clock was made).
+    pub fn started(&self) -> Timestamp {
+        self.started
     }
 
     /// The current time by this clock.
     pub fn now(&self) -> Timestamp {
-        match self {
-            Clock::System => Timestamp::now(),
-            Clock::File { path, last } => {
+        match &self.source {
+            Source::System => Timestamp::now(),
+            Source::File { path, last } => {
                 let mut last = last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 if let Ok(now) = read_file(path) {
                     *last = now;
@@ -79,8 +96,8 @@ impl Clock {
     /// Waits until `at` by this clock (`None`: until woken), until `wake` is notified,
     /// or at most a while, whichever comes first; callers look at the time again after.
     pub async fn wait_until(&self, at: Option<Timestamp>, wake: &Notify) {
-        match self {
-            Clock::System => {
+        match &self.source {
+            Source::System => {
                 let wait = at.map_or(SYSTEM_WAIT_CAP, |at| {
                     let millis = at.as_millisecond() - Timestamp::now().as_millisecond();
                     Duration::from_millis(millis.max(0) as u64).min(SYSTEM_WAIT_CAP)
@@ -90,7 +107,7 @@ impl Clock {
                     _ = wake.notified() => {}
                 }
             }
-            Clock::File { .. } => {
+            Source::File { .. } => {
                 let woken = wake.notified();
                 tokio::pin!(woken);
                 loop {
@@ -145,6 +162,9 @@ mod tests {
                 .starts_with("SAINT_CLOCK_FILE=/nonexistent/now"),
             "{error}"
         );
-        assert!(matches!(Clock::from_env(|_| None).unwrap(), Clock::System));
+        assert!(matches!(
+            Clock::from_env(|_| None).unwrap().source,
+            Source::System
+        ));
     }
 }

@@ -293,7 +293,7 @@ pub async fn run(
 ) {
     let state_path: PathBuf = runtime.workspace.join(STATE_FILE);
     // Without a record, the first beat is one interval after this start.
-    let mut last = read_state(&state_path).unwrap_or_else(|| clock.now());
+    let mut last = read_state(&state_path).unwrap_or_else(|| clock.started());
     // Nothing wakes the heartbeat early; the clock's own waits bound each sleep.
     let never = Notify::new();
     while !stop.is_cancelled() {
