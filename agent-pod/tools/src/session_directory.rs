@@ -85,6 +85,20 @@ fn identity_role<'c>(config: &'c BotConfig, identity: &str) -> &'c str {
         })
 }
 
+/// Whether `key` is a sub-agent's session started, directly or through other
+/// sub-agents, from the session `ancestor`: one's children are one's own (a known
+/// person's are also theirs by contact; this covers a stranger's).
+fn started_from(key: &str, ancestor: &str) -> bool {
+    let mut key = key;
+    while let Some(parent) = SessionKey::subagent_parent(key) {
+        if parent == ancestor {
+            return true;
+        }
+        key = parent;
+    }
+    false
+}
+
 /// Whether `caller` may see `session`. A group conversation's session is its members'
 /// own; under `ownAndRoles` a non-member sees it only when every member has one of the
 /// listed roles (a manager sees employees' groups, not one the owner talks in).
@@ -105,7 +119,9 @@ pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) ->
             SessionsVisibility::None => false,
         };
     }
-    let own = (caller.known && session.contact == caller.slug) || session.key == caller.session_key;
+    let own = (caller.known && session.contact == caller.slug)
+        || session.key == caller.session_key
+        || started_from(&session.key, &caller.session_key);
     match &caller.role.sessions_visibility {
         SessionsVisibility::All => true,
         SessionsVisibility::Own => own,
@@ -113,5 +129,54 @@ pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) ->
             own || roles.iter().any(|role| role == owner_role(config, session))
         }
         SessionsVisibility::None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::SessionsVisibility;
+
+    use super::*;
+    use crate::test_fixtures::{caller, company_config};
+
+    fn session(key: &str, contact: &str) -> SessionSummary {
+        SessionSummary {
+            key: key.to_string(),
+            contact: contact.to_string(),
+            role: "employee".to_string(),
+            message_count: 1,
+            updated_at: "2026-11-25T00:00:00Z".to_string(),
+            members: Vec::new(),
+        }
+    }
+
+    /// A sub-agent's session is its starter's own: by contact for a known person, by the
+    /// session it was started from for anyone (also through a sub-agent's sub-agent).
+    #[test]
+    fn ones_own_sub_agents_sessions_are_ones_own() {
+        let config = company_config();
+        let ivo = caller(&config, "acme-ivo");
+        assert_eq!(ivo.role.sessions_visibility, SessionsVisibility::Own);
+        let child: String = SessionKey::for_subagent(&ivo.session_key, "c1").into();
+        let grandchild: String = SessionKey::for_subagent(&child, "c2").into();
+        assert!(may_see(&ivo, &config, &session(&child, "acme-ivo")));
+        assert!(may_see(&ivo, &config, &session(&grandchild, "acme-ivo")));
+        // Someone else's child stays theirs.
+        let others: String = SessionKey::for_subagent("session-acme-marko", "c3").into();
+        assert!(!may_see(&ivo, &config, &session(&others, "acme-marko")));
+
+        // A stranger under `own` visibility sees the children of their session only.
+        let mut stranger = caller(&config, "nobody");
+        let mut role = (*stranger.role).clone();
+        role.sessions_visibility = SessionsVisibility::Own;
+        stranger.role = std::sync::Arc::new(role);
+        let theirs: String = SessionKey::for_subagent(&stranger.session_key, "c4").into();
+        assert!(may_see(&stranger, &config, &session(&theirs, "nobody")));
+        assert!(!may_see(
+            &stranger,
+            &config,
+            &session(&others, "acme-marko")
+        ));
+        assert!(!started_from("session-nobody", "session-nobody"));
     }
 }
