@@ -9,8 +9,8 @@ otherwise prune a misspelt field silently).
 CEL rules (x-kubernetes-validations) are not evaluated here; the end-to-end
 suite applies the examples to a real API server, which does.
 
-Also checks that every Secret (and Secret key) a custom resource names exists
-among the examples. Reads only the two directories; writes nothing."""
+Also checks that every Secret, ConfigMap (and key) a custom resource names
+exists among the examples, and that Roles and Contacts it names do. Reads only the two directories; writes nothing."""
 
 import argparse
 import copy
@@ -83,6 +83,8 @@ def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]
             return [(path, node["name"], node["key"])]
         for key, value in node.items():
             child_path = f"{path}.{key}"
+            if key == "configMapRef":
+                continue  # {name, key} of a ConfigMap, checked by config_map_references
             if key == "envFromSecrets" and isinstance(value, list):
                 found.extend((f"{child_path}[{index}]", name, None) for index, name in enumerate(value))
                 continue
@@ -90,6 +92,19 @@ def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]
     elif isinstance(node, list):
         for index, value in enumerate(node):
             found.extend(secret_references(value, f"{path}[{index}]"))
+    return found
+
+
+def config_map_references(spec: dict) -> list[tuple[str, str, str]]:
+    """(path, ConfigMap name, key) for every ConfigMap a SaintBot spec references: its
+    persona ConfigMap (any key) and each skill's configMapRef (key default SKILL.md)."""
+    found = []
+    persona = spec.get("persona", {}).get("configMapName")
+    if persona:
+        found.append(("spec.persona.configMapName", persona, None))
+    for index, skill in enumerate(spec.get("skills", [])):
+        reference = skill.get("configMapRef", {})
+        found.append((f"spec.skills[{index}].configMapRef", reference.get("name"), reference.get("key", "SKILL.md")))
     return found
 
 
@@ -128,6 +143,7 @@ def main() -> int:
     failures: list[str] = []
     custom_resources: list[tuple[str, dict]] = []
     secrets: dict[str, set[str]] = {}
+    config_maps: dict[str, set[str]] = {}
     counts: dict[str, int] = {}
     for path in sorted(options.examples.glob("*.yaml")):
         for document in yaml.load_all(path.read_text(), Loader=YAML_LOADER):
@@ -137,6 +153,10 @@ def main() -> int:
             if document.get("kind") == "Secret" and document.get("apiVersion") == "v1":
                 keys = set(document.get("stringData", {})) | set(document.get("data", {}))
                 secrets[document["metadata"]["name"]] = keys
+                continue
+            if document.get("kind") == "ConfigMap" and document.get("apiVersion") == "v1":
+                keys = set(document.get("data", {})) | set(document.get("binaryData", {}))
+                config_maps[document["metadata"]["name"]] = keys
                 continue
             schema = schemas.get((document.get("apiVersion"), document.get("kind")))
             if schema is None:
@@ -156,7 +176,20 @@ def main() -> int:
             elif key is not None and key not in secrets[secret]:
                 failures.append(f"{name}: {path} names key {key!r}, which Secret {secret!r} lacks")
 
-    # Cross-references the operator would report as RoleNotFound.
+    # ConfigMaps the operator would report as missing (persona: retried; skills:
+    # ConfigMapNotFound).
+    for name, document in custom_resources:
+        if document["kind"] != "SaintBot":
+            continue
+        for path, config_map, key in config_map_references(document.get("spec", {})):
+            if config_map not in config_maps:
+                failures.append(f"{name}: {path} names ConfigMap {config_map!r}, which no example defines")
+            elif key is not None and key not in config_maps[config_map]:
+                failures.append(f"{name}: {path} names key {key!r}, which ConfigMap {config_map!r} lacks")
+
+    # Cross-references the operator would report as RoleNotFound (and heartbeat
+    # notify entries naming no Contact, which it refuses).
+    contact_names = {document["metadata"]["name"] for _, document in custom_resources if document["kind"] == "Contact"}
     role_names = {document["metadata"]["name"] for _, document in custom_resources if document["kind"] == "Role"}
     for name, document in custom_resources:
         spec = document.get("spec", {})
@@ -165,6 +198,12 @@ def main() -> int:
             wanted.append(("spec.role", spec.get("role")))
         if document["kind"] == "SaintBot":
             wanted.append(("spec.defaultRole", spec.get("defaultRole", "external")))
+            heartbeat = spec.get("heartbeat")
+            if heartbeat:
+                wanted.append(("spec.heartbeat.role", heartbeat.get("role")))
+                for contact in heartbeat.get("notify", []):
+                    if contact not in contact_names:
+                        failures.append(f"{name}: spec.heartbeat.notify names Contact {contact!r}, which no example defines")
         if document["kind"] == "Role":
             wanted.extend(("spec.sessionsVisibleRoles", role) for role in spec.get("sessionsVisibleRoles", []))
         for path, role in wanted:
@@ -183,7 +222,8 @@ def main() -> int:
         print(f"validate-examples: {len(failures)} problem(s)", file=sys.stderr)
         return 1
     summary = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
-    print(f"validate-examples: {summary} valid against the CRD schemas; {len(secrets)} Secrets cover every reference")
+    print(f"validate-examples: {summary} valid against the CRD schemas; {len(secrets)} Secrets and "
+          f"{len(config_maps)} ConfigMaps cover every reference")
     return 0
 
 

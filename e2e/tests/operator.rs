@@ -230,7 +230,7 @@ async fn example_bot_gets_every_child_with_owner_references_and_an_honest_status
     );
     assert_eq!(
         status.get("roles").and_then(Value::as_i64),
-        Some(4),
+        Some(5),
         "status: {status}"
     );
 
@@ -601,6 +601,185 @@ async fn every_channel_of_the_example_bot_is_served_and_the_condition_says_so() 
         .map(|event| event.message.clone())
         .collect();
     assert!(unserved.is_empty(), "ChannelNotServed events: {unserved:?}");
+    scenario.finish().await
+}
+
+/// A skill ConfigMap the example does not have.
+const MORE_SKILLS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: acme-assistant-more-skills
+data:
+  SKILL.md: |
+    ---
+    name: google-workspace
+    description: Mail, calendar and Drive through gog.
+    ---
+    Run gog.
+"#;
+
+/// Waits until the SaintBot's `Ready` condition has `reason` and a message
+/// containing every one of `needles`; returns the message.
+async fn wait_for_ready_reason(
+    scenario: &Scenario,
+    reason: &str,
+    needles: &[&str],
+) -> Result<String, wait::WaitError> {
+    wait::until(
+        &format!("Ready=False/{reason} naming {needles:?}"),
+        CONVERGE_TIMEOUT,
+        || async {
+            let bot = scenario
+                .bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = bot.data.get("status").cloned().unwrap_or(Value::Null);
+            let message = saint_e2e::company_bot::condition(&status, "Ready")
+                .and_then(|condition| condition.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if condition_state(&status, "Ready") == ("False".to_owned(), reason.to_owned())
+                && needles.iter().all(|needle| message.contains(needle))
+            {
+                Ok(message)
+            } else {
+                Err(format!("status {status}\n{}", scenario.operator_log()))
+            }
+        },
+    )
+    .await
+}
+
+/// Waits for a Warning Event about the SaintBot with `reason` whose note contains `needle`.
+async fn wait_for_warning(scenario: &Scenario, reason: &str, needle: &str) -> TestResult {
+    let events = Api::<Event>::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    wait::until(
+        &format!("a Warning Event {reason} about the SaintBot naming {needle}"),
+        CONVERGE_TIMEOUT,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            let found = list.items.iter().any(|event| {
+                event.reason.as_deref() == Some(reason)
+                    && event.type_.as_deref() == Some("Warning")
+                    && event.involved_object.name.as_deref() == Some(BOT)
+                    && event
+                        .message
+                        .as_deref()
+                        .is_some_and(|note| note.contains(needle))
+            });
+            if found {
+                Ok(())
+            } else {
+                Err(format!(
+                    "events: {:?}",
+                    list.items
+                        .iter()
+                        .map(|event| (event.reason.clone(), event.message.clone()))
+                        .collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn heartbeat_schedule_and_skills_render_and_what_only_the_operator_can_check_is_named()
+-> TestResult {
+    let scenario = Scenario::start("proactive").await?;
+    scenario.converged().await?;
+
+    // The example's heartbeat, schedule and skills reach the config the agent reads,
+    // and the skills ConfigMap is projected into the agent container only.
+    let (_, config) = scenario.bot.rendered_config().await?;
+    let heartbeat = config
+        .heartbeat
+        .clone()
+        .expect("the example has a heartbeat");
+    assert_eq!(
+        (heartbeat.every_seconds, heartbeat.role.as_str()),
+        (1800, "heartbeat")
+    );
+    assert_eq!(config.schedule.timezone, "Europe/Zagreb");
+    assert_eq!(config.skills.directories, [saint_config::SKILLS_MOUNT_PATH]);
+    let deployment = serde_json::to_value(scenario.bot.deployment().await?)?;
+    let pod = &deployment["spec"]["template"]["spec"];
+    let skills = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|volume| volume["name"] == "skills")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        skills["projected"]["sources"][0]["configMap"]["items"][0],
+        json!({"key": "google-workspace.md", "path": "google-workspace/SKILL.md"}),
+        "pod: {pod}"
+    );
+
+    // A time zone the API server accepts (it has no tz database) but no zone
+    // database knows: the operator refuses it, naming the field, on the status
+    // and in a Warning Event.
+    merge_patch(
+        &scenario.bot.bots(),
+        BOT,
+        json!({"spec": {"schedule": {"timeZone": "Europe/Atlantis"}}}),
+    )
+    .await?;
+    wait_for_ready_reason(
+        &scenario,
+        "InvalidSpec",
+        &["spec.schedule.timeZone", "Europe/Atlantis"],
+    )
+    .await?;
+    wait_for_warning(&scenario, "InvalidSpec", "spec.schedule.timeZone").await?;
+    merge_patch(
+        &scenario.bot.bots(),
+        BOT,
+        json!({"spec": {"schedule": {"timeZone": "Europe/Zagreb"}}}),
+    )
+    .await?;
+    scenario.converged().await?;
+
+    // A skill naming a ConfigMap that does not exist yet: ConfigMapNotFound
+    // naming the field; once the ConfigMap is created the operator's retry
+    // (nothing watches ConfigMaps it does not own) renders the bot again.
+    merge_patch(
+        &scenario.bot.bots(),
+        BOT,
+        json!({"spec": {"skills": [
+            {"name": "google-workspace", "configMapRef": {"name": "acme-assistant-more-skills"}},
+        ]}}),
+    )
+    .await?;
+    wait_for_ready_reason(
+        &scenario,
+        "ConfigMapNotFound",
+        &["spec.skills[0].configMapRef", "acme-assistant-more-skills"],
+    )
+    .await?;
+    wait_for_warning(
+        &scenario,
+        "ConfigMapNotFound",
+        "spec.skills[0].configMapRef",
+    )
+    .await?;
+    manifests::apply_all(&scenario.admin, MORE_SKILLS, &scenario.bot.namespace).await?;
+    scenario.converged().await?;
+    let deployment = serde_json::to_value(scenario.bot.deployment().await?)?;
+    assert!(
+        deployment
+            .to_string()
+            .contains("acme-assistant-more-skills"),
+        "the new skill ConfigMap is projected: {deployment}"
+    );
     scenario.finish().await
 }
 

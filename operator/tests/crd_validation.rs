@@ -797,3 +797,118 @@ fn a_webhook_ingress_needs_a_webhook_channel_and_a_dns_host() {
         "{url}"
     );
 }
+
+#[test]
+fn heartbeat_and_skills_pass_when_well_formed_and_are_refused_naming_the_field() {
+    let with = |extra: serde_json::Value| {
+        let mut spec = serde_json::json!({"model": {"provider": "openai", "name": "m"}});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        bot(spec)
+    };
+    let good = with(serde_json::json!({
+        "heartbeat": {"everySeconds": 1800, "role": "heartbeat", "notify": ["ana"],
+            "activeHours": {"start": "22:00", "end": "06:00", "timeZone": "Europe/Zagreb"}},
+        "schedule": {"timeZone": "Europe/Zagreb", "missedRunGraceSeconds": 0},
+        "skills": [
+            {"name": "scheduling", "configMapRef": {"name": "acme-skills", "key": "scheduling.md"}},
+            {"name": "google-workspace", "configMapRef": {"name": "acme-skills"}},
+        ],
+    }));
+    assert_eq!(errors(&good), Vec::<String>::new());
+
+    let bad = with(serde_json::json!({
+        "heartbeat": {"everySeconds": 1800, "role": "Heart_Beat", "notify": ["Ana"],
+            "activeHours": {"start": "8:00", "end": "24:00"}},
+    }));
+    let messages = errors(&bad).join("\n");
+    for expected in [
+        "heartbeat.role must be a DNS-1123 label",
+        "heartbeat.notify entries must be DNS-1123 labels",
+        "heartbeat.activeHours.start must be a time of day as HH:MM",
+        "heartbeat.activeHours.end must be a time of day as HH:MM",
+    ] {
+        assert!(messages.contains(expected), "{expected}: {messages}");
+    }
+    let empty_window = with(serde_json::json!({
+        "heartbeat": {"everySeconds": 1800, "role": "heartbeat",
+            "activeHours": {"start": "09:00", "end": "09:00"}},
+    }));
+    assert!(
+        errors(&empty_window)
+            .join("\n")
+            .contains("heartbeat.activeHours: start and end are equal"),
+        "{:?}",
+        errors(&empty_window)
+    );
+
+    let bad_skills = with(serde_json::json!({
+        "skills": [
+            {"name": "scheduling", "configMapRef": {"name": "acme-skills"}},
+            {"name": "scheduling", "configMapRef": {"name": "Acme_Skills", "key": "a/b"}},
+            {"name": "-x", "configMapRef": {"name": "acme-skills"}},
+        ],
+    }));
+    let messages = errors(&bad_skills).join("\n");
+    for expected in [
+        "skills[].name must be unique",
+        "skills[].configMapRef.name must be a DNS name",
+        "skills[].configMapRef.key must be a ConfigMap key",
+        "skills[].name must be lower-case letters, digits and '-'",
+    ] {
+        assert!(messages.contains(expected), "{expected}: {messages}");
+    }
+}
+
+/// The numeric bounds of the new fields sit in the OpenAPI schema (not CEL): they must be
+/// the ones the controller re-checks (`crd::proactive::bounds`) and no looser than the
+/// agent's own minimums.
+#[test]
+fn schema_bounds_of_heartbeat_and_role_limits_are_the_controller_s() {
+    use kube::CustomResourceExt;
+    use saint_operator::crd::proactive::bounds;
+    let schema = |crd: serde_json::Value, path: &str| -> serde_json::Value {
+        let mut node =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        for part in path.split('.') {
+            node = &node["properties"][part];
+        }
+        node.clone()
+    };
+    let range = |node: serde_json::Value| (node["minimum"].as_f64(), node["maximum"].as_f64());
+    let bot = serde_json::to_value(SaintBot::crd()).unwrap();
+    let role = serde_json::to_value(Role::crd()).unwrap();
+    let pair = |(low, high): (u64, u64)| (Some(low as f64), Some(high as f64));
+    assert_eq!(
+        range(schema(bot.clone(), "heartbeat.everySeconds")),
+        pair(bounds::HEARTBEAT_SECONDS)
+    );
+    assert!(bounds::HEARTBEAT_SECONDS.0 >= saint_config::MIN_HEARTBEAT_SECONDS);
+    assert_eq!(
+        range(schema(bot, "schedule.missedRunGraceSeconds")).1,
+        Some(bounds::MAX_MISSED_RUN_GRACE_SECONDS as f64)
+    );
+    assert_eq!(
+        range(schema(role.clone(), "cron.maxJobs")).1,
+        Some(bounds::MAX_JOBS as f64)
+    );
+    assert_eq!(
+        range(schema(role.clone(), "cron.minIntervalSeconds")),
+        pair(bounds::MIN_INTERVAL_SECONDS)
+    );
+    assert!(bounds::MIN_INTERVAL_SECONDS.0 >= saint_config::MIN_JOB_INTERVAL_SECONDS);
+    assert_eq!(
+        range(schema(role.clone(), "spawn.maxDepth")).1,
+        Some(bounds::MAX_DEPTH as f64)
+    );
+    let (low, high) = bounds::MAX_CONCURRENT;
+    assert_eq!(
+        range(schema(role.clone(), "spawn.maxConcurrent")),
+        pair((low.into(), high.into()))
+    );
+    assert_eq!(
+        range(schema(role, "spawn.timeoutSeconds")),
+        pair(bounds::SPAWN_TIMEOUT_SECONDS)
+    );
+}
