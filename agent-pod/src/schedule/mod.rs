@@ -1,46 +1,192 @@
 //! Scheduled jobs: the `cron` tool and the loop that runs due jobs as their creators.
-//! (Skeleton: the helper building #19 item 1 owns this module.)
+//!
+//! A job is a schedule ([`spec`]), the text to run, the contact who created it (and
+//! their role then), where its result goes, and whether it is enabled; jobs live in
+//! `sessions/jobs.sqlite3` ([`jobs`]) and survive restarts. The tool ([`tool`]) adds,
+//! lists, removes and runs them now; the loop ([`run`]) runs each due job as an isolated
+//! turn in its own session with its creator's *current* role.
+//!
+//! Rules (each stated where it is enforced):
+//! - Missed runs: a run missed while the bot was down runs once on start if it was due
+//!   at most `schedule.missedRunGraceSeconds` ago, else it is skipped (logged) and the
+//!   job goes on at its next future time; never a burst ([`spec::decide`]).
+//! - Crashes: a run is marked started (and the next due time stored) before it runs. A
+//!   run the process died in is not repeated — repeating could send the same reminder
+//!   twice — but it is not lost silently either: on start it is logged, recorded as the
+//!   job's last outcome (shown by `list`) and its creator is told.
+//! - A job cannot schedule jobs: its turn runs with `cron` denied.
 
-use std::{path::Path, sync::Arc};
+pub mod jobs;
+mod run;
+pub mod spec;
+pub mod tool;
 
-use saint_tools::Tool;
+use std::{
+    path::Path,
+    sync::{Arc, OnceLock},
+};
+
+use saint_config::{BotConfig, ChannelIdentity};
+use saint_tools::{Caller, Tool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::{channel::hub::ChannelHub, clock::Clock, runtime::Runtime, session::SessionStore};
+use self::jobs::JobStore;
+use crate::{
+    channel::hub::ChannelHub,
+    clock::Clock,
+    runtime::{Recipient, Runtime},
+    session::SessionStore,
+};
 
 /// The job store, the `cron` tool over it, and the scheduler loop.
 pub struct Schedule {
+    store: Arc<JobStore>,
+    hub: Arc<ChannelHub>,
+    /// Notified by the tool after a change, so the loop looks again at once.
     wake: Arc<Notify>,
+    /// The clock the loop runs by (set by [`Schedule::run`]); the tool reads "now" from it.
+    clock: OnceLock<Arc<Clock>>,
 }
 
 impl Schedule {
-    /// Opens the job store of the bot whose workspace is `workspace`.
+    /// Opens the job store of the bot whose workspace is `workspace`
+    /// (`sessions/jobs.sqlite3`, next to the transcripts).
     pub fn open(
-        _workspace: &Path,
+        workspace: &Path,
         _store: Arc<SessionStore>,
-        _hub: Arc<ChannelHub>,
+        hub: Arc<ChannelHub>,
     ) -> anyhow::Result<Arc<Self>> {
+        let store = JobStore::open(workspace.join("sessions").join("jobs.sqlite3"))?;
         Ok(Arc::new(Self {
+            store: Arc::new(store),
+            hub,
             wake: Arc::new(Notify::new()),
+            clock: OnceLock::new(),
         }))
     }
 
     /// The `cron` tool.
     pub fn tool(self: &Arc<Self>) -> Option<Arc<dyn Tool>> {
-        None
+        Some(Arc::new(tool::CronTool::new(self.clone())))
     }
 
     /// Runs due jobs until `stop` (the bot is draining), then waits for the runs in
     /// progress; `abort` cancels those (the drain deadline passed).
     pub async fn run(
         self: Arc<Self>,
-        _runtime: Arc<Runtime>,
-        _clock: Arc<Clock>,
+        runtime: Arc<Runtime>,
+        clock: Arc<Clock>,
         stop: CancellationToken,
-        _abort: CancellationToken,
+        abort: CancellationToken,
     ) {
-        let _ = &self.wake;
-        stop.cancelled().await;
+        let _ = self.clock.set(clock.clone());
+        run::run(self, runtime, clock, stop, abort).await;
     }
+
+    /// The scheduling clock. Before the loop started (a tool call racing the start), the
+    /// same clock the agent's start reads: `SAINT_CLOCK_FILE` or the system's.
+    fn clock(&self) -> Arc<Clock> {
+        self.clock
+            .get_or_init(|| {
+                let clock = Clock::from_env(|name| std::env::var(name).ok())
+                    .or_else(|_| Clock::from_env(|_| None))
+                    .expect("the system clock reads no file");
+                Arc::new(clock)
+            })
+            .clone()
+    }
+
+    /// Whether the channel named `channel` can send a message nobody asked for (it has a
+    /// transport in the hub; the HTTP API only answers requests).
+    fn can_send(&self, channel: &str) -> bool {
+        self.hub.channel(channel).is_some()
+    }
+
+    /// Where a job's result for contact `slug` goes (see [`recipient_for`]).
+    fn recipient(
+        &self,
+        config: &BotConfig,
+        slug: &str,
+        preferred: Option<&str>,
+    ) -> Option<Recipient> {
+        recipient_for(config, slug, preferred, |channel| self.can_send(channel))
+    }
+
+    /// The sentence telling the creator where a new job's results go.
+    fn describe_delivery(
+        &self,
+        config: &BotConfig,
+        caller: &Caller,
+        deliver_to: Option<&str>,
+        deliver_identity: Option<&str>,
+        id: i64,
+    ) -> String {
+        let (slug, preferred) = match deliver_to {
+            Some(slug) => (slug, deliver_identity),
+            None => (caller.slug.as_str(), Some(caller.identity.as_str())),
+        };
+        let name = contact_name(config, slug);
+        match self.recipient(config, slug, preferred) {
+            Some(recipient) => format!(
+                "Each result is sent to {name} on {} ({}).",
+                recipient.channel, recipient.identity
+            ),
+            None if deliver_to.is_none() => format!(
+                "None of your channels can receive messages the bot starts (this one only \
+                 answers requests), so each result is kept in the job's own session only \
+                 ({}), not sent to you.",
+                saint_config::SessionKey::for_job(&jobs::label(id))
+            ),
+            None => format!(
+                "No channel of the bot can reach {name} now; each result is kept in the job's \
+                 own session until one can."
+            ),
+        }
+    }
+}
+
+/// The display name of contact `slug` (the slug itself if they are gone).
+fn contact_name(config: &BotConfig, slug: &str) -> String {
+    config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == slug)
+        .map_or_else(|| slug.to_string(), |contact| contact.name.clone())
+}
+
+/// Where a message to contact `slug` goes: their identity `preferred` (the one they
+/// wrote from) when its channel can send, else their first identity on a channel that
+/// can; `None` when no channel can reach them.
+pub fn recipient_for(
+    config: &BotConfig,
+    slug: &str,
+    preferred: Option<&str>,
+    can_send: impl Fn(&str) -> bool,
+) -> Option<Recipient> {
+    let contact = config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == slug)?;
+    let reachable = |identity: &ChannelIdentity| {
+        config
+            .channels
+            .iter()
+            .filter(|channel| channel.kind == identity.kind())
+            .find(|channel| can_send(&channel.name))
+            .map(|channel| Recipient {
+                channel: channel.name.clone(),
+                identity: identity.to_string(),
+            })
+    };
+    let preferred = preferred.and_then(|wanted| {
+        contact
+            .identities
+            .iter()
+            .find(|identity| identity.to_string() == wanted)
+    });
+    preferred
+        .into_iter()
+        .chain(contact.identities.iter())
+        .find_map(reachable)
 }

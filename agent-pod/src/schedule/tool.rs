@@ -1,0 +1,408 @@
+//! The `cron` tool: add, list, remove and run-now scheduled jobs.
+//!
+//! Who may do what, decided here in code:
+//! - The policy offers the tool only to roles that allow `cron`; external roles and
+//!   strangers are refused even if a role allows it by mistake, and a job's own run
+//!   (trigger cron) cannot add jobs.
+//! - Per-role limits (`role.cron`): at most `maxJobs` jobs per person, and no schedule
+//!   running more often than `minIntervalSeconds` (an interval shorter than that, or a
+//!   cron expression with two consecutive runs closer than that, is refused).
+//! - A job delivers to its creator by default; to another contact only if the creator's
+//!   role may use `message` (and this turn may reach that contact).
+//! - Managing others' jobs: a person whose role's `sessionsVisibility` is `all` (the
+//!   role that may read every conversation) may list and remove anyone's jobs; everyone
+//!   else sees and removes only their own. `run-now` runs only one's own jobs, since a
+//!   run is metered to its creator.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use saint_config::{BotConfig, SessionsVisibility};
+use saint_tools::{Caller, Permit, ToolContext, ToolError, ToolOutput, Trigger, TypedTool, policy};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{
+    Schedule,
+    jobs::{Added, Job, NewJob, parse_label},
+    spec::Spec,
+};
+
+/// Longest job text, in characters.
+const MAX_TEXT_CHARS: usize = 4_000;
+
+/// The `cron` tool over a [`Schedule`].
+pub struct CronTool {
+    schedule: Arc<Schedule>,
+}
+
+impl CronTool {
+    /// The tool over `schedule`.
+    pub fn new(schedule: Arc<Schedule>) -> Self {
+        Self { schedule }
+    }
+}
+
+/// What to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CronAction {
+    /// Schedule a new job.
+    Add,
+    /// Show jobs.
+    List,
+    /// Delete a job.
+    Remove,
+    /// Run one of your jobs now, once (its schedule is unchanged).
+    #[serde(alias = "run_now", alias = "runNow")]
+    RunNow,
+}
+
+/// What `cron` takes.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CronInput {
+    /// add, list, remove or run-now
+    pub action: CronAction,
+    /// add: when it runs — a five-field cron expression (`minute hour day-of-month month
+    /// day-of-week`, e.g. `0 9 * * MON`, or `@daily`/`@hourly`/`@weekly`/`@monthly`),
+    /// `at <RFC 3339 time>` for once, or `every <N> minutes|hours|days`
+    pub schedule: Option<String>,
+    /// add: IANA time zone of the cron expression or of a local `at` time (default: the
+    /// bot's)
+    pub timezone: Option<String>,
+    /// add: what to do each time, written as the instruction you will receive then
+    #[serde(alias = "task", alias = "prompt")]
+    pub text: Option<String>,
+    /// add: the contact (slug or name) who receives the result; default: the person
+    /// asking, on their channel
+    #[serde(alias = "deliverTo", alias = "to")]
+    pub deliver_to: Option<String>,
+    /// remove, run-now: the job's id (`job-3`)
+    #[serde(alias = "job", alias = "jobId")]
+    pub id: Option<String>,
+}
+
+impl TypedTool for CronTool {
+    type Input = CronInput;
+    const NAME: &'static str = "cron";
+    const DESCRIPTION: &'static str = "Schedule work to run later as the person asking: `add` a job (schedule + text; \
+         the result is sent to them, or to `deliver_to`), `list` jobs, `remove` a job, or \
+         `run-now` a job once. Each run is a separate turn with that person's role; nobody \
+         reads it live.";
+
+    fn run<'a>(
+        &'a self,
+        _permit: &'a Permit,
+        context: &'a ToolContext,
+        input: CronInput,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let caller = &context.caller;
+            if caller.role.external || !caller.known {
+                return Err(ToolError::Denied(
+                    "scheduled jobs are only for internal contacts".to_string(),
+                ));
+            }
+            match input.action {
+                CronAction::Add => self.add(context, input).await,
+                CronAction::List => self.list(caller).await,
+                CronAction::Remove => self.remove(caller, input.id.as_deref()).await,
+                CronAction::RunNow => self.run_now(caller, input.id.as_deref()).await,
+            }
+        })
+    }
+}
+
+/// Whether `caller` may list and remove other people's jobs: their role may see every
+/// session (`sessionsVisibility: all`).
+pub fn manages_all_jobs(caller: &Caller) -> bool {
+    caller.role.sessions_visibility == SessionsVisibility::All
+}
+
+fn store_error(error: impl std::fmt::Display) -> ToolError {
+    tracing::error!(%error, "job store failed");
+    ToolError::Failed("the job store is unavailable".to_string())
+}
+
+fn required<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, ToolError> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| ToolError::InvalidInput(format!("{field}: required for add")))
+}
+
+impl CronTool {
+    async fn add(&self, context: &ToolContext, input: CronInput) -> Result<ToolOutput, ToolError> {
+        let caller = &context.caller;
+        let config = &context.config;
+        if caller.trigger == Trigger::Cron {
+            return Err(ToolError::Denied(
+                "a scheduled job cannot schedule jobs".to_string(),
+            ));
+        }
+        let schedule_text = required(&input.schedule, "schedule")?;
+        let text = required(&input.text, "text")?;
+        if text.chars().count() > MAX_TEXT_CHARS {
+            return Err(ToolError::InvalidInput(format!(
+                "text: longer than {MAX_TEXT_CHARS} characters"
+            )));
+        }
+        let timezone = input
+            .timezone
+            .as_deref()
+            .map(str::trim)
+            .filter(|zone| !zone.is_empty())
+            .unwrap_or(&config.schedule.timezone);
+        let now = self.schedule.clock().now();
+        let spec = Spec::parse(schedule_text, timezone, now)
+            .map_err(|error| ToolError::InvalidInput(error.0))?;
+        check_interval(&spec, now, caller.role.cron.min_interval_seconds)?;
+        let next_run = spec
+            .next_after(now)
+            .map_err(|error| ToolError::InvalidInput(error.0))?
+            .ok_or_else(|| {
+                ToolError::InvalidInput(format!(
+                    "schedule: {} is not in the future (it is {now} now)",
+                    spec.describe()
+                ))
+            })?;
+        let (deliver_to, deliver_identity) = match input.deliver_to.as_deref().map(str::trim) {
+            None | Some("") => (None, None),
+            Some(to) => match other_recipient(config, caller, to)? {
+                Some((slug, identity)) => (Some(slug), Some(identity)),
+                None => (None, None),
+            },
+        };
+        let job = NewJob {
+            owner: caller.slug.clone(),
+            owner_role: caller.role_name.clone(),
+            owner_identity: caller.identity.clone(),
+            spec: spec.clone(),
+            text: text.to_string(),
+            deliver_to: deliver_to.clone(),
+            deliver_identity: deliver_identity.clone(),
+            next_run,
+        };
+        let max_jobs = caller.role.cron.max_jobs;
+        let store = self.schedule.store.clone();
+        let added = tokio::task::spawn_blocking(move || store.add(&job, max_jobs))
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
+        let id = match added {
+            Added::Stored(id) => id,
+            Added::AtLimit(count) => {
+                return Err(ToolError::Denied(format!(
+                    "you have {count} scheduled jobs, the most your role ({}) allows; remove one first",
+                    caller.role_name
+                )));
+            }
+        };
+        self.schedule.wake.notify_one();
+        let delivery = self.schedule.describe_delivery(
+            config,
+            caller,
+            deliver_to.as_deref(),
+            deliver_identity.as_deref(),
+            id,
+        );
+        tracing::info!(job = id, owner = %caller.slug, schedule = %spec.describe(), "job added");
+        Ok(ToolOutput::text(format!(
+            "Scheduled {}: {}; next run {}. {delivery}",
+            super::jobs::label(id),
+            spec.describe(),
+            local_time(next_run, &spec, config),
+        )))
+    }
+
+    async fn list(&self, caller: &Caller) -> Result<ToolOutput, ToolError> {
+        let all = manages_all_jobs(caller);
+        let owner = (!all).then(|| caller.slug.clone());
+        let store = self.schedule.store.clone();
+        let jobs = tokio::task::spawn_blocking(move || store.list(owner.as_deref()))
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
+        if jobs.is_empty() {
+            return Ok(ToolOutput::text(if all {
+                "No scheduled jobs."
+            } else {
+                "You have no scheduled jobs."
+            }));
+        }
+        let lines: Vec<String> = jobs.iter().map(|job| describe_job(job, all)).collect();
+        Ok(ToolOutput::text(lines.join("\n")))
+    }
+
+    /// The job `id` if `caller` may manage it (their own, or anyone's for a role that
+    /// manages all jobs); others' jobs are "not found", so their existence is not told.
+    async fn job_for(
+        &self,
+        caller: &Caller,
+        id: Option<&str>,
+        others_too: bool,
+    ) -> Result<Job, ToolError> {
+        let text = id
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| ToolError::InvalidInput("id: required (e.g. job-3)".to_string()))?;
+        let id = parse_label(text)
+            .ok_or_else(|| ToolError::InvalidInput(format!("id: {text:?} is not a job id")))?;
+        let store = self.schedule.store.clone();
+        let job = tokio::task::spawn_blocking(move || store.get(id))
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
+        job.filter(|job| job.owner == caller.slug || others_too)
+            .ok_or_else(|| ToolError::NotFound(format!("no job {text} of yours")))
+    }
+
+    async fn remove(&self, caller: &Caller, id: Option<&str>) -> Result<ToolOutput, ToolError> {
+        let job = self.job_for(caller, id, manages_all_jobs(caller)).await?;
+        let store = self.schedule.store.clone();
+        let id = job.id;
+        tokio::task::spawn_blocking(move || store.remove(id))
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
+        self.schedule.wake.notify_one();
+        tracing::info!(job = id, owner = %job.owner, by = %caller.slug, "job removed");
+        Ok(ToolOutput::text(format!(
+            "Removed {} ({}, {}).",
+            job.label(),
+            job.spec.describe(),
+            if job.owner == caller.slug {
+                "yours".to_string()
+            } else {
+                format!("created by {}", job.owner)
+            }
+        )))
+    }
+
+    async fn run_now(&self, caller: &Caller, id: Option<&str>) -> Result<ToolOutput, ToolError> {
+        if caller.trigger == Trigger::Cron {
+            return Err(ToolError::Denied(
+                "a scheduled job cannot start jobs".to_string(),
+            ));
+        }
+        let job = self.job_for(caller, id, false).await?;
+        if !job.enabled {
+            return Err(ToolError::Denied(format!(
+                "{} is stopped: {}",
+                job.label(),
+                job.disabled_reason.as_deref().unwrap_or("disabled")
+            )));
+        }
+        let store = self.schedule.store.clone();
+        let (id, now) = (job.id, self.schedule.clock().now());
+        let queued = tokio::task::spawn_blocking(move || store.due_now(id, now))
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
+        if !queued {
+            return Err(ToolError::Denied(format!(
+                "{} is running right now",
+                job.label()
+            )));
+        }
+        self.schedule.wake.notify_one();
+        Ok(ToolOutput::text(format!(
+            "{} runs now, once; its schedule is unchanged. Its result is delivered as usual.",
+            job.label()
+        )))
+    }
+}
+
+/// Refuses a schedule that runs more often than `min_seconds` allows.
+fn check_interval(spec: &Spec, now: Timestamp, min_seconds: u64) -> Result<(), ToolError> {
+    let shortest = spec
+        .shortest_gap(now)
+        .map_err(|error| ToolError::InvalidInput(error.0))?;
+    match shortest {
+        Some(gap) if gap < Duration::from_secs(min_seconds) => Err(ToolError::Denied(format!(
+            "schedule: {} runs as often as every {} s; your role allows at most one run every {min_seconds} s",
+            spec.describe(),
+            gap.as_secs()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The contact `to` a job of `caller` may deliver to: `None` when it is the caller
+/// themself; refused unless their role may `message` (and this turn may reach them).
+fn other_recipient(
+    config: &BotConfig,
+    caller: &Caller,
+    to: &str,
+) -> Result<Option<(String, String)>, ToolError> {
+    let (contact, _channel, identity) =
+        saint_tools::message::route(config, to, None).map_err(|error| match error {
+            ToolError::Denied(message) | ToolError::InvalidInput(message) => {
+                ToolError::InvalidInput(format!("deliver_to: {message}"))
+            }
+            other => other,
+        })?;
+    if contact.slug == caller.slug {
+        return Ok(None);
+    }
+    if !policy::tool_allowed(&caller.role, "message") {
+        return Err(ToolError::Denied(format!(
+            "deliver_to: your role ({}) may not message other people, so a job cannot deliver to {}",
+            caller.role_name, contact.name
+        )));
+    }
+    if let Some(allowed) = &caller.may_message
+        && !allowed.iter().any(|slug| contact.slug == *slug)
+    {
+        return Err(ToolError::Denied(format!(
+            "deliver_to: this turn may not message {}",
+            contact.name
+        )));
+    }
+    Ok(Some((contact.slug.to_string(), identity)))
+}
+
+/// `at` in the job's own time zone (cron) or the bot's.
+fn local_time(at: Timestamp, spec: &Spec, config: &BotConfig) -> String {
+    let zone = match spec {
+        Spec::Cron { timezone, .. } => timezone.as_str(),
+        _ => config.schedule.timezone.as_str(),
+    };
+    match jiff::tz::TimeZone::get(zone) {
+        Ok(zone) => at.to_zoned(zone).strftime("%Y-%m-%d %H:%M %Z").to_string(),
+        Err(_) => at.to_string(),
+    }
+}
+
+fn describe_job(job: &Job, show_owner: bool) -> String {
+    let mut line = format!("{}: {}", job.label(), job.spec.describe());
+    if show_owner {
+        line.push_str(&format!("; created by {} ({})", job.owner, job.owner_role));
+    }
+    if let Some(to) = &job.deliver_to {
+        line.push_str(&format!("; delivers to {to}"));
+    }
+    if !job.enabled {
+        line.push_str(&format!(
+            "; STOPPED: {}",
+            job.disabled_reason.as_deref().unwrap_or("disabled")
+        ));
+    } else if job.running_due.is_some() {
+        line.push_str("; running now");
+    } else if let Some(next) = job.next_run {
+        line.push_str(&format!("; next run {next}"));
+    } else {
+        line.push_str("; done (no further runs)");
+    }
+    if let (Some(last), Some(outcome)) = (job.last_run, &job.last_outcome) {
+        line.push_str(&format!("; last run {last}: {outcome}"));
+    } else if let Some(outcome) = &job.last_outcome {
+        line.push_str(&format!("; {outcome}"));
+    }
+    let preview: String = job.text.chars().take(80).collect();
+    line.push_str(&format!("; text: {preview:?}"));
+    line
+}
