@@ -131,8 +131,8 @@ def main() -> int:
         status = wait_for_status(options, 60)
         check(status.get("observedGeneration") == 1,
               f"the bot's status reports observedGeneration 1 with ConfigRendered (status: {json.dumps(status)})")
-        check(status.get("contacts") == 3 and status.get("roles") == 4,
-              f"3 contacts and 4 roles rendered (got {status.get('contacts')}, {status.get('roles')})")
+        check(status.get("contacts") == 3 and status.get("roles") == 5,
+              f"3 contacts and 5 roles rendered (got {status.get('contacts')}, {status.get('roles')})")
         for kind, name in CHILDREN:
             result = kubectl(options, "-n", NAMESPACE, "get", kind, name, "-o", "json", check_status=False)
             owned = result.returncode == 0 and any(
