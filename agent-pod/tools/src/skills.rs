@@ -233,7 +233,7 @@ fn parse_front_matter(lines: &[&str]) -> Result<BTreeMap<String, String>, SkillE
         if keys.contains_key(key) {
             return Err(SkillError::DuplicateKey(key.to_string()));
         }
-        let value = unquote(value.trim()).map_err(|reason| malformed(reason))?;
+        let value = unquote(value.trim()).map_err(malformed)?;
         keys.insert(key.to_string(), value);
         current = Some(key.to_string());
     }
@@ -327,12 +327,7 @@ impl SkillCatalog {
         catalog
     }
 
-    fn add(
-        &mut self,
-        folders: Vec<(String, Result<String, String>)>,
-        source: &SkillSource,
-        seen: &mut HashSet<String>,
-    ) {
+    fn add(&mut self, folders: Vec<SkillFolder>, source: &SkillSource, seen: &mut HashSet<String>) {
         let shown = match source {
             SkillSource::Workspace => format!("{WORKSPACE_SKILLS}/"),
             SkillSource::Directory(directory) => format!("{directory}/"),
@@ -403,15 +398,15 @@ impl SkillCatalog {
 
 const NO_DIRECTORY: &str = "no such directory";
 
+/// One folder of a source: its name, and its skill file's text or why it could not be
+/// read.
+type SkillFolder = (String, Result<String, String>);
+
 /// The skill folders of one source, in name order: each folder name with its skill
 /// file's text or why it could not be read. `base` is the folder below `root` holding
 /// the skills (`skills` in the workspace, the root itself for a declared directory);
 /// `volume` says whether ConfigMap `..data` links are honoured.
-fn read_source(
-    root: &Path,
-    base: &str,
-    volume: bool,
-) -> Result<Vec<(String, Result<String, String>)>, String> {
+fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>, String> {
     let workspace = Workspace::open(root).map_err(|_| {
         if root.exists() {
             "not a readable directory".to_string()
