@@ -40,6 +40,8 @@ enum Step {
     Hang,
     /// `then`, once `gate` holds (at most 10 s).
     After(Gate, Box<Step>),
+    /// `then`, once `gate` holds or the time is up.
+    AfterAtMost(Duration, Gate, Box<Step>),
 }
 
 fn text(text: &str) -> Step {
@@ -197,7 +199,10 @@ async fn answer(State(shared): State<Arc<Shared>>, body: String) -> Response {
     loop {
         match step {
             Step::After(gate, then) => {
-                let deadline = Instant::now() + Duration::from_secs(10);
+                step = Step::AfterAtMost(Duration::from_secs(10), gate, then);
+            }
+            Step::AfterAtMost(limit, gate, then) => {
+                let deadline = Instant::now() + limit;
                 while !gate() && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -854,4 +859,60 @@ async fn the_result_is_sent_to_the_person_on_a_channel_that_can_push() {
     assert_eq!(pushed.len(), 1, "{sent:?}");
     assert_eq!(pushed[0]["chat_id"], IVAN_TELEGRAM);
     assert_eq!(bot.stored("person:ivan", "RESULT-PUSHED").len(), 1);
+}
+
+/// The child ends while Ivan's turn is still running (its model waits up to 3 s for the
+/// announcement to appear): the announcement is stored after that turn's answer, never
+/// inside it (between a tool call and its result, or behind what the turn keeps of the
+/// session), and Ivan's next turn sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Runtime::notify to wait for the session's running turn (taking its session lock); until then the announcement lands inside the turn"]
+async fn a_result_that_comes_while_the_starters_turn_runs_is_stored_after_it() {
+    let bot = start(json!({}), |_| {}).await;
+    let task = "QUICK: answer at once";
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_spawn", json!({"task": task})),
+            Step::AfterAtMost(
+                Duration::from_secs(3),
+                bot.gate_stored("person:ivan", "RESULT-QUICK"),
+                Box::new(text("Started; still talking.")),
+            ),
+        ],
+    );
+    bot.model.script(task, vec![text("RESULT-QUICK")]);
+    bot.ivan_says("quick one").await;
+    eventually("the announcement", || {
+        !bot.stored("person:ivan", "RESULT-QUICK").is_empty()
+    })
+    .await;
+    let order: Vec<String> = {
+        let connection = bot.database();
+        let mut statement = connection
+            .prepare("SELECT content FROM messages WHERE session_key = 'person:ivan' ORDER BY id")
+            .unwrap();
+        statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let answer = order
+        .iter()
+        .position(|content| content.contains("Started; still talking."))
+        .unwrap();
+    let announcement = order
+        .iter()
+        .position(|content| content.contains("RESULT-QUICK"))
+        .unwrap();
+    assert!(announcement > answer, "{order:#?}");
+    bot.model.script(PERSON, vec![text("Noted.")]);
+    bot.ivan_says("and?").await;
+    let last = bot.model.seen_in(PERSON).pop().unwrap();
+    assert!(
+        last.messages().contains("RESULT-QUICK"),
+        "{}",
+        last.messages()
+    );
 }

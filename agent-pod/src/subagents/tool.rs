@@ -63,7 +63,7 @@ impl Tool for SpawnTool {
                 },
                 "model": {
                     "type": "string",
-                    "description": "Another model for it, no more expensive than yours (default: yours)",
+                    "description": "Another model for it (default: yours); allowed only when the bot's price list shows it costs no more than yours, for input and for output tokens",
                 },
                 "timeoutSeconds": {
                     "type": "integer",
