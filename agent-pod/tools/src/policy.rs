@@ -169,6 +169,19 @@ pub fn skills_allow_any(skills: &Skills) -> bool {
     }
 }
 
+/// `tools` without the `skill` tool when no installed skill is one the role may use
+/// (the caller knows which skills are installed: this module does no I/O), so a role
+/// allowed skills that are not installed is not offered a tool with nothing to load.
+pub fn without_idle_skill_tool(
+    mut tools: Vec<PermittedTool>,
+    any_installed_skill_allowed: bool,
+) -> Vec<PermittedTool> {
+    if !any_installed_skill_allowed {
+        tools.retain(|tool| tool.name() != SKILL_TOOL);
+    }
+    tools
+}
+
 /// Tools no role sees until the sandbox exists.
 pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
 
@@ -402,6 +415,29 @@ mod tests {
                 "{deny}"
             );
         }
+    }
+
+    #[test]
+    fn the_skill_tool_is_withheld_when_no_installed_skill_is_allowed() {
+        let mut owner: RoleConfig = serde_json::from_value(
+            serde_json::json!({"skills": "all", "tools": {"allow": ["read"]}}),
+        )
+        .unwrap();
+        owner.description = "owner".to_string();
+        let caller =
+            crate::test_fixtures::caller(&crate::test_fixtures::company_config(), "acme-ana");
+        let caller = Caller {
+            role: Arc::new(owner),
+            ..caller
+        };
+        let names = |any: bool| -> Vec<&'static str> {
+            without_idle_skill_tool(permitted_tools(&caller, &catalog(), false), any)
+                .iter()
+                .map(|tool| tool.name())
+                .collect()
+        };
+        assert_eq!(names(true), ["read", "skill"]);
+        assert_eq!(names(false), ["read"]);
     }
 
     #[test]

@@ -380,6 +380,12 @@ impl SkillCatalog {
             .filter(move |skill| role_allows(skills, &skill.name))
     }
 
+    /// Whether any installed skill is one `skills` allows (the `skill` tool is offered
+    /// only then: see `policy::without_idle_skill_tool`).
+    pub fn allows_any(&self, skills: &Skills) -> bool {
+        self.allowed(skills).next().is_some()
+    }
+
     /// The installed skill `name`.
     pub fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.get(name)
