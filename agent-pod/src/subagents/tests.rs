@@ -170,3 +170,43 @@ fn the_result_goes_to_the_persons_pushing_channel_never_to_the_http_api() {
         "a sub-agent's child reports to the sub-agent only"
     );
 }
+
+/// The tool checks its input before anything starts, and says so when no runtime is
+/// attached.
+#[tokio::test]
+async fn the_tool_refuses_bad_input_and_works_only_when_attached() {
+    let subagents = Subagents::new();
+    let tool = subagents.tool().unwrap();
+    let mut ivan = caller("ivan", "telegram:1", 2);
+    let mut role = (*ivan.role).clone();
+    role.tools.allow.push("sessions_spawn".to_string());
+    ivan.role = Arc::new(role);
+    let permit = policy::permit(&ivan, tool.as_ref(), false).unwrap();
+    let context = ToolContext {
+        caller: ivan,
+        workspace: std::env::temp_dir(),
+        config: Arc::new(config()),
+    };
+    for (input, expected) in [
+        (serde_json::json!({"task": "  "}), "task must not be empty"),
+        (
+            serde_json::json!({"task": "x", "tool": ["read"]}),
+            "unknown field `tool`",
+        ),
+        (
+            serde_json::json!({"task": "x", "timeoutSeconds": -1}),
+            "timeoutSeconds",
+        ),
+        (
+            serde_json::json!({"task": "x"}),
+            "sub-agents are not available",
+        ),
+    ] {
+        let error = tool
+            .call(&permit, &context, input.clone())
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains(expected), "{input}: {error}");
+    }
+    assert_eq!(subagents.running(), 0);
+}
