@@ -506,6 +506,7 @@ async fn strangers_and_external_roles_cannot_create_jobs_and_people_manage_only_
             .as_array_mut()
             .unwrap()
             .push(json!("cron"));
+        config["roles"]["employee"]["cron"] = json!({"maxJobs": 1, "minIntervalSeconds": 300});
     })
     .await;
     bot.llm.push(add("@daily", "Send me the news."));
@@ -549,7 +550,8 @@ async fn strangers_and_external_roles_cannot_create_jobs_and_people_manage_only_
     );
     assert_eq!(bot.jobs().len(), 1);
 
-    // Too often for the employee's 300 s minimum: an interval and a cron expression.
+    // Too often for the employee's 300 s minimum (an interval, a cron expression), an
+    // invalid field, and one job too many.
     bot.llm.push(Reply::tool_calls(vec![
         (
             "cron".to_string(),
@@ -563,13 +565,17 @@ async fn strangers_and_external_roles_cannot_create_jobs_and_people_manage_only_
             "cron".to_string(),
             json!({"action": "add", "schedule": "0 25 * * *", "text": "x"}),
         ),
+        (
+            "cron".to_string(),
+            json!({"action": "add", "schedule": "@daily", "text": "x"}),
+        ),
     ]));
     bot.llm.push(Reply::text("Refused."));
     bot.ask("telegram", IVAN_TELEGRAM, "Ping me constantly")
         .await;
-    // This turn's three results (his session holds the earlier add's too).
+    // This turn's four results (his session holds the earlier add's too).
     let results = bot.llm.requests().pop().unwrap().tool_results();
-    let results = &results[results.len() - 3..];
+    let results = &results[results.len() - 4..];
     assert!(results.iter().all(|(_, error)| *error), "{results:?}");
     assert!(
         results[0].0.contains("at most one run every 300 s"),
@@ -578,6 +584,13 @@ async fn strangers_and_external_roles_cannot_create_jobs_and_people_manage_only_
     assert!(results[1].0.contains("every 60 s"), "{results:?}");
     assert!(
         results[2].0.contains("the hour field \"25\""),
+        "{results:?}"
+    );
+    // A valid schedule, but Ivan's one job is all his role allows here.
+    assert!(
+        results[3]
+            .0
+            .contains("you already have 1 scheduled job, the most your role (employee) allows"),
         "{results:?}"
     );
     assert_eq!(bot.jobs().len(), 1);
@@ -712,5 +725,49 @@ async fn over_budget_runs_are_skipped_and_the_person_told_once() {
             .iter()
             .all(|turn| turn["trigger"] != "cron"),
         "a skipped run was metered as a turn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_process_died_in_is_not_repeated_but_reported() {
+    let mut bot = Bot::start(|_| {}).await;
+    bot.llm.push(add(WEEKLY, "Weekly report reminder."));
+    bot.llm.push(Reply::text("Scheduled."));
+    bot.ask("telegram", IVAN_TELEGRAM, "Remind me on Mondays")
+        .await;
+    // The job's model call hangs; the process is killed during it.
+    bot.llm
+        .push(Reply::text("Too late.").with_delay(Duration::from_secs(60)));
+    bot.set_clock("2026-03-02T08:00:30Z");
+    bot.wait_for("the run started", |bot| {
+        bot.jobs()[0].running_due == Some(millis(FIRST_DUE))
+    })
+    .await;
+    bot.wait_for("the job's model call", |bot| bot.llm.request_count() == 3)
+        .await;
+    bot.kill();
+    bot.spawn();
+    bot.wait_for("the interruption reported to Ivan", |bot| {
+        bot.sent_to(IVAN_TELEGRAM)
+            .iter()
+            .any(|text| text.contains("job-1") && text.contains("interrupted"))
+    })
+    .await;
+    bot.llm.push(Reply::text("Hi."));
+    bot.ask("telegram", IVAN_TELEGRAM, "Hello").await;
+    assert_eq!(
+        bot.llm.request_count(),
+        4,
+        "the interrupted run was repeated"
+    );
+    let job = &bot.jobs()[0];
+    assert_eq!(job.running_due, None);
+    assert_eq!(job.last_run, Some(millis(FIRST_DUE)));
+    assert_eq!(job.next_run, Some(millis(SECOND_DUE)));
+    assert!(
+        job.last_outcome
+            .as_deref()
+            .is_some_and(|outcome| outcome.starts_with("interrupted")),
+        "{job:?}"
     );
 }

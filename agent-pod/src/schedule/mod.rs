@@ -32,6 +32,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use self::jobs::JobStore;
+pub use self::run::MAX_CONCURRENT_RUNS;
 use crate::{
     channel::hub::ChannelHub,
     clock::Clock,
@@ -183,7 +184,7 @@ pub fn recipient_for(
         contact
             .identities
             .iter()
-            .find(|identity| identity.to_string() == wanted)
+            .find(|identity| identity.as_str() == wanted)
     });
     preferred
         .into_iter()

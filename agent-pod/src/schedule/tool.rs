@@ -196,7 +196,8 @@ impl CronTool {
             Added::Stored(id) => id,
             Added::AtLimit(count) => {
                 return Err(ToolError::Denied(format!(
-                    "you have {count} scheduled jobs, the most your role ({}) allows; remove one first",
+                    "you already have {count} scheduled {}, the most your role ({}) allows; remove one first",
+                    if count == 1 { "job" } else { "jobs" },
                     caller.role_name
                 )));
             }
@@ -405,4 +406,66 @@ fn describe_job(job: &Job, show_owner: bool) -> String {
     let preview: String = job.text.chars().take(80).collect();
     line.push_str(&format!("; text: {preview:?}"));
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> Spec {
+        Spec::parse(text, "Europe/Zagreb", now()).unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-03-02T07:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn the_minimum_interval_is_checked_for_intervals_and_consecutive_cron_runs() {
+        assert!(check_interval(&spec("every 5 minutes"), now(), 300).is_ok());
+        let error = check_interval(&spec("every 4 minutes"), now(), 300).unwrap_err();
+        assert_eq!(
+            error,
+            ToolError::Denied(
+                "schedule: every 4 minutes runs as often as every 240 s; your role allows at \
+                 most one run every 300 s"
+                    .to_string()
+            )
+        );
+        assert!(check_interval(&spec("*/5 * * * *"), now(), 300).is_ok());
+        assert!(check_interval(&spec("*/4 * * * *"), now(), 300).is_err());
+        // Hourly most of the day, but two runs five minutes apart once a day.
+        assert!(check_interval(&spec("0,5 9 * * *"), now(), 600).is_err());
+        assert!(check_interval(&spec("@hourly"), now(), 3_600).is_ok());
+        assert!(check_interval(&spec("@hourly"), now(), 3_601).is_err());
+        // Once is never too often.
+        assert!(check_interval(&spec("at 2026-03-03T09:00:00Z"), now(), u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn only_a_role_that_sees_every_session_manages_everyones_jobs() {
+        let config = saint_config::BotConfig::from_json(include_str!(
+            "../../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        let caller = |slug: &str| {
+            crate::identity::caller_for_contact(
+                &config,
+                slug,
+                None,
+                String::new(),
+                Trigger::Message,
+            )
+            .unwrap()
+        };
+        assert!(
+            manages_all_jobs(&caller("ana")),
+            "owner: sessionsVisibility all"
+        );
+        assert!(
+            !manages_all_jobs(&caller("marko")),
+            "manager: own and employees'"
+        );
+        assert!(!manages_all_jobs(&caller("ivan")));
+    }
 }
