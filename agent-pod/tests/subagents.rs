@@ -866,7 +866,6 @@ async fn the_result_is_sent_to_the_person_on_a_channel_that_can_push() {
 /// inside it (between a tool call and its result, or behind what the turn keeps of the
 /// session), and Ivan's next turn sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Runtime::notify to wait for the session's running turn (taking its session lock); until then the announcement lands inside the turn"]
 async fn a_result_that_comes_while_the_starters_turn_runs_is_stored_after_it() {
     let bot = start(json!({}), |_| {}).await;
     let task = "QUICK: answer at once";

@@ -116,14 +116,18 @@ impl Runtime {
     }
 
     /// Queues `text` to `recipients` without a model call (a notice about their work:
-    /// over budget, a job stopped), noted in `session_key`'s transcript as said by the
-    /// bot to `caller`.
+    /// over budget, a job stopped, a sub-agent's result), noted in `caller.session_key`'s
+    /// transcript as said by the bot. A turn running in that session finishes first, so
+    /// the notice lands after it and the session's next turn sees it; never call this
+    /// from inside a turn of the same session.
     pub async fn notify(
         &self,
         caller: &Caller,
         recipients: &[Recipient],
         text: &str,
     ) -> Result<(), TurnError> {
+        let lock = self.session_lock(&caller.session_key);
+        let _session = lock.lock().await;
         let (recipients_owned, body) = (recipients.to_vec(), text.to_string());
         let caller_owned = caller.clone();
         self.persist_notice(caller_owned, recipients_owned, body)
