@@ -276,7 +276,7 @@ impl Child {
         // No longer running: the person's place is free before the announcement waits
         // for the parent's session.
         drop(slot);
-        tracing::info!(child = %self.id, person = %self.caller.slug, end = ?end_label(&end), "sub-agent ended");
+        tracing::info!(child = %self.id, person = %self.caller.slug, end = end_label(&end), "sub-agent ended");
         let text = rules::announcement(&self.id, &self.task, &end);
         // Said in the parent's session, as the bot, under the sub-agent trigger.
         let speaker = Caller {
