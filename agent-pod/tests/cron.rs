@@ -496,6 +496,66 @@ async fn a_demoted_contacts_job_runs_with_the_new_role_and_a_deleted_contacts_jo
             && listing.contains("STOPPED: its creator marko is no longer a contact"),
         "{listing}"
     );
+    // And removes it.
+    bot.llm.push(Reply::tool_call(
+        "cron",
+        json!({"action": "remove", "id": "job-1"}),
+    ));
+    bot.llm.push(Reply::text("Removed."));
+    bot.ask("whatsapp", ANA_WHATSAPP, "Remove Marko's job")
+        .await;
+    let results = bot.llm.requests().pop().unwrap().tool_results();
+    assert_eq!(
+        results.last().unwrap(),
+        &(
+            "Removed job-1 (cron `0 9 * * MON` (Europe/Zagreb), created by marko).".to_string(),
+            false
+        )
+    );
+    assert!(bot.jobs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creator_no_channel_can_push_to_gets_results_kept_in_the_jobs_session_and_is_told() {
+    // Ana writes over the HTTP API as her WhatsApp identity; the bot serves no WhatsApp
+    // (nor any other channel of hers) it could start a conversation on.
+    let bot = Bot::start(|_| {}).await;
+    bot.llm.push(add(WEEKLY, "Summarise the week for Ana."));
+    bot.llm.push(Reply::text("Scheduled."));
+    bot.ask("whatsapp", ANA_WHATSAPP, "Every Monday summarise the week")
+        .await;
+    let results = bot.llm.requests()[1].tool_results();
+    assert!(!results[0].1, "{results:?}");
+    assert!(
+        results[0].0.contains(
+            "each result is kept in the job's own session only (cron:job-1), not sent to you"
+        ),
+        "{results:?}"
+    );
+    bot.llm.push(Reply::text("The week: anvils sold."));
+    bot.run_due("2026-03-02T08:00:30Z", FIRST_DUE).await;
+    let job_request = request_for(&bot.llm.requests(), "Summarise the week for Ana.");
+    assert!(
+        job_request
+            .body
+            .to_string()
+            .contains("your final answer is kept in this job's session only"),
+        "{}",
+        job_request.body
+    );
+    let transcripts =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3")).unwrap();
+    let (contact, answers): (String, i64) = transcripts
+        .query_row(
+            "SELECT s.contact, (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key
+                 AND m.role = 'assistant' AND m.content LIKE '%anvils sold%')
+             FROM sessions s WHERE s.key = 'cron:job-1'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((contact.as_str(), answers), ("ana", 1));
+    assert!(bot.telegram.sent().is_empty(), "{:?}", bot.telegram.sent());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
