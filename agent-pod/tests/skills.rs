@@ -260,6 +260,12 @@ async fn a_denied_skill_tool_and_an_only_list_of_absent_skills_leave_no_section(
     let requests = llm.requests();
     assert_eq!(requests.len(), 2);
     assert!(!requests[0].tool_names().contains(&"skill".to_string()));
+    // Ivan's role allows only a skill that is not installed: no tool to load nothing.
+    assert!(
+        !requests[1].tool_names().contains(&"skill".to_string()),
+        "{:?}",
+        requests[1].tool_names()
+    );
     for request in &requests {
         assert!(
             !request.system().contains("## Skills"),

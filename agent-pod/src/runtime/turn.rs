@@ -482,6 +482,23 @@ impl Runtime {
         // The policy is asked once per turn: each tool comes with the permit it is
         // called with, and a tool the role may not use is neither offered nor callable.
         let visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
+        // `skill` is offered only when some skill the role allows is installed.
+        let any_skill = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
+            let (workspace, skill_config, skills) = (
+                self.workspace.clone(),
+                config.clone(),
+                caller.role.skills.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                saint_tools::skills::SkillCatalog::load(&workspace, &skill_config)
+                    .allows_any(&skills)
+            })
+            .await
+            .unwrap_or(false)
+        } else {
+            false
+        };
+        let visible = policy::without_idle_skill_tool(visible, any_skill);
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
         state.emit(TurnEvent::Caller {
             contact: caller.known.then(|| caller.display_name.clone()),
