@@ -12,9 +12,10 @@
 //! - When a child ends — answer, step limit, budget, error, timeout, shutdown — one
 //!   announcement is stored in the parent's session as said by the bot — after the
 //!   parent's turn when it is still running (`Runtime::notify` waits for it), so the
-//!   parent's next turn sees it — and, unless the parent is itself a sub-agent, queued to the person on
-//!   the bot's channel of the identity the parent turn spoke for, when that channel can
-//!   push (any kind but the HTTP API, whose caller only hears through the session).
+//!   parent's next turn sees it — and, unless the parent is itself a sub-agent, queued
+//!   to the person on the bot's channel of the identity the parent turn spoke for, when
+//!   that channel can push (any kind but the HTTP API, whose caller only hears through
+//!   the session).
 
 pub mod rules;
 pub mod tool;
