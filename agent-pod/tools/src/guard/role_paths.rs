@@ -13,9 +13,10 @@
 //! with `*` also matching `/` (as SQLite `GLOB` does for the memory scopes).
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
-use saint_config::{FileAccessConfig, RoleConfig};
+use saint_config::{FileAccessConfig, RoleConfig, Skills};
 
 use super::paths::is_safe_component;
+use crate::skills::{WORKSPACE_SKILLS, role_allows};
 
 /// The placeholder for the asker's slug in path globs.
 pub const SELF_PLACEHOLDER: &str = "<self>";
@@ -54,6 +55,9 @@ pub struct RolePaths {
     owner_files: GlobSet,
     self_writable: GlobSet,
     internal: bool,
+    /// The role's `skills` setting: files of a skill it does not allow are not read,
+    /// whatever the read globs say (the sandbox does not show them either).
+    skills: Skills,
     /// The same rules as pattern text (`<self>` substituted), for subtree decisions.
     patterns: RolePatterns,
 }
@@ -108,6 +112,7 @@ impl RolePaths {
             owner_files: compile(&access.owner_files, slug)?,
             self_writable: compile(&self_dir, slug)?,
             internal: !role.external,
+            skills: role.skills.clone(),
         })
     }
 
@@ -116,6 +121,17 @@ impl RolePaths {
     pub fn check_read(&self, path: &str) -> Result<(), RolePathError> {
         if self.platform_private.is_match(path) {
             return Err(RolePathError::PlatformPrivate {
+                path: path.to_string(),
+            });
+        }
+        if let Some(skill) = path
+            .strip_prefix(WORKSPACE_SKILLS)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| rest.split('/').next())
+            .filter(|skill| !skill.is_empty())
+            && !role_allows(&self.skills, skill)
+        {
+            return Err(RolePathError::ReadDenied {
                 path: path.to_string(),
             });
         }
@@ -495,5 +511,37 @@ mod tests {
                 "slug {slug:?}"
             );
         }
+    }
+    #[test]
+    fn files_of_skills_the_role_does_not_allow_are_not_read() {
+        let mut only_pdf = role(&["**"], &[], &[], false);
+        only_pdf.skills = Skills::Only(vec!["pdf".to_string()]);
+        let paths = RolePaths::new(&only_pdf, &FileAccessConfig::default(), "ivan").unwrap();
+        assert!(paths.check_read("skills/pdf/SKILL.md").is_ok());
+        assert!(paths.check_read("skills/pdf/templates/a.md").is_ok());
+        for refused in [
+            "skills/github/SKILL.md",
+            "skills/github",
+            "skills/pdf-extra/SKILL.md",
+        ] {
+            assert!(
+                matches!(
+                    paths.check_read(refused),
+                    Err(RolePathError::ReadDenied { .. })
+                ),
+                "{refused}"
+            );
+        }
+        // Not a skill folder: the read globs decide.
+        assert!(paths.check_read("skills").is_ok());
+        assert!(paths.check_read("skillset/notes.md").is_ok());
+        let mut none = only_pdf.clone();
+        none.skills = Skills::None;
+        let paths = RolePaths::new(&none, &FileAccessConfig::default(), "ivan").unwrap();
+        assert!(paths.check_read("skills/pdf/SKILL.md").is_err());
+        let mut all = only_pdf;
+        all.skills = Skills::All;
+        let paths = RolePaths::new(&all, &FileAccessConfig::default(), "ivan").unwrap();
+        assert!(paths.check_read("skills/github/SKILL.md").is_ok());
     }
 }

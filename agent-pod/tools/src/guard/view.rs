@@ -437,7 +437,11 @@ mod tests {
         }
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), root.join("skills/linked")).unwrap();
-        let owner = rules(&role(&["**"], &["**"], false), "acme-ana");
+        // The roles' own `skills` allow every skill (so their read rules alone bound
+        // them); the view's filter under test is the setting passed beside them.
+        let mut owner_role = role(&["**"], &["**"], false);
+        owner_role.skills = Skills::All;
+        let owner = rules(&owner_role, "acme-ana");
         let only = Skills::Only(
             [
                 "invoices",
@@ -471,7 +475,8 @@ mod tests {
             assert!(paths(&view).contains(&"skills/".to_string()), "{skills:?}");
         }
         // The read rules still bound it: a role that may read only one skill's file.
-        let narrow = role(&["skills/pdf/SKILL.md"], &[], false);
+        let mut narrow = role(&["skills/pdf/SKILL.md"], &[], false);
+        narrow.skills = Skills::All;
         let view = compute_with_skills(root, &rules(&narrow, "acme-ivo"), Some(&only)).unwrap();
         assert_eq!(
             paths(&view),
