@@ -65,10 +65,15 @@ pub(super) async fn run(
             let now = clock.now();
             match blocking(&schedule.store, move |store| store.due(now, free)).await {
                 Ok(due) => {
-                    more_due = due.len() == free;
+                    let (found, full) = (due.len(), due.len() == free);
+                    let mut progressed = false;
                     for job in due {
-                        start(&schedule, &runtime, job, now, &abort, &mut runs).await;
+                        progressed |= start(&schedule, &runtime, job, now, &abort, &mut runs).await;
                     }
+                    // More may be due: look again at once, unless nothing could be done
+                    // with these (the store failing): then wait as after an error.
+                    more_due = full && progressed;
+                    healthy = progressed || found == 0;
                 }
                 Err(error) => {
                     healthy = false;
@@ -105,6 +110,7 @@ pub(super) async fn run(
 }
 
 /// Decides what to do with a due job (the missed-run policy) and starts its run.
+/// Whether the job's due time was dealt with (run, skipped or the job stopped).
 async fn start(
     schedule: &Arc<Schedule>,
     runtime: &Arc<Runtime>,
@@ -112,9 +118,9 @@ async fn start(
     now: Timestamp,
     abort: &CancellationToken,
     runs: &mut JoinSet<()>,
-) {
+) -> bool {
     let Some(stored) = job.next_run else {
-        return;
+        return false;
     };
     let grace = Duration::from_secs(runtime.config().current().schedule.missed_run_grace_seconds);
     let decision = match spec::decide(&job.spec, stored, now, grace) {
@@ -123,12 +129,13 @@ async fn start(
             let reason = format!("its schedule cannot be computed: {error}");
             tracing::warn!(job = %job.label(), owner = %job.owner, %reason, "job stopped");
             let id = job.id;
-            if let Err(error) =
-                blocking(&schedule.store, move |store| store.disable(id, &reason)).await
-            {
-                tracing::error!(error = format!("{error:#}"), "failed to stop a job");
-            }
-            return;
+            return match blocking(&schedule.store, move |store| store.disable(id, &reason)).await {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "failed to stop a job");
+                    false
+                }
+            };
         }
     };
     let id = job.id;
@@ -143,31 +150,41 @@ async fn start(
             tracing::warn!(job = %job.label(), owner = %job.owner, due = %decision.due,
                 next = ?decision.next.map(|next| next.to_string()), "missed run skipped (older than the grace)");
             let next = decision.next;
-            if let Err(error) = blocking(&schedule.store, move |store| {
+            match blocking(&schedule.store, move |store| {
                 store.skip(id, stored, next, &outcome)
             })
             .await
             {
-                tracing::error!(error = format!("{error:#}"), "failed to skip a missed run");
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "failed to skip a missed run");
+                    false
+                }
             }
         }
         CatchUp::Run => {
             let (due, next) = (decision.due, decision.next);
-            let claimed = match blocking(&schedule.store, move |store| {
+            match blocking(&schedule.store, move |store| {
                 store.claim(id, stored, due, next)
             })
             .await
             {
-                Ok(claimed) => claimed,
+                Ok(claimed) => {
+                    // Not claimed: the job changed since it was found (removed, made due
+                    // now); the next look sees it as it is.
+                    if claimed {
+                        let (schedule, runtime, cancel) =
+                            (schedule.clone(), runtime.clone(), abort.clone());
+                        runs.spawn(
+                            async move { run_job(schedule, runtime, job, due, cancel).await },
+                        );
+                    }
+                    true
+                }
                 Err(error) => {
                     tracing::error!(error = format!("{error:#}"), "failed to claim a job's run");
                     false
                 }
-            };
-            if claimed {
-                let (schedule, runtime, cancel) =
-                    (schedule.clone(), runtime.clone(), abort.clone());
-                runs.spawn(async move { run_job(schedule, runtime, job, due, cancel).await });
             }
         }
     }

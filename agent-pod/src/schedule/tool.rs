@@ -105,9 +105,10 @@ impl TypedTool for CronTool {
                     "scheduled jobs are only for internal contacts".to_string(),
                 ));
             }
+            check_fields(&input)?;
             match input.action {
                 CronAction::Add => self.add(context, input).await,
-                CronAction::List => self.list(caller).await,
+                CronAction::List => self.list(caller, &context.config).await,
                 CronAction::Remove => self.remove(caller, input.id.as_deref()).await,
                 CronAction::RunNow => self.run_now(caller, input.id.as_deref()).await,
             }
@@ -219,7 +220,7 @@ impl CronTool {
         )))
     }
 
-    async fn list(&self, caller: &Caller) -> Result<ToolOutput, ToolError> {
+    async fn list(&self, caller: &Caller, config: &BotConfig) -> Result<ToolOutput, ToolError> {
         let all = manages_all_jobs(caller);
         let owner = (!all).then(|| caller.slug.clone());
         let store = self.schedule.store.clone();
@@ -234,7 +235,10 @@ impl CronTool {
                 "You have no scheduled jobs."
             }));
         }
-        let lines: Vec<String> = jobs.iter().map(|job| describe_job(job, all)).collect();
+        let lines: Vec<String> = jobs
+            .iter()
+            .map(|job| describe_job(job, all, config))
+            .collect();
         Ok(ToolOutput::text(lines.join("\n")))
     }
 
@@ -317,6 +321,50 @@ impl CronTool {
     }
 }
 
+/// Refuses a field the action does not use, rather than ignoring what the model meant.
+fn check_fields(input: &CronInput) -> Result<(), ToolError> {
+    let given = |value: &Option<String>| {
+        value
+            .as_deref()
+            .is_some_and(|value| !value.trim().is_empty())
+    };
+    let fields = [
+        (
+            "schedule",
+            given(&input.schedule),
+            input.action == CronAction::Add,
+        ),
+        (
+            "timezone",
+            given(&input.timezone),
+            input.action == CronAction::Add,
+        ),
+        ("text", given(&input.text), input.action == CronAction::Add),
+        (
+            "deliver_to",
+            given(&input.deliver_to),
+            input.action == CronAction::Add,
+        ),
+        (
+            "id",
+            given(&input.id),
+            matches!(input.action, CronAction::Remove | CronAction::RunNow),
+        ),
+    ];
+    match fields.iter().find(|(_, given, used)| *given && !*used) {
+        Some((field, _, _)) => Err(ToolError::InvalidInput(format!(
+            "{field}: not used by {}",
+            match input.action {
+                CronAction::Add => "add",
+                CronAction::List => "list",
+                CronAction::Remove => "remove",
+                CronAction::RunNow => "run-now",
+            }
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Refuses a schedule that runs more often than `min_seconds` allows.
 fn check_interval(spec: &Spec, now: Timestamp, min_seconds: u64) -> Result<(), ToolError> {
     let shortest = spec
@@ -378,7 +426,7 @@ fn local_time(at: Timestamp, spec: &Spec, config: &BotConfig) -> String {
     }
 }
 
-fn describe_job(job: &Job, show_owner: bool) -> String {
+fn describe_job(job: &Job, show_owner: bool, config: &BotConfig) -> String {
     let mut line = format!("{}: {}", job.label(), job.spec.describe());
     if show_owner {
         line.push_str(&format!("; created by {} ({})", job.owner, job.owner_role));
@@ -394,7 +442,10 @@ fn describe_job(job: &Job, show_owner: bool) -> String {
     } else if job.running_due.is_some() {
         line.push_str("; running now");
     } else if let Some(next) = job.next_run {
-        line.push_str(&format!("; next run {next}"));
+        line.push_str(&format!(
+            "; next run {}",
+            local_time(next, &job.spec, config)
+        ));
     } else {
         line.push_str("; done (no further runs)");
     }
@@ -410,6 +461,8 @@ fn describe_job(job: &Job, show_owner: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn spec(text: &str) -> Spec {
@@ -440,6 +493,41 @@ mod tests {
         assert!(check_interval(&spec("@hourly"), now(), 3_601).is_err());
         // Once is never too often.
         assert!(check_interval(&spec("at 2026-03-03T09:00:00Z"), now(), u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn a_field_the_action_does_not_use_is_refused_by_name() {
+        let input =
+            |value: serde_json::Value| -> CronInput { saint_tools::typed::decode(value).unwrap() };
+        assert_eq!(
+            check_fields(&input(json!({"action": "list", "id": "job-1"}))),
+            Err(ToolError::InvalidInput("id: not used by list".to_string()))
+        );
+        assert_eq!(
+            check_fields(&input(
+                json!({"action": "remove", "id": "job-1", "text": "x"})
+            )),
+            Err(ToolError::InvalidInput(
+                "text: not used by remove".to_string()
+            ))
+        );
+        assert!(
+            check_fields(&input(
+                json!({"action": "run_now", "id": "job-1", "text": ""})
+            ))
+            .is_ok()
+        );
+        assert!(
+            check_fields(&input(
+                json!({"action": "add", "schedule": "@daily", "text": "x", "deliver_to": "ana"})
+            ))
+            .is_ok()
+        );
+        let unknown = saint_tools::typed::decode::<CronInput>(json!({"action": "pause"}));
+        assert!(
+            matches!(&unknown, Err(ToolError::InvalidInput(message)) if message.starts_with("action:")),
+            "{unknown:?}"
+        );
     }
 
     #[test]
