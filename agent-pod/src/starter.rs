@@ -25,6 +25,9 @@ pub struct Starter {
     pub bot_config: BotConfig,
     /// Persona file name → text (the persona ConfigMap's data).
     pub persona: BTreeMap<String, String>,
+    /// Skill name → its `SKILL.md` (the declared skills' ConfigMap keys).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub skills: BTreeMap<String, String>,
 }
 
 /// Where `up` keeps one bot's files.
@@ -94,6 +97,9 @@ impl Starter {
         config.persona = Some(PersonaConfig {
             directory: files.persona.display().to_string(),
         });
+        // The declared skills are installed into the workspace's skills/ (where the
+        // user edits them and the sandbox sees them), not read from a mount.
+        config.skills.directories.clear();
         match embedding_model {
             Some(directory) => {
                 config.memory.enabled = true;
@@ -116,7 +122,7 @@ impl Starter {
     }
 
     /// Writes the bot file (unless one exists: the user's edits are kept) and any missing
-    /// persona file, private to the user.
+    /// persona file and skill, private to the user.
     pub fn install(
         &self,
         files: &BotFiles,
@@ -131,6 +137,20 @@ impl Starter {
                 anyhow::bail!("starter persona file name {name:?} is not a plain file name");
             }
             let path = files.persona.join(name);
+            if !path.exists() {
+                write_private(&path, text)?;
+            }
+        }
+        for (name, text) in &self.skills {
+            if !saint_tools::skills::is_skill_name(name) {
+                anyhow::bail!("starter skill name {name:?} is not a skill folder name");
+            }
+            let folder = files
+                .workspace
+                .join(saint_tools::skills::WORKSPACE_SKILLS)
+                .join(name);
+            create_private_directory(&folder)?;
+            let path = folder.join(saint_tools::skills::SKILL_FILE);
             if !path.exists() {
                 write_private(&path, text)?;
             }
@@ -194,6 +214,9 @@ mod tests {
                 "whatsapp", "email", "telegram", "slack", "discord", "matrix"
             ]
         );
+        // Skills come from the workspace here, not from the cluster's mount.
+        assert!(!starter.bot_config.skills.directories.is_empty());
+        assert!(config.skills.directories.is_empty());
         // The roles and people are the operator's, untouched.
         assert_eq!(config.roles, starter.bot_config.roles);
         assert_eq!(config.contacts, starter.bot_config.contacts);
@@ -220,5 +243,21 @@ mod tests {
             "{\"edited\": true}"
         );
         assert!(files.persona.join("SOUL.md").is_file());
+        // The example's skills land in the workspace, where the catalogue finds them;
+        // an edited one is kept.
+        let (config, _) = starter.local_config(&files, None);
+        let catalog = saint_tools::skills::SkillCatalog::load(&files.workspace, &config);
+        let installed: Vec<&str> = catalog.all().map(|skill| skill.name.as_str()).collect();
+        let declared: Vec<&str> = starter.skills.keys().map(String::as_str).collect();
+        assert!(!declared.is_empty());
+        assert_eq!(installed, declared);
+        let skill = files
+            .workspace
+            .join("skills")
+            .join(declared[0])
+            .join("SKILL.md");
+        std::fs::write(&skill, "---\ndescription: mine\n---\nedited").unwrap();
+        starter.install(&files, None).unwrap();
+        assert!(std::fs::read_to_string(&skill).unwrap().ends_with("edited"));
     }
 }

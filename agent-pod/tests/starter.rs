@@ -29,12 +29,30 @@ fn operator_render() -> Starter {
     let settings = OperatorSettings::with_tag(env!("CARGO_PKG_VERSION"));
     let validated = validate(&manifests.bots[0], &manifests.dereferenced, &settings)
         .expect("the chart's example bot validates");
+    // Each declared skill's SKILL.md, from the ConfigMap key it names.
+    let skills = manifests.bots[0]
+        .spec
+        .skills
+        .iter()
+        .map(|skill| {
+            let reference = &skill.config_map_ref;
+            let key = reference.key.as_deref().unwrap_or("SKILL.md");
+            let text = manifests
+                .dereferenced
+                .config_maps
+                .get(&reference.name)
+                .and_then(|map| map.data.as_ref()?.get(key).cloned())
+                .unwrap_or_else(|| panic!("the example skill {:?} has no text", skill.name));
+            (skill.name.clone(), text)
+        })
+        .collect();
     Starter {
         bot_config: rendered_config(&validated),
         persona: build_children(&validated)
             .persona_config_map
             .data
             .unwrap_or_default(),
+        skills,
     }
 }
 
