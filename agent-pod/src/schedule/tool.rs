@@ -2,8 +2,9 @@
 //!
 //! Who may do what, decided here in code:
 //! - The policy offers the tool only to roles that allow `cron`; external roles and
-//!   strangers are refused even if a role allows it by mistake, and a job's own run
-//!   (trigger cron) cannot add jobs.
+//!   strangers are refused even if a role allows it by mistake, a job's own run
+//!   (trigger cron) cannot add jobs, and only a contact can (the heartbeat, whose
+//!   caller is the bot, cannot: a job runs as the contact who created it).
 //! - Per-role limits (`role.cron`): at most `maxJobs` jobs per person, and no schedule
 //!   running more often than `minIntervalSeconds` (an interval shorter than that, or a
 //!   cron expression with two consecutive runs closer than that, is refused).
@@ -142,6 +143,18 @@ impl CronTool {
         if caller.trigger == Trigger::Cron {
             return Err(ToolError::Denied(
                 "a scheduled job cannot schedule jobs".to_string(),
+            ));
+        }
+        // A job runs as its creator, found among the contacts at each run: the bot's own
+        // work (the heartbeat) has no contact to run as.
+        if !config
+            .contacts
+            .iter()
+            .any(|contact| contact.slug == caller.slug)
+        {
+            return Err(ToolError::Denied(
+                "only a contact of the bot can schedule jobs (a job runs as the person who created it)"
+                    .to_string(),
             ));
         }
         let schedule_text = required(&input.schedule, "schedule")?;
@@ -527,6 +540,73 @@ mod tests {
         assert!(
             matches!(&unknown, Err(ToolError::InvalidInput(message)) if message.starts_with("action:")),
             "{unknown:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_heartbeat_cannot_add_jobs_and_a_contact_can() {
+        let directory = tempfile::tempdir().unwrap();
+        let workspace = directory.path();
+        let config = Arc::new(
+            saint_config::BotConfig::from_json(include_str!(
+                "../../config/tests/fixtures/acme-bot-config.json"
+            ))
+            .unwrap(),
+        );
+        let store = Arc::new(
+            crate::session::SessionStore::open(workspace.join("sessions/t.sqlite3")).unwrap(),
+        );
+        let metering = Arc::new(crate::metering::Metering::open(workspace).unwrap());
+        let hub = Arc::new(crate::channel::hub::ChannelHub::from_config(
+            &config,
+            None,
+            &|_| None,
+            store.clone(),
+            metering,
+            workspace,
+        ));
+        let schedule = Schedule::open(workspace, store, hub).unwrap();
+        let tool = schedule.tool().unwrap();
+        let add = json!({"action": "add", "schedule": "@daily", "text": "Check the inbox."});
+        let call = |caller: Caller| {
+            let (tool, add, config) = (tool.clone(), add.clone(), config.clone());
+            async move {
+                let permit = policy::permit(&caller, tool.as_ref(), false).unwrap();
+                let context = ToolContext {
+                    caller,
+                    workspace: workspace.to_path_buf(),
+                    config,
+                };
+                tool.call(&permit, &context, add).await
+            }
+        };
+        // The owner role allows cron (group:automation); as the heartbeat's role it still
+        // has no contact to run jobs as.
+        let heartbeat = crate::identity::caller_for_heartbeat(&config, "owner", &[]).unwrap();
+        let refused = call(heartbeat).await.unwrap_err();
+        assert!(
+            matches!(&refused, ToolError::Denied(message) if message.starts_with("only a contact")),
+            "{refused:?}"
+        );
+        let ana = crate::identity::caller_for_contact(
+            &config,
+            "ana",
+            None,
+            "person:ana".to_string(),
+            Trigger::Message,
+        )
+        .unwrap();
+        let added = call(ana).await.unwrap();
+        assert!(
+            added
+                .content
+                .starts_with("Scheduled job-1: cron `@daily` (UTC)"),
+            "{added:?}"
+        );
+        // The fixture serves no channel that can start a conversation.
+        assert!(
+            added.content.contains("kept in the job's own session only"),
+            "{added:?}"
         );
     }
 
