@@ -162,41 +162,52 @@ impl Runtime {
             .is_some_and(|outlets| (outlets.can_send)(channel))
     }
 
-    /// Where a message to contact `slug` goes: their identity `preferred` when its
-    /// channel can send, else their first identity on a channel that can; `None` when
-    /// no channel can reach them (the message then stays in a session).
+    /// Where a message to contact `slug` goes, by the channels that can send now (see
+    /// [`reachable_recipient`]).
     pub fn recipient_for(
         &self,
         config: &BotConfig,
         slug: &str,
         preferred: Option<&str>,
     ) -> Option<Recipient> {
-        let contact = config
-            .contacts
-            .iter()
-            .find(|contact| contact.slug == slug)?;
-        let reachable = |identity: &ChannelIdentity| {
-            config
-                .channels
-                .iter()
-                .filter(|channel| channel.kind == identity.kind())
-                .find(|channel| self.can_send(&channel.name))
-                .map(|channel| Recipient {
-                    channel: channel.name.clone(),
-                    identity: identity.to_string(),
-                })
-        };
-        let preferred = preferred.and_then(|wanted| {
-            contact
-                .identities
-                .iter()
-                .find(|identity| identity.as_str() == wanted)
-        });
-        preferred
-            .into_iter()
-            .chain(contact.identities.iter())
-            .find_map(reachable)
+        reachable_recipient(config, slug, preferred, |channel| self.can_send(channel))
     }
+}
+
+/// Where a message to contact `slug` goes: their identity `preferred` when a channel of
+/// its kind can send (`can_send`), else their first identity on a channel that can;
+/// `None` when no channel can reach them (the message then stays in a session).
+pub fn reachable_recipient(
+    config: &BotConfig,
+    slug: &str,
+    preferred: Option<&str>,
+    can_send: impl Fn(&str) -> bool,
+) -> Option<Recipient> {
+    let contact = config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == slug)?;
+    let reachable = |identity: &ChannelIdentity| {
+        config
+            .channels
+            .iter()
+            .filter(|channel| channel.kind == identity.kind())
+            .find(|channel| can_send(&channel.name))
+            .map(|channel| Recipient {
+                channel: channel.name.clone(),
+                identity: identity.to_string(),
+            })
+    };
+    let preferred = preferred.and_then(|wanted| {
+        contact
+            .identities
+            .iter()
+            .find(|identity| identity.as_str() == wanted)
+    });
+    preferred
+        .into_iter()
+        .chain(contact.identities.iter())
+        .find_map(reachable)
 }
 
 /// The channels as background turns see them (the agent's channel hub).

@@ -23,7 +23,7 @@ use saint_llm::{ClientOptions, LlmError, Usage};
 
 use self::session_cache::SessionCache;
 pub use self::{
-    assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role},
+    assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role, reachable_recipient},
     compaction::{estimate_tokens, split_point, summary_request},
     model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
     turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},

@@ -26,7 +26,7 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
-use saint_config::{BotConfig, ChannelIdentity};
+use saint_config::BotConfig;
 use saint_tools::{Caller, Tool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +36,7 @@ pub use self::run::MAX_CONCURRENT_RUNS;
 use crate::{
     channel::hub::ChannelHub,
     clock::Clock,
-    runtime::{Recipient, Runtime},
+    runtime::{Recipient, Runtime, reachable_recipient},
     session::SessionStore,
 };
 
@@ -104,14 +104,14 @@ impl Schedule {
         self.hub.channel(channel).is_some()
     }
 
-    /// Where a job's result for contact `slug` goes (see [`recipient_for`]).
+    /// Where a job's result for contact `slug` goes (see [`reachable_recipient`]).
     fn recipient(
         &self,
         config: &BotConfig,
         slug: &str,
         preferred: Option<&str>,
     ) -> Option<Recipient> {
-        recipient_for(config, slug, preferred, |channel| self.can_send(channel))
+        reachable_recipient(config, slug, preferred, |channel| self.can_send(channel))
     }
 
     /// The sentence telling the creator where a new job's results go.
@@ -154,40 +154,4 @@ fn contact_name(config: &BotConfig, slug: &str) -> String {
         .iter()
         .find(|contact| contact.slug == slug)
         .map_or_else(|| slug.to_string(), |contact| contact.name.clone())
-}
-
-/// Where a message to contact `slug` goes: their identity `preferred` (the one they
-/// wrote from) when its channel can send, else their first identity on a channel that
-/// can; `None` when no channel can reach them.
-pub fn recipient_for(
-    config: &BotConfig,
-    slug: &str,
-    preferred: Option<&str>,
-    can_send: impl Fn(&str) -> bool,
-) -> Option<Recipient> {
-    let contact = config
-        .contacts
-        .iter()
-        .find(|contact| contact.slug == slug)?;
-    let reachable = |identity: &ChannelIdentity| {
-        config
-            .channels
-            .iter()
-            .filter(|channel| channel.kind == identity.kind())
-            .find(|channel| can_send(&channel.name))
-            .map(|channel| Recipient {
-                channel: channel.name.clone(),
-                identity: identity.to_string(),
-            })
-    };
-    let preferred = preferred.and_then(|wanted| {
-        contact
-            .identities
-            .iter()
-            .find(|identity| identity.as_str() == wanted)
-    });
-    preferred
-        .into_iter()
-        .chain(contact.identities.iter())
-        .find_map(reachable)
 }
