@@ -28,7 +28,7 @@ use std::{
     time::Duration,
 };
 
-use saint_config::{BotConfig, ChannelIdentity, ChannelKind, KNOWN_TOOLS, SessionKey};
+use saint_config::{BotConfig, ChannelIdentity, KNOWN_TOOLS, SessionKey};
 use saint_llm::CancellationToken;
 use saint_tools::{Caller, Tool, ToolContext, ToolError, Trigger, policy};
 use tokio_util::task::TaskTracker;
@@ -156,7 +156,8 @@ impl Subagents {
                 .iter()
                 .map(|tool| tool.name())
                 .collect();
-        let recipients = announcement_recipients(&context.config, parent);
+        let recipients =
+            announcement_recipients(&context.config, parent, |name| runtime.can_send(name));
         tracing::info!(
             child = %id,
             person = %parent.slug,
@@ -344,25 +345,27 @@ async fn supervise(
     }
 }
 
-/// Who hears a child's result besides the parent's session: the person, on the bot's
-/// channel of the kind of identity the parent turn spoke for, when it can push (not the
-/// HTTP API). A sub-agent's own child reports only to the sub-agent's session: the
-/// person hears the sub-agent's result.
-pub fn announcement_recipients(config: &BotConfig, parent: &Caller) -> Vec<Recipient> {
+/// Who hears a child's result besides the parent's session: the person, at the
+/// identity the parent turn spoke for, on a channel of its kind that can send now
+/// (`can_send`: it has a running transport; the HTTP API only answers requests). A
+/// sub-agent's own child reports only to the sub-agent's session: the person hears the
+/// sub-agent's result.
+pub fn announcement_recipients(
+    config: &BotConfig,
+    parent: &Caller,
+    can_send: impl Fn(&str) -> bool,
+) -> Vec<Recipient> {
     if parent.trigger == Trigger::Subagent {
         return Vec::new();
     }
     let Ok(identity) = parent.identity.parse::<ChannelIdentity>() else {
         return Vec::new();
     };
-    let kind = identity.kind();
-    if kind == ChannelKind::Http {
-        return Vec::new();
-    }
     config
         .channels
         .iter()
-        .find(|channel| channel.kind == kind)
+        .filter(|channel| channel.kind == identity.kind())
+        .find(|channel| can_send(&channel.name))
         .map(|channel| Recipient {
             channel: channel.name.clone(),
             identity: identity.to_string(),

@@ -144,28 +144,36 @@ fn the_result_goes_to_the_persons_pushing_channel_never_to_the_http_api() {
         {"name": "tg", "kind": "telegram", "secretEnv": {"botToken": "B"}},
     ]))
     .unwrap();
+    // The HTTP API has no transport of its own; a Telegram channel whose transport did
+    // not start cannot push either.
+    let running = |name: &str| name == "tg";
     let ivan = caller("ivan", "telegram:333333333", 2);
     assert_eq!(
-        announcement_recipients(&config, &ivan),
+        announcement_recipients(&config, &ivan, running),
         vec![Recipient {
             channel: "tg".to_string(),
             identity: "telegram:333333333".to_string()
         }]
     );
     let on_http = caller("someone", "http:someone", 2);
-    assert_eq!(announcement_recipients(&config, &on_http), vec![]);
+    assert_eq!(announcement_recipients(&config, &on_http, running), vec![]);
     let on_whatsapp = caller("ana", "whatsapp:+385991234567", 2);
     assert_eq!(
-        announcement_recipients(&config, &on_whatsapp),
+        announcement_recipients(&config, &on_whatsapp, running),
         vec![],
         "no WhatsApp channel here"
+    );
+    assert_eq!(
+        announcement_recipients(&config, &ivan, |_| false),
+        vec![],
+        "a Telegram channel that is not running"
     );
     let child = Caller {
         trigger: Trigger::Subagent,
         ..ivan
     };
     assert_eq!(
-        announcement_recipients(&config, &child),
+        announcement_recipients(&config, &child, running),
         vec![],
         "a sub-agent's child reports to the sub-agent only"
     );
