@@ -434,7 +434,7 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             .replace(Arc::new(MessageTool::new(Arc::new(DurableOutbox::new(channels.clone())))));
         // Work that runs on its own: scheduled jobs and sub-agents, each as the person
         // who started it.
-        let schedule = Schedule::open(&workspace, store.clone(), channels.clone())?;
+        let schedule = Schedule::open(&workspace, channels.clone(), clock.clone())?;
         let subagents = Subagents::new();
         for tool in [schedule.tool(), subagents.tool()].into_iter().flatten() {
             tools = tools.replace(tool);
@@ -630,7 +630,6 @@ async fn serve(
     // the ones running, and are cancelled with every other turn at the drain deadline.
     let scheduler = tokio::spawn(background.schedule.clone().run(
         runtime.clone(),
-        background.clock.clone(),
         state.draining.clone(),
         state.abort_turns.clone(),
     ));

@@ -21,10 +21,7 @@ mod run;
 pub mod spec;
 pub mod tool;
 
-use std::{
-    path::Path,
-    sync::{Arc, OnceLock},
-};
+use std::{path::Path, sync::Arc};
 
 use saint_config::BotConfig;
 use saint_tools::{Caller, Tool};
@@ -37,7 +34,6 @@ use crate::{
     channel::hub::ChannelHub,
     clock::Clock,
     runtime::{Recipient, Runtime, reachable_recipient},
-    session::SessionStore,
 };
 
 /// The job store, the `cron` tool over it, and the scheduler loop.
@@ -46,8 +42,8 @@ pub struct Schedule {
     hub: Arc<ChannelHub>,
     /// Notified by the tool after a change, so the loop looks again at once.
     wake: Arc<Notify>,
-    /// The clock the loop runs by (set by [`Schedule::run`]); the tool reads "now" from it.
-    clock: OnceLock<Arc<Clock>>,
+    /// The clock the loop runs by; the tool reads "now" from it too.
+    clock: Arc<Clock>,
 }
 
 impl Schedule {
@@ -55,15 +51,15 @@ impl Schedule {
     /// (`sessions/jobs.sqlite3`, next to the transcripts).
     pub fn open(
         workspace: &Path,
-        _store: Arc<SessionStore>,
         hub: Arc<ChannelHub>,
+        clock: Arc<Clock>,
     ) -> anyhow::Result<Arc<Self>> {
         let store = JobStore::open(workspace.join("sessions").join("jobs.sqlite3"))?;
         Ok(Arc::new(Self {
             store: Arc::new(store),
             hub,
             wake: Arc::new(Notify::new()),
-            clock: OnceLock::new(),
+            clock,
         }))
     }
 
@@ -77,25 +73,16 @@ impl Schedule {
     pub async fn run(
         self: Arc<Self>,
         runtime: Arc<Runtime>,
-        clock: Arc<Clock>,
         stop: CancellationToken,
         abort: CancellationToken,
     ) {
-        let _ = self.clock.set(clock.clone());
+        let clock = self.clock.clone();
         run::run(self, runtime, clock, stop, abort).await;
     }
 
-    /// The scheduling clock. Before the loop started (a tool call racing the start), the
-    /// same clock the agent's start reads: `SAINT_CLOCK_FILE` or the system's.
-    fn clock(&self) -> Arc<Clock> {
-        self.clock
-            .get_or_init(|| {
-                let clock = Clock::from_env(|name| std::env::var(name).ok())
-                    .or_else(|_| Clock::from_env(|_| None))
-                    .expect("the system clock reads no file");
-                Arc::new(clock)
-            })
-            .clone()
+    /// The scheduling clock.
+    fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// Whether the channel named `channel` can send a message nobody asked for (it has a

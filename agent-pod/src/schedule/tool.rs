@@ -565,7 +565,8 @@ mod tests {
             metering,
             workspace,
         ));
-        let schedule = Schedule::open(workspace, store, hub).unwrap();
+        let clock = Arc::new(crate::clock::Clock::from_env(|_| None).unwrap());
+        let schedule = Schedule::open(workspace, hub, clock).unwrap();
         let tool = schedule.tool().unwrap();
         let add = json!({"action": "add", "schedule": "@daily", "text": "Check the inbox."});
         let call = |caller: Caller| {
