@@ -206,6 +206,19 @@ async fn a_heartbeat_notifies_only_its_contacts_and_is_metered_to_the_bot() {
     assert_eq!(turns[0]["user"], "_bot");
     assert_eq!(turns[0]["role"], "employee");
     assert_eq!(turns[0]["trigger"], "heartbeat");
+    let metrics_url = format!("{}/metrics", bot.agent.as_ref().unwrap().metrics);
+    let metrics = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "saint_turns_total{role=\"employee\",outcome=\"answered\",trigger=\"heartbeat\"} 1"
+        ),
+        "{metrics}"
+    );
 
     // Nothing to report: the answer stays in the heartbeat's session.
     bot.llm.push(Reply::text(NOTHING));
