@@ -225,6 +225,14 @@ async fn a_heartbeat_notifies_only_its_contacts_and_is_metered_to_the_bot() {
     bot.beat_at("2026-03-02T10:00:00Z").await;
     assert_eq!(bot.turn_lines().len(), 2);
     assert_eq!(bot.queued_by_heartbeat(), 1, "HEARTBEAT_OK was queued");
+    // Each beat sees only its own turn: nothing the first beat read or said.
+    let second = &bot.llm.requests()[2];
+    let earlier = second.body.to_string();
+    assert!(
+        !earlier.contains("Invoice 42") && !earlier.contains("may message only"),
+        "the second beat saw the first: {earlier}"
+    );
+    assert_eq!(second.user_texts().len(), 1, "{:?}", second.user_texts());
 }
 
 #[tokio::test]

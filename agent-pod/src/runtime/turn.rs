@@ -22,7 +22,7 @@ use super::{
     compaction, group, session_cache::SessionCache,
 };
 use saint_tools::{
-    Caller, ToolContext, ToolError,
+    Caller, ToolContext, ToolError, Trigger,
     policy::{self, PermittedTool},
     untrusted,
 };
@@ -126,6 +126,8 @@ pub(super) struct TurnState<'a> {
     model_time: Duration,
     /// What this turn's model calls cost, in USD.
     spent: f64,
+    /// The id of the message that started this turn.
+    first_message_id: i64,
 }
 
 impl TurnState<'_> {
@@ -242,6 +244,7 @@ impl Runtime {
             model_calls: 0,
             model_time: Duration::ZERO,
             spent: 0.0,
+            first_message_id: message_id,
         };
         state.emit(TurnEvent::Accepted {
             message_id,
@@ -528,6 +531,14 @@ impl Runtime {
             // Another member's tool output never enters this member's turn.
             history = group::said_only(history);
         }
+        // A scheduled job's run and a heartbeat see only their own turn: what an earlier
+        // run read (a web page, an e-mail) never steers a later one as the bot's own
+        // words. Their sessions keep every run for the people who may read them.
+        let isolated = matches!(caller.trigger, Trigger::Cron | Trigger::Heartbeat);
+        if isolated {
+            summary.clear();
+            history.retain(|stored| stored.id >= state.first_message_id);
+        }
 
         let end = 'turn: {
             for _ in 0..self.options.max_iterations {
@@ -623,11 +634,14 @@ impl Runtime {
             }
             LoopEnd::IterationCap
         };
-        // Everything in `history` is stored: the next turn of this session starts from it.
-        session.keep(Transcript {
-            summary,
-            messages: history,
-        });
+        // Everything in `history` is stored: the next turn of this session starts from it
+        // (an isolated turn's is only part of its session: the next reads the store).
+        if !isolated {
+            session.keep(Transcript {
+                summary,
+                messages: history,
+            });
+        }
         Ok(end)
     }
 
