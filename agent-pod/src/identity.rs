@@ -136,7 +136,15 @@ pub fn caller_for_contact(
         .roles
         .get(&contact.role)
         .ok_or_else(|| IdentityError::MissingRole(contact.role.clone()))?;
+    // Only an identity that is still theirs: one moved to someone else since the work
+    // was set going must not receive it.
     let identity = identity
+        .filter(|wanted| {
+            contact
+                .identities
+                .iter()
+                .any(|identity| identity.as_str() == *wanted)
+        })
         .map(str::to_string)
         .or_else(|| {
             contact
@@ -197,6 +205,43 @@ mod tests {
             "../config/tests/fixtures/acme-bot-config.json"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn work_set_going_earlier_speaks_only_for_an_identity_still_the_contacts() {
+        let mut config = config();
+        let trigger = saint_tools::Trigger::Cron;
+        let key = || "cron:job-1".to_string();
+        let ivan = caller_for_contact(&config, "ivan", Some("telegram:333333333"), key(), trigger)
+            .unwrap();
+        assert_eq!(ivan.identity, "telegram:333333333");
+        assert_eq!(ivan.role_name, "employee");
+        // Ivan's Telegram moved to someone else: Ivan's job no longer speaks for it.
+        let moved: saint_config::ChannelIdentity = "telegram:333333333".parse().unwrap();
+        for contact in &mut config.contacts {
+            contact.identities.retain(|identity| identity != &moved);
+        }
+        let ivan = caller_for_contact(&config, "ivan", Some("telegram:333333333"), key(), trigger)
+            .unwrap();
+        assert_eq!(ivan.identity, "slack:U024BK3");
+        // Demoted: the current role; deleted: refused.
+        config
+            .contacts
+            .iter_mut()
+            .find(|c| c.slug == "ivan")
+            .unwrap()
+            .role = "external".into();
+        assert_eq!(
+            caller_for_contact(&config, "ivan", None, key(), trigger)
+                .unwrap()
+                .role_name,
+            "external"
+        );
+        config.contacts.retain(|contact| contact.slug != "ivan");
+        assert_eq!(
+            caller_for_contact(&config, "ivan", None, key(), trigger).unwrap_err(),
+            IdentityError::NoSuchContact("ivan".to_string())
+        );
     }
 
     #[test]
