@@ -176,8 +176,9 @@ async fn skills_are_listed_for_allowed_roles_and_their_bodies_arrive_only_throug
     );
     assert_no_body(&requests[1]);
 
-    // The employee: only their two skills are listed; others are refused by name, and a
-    // missing name lists only what they may use.
+    // The employee: only their two skills are listed. An installed skill their role may
+    // not use is answered exactly like a missing one (its name cannot be probed), and
+    // both list only what they may use.
     llm.push(Reply::tool_call("skill", json!({"name": "pdf"})));
     llm.push(Reply::tool_call("skill", json!({"name": "no-such-skill"})));
     llm.push(Reply::tool_call("skill", json!({"name": "../pdf"})));
@@ -198,15 +199,6 @@ async fn skills_are_listed_for_allowed_roles_and_their_bodies_arrive_only_throug
     assert_eq!(results.len(), 4, "{results:?}");
     let (denied, missing, path_like, allowed) =
         (&results[0], &results[1], &results[2], &results[3]);
-    assert!(
-        denied.1 && denied.0.contains("permission denied"),
-        "{denied:?}"
-    );
-    assert!(
-        denied.0.contains("may not use the skill \"pdf\""),
-        "{denied:?}"
-    );
-    assert!(!denied.0.contains("BODY-OF"), "{denied:?}");
     assert!(missing.1 && missing.0.contains("not found"), "{missing:?}");
     assert!(
         missing.0.contains("google-workspace, scheduling")
@@ -214,6 +206,13 @@ async fn skills_are_listed_for_allowed_roles_and_their_bodies_arrive_only_throug
             && !missing.0.contains("contracts"),
         "only the skills the role may see are named: {missing:?}"
     );
+    assert!(denied.1, "{denied:?}");
+    assert_eq!(
+        denied.0.replace("\"pdf\"", "NAME"),
+        missing.0.replace("\"no-such-skill\"", "NAME"),
+        "a skill the role may not use is told apart from a missing one"
+    );
+    assert!(!denied.0.contains("BODY-OF"), "{denied:?}");
     assert!(
         path_like.1 && path_like.0.contains("invalid input"),
         "{path_like:?}"

@@ -599,29 +599,33 @@ impl TypedTool for SkillTool {
             let catalog =
                 blocking(move || Ok(SkillCatalog::load(&context.workspace, &context.config)))
                     .await?;
-            let Some(skill) = catalog.get(&name) else {
-                let usable: Vec<&str> = catalog
-                    .allowed(&skills)
-                    .map(|skill| skill.name.as_str())
-                    .collect();
-                return Err(ToolError::NotFound(if usable.is_empty() {
-                    format!("no skill named {name:?}; no skills are available to you")
-                } else {
-                    format!(
-                        "no skill named {name:?}; the skills you may use are: {}",
-                        usable.join(", ")
-                    )
-                }));
+            // A skill the role may not use is answered exactly like one that is not
+            // installed, so the names of skills a role cannot see cannot be probed.
+            let Some(skill) = catalog.get(&name).filter(|_| role_allows(&skills, &name)) else {
+                return Err(ToolError::NotFound(not_found(&name, &catalog, &skills)));
             };
-            if !role_allows(&skills, &name) {
-                return Err(ToolError::Denied(format!(
-                    "your role may not use the skill {name:?}"
-                )));
-            }
             let mut output = ToolOutput::text(skill.body.clone());
             output.metering.insert("skill".to_string(), name.into());
             Ok(output)
         })
+    }
+}
+
+/// The answer for a skill `name` the caller cannot load, whether it is not installed or
+/// their role may not use it: the same words either way, naming only the skills the role
+/// may use.
+fn not_found(name: &str, catalog: &SkillCatalog, skills: &Skills) -> String {
+    let usable: Vec<&str> = catalog
+        .allowed(skills)
+        .map(|skill| skill.name.as_str())
+        .collect();
+    if usable.is_empty() {
+        format!("no skill named {name:?}; no skills are available to you")
+    } else {
+        format!(
+            "no skill named {name:?}; the skills you may use are: {}",
+            usable.join(", ")
+        )
     }
 }
 
@@ -960,6 +964,44 @@ mod tests {
             &config(&[Path::new("/nonexistent/saint-skills")]),
         );
         assert_eq!(catalog.problems.len(), 1, "{:?}", catalog.problems);
+    }
+
+    #[tokio::test]
+    async fn a_skill_the_role_may_not_use_is_answered_like_a_missing_one() {
+        use crate::test_fixtures::CallPermitted;
+        let workspace = tempfile::tempdir().unwrap();
+        let skills = workspace.path().join(WORKSPACE_SKILLS);
+        write_skill(&skills, "allowed", "fine");
+        write_skill(&skills, "hidden", "not for this role");
+        let mut context = crate::test_fixtures::context(workspace.path(), "acme-ana");
+        let mut role = (*context.caller.role).clone();
+        role.skills = Skills::Only(vec!["allowed".into()]);
+        context.caller.role = std::sync::Arc::new(role);
+        let load = |name: &str| {
+            let context = context.clone();
+            let name = name.to_string();
+            async move {
+                SkillTool
+                    .call_permitted(&context, serde_json::json!({ "name": name }))
+                    .await
+            }
+        };
+        let hidden = load("hidden").await.unwrap_err();
+        let absent = load("absent").await.unwrap_err();
+        assert_eq!(
+            hidden,
+            ToolError::NotFound(
+                "no skill named \"hidden\"; the skills you may use are: allowed".to_string()
+            )
+        );
+        assert_eq!(
+            absent,
+            ToolError::NotFound(
+                "no skill named \"absent\"; the skills you may use are: allowed".to_string()
+            )
+        );
+        let allowed = load("allowed").await.unwrap();
+        assert!(allowed.content.contains("body of allowed"), "{allowed:?}");
     }
 
     #[test]
