@@ -86,8 +86,9 @@ fn identity_role<'c>(config: &'c BotConfig, identity: &str) -> &'c str {
 }
 
 /// Whether `key` is a sub-agent's session started, directly or through other
-/// sub-agents, from the session `ancestor`: one's children are one's own (a known
-/// person's are also theirs by contact; this covers a stranger's).
+/// sub-agents, from the session `ancestor`. Ancestry alone never makes a session
+/// someone's: a group conversation's session is shared, so its members' sub-agents all
+/// descend from it (see [`may_see`]).
 fn started_from(key: &str, ancestor: &str) -> bool {
     let mut key = key;
     while let Some(parent) = SessionKey::subagent_parent(key) {
@@ -119,9 +120,13 @@ pub fn may_see(caller: &Caller, config: &BotConfig, session: &SessionSummary) ->
             SessionsVisibility::None => false,
         };
     }
+    // A sub-agent's session is its starter's: it carries their slug as its contact. A
+    // stranger's slug is derived from their identity and may be shared, so for them the
+    // sub-agent must also descend from their own session. Descent alone is not enough:
+    // another member of a group conversation shares its session, not its sub-agents.
     let own = (caller.known && session.contact == caller.slug)
         || session.key == caller.session_key
-        || started_from(&session.key, &caller.session_key);
+        || (session.contact == caller.slug && started_from(&session.key, &caller.session_key));
     match &caller.role.sessions_visibility {
         SessionsVisibility::All => true,
         SessionsVisibility::Own => own,
@@ -178,5 +183,41 @@ mod tests {
             &session(&others, "acme-marko")
         ));
         assert!(!started_from("session-nobody", "session-nobody"));
+    }
+
+    /// In a group conversation everyone's turn runs in the group's session, so every
+    /// member's sub-agent descends from it; a member still sees only their own.
+    #[test]
+    fn in_a_group_another_members_sub_agent_stays_theirs() {
+        let config = company_config();
+        let group: String = SessionKey::for_conversation("telegram", "-100042").into();
+        let in_group = |slug: &str| {
+            let mut caller = caller(&config, slug);
+            caller.session_key = group.clone();
+            caller
+        };
+        let (ivo, marko) = (in_group("acme-ivo"), in_group("acme-marko"));
+        let markos: String = SessionKey::for_subagent(&group, "c1").into();
+        let markos_grandchild: String = SessionKey::for_subagent(&markos, "c2").into();
+        assert!(may_see(&marko, &config, &session(&markos, "acme-marko")));
+        assert!(!may_see(&ivo, &config, &session(&markos, "acme-marko")));
+        assert!(!may_see(
+            &ivo,
+            &config,
+            &session(&markos_grandchild, "acme-marko")
+        ));
+
+        // A stranger in the group: their own sub-agent only.
+        let mut stranger = in_group("nobody");
+        let mut role = (*stranger.role).clone();
+        role.sessions_visibility = SessionsVisibility::Own;
+        stranger.role = std::sync::Arc::new(role);
+        let theirs: String = SessionKey::for_subagent(&group, "c3").into();
+        assert!(may_see(&stranger, &config, &session(&theirs, "nobody")));
+        assert!(!may_see(
+            &stranger,
+            &config,
+            &session(&markos, "acme-marko")
+        ));
     }
 }
