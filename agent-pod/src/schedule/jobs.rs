@@ -80,6 +80,12 @@ CREATE TABLE IF NOT EXISTS budget_notices (
 const COLUMNS: &str = "id, owner, owner_role, owner_identity, schedule, text, deliver_to, \
      deliver_identity, enabled, disabled_reason, next_run, running_due, last_run, last_outcome, created_at";
 
+/// The order of [`JobStore::list`]: jobs that may still run (what the per-person limit
+/// counts) first, oldest first; then the stopped and done ones, newest first (so a long
+/// tail of old ones never hides a live job).
+const LIST_ORDER: &str = "ORDER BY (enabled = 1 AND (next_run IS NOT NULL OR running_due IS NOT NULL)) DESC, \
+     CASE WHEN (enabled = 1 AND (next_run IS NOT NULL OR running_due IS NOT NULL)) THEN id ELSE -id END";
+
 /// A job as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
@@ -119,6 +125,12 @@ impl Job {
     /// The id people and the model use (`job-7`).
     pub fn label(&self) -> String {
         label(self.id)
+    }
+
+    /// Whether it may still run: enabled, with a run ahead or in progress (what the
+    /// per-person limit counts).
+    pub fn is_active(&self) -> bool {
+        self.enabled && (self.next_run.is_some() || self.running_due.is_some())
     }
 }
 
@@ -321,14 +333,15 @@ impl JobStore {
         })
     }
 
-    /// Every job of `owner`, or every job (`None`), oldest first.
+    /// Every job of `owner`, or every job (`None`): the ones that may still run first,
+    /// oldest first, then the stopped and done ones, newest first.
     pub fn list(&self, owner: Option<&str>) -> Result<Vec<Job>, JobStoreError> {
         self.with(|connection| {
             let rows = match owner {
                 Some(owner) => {
                     let mut statement = connection
                         .prepare_cached(&format!(
-                            "SELECT {COLUMNS} FROM jobs WHERE owner = ?1 ORDER BY id"
+                            "SELECT {COLUMNS} FROM jobs WHERE owner = ?1 {LIST_ORDER}"
                         ))
                         .map_err(sql("list jobs"))?;
                     statement
@@ -338,7 +351,7 @@ impl JobStore {
                 }
                 None => {
                     let mut statement = connection
-                        .prepare_cached(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id"))
+                        .prepare_cached(&format!("SELECT {COLUMNS} FROM jobs {LIST_ORDER}"))
                         .map_err(sql("list jobs"))?;
                     statement
                         .query_map([], job_from_row)
@@ -470,6 +483,85 @@ impl JobStore {
                 )
                 .map(drop)
                 .map_err(sql("disable a job"))
+        })
+    }
+
+    /// Stops, for `reason`, every job of `owner` that may still run beyond their first
+    /// `max_jobs` such jobs (the oldest are kept, the newest stopped), in one
+    /// transaction; the jobs it stopped (as they were). Jobs counted as in
+    /// [`JobStore::add`].
+    pub fn stop_beyond_limit(
+        &self,
+        owner: &str,
+        max_jobs: u32,
+        reason: &str,
+    ) -> Result<Vec<Job>, JobStoreError> {
+        self.with(|connection| {
+            let transaction = connection
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql("begin enforcing the job limit"))?;
+            let rows = {
+                let mut statement = transaction
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM jobs WHERE owner = ?1 AND enabled = 1
+                           AND (next_run IS NOT NULL OR running_due IS NOT NULL)
+                         ORDER BY id LIMIT -1 OFFSET ?2"
+                    ))
+                    .map_err(sql("find jobs beyond the limit"))?;
+                statement
+                    .query_map(params![owner, i64::from(max_jobs)], job_from_row)
+                    .map_err(sql("find jobs beyond the limit"))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(sql("find jobs beyond the limit"))?
+            };
+            for (job, _) in &rows {
+                transaction
+                    .execute(
+                        "UPDATE jobs SET enabled = 0, disabled_reason = ?2, running_due = NULL,
+                             last_outcome = ?2
+                         WHERE id = ?1",
+                        params![job.id, reason],
+                    )
+                    .map_err(sql("stop a job beyond the limit"))?;
+            }
+            transaction.commit().map_err(sql("commit the job limit"))?;
+            rows.into_iter().map(decode).collect()
+        })
+    }
+
+    /// Deletes the one-time jobs that are done (enabled, nothing more to run, not
+    /// running) whose time was before `before`; how many. Stopped jobs are kept: their
+    /// reason is for their creator to read.
+    pub fn purge_finished(&self, before: Timestamp) -> Result<usize, JobStoreError> {
+        self.with(|connection| {
+            let transaction = connection
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql("begin purging finished jobs"))?;
+            let finished = {
+                let mut statement = transaction
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM jobs
+                         WHERE enabled = 1 AND next_run IS NULL AND running_due IS NULL"
+                    ))
+                    .map_err(sql("find finished jobs"))?;
+                statement
+                    .query_map([], job_from_row)
+                    .map_err(sql("find finished jobs"))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(sql("find finished jobs"))?
+            };
+            let mut purged = 0;
+            for row in finished {
+                // A row whose schedule cannot be read is left for `list` to show.
+                let Ok(job) = decode(row) else { continue };
+                if matches!(job.spec, Spec::At { at } if at < before) {
+                    purged += transaction
+                        .execute("DELETE FROM jobs WHERE id = ?1", [job.id])
+                        .map_err(sql("purge a finished job"))?;
+                }
+            }
+            transaction.commit().map_err(sql("commit purged jobs"))?;
+            Ok(purged)
         })
     }
 

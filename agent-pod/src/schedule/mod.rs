@@ -7,9 +7,16 @@
 //! turn in its own session with its creator's *current* role.
 //!
 //! Rules (each stated where it is enforced):
-//! - Missed runs: a run missed while the bot was down runs once on start if it was due
-//!   at most `schedule.missedRunGraceSeconds` ago, else it is skipped (logged) and the
-//!   job goes on at its next future time; never a burst ([`spec::decide`]).
+//! - Missed runs: a run missed while the bot was down (due before this process
+//!   started) runs once on start if it was due at most `schedule.missedRunGraceSeconds`
+//!   ago, else it is skipped (logged) and the job goes on at its next future time; a run
+//!   that came due while the bot was running always runs, however late the loop gets to
+//!   it. Never a burst: one run per due time, the next computed from now
+//!   ([`spec::decide`]).
+//! - Limits: each run checks the creator's role *now* (`cron.minIntervalSeconds`,
+//!   `cron.maxJobs`); a job beyond them is stopped with the reason, not run.
+//! - Finished one-time jobs are purged 30 days after their time ([`PURGE_AFTER`]);
+//!   stopped jobs stay (listed with the reason) until someone removes them.
 //! - Crashes: a run is marked started (and the next due time stored) before it runs. A
 //!   run the process died in is not repeated — repeating could send the same reminder
 //!   twice — but it is not lost silently either: on start it is logged, recorded as the
@@ -35,6 +42,10 @@ use crate::{
     clock::Clock,
     runtime::{Recipient, Runtime, reachable_recipient},
 };
+
+/// How long a finished one-time job is kept after its time (listed as done), before
+/// the scheduler deletes it.
+pub const PURGE_AFTER: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// The job store, the `cron` tool over it, and the scheduler loop.
 pub struct Schedule {

@@ -4,7 +4,8 @@
 //! Runs go concurrently (at most [`MAX_CONCURRENT_RUNS`], one per job at a time: a
 //! job being run is not due until its run ends). A run uses the creator's role as the
 //! config says *now*, with `cron` taken away; a creator removed from the contacts, or
-//! whose role may no longer schedule jobs, stops their jobs (logged, shown by `list`).
+//! whose role may no longer schedule jobs, stops their jobs (logged, shown by `list`),
+//! and so do that role's current limits (`cron.minIntervalSeconds`, `cron.maxJobs`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -15,7 +16,7 @@ use saint_tools::{Caller, Trigger, policy};
 use tokio::task::JoinSet;
 
 use super::{
-    Schedule, contact_name,
+    PURGE_AFTER, Schedule, contact_name,
     jobs::{Job, JobStore, JobStoreError},
     spec::{self, CatchUp},
 };
@@ -53,10 +54,16 @@ pub(super) async fn run(
 ) {
     recover_interrupted(&schedule, &runtime).await;
     let mut runs: JoinSet<()> = JoinSet::new();
+    let mut purged: Option<Timestamp> = None;
     loop {
         while runs.try_join_next().is_some() {}
         if stop.is_cancelled() {
             break;
+        }
+        if purged.is_none_or(|last| clock.now().duration_since(last) >= PURGE_EVERY) {
+            let now = clock.now();
+            purged = Some(now);
+            purge(&schedule, now).await;
         }
         let free = MAX_CONCURRENT_RUNS.saturating_sub(runs.len());
         let mut more_due = false;
@@ -109,6 +116,27 @@ pub(super) async fn run(
     while runs.join_next().await.is_some() {}
 }
 
+/// How often finished one-time jobs are looked for (a scan of the jobs without a next
+/// run, so not on every tick).
+const PURGE_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+
+/// Deletes the one-time jobs finished more than [`PURGE_AFTER`] before `now`.
+async fn purge(schedule: &Arc<Schedule>, now: Timestamp) {
+    let Ok(before) = now.checked_sub(PURGE_AFTER) else {
+        return;
+    };
+    match blocking(&schedule.store, move |store| store.purge_finished(before)).await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "purged finished one-time jobs older than 30 days"),
+        Err(error) => {
+            tracing::error!(
+                error = format!("{error:#}"),
+                "failed to purge finished jobs"
+            )
+        }
+    }
+}
+
 /// Decides what to do with a due job (the missed-run policy) and starts its run.
 /// Whether the job's due time was dealt with (run, skipped or the job stopped).
 async fn start(
@@ -123,7 +151,8 @@ async fn start(
         return false;
     };
     let grace = Duration::from_secs(runtime.config().current().schedule.missed_run_grace_seconds);
-    let decision = match spec::decide(&job.spec, stored, now, grace) {
+    let started = schedule.clock().started();
+    let decision = match spec::decide(&job.spec, stored, now, started, grace) {
         Ok(decision) => decision,
         Err(error) => {
             let reason = format!("its schedule cannot be computed: {error}");
@@ -143,7 +172,7 @@ async fn start(
         CatchUp::Skip => {
             let outcome = format!(
                 "skipped the run due {}: the bot was down then, and it is longer ago than the \
-                 missed-run grace of {} s",
+                 missed-run grace of {} s (schedule.missedRunGraceSeconds)",
                 decision.due,
                 grace.as_secs()
             );
@@ -264,6 +293,19 @@ async fn execute(
         tell(runtime, &caller, owner_recipient, &text).await;
         return Ended::Stopped(reason);
     }
+    // The role's limits as they are now, not as they were when the job was added.
+    if let Some(stopped) = enforce_limits(
+        schedule,
+        runtime,
+        &caller,
+        job,
+        due,
+        owner_recipient.as_ref(),
+    )
+    .await
+    {
+        return stopped;
+    }
     let mut caller = caller;
     // Jobs do not create jobs.
     caller.role = Arc::new(narrowed_role(&caller.role, None, &["cron"]));
@@ -330,6 +372,110 @@ async fn execute(
         Err(error) => {
             tracing::warn!(job = %job.label(), owner = %job.owner, error = %saint_config::ErrorChain(&error), "job run failed");
             Ended::Finished(format!("failed: {error}"))
+        }
+    }
+}
+
+/// The limits of the creator's role now (`role.cron`): a job that runs more often than
+/// `minIntervalSeconds` allows is stopped, and when the creator keeps more jobs than
+/// `maxJobs` allows, the newest beyond it are stopped (whichever of their jobs runs
+/// first stops them). The creator is told once, by the run that stops them. `Some`: this
+/// job is stopped and does not run.
+async fn enforce_limits(
+    schedule: &Arc<Schedule>,
+    runtime: &Arc<Runtime>,
+    caller: &Caller,
+    job: &Job,
+    due: Timestamp,
+    owner_recipient: Option<&Recipient>,
+) -> Option<Ended> {
+    let limits = &caller.role.cron;
+    if let Some(gap) = runs_too_often(&job.spec, due, limits.min_interval_seconds) {
+        let reason = format!(
+            "it runs as often as every {gap} s; its creator's role ({}) now allows at most one \
+             run every {} s (cron.minIntervalSeconds)",
+            caller.role_name, limits.min_interval_seconds
+        );
+        tracing::warn!(job = %job.label(), owner = %job.owner, "job stopped: {reason}");
+        let text = format!(
+            "Your scheduled job {} ({}) is stopped: it runs as often as every {gap} s, and your \
+             role ({}) now allows at most one run every {} s. Remove it and add a less frequent \
+             one if you still need it.",
+            job.label(),
+            job.spec.describe(),
+            caller.role_name,
+            limits.min_interval_seconds
+        );
+        tell(runtime, caller, owner_recipient.cloned(), &text).await;
+        return Some(Ended::Stopped(reason));
+    }
+    let max_jobs = limits.max_jobs;
+    let reason = format!(
+        "its creator's role ({}) now allows at most {max_jobs} scheduled {} (cron.maxJobs); \
+         this is one of the newest beyond that",
+        caller.role_name,
+        if max_jobs == 1 { "job" } else { "jobs" }
+    );
+    let (owner, id) = (job.owner.clone(), job.id);
+    let swept = blocking(&schedule.store, move |store| {
+        let stopped = store.stop_beyond_limit(&owner, max_jobs, &reason)?;
+        Ok((stopped, store.get(id)?))
+    })
+    .await;
+    let (stopped, current) = match swept {
+        Ok(swept) => swept,
+        Err(error) => {
+            // The run goes ahead: the limit is checked again at the next run.
+            tracing::error!(
+                error = format!("{error:#}"),
+                "failed to enforce the job limit"
+            );
+            return None;
+        }
+    };
+    if !stopped.is_empty() {
+        let labels: Vec<String> = stopped
+            .iter()
+            .map(|stopped| format!("{} ({})", stopped.label(), stopped.spec.describe()))
+            .collect();
+        tracing::warn!(owner = %job.owner, jobs = %labels.join(", "), max_jobs,
+            "jobs stopped: more than cron.maxJobs");
+        let text = format!(
+            "Your role ({}) now allows at most {max_jobs} scheduled {}, so your newest {} \
+             stopped: {}. Remove the jobs you no longer need.",
+            caller.role_name,
+            if max_jobs == 1 { "job" } else { "jobs" },
+            if stopped.len() == 1 {
+                "job is"
+            } else {
+                "jobs are"
+            },
+            labels.join(", ")
+        );
+        tell(runtime, caller, owner_recipient.cloned(), &text).await;
+    }
+    match current {
+        // Stopped by this sweep or by a run of another of the creator's jobs.
+        Some(current) if !current.enabled => Some(Ended::Stopped(
+            current
+                .disabled_reason
+                .unwrap_or_else(|| "stopped".to_string()),
+        )),
+        // Removed meanwhile: nothing to run.
+        None => Some(Ended::Finished("removed".to_string())),
+        Some(_) => None,
+    }
+}
+
+/// The shortest gap in seconds between two runs of `spec` from `from` on, when it is
+/// shorter than `min_seconds` allows.
+fn runs_too_often(spec: &super::spec::Spec, from: Timestamp, min_seconds: u64) -> Option<u64> {
+    match spec.shortest_gap(from) {
+        Ok(Some(gap)) if gap < Duration::from_secs(min_seconds) => Some(gap.as_secs()),
+        Ok(_) => None,
+        Err(error) => {
+            tracing::warn!(%error, "the shortest gap of a job's schedule cannot be computed");
+            None
         }
     }
 }

@@ -201,20 +201,43 @@ impl Spec {
     }
 }
 
+/// Why the schedule `text` does not read a time zone, if it does not: an interval
+/// counts fixed time, and an `at` time with an offset (or `Z`) names its instant.
+pub fn ignores_timezone(text: &str) -> Option<&'static str> {
+    let text = text.trim();
+    let lower = text.to_ascii_lowercase();
+    if lower.starts_with("every ") {
+        return Some("an `every` interval counts fixed time from now, not clock time");
+    }
+    let at = lower.strip_prefix("at ").map_or(text, |_| text[3..].trim());
+    at.parse::<Timestamp>()
+        .is_ok()
+        .then_some("the `at` time carries its own UTC offset")
+}
+
 /// What to do with a run whose due time has passed by the time it is looked at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CatchUp {
     /// Run it now (once, however many due times were missed).
     Run,
-    /// Skip it: it is more than the grace period late (the bot was down); the job goes on
-    /// at its next future time.
+    /// Skip it: it came due while the bot was down, more than the grace period ago; the
+    /// job goes on at its next future time.
     Skip,
 }
 
-/// The missed-run policy: a run due at `due` and looked at `now` runs if it is at most
-/// `grace` late, else it is skipped. The caller then computes the next due time from
-/// `now`, never from `due`, so missed runs never come as a burst.
-pub fn catch_up(due: Timestamp, now: Timestamp, grace: Duration) -> CatchUp {
+/// The missed-run policy for a run due at `due`, looked at `now`, by a process that
+/// started at `started`:
+/// - due while the bot was running (`due >= started`): it runs, however late the loop
+///   gets to it (a busy run slot, a late wake-up) — the grace is not about those;
+/// - due before the start (missed while the bot was down): it runs if it is at most
+///   `grace` late, else it is skipped; a grace of zero makes none of those up.
+///
+/// The caller then computes the next due time from `now`, never from `due`, so missed
+/// runs never come as a burst.
+pub fn catch_up(due: Timestamp, now: Timestamp, started: Timestamp, grace: Duration) -> CatchUp {
+    if due >= started {
+        return CatchUp::Run;
+    }
     let late = now.as_millisecond().saturating_sub(due.as_millisecond());
     if late <= i64::try_from(grace.as_millis()).unwrap_or(i64::MAX) {
         CatchUp::Run
@@ -241,6 +264,7 @@ pub fn decide(
     spec: &Spec,
     stored: Timestamp,
     now: Timestamp,
+    started: Timestamp,
     grace: Duration,
 ) -> Result<Decision, SpecError> {
     let due = spec
@@ -248,7 +272,7 @@ pub fn decide(
         .filter(|latest| *latest >= stored)
         .unwrap_or(stored);
     Ok(Decision {
-        catch_up: catch_up(due, now, grace),
+        catch_up: catch_up(due, now, started, grace),
         due,
         next: spec.next_after(now)?,
     })
@@ -553,19 +577,80 @@ mod tests {
     fn missed_runs_within_the_grace_run_once_older_ones_are_skipped() {
         let grace = Duration::from_secs(3_600);
         let due = at("2026-05-04T07:00:00Z");
-        assert_eq!(catch_up(due, due, grace), CatchUp::Run);
+        // Back after an outage (started after the due time).
+        let started = at("2026-05-04T07:30:00Z");
+        assert_eq!(catch_up(due, started, started, grace), CatchUp::Run);
         assert_eq!(
-            catch_up(due, at("2026-05-04T08:00:00Z"), grace),
+            catch_up(due, at("2026-05-04T08:00:00Z"), started, grace),
             CatchUp::Run,
             "exactly the grace late"
         );
         assert_eq!(
-            catch_up(due, at("2026-05-04T08:00:01Z"), grace),
+            catch_up(due, at("2026-05-04T08:00:01Z"), started, grace),
             CatchUp::Skip
         );
+        // A grace of zero makes up no run missed while down, not even one just missed.
+        let just_after = at("2026-05-04T07:00:01Z");
         assert_eq!(
-            catch_up(due, at("2026-05-04T07:00:01Z"), Duration::ZERO),
+            catch_up(due, just_after, just_after, Duration::ZERO),
             CatchUp::Skip
+        );
+        // Started exactly at the due time: the bot was up for it.
+        assert_eq!(
+            catch_up(due, at("2026-05-04T07:00:01Z"), due, Duration::ZERO),
+            CatchUp::Run
+        );
+    }
+
+    #[test]
+    fn a_run_due_while_the_bot_was_running_runs_however_late_whatever_the_grace() {
+        let started = at("2026-05-04T06:00:00Z");
+        let due = at("2026-05-04T07:00:00Z");
+        for (now, grace) in [
+            // The loop wakes a few milliseconds late with a grace of zero.
+            ("2026-05-04T07:00:00.004Z", Duration::ZERO),
+            // Every run slot was busy for ten minutes with a one-minute grace.
+            ("2026-05-04T07:10:00Z", Duration::from_secs(60)),
+            // Hours late (the store failing), default grace.
+            ("2026-05-04T12:00:00Z", Duration::from_secs(3_600)),
+        ] {
+            assert_eq!(
+                catch_up(due, at(now), started, grace),
+                CatchUp::Run,
+                "{now}, grace {grace:?}"
+            );
+        }
+        // Run-now: due "now", looked at a moment later, grace zero.
+        let asked = at("2026-05-04T09:30:00Z");
+        assert_eq!(
+            catch_up(
+                asked,
+                at("2026-05-04T09:30:00.002Z"),
+                started,
+                Duration::ZERO
+            ),
+            CatchUp::Run
+        );
+        // Through `decide` too, with a grace of zero: one run, the next from now.
+        let every = Spec::Every {
+            seconds: 600,
+            anchor: at("2026-05-04T06:00:00Z"),
+        };
+        let decision = decide(
+            &every,
+            at("2026-05-04T07:00:00Z"),
+            at("2026-05-04T07:00:00.003Z"),
+            started,
+            Duration::ZERO,
+        )
+        .unwrap();
+        assert_eq!(
+            decision,
+            Decision {
+                catch_up: CatchUp::Run,
+                due: at("2026-05-04T07:00:00Z"),
+                next: Some(at("2026-05-04T07:10:00Z")),
+            }
         );
     }
 
@@ -576,7 +661,14 @@ mod tests {
         let stored = at("2026-05-04T09:00:00Z");
         // Down for two weeks, back half an hour after the newest Monday 09:00: that one
         // runs, once, and the next is a week on.
-        let back_soon = decide(&weekly, stored, at("2026-05-18T09:30:00Z"), grace).unwrap();
+        let back_soon = decide(
+            &weekly,
+            stored,
+            at("2026-05-18T09:30:00Z"),
+            at("2026-05-18T09:30:00Z"),
+            grace,
+        )
+        .unwrap();
         assert_eq!(
             back_soon,
             Decision {
@@ -586,7 +678,14 @@ mod tests {
             }
         );
         // Back two hours after it: skipped, on to next week.
-        let back_late = decide(&weekly, stored, at("2026-05-18T11:00:00Z"), grace).unwrap();
+        let back_late = decide(
+            &weekly,
+            stored,
+            at("2026-05-18T11:00:00Z"),
+            at("2026-05-18T11:00:00Z"),
+            grace,
+        )
+        .unwrap();
         assert_eq!(back_late.catch_up, CatchUp::Skip);
         assert_eq!(back_late.next, Some(at("2026-05-25T09:00:00Z")));
         // An interval job that missed many runs: one run, the next on its grid.
@@ -598,6 +697,7 @@ mod tests {
             &every,
             at("2026-05-04T09:10:00Z"),
             at("2026-05-04T11:05:00Z"),
+            at("2026-05-04T11:05:00Z"),
             grace,
         )
         .unwrap();
@@ -606,7 +706,8 @@ mod tests {
         assert_eq!(decision.next, Some(at("2026-05-04T11:10:00Z")));
         // A one-time job missed by more than the grace is skipped and done.
         let once = Spec::At { at: stored };
-        let decision = decide(&once, stored, at("2026-05-04T12:00:00Z"), grace).unwrap();
+        let back = at("2026-05-04T12:00:00Z");
+        let decision = decide(&once, stored, back, back, grace).unwrap();
         assert_eq!((decision.catch_up, decision.next), (CatchUp::Skip, None));
     }
 }

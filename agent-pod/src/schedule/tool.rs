@@ -67,11 +67,15 @@ pub struct CronInput {
     /// add, list, remove or run-now
     pub action: CronAction,
     /// add: when it runs — a five-field cron expression (`minute hour day-of-month month
-    /// day-of-week`, e.g. `0 9 * * MON`, or `@daily`/`@hourly`/`@weekly`/`@monthly`),
-    /// `at <RFC 3339 time>` for once, or `every <N> minutes|hours|days`
+    /// day-of-week`, e.g. `0 9 * * *` for daily at 9:00, `0 9 * * MON`, or
+    /// `@daily`/`@hourly`/`@weekly`/`@monthly`), `at <RFC 3339 time>` for once, or
+    /// `every <N> minutes|hours|days` — a fixed interval counted from now, not clock time
+    /// (`every 1 day` added at 14:20 runs at 14:20 and drifts by an hour across a DST
+    /// change; for a time of day use a cron expression)
     pub schedule: Option<String>,
-    /// add: IANA time zone of the cron expression or of a local `at` time (default: the
-    /// bot's)
+    /// add: IANA time zone of the cron expression or of an `at` time without an offset
+    /// (default: the bot's); refused with `every` and with an `at` time that carries its
+    /// own offset
     pub timezone: Option<String>,
     /// add: what to do each time, written as the instruction you will receive then
     #[serde(alias = "task", alias = "prompt")]
@@ -91,7 +95,8 @@ impl TypedTool for CronTool {
     const DESCRIPTION: &'static str = "Schedule work to run later as the person asking: `add` a job (schedule + text; \
          the result is sent to them, or to `deliver_to`), `list` jobs, `remove` a job, or \
          `run-now` a job once. Each run is a separate turn with that person's role; nobody \
-         reads it live.";
+         reads it live. For a time of day use a cron expression (daily at 9: `0 9 * * *`); \
+         `every N days` is a fixed interval from now, not a time of day.";
 
     fn run<'a>(
         &'a self,
@@ -164,6 +169,7 @@ impl CronTool {
                 "text: longer than {MAX_TEXT_CHARS} characters"
             )));
         }
+        check_timezone(schedule_text, input.timezone.as_deref())?;
         let timezone = input
             .timezone
             .as_deref()
@@ -248,11 +254,7 @@ impl CronTool {
                 "You have no scheduled jobs."
             }));
         }
-        let lines: Vec<String> = jobs
-            .iter()
-            .map(|job| describe_job(job, all, config))
-            .collect();
-        Ok(ToolOutput::text(lines.join("\n")))
+        Ok(ToolOutput::text(listing(&jobs, all, config)))
     }
 
     /// The job `id` if `caller` may manage it (their own, or anyone's for a role that
@@ -332,6 +334,43 @@ impl CronTool {
             job.label()
         )))
     }
+}
+
+/// The most jobs `list` shows; the rest are counted, not shown.
+const LIST_LIMIT: usize = 50;
+
+/// The `list` answer for `jobs` (in the store's order: active ones first): at most
+/// [`LIST_LIMIT`] lines, then a count of what is left out.
+fn listing(jobs: &[Job], show_owner: bool, config: &BotConfig) -> String {
+    let mut lines: Vec<String> = jobs
+        .iter()
+        .take(LIST_LIMIT)
+        .map(|job| describe_job(job, show_owner, config))
+        .collect();
+    let omitted = &jobs[jobs.len().min(LIST_LIMIT)..];
+    if !omitted.is_empty() {
+        let active = omitted.iter().filter(|job| job.is_active()).count();
+        lines.push(format!(
+            "... and {} more not shown ({active} active, {} stopped or done); remove the ones \
+             no longer needed",
+            omitted.len(),
+            omitted.len() - active
+        ));
+    }
+    lines.join("\n")
+}
+
+/// Refuses a timezone the schedule does not read (an interval, or an `at` time with its
+/// own offset), rather than ignoring it.
+fn check_timezone(schedule: &str, timezone: Option<&str>) -> Result<(), ToolError> {
+    if timezone.is_some_and(|zone| !zone.trim().is_empty())
+        && let Some(why) = super::spec::ignores_timezone(schedule)
+    {
+        return Err(ToolError::InvalidInput(format!(
+            "timezone: not used by this schedule ({why}); leave timezone out"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a field the action does not use, rather than ignoring what the model meant.
