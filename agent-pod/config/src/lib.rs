@@ -105,6 +105,9 @@ pub const DEFAULT_PLATFORM_PROTECTED: &[&str] = &[
     "SOUL.md",
     "IDENTITY.md",
     "AGENTS.md",
+    // The heartbeat's instructions: a turn that runs on its own and notifies people
+    // follows them, so no role's tools may rewrite them.
+    "HEARTBEAT.md",
     "config/**",
     "skills/**",
     "logs/**",

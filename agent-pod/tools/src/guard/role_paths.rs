@@ -375,7 +375,13 @@ mod tests {
     #[test]
     fn platform_protected_files_are_never_writable_even_for_the_owner() {
         let owner = owner();
-        for path in ["SOUL.md", "IDENTITY.md", "AGENTS.md", "skills/x/SKILL.md"] {
+        for path in [
+            "SOUL.md",
+            "IDENTITY.md",
+            "AGENTS.md",
+            "HEARTBEAT.md",
+            "skills/x/SKILL.md",
+        ] {
             assert!(
                 matches!(
                     owner.check_write(path),
