@@ -210,10 +210,15 @@ pub async fn beat(
         .await
         .ok()
         .flatten();
-    let Some(file) = file.filter(|text| has_tasks(text)) else {
-        tracing::info!("heartbeat: {HEARTBEAT_FILE} has nothing to do; no model call");
+    let Some(file) = file else {
+        // A refused file (too large, a link) was logged where it was read.
+        tracing::info!("heartbeat: no readable {HEARTBEAT_FILE}; no model call");
         return Beat::NothingToDo;
     };
+    if !has_tasks(&file) {
+        tracing::info!("heartbeat: {HEARTBEAT_FILE} has nothing to do; no model call");
+        return Beat::NothingToDo;
+    }
     let caller = match identity::caller_for_heartbeat(&config, &heartbeat.role, &heartbeat.notify) {
         Ok(caller) => caller,
         Err(error) => {
