@@ -566,11 +566,19 @@ async fn a_sub_agent_never_gets_a_tool_its_starter_lacks_and_reports_into_the_st
 }
 
 /// With `maxDepth: 2` a child may spawn, its child (at the limit) may not: the tool is
-/// not offered, and calling it anyway is refused. The grandchild's result goes to the
-/// child's session, not to Ivan's.
+/// not offered, and calling it anyway is refused. The grandchild's result goes where
+/// the child's does — Ivan's session and his Telegram chat — naming the child that
+/// started it (the child's own session runs no further turn that could read it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_depth_limit_holds() {
-    let bot = start(json!({"maxDepth": 2}), |_| {}).await;
+    let telegram = saint_channels::scripted::telegram::ScriptedTelegram::start(BOT_TOKEN)
+        .await
+        .unwrap();
+    let base = telegram.base_url();
+    let bot = start(json!({"maxDepth": 2}), move |config| {
+        config["channels"] = telegram_channels(&base);
+    })
+    .await;
     let (child_task, grandchild_task) = ("CHILD: look around", "GRANDCHILD: look deeper");
     bot.model.script(
         PERSON,
@@ -622,12 +630,218 @@ async fn the_depth_limit_holds() {
         "{refused:?}"
     );
     assert!(bot.model.seen_in("TOO DEEP").is_empty());
-    eventually(
-        "the grandchild's announcement in the child's session",
-        || !bot.stored(&child_key, "GRANDCHILD-RESULT").is_empty(),
-    )
+    eventually("the grandchild's announcement in Ivan's session", || {
+        !bot.stored("person:ivan", "GRANDCHILD-RESULT").is_empty()
+    })
     .await;
-    assert!(bot.stored("person:ivan", "GRANDCHILD-RESULT").is_empty());
+    let child_id = child_key
+        .strip_prefix("subagent:")
+        .and_then(|rest| rest.split_once(':'))
+        .unwrap()
+        .0;
+    let announced = bot.stored("person:ivan", "GRANDCHILD-RESULT");
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert!(
+        announced[0].contains(&format!(
+            "(started by sub-agent {child_id}) finished the task"
+        )),
+        "{announced:?}"
+    );
+    assert!(bot.stored(&child_key, "GRANDCHILD-RESULT").is_empty());
+    // Both results are pushed to Ivan's chat.
+    eventually("both results on Telegram", || {
+        ["CHILD-RESULT", "GRANDCHILD-RESULT"].iter().all(|result| {
+            telegram.sent().iter().any(|body| {
+                body["chat_id"] == IVAN_TELEGRAM
+                    && body["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains(&format!("\n\n{result}"))
+            })
+        })
+    })
+    .await;
+}
+
+/// The bot's channels with a scripted Telegram at `base`: the HTTP API, and Telegram
+/// called `tg`.
+fn telegram_channels(base: &str) -> Value {
+    json!([
+        {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+        {"name": "tg", "kind": "telegram", "settings": {"apiBaseUrl": base},
+         "secretEnv": {"botToken": "TG_BOT_TOKEN"}},
+    ])
+}
+
+/// A turn cannot start more children than `maxConcurrent` by letting quick ones end:
+/// an ended child keeps its place until its result is stored, which waits for the turn.
+/// Ivan's turn starts two quick children, waits until both have answered, and its
+/// third spawn is refused; after the turn both results are stored and the places are
+/// free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_that_ended_keep_their_places_until_their_results_are_stored() {
+    let bot = start(json!({"maxConcurrent": 2}), |_| {}).await;
+    let both_answered: Gate = {
+        let workspace = bot.workspace.clone();
+        Arc::new(move || {
+            turn_lines(&workspace)
+                .iter()
+                .filter(|line| line["trigger"] == "subagent")
+                .count()
+                == 2
+        })
+    };
+    bot.model.script(
+        PERSON,
+        vec![
+            Step::Calls(vec![
+                ("sessions_spawn", json!({"task": "Q1", "timeoutSeconds": 1})),
+                ("sessions_spawn", json!({"task": "Q2", "timeoutSeconds": 1})),
+            ]),
+            Step::After(
+                both_answered,
+                Box::new(call(
+                    "sessions_spawn",
+                    json!({"task": "Q3", "timeoutSeconds": 1}),
+                )),
+            ),
+            text("Done spawning."),
+        ],
+    );
+    bot.model.script("Q1", vec![text("RESULT-Q1")]);
+    bot.model.script("Q2", vec![text("RESULT-Q2")]);
+    bot.model.script("Q3", vec![text("RESULT-Q3")]);
+    let reply = bot.ivan_says("spawn away").await;
+    assert_eq!(reply["reply"], "Done spawning.");
+    let parent = bot.model.seen_in(PERSON);
+    let third = parent[2].tool_results().pop().unwrap();
+    assert!(
+        third.1 && third.0.contains("spawn.maxConcurrent 2"),
+        "{third:?}"
+    );
+    assert!(bot.model.seen_in("Q3").is_empty());
+    eventually("both results stored", || {
+        !bot.stored("person:ivan", "RESULT-Q1").is_empty()
+            && !bot.stored("person:ivan", "RESULT-Q2").is_empty()
+    })
+    .await;
+    // The places came back with the results.
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_spawn", json!({"task": "Q4"})),
+            text("Once more."),
+        ],
+    );
+    bot.model.script("Q4", vec![text("RESULT-Q4")]);
+    bot.ivan_says("one more").await;
+    let started = bot.model.seen_in(PERSON)[4].tool_results().pop().unwrap();
+    assert!(
+        !started.1 && started.0.starts_with("Started"),
+        "{started:?}"
+    );
+}
+
+/// In a Telegram group every turn runs in the group's session, so Marko's sub-agent
+/// descends from the session Ivan's turns run in too; still only Marko may list or
+/// read it (Ivan's role sees only his own sessions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_group_only_the_member_who_started_a_sub_agent_sees_it() {
+    use saint_channels::scripted::telegram::{self as scripted, BOT_USERNAME, Group, Person};
+    let telegram = scripted::ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
+    let base = telegram.base_url();
+    let bot = start(json!({}), move |config| {
+        config["channels"] = telegram_channels(&base);
+        config["roles"]["manager"]["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("sessions_spawn"));
+    })
+    .await;
+    let group = Group::new(-1001000000042, "Acme Leads");
+    let marko = Person::new(222222222, "Marko");
+    let ivan = Person::new(IVAN_TELEGRAM.parse().unwrap(), "Ivan");
+    let task = "MARKO-TASK: read the soul";
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_spawn", json!({"task": task})),
+            text("Started."),
+        ],
+    );
+    bot.model.script(
+        task,
+        vec![
+            call("read", json!({"path": "SOUL.md"})),
+            text("MARKO-RESULT"),
+        ],
+    );
+    telegram.push_message(scripted::group_text(
+        &group,
+        &marko,
+        &format!("@{BOT_USERNAME} start a helper"),
+    ));
+    eventually("Marko's spawn", || bot.model.seen_in(PERSON).len() == 2).await;
+    let started = &bot.model.seen_in(PERSON)[1].tool_results()[0];
+    assert!(!started.1, "{started:?}");
+    let key = child_key(&started.0);
+    let group_key = key.splitn(3, ':').nth(2).unwrap().to_string();
+    assert!(group_key.starts_with("group:"), "{key}");
+    eventually("the child's result in the group's session", || {
+        !bot.stored(&group_key, "MARKO-RESULT").is_empty()
+    })
+    .await;
+    assert!(
+        !bot.stored(&key, "helpful colleague").is_empty(),
+        "the child's session holds its tool output"
+    );
+
+    // Ivan, in the same group, looks for it.
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_list", json!({})),
+            call("sessions_history", json!({"sessionKey": key})),
+            text("Nothing for you."),
+        ],
+    );
+    telegram.push_message(scripted::group_text(
+        &group,
+        &ivan,
+        &format!("@{BOT_USERNAME} what did the helper read?"),
+    ));
+    eventually("Ivan's turn", || bot.model.seen_in(PERSON).len() == 5).await;
+    let ivans = bot.model.seen_in(PERSON);
+    let listed = ivans[3].tool_results().pop().unwrap();
+    assert!(!listed.1, "{listed:?}");
+    assert!(!listed.0.contains(&key), "{listed:?}");
+    let history = ivans[4].tool_results().pop().unwrap();
+    assert!(history.1, "{history:?}");
+    assert!(history.0.contains("no session"), "{history:?}");
+    assert!(!history.0.contains("helpful colleague"), "{history:?}");
+
+    // Marko, who started it, reads it.
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_history", json!({"sessionKey": key})),
+            text("Here."),
+        ],
+    );
+    telegram.push_message(scripted::group_text(
+        &group,
+        &marko,
+        &format!("@{BOT_USERNAME} and for me?"),
+    ));
+    eventually("Marko's second turn", || {
+        bot.model.seen_in(PERSON).len() == 7
+    })
+    .await;
+    let history = bot.model.seen_in(PERSON)[6].tool_results().pop().unwrap();
+    assert!(
+        !history.1 && history.0.contains("helpful colleague"),
+        "{history:?}"
+    );
 }
 
 /// `maxConcurrent: 4`: Ivan's turn starts three children, and the three, all running,
@@ -818,11 +1032,7 @@ async fn the_result_is_sent_to_the_person_on_a_channel_that_can_push() {
         .unwrap();
     let base = telegram.base_url();
     let bot = start(json!({}), move |config| {
-        config["channels"] = json!([
-            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
-            {"name": "tg", "kind": "telegram", "settings": {"apiBaseUrl": base},
-             "secretEnv": {"botToken": "TG_BOT_TOKEN"}},
-        ]);
+        config["channels"] = telegram_channels(&base);
     })
     .await;
     let task = "PUSH: summarise";

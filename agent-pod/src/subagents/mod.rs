@@ -6,16 +6,22 @@
 //!   `trigger: Subagent` and `depth: parent + 1`. It is metered to the same person.
 //! - At most the role's `spawn.maxConcurrent` children of one person run at once,
 //!   counted under one lock when the spawn is made, so a flood of spawns cannot pass it.
+//!   A child keeps its place until its result is stored (see below), so a turn cannot
+//!   start more than that many children by letting quick ones end: their results wait
+//!   for the turn. A sub-agent's turn, whose children report elsewhere, may start at
+//!   most [`SPAWNS_PER_SUBAGENT`] × `maxConcurrent` children in all.
 //! - A child is cancelled (its [`CancellationToken`]) when its time is up, when the
 //!   sub-agent that started it is cancelled, and at shutdown; [`Subagents::shutdown`]
 //!   waits for every child.
 //! - When a child ends — answer, step limit, budget, error, timeout, shutdown — one
-//!   announcement is stored in the parent's session as said by the bot — after the
-//!   parent's turn when it is still running (`Runtime::notify` waits for it), so the
-//!   parent's next turn sees it — and, unless the parent is itself a sub-agent, queued
-//!   to the person on the bot's channel of the identity the parent turn spoke for, when
+//!   announcement is stored, as said by the bot, in the session the tree of sub-agents
+//!   was started from: the nearest one up from the child that is not a sub-agent's (the
+//!   person's own, a group conversation's, a job's), as a sub-agent runs one turn and
+//!   never reads what arrives after it. It is stored after that session's running turn
+//!   (`Runtime::notify` waits for it), so its next turn sees it, and queued to the
+//!   person on the bot's channel of the identity the tree's first turn spoke for, when
 //!   that channel can push (any kind but the HTTP API, whose caller only hears through
-//!   the session).
+//!   the session). A grandchild's announcement names the sub-agent that started it.
 
 pub mod rules;
 pub mod tool;
@@ -43,6 +49,11 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for cancelled children to finish and announce.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
 
+/// A sub-agent may start at most this many times its role's `spawn.maxConcurrent`
+/// children over its one turn: their results go to the session the tree was started
+/// from, which may be idle, so waiting for places would not bound them.
+pub const SPAWNS_PER_SUBAGENT: u32 = 2;
+
 /// Running sub-agents and the `sessions_spawn` tool that starts them.
 pub struct Subagents {
     runtime: OnceLock<Weak<Runtime>>,
@@ -61,6 +72,8 @@ struct State {
     /// Each running child's token by its session key; a child's own spawns take child
     /// tokens of it, so cancelling a child cancels what it started.
     tokens: HashMap<String, CancellationToken>,
+    /// Children started so far by each running sub-agent (by its session key).
+    started_by_subagent: HashMap<String, u32>,
 }
 
 impl Default for Subagents {
@@ -158,6 +171,13 @@ impl Subagents {
                 .collect();
         let recipients =
             announcement_recipients(&context.config, parent, |name| runtime.can_send(name));
+        // Said as the bot, under the sub-agent trigger, in the session the tree of
+        // sub-agents was started from.
+        let speaker = Caller {
+            session_key: home_session(&parent.session_key).to_string(),
+            trigger: Trigger::Subagent,
+            ..parent.clone()
+        };
         tracing::info!(
             child = %id,
             person = %parent.slug,
@@ -179,10 +199,11 @@ impl Subagents {
         let note = rules::child_note(parent, plan.timeout);
         let work = Child {
             id,
+            started_by: subagent_id(&parent.session_key).map(str::to_string),
             task,
             note,
             caller: child,
-            parent: parent.clone(),
+            speaker,
             recipients,
             timeout: plan.timeout,
         };
@@ -190,8 +211,9 @@ impl Subagents {
         Ok(reply)
     }
 
-    /// Takes one of the person's places for a child, or refuses when they are all taken
-    /// or shutdown has begun. Checked and counted under one lock.
+    /// Takes one of the person's places for a child, or refuses when they are all taken,
+    /// when a sub-agent parent has started all the children it may, or when shutdown has
+    /// begun. Checked and counted under one lock.
     fn reserve(
         self: &Arc<Self>,
         parent: &Caller,
@@ -210,6 +232,19 @@ impl Subagents {
                 "{running} of your sub-agents are running, the most your role allows at once (spawn.maxConcurrent {most}); wait for one to finish"
             )));
         }
+        if SessionKey::subagent_parent(&parent.session_key).is_some() {
+            let most_started = most.saturating_mul(SPAWNS_PER_SUBAGENT);
+            let started = state
+                .started_by_subagent
+                .entry(parent.session_key.clone())
+                .or_default();
+            if *started >= most_started {
+                return Err(ToolError::Denied(format!(
+                    "this sub-agent has started {started} sub-agents, the most one sub-agent may start ({SPAWNS_PER_SUBAGENT} × spawn.maxConcurrent {most}); finish with what you have"
+                )));
+            }
+            *started += 1;
+        }
         *state.per_person.entry(parent.slug.clone()).or_default() += 1;
         let cancel = match state.tokens.get(&parent.session_key) {
             Some(parent_token) => parent_token.child_token(),
@@ -227,8 +262,8 @@ impl Subagents {
     }
 }
 
-/// A person's place for one running child; given back when dropped (also when the
-/// child's task panics).
+/// A person's place for one child, held until its result is stored; given back when
+/// dropped (also when the child's task panics or is dropped).
 struct Slot {
     subagents: Arc<Subagents>,
     person: String,
@@ -239,6 +274,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut state = self.subagents.lock();
         state.tokens.remove(&self.key);
+        state.started_by_subagent.remove(&self.key);
         if let Some(count) = state.per_person.get_mut(&self.person) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -251,10 +287,13 @@ impl Drop for Slot {
 /// One child's work.
 struct Child {
     id: String,
+    /// The id of the sub-agent that started this one, if one did.
+    started_by: Option<String>,
     task: String,
     note: String,
     caller: Caller,
-    parent: Caller,
+    /// Who says the announcement, and in which session.
+    speaker: Caller,
     recipients: Vec<Recipient>,
     timeout: Duration,
 }
@@ -276,19 +315,15 @@ impl Child {
             &shutting_down,
         )
         .await;
-        // No longer running: the person's place is free before the announcement waits
-        // for the parent's session.
-        drop(slot);
         tracing::info!(child = %self.id, person = %self.caller.slug, end = end_label(&end), "sub-agent ended");
-        let text = rules::announcement(&self.id, &self.task, &end);
-        // Said in the parent's session, as the bot, under the sub-agent trigger.
-        let speaker = Caller {
-            trigger: Trigger::Subagent,
-            ..self.parent.clone()
-        };
-        if let Err(error) = runtime.notify(&speaker, &self.recipients, &text).await {
+        let text = rules::announcement(&self.id, self.started_by.as_deref(), &self.task, &end);
+        if let Err(error) = runtime.notify(&self.speaker, &self.recipients, &text).await {
             tracing::warn!(child = %self.id, error = %saint_config::ErrorChain(&error), "failed to announce a sub-agent's result");
         }
+        // The place is given back only now: a child that ended keeps it while its result
+        // waits for the running turn it goes to, so that turn cannot start more children
+        // by letting quick ones end.
+        drop(slot);
     }
 }
 
@@ -345,19 +380,15 @@ async fn supervise(
     }
 }
 
-/// Who hears a child's result besides the parent's session: the person, at the
-/// identity the parent turn spoke for, on a channel of its kind that can send now
-/// (`can_send`: it has a running transport; the HTTP API only answers requests). A
-/// sub-agent's own child reports only to the sub-agent's session: the person hears the
-/// sub-agent's result.
+/// Who hears a child's result besides the session it is stored in: the person, at the
+/// identity the parent turn spoke for (a sub-agent speaks for the identity of the turn
+/// that started its tree), on a channel of its kind that can send now (`can_send`: it
+/// has a running transport; the HTTP API only answers requests).
 pub fn announcement_recipients(
     config: &BotConfig,
     parent: &Caller,
     can_send: impl Fn(&str) -> bool,
 ) -> Vec<Recipient> {
-    if parent.trigger == Trigger::Subagent {
-        return Vec::new();
-    }
     let Ok(identity) = parent.identity.parse::<ChannelIdentity>() else {
         return Vec::new();
     };
@@ -372,6 +403,26 @@ pub fn announcement_recipients(
         })
         .into_iter()
         .collect()
+}
+
+/// The session a sub-agent started from `parent` reports into: the nearest one up from
+/// `parent` that is not a sub-agent's.
+pub fn home_session(parent: &str) -> &str {
+    let mut key = parent;
+    while let Some(up) = SessionKey::subagent_parent(key) {
+        key = up;
+    }
+    key
+}
+
+/// The id of the sub-agent whose session is `key`, or `None` when `key` is no
+/// sub-agent's.
+pub fn subagent_id(key: &str) -> Option<&str> {
+    let parent = SessionKey::subagent_parent(key)?;
+    key.strip_suffix(parent)?
+        .strip_suffix(':')?
+        .rsplit_once(':')
+        .map(|(_, id)| id)
 }
 
 /// What the parent's model is told when its child started.
@@ -407,7 +458,13 @@ fn started_reply(
             withheld.join(", ")
         ));
     }
-    reply.push_str(" Its result will be added to this conversation when it ends");
+    if SessionKey::subagent_parent(&parent.session_key).is_some() {
+        reply.push_str(
+            " Its result will be added to the conversation you were started from when it ends, not to yours",
+        );
+    } else {
+        reply.push_str(" Its result will be added to this conversation when it ends");
+    }
     if delivered {
         reply.push_str(&format!(" and sent to {}", parent.display_name));
     }

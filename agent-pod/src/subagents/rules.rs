@@ -175,7 +175,7 @@ pub fn child_note(parent: &Caller, timeout: Duration) -> String {
     format!(
         "You are a sub-agent started by {} to do one task in the background; nobody reads along while you work. \
          Do the task with the tools you have, within {} seconds, and end with your final answer: \
-         it is returned to {} in the conversation you were started from.",
+         it is returned to {} in the conversation the work was started from.",
         parent.display_name,
         timeout.as_secs(),
         parent.display_name
@@ -199,28 +199,39 @@ pub enum ChildEnd {
     Stopped(&'static str),
 }
 
-/// The announcement stored in the parent's session (and delivered to the person).
-pub fn announcement(child_id: &str, task: &str, end: &ChildEnd) -> String {
+/// The announcement stored in the session the sub-agents were started from (and
+/// delivered to the person); `started_by` is the id of the sub-agent that started this
+/// one, if one did.
+pub fn announcement(
+    child_id: &str,
+    started_by: Option<&str>,
+    task: &str,
+    end: &ChildEnd,
+) -> String {
     let task = summary(task, 120);
+    let who = match started_by {
+        Some(parent) => format!("Sub-agent {child_id} (started by sub-agent {parent})"),
+        None => format!("Sub-agent {child_id}"),
+    };
     match end {
         ChildEnd::Answered(text) => {
-            format!("Sub-agent {child_id} finished the task \"{task}\":\n\n{text}")
+            format!("{who} finished the task \"{task}\":\n\n{text}")
         }
         ChildEnd::StepLimit(text) => {
-            format!("Sub-agent {child_id} stopped before finishing the task \"{task}\": {text}")
+            format!("{who} stopped before finishing the task \"{task}\": {text}")
         }
         ChildEnd::OverBudget => {
-            format!("Sub-agent {child_id} did not finish the task \"{task}\": the budget is spent.")
+            format!("{who} did not finish the task \"{task}\": the budget is spent.")
         }
         ChildEnd::TimedOut(after) => format!(
-            "Sub-agent {child_id} timed out after {} s and was stopped before finishing the task \"{task}\".",
+            "{who} timed out after {} s and was stopped before finishing the task \"{task}\".",
             after.as_secs()
         ),
         ChildEnd::Failed(reason) => {
-            format!("Sub-agent {child_id} failed on the task \"{task}\": {reason}.")
+            format!("{who} failed on the task \"{task}\": {reason}.")
         }
         ChildEnd::Stopped(why) => {
-            format!("Sub-agent {child_id} was stopped before finishing the task \"{task}\": {why}.")
+            format!("{who} was stopped before finishing the task \"{task}\": {why}.")
         }
     }
 }

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
-use saint_config::BotConfig;
+use saint_config::{BotConfig, SessionKey};
 
 use super::*;
 
@@ -168,15 +168,77 @@ fn the_result_goes_to_the_persons_pushing_channel_never_to_the_http_api() {
         vec![],
         "a Telegram channel that is not running"
     );
+    // A sub-agent's own child is delivered to the person like a first-level one.
     let child = Caller {
         trigger: Trigger::Subagent,
-        ..ivan
+        session_key: "subagent:a:person:ivan".to_string(),
+        depth: 1,
+        ..ivan.clone()
     };
     assert_eq!(
         announcement_recipients(&config, &child, running),
-        vec![],
-        "a sub-agent's child reports to the sub-agent only"
+        announcement_recipients(&config, &ivan, running),
     );
+}
+
+/// A sub-agent's result goes to the nearest session up that is not a sub-agent's; a
+/// grandchild's names the sub-agent that started it.
+#[test]
+fn results_go_to_the_session_the_tree_started_from() {
+    let group = "group:tg:-100042";
+    let child: String = SessionKey::for_subagent(group, "c1").into();
+    let grandchild: String = SessionKey::for_subagent(&child, "c2").into();
+    assert_eq!(home_session(group), group);
+    assert_eq!(home_session(&child), group);
+    assert_eq!(home_session(&grandchild), group);
+    assert_eq!(home_session("person:ivan"), "person:ivan");
+    assert_eq!(subagent_id(&child), Some("c1"));
+    assert_eq!(subagent_id(&grandchild), Some("c2"));
+    assert_eq!(subagent_id(group), None);
+    let text = rules::announcement("c2", Some("c1"), "look deeper", &ChildEnd::OverBudget);
+    assert!(
+        text.starts_with("Sub-agent c2 (started by sub-agent c1) did not finish"),
+        "{text}"
+    );
+}
+
+/// A sub-agent's children report to a session that may be idle, so places coming back
+/// would not bound them: one sub-agent may start 2 × maxConcurrent in all. A person's
+/// session is not capped that way (its children's results wait for its turn).
+#[test]
+fn a_sub_agent_may_start_only_so_many_children_in_all() {
+    let subagents = Subagents::new();
+    let ivan = caller("ivan", "telegram:1", 2);
+    let (child_slot, _) = subagents.reserve(&ivan, "subagent:a:person:ivan").unwrap();
+    let child = Caller {
+        session_key: "subagent:a:person:ivan".to_string(),
+        trigger: Trigger::Subagent,
+        depth: 1,
+        ..ivan.clone()
+    };
+    for index in 0..4 {
+        let granted =
+            subagents.reserve(&child, &format!("subagent:g{index}:subagent:a:person:ivan"));
+        drop(granted.unwrap());
+    }
+    let refused = subagents
+        .reserve(&child, "subagent:g5:subagent:a:person:ivan")
+        .err()
+        .unwrap();
+    assert!(
+        refused.to_string().contains("2 × spawn.maxConcurrent 2"),
+        "{refused}"
+    );
+    for index in 0..6 {
+        drop(
+            subagents
+                .reserve(&ivan, &format!("subagent:p{index}:person:ivan"))
+                .unwrap(),
+        );
+    }
+    // The count goes when the sub-agent's place does.
+    drop(child_slot);
+    assert!(subagents.lock().started_by_subagent.is_empty());
 }
 
 /// The tool checks its input before anything starts, and says so when no runtime is
