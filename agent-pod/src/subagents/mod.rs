@@ -229,7 +229,7 @@ impl Subagents {
         let running = state.per_person.get(&parent.slug).copied().unwrap_or(0);
         if running >= most {
             return Err(ToolError::Denied(format!(
-                "{running} of your sub-agents are running, the most your role allows at once (spawn.maxConcurrent {most}); wait for one to finish"
+                "{running} of your sub-agents are running or have a result waiting to be added, the most your role allows at once (spawn.maxConcurrent {most}); a result is added after the turn running in its conversation, then its place is free"
             )));
         }
         if SessionKey::subagent_parent(&parent.session_key).is_some() {
