@@ -767,6 +767,125 @@ mod tests {
         );
     }
 
+    fn stored(store: &JobStore, job: &NewJob) -> i64 {
+        match store.add(job, 100).unwrap() {
+            Added::Stored(id) => id,
+            Added::AtLimit(_) => panic!("not stored"),
+        }
+    }
+
+    fn once(owner: &str, at_text: &str) -> NewJob {
+        NewJob {
+            spec: Spec::At { at: at(at_text) },
+            ..weekly(owner, at_text)
+        }
+    }
+
+    #[test]
+    fn live_jobs_are_listed_first_and_finished_ones_newest_first() {
+        let (_directory, store) = store();
+        let stopped_old = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let live_old = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let done = stored(&store, &once("ivan", "2026-05-01T09:00:00Z"));
+        let stopped_new = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let live_new = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        store.disable(stopped_old, "stopped").unwrap();
+        store.disable(stopped_new, "stopped").unwrap();
+        let due = at("2026-05-01T09:00:00Z");
+        assert!(store.claim(done, due, due, None).unwrap());
+        store.finish(done, "answered").unwrap();
+        let order: Vec<i64> = store
+            .list(Some("ivan"))
+            .unwrap()
+            .iter()
+            .map(|job| job.id)
+            .collect();
+        assert_eq!(
+            order,
+            [live_old, live_new, stopped_new, done, stopped_old],
+            "active oldest first, then the rest newest first"
+        );
+        assert_eq!(
+            store
+                .list(None)
+                .unwrap()
+                .iter()
+                .map(|job| job.is_active())
+                .collect::<Vec<_>>(),
+            [true, true, false, false, false]
+        );
+    }
+
+    #[test]
+    fn finished_one_time_jobs_are_purged_after_their_time_stopped_and_live_ones_kept() {
+        let (_directory, store) = store();
+        let old_done = stored(&store, &once("ivan", "2026-03-01T09:00:00Z"));
+        let recent_done = stored(&store, &once("ivan", "2026-04-20T09:00:00Z"));
+        let old_stopped = stored(&store, &once("ivan", "2026-03-01T09:00:00Z"));
+        let live = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        for id in [old_done, recent_done] {
+            let due = store.get(id).unwrap().unwrap().next_run.unwrap();
+            assert!(store.claim(id, due, due, None).unwrap());
+            store.finish(id, "answered").unwrap();
+        }
+        store.disable(old_stopped, "stopped").unwrap();
+        assert_eq!(store.purge_finished(at("2026-04-01T00:00:00Z")).unwrap(), 1);
+        assert_eq!(store.get(old_done).unwrap(), None);
+        for id in [recent_done, old_stopped, live] {
+            assert!(store.get(id).unwrap().is_some(), "job {id} was purged");
+        }
+        assert_eq!(store.purge_finished(at("2026-04-01T00:00:00Z")).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_newest_jobs_beyond_a_lowered_limit_are_stopped_once() {
+        let (_directory, store) = store();
+        let first = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let stopped = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let second = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let third = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let fourth = stored(&store, &weekly("ivan", "2026-05-04T09:00:00Z"));
+        let marko = stored(&store, &weekly("marko", "2026-05-04T09:00:00Z"));
+        store.disable(stopped, "earlier").unwrap();
+        // The newest is running; it counts, and is stopped as well.
+        let due = at("2026-05-04T09:00:00Z");
+        assert!(store.claim(fourth, due, due, None).unwrap());
+        let swept = store.stop_beyond_limit("ivan", 2, "over").unwrap();
+        assert_eq!(
+            swept.iter().map(|job| job.id).collect::<Vec<_>>(),
+            [third, fourth]
+        );
+        for (id, enabled) in [
+            (first, true),
+            (second, true),
+            (third, false),
+            (fourth, false),
+            (marko, true),
+        ] {
+            let job = store.get(id).unwrap().unwrap();
+            assert_eq!(job.enabled, enabled, "{job:?}");
+            if !enabled {
+                assert_eq!(job.disabled_reason.as_deref(), Some("over"));
+                assert_eq!(job.running_due, None);
+            }
+        }
+        assert_eq!(
+            store
+                .get(stopped)
+                .unwrap()
+                .unwrap()
+                .disabled_reason
+                .as_deref(),
+            Some("earlier")
+        );
+        assert!(
+            store
+                .stop_beyond_limit("ivan", 2, "over")
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     #[test]
     fn labels_round_trip() {
         assert_eq!(label(7), "job-7");

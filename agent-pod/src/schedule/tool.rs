@@ -548,6 +548,72 @@ mod tests {
     }
 
     #[test]
+    fn a_timezone_the_schedule_does_not_read_is_refused_by_name() {
+        for schedule in [
+            "every 1 day",
+            "EVERY 2 hours",
+            "at 2026-03-03T09:00:00+01:00",
+            "2026-03-03T08:00:00Z",
+        ] {
+            let error = check_timezone(schedule, Some("Europe/Zagreb")).unwrap_err();
+            assert!(
+                matches!(&error, ToolError::InvalidInput(message) if message.starts_with("timezone: not used by this schedule")),
+                "{schedule}: {error:?}"
+            );
+            assert!(check_timezone(schedule, None).is_ok(), "{schedule}");
+            assert!(check_timezone(schedule, Some(" ")).is_ok(), "{schedule}");
+        }
+        for schedule in [
+            "0 9 * * *",
+            "@daily",
+            "at 2026-03-03T09:00",
+            "2026-03-03T09:00",
+        ] {
+            assert!(
+                check_timezone(schedule, Some("Europe/Zagreb")).is_ok(),
+                "{schedule}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_listing_is_cut_with_a_count_of_what_is_left_out() {
+        let config = saint_config::BotConfig::from_json(include_str!(
+            "../../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        let job = |id: i64, enabled: bool| Job {
+            id,
+            owner: "ivan".to_string(),
+            owner_role: "employee".to_string(),
+            owner_identity: "telegram:333333333".to_string(),
+            spec: spec("@daily"),
+            text: format!("task {id}"),
+            deliver_to: None,
+            deliver_identity: None,
+            enabled,
+            disabled_reason: (!enabled).then(|| "stopped".to_string()),
+            next_run: Some(now()),
+            running_due: None,
+            last_run: None,
+            last_outcome: None,
+            created_at: String::new(),
+        };
+        let short: Vec<Job> = (1..=3).map(|id| job(id, true)).collect();
+        assert_eq!(listing(&short, false, &config).lines().count(), 3);
+        let long: Vec<Job> = (1..=60).map(|id| job(id, id <= 55)).collect();
+        let text = listing(&long, false, &config);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), LIST_LIMIT + 1, "{text}");
+        assert!(lines[0].starts_with("job-1: "), "{text}");
+        assert_eq!(
+            lines[LIST_LIMIT],
+            "... and 10 more not shown (5 active, 5 stopped or done); remove the ones no \
+             longer needed"
+        );
+    }
+
+    #[test]
     fn a_field_the_action_does_not_use_is_refused_by_name() {
         let input =
             |value: serde_json::Value| -> CronInput { saint_tools::typed::decode(value).unwrap() };
