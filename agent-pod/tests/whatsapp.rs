@@ -699,7 +699,6 @@ async fn kill_9_twenty_times_every_acknowledged_message_is_answered_once() {
             && bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'") == 0
     })
     .await;
-    let replies = bot.replies_by_inbound();
     assert_eq!(acknowledged.len(), ROUNDS * 3);
     // The kills did interrupt turns: more model calls than messages.
     assert!(
