@@ -116,6 +116,11 @@ impl RolePaths {
         })
     }
 
+    /// The role's `skills` setting, which bounds what is read below `skills/`.
+    pub fn skills(&self) -> &Skills {
+        &self.skills
+    }
+
     /// May the asker read `path`? Readable are the role's read globs plus whatever the
     /// role may write (a role that can write its own notes can read them back).
     pub fn check_read(&self, path: &str) -> Result<(), RolePathError> {

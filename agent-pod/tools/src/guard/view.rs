@@ -65,8 +65,8 @@ pub fn compute(workspace: &Path, rules: &RolePaths) -> Result<View, ViewError> {
 /// [`compute`] for a caller whose role's `skills` setting is `skills`: below
 /// `skills/` only the folders of skills it allows are shown (all of them for
 /// [`Skills::All`], none for [`Skills::None`]), each as far as `rules` let the caller
-/// read it, so the sandbox seeds exactly the role's skills. `None` treats `skills/`
-/// like any folder.
+/// read it, so the sandbox seeds exactly the role's skills. `None` uses the setting
+/// `rules` were built from.
 pub fn compute_with_skills(
     workspace: &Path,
     rules: &RolePaths,
@@ -86,6 +86,9 @@ fn compute_with_snapshot(
         taken_at: SystemTime::now(),
         directories: Vec::new(),
     };
+    // The role's own `skills` setting bounds `skills/` when no other is given, as it
+    // bounds what `read` allows there.
+    let skills = Some(skills.unwrap_or_else(|| rules.skills()));
     let mut entries = Vec::new();
     // The root itself is never one mount: runtime state lies directly below it.
     if !rules.excludes_subtree("") {
@@ -466,6 +469,13 @@ mod tests {
                 "skills/invoices/",
                 "skills/pdf/"
             ]
+        );
+        // Without a setting beside the rules, the one they were built from applies.
+        let mut only_role = role(&["**"], &["**"], false);
+        only_role.skills = only.clone();
+        assert_eq!(
+            paths(&compute(root, &rules(&only_role, "acme-ana")).unwrap()),
+            paths(&view)
         );
         // No skills: nothing below skills/; all skills, or no filter: skills/ whole.
         let none = compute_with_skills(root, &owner, Some(&Skills::None)).unwrap();
