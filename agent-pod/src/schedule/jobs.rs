@@ -230,27 +230,16 @@ impl JobStore {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, JobStoreError> {
         let path = path.into();
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| JobStoreError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        let connection =
+            crate::session::open_durable(&path, &[SCHEMA]).map_err(|failure| match failure {
+                crate::session::OpenFailure::Directory { path, source } => {
+                    JobStoreError::Directory { path, source }
+                }
+                crate::session::OpenFailure::Open(source) => JobStoreError::Open {
+                    path: path.clone(),
+                    source,
+                },
             })?;
-        }
-        let open_error = |source| JobStoreError::Open {
-            path: path.clone(),
-            source,
-        };
-        let connection = Connection::open(&path).map_err(open_error)?;
-        connection
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_error)?;
-        connection
-            .pragma_update(None, "synchronous", "FULL")
-            .map_err(open_error)?;
-        connection
-            .busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(open_error)?;
-        connection.execute_batch(SCHEMA).map_err(open_error)?;
         Ok(Self {
             path,
             connection: Mutex::new(connection),

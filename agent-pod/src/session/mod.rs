@@ -1,10 +1,12 @@
 //! Conversation sessions: transcripts and spend in SQLite on the workspace volume.
 
 mod directory;
+mod durable;
 mod history;
 mod store;
 
 pub use self::{
+    durable::{OpenFailure, open_durable},
     history::repair_tool_pairing,
     store::{SessionError, SessionInfo, SessionStore, StoredMessage, Transcript},
 };

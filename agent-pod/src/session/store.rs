@@ -122,33 +122,16 @@ impl SessionStore {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, SessionError> {
         let path = path.into();
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| SessionError::Directory {
-                path: parent.to_path_buf(),
-                source,
+        let connection = super::open_durable(&path, &[SCHEMA, saint_channels::queue::SCHEMA])
+            .map_err(|failure| match failure {
+                super::OpenFailure::Directory { path, source } => {
+                    SessionError::Directory { path, source }
+                }
+                super::OpenFailure::Open(source) => SessionError::Open {
+                    path: path.clone(),
+                    source,
+                },
             })?;
-        }
-        let open_error = |source| SessionError::Open {
-            path: path.clone(),
-            source,
-        };
-        let connection = Connection::open(&path).map_err(open_error)?;
-        connection
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_error)?;
-        connection
-            .pragma_update(None, "synchronous", "FULL")
-            .map_err(open_error)?;
-        connection
-            .pragma_update(None, "foreign_keys", "ON")
-            .map_err(open_error)?;
-        connection
-            .busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(open_error)?;
-        connection.execute_batch(SCHEMA).map_err(open_error)?;
-        connection
-            .execute_batch(saint_channels::queue::SCHEMA)
-            .map_err(open_error)?;
         Ok(Self {
             path,
             connection: Mutex::new(connection),
