@@ -377,6 +377,22 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             arguments.workspace.display()
         )
     })?;
+    // What the bot does on its own, said once at start.
+    match &config.last_good().heartbeat {
+        Some(heartbeat) => tracing::info!(
+            every_seconds = heartbeat.every_seconds,
+            active_hours = ?heartbeat.active_hours.as_ref().map(|hours| format!("{}-{} {}", hours.start, hours.end, hours.timezone.as_deref().unwrap_or(&config.last_good().schedule.timezone))),
+            role = %heartbeat.role,
+            notify = ?heartbeat.notify,
+            "heartbeat on"
+        ),
+        None => tracing::info!("no heartbeat configured"),
+    }
+    let skills = saint_tools::skills::SkillCatalog::load(&workspace, &config.last_good());
+    tracing::info!(
+        installed = ?skills.all().map(|skill| skill.name.as_str()).collect::<Vec<_>>(),
+        "skills"
+    );
     let store = Arc::new(SessionStore::open(
         workspace.join("sessions").join("transcripts.sqlite3"),
     )?);
