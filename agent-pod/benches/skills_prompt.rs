@@ -19,7 +19,11 @@ use saint_agent::{
 };
 use saint_config::BotConfig;
 use saint_llm::{ChatRequest, ToolSpec};
-use saint_tools::{Tool, skills::SkillTool, test_fixtures::caller};
+use saint_tools::{
+    Tool,
+    skills::{SkillCatalog, SkillTool},
+    test_fixtures::caller,
+};
 
 const SKILLS: usize = 50;
 const WARMUP: usize = 20;
@@ -286,22 +290,28 @@ struct Measured {
     build_ms: f64,
 }
 
-fn measure(config: &BotConfig, workspace: &Path) -> Measured {
-    let caller = caller(config, "ana");
-    let inputs = PromptInputs {
-        caller: &caller,
+// A turn reads the skills once and builds the prompt from them: both are timed.
+fn build(config: &BotConfig, workspace: &Path, caller: &saint_tools::Caller) -> String {
+    let skills = SkillCatalog::load(workspace, config);
+    system_prompt(&PromptInputs {
+        caller,
         config,
         workspace,
         tool_names: &["read", "write", "exec", "skill"],
-    };
+        skills: Some(&skills),
+    })
+}
+
+fn measure(config: &BotConfig, workspace: &Path) -> Measured {
+    let caller = caller(config, "ana");
     for _ in 0..WARMUP {
-        std::hint::black_box(system_prompt(&inputs));
+        std::hint::black_box(build(config, workspace, &caller));
     }
     let mut times = Vec::with_capacity(MEASURED);
     let mut prompt = String::new();
     for _ in 0..MEASURED {
         let started = Instant::now();
-        prompt = std::hint::black_box(system_prompt(&inputs));
+        prompt = std::hint::black_box(build(config, workspace, &caller));
         times.push(started.elapsed().as_secs_f64() * 1_000.0);
     }
     Measured {

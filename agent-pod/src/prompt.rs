@@ -40,6 +40,8 @@ pub struct PromptInputs<'a> {
     pub workspace: &'a Path,
     /// Names of the tools the role sees.
     pub tool_names: &'a [&'a str],
+    /// The skills installed, read once for the turn (`None`: no skills section).
+    pub skills: Option<&'a SkillCatalog>,
 }
 
 /// The system prompt for this caller.
@@ -136,8 +138,8 @@ fn skills_section(inputs: &PromptInputs<'_>) -> Option<String> {
     {
         return None;
     }
-    let catalog = SkillCatalog::load(inputs.workspace, inputs.config);
-    let lines: Vec<String> = catalog
+    let lines: Vec<String> = inputs
+        .skills?
         .allowed(&role.skills)
         .map(|skill| format!("- {}: {}", skill.name, skill.description))
         .collect();
@@ -279,6 +281,7 @@ mod tests {
             config: &config,
             workspace,
             tool_names,
+            skills: None,
         })
     }
 
@@ -419,11 +422,13 @@ mod tests {
         let mut config = company_config();
         let prompt_with = |config: &BotConfig, slug: &str, tools: &[&str]| {
             let caller = caller(config, slug);
+            let catalog = SkillCatalog::load(workspace.path(), config);
             system_prompt(&PromptInputs {
                 caller: &caller,
                 config,
                 workspace: workspace.path(),
                 tool_names: tools,
+                skills: Some(&catalog),
             })
         };
         config.roles.get_mut("owner").unwrap().skills = saint_config::Skills::All;

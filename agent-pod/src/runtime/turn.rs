@@ -24,6 +24,7 @@ use super::{
 use saint_tools::{
     Caller, ToolContext, ToolError, Trigger,
     policy::{self, PermittedTool},
+    skills::SkillCatalog,
     untrusted,
 };
 
@@ -413,6 +414,7 @@ impl Runtime {
         caller: &Caller,
         config: &Arc<BotConfig>,
         tool_names: Vec<&'static str>,
+        skills: Option<Arc<SkillCatalog>>,
     ) -> Result<String, TurnError> {
         let (caller, config, workspace) = (caller.clone(), config.clone(), self.workspace.clone());
         tokio::task::spawn_blocking(move || {
@@ -421,6 +423,7 @@ impl Runtime {
                 config: &config,
                 workspace: &workspace,
                 tool_names: &tool_names,
+                skills: skills.as_deref(),
             })
         })
         .await
@@ -485,22 +488,20 @@ impl Runtime {
         // The policy is asked once per turn: each tool comes with the permit it is
         // called with, and a tool the role may not use is neither offered nor callable.
         let visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
-        // `skill` is offered only when some skill the role allows is installed.
-        let any_skill = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
-            let (workspace, skill_config, skills) = (
-                self.workspace.clone(),
-                config.clone(),
-                caller.role.skills.clone(),
-            );
-            tokio::task::spawn_blocking(move || {
-                saint_tools::skills::SkillCatalog::load(&workspace, &skill_config)
-                    .allows_any(&skills)
-            })
-            .await
-            .unwrap_or(false)
+        // `skill` is offered only when some skill the role allows is installed; the
+        // skills are read once per turn, for this check and the prompt's listing.
+        let skills = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
+            let (workspace, skill_config) = (self.workspace.clone(), config.clone());
+            tokio::task::spawn_blocking(move || SkillCatalog::load(&workspace, &skill_config))
+                .await
+                .ok()
+                .map(Arc::new)
         } else {
-            false
+            None
         };
+        let any_skill = skills
+            .as_ref()
+            .is_some_and(|catalog| catalog.allows_any(&caller.role.skills));
         let visible = policy::without_idle_skill_tool(visible, any_skill);
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
         state.emit(TurnEvent::Caller {
@@ -509,7 +510,9 @@ impl Runtime {
             model: model_name.clone(),
             tools: tool_names.iter().map(|name| name.to_string()).collect(),
         });
-        let mut base_prompt = self.system_prompt(caller, &config, tool_names).await?;
+        let mut base_prompt = self
+            .system_prompt(caller, &config, tool_names, skills)
+            .await?;
         if let Some(note) = state.note {
             base_prompt.push_str("\n\n");
             base_prompt.push_str(note);
