@@ -626,12 +626,11 @@ fn control_socket_tokens_work_for_one_command_and_are_refused_after_revoke() {
 
 #[test]
 fn the_registry_is_reloaded_when_the_file_changes() {
-    let address = free_loopback_address();
-    let daemon = Daemon::start_with(
+    let (daemon, address) = Daemon::start_with_metrics(
         |_, registry| {
             registry.clis.insert("cat".into(), cli("/bin/cat"));
         },
-        &["--metrics-listen", &address],
+        &[],
     );
     assert_eq!(
         error_of(&daemon.call(request("hello", &[], TOKEN))),
@@ -685,12 +684,11 @@ fn the_registry_is_reloaded_when_the_file_changes() {
 #[test]
 fn the_tokens_file_is_reloaded_when_it_changes() {
     const REPLACEMENT: &str = "replacement-token-0123456789";
-    let address = free_loopback_address();
-    let daemon = Daemon::start_with(
+    let (daemon, address) = Daemon::start_with_metrics(
         |_, registry| {
             registry.clis.insert("true".into(), cli("/bin/true"));
         },
-        &["--metrics-listen", &address],
+        &[],
     );
     assert_eq!(
         daemon.call(request("true", &[], TOKEN)).last(),

@@ -267,12 +267,11 @@ fn a_registry_that_is_a_device_or_too_large_is_refused() {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
     // A running daemon keeps its last good registry when the file becomes a device.
-    let address = free_loopback_address();
-    let daemon = Daemon::start_with(
+    let (daemon, address) = Daemon::start_with_metrics(
         |_, registry| {
             registry.clis.insert("true".into(), cli("/bin/true"));
         },
-        &["--metrics-listen", &address],
+        &[],
     );
     let before = peak_rss_kib(daemon.pid());
     // Swapped in by rename, so the reload loop never sees the file missing.

@@ -57,6 +57,38 @@ impl Daemon {
     }
 
     pub fn start_with(build: impl FnOnce(&Path, &mut Registry), extra_arguments: &[&str]) -> Self {
+        Self::try_start_with(build, extra_arguments)
+            .unwrap_or_else(|status| panic!("porter exited before it was ready: {status}"))
+    }
+
+    /// A daemon serving `/metrics` on a free loopback port, and that address. The port
+    /// is found free and released before porter binds it, so a test running beside this
+    /// one may take it first: porter then exits at start, and another port is tried.
+    pub fn start_with_metrics(
+        build: impl Fn(&Path, &mut Registry),
+        extra_arguments: &[&str],
+    ) -> (Self, String) {
+        let mut last_exit = None;
+        for _ in 0..5 {
+            let address = free_loopback_address();
+            let arguments: Vec<&str> = ["--metrics-listen", address.as_str()]
+                .into_iter()
+                .chain(extra_arguments.iter().copied())
+                .collect();
+            match Self::try_start_with(&build, &arguments) {
+                Ok(daemon) => return (daemon, address),
+                Err(status) => last_exit = Some(status),
+            }
+        }
+        panic!("porter exited at start five times, each on another port: {last_exit:?}");
+    }
+
+    /// Starts porter and waits until its call socket exists; its exit status when it
+    /// stopped before that.
+    fn try_start_with(
+        build: impl FnOnce(&Path, &mut Registry),
+        extra_arguments: &[&str],
+    ) -> Result<Self, std::process::ExitStatus> {
         let directory = tempfile::tempdir().unwrap();
         let workspace = directory.path().join("workspace");
         std::fs::create_dir_all(workspace.join("repo")).unwrap();
@@ -116,15 +148,19 @@ impl Daemon {
             bin_dir,
             process,
         };
+        let mut daemon = daemon;
         let started = Instant::now();
         while !daemon.socket.exists() {
+            if let Some(status) = daemon.process.try_wait().unwrap() {
+                return Err(status);
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "porter did not start"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        daemon
+        Ok(daemon)
     }
 
     pub fn pid(&self) -> u32 {
@@ -314,7 +350,7 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
 }
 
 /// A free loopback address for a daemon's `--metrics-listen` (bound, noted, released).
-pub fn free_loopback_address() -> String {
+fn free_loopback_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
