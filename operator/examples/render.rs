@@ -55,7 +55,6 @@ fn main() -> anyhow::Result<()> {
             let built = build_children(&validated);
             for object in [
                 serde_yaml_ng::to_string(&built.service_account)?,
-                serde_yaml_ng::to_string(&built.role)?,
                 serde_yaml_ng::to_string(&built.role_binding)?,
                 serde_yaml_ng::to_string(&built.persona_config_map)?,
                 serde_yaml_ng::to_string(&built.config_map)?,

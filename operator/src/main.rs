@@ -66,6 +66,10 @@ struct Arguments {
     /// Port of the API server endpoints (used with --api-server-cidr).
     #[arg(long, env = "SAINT_API_SERVER_PORT", default_value_t = 6443)]
     api_server_port: i32,
+    /// ClusterRole bound to each bot's agent account in its namespace (the chart creates
+    /// it; the operator needs only `bind` on it).
+    #[arg(long, env = "SAINT_AGENT_CLUSTER_ROLE", default_value = saint_operator::settings::DEFAULT_AGENT_CLUSTER_ROLE)]
+    agent_cluster_role: String,
 }
 
 fn own_namespace() -> Option<String> {
@@ -134,10 +138,27 @@ async fn main() {
     }
 }
 
-async fn run(arguments: Arguments) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+/// The API client, counting every request it sends in `requests` (the fleet benchmark
+/// and dashboards read API requests per reconcile from it).
+async fn counting_client(
+    requests: prometheus_client::metrics::counter::Counter,
+) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer()
         .await
         .context("failed to configure the Kubernetes client")?;
+    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        requests.inc();
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .context("failed to configure the Kubernetes client")?
+        .with_layer(&count)
+        .build())
+}
+
+async fn run(arguments: Arguments) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let client = counting_client(metrics.api_requests.clone()).await?;
     let version = client
         .apiserver_version()
         .await
@@ -170,10 +191,10 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         sandbox_image: arguments.sandbox_image.clone(),
         api_server_cidrs,
         api_server_port,
+        agent_cluster_role: arguments.agent_cluster_role.clone(),
     };
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 
-    let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(true));
     let (shutdown_sender, shutdown) = watch::channel(false);
     tokio::spawn(async move {

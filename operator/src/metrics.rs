@@ -16,6 +16,13 @@ pub struct ErrorLabels {
     pub reason: String,
 }
 
+/// Label of the drift-repair counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The child's kind (`NetworkPolicy`, `Deployment`, …).
+    pub kind: String,
+}
+
 /// Label of the readiness gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadinessLabels {
@@ -34,6 +41,12 @@ pub struct Metrics {
     pub duration: Histogram,
     /// Bots by readiness.
     pub bots: Family<ReadinessLabels, Gauge>,
+    /// Every HTTP request the operator's API client sent (reads, writes, watches).
+    pub api_requests: Counter,
+    /// Children written (server-side apply or repair); an unchanged child is not written.
+    pub child_writes: Counter,
+    /// Children restored whole after someone else changed them, by kind.
+    pub drift_repairs: Family<KindLabels, Counter>,
     readiness: Mutex<BTreeMap<String, bool>>,
 }
 
@@ -60,12 +73,33 @@ impl Default for Metrics {
             duration.clone(),
         );
         registry.register("bots", "SaintBots by Ready condition", bots.clone());
+        let api_requests = Counter::default();
+        registry.register(
+            "api_requests",
+            "HTTP requests sent to the Kubernetes API server",
+            api_requests.clone(),
+        );
+        let child_writes = Counter::default();
+        registry.register(
+            "child_writes",
+            "Children written to the API server (unchanged children are not)",
+            child_writes.clone(),
+        );
+        let drift_repairs = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "drift_repairs",
+            "Children restored whole after another field manager changed them, by kind",
+            drift_repairs.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             bots,
+            api_requests,
+            child_writes,
+            drift_repairs,
             readiness: Mutex::new(BTreeMap::new()),
         }
     }
@@ -77,6 +111,15 @@ impl Metrics {
         self.errors
             .get_or_create(&ErrorLabels {
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one child restored after drift.
+    pub fn record_drift_repair(&self, kind: &str) {
+        self.drift_repairs
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
             })
             .inc();
     }

@@ -1,6 +1,9 @@
 //! Operator-wide settings that shape every bot (default images, API server address).
 //! Plain data, filled by `main` from flags; no I/O.
 
+/// The agent ClusterRole's name when `--agent-cluster-role` is not given.
+pub const DEFAULT_AGENT_CLUSTER_ROLE: &str = "saint-agent";
+
 /// Defaults the operator applies to bots that do not override them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorSettings {
@@ -16,6 +19,10 @@ pub struct OperatorSettings {
     pub api_server_cidrs: Vec<String>,
     /// TCP port of the API server endpoints.
     pub api_server_port: i32,
+    /// The ClusterRole each bot's agent account is bound to in its namespace (sandbox
+    /// Jobs, their pods, Events). The operator holds only `bind` on it, never the rights
+    /// themselves.
+    pub agent_cluster_role: String,
 }
 
 impl OperatorSettings {
@@ -27,6 +34,7 @@ impl OperatorSettings {
             sandbox_image: format!("ghcr.io/saint-work/saint-sandbox:{tag}"),
             api_server_cidrs: Vec::new(),
             api_server_port: 6443,
+            agent_cluster_role: DEFAULT_AGENT_CLUSTER_ROLE.to_string(),
         }
     }
 }

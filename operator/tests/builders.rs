@@ -21,7 +21,6 @@ fn children() -> Children {
 fn every_child_matches_its_golden_file() {
     let children = children();
     assert_golden("service-account.yaml", &yaml(&children.service_account));
-    assert_golden("role.yaml", &yaml(&children.role));
     assert_golden("role-binding.yaml", &yaml(&children.role_binding));
     assert_golden("config-map.yaml", &yaml(&children.config_map));
     assert_golden(
@@ -253,7 +252,6 @@ fn children_have_the_expected_sorted_names() {
             "PersistentVolumeClaim/{}",
             children.workspace_claim.metadata.name.clone().unwrap()
         ),
-        format!("Role/{}", children.role.metadata.name.clone().unwrap()),
         format!(
             "RoleBinding/{}",
             children.role_binding.metadata.name.clone().unwrap()
@@ -277,7 +275,6 @@ fn children_have_the_expected_sorted_names() {
             "NetworkPolicy/my-bot-agent",
             "NetworkPolicy/my-bot-sandbox",
             "PersistentVolumeClaim/my-bot-workspace",
-            "Role/my-bot-agent",
             "RoleBinding/my-bot-agent",
             "Service/my-bot",
             "ServiceAccount/my-bot-agent",
@@ -286,58 +283,19 @@ fn children_have_the_expected_sorted_names() {
 }
 
 #[test]
-fn the_agent_role_never_grants_secrets_or_wildcards() {
-    let role = rbac::agent_role(&validated("acme.yaml"));
-    for rule in role.rules.unwrap() {
-        let resources = rule.resources.unwrap_or_default();
-        assert!(
-            !resources
-                .iter()
-                .any(|resource| resource == "secrets" || resource == "*"),
-            "{resources:?}"
-        );
-        assert!(!rule.verbs.iter().any(|verb| verb == "*"
-            || verb == "escalate"
-            || verb == "bind"
-            || verb == "impersonate"));
-        assert!(
-            !rule
-                .api_groups
-                .unwrap_or_default()
-                .iter()
-                .any(|group| group == "*")
-        );
-    }
-}
-
-fn containers() -> (Container, Container) {
-    let spec = children().deployment.spec.unwrap().template.spec.unwrap();
-    let mut containers = spec.containers.into_iter();
-    (containers.next().unwrap(), containers.next().unwrap())
-}
-
-fn secret_names(container: &Container) -> Vec<String> {
-    let mut names: Vec<String> = container
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|variable| {
-            variable
-                .value_from
-                .as_ref()?
-                .secret_key_ref
-                .as_ref()
-                .map(|secret| secret.name.clone())
-        })
-        .collect();
-    names.extend(
-        container
-            .env_from
-            .iter()
-            .flatten()
-            .filter_map(|source| source.secret_ref.as_ref().map(|secret| secret.name.clone())),
-    );
-    names
+fn the_agent_is_bound_to_the_agent_cluster_role_in_its_own_namespace_only() {
+    let mut settings = support::settings();
+    settings.agent_cluster_role = "saint-release-agent".to_string();
+    let bot = support::validated_with("acme.yaml", &settings);
+    let binding = rbac::agent_role_binding(&bot);
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(binding.role_ref.name, "saint-release-agent");
+    assert_eq!(binding.metadata.namespace.as_deref(), Some("acme"));
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "my-bot-agent");
+    assert_eq!(subjects[0].namespace.as_deref(), Some("acme"));
 }
 
 #[test]

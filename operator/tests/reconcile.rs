@@ -101,11 +101,6 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
             None,
         ),
         apply_expectation(
-            &format!("/apis/rbac.authorization.k8s.io/v1{namespace}/roles/my-bot-agent"),
-            to_value(&children.role),
-            None,
-        ),
-        apply_expectation(
             &format!("/apis/rbac.authorization.k8s.io/v1{namespace}/rolebindings/my-bot-agent"),
             to_value(&children.role_binding),
             None,

@@ -128,7 +128,6 @@ pub async fn apply(
 ) -> Result<Applied, ApplyError> {
     // Identity and permissions first, so the pod never starts with a missing account.
     apply_one(client, namespace, &children.service_account).await?;
-    apply_one(client, namespace, &children.role).await?;
     apply_one(client, namespace, &children.role_binding).await?;
     // Config and storage the pod mounts; a pod started before them would hang in
     // ContainerCreating.

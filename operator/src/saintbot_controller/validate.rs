@@ -154,6 +154,8 @@ pub struct ValidatedSaintBot {
     pub api_server_cidrs: Vec<String>,
     /// API server port.
     pub api_server_port: i32,
+    /// The ClusterRole the agent account is bound to (`--agent-cluster-role`).
+    pub agent_cluster_role: String,
     /// Identity resolution result (what was linked, what was left out and why).
     pub identity: IdentityReport,
     /// The webhook Ingress, when `spec.webhookIngress` is set and a channel takes webhooks.
@@ -317,6 +319,7 @@ pub fn validate(
         porter_resources: workload.porter_resources,
         api_server_cidrs: settings.api_server_cidrs.clone(),
         api_server_port: settings.api_server_port,
+        agent_cluster_role: settings.agent_cluster_role.clone(),
         identity,
         webhook_ingress: webhook_ingress(spec),
         skills,

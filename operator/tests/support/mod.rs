@@ -36,8 +36,13 @@ pub fn settings() -> OperatorSettings {
 }
 
 pub fn validated(name: &str) -> ValidatedSaintBot {
+    validated_with(name, &settings())
+}
+
+/// Like [`validated`], with explicit operator settings.
+pub fn validated_with(name: &str, settings: &OperatorSettings) -> ValidatedSaintBot {
     let (bot, dereferenced) = load(name);
-    validate(&bot, &dereferenced, &settings()).expect("fixture validates")
+    validate(&bot, &dereferenced, settings).expect("fixture validates")
 }
 
 /// Compares `actual` with the golden file `tests/golden/<file>`; with

@@ -17,7 +17,7 @@ use k8s_openapi::{
         apps::v1::Deployment,
         core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
         networking::v1::{Ingress, NetworkPolicy},
-        rbac::v1::{Role, RoleBinding},
+        rbac::v1::RoleBinding,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -70,7 +70,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[derive(Clone, Debug)]
 pub struct Children {
     pub service_account: ServiceAccount,
-    pub role: Role,
     pub role_binding: RoleBinding,
     pub config_map: ConfigMap,
     pub persona_config_map: ConfigMap,
@@ -87,7 +86,6 @@ pub struct Children {
 pub fn build_children(bot: &ValidatedSaintBot) -> Children {
     Children {
         service_account: service_account::service_account(bot),
-        role: rbac::agent_role(bot),
         role_binding: rbac::agent_role_binding(bot),
         config_map: config_map::config_map(bot),
         persona_config_map: config_map::persona_config_map(bot),
