@@ -2,6 +2,7 @@
 //! references controller (Contact and Role status), sharing one typed status module.
 
 pub mod api_server;
+pub mod cache;
 pub mod crd;
 pub mod identity;
 pub mod labels;

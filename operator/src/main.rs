@@ -13,8 +13,8 @@ use clap::Parser;
 use futures::FutureExt;
 use saint_config::ErrorChain;
 use saint_operator::{
-    api_server, leader::LeaseLock, metrics::Metrics, references_controller, saintbot_controller,
-    settings::OperatorSettings, web,
+    api_server, cache, leader::LeaseLock, metrics::Metrics, references_controller,
+    saintbot_controller, settings::OperatorSettings, web,
 };
 use tokio::sync::watch;
 
@@ -70,6 +70,10 @@ struct Arguments {
     /// it; the operator needs only `bind` on it).
     #[arg(long, env = "SAINT_AGENT_CLUSTER_ROLE", default_value = saint_operator::settings::DEFAULT_AGENT_CLUSTER_ROLE)]
     agent_cluster_role: String,
+    /// Reconciles run at once, per controller (SaintBots; Contacts and Roles). Bounds
+    /// the operator's memory and its load on the API server on a large fleet.
+    #[arg(long, env = "SAINT_MAX_CONCURRENT_RECONCILES", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    max_concurrent_reconciles: u16,
 }
 
 fn own_namespace() -> Option<String> {
@@ -102,19 +106,61 @@ async fn termination() {
 /// The controllers the leader runs: SaintBots, and the Contacts and Roles they refer to.
 #[derive(Clone)]
 struct Controllers {
-    bots: Arc<saintbot_controller::Context>,
-    references: Arc<references_controller::Context>,
+    client: kube::Client,
+    settings: OperatorSettings,
+    metrics: Arc<Metrics>,
     namespace: Option<String>,
+    concurrency: u16,
 }
 
 impl Controllers {
-    /// Runs every controller until `stop` resolves.
+    /// Watches the cluster, waits until every cache has listed once (a bot reconciled
+    /// against a half-filled cache would render without some of its Contacts), then
+    /// runs every controller until `stop` resolves. Each leadership term starts afresh.
     async fn run(&self, stop: impl std::future::Future<Output = ()> + Send + 'static) {
         let stop = stop.boxed().shared();
-        futures::join!(
-            saintbot_controller::run(self.bots.clone(), self.namespace.clone(), stop.clone()),
-            references_controller::run(self.references.clone(), self.namespace.clone(), stop),
+        let caches = cache::caches(&self.client, self.namespace.as_deref());
+        let drivers: Vec<_> = caches.drivers.into_iter().map(tokio::spawn).collect();
+        let started = std::time::Instant::now();
+        let synced = async {
+            caches.sources.wait_until_ready().await?;
+            caches.children.wait_until_ready().await
+        };
+        tokio::select! {
+            result = synced => {
+                if result.is_err() {
+                    tracing::error!("a cache stopped before it listed; not reconciling");
+                    return;
+                }
+            }
+            _ = stop.clone() => {
+                drivers.iter().for_each(tokio::task::JoinHandle::abort);
+                return;
+            }
+        }
+        tracing::info!(
+            seconds = started.elapsed().as_secs_f64(),
+            bots = caches.sources.bots.state().len(),
+            contacts = caches.sources.contacts.state().len(),
+            roles = caches.sources.roles.state().len(),
+            "caches listed; reconciling"
         );
+        let bots = Arc::new(saintbot_controller::Context::new(
+            self.client.clone(),
+            self.settings.clone(),
+            self.metrics.clone(),
+            caches.sources.clone(),
+            caches.children,
+        ));
+        let references = Arc::new(references_controller::Context::new(
+            self.client.clone(),
+            caches.sources,
+        ));
+        futures::join!(
+            saintbot_controller::run(bots, caches.bot_feeds, self.concurrency, stop.clone()),
+            references_controller::run(references, caches.reference_feeds, self.concurrency, stop),
+        );
+        drivers.iter().for_each(tokio::task::JoinHandle::abort);
     }
 }
 
@@ -146,10 +192,11 @@ async fn counting_client(
     let config = kube::Config::infer()
         .await
         .context("failed to configure the Kubernetes client")?;
-    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        requests.inc();
-        request
-    });
+    let count =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            requests.inc();
+            request
+        });
     Ok(kube::client::ClientBuilder::try_from(config)
         .context("failed to configure the Kubernetes client")?
         .with_layer(&count)
@@ -218,13 +265,11 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
     });
 
     let controllers = Controllers {
-        bots: Arc::new(saintbot_controller::Context::new(
-            client.clone(),
-            settings,
-            metrics,
-        )),
-        references: Arc::new(references_controller::Context::new(client.clone())),
+        client: client.clone(),
+        settings,
+        metrics,
         namespace: arguments.namespace.clone(),
+        concurrency: arguments.max_concurrent_reconciles,
     };
     if arguments.leader_election {
         let lease_namespace = arguments

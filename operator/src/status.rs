@@ -101,6 +101,12 @@ pub enum Reason {
     /// SaintBot: a ConfigMap (or a key in it) a skill names does not exist; retried with
     /// backoff until it does (the message names the field).
     ConfigMapNotFound,
+    /// SaintBot `Ready`: the API server refused a child; the message names it and
+    /// quotes the API server. Retried with backoff.
+    ApplyFailed,
+    /// SaintBot `Ready`: a Secret the pod needs does not exist; the message names it and
+    /// what needs it. Retried with backoff (Secrets are not watched).
+    SecretMissing,
     /// Contact `Ready`: an identifier cannot be normalised.
     InvalidIdentifier,
     /// Contact `Ready`: every identifier is linked.
@@ -126,7 +132,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 20] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -135,6 +141,8 @@ impl Reason {
         Reason::IdentifierConflict,
         Reason::RoleNotFound,
         Reason::ConfigMapNotFound,
+        Reason::ApplyFailed,
+        Reason::SecretMissing,
         Reason::InvalidIdentifier,
         Reason::Linked,
         Reason::Unused,
@@ -158,6 +166,8 @@ impl Reason {
             Reason::IdentifierConflict => "IdentifierConflict",
             Reason::RoleNotFound => "RoleNotFound",
             Reason::ConfigMapNotFound => "ConfigMapNotFound",
+            Reason::ApplyFailed => "ApplyFailed",
+            Reason::SecretMissing => "SecretMissing",
             Reason::InvalidIdentifier => "InvalidIdentifier",
             Reason::Linked => "Linked",
             Reason::Unused => "Unused",
@@ -189,6 +199,8 @@ impl Reason {
             Reason::IdentifierConflict
             | Reason::RoleNotFound
             | Reason::ConfigMapNotFound
+            | Reason::ApplyFailed
+            | Reason::SecretMissing
             | Reason::InvalidIdentifier
             | Reason::InvalidSpec
             | Reason::EnvModeCredentials
@@ -422,6 +434,8 @@ mod tests {
                 ("IdentifierConflict", "False", Warning),
                 ("RoleNotFound", "False", Warning),
                 ("ConfigMapNotFound", "False", Warning),
+                ("ApplyFailed", "False", Warning),
+                ("SecretMissing", "False", Warning),
                 ("InvalidIdentifier", "False", Warning),
                 ("Linked", "True", Normal),
                 ("Unused", "True", Normal),

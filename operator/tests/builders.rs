@@ -298,6 +298,36 @@ fn the_agent_is_bound_to_the_agent_cluster_role_in_its_own_namespace_only() {
     assert_eq!(subjects[0].namespace.as_deref(), Some("acme"));
 }
 
+fn containers() -> (Container, Container) {
+    let spec = children().deployment.spec.unwrap().template.spec.unwrap();
+    let mut containers = spec.containers.into_iter();
+    (containers.next().unwrap(), containers.next().unwrap())
+}
+
+fn secret_names(container: &Container) -> Vec<String> {
+    let mut names: Vec<String> = container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|variable| {
+            variable
+                .value_from
+                .as_ref()?
+                .secret_key_ref
+                .as_ref()
+                .map(|secret| secret.name.clone())
+        })
+        .collect();
+    names.extend(
+        container
+            .env_from
+            .iter()
+            .flatten()
+            .filter_map(|source| source.secret_ref.as_ref().map(|secret| secret.name.clone())),
+    );
+    names
+}
+
 #[test]
 fn llm_and_channel_credentials_reach_only_the_agent_container() {
     let (agent, porter) = containers();

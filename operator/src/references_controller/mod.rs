@@ -1,28 +1,29 @@
 //! The references controller: writes the status of Contacts and Roles, the resources
 //! SaintBots refer to. It runs beside the SaintBot controller, so a Contact or Role gets
 //! its status whether or not any bot reconciles in its namespace, and no bot reconcile
-//! writes another object's status.
+//! writes another object's status. Everything it reads comes from the operator's caches.
 //!
 //! - A Role's status depends on the Role alone ([`role_status`]).
-//! - A Contact's status depends on the SaintBots, Contacts and Roles of its namespace
-//!   ([`contact_status`]), so any change to those wakes every Contact there.
+//! - A Contact's status depends on the bots that use it and the other Contacts those
+//!   bots use (an identifier clash matters only within one bot), and on the Roles of its
+//!   namespace ([`contact_status`]). So a change wakes only the Contacts it can affect:
+//!   a Contact the Contacts sharing a bot with it, now or before; a bot the Contacts it
+//!   uses, now or before; a Role the Contacts naming it.
 
 pub mod contact_status;
 pub mod role_status;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
-    Api, Client, ResourceExt,
-    api::ListParams,
+    Client, ResourceExt,
     runtime::{
         Controller,
-        controller::Action,
+        controller::{Action, Config},
         events::Recorder,
-        reflector::{ObjectRef, Store},
-        watcher,
+        reflector::ObjectRef,
     },
 };
 use saint_config::ErrorChain;
@@ -32,8 +33,11 @@ use self::{
     role_status::{role_status, role_transition_event},
 };
 use crate::{
+    cache::{ReferenceFeeds, Sources, in_namespace},
     crd::{Contact, Role, SaintBot},
     labels::FIELD_MANAGER,
+    saintbot_controller::MappingMemory,
+    selection::bot_uses_contact,
     status::{self, StatusError},
 };
 
@@ -45,12 +49,6 @@ pub const RETRY_INTERVAL: Duration = Duration::from_secs(15);
 pub enum ReferencesError {
     #[error("failed to reconcile {kind} {name:?} without a namespace")]
     MissingNamespace { kind: &'static str, name: String },
-    #[error("failed to list {kind} in namespace {namespace:?}")]
-    List {
-        kind: String,
-        namespace: String,
-        source: kube::Error,
-    },
     #[error(transparent)]
     Status(#[from] StatusError),
 }
@@ -61,52 +59,43 @@ pub struct Context {
     pub client: Client,
     /// Event recorder (reporter `saint-operator`).
     pub recorder: Recorder,
+    /// Saint's own resources as last seen.
+    pub sources: Sources,
     /// A clock that tests can pin.
     now: Box<dyn Fn() -> Time + Send + Sync>,
 }
 
 impl Context {
     /// A context with the real clock.
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, sources: Sources) -> Self {
         let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
-        Self::with_clock(client, recorder, Box::new(|| Time(jiff::Timestamp::now())))
+        Self::with_clock(
+            client,
+            recorder,
+            sources,
+            Box::new(|| Time(jiff::Timestamp::now())),
+        )
     }
 
     /// A context with an explicit recorder and clock (tests).
     pub fn with_clock(
         client: Client,
         recorder: Recorder,
+        sources: Sources,
         now: Box<dyn Fn() -> Time + Send + Sync>,
     ) -> Self {
         Self {
             client,
             recorder,
+            sources,
             now,
         }
     }
 }
 
-async fn list<K>(client: &Client, namespace: &str) -> Result<Vec<K>, ReferencesError>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map(|list| list.items)
-        .map_err(|source| ReferencesError::List {
-            kind: K::kind(&()).into_owned(),
-            namespace: namespace.to_string(),
-            source,
-        })
-}
-
-/// Writes one Contact's status: reads the SaintBots, Contacts and Roles of its
-/// namespace, judges the Contact among them, and publishes a Warning when a problem
-/// appears or changes.
+/// Writes one Contact's status: judges it among the bots that use it, the Contacts those
+/// bots use and the Roles of its namespace (all from the caches), and publishes a Warning
+/// when a problem appears or changes.
 pub async fn reconcile_contact(
     contact: Arc<Contact>,
     context: Arc<Context>,
@@ -118,17 +107,11 @@ pub async fn reconcile_contact(
             name: contact.name_any(),
         })?;
     let now = (context.now)();
-    let bots: Vec<SaintBot> = list(&context.client, &namespace).await?;
-    let mut contacts: Vec<Contact> = list(&context.client, &namespace).await?;
-    let roles: Vec<Role> = list(&context.client, &namespace).await?;
-    // The list may predate the object being reconciled (a watch event outruns the list).
-    match contacts
-        .iter_mut()
-        .find(|other| other.metadata.name == contact.metadata.name)
-    {
-        Some(listed) => *listed = contact.as_ref().clone(),
-        None => contacts.push(contact.as_ref().clone()),
-    }
+    let (bots, contacts) = neighbourhood(&context.sources, &contact, &namespace);
+    let roles: Vec<Role> = in_namespace(&context.sources.roles, &namespace)
+        .into_iter()
+        .map(Arc::unwrap_or_clone)
+        .collect();
     let statuses = contact_statuses(&bots, &contacts, &roles, &now);
     let next = &statuses[&contact.name_any()];
     let events: Vec<_> = contact_transition_event(contact.status.as_ref(), next)
@@ -192,70 +175,117 @@ where
     }
 }
 
-/// Every Contact in `store` in `namespace`.
-pub fn contacts_in(store: &Store<Contact>, namespace: Option<String>) -> Vec<ObjectRef<Contact>> {
-    store
-        .state()
+/// What one Contact's status depends on, besides Roles: the bots of its namespace that
+/// use it, and every Contact those bots use (itself included, as reconciled). Judging
+/// the Contact among these gives the answer judging it among the whole namespace would:
+/// a bot that does not use it cannot make it clash or count it as used.
+fn neighbourhood(
+    sources: &Sources,
+    contact: &Contact,
+    namespace: &str,
+) -> (Vec<SaintBot>, Vec<Contact>) {
+    let bots: Vec<Arc<SaintBot>> = in_namespace(&sources.bots, namespace)
+        .into_iter()
+        .filter(|bot| bot_uses_contact(bot, contact))
+        .collect();
+    let mut contacts: Vec<Contact> = in_namespace(&sources.contacts, namespace)
+        .into_iter()
+        .filter(|other| other.metadata.name != contact.metadata.name)
+        .filter(|other| bots.iter().any(|bot| bot_uses_contact(bot, other)))
+        .map(Arc::unwrap_or_clone)
+        .collect();
+    contacts.push(contact.clone());
+    (
+        bots.into_iter().map(Arc::unwrap_or_clone).collect(),
+        contacts,
+    )
+}
+
+/// The Contacts of `namespace` that any of `bots` uses.
+fn contacts_of(
+    sources: &Sources,
+    namespace: &str,
+    bots: &[ObjectRef<SaintBot>],
+) -> Vec<ObjectRef<Contact>> {
+    let bots: Vec<Arc<SaintBot>> = bots
         .iter()
-        .filter(|contact| contact.namespace() == namespace)
+        .filter_map(|bot| sources.bots.get(bot))
+        .collect();
+    in_namespace(&sources.contacts, namespace)
+        .into_iter()
+        .filter(|contact| bots.iter().any(|bot| bot_uses_contact(bot, contact)))
         .map(|contact| ObjectRef::from(contact.as_ref()))
         .collect()
 }
 
-/// Runs the Contact and Role controllers until `shutdown` resolves. `namespace`: watch
-/// one namespace, or all.
+/// The bots of `namespace` that use `contact`.
+fn bots_using(
+    sources: &Sources,
+    namespace: &str,
+    contact: &Contact,
+) -> HashSet<ObjectRef<SaintBot>> {
+    in_namespace(&sources.bots, namespace)
+        .into_iter()
+        .filter(|bot| bot_uses_contact(bot, contact))
+        .map(|bot| ObjectRef::from(bot.as_ref()))
+        .collect()
+}
+
+/// Runs the Contact and Role controllers until `shutdown` resolves.
 pub async fn run(
     context: Arc<Context>,
-    namespace: Option<String>,
+    feeds: ReferenceFeeds,
+    concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = context.client.clone();
-    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match namespace {
-            Some(namespace) => Api::namespaced(client.clone(), namespace),
-            None => Api::all(client.clone()),
-        }
-    }
     let shutdown = shutdown.shared();
+    let sources = context.sources.clone();
+    let config = Config::default()
+        .concurrency(concurrency)
+        .debounce(Duration::from_millis(500));
+    // Which bots each Contact mapped to, and which Contacts each bot used, last time: a
+    // change that moves one away must still wake what it left.
+    let contact_bots = Arc::new(MappingMemory::default());
+    let bot_contacts = Arc::new(MappingMemory::<Contact>::default());
 
-    let contacts = Controller::new(
-        api::<Contact>(&client, &namespace),
-        watcher::Config::default(),
-    );
-    let store = contacts.store();
-    let (bot_store, contact_store, role_store) = (store.clone(), store.clone(), store);
-    let contacts = contacts
+    let (bot_sources, contact_sources, role_sources) =
+        (sources.clone(), sources.clone(), sources.clone());
+    let contacts = Controller::for_stream(feeds.contacts, sources.contacts.clone())
+        .with_config(config.clone())
         // A bot's selectors decide which Contacts it uses, so which clash.
-        .watches(
-            api::<SaintBot>(&client, &namespace),
-            watcher::Config::default(),
-            move |bot: SaintBot| contacts_in(&bot_store, bot.namespace()),
-        )
-        // A Contact's identifiers can clash with (or stop clashing with) any other's.
-        .watches(
-            api::<Contact>(&client, &namespace),
-            watcher::Config::default(),
-            move |contact: Contact| contacts_in(&contact_store, contact.namespace()),
-        )
+        .watches_stream(feeds.bots_changed, move |bot: SaintBot| {
+            let namespace = bot.namespace().unwrap_or_default();
+            let uses: HashSet<ObjectRef<Contact>> = in_namespace(&bot_sources.contacts, &namespace)
+                .into_iter()
+                .filter(|contact| bot_uses_contact(&bot, contact))
+                .map(|contact| ObjectRef::from(contact.as_ref()))
+                .collect();
+            let key = format!("{namespace}/{}", bot.name_any());
+            bot_contacts.remember(key, uses)
+        })
+        // A Contact's identifiers can clash with (or stop clashing with) those of any
+        // Contact one of its bots uses.
+        .watches_stream(feeds.contacts_changed, move |contact: Contact| {
+            let namespace = contact.namespace().unwrap_or_default();
+            let key = format!("{namespace}/{}", contact.name_any());
+            let bots =
+                contact_bots.remember(key, bots_using(&contact_sources, &namespace, &contact));
+            let mut woken = contacts_of(&contact_sources, &namespace, &bots);
+            woken.push(ObjectRef::from(&contact));
+            woken
+        })
         // A Role appearing, disappearing or changing labels matters to the Contacts naming it.
-        .watches(
-            api::<Role>(&client, &namespace),
-            watcher::Config::default(),
-            move |role: Role| {
-                let name = role.name_any();
-                contacts_in(&role_store, role.namespace())
-                    .into_iter()
-                    .filter(|reference| {
-                        role_store
-                            .get(reference)
-                            .is_some_and(|contact| contact.spec.role == name)
-                    })
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(feeds.roles_changed, move |role: Role| {
+            let name = role.name_any();
+            in_namespace(
+                &role_sources.contacts,
+                &role.namespace().unwrap_or_default(),
+            )
+            .into_iter()
+            .filter(|contact| contact.spec.role == name)
+            .map(|contact| ObjectRef::from(contact.as_ref()))
+            .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_contact, error_policy, context.clone())
         .for_each(|result| async move {
@@ -267,7 +297,8 @@ pub async fn run(
             }
         });
 
-    let roles = Controller::new(api::<Role>(&client, &namespace), watcher::Config::default())
+    let roles = Controller::for_stream(feeds.roles, sources.roles.clone())
+        .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_role, error_policy, context)
         .for_each(|result| async move {

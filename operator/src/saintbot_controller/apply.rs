@@ -1,25 +1,44 @@
-//! Writes the built children with server-side apply (field manager `saint-operator`,
-//! forced: the operator owns these fields). Every child carries the SaintBot's controller
-//! owner reference (set by the builders), so deleting the bot removes them all. The one
-//! optional child, the webhook Ingress, is deleted here when no longer wanted.
+//! Writes the built children, and only those that need it. Each child is judged against
+//! the operator's cache ([`freshness`]):
+//!
+//! - current (same desired hash, nobody else wrote to it): no request;
+//! - missing or stale: server-side apply (field manager `saint-operator`, forced: the
+//!   operator owns these fields), stamped with the desired hash;
+//! - drifted (another field manager changed its content — a hand-added NetworkPolicy
+//!   rule, a sidecar added to the Deployment): replaced whole with what the bot wants,
+//!   its managed fields reset so no foreign owner survives, then applied again so the
+//!   operator owns every field. Server-side apply alone would keep the foreign fields.
+//!
+//! Every child carries the SaintBot's controller owner reference (set by the builders),
+//! so deleting the bot removes them all. The one optional child, the webhook Ingress, is
+//! deleted here when no longer wanted.
 
 use std::fmt::Debug;
 
 use k8s_openapi::{
     NamespaceResourceScope,
     api::{apps::v1::Deployment, networking::v1::Ingress},
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
+    apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Client, Resource,
-    api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    core::PartialObjectMeta,
+    runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::build::Children;
-use crate::labels::{FIELD_MANAGER, WEBHOOKS_COMPONENT, webhook_ingress_name};
+use super::{
+    build::Children,
+    freshness::{Freshness, desired_hash, freshness, stamp},
+};
+use crate::{
+    cache,
+    labels::{FIELD_MANAGER, WEBHOOKS_COMPONENT},
+    metrics::Metrics,
+};
 
-/// Why a child could not be applied.
+/// Why a child could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to apply {kind} {name:?}")]
 pub struct ApplyError {
@@ -29,76 +48,127 @@ pub struct ApplyError {
     pub source: kube::Error,
 }
 
-/// What the API server returned for the children whose state `update_status` reads.
+impl ApplyError {
+    /// The API server's own words when it refused the request, else the client error.
+    pub fn refusal(&self) -> String {
+        match &self.source {
+            kube::Error::Api(status) => status.message.clone(),
+            other => saint_config::ErrorChain(other).to_string(),
+        }
+    }
+}
+
+/// What the writes leave for `update_status` to read.
 #[derive(Clone, Debug)]
 pub struct Applied {
-    /// The Deployment as stored, status included.
+    /// The Deployment as stored (from the cache when it needed no write), status included.
     pub deployment: Deployment,
+    /// How many children were written.
+    pub writes: usize,
 }
 
-async fn apply_one<K>(client: &Client, namespace: &str, object: &K) -> Result<K, ApplyError>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + Debug,
-{
-    let name = object.meta().name.clone().unwrap_or_default();
-    Api::<K>::namespaced(client.clone(), namespace)
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .map_err(|source| ApplyError {
-            kind: K::kind(&()).to_string(),
-            name,
-            source,
-        })
+/// Writes the children of one bot in one namespace.
+struct ChildWriter<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    metrics: &'a Metrics,
+    owner: &'a OwnerReference,
+    writes: usize,
 }
 
-/// Deletes the webhook Ingress this bot owns but no longer wants (`spec.webhookIngress`
-/// removed, or its last webhook channel gone or switched to a mode that connects out,
-/// such as telegram polling or slack socket). Garbage collection only removes children
-/// with their owner, so this one is deleted by hand: found by its labels, taken only
-/// when its controller is this SaintBot (uid), and deleted with that object's uid as a
-/// precondition, so an Ingress someone else made under the same name is never touched.
-async fn delete_stale_webhook_ingress(
-    client: &Client,
-    namespace: &str,
-    owner: &OwnerReference,
-) -> Result<(), ApplyError> {
-    let api = Api::<Ingress>::namespaced(client.clone(), namespace);
-    let failed = |name: String| {
-        move |source| ApplyError {
-            kind: "Ingress".to_string(),
-            name,
+impl ChildWriter<'_> {
+    /// Brings one child to its desired state. `cached`: its metadata as last seen.
+    /// `repairable`: whether foreign writes to it are undone. Returns the stored object
+    /// when a request was made.
+    async fn ensure<K>(
+        &mut self,
+        desired: &K,
+        cached: Option<ObjectMeta>,
+        repairable: bool,
+    ) -> Result<Option<K>, ApplyError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        let hash = desired_hash(desired);
+        let mut stamped = desired.clone();
+        stamp(stamped.meta_mut(), &hash);
+        let name = desired.meta().name.clone().unwrap_or_default();
+        let kind = K::kind(&()).to_string();
+        let failed = |source| ApplyError {
+            kind: kind.clone(),
+            name: name.clone(),
             source,
-        }
-    };
-    let selector = format!(
-        "app.kubernetes.io/instance={},app.kubernetes.io/component={WEBHOOKS_COMPONENT}",
-        owner.name
-    );
-    let stale = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(failed(webhook_ingress_name(&owner.name)))?;
-    for ingress in stale.items {
-        let owned = ingress
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid);
-        let (Some(name), Some(uid)) = (ingress.metadata.name, ingress.metadata.uid) else {
-            continue;
         };
-        if !owned {
-            continue;
+        let api = Api::<K>::namespaced(self.client.clone(), self.namespace);
+        match freshness(cached.as_ref(), &hash, repairable) {
+            Freshness::Current => return Ok(None),
+            Freshness::Missing | Freshness::Stale => {}
+            Freshness::Drifted { managers } => {
+                tracing::warn!(
+                    namespace = self.namespace,
+                    %kind,
+                    %name,
+                    ?managers,
+                    "restoring a child another field manager changed"
+                );
+                let mut replacement = stamped.clone();
+                let meta = replacement.meta_mut();
+                // Optimistic concurrency: a change after the cached one fails the write,
+                // and the retry sees it.
+                meta.resource_version = cached.and_then(|cached| cached.resource_version);
+                // One empty entry resets every field manager of the object.
+                meta.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+                self.writes += 1;
+                api.replace(
+                    &name,
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_string()),
+                        ..PostParams::default()
+                    },
+                    &replacement,
+                )
+                .await
+                .map_err(failed)?;
+                self.metrics.record_drift_repair(&kind);
+            }
         }
+        self.writes += 1;
+        self.metrics.child_writes.inc();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch(&name, &params, &Patch::Apply(&stamped)).await {
+            Ok(stored) => Ok(Some(stored)),
+            Err(error) if K::kind(&()) == "RoleBinding" && changes_role_ref(&error) => {
+                // A binding's roleRef cannot change; one made by an earlier version (to a
+                // per-bot Role) is deleted and made again, if it is this bot's.
+                self.delete_owned::<K>(&name, cached_uid_of_owned(&api, &name, self.owner).await)
+                    .await
+                    .map_err(failed)?;
+                self.writes += 1;
+                api.patch(&name, &params, &Patch::Apply(&stamped))
+                    .await
+                    .map(Some)
+                    .map_err(failed)
+            }
+            Err(error) => Err(failed(error)),
+        }
+    }
+
+    /// Deletes `name` when `uid` (the object this bot controls) is known, with the uid as
+    /// precondition so an object re-made meanwhile is never touched.
+    async fn delete_owned<K>(&mut self, name: &str, uid: Option<String>) -> Result<(), kube::Error>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        let Some(uid) = uid else {
+            return Ok(());
+        };
         let parameters = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid),
@@ -106,48 +176,223 @@ async fn delete_stale_webhook_ingress(
             }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &parameters).await {
+        self.writes += 1;
+        match Api::<K>::namespaced(self.client.clone(), self.namespace)
+            .delete(name, &parameters)
+            .await
+        {
             // Gone already (another reconcile, a person): what we wanted.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => return Err(failed(name)(source)),
-            Ok(_) => {
-                tracing::info!(namespace, ingress = %name, "deleted the webhook Ingress no longer asked for")
-            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(error),
+            Ok(_) => Ok(()),
         }
     }
-    Ok(())
 }
 
-/// Applies every child in dependency order. `owner`: the SaintBot's controller
-/// reference, to recognise a webhook Ingress of its own that is no longer wanted.
+fn changes_role_ref(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 422 && status.message.contains("roleRef"))
+}
+
+/// The uid of `name` when this bot controls it (read once, only on the rare roleRef
+/// change, so it is not worth a cache of its own).
+async fn cached_uid_of_owned<K>(api: &Api<K>, name: &str, owner: &OwnerReference) -> Option<String>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let meta = api.get_metadata_opt(name).await.ok()??;
+    controlled_by(&meta.metadata, owner).then_some(meta.metadata.uid?)
+}
+
+fn controlled_by(meta: &ObjectMeta, owner: &OwnerReference) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid)
+}
+
+fn cached<K>(
+    store: &Store<PartialObjectMeta<K>>,
+    namespace: &str,
+    name: Option<&String>,
+) -> Option<ObjectMeta>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let name = name?;
+    store
+        .get(&ObjectRef::new(name).within(namespace))
+        .map(|object| object.metadata.clone())
+}
+
+/// Writes every child that needs it, in dependency order. `owner`: the SaintBot's
+/// controller reference, to recognise a webhook Ingress of its own no longer wanted.
 pub async fn apply(
     client: &Client,
+    metrics: &Metrics,
+    children_cache: &cache::Children,
     namespace: &str,
     children: &Children,
     owner: &OwnerReference,
 ) -> Result<Applied, ApplyError> {
+    let mut writer = ChildWriter {
+        client,
+        namespace,
+        metrics,
+        owner,
+        writes: 0,
+    };
+    let cache = children_cache;
+    let name = |meta: &ObjectMeta| meta.name.clone();
     // Identity and permissions first, so the pod never starts with a missing account.
-    apply_one(client, namespace, &children.service_account).await?;
-    apply_one(client, namespace, &children.role_binding).await?;
+    let account = &children.service_account;
+    writer
+        .ensure(
+            account,
+            cached(
+                &cache.service_accounts,
+                namespace,
+                name(&account.metadata).as_ref(),
+            ),
+            true,
+        )
+        .await?;
+    let binding = &children.role_binding;
+    writer
+        .ensure(
+            binding,
+            cached(
+                &cache.role_bindings,
+                namespace,
+                name(&binding.metadata).as_ref(),
+            ),
+            true,
+        )
+        .await?;
     // Config and storage the pod mounts; a pod started before them would hang in
     // ContainerCreating.
-    apply_one(client, namespace, &children.persona_config_map).await?;
-    apply_one(client, namespace, &children.config_map).await?;
-    apply_one(client, namespace, &children.workspace_claim).await?;
-    apply_one(client, namespace, &children.service).await?;
+    for config_map in [&children.persona_config_map, &children.config_map] {
+        writer
+            .ensure(
+                config_map,
+                cached(
+                    &cache.config_maps,
+                    namespace,
+                    name(&config_map.metadata).as_ref(),
+                ),
+                true,
+            )
+            .await?;
+    }
+    // The volume controller binds a claim by writing spec.volumeName: not drift.
+    let claim = &children.workspace_claim;
+    writer
+        .ensure(
+            claim,
+            cached(&cache.claims, namespace, name(&claim.metadata).as_ref()),
+            false,
+        )
+        .await?;
+    let service = &children.service;
+    writer
+        .ensure(
+            service,
+            cached(&cache.services, namespace, name(&service.metadata).as_ref()),
+            true,
+        )
+        .await?;
     // Network fences before any pod they protect exists: sandbox pods (created later by
     // the agent) must never run a moment without their deny-all policy.
-    apply_one(client, namespace, &children.sandbox_network_policy).await?;
-    apply_one(client, namespace, &children.agent_network_policy).await?;
+    for policy in [
+        &children.sandbox_network_policy,
+        &children.agent_network_policy,
+    ] {
+        writer
+            .ensure(
+                policy,
+                cached(
+                    &cache.network_policies,
+                    namespace,
+                    name(&policy.metadata).as_ref(),
+                ),
+                true,
+            )
+            .await?;
+    }
     // The workload last: it starts only once everything it needs is in place.
-    let deployment = apply_one(client, namespace, &children.deployment).await?;
+    let desired = &children.deployment;
+    let key = ObjectRef::new(&name(&desired.metadata).unwrap_or_default()).within(namespace);
+    let stored = cache.deployments.get(&key);
+    let written = writer
+        .ensure(
+            desired,
+            stored.as_ref().map(|stored| stored.metadata.clone()),
+            true,
+        )
+        .await?;
+    let deployment = match (written, stored) {
+        (Some(written), _) => written,
+        (None, Some(stored)) => stored.as_ref().clone(),
+        (None, None) => unreachable!("a child missing from the cache is always written"),
+    };
     // Public exposure after everything behind it, and after the NetworkPolicy that
     // admits the ingress controller.
     match &children.webhook_ingress {
         Some(ingress) => {
-            apply_one(client, namespace, ingress).await?;
+            writer
+                .ensure(
+                    ingress,
+                    cached(
+                        &cache.ingresses,
+                        namespace,
+                        name(&ingress.metadata).as_ref(),
+                    ),
+                    true,
+                )
+                .await?;
         }
-        None => delete_stale_webhook_ingress(client, namespace, owner).await?,
+        None => delete_stale_webhook_ingresses(&mut writer, &cache.ingresses).await?,
     }
-    Ok(Applied { deployment })
+    Ok(Applied {
+        deployment,
+        writes: writer.writes,
+    })
+}
+
+/// Deletes the webhook Ingress this bot controls but no longer wants (`spec.webhookIngress`
+/// removed, or its last webhook channel gone or switched to a mode that connects out,
+/// such as telegram polling or slack socket). Garbage collection only removes children
+/// with their owner, so this one is deleted by hand: found in the cache by its labels,
+/// taken only when its controller is this SaintBot (uid), and deleted with that object's
+/// uid as a precondition, so an Ingress someone else made under the same name is never
+/// touched.
+async fn delete_stale_webhook_ingresses(
+    writer: &mut ChildWriter<'_>,
+    ingresses: &Store<PartialObjectMeta<Ingress>>,
+) -> Result<(), ApplyError> {
+    let stale: Vec<ObjectMeta> = cache::in_namespace(ingresses, writer.namespace)
+        .into_iter()
+        .map(|ingress| ingress.metadata.clone())
+        .filter(|meta| {
+            let labels = meta.labels.clone().unwrap_or_default();
+            labels.get("app.kubernetes.io/instance") == Some(&writer.owner.name)
+                && labels
+                    .get("app.kubernetes.io/component")
+                    .map(String::as_str)
+                    == Some(WEBHOOKS_COMPONENT)
+                && controlled_by(meta, writer.owner)
+        })
+        .collect();
+    for meta in stale {
+        let name = meta.name.clone().unwrap_or_default();
+        writer
+            .delete_owned::<Ingress>(&name, meta.uid.clone())
+            .await
+            .map_err(|source| ApplyError {
+                kind: "Ingress".to_string(),
+                name: name.clone(),
+                source,
+            })?;
+        tracing::info!(namespace = writer.namespace, ingress = %name, "deleted the webhook Ingress no longer asked for");
+    }
+    Ok(())
 }

@@ -1,27 +1,21 @@
-//! Reads what a SaintBot refers to from the cluster: the Contacts and Roles of its
-//! namespace and the ConfigMaps it names (persona, skills). The only step of `reconcile` that reads; it
-//! never writes.
+//! Reads what a SaintBot refers to: the Contacts and Roles of its namespace from the
+//! operator's caches (no request), and the ConfigMaps it names (persona, skills) from the
+//! API server. The only step of `reconcile` that reads; it never writes.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Api, Client, api::ListParams};
+use kube::{Api, Client};
 
-use crate::crd::{Contact, Role, SaintBot};
+use crate::{
+    cache::{Sources, in_namespace},
+    crd::{Contact, Role, SaintBot},
+    selection::{bot_uses_contact, bot_uses_role},
+};
 
 /// Why the cluster could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DereferenceError {
-    #[error("failed to list Contacts in namespace {namespace:?}")]
-    ListContacts {
-        namespace: String,
-        source: kube::Error,
-    },
-    #[error("failed to list Roles in namespace {namespace:?}")]
-    ListRoles {
-        namespace: String,
-        source: kube::Error,
-    },
     #[error(
         "failed to find persona ConfigMap {name:?} (spec.persona.configMapName); retrying until it exists"
     )]
@@ -33,9 +27,9 @@ pub enum DereferenceError {
 /// What a bot refers to, as read from the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Dereferenced {
-    /// Every Contact in the bot's namespace (selection happens in `validate`).
+    /// The Contacts of the bot's namespace it selects.
     pub contacts: Vec<Contact>,
-    /// Every Role in the bot's namespace.
+    /// The Roles of the bot's namespace it selects.
     pub roles: Vec<Role>,
     /// The ConfigMaps the bot names that exist, by name: `spec.persona.configMapName`
     /// (always present when named) and those of `spec.skills` (a missing one is left
@@ -43,28 +37,26 @@ pub struct Dereferenced {
     pub config_maps: BTreeMap<String, ConfigMap>,
 }
 
-/// Reads the Contacts, Roles and the ConfigMaps `bot` names in its namespace.
+/// Reads the Contacts and Roles of `bot`'s namespace from `sources` and the ConfigMaps
+/// it names from the API server.
 pub async fn dereference(
     client: &Client,
+    sources: &Sources,
     bot: &SaintBot,
     namespace: &str,
 ) -> Result<Dereferenced, DereferenceError> {
-    let contacts = Api::<Contact>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| DereferenceError::ListContacts {
-            namespace: namespace.to_string(),
-            source,
-        })?
-        .items;
-    let roles = Api::<Role>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| DereferenceError::ListRoles {
-            namespace: namespace.to_string(),
-            source,
-        })?
-        .items;
+    // Only what the bot selects is copied out of the cache; `validate` selects with the
+    // same predicates, so it sees exactly what it would pick from the whole namespace.
+    let contacts = in_namespace(&sources.contacts, namespace)
+        .into_iter()
+        .filter(|contact| bot_uses_contact(bot, contact))
+        .map(Arc::unwrap_or_clone)
+        .collect();
+    let roles = in_namespace(&sources.roles, namespace)
+        .into_iter()
+        .filter(|role| bot_uses_role(bot, role))
+        .map(Arc::unwrap_or_clone)
+        .collect();
     let config_map_api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let mut config_maps = BTreeMap::new();
     if let Some(name) = &bot.spec.persona.config_map_name {

@@ -5,6 +5,8 @@
 pub mod apply;
 pub mod build;
 pub mod dereference;
+pub mod freshness;
+pub mod secrets;
 pub mod update_status;
 pub mod validate;
 
@@ -15,29 +17,21 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
-        networking::v1::{Ingress, NetworkPolicy},
-        rbac::v1::{Role as RbacRole, RoleBinding},
-    },
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
-    Api, Client, ResourceExt,
+    Client, ResourceExt,
     runtime::{
         Controller,
-        controller::Action,
+        controller::{Action, Config},
         events::Recorder,
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use saint_config::ErrorChain;
 
 use self::update_status::Outcome;
 use crate::{
+    cache::{self, BotFeeds, Sources},
     crd::{Contact, Role, SaintBot},
     labels::FIELD_MANAGER,
     metrics::Metrics,
@@ -87,6 +81,10 @@ pub struct Context {
     pub settings: OperatorSettings,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Saint's own resources as last seen.
+    pub sources: Sources,
+    /// The children as last seen.
+    pub children: cache::Children,
     /// Consecutive transient failures per bot, for backoff.
     failures: Mutex<BTreeMap<String, u32>>,
     /// A clock that tests can pin.
@@ -95,23 +93,34 @@ pub struct Context {
 
 impl Context {
     /// A context with the real clock.
-    pub fn new(client: Client, settings: OperatorSettings, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        settings: OperatorSettings,
+        metrics: Arc<Metrics>,
+        sources: Sources,
+        children: cache::Children,
+    ) -> Self {
         let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
         Self::with_clock(
             client,
             recorder,
             settings,
             metrics,
+            sources,
+            children,
             Box::new(|| Time(jiff::Timestamp::now())),
         )
     }
 
     /// A context with an explicit recorder and clock (tests).
+    #[allow(clippy::too_many_arguments)]
     pub fn with_clock(
         client: Client,
         recorder: Recorder,
         settings: OperatorSettings,
         metrics: Arc<Metrics>,
+        sources: Sources,
+        children: cache::Children,
         now: Box<dyn Fn() -> Time + Send + Sync>,
     ) -> Self {
         Self {
@@ -119,6 +128,8 @@ impl Context {
             recorder,
             settings,
             metrics,
+            sources,
+            children,
             failures: Mutex::new(BTreeMap::new()),
             now,
         }
@@ -187,7 +198,8 @@ pub async fn reconcile(
 async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, ReconcileError> {
     let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
     let now = (context.now)();
-    let dereferenced = dereference::dereference(&context.client, bot, &namespace).await?;
+    let dereferenced =
+        dereference::dereference(&context.client, &context.sources, bot, &namespace).await?;
 
     let validated = match validate::validate(bot, &dereferenced, &context.settings) {
         Ok(validated) => validated,
@@ -203,21 +215,63 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
 
     let children = build::build_children(&validated);
     let config_hash = build::config_map::config_hash(&validated);
-    let applied = apply::apply(
+    let applied = match apply::apply(
         &context.client,
+        &context.metrics,
+        &context.children,
         &namespace,
         &children,
         &validated.owner_reference,
     )
-    .await?;
+    .await
+    {
+        Ok(applied) => applied,
+        Err(error) => {
+            let outcome = Outcome::ApplyFailed {
+                message: format!(
+                    "the API server refused {} {:?}: {}",
+                    error.kind,
+                    error.name,
+                    error.refusal()
+                ),
+            };
+            update_status::report(context, bot, &outcome, &now).await?;
+            return Err(ReconcileError::Apply(error));
+        }
+    };
 
+    // A running pod had its Secrets when it started; only a bot without one is checked.
+    let missing_secrets = if validated.suspend || update_status::pod_ready(&applied.deployment) {
+        None
+    } else {
+        match secrets::missing(
+            &context.client,
+            &namespace,
+            secrets::secret_uses(&children.deployment),
+        )
+        .await
+        {
+            Ok(missing) if missing.is_empty() => None,
+            Ok(missing) => Some(secrets::describe(&missing, &namespace)),
+            Err(error) => {
+                tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the bot's Secrets; not reported");
+                None
+            }
+        }
+    };
+    let waiting_for_secrets = missing_secrets.is_some();
     let outcome = Outcome::Applied {
         bot: &validated,
         config_hash,
         deployment: &applied.deployment,
+        missing_secrets,
     };
     update_status::report(context, bot, &outcome, &now).await?;
-    context.failure_count(&bot_key(bot), false);
+    // Secrets are not watched: a bot waiting for one looks again, backing off.
+    let failures = context.failure_count(&bot_key(bot), waiting_for_secrets);
+    if waiting_for_secrets {
+        return Ok(Action::requeue(backoff(failures)));
+    }
     Ok(Action::requeue(RESYNC_INTERVAL))
 }
 
@@ -225,7 +279,12 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
 /// failures only (retries of the same failure stay quiet; the invalid-spec path has its
 /// own status-driven Events).
 async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: &Context) {
-    if matches!(error, ReconcileError::InvalidSpec(_)) {
+    // An invalid spec and a refused child are reported through status, whose
+    // transitions have their own Events.
+    if matches!(
+        error,
+        ReconcileError::InvalidSpec(_) | ReconcileError::Apply(_)
+    ) {
         return;
     }
     let already_failing = context
@@ -266,20 +325,24 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(seconds.min(300))
 }
 
-/// Remembers which bots each Contact or Role last mapped to, so a change that moves it
-/// away from a bot still wakes the bot it left (which must drop it from its config).
-#[derive(Default)]
-pub struct MappingMemory {
-    previous: Mutex<BTreeMap<String, HashSet<ObjectRef<SaintBot>>>>,
+/// Remembers what each object last mapped to (the bots a Contact or Role affected, the
+/// Contacts a bot used), so a change that moves it away still wakes what it left (a bot
+/// must drop a Contact from its config; a Contact must stop counting as used).
+pub struct MappingMemory<T: kube::Resource<DynamicType = ()> = SaintBot> {
+    previous: Mutex<BTreeMap<String, HashSet<ObjectRef<T>>>>,
 }
 
-impl MappingMemory {
+impl<T: kube::Resource<DynamicType = ()>> Default for MappingMemory<T> {
+    fn default() -> Self {
+        Self {
+            previous: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl<T: kube::Resource<DynamicType = ()>> MappingMemory<T> {
     /// Returns the union of `current` and what `key` mapped to last time, and stores `current`.
-    pub fn remember(
-        &self,
-        key: String,
-        current: HashSet<ObjectRef<SaintBot>>,
-    ) -> Vec<ObjectRef<SaintBot>> {
+    pub fn remember(&self, key: String, current: HashSet<ObjectRef<T>>) -> Vec<ObjectRef<T>> {
         let mut previous = self
             .previous
             .lock()
@@ -313,71 +376,53 @@ pub fn bots_for_role(store: &Store<SaintBot>, role: &Role) -> HashSet<ObjectRef<
         .collect()
 }
 
-/// Runs the controller until `shutdown` resolves. `namespace`: watch one namespace, or all.
+/// Runs the SaintBot controller until `shutdown` resolves: its own kind, Contacts and
+/// Roles (mapped to the bots that use them, and to those that used them before), and
+/// every child kind (mapped through owner references) come from the operator's caches.
+/// At most `concurrency` bots are reconciled at once.
 pub async fn run(
     context: Arc<Context>,
-    namespace: Option<String>,
+    feeds: BotFeeds,
+    concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = context.client.clone();
-    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match namespace {
-            Some(namespace) => Api::namespaced(client.clone(), namespace),
-            None => Api::all(client.clone()),
-        }
-    }
-    // Children are watched only through the operator's label, keeping caches small.
-    let children = watcher::Config::default().labels("app.kubernetes.io/managed-by=saint-operator");
-    let controller = Controller::new(
-        api::<SaintBot>(&client, &namespace),
-        watcher::Config::default().any_semantic(),
-    );
-    let store = controller.store();
+    let store = context.sources.bots.clone();
     let pruner = tokio::spawn(forget_deleted_bots(store.clone(), context.metrics.clone()));
     let contact_store = store.clone();
     let role_store = store.clone();
     let contact_memory = Arc::new(MappingMemory::default());
     let role_memory = Arc::new(MappingMemory::default());
-    controller
-        .owns(api::<ConfigMap>(&client, &namespace), children.clone())
-        .owns(
-            api::<PersistentVolumeClaim>(&client, &namespace),
-            children.clone(),
-        )
-        .owns(api::<ServiceAccount>(&client, &namespace), children.clone())
-        .owns(api::<RbacRole>(&client, &namespace), children.clone())
-        .owns(api::<RoleBinding>(&client, &namespace), children.clone())
-        .owns(api::<Service>(&client, &namespace), children.clone())
-        .owns(api::<NetworkPolicy>(&client, &namespace), children.clone())
-        .owns(api::<Ingress>(&client, &namespace), children.clone())
-        .owns(api::<Deployment>(&client, &namespace), children)
-        .watches(
-            api::<Contact>(&client, &namespace),
-            watcher::Config::default(),
-            move |contact: Contact| {
-                let key = format!(
-                    "{}/{}",
-                    contact.namespace().unwrap_or_default(),
-                    contact.name_any()
-                );
-                contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
-            },
-        )
-        .watches(
-            api::<Role>(&client, &namespace),
-            watcher::Config::default(),
-            move |role: Role| {
-                let key = format!(
-                    "{}/{}",
-                    role.namespace().unwrap_or_default(),
-                    role.name_any()
-                );
-                role_memory.remember(key, bots_for_role(&role_store, &role))
-            },
-        )
+    // Our own writes come back as child events; a short debounce folds a burst of them
+    // into one reconcile.
+    let config = Config::default()
+        .concurrency(concurrency)
+        .debounce(Duration::from_millis(500));
+    Controller::for_stream(feeds.bots, store)
+        .with_config(config)
+        .owns_stream(feeds.service_accounts)
+        .owns_stream(feeds.role_bindings)
+        .owns_stream(feeds.config_maps)
+        .owns_stream(feeds.claims)
+        .owns_stream(feeds.services)
+        .owns_stream(feeds.network_policies)
+        .owns_stream(feeds.ingresses)
+        .owns_stream(feeds.deployments)
+        .watches_stream(feeds.contacts, move |contact: Contact| {
+            let key = format!(
+                "{}/{}",
+                contact.namespace().unwrap_or_default(),
+                contact.name_any()
+            );
+            contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
+        })
+        .watches_stream(feeds.roles, move |role: Role| {
+            let key = format!(
+                "{}/{}",
+                role.namespace().unwrap_or_default(),
+                role.name_any()
+            );
+            role_memory.remember(key, bots_for_role(&role_store, &role))
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -392,6 +437,8 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::watcher;
+
     use super::*;
 
     #[test]

@@ -25,12 +25,18 @@ pub enum Outcome<'a> {
         bot: &'a ValidatedSaintBot,
         config_hash: String,
         deployment: &'a Deployment,
+        /// Secrets the pod needs that do not exist (the status message names them).
+        missing_secrets: Option<String>,
     },
     /// The spec (or what it refers to) cannot be rendered.
     Invalid { reason: Reason, message: String },
+    /// The API server refused a child; the message names it and quotes the refusal.
+    /// Only `Ready` changes: what was rendered before stays recorded.
+    ApplyFailed { message: String },
 }
 
-fn pod_ready(deployment: &Deployment) -> bool {
+/// Whether the Deployment's current generation has a ready pod.
+pub(crate) fn pod_ready(deployment: &Deployment) -> bool {
     let generation = deployment.metadata.generation;
     let Some(status) = &deployment.status else {
         return false;
@@ -46,6 +52,21 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
     let condition =
         |type_, reason, message: String| condition(type_, reason, message, generation, now);
     let (conditions, counts, config_hash) = match outcome {
+        Outcome::ApplyFailed { message } => {
+            let ready = condition(ConditionType::Ready, Reason::ApplyFailed, message.clone());
+            let mut conditions: Vec<Condition> = previous
+                .conditions
+                .iter()
+                .filter(|kept| kept.type_ != ConditionType::Ready.as_str())
+                .cloned()
+                .collect();
+            conditions.insert(0, ready);
+            (
+                conditions,
+                (previous.contacts, previous.roles, previous.conflicts),
+                previous.config_hash.clone(),
+            )
+        }
         Outcome::Invalid { reason, message } => (
             vec![
                 condition(ConditionType::Ready, *reason, message.clone()),
@@ -58,6 +79,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             bot: validated,
             config_hash,
             deployment,
+            missing_secrets,
         } => {
             let identity = &validated.identity;
             let conflicting = identity.conflicting_identities();
@@ -69,6 +91,8 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                     Reason::Suspended,
                     "spec.suspend is true; scaled to zero".into(),
                 )
+            } else if let Some(message) = missing_secrets {
+                condition(ConditionType::Ready, Reason::SecretMissing, message.clone())
             } else if pod_ready(deployment) {
                 condition(
                     ConditionType::Ready,
