@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Renders the Saint chart with `helm template` under several value sets and
 checks what a reviewer would otherwise check by eye: the objects it makes, that
-the operator's RBAC never reaches Secrets or wildcards, that the operator pod is
+the operator's RBAC holds no Job or Pod rights, reads Secrets only by name, uses
+no wildcards and may bind only the agent ClusterRole, that the operator pod is
 Pod Security "restricted", that the admission policy allows exactly the
 configured sandbox image, and that bad values are refused by the schema.
 
@@ -53,18 +54,93 @@ def by_kind(objects: list[dict]) -> dict[str, list[dict]]:
     return kinds
 
 
-def check_rbac_rules(rules: list[dict], where: str) -> None:
+AGENT_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+
+def check_rbac_rules(rules: list[dict], where: str, agent_role: str | None = None) -> None:
+    """No wildcards, no escalate/impersonate; Secrets only `get`; `bind` only on the
+    agent ClusterRole named `agent_role` (None: no bind at all)."""
     for rule in rules:
         resources = rule.get("resources", [])
         verbs = rule.get("verbs", [])
         groups = rule.get("apiGroups", [])
-        check("secrets" not in resources, f"{where}: a rule grants access to secrets: {rule}")
+        if "secrets" in resources:
+            # The operator checks that referenced Secrets exist (metadata only): get by
+            # name, never list or watch, and nothing else in the same rule.
+            check(rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+                  f"{where}: Secrets may only be `get` in a rule of their own: {rule}")
         check("*" not in resources and "*" not in verbs and "*" not in groups,
               f"{where}: a rule uses a wildcard: {rule}")
-        for verb in ("escalate", "bind", "impersonate"):
+        for verb in ("escalate", "impersonate"):
             check(verb not in verbs, f"{where}: a rule grants '{verb}': {rule}")
+        if "bind" in verbs:
+            check(agent_role is not None and rule == {
+                "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                "resourceNames": [agent_role], "verbs": ["bind"]},
+                  f"{where}: `bind` only on ClusterRole {agent_role}, in a rule of its own: {rule}")
         if resources in (["pods"],) and groups == [""]:
             check(set(verbs) == {"get", "list", "watch"}, f"{where}: pods must be read-only: {rule}")
+
+
+def check_operator_rules(rules: list[dict], where: str, agent_role: str) -> None:
+    """The operator's own rules (ClusterRole, or Role in watchNamespace mode)."""
+    check_rbac_rules(rules, where, agent_role)
+    # No Job or Pod rights: it binds the agent ClusterRole instead of granting them itself.
+    for group, resource in (("batch", "jobs"), ("", "pods")):
+        for verb in ("create", "get", "list", "watch", "delete", "patch", "update"):
+            check(not granted(rules, group, resource, verb), f"{where}: the operator must not {verb} {resource}")
+    check(granted(rules, "rbac.authorization.k8s.io", "clusterroles", "bind"),
+          f"{where}: missing bind on ClusterRole {agent_role}")
+    check(not any("roles" in rule.get("resources", []) and "rbac.authorization.k8s.io" in rule.get("apiGroups", [])
+                  for rule in rules), f"{where}: the operator builds no Roles any more")
+    # Applied, restored on drift (update), an earlier version's binding to a per-bot Role
+    # read (get) and deleted to be made again (roleRef is immutable).
+    for verb in ("get", "list", "watch", "create", "patch", "update", "delete"):
+        check(granted(rules, "rbac.authorization.k8s.io", "rolebindings", verb), f"{where}: missing rolebindings {verb}")
+    check(granted(rules, "", "secrets", "get"), f"{where}: missing secrets get (the Secret check)")
+    for verb in ("create", "patch"):
+        check(granted(rules, "events.k8s.io", "events", verb), f"{where}: missing events {verb}")
+
+
+def check_agent_cluster_role(kinds: dict[str, list[dict]], arguments: list[str], where: str) -> str:
+    """The agent ClusterRole exists with exactly the agent's rules and the operator is
+    told its name; returns the name."""
+    named = [argument.split("=", 1)[1] for argument in arguments if argument.startswith("--agent-cluster-role=")]
+    check(len(named) == 1, f"{where}: the operator must be told --agent-cluster-role once: {arguments}")
+    name = named[0] if named else ""
+    roles = [role for role in kinds.get("ClusterRole", []) if role["metadata"]["name"] == name]
+    check(len(roles) == 1, f"{where}: no ClusterRole {name!r} for the agent")
+    for role in roles:
+        check(role["rules"] == AGENT_RULES, f"{where}: agent ClusterRole rules {role['rules']} != {AGENT_RULES}")
+        check("aggregationRule" not in role and not any(
+            label.startswith("rbac.authorization.k8s.io/aggregate-to") for label in role["metadata"]["labels"]),
+              f"{where}: the agent ClusterRole must neither aggregate nor be aggregated")
+        check_rbac_rules(role["rules"], f"{where} agent ClusterRole")
+    return name
+
+
+def check_bindings_policy(kinds: dict[str, list[dict]], release: str, service_account: str, where: str) -> None:
+    """The admission policy fencing the RoleBindings the operator makes."""
+    policies = [policy for policy in kinds.get("ValidatingAdmissionPolicy", [])
+                if policy["metadata"]["name"].endswith("-operator-bindings")]
+    check(len(policies) == 1, f"{where}: operator bindings policy missing")
+    for policy in policies:
+        check(policy["spec"]["failurePolicy"] == "Fail", f"{where}: bindings policy must fail closed")
+        match = policy["spec"]["matchConditions"][0]["expression"]
+        check(f"'system:serviceaccount:{release}:{service_account}'" in match,
+              f"{where}: bindings policy must match exactly the operator's account: {match}")
+        text = " ".join(validation["expression"] for validation in policy["spec"]["validations"])
+        check("object.subjects[0].name == object.metadata.name" in text
+              and "object.subjects[0].namespace == request.namespace" in text,
+              f"{where}: bindings policy must hold subjects to the binding's own name and namespace: {text}")
+        binding = [item for item in kinds.get("ValidatingAdmissionPolicyBinding", [])
+                   if item["spec"]["policyName"] == policy["metadata"]["name"]]
+        check(len(binding) == 1 and binding[0]["spec"]["validationActions"] == ["Deny"],
+              f"{where}: bindings policy must be bound with Deny: {binding}")
 
 
 def granted(rules: list[dict], group: str, resource: str, verb: str) -> bool:
@@ -107,24 +183,32 @@ def check_default(helm: str, chart: str) -> None:
                 "Deployment", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     check(set(kinds) == expected, f"default render: kinds {sorted(kinds)} != {sorted(expected)}")
 
-    cluster_rules = kinds["ClusterRole"][0]["rules"]
-    check_rbac_rules(cluster_rules, "ClusterRole")
-    # The operator grants each agent Role jobs and pods; escalation prevention
-    # requires it to hold them itself.
-    for verb in ("create", "get", "list", "watch", "delete"):
-        check(granted(cluster_rules, "batch", "jobs", verb), f"ClusterRole: missing jobs {verb}")
-    # ... and events (the agent reports refused channel credentials on its SaintBot).
-    for verb in ("create", "patch"):
-        check(granted(cluster_rules, "events.k8s.io", "events", verb), f"ClusterRole: missing events {verb}")
+    deployment = kinds["Deployment"][0]
+    arguments = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    agent_role = check_agent_cluster_role(kinds, arguments, "default render")
+    check(agent_role == "saint-agent", f"release saint: agent ClusterRole {agent_role!r} != the operator's default")
+    operator_roles = [role for role in kinds["ClusterRole"] if role["metadata"]["name"] == "saint-operator"]
+    check(len(operator_roles) == 1 and len(kinds["ClusterRole"]) == 2,
+          f"default render: ClusterRoles {[role['metadata']['name'] for role in kinds['ClusterRole']]}"
+          " != saint-agent, saint-operator")
+    cluster_rules = operator_roles[0]["rules"] if operator_roles else []
+    check_operator_rules(cluster_rules, "ClusterRole saint-operator", agent_role)
     for resource in ("configmaps", "persistentvolumeclaims", "serviceaccounts", "services"):
         for verb in ("create", "patch", "list", "watch"):
             check(granted(cluster_rules, "", resource, verb), f"ClusterRole: missing {resource} {verb} (apply, watch)")
-        for verb in ("update", "delete"):
-            check(not granted(cluster_rules, "", resource, verb),
-                  f"ClusterRole: {resource} {verb} is never used (children are applied and garbage-collected)")
+        check(not granted(cluster_rules, "", resource, "delete"),
+              f"ClusterRole: {resource} delete is never used (children are garbage-collected)")
+        # Drift is restored with a PUT, for every child but the claim (the volume
+        # controller's spec.volumeName is not drift).
+        check(granted(cluster_rules, "", resource, "update") == (resource != "persistentvolumeclaims"),
+              f"ClusterRole: {resource} update only for children restored on drift")
     check(granted(cluster_rules, "saint.work", "saintbots/status", "patch"), "ClusterRole: missing saintbots/status patch")
     check(not granted(cluster_rules, "saint.work", "saintbots", "patch"),
           "ClusterRole: the operator must not write SaintBot specs")
+    bindings = [binding for binding in kinds["ClusterRoleBinding"]]
+    check([binding["roleRef"]["name"] for binding in bindings] == ["saint-operator"],
+          f"only the operator's ClusterRole is bound cluster-wide (the agent's per namespace): {bindings}")
+    check_bindings_policy(kinds, "saint-system", "saint-operator", "default render")
 
     lease_roles = [role for role in kinds["Role"] if role["metadata"]["name"].endswith("-leader-election")]
     check(len(lease_roles) == 1, "leader election Role missing")
@@ -133,9 +217,7 @@ def check_default(helm: str, chart: str) -> None:
         check(all(rule.get("resources") == ["leases"] for rule in role["rules"]),
               "leader election Role must only touch leases")
 
-    deployment = kinds["Deployment"][0]
     check_operator_pod(deployment)
-    arguments = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     check(f"--sandbox-image={SANDBOX_IMAGE}" in arguments, f"operator must be told the sandbox image: {arguments}")
     check("--leader-election=true" in arguments, f"leader election flag missing: {arguments}")
     check(not any(argument.startswith("--api-server-cidr") for argument in arguments),
@@ -164,12 +246,17 @@ def check_default(helm: str, chart: str) -> None:
 
 def check_single_namespace(helm: str, chart: str) -> None:
     kinds = by_kind(render(helm, chart, "--set", "watchNamespace=acme", "--set", "replicaCount=2"))
-    check("ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds,
-          "watchNamespace set: no cluster-wide RBAC expected")
+    arguments = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    agent_role = check_agent_cluster_role(kinds, arguments, "watchNamespace set")
+    # The agent's ClusterRole is the one cluster-scoped RBAC object: RoleBindings can
+    # name only a Role of their own namespace or a ClusterRole. It is bound nowhere.
+    check([role["metadata"]["name"] for role in kinds.get("ClusterRole", [])] == [agent_role]
+          and "ClusterRoleBinding" not in kinds,
+          "watchNamespace set: no cluster-wide RBAC expected beyond the agent ClusterRole")
     bot_roles = [role for role in kinds.get("Role", []) if role["metadata"]["namespace"] == "acme"]
     check(len(bot_roles) == 1, "watchNamespace set: one Role in that namespace expected")
     for role in bot_roles:
-        check_rbac_rules(role["rules"], "Role acme")
+        check_operator_rules(role["rules"], "Role acme", agent_role)
     deployment = kinds["Deployment"][0]
     check(deployment["spec"]["replicas"] == 2, "replicaCount=2 not applied")
     check("--namespace=acme" in deployment["spec"]["template"]["spec"]["containers"][0]["args"],
@@ -186,6 +273,27 @@ def check_explicit_api_server(helm: str, chart: str) -> None:
           f"API server CIDRs and port must reach the operator: {arguments}")
     check(not [role for role in kinds["Role"] if role["metadata"]["name"].endswith("-api-server-discovery")],
           "with apiServer.cidrs set the operator needs no EndpointSlice access")
+
+
+def check_release_name(helm: str, chart: str) -> None:
+    """Another release: the agent ClusterRole, the operator's flag, its bind grant and the
+    bindings policy all name the same release-scoped role."""
+    command = [helm, "template", "team", chart, "--namespace", "team-system"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"helm template team failed:\n{result.stderr}")
+    kinds = by_kind([document for document in yaml.load_all(result.stdout, Loader=YAML_LOADER) if document])
+    arguments = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    agent_role = check_agent_cluster_role(kinds, arguments, "release team")
+    check(agent_role == "team-saint-agent", f"release team: agent ClusterRole {agent_role!r}")
+    operator_roles = [role for role in kinds["ClusterRole"] if role["metadata"]["name"] == "team-saint-operator"]
+    for role in operator_roles:
+        check_operator_rules(role["rules"], "ClusterRole team-saint-operator", agent_role)
+    check_bindings_policy(kinds, "team-system", "team-saint-operator", "release team")
+
+    kinds = by_kind(render(helm, chart, "--set", "rbac.create=false"))
+    check("ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds,
+          "rbac.create=false: no ClusterRole (not even the agent's) expected")
 
 
 def check_sandbox_images(helm: str, chart: str) -> None:
@@ -223,7 +331,8 @@ def main() -> int:
     parser.add_argument("--helm", required=True)
     parser.add_argument("--chart", required=True)
     options = parser.parse_args()
-    checks = [check_default, check_single_namespace, check_explicit_api_server, check_sandbox_images,
+    checks = [check_default, check_single_namespace, check_release_name, check_explicit_api_server,
+              check_sandbox_images,
               check_refusals, check_crds]
     for step in checks:
         step(options.helm, options.chart)

@@ -6,7 +6,10 @@ RBAC is enough and no more:
 
 - the operator reconciles the example bot without one Forbidden error: every
   child exists, the bot's status reports the rendered config, Contacts are Ready;
-- the operator and the bot's agent account cannot read Secrets;
+- the bot's agent account is bound (RoleBinding `<bot>-agent`) to the chart's agent
+  ClusterRole, no per-bot Role exists, and the operator holds no Job rights;
+- the operator may only `get` Secrets (it checks that referenced ones exist), never
+  list them, and the bot's agent account cannot read Secrets at all;
 - the sandbox Job template the operator rendered into the bot's config is
   admitted when the agent creates it, and refused once it mounts a Secret.
 
@@ -26,6 +29,8 @@ import time
 
 BOT = "acme-assistant"
 OPERATOR_ACCOUNT = "system:serviceaccount:saint-system:saint-operator"
+# The chart's agent ClusterRole for release `saint` (templates/rbac.yaml).
+AGENT_CLUSTER_ROLE = "saint-agent"
 # Set from the command line in main().
 NAMESPACE = "saint-rbac-check"
 AGENT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
@@ -33,7 +38,6 @@ CHILDREN = [
     ("configmap", f"{BOT}-config"),
     ("persistentvolumeclaim", f"{BOT}-workspace"),
     ("serviceaccount", f"{BOT}-agent"),
-    ("role.rbac.authorization.k8s.io", f"{BOT}-agent"),
     ("rolebinding.rbac.authorization.k8s.io", f"{BOT}-agent"),
     ("service", BOT),
     ("networkpolicy", f"{BOT}-agent"),
@@ -120,7 +124,8 @@ def main() -> int:
                        POD_NAMESPACE="saint-system", POD_NAME="rbac-check", RUST_LOG="info")
     with open(log_path, "w") as log:
         arguments = [options.operator, "--listen-address", "127.0.0.1:0", "--leader-election=true",
-                     "--lease-name=saint-operator", "--lease-namespace=saint-system"]
+                     "--lease-name=saint-operator", "--lease-namespace=saint-system",
+                     f"--agent-cluster-role={AGENT_CLUSTER_ROLE}"]
         if options.watch_namespace:
             arguments.append(f"--namespace={NAMESPACE}")
         operator = subprocess.Popen(arguments,
@@ -153,11 +158,27 @@ def main() -> int:
         check(not forbidden, "no Forbidden error in the operator's log" +
               (":\n    " + "\n    ".join(line[:400] for line in forbidden[:5]) if forbidden else ""))
 
-        for account in (OPERATOR_ACCOUNT, AGENT_ACCOUNT):
-            for verb in ("get", "list"):
-                allowed = kubectl(options, "auth", "can-i", verb, "secrets", "-n", NAMESPACE, f"--as={account}",
-                                  check_status=False).stdout.strip()
-                check(allowed == "no", f"{account} cannot {verb} Secrets (can-i: {allowed})")
+        binding = json.loads(kubectl(options, "-n", NAMESPACE, "get", "rolebinding", f"{BOT}-agent",
+                                     "-o", "json").stdout)
+        check(binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                     "name": AGENT_CLUSTER_ROLE},
+              f"the agent's RoleBinding binds ClusterRole {AGENT_CLUSTER_ROLE} (roleRef: {binding['roleRef']})")
+        role = kubectl(options, "-n", NAMESPACE, "get", "role.rbac.authorization.k8s.io", f"{BOT}-agent",
+                       check_status=False)
+        check(role.returncode != 0 and "NotFound" in role.stderr, "no per-bot Role: the operator builds none")
+        for account, verb, expected in ((OPERATOR_ACCOUNT, "get", "yes"), (OPERATOR_ACCOUNT, "list", "no"),
+                                        (AGENT_ACCOUNT, "get", "no"), (AGENT_ACCOUNT, "list", "no")):
+            allowed = kubectl(options, "auth", "can-i", verb, "secrets", "-n", NAMESPACE, f"--as={account}",
+                              check_status=False).stdout.strip()
+            check(allowed == expected, f"{account} {'may' if expected == 'yes' else 'cannot'} {verb} Secrets "
+                  f"(can-i: {allowed})")
+        for verb in ("create", "get"):
+            allowed = kubectl(options, "auth", "can-i", verb, "jobs.batch", "-n", NAMESPACE,
+                              f"--as={OPERATOR_ACCOUNT}", check_status=False).stdout.strip()
+            check(allowed == "no", f"the operator cannot {verb} Jobs (can-i: {allowed})")
+            allowed = kubectl(options, "auth", "can-i", verb, "jobs.batch", "-n", NAMESPACE,
+                              f"--as={AGENT_ACCOUNT}", check_status=False).stdout.strip()
+            check(allowed == "yes", f"the agent may {verb} Jobs in its namespace (can-i: {allowed})")
 
         config_map = json.loads(kubectl(options, "-n", NAMESPACE, "get", "configmap", f"{BOT}-config",
                                         "-o", "json").stdout)
