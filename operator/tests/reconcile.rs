@@ -1,6 +1,9 @@
 //! Reconcile against an API stand-in (`tower_test::mock`): named scenarios prove the
-//! exact requests — reads, server-side applies in order, status patches, Events — that
-//! one reconcile of the example bot issues. The real API server comes in `e2e/`.
+//! exact requests — reads, server-side applies in order, repairs, status patches, Events
+//! — that one reconcile of the example bot issues, with the operator's caches filled as
+//! a watch would have filled them. Contacts and Roles are never read from the API server,
+//! and a child the cache shows as current is never written. The real API server comes
+//! in `e2e/`.
 
 mod support;
 
@@ -8,24 +11,35 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Client, runtime::controller::Action, runtime::events::Recorder};
+use k8s_openapi::{
+    api::networking::v1::Ingress,
+    apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry},
+};
+use kube::{
+    Client, core::PartialObjectMeta, runtime::controller::Action, runtime::events::Recorder,
+};
 use saint_operator::{
+    cache::{self, Sources},
     crd::{Contact, SaintBot},
     metrics::Metrics,
     saintbot_controller::{
         Context, RESYNC_INTERVAL, ReconcileError, backoff,
-        build::{build_children, config_map::config_hash},
-        error_policy, reconcile,
+        build::{Children, build_children, config_map::config_hash},
+        error_policy,
+        freshness::{self, DESIRED_HASH_ANNOTATION, desired_hash},
+        reconcile,
+        secrets::secret_uses,
+        update_status::{Outcome, bot_status},
     },
 };
 use serde_json::{Value, json};
 use support::{
-    load, settings,
+    load, no_children, settings, sources,
     stand_in::{
-        Expect, condition, expect, list, object_event_expectation, status_expectation, to_value,
+        Expect, condition, expect, object_event_expectation, status_expectation, to_value,
         with_stand_in,
     },
-    validated,
+    store, validated,
 };
 
 /// Scenarios, named after what they prove.
@@ -46,8 +60,19 @@ enum Scenario {
     /// The API server refuses the first apply: reconcile stops there, no status is
     /// written, and one Warning Event named after the error variant is published.
     ApplyFailureStopsAndWarns,
-    /// The same refusal on the retry: the same reads and apply, and no second Event.
+    /// The same refusal on the retry, with the first round's status stored: the same
+    /// reads and apply, no status write and no second Event.
     ApplyFailureRetriedQuietly,
+    /// Every child in the cache as built, nobody else's fields, the pod ready, the status
+    /// stored: only the ConfigMap reads, no write at all.
+    UnchangedReadyBotWritesNothing,
+    /// Someone added an egress rule to the sandbox NetworkPolicy by hand: that policy is
+    /// replaced whole (managed fields reset, at the cached resourceVersion) and applied
+    /// again; every other child is current and untouched.
+    DriftedPolicyIsReplaced,
+    /// A Secret the pod needs does not exist: children applied, status
+    /// SecretMissing naming it and what needs it, retried with backoff.
+    MissingSecretIsReported,
     /// `spec.webhookIngress` removed: after the children, the bot's labelled Ingresses
     /// are listed and only the one it controls is deleted, with its uid as precondition.
     RemovedWebhookIngressIsDeleted,
@@ -71,7 +96,19 @@ fn ingress(name: &str, controller_uid: &str, uid: &str) -> Value {
     })
 }
 
-fn apply_expectation(path: &str, expected: Value, extra_status: Option<Value>) -> Expect {
+/// `built` as the operator writes it: stamped with the hash of what the builder made.
+fn stamped<K: serde::Serialize>(built: &K) -> Value {
+    let mut stamped = to_value(built);
+    stamped["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = json!(desired_hash(built));
+    stamped
+}
+
+fn apply_expectation<K: serde::Serialize>(
+    path: &str,
+    built: &K,
+    extra_status: Option<Value>,
+) -> Expect {
+    let expected = stamped(built);
     expect(Method::PATCH, path, move |body| {
         pretty_assertions::assert_eq!(body, expected, "applied object differs from the builder's");
         let mut stored = body;
@@ -86,82 +123,99 @@ fn event_expectation(reason: &'static str, type_: &'static str) -> Expect {
     object_event_expectation("my-bot", reason, type_)
 }
 
-fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value) -> Vec<Expect> {
+fn children_of(bot: &SaintBot, contacts: &[Contact]) -> Children {
     let (_, mut dereferenced) = load("acme.yaml");
     dereferenced.contacts = contacts.to_vec();
     let validated =
         saint_operator::saintbot_controller::validate::validate(bot, &dereferenced, &settings())
             .unwrap();
-    let children = build_children(&validated);
+    build_children(&validated)
+}
+
+/// The metadata GET of each Secret the pod needs; `missing` ones are answered 404.
+fn secret_reads(children: &Children, missing: &[&str]) -> Vec<Expect> {
+    secret_uses(&children.deployment)
+        .into_iter()
+        .map(|secret| {
+            let name = secret.name;
+            let answer = if missing.contains(&name.as_str()) {
+                not_found("secrets", &name)
+            } else {
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": name, "namespace": "acme"}})
+            };
+            expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/acme/secrets/{name}"),
+                move |_| answer,
+            )
+        })
+        .collect()
+}
+
+fn not_found(resource: &str, name: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": format!("{resource} \"{name}\" not found"), "reason": "NotFound", "code": 404})
+}
+
+fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value) -> Vec<Expect> {
+    let children = children_of(bot, contacts);
     let namespace = "/namespaces/acme";
     let mut applies = vec![
         apply_expectation(
             &format!("/api/v1{namespace}/serviceaccounts/my-bot-agent"),
-            to_value(&children.service_account),
+            &children.service_account,
             None,
         ),
         apply_expectation(
             &format!("/apis/rbac.authorization.k8s.io/v1{namespace}/rolebindings/my-bot-agent"),
-            to_value(&children.role_binding),
+            &children.role_binding,
             None,
         ),
         apply_expectation(
             &format!("/api/v1{namespace}/configmaps/my-bot-persona"),
-            to_value(&children.persona_config_map),
+            &children.persona_config_map,
             None,
         ),
         apply_expectation(
             &format!("/api/v1{namespace}/configmaps/my-bot-config"),
-            to_value(&children.config_map),
+            &children.config_map,
             None,
         ),
         apply_expectation(
             &format!("/api/v1{namespace}/persistentvolumeclaims/my-bot-workspace"),
-            to_value(&children.workspace_claim),
+            &children.workspace_claim,
             None,
         ),
         apply_expectation(
             &format!("/api/v1{namespace}/services/my-bot"),
-            to_value(&children.service),
+            &children.service,
             None,
         ),
         apply_expectation(
             &format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-sandbox"),
-            to_value(&children.sandbox_network_policy),
+            &children.sandbox_network_policy,
             None,
         ),
         apply_expectation(
             &format!("/apis/networking.k8s.io/v1{namespace}/networkpolicies/my-bot-agent"),
-            to_value(&children.agent_network_policy),
+            &children.agent_network_policy,
             None,
         ),
         apply_expectation(
             &format!("/apis/apps/v1{namespace}/deployments/my-bot"),
-            to_value(&children.deployment),
+            &children.deployment,
             Some(deployment_status),
         ),
     ];
     match &children.webhook_ingress {
         Some(webhooks) => applies.push(apply_expectation(
             &format!("/apis/networking.k8s.io/v1{namespace}/ingresses/my-bot-webhooks"),
-            to_value(webhooks),
+            webhooks,
             None,
         )),
         None => {
-            applies.push(expect(
-                Method::GET,
-                &format!("/apis/networking.k8s.io/v1{namespace}/ingresses"),
-                |_| {
-                    list(
-                        "IngressList",
-                        vec![
-                            ingress("my-bot-webhooks", BOT_UID, "ingress-1"),
-                            // Same labels, another controller: never touched.
-                            ingress("someone-elses", "another-uid", "ingress-2"),
-                        ],
-                    )
-                },
-            ));
+            // Found in the cache (see `cached_ingresses`), not listed.
             applies.push(expect(
                 Method::DELETE,
                 &format!("/apis/networking.k8s.io/v1{namespace}/ingresses/my-bot-webhooks"),
@@ -175,32 +229,16 @@ fn child_applies(bot: &SaintBot, contacts: &[Contact], deployment_status: Value)
     applies
 }
 
-/// The reads of one reconcile: Contacts, Roles, then the ConfigMaps the bot names —
-/// persona first, then each skill's — answered from `config_maps` (a name absent there
-/// is answered 404).
-fn reads(
-    contacts: &[Contact],
-    roles: Vec<Value>,
-    config_maps: &BTreeMap<String, Value>,
-) -> Vec<Expect> {
-    let contacts: Vec<Value> = contacts.iter().map(to_value).collect();
-    let mut steps = vec![
-        expect(
-            Method::GET,
-            "/apis/saint.work/v1alpha1/namespaces/acme/contacts",
-            move |_| list("ContactList", contacts),
-        ),
-        expect(
-            Method::GET,
-            "/apis/saint.work/v1alpha1/namespaces/acme/roles",
-            move |_| list("RoleList", roles),
-        ),
-    ];
+/// The reads of one reconcile: the ConfigMaps the bot names — persona first, then each
+/// skill's — answered from `config_maps` (a name absent there is answered 404). Contacts
+/// and Roles come from the caches.
+fn reads(config_maps: &BTreeMap<String, Value>) -> Vec<Expect> {
+    let mut steps = Vec::new();
     for name in ["acme-persona", "acme-skills", "acme-skill-google"] {
-        let answer = config_maps.get(name).cloned().unwrap_or_else(|| {
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": format!("configmaps \"{name}\" not found"), "reason": "NotFound", "code": 404})
-        });
+        let answer = config_maps
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| not_found("configmaps", name));
         steps.push(expect(
             Method::GET,
             &format!("/api/v1/namespaces/acme/configmaps/{name}"),
@@ -219,10 +257,75 @@ fn ana_twin() -> Contact {
     .unwrap()
 }
 
-/// Builds the expectations of a scenario and the bot it reconciles.
-fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
+/// What the operator's caches hold when a scenario starts.
+struct Cached {
+    sources: Sources,
+    children: cache::Children,
+}
+
+impl Cached {
+    /// The namespace's Contacts and Roles, and no child yet.
+    fn first_time(contacts: &[Contact]) -> Self {
+        let (_, dereferenced) = load("acme.yaml");
+        Self {
+            sources: sources(&[], contacts, &dereferenced.roles),
+            children: no_children(),
+        }
+    }
+}
+
+/// A child's metadata as the cache holds it after the operator wrote `built`.
+fn written<K: kube::Resource<DynamicType = ()> + serde::Serialize + Clone>(
+    built: &K,
+) -> PartialObjectMeta<K> {
+    let mut metadata = built.meta().clone();
+    freshness::stamp(&mut metadata, &desired_hash(built));
+    metadata.resource_version = Some("7".into());
+    metadata.uid = Some(format!("uid-{}", metadata.name.clone().unwrap()));
+    PartialObjectMeta {
+        types: None,
+        metadata,
+        _phantom: Default::default(),
+    }
+}
+
+/// Child caches holding every child of `children` as the operator wrote it, the
+/// Deployment with `deployment_status`.
+fn children_written(children: &Children, deployment_status: Value) -> cache::Children {
+    let mut deployment = children.deployment.clone();
+    freshness::stamp(
+        &mut deployment.metadata,
+        &desired_hash(&children.deployment),
+    );
+    deployment.metadata.generation = Some(1);
+    deployment.status = Some(serde_json::from_value(deployment_status).unwrap());
+    cache::Children {
+        service_accounts: store(&[written(&children.service_account)]),
+        role_bindings: store(&[written(&children.role_binding)]),
+        config_maps: store(&[
+            written(&children.persona_config_map),
+            written(&children.config_map),
+        ]),
+        claims: store(&[written(&children.workspace_claim)]),
+        services: store(&[written(&children.service)]),
+        network_policies: store(&[
+            written(&children.sandbox_network_policy),
+            written(&children.agent_network_policy),
+        ]),
+        ingresses: store(
+            &children
+                .webhook_ingress
+                .iter()
+                .map(written)
+                .collect::<Vec<_>>(),
+        ),
+        deployments: store(&[deployment]),
+    }
+}
+
+/// Builds the expectations of a scenario, the bot it reconciles and the caches.
+fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
     let (mut bot, dereferenced) = load("acme.yaml");
-    let roles: Vec<Value> = dereferenced.roles.iter().map(to_value).collect();
     let persona: BTreeMap<String, Value> = dereferenced
         .config_maps
         .iter()
@@ -233,8 +336,12 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
     match which {
         Scenario::FirstReconcileAppliesEveryChild => {
             let hash = config_hash(&validated("acme.yaml"));
-            let mut steps = reads(&dereferenced.contacts, roles, &persona);
+            let mut steps = reads(&persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
+            steps.extend(secret_reads(
+                &children_of(&bot, &dereferenced.contacts),
+                &[],
+            ));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -256,13 +363,14 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             ));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
-            (bot, steps)
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
         }
         Scenario::ConflictingContactsAreReported => {
             let mut contacts = dereferenced.contacts.clone();
             contacts.push(ana_twin());
-            let mut steps = reads(&contacts, roles, &persona);
+            let mut steps = reads(&persona);
             steps.extend(child_applies(&bot, &contacts, not_ready));
+            steps.extend(secret_reads(&children_of(&bot, &contacts), &[]));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -284,12 +392,16 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("IdentifierConflict", "Warning"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
-            (bot, steps)
+            (bot, Cached::first_time(&contacts), steps)
         }
         Scenario::RemovedWebhookIngressIsDeleted => {
             bot.spec.webhook_ingress = None;
-            let mut steps = reads(&dereferenced.contacts, roles, &persona);
+            let mut steps = reads(&persona);
             steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
+            steps.extend(secret_reads(
+                &children_of(&bot, &dereferenced.contacts),
+                &[],
+            ));
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -302,24 +414,160 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
             ));
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
-            (bot, steps)
+            let mut cached = Cached::first_time(&dereferenced.contacts);
+            cached.children.ingresses = store(
+                &[
+                    ingress("my-bot-webhooks", BOT_UID, "ingress-1"),
+                    // Same labels, another controller: never touched.
+                    ingress("someone-elses", "another-uid", "ingress-2"),
+                ]
+                .map(|ingress| {
+                    serde_json::from_value::<PartialObjectMeta<Ingress>>(ingress).unwrap()
+                }),
+            );
+            (bot, cached, steps)
         }
         Scenario::ApplyFailureStopsAndWarns | Scenario::ApplyFailureRetriedQuietly => {
-            let mut steps = reads(&dereferenced.contacts, roles, &persona);
+            let mut steps = reads(&persona);
             steps.push(expect(
                 Method::PATCH,
                 "/api/v1/namespaces/acme/serviceaccounts/my-bot-agent",
                 |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
             ));
             if matches!(which, Scenario::ApplyFailureStopsAndWarns) {
-                steps.push(event_expectation("Apply", "Warning"));
+                steps.push(status_expectation(
+                    "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                    to_value(&bot),
+                    |status| {
+                        let ready = condition(status, "Ready");
+                        assert_eq!(ready["status"], "False");
+                        assert_eq!(ready["reason"], "ApplyFailed");
+                        assert_eq!(
+                            ready["message"],
+                            "the API server refused ServiceAccount \"my-bot-agent\": \
+                             etcdserver: request timed out"
+                        );
+                        assert_eq!(status["observedGeneration"], 3);
+                    },
+                ));
+                steps.push(event_expectation("ApplyFailed", "Warning"));
+            } else {
+                bot.status = Some(bot_status(
+                    &bot,
+                    &Outcome::ApplyFailed {
+                        message: "the API server refused ServiceAccount \"my-bot-agent\": \
+                                  etcdserver: request timed out"
+                            .into(),
+                    },
+                    &Time(NOW.parse().unwrap()),
+                ));
             }
-            (bot, steps)
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
+        }
+        Scenario::UnchangedReadyBotWritesNothing => {
+            let children = children_of(&bot, &dereferenced.contacts);
+            let ready = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1});
+            let cached = Cached {
+                sources: sources(&[], &dereferenced.contacts, &dereferenced.roles),
+                children: children_written(&children, ready),
+            };
+            let validated = validated("acme.yaml");
+            let deployment = cached
+                .children
+                .deployments
+                .state()
+                .first()
+                .unwrap()
+                .as_ref()
+                .clone();
+            bot.status = Some(bot_status(
+                &bot,
+                &Outcome::Applied {
+                    bot: &validated,
+                    config_hash: config_hash(&validated),
+                    deployment: &deployment,
+                    missing_secrets: None,
+                },
+                &Time(NOW.parse().unwrap()),
+            ));
+            (bot, cached, reads(&persona))
+        }
+        Scenario::DriftedPolicyIsReplaced => {
+            let children = children_of(&bot, &dereferenced.contacts);
+            let mut cached = Cached {
+                sources: sources(&[], &dereferenced.contacts, &dereferenced.roles),
+                children: children_written(&children, not_ready),
+            };
+            let mut drifted = written(&children.sandbox_network_policy);
+            drifted.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+                manager: Some("kubectl-edit".into()),
+                operation: Some("Update".into()),
+                fields_v1: Some(FieldsV1(json!({"f:spec": {"f:egress": {}}}))),
+                ..ManagedFieldsEntry::default()
+            }]);
+            freshness::compact(&mut drifted.metadata);
+            cached.children.network_policies =
+                store(&[drifted, written(&children.agent_network_policy)]);
+            let path = "/apis/networking.k8s.io/v1/namespaces/acme/networkpolicies/my-bot-sandbox";
+            let desired = stamped(&children.sandbox_network_policy);
+            let mut steps = reads(&persona);
+            steps.push(expect(Method::PUT, path, move |body| {
+                assert_eq!(body["metadata"]["resourceVersion"], "7", "{body}");
+                assert_eq!(body["metadata"]["managedFields"], json!([{}]), "{body}");
+                assert_eq!(body["spec"], desired["spec"], "the policy as built, whole");
+                assert!(
+                    body["spec"]
+                        .get("egress")
+                        .is_none_or(|egress| egress != &json!([{}]))
+                );
+                body
+            }));
+            steps.push(apply_expectation(
+                path,
+                &children.sandbox_network_policy,
+                None,
+            ));
+            steps.extend(secret_reads(&children, &[]));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| assert_eq!(condition(status, "Ready")["reason"], "PodNotReady"),
+            ));
+            steps.push(event_expectation("PodNotReady", "Normal"));
+            steps.push(event_expectation("ConfigRendered", "Normal"));
+            (bot, cached, steps)
+        }
+        Scenario::MissingSecretIsReported => {
+            let children = children_of(&bot, &dereferenced.contacts);
+            let mut steps = reads(&persona);
+            steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
+            steps.extend(secret_reads(&children, &["acme-github"]));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    let ready = condition(status, "Ready");
+                    assert_eq!(ready["status"], "False");
+                    assert_eq!(ready["reason"], "SecretMissing");
+                    let message = ready["message"].as_str().unwrap();
+                    assert!(
+                        message.contains("Secret \"acme-github\"")
+                            && message.contains("(for projected volume porter-secrets)")
+                            && message.contains("namespace acme"),
+                        "{message}"
+                    );
+                    // The other Secrets exist and are not named.
+                    assert!(!message.contains("acme-channels"), "{message}");
+                },
+            ));
+            steps.push(event_expectation("SecretMissing", "Warning"));
+            steps.push(event_expectation("ConfigRendered", "Normal"));
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
         }
         Scenario::MissingSkillConfigMapIsRetried => {
             let mut config_maps = persona.clone();
             config_maps.remove("acme-skill-google");
-            let mut steps = reads(&dereferenced.contacts, roles, &config_maps);
+            let mut steps = reads(&config_maps);
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -337,11 +585,11 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                 },
             ));
             steps.push(event_expectation("ConfigMapNotFound", "Warning"));
-            (bot, steps)
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
         }
         Scenario::MissingDefaultRoleWaits => {
             bot.spec.default_role = "visitor".to_string();
-            let mut steps = reads(&dereferenced.contacts, roles, &persona);
+            let mut steps = reads(&persona);
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -357,43 +605,50 @@ fn scenario(which: &Scenario) -> (SaintBot, Vec<Expect>) {
                 },
             ));
             steps.push(event_expectation("RoleNotFound", "Warning"));
-            (bot, steps)
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
         }
     }
 }
 
-/// A context on `client` with the operator's test settings and a pinned clock.
-fn context(client: Client) -> Arc<Context> {
+const NOW: &str = "2026-11-22T01:00:00Z";
+
+/// A context on `client` with the operator's test settings, `cached` and a pinned clock.
+fn context(client: Client, cached: Cached) -> Arc<Context> {
     let recorder = Recorder::new(client.clone(), "saint-operator".into());
-    let fixed_now = Box::new(|| Time("2026-11-22T01:00:00Z".parse().unwrap()));
+    let fixed_now = Box::new(|| Time(NOW.parse().unwrap()));
     Arc::new(Context::with_clock(
         client,
         recorder,
         settings(),
         Arc::new(Metrics::default()),
+        cached.sources,
+        cached.children,
         fixed_now,
     ))
 }
 
-async fn run(which: Scenario) -> Result<Action, ReconcileError> {
-    let (bot, steps) = scenario(&which);
-    let (result, _) =
-        with_stand_in(steps, |client| reconcile(Arc::new(bot), context(client))).await;
-    result
+async fn run(which: Scenario) -> (Result<Action, ReconcileError>, Vec<String>) {
+    let (bot, cached, steps) = scenario(&which);
+    with_stand_in(steps, |client| {
+        reconcile(Arc::new(bot), context(client, cached))
+    })
+    .await
 }
 
 #[tokio::test]
 async fn first_reconcile_of_the_example_bot_applies_every_child_and_patches_status() {
-    let action = run(Scenario::FirstReconcileAppliesEveryChild)
-        .await
-        .expect("reconcile succeeds");
-    assert_eq!(action, Action::requeue(RESYNC_INTERVAL));
+    let (result, _) = run(Scenario::FirstReconcileAppliesEveryChild).await;
+    assert_eq!(
+        result.expect("reconcile succeeds"),
+        Action::requeue(RESYNC_INTERVAL)
+    );
 }
 
 #[tokio::test]
 async fn a_removed_webhook_ingress_is_deleted_and_only_the_bots_own() {
     run(Scenario::RemovedWebhookIngressIsDeleted)
         .await
+        .0
         .expect("reconcile succeeds");
 }
 
@@ -401,6 +656,7 @@ async fn a_removed_webhook_ingress_is_deleted_and_only_the_bots_own() {
 async fn a_phone_claimed_by_two_contacts_is_reported_on_the_bot_and_both_contacts() {
     run(Scenario::ConflictingContactsAreReported)
         .await
+        .0
         .expect("reconcile succeeds despite conflicts");
 }
 
@@ -408,16 +664,60 @@ async fn a_phone_claimed_by_two_contacts_is_reported_on_the_bot_and_both_contact
 async fn a_missing_default_role_applies_nothing_and_reports_role_not_found() {
     let error = run(Scenario::MissingDefaultRoleWaits)
         .await
+        .0
         .expect_err("reconcile reports the invalid spec");
     assert!(matches!(error, ReconcileError::InvalidSpec(_)), "{error}");
 }
 
 #[tokio::test]
+async fn an_unchanged_ready_bot_is_reconciled_without_a_single_write() {
+    let (result, seen) = run(Scenario::UnchangedReadyBotWritesNothing).await;
+    assert_eq!(
+        result.expect("reconcile succeeds"),
+        Action::requeue(RESYNC_INTERVAL)
+    );
+    assert!(
+        seen.iter()
+            .all(|request| request.starts_with("GET /api/v1/namespaces/acme/configmaps/")),
+        "only the named ConfigMaps are read: {seen:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hand_edited_network_policy_is_replaced_whole_and_nothing_else_is_written() {
+    let (result, seen) = run(Scenario::DriftedPolicyIsReplaced).await;
+    result.expect("reconcile succeeds");
+    let writes: Vec<&String> = seen
+        .iter()
+        .filter(|request| !request.starts_with("GET "))
+        .filter(|request| !request.contains("/events"))
+        .collect();
+    assert_eq!(writes.len(), 3, "replace, apply, status: {seen:#?}");
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_reported_by_name_and_retried() {
+    let (bot, cached, steps) = scenario(&Scenario::MissingSecretIsReported);
+    let bot = Arc::new(bot);
+    let (action, _) = with_stand_in(steps, |client| async move {
+        reconcile(bot, context(client, cached))
+            .await
+            .expect("the children are applied; the status says what is missing")
+    })
+    .await;
+    assert_eq!(
+        action,
+        Action::requeue(backoff(1)),
+        "retried: nothing watches Secrets"
+    );
+}
+
+#[tokio::test]
 async fn a_missing_skill_config_map_applies_nothing_reports_it_and_is_retried() {
-    let (bot, steps) = scenario(&Scenario::MissingSkillConfigMapIsRetried);
+    let (bot, cached, steps) = scenario(&Scenario::MissingSkillConfigMapIsRetried);
     let bot = Arc::new(bot);
     let ((error, action), _) = with_stand_in(steps, |client| async move {
-        let context = context(client);
+        let context = context(client, cached);
         let error = reconcile(bot.clone(), context.clone())
             .await
             .expect_err("reconcile reports the missing ConfigMap");
@@ -434,16 +734,17 @@ async fn a_missing_skill_config_map_applies_nothing_reports_it_and_is_retried() 
 }
 
 #[tokio::test]
-async fn a_failed_apply_stops_the_reconcile_and_warns_once() {
+async fn a_refused_child_sets_apply_failed_with_the_api_servers_words_and_warns_once() {
     // Two rounds as the controller runs them: reconcile, then `error_policy` with its
-    // error; the stand-in expects the Warning in the first round only.
-    let (bot, mut steps) = scenario(&Scenario::ApplyFailureStopsAndWarns);
-    steps.extend(scenario(&Scenario::ApplyFailureRetriedQuietly).1);
-    let bot = Arc::new(bot);
+    // error; in the second the first round's status is stored, so nothing is written
+    // and no second Warning is published.
+    let (first_bot, cached, mut steps) = scenario(&Scenario::ApplyFailureStopsAndWarns);
+    let (second_bot, _, second_steps) = scenario(&Scenario::ApplyFailureRetriedQuietly);
+    steps.extend(second_steps);
     let ((errors, actions, metrics), seen) = with_stand_in(steps, |client| async move {
-        let context = context(client);
+        let context = context(client, cached);
         let (mut errors, mut actions) = (Vec::new(), Vec::new());
-        for _ in 0..2 {
+        for bot in [first_bot, second_bot].map(Arc::new) {
             let error = reconcile(bot.clone(), context.clone())
                 .await
                 .expect_err("reconcile reports the failed apply");

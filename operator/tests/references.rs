@@ -1,64 +1,41 @@
 //! The references controller against an API stand-in (`tower_test::mock`): named
-//! scenarios prove the exact requests — reads, status patches, Events — with which one
-//! reconcile of a Contact or Role writes its status, bots or no bots. The real API
+//! scenarios prove the exact requests — status patches and Events, never a read: the
+//! namespace's objects come from the operator's caches — with which one reconcile of a
+//! Contact or Role writes its status, bots or no bots. The real API
 //! server comes in `e2e/tests/references.rs`.
 
 mod support;
 
 use std::sync::Arc;
 
-use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Client,
     runtime::{controller::Action, events::Recorder},
 };
 use saint_operator::{
+    cache::Sources,
     crd::{Contact, Role, SaintBot},
     references_controller::{Context, reconcile_contact, reconcile_role},
 };
 use serde_json::{Value, json};
 use support::{
-    load,
+    load, sources,
     stand_in::{
-        Expect, condition, expect, list, object_event_expectation, status_expectation, to_value,
-        with_stand_in,
+        Expect, condition, object_event_expectation, status_expectation, to_value, with_stand_in,
     },
 };
 
 const NOW: &str = "2026-11-22T01:00:00Z";
 
-fn context(client: Client) -> Arc<Context> {
+fn context(client: Client, sources: Sources) -> Arc<Context> {
     let recorder = Recorder::new(client.clone(), "saint-operator".into());
     Arc::new(Context::with_clock(
         client,
         recorder,
+        sources,
         Box::new(|| Time(NOW.parse().unwrap())),
     ))
-}
-
-/// The three lists a Contact reconcile reads from namespace `acme`, in order.
-fn namespace_reads(bots: &[SaintBot], contacts: &[Contact], roles: &[Role]) -> Vec<Expect> {
-    let bots: Vec<Value> = bots.iter().map(to_value).collect();
-    let contacts: Vec<Value> = contacts.iter().map(to_value).collect();
-    let roles: Vec<Value> = roles.iter().map(to_value).collect();
-    vec![
-        expect(
-            Method::GET,
-            "/apis/saint.work/v1alpha1/namespaces/acme/saintbots",
-            move |_| list("SaintBotList", bots),
-        ),
-        expect(
-            Method::GET,
-            "/apis/saint.work/v1alpha1/namespaces/acme/contacts",
-            move |_| list("ContactList", contacts),
-        ),
-        expect(
-            Method::GET,
-            "/apis/saint.work/v1alpha1/namespaces/acme/roles",
-            move |_| list("RoleList", roles),
-        ),
-    ]
 }
 
 fn contact_status_expectation(
@@ -95,10 +72,17 @@ fn ana_twin() -> Contact {
     }))
 }
 
-/// Reconciles each of `contacts` once, in order, against the stand-in.
-async fn reconcile_each(contacts: Vec<Contact>, steps: Vec<Expect>) -> Vec<String> {
+/// Reconciles each of `contacts` once, in order, against the stand-in, with caches
+/// holding `bots`, `contacts` and `roles`. A Contact reconcile reads nothing from the API
+/// server: every request in `steps` is a write.
+async fn reconcile_each(
+    contacts: Vec<Contact>,
+    (bots, roles): (&[SaintBot], &[Role]),
+    steps: Vec<Expect>,
+) -> Vec<String> {
+    let sources = sources(bots, &contacts, roles);
     let (results, seen) = with_stand_in(steps, |client| async move {
-        let context = context(client);
+        let context = context(client, sources);
         let mut results = Vec::new();
         for contact in contacts {
             results.push(reconcile_contact(Arc::new(contact), context.clone()).await);
@@ -135,7 +119,7 @@ async fn a_role_in_a_namespace_without_any_saintbot_gets_its_status() {
         },
     )];
     let (result, _) = with_stand_in(steps, |client| {
-        reconcile_role(Arc::new(role), context(client))
+        reconcile_role(Arc::new(role), context(client, sources(&[], &[], &[])))
     })
     .await;
     assert_eq!(
@@ -172,7 +156,7 @@ async fn an_invalid_role_is_not_ready_and_warns_once() {
     ];
     let first = role.clone();
     with_stand_in(steps, |client| async move {
-        reconcile_role(Arc::new(first), context(client))
+        reconcile_role(Arc::new(first), context(client, sources(&[], &[], &[])))
             .await
             .expect("role reconcile succeeds")
     })
@@ -185,7 +169,7 @@ async fn an_invalid_role_is_not_ready_and_warns_once() {
         ),
     );
     let (_, seen) = with_stand_in(Vec::new(), |client| async move {
-        reconcile_role(Arc::new(role), context(client))
+        reconcile_role(Arc::new(role), context(client, sources(&[], &[], &[])))
             .await
             .expect("role reconcile succeeds")
     })
@@ -200,8 +184,7 @@ async fn a_contact_naming_an_unknown_role_is_not_ready_with_the_role_named_and_w
         "metadata": {"name": "acme-ana", "namespace": "acme", "generation": 1},
         "spec": {"displayName": "Ana", "role": "visitor", "identifiers": {"email": "ana@acme.example"}},
     }));
-    let mut steps = namespace_reads(&[], std::slice::from_ref(&contact), &[]);
-    steps.push(contact_status_expectation(
+    let mut steps = vec![contact_status_expectation(
         &contact,
         "RoleNotFound",
         0,
@@ -214,15 +197,15 @@ async fn a_contact_naming_an_unknown_role_is_not_ready_with_the_role_named_and_w
             );
             assert_eq!(status["observedGeneration"], 1, "{status}");
         },
-    ));
+    )];
     steps.push(object_event_expectation(
         "acme-ana",
         "RoleNotFound",
         "Warning",
     ));
-    reconcile_each(vec![contact.clone()], steps).await;
+    reconcile_each(vec![contact.clone()], (&[], &[]), steps).await;
 
-    // The next reconcile sees that status stored: reads only, no write, no second Warning.
+    // The next reconcile sees that status stored: no request at all, no second Warning.
     let stored = saint_operator::references_controller::contact_status::contact_statuses(
         &[],
         std::slice::from_ref(&contact),
@@ -230,9 +213,8 @@ async fn a_contact_naming_an_unknown_role_is_not_ready_with_the_role_named_and_w
         &Time(NOW.parse().unwrap()),
     );
     contact.status = Some(stored["acme-ana"].clone());
-    let steps = namespace_reads(&[], std::slice::from_ref(&contact), &[]);
-    let seen = reconcile_each(vec![contact], steps).await;
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    let seen = reconcile_each(vec![contact], (&[], &[]), Vec::new()).await;
+    assert!(seen.is_empty(), "{seen:?}");
 }
 
 #[tokio::test]
@@ -241,14 +223,14 @@ async fn the_example_contacts_are_linked() {
     let contacts = dereferenced.contacts.clone();
     let mut steps = Vec::new();
     for contact in &contacts {
-        steps.extend(namespace_reads(
-            std::slice::from_ref(&bot),
-            &contacts,
-            &dereferenced.roles,
-        ));
         steps.push(contact_status_expectation(contact, "Linked", 0, |_| {}));
     }
-    reconcile_each(contacts, steps).await;
+    reconcile_each(
+        contacts,
+        (std::slice::from_ref(&bot), &dereferenced.roles),
+        steps,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -274,8 +256,9 @@ async fn every_example_role_is_valid() {
             })
         })
         .collect();
+    let cached = sources(&[], &[], &roles);
     with_stand_in(steps, |client| async move {
-        let context = context(client);
+        let context = context(client, cached);
         for role in roles {
             reconcile_role(Arc::new(role), context.clone())
                 .await
@@ -292,11 +275,6 @@ async fn a_phone_claimed_by_two_contacts_of_one_bot_is_reported_on_both_contacts
     contacts.push(ana_twin());
     let mut steps = Vec::new();
     for contact in &contacts {
-        steps.extend(namespace_reads(
-            std::slice::from_ref(&bot),
-            &contacts,
-            &dereferenced.roles,
-        ));
         let name = contact.metadata.name.clone().unwrap();
         if name == "acme-ana" || name == "acme-twin" {
             let (this, other) = if name == "acme-ana" {
@@ -325,5 +303,10 @@ async fn a_phone_claimed_by_two_contacts_of_one_bot_is_reported_on_both_contacts
             steps.push(contact_status_expectation(contact, "Linked", 0, |_| {}));
         }
     }
-    reconcile_each(contacts, steps).await;
+    reconcile_each(
+        contacts,
+        (std::slice::from_ref(&bot), &dereferenced.roles),
+        steps,
+    )
+    .await;
 }

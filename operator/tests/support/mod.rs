@@ -3,8 +3,10 @@
 
 pub mod stand_in;
 
+use kube::runtime::{reflector, watcher};
 use saint_operator::{
-    crd::SaintBot,
+    cache::{Children, Sources},
+    crd::{Contact, Role, SaintBot},
     offline::{Manifests, read_manifests},
     saintbot_controller::{
         dereference::Dereferenced,
@@ -67,4 +69,39 @@ pub fn assert_golden(file: &str, actual: &str) {
         "{} differs; run with SAINT_UPDATE_GOLDEN=1 to accept",
         path.display()
     );
+}
+
+/// A store holding `objects`, as a watch would have filled it.
+pub fn store<K>(objects: &[K]) -> reflector::Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
+    }
+    store
+}
+
+/// The operator's caches of Saint's own resources, holding these objects.
+pub fn sources(bots: &[SaintBot], contacts: &[Contact], roles: &[Role]) -> Sources {
+    Sources {
+        bots: store(bots),
+        contacts: store(contacts),
+        roles: store(roles),
+    }
+}
+
+/// Child caches that have seen no child yet.
+pub fn no_children() -> Children {
+    Children {
+        service_accounts: store(&[]),
+        role_bindings: store(&[]),
+        config_maps: store(&[]),
+        claims: store(&[]),
+        services: store(&[]),
+        network_policies: store(&[]),
+        ingresses: store(&[]),
+        deployments: store(&[]),
+    }
 }
