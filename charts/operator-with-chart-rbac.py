@@ -154,8 +154,12 @@ def main() -> int:
         check(lease == "rbac-check", f"the operator holds the Lease (holder: {lease!r})")
 
         log_text = log_path.read_text()
-        forbidden = [line for line in log_text.splitlines() if "forbidden" in line.lower()]
-        check(not forbidden, "no Forbidden error in the operator's log" +
+        # Refusals of the operator's account: RBAC ("cannot <verb> resource", the
+        # escalation check) or an admission policy. A 403 for writing into a namespace
+        # being deleted (another check's, cleaning up) is neither.
+        forbidden = [line for line in log_text.splitlines() if "forbidden" in line.lower() and any(
+            words in line for words in (" cannot ", "attempting to grant", "denied request"))]
+        check(not forbidden, "no RBAC or admission refusal in the operator's log" +
               (":\n    " + "\n    ".join(line[:400] for line in forbidden[:5]) if forbidden else ""))
 
         binding = json.loads(kubectl(options, "-n", NAMESPACE, "get", "rolebinding", f"{BOT}-agent",
