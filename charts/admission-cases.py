@@ -7,8 +7,9 @@ refused with a message naming the rule it breaks.
 Requests use `kubectl create --dry-run=server --as=<agent account>`: the API
 server runs authentication, RBAC and every admission plugin (the
 ValidatingAdmissionPolicy included) but stores nothing. Expects KUBECONFIG to
-be an administrator's, and the policy and its binding to be installed already.
-Creates and deletes its own namespaces."""
+be an administrator's, the policies and their bindings to be installed already,
+and the SaintBot CRD (the runtime-class policy reads each bot's SaintBot).
+Creates and deletes its own namespaces, with a SaintBot per agent in them."""
 
 import argparse
 import copy
@@ -21,7 +22,14 @@ BOT = "acme-assistant"
 JOB = f"{BOT}-sandbox-test"
 NAMESPACE = "saint-admission-test"
 OTHER_NAMESPACE = "saint-admission-other"
+# A namespace without any SaintBot: the runtime-class policy has no parameter there.
+EMPTY_NAMESPACE = "saint-admission-empty"
 AGENT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
+# The runtime class BOT's SaintBot names; its sandbox Jobs must keep exactly it.
+RUNTIME_CLASS = "gvisor"
+# A bot that names no runtime class: its Jobs must name none either.
+PLAIN_BOT = "plain-bot"
+PLAIN_AGENT = f"system:serviceaccount:{NAMESPACE}:{PLAIN_BOT}-agent"
 
 
 def kubectl(options, *arguments, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -31,14 +39,14 @@ def kubectl(options, *arguments, stdin: str | None = None, check: bool = True) -
     return result
 
 
-def sandbox_job(image: str) -> dict:
+def sandbox_job(image: str, sandbox_uid: int, bot: str = BOT) -> dict:
     """The Job the agent creates from the operator-rendered sandbox template."""
     labels = {
         "app.kubernetes.io/name": "saint",
-        "app.kubernetes.io/instance": BOT,
+        "app.kubernetes.io/instance": bot,
         "app.kubernetes.io/managed-by": "saint-operator",
         "app.kubernetes.io/component": "sandbox",
-        "saint.work/bot": BOT,
+        "saint.work/bot": bot,
         "saint.work/sandbox": "true",
     }
     restricted = {
@@ -48,7 +56,7 @@ def sandbox_job(image: str) -> dict:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": JOB, "namespace": NAMESPACE, "labels": dict(labels)},
@@ -63,7 +71,7 @@ def sandbox_job(image: str) -> dict:
                     "automountServiceAccountToken": False,
                     "securityContext": {
                         "runAsNonRoot": True,
-                        "runAsUser": 65532,
+                        "runAsUser": sandbox_uid,
                         "runAsGroup": 65532,
                         "fsGroup": 65532,
                         "seccompProfile": {"type": "RuntimeDefault"},
@@ -90,7 +98,7 @@ def sandbox_job(image: str) -> dict:
                         ],
                     }],
                     "volumes": [
-                        {"name": "agent-workspace", "persistentVolumeClaim": {"claimName": f"{BOT}-workspace"}},
+                        {"name": "agent-workspace", "persistentVolumeClaim": {"claimName": f"{bot}-workspace"}},
                         {"name": "workspace", "emptyDir": {}},
                         {"name": "tmp", "emptyDir": {"medium": "Memory"}},
                     ],
@@ -98,6 +106,9 @@ def sandbox_job(image: str) -> dict:
             },
         },
     }
+    if bot == BOT:
+        pod(job)["runtimeClassName"] = RUNTIME_CLASS
+    return job
 
 
 def pod(job: dict) -> dict:
@@ -112,7 +123,7 @@ def mount(job: dict, path: str) -> dict:
     return next(m for m in container(job)["volumeMounts"] if m["mountPath"] == path)
 
 
-def mutation_cases(image: str) -> list[tuple[str, str, object]]:
+def mutation_cases(image: str, sandbox_uid: int) -> list[tuple[str, str, object]]:
     """(what, expected rule, function mutating a copy of the good Job)."""
 
     def set_path(*keys_and_value):
@@ -249,6 +260,18 @@ def mutation_cases(image: str) -> list[tuple[str, str, object]]:
          lambda job: container(job)["securityContext"].update({"runAsNonRoot": False})),
         ("runAsUser 0", "run-as-non-root",
          lambda job: container(job)["securityContext"].update({"runAsUser": 0})),
+        ("the pod running as the agent's uid 65532", "sandbox-uid",
+         set_path("spec", "template", "spec", "securityContext", "runAsUser", 65532)),
+        ("the container running as another uid", "sandbox-uid",
+         lambda job: container(job)["securityContext"].update({"runAsUser": sandbox_uid + 1})),
+        ("runAsUser left to the image", "sandbox-uid",
+         lambda job: pod(job)["securityContext"].pop("runAsUser")),
+        ("an init container as the agent's uid", "sandbox-uid",
+         lambda job: pod(job).update({"initContainers": [dict(
+             copy.deepcopy(container(job)), name="init",
+             securityContext=dict(container(job)["securityContext"], runAsUser=65532))]})),
+        ("the runtime class changed", "runtime-class", set_path("spec", "template", "spec", "runtimeClassName", "runc")),
+        ("the runtime class removed", "runtime-class", lambda job: pod(job).pop("runtimeClassName")),
         ("allowPrivilegeEscalation true", "no-privilege-escalation",
          lambda job: container(job)["securityContext"].update({"allowPrivilegeEscalation": True})),
         # The API server itself refuses privileged with allowPrivilegeEscalation
@@ -285,8 +308,17 @@ def create(options, job: dict, user: str) -> subprocess.CompletedProcess:
                    stdin=json.dumps(job), check=False)
 
 
+def saint_bot(name: str, namespace: str, runtime_class: str | None) -> dict:
+    """A SaintBot as the runtime-class policy reads it (never reconciled here: the
+    throwaway control plane runs no operator)."""
+    sandbox = {"runtimeClassName": runtime_class} if runtime_class else {}
+    return {"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"model": {"provider": "anthropic", "name": "claude-sonnet-4-5"}, "sandbox": sandbox}}
+
+
 def setup(options) -> None:
-    for namespace in (NAMESPACE, OTHER_NAMESPACE):
+    for namespace in (NAMESPACE, OTHER_NAMESPACE, EMPTY_NAMESPACE):
         kubectl(options, "create", "namespace", namespace, check=False)
         # What the operator grants each agent (RBAC is not what is under test).
         kubectl(options, "apply", "-f", "-", stdin=json.dumps({
@@ -299,26 +331,49 @@ def setup(options) -> None:
                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "job-creator"},
                  "subjects": [
                      {"kind": "ServiceAccount", "name": f"{BOT}-agent", "namespace": NAMESPACE},
+                     {"kind": "ServiceAccount", "name": f"{PLAIN_BOT}-agent", "namespace": NAMESPACE},
+                     {"kind": "ServiceAccount", "name": f"{BOT}-agent", "namespace": EMPTY_NAMESPACE},
                      {"kind": "ServiceAccount", "name": "builder", "namespace": NAMESPACE}]},
             ]}))
+    # The other namespace has BOT too, so a Job there is refused for the namespace
+    # alone, not for a missing parameter.
+    bots = [saint_bot(BOT, NAMESPACE, RUNTIME_CLASS), saint_bot(PLAIN_BOT, NAMESPACE, None),
+            saint_bot(BOT, OTHER_NAMESPACE, RUNTIME_CLASS)]
+    kubectl(options, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": bots}))
+
+
+def sandbox_uid_of_policy(options) -> int:
+    """The sandbox uid the installed policy requires (its `sandboxUid` variable, which
+    a saint-config test holds equal to saint_config::uids::SANDBOX_UID)."""
+    policies = json.loads(kubectl(options, "get", "validatingadmissionpolicies", "-o", "json").stdout)
+    for policy in policies["items"]:
+        for variable in policy["spec"].get("variables", []):
+            if variable["name"] == "sandboxUid":
+                return int(variable["expression"])
+    raise SystemExit("no installed ValidatingAdmissionPolicy defines the variable sandboxUid")
 
 
 def teardown(options) -> None:
-    for namespace in (NAMESPACE, OTHER_NAMESPACE):
+    for namespace in (NAMESPACE, OTHER_NAMESPACE, EMPTY_NAMESPACE):
         kubectl(options, "delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def wait_for_policy(options, image: str) -> None:
-    """Policies take effect asynchronously; wait until a known-bad Job is refused."""
-    bad = sandbox_job(image)
-    pod(bad)["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+def wait_for_policy(options, image: str, sandbox_uid: int) -> None:
+    """Policies (and the parameters they read) take effect asynchronously; wait until
+    a Job breaking only the first policy, and one breaking only the runtime-class
+    policy, are refused."""
+    host_path = sandbox_job(image, sandbox_uid)
+    pod(host_path)["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    no_runtime_class = sandbox_job(image, sandbox_uid)
+    pod(no_runtime_class).pop("runtimeClassName")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if "saint sandbox policy" in create(options, bad, AGENT).stderr:
-            return
-        time.sleep(0.5)
-    raise SystemExit("the sandbox admission policy did not take effect within 30 s "
-                     "(is the chart's ValidatingAdmissionPolicy installed?)")
+    for bad, marker in ((host_path, "saint sandbox policy [no-host-path]"),
+                        (no_runtime_class, "saint sandbox policy [runtime-class]")):
+        while marker not in create(options, bad, AGENT).stderr:
+            if time.monotonic() >= deadline:
+                raise SystemExit(f"the sandbox admission policies did not refuse with {marker} within 30 s "
+                                 "(are the chart's ValidatingAdmissionPolicies installed?)")
+            time.sleep(0.5)
 
 
 def main() -> int:
@@ -333,17 +388,21 @@ def main() -> int:
     failures = []
     passed = 0
     try:
-        wait_for_policy(options, image)
+        sandbox_uid = sandbox_uid_of_policy(options)
+        wait_for_policy(options, image, sandbox_uid)
 
-        result = create(options, sandbox_job(image), AGENT)
+        def sandbox_job_for(bot: str = BOT) -> dict:
+            return sandbox_job(image, sandbox_uid, bot)
+
+        result = create(options, sandbox_job_for(), AGENT)
         if result.returncode == 0:
             passed += 1
             print(f"ok   admitted: the sandbox template from {AGENT}")
         else:
             failures.append(f"the sandbox template was refused: {result.stderr.strip()}")
 
-        for what, rule, mutate in mutation_cases(image):
-            job = sandbox_job(image)
+        for what, rule, mutate in mutation_cases(image, sandbox_uid):
+            job = sandbox_job_for()
             mutate(job)
             result = create(options, job, AGENT)
             marker = f"saint sandbox policy [{rule}]"
@@ -360,8 +419,36 @@ def main() -> int:
                 outcome = "admitted" if result.returncode == 0 else result.stderr.strip()
                 failures.append(f"{what}: expected a refusal naming [{rule}], got: {outcome}")
 
+        # A bot that names no runtime class: its template has none, and a Job may not
+        # choose one.
+        plain = sandbox_job_for(PLAIN_BOT)
+        result = create(options, plain, PLAIN_AGENT)
+        if result.returncode == 0:
+            passed += 1
+            print(f"ok   admitted: the sandbox template without a runtime class from {PLAIN_AGENT}")
+        else:
+            failures.append(f"the plain bot's sandbox template was refused: {result.stderr.strip()}")
+        pod(plain)["runtimeClassName"] = RUNTIME_CLASS
+        result = create(options, plain, PLAIN_AGENT)
+        if result.returncode != 0 and "saint sandbox policy [runtime-class]" in result.stderr:
+            passed += 1
+            print("ok   refused [runtime-class]: a runtime class added to a bot that names none")
+        else:
+            failures.append(f"runtime class added: expected [runtime-class], got: {result.stderr.strip() or 'admitted'}")
+
+        # An agent account in a namespace without any SaintBot: no parameter, refused.
+        job = sandbox_job_for()
+        job["metadata"]["namespace"] = EMPTY_NAMESPACE
+        empty_agent = f"system:serviceaccount:{EMPTY_NAMESPACE}:{BOT}-agent"
+        result = create(options, job, empty_agent)
+        if result.returncode != 0 and "no params found" in result.stderr:
+            passed += 1
+            print("ok   refused (no SaintBot in the namespace): a Job from an agent account without its bot")
+        else:
+            failures.append(f"Job without a SaintBot: expected 'no params found', got: {result.stderr.strip() or 'admitted'}")
+
         # The agent of one namespace creating Jobs in another (if RBAC ever allowed it).
-        job = sandbox_job(image)
+        job = sandbox_job_for()
         job["metadata"]["namespace"] = OTHER_NAMESPACE
         result = create(options, job, AGENT)
         if result.returncode != 0 and "saint sandbox policy [own-namespace]" in result.stderr:
@@ -371,7 +458,7 @@ def main() -> int:
             failures.append(f"Job in another namespace: expected [own-namespace], got: {result.stderr.strip() or 'admitted'}")
 
         # Accounts that are not bot agents are not this policy's business.
-        job = sandbox_job(image)
+        job = sandbox_job_for()
         pod(job)["volumes"].append({"name": "creds", "secret": {"secretName": "build-credentials"}})
         result = create(options, job, f"system:serviceaccount:{NAMESPACE}:builder")
         if result.returncode == 0:

@@ -13,6 +13,7 @@ pub mod channel_settings;
 mod error_chain;
 mod identity;
 pub mod sandbox_contract;
+pub mod uids;
 mod validate;
 
 use std::{collections::BTreeMap, str::FromStr};

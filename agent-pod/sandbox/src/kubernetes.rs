@@ -35,11 +35,14 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use saint_config::sandbox_contract::{
-    RunnerSettings, SANDBOX_KEY_LABEL, SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER,
-    SANDBOX_RUN_SUBPATH_PREFIX, SANDBOX_SCOPE_LABEL, SANDBOX_VIEW_MOUNT_PATH,
-    SANDBOX_VIEW_SUBPATH_PLACEHOLDER, agent_runner_socket_path, runner_socket_path,
-    sandbox_label_selector, sandbox_labels,
+use saint_config::{
+    sandbox_contract::{
+        RunnerSettings, SANDBOX_KEY_LABEL, SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER,
+        SANDBOX_RUN_SUBPATH_PREFIX, SANDBOX_SCOPE_LABEL, SANDBOX_VIEW_MOUNT_PATH,
+        SANDBOX_VIEW_SUBPATH_PLACEHOLDER, agent_runner_socket_path, runner_socket_path,
+        sandbox_label_selector, sandbox_labels,
+    },
+    uids::SANDBOX_UID,
 };
 
 use super::{Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, View, random_token};
@@ -211,6 +214,7 @@ pub fn build_job(
     pod.restart_policy = Some("Never".to_string());
     // Never a service-account token in a sandbox, whatever the template says.
     pod.automount_service_account_token = Some(false);
+    run_as_sandbox_uid(pod);
 
     let index = pod
         .containers
@@ -288,6 +292,25 @@ pub fn build_job(
         });
     }
     Ok(job)
+}
+
+/// Every container runs as the sandbox uid, whatever the template says: Porter's call
+/// socket admits that uid and its control socket refuses it, so a sandbox running as
+/// the agent's uid could register tokens of any role. Sets it on the pod and drops any
+/// container's own `runAsUser`, which would override the pod's.
+fn run_as_sandbox_uid(pod: &mut k8s_openapi::api::core::v1::PodSpec) {
+    let context = pod.security_context.get_or_insert_with(Default::default);
+    context.run_as_user = Some(i64::from(SANDBOX_UID));
+    context.run_as_non_root = Some(true);
+    for container in pod
+        .containers
+        .iter_mut()
+        .chain(pod.init_containers.iter_mut().flatten())
+    {
+        if let Some(context) = container.security_context.as_mut() {
+            context.run_as_user = None;
+        }
+    }
 }
 
 /// Replaces the template's `/agent` placeholder mount with one read-only mount per
@@ -729,6 +752,45 @@ mod tests {
             runner_idle_timeout_seconds: 3600,
             owner: None,
         }
+    }
+
+    #[test]
+    fn every_container_runs_as_the_sandbox_uid_whatever_the_template_says() {
+        let scope = test_scope(SandboxScope::Session, "http:acme-ana");
+        let mut template = template();
+        let pod = &mut template["spec"]["template"]["spec"];
+        // The agent's uid on the pod, root on an init container, another uid on the runner.
+        pod["securityContext"] = json!({"runAsUser": saint_config::uids::AGENT_UID, "runAsNonRoot": false, "fsGroup": 65532});
+        pod["containers"][0]["securityContext"] =
+            json!({"runAsUser": 4242, "readOnlyRootFilesystem": true});
+        pod["initContainers"] = json!([{"name": "init", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0", "securityContext": {"runAsUser": 0}}]);
+        let job = build_job(&template, &parameters(&scope, &[], &[])).unwrap();
+        let value = serde_json::to_value(&job).unwrap();
+        let pod = &value["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"],
+            json!({"runAsUser": SANDBOX_UID, "runAsNonRoot": true, "fsGroup": 65532})
+        );
+        // No container overrides the pod's uid; the rest of their contexts is kept.
+        assert_eq!(
+            pod["containers"][0]["securityContext"],
+            json!({"readOnlyRootFilesystem": true})
+        );
+        assert_eq!(pod["initContainers"][0]["securityContext"], json!({}));
+        // A template with no security context at all gets one.
+        let job = build_job(&self::template(), &parameters(&scope, &[], &[])).unwrap();
+        let context = job
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .security_context
+            .unwrap();
+        assert_eq!(
+            (context.run_as_user, context.run_as_non_root),
+            (Some(i64::from(SANDBOX_UID)), Some(true))
+        );
     }
 
     #[test]

@@ -44,6 +44,7 @@ struct Arguments {
     #[arg(long, env = "PORTER_TOKENS_FILE")]
     tokens_file: Option<PathBuf>,
     /// Peer uid allowed on the call socket (repeatable; default: any uid, token decides).
+    /// In the bot pod: the sandbox uid only (`saint_config::uids::SANDBOX_UID`).
     #[arg(
         long = "allowed-uid",
         env = "PORTER_ALLOWED_UIDS",
@@ -51,6 +52,7 @@ struct Arguments {
     )]
     allowed_uids: Vec<u32>,
     /// Peer uid allowed on the control socket (repeatable; default: porter's own uid).
+    /// In the bot pod: the agent uid only (`saint_config::uids::AGENT_UID`).
     #[arg(
         long = "control-uid",
         env = "PORTER_CONTROL_UIDS",
@@ -164,6 +166,10 @@ fn main() {
     if let Some(status) = porter::supervisor::main_if_asked() {
         std::process::exit(status);
     }
+    // Porter and its CLIs run as their own uid, the agent as another in the same group:
+    // what a CLI creates on the workspace (a clone, a download) must stay writable for
+    // the agent, and nothing Porter creates is for other users.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o007));
     // Every connection and call holds descriptors: use all the hard limit allows.
     if let Ok((_, hard)) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
