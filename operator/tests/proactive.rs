@@ -261,7 +261,7 @@ fn skills_need_safe_unique_names_and_an_existing_config_map_key() {
 }
 
 #[test]
-fn role_limits_outside_their_bounds_are_refused_naming_the_role_and_field() {
+fn role_limits_outside_their_bounds_leave_the_role_out_naming_it_and_the_field() {
     let cases: [(&str, Value); 5] = [
         (
             "spec.cron.minIntervalSeconds",
@@ -279,7 +279,9 @@ fn role_limits_outside_their_bounds_are_refused_naming_the_role_and_field() {
         ),
     ];
     for (field, limits) in cases {
-        let error = validate_with(
+        // A Role's problem is the Role's: the bot renders without it and without the
+        // Contact holding it (acme-marko), and says which Role and field.
+        let bot = validate_with(
             |_| {},
             |roles| {
                 let spec = role_named(roles, "manager")["spec"]
@@ -290,11 +292,22 @@ fn role_limits_outside_their_bounds_are_refused_naming_the_role_and_field() {
                 }
             },
         )
-        .expect_err("refused");
-        let message = error.to_string();
+        .unwrap_or_else(|error| panic!("{field}: the bot renders: {error}"));
+        assert!(!bot.config.roles.contains_key("manager"), "{field}");
+        assert!(
+            !bot.config
+                .contacts
+                .iter()
+                .any(|contact| contact.slug.as_str() == "acme-marko"),
+            "{field}"
+        );
+        let left_out = &bot.left_out_roles;
+        assert_eq!(left_out.len(), 1, "{field}: {left_out:?}");
+        let message = left_out[0].error.to_string();
         assert!(
             message.contains("Role \"manager\"") && message.contains(&format!("{field}:")),
             "{field}: {message}"
         );
+        assert_eq!(left_out[0].contacts, ["acme-marko"], "{field}");
     }
 }

@@ -5,18 +5,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{ResourceExt, runtime::events::Event};
+use saint_config::ErrorChain;
 
 use crate::{
     crd::{Contact, ContactStatus, Role, SaintBot},
     identity::{ContactInput, ContactProblems, resolve},
+    saintbot_controller::validate::{RoleError, render_role},
     selection::{bot_uses_contact, bot_uses_role},
     status::{ConditionType, Reason, carry_transition_times, condition, find, problem_event},
 };
 
 /// The status every Contact of a namespace should have. A Role the Contact names must
-/// exist in its namespace; beyond that, an identifier clash or a role a bot does not
-/// select matters only between Contacts one bot uses, so each bot's selection is
-/// resolved separately and the problems are merged. The answer depends only on the
+/// exist in its namespace and be usable (the Role's own rule, [`render_role`]: bots leave
+/// out an unusable Role and the Contacts holding it); beyond that, an identifier clash
+/// or a role a bot does not select matters only between Contacts one bot uses, so each
+/// bot's selection is resolved separately and the problems are merged. The answer depends only on the
 /// namespace's objects, so reconciles of different Contacts never disagree.
 pub fn contact_statuses(
     bots: &[SaintBot],
@@ -24,6 +27,10 @@ pub fn contact_statuses(
     roles: &[Role],
     now: &Time,
 ) -> BTreeMap<String, ContactStatus> {
+    let unusable: BTreeMap<String, RoleError> = roles
+        .iter()
+        .filter_map(|role| Some((role.name_any(), render_role(role).err()?)))
+        .collect();
     let mut merged: BTreeMap<String, ContactProblems> = BTreeMap::new();
     let mut used: BTreeSet<String> = BTreeSet::new();
     for bot in bots {
@@ -42,6 +49,7 @@ pub fn contact_statuses(
             .iter()
             .filter(|role| bot_uses_role(bot, role))
             .map(|role| role.name_any())
+            .filter(|name| !unusable.contains_key(name))
             .collect();
         for (slug, problems) in resolve(&inputs, &role_names).problems {
             let entry = merged.entry(slug).or_default();
@@ -84,6 +92,16 @@ pub fn contact_statuses(
                         "spec.role names Role {:?}, which does not exist in namespace {}",
                         contact.spec.role,
                         contact.namespace().unwrap_or_default()
+                    ),
+                )
+            } else if let Some(error) = unusable.get(&contact.spec.role) {
+                (
+                    Reason::RoleNotFound,
+                    format!(
+                        "spec.role names Role {:?}, which is invalid, so bots leave this contact \
+                         out and treat the person as a stranger: {}",
+                        contact.spec.role,
+                        ErrorChain(error)
                     ),
                 )
             } else if let Some(role) = &problems.missing_role {
@@ -245,6 +263,42 @@ mod tests {
             (warning.reason.as_str(), warning.type_),
             ("RoleNotFound", kube::runtime::events::EventType::Warning)
         );
+    }
+
+    #[test]
+    fn a_contact_holding_an_invalid_role_is_not_ready_naming_the_role_and_its_problem() {
+        let roles: Vec<Role> = vec![
+            object(json!({
+                "apiVersion": "saint.work/v1alpha1", "kind": "Role",
+                "metadata": {"name": "owner", "namespace": "acme"},
+                "spec": {"tools": {"allow": ["teleport*"]}},
+            })),
+            object(json!({
+                "apiVersion": "saint.work/v1alpha1", "kind": "Role",
+                "metadata": {"name": "clerk", "namespace": "acme"}, "spec": {},
+            })),
+        ];
+        let now = time("2026-01-01T00:00:00Z");
+        let mut vesna = contact("acme-vesna", &[], "+385991234568");
+        vesna.spec.role = "clerk".into();
+        let contacts = [contact("acme-ana", &[], "+385991234567"), vesna];
+        // With a bot and without: an unusable Role leaves its Contacts out of every bot.
+        for bots in [vec![bot("my-bot")], vec![]] {
+            let statuses = contact_statuses(&bots, &contacts, &roles, &now);
+            let ready = &statuses["acme-ana"].conditions[0];
+            assert_eq!(
+                (ready.status.as_str(), ready.reason.as_str()),
+                ("False", "RoleNotFound")
+            );
+            assert!(
+                ready.message.contains("Role \"owner\", which is invalid")
+                    && ready.message.contains("spec.tools.allow: \"teleport*\""),
+                "{}",
+                ready.message
+            );
+            let other = &statuses["acme-vesna"].conditions[0];
+            assert_eq!(other.status, "True", "{}", other.message);
+        }
     }
 
     #[test]

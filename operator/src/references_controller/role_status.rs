@@ -1,6 +1,10 @@
 //! The status each Role should have: whether bots can render it. Judged from the Role
 //! alone, so a Role in a namespace without any SaintBot gets its status too. Pure: no
 //! client.
+//!
+//! The rule is [`render_role`], the one every bot selecting the Role applies: a Role
+//! that fails it is left out of those bots' configs (with the Contacts holding it) and
+//! stops none of them, so this condition and its Warning are where the problem shows.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::Event;
@@ -73,8 +77,8 @@ mod tests {
             ("False", "InvalidSpec")
         );
         assert!(
-            ready.message.contains("spec.tools.allow"),
-            "{}",
+            ready.message.contains("spec.tools.allow: \"teleport*\""),
+            "the message names the field and the pattern: {}",
             ready.message
         );
         let warning = role_transition_event(Some(&valid), &invalid).unwrap();

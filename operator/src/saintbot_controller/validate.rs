@@ -36,7 +36,9 @@ use crate::{
 };
 
 pub use self::{
-    porter::PorterSecretFile, proactive::ValidatedSkill, roles::render_role,
+    porter::PorterSecretFile,
+    proactive::ValidatedSkill,
+    roles::{LeftOutRole, RoleError, render_role},
     workload::ValidatedSandbox,
 };
 
@@ -56,11 +58,11 @@ pub enum ValidateError {
         "failed to render roles: spec.defaultRole names Role {role:?}, which does not exist or is not selected"
     )]
     DefaultRoleNotFound { role: String },
-    #[error("failed to render Role {role:?}: {field}: {message}")]
-    InvalidRole {
+    #[error("failed to render roles: {field} names Role {role:?}, which is invalid")]
+    RoleInvalid {
+        field: &'static str,
         role: String,
-        field: String,
-        message: String,
+        source: roles::RoleError,
     },
     #[error(
         "failed to render the heartbeat: spec.heartbeat.role names Role {role:?}, which does not exist or is not selected"
@@ -158,6 +160,9 @@ pub struct ValidatedSaintBot {
     pub agent_cluster_role: String,
     /// Identity resolution result (what was linked, what was left out and why).
     pub identity: IdentityReport,
+    /// Selected Roles left out of the config because they cannot be rendered, with the
+    /// Contacts left out with them; sorted by Role name.
+    pub left_out_roles: Vec<LeftOutRole>,
     /// The webhook Ingress, when `spec.webhookIngress` is set and a channel takes webhooks.
     pub webhook_ingress: Option<ValidatedWebhookIngress>,
     /// Skills mounted under `saint_config::SKILLS_MOUNT_PATH`, in spec order.
@@ -238,6 +243,38 @@ fn resolve_contacts(
     identity::resolve(&inputs, &role_names)
 }
 
+/// Each unusable Role with the Contacts the resolver left out for holding it.
+fn left_out_roles(invalid: &[RoleError], identity: &IdentityReport) -> Vec<LeftOutRole> {
+    invalid
+        .iter()
+        .map(|error| LeftOutRole {
+            error: error.clone(),
+            // `problems` is keyed by slug, so these come out sorted.
+            contacts: identity
+                .problems
+                .iter()
+                .filter(|(_, problems)| problems.missing_role.as_deref() == Some(&error.role))
+                .map(|(slug, _)| slug.clone())
+                .collect(),
+        })
+        .collect()
+}
+
+/// `spec.heartbeat` without the Contacts left out with an unusable Role: they are not
+/// this bot's contacts now, and a Role's problem must not stop the bot's config.
+fn heartbeat_without(
+    heartbeat: Option<&crate::crd::proactive::HeartbeatSpec>,
+    left_out: &[LeftOutRole],
+) -> Option<crate::crd::proactive::HeartbeatSpec> {
+    let mut heartbeat = heartbeat?.clone();
+    heartbeat.notify.retain(|name| {
+        !left_out
+            .iter()
+            .any(|role| role.contacts.iter().any(|contact| contact == name))
+    });
+    Some(heartbeat)
+}
+
 /// The agent re-checks the same rules; refusing here turns a crash loop into a status.
 fn check_rendered(config: &BotConfig) -> Result<(), ValidateError> {
     // The job template is filled by the config map builder, so check with a stand-in.
@@ -254,13 +291,27 @@ pub fn validate(
 ) -> Result<ValidatedSaintBot, ValidateError> {
     let (name, namespace, owner_reference) = metadata(bot)?;
     let spec = &bot.spec;
-    let roles = roles::selected_roles(bot, &dereferenced.roles)?;
+    let selected = roles::selected_roles(bot, &dereferenced.roles)?;
+    if let Some(heartbeat) = &spec.heartbeat {
+        selected.require("spec.heartbeat.role", &heartbeat.role, || {
+            ValidateError::HeartbeatRoleNotFound {
+                role: heartbeat.role.clone(),
+            }
+        })?;
+    }
+    let roles = selected.rendered;
+    // Contacts holding an unusable Role name a role the config lacks, so the resolver
+    // leaves them out (strangers to the bot), as it does for a Role that is not selected.
     let identity = resolve_contacts(bot, &dereferenced.contacts, &roles);
+    let left_out_roles = left_out_roles(&selected.invalid, &identity);
     let channels = channels::render_channels(&spec.channels)?;
 
     let porter = porter::render_porter(&spec.porter)?;
-    let heartbeat =
-        proactive::render_heartbeat(spec.heartbeat.as_ref(), &roles, &identity.contacts)?;
+    let heartbeat = proactive::render_heartbeat(
+        heartbeat_without(spec.heartbeat.as_ref(), &left_out_roles).as_ref(),
+        &roles,
+        &identity.contacts,
+    )?;
     let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
     let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
 
@@ -321,7 +372,166 @@ pub fn validate(
         api_server_port: settings.api_server_port,
         agent_cluster_role: settings.agent_cluster_role.clone(),
         identity,
+        left_out_roles,
         webhook_ingress: webhook_ingress(spec),
         skills,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::crd::Role;
+
+    fn object<T: serde::de::DeserializeOwned>(kind: &str, name: &str, spec: Value) -> T {
+        serde_json::from_value(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": "acme", "uid": "u-1"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn bot(extra: Value) -> SaintBot {
+        let mut spec =
+            json!({"model": {"provider": "anthropic", "name": "m"}, "defaultRole": "visitor"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        object("SaintBot", "my-bot", spec)
+    }
+
+    fn role(name: &str, spec: Value) -> Role {
+        object("Role", name, spec)
+    }
+
+    fn contact(name: &str, role: &str, email: &str) -> Contact {
+        object(
+            "Contact",
+            name,
+            json!({"displayName": name, "role": role, "identifiers": {"email": email}}),
+        )
+    }
+
+    /// A namespace with a usable `visitor` and `clerk` Role, the Role `other`, and one
+    /// Contact for each.
+    fn namespace(other: Value) -> Dereferenced {
+        Dereferenced {
+            roles: vec![
+                role("visitor", json!({"tools": {"allow": ["read"]}})),
+                role("clerk", json!({"tools": {"allow": ["read", "write"]}})),
+                role("other", other),
+            ],
+            contacts: vec![
+                contact("vesna", "clerk", "vesna@acme.example"),
+                contact("mirko", "other", "mirko@acme.example"),
+            ],
+            ..Dereferenced::default()
+        }
+    }
+
+    fn settings() -> OperatorSettings {
+        OperatorSettings::with_tag("0.1.0")
+    }
+
+    #[test]
+    fn a_role_with_an_unmatched_tool_pattern_leaves_out_only_itself_and_its_contacts() {
+        let dereferenced = namespace(json!({"tools": {"allow": ["teleport*"]}}));
+        let bot = bot(json!({"heartbeat": {
+            "everySeconds": 1800, "role": "clerk", "notify": ["vesna", "mirko"],
+        }}));
+        let validated = validate(&bot, &dereferenced, &settings()).expect("the bot renders");
+        let config = &validated.config;
+        assert_eq!(
+            config.roles.keys().collect::<Vec<_>>(),
+            ["clerk", "visitor"]
+        );
+        let contacts: Vec<&str> = config
+            .contacts
+            .iter()
+            .map(|contact| contact.slug.as_str())
+            .collect();
+        assert_eq!(contacts, ["vesna"], "mirko holds the unusable Role");
+        let notify: Vec<&str> = config
+            .heartbeat
+            .as_ref()
+            .unwrap()
+            .notify
+            .iter()
+            .map(|slug| slug.as_str())
+            .collect();
+        assert_eq!(notify, ["vesna"]);
+        assert_eq!(validated.left_out_roles.len(), 1);
+        let left_out = &validated.left_out_roles[0];
+        assert_eq!(
+            (
+                left_out.error.role.as_str(),
+                left_out.error.field.as_str(),
+                left_out.contacts.as_slice()
+            ),
+            (
+                "other",
+                "spec.tools.allow",
+                ["mirko".to_string()].as_slice()
+            )
+        );
+        // The bot's report names the Role and the contact, as missing for this bot.
+        assert_eq!(
+            validated.identity.contacts_with_missing_role(),
+            [("mirko", "other")]
+        );
+        let summary = roles::left_out_summary(&validated.left_out_roles).unwrap();
+        assert!(
+            summary.contains("other (contacts mirko; spec.tools.allow: \"teleport*\""),
+            "{summary}"
+        );
+    }
+
+    /// The invariant behind keeping the rule in `render_role`: whatever is wrong with a
+    /// Role the bot only selects, the bot still renders a config the agent accepts.
+    #[test]
+    fn no_problem_of_a_merely_selected_role_fails_the_bot() {
+        let problems = [
+            json!({"tools": {"allow": ["teleport*"]}}),
+            json!({"tools": {"deny": ["[z]"]}}),
+            json!({"bootstrap": ["EVIL.md"]}),
+            json!({"files": {"read": ["/**"]}}),
+            json!({"inject": ["../../../etc/passwd"]}),
+            json!({"budget": {"usd": -1.0, "period": "month"}}),
+            json!({"skills": ["*", "x"]}),
+            json!({"cron": {"minIntervalSeconds": 1, "maxJobs": 5000}}),
+            json!({"spawn": {"maxConcurrent": 0, "timeoutSeconds": 0, "maxDepth": 9}}),
+        ];
+        for problem in problems {
+            let validated = validate(&bot(json!({})), &namespace(problem.clone()), &settings())
+                .unwrap_or_else(|error| panic!("{problem}: {}", saint_config::ErrorChain(&error)));
+            assert!(
+                !validated.config.roles.contains_key("other")
+                    && validated.left_out_roles[0].error.role == "other",
+                "{problem}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unusable_default_or_heartbeat_role_fails_the_bot_naming_the_field_and_role() {
+        let dereferenced = namespace(json!({"tools": {"allow": ["teleport*"]}}));
+        for (extra, field) in [
+            (json!({"defaultRole": "other"}), "spec.defaultRole"),
+            (
+                json!({"heartbeat": {"everySeconds": 1800, "role": "other"}}),
+                "spec.heartbeat.role",
+            ),
+        ] {
+            let error = validate(&bot(extra), &dereferenced, &settings()).expect_err(field);
+            assert_eq!(error.reason(), Reason::InvalidSpec);
+            let message = saint_config::ErrorChain(&error).to_string();
+            assert!(
+                message.contains(&format!("{field} names Role \"other\", which is invalid"))
+                    && message.contains("spec.tools.allow: \"teleport*\""),
+                "{message}"
+            );
+        }
+    }
 }

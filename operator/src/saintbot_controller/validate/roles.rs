@@ -1,33 +1,71 @@
 //! Roles: the Roles a bot selects, rendered for the config, re-checking what CEL may not
 //! have (the CRD could be installed without validation, or an older version). Pure.
+//!
+//! [`render_role`] is the one rule for whether a Role is usable: the references
+//! controller writes the Role's status from it and every bot selecting the Role applies
+//! it, so the two never disagree. A Role that fails it is a problem of that Role alone:
+//! bots selecting it leave it out of their config (with the Contacts holding it, who are
+//! then treated as strangers) and render everything else.
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use saint_config::{
-    Budget, CronLimits, FileGlobs, RoleConfig, SessionsVisibility, Skills, SpawnLimits, ToolPolicy,
-    is_known_tool_pattern,
+    BOOTSTRAP_FILES, Budget, CronLimits, FileGlobs, RoleConfig, SessionsVisibility, Skills,
+    SpawnLimits, ToolPolicy, is_known_tool_pattern,
 };
 
 use super::ValidateError;
 use crate::{
     crd::{
         Role, SaintBot,
+        formats::is_workspace_path,
         proactive::{CronLimitsSpec, SpawnLimitsSpec, bounds},
     },
     selection::bot_uses_role,
 };
 
-fn invalid_role(role: &str, field: &str, message: impl Into<String>) -> ValidateError {
-    ValidateError::InvalidRole {
+/// Why a Role cannot be rendered: the Role, the field and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("failed to render Role {role:?}: {field}: {message}")]
+pub struct RoleError {
+    /// `metadata.name` of the Role.
+    pub role: String,
+    /// The Role's field, as `spec.tools.allow`.
+    pub field: String,
+    /// What is wrong, quoting the value.
+    pub message: String,
+}
+
+fn invalid_role(role: &str, field: &str, message: impl Into<String>) -> RoleError {
+    RoleError {
         role: role.to_string(),
         field: field.to_string(),
         message: message.into(),
     }
 }
 
-/// Converts a Role resource into the rendered role.
-pub fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
+/// Paths and globs the file tools or the prompt resolve must stay inside the workspace
+/// (the CRD's rule, [`is_workspace_path`]): the agent would refuse or never match one
+/// that does not, and the Role would look as if it granted something.
+fn check_workspace_paths(role: &str, field: &str, paths: &[String]) -> Result<(), RoleError> {
+    match paths.iter().find(|path| !is_workspace_path(path)) {
+        Some(path) => Err(invalid_role(
+            role,
+            field,
+            format!(
+                "{path:?} must be a path inside the workspace: relative, without '..' \
+                 segments, backslashes or control characters"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Converts a Role resource into the rendered role, or says which field makes it unusable.
+/// Covers every rule the agent's `saint_config::validate` applies to one role, so a bot
+/// whose Roles all pass never fails that check because of a role.
+pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
     let name = role.name_any();
     let spec = &role.spec;
     for (list, patterns) in [
@@ -44,6 +82,25 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, ValidateError> {
                 format!("{pattern:?} is not a known tool, group:<name> or a glob matching one"),
             ));
         }
+    }
+    if let Some(file) = spec
+        .bootstrap
+        .iter()
+        .find(|file| !BOOTSTRAP_FILES.contains(&file.as_str()))
+    {
+        return Err(invalid_role(
+            &name,
+            "spec.bootstrap",
+            format!("{file:?} is not a bootstrap file (one of {BOOTSTRAP_FILES:?})"),
+        ));
+    }
+    for (field, paths) in [
+        ("spec.files.read", &spec.files.read),
+        ("spec.files.write", &spec.files.write),
+        ("spec.files.denyWrite", &spec.files.deny_write),
+        ("spec.inject", &spec.inject),
+    ] {
+        check_workspace_paths(&name, field, paths)?;
     }
     if let Some(budget) = &spec.budget
         && !(budget.usd.is_finite() && budget.usd >= 0.0)
@@ -103,7 +160,7 @@ fn within<T: PartialOrd + std::fmt::Display + Copy>(
     field: &str,
     value: T,
     (low, high): (T, T),
-) -> Result<T, ValidateError> {
+) -> Result<T, RoleError> {
     if value < low || value > high {
         return Err(invalid_role(
             role,
@@ -115,7 +172,7 @@ fn within<T: PartialOrd + std::fmt::Display + Copy>(
 }
 
 /// `spec.cron`, defaulted from `saint_config`'s defaults.
-fn cron_limits(role: &str, spec: Option<&CronLimitsSpec>) -> Result<CronLimits, ValidateError> {
+fn cron_limits(role: &str, spec: Option<&CronLimitsSpec>) -> Result<CronLimits, RoleError> {
     let mut limits = CronLimits::default();
     let Some(spec) = spec else {
         return Ok(limits);
@@ -135,7 +192,7 @@ fn cron_limits(role: &str, spec: Option<&CronLimitsSpec>) -> Result<CronLimits, 
 }
 
 /// `spec.spawn`, defaulted from `saint_config`'s defaults.
-fn spawn_limits(role: &str, spec: Option<&SpawnLimitsSpec>) -> Result<SpawnLimits, ValidateError> {
+fn spawn_limits(role: &str, spec: Option<&SpawnLimitsSpec>) -> Result<SpawnLimits, RoleError> {
     let mut limits = SpawnLimits::default();
     let Some(spec) = spec else {
         return Ok(limits);
@@ -162,19 +219,269 @@ fn spawn_limits(role: &str, spec: Option<&SpawnLimitsSpec>) -> Result<SpawnLimit
     Ok(limits)
 }
 
-/// The Roles `bot` selects, by name; the default role must be one of them.
+/// The Roles a bot selects: those it can render, by name, and those it cannot.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SelectedRoles {
+    /// Rendered Roles by name: the config's `roles`.
+    pub rendered: BTreeMap<String, RoleConfig>,
+    /// Selected Roles that fail [`render_role`], sorted by name: left out of the config.
+    pub invalid: Vec<RoleError>,
+}
+
+impl SelectedRoles {
+    /// Why the selected Role `name` is unusable, if it is.
+    pub fn invalid(&self, name: &str) -> Option<&RoleError> {
+        self.invalid.iter().find(|error| error.role == name)
+    }
+
+    /// Checks that the Role the bot names in `field` (`spec.defaultRole`,
+    /// `spec.heartbeat.role`) is one it can render. There is no safe stand-in for such a
+    /// role, so this one fails the bot (which keeps its last applied config).
+    pub fn require(
+        &self,
+        field: &'static str,
+        name: &str,
+        not_found: impl FnOnce() -> ValidateError,
+    ) -> Result<(), ValidateError> {
+        if let Some(error) = self.invalid(name) {
+            return Err(ValidateError::RoleInvalid {
+                field,
+                role: name.to_string(),
+                source: error.clone(),
+            });
+        }
+        if !self.rendered.contains_key(name) {
+            return Err(not_found());
+        }
+        Ok(())
+    }
+}
+
+/// The Roles `bot` selects, rendered; the default role must be one it can render. A
+/// selected Role that cannot be rendered is left out, not an error of the bot.
 pub(super) fn selected_roles(
     bot: &SaintBot,
     roles: &[Role],
-) -> Result<BTreeMap<String, RoleConfig>, ValidateError> {
-    let mut selected = BTreeMap::new();
+) -> Result<SelectedRoles, ValidateError> {
+    let mut selected = SelectedRoles::default();
     for role in roles.iter().filter(|role| bot_uses_role(bot, role)) {
-        selected.insert(role.name_any(), render_role(role)?);
+        match render_role(role) {
+            Ok(rendered) => {
+                selected.rendered.insert(role.name_any(), rendered);
+            }
+            Err(error) => selected.invalid.push(error),
+        }
     }
-    if !selected.contains_key(&bot.spec.default_role) {
-        return Err(ValidateError::DefaultRoleNotFound {
-            role: bot.spec.default_role.clone(),
-        });
-    }
+    selected
+        .invalid
+        .sort_by(|left, right| left.role.cmp(&right.role));
+    let default_role = &bot.spec.default_role;
+    selected.require("spec.defaultRole", default_role, || {
+        ValidateError::DefaultRoleNotFound {
+            role: default_role.clone(),
+        }
+    })?;
     Ok(selected)
+}
+
+/// A selected Role left out of the bot's config because it cannot be rendered, with the
+/// Contacts that hold it (left out too: to the bot they are strangers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOutRole {
+    /// Why the Role is unusable.
+    pub error: RoleError,
+    /// Contacts the bot uses that hold this Role, sorted.
+    pub contacts: Vec<String>,
+}
+
+/// One line for the bot's status naming every left-out Role, its Contacts and its
+/// problem; `None` when every selected Role renders.
+pub fn left_out_summary(roles: &[LeftOutRole]) -> Option<String> {
+    if roles.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = roles
+        .iter()
+        .map(|left_out| {
+            let holders = if left_out.contacts.is_empty() {
+                "no contacts".to_string()
+            } else {
+                format!("contacts {}", left_out.contacts.join(", "))
+            };
+            format!(
+                "{} ({holders}; {}: {})",
+                left_out.error.role, left_out.error.field, left_out.error.message
+            )
+        })
+        .collect();
+    Some(format!(
+        "invalid Roles left out, their contacts treated as strangers: {}",
+        listed.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn role(name: &str, spec: Value) -> Role {
+        serde_json::from_value(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "acme"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn bot(default_role: &str) -> SaintBot {
+        serde_json::from_value(json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "metadata": {"name": "my-bot", "namespace": "acme"},
+            "spec": {"model": {"provider": "anthropic", "name": "m"}, "defaultRole": default_role},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_unusable_role_field_is_named_with_its_value() {
+        let cases = [
+            (
+                json!({"tools": {"allow": ["teleport*"]}}),
+                "spec.tools.allow",
+                "teleport*",
+            ),
+            (
+                json!({"tools": {"deny": ["nothing?"]}}),
+                "spec.tools.deny",
+                "nothing?",
+            ),
+            (
+                json!({"bootstrap": ["EVIL.md"]}),
+                "spec.bootstrap",
+                "EVIL.md",
+            ),
+            (
+                json!({"files": {"read": ["/**"]}}),
+                "spec.files.read",
+                "/**",
+            ),
+            (
+                json!({"files": {"write": ["../**"]}}),
+                "spec.files.write",
+                "../**",
+            ),
+            (
+                json!({"files": {"denyWrite": ["a/../../b"]}}),
+                "spec.files.denyWrite",
+                "a/../../b",
+            ),
+            (
+                json!({"inject": ["../../../etc/passwd"]}),
+                "spec.inject",
+                "../../../etc/passwd",
+            ),
+            (
+                json!({"budget": {"usd": -1.0, "period": "month"}}),
+                "spec.budget.usd",
+                "",
+            ),
+            (json!({"skills": ["*", "x"]}), "spec.skills", "'*'"),
+            (
+                json!({"cron": {"minIntervalSeconds": 30}}),
+                "spec.cron.minIntervalSeconds",
+                "30",
+            ),
+            (
+                json!({"spawn": {"maxConcurrent": 0}}),
+                "spec.spawn.maxConcurrent",
+                "0",
+            ),
+        ];
+        for (spec, field, value) in cases {
+            let error = render_role(&role("clerk", spec.clone())).expect_err(field);
+            assert_eq!(
+                (error.role.as_str(), error.field.as_str()),
+                ("clerk", field)
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains("Role \"clerk\"") && message.contains(value),
+                "{spec}: {message}"
+            );
+        }
+        // Patterns and paths that are fine stay fine.
+        let fine = role(
+            "clerk",
+            json!({
+                "tools": {"allow": ["read", "web_*", "group:fs"], "deny": ["exec"]},
+                "files": {"read": ["**", "memory/users/<self>/**", "..notes/x"]},
+                "inject": ["COMPANY.md"],
+                "bootstrap": ["SOUL.md"],
+            }),
+        );
+        render_role(&fine).expect("a usable role renders");
+    }
+
+    #[test]
+    fn an_unusable_selected_role_is_left_out_unless_the_bot_names_it_as_its_default() {
+        let roles = [
+            role("visitor", json!({"tools": {"allow": ["read"]}})),
+            role("teleporter", json!({"tools": {"allow": ["teleport*"]}})),
+        ];
+        let selected = selected_roles(&bot("visitor"), &roles).expect("the bot renders");
+        assert_eq!(selected.rendered.keys().collect::<Vec<_>>(), ["visitor"]);
+        assert_eq!(selected.invalid.len(), 1);
+        assert_eq!(
+            (
+                selected.invalid[0].role.as_str(),
+                selected.invalid[0].field.as_str()
+            ),
+            ("teleporter", "spec.tools.allow")
+        );
+
+        let error = selected_roles(&bot("teleporter"), &roles).expect_err("no default role");
+        let message = saint_config::ErrorChain(&error).to_string();
+        assert!(
+            matches!(
+                error,
+                ValidateError::RoleInvalid {
+                    field: "spec.defaultRole",
+                    ..
+                }
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("spec.defaultRole names Role \"teleporter\", which is invalid")
+                && message.contains("spec.tools.allow: \"teleport*\""),
+            "{message}"
+        );
+        let error = selected_roles(&bot("ghost"), &roles).expect_err("no default role");
+        assert!(
+            matches!(error, ValidateError::DefaultRoleNotFound { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_summary_names_each_left_out_role_its_contacts_and_its_problem() {
+        assert_eq!(left_out_summary(&[]), None);
+        let left_out = [
+            LeftOutRole {
+                error: invalid_role("a-role", "spec.inject", "\"/x\" must be relative"),
+                contacts: vec![],
+            },
+            LeftOutRole {
+                error: invalid_role("teleporter", "spec.tools.allow", "\"teleport*\" is bad"),
+                contacts: vec!["ana".into(), "ivo".into()],
+            },
+        ];
+        assert_eq!(
+            left_out_summary(&left_out).unwrap(),
+            "invalid Roles left out, their contacts treated as strangers: a-role (no contacts; \
+             spec.inject: \"/x\" must be relative); teleporter (contacts ana, ivo; \
+             spec.tools.allow: \"teleport*\" is bad)"
+        );
+    }
 }
