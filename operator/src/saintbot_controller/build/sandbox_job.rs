@@ -3,10 +3,13 @@
 //! security-relevant field is decided here. Pure: no client.
 
 use k8s_openapi::api::batch::v1::Job;
-use saint_config::sandbox_contract::{
-    PORTER_RUN_SUBPATH, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
-    SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
-    SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+use saint_config::{
+    sandbox_contract::{
+        PORTER_RUN_SUBPATH, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
+        SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
+        SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+    },
+    uids::{SANDBOX_UID, SHARED_GID},
 };
 use serde_json::json;
 
@@ -19,14 +22,10 @@ use crate::{
 /// Seconds a finished sandbox Job is kept (for debugging) before Kubernetes deletes it.
 pub const TTL_SECONDS_AFTER_FINISHED: i32 = 300;
 
-/// The uid and gid every container of the bot pod and every sandbox runs as: the
-/// runner creates its socket mode 0660, and the agent must be able to open it.
-pub const POD_USER: i64 = 65532;
-
-/// The Job template: non-root, read-only root, all capabilities dropped, seccomp
-/// RuntimeDefault, no service-account token, no Secrets, no network (NetworkPolicy
-/// `<bot>-sandbox` selects its labels), pinned to the bot pod's node so it can mount the
-/// ReadWriteOnce workspace and reach the Porter socket on it.
+/// The Job template: non-root as the sandbox uid, read-only root, all capabilities
+/// dropped, seccomp RuntimeDefault, no service-account token, no Secrets, no network
+/// (NetworkPolicy `<bot>-sandbox` selects its labels), pinned to the bot pod's node so
+/// it can mount the ReadWriteOnce workspace and reach the Porter socket on it.
 ///
 /// The workspace is never mounted whole: `/agent` is a placeholder the agent replaces
 /// with the caller's view (one read-only `subPath` mount per permitted subtree or
@@ -48,13 +47,16 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
         "restartPolicy": "Never",
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
+        // The sandbox uid, which Porter's call socket admits and its control socket
+        // refuses; the group shared with the bot pod, so the agent can open the
+        // runner's socket (mode 0660) and the sandbox Porter's.
         "securityContext": {
             "runAsNonRoot": true,
-            "runAsUser": POD_USER,
-            "runAsGroup": POD_USER,
-            "fsGroup": POD_USER,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SHARED_GID,
+            "fsGroup": SHARED_GID,
             "fsGroupChangePolicy": "OnRootMismatch",
-            "supplementalGroups": [POD_USER],
+            "supplementalGroups": [SHARED_GID],
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{

@@ -7,10 +7,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use saint_config::{
     PERSONA_MOUNT_PATH, SKILLS_MOUNT_PATH,
     sandbox_contract::{PORTER_CONTROL_MOUNT_PATH, PORTER_CONTROL_SOCKET_PATH, PORTER_SOCKET_PATH},
+    uids::{AGENT_UID, PORTER_UID, SANDBOX_UID, SHARED_GID},
 };
 use serde_json::{Value, json};
 
-use super::{child_metadata, sandbox_job::POD_USER, sha256_hex, typed};
+use super::{child_metadata, sha256_hex, typed};
 use crate::{
     labels::{
         RESTART_HASH_ANNOTATION, agent_account_name, agent_selector, config_map_name, labels,
@@ -22,6 +23,8 @@ use crate::{
 };
 
 const WORKSPACE: &str = "/var/lib/saint/workspace";
+/// Porter's audit log, on the workspace.
+const PORTER_AUDIT_LOG: &str = "/var/lib/saint/workspace/logs/porter.jsonl";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The agent's HTTP channel (and webhooks), on the pod address, when the HTTP channel's
 /// `settings.port` names no other.
@@ -80,11 +83,14 @@ fn secret_env(name: &str, secret: &crate::crd::SecretKeyReference) -> Value {
     json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}})
 }
 
-fn container_security_context() -> Value {
+/// Restricted, as `uid`: each container of the pod has its own uid (Porter tells its
+/// callers apart by it) and all share the pod's group.
+fn container_security_context(uid: u32) -> Value {
     json!({
         "allowPrivilegeEscalation": false,
         "readOnlyRootFilesystem": true,
         "runAsNonRoot": true,
+        "runAsUser": uid,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     })
@@ -145,7 +151,7 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "livenessProbe": http_probe("/healthz", "http", 10, 3),
         "readinessProbe": http_probe("/readyz", "http", 5, 2),
         "resources": serde_json::to_value(&bot.agent_resources).expect("resources serialise"),
-        "securityContext": container_security_context(),
+        "securityContext": container_security_context(AGENT_UID),
         "volumeMounts": mounts,
     })
 }
@@ -161,7 +167,10 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "PORTER_WORKSPACE", "value": WORKSPACE},
             {"name": "PORTER_SOCKET", "value": PORTER_SOCKET_PATH},
             {"name": "PORTER_CONTROL_SOCKET", "value": PORTER_CONTROL_SOCKET_PATH},
-            {"name": "PORTER_AUDIT_LOG", "value": format!("{WORKSPACE}/logs/porter.jsonl")},
+            {"name": "PORTER_AUDIT_LOG", "value": PORTER_AUDIT_LOG},
+            // Only the agent registers tokens: a sandbox that could would grant itself
+            // any role's CLIs.
+            {"name": "PORTER_CONTROL_UIDS", "value": AGENT_UID.to_string()},
             {"name": "PORTER_METRICS_LISTEN", "value": format!("0.0.0.0:{PORTER_METRICS_PORT}")},
         ],
         "ports": [
@@ -172,7 +181,7 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
         "livenessProbe": http_probe("/healthz", "porter-metrics", 10, 3),
         "readinessProbe": http_probe("/healthz", "porter-metrics", 5, 2),
         "resources": serde_json::to_value(&bot.porter_resources).expect("resources serialise"),
-        "securityContext": container_security_context(),
+        "securityContext": container_security_context(PORTER_UID),
         "volumeMounts": [
             {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
             {"name": "workspace", "mountPath": WORKSPACE},
@@ -181,14 +190,15 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     });
-    // Only the uid the agent, porter and every sandbox run as may call Porter. Under a
-    // sandbox runtime class (gVisor, Kata) the peer a unix socket reports is the
-    // runtime's own process, not the sandbox user, so there the token alone decides.
+    // Only the sandbox uid may call Porter (the agent never does; it registers tokens
+    // on the control socket). Under a sandbox runtime class (gVisor, Kata) the peer a
+    // unix socket reports is the runtime's own process, not the sandbox user, so there
+    // the token alone decides.
     if bot.sandbox.runtime_class_name.is_none() {
         container["env"]
             .as_array_mut()
             .expect("env is a list")
-            .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": POD_USER.to_string()}));
+            .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": SANDBOX_UID.to_string()}));
     }
     if !bot.porter_env_from_secrets.is_empty() {
         container["envFrom"] = bot
@@ -208,24 +218,31 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
 
 /// Creates the socket directories on the workspace before `agent` and `porter` mount
 /// `.saint/run` as `/run/saint`: a missing subPath would be created by the kubelet as
-/// root, and the non-root containers could not create their sockets in it. Uses the
-/// sandbox image (it has `mkdir`; the agent and porter images need not).
+/// root, and the non-root containers could not create their sockets in it. The
+/// directories (and Porter's audit log, if an older pod left one) are made writable for
+/// the shared group: Porter runs as its own uid, not as the agent's that creates them.
+/// Uses the sandbox image (it has a shell; the agent and porter images need not).
 fn prepare_workspace_container(bot: &ValidatedSaintBot) -> Value {
     json!({
         "name": "prepare-workspace",
         "image": bot.sandbox.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [
-            "/bin/mkdir", "-p",
+            "/bin/sh", "-c",
+            // Only what this uid owns can be chmodded: an audit log Porter itself
+            // created (as its own uid, already group-writable) is left alone.
+            r#"set -eu; mkdir -p "$1" "$2" "$3"; for path in "$@"; do if [ -O "$path" ]; then if [ -d "$path" ]; then chmod 0770 "$path"; else chmod 0660 "$path"; fi; fi; done"#,
+            "prepare-workspace",
             format!("{WORKSPACE}/.saint/run/porter"),
             format!("{WORKSPACE}/.saint/run/sandboxes"),
             format!("{WORKSPACE}/logs"),
+            PORTER_AUDIT_LOG,
         ],
         "resources": {
             "requests": {"cpu": "10m", "memory": "16Mi"},
             "limits": {"cpu": "100m", "memory": "64Mi"},
         },
-        "securityContext": container_security_context(),
+        "securityContext": container_security_context(AGENT_UID),
         "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
     })
 }
@@ -293,13 +310,16 @@ pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
                     "serviceAccountName": agent_account_name(&bot.name),
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
+                    // Each container sets its own uid; the pod's is the agent's, for
+                    // anything that sets none. One group for all, the sandboxes' too:
+                    // sockets are mode 0660 and the workspace is shared through it.
                     "securityContext": {
                         "runAsNonRoot": true,
-                        "runAsUser": POD_USER,
-                        "runAsGroup": POD_USER,
-                        "fsGroup": POD_USER,
+                        "runAsUser": AGENT_UID,
+                        "runAsGroup": SHARED_GID,
+                        "fsGroup": SHARED_GID,
                         "fsGroupChangePolicy": "OnRootMismatch",
-                        "supplementalGroups": [POD_USER],
+                        "supplementalGroups": [SHARED_GID],
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "initContainers": [prepare_workspace_container(bot)],
