@@ -9,9 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    DNS_1123_LABEL_PATTERN, E164_PATTERN, EMAIL_PATTERN, dns_label_list_rule, dns_label_rule,
-};
+use super::{E164_PATTERN, EMAIL_PATTERN, dns_label_list_rule, dns_label_rule};
 
 /// A person a bot knows. The Contact's name is its canonical slug (used in identity links
 /// and in `memory/users/<name>/`); `role` decides what the bot may do for them.
@@ -32,13 +30,15 @@ use super::{
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Conflicts", type_ = "integer", json_path = ".status.conflictCount", description = "Identifiers also claimed by other contacts"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = kube::core::Rule::new(format!("self.metadata.name.matches('{DNS_1123_LABEL_PATTERN}')"))
-        .message("metadata.name of a Contact must be a DNS-1123 label: it becomes the person's slug"),
+    validation = super::label_name_rule("Contact", "it becomes the person's slug"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ContactSpec {
     /// Name shown to the model and in logs (e.g. `Ana Horvat`).
+    /// One line: the bot quotes it in its prompt, so newlines and other control
+    /// characters are refused.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = super::formats::single_line_rule("displayName"))]
     pub display_name: String,
 
     /// Name of the Saint `Role` (in this namespace) this person holds.

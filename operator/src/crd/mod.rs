@@ -6,13 +6,16 @@
 
 pub mod channel_rules;
 pub mod contact;
+pub mod formats;
 pub mod proactive;
 pub mod role;
 pub mod saintbot;
 
-use kube::core::{Message, Rule};
+use kube::{
+    KubeSchema,
+    core::{Message, Rule},
+};
 use saint_config::{BOOTSTRAP_FILES, KNOWN_TOOLS, TOOL_GROUPS};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use self::{
@@ -30,6 +33,23 @@ pub const VERSION: &str = "v1alpha1";
 /// A DNS-1123 label: lower-case alphanumerics and `-`, starting and ending alphanumeric.
 pub const DNS_1123_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
+/// A DNS-1035 label: a DNS-1123 label starting with a letter (Service names).
+pub const DNS_1035_LABEL_PATTERN: &str = "^[a-z]([-a-z0-9]*[a-z0-9])?$";
+
+/// Longest DNS label (and label value).
+pub const MAX_LABEL_LENGTH: usize = 63;
+
+/// CEL at the top of a CRD: `metadata.name` is a DNS-1123 label, at most 63 characters
+/// (`kind` names the resource in the message, `why` says what the name becomes).
+pub(crate) fn label_name_rule(kind: &str, why: &str) -> Rule {
+    Rule::new(format!(
+        "size(self.metadata.name) <= {MAX_LABEL_LENGTH} && self.metadata.name.matches('{DNS_1123_LABEL_PATTERN}')"
+    ))
+    .message(Message::Message(format!(
+        "metadata.name of a {kind} must be a DNS-1123 label (lower-case letters, digits and '-', at most {MAX_LABEL_LENGTH}): {why}"
+    )))
+}
+
 /// An E.164 phone number: `+`, a non-zero country digit, 7 to 15 digits in all.
 pub const E164_PATTERN: &str = r"^\+[1-9][0-9]{6,14}$";
 
@@ -38,17 +58,23 @@ pub const EMAIL_PATTERN: &str = r"^[^@\s]+@[^@\s]+\.[^@\s]+$";
 
 /// A reference to one key of a Secret in the bot's namespace.
 #[derive(
-    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, KubeSchema,
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyReference {
     /// Name of the Secret (same namespace as the SaintBot).
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = formats::object_name_rule("name", "a Secret"))]
     pub name: String,
     /// Key inside the Secret's `data`.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new(format!("self.matches('{SECRET_KEY_PATTERN}')"))
+        .message("key must be a Secret key: letters, digits, '-', '_' and '.'"))]
     pub key: String,
 }
+
+/// A key of a Secret's or ConfigMap's `data`.
+pub const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
 
 /// CEL for a Secret key reference: both parts present. `field` names the field in the message.
 pub(crate) fn secret_key_rule(field: &str) -> Rule {

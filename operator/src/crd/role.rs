@@ -7,11 +7,12 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use saint_config::{BudgetPeriod, MemoryScope, SessionsVisibilityKind};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::proactive::{CronLimitsSpec, SpawnLimitsSpec};
-use super::{bootstrap_files_rule, dns_label_list_rule, tool_patterns_rule};
+use super::{
+    bootstrap_files_rule, dns_label_list_rule, formats::workspace_paths_rule, tool_patterns_rule,
+};
 
 /// A role: the tools, model, files, memory and budget a bot grants the people holding it.
 /// Referenced by name from `Contact.spec.role` and `SaintBot.spec.defaultRole`.
@@ -33,8 +34,7 @@ use super::{bootstrap_files_rule, dns_label_list_rule, tool_patterns_rule};
     printcolumn(name = "Period", type_ = "string", json_path = ".spec.budget.period", priority = 1),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = kube::core::Rule::new(format!("self.metadata.name.matches('{}')", super::DNS_1123_LABEL_PATTERN))
-        .message("metadata.name of a Role must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"),
+    validation = super::label_name_rule("Role", "Contacts and SaintBots name it"),
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(
@@ -89,9 +89,11 @@ pub struct RoleSpec {
     #[x_kube(validation = bootstrap_files_rule("bootstrap"))]
     pub bootstrap: Vec<String>,
 
-    /// Extra workspace files injected into the prompt (e.g. `COMPANY.md`).
+    /// Extra workspace files injected into the prompt (e.g. `COMPANY.md`): paths
+    /// relative to the workspace, never outside it.
     #[serde(default)]
     #[schemars(length(max = 32), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = workspace_paths_rule("inject"))]
     pub inject: Vec<String>,
 
     /// Which sessions `sessions_list` / `sessions_history` may show.
@@ -137,22 +139,26 @@ pub struct RoleTools {
     pub deny: Vec<String>,
 }
 
-/// Read and write globs for the file tools. Platform-protected files stay read-only
+/// Read and write globs for the file tools, relative to the workspace (absolute paths,
+/// `..` segments and backslashes are refused). Platform-protected files stay read-only
 /// whatever a role says.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleFiles {
     /// Path globs the role may read (`memory/users/<self>/**`).
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    #[x_kube(validation = workspace_paths_rule("files.read"))]
     pub read: Vec<String>,
     /// Path globs the role may write.
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    #[x_kube(validation = workspace_paths_rule("files.write"))]
     pub write: Vec<String>,
     /// Path globs the role may never write, on top of the platform-protected files.
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
+    #[x_kube(validation = workspace_paths_rule("files.denyWrite"))]
     pub deny_write: Vec<String>,
 }
 

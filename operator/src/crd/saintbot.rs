@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use super::proactive::{
     ActiveHoursSpec, ConfigMapKeyReference, HeartbeatSpec, ScheduleSpec, SkillSpec,
 };
-use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_rule};
+use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, formats, secret_key_rule};
 
 /// One Saint assistant. The operator renders its config, storage, pod, permissions and
 /// network fences, and re-renders the config when its Contacts or Roles change.
@@ -76,7 +76,8 @@ use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, secret_key_r
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    validation = bot_name_rule(),
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(
@@ -126,10 +127,12 @@ pub struct SaintBotSpec {
     /// Which Contacts in the namespace this bot knows (label selector). Absent: all of
     /// them. A Contact listing bots in `spec.bots` must also name this bot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = formats::label_selector("contactSelector"))]
     pub contact_selector: Option<LabelSelector>,
 
     /// Which Roles in the namespace this bot uses (label selector). Absent: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = formats::label_selector("roleSelector"))]
     pub role_selector: Option<LabelSelector>,
 
     /// Scale the bot to zero replicas; its storage and config stay.
@@ -142,10 +145,12 @@ pub struct SaintBotSpec {
 
     /// Compute resources of the `agent` container. Absent: operator defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = formats::resource_requirements("agentResources"))]
     pub agent_resources: Option<ResourceRequirements>,
 
     /// Compute resources of the `porter` container. Absent: operator defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = formats::resource_requirements("porterResources"))]
     pub porter_resources: Option<ResourceRequirements>,
 
     /// Web tools settings.
@@ -181,6 +186,27 @@ pub struct SaintBotSpec {
     pub skills: Vec<SkillSpec>,
 }
 
+/// Longest SaintBot name. Every child is named `<bot>` or `<bot>-<suffix>` (see
+/// `crate::labels`), the longest suffix being `-workspace`; at 53 characters every child
+/// name is still a DNS-1123 label (≤ 63) and so may itself be a label value or a Service
+/// name. The bot's own name is a label value (`app.kubernetes.io/instance`) and names its
+/// Service, so it must be a DNS-1035 label: `1bot` and `bot.v2` are refused. (Sandbox Job
+/// names are cut to fit by the agent.)
+pub const MAX_BOT_NAME_LENGTH: usize = 53;
+
+/// CEL at the top of the SaintBot CRD: the bot's name (see [`MAX_BOT_NAME_LENGTH`]).
+pub(crate) fn bot_name_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "size(self.metadata.name) <= {MAX_BOT_NAME_LENGTH} && self.metadata.name.matches('{}')",
+        super::DNS_1035_LABEL_PATTERN
+    ))
+    .message(kube::core::Message::Message(format!(
+        "metadata.name of a SaintBot must be at most {MAX_BOT_NAME_LENGTH} characters of \
+         lower-case letters, digits and '-', starting with a letter (a DNS-1035 label): \
+         its children are named <name>-workspace, <name>-webhooks, … and its Service <name>"
+    )))
+}
+
 /// Role for senders that match no Contact, when `spec.defaultRole` is left out.
 pub const DEFAULT_ROLE: &str = "external";
 
@@ -189,7 +215,7 @@ pub(crate) fn default_role_name() -> String {
 }
 
 /// Persona files: inline contents and/or a ConfigMap whose keys are file names.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PersonaSpec {
     /// File name → contents (e.g. `SOUL.md: "You are…"`). Wins over the ConfigMap.
@@ -198,6 +224,7 @@ pub struct PersonaSpec {
     /// Name of a ConfigMap in this namespace whose keys are persona file names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = formats::object_name_rule("persona.configMapName", "a ConfigMap"))]
     pub config_map_name: Option<String>,
 }
 
@@ -311,6 +338,9 @@ pub struct PorterSpec {
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.requests) || size(self.requests) == 0 || (has(self.hosts) && size(self.hosts) > 0 && (!has(self.inject) || self.inject))"
 ).message("porter.clis[].requests applies to injected CLIs: set hosts (and leave inject unset or true)"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.env) || !has(self.secretEnv) || self.secretEnv.all(e, !(e.name in self.env))"
+).message("porter.clis[].secretEnv[].name must not also be a key of porter.clis[].env"))]
 pub struct PorterCliSpec {
     /// Exact command name the sandbox calls (`gh`, `gog`); a plain file name.
     #[schemars(length(min = 1, max = 64))]
@@ -322,22 +352,36 @@ pub struct PorterCliSpec {
     #[x_kube(validation = kube::core::Rule::new("self.startsWith('/')")
         .message("porter.clis[].bin must be an absolute path"))]
     pub bin: String,
-    /// Non-secret literal environment variables.
+    /// Non-secret literal environment variables. Names are environment variable names
+    /// and none that loads code or picks a program (`PATH`, `HOME`, `LD_*`, `BASH_ENV`,
+    /// `PYTHONPATH`, `NODE_OPTIONS`, `GIT_SSH_COMMAND`, `PAGER`, …: the refusal lists
+    /// them all); the same holds for `secretEnv` and `passthroughEnv`.
     #[serde(default)]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"type": "string", "maxLength": 4096}
+    ))]
+    #[x_kube(validation = formats::env_name_keys_rule("porter.clis[].env"))]
     pub env: BTreeMap<String, String>,
     /// Environment variables taken from Secret keys (mounted as files into the `porter`
     /// container only).
     #[serde(default)]
     #[schemars(length(max = 32))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(e, self.exists_one(f, f.name == e.name))")
+        .message("porter.clis[].secretEnv[].name must be unique"))]
     pub secret_env: Vec<SecretEnvSpec>,
     /// Secrets whose every key becomes an environment variable of the `porter` container
     /// (`envFrom`); list the variable names this CLI gets in `passthroughEnv`.
     #[serde(default)]
     #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = kube::core::Rule::new(format!(
+        "self.all(n, n.matches('{}'))", super::DNS_1123_SUBDOMAIN_PATTERN
+    )).message("porter.clis[].envFromSecrets entries must be Secret names: lower-case letters, digits, '-' and '.'"))]
     pub env_from_secrets: Vec<String>,
     /// Names of `porter` container variables passed to this CLI.
     #[serde(default)]
     #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = formats::env_name_list_rule("porter.clis[].passthroughEnv"))]
     pub passthrough_env: Vec<String>,
     /// Seconds before the CLI gets SIGTERM (SIGKILL 5 s later). Default 120.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -364,8 +408,8 @@ pub struct PorterCliSpec {
     #[serde(default)]
     #[schemars(length(max = 32), inner(length(min = 1, max = 259)))]
     #[x_kube(validation = kube::core::Rule::new(
-        "self.all(h, h.matches('^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:[0-9]{1,5})?$'))"
-    ).message("porter.clis[].hosts[] must be host names, optionally with :port"))]
+        "self.all(h, h.matches('^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$'))"
+    ).message("porter.clis[].hosts[] must be host names, optionally with :port (1-65535)"))]
     pub hosts: Vec<String>,
     /// Injection: the requests each role may make through the proxy, by role name (`*`
     /// for every role). Empty: any request to the hosts; otherwise a role without rules
@@ -419,8 +463,7 @@ pub struct GraphqlRuleSpec {
 pub struct SecretEnvSpec {
     /// Variable name the CLI sees (e.g. `GH_TOKEN`).
     #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z_][A-Za-z0-9_]*$')")
-        .message("porter.clis[].secretEnv[].name must be an environment variable name"))]
+    #[x_kube(validation = formats::env_name_rule("porter.clis[].secretEnv[].name"))]
     pub name: String,
     /// Secret key holding the value.
     #[x_kube(validation = secret_key_rule("porter.clis[].secretEnv[].secretKeyRef"))]
@@ -462,10 +505,12 @@ pub struct SandboxSpec {
     pub scope: SandboxScope,
     /// Compute resources of the sandbox container. Absent: operator defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = formats::resource_requirements("sandbox.resources"))]
     pub resources: Option<ResourceRequirements>,
     /// RuntimeClass for sandbox pods (e.g. `gvisor`). Absent: the cluster default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = formats::object_name_rule("sandbox.runtimeClassName", "a RuntimeClass"))]
     pub runtime_class_name: Option<String>,
     /// Seconds a sandbox may sit idle before it is reaped. Default 1800.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -482,33 +527,40 @@ pub struct SandboxSpec {
 }
 
 /// The workspace PersistentVolumeClaim.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
-    /// Requested size (e.g. `5Gi`). Default 5Gi. Only grows if the StorageClass allows.
+    /// Requested size (e.g. `5Gi`), greater than zero. Default 5Gi. Only grows if the
+    /// StorageClass allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = formats::MAX_QUANTITY_LENGTH))]
+    #[x_kube(validation = formats::positive_quantity_rule("storage.size"))]
     pub size: Option<Quantity>,
     /// StorageClass of the claim. Absent: the cluster default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = formats::object_name_rule("storage.storageClassName", "a StorageClass"))]
     pub storage_class_name: Option<String>,
 }
 
-/// Per-bot image overrides.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Per-bot image overrides: image references (`[registry/]name[:tag][@digest]`).
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImagesSpec {
     /// Image of the `agent` container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = formats::image_reference_rule("images.agent"))]
     pub agent: Option<String>,
     /// Image of the `porter` container (must contain the CLIs' binaries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = formats::image_reference_rule("images.porter"))]
     pub porter: Option<String>,
     /// Image of sandbox pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = formats::image_reference_rule("images.sandbox"))]
     pub sandbox: Option<String>,
 }
 

@@ -11,6 +11,7 @@ use porter_protocol::registry::{
 use super::{PORTER_SECRETS_DIR, ValidateError, defaults::DEFAULT_RATE_LIMIT_BURST};
 use crate::crd::{
     SecretKeyReference,
+    formats::is_allowed_env_name,
     saintbot::{ArgPolicySpec, PorterCliSpec, PorterSpec, RateLimitSpec, RequestRuleSpec},
 };
 
@@ -102,12 +103,6 @@ fn arg_policy(spec: &ArgPolicySpec) -> ArgPolicy {
     }
 }
 
-fn is_env_name(name: &str) -> bool {
-    let mut characters = name.chars();
-    matches!(characters.next(), Some(first) if first.is_ascii_alphabetic() || first == '_')
-        && characters.all(|character| character.is_ascii_alphanumeric() || character == '_')
-}
-
 pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, ValidateError> {
     let mut registry = Registry {
         version: REGISTRY_VERSION,
@@ -169,12 +164,58 @@ fn check_name_and_bin(cli: &PorterCliSpec) -> Result<(), ValidateError> {
     Ok(())
 }
 
+/// The CRD's environment variable rules again (the same lists, [`is_allowed_env_name`]):
+/// every name a CLI gets is a name and none that loads code, and a `secretEnv` name is
+/// neither repeated nor also a literal `env` key.
+fn check_env_names(cli: &PorterCliSpec) -> Result<(), ValidateError> {
+    let invalid = |field: &str, message: String| ValidateError::InvalidPorterCli {
+        field: format!("spec.porter.clis[{}].{field}", cli.name),
+        message,
+    };
+    let names = cli
+        .env
+        .keys()
+        .map(|name| ("env", name))
+        .chain(
+            cli.secret_env
+                .iter()
+                .map(|entry| ("secretEnv", &entry.name)),
+        )
+        .chain(
+            cli.passthrough_env
+                .iter()
+                .map(|name| ("passthroughEnv", name)),
+        );
+    for (field, name) in names {
+        if !is_allowed_env_name(name) {
+            return Err(invalid(
+                field,
+                format!("{name:?} is not an environment variable name a CLI may be given"),
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for entry in &cli.secret_env {
+        if !seen.insert(&entry.name) || cli.env.contains_key(&entry.name) {
+            return Err(invalid(
+                "secretEnv",
+                format!(
+                    "{:?} is set twice (secretEnv names are unique and not also env keys)",
+                    entry.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One mounted file per `secretEnv` entry, at `<cli>/<ENV>` under [`PORTER_SECRETS_DIR`].
 fn credential_files(cli: &PorterCliSpec) -> Result<Vec<PorterSecretFile>, ValidateError> {
+    check_env_names(cli)?;
     cli.secret_env
         .iter()
         .map(|secret_env| {
-            if !is_env_name(&secret_env.name)
+            if !is_allowed_env_name(&secret_env.name)
                 || secret_env.secret_key_ref.name.is_empty()
                 || secret_env.secret_key_ref.key.is_empty()
             {
