@@ -151,10 +151,6 @@ fn child_kinds() -> Vec<(ApiResource, Option<String>)> {
             Some(BOT.to_owned()),
         ),
         (
-            resource("rbac.authorization.k8s.io", "v1", "Role", "roles"),
-            Some(format!("{BOT}-agent")),
-        ),
-        (
             resource(
                 "rbac.authorization.k8s.io",
                 "v1",

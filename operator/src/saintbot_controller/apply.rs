@@ -30,13 +30,17 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
     build::Children,
-    freshness::{Freshness, desired_hash, freshness, stamp},
+    freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
 };
 use crate::{
     cache,
     labels::{FIELD_MANAGER, WEBHOOKS_COMPONENT},
     metrics::Metrics,
 };
+
+/// Tries at making the operator sole owner of a repaired child before the next
+/// reconcile takes over.
+const PRUNE_ATTEMPTS: u32 = 4;
 
 /// Why a child could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -104,10 +108,12 @@ impl ChildWriter<'_> {
             source,
         };
         let api = Api::<K>::namespaced(self.client.clone(), self.namespace);
+        let mut repaired = false;
         match freshness(cached.as_ref(), &hash, repairable) {
             Freshness::Current => return Ok(None),
             Freshness::Missing | Freshness::Stale => {}
             Freshness::Drifted { managers } => {
+                repaired = true;
                 tracing::warn!(
                     namespace = self.namespace,
                     %kind,
@@ -122,7 +128,7 @@ impl ChildWriter<'_> {
                 meta.resource_version = cached.and_then(|cached| cached.resource_version);
                 // One empty entry resets every field manager of the object.
                 meta.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-                self.writes += 1;
+                self.wrote();
                 api.replace(
                     &name,
                     &PostParams {
@@ -136,10 +142,14 @@ impl ChildWriter<'_> {
                 self.metrics.record_drift_repair(&kind);
             }
         }
-        self.writes += 1;
-        self.metrics.child_writes.inc();
+        self.wrote();
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api.patch(&name, &params, &Patch::Apply(&stamped)).await {
+            Ok(stored) if repaired => self
+                .prune_owners(&api, stored)
+                .await
+                .map(Some)
+                .map_err(failed),
             Ok(stored) => Ok(Some(stored)),
             Err(error) if K::kind(&()) == "RoleBinding" && changes_role_ref(&error) => {
                 // A binding's roleRef cannot change; one made by an earlier version (to a
@@ -147,7 +157,7 @@ impl ChildWriter<'_> {
                 self.delete_owned::<K>(&name, cached_uid_of_owned(&api, &name, self.owner).await)
                     .await
                     .map_err(failed)?;
-                self.writes += 1;
+                self.wrote();
                 api.patch(&name, &params, &Patch::Apply(&stamped))
                     .await
                     .map(Some)
@@ -155,6 +165,47 @@ impl ChildWriter<'_> {
             }
             Err(error) => Err(failed(error)),
         }
+    }
+
+    fn wrote(&mut self) {
+        self.writes += 1;
+        self.metrics.child_writes.inc();
+    }
+
+    /// The last step of a repair: leaves the operator sole owner of the restored child
+    /// ([`without_placeholder`]). The patch is conditional on the resourceVersion it was
+    /// computed from; other controllers' status writes move it on, so a conflict is
+    /// retried from a fresh read a few times.
+    async fn prune_owners<K>(&mut self, api: &Api<K>, stored: K) -> Result<K, kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    {
+        let mut current = stored;
+        for attempt in 1..=PRUNE_ATTEMPTS {
+            let meta = current.meta();
+            let entries = meta.managed_fields.clone().unwrap_or_default();
+            let kept = without_placeholder(&entries);
+            if kept.len() == entries.len() {
+                return Ok(current);
+            }
+            let name = meta.name.clone().unwrap_or_default();
+            // A resourceVersion in a merge patch is a precondition.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": meta.resource_version, "managedFields": kept}
+            });
+            self.wrote();
+            let parameters = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            match api.patch(&name, &parameters, &Patch::Merge(patch)).await {
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < PRUNE_ATTEMPTS => {
+                    current = api.get(&name).await?;
+                }
+                result => return result,
+            }
+        }
+        Ok(current)
     }
 
     /// Deletes `name` when `uid` (the object this bot controls) is known, with the uid as
@@ -176,7 +227,7 @@ impl ChildWriter<'_> {
             }),
             ..DeleteParams::default()
         };
-        self.writes += 1;
+        self.wrote();
         match Api::<K>::namespaced(self.client.clone(), self.namespace)
             .delete(name, &parameters)
             .await

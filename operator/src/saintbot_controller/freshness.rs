@@ -94,6 +94,24 @@ pub fn foreign_writers(meta: &ObjectMeta) -> Vec<String> {
     managers
 }
 
+/// The field manager the API server files every field under when an object without
+/// managed fields is first applied to.
+pub const PLACEHOLDER_MANAGER: &str = "before-first-apply";
+
+/// The managed fields to keep after a repair: every entry but the placeholder's. A
+/// repair strips every owner (so no foreign field survives), and the API server then
+/// files all fields the operator did not just apply under [`PLACEHOLDER_MANAGER`];
+/// dropping that entry leaves the operator sole owner, so a field it later stops
+/// applying is removed rather than kept alive by the placeholder. A foreign writer that
+/// slipped in meanwhile keeps its entry, and so stays visible as drift.
+pub fn without_placeholder(entries: &[ManagedFieldsEntry]) -> Vec<ManagedFieldsEntry> {
+    entries
+        .iter()
+        .filter(|entry| entry.manager.as_deref() != Some(PLACEHOLDER_MANAGER))
+        .cloned()
+        .collect()
+}
+
 fn writes_content(entry: &ManagedFieldsEntry) -> bool {
     if entry.manager.as_deref() == Some(FIELD_MANAGER) {
         return false;
