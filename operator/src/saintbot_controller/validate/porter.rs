@@ -273,3 +273,69 @@ fn cli_entry(cli: &PorterCliSpec, env_from_files: BTreeMap<String, String>) -> C
         ..CliEntry::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn porter(cli: serde_json::Value) -> PorterSpec {
+        let mut entry = serde_json::json!({"name": "gh", "bin": "/usr/bin/gh"});
+        entry
+            .as_object_mut()
+            .unwrap()
+            .extend(cli.as_object().unwrap().clone());
+        serde_json::from_value(serde_json::json!({"clis": [entry]})).expect("porter parses")
+    }
+
+    fn refusal(cli: serde_json::Value) -> String {
+        match render_porter(&porter(cli)) {
+            Ok(_) => "accepted".to_string(),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    fn secret_env(name: &str) -> serde_json::Value {
+        serde_json::json!({"name": name, "secretKeyRef": {"name": "acme-porter", "key": "token"}})
+    }
+
+    #[test]
+    fn env_names_the_crd_refuses_are_refused_here_naming_the_field() {
+        assert!(
+            render_porter(&porter(serde_json::json!({
+                "env": {"GH_HOST": "github.com"},
+                "secretEnv": [secret_env("GH_TOKEN")],
+                "passthroughEnv": ["HTTPS_PROXY"],
+            })))
+            .is_ok()
+        );
+        for (cli, field) in [
+            (
+                serde_json::json!({"env": {"LD_PRELOAD": "/tmp/x.so"}}),
+                "clis[gh].env",
+            ),
+            (
+                serde_json::json!({"env": {"BAD KEY=1": "x"}}),
+                "clis[gh].env",
+            ),
+            (
+                serde_json::json!({"secretEnv": [secret_env("PATH")]}),
+                "clis[gh].secretEnv",
+            ),
+            (
+                serde_json::json!({"passthroughEnv": ["NODE_OPTIONS"]}),
+                "clis[gh].passthroughEnv",
+            ),
+            (
+                serde_json::json!({"secretEnv": [secret_env("GH_TOKEN"), secret_env("GH_TOKEN")]}),
+                "clis[gh].secretEnv: \"GH_TOKEN\" is set twice",
+            ),
+            (
+                serde_json::json!({"env": {"GH_TOKEN": "x"}, "secretEnv": [secret_env("GH_TOKEN")]}),
+                "clis[gh].secretEnv: \"GH_TOKEN\" is set twice",
+            ),
+        ] {
+            let message = refusal(cli.clone());
+            assert!(message.contains(field), "{cli}: {message}");
+        }
+    }
+}
