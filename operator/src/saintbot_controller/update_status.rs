@@ -85,6 +85,17 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             let conflicting = identity.conflicting_identities();
             let missing = identity.contacts_with_missing_role();
             let problems = conflicting.len() + missing.len();
+            // Contacts of a Role left out as invalid are named with the Role's problem.
+            let left_out = super::validate::roles::left_out_summary(&validated.left_out_roles);
+            let missing: Vec<(&str, &str)> = missing
+                .into_iter()
+                .filter(|(_, role)| {
+                    !validated
+                        .left_out_roles
+                        .iter()
+                        .any(|left| left.error.role == *role)
+                })
+                .collect();
             let ready = if validated.suspend {
                 condition(
                     ConditionType::Ready,
@@ -106,7 +117,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                     "config rendered; waiting for the bot pod".into(),
                 )
             };
-            let linked = if problems == 0 {
+            let linked = if problems == 0 && left_out.is_none() {
                 condition(
                     ConditionType::IdentitiesLinked,
                     Reason::AllLinked,
@@ -130,6 +141,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                         listed.join(", ")
                     ));
                 }
+                parts.extend(left_out);
                 let reason = if conflicting.is_empty() {
                     Reason::RoleNotFound
                 } else {
