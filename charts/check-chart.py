@@ -123,6 +123,34 @@ def check_agent_cluster_role(kinds: dict[str, list[dict]], arguments: list[str],
     return name
 
 
+def check_writes_policy(kinds: dict[str, list[dict]], release: str, service_account: str, where: str) -> None:
+    """The admission policy keeping the operator's writes to its SaintBots' children."""
+    policies = [policy for policy in kinds.get("ValidatingAdmissionPolicy", [])
+                if policy["metadata"]["name"].endswith("-operator-writes")]
+    check(len(policies) == 1, f"{where}: operator writes policy missing")
+    for policy in policies:
+        check(policy["spec"]["failurePolicy"] == "Fail", f"{where}: writes policy must fail closed")
+        match = policy["spec"]["matchConditions"][0]["expression"]
+        check(f"'system:serviceaccount:{release}:{service_account}'" in match,
+              f"{where}: writes policy must match exactly the operator's account: {match}")
+        covered = {(group, resource) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+                   for group in rule["apiGroups"] for resource in rule["resources"]
+                   if set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}}
+        # Every kind the operator's RBAC lets it write, except its own status and Events.
+        written = {("", "configmaps"), ("", "persistentvolumeclaims"), ("", "serviceaccounts"), ("", "services"),
+                   ("apps", "deployments"), ("networking.k8s.io", "networkpolicies"),
+                   ("networking.k8s.io", "ingresses"), ("rbac.authorization.k8s.io", "rolebindings")}
+        check(covered == written, f"{where}: writes policy covers {sorted(covered)}, not {sorted(written)}")
+        text = " ".join(validation["expression"] for validation in policy["spec"]["validations"])
+        for needle in ("oldObject.metadata.ownerReferences", "object.metadata.ownerReferences", "r.kind == 'SaintBot'",
+                       "serviceAccountName == object.metadata.name + '-agent'", "hostPath", "allowPrivilegeEscalation"):
+            check(needle in text, f"{where}: writes policy lacks {needle!r}")
+        binding = [item for item in kinds.get("ValidatingAdmissionPolicyBinding", [])
+                   if item["spec"]["policyName"] == policy["metadata"]["name"]]
+        check(len(binding) == 1 and binding[0]["spec"]["validationActions"] == ["Deny"],
+              f"{where}: writes policy must be bound with Deny: {binding}")
+
+
 def check_bindings_policy(kinds: dict[str, list[dict]], release: str, service_account: str, where: str) -> None:
     """The admission policy fencing the RoleBindings the operator makes."""
     policies = [policy for policy in kinds.get("ValidatingAdmissionPolicy", [])
@@ -209,6 +237,7 @@ def check_default(helm: str, chart: str) -> None:
     check([binding["roleRef"]["name"] for binding in bindings] == ["saint-operator"],
           f"only the operator's ClusterRole is bound cluster-wide (the agent's per namespace): {bindings}")
     check_bindings_policy(kinds, "saint-system", "saint-operator", "default render")
+    check_writes_policy(kinds, "saint-system", "saint-operator", "default render")
 
     lease_roles = [role for role in kinds["Role"] if role["metadata"]["name"].endswith("-leader-election")]
     check(len(lease_roles) == 1, "leader election Role missing")
@@ -290,6 +319,7 @@ def check_release_name(helm: str, chart: str) -> None:
     for role in operator_roles:
         check_operator_rules(role["rules"], "ClusterRole team-saint-operator", agent_role)
     check_bindings_policy(kinds, "team-system", "team-saint-operator", "release team")
+    check_writes_policy(kinds, "team-system", "team-saint-operator", "release team")
 
     kinds = by_kind(render(helm, chart, "--set", "rbac.create=false"))
     check("ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds,

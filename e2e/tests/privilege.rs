@@ -13,14 +13,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::{
+    apps::v1::Deployment,
     batch::v1::Job,
-    core::v1::Pod,
+    core::v1::{ConfigMap, Pod},
     rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Client,
-    api::{ObjectMeta, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use saint_e2e::{
     Environment, Failure, TestResult,
@@ -324,8 +325,22 @@ fn compare_with_expectation(
     }
 }
 
+/// A controller owner reference to a SaintBot, as every child the operator makes
+/// carries (the chart's write policy requires one). The SaintBot need not exist:
+/// every request made with it here is a dry run.
+fn saintbot_owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "saint.work/v1alpha1".to_owned(),
+        kind: "SaintBot".to_owned(),
+        name: "probe".to_owned(),
+        uid: "7d3f0d5e-0000-4000-8000-000000000001".to_owned(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }
+}
+
 /// RoleBinding `name` in `namespace`: `role_kind/role` → ServiceAccount
-/// `subject_namespace/subject`.
+/// `subject_namespace/subject`, controlled by a SaintBot like the operator's.
 fn role_binding(
     namespace: &str,
     name: &str,
@@ -338,6 +353,7 @@ fn role_binding(
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
+            owner_references: Some(vec![saintbot_owner()]),
             ..ObjectMeta::default()
         },
         role_ref: RoleRef {
@@ -404,6 +420,63 @@ async fn edit_like_role(admin: &Client, name: &str) -> Result<String, Failure> {
             ))
         })?;
     Ok(name.to_owned())
+}
+
+/// Retries `attempt` until the API server refuses it by the chart's admission policy
+/// rule `rule` (its message names it), or `POLICY_TIMEOUT` passes: a policy takes
+/// effect shortly after `helm install` returns.
+async fn refused_by_rule<T, F, Fut>(what: &str, rule: &str, mut attempt: F) -> TestResult
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    wait::until(&format!("{what} refused by {rule}"), POLICY_TIMEOUT, || {
+        let outcome = attempt();
+        async move {
+            let (code, message) =
+                refusal(what, outcome.await).map_err(|failure| format!("{failure:?}"))?;
+            if message.contains(rule) {
+                Ok(())
+            } else {
+                Err(format!("refused ({code}), but not by {rule}: {message}"))
+            }
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// A Deployment `name` in `namespace` whose pod runs as `account` with `pod` merged
+/// into its pod spec; `owned`: controlled by a SaintBot, as the operator's are.
+fn deployment(
+    namespace: &str,
+    name: &str,
+    owned: bool,
+    account: &str,
+    pod: serde_json::Value,
+) -> Result<Deployment, Failure> {
+    let mut spec = serde_json::json!({
+        "serviceAccountName": account,
+        "containers": [{"name": "run", "image": "busybox",
+                        "securityContext": {"allowPrivilegeEscalation": false}}],
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), pod.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let owners = if owned {
+        vec![serde_json::to_value(saintbot_owner())?]
+    } else {
+        Vec::new()
+    };
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": owners},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    }))?)
 }
 
 fn dry_run() -> PostParams {
@@ -554,7 +627,7 @@ async fn a_leaked_operator_token_runs_no_job_and_binds_nothing_stronger() -> Tes
         "probe-agent",
     );
     bindings
-        .create(&PostParams::default(), &agent_binding)
+        .create(&dry_run(), &agent_binding)
         .await
         .map_err(|error| {
             Failure::message(format!(
@@ -658,6 +731,133 @@ async fn a_leaked_operator_token_runs_no_job_and_binds_nothing_stronger() -> Tes
     Ok(())
 }
 
+/// With the operator's own token, the chart's write policy keeps it to its own
+/// children: it changes no object a SaintBot does not control (a ConfigMap of
+/// kube-system, one of a bot namespace), creates nothing without a SaintBot owner, and
+/// makes only bot-shaped Deployments — so no pod in kube-system as any account with a
+/// Secret mounted (the attack, through a Deployment instead of a Job), no host
+/// namespaces or paths, no privilege escalation. A bot-shaped Deployment is admitted.
+#[tokio::test]
+async fn a_leaked_operator_token_changes_no_foreign_object_and_runs_no_foreign_pod() -> TestResult {
+    let environment = Environment::from_env()?;
+    let admin = environment.admin_client().await?;
+    let install = chart::install(&environment, &admin, "priv-writes", &[]).await?;
+    let operator = OperatorAccount::of(&install).await?;
+    let bots = namespace::create(&admin, "priv-writes-bots", true).await?;
+    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "foreign", "namespace": bots},
+        "data": {"setting": "a person's"},
+    }))?;
+    Api::<ConfigMap>::namespaced(admin.clone(), &bots)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .map_err(|error| Failure::message(saint_e2e::api_message(&error)))?;
+
+    let patch = Patch::Merge(serde_json::json!({"data": {"injected": "by a leaked token"}}));
+    let patch_params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    for (namespace, name) in [
+        ("kube-system", "extension-apiserver-authentication"),
+        (bots.as_str(), "foreign"),
+    ] {
+        let config_maps = Api::<ConfigMap>::namespaced(operator.client.clone(), namespace);
+        refused_by_rule(
+            &format!("a patch of ConfigMap {namespace}/{name} as the operator"),
+            "saint operator write policy [saintbot-children-only]",
+            || config_maps.patch(name, &patch_params, &patch),
+        )
+        .await?;
+    }
+
+    let kube_system = Api::<Deployment>::namespaced(operator.client.clone(), "kube-system");
+    let secret_volume = serde_json::json!({
+        "volumes": [{"name": "secret", "secret": {"secretName": "any"}}],
+    });
+    let cases = [
+        (
+            "as a kube-system account, a Secret mounted",
+            deployment(
+                "kube-system",
+                "leaked-token",
+                false,
+                "generic-garbage-collector",
+                secret_volume.clone(),
+            )?,
+            "[owned-by-saintbot]",
+        ),
+        (
+            "with a SaintBot owner, as a kube-system account",
+            deployment(
+                "kube-system",
+                "leaked-token",
+                true,
+                "generic-garbage-collector",
+                secret_volume,
+            )?,
+            "[bot-account-only]",
+        ),
+        (
+            "bot-shaped but in the host's PID namespace",
+            deployment(
+                "kube-system",
+                "leaked-token",
+                true,
+                "leaked-token-agent",
+                serde_json::json!({"hostPID": true}),
+            )?,
+            "[no-host-access]",
+        ),
+        (
+            "bot-shaped but with a hostPath volume",
+            deployment(
+                "kube-system",
+                "leaked-token",
+                true,
+                "leaked-token-agent",
+                serde_json::json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+            )?,
+            "[no-host-access]",
+        ),
+        (
+            "bot-shaped but a container may escalate privileges",
+            deployment(
+                "kube-system",
+                "leaked-token",
+                true,
+                "leaked-token-agent",
+                serde_json::json!({"containers": [{"name": "run", "image": "busybox"}]}),
+            )?,
+            "[unprivileged-containers]",
+        ),
+    ];
+    let create_params = dry_run();
+    for (what, object, rule) in &cases {
+        refused_by_rule(
+            &format!("a Deployment in kube-system {what} (dry run)"),
+            rule,
+            || kube_system.create(&create_params, object),
+        )
+        .await?;
+    }
+    // The shape the operator makes for a bot passes the fence.
+    Api::<Deployment>::namespaced(operator.client.clone(), &bots)
+        .create(
+            &dry_run(),
+            &deployment(&bots, "probe", true, "probe-agent", serde_json::json!({}))?,
+        )
+        .await
+        .map_err(|error| {
+            Failure::message(format!(
+                "a bot-shaped Deployment as the operator: {}",
+                saint_e2e::api_message(&error)
+            ))
+        })?;
+    namespace::delete(&admin, &bots).await?;
+    Ok(())
+}
+
 /// In watchNamespace mode the operator's `bind` sits in a namespaced Role: the real
 /// API server honours it for RoleBindings in that namespace and nowhere else.
 #[tokio::test]
@@ -676,10 +876,7 @@ async fn with_watch_namespace_the_operator_binds_the_agent_role_only_there() -> 
         role_binding(namespace, &name, "ClusterRole", role, namespace, &name)
     };
     Api::<RoleBinding>::namespaced(operator.client.clone(), &watched)
-        .create(
-            &PostParams::default(),
-            &binding(&watched, &operator.agent_role),
-        )
+        .create(&dry_run(), &binding(&watched, &operator.agent_role))
         .await
         .map_err(|error| {
             Failure::message(format!(
