@@ -171,6 +171,12 @@ fn main() -> std::process::ExitCode {
     } else {
         logs.json().init();
     }
+    // In the pod the agent and Porter's CLIs run as different uids in one group: what
+    // the agent creates on the workspace (a folder a CLI then clones into) must be
+    // writable for the group, and nothing is for other users.
+    if matches!(cli.command, Command::Run(_)) {
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o007));
+    }
     let result = match cli.command {
         Command::CheckConfig { config } => ConfigStore::load(&config)
             .map(|_| ())
