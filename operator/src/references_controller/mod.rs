@@ -274,7 +274,8 @@ pub async fn run(
             woken.push(ObjectRef::from(&contact));
             woken
         })
-        // A Role appearing, disappearing or changing labels matters to the Contacts naming it.
+        // A Role appearing, disappearing, changing labels or its validity matters to the
+        // Contacts naming it.
         .watches_stream(feeds.roles_changed, move |role: Role| {
             let name = role.name_any();
             in_namespace(
