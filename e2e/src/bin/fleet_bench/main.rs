@@ -363,6 +363,7 @@ impl Bench {
         let mut last_create = None;
         let mut last_progress = Instant::now();
         let mut outcome = None;
+        let mut ready_reasons = BTreeMap::new();
         let converged_at = loop {
             tokio::time::sleep(LIST_INTERVAL).await;
             operator.check_alive()?;
@@ -381,6 +382,9 @@ impl Bench {
             }
             let state = fleet_state(&self.admin, &namespace).await;
             let now = Instant::now();
+            if let Ok(state) = &state {
+                ready_reasons = state.ready_reasons.clone();
+            }
             if let Ok(state) = &state
                 && last_create.is_some()
                 && state.listed == bots
@@ -390,6 +394,7 @@ impl Bench {
                     "converged {:.1} s after the first create: {state}",
                     seconds_between(first_create, now)
                 ));
+                ready_reasons = state.ready_reasons.clone();
                 break Some(now);
             }
             let rss = sampler.latest().map_or(0.0, megabytes);
@@ -429,6 +434,7 @@ impl Bench {
                 .map_or(f64::NAN, |last| seconds_between(first_create, last)),
             converged_seconds: converged_at.map(|at| seconds_between(first_create, at)),
             outcome: outcome.clone().unwrap_or_else(|| "converged".to_owned()),
+            ready_reasons,
             convergence_reconciles: after.reconciles - before.reconciles,
             convergence_api_requests: after
                 .api_requests
@@ -684,8 +690,25 @@ async fn run() -> Result<ExitCode, Failure> {
             operator::API_REQUESTS
         ));
     }
-    for size in sizes.iter().filter(|size| size.converged_seconds.is_none()) {
-        failures.push(format!("N={}: {}", size.bots, size.outcome));
+    for size in &sizes {
+        if size.converged_seconds.is_none() {
+            failures.push(format!("N={}: {}", size.bots, size.outcome));
+        }
+        // No kubelet: a healthy bot waits for its pod. Any other reason is a refusal
+        // (a full service range, a quota, RBAC) that the figures would silently include.
+        let refused: Vec<String> = size
+            .ready_reasons
+            .iter()
+            .filter(|(reason, _)| reason.as_str() != "PodNotReady")
+            .map(|(reason, count)| format!("{count} bots Ready={reason}"))
+            .collect();
+        if !refused.is_empty() {
+            failures.push(format!(
+                "N={}: {} (expected every bot at PodNotReady; the operator log says why)",
+                size.bots,
+                refused.join(", ")
+            ));
+        }
     }
     if failures.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -1,6 +1,8 @@
 //! What one fleet size measured, and the table (medians, ratios against the first size,
 //! the targets) printed and written as JSON. Pure: no I/O but the caller's.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -35,6 +37,10 @@ pub struct SizeResult {
     pub converged_seconds: Option<f64>,
     /// `converged`, or why not.
     pub outcome: String,
+    /// Bots by their `Ready` reason when the wait ended (`none` without one). With no
+    /// kubelet every healthy bot says `PodNotReady`; anything else means the API server
+    /// refused part of the fleet and the figures measure retries.
+    pub ready_reasons: BTreeMap<String, usize>,
     /// Median RSS over the steady window after convergence.
     pub steady_rss_megabytes: Option<f64>,
     /// Peak RSS from the operator's start through the steady window.
@@ -74,7 +80,9 @@ fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
 }
 
 impl SizeResult {
+    /// Only for a size that converged: a stopped size's counts cover an unfinished run.
     pub fn convergence_requests_per_reconcile(&self) -> Option<f64> {
+        self.converged_seconds?;
         ratio(
             self.convergence_api_requests,
             Some(self.convergence_reconciles),
@@ -126,6 +134,15 @@ fn rows() -> Vec<Row> {
             metric: "first create to all observedGeneration (s)",
             value: |size| size.converged_seconds,
             target: Target::AtMost(60.0),
+        },
+        Row {
+            // The creates themselves take long on a busy machine: this is the operator's part.
+            metric: "last create to all observedGeneration (s)",
+            value: |size| {
+                size.converged_seconds
+                    .map(|seconds| seconds - size.create_seconds)
+            },
+            target: Target::None,
         },
         Row {
             metric: "reconciles per bot until converged",
@@ -301,6 +318,21 @@ mod tests {
             .find(|row| row["metric"] == "API requests per reconcile, convergence")
             .unwrap();
         assert_eq!(per_reconcile["met"], json!(false));
+    }
+
+    #[test]
+    fn a_size_that_never_converged_has_no_requests_per_reconcile() {
+        let stopped = SizeResult {
+            converged_seconds: None,
+            ..size(300, 20.0, 12.0)
+        };
+        assert_eq!(stopped.convergence_requests_per_reconcile(), None);
+        let (_, rows) = table(&[size(100, 20.0, 12.0), stopped]);
+        let per_reconcile = rows
+            .iter()
+            .find(|row| row["metric"] == "API requests per reconcile, convergence")
+            .unwrap();
+        assert_eq!(per_reconcile["met"], Value::Null);
     }
 
     #[test]
