@@ -287,9 +287,14 @@ async fn hand_edits_to_fences_and_the_pod_template_are_undone_within_seconds() -
                 .flatten()
                 .map(|subject| subject.name.clone())
                 .collect();
+            // Restored means whole: content back, and no other owner left (the last step
+            // of a repair drops the API server's placeholder owner).
             if egress.is_empty()
                 && containers == containers_before
                 && subjects == [format!("{BOT}-agent")]
+                && other_managers(&policy.metadata).is_empty()
+                && other_managers(&deployment.metadata).is_empty()
+                && other_managers(&binding.metadata).is_empty()
             {
                 Ok((
                     started.elapsed(),
@@ -298,7 +303,11 @@ async fn hand_edits_to_fences_and_the_pod_template_are_undone_within_seconds() -
                 ))
             } else {
                 Err(format!(
-                    "egress {egress:?}, containers {containers:?}, subjects {subjects:?}\n{}",
+                    "egress {egress:?}, containers {containers:?}, subjects {subjects:?}, \
+                     other managers {:?} {:?} {:?}\n{}",
+                    other_managers(&policy.metadata),
+                    other_managers(&deployment.metadata),
+                    other_managers(&binding.metadata),
                     stage.log()
                 ))
             }

@@ -1,7 +1,9 @@
 //! The agent's RoleBinding: the bot's ServiceAccount bound, in the bot's namespace only,
 //! to the agent ClusterRole the chart ships (sandbox Jobs, their pods, Events). The
 //! operator never holds those rights itself: it may grant them only because it holds
-//! `bind` on that one ClusterRole, so a leaked operator token cannot run a pod anywhere.
+//! `bind` on that one ClusterRole, so a leaked operator token cannot run Jobs itself;
+//! what it may create is fenced by the chart's operator-writes and operator-bindings
+//! admission policies.
 //! Never Secrets. Pure: no client.
 
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
