@@ -102,8 +102,9 @@ impl SizeResult {
 #[derive(Clone, Copy, Debug)]
 enum Target {
     AtMost(f64),
-    /// Growth against the baseline within `[1/x, x]`: a constant.
-    ConstantWithin(f64),
+    /// At most `x` times the baseline's value: not growing with the fleet (a fixed
+    /// start-up cost spread over more bots may make it shrink).
+    NotGrowing(f64),
     None,
 }
 
@@ -160,7 +161,7 @@ fn rows() -> Vec<Row> {
         Row {
             metric: "API requests per reconcile, convergence",
             value: SizeResult::convergence_requests_per_reconcile,
-            target: Target::ConstantWithin(1.5),
+            target: Target::NotGrowing(1.5),
         },
         Row {
             metric: "resync: start to first reconcile (s, median)",
@@ -185,7 +186,7 @@ fn rows() -> Vec<Row> {
         Row {
             metric: "API requests per reconcile, resync (median)",
             value: SizeResult::resync_requests_per_reconcile,
-            target: Target::ConstantWithin(1.5),
+            target: Target::NotGrowing(1.5),
         },
     ]
 }
@@ -202,9 +203,7 @@ fn format_value(value: Option<f64>) -> String {
 fn target_met(target: Target, largest: Option<f64>, growth: Option<f64>) -> Option<bool> {
     match target {
         Target::AtMost(limit) => largest.map(|value| value <= limit),
-        Target::ConstantWithin(factor) => {
-            growth.map(|growth| growth <= factor && growth >= 1.0 / factor)
-        }
+        Target::NotGrowing(factor) => growth.map(|growth| growth <= factor),
         Target::None => None,
     }
 }
@@ -212,7 +211,7 @@ fn target_met(target: Target, largest: Option<f64>, growth: Option<f64>) -> Opti
 fn describe_target(target: Target) -> String {
     match target {
         Target::AtMost(limit) => format!("<= {limit}"),
-        Target::ConstantWithin(factor) => format!("ratio in [{:.2}, {factor}]", 1.0 / factor),
+        Target::NotGrowing(factor) => format!("ratio <= {factor}"),
         Target::None => String::new(),
     }
 }
@@ -303,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn a_constant_request_count_meets_the_target_and_a_growing_one_does_not() {
+    fn a_constant_or_shrinking_request_count_meets_the_target_and_a_growing_one_does_not() {
         let (text, rows) = table(&[size(100, 20.0, 12.0), size(1000, 30.0, 12.0)]);
         let per_reconcile = rows
             .iter()
@@ -318,6 +317,14 @@ mod tests {
             .find(|row| row["metric"] == "API requests per reconcile, convergence")
             .unwrap();
         assert_eq!(per_reconcile["met"], json!(false));
+
+        // A fixed start-up cost spread over more bots shrinks the ratio: not growth.
+        let (_, rows) = table(&[size(100, 20.0, 2.3), size(1000, 30.0, 1.1)]);
+        let per_reconcile = rows
+            .iter()
+            .find(|row| row["metric"] == "API requests per reconcile, convergence")
+            .unwrap();
+        assert_eq!(per_reconcile["met"], json!(true));
     }
 
     #[test]
