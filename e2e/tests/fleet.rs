@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::{Event, ResourceQuota},
+    core::v1::{ConfigMap, Event, ResourceQuota},
     networking::v1::NetworkPolicy,
     rbac::v1::RoleBinding,
 };
@@ -358,6 +358,118 @@ async fn hand_edits_to_fences_and_the_pod_template_are_undone_within_seconds() -
         repairs,
         "no repair loop after the restore"
     );
+    stage.finish().await
+}
+
+#[tokio::test]
+async fn edits_disguised_as_the_operator_or_with_their_trace_erased_are_undone_too() -> TestResult {
+    let stage = Stage::start("disguise").await?;
+    stage
+        .apply_example(&[
+            "secrets.yaml",
+            "roles.yaml",
+            "contacts.yaml",
+            "saintbot.yaml",
+        ])
+        .await?;
+    stage.bot().wait_converged(|| stage.log()).await?;
+    let policies = Api::<NetworkPolicy>::namespaced(stage.admin.clone(), &stage.namespace);
+    let deployments = Api::<Deployment>::namespaced(stage.admin.clone(), &stage.namespace);
+    let config_maps = Api::<ConfigMap>::namespaced(stage.admin.clone(), &stage.namespace);
+    let sandbox_policy = format!("{BOT}-sandbox");
+    let config = format!("{BOT}-config");
+    let containers_of = |deployment: &Deployment| -> Vec<String> {
+        deployment
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.template.spec.as_ref())
+            .map(|pod| pod.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    let containers_before = containers_of(&deployments.get(BOT).await?);
+
+    // Written under the operator's own field manager name.
+    policies
+        .patch(
+            &sandbox_policy,
+            &PatchParams {
+                field_manager: Some("saint-operator".to_owned()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"spec": {"egress": [{}]}})),
+        )
+        .await?;
+    // Written with the managed fields erased in the same request: no owner at all.
+    let erase = PatchParams {
+        field_manager: Some("sneaky".to_owned()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch(
+            BOT,
+            &erase,
+            &Patch::Strategic(json!({
+                "metadata": {"managedFields": [{}]},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "spy", "image": "registry.example/spy:1",
+                     "securityContext": {"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+                       "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}
+                ]}}}
+            })),
+        )
+        .await?;
+    config_maps
+        .patch(
+            &config,
+            &erase,
+            &Patch::Merge(json!({
+                "metadata": {"managedFields": [{}]},
+                "data": {"extra.json": "{}"}
+            })),
+        )
+        .await?;
+
+    wait::until(
+        "the disguised and untraced edits undone",
+        CONVERGE_TIMEOUT,
+        || async {
+            let policy = policies
+                .get(&sandbox_policy)
+                .await
+                .map_err(|error| error.to_string())?;
+            let egress = policy
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.egress.clone())
+                .unwrap_or_default();
+            let containers = containers_of(
+                &deployments
+                    .get(BOT)
+                    .await
+                    .map_err(|error| error.to_string())?,
+            );
+            let keys: Vec<String> = config_maps
+                .get(&config)
+                .await
+                .map_err(|error| error.to_string())?
+                .data
+                .unwrap_or_default()
+                .into_keys()
+                .collect();
+            if egress.is_empty()
+                && containers == containers_before
+                && !keys.contains(&"extra.json".to_owned())
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "egress {egress:?}, containers {containers:?}, config keys {keys:?}\n{}",
+                    stage.log()
+                ))
+            }
+        },
+    )
+    .await?;
     stage.finish().await
 }
 

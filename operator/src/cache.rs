@@ -3,11 +3,15 @@
 //! from here, never by listing the API server, so the requests a reconcile makes do not
 //! grow with the number of bots.
 //!
-//! Each watch also feeds the controllers' triggers. Deletions are passed on (a deleted
-//! Contact must wake the bots that used it); the initial list is passed on only where a
-//! controller needs it (its own kind), since every bot is reconciled at start anyway.
-//! Children are cached as metadata only, compacted to what [`freshness`] reads; the
-//! Deployment keeps its status (readiness) but not its pod template.
+//! Each watch also feeds the controllers' triggers with what changed after its first
+//! list, deletions included (a deleted Contact must wake the bots that used it). The
+//! first list is not passed on: controllers start once every store is full, reconcile
+//! everything once and build their memory of what maps to what from the stores, so no
+//! copy of a whole fleet waits in a feed. When a watch lists again (a desync, an API
+//! server restart), everything it lists is passed on, and objects that vanished
+//! meanwhile as deletions. Children are cached slimmed to what [`freshness`] reads:
+//! compacted metadata and a hash of their compared [`content`]; the Deployment keeps its
+//! status (readiness) but not its pod template.
 
 use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
 
@@ -23,10 +27,9 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource,
-    core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
-        reflector::{self, Store},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -35,7 +38,10 @@ use serde::de::DeserializeOwned;
 
 use crate::{
     crd::{Contact, Role, SaintBot},
-    saintbot_controller::freshness,
+    saintbot_controller::{
+        content::{self, Content},
+        freshness,
+    },
 };
 
 /// Objects a controller is told about: created, changed or deleted.
@@ -44,15 +50,6 @@ pub type Feed<K> = mpsc::UnboundedReceiver<Result<K, watcher::Error>>;
 /// A future that keeps one watch and its store up to date; runs until dropped.
 pub type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Who gets a watch's events, and whether they want the initial list too.
-#[derive(Clone, Copy)]
-pub enum Wants {
-    /// Every object of the initial list, then every change.
-    Everything,
-    /// Only changes after the initial list.
-    Changes,
-}
-
 /// One watch: its store, a feed per consumer, and the driver to spawn.
 pub struct Reflection<K: Resource<DynamicType = ()> + 'static> {
     pub store: Store<K>,
@@ -60,41 +57,54 @@ pub struct Reflection<K: Resource<DynamicType = ()> + 'static> {
     pub driver: Driver,
 }
 
-/// Starts nothing: builds the store, the feeds and the driver of one watch.
-pub fn reflect<K, S>(kind: &'static str, events: S, consumers: &[Wants]) -> Reflection<K>
+/// Starts nothing: builds the store, the feeds (one per consumer) and the driver of one
+/// watch.
+pub fn reflect<K, S>(kind: &'static str, events: S, consumers: usize) -> Reflection<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
 {
-    let (store, writer) = reflector::store();
-    let (senders, feeds): (Vec<_>, Vec<_>) = consumers
-        .iter()
-        .map(|wants| {
-            let (sender, feed) = mpsc::unbounded();
-            ((*wants, sender), feed)
-        })
-        .unzip();
+    let (store, writer) = reflector::store::<K>();
+    let (senders, feeds): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded()).unzip();
+    let reader = store.clone();
     let driver = Box::pin(async move {
         let events = reflector::reflector(writer, events);
         futures::pin_mut!(events);
+        let mut listed_once = false;
+        // What the store held when a re-list began: what is missing at its end was
+        // deleted while the watch was away.
+        let mut before_list: Vec<Arc<K>> = Vec::new();
         while let Some(event) = events.next().await {
-            let (object, initial) = match event {
+            let objects: Vec<K> = match event {
                 Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
-                    (object, false)
+                    vec![object]
                 }
-                Ok(watcher::Event::InitApply(object)) => (object, true),
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Ok(watcher::Event::InitApply(object)) if listed_once => vec![object],
+                Ok(watcher::Event::InitApply(_)) => continue,
+                Ok(watcher::Event::Init) => {
+                    if listed_once {
+                        before_list = reader.state();
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => {
+                    listed_once = true;
+                    std::mem::take(&mut before_list)
+                        .into_iter()
+                        .filter(|object| reader.get(&ObjectRef::from(object.as_ref())).is_none())
+                        .map(Arc::unwrap_or_clone)
+                        .collect()
+                }
                 Err(error) => {
                     tracing::warn!(kind, error = %ErrorChain(&error), "watch failed; retrying with backoff");
                     continue;
                 }
             };
-            for (wants, sender) in &senders {
-                if initial && matches!(wants, Wants::Changes) {
-                    continue;
+            for object in objects {
+                for sender in &senders {
+                    // A closed feed belongs to a controller that has stopped.
+                    let _ = sender.unbounded_send(Ok(object.clone()));
                 }
-                // A closed feed belongs to a controller that has stopped.
-                let _ = sender.unbounded_send(Ok(object.clone()));
             }
         }
     });
@@ -115,8 +125,16 @@ where
     }
 }
 
-/// A watch of whole objects of kind `K` (Saint's own resources).
-pub fn objects<K>(client: &Client, namespace: Option<&str>, consumers: &[Wants]) -> Reflection<K>
+fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
+    // Kinds are 'static strings for every k8s-openapi and derived type.
+    match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        std::borrow::Cow::Owned(_) => "object",
+    }
+}
+
+/// A watch of whole objects of kind `K` (Saint's own resources), for `consumers`.
+pub fn objects<K>(client: &Client, namespace: Option<&str>, consumers: usize) -> Reflection<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -135,14 +153,6 @@ where
     reflect(kind_name::<K>(), events, consumers)
 }
 
-fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
-    // Kinds are 'static strings for every k8s-openapi and derived type.
-    match K::kind(&()) {
-        std::borrow::Cow::Borrowed(kind) => kind,
-        std::borrow::Cow::Owned(_) => "object",
-    }
-}
-
 /// The label every child carries, so the child watches see only the operator's objects.
 fn children_config() -> watcher::Config {
     watcher::Config::default()
@@ -150,25 +160,28 @@ fn children_config() -> watcher::Config {
         .any_semantic()
 }
 
-/// A metadata-only watch of the operator's children of kind `K`.
-fn child_metadata<K>(client: &Client, namespace: Option<&str>) -> Reflection<PartialObjectMeta<K>>
+/// A watch of the operator's children of kind `K`, each cached as [`slim_child`] makes it.
+fn child_objects<K>(client: &Client, namespace: Option<&str>) -> Reflection<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
+    K: Content
+        + Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Debug
         + DeserializeOwned
         + Send
         + Sync
         + 'static,
 {
-    // `Api<PartialObjectMeta<K>>` asks the API server for metadata only.
-    let events = watcher(
-        api::<PartialObjectMeta<K>>(client, namespace),
-        children_config(),
-    )
-    .default_backoff()
-    .modify(|object: &mut PartialObjectMeta<K>| freshness::compact(&mut object.metadata));
-    reflect(kind_name::<K>(), events, &[Wants::Changes])
+    let events = watcher(api::<K>(client, namespace), children_config())
+        .default_backoff()
+        .modify(slim_child::<K>);
+    reflect(kind_name::<K>(), events, 1)
+}
+
+/// The cache's copy of a child: its compared content hashed, its metadata compacted,
+/// its bulk dropped.
+pub fn slim_child<K: Content>(child: &mut K) {
+    content::cache_copy(child);
+    freshness::compact(child.meta_mut());
 }
 
 /// Saint's own resources, in stores.
@@ -179,16 +192,16 @@ pub struct Sources {
     pub roles: Store<Role>,
 }
 
-/// The operator's children as last seen: metadata only, except the Deployment's status.
+/// The operator's children as last seen, slimmed ([`slim_child`]).
 #[derive(Clone)]
 pub struct Children {
-    pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
-    pub role_bindings: Store<PartialObjectMeta<RoleBinding>>,
-    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
-    pub claims: Store<PartialObjectMeta<PersistentVolumeClaim>>,
-    pub services: Store<PartialObjectMeta<Service>>,
-    pub network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
-    pub ingresses: Store<PartialObjectMeta<Ingress>>,
+    pub service_accounts: Store<ServiceAccount>,
+    pub role_bindings: Store<RoleBinding>,
+    pub config_maps: Store<ConfigMap>,
+    pub claims: Store<PersistentVolumeClaim>,
+    pub services: Store<Service>,
+    pub network_policies: Store<NetworkPolicy>,
+    pub ingresses: Store<Ingress>,
     pub deployments: Store<Deployment>,
 }
 
@@ -211,13 +224,13 @@ pub struct BotFeeds {
     pub bots: Feed<SaintBot>,
     pub contacts: Feed<Contact>,
     pub roles: Feed<Role>,
-    pub service_accounts: Feed<PartialObjectMeta<ServiceAccount>>,
-    pub role_bindings: Feed<PartialObjectMeta<RoleBinding>>,
-    pub config_maps: Feed<PartialObjectMeta<ConfigMap>>,
-    pub claims: Feed<PartialObjectMeta<PersistentVolumeClaim>>,
-    pub services: Feed<PartialObjectMeta<Service>>,
-    pub network_policies: Feed<PartialObjectMeta<NetworkPolicy>>,
-    pub ingresses: Feed<PartialObjectMeta<Ingress>>,
+    pub service_accounts: Feed<ServiceAccount>,
+    pub role_bindings: Feed<RoleBinding>,
+    pub config_maps: Feed<ConfigMap>,
+    pub claims: Feed<PersistentVolumeClaim>,
+    pub services: Feed<Service>,
+    pub network_policies: Feed<NetworkPolicy>,
+    pub ingresses: Feed<Ingress>,
     pub deployments: Feed<Deployment>,
 }
 
@@ -262,51 +275,37 @@ fn next<K>(feeds: &mut std::vec::IntoIter<Feed<K>>) -> Feed<K> {
 
 /// Builds every watch (in `namespace`, or all). Nothing runs until the drivers do.
 pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
-    use Wants::{Changes, Everything};
     let mut drivers: Vec<Driver> = Vec::new();
-    // Consumers, in order: the bot controller, then the Contact controller, then the
-    // Role controller. Each controller gets its own kind's initial list.
-    let (bots, mut bot_feeds) = split(
-        objects::<SaintBot>(client, namespace, &[Everything, Changes]),
-        &mut drivers,
-    );
-    let (contacts, mut contact_feeds) = split(
-        objects::<Contact>(client, namespace, &[Changes, Everything, Changes]),
-        &mut drivers,
-    );
-    let (roles, mut role_feeds) = split(
-        objects::<Role>(client, namespace, &[Changes, Changes, Everything]),
-        &mut drivers,
-    );
+    // Consumers, in order: the bot controller, then the Contact controller (bots and
+    // Contacts twice: its own kind and a mapper), then the Role controller (Roles).
+    let (bots, mut bot_feeds) = split(objects::<SaintBot>(client, namespace, 2), &mut drivers);
+    let (contacts, mut contact_feeds) =
+        split(objects::<Contact>(client, namespace, 3), &mut drivers);
+    let (roles, mut role_feeds) = split(objects::<Role>(client, namespace, 3), &mut drivers);
     let (service_accounts, mut service_account_feeds) = split(
-        child_metadata::<ServiceAccount>(client, namespace),
+        child_objects::<ServiceAccount>(client, namespace),
         &mut drivers,
     );
     let (role_bindings, mut role_binding_feeds) = split(
-        child_metadata::<RoleBinding>(client, namespace),
+        child_objects::<RoleBinding>(client, namespace),
         &mut drivers,
     );
     let (config_maps, mut config_map_feeds) =
-        split(child_metadata::<ConfigMap>(client, namespace), &mut drivers);
+        split(child_objects::<ConfigMap>(client, namespace), &mut drivers);
     let (claims, mut claim_feeds) = split(
-        child_metadata::<PersistentVolumeClaim>(client, namespace),
+        child_objects::<PersistentVolumeClaim>(client, namespace),
         &mut drivers,
     );
     let (services, mut service_feeds) =
-        split(child_metadata::<Service>(client, namespace), &mut drivers);
+        split(child_objects::<Service>(client, namespace), &mut drivers);
     let (network_policies, mut network_policy_feeds) = split(
-        child_metadata::<NetworkPolicy>(client, namespace),
+        child_objects::<NetworkPolicy>(client, namespace),
         &mut drivers,
     );
     let (ingresses, mut ingress_feeds) =
-        split(child_metadata::<Ingress>(client, namespace), &mut drivers);
-    let deployment_events = watcher(api::<Deployment>(client, namespace), children_config())
-        .default_backoff()
-        .modify(strip_deployment);
-    let (deployments, mut deployment_feeds) = split(
-        reflect("Deployment", deployment_events, &[Changes]),
-        &mut drivers,
-    );
+        split(child_objects::<Ingress>(client, namespace), &mut drivers);
+    let (deployments, mut deployment_feeds) =
+        split(child_objects::<Deployment>(client, namespace), &mut drivers);
     Caches {
         sources: Sources {
             bots,
@@ -344,16 +343,6 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
             roles: next(&mut role_feeds),
         },
         drivers,
-    }
-}
-
-/// Keeps what status and freshness read of a Deployment: metadata (compacted), the
-/// replica count and selector, and status. The pod template, by far the largest part,
-/// is dropped from the cache.
-pub fn strip_deployment(deployment: &mut Deployment) {
-    freshness::compact(&mut deployment.metadata);
-    if let Some(spec) = &mut deployment.spec {
-        spec.template = Default::default();
     }
 }
 

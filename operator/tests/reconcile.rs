@@ -15,16 +15,15 @@ use k8s_openapi::{
     api::networking::v1::Ingress,
     apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry},
 };
-use kube::{
-    Client, core::PartialObjectMeta, runtime::controller::Action, runtime::events::Recorder,
-};
+use kube::{Client, runtime::controller::Action, runtime::events::Recorder};
 use saint_operator::{
-    cache::{self, Sources},
+    cache::{self, Sources, slim_child},
     crd::{Contact, SaintBot},
     metrics::Metrics,
     saintbot_controller::{
         Context, RESYNC_INTERVAL, ReconcileError, backoff,
         build::{Children, build_children, config_map::config_hash},
+        content::Content,
         error_policy,
         freshness::{self, DESIRED_HASH_ANNOTATION, desired_hash},
         reconcile,
@@ -274,29 +273,22 @@ impl Cached {
     }
 }
 
-/// A child's metadata as the cache holds it after the operator wrote `built`.
-fn written<K: kube::Resource<DynamicType = ()> + serde::Serialize + Clone>(
-    built: &K,
-) -> PartialObjectMeta<K> {
-    let mut metadata = built.meta().clone();
-    freshness::stamp(&mut metadata, &desired_hash(built));
+/// A child as the cache holds it after the operator wrote `built` (and nobody else
+/// touched it).
+fn written<K: Content + serde::Serialize>(built: &K) -> K {
+    let mut stored = built.clone();
+    let metadata = stored.meta_mut();
+    freshness::stamp(metadata, &desired_hash(built));
     metadata.resource_version = Some("7".into());
     metadata.uid = Some(format!("uid-{}", metadata.name.clone().unwrap()));
-    PartialObjectMeta {
-        types: None,
-        metadata,
-        _phantom: Default::default(),
-    }
+    slim_child(&mut stored);
+    stored
 }
 
 /// Child caches holding every child of `children` as the operator wrote it, the
 /// Deployment with `deployment_status`.
 fn children_written(children: &Children, deployment_status: Value) -> cache::Children {
-    let mut deployment = children.deployment.clone();
-    freshness::stamp(
-        &mut deployment.metadata,
-        &desired_hash(&children.deployment),
-    );
+    let mut deployment = written(&children.deployment);
     deployment.metadata.generation = Some(1);
     deployment.status = Some(serde_json::from_value(deployment_status).unwrap());
     cache::Children {
@@ -421,9 +413,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     // Same labels, another controller: never touched.
                     ingress("someone-elses", "another-uid", "ingress-2"),
                 ]
-                .map(|ingress| {
-                    serde_json::from_value::<PartialObjectMeta<Ingress>>(ingress).unwrap()
-                }),
+                .map(|ingress| serde_json::from_value::<Ingress>(ingress).unwrap()),
             );
             (bot, cached, steps)
         }

@@ -36,7 +36,7 @@ use crate::{
     cache::{ReferenceFeeds, Sources, in_namespace},
     crd::{Contact, Role, SaintBot},
     labels::FIELD_MANAGER,
-    saintbot_controller::MappingMemory,
+    saintbot_controller::{MappingMemory, key_of},
     selection::bot_uses_contact,
     status::{self, StatusError},
 };
@@ -218,6 +218,15 @@ fn contacts_of(
         .collect()
 }
 
+/// The Contacts `bot` uses.
+fn contacts_used_by(sources: &Sources, bot: &SaintBot) -> HashSet<ObjectRef<Contact>> {
+    in_namespace(&sources.contacts, &bot.namespace().unwrap_or_default())
+        .into_iter()
+        .filter(|contact| bot_uses_contact(bot, contact))
+        .map(|contact| ObjectRef::from(contact.as_ref()))
+        .collect()
+}
+
 /// The bots of `namespace` that use `contact`.
 fn bots_using(
     sources: &Sources,
@@ -247,29 +256,37 @@ pub async fn run(
     // change that moves one away must still wake what it left.
     let contact_bots = Arc::new(MappingMemory::default());
     let bot_contacts = Arc::new(MappingMemory::<Contact>::default());
+    // The feeds carry changes after the first list: learn today's mappings from the
+    // full stores, so the first change of a Contact or bot still wakes what it leaves.
+    for contact in sources.contacts.state() {
+        let namespace = contact.namespace().unwrap_or_default();
+        contact_bots.remember(
+            key_of(contact.as_ref()),
+            bots_using(&sources, &namespace, &contact),
+        );
+    }
+    for bot in sources.bots.state() {
+        bot_contacts.remember(key_of(bot.as_ref()), contacts_used_by(&sources, &bot));
+    }
 
     let (bot_sources, contact_sources, role_sources) =
         (sources.clone(), sources.clone(), sources.clone());
     let contacts = Controller::for_stream(feeds.contacts, sources.contacts.clone())
         .with_config(config.clone())
+        // Every Contact once at start: the feeds do not carry the first list.
+        .reconcile_all_on(futures::stream::once(async {}))
         // A bot's selectors decide which Contacts it uses, so which clash.
         .watches_stream(feeds.bots_changed, move |bot: SaintBot| {
-            let namespace = bot.namespace().unwrap_or_default();
-            let uses: HashSet<ObjectRef<Contact>> = in_namespace(&bot_sources.contacts, &namespace)
-                .into_iter()
-                .filter(|contact| bot_uses_contact(&bot, contact))
-                .map(|contact| ObjectRef::from(contact.as_ref()))
-                .collect();
-            let key = format!("{namespace}/{}", bot.name_any());
-            bot_contacts.remember(key, uses)
+            bot_contacts.remember(key_of(&bot), contacts_used_by(&bot_sources, &bot))
         })
         // A Contact's identifiers can clash with (or stop clashing with) those of any
         // Contact one of its bots uses.
         .watches_stream(feeds.contacts_changed, move |contact: Contact| {
             let namespace = contact.namespace().unwrap_or_default();
-            let key = format!("{namespace}/{}", contact.name_any());
-            let bots =
-                contact_bots.remember(key, bots_using(&contact_sources, &namespace, &contact));
+            let bots = contact_bots.remember(
+                key_of(&contact),
+                bots_using(&contact_sources, &namespace, &contact),
+            );
             let mut woken = contacts_of(&contact_sources, &namespace, &bots);
             woken.push(ObjectRef::from(&contact));
             woken
@@ -300,6 +317,7 @@ pub async fn run(
 
     let roles = Controller::for_stream(feeds.roles, sources.roles.clone())
         .with_config(config)
+        .reconcile_all_on(futures::stream::once(async {}))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_role, error_policy, context)
         .for_each(|result| async move {

@@ -23,13 +23,13 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
-    core::PartialObjectMeta,
     runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
     build::Children,
+    content::{Content, content_hash},
     freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
 };
 use crate::{
@@ -53,6 +53,12 @@ pub struct ApplyError {
 }
 
 impl ApplyError {
+    /// Whether the API server refused the write only because the object changed since
+    /// it was read (optimistic concurrency).
+    pub fn is_conflict(&self) -> bool {
+        matches!(&self.source, kube::Error::Api(status) if status.code == 409)
+    }
+
     /// The API server's own words when it refused the request, else the client error.
     pub fn refusal(&self) -> String {
         match &self.source {
@@ -91,7 +97,8 @@ impl ChildWriter<'_> {
         repairable: bool,
     ) -> Result<Option<K>, ApplyError>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        K: Content
+            + Resource<Scope = NamespaceResourceScope, DynamicType = ()>
             + Serialize
             + DeserializeOwned
             + Clone
@@ -109,7 +116,8 @@ impl ChildWriter<'_> {
         };
         let api = Api::<K>::namespaced(self.client.clone(), self.namespace);
         let mut repaired = false;
-        match freshness(cached.as_ref(), &hash, repairable) {
+        let content = content_hash(desired);
+        match freshness(cached.as_ref(), &hash, &content, repairable) {
             Freshness::Current => return Ok(None),
             Freshness::Missing | Freshness::Stale => {}
             Freshness::Drifted { managers } => {
@@ -261,18 +269,14 @@ fn controlled_by(meta: &ObjectMeta, owner: &OwnerReference) -> bool {
         .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid)
 }
 
-fn cached<K>(
-    store: &Store<PartialObjectMeta<K>>,
-    namespace: &str,
-    name: Option<&String>,
-) -> Option<ObjectMeta>
+fn cached<K>(store: &Store<K>, namespace: &str, name: Option<&String>) -> Option<ObjectMeta>
 where
     K: Resource<DynamicType = ()> + Clone,
 {
     let name = name?;
     store
         .get(&ObjectRef::new(name).within(namespace))
-        .map(|object| object.metadata.clone())
+        .map(|object| object.meta().clone())
 }
 
 /// Writes every child that needs it, in dependency order. `owner`: the SaintBot's
@@ -418,7 +422,7 @@ pub async fn apply(
 /// touched.
 async fn delete_stale_webhook_ingresses(
     writer: &mut ChildWriter<'_>,
-    ingresses: &Store<PartialObjectMeta<Ingress>>,
+    ingresses: &Store<Ingress>,
 ) -> Result<(), ApplyError> {
     let stale: Vec<ObjectMeta> = cache::in_namespace(ingresses, writer.namespace)
         .into_iter()

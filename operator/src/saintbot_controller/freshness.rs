@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use serde::Serialize;
 use serde_json::Value;
 
+use super::content::LIVE_CONTENT_ANNOTATION;
 use crate::labels::FIELD_MANAGER;
 
 /// Annotation holding the SHA-256 of the child as the operator built it.
@@ -53,10 +54,20 @@ pub fn stamp(meta: &mut ObjectMeta, hash: &str) {
         .insert(DESIRED_HASH_ANNOTATION.to_string(), hash.to_string());
 }
 
-/// Judges a child. `repairable`: whether foreign writes count as drift for its kind (a
-/// PersistentVolumeClaim is bound by the volume controller, which owns `spec.volumeName`;
-/// that is not drift).
-pub fn freshness(cached: Option<&ObjectMeta>, hash: &str, repairable: bool) -> Freshness {
+/// Who a change is put down to when the content differs but no field manager owns it
+/// (someone rewrote the managed fields as well).
+pub const UNATTRIBUTED: &str = "(unattributed: managed fields rewritten)";
+
+/// Judges a child. `hash`: of the child as built; `content`: the hash of its compared
+/// content as built ([`super::content`]). `repairable`: whether foreign writes count as
+/// drift for its kind (a PersistentVolumeClaim is bound by the volume controller, which
+/// owns `spec.volumeName`; that is not drift).
+pub fn freshness(
+    cached: Option<&ObjectMeta>,
+    hash: &str,
+    content: &str,
+    repairable: bool,
+) -> Freshness {
     let Some(meta) = cached else {
         return Freshness::Missing;
     };
@@ -72,11 +83,19 @@ pub fn freshness(cached: Option<&ObjectMeta>, hash: &str, repairable: bool) -> F
         .annotations
         .as_ref()
         .and_then(|annotations| annotations.get(DESIRED_HASH_ANNOTATION));
-    if stamped.map(String::as_str) == Some(hash) {
-        Freshness::Current
-    } else {
-        Freshness::Stale
+    if stamped.map(String::as_str) != Some(hash) {
+        return Freshness::Stale;
     }
+    let live = meta
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(LIVE_CONTENT_ANNOTATION));
+    if repairable && live.map(String::as_str) != Some(content) {
+        return Freshness::Drifted {
+            managers: vec![UNATTRIBUTED.to_string()],
+        };
+    }
+    Freshness::Current
 }
 
 /// Field managers other than the operator that own content of the object (anything but
@@ -113,7 +132,11 @@ pub fn without_placeholder(entries: &[ManagedFieldsEntry]) -> Vec<ManagedFieldsE
 }
 
 fn writes_content(entry: &ManagedFieldsEntry) -> bool {
-    if entry.manager.as_deref() == Some(FIELD_MANAGER) {
+    // Only the operator's server-side applies are its own: anyone may write under its
+    // name with another operation (`kubectl edit --field-manager=saint-operator`).
+    if entry.manager.as_deref() == Some(FIELD_MANAGER)
+        && entry.operation.as_deref() == Some("Apply")
+    {
         return false;
     }
     if entry.subresource.as_deref() == Some("status") {
@@ -154,7 +177,8 @@ fn leaf_paths(fields: &Value, prefix: &mut Vec<String>, leaves: &mut Vec<Vec<Str
 /// a marker). A cache of a thousand children then costs little more than their names.
 pub fn compact(meta: &mut ObjectMeta) {
     if let Some(annotations) = &mut meta.annotations {
-        annotations.retain(|key, _| key == DESIRED_HASH_ANNOTATION);
+        annotations
+            .retain(|key, _| key == DESIRED_HASH_ANNOTATION || key == LIVE_CONTENT_ANNOTATION);
     }
     if let Some(entries) = meta.managed_fields.take() {
         let foreign: Vec<ManagedFieldsEntry> = entries
@@ -178,10 +202,16 @@ mod tests {
 
     use super::*;
 
+    /// An entry as the API server records it: the operator applies, others update.
     fn entry(manager: &str, subresource: Option<&str>, fields: Value) -> ManagedFieldsEntry {
+        let operation = if manager == FIELD_MANAGER {
+            "Apply"
+        } else {
+            "Update"
+        };
         ManagedFieldsEntry {
             manager: Some(manager.into()),
-            operation: Some("Update".into()),
+            operation: Some(operation.into()),
             subresource: subresource.map(Into::into),
             fields_v1: Some(FieldsV1(fields)),
             ..ManagedFieldsEntry::default()
@@ -196,6 +226,9 @@ mod tests {
         if let Some(hash) = hash {
             stamp(&mut meta, hash);
         }
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .insert(LIVE_CONTENT_ANNOTATION.into(), "built".into());
         meta
     }
 
@@ -213,11 +246,17 @@ mod tests {
             json!({"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}}),
         );
         let cached = meta(Some("abc"), vec![own, status, revision]);
-        assert_eq!(freshness(Some(&cached), "abc", true), Freshness::Current);
-        assert_eq!(freshness(Some(&cached), "def", true), Freshness::Stale);
-        assert_eq!(freshness(None, "abc", true), Freshness::Missing);
         assert_eq!(
-            freshness(Some(&meta(None, vec![])), "abc", true),
+            freshness(Some(&cached), "abc", "built", true),
+            Freshness::Current
+        );
+        assert_eq!(
+            freshness(Some(&cached), "def", "built", true),
+            Freshness::Stale
+        );
+        assert_eq!(freshness(None, "abc", "built", true), Freshness::Missing);
+        assert_eq!(
+            freshness(Some(&meta(None, vec![])), "abc", "built", true),
             Freshness::Stale
         );
     }
@@ -231,7 +270,7 @@ mod tests {
         );
         let cached = meta(Some("abc"), vec![edit]);
         assert_eq!(
-            freshness(Some(&cached), "abc", true),
+            freshness(Some(&cached), "abc", "built", true),
             Freshness::Drifted {
                 managers: vec!["kubectl-edit".into()]
             }
@@ -287,7 +326,10 @@ mod tests {
             json!({"f:spec": {"f:volumeName": {}}}),
         );
         let claim = meta(Some("abc"), vec![bound]);
-        assert_eq!(freshness(Some(&claim), "abc", false), Freshness::Current);
+        assert_eq!(
+            freshness(Some(&claim), "abc", "built", false),
+            Freshness::Current
+        );
     }
 
     #[test]
@@ -312,9 +354,13 @@ mod tests {
         compact(&mut cached);
         assert_eq!(foreign_writers(&cached), before);
         assert_eq!(cached.managed_fields.as_ref().unwrap().len(), 1);
-        assert_eq!(cached.annotations.as_ref().unwrap().len(), 1);
         assert_eq!(
-            freshness(Some(&cached), "abc", true),
+            cached.annotations.as_ref().unwrap().len(),
+            2,
+            "the two stamps"
+        );
+        assert_eq!(
+            freshness(Some(&cached), "abc", "built", true),
             Freshness::Drifted { managers: before }
         );
 
@@ -324,7 +370,10 @@ mod tests {
         );
         compact(&mut clean);
         assert_eq!(clean.managed_fields, None);
-        assert_eq!(freshness(Some(&clean), "abc", true), Freshness::Current);
+        assert_eq!(
+            freshness(Some(&clean), "abc", "built", true),
+            Freshness::Current
+        );
     }
 
     #[test]
@@ -333,5 +382,33 @@ mod tests {
         let b = json!({"kind": "ConfigMap", "data": {"a": "2"}});
         assert_eq!(desired_hash(&a), desired_hash(&a.clone()));
         assert_ne!(desired_hash(&a), desired_hash(&b));
+    }
+
+    #[test]
+    fn a_change_whose_managed_fields_were_rewritten_is_drift_by_its_content() {
+        // Written under the operator's name with another operation: foreign all the same.
+        let disguised = ManagedFieldsEntry {
+            manager: Some(FIELD_MANAGER.into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:egress": {}}}))),
+            ..ManagedFieldsEntry::default()
+        };
+        assert_eq!(
+            foreign_writers(&meta(None, vec![disguised])),
+            vec![FIELD_MANAGER.to_string()]
+        );
+        // Managed fields stripped with the change: nobody owns it, the content tells.
+        let stripped = meta(Some("abc"), vec![]);
+        assert_eq!(
+            freshness(Some(&stripped), "abc", "other", true),
+            Freshness::Drifted {
+                managers: vec![UNATTRIBUTED.to_string()]
+            }
+        );
+        // A claim's content is not compared.
+        assert_eq!(
+            freshness(Some(&stripped), "abc", "other", false),
+            Freshness::Current
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod content;
 pub mod dereference;
 pub mod freshness;
 pub mod secrets;
@@ -173,7 +174,16 @@ async fn forget_deleted_bots(store: Store<SaintBot>, metrics: Arc<Metrics>) {
 }
 
 pub(crate) fn bot_key(bot: &SaintBot) -> String {
-    format!("{}/{}", bot.namespace().unwrap_or_default(), bot.name_any())
+    key_of(bot)
+}
+
+/// `namespace/name` of any object, the key of metrics and mapping memories.
+pub(crate) fn key_of<K: kube::Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.meta().namespace.clone().unwrap_or_default(),
+        object.meta().name.clone().unwrap_or_default()
+    )
 }
 
 /// Reconciles one SaintBot: renders and applies its children, then reports status.
@@ -226,6 +236,9 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     .await
     {
         Ok(applied) => applied,
+        // A write that lost a race (the cache was a step behind) is no failure to
+        // report: the retry starts from the newer state.
+        Err(error) if error.is_conflict() => return Err(ReconcileError::Apply(error)),
         Err(error) => {
             let outcome = Outcome::ApplyFailed {
                 message: format!(
@@ -390,8 +403,17 @@ pub async fn run(
     let pruner = tokio::spawn(forget_deleted_bots(store.clone(), context.metrics.clone()));
     let contact_store = store.clone();
     let role_store = store.clone();
+    // The feeds carry changes after the first list; what each Contact and Role maps to
+    // now is learnt from the full stores, so the first change of one still wakes the
+    // bots it leaves.
     let contact_memory = Arc::new(MappingMemory::default());
+    for contact in context.sources.contacts.state() {
+        contact_memory.remember(key_of(contact.as_ref()), bots_for_contact(&store, &contact));
+    }
     let role_memory = Arc::new(MappingMemory::default());
+    for role in context.sources.roles.state() {
+        role_memory.remember(key_of(role.as_ref()), bots_for_role(&store, &role));
+    }
     // Our own writes come back as child events; a short debounce folds a burst of them
     // into one reconcile.
     let config = Config::default()
@@ -399,6 +421,8 @@ pub async fn run(
         .debounce(Duration::from_millis(500));
     Controller::for_stream(feeds.bots, store)
         .with_config(config)
+        // Every bot once at start: the feeds do not carry the first list.
+        .reconcile_all_on(futures::stream::once(async {}))
         .owns_stream(feeds.service_accounts)
         .owns_stream(feeds.role_bindings)
         .owns_stream(feeds.config_maps)
@@ -408,20 +432,10 @@ pub async fn run(
         .owns_stream(feeds.ingresses)
         .owns_stream(feeds.deployments)
         .watches_stream(feeds.contacts, move |contact: Contact| {
-            let key = format!(
-                "{}/{}",
-                contact.namespace().unwrap_or_default(),
-                contact.name_any()
-            );
-            contact_memory.remember(key, bots_for_contact(&contact_store, &contact))
+            contact_memory.remember(key_of(&contact), bots_for_contact(&contact_store, &contact))
         })
         .watches_stream(feeds.roles, move |role: Role| {
-            let key = format!(
-                "{}/{}",
-                role.namespace().unwrap_or_default(),
-                role.name_any()
-            );
-            role_memory.remember(key, bots_for_role(&role_store, &role))
+            role_memory.remember(key_of(&role), bots_for_role(&role_store, &role))
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)

@@ -1,0 +1,239 @@
+//! What of each child kind must stay exactly as the operator built it, compared by value.
+//! Field-manager records say who wrote what, but any writer may rewrite them (or write
+//! under the operator's name), so a fence cannot rest on them alone: the cache keeps a
+//! hash of each child's live content, and a child whose content differs from what was
+//! built is restored whatever its managed fields claim. Only fields the API server never
+//! defaults are compared, so an untouched child always matches. Pure.
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, PersistentVolumeClaim, Service, ServiceAccount},
+    networking::v1::{Ingress, NetworkPolicy},
+    rbac::v1::RoleBinding,
+};
+use kube::Resource;
+use serde_json::{Value, json};
+
+use super::freshness::DESIRED_HASH_ANNOTATION;
+
+/// Annotation the operator's cache puts on its own copy of a child (never written to the
+/// API server): the hash of [`Content::content`] as stored.
+pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
+
+/// A child kind's compared content, and how its cached copy is slimmed.
+pub trait Content: Resource<DynamicType = ()> + Clone {
+    /// The fields compared by value; `Null` compares nothing.
+    fn content(&self) -> Value;
+    /// Drops what the cache does not need once the content is hashed.
+    fn strip(&mut self);
+}
+
+/// The annotations a person or tool could add to change behaviour (an ingress
+/// controller's snippets, a workload identity), without the operator's own stamp.
+fn annotations<K: Resource>(object: &K) -> Value {
+    let mut annotations = object.meta().annotations.clone().unwrap_or_default();
+    annotations.remove(DESIRED_HASH_ANNOTATION);
+    annotations.remove(LIVE_CONTENT_ANNOTATION);
+    json!(annotations)
+}
+
+/// SHA-256 of a child's compared content.
+pub fn content_hash<K: Content>(object: &K) -> String {
+    let bytes = serde_json::to_vec(&object.content()).expect("JSON values serialise");
+    super::build::sha256_hex(&bytes)
+}
+
+/// The cache's copy of a live child: content hashed into [`LIVE_CONTENT_ANNOTATION`],
+/// then slimmed.
+pub fn cache_copy<K: Content>(object: &mut K) {
+    let hash = content_hash(object);
+    object
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(LIVE_CONTENT_ANNOTATION.to_string(), hash);
+    object.strip();
+}
+
+impl Content for NetworkPolicy {
+    fn content(&self) -> Value {
+        json!(self.spec)
+    }
+    fn strip(&mut self) {
+        self.spec = None;
+    }
+}
+
+impl Content for RoleBinding {
+    fn content(&self) -> Value {
+        json!({"roleRef": self.role_ref, "subjects": self.subjects})
+    }
+    fn strip(&mut self) {
+        self.subjects = None;
+    }
+}
+
+impl Content for ConfigMap {
+    fn content(&self) -> Value {
+        json!({"data": self.data, "binaryData": self.binary_data})
+    }
+    fn strip(&mut self) {
+        self.data = None;
+        self.binary_data = None;
+    }
+}
+
+impl Content for ServiceAccount {
+    fn content(&self) -> Value {
+        json!({
+            "annotations": annotations(self),
+            "automountServiceAccountToken": self.automount_service_account_token,
+            "imagePullSecrets": self.image_pull_secrets,
+        })
+    }
+    fn strip(&mut self) {
+        self.image_pull_secrets = None;
+        self.secrets = None;
+    }
+}
+
+impl Content for Service {
+    /// Where traffic goes: the selector and the type (ports are defaulted by the server).
+    fn content(&self) -> Value {
+        let spec = self.spec.as_ref();
+        json!({
+            "selector": spec.and_then(|spec| spec.selector.clone()),
+            "type": spec.and_then(|spec| spec.type_.clone()),
+        })
+    }
+    fn strip(&mut self) {
+        self.spec = None;
+    }
+}
+
+impl Content for Ingress {
+    fn content(&self) -> Value {
+        json!({"annotations": annotations(self), "spec": self.spec})
+    }
+    fn strip(&mut self) {
+        self.spec = None;
+    }
+}
+
+impl Content for PersistentVolumeClaim {
+    /// The volume controller binds a claim and its spec is mostly immutable: nothing
+    /// is compared.
+    fn content(&self) -> Value {
+        Value::Null
+    }
+    fn strip(&mut self) {
+        self.spec = None;
+        self.status = None;
+    }
+}
+
+impl Content for Deployment {
+    /// The pod's shape, in fields the server never defaults: which containers run
+    /// which images, which volumes, as which account, in which namespaces of the host.
+    /// A sidecar, a swapped image or an extra volume changes it.
+    fn content(&self) -> Value {
+        let spec = self.spec.as_ref();
+        let pod = spec.and_then(|spec| spec.template.spec.as_ref());
+        let containers = |list: Option<&Vec<k8s_openapi::api::core::v1::Container>>| {
+            list.into_iter()
+                .flatten()
+                .map(|container| json!([container.name, container.image]))
+                .collect::<Vec<_>>()
+        };
+        json!({
+            "replicas": spec.and_then(|spec| spec.replicas),
+            "containers": containers(pod.map(|pod| &pod.containers)),
+            "initContainers": containers(pod.and_then(|pod| pod.init_containers.as_ref())),
+            "volumes": pod
+                .and_then(|pod| pod.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|volume| volume.name.clone())
+                .collect::<Vec<_>>(),
+            "serviceAccountName": pod.and_then(|pod| pod.service_account_name.clone()),
+            "hostNetwork": pod.and_then(|pod| pod.host_network),
+            "hostPID": pod.and_then(|pod| pod.host_pid),
+            "hostIPC": pod.and_then(|pod| pod.host_ipc),
+            "runtimeClassName": pod.and_then(|pod| pod.runtime_class_name.clone()),
+        })
+    }
+    /// Keeps status (readiness) and the replica count; the pod template goes.
+    fn strip(&mut self) {
+        if let Some(spec) = &mut self.spec {
+            spec.template = Default::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(egress: Option<Value>) -> NetworkPolicy {
+        let mut spec = json!({"podSelector": {"matchLabels": {"saint.work/sandbox": "true"}},
+            "policyTypes": ["Ingress", "Egress"]});
+        if let Some(egress) = egress {
+            spec["egress"] = egress;
+        }
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn an_added_rule_sidecar_subject_or_annotation_changes_the_content() {
+        assert_eq!(content_hash(&policy(None)), content_hash(&policy(None)));
+        assert_ne!(
+            content_hash(&policy(None)),
+            content_hash(&policy(Some(json!([{}]))))
+        );
+
+        let deployment = |containers: Value| -> Deployment {
+            serde_json::from_value(json!({"spec": {"selector": {}, "template": {"spec": {
+                "containers": containers}}}}))
+            .unwrap()
+        };
+        let two = deployment(
+            json!([{"name": "agent", "image": "a:1"}, {"name": "porter", "image": "p:1"}]),
+        );
+        let spy = deployment(
+            json!([{"name": "agent", "image": "a:1"}, {"name": "porter", "image": "p:1"},
+            {"name": "spy", "image": "s:1"}]),
+        );
+        let swapped = deployment(
+            json!([{"name": "agent", "image": "evil:1"}, {"name": "porter", "image": "p:1"}]),
+        );
+        assert_ne!(content_hash(&two), content_hash(&spy));
+        assert_ne!(content_hash(&two), content_hash(&swapped));
+
+        let mut ingress: Ingress =
+            serde_json::from_value(json!({"metadata": {"name": "i"}, "spec": {}})).unwrap();
+        let before = content_hash(&ingress);
+        // The operator's own stamps are not content.
+        crate::saintbot_controller::freshness::stamp(&mut ingress.metadata, "abc");
+        assert_eq!(content_hash(&ingress), before);
+        ingress.metadata.annotations.as_mut().unwrap().insert(
+            "nginx.ingress.kubernetes.io/configuration-snippet".into(),
+            "proxy_pass http://evil;".into(),
+        );
+        assert_ne!(content_hash(&ingress), before);
+    }
+
+    #[test]
+    fn the_cache_copy_keeps_the_hash_and_drops_the_bulk() {
+        let mut config_map: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": "c"}, "data": {"bot-config.json": "x".repeat(10_000)}}),
+        )
+        .unwrap();
+        let hash = content_hash(&config_map);
+        cache_copy(&mut config_map);
+        assert_eq!(config_map.data, None);
+        assert_eq!(
+            config_map.metadata.annotations.unwrap()[LIVE_CONTENT_ANNOTATION],
+            hash
+        );
+    }
+}
