@@ -4,6 +4,8 @@
 # stops every process it started (each in its own process group).
 #
 # Functions: control_plane_start <bin-dir> <run-dir>, control_plane_stop.
+# SAINT_E2E_SERVICE_CIDR: the Service range (default 10.0.0.0/24; 10.0.0.1, in the
+# serving certificate, must stay its first address).
 # After a start: KUBECONFIG (admin), SAINT_E2E_API_SERVER, SAINT_E2E_CA_FILE.
 
 control_plane_pids=()
@@ -140,7 +142,7 @@ control_plane_start() {
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file "$pki/service-account.pub" \
 		--service-account-signing-key-file "$pki/service-account.key" \
-		--service-cluster-ip-range 10.0.0.0/24 \
+		--service-cluster-ip-range "${SAINT_E2E_SERVICE_CIDR:-10.0.0.0/24}" \
 		--endpoint-reconciler-type none \
 		--authorization-mode RBAC \
 		--enable-admission-plugins PodSecurity,ValidatingAdmissionPolicy \

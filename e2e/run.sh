@@ -80,18 +80,8 @@ trap 'exit 143' TERM
 if [[ -n "$bench" ]]; then
 	# Every bot has a ClusterIP Service, and the suite's service range
 	# (10.0.0.0/24) holds 254: the API server would refuse the rest of a
-	# 1,000-bot fleet ("range is full"). control-plane.sh takes no range
-	# setting, so the bench widens the one flag value it passes; 10.0.0.1 (in
-	# the serving certificate) stays the range's first address.
-	eval "start_process_with_suite_range() $(declare -f start_process | tail -n +2)"
-	start_process() {
-		local argument arguments=()
-		for argument in "$@"; do
-			[[ "$argument" == 10.0.0.0/24 ]] && argument=10.0.0.0/16
-			arguments+=("$argument")
-		done
-		start_process_with_suite_range "${arguments[@]}"
-	}
+	# 1,000-bot fleet ("range is full").
+	export SAINT_E2E_SERVICE_CIDR=10.0.0.0/16
 fi
 control_plane_start "$bin_dir" "$run_dir"
 
