@@ -318,16 +318,16 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
     status::publish(&context.recorder, bot, &[event]).await;
 }
 
-/// What to do after a failed reconcile: an invalid spec waits for a change (of the bot,
-/// a Contact or a Role — all watched), except a missing skill ConfigMap (not watched),
-/// which is retried like anything else: with exponential backoff from 5 s up to 5 minutes.
+/// What to do after a failed reconcile: retry with exponential backoff from 5 s up to 5
+/// minutes. That includes an invalid spec: what it misses (a Role, a skill ConfigMap)
+/// may exist already in a watch that runs a step behind the bot's — a Role created just
+/// before its bot can reach the cache after the bot was judged, and its own event before
+/// the bot was in the cache to be woken. A retry of an unchanged invalid bot writes
+/// nothing. Only a bot without a namespace (impossible for this kind) waits for a change.
 pub fn error_policy(bot: Arc<SaintBot>, error: &ReconcileError, context: Arc<Context>) -> Action {
     tracing::warn!(bot = %bot_key(&bot), error = %ErrorChain(error), "reconcile failed");
     match error {
-        ReconcileError::InvalidSpec(invalid) if invalid.is_retried() => {
-            Action::requeue(backoff(context.failure_count(&bot_key(&bot), true)))
-        }
-        ReconcileError::InvalidSpec(_) | ReconcileError::MissingNamespace => Action::await_change(),
+        ReconcileError::MissingNamespace => Action::await_change(),
         _ => Action::requeue(backoff(context.failure_count(&bot_key(&bot), true))),
     }
 }

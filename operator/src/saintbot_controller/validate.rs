@@ -102,13 +102,6 @@ impl ValidateError {
             _ => Reason::InvalidSpec,
         }
     }
-
-    /// Whether only time can fix it: a ConfigMap is not watched, so its arrival wakes
-    /// nobody and the controller retries with backoff (Roles and Contacts are watched:
-    /// their errors wait for a change).
-    pub fn is_retried(&self) -> bool {
-        matches!(self, ValidateError::SkillConfigMapNotFound { .. })
-    }
 }
 
 /// Everything the builders read. Built only by [`validate`].
