@@ -1036,6 +1036,10 @@ async fn a_bots_agent_runs_sandbox_jobs_in_its_own_namespace_only() -> TestResul
     let forbidden: Vec<&str> = log
         .lines()
         .filter(|line| line.to_lowercase().contains("forbidden"))
+        // Writes into a namespace an earlier scenario is deleting are refused by the
+        // namespace's lifecycle, not by RBAC or a policy: the operator (watching every
+        // namespace) still sees that scenario's bot for a moment.
+        .filter(|line| !line.contains("because it is being terminated"))
         .collect();
     for name in [&bot.namespace, &other] {
         namespace::delete(&admin, name).await?;
