@@ -901,3 +901,60 @@ fn an_http_port_that_is_another_listener_s_or_disagrees_is_refused_naming_the_fi
         "{two}"
     );
 }
+
+/// Egress rules of the agent NetworkPolicy that name one address (ipBlock /32 or /128).
+fn single_address_egress(children: &Children) -> Vec<serde_json::Value> {
+    let policy = serde_json::to_value(&children.agent_network_policy).unwrap();
+    policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| {
+            rule["to"].as_array().is_some_and(|peers| {
+                peers.len() == 1
+                    && peers[0]["ipBlock"]["cidr"]
+                        .as_str()
+                        .is_some_and(|cidr| cidr.ends_with("/32") || cidr.ends_with("/128"))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_model_server_at_a_private_address_is_reachable_at_exactly_that_address_and_port() {
+    let with_model_url = |url: &str| {
+        let url = url.to_owned();
+        bot_with(move |bot| bot["spec"]["model"]["baseUrl"] = url.into())
+    };
+    // The API server's endpoints (settings()) are a /32 rule of their own.
+    let baseline = single_address_egress(&children());
+    let added = |children: Children| {
+        let mut rules = single_address_egress(&children);
+        rules.retain(|rule| !baseline.contains(rule));
+        rules
+    };
+    assert_eq!(
+        added(with_model_url("http://10.88.0.1:8000/v1")),
+        vec![serde_json::json!({
+            "to": [{"ipBlock": {"cidr": "10.88.0.1/32"}}],
+            "ports": [{"port": 8000, "protocol": "TCP"}],
+        })]
+    );
+    // The scheme's port when none is written; IPv6 literals too.
+    assert_eq!(
+        added(with_model_url("https://[fd00::7]/")),
+        vec![serde_json::json!({
+            "to": [{"ipBlock": {"cidr": "fd00::7/128"}}],
+            "ports": [{"port": 443, "protocol": "TCP"}],
+        })]
+    );
+    assert_eq!(
+        added(with_model_url("http://192.168.1.20/"))[0]["ports"][0]["port"],
+        80
+    );
+    // A public address is already allowed, and a host name is never resolved into a rule.
+    assert!(added(with_model_url("https://203.0.113.9:8443/")).is_empty());
+    assert!(added(with_model_url("http://ollama.ai.svc:11434/")).is_empty());
+    assert!(added(with_model_url("http://10-88-0-1.example.com/")).is_empty());
+}

@@ -2,8 +2,12 @@
 //! cluster's private ranges, and admits the webhook Ingress's controller to its HTTP port;
 //! sandbox pods get no ingress and no egress at all. Pure.
 
+use std::net::IpAddr;
+
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use saint_config::{BotConfig, EmbeddingsConfig};
 use serde_json::json;
+use url::{Host, Url};
 
 use super::{
     child_metadata, typed,
@@ -47,6 +51,19 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
             "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
         }),
     ];
+    // Public addresses are allowed above; an endpoint the bot's config names by a private
+    // address (a model server or embedder inside the cluster or on the node) would be cut
+    // off by the `except` ranges, so exactly that address and port is allowed as well.
+    for (address, port) in private_endpoints(&bot.config) {
+        let cidr = match address {
+            IpAddr::V4(_) => format!("{address}/32"),
+            IpAddr::V6(_) => format!("{address}/128"),
+        };
+        egress.push(json!({
+            "to": [{"ipBlock": {"cidr": cidr}}],
+            "ports": [{"port": port, "protocol": "TCP"}],
+        }));
+    }
     if !bot.api_server_cidrs.is_empty() {
         let peers: Vec<_> = bot
             .api_server_cidrs
@@ -90,6 +107,58 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
             "egress": egress,
         },
     }))
+}
+
+/// The endpoints the rendered config names by a private IP literal (`model.baseUrl`, an
+/// OpenAI-compatible embedder's `baseUrl`), deduplicated, in order. Host names are not
+/// resolved here: a policy matches addresses, and a name's addresses change behind it.
+pub fn private_endpoints(config: &BotConfig) -> Vec<(IpAddr, u16)> {
+    let mut urls = vec![config.model.base_url.as_str()];
+    if let EmbeddingsConfig::Openai { base_url, .. } = &config.memory.embeddings {
+        urls.push(base_url);
+    }
+    let mut endpoints = Vec::new();
+    for url in urls {
+        let Ok(url) = Url::parse(url) else { continue };
+        let address = match url.host() {
+            Some(Host::Ipv4(address)) => IpAddr::V4(address),
+            Some(Host::Ipv6(address)) => IpAddr::V6(address),
+            _ => continue,
+        };
+        let Some(port) = url.port_or_known_default() else {
+            continue;
+        };
+        if is_private(address) && !endpoints.contains(&(address, port)) {
+            endpoints.push((address, port));
+        }
+    }
+    endpoints
+}
+
+/// Whether `address` falls in one of the ranges the internet rule excepts.
+fn is_private(address: IpAddr) -> bool {
+    let ranges = match address {
+        IpAddr::V4(_) => PRIVATE_IPV4_RANGES,
+        IpAddr::V6(_) => PRIVATE_IPV6_RANGES,
+    };
+    ranges.iter().any(|range| {
+        let (network, prefix) = range.split_once('/').expect("ranges are CIDRs");
+        let prefix: u32 = prefix.parse().expect("ranges are CIDRs");
+        match (
+            address,
+            network.parse::<IpAddr>().expect("ranges are CIDRs"),
+        ) {
+            (IpAddr::V4(address), IpAddr::V4(network)) => {
+                let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+                u32::from(address) & mask == u32::from(network) & mask
+            }
+            (IpAddr::V6(address), IpAddr::V6(network)) => {
+                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+                u128::from(address) & mask == u128::from(network) & mask
+            }
+            _ => false,
+        }
+    })
 }
 
 /// `<bot>-sandbox`: selects the bot's sandbox pods and allows nothing. Commands reach
