@@ -13,6 +13,7 @@ pub mod examples;
 pub mod manifests;
 pub mod namespace;
 pub mod operator_process;
+pub mod pods;
 pub mod service_account;
 pub mod tools;
 pub mod wait;

@@ -2,7 +2,7 @@
 //! Anthropic Messages and OpenAI Chat Completions streaming wire formats, replays
 //! scripted replies (text, tool calls, rate limits, overload) in order, and records
 //! every request so tests can assert what the agent sent. Test support only: it never
-//! runs in production and binds loopback only.
+//! runs in production and binds loopback, or an address of a network the test made.
 
 use std::{
     collections::VecDeque,
@@ -273,8 +273,14 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Binds 127.0.0.1 on a free port and starts serving. Needs a tokio runtime.
     pub async fn start() -> std::io::Result<Self> {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Binds `address` on a free port: the gateway of a pod network the test made, so
+    /// pods reach the server the way they reach a model server on their node.
+    pub async fn start_on(address: std::net::IpAddr) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = tokio::net::TcpListener::bind((address, 0)).await?;
         let address = listener.local_addr()?;
         let router = Router::new()
             .route("/v1/messages", post(anthropic_handler))
@@ -297,7 +303,7 @@ impl ScriptedLlm {
         })
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://<address>:<port>`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.address)
     }
