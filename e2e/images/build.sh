@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds Saint's images (operator, agent, porter, sandbox) as OCI archives, without a
+# Docker engine or a registry:
+#
+#   e2e/images/build.sh [--output DIR] [--repository-prefix REGISTRY/PATH] [--print-dir] [NAME...]
+#
+# Writes <dir>/saint-<name>-<appVersion>.oci.tar whose index names
+# <prefix>/saint-<name>:<appVersion> (prefix ghcr.io/saint-work unless given;
+# appVersion from charts/saint/Chart.yaml). Default <dir>: ~/.cache/saint/images-<hash>/,
+# the hash covering every input (binaries, Dockerfiles, files they copy, this
+# directory), so a warm run only checks. Logs go to stderr; with --print-dir the
+# directory is the only line on stdout.
+#
+# Each image's Dockerfile is the definition this reads (e2e/images/saint_images.py):
+# the cargo stage is the cargo command below; Debian stages run their RUN lines in a
+# debootstrap chroot (cached under ~/.cache/saint/rootfs-*.tar); the distroless base is
+# the binaries' libraries, CA certificates and passwd/group. Needs root (chroot,
+# debootstrap, file owners) and Debian's umoci and debootstrap, installed when missing.
+#
+# Push to a registry:  skopeo copy oci-archive:<dir>/saint-agent-0.1.0.oci.tar docker://<registry>/saint-agent:0.1.0
+# Import into containerd:  ctr -n k8s.io images import --all-platforms <dir>/saint-agent-0.1.0.oci.tar
+set -euo pipefail
+
+images_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repository_root="$(cd "$images_dir/../.." && pwd)"
+cache_dir="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
+# Release binaries only ever go here (debug builds use ~/.cache/saint/target).
+release_target_dir="${SAINT_RELEASE_TARGET_DIR:-$cache_dir/target-release}"
+
+usage() {
+	sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+die() {
+	echo "images: $*" >&2
+	exit 1
+}
+
+# install_missing COMMAND:PACKAGE...: apt-get installs the packages whose command is absent.
+install_missing() {
+	local entry command package missing=()
+	for entry in "$@"; do
+		command="${entry%%:*}"
+		package="${entry#*:}"
+		command -v "$command" >/dev/null 2>&1 || missing+=("$package")
+	done
+	((${#missing[@]} == 0)) && return 0
+	echo "images: installing ${missing[*]} (Debian packages)" >&2
+	if ! apt-get install -y --no-install-recommends "${missing[@]}" >&2; then
+		apt-get update >&2 || die "apt-get update failed"
+		apt-get install -y --no-install-recommends "${missing[@]}" >&2 || die "failed to install ${missing[*]}"
+	fi
+}
+
+# The chart's appVersion: the tag of every image.
+app_version() {
+	local version
+	version="$(sed -n 's/^appVersion:[[:space:]]*"\{0,1\}\([^"]*\)"\{0,1\}[[:space:]]*$/\1/p' "$repository_root/charts/saint/Chart.yaml")"
+	[[ -n "$version" ]] || die "no appVersion in charts/saint/Chart.yaml"
+	echo "$version"
+}
+
+# The release binaries every image takes, stripped into $1 (cargo is a no-op when warm).
+build_binaries() {
+	local destination="$1" binary
+	(
+		cd "$repository_root"
+		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
+			-p saint-operator --bin saint-operator \
+			-p saint-agent --bin saint-agent \
+			-p porter --bins \
+			-p saint-sandbox-runner --bin saint-sandbox-runner >&2
+	) || die "cargo build --release failed"
+	mkdir -p "$destination"
+	for binary in saint-operator saint-agent porter porter-supervise cliport cliport-proxy saint-sandbox-runner; do
+		[[ -x "$release_target_dir/release/$binary" ]] || die "cargo built no $release_target_dir/release/$binary"
+		strip -o "$destination/$binary" "$release_target_dir/release/$binary" || die "failed to strip $binary"
+	done
+}
+
+main() {
+	local output="" prefix="" print_dir=false names=()
+	while (($# > 0)); do
+		case "$1" in
+		--output) output="${2:?--output needs a directory}"; shift 2 ;;
+		--output=*) output="${1#*=}"; shift ;;
+		--repository-prefix) prefix="${2:?--repository-prefix needs a value}"; shift 2 ;;
+		--repository-prefix=*) prefix="${1#*=}"; shift ;;
+		--print-dir) print_dir=true; shift ;;
+		-h | --help) usage ;;
+		-*) echo "images: unknown option $1" >&2; usage ;;
+		*) names+=("$1"); shift ;;
+		esac
+	done
+	[[ "$(id -u)" == 0 ]] || die "needs root: debootstrap, chroot and the images' file owners (run with sudo)"
+	install_missing umoci:umoci debootstrap:debootstrap strip:binutils python3:python3 unshare:util-linux
+
+	local work binaries started=$SECONDS directory
+	mkdir -p "$cache_dir"
+	work="$(mktemp -d "${TMPDIR:-/tmp}/saint-images.XXXXXX")"
+	# shellcheck disable=SC2064 # the path is fixed now
+	trap "rm -rf '$work'" EXIT
+	binaries="$work/binaries"
+	build_binaries "$binaries"
+
+	local arguments=(build --binaries "$binaries" --cache "$cache_dir" --work "$work" --version "$(app_version)")
+	[[ -n "$output" ]] && arguments+=(--output "$output")
+	[[ -n "$prefix" ]] && arguments+=(--repository-prefix "${prefix%/}")
+	directory="$(python3 "$images_dir/saint_images.py" "${arguments[@]}" "${names[@]}")" || die "the image build failed (see above)"
+	echo "images: ${names[*]:-all images} ready in $directory ($((SECONDS - started)) s)" >&2
+	if [[ "$print_dir" == true ]]; then
+		echo "$directory"
+	fi
+}
+
+main "$@"
