@@ -96,7 +96,15 @@ class Instruction:
     line: int
 
     def where(self, dockerfile: Path) -> str:
-        return f"{dockerfile.relative_to(REPOSITORY_ROOT)}:{self.line}: {self.keyword} {self.arguments[:80]}"
+        return f"{shown(dockerfile)}:{self.line}: {self.keyword} {self.arguments[:80]}"
+
+
+def shown(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it."""
+    try:
+        return str(path.relative_to(REPOSITORY_ROOT))
+    except ValueError:
+        return str(path)
 
 
 @dataclass
@@ -163,7 +171,7 @@ def parse_dockerfile(path: Path) -> Dockerfile:
         keyword, _, arguments = content.partition(" ")
         keyword, arguments = keyword.upper(), arguments.strip()
         instruction = Instruction(keyword, arguments, line)
-        where = f"{path.relative_to(REPOSITORY_ROOT)}:{line}"
+        where = f"{shown(path)}:{line}"
         if keyword == "FROM":
             words = arguments.split()
             if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS") or words[0].startswith("--"):
@@ -303,7 +311,7 @@ def interpret_stage(dockerfile: Dockerfile, stage: Stage) -> tuple[list[tuple[In
 
 def final_plan(dockerfile: Dockerfile) -> FinalPlan:
     stage = dockerfile.stages[-1]
-    where = f"{dockerfile.path.relative_to(REPOSITORY_ROOT)}:{stage.line}"
+    where = f"{shown(dockerfile.path)}:{stage.line}"
     if stage.kind == "cargo":
         raise BuildError(f"{where}: the final stage must not be the cargo build stage")
     operations, config = interpret_stage(dockerfile, stage)
@@ -383,7 +391,7 @@ def debian_mirrors() -> tuple[str, str]:
 
 
 def tar_directory(directory: Path, archive: Path) -> None:
-    temporary = archive.with_name(archive.name + ".partial")
+    temporary = archive.with_name(f"{archive.name}.partial-{os.getpid()}")
     run(["tar", "--numeric-owner", "--xattrs", "-C", str(directory), "-cf", str(temporary), "."], capture_output=True)
     temporary.rename(archive)
 
@@ -401,7 +409,7 @@ def remove_tree(path: Path) -> None:
 def prune(pattern: str, keep: Path, directory: Path) -> None:
     """Removes older caches of the same kind: the disk is shared and small."""
     for old in directory.glob(pattern):
-        if old != keep and not old.name.endswith(".partial"):
+        if old != keep and ".partial" not in old.name:
             log(f"removing the outdated cache {old}")
             remove_tree(old)
 
@@ -784,7 +792,7 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     for directory in stage_roots.values():
         remove_tree(directory)
 
-    temporary = output.with_name(output.name + ".partial")
+    temporary = output.with_name(f"{output.name}.partial-{os.getpid()}")
     run(["tar", "--numeric-owner", "--sort=name", "-C", str(layout), "-cf", str(temporary), "oci-layout", "index.json", "blobs"], capture_output=True)
     temporary.rename(output)
     remove_tree(work)
@@ -796,10 +804,10 @@ def input_hash(names: list[str], binaries: Path, repository_prefix: str, version
     repository files they copy, the binaries, the host libraries ldd finds for them,
     the Debian stages' text (through the Dockerfiles), the reference."""
     digest = hashlib.sha256(f"{RECIPE_VERSION}\n{repository_prefix}\n{version}\n{context.mirror}\n".encode())
+    # The build's own programs; the files the Dockerfiles copy are hashed below.
     here = Path(__file__).resolve().parent
-    for path in sorted(here.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(f"{path.relative_to(here)} {sha256_file(path)}\n".encode())
+    for path in (here / "build.sh", here / "saint_images.py"):
+        digest.update(f"{path.name} {sha256_file(path)}\n".encode())
     libraries: set[str] = set()
     for name in sorted(IMAGES):
         dockerfile = parse_dockerfile(REPOSITORY_ROOT / IMAGES[name])

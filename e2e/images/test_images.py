@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""Tests of the images build.sh writes, and of the Dockerfiles they come from.
+
+Run through e2e/images/test.sh (it builds the images first and passes their directory
+in SAINT_IMAGES_DIR). Needs root: the checks run each image's programs in a chroot of
+its unpacked root, as the image's user, and start a throwaway containerd.
+
+- The Dockerfiles: each final stage parses; anything the offline build does not
+  understand fails with the Dockerfile line (shown here with one broken Dockerfile per
+  kind of instruction); the USER lines are saint_config::uids.
+- Each archive: its index names the chart's reference; its config is exactly the
+  Dockerfile's final stage (user, entrypoint, env, workdir); non-root; no shell in
+  operator, agent and porter; the entrypoint exists and runs `--help` in a chroot (so
+  its libraries are all there); Porter's git reaches the point of connecting over
+  HTTPS and gh runs; the sandbox has the userland the Dockerfile installs and runs
+  the bot's init container command as 65532.
+- containerd 1.6 (Debian's) imports every archive under its reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import saint_images  # noqa: E402
+
+REPOSITORY_ROOT = saint_images.REPOSITORY_ROOT
+SHELLS = ["bin/sh", "usr/bin/sh", "bin/dash", "usr/bin/dash", "bin/bash", "usr/bin/bash", "bin/busybox", "usr/bin/busybox"]
+
+
+def images_dir() -> Path:
+    value = os.environ.get("SAINT_IMAGES_DIR")
+    if not value:
+        raise RuntimeError("SAINT_IMAGES_DIR is not set: run e2e/images/test.sh, which builds the images first")
+    return Path(value)
+
+
+def app_version() -> str:
+    match = re.search(r'^appVersion:\s*"?([^"\s]+)"?', (REPOSITORY_ROOT / "charts/saint/Chart.yaml").read_text(), re.MULTILINE)
+    assert match, "charts/saint/Chart.yaml has no appVersion"
+    return match.group(1)
+
+
+def uids() -> dict[str, int]:
+    text = (REPOSITORY_ROOT / "agent-pod/config/src/uids.rs").read_text()
+    return {name: int(value) for name, value in re.findall(r"pub const ([A-Z_]+): u32 = ([0-9]+);", text)}
+
+
+def archive(name: str) -> Path:
+    path = images_dir() / f"saint-{name}-{app_version()}.oci.tar"
+    assert path.is_file(), f"{path} was not built"
+    return path
+
+
+def plan(name: str) -> saint_images.FinalPlan:
+    return saint_images.final_plan(saint_images.parse_dockerfile(REPOSITORY_ROOT / saint_images.IMAGES[name]))
+
+
+class Unpacked:
+    """An archive's layout and root filesystem (umoci unpack) in a temporary directory."""
+
+    cache: dict[str, "Unpacked"] = {}
+
+    def __init__(self, name: str) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix=f"saint-image-test-{name}-"))
+        layout = self.directory / "layout"
+        layout.mkdir()
+        with tarfile.open(archive(name)) as tar:
+            tar.extractall(layout, filter="fully_trusted")
+        self.index = json.loads((layout / "index.json").read_text())
+        tag = self.index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+        subprocess.run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(self.directory / "bundle")], check=True, capture_output=True)
+        self.rootfs = self.directory / "bundle/rootfs"
+        inspected = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{archive(name)}"], check=True, capture_output=True, text=True)
+        self.config = json.loads(inspected.stdout)
+
+    @classmethod
+    def of(cls, name: str) -> "Unpacked":
+        if name not in cls.cache:
+            cls.cache[name] = cls(name)
+        return cls.cache[name]
+
+    @classmethod
+    def remove_all(cls) -> None:
+        for unpacked in cls.cache.values():
+            shutil.rmtree(unpacked.directory, ignore_errors=True)
+        cls.cache.clear()
+
+    def path(self, inside: str) -> Path:
+        return self.rootfs / inside.lstrip("/")
+
+    def run(self, user: str, *command: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Runs a command in a chroot of the root as `user` (uid:gid), with /proc and
+        /dev as a container runtime gives them, in a private mount namespace."""
+        script = (
+            'set -e; root=$1; shift; user=$1; shift; mkdir -p "$root/proc" "$root/dev"; '
+            'mount -t proc proc "$root/proc"; mount --rbind /dev "$root/dev"; '
+            'exec chroot --userspec="$user" "$root" "$@"'
+        )
+        environment = {variable.split("=", 1)[0]: variable.split("=", 1)[1] for variable in self.config["config"].get("Env", [])}
+        result = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", str(self.rootfs), user, *command],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} as {user} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
+        return result
+
+
+def tearDownModule() -> None:  # noqa: N802 (unittest's name)
+    Unpacked.remove_all()
+
+
+class DockerfilesTest(unittest.TestCase):
+    def test_every_final_stage_is_understood_by_the_offline_build(self) -> None:
+        for name in saint_images.IMAGES:
+            with self.subTest(image=name):
+                final = plan(name)
+                self.assertTrue(final.entrypoint)
+
+    def test_the_images_run_as_saint_config_uids(self) -> None:
+        ids = uids()
+        expected = {
+            "operator": f"{ids['AGENT_UID']}:{ids['SHARED_GID']}",
+            "agent": f"{ids['AGENT_UID']}:{ids['SHARED_GID']}",
+            "porter": f"{ids['PORTER_UID']}:{ids['SHARED_GID']}",
+            "sandbox": f"{ids['SANDBOX_UID']}:{ids['SHARED_GID']}",
+        }
+        self.assertEqual({name: plan(name).user for name in saint_images.IMAGES}, expected)
+
+    def test_passwd_names_the_saint_ids(self) -> None:
+        ids = uids()
+        passwd = {line.split(":")[0]: line.split(":") for line in (REPOSITORY_ROOT / "e2e/images/etc/passwd").read_text().splitlines()}
+        self.assertEqual((passwd["saint"][2], passwd["saint"][3]), (str(ids["AGENT_UID"]), str(ids["SHARED_GID"])))
+        self.assertEqual((passwd["porter"][2], passwd["porter"][3]), (str(ids["PORTER_UID"]), str(ids["SHARED_GID"])))
+        self.assertEqual((passwd["sandbox"][2], passwd["sandbox"][3]), (str(ids["SANDBOX_UID"]), str(ids["SHARED_GID"])))
+        self.assertIn(f"saint:x:{ids['SHARED_GID']}:", (REPOSITORY_ROOT / "e2e/images/etc/group").read_text().splitlines())
+
+    def test_what_the_offline_build_does_not_understand_fails_with_the_line(self) -> None:
+        header = "FROM rust:1-bookworm AS build\nRUN cargo build\n"
+        distroless = header + "FROM gcr.io/distroless/cc-debian12:nonroot\n"
+        debian = header + "FROM debian:bookworm-slim\n"
+        tail = 'USER 65532:65532\nENTRYPOINT ["/x"]\n'
+        broken = {
+            "LABEL": distroless + "LABEL a=b\n" + tail,
+            "ADD": distroless + "ADD x /x\n" + tail,
+            "EXPOSE": distroless + "EXPOSE 80\n" + tail,
+            "HEALTHCHECK": distroless + "HEALTHCHECK CMD /x\n" + tail,
+            "VOLUME": debian + "VOLUME /data\n" + tail,
+            "SHELL": debian + 'SHELL ["/bin/bash", "-c"]\n' + tail,
+            "RUN needs a shell": distroless + "RUN true\n" + tail,
+            "RUN after USER": debian + "USER 65532:65532\nRUN true\n" + 'ENTRYPOINT ["/x"]\n',
+            "RUN --mount": debian + "RUN --mount=type=cache,target=/x true\n" + tail,
+            "must be a JSON array": distroless + "USER 65532:65532\nENTRYPOINT /x\n",
+            "USER must be numeric": distroless + 'USER nonroot\nENTRYPOINT ["/x"]\n',
+            "runs as root": distroless + 'USER 0:0\nENTRYPOINT ["/x"]\n',
+            "no USER": distroless + 'ENTRYPOINT ["/x"]\n',
+            "COPY --chown": distroless + "COPY --chown=1:1 --from=build /out/x /x\n" + tail,
+            "wildcards": distroless + "COPY --from=build /out/* /x/\n" + tail,
+            "no recipe for the base image": header + "FROM alpine:3\n" + tail,
+            "FROM --platform": header + "FROM --platform=linux/arm64 debian:bookworm-slim\n" + tail,
+            "${NAME:-default}": "ARG A=b\n" + distroless + "ENV X=${A:-c}\n" + tail,
+            "no default": distroless + "ARG UNSET\n" + tail,
+        }
+        with tempfile.TemporaryDirectory() as directory:
+            for case, text in broken.items():
+                with self.subTest(case=case):
+                    path = Path(directory) / "Dockerfile"
+                    path.write_text(text)
+                    with self.assertRaises(saint_images.BuildError) as raised:
+                        saint_images.final_plan(saint_images.parse_dockerfile(path))
+                    message = str(raised.exception)
+                    self.assertRegex(message, r"Dockerfile:[0-9]+", f"{case}: the message names no line: {message}")
+
+
+class ArchivesTest(unittest.TestCase):
+    def test_each_index_names_the_chart_reference(self) -> None:
+        for name in saint_images.IMAGES:
+            with self.subTest(image=name):
+                descriptor = Unpacked.of(name).index["manifests"]
+                self.assertEqual(len(descriptor), 1)
+                annotations = descriptor[0]["annotations"]
+                self.assertEqual(annotations["io.containerd.image.name"], f"ghcr.io/saint-work/saint-{name}:{app_version()}")
+                self.assertEqual(annotations["org.opencontainers.image.ref.name"], app_version())
+
+    def test_each_config_is_the_dockerfile_final_stage(self) -> None:
+        for name in saint_images.IMAGES:
+            with self.subTest(image=name):
+                final, config = plan(name), Unpacked.of(name).config["config"]
+                self.assertEqual(config.get("User"), final.user)
+                self.assertEqual(config.get("Entrypoint"), final.entrypoint)
+                self.assertEqual(config.get("Cmd"), final.command)
+                self.assertEqual(config.get("WorkingDir") or None, final.workdir)
+                self.assertEqual(config.get("Env"), [f"{variable}={value}" for variable, value in final.environment.items()])
+                self.assertNotEqual(config["User"].split(":")[0], "0")
+
+    def test_each_dockerfile_copy_is_in_the_image(self) -> None:
+        for name in saint_images.IMAGES:
+            final, unpacked = plan(name), Unpacked.of(name)
+            for copy in final.copies:
+                for source in copy.sources:
+                    if source.endswith("/"):
+                        continue  # a directory's contents; checked by the programs below
+                    destination = copy.destination
+                    if destination.endswith("/") or len(copy.sources) > 1:
+                        destination = destination.rstrip("/") + "/" + Path(source).name
+                    with self.subTest(image=name, path=destination):
+                        self.assertTrue(unpacked.path(destination).is_file(), f"{destination} is missing")
+                        if copy.source_stage is None:
+                            expected = (REPOSITORY_ROOT / source).read_bytes()
+                            self.assertEqual(unpacked.path(destination).read_bytes(), expected)
+
+    def test_operator_agent_and_porter_have_no_shell(self) -> None:
+        for name in ("operator", "agent", "porter"):
+            rootfs = Unpacked.of(name).rootfs
+            for shell in SHELLS:
+                with self.subTest(image=name, shell=shell):
+                    self.assertFalse(os.path.lexists(rootfs / shell), f"{name} has /{shell}")
+
+    def test_each_entrypoint_exists_and_is_executable(self) -> None:
+        for name in saint_images.IMAGES:
+            with self.subTest(image=name):
+                unpacked = Unpacked.of(name)
+                program = unpacked.path(unpacked.config["config"]["Entrypoint"][0])
+                self.assertTrue(program.is_file(), f"{program} is missing")
+                self.assertTrue(program.stat().st_mode & 0o111, f"{program} is not executable")
+
+    def test_each_binary_runs_help_as_the_image_user(self) -> None:
+        commands = {
+            "operator": ["/usr/local/bin/saint-operator", "--help"],
+            "agent": ["/usr/local/bin/saint-agent", "--help"],
+            "porter": ["/usr/local/bin/porter", "--help"],
+            "sandbox": ["/usr/local/bin/saint-sandbox-runner", "--help"],
+        }
+        for name, command in commands.items():
+            with self.subTest(image=name):
+                unpacked = Unpacked.of(name)
+                result = unpacked.run(unpacked.config["config"]["User"], *command)
+                self.assertIn("Usage", result.stdout + result.stderr)
+
+    def test_distroless_images_have_certificates_passwd_and_tmp(self) -> None:
+        for name in ("operator", "agent", "porter"):
+            with self.subTest(image=name):
+                unpacked = Unpacked.of(name)
+                certificates = unpacked.path("/etc/ssl/certs/ca-certificates.crt")
+                self.assertGreater(certificates.stat().st_size, 100_000)
+                self.assertEqual(unpacked.path("/etc/passwd").read_text(), (REPOSITORY_ROOT / "e2e/images/etc/passwd").read_text())
+                self.assertEqual(unpacked.path("/tmp").stat().st_mode & 0o7777, 0o1777)
+
+    def test_porter_runs_git_and_gh_and_git_has_its_https_helper(self) -> None:
+        porter = Unpacked.of("porter")
+        user = porter.config["config"]["User"]
+        self.assertIn("git version", porter.run(user, "/usr/bin/git", "--version").stdout)
+        self.assertIn("gh version", porter.run(user, "/usr/bin/gh", "--version").stdout)
+        self.assertIn("porter-supervise", os.listdir(porter.path("/usr/local/bin")))
+        self.assertIn("cliport", os.listdir(porter.path("/usr/local/bin")))
+        # A closed port on loopback: git must get as far as curl connecting, which
+        # needs git-remote-https and libcurl's whole TLS stack to load.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        result = porter.run(user, "/usr/bin/git", "ls-remote", f"https://127.0.0.1:{port}/saint.git", check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertRegex(result.stderr, r"(Failed to connect|Could not connect|Connection refused)", result.stderr)
+
+    def test_sandbox_has_the_userland_and_runs_the_init_container_command(self) -> None:
+        sandbox = Unpacked.of("sandbox")
+        user = sandbox.config["config"]["User"]
+        for command in (
+            ["/bin/sh", "-c", "echo ok"],
+            ["python3", "-c", "print(1 + 1)"],
+            ["jq", "--version"],
+            ["git", "--version"],
+            ["tini", "--version"],
+            ["tree", "--version"],
+        ):
+            with self.subTest(command=command[0]):
+                sandbox.run(user, "/usr/bin/env", f"PATH={saint_images.DEFAULT_PATH}", *command)
+        # cliport-proxy forwards its arguments to Porter: it starts (its libraries load)
+        # and reports the missing socket.
+        proxied = sandbox.run(user, "/usr/local/bin/cliport-proxy", "--version", check=False)
+        self.assertIn("failed to connect to /run/saint/porter/porter.sock", proxied.stderr)
+        agent_directory = sandbox.path("/agent")
+        self.assertTrue(agent_directory.is_dir())
+        self.assertEqual(agent_directory.stat().st_mode & 0o7777, 0o555)
+        self.assertTrue(sandbox.path("/workspace").is_dir())
+        self.assertTrue(os.access(sandbox.path("/usr/local/bin/saint-sandbox-entrypoint"), os.X_OK))
+        self.assertIn("*", sandbox.run(user, "/usr/bin/git", "config", "--system", "--get-all", "safe.directory").stdout)
+        # The bot Deployment's init container: /bin/sh -c as the agent's uid 65532.
+        golden = (REPOSITORY_ROOT / "operator/tests/golden/deployment.yaml").read_text()
+        script = re.search(r"- /bin/sh\n\s+- -c\n\s+- (set -eu;.*)\n", golden)
+        self.assertIsNotNone(script, "operator/tests/golden/deployment.yaml has no /bin/sh -c init container")
+        base = "/tmp/saint-init-check"
+        result = sandbox.run(
+            f"{uids()['AGENT_UID']}:{uids()['SHARED_GID']}",
+            "/bin/sh", "-c", script.group(1), "prepare-workspace", f"{base}/run/porter", f"{base}/run/sandboxes", f"{base}/logs", f"{base}/logs/porter.jsonl",
+        )
+        self.assertEqual(result.returncode, 0)
+        self.assertEqual(sandbox.path(f"{base}/logs").stat().st_mode & 0o777, 0o770)
+
+    def test_no_apt_lists_or_documentation_in_the_sandbox(self) -> None:
+        sandbox = Unpacked.of("sandbox")
+        self.assertEqual(os.listdir(sandbox.path("/var/lib/apt/lists")) if sandbox.path("/var/lib/apt/lists").exists() else [], [])
+        leftovers = [path for path in sandbox.path("/usr/share/doc").rglob("*") if path.is_file() and path.name != "copyright"]
+        self.assertEqual(leftovers, [])
+
+
+class ContainerdImportTest(unittest.TestCase):
+    """Debian's containerd 1.6, started under a temporary directory with its own root,
+    state and socket, imports each archive under the chart's reference."""
+
+    def test_ctr_import_yields_the_chart_references(self) -> None:
+        version = subprocess.run(["containerd", "--version"], check=True, capture_output=True, text=True).stdout
+        self.assertIn(" 1.6.", version)
+        directory = Path(tempfile.mkdtemp(prefix="saint-containerd-"))
+        address = directory / "containerd.sock"
+        (directory / "config.toml").write_text(
+            "version = 2\n"
+            f'root = "{directory}/root"\nstate = "{directory}/state"\n'
+            'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+            f'[grpc]\n  address = "{address}"\n'
+            f'[ttrpc]\n  address = "{directory}/containerd.ttrpc.sock"\n'
+            f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{directory}/opt"\n'
+        )
+        log = open(directory / "containerd.log", "w")
+        process = subprocess.Popen(["containerd", "--config", str(directory / "config.toml")], stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 30
+            while subprocess.run(["ctr", "--address", str(address), "version"], capture_output=True).returncode != 0:
+                self.assertIsNone(process.poll(), f"containerd exited: {(directory / 'containerd.log').read_text()[-2000:]}")
+                self.assertLess(time.monotonic(), deadline, "containerd did not answer within 30 s")
+                time.sleep(0.2)
+            expected = []
+            for name in saint_images.IMAGES:
+                subprocess.run(
+                    ["ctr", "--address", str(address), "-n", "k8s.io", "images", "import", "--all-platforms", str(archive(name))],
+                    check=True, capture_output=True, text=True,
+                )
+                expected.append(f"ghcr.io/saint-work/saint-{name}:{app_version()}")
+            listed = subprocess.run(["ctr", "--address", str(address), "-n", "k8s.io", "images", "ls", "-q"], check=True, capture_output=True, text=True)
+            self.assertEqual(sorted(listed.stdout.split()), sorted(expected))
+            # Unpacked for the snapshotter a kubelet uses: the layers are valid.
+            for reference in expected:
+                checked = subprocess.run(["ctr", "--address", str(address), "-n", "k8s.io", "images", "check", f"name=={reference}"], check=True, capture_output=True, text=True)
+                self.assertIn("complete", checked.stdout)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+            subprocess.run(["umount", "-R", str(directory / "root")], capture_output=True)
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+class RegistryPushTest(unittest.TestCase):
+    """How a user publishes the images: `skopeo copy oci-archive:… docker://…`, here to
+    Debian's registry on a loopback port, then read back from it."""
+
+    def test_skopeo_pushes_each_archive_to_a_registry(self) -> None:
+        binary = os.environ.get("SAINT_REGISTRY_BINARY")
+        self.assertTrue(binary and os.access(binary, os.X_OK), "SAINT_REGISTRY_BINARY is not set: run e2e/images/test.sh")
+        directory = Path(tempfile.mkdtemp(prefix="saint-registry-"))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        (directory / "config.yml").write_text(
+            f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {directory}/data\n"
+            f"http:\n  addr: 127.0.0.1:{port}\n"
+        )
+        log = open(directory / "registry.log", "w")
+        process = subprocess.Popen([binary, "serve", str(directory / "config.yml")], stdout=log, stderr=log)
+        registry = f"127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    self.assertIsNone(process.poll(), f"the registry exited: {(directory / 'registry.log').read_text()[-2000:]}")
+                    self.assertLess(time.monotonic(), deadline, "the registry did not listen within 30 s")
+                    time.sleep(0.2)
+            for name in saint_images.IMAGES:
+                with self.subTest(image=name):
+                    destination = f"docker://{registry}/saint-work/saint-{name}:{app_version()}"
+                    subprocess.run(
+                        ["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{archive(name)}", destination],
+                        check=True, capture_output=True, text=True,
+                    )
+                    inspected = subprocess.run(
+                        ["skopeo", "inspect", "--tls-verify=false", "--config", destination], check=True, capture_output=True, text=True
+                    )
+                    self.assertEqual(json.loads(inspected.stdout)["config"]["User"], plan(name).user)
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+            log.close()
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+class SizesReport(unittest.TestCase):
+    def test_zz_report_the_sizes(self) -> None:
+        for name in saint_images.IMAGES:
+            unpacked = Unpacked.of(name)
+            used = subprocess.run(["du", "-sb", str(unpacked.rootfs)], check=True, capture_output=True, text=True).stdout.split()[0]
+            print(f"\n  {name}: archive {archive(name).stat().st_size / 1e6:.1f} MB, unpacked {int(used) / 1e6:.1f} MB", end="", file=sys.stderr)
+        print(file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
