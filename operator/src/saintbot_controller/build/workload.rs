@@ -140,6 +140,9 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         "name": "agent",
         "image": bot.agent_image,
         "imagePullPolicy": "IfNotPresent",
+        // The image's entrypoint is `saint-agent`, whose subcommand picks what it does; the
+        // pod runs the bot, whatever default a custom image sets.
+        "args": ["run"],
         "env": env,
         "ports": [
             {"name": "http", "containerPort": agent_http_port(bot), "protocol": "TCP"},
