@@ -6,9 +6,21 @@
 # Functions: control_plane_start <bin-dir> <run-dir>, control_plane_stop.
 # SAINT_E2E_SERVICE_CIDR: the Service range (default 10.0.0.0/24; 10.0.0.1, in the
 # serving certificate, must stay its first address).
+# SAINT_E2E_NODE=1 (e2e/node.sh will start a kubelet): the API server also
+# listens where pods reach it (0.0.0.0, advertised as the pods' gateway
+# 10.88.0.1, in the serving certificate), keeps the `kubernetes`
+# Service's endpoints itself (lease reconciler), authorizes kubelets (Node,
+# NodeRestriction) and reaches them with its own client certificate; the
+# controller manager runs the controllers a node needs. Unset: loopback only.
 # After a start: KUBECONFIG (admin), SAINT_E2E_API_SERVER, SAINT_E2E_CA_FILE.
 
 control_plane_pids=()
+# The address pods reach the host at (the CNI bridge's gateway, e2e/node.sh).
+control_plane_node_host_ip=10.88.0.1
+
+control_plane_with_node() {
+	[[ -n "${SAINT_E2E_NODE:-}" && "${SAINT_E2E_NODE}" != 0 ]]
+}
 
 # A free loopback port: bind port 0 and let the kernel choose. The short race
 # until the server binds it is acceptable on a test machine.
@@ -27,7 +39,7 @@ control_plane_certificates() {
 		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=saint-e2e-ca" \
 			-keyout ca.key -out ca.crt 2> /dev/null
 		cat > serving.ext <<-EOF
-			subjectAltName = IP:127.0.0.1, IP:10.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+			subjectAltName = IP:127.0.0.1, IP:10.0.0.1, IP:$control_plane_node_host_ip, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
 			extendedKeyUsage = serverAuth
 		EOF
 		printf 'extendedKeyUsage = clientAuth\n' > client.ext
@@ -40,6 +52,8 @@ control_plane_certificates() {
 		issue serving "/CN=kube-apiserver" serving.ext
 		issue admin "/O=system:masters/CN=saint-e2e-admin" client.ext
 		issue controller-manager "/CN=system:kube-controller-manager" client.ext
+		# The API server's identity towards kubelets (logs, exec, port-forward).
+		issue kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" client.ext
 		openssl genrsa -out service-account.key 2048 2> /dev/null
 		openssl rsa -in service-account.key -pubout -out service-account.pub 2> /dev/null
 	)
@@ -128,13 +142,32 @@ control_plane_start() {
 		--log-level warn
 	wait_for "etcd healthy" 30 "$logs/etcd.log" etcd_healthy "$etcd_port" || return 1
 
+	# Without a node nothing but the host talks to the API server: loopback,
+	# and no endpoints for the `kubernetes` Service (nothing could use them).
+	local api_listen=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+	local authorization=RBAC admission=PodSecurity,ValidatingAdmissionPolicy kubelet_access=()
+	if control_plane_with_node; then
+		# Pods reach the API server through the `kubernetes` Service, which
+		# kube-proxy sends to the advertised address: the bridge's gateway
+		# (created by node_start, after this; nothing here needs it to exist
+		# yet). 0.0.0.0 keeps loopback working for the host's clients.
+		api_listen=(--bind-address 0.0.0.0 --advertise-address "$control_plane_node_host_ip" --endpoint-reconciler-type lease)
+		authorization=Node,RBAC
+		admission+=,NodeRestriction
+		kubelet_access=(
+			--kubelet-client-certificate "$pki/kubelet-client.crt"
+			--kubelet-client-key "$pki/kubelet-client.key"
+			--kubelet-certificate-authority "$pki/ca.crt"
+			# The node's host name is not in any DNS: reach it by its IP.
+			--kubelet-preferred-address-types InternalIP
+		)
+	fi
 	# The default admission plugins already include PodSecurity and
 	# ValidatingAdmissionPolicy; naming them keeps the suite honest if the
 	# defaults ever change.
 	start_process kube-apiserver "$logs/kube-apiserver.log" "$bin_dir/kube-apiserver" \
 		--etcd-servers "$etcd_url" \
-		--bind-address 127.0.0.1 \
-		--advertise-address 127.0.0.1 \
+		"${api_listen[@]}" \
 		--secure-port "$api_port" \
 		--tls-cert-file "$pki/serving.crt" \
 		--tls-private-key-file "$pki/serving.key" \
@@ -143,9 +176,9 @@ control_plane_start() {
 		--service-account-key-file "$pki/service-account.pub" \
 		--service-account-signing-key-file "$pki/service-account.key" \
 		--service-cluster-ip-range "${SAINT_E2E_SERVICE_CIDR:-10.0.0.0/24}" \
-		--endpoint-reconciler-type none \
-		--authorization-mode RBAC \
-		--enable-admission-plugins PodSecurity,ValidatingAdmissionPolicy \
+		--authorization-mode "$authorization" \
+		--enable-admission-plugins "$admission" \
+		"${kubelet_access[@]}" \
 		--allow-privileged=false \
 		--profiling=false
 	write_kubeconfig "$run_dir/admin.kubeconfig" "$api_url" "$pki" admin
@@ -153,11 +186,20 @@ control_plane_start() {
 	wait_for "kube-apiserver ready" 90 "$logs/kube-apiserver.log" \
 		"$bin_dir/kubectl" --kubeconfig "$run_dir/admin.kubeconfig" get --raw /readyz || return 1
 
-	# Only the controllers the scenarios need: no kubelet, no scheduler, so
-	# pods are admitted and stored but never run.
+	# Only the controllers the scenarios need: without the node no kubelet and
+	# no scheduler, so pods are admitted and stored but never run.
 	local controllers=garbage-collector-controller,job-controller,deployment-controller,replicaset-controller
 	controllers+=,serviceaccount-controller,serviceaccount-token-controller,namespace-controller
 	controllers+=,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller
+	if control_plane_with_node; then
+		# Services get EndpointSlices (kube-proxy routes them), claims bind to
+		# volumes, the node's not-ready taint is lifted once it is Ready, and
+		# pods of a gone node or finished Jobs are collected.
+		controllers+=,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller
+		controllers+=,persistentvolume-binder-controller,persistentvolume-protection-controller
+		controllers+=,persistentvolume-attach-detach-controller,node-lifecycle-controller,taint-eviction-controller
+		controllers+=,pod-garbage-collector-controller,ttl-after-finished-controller
+	fi
 	start_process kube-controller-manager "$logs/kube-controller-manager.log" "$bin_dir/kube-controller-manager" \
 		--kubeconfig "$run_dir/controller-manager.kubeconfig" \
 		--authentication-kubeconfig "$run_dir/controller-manager.kubeconfig" \

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the control plane the end-to-end suite runs against, from source:
-# kube-apiserver, kube-controller-manager, kubectl, etcd and helm, all pinned by
+# kube-apiserver, kube-controller-manager, kubectl, etcd and helm, plus the
+# node's kubelet, kube-proxy and kube-scheduler (e2e/node.sh), all pinned by
 # e2e/tools/go.mod. Binaries land in ~/.cache/saint/k8s-<version>/bin/ and are
 # reused while that directory holds a complete build (idempotent, keyed by
-# version). Nothing prebuilt is downloaded: only Go modules, through the
-# configured Go module proxy.
+# version and go.sum digest). Nothing prebuilt is downloaded: only Go modules,
+# through the configured Go module proxy.
 #
 # Usage: e2e/setup.sh            build if missing, print the bin directory
 #        e2e/setup.sh --print-bin-dir   print the bin directory only
@@ -28,7 +29,11 @@ cache_root="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
 install_dir="$cache_root/k8s-$kubernetes_version"
 bin_dir="$install_dir/bin"
 stamp="$install_dir/complete-$tools_digest"
-binaries=(kube-apiserver kube-controller-manager kubectl etcd helm)
+# The control plane and the node are two timed build steps (one stamp), so
+# the time the node adds to a cold build shows on its own.
+control_plane_binaries=(kube-apiserver kube-controller-manager kubectl etcd helm)
+node_binaries=(kubelet kube-proxy kube-scheduler)
+binaries=("${control_plane_binaries[@]}" "${node_binaries[@]}")
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
 	echo "$bin_dir"
@@ -87,6 +92,15 @@ started=$(date +%s)
 	# etcd's main package is the module root, so go build names it "v3".
 	go build -ldflags "-s -w" -o "$staging_dir/etcd" go.etcd.io/etcd/server/v3
 )
+control_plane_finished=$(date +%s)
+echo "setup.sh: control plane built in $((control_plane_finished - started)) s; building the node (kubelet, kube-proxy, kube-scheduler)"
+(
+	cd "$tools_dir"
+	go build -ldflags "-s -w $version_flags" -o "$staging_dir/" \
+		k8s.io/kubernetes/cmd/kubelet \
+		k8s.io/kubernetes/cmd/kube-proxy \
+		k8s.io/kubernetes/cmd/kube-scheduler
+)
 finished=$(date +%s)
 
 for binary in "${binaries[@]}"; do
@@ -100,9 +114,10 @@ done
 # under pipefail etcd's SIGPIPE (exit 141) would fail a complete build.
 "$staging_dir/etcd" --version | awk 'NR == 1'
 "$staging_dir/helm" version --short
+"$staging_dir/kubelet" --version
 
 rm -rf "$bin_dir"
 mv "$staging_dir" "$bin_dir"
 rm -f "$install_dir"/complete-*
 touch "$stamp"
-echo "setup.sh: built in $((finished - started)) s; $(du -sh "$bin_dir" | cut -f1) in $bin_dir"
+echo "setup.sh: built in $((finished - started)) s (node $((finished - control_plane_finished)) s); $(du -sh "$bin_dir" | cut -f1) in $bin_dir"
