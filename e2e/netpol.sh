@@ -194,6 +194,9 @@ netpol_start() {
 	netpol_build || return 1
 	netpol_require_bridge_netfilter || return 1
 	netpol_import_probe_image || return 1
+	# A killed run leaves ipsets behind (node_start already removed the chains
+	# that used them); the sync would adopt them, but a clean start reads better.
+	netpol_cleanup || return 1
 	mkdir -p "$run_dir/logs"
 	netpol_log="$run_dir/logs/kube-router.log"
 	# The Service range must be the API server's: kube-router lets pods reach
@@ -265,6 +268,8 @@ netpol_cleanup() {
 }
 
 # Stops kube-router (its process group) and removes its chains and ipsets.
+# Call it before node_stop: kube-router rewrites the filter table on every
+# sync and would put back chains that node_stop removed under it.
 netpol_stop() {
 	if [[ -n "$netpol_pid" ]]; then
 		kill -TERM -- "-$netpol_pid" 2> /dev/null || true
