@@ -779,27 +779,61 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     umoci(*arguments)
     umoci("gc", "--layout", str(layout))
 
-    # The index names the full reference: containerd's import reads
-    # io.containerd.image.name, OCI tools the ref.name tag.
-    index_path = layout / "index.json"
-    index = json.loads(index_path.read_text())
-    if len(index["manifests"]) != 1:
-        raise BuildError(f"{name}: expected one manifest in the layout, found {len(index['manifests'])}")
-    descriptor = index["manifests"][0]
-    descriptor["annotations"] = {"io.containerd.image.name": reference, "org.opencontainers.image.ref.name": tag}
-    descriptor["platform"] = {"architecture": context.architecture, "os": "linux"}
-    index_path.write_text(json.dumps(index, separators=(",", ":")))
+    name_and_pack(layout, reference, context.architecture, output)
     for directory in stage_roots.values():
         remove_tree(directory)
-
-    temporary = output.with_name(f"{output.name}.partial-{os.getpid()}")
-    run(["tar", "--numeric-owner", "--sort=name", "-C", str(layout), "-cf", str(temporary), "oci-layout", "index.json", "blobs"], capture_output=True)
-    temporary.rename(output)
     remove_tree(work)
     log(f"{name}: {output} ({output.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s")
 
 
-def input_hash(names: list[str], binaries: Path, repository_prefix: str, version: str, context: Context) -> str:
+def name_and_pack(layout: Path, reference: str, architecture: str, output: Path) -> None:
+    """Names the full reference in the index (containerd's import reads
+    io.containerd.image.name, OCI tools the ref.name tag) and writes the layout as an
+    OCI archive, atomically."""
+    index_path = layout / "index.json"
+    index = json.loads(index_path.read_text())
+    if len(index["manifests"]) != 1:
+        raise BuildError(f"{layout}: expected one manifest in the layout, found {len(index['manifests'])}")
+    descriptor = index["manifests"][0]
+    descriptor["annotations"] = {"io.containerd.image.name": reference, "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[1]}
+    descriptor["platform"] = {"architecture": architecture, "os": "linux"}
+    index_path.write_text(json.dumps(index, separators=(",", ":")))
+    temporary = output.with_name(f"{output.name}.partial-{os.getpid()}")
+    run(["tar", "--numeric-owner", "--sort=name", "-C", str(layout), "-cf", str(temporary), "oci-layout", "index.json", "blobs"], capture_output=True)
+    temporary.rename(output)
+
+
+def command_derive(arguments: argparse.Namespace) -> None:
+    """A test copy of a built image: the same layers plus one with the given files
+    (e.g. a fake CLI), under another reference. Files belong to root and keep the mode
+    given (octal, default 0755)."""
+    work = Path(tempfile.mkdtemp(prefix="saint-derive-"))
+    try:
+        layout, files = work / "layout", work / "files"
+        layout.mkdir()
+        run(["tar", "-C", str(layout), "-xf", arguments.archive], capture_output=True)
+        index = json.loads((layout / "index.json").read_text())
+        tag = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+        architecture = index["manifests"][0].get("platform", {}).get("architecture", "amd64")
+        for addition in arguments.add:
+            parts = addition.split(":")
+            if len(parts) not in (2, 3) or not parts[1].startswith("/"):
+                raise BuildError(f"--add {addition}: expected SOURCE:/ABSOLUTE/DESTINATION[:MODE]")
+            source, destination = Path(parts[0]), files / parts[1].lstrip("/")
+            if not source.is_file():
+                raise BuildError(f"--add {addition}: {source} is not a file")
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination)
+            os.chmod(destination, int(parts[2], 8) if len(parts) == 3 else 0o755)
+        umoci("insert", "--history.created_by", "e2e/images/saint_images.py derive", "--image", f"{layout}:{tag}", str(files), "/")
+        umoci("gc", "--layout", str(layout))
+        name_and_pack(layout, arguments.reference, architecture, Path(arguments.output).resolve())
+        log(f"{arguments.output}: {arguments.reference}")
+    finally:
+        remove_tree(work)
+
+
+def input_hash(repository_prefix: str, version: str, context: Context) -> str:
     """Everything an image depends on: this program, build.sh, the Dockerfiles, the
     repository files they copy, the binaries, the host libraries ldd finds for them,
     the Debian stages' text (through the Dockerfiles), the reference."""
@@ -844,7 +878,7 @@ def command_build(arguments: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="saint-images-", dir=arguments.work))
     context = Context(cache, Path(arguments.binaries).resolve(), work, mirror, security, architecture)
     try:
-        key = input_hash(names, context.binaries, arguments.repository_prefix, arguments.version, context)
+        key = input_hash(arguments.repository_prefix, arguments.version, context)
         if arguments.output:
             output = Path(arguments.output).resolve()
         else:
@@ -890,9 +924,14 @@ def main() -> int:
     build.add_argument("names", nargs="*")
     plan = subcommands.add_parser("plan")
     plan.add_argument("dockerfile")
+    derive = subcommands.add_parser("derive", help="a test copy of an image with files added, under another reference")
+    derive.add_argument("--archive", required=True, help="a built .oci.tar")
+    derive.add_argument("--reference", required=True, help="the new image's full reference")
+    derive.add_argument("--output", required=True, help="the new .oci.tar")
+    derive.add_argument("--add", action="append", default=[], metavar="SOURCE:/DESTINATION[:MODE]")
     arguments = parser.parse_args()
     try:
-        {"build": command_build, "plan": command_plan}[arguments.command](arguments)
+        {"build": command_build, "plan": command_plan, "derive": command_derive}[arguments.command](arguments)
     except BuildError as error:
         print(f"images: {error}", file=sys.stderr)
         return 1

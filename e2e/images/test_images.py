@@ -319,6 +319,36 @@ class ArchivesTest(unittest.TestCase):
         self.assertEqual(leftovers, [])
 
 
+class DeriveTest(unittest.TestCase):
+    def test_derive_adds_a_file_under_another_reference(self) -> None:
+        directory = Path(tempfile.mkdtemp(prefix="saint-derive-test-"))
+        try:
+            fake = directory / "fake-gh"
+            fake.write_text("not a real program\n")
+            output = directory / "porter-e2e.oci.tar"
+            subprocess.run(
+                [sys.executable, str(Path(saint_images.__file__)), "derive", "--archive", str(archive("porter")),
+                 "--reference", "ghcr.io/saint-work/saint-porter-e2e:test", "--output", str(output),
+                 "--add", f"{fake}:/usr/local/bin/fake-gh"],
+                check=True, capture_output=True, text=True,
+            )
+            with tarfile.open(output) as tar:
+                index = json.load(tar.extractfile("index.json"))
+            self.assertEqual(index["manifests"][0]["annotations"]["io.containerd.image.name"], "ghcr.io/saint-work/saint-porter-e2e:test")
+            layout, bundle = directory / "layout", directory / "bundle"
+            layout.mkdir()
+            subprocess.run(["tar", "-C", str(layout), "-xf", str(output)], check=True)
+            subprocess.run(["umoci", "unpack", "--image", f"{layout}:test", str(bundle)], check=True, capture_output=True)
+            added = bundle / "rootfs/usr/local/bin/fake-gh"
+            self.assertEqual(added.read_text(), "not a real program\n")
+            self.assertEqual((added.stat().st_mode & 0o777, added.stat().st_uid), (0o755, 0))
+            self.assertTrue((bundle / "rootfs/usr/local/bin/porter").is_file())
+            config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{output}"], check=True, capture_output=True, text=True).stdout)
+            self.assertEqual(config["config"]["User"], plan("porter").user)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 class ContainerdImportTest(unittest.TestCase):
     """Debian's containerd 1.6, started under a temporary directory with its own root,
     state and socket, imports each archive under the chart's reference."""
