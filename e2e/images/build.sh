@@ -95,6 +95,11 @@ main() {
 	done
 	[[ "$(id -u)" == 0 ]] || die "needs root: debootstrap, chroot and the images' file owners (run with sudo)"
 	install_missing umoci:umoci debootstrap:debootstrap strip:binutils python3:python3 unshare:util-linux
+	# debootstrap checks Debian's signatures with it (Ubuntu hosts lack it by default).
+	if [[ ! -e /usr/share/keyrings/debian-archive-keyring.gpg ]]; then
+		apt-get install -y --no-install-recommends debian-archive-keyring >&2 \
+			|| die "failed to install debian-archive-keyring (debootstrap needs it)"
+	fi
 
 	local work binaries started=$SECONDS directory
 	mkdir -p "$cache_dir"

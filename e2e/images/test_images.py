@@ -32,6 +32,8 @@ import time
 import unittest
 from pathlib import Path
 
+# No __pycache__ in the repository's tree.
+sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import saint_images  # noqa: E402
 
