@@ -14,7 +14,10 @@ its unpacked root, as the image's user, and start a throwaway containerd.
   its libraries are all there); Porter's git reaches the point of connecting over
   HTTPS and gh runs; the sandbox has the userland the Dockerfile installs and runs
   the bot's init container command as 65532.
-- containerd 1.6 (Debian's) imports every archive under its reference.
+- containerd 1.6 (Debian's) imports every archive under its reference, and runc runs
+  each image with a read-only root as its user.
+- skopeo pushes each archive to a registry (Debian's, on a loopback port).
+- `saint_images.py derive` adds a file to an image under another reference.
 """
 
 from __future__ import annotations
@@ -353,7 +356,8 @@ class DeriveTest(unittest.TestCase):
 
 class ContainerdImportTest(unittest.TestCase):
     """Debian's containerd 1.6, started under a temporary directory with its own root,
-    state and socket, imports each archive under the chart's reference."""
+    state and socket, imports each archive under the chart's reference, and runc starts
+    each image from it."""
 
     def test_ctr_import_yields_the_chart_references(self) -> None:
         version = subprocess.run(["containerd", "--version"], check=True, capture_output=True, text=True).stdout
@@ -389,6 +393,22 @@ class ContainerdImportTest(unittest.TestCase):
             for reference in expected:
                 checked = subprocess.run(["ctr", "--address", str(address), "-n", "k8s.io", "images", "check", f"name=={reference}"], check=True, capture_output=True, text=True)
                 self.assertIn("complete", checked.stdout)
+            # Started by runc as a kubelet would: read-only root, the image's user.
+            runs = {
+                "operator": (["/usr/local/bin/saint-operator", "--help"], "Usage"),
+                "agent": (["/usr/local/bin/saint-agent", "--help"], "Usage"),
+                "porter": (["/usr/bin/gh", "--version"], "gh version"),
+                "sandbox": (["/bin/sh", "-c", "id -u; id -g; python3 -c 'print(6 * 7)'"], f"{uids()['SANDBOX_UID']}\n{uids()['SHARED_GID']}\n42"),
+            }
+            for name, (command, wanted) in runs.items():
+                with self.subTest(image=name):
+                    reference = f"ghcr.io/saint-work/saint-{name}:{app_version()}"
+                    result = subprocess.run(
+                        ["ctr", "--address", str(address), "-n", "k8s.io", "run", "--rm", "--read-only", reference, f"saint-images-test-{name}-{os.getpid()}", *command],
+                        capture_output=True, text=True, timeout=120,
+                    )
+                    self.assertEqual(result.returncode, 0, f"{name}: {result.stdout}{result.stderr}")
+                    self.assertIn(wanted, result.stdout)
         finally:
             process.terminate()
             try:
