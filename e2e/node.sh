@@ -4,12 +4,15 @@
 # control_plane_start, when SAINT_E2E_NODE=1 (control-plane.sh then opens the
 # API server to pods and authorizes kubelets).
 #
-# Functions: node_start <bin-dir> <run-dir>, node_stop.
+# Functions: node_start <bin-dir> <run-dir>, node_stop, node_import_image
+# <oci-archive> (also usable from a test: `source e2e/node.sh; node_import_image x`
+# with the variables below), node_local_volume <namespace> <claim> <size>.
 # After node_start: SAINT_E2E_NODE=saint-e2e-node, SAINT_E2E_HOST_IP=10.88.0.1
 # (the host as pods see it: the bridge's gateway; servers a test runs for pods
 # listen there), SAINT_E2E_PAUSE_IMAGE and SAINT_E2E_PROBE_IMAGE (images in the
-# node's containerd, see below), SAINT_E2E_CONTAINERD_ADDRESS (for `ctr -n k8s.io
-# images import` of more images), SAINT_E2E_NODE_VOLUMES (where local volumes go).
+# node's containerd, see below), SAINT_E2E_CONTAINERD_ADDRESS and
+# SAINT_E2E_SNAPSHOTTER (for node_import_image), SAINT_E2E_NODE_VOLUMES (where
+# local volumes go).
 #
 # Everything lives under <run-dir>/node/: containerd's config, root, state and
 # socket, runc's state, CNI config and IP allocations, the kubelet's root and
@@ -277,7 +280,27 @@ node_wait_for() {
 }
 
 node_ctr() {
-	ctr --address "$node_dir/containerd/containerd.sock" --namespace k8s.io "$@"
+	ctr --address "${SAINT_E2E_CONTAINERD_ADDRESS:-$node_dir/containerd/containerd.sock}" --namespace k8s.io "$@"
+}
+
+# Imports an OCI archive into the node's containerd (namespace k8s.io, where
+# the kubelet looks) and unpacks it for the node's snapshotter, so pods start
+# it with imagePullPolicy: Never/IfNotPresent. The reference is the one the
+# archive's index names (io.containerd.image.name or a full
+# org.opencontainers.image.ref.name); prints it.
+node_import_image() {
+	local archive="$1"
+	[[ -n "${SAINT_E2E_CONTAINERD_ADDRESS:-}" ]] ||
+		node_fail "failed to import $archive: SAINT_E2E_CONTAINERD_ADDRESS is not set (node_start sets it)" || return 1
+	local output
+	output="$(node_ctr images import --all-platforms --snapshotter "${SAINT_E2E_SNAPSHOTTER:-overlayfs}" "$archive" 2>&1)" ||
+		node_fail "failed to import $archive into containerd: $output" || return 1
+	# ctr prints "unpacking <reference> (sha256:…)...done" per image.
+	local references
+	references="$(awk '$1 == "unpacking" {print $2}' <<< "$output")"
+	[[ -n "$references" ]] ||
+		node_fail "importing $archive named no image (its index needs io.containerd.image.name): $output" || return 1
+	echo "$references"
 }
 
 node_is_ready() {
@@ -467,11 +490,13 @@ node_start() {
 	EOF
 	node_start_process containerd "$logs/containerd.log" containerd --config "$containerd_dir/config.toml"
 	node_containerd_pid=$node_last_pid
+	export SAINT_E2E_CONTAINERD_ADDRESS="$containerd_dir/containerd.sock"
+	export SAINT_E2E_SNAPSHOTTER="$snapshotter"
 	node_wait_for "containerd answering" 30 "$logs/containerd.log" node_ctr version || return 1
-	local image
+	local image imported
 	for image in "$node_images_dir/pause.oci.tar" "$node_images_dir/probe.oci.tar"; do
-		node_ctr images import --all-platforms --snapshotter "$snapshotter" "$image" > /dev/null ||
-			node_fail "failed to import $image into containerd" || return 1
+		imported="$(node_import_image "$image")" || return 1
+		node_log "imported $imported"
 	done
 	node_ctr images check "name==$node_pause_image" | grep -q complete ||
 		node_fail "containerd does not hold $node_pause_image after the import" || return 1
@@ -572,7 +597,6 @@ node_start() {
 	export SAINT_E2E_HOST_IP="$node_host_ip"
 	export SAINT_E2E_PAUSE_IMAGE="$node_pause_image"
 	export SAINT_E2E_PROBE_IMAGE="$node_probe_image"
-	export SAINT_E2E_CONTAINERD_ADDRESS="$containerd_dir/containerd.sock"
 	export SAINT_E2E_NODE_VOLUMES="$node_dir/volumes"
 	node_log "$node_name Ready in $((SECONDS - started)) s (pods on $node_pod_cidr, host $node_host_ip)"
 }

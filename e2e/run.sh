@@ -8,6 +8,13 @@
 # Usage: e2e/run.sh [test-name-filter ...]   (extra arguments go to the test harness)
 # Environment: SAINT_E2E_KEEP=1 keeps the run directory (certificates, logs);
 #              SAINT_E2E_TEST=<file> runs only e2e/tests/<file>.rs;
+#              SAINT_E2E_NODE=1 also starts a node (e2e/node.sh: containerd,
+#              kubelet, kube-proxy, kube-scheduler), then kube-router's
+#              network-policy firewall (e2e/netpol.sh), imports the product
+#              images (e2e/images/build.sh --print-dir, or SAINT_E2E_IMAGES_DIR)
+#              and runs the node scenarios ($node_tests below) instead of the
+#              others. Without it the node scenarios never run: they are left
+#              out of the selection, and SAINT_E2E_TEST naming one is refused.
 #              SAINT_E2E_BENCH=fleet runs the fleet benchmark instead of the
 #              scenarios, with a release build of the operator (e2e/README.md,
 #              "Benchmarks"); its run directory is kept for the JSON and logs.
@@ -17,6 +24,56 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 # shellcheck source=e2e/control-plane.sh
 source "$here/control-plane.sh"
+
+# Scenario files (e2e/tests/<name>.rs) that need the node: run only with it.
+node_tests=(node_smoke node network_policy)
+with_node=0
+if [[ -n "${SAINT_E2E_NODE:-}" && "${SAINT_E2E_NODE}" != 0 ]]; then
+	with_node=1
+	# shellcheck source=e2e/node.sh
+	source "$here/node.sh"
+	if [[ -f "$here/netpol.sh" ]]; then
+		# shellcheck source=e2e/netpol.sh
+		source "$here/netpol.sh"
+	fi
+fi
+is_node_test() {
+	local name="$1" node_test
+	for node_test in "${node_tests[@]}"; do
+		[[ "$name" == "$node_test" ]] && return 0
+	done
+	return 1
+}
+# Which scenario files run: SAINT_E2E_TEST's, or every file of this kind of
+# run (node files with the node, the others without), each named to cargo.
+test_selection=()
+if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
+	if is_node_test "$SAINT_E2E_TEST" && ((with_node == 0)); then
+		echo "run.sh: e2e/tests/$SAINT_E2E_TEST.rs needs the node: run it with SAINT_E2E_NODE=1" >&2
+		exit 2
+	fi
+	test_selection=(--test "$SAINT_E2E_TEST")
+else
+	for file in "$here"/tests/*.rs; do
+		name="$(basename "$file" .rs)"
+		if is_node_test "$name"; then
+			if ((with_node == 1)); then
+				test_selection+=(--test "$name")
+			fi
+		elif ((with_node == 0)); then
+			test_selection+=(--test "$name")
+		fi
+	done
+	if ((with_node == 0)); then
+		# What a bare `cargo test -p saint-e2e` also ran: the library's and
+		# the fleet benchmark's unit tests.
+		test_selection+=(--lib --bins)
+	fi
+	if ((${#test_selection[@]} == 0)); then
+		echo "run.sh: no scenario file in $here/tests is a node scenario (${node_tests[*]})" >&2
+		exit 2
+	fi
+fi
 
 "$here/setup.sh"
 bin_dir="$("$here/setup.sh" --print-bin-dir)"
@@ -32,6 +89,10 @@ case "$bench" in
 		cargo test --locked -p saint-e2e --no-run
 		;;
 	fleet)
+		if ((with_node == 1)); then
+			echo "run.sh: the fleet benchmark runs without a node; unset SAINT_E2E_NODE" >&2
+			exit 2
+		fi
 		# Memory and speed are measured on the release operator; release
 		# artifacts get their own target directory so they never evict the
 		# shared debug build.
@@ -62,6 +123,12 @@ finish() {
 		sleep 1
 		kill -KILL -- "-$test_group" 2> /dev/null || true
 	fi
+	if ((with_node == 1)); then
+		if declare -F netpol_stop > /dev/null; then
+			netpol_stop
+		fi
+		node_stop
+	fi
 	control_plane_stop
 	if [[ -n "${bench:-}" ]]; then
 		# A benchmark's run directory keeps its JSON and logs; etcd's data is
@@ -84,6 +151,29 @@ if [[ -n "$bench" ]]; then
 	export SAINT_E2E_SERVICE_CIDR=10.0.0.0/16
 fi
 control_plane_start "$bin_dir" "$run_dir"
+if ((with_node == 1)); then
+	node_start "$bin_dir" "$run_dir"
+	if declare -F netpol_start > /dev/null; then
+		netpol_start "$run_dir"
+	fi
+	# The product images (operator, agent, porter, sandbox), as e2e/images/build.sh
+	# left them: imported under the references the chart names.
+	if [[ -z "${SAINT_E2E_IMAGES_DIR:-}" && -x "$here/images/build.sh" ]]; then
+		SAINT_E2E_IMAGES_DIR="$("$here/images/build.sh" --print-dir)"
+	fi
+	if [[ -n "${SAINT_E2E_IMAGES_DIR:-}" ]]; then
+		shopt -s nullglob
+		archives=("$SAINT_E2E_IMAGES_DIR"/saint-*.oci.tar)
+		shopt -u nullglob
+		if ((${#archives[@]} == 0)); then
+			echo "run.sh: no image archives in $SAINT_E2E_IMAGES_DIR (run e2e/images/build.sh); scenarios needing them will fail" >&2
+		fi
+		for archive in "${archives[@]}"; do
+			echo "run.sh: imported $(node_import_image "$archive" | paste -sd ' ') from $archive"
+		done
+		export SAINT_E2E_IMAGES_DIR
+	fi
+fi
 
 export SAINT_E2E_BIN_DIR="$bin_dir"
 export SAINT_E2E_REPO="$repo"
@@ -101,10 +191,6 @@ if [[ -n "$bench" ]]; then
 fi
 # One scenario at a time: operator scenarios start their own operator
 # processes, and two of them at once would reconcile each other's bots.
-test_selection=()
-if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
-	test_selection=(--test "$SAINT_E2E_TEST")
-fi
 # The scenarios run in their own process group (with the operators, kubectl
 # and helm they spawn), so an interrupted run can stop all of them at once.
 setsid cargo test --locked -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@" &

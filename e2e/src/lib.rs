@@ -12,6 +12,7 @@ pub mod environment;
 pub mod examples;
 pub mod manifests;
 pub mod namespace;
+pub mod node;
 pub mod operator_process;
 pub mod pods;
 pub mod service_account;

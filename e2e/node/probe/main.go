@@ -7,6 +7,8 @@
 //	                  the pod's service-account token, verifying the serving
 //	                  certificate with the mounted CA; prints the user name.
 //	probe get <url>   plain HTTP GET; prints the status and the body.
+//	probe write <path> <text>
+//	                  writes text to a file (mode 0640), e.g. on a volume.
 //	probe sleep       blocks until the pod is stopped.
 package main
 
@@ -31,7 +33,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 func main() {
 	arguments := os.Args[1:]
 	if len(arguments) == 0 {
-		fail("usage: probe (api | get <url> | sleep)...")
+		fail("usage: probe (api | get <url> | write <path> <text> | sleep)...")
 	}
 	for len(arguments) > 0 {
 		step := arguments[0]
@@ -45,6 +47,15 @@ func main() {
 			}
 			get(arguments[0])
 			arguments = arguments[1:]
+		case "write":
+			if len(arguments) < 2 {
+				fail("write: needs a path and a text")
+			}
+			if err := os.WriteFile(arguments[0], []byte(arguments[1]), 0o640); err != nil {
+				fail("write: " + err.Error())
+			}
+			fmt.Printf("write: %s (%d bytes)\n", arguments[0], len(arguments[1]))
+			arguments = arguments[2:]
 		case "sleep":
 			stop := make(chan os.Signal, 1)
 			signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
