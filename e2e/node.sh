@@ -325,6 +325,33 @@ node_scheduler_healthy() {
 # symlinks. Called by node_stop, and by node_start for the leftovers of a
 # killed run (the lock guarantees no other node is running).
 node_remove_host_state() {
+	# containerd and its shims (which outlive it: their own process groups)
+	# of any node run, known by their run directory's containerd paths.
+	local proc
+	for proc in /proc/[0-9]*; do
+		if tr '\0' ' ' < "$proc/cmdline" 2> /dev/null | grep -qE '^[^ ]*containerd[^ ]* .*/saint-e2e\.[^/ ]+/node/containerd/'; then
+			kill -KILL "${proc#/proc/}" 2> /dev/null || true
+		fi
+	done
+	# Any process still in the pods' cgroups belongs to a pod of a node.
+	local hierarchy pid deadline=$((SECONDS + 10))
+	while pid="$(find /sys/fs/cgroup/*/"$node_cgroup" -name cgroup.procs -exec cat {} + 2> /dev/null)" &&
+		[[ -n "$pid" ]]; do
+		if ((SECONDS >= deadline)); then
+			echo "node: failed to stop the processes left in the pods' cgroups: $pid" >&2
+			break
+		fi
+		# shellcheck disable=SC2086 # one pid per word
+		kill -KILL $pid 2> /dev/null || true
+		sleep 0.2
+	done
+	# Mounts a killed run left in its run directory (container root
+	# filesystems, network namespaces, pod volumes), deepest first.
+	local mount_point
+	while read -r mount_point; do
+		umount "$mount_point" 2> /dev/null || umount -l "$mount_point" 2> /dev/null ||
+			echo "node: failed to unmount $mount_point" >&2
+	done < <(awk '$5 ~ /\/saint-e2e\.[^\/]+\/node\// {print $5}' /proc/self/mountinfo | sort -r)
 	local family table rules
 	# The kubelet and kube-proxy write IPv6 chains too.
 	for family in iptables ip6tables; do
@@ -340,16 +367,8 @@ node_remove_host_state() {
 	if ip link show "$node_bridge" > /dev/null 2>&1; then
 		ip link delete "$node_bridge" || echo "node: failed to delete the bridge $node_bridge" >&2
 	fi
-	local hierarchy
 	for hierarchy in /sys/fs/cgroup/*/"$node_cgroup"; do
 		[[ -d "$hierarchy" ]] || continue
-		# Any process still in there belongs to a pod of this node.
-		local procs pid
-		for procs in $(find "$hierarchy" -name cgroup.procs 2> /dev/null); do
-			while read -r pid; do
-				[[ -n "$pid" ]] && kill -KILL "$pid" 2> /dev/null
-			done < "$procs"
-		done
 		find "$hierarchy" -depth -type d -exec rmdir {} + 2> /dev/null ||
 			echo "node: failed to remove the cgroup $hierarchy (processes still in it?)" >&2
 	done
@@ -395,7 +414,11 @@ node_start() {
 
 	exec {node_lock_fd}> "$node_lock"
 	if ! flock -n "$node_lock_fd"; then
-		node_fail "another node holds $node_lock (processes: $(node_lock_holders)); one node per machine" || return 1
+		exec {node_lock_fd}>&-
+		node_lock_fd=""
+		node_dir=""
+		node_fail "another node holds $node_lock (processes: $(node_lock_holders)); one node per machine:" \
+			"a killed run's processes must be stopped first (kill those pids; the next start removes the rest)" || return 1
 	fi
 	node_remove_host_state
 
@@ -488,8 +511,12 @@ node_start() {
 		    conf_dir = "$node_dir/cni/net.d"
 		    max_conf_num = 1
 	EOF
-	node_start_process containerd "$logs/containerd.log" containerd --config "$containerd_dir/config.toml"
-	node_containerd_pid=$node_last_pid
+	# Without the lock: containerd would hand it to its shims, and a killed
+	# run's shims alone must not keep the next run out (node_start kills
+	# them). The kubelet, kube-proxy and the scheduler keep it.
+	setsid containerd --config "$containerd_dir/config.toml" > "$logs/containerd.log" 2>&1 < /dev/null {node_lock_fd}>&- &
+	node_containerd_pid=$!
+	node_log "started containerd (pid $!, log $logs/containerd.log)"
 	export SAINT_E2E_CONTAINERD_ADDRESS="$containerd_dir/containerd.sock"
 	export SAINT_E2E_SNAPSHOTTER="$snapshotter"
 	node_wait_for "containerd answering" 30 "$logs/containerd.log" node_ctr version || return 1
@@ -653,22 +680,7 @@ node_stop() {
 		node_stop_group "$node_containerd_pid"
 		node_containerd_pid=""
 	fi
-	# Shims outlive containerd (their own process groups); they are known by
-	# the containerd address they were started with.
-	local proc
-	for proc in /proc/[0-9]*; do
-		if [[ -r "$proc/cmdline" ]] && tr '\0' ' ' < "$proc/cmdline" 2> /dev/null |
-			grep -q -- "containerd-shim.* -address $socket "; then
-			kill -KILL "${proc#/proc/}" 2> /dev/null || true
-		fi
-	done
-	# Mounts under the run directory (container root filesystems, network
-	# namespaces, pod volumes), deepest first.
-	local mount_point
-	while read -r mount_point; do
-		umount "$mount_point" 2> /dev/null || umount -l "$mount_point" 2> /dev/null ||
-			echo "node: failed to unmount $mount_point" >&2
-	done < <(awk -v prefix="$node_dir/" 'index($5, prefix) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+	# Shims, mounts, cgroups, the bridge, iptables chains.
 	node_remove_host_state
 	if [[ -n "$node_ip_forward_before" ]]; then
 		echo "$node_ip_forward_before" > /proc/sys/net/ipv4/ip_forward || true

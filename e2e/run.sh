@@ -30,6 +30,10 @@ node_tests=(node_smoke node network_policy)
 with_node=0
 if [[ -n "${SAINT_E2E_NODE:-}" && "${SAINT_E2E_NODE}" != 0 ]]; then
 	with_node=1
+	if [[ -n "${SAINT_E2E_BENCH:-}" ]]; then
+		echo "run.sh: the benchmarks run without a node; unset SAINT_E2E_NODE" >&2
+		exit 2
+	fi
 	# shellcheck source=e2e/node.sh
 	source "$here/node.sh"
 	if [[ -f "$here/netpol.sh" ]]; then
@@ -89,10 +93,6 @@ case "$bench" in
 		cargo test --locked -p saint-e2e --no-run
 		;;
 	fleet)
-		if ((with_node == 1)); then
-			echo "run.sh: the fleet benchmark runs without a node; unset SAINT_E2E_NODE" >&2
-			exit 2
-		fi
 		# Memory and speed are measured on the release operator; release
 		# artifacts get their own target directory so they never evict the
 		# shared debug build.
