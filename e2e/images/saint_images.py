@@ -55,6 +55,11 @@ DEBIAN = re.compile(r"^debian:(?P<suite>[a-z]+)(-slim)?$")
 RUST = re.compile(r"^rust:[A-Za-z0-9._-]+$")
 # Debian's suite -> the distroless base the emulation stands for.
 DISTROLESS_SUITE = "bookworm"
+# Timestamps in the images (config, history, files this build writes): fixed, so the
+# same inputs give the same digests; 1970 like distroless' own images unless
+# SOURCE_DATE_EPOCH says otherwise.
+EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(EPOCH))
 
 
 class BuildError(Exception):
@@ -713,8 +718,18 @@ def apply_copy(context: Context, dockerfile: Dockerfile, copy: Copy, root: Path,
             target = target / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_tree(target)
-        shutil.copy2(path, target)
+        shutil.copyfile(path, target)
+        shutil.copymode(path, target)
         os.chown(target, 0, 0)
+
+
+def clamp_times(root: Path, since: float) -> None:
+    """Sets what this build wrote (modified at or after `since`) to EPOCH; files from
+    the cached Debian stages keep their packaged times."""
+    for directory, directories, files in os.walk(root):
+        for entry in [directory, *(os.path.join(directory, name) for name in directories + files)]:
+            if os.lstat(entry).st_mtime >= since:
+                os.utime(entry, (EPOCH, EPOCH), follow_symlinks=False)
 
 
 def umoci(*arguments: str) -> None:
@@ -726,6 +741,7 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     plan = final_plan(dockerfile)
     stage = dockerfile.stages[-1]
     started = time.monotonic()
+    wall_started = time.time()
     work = context.work / f"image-{name}"
     remove_tree(work)
     layout, bundle = work / "layout", work / "bundle"
@@ -743,9 +759,11 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
         untar(debian_stage(context, dockerfile, stage, prefix), rootfs)
     elif stage.kind == "distroless":
         distroless_base(context, dockerfile, plan, rootfs)
-    umoci("repack", "--refresh-bundle", "--history.created_by", f"{stage.base} (offline: e2e/images/saint_images.py)", "--image", f"{layout}:{tag}", str(bundle))
+    clamp_times(rootfs, wall_started - 2)
+    umoci("repack", "--refresh-bundle", "--history.created", CREATED, "--history.created_by", f"{stage.base} (offline: e2e/images/saint_images.py)", "--image", f"{layout}:{tag}", str(bundle))
 
     # Layer 2: what follows the last RUN (COPY, WORKDIR).
+    layer_started = time.time()
     stage_roots: dict[str, Path] = {}
     rest_stage = Stage(stage.base, stage.name, stage.kind, stage.suite, stage.line, rest, stage.arguments)
     operations, _ = interpret_stage(dockerfile, rest_stage)
@@ -763,7 +781,8 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
         elif kind == "workdir":
             path = rootfs / value.lstrip("/")
             path.mkdir(parents=True, exist_ok=True)
-    umoci("repack", "--history.created_by", f"{dockerfile.path.relative_to(REPOSITORY_ROOT)} after the last RUN", "--image", f"{layout}:{tag}", str(bundle))
+    clamp_times(rootfs, layer_started - 2)
+    umoci("repack", "--history.created", CREATED, "--history.created_by", f"{dockerfile.path.relative_to(REPOSITORY_ROOT)} after the last RUN", "--image", f"{layout}:{tag}", str(bundle))
 
     arguments = ["config", "--image", f"{layout}:{tag}", "--clear=config.env", "--clear=config.entrypoint", "--clear=config.cmd", "--config.user", plan.user]
     for variable, value in plan.environment.items():
@@ -775,7 +794,7 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     if plan.workdir:
         arguments += ["--config.workingdir", plan.workdir]
     arguments += ["--config.label", f"org.opencontainers.image.version={tag}", "--config.label", f"org.opencontainers.image.title=saint-{name}"]
-    arguments += ["--history.created_by", "USER/ENV/WORKDIR/ENTRYPOINT of the final stage"]
+    arguments += ["--created", CREATED, "--history.created", CREATED, "--history.created_by", "USER/ENV/WORKDIR/ENTRYPOINT of the final stage"]
     umoci(*arguments)
     umoci("gc", "--layout", str(layout))
 
@@ -799,7 +818,11 @@ def name_and_pack(layout: Path, reference: str, architecture: str, output: Path)
     descriptor["platform"] = {"architecture": architecture, "os": "linux"}
     index_path.write_text(json.dumps(index, separators=(",", ":")))
     temporary = output.with_name(f"{output.name}.partial-{os.getpid()}")
-    run(["tar", "--numeric-owner", "--sort=name", "-C", str(layout), "-cf", str(temporary), "oci-layout", "index.json", "blobs"], capture_output=True)
+    run(
+        ["tar", "--sort=name", f"--mtime=@{EPOCH}", "--owner=0", "--group=0", "--numeric-owner", "--mode=u+rw,go+r,go-w",
+         "-C", str(layout), "-cf", str(temporary), "oci-layout", "index.json", "blobs"],
+        capture_output=True,
+    )
     temporary.rename(output)
 
 
@@ -825,7 +848,8 @@ def command_derive(arguments: argparse.Namespace) -> None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, destination)
             os.chmod(destination, int(parts[2], 8) if len(parts) == 3 else 0o755)
-        umoci("insert", "--history.created_by", "e2e/images/saint_images.py derive", "--image", f"{layout}:{tag}", str(files), "/")
+        clamp_times(files, 0)
+        umoci("insert", "--history.created", CREATED, "--history.created_by", "e2e/images/saint_images.py derive", "--image", f"{layout}:{tag}", str(files), "/")
         umoci("gc", "--layout", str(layout))
         name_and_pack(layout, arguments.reference, architecture, Path(arguments.output).resolve())
         log(f"{arguments.output}: {arguments.reference}")

@@ -17,6 +17,7 @@ its unpacked root, as the image's user, and start a throwaway containerd.
 - containerd 1.6 (Debian's) imports every archive under its reference, and runc runs
   each image with a read-only root as its user.
 - skopeo pushes each archive to a registry (Debian's, on a loopback port).
+- A rebuild gives the same bytes (fixed timestamps).
 - `saint_images.py derive` adds a file to an image under another reference.
 """
 
@@ -322,6 +323,21 @@ class ArchivesTest(unittest.TestCase):
         self.assertEqual(os.listdir(sandbox.path("/var/lib/apt/lists")) if sandbox.path("/var/lib/apt/lists").exists() else [], [])
         leftovers = [path for path in sandbox.path("/usr/share/doc").rglob("*") if path.is_file() and path.name != "copyright"]
         self.assertEqual(leftovers, [])
+
+
+class ReproducibleTest(unittest.TestCase):
+    def test_a_rebuild_gives_the_same_bytes(self) -> None:
+        """Fixed timestamps: the same inputs give the same digests, so a rebuilt cache
+        pushes and imports nothing new."""
+        with tempfile.TemporaryDirectory(prefix="saint-rebuild-") as directory:
+            subprocess.run(
+                [str(Path(saint_images.__file__).with_name("build.sh")), "--output", directory, "operator", "sandbox"],
+                check=True, capture_output=True, text=True,
+            )
+            for name in ("operator", "sandbox"):
+                with self.subTest(image=name):
+                    rebuilt = Path(directory) / archive(name).name
+                    self.assertEqual(saint_images.sha256_file(rebuilt), saint_images.sha256_file(archive(name)))
 
 
 class DeriveTest(unittest.TestCase):
