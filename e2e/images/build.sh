@@ -93,6 +93,10 @@ main() {
 		*) names+=("$1"); shift ;;
 		esac
 	done
+	local name
+	for name in "${names[@]}"; do
+		[[ " operator agent porter sandbox " == *" $name "* ]] || die "unknown image '$name'; the images are operator agent porter sandbox"
+	done
 	[[ "$(id -u)" == 0 ]] || die "needs root: debootstrap, chroot and the images' file owners (run with sudo)"
 	install_missing umoci:umoci debootstrap:debootstrap strip:binutils python3:python3 unshare:util-linux
 	# debootstrap checks Debian's signatures with it (Ubuntu hosts lack it by default).
