@@ -5,7 +5,7 @@
 #   prerequisites -> cargo fmt -> cargo clippy -> memory model -> Synapse (Matrix tests) ->
 #   cargo test ->
 #   CRD drift -> Helm chart (lint, template, examples) ->
-#   chart on a real API server -> end-to-end
+#   chart on a real API server -> end-to-end -> a real node (images, kubelet)
 #
 # Works on a fresh clone with CI=true and no stdin: missing Debian packages are
 # installed with apt-get (root, or sudo without a password), tools that cannot
@@ -318,6 +318,21 @@ end_to_end() {
 	bash e2e/setup.sh && bash e2e/run.sh
 }
 
+# Saint on a real node: the four images built by e2e/images/build.sh (cached by
+# a hash of their inputs), then a node (containerd, kubelet, kube-proxy,
+# kube-scheduler, a NetworkPolicy engine) beside the control plane, and the
+# scenarios that run the chart's operator and the example company's bot on it.
+node_suite() {
+	if [[ ! -e e2e/images/test.sh || ! -e e2e/node.sh ]]; then
+		echo "e2e/images/test.sh and e2e/node.sh are needed to run a node" >&2
+		return 1
+	fi
+	# images/test.sh builds the images (a no-op when cached) and checks them: config
+	# = the Dockerfile's final stage, no shell where none belongs, each binary runs
+	# in a chroot as its user, containerd imports them under the chart's names.
+	bash e2e/images/test.sh && bash e2e/setup.sh && SAINT_E2E_NODE=1 bash e2e/run.sh
+}
+
 # ---------------------------------------------------------------------------
 
 # Sections in order: key, title, function. `./test.sh chart apiserver` runs
@@ -333,6 +348,7 @@ sections=(
 	"chart|7. Helm chart (lint, template checks, examples vs CRD schemas, monitoring rules and dashboard)|helm_chart"
 	"apiserver|8. chart on a real API server: install, examples, admission policy, operator RBAC (charts/test-on-api-server.sh)|chart_on_api_server"
 	"e2e|9. end-to-end (e2e/setup.sh, e2e/run.sh)|end_to_end"
+	"node|10. Saint on a real node: images, containerd, kubelet, the company bot (SAINT_E2E_NODE=1 e2e/run.sh)|node_suite"
 )
 
 selected=("$@")
@@ -342,7 +358,7 @@ for wanted in "${selected[@]}"; do
 		[[ "${entry%%|*}" == "$wanted" ]] && known=true
 	done
 	if ! $known; then
-		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory synapse test crds chart apiserver e2e" >&2
+		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory synapse test crds chart apiserver e2e node" >&2
 		exit 2
 	fi
 done

@@ -182,10 +182,7 @@ pub async fn admission_warnings(
     pod: &Pod,
 ) -> Result<Vec<String>, tools::ToolError> {
     let mut copy = serde_json::to_value(pod).expect("pods serialise");
-    let name = format!(
-        "dry-run-{}",
-        pod.metadata.name.clone().unwrap_or_default()
-    );
+    let name = format!("dry-run-{}", pod.metadata.name.clone().unwrap_or_default());
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     copy["metadata"] = serde_json::json!({
         "name": name.chars().take(63).collect::<String>(),
@@ -251,7 +248,10 @@ pub async fn post_json(
         .nth(1)
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| format!("{address}{path} answered no status line: {head}"))?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()

@@ -1,0 +1,577 @@
+//! Saint on a real node (run by `SAINT_E2E_NODE=1 e2e/run.sh`): the chart's operator
+//! runs from its image, the example company's bot pod runs its `agent` and `porter`
+//! containers, answers through its Service with the scripted model on the node, runs
+//! `gh` in a sandbox Job through Porter, keeps its transcript across a pod deletion and
+//! picks up a Contact edit without a restart.
+//!
+//! The figures the scenario measures (apply → Ready, message → reply, exec cold and
+//! warm, Contact edit → agent) are printed and written to
+//! `$SAINT_E2E_RUN_DIR/node-figures.json`; nothing asserts on a duration.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    batch::v1::Job,
+    core::v1::{Pod, Secret, Service},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
+};
+use saint_config::sandbox_contract::sandbox_label_selector;
+use saint_e2e::{
+    Environment, Failure, TestResult, chart,
+    company_bot::{BOT, CompanyBot, condition_state},
+    examples, manifests, namespace, node, pods, tools, wait,
+};
+use saint_llm::scripted::{Reply, ScriptedLlm};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Ana, the example's owner (contacts.yaml): exec with nothing blocked.
+const ANA_PHONE: &str = "+385991234567";
+/// Ivan, an employee (contacts.yaml), whose role the scenario changes.
+const IVAN_PHONE: &str = "+385991234569";
+/// The example's HTTP channel token (secrets.yaml).
+const HTTP_TOKEN: &str = "REPLACE-ME-long-random-bearer-token";
+/// Where the fake CLI lands in the test copy of the porter image.
+const FAKE_GH: &str = "/usr/local/bin/fake-gh";
+/// Longest wait for a pod to start on the node (image unpack, probes, 2 cores).
+const POD_TIMEOUT: Duration = Duration::from_secs(240);
+/// Longest wait for one turn of the bot (a cold sandbox Job included).
+const TURN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The node run's settings, exported by `e2e/run.sh` after `node_start`.
+struct NodeRun {
+    /// The host's address on the pod network: pods reach servers the test binds here.
+    host_ip: IpAddr,
+    /// OCI archives of the product images (`e2e/images/build.sh --print-dir`).
+    images_dir: PathBuf,
+    /// The chart's appVersion, the images' tag.
+    version: String,
+}
+
+fn variable(name: &str) -> Result<String, Failure> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| {
+            Failure::message(format!(
+                "failed to find {name} in the environment: the node scenarios run only through \
+             `SAINT_E2E_NODE=1 e2e/run.sh`, which starts the node"
+            ))
+        })
+}
+
+impl NodeRun {
+    fn from_env(environment: &Environment) -> Result<Self, Failure> {
+        let host_ip = variable("SAINT_E2E_HOST_IP")?;
+        let chart = std::fs::read_to_string(environment.repo.join("charts/saint/Chart.yaml"))?;
+        let version = chart
+            .lines()
+            .find_map(|line| line.strip_prefix("appVersion:"))
+            .map(|value| value.trim().trim_matches('"').to_owned())
+            .ok_or_else(|| Failure::message("charts/saint/Chart.yaml has no appVersion"))?;
+        Ok(Self {
+            host_ip: host_ip
+                .parse()
+                .map_err(|_| Failure::message(format!("SAINT_E2E_HOST_IP={host_ip} is no IP")))?,
+            images_dir: variable("SAINT_E2E_IMAGES_DIR")?.into(),
+            version,
+        })
+    }
+}
+
+/// Figures measured along the way, printed and kept in the run directory.
+#[derive(Default)]
+struct Figures(BTreeMap<&'static str, f64>);
+
+impl Figures {
+    fn record(&mut self, name: &'static str, since: Instant) -> f64 {
+        let seconds = since.elapsed().as_secs_f64();
+        eprintln!("node figure: {name} = {seconds:.3} s");
+        self.0.insert(name, seconds);
+        seconds
+    }
+
+    fn save(&self, environment: &Environment) {
+        let path = environment.run_dir.join("node-figures.json");
+        let text = serde_json::to_string_pretty(&self.0).expect("figures serialise");
+        if let Err(error) = std::fs::write(&path, text) {
+            eprintln!("failed to write {}: {error}", path.display());
+        }
+    }
+}
+
+/// A test copy of the porter image with the fake CLI at [`FAKE_GH`], imported into the
+/// node's containerd as `ghcr.io/saint-work/saint-porter-e2e:<version>`; returns that
+/// reference. The product image itself is untouched.
+async fn porter_image_with_fake_cli(run: &NodeRun) -> Result<String, Failure> {
+    let reference = format!("ghcr.io/saint-work/saint-porter-e2e:{}", run.version);
+    let archive = run
+        .images_dir
+        .join(format!("saint-porter-{}.oci.tar", run.version));
+    if !archive.is_file() {
+        return Err(Failure::message(format!(
+            "failed to find the porter image archive {}: e2e/images/build.sh makes it",
+            archive.display()
+        )));
+    }
+    let work = tempfile::tempdir()?;
+    let derived = work.path().join("porter-e2e.oci.tar");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = r#"
+        set -euo pipefail
+        python3 "$1/images/saint_images.py" derive --archive "$2" --reference "$3" \
+            --output "$4" --add "$5:$6:0755"
+        source "$1/node.sh"
+        node_import_image "$4"
+    "#;
+    let output = tokio::process::Command::new("bash")
+        .args(["-c", script, "porter-image-with-fake-cli"])
+        .arg(repo)
+        .arg(&archive)
+        .arg(&reference)
+        .arg(&derived)
+        .arg(env!("CARGO_BIN_EXE_fake-cli"))
+        .arg(FAKE_GH)
+        .output()
+        .await?;
+    if !output.status.success() {
+        return Err(Failure::message(format!(
+            "failed to make the porter test image: {}{}",
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout)
+        )));
+    }
+    Ok(reference)
+}
+
+/// The example company, changed only where this machine differs from a company's:
+/// the model is the scripted server on the node, `gh` is the fake in the test copy
+/// of the porter image (its token in its environment, so it can show it got it), and
+/// the gh credential is a canary the scenario looks for everywhere it must not be.
+fn example_saintbot(
+    environment: &Environment,
+    model_url: &str,
+    porter_image: &str,
+) -> Result<DynamicObject, Failure> {
+    let mut bot = examples::find(environment, "saintbot.yaml", "SaintBot", BOT)?;
+    let spec = &mut bot.data["spec"];
+    spec["model"]["baseUrl"] = model_url.into();
+    spec["porter"]["image"] = porter_image.into();
+    let clis = spec["porter"]["clis"]
+        .as_array_mut()
+        .ok_or_else(|| Failure::message("the example SaintBot has no porter.clis"))?;
+    for cli in clis.iter_mut().filter(|cli| cli["name"] == "gh") {
+        cli["bin"] = FAKE_GH.into();
+        // Environment mode: the fake holds the token itself (injection mode would hand
+        // it a placeholder and put the token on the wire only).
+        if let Some(cli) = cli.as_object_mut() {
+            cli.remove("hosts");
+            cli.remove("requests");
+            cli.remove("profile");
+        }
+    }
+    Ok(bot)
+}
+
+#[tokio::test]
+async fn the_company_bot_runs_on_a_node_answers_execs_through_porter_and_keeps_its_transcript()
+-> TestResult {
+    let environment = Environment::from_env()?;
+    let run = NodeRun::from_env(&environment)?;
+    let admin = environment.admin_client().await?;
+    let mut figures = Figures::default();
+    let mut namespaces: Vec<String> = Vec::new();
+    let result = scenario(&environment, &run, &admin, &mut figures, &mut namespaces).await;
+    figures.save(&environment);
+    if let Err(failure) = result {
+        let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        let report = pods::diagnose(&environment, &namespaces).await;
+        return Err(Failure::message(format!("{failure:?}\n{report}")));
+    }
+    for namespace in &namespaces {
+        namespace::delete(&admin, namespace).await?;
+    }
+    Ok(())
+}
+
+async fn scenario(
+    environment: &Environment,
+    run: &NodeRun,
+    admin: &Client,
+    figures: &mut Figures,
+    namespaces: &mut Vec<String>,
+) -> TestResult {
+    // The chart, with the operator running from its image on the node.
+    let install = chart::install(environment, admin, "saint", &[]).await?;
+    namespaces.push(install.namespace.clone());
+    let operator_pods = pods::wait_ready(
+        admin,
+        &install.namespace,
+        "app.kubernetes.io/component=operator",
+        POD_TIMEOUT,
+    )
+    .await?;
+    let operator_image = operator_pods[0]
+        .spec
+        .as_ref()
+        .map(|spec| spec.containers[0].image.clone().unwrap_or_default())
+        .unwrap_or_default();
+    assert_eq!(
+        operator_image,
+        format!("ghcr.io/saint-work/saint-operator:{}", run.version)
+    );
+
+    // The scripted model on the node's pod-network address.
+    let llm = ScriptedLlm::start_on(run.host_ip).await?;
+    llm.set_fallback(Reply::text("(fallback answer)"));
+    let porter_image = porter_image_with_fake_cli(run).await?;
+
+    // The example company in a namespace enforcing "restricted".
+    let bot_namespace = namespace::create(admin, "company", true).await?;
+    namespaces.push(bot_namespace.clone());
+    node::provide_local_volume(admin, &bot_namespace, &format!("{BOT}-workspace")).await?;
+    let canary = format!("canary-gh-token-{}", std::process::id());
+    let canary_hash = format!("sha256:{:x}", Sha256::digest(canary.as_bytes()));
+    for file in ["secrets.yaml", "roles.yaml", "contacts.yaml"] {
+        manifests::apply_all(admin, &examples::text(environment, file)?, &bot_namespace).await?;
+    }
+    Api::<Secret>::namespaced(admin.clone(), &bot_namespace)
+        .patch(
+            "acme-assistant-porter",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"gh-token": canary}})),
+        )
+        .await?;
+    let bot = CompanyBot {
+        client: admin.clone(),
+        namespace: bot_namespace.clone(),
+    };
+    let applied = Instant::now();
+    let saintbot = example_saintbot(environment, &llm.base_url(), &porter_image)?;
+    for object in manifests::parse(&examples::text(environment, "saintbot.yaml")?)? {
+        // The skills ConfigMap and anything else the example file holds, as written.
+        if object
+            .types
+            .as_ref()
+            .is_some_and(|types| types.kind != "SaintBot")
+        {
+            manifests::apply(admin, &object, &bot_namespace).await?;
+        }
+    }
+    manifests::apply(admin, &saintbot, &bot_namespace).await?;
+
+    // `kubectl get sbot`: Ready True / PodReady.
+    let status = wait::until(
+        "the SaintBot Ready=True with reason PodReady",
+        POD_TIMEOUT,
+        || async {
+            let status = bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?
+                .data
+                .get("status")
+                .cloned()
+                .unwrap_or(Value::Null);
+            match condition_state(&status, "Ready") {
+                (ready, reason) if ready == "True" && reason == "PodReady" => Ok(status),
+                _ => Err(status.to_string()),
+            }
+        },
+    )
+    .await?;
+    figures.record("apply_to_ready_seconds", applied);
+    let printed = tools::run(
+        &environment.tool("kubectl"),
+        &environment.admin_kubeconfig,
+        &["get", "sbot", BOT, "-n", &bot_namespace, "--no-headers"],
+        None,
+    )
+    .await?
+    .stdout;
+    assert!(
+        printed.contains("True") && printed.contains("PodReady"),
+        "kubectl get sbot: {printed}\nstatus: {status}"
+    );
+    let bot_pod = current_bot_pod(admin, &bot_namespace).await?;
+
+    // A message through the Service, answered by the scripted model.
+    let service = Api::<Service>::namespaced(admin.clone(), &bot_namespace)
+        .get(BOT)
+        .await?;
+    let cluster_ip = service
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .ok_or_else(|| Failure::message("the bot Service has no ClusterIP"))?;
+    let address = format!("{cluster_ip}:8080");
+    llm.push(Reply::text("Hello Ana, this is Saint on a real node."));
+    let sent = Instant::now();
+    let answer = send(&address, ANA_PHONE, "Hello from the node scenario")
+        .await
+        .map_err(Failure::message)?;
+    figures.record("message_to_reply_seconds", sent);
+    assert_eq!(answer, "Hello Ana, this is Saint on a real node.");
+
+    // exec "gh --version": a sandbox Job on the bot's node, the shim, Porter's socket on
+    // the bot's volume, the fake gh in the porter container with its Secret.
+    let probe = format!(
+        "gh --version; echo uid-in-sandbox=$(id -u); \
+         if env | grep -q GH_TOKEN; then echo sandbox-env-has-GH_TOKEN; fi; \
+         if grep -rqsF \"$(printf %s {})$(printf %s {})\" /workspace /agent /tmp /run /etc /home 2>/dev/null; \
+         then echo sandbox-files-hold-the-canary; else echo sandbox-files-clean; fi",
+        &canary[..8],
+        &canary[8..]
+    );
+    llm.push(Reply::tool_call("exec", json!({"command": probe})));
+    llm.push(Reply::text("gh ran."));
+    let requests_before = llm.request_count();
+    let exec_sent = Instant::now();
+    let answer = send(&address, ANA_PHONE, "Which gh version do we have?")
+        .await
+        .map_err(Failure::message)?;
+    figures.record("exec_cold_turn_seconds", exec_sent);
+    assert_eq!(answer, "gh ran.");
+    let result = last_tool_result(&llm, requests_before)?;
+    assert!(
+        result.contains("fake-gh version 0.0.0-e2e args=[--version]"),
+        "the fake gh did not answer through Porter: {result}"
+    );
+    assert!(
+        result.contains(&format!("GH_TOKEN={canary_hash}")),
+        "the fake gh ran without the Secret's token: {result}"
+    );
+    assert!(
+        result.contains("uid=65533"),
+        "gh must run as Porter's user: {result}"
+    );
+    assert!(
+        result.contains("uid-in-sandbox=65531"),
+        "the sandbox user: {result}"
+    );
+    assert!(
+        result.contains("sandbox-files-clean") && !result.contains("sandbox-env-has-GH_TOKEN"),
+        "the credential reached the sandbox: {result}"
+    );
+    assert!(
+        !result.contains(&canary),
+        "the credential reached the model: {result}"
+    );
+
+    // The sandbox Job's pod ran on the bot's node and holds no credential anywhere in
+    // its spec (`kubectl get pod -o yaml`).
+    let sandbox_pods = Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
+        .list(&ListParams::default().labels(&sandbox_label_selector(BOT)))
+        .await?
+        .items;
+    let sandbox_pod = sandbox_pods
+        .first()
+        .ok_or_else(|| Failure::message("no sandbox pod in the bot's namespace"))?;
+    assert_eq!(node_of(sandbox_pod), node_of(&bot_pod));
+    let sandbox_yaml = tools::run(
+        &environment.tool("kubectl"),
+        &environment.admin_kubeconfig,
+        &[
+            "get",
+            "pod",
+            &sandbox_pod.name_any(),
+            "-n",
+            &bot_namespace,
+            "-o",
+            "yaml",
+        ],
+        None,
+    )
+    .await?
+    .stdout;
+    assert!(
+        !sandbox_yaml.contains(&canary) && !sandbox_yaml.contains("acme-assistant-porter"),
+        "the sandbox pod names the credential"
+    );
+
+    // Warm: the session's sandbox is already running.
+    llm.push(Reply::tool_call("exec", json!({"command": "gh --version"})));
+    llm.push(Reply::text("gh ran again."));
+    let requests_before = llm.request_count();
+    let warm_sent = Instant::now();
+    let answer = send(&address, ANA_PHONE, "And once more?")
+        .await
+        .map_err(Failure::message)?;
+    figures.record("exec_warm_turn_seconds", warm_sent);
+    assert_eq!(answer, "gh ran again.");
+    let result = last_tool_result(&llm, requests_before)?;
+    assert!(result.contains("args=[--version]"), "{result}");
+    let jobs = Api::<Job>::namespaced(admin.clone(), &bot_namespace)
+        .list(&ListParams::default().labels(&sandbox_label_selector(BOT)))
+        .await?
+        .items;
+    assert_eq!(jobs.len(), 1, "the warm exec made another Job");
+
+    // Every Saint pod is admitted under "restricted" without a warning.
+    let mut all_pods = Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    all_pods.extend(
+        Api::<Pod>::namespaced(admin.clone(), &install.namespace)
+            .list(&ListParams::default())
+            .await?
+            .items,
+    );
+    assert!(all_pods.len() >= 3, "bot, sandbox and operator pods");
+    for pod in &all_pods {
+        let warnings = pods::admission_warnings(environment, pod).await?;
+        assert!(
+            warnings.is_empty(),
+            "{} draws warnings: {warnings:?}",
+            pod.name_any()
+        );
+    }
+
+    // A Contact edit reaches the running agent through the ConfigMap volume, no restart:
+    // Ivan goes from employee (exec allowed) to external (web tools only).
+    let ivan_tools = |llm: &ScriptedLlm| {
+        llm.requests()
+            .last()
+            .map(|request| request.tool_names())
+            .unwrap_or_default()
+    };
+    send(&address, IVAN_PHONE, "Hi, Ivan here")
+        .await
+        .map_err(Failure::message)?;
+    assert!(
+        ivan_tools(&llm).contains(&"exec".to_owned()),
+        "an employee has exec: {:?}",
+        ivan_tools(&llm)
+    );
+    let edited = Instant::now();
+    bot.contacts()
+        .patch(
+            "ivan",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"role": "external"}})),
+        )
+        .await?;
+    wait::until(
+        "Ivan's turns to see the external role's tools",
+        Duration::from_secs(180),
+        || async {
+            send(&address, IVAN_PHONE, "What may I do now?").await?;
+            let tools = ivan_tools(&llm);
+            if tools.contains(&"exec".to_owned()) {
+                Err(format!("still {tools:?}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await?;
+    figures.record("contact_edit_to_agent_seconds", edited);
+    let after_edit = current_bot_pod(admin, &bot_namespace).await?;
+    assert_eq!(
+        after_edit.metadata.uid, bot_pod.metadata.uid,
+        "the Contact edit restarted the pod"
+    );
+    assert_eq!(restarts(&after_edit), restarts(&bot_pod));
+
+    // Deleting the pod loses nothing: the new pod reads the transcript from the PVC.
+    Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
+        .delete(&bot_pod.name_any(), &DeleteParams::default())
+        .await?;
+    let old_uid = bot_pod.metadata.uid.clone();
+    wait::until("a new Ready bot pod", POD_TIMEOUT, || async {
+        let pod = current_bot_pod(admin, &bot_namespace)
+            .await
+            .map_err(|failure| format!("{failure:?}"))?;
+        if pod.metadata.uid != old_uid && pods::is_ready(&pod) {
+            Ok(())
+        } else {
+            Err(pods::describe(&pod))
+        }
+    })
+    .await?;
+    llm.push(Reply::text("I remember our talk."));
+    let requests_before = llm.request_count();
+    let answer = send(&address, ANA_PHONE, "Do you remember me?")
+        .await
+        .map_err(Failure::message)?;
+    assert_eq!(answer, "I remember our talk.");
+    let history = llm.requests()[requests_before..]
+        .first()
+        .map(|request| request.user_texts())
+        .unwrap_or_default();
+    assert!(
+        history
+            .iter()
+            .any(|text| text.contains("Hello from the node scenario")),
+        "the new pod lost the transcript: {history:?}"
+    );
+
+    // The operator, still Ready, never restarted.
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &install.namespace)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await?;
+    assert_eq!(deployment.items.len(), 1);
+    Ok(())
+}
+
+/// The bot's one pod that is not being deleted.
+async fn current_bot_pod(admin: &Client, namespace: &str) -> Result<Pod, Failure> {
+    Api::<Pod>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/component=agent,app.kubernetes.io/instance={BOT}"
+        )))
+        .await?
+        .items
+        .into_iter()
+        .find(|pod| pod.metadata.deletion_timestamp.is_none())
+        .ok_or_else(|| Failure::message("no bot pod"))
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref().and_then(|spec| spec.node_name.clone())
+}
+
+fn restarts(pod: &Pod) -> Vec<i32> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .map(|statuses| statuses.iter().map(|status| status.restart_count).collect())
+        .unwrap_or_default()
+}
+
+/// Sends `text` as `peer` on WhatsApp through the HTTP API and returns the reply.
+async fn send(address: &str, peer: &str, text: &str) -> Result<String, String> {
+    let request = json!({"channel": "whatsapp", "peer": peer, "text": text});
+    let (status, body) = tokio::time::timeout(
+        TURN_TIMEOUT,
+        pods::post_json(address, "/v1/messages", HTTP_TOKEN, &request),
+    )
+    .await
+    .map_err(|_| format!("no answer from {address} within {TURN_TIMEOUT:?}"))??;
+    if status != 200 {
+        return Err(format!("{address}/v1/messages answered {status}: {body}"));
+    }
+    body["reply"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no reply in {body}"))
+}
+
+/// The newest tool result the model was sent since request number `since`.
+fn last_tool_result(llm: &ScriptedLlm, since: usize) -> Result<String, Failure> {
+    llm.requests()[since..]
+        .iter()
+        .rev()
+        .find_map(|request| request.tool_results().last().cloned())
+        .map(|(content, _)| content)
+        .ok_or_else(|| Failure::message("the model was sent no tool result"))
+}
