@@ -51,6 +51,7 @@ is_node_test() {
 # Which scenario files run: SAINT_E2E_TEST's, or every file of this kind of
 # run (node files with the node, the others without), each named to cargo.
 test_selection=()
+first_tests=()
 if [[ -n "${SAINT_E2E_TEST:-}" ]]; then
 	if is_node_test "$SAINT_E2E_TEST" && ((with_node == 0)); then
 		echo "run.sh: e2e/tests/$SAINT_E2E_TEST.rs needs the node: run it with SAINT_E2E_NODE=1" >&2
@@ -61,7 +62,8 @@ else
 	for file in "$here"/tests/*.rs; do
 		name="$(basename "$file" .rs)"
 		if is_node_test "$name"; then
-			if ((with_node == 1)); then
+			# node_smoke runs first, alone (below).
+			if ((with_node == 1)) && [[ "$name" != node_smoke ]]; then
 				test_selection+=(--test "$name")
 			fi
 		elif ((with_node == 0)); then
@@ -73,9 +75,17 @@ else
 		# the fleet benchmark's unit tests.
 		test_selection+=(--lib --bins)
 	fi
-	if ((${#test_selection[@]} == 0)); then
-		echo "run.sh: no scenario file in $here/tests is a node scenario (${node_tests[*]})" >&2
-		exit 2
+	if ((with_node == 1)); then
+		if [[ ! -f "$here/tests/node_smoke.rs" ]]; then
+			echo "run.sh: failed to find $here/tests/node_smoke.rs, the node's own check" >&2
+			exit 2
+		fi
+		# The node's own check gates the rest: when a pod cannot even run,
+		# the bot scenarios would only fail further away from the cause.
+		# Past it, every node file runs even if one fails (each tells its
+		# own story).
+		first_tests=(--test node_smoke)
+		test_selection+=(--no-fail-fast)
 	fi
 fi
 
@@ -193,7 +203,17 @@ fi
 # processes, and two of them at once would reconcile each other's bots.
 # The scenarios run in their own process group (with the operators, kubectl
 # and helm they spawn), so an interrupted run can stop all of them at once.
-setsid cargo test --locked -p saint-e2e "${test_selection[@]}" -- --test-threads=1 "$@" &
-test_group=$!
-wait "$test_group"
-test_group=""
+run_scenarios() {
+	setsid cargo test --locked -p saint-e2e "$@" -- --test-threads=1 "${harness_arguments[@]}" &
+	test_group=$!
+	wait "$test_group"
+	test_group=""
+}
+harness_arguments=("$@")
+if ((${#first_tests[@]} > 0)); then
+	run_scenarios "${first_tests[@]}"
+fi
+if [[ "${test_selection[*]}" == --no-fail-fast ]]; then
+	exit 0
+fi
+run_scenarios "${test_selection[@]}"
