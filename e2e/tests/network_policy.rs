@@ -191,31 +191,41 @@ impl NetpolRun {
         match self.connect(namespace, pod, address, token).await? {
             Connection::Reached(_) => Ok(()),
             Connection::Refused(error) => Err(Failure::message(format!(
-                "{namespace}/{pod} failed to reach {address} (token {token}): {error}"
+                "{namespace}/{pod} failed to reach {address} (token {token}): {error}\n{}",
+                engine_log_tail()
             ))),
         }
     }
 
-    /// Polls `pod` → `address` with throw-away tokens until a connection is refused,
-    /// and returns how long the policy took to be enforced. Tokens sent before the
-    /// policy took hold may arrive; only the token sent afterwards is judged.
-    async fn wait_enforced(
+    /// Polls `pod` → `address` with throw-away tokens until a connection is refused
+    /// (`refused`) or reaches it again (`!refused`), and returns the time since `since`
+    /// (when the policy was applied or deleted). Tokens sent before the change took
+    /// hold may arrive; only tokens sent afterwards are judged.
+    async fn wait_for_path(
         &self,
         namespace: &str,
         pod: &str,
         address: SocketAddr,
-        applied: Instant,
+        refused: bool,
+        since: Instant,
     ) -> Result<Duration, Failure> {
         let mut attempt = 0;
+        let (what, label) = if refused {
+            ("refused", "canary")
+        } else {
+            ("reached again", "restored")
+        };
         wait::until(
-            &format!("{namespace}/{pod} refused a connection to {address}"),
+            &format!("{namespace}/{pod} {what} a connection to {address}"),
             ENFORCEMENT_TIMEOUT,
             || {
                 attempt += 1;
-                let token = format!("canary-{attempt}");
+                let token = format!("{label}-{attempt}");
                 async move {
                     match self.connect(namespace, pod, address, &token).await {
-                        Ok(Connection::Refused(_)) => Ok(Ok(applied.elapsed())),
+                        Ok(Connection::Refused(_)) if refused => Ok(Ok(since.elapsed())),
+                        Ok(Connection::Reached(_)) if !refused => Ok(Ok(since.elapsed())),
+                        Ok(Connection::Refused(error)) => Err(format!("still refused: {error}")),
                         Ok(Connection::Reached(reply)) => Err(format!("still reached: {reply}")),
                         // exec failing is a failure of the scenario, not "not yet".
                         Err(error) => Ok(Err(error)),
@@ -247,6 +257,22 @@ impl NetpolRun {
             .kubectl(&["logs", "-n", namespace, pod, "-c", "probe"], None)
             .await?
             .stdout)
+    }
+}
+
+/// The end of kube-router's log (`netpol_start` exports where it is), for a failure
+/// that may be the engine's.
+fn engine_log_tail() -> String {
+    let Ok(path) = std::env::var("SAINT_E2E_NETPOL_LOG") else {
+        return "(SAINT_E2E_NETPOL_LOG is not set: no kube-router log to show)".to_owned();
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(log) => {
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            format!("===== last lines of {path}\n{tail}")
+        }
+        Err(error) => format!("failed to read kube-router's log {path}: {error}"),
     }
 }
 
@@ -385,7 +411,7 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
     let applied = Instant::now();
     run.apply(&namespace, sandbox_shaped_policy()).await?;
     let enforced = run
-        .wait_enforced(&namespace, "sandbox", host.address, applied)
+        .wait_for_path(&namespace, "sandbox", host.address, true, applied)
         .await?;
     println!(
         "network policy: sandbox-shaped policy enforced {} ms after it was applied",
@@ -400,7 +426,8 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
         Connection::Refused(error) => println!("network policy: sandbox → host refused: {error}"),
         Connection::Reached(reply) => {
             return Err(Failure::message(format!(
-                "the sandbox pod still reached the host under its policy: {reply}"
+                "the sandbox pod still reached the host under its policy: {reply}\n{}",
+                engine_log_tail()
             )));
         }
     }
@@ -417,7 +444,8 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
         Connection::Refused(error) => println!("network policy: open → sandbox refused: {error}"),
         Connection::Reached(reply) => {
             return Err(Failure::message(format!(
-                "the open pod still reached the sandbox pod under its policy: {reply}"
+                "the open pod still reached the sandbox pod under its policy: {reply}\n{}",
+                engine_log_tail()
             )));
         }
     }
@@ -430,6 +458,31 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
     run.expect_reached(&namespace, "open", host.address, "open-after")
         .await?;
     assert_eq!(host.arrival("open-after"), Some(open_ip));
+
+    // Deleting the policy gives the sandbox pod its path back: the refusals were the
+    // policy's doing, and the engine removes what it enforced.
+    let deleted = Instant::now();
+    run.kubectl(
+        &[
+            "delete",
+            "networkpolicy",
+            "-n",
+            &namespace,
+            &format!("{BOT}-sandbox"),
+        ],
+        None,
+    )
+    .await?;
+    let restored = run
+        .wait_for_path(&namespace, "sandbox", host.address, false, deleted)
+        .await?;
+    println!(
+        "network policy: sandbox pod reached the host again {} ms after its policy was deleted",
+        restored.as_millis()
+    );
+    run.expect_reached(&namespace, "sandbox", host.address, "sandbox-restored")
+        .await?;
+    assert_eq!(host.arrival("sandbox-restored"), Some(sandbox_ip));
 
     namespace::delete(&run.client, &namespace).await?;
     Ok(())
@@ -472,7 +525,7 @@ async fn ingress_deny_policy_blocks_a_pod_to_pod_connection() -> TestResult {
     )
     .await?;
     let enforced = run
-        .wait_enforced(&namespace, "client", server, applied)
+        .wait_for_path(&namespace, "client", server, true, applied)
         .await?;
     println!(
         "network policy: ingress deny enforced {} ms after it was applied",
@@ -485,7 +538,8 @@ async fn ingress_deny_policy_blocks_a_pod_to_pod_connection() -> TestResult {
         Connection::Refused(error) => println!("network policy: client → server refused: {error}"),
         Connection::Reached(reply) => {
             return Err(Failure::message(format!(
-                "the client still reached the server under its ingress deny: {reply}"
+                "the client still reached the server under its ingress deny: {reply}\n{}",
+                engine_log_tail()
             )));
         }
     }
