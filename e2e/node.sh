@@ -39,7 +39,7 @@
 # IfNotPresent: nothing can be pulled.
 #
 # Storage: the bot's PersistentVolumeClaim asks `storageClassName: local-path`
-# and nothing provisions it. A test binds it with saint_e2e::node::bind_local_path
+# and nothing provisions it. A test binds it with saint_e2e::node::provide_local_volume
 # (e2e/src/node.rs), which creates the `local-path` StorageClass (no
 # provisioner) and a `local` PersistentVolume for exactly that claim (claimRef),
 # with nodeAffinity to this node and a directory under $SAINT_E2E_NODE_VOLUMES.
@@ -110,38 +110,43 @@ node_pack_image() {
 	shift 4
 	local work
 	work="$(mktemp -d "${TMPDIR:-/tmp}/saint-node-image.XXXXXX")"
-	(
-		set -e
-		umoci init --layout "$work/layout"
-		umoci new --image "$work/layout:image"
-		umoci unpack --image "$work/layout:image" "$work/bundle" > /dev/null
-		local file
-		for file in "$@"; do
-			install -m 0755 "$file" "$work/bundle/rootfs/$(basename "$file")"
-		done
-		umoci repack --image "$work/layout:image" "$work/bundle"
+	if ! node_pack_image_in "$work" "$archive" "$reference" "$user" "$entrypoint" "$@"; then
+		rm -rf "$work"
+		node_fail "failed to pack $reference into $archive" || return 1
+	fi
+	rm -rf "$work"
+}
+
+# node_pack_image's steps, each checked (set -e does not hold in a function
+# called from a condition).
+node_pack_image_in() {
+	local work="$1" archive="$2" reference="$3" user="$4" entrypoint="$5"
+	shift 5
+	umoci init --layout "$work/layout" &&
+		umoci new --image "$work/layout:image" &&
+		umoci unpack --image "$work/layout:image" "$work/bundle" > /dev/null || return 1
+	local file
+	for file in "$@"; do
+		install -m 0755 "$file" "$work/bundle/rootfs/$(basename "$file")" || return 1
+	done
+	umoci repack --image "$work/layout:image" "$work/bundle" &&
 		umoci config --image "$work/layout:image" --os linux --architecture "$(go env GOARCH)" \
 			--config.user "$user" --config.entrypoint "$entrypoint" \
-			--config.env PATH=/usr/local/bin:/usr/bin:/bin
-		umoci gc --layout "$work/layout"
-		# umoci names the image by tag only; containerd's import reads the
-		# full reference from io.containerd.image.name.
-		python3 - "$work/layout/index.json" "$reference" <<-'EOF'
-			import json, sys
-			path, reference = sys.argv[1], sys.argv[2]
-			index = json.load(open(path))
-			for manifest in index["manifests"]:
-			    annotations = manifest.setdefault("annotations", {})
-			    annotations["io.containerd.image.name"] = reference
-			    annotations["org.opencontainers.image.ref.name"] = reference
-			json.dump(index, open(path, "w"))
-		EOF
-		tar -C "$work/layout" -cf "$archive.partial" .
-		mv "$archive.partial" "$archive"
-	)
-	local status=$?
-	rm -rf "$work"
-	((status == 0)) || node_fail "failed to pack $reference into $archive" || return 1
+			--config.env PATH=/usr/local/bin:/usr/bin:/bin &&
+		umoci gc --layout "$work/layout" || return 1
+	# umoci names the image by tag only; containerd's import reads the full
+	# reference from io.containerd.image.name.
+	python3 - "$work/layout/index.json" "$reference" <<-'PYTHON' || return 1
+		import json, sys
+		path, reference = sys.argv[1], sys.argv[2]
+		index = json.load(open(path))
+		for manifest in index["manifests"]:
+		    annotations = manifest.setdefault("annotations", {})
+		    annotations["io.containerd.image.name"] = reference
+		    annotations["org.opencontainers.image.ref.name"] = reference
+		json.dump(index, open(path, "w"))
+	PYTHON
+	tar -C "$work/layout" -cf "$archive.partial" . && mv "$archive.partial" "$archive"
 }
 
 # Builds (or reuses) the pause and probe images; sets node_pause_image,
@@ -162,7 +167,7 @@ node_build_images() {
 		go version
 		gcc --version | head -n 1
 		umoci --version
-		declare -f node_pack_image
+		declare -f node_pack_image_in
 	} | sha256sum | cut -c1-12)"
 	node_images_dir="${SAINT_CACHE_DIR:-$HOME/.cache/saint}/node-images-$digest"
 	node_pause_image="saint.work/e2e/pause:$digest"
@@ -193,29 +198,27 @@ node_build_images() {
 # run's CA (control-plane.sh made it in <run-dir>/pki).
 node_certificates() {
 	local ca_dir="$1" pki="$2"
-	mkdir -p "$pki"
-	(
-		set -e
-		cd "$pki"
-		printf 'extendedKeyUsage = clientAuth\n' > client.ext
-		cat > kubelet-serving.ext <<-EOF
-			subjectAltName = IP:$node_host_ip, DNS:$node_name
-			extendedKeyUsage = serverAuth
-		EOF
-		issue() {
-			local name="$1" subject="$2" extensions="$3"
-			openssl req -newkey rsa:2048 -nodes -subj "$subject" -keyout "$name.key" -out "$name.csr" 2> /dev/null
-			openssl x509 -req -in "$name.csr" -CA "$ca_dir/ca.crt" -CAkey "$ca_dir/ca.key" -CAcreateserial \
-				-CAserial "$pki/ca.srl" -days 2 -extfile "$extensions" -out "$name.crt" 2> /dev/null
-		}
+	mkdir -p "$pki" &&
+		printf 'extendedKeyUsage = clientAuth\n' > "$pki/client.ext" &&
+		printf 'subjectAltName = IP:%s, DNS:%s\nextendedKeyUsage = serverAuth\n' \
+			"$node_host_ip" "$node_name" > "$pki/kubelet-serving.ext" &&
 		# The Node authorizer and NodeRestriction know a kubelet by this name.
-		issue kubelet "/O=system:nodes/CN=system:node:$node_name" client.ext
-		issue kubelet-serving "/CN=system:node:$node_name" kubelet-serving.ext
+		node_issue "$ca_dir" "$pki" kubelet "/O=system:nodes/CN=system:node:$node_name" client.ext &&
+		node_issue "$ca_dir" "$pki" kubelet-serving "/CN=system:node:$node_name" kubelet-serving.ext &&
 		# Bound by the API server's bootstrap policy: system:node-proxier,
 		# system:kube-scheduler and system:volume-scheduler.
-		issue kube-proxy "/CN=system:kube-proxy" client.ext
-		issue kube-scheduler "/CN=system:kube-scheduler" client.ext
-	) || node_fail "failed to issue the node's certificates in $pki" || return 1
+		node_issue "$ca_dir" "$pki" kube-proxy "/CN=system:kube-proxy" client.ext &&
+		node_issue "$ca_dir" "$pki" kube-scheduler "/CN=system:kube-scheduler" client.ext ||
+		node_fail "failed to issue the node's certificates in $pki" || return 1
+}
+
+# Usage: node_issue <ca-dir> <pki> <name> <subject> <extensions-file>
+node_issue() {
+	local ca_dir="$1" pki="$2" name="$3" subject="$4" extensions="$5"
+	openssl req -newkey rsa:2048 -nodes -subj "$subject" -keyout "$pki/$name.key" -out "$pki/$name.csr" 2> /dev/null &&
+		openssl x509 -req -in "$pki/$name.csr" -CA "$ca_dir/ca.crt" -CAkey "$ca_dir/ca.key" \
+			-CAcreateserial -CAserial "$pki/ca.srl" -days 2 -extfile "$pki/$extensions" \
+			-out "$pki/$name.crt" 2> /dev/null
 }
 
 node_kubeconfig() {
@@ -255,7 +258,7 @@ node_lock_holders() {
 		if [[ "$(readlink "$fd" 2> /dev/null)" == "$node_lock" ]]; then
 			local pid="${fd#/proc/}"
 			pid="${pid%%/*}"
-			echo "$pid ($(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | cut -c1-80))"
+			echo "$pid ($(tr '\0' ' ' 2> /dev/null < "/proc/$pid/cmdline" | cut -c1-80))"
 		fi
 	done | sort -u | paste -sd ';'
 }
@@ -325,11 +328,14 @@ node_scheduler_healthy() {
 # symlinks. Called by node_stop, and by node_start for the leftovers of a
 # killed run (the lock guarantees no other node is running).
 node_remove_host_state() {
+	# Best effort: each step says what it failed to remove, and the rest still runs.
+	local -
+	set +e
 	# containerd and its shims (which outlive it: their own process groups)
 	# of any node run, known by their run directory's containerd paths.
 	local proc
 	for proc in /proc/[0-9]*; do
-		if tr '\0' ' ' < "$proc/cmdline" 2> /dev/null | grep -qE '^[^ ]*containerd[^ ]* .*/saint-e2e\.[^/ ]+/node/containerd/'; then
+		if tr '\0' ' ' 2> /dev/null < "$proc/cmdline" | grep -qE '^[^ ]*containerd[^ ]* .*/saint-e2e\.[^/ ]+/node/containerd/'; then
 			kill -KILL "${proc#/proc/}" 2> /dev/null || true
 		fi
 	done
@@ -614,6 +620,7 @@ node_start() {
 		--kubeconfig "$node_dir/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig "$node_dir/kube-scheduler.kubeconfig" \
 		--authorization-kubeconfig "$node_dir/kube-scheduler.kubeconfig" \
+		--authentication-skip-lookup \
 		--bind-address 127.0.0.1 \
 		--secure-port "$scheduler_port" \
 		--leader-elect=false
@@ -645,6 +652,9 @@ node_stop_group() {
 # partial start or twice.
 node_stop() {
 	[[ -n "$node_dir" ]] || return 0
+	# Best effort (it runs from run.sh's exit trap): every step is tried.
+	local -
+	set +e
 	local kubectl="$node_bin_dir/kubectl"
 	if [[ -n "$node_kubelet_pid" ]] && kill -0 "$node_kubelet_pid" 2> /dev/null; then
 		"$kubectl" delete pods --all-namespaces --field-selector "spec.nodeName=$node_name" \

@@ -11,10 +11,11 @@
 #              SAINT_E2E_NODE=1 also starts a node (e2e/node.sh: containerd,
 #              kubelet, kube-proxy, kube-scheduler), then kube-router's
 #              network-policy firewall (e2e/netpol.sh), imports the product
-#              images (e2e/images/build.sh --print-dir, or SAINT_E2E_IMAGES_DIR)
-#              and runs the node scenarios ($node_tests below) instead of the
-#              others. Without it the node scenarios never run: they are left
-#              out of the selection, and SAINT_E2E_TEST naming one is refused.
+#              images (SAINT_E2E_IMAGES_DIR, or e2e/images/build.sh --print-dir
+#              when e2e/tests/node.rs runs) and runs the node scenarios
+#              ($node_tests below) instead of the others. Without it the node
+#              scenarios never run: they are left out of the selection, and
+#              SAINT_E2E_TEST naming one is refused.
 #              SAINT_E2E_BENCH=fleet runs the fleet benchmark instead of the
 #              scenarios, with a release build of the operator (e2e/README.md,
 #              "Benchmarks"); its run directory is kept for the JSON and logs.
@@ -116,6 +117,15 @@ case "$bench" in
 		;;
 esac
 
+# The product images (operator, agent, porter, sandbox) for the node
+# scenarios that run Saint (e2e/tests/node.rs): built, or found up to date, by
+# e2e/images/build.sh before anything starts, like the binaries above. The
+# node's own check and the network-policy scenarios do not need them.
+if ((with_node == 1)) && [[ -z "${SAINT_E2E_IMAGES_DIR:-}" ]] &&
+	[[ -z "${SAINT_E2E_TEST:-}" || "${SAINT_E2E_TEST}" == node ]]; then
+	SAINT_E2E_IMAGES_DIR="$("$here/images/build.sh" --print-dir)"
+fi
+
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-e2e.XXXXXX")"
 finish() {
 	local status=$?
@@ -166,11 +176,7 @@ if ((with_node == 1)); then
 	if declare -F netpol_start > /dev/null; then
 		netpol_start "$run_dir"
 	fi
-	# The product images (operator, agent, porter, sandbox), as e2e/images/build.sh
-	# left them: imported under the references the chart names.
-	if [[ -z "${SAINT_E2E_IMAGES_DIR:-}" && -x "$here/images/build.sh" ]]; then
-		SAINT_E2E_IMAGES_DIR="$("$here/images/build.sh" --print-dir)"
-	fi
+	# The product images, imported under the references the chart names.
 	if [[ -n "${SAINT_E2E_IMAGES_DIR:-}" ]]; then
 		shopt -s nullglob
 		archives=("$SAINT_E2E_IMAGES_DIR"/saint-*.oci.tar)
