@@ -547,6 +547,11 @@ def chroot_run(root: Path, command: str, environment: dict[str, str], workdir: s
         raise BuildError(f"{where}: failed in the chroot (exit {result.returncode}): {(result.stdout + result.stderr)[-3000:]}")
 
 
+# This machine's CA bundle, and where Debian stages' RUN lines find it (see debian_stage).
+HOST_CERTIFICATES = Path("/etc/ssl/certs/ca-certificates.crt")
+BUILD_CERTIFICATES = "/.saint-build/host-ca-certificates.crt"
+
+
 def stage_key(context: Context, dockerfile: Dockerfile, stage: Stage, instructions: list[Instruction]) -> str:
     digest = hashlib.sha256(f"{RECIPE_VERSION}\n{stage.base}\n{context.mirror}\n{context.architecture}\n".encode())
     digest.update(json.dumps(stage.arguments, sort_keys=True).encode())
@@ -577,8 +582,18 @@ def debian_stage(context: Context, dockerfile: Dockerfile, stage: Stage, instruc
     untar(base, root)
     log(f"running {dockerfile.path.relative_to(REPOSITORY_ROOT)} stage {stage.name or '(final)'} in a chroot")
     started = time.monotonic()
+    wall_started = time.time()
     (root / "etc/resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
     (root / "etc/apt/sources.list.d/debian.sources").write_text(build_sources(context, stage.suite))
+    # RUN fetches (pip, curl, git over HTTPS) trust what this machine trusts, so a build
+    # behind a TLS-inspecting egress proxy works as on an open network. The bundle lives
+    # outside the stage's own files and is removed before the stage is archived, so it
+    # never reaches an image; what the stage installs keeps Debian's own certificates.
+    build_environment: dict[str, str] = {}
+    if HOST_CERTIFICATES.is_file():
+        (root / BUILD_CERTIFICATES.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HOST_CERTIFICATES, root / BUILD_CERTIFICATES.lstrip("/"))
+        build_environment = {name: BUILD_CERTIFICATES for name in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")}
     environment = dict(stage.arguments)
     workdir = "/"
     interpreted, _ = interpret_stage(dockerfile, Stage(stage.base, stage.name, stage.kind, stage.suite, stage.line, instructions, stage.arguments))
@@ -586,7 +601,7 @@ def debian_stage(context: Context, dockerfile: Dockerfile, stage: Stage, instruc
         where = instruction.where(dockerfile.path)
         kind, value = operation
         if kind == "run":
-            chroot_run(root, value, environment, workdir, where)
+            chroot_run(root, value, build_environment | environment, workdir, where)
         elif kind == "workdir":
             workdir = value
             (root / value.lstrip("/")).mkdir(parents=True, exist_ok=True)
@@ -596,9 +611,14 @@ def debian_stage(context: Context, dockerfile: Dockerfile, stage: Stage, instruc
             if value.source_stage is not None:
                 raise BuildError(f"{where}: COPY --from before the last RUN is not supported by the offline build")
             apply_copy(context, dockerfile, value, root, where, {})
+    remove_tree(root / BUILD_CERTIFICATES.lstrip("/").split("/")[0])
     (root / "etc/resolv.conf").write_text("")
     (root / "etc/apt/sources.list.d/debian.sources").write_text(official_sources(stage.suite))
     trim_debian_root(root)
+    # What the stage wrote gets the fixed time now, not when the image is assembled: a
+    # build from this cached stage then gives the same bytes as the one that made it
+    # (packaged files keep their .deb times either way).
+    clamp_times(root, wall_started - 2)
     tar_directory(root, archive)
     remove_tree(root)
     prune(f"rootfs-{label}-*.tar", archive, context.cache)
