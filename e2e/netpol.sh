@@ -134,7 +134,7 @@ netpol_build() {
 	finished=$(date +%s)
 	"$staging/kube-router" --version
 	netpol_pack_probe_image "$staging/probe" "$netpol_dir/probe.oci.tar.partial" || return 1
-	rm -rf "$netpol_dir/bin"
+	rm -rf "${netpol_dir:?}/bin"
 	mv "$staging" "$netpol_dir/bin"
 	mv "$netpol_dir/probe.oci.tar.partial" "$netpol_dir/probe.oci.tar"
 	rm -f "$netpol_dir"/complete-*
@@ -199,17 +199,16 @@ netpol_start() {
 	netpol_cleanup || return 1
 	mkdir -p "$run_dir/logs"
 	netpol_log="$run_dir/logs/kube-router.log"
-	# The Service range must be the API server's: kube-router lets pods reach
-	# Service addresses (kube-proxy's DNAT happens after its INPUT checks) and
-	# refuses to start without one. No health or metrics listener: readiness is
-	# read from the log, and nothing else should bind ports on the host.
+	# The Service range must be the API server's: kube-router refuses to start
+	# without one and lets pods reach addresses in it (kube-proxy's business).
+	# No health or metrics listener: readiness is read from the log and the
+	# chains, and nothing else of ours should bind ports on the host.
 	setsid "$netpol_dir/bin/kube-router" \
 		--run-firewall=true --run-router=false --run-service-proxy=false \
 		--kubeconfig="$KUBECONFIG" \
 		--hostname-override="$netpol_node_name" \
 		--service-cluster-ip-range="${SAINT_E2E_SERVICE_CIDR:-10.0.0.0/24}" \
 		--health-port=0 --metrics-port=0 \
-		--iptables-sync-period=5m \
 		--v=1 > "$netpol_log" 2>&1 < /dev/null &
 	netpol_pid=$!
 	echo "netpol.sh: started kube-router firewall (pid $netpol_pid, log $netpol_log)"
