@@ -124,7 +124,8 @@ netpol_build() {
 		cd "$netpol_tools_dir"
 		# Never let go.mod fetch another toolchain; build with the one installed.
 		export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=readonly" CGO_ENABLED=0
-		go build -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$netpol_version -X github.com/cloudnativelabs/kube-router/v2/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		# No build date: the same inputs link the same binary, from Go's cache.
+		go build -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$netpol_version" \
 			-o "$staging/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 		go build -ldflags "-s -w" -o "$staging/probe" ./probe
 	); then

@@ -1,8 +1,10 @@
 //! NetworkPolicy enforced on the harness's node (run by `SAINT_E2E_NODE=1 e2e/run.sh`,
 //! which starts kube-router's network-policy firewall through `e2e/netpol.sh`): a policy
 //! of the exact shape Saint gives sandbox pods (`policyTypes: [Ingress, Egress]`, no
-//! rules) cuts a pod off from a probe server on the host and from other pods, while a
-//! pod without any policy still reaches it; an ingress-only deny blocks pod-to-pod.
+//! rules) cuts a pod off from a probe server on the host, from the API server behind
+//! the `kubernetes` Service (kube-proxy's rules and kube-router's together) and from
+//! other pods, while a pod without any policy still reaches them, and deleting the
+//! policy gives the path back; an ingress-only deny blocks pod-to-pod.
 //!
 //! Every refusal is shown twice: the pod's `probe connect` fails, and the server it
 //! aimed at never saw the token it would have sent. Before each policy the same pod
@@ -17,7 +19,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::Client;
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, Client};
 use saint_e2e::{Environment, Failure, TestResult, namespace, pods, tools, wait};
 use serde_json::json;
 use tokio::{
@@ -163,10 +166,29 @@ impl NetpolRun {
         address: SocketAddr,
         token: &str,
     ) -> Result<Connection, Failure> {
-        let address = address.to_string();
-        let arguments = [
-            "exec", "-n", namespace, pod, "-c", "probe", "--", "/probe", "connect", &address, token,
-        ];
+        self.probe(namespace, pod, &["connect", &address.to_string(), token])
+            .await
+    }
+
+    /// `probe dial <address>` inside the pod: a TCP connection and nothing more.
+    async fn dial(
+        &self,
+        namespace: &str,
+        pod: &str,
+        address: SocketAddr,
+    ) -> Result<Connection, Failure> {
+        self.probe(namespace, pod, &["dial", &address.to_string()])
+            .await
+    }
+
+    async fn probe(
+        &self,
+        namespace: &str,
+        pod: &str,
+        probe_arguments: &[&str],
+    ) -> Result<Connection, Failure> {
+        let mut arguments = vec!["exec", "-n", namespace, pod, "-c", "probe", "--", "/probe"];
+        arguments.extend_from_slice(probe_arguments);
         match self.kubectl(&arguments, None).await {
             Ok(output) => Ok(Connection::Reached(output.stdout.trim().to_owned())),
             // The probe's own refusal: it ran in the pod and could not connect. Anything
@@ -178,6 +200,23 @@ impl NetpolRun {
             }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// The `kubernetes` Service's address: kube-proxy sends it to the API server.
+    async fn api_service(&self) -> Result<SocketAddr, Failure> {
+        let service = Api::<Service>::namespaced(self.client.clone(), "default")
+            .get("kubernetes")
+            .await?;
+        let ip = service
+            .spec
+            .and_then(|spec| spec.cluster_ip)
+            .ok_or_else(|| Failure::message("the kubernetes Service has no cluster IP"))?;
+        let ip: IpAddr = ip.parse().map_err(|error| {
+            Failure::message(format!(
+                "the kubernetes Service's IP {ip} is no address: {error}"
+            ))
+        })?;
+        Ok(SocketAddr::new(ip, 443))
     }
 
     /// Expects `pod` to reach `address` with `token`.
@@ -399,6 +438,14 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
         .await?;
     run.expect_reached(&namespace, "open", sandbox_server, "ingress-before")
         .await?;
+    // Through kube-proxy's Service rules too: the sandbox pod reaches the API server's
+    // TCP port behind the `kubernetes` Service.
+    let api_service = run.api_service().await?;
+    if let Connection::Refused(error) = run.dial(&namespace, "sandbox", api_service).await? {
+        return Err(Failure::message(format!(
+            "without a policy the sandbox pod failed to reach the kubernetes Service {api_service}: {error}"
+        )));
+    }
     assert_eq!(host.arrival("open-before"), Some(open_ip));
     assert_eq!(host.arrival("sandbox-before"), Some(sandbox_ip));
     assert!(
@@ -454,7 +501,25 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
         !sandbox_log.contains("ingress-after"),
         "the refused connection arrived at the sandbox pod:\n{sandbox_log}"
     );
-    // The unselected pod is untouched: it still reaches the host.
+    // Nor the API server through the kubernetes Service (kube-proxy's DNAT first, then
+    // kube-router's egress check on the translated address).
+    match run.dial(&namespace, "sandbox", api_service).await? {
+        Connection::Refused(error) => {
+            println!("network policy: sandbox → kubernetes Service refused: {error}");
+        }
+        Connection::Reached(reply) => {
+            return Err(Failure::message(format!(
+                "the sandbox pod still reached the kubernetes Service under its policy: {reply}\n{}",
+                engine_log_tail()
+            )));
+        }
+    }
+    // The unselected pod is untouched: it still reaches the host and the API server.
+    if let Connection::Refused(error) = run.dial(&namespace, "open", api_service).await? {
+        return Err(Failure::message(format!(
+            "the open pod failed to reach the kubernetes Service {api_service}: {error}"
+        )));
+    }
     run.expect_reached(&namespace, "open", host.address, "open-after")
         .await?;
     assert_eq!(host.arrival("open-after"), Some(open_ip));

@@ -4,6 +4,9 @@
 //	probe connect <host:port> <token>   dial once, send "<token>\n", print the
 //	                                    server's reply; exit 0 only when the
 //	                                    server answered "ok <token>"
+//	probe dial <host:port>              open a TCP connection and close it:
+//	                                    for servers that speak TLS (the API
+//	                                    server behind the kubernetes Service)
 //	probe serve <port>                  accept connections, print "arrived
 //	                                    <token> from <peer>" for each and
 //	                                    answer "ok <token>"
@@ -27,7 +30,7 @@ const dialTimeout = 3 * time.Second
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: probe connect <host:port> <token> | probe serve <port>")
+		fail("usage: probe connect <host:port> <token> | probe dial <host:port> | probe serve <port>")
 	}
 	switch os.Args[1] {
 	case "connect":
@@ -35,6 +38,11 @@ func main() {
 			fail("usage: probe connect <host:port> <token>")
 		}
 		connect(os.Args[2], os.Args[3])
+	case "dial":
+		if len(os.Args) != 3 {
+			fail("usage: probe dial <host:port>")
+		}
+		dial(os.Args[2])
 	case "serve":
 		if len(os.Args) != 3 {
 			fail("usage: probe serve <port>")
@@ -64,6 +72,15 @@ func connect(address, token string) {
 	if reply != "ok "+token {
 		fail(fmt.Sprintf("unexpected reply from %s: %q", address, reply))
 	}
+}
+
+func dial(address string) {
+	connection, err := net.DialTimeout("tcp", address, dialTimeout)
+	if err != nil {
+		fail(fmt.Sprintf("failed to connect to %s: %v", address, err))
+	}
+	fmt.Printf("connected to %s from %s\n", address, connection.LocalAddr())
+	connection.Close()
 }
 
 func serve(port string) {
