@@ -191,6 +191,11 @@ node_build_images() {
 	node_pack_image "$node_images_dir/probe.oci.tar" "$node_probe_image" 65532:65532 /probe \
 		"$node_images_dir/bin/probe" || return 1
 	touch "$node_images_dir/complete"
+	# Older builds (other inputs) are never used again.
+	local old
+	for old in "${node_images_dir%-*}"-*; do
+		[[ "$old" == "$node_images_dir" ]] || rm -rf "$old"
+	done
 	node_log "images built in $((SECONDS - started)) s: $(du -h "$node_images_dir/pause.oci.tar" | cut -f1) pause, $(du -h "$node_images_dir/probe.oci.tar" | cut -f1) probe"
 }
 
