@@ -1,7 +1,8 @@
 //! NetworkPolicy enforced on the harness's node (run by `SAINT_E2E_NODE=1 e2e/run.sh`,
-//! which starts kube-router's network-policy firewall through `e2e/netpol.sh`): a policy
-//! of the exact shape Saint gives sandbox pods (`policyTypes: [Ingress, Egress]`, no
-//! rules) cuts a pod off from a probe server on the host, from the API server behind
+//! which starts kube-router's network-policy firewall through `e2e/netpol.sh`): the
+//! operator's own sandbox NetworkPolicy (its builder's golden rendering, today
+//! `policyTypes: [Ingress, Egress]` and no rules), applied to a pod carrying a sandbox
+//! pod's labels, cuts it off from a probe server on the host, from the API server behind
 //! the `kubernetes` Service (kube-proxy's rules and kube-router's together) and from
 //! other pods, while a pod without any policy still reaches them, and deleting the
 //! policy gives the path back; an ingress-only deny blocks pod-to-pod.
@@ -15,6 +16,7 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -34,8 +36,6 @@ const POD_TIMEOUT: Duration = Duration::from_secs(120);
 const ENFORCEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The port the probe pods serve on.
 const POD_PORT: u16 = 8080;
-/// The bot name in the sandbox policy's shape (operator/tests/golden/sandbox-network-policy.yaml).
-const BOT: &str = "netpol-bot";
 
 /// The node run's settings, exported by `e2e/run.sh` after `node_start` and `netpol_start`.
 struct NetpolRun {
@@ -392,37 +392,61 @@ impl Drop for HostProbe {
     }
 }
 
-/// The sandbox policy's shape: the operator's `sandbox_network_policy` for a bot named
-/// [`BOT`] (see operator/tests/golden/sandbox-network-policy.yaml), without the owner.
-fn sandbox_shaped_policy() -> serde_json::Value {
-    json!({
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": format!("{BOT}-sandbox")},
-        "spec": {
-            "podSelector": {"matchLabels": {"saint.work/bot": BOT, "saint.work/sandbox": "true"}},
-            "policyTypes": ["Ingress", "Egress"],
-        },
+/// The operator's sandbox NetworkPolicy exactly as its builder renders it: the golden
+/// file that `operator/tests/builders.rs` keeps equal to `sandbox_network_policy`'s
+/// output, less the owner reference (there is no SaintBot here) and the fixture's
+/// namespace. A rule added to the sandbox policy reaches this scenario by itself.
+struct SandboxPolicy {
+    manifest: serde_json::Value,
+    name: String,
+    /// The labels it selects pods by (a sandbox Job's pod carries them).
+    pod_labels: BTreeMap<String, String>,
+}
+
+fn operator_sandbox_policy(repo: &Path) -> Result<SandboxPolicy, Failure> {
+    let path = repo.join("operator/tests/golden/sandbox-network-policy.yaml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| Failure::message(format!("failed to read {}: {error}", path.display())))?;
+    let mut manifest: serde_json::Value = serde_yaml_ng::from_str(&text)?;
+    let metadata = manifest["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| Failure::message(format!("{} has no metadata", path.display())))?;
+    metadata.remove("ownerReferences");
+    metadata.remove("namespace");
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| Failure::message(format!("{} has no name", path.display())))?
+        .to_owned();
+    let pod_labels = serde_json::from_value(manifest["spec"]["podSelector"]["matchLabels"].clone())
+        .map_err(|error| {
+            Failure::message(format!(
+                "{} selects pods by no matchLabels: {error}",
+                path.display()
+            ))
+        })?;
+    Ok(SandboxPolicy {
+        manifest,
+        name,
+        pod_labels,
     })
 }
 
 #[tokio::test]
-async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_reaches_the_host()
+async fn operator_sandbox_policy_cuts_the_pod_off_while_an_unselected_pod_still_reaches_the_host()
 -> TestResult {
     let run = NetpolRun::from_env().await?;
+    let policy = operator_sandbox_policy(&run.environment.repo)?;
     let namespace = namespace::create(&run.client, "netpol-sandbox", true).await?;
     run.create_probe_pod(&namespace, "open", &BTreeMap::from([("probe-pod", "open")]))
         .await?;
-    run.create_probe_pod(
-        &namespace,
-        "sandbox",
-        &BTreeMap::from([
-            ("probe-pod", "sandbox"),
-            ("saint.work/bot", BOT),
-            ("saint.work/sandbox", "true"),
-        ]),
-    )
-    .await?;
+    let mut sandbox_labels: BTreeMap<&str, &str> = policy
+        .pod_labels
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .collect();
+    sandbox_labels.insert("probe-pod", "sandbox");
+    run.create_probe_pod(&namespace, "sandbox", &sandbox_labels)
+        .await?;
     let open_ip = run.ready_pod_ip(&namespace, "open").await?;
     let sandbox_ip = run.ready_pod_ip(&namespace, "sandbox").await?;
     // Bound only now: the bridge gets the gateway address with its first pod.
@@ -456,12 +480,12 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
     );
 
     let applied = Instant::now();
-    run.apply(&namespace, sandbox_shaped_policy()).await?;
+    run.apply(&namespace, policy.manifest.clone()).await?;
     let enforced = run
         .wait_for_path(&namespace, "sandbox", host.address, true, applied)
         .await?;
     println!(
-        "network policy: sandbox-shaped policy enforced {} ms after it was applied",
+        "network policy: the operator's sandbox policy enforced {} ms after it was applied",
         enforced.as_millis()
     );
 
@@ -528,13 +552,7 @@ async fn sandbox_shaped_policy_cuts_the_pod_off_while_an_unselected_pod_still_re
     // policy's doing, and the engine removes what it enforced.
     let deleted = Instant::now();
     run.kubectl(
-        &[
-            "delete",
-            "networkpolicy",
-            "-n",
-            &namespace,
-            &format!("{BOT}-sandbox"),
-        ],
+        &["delete", "networkpolicy", "-n", &namespace, &policy.name],
         None,
     )
     .await?;
