@@ -19,6 +19,11 @@ its unpacked root, as the image's user, and start a throwaway containerd.
 - skopeo pushes each archive to a registry (Debian's, on a loopback port).
 - A rebuild gives the same bytes (fixed timestamps).
 - `saint_images.py derive` adds a file to an image under another reference.
+- The agent image holds the embedding model memory loads by default (the published
+  sha256, readable by all), and `saint-agent run` in it, as its user with memory at its
+  defaults, loads it and embeds a note; without it the same run refuses to start.
+- `.dockerignore` keeps target/ and .git out of `docker build`'s context, and no file a
+  Dockerfile copies.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import shlex
 import shutil
 import socket
 import subprocess
@@ -106,18 +113,26 @@ class Unpacked:
     def path(self, inside: str) -> Path:
         return self.rootfs / inside.lstrip("/")
 
-    def run(self, user: str, *command: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Runs a command in a chroot of the root as `user` (uid:gid), with /proc and
-        /dev as a container runtime gives them, in a private mount namespace."""
+    def chroot_command(self, user: str, *command: str) -> list[str]:
+        """A command in a chroot of the root as `user` (uid:gid), with /proc and /dev as
+        a container runtime gives them, in a private mount namespace. Every step execs,
+        so the process started is the command itself."""
         script = (
             'set -e; root=$1; shift; user=$1; shift; mkdir -p "$root/proc" "$root/dev"; '
             'mount -t proc proc "$root/proc"; mount --rbind /dev "$root/dev"; '
             'exec chroot --userspec="$user" "$root" "$@"'
         )
-        environment = {variable.split("=", 1)[0]: variable.split("=", 1)[1] for variable in self.config["config"].get("Env", [])}
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", str(self.rootfs), user, *command]
+
+    def environment(self, **extra: str) -> dict[str, str]:
+        """The image's Env, plus `extra`."""
+        return {variable.split("=", 1)[0]: variable.split("=", 1)[1] for variable in self.config["config"].get("Env", [])} | extra
+
+    def run(self, user: str, *command: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Runs a command in a chroot of the root as `user` (see chroot_command)."""
         result = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", str(self.rootfs), user, *command],
-            env=environment,
+            self.chroot_command(user, *command),
+            env=self.environment(),
             capture_output=True,
             text=True,
             timeout=120,
@@ -191,6 +206,67 @@ class DockerfilesTest(unittest.TestCase):
                         saint_images.final_plan(saint_images.parse_dockerfile(path))
                     message = str(raised.exception)
                     self.assertRegex(message, r"Dockerfile:[0-9]+", f"{case}: the message names no line: {message}")
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Whether Docker's context leaves `path` out: a pattern (leading / dropped, `**`
+    any number of directories) matching the path or one of its parent directories; the
+    last matching pattern wins, `!` re-includes."""
+
+    def matches(pattern: str, candidate: str) -> bool:
+        expression = ""
+        for part in re.split(r"(\*\*/?|\*|\?)", pattern.strip("/")):
+            if part.startswith("**"):
+                expression += "(.*/)?" if part.endswith("/") else ".*"
+            elif part == "*":
+                expression += "[^/]*"
+            elif part == "?":
+                expression += "[^/]"
+            else:
+                expression += re.escape(part)
+        return re.fullmatch(expression, candidate) is not None
+
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[: length]) for length in range(1, len(parts) + 1)]
+    excluded = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        if any(matches(pattern.removeprefix("!"), candidate) for candidate in candidates):
+            excluded = not negated
+    return excluded
+
+
+class DockerignoreTest(unittest.TestCase):
+    """`docker build` from the root sends neither cargo's target directory nor .git, and
+    still sends every file a Dockerfile copies from the context."""
+
+    def patterns(self) -> list[str]:
+        path = REPOSITORY_ROOT / ".dockerignore"
+        self.assertTrue(path.is_file(), "there is no .dockerignore at the repository root")
+        return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+    def test_build_output_and_history_stay_out(self) -> None:
+        patterns = self.patterns()
+        for path in ("target/release/saint-agent", ".git/HEAD", "e2e/.work/run/log", "web/node_modules/x/index.js", "bot-config.json", "porter.json"):
+            with self.subTest(path=path):
+                self.assertTrue(dockerignored(path, patterns), f"{path} would be sent to docker build")
+
+    def test_every_file_the_dockerfiles_copy_is_sent(self) -> None:
+        patterns = self.patterns()
+        tracked = subprocess.run(["git", "-C", str(REPOSITORY_ROOT), "ls-files"], check=True, capture_output=True, text=True).stdout.splitlines()
+        for name in saint_images.IMAGES:
+            dockerfile = saint_images.parse_dockerfile(REPOSITORY_ROOT / saint_images.IMAGES[name])
+            for stage in dockerfile.stages:
+                for instruction in stage.instructions:
+                    words = shlex.split(instruction.arguments) if instruction.keyword == "COPY" else []
+                    if not words or any(word.startswith("--from=") for word in words):
+                        continue
+                    sources = [word for word in words if not word.startswith("--")][:-1]
+                    # `COPY . .` (the cargo stages): every tracked file but the ignore files themselves.
+                    paths = [path for path in tracked if path not in (".gitignore", ".dockerignore")] if sources == ["."] else sources
+                    for path in paths:
+                        with self.subTest(image=name, stage=stage.name, path=path):
+                            self.assertFalse(dockerignored(path, patterns), f"{path} is copied by {saint_images.IMAGES[name]} but .dockerignore leaves it out")
 
 
 class ArchivesTest(unittest.TestCase):
@@ -323,6 +399,127 @@ class ArchivesTest(unittest.TestCase):
         self.assertEqual(os.listdir(sandbox.path("/var/lib/apt/lists")) if sandbox.path("/var/lib/apt/lists").exists() else [], [])
         leftovers = [path for path in sandbox.path("/usr/share/doc").rglob("*") if path.is_file() and path.name != "copyright"]
         self.assertEqual(leftovers, [])
+
+
+def published_model_sums() -> dict[str, str]:
+    """The sha256 of each model file, as agent-pod/memory/fetch-model.sh checks them."""
+    text = (REPOSITORY_ROOT / "agent-pod/memory/fetch-model.sh").read_text()
+    sums = {name: digest for digest, name in re.findall(r"^([0-9a-f]{64})  (\S+)$", text, re.MULTILINE)}
+    assert set(sums) == {"model.safetensors", "config.json", "tokenizer.json"}, f"fetch-model.sh lists {sorted(sums)}"
+    return sums
+
+
+class AgentMemoryTest(unittest.TestCase):
+    """Memory is on by default and the agent refuses to start without its embedding
+    model: the image ships it where the default config looks."""
+
+    MODEL_DIR = "/opt/saint/models/all-MiniLM-L6-v2"
+
+    def test_the_agent_image_holds_the_published_model_readable_by_all(self) -> None:
+        agent = Unpacked.of("agent")
+        default = re.search(r'model_dir: "([^"]+)"\.to_string\(\)', (REPOSITORY_ROOT / "agent-pod/config/src/lib.rs").read_text())
+        self.assertIsNotNone(default, "agent-pod/config/src/lib.rs names no default model_dir")
+        self.assertEqual(default.group(1), self.MODEL_DIR)
+        for name, digest in published_model_sums().items():
+            with self.subTest(file=name):
+                path = agent.path(f"{self.MODEL_DIR}/{name}")
+                self.assertTrue(path.is_file(), f"{self.MODEL_DIR}/{name} is missing")
+                self.assertEqual(saint_images.sha256_file(path), digest)
+                # Root's and not writable by others; world-readable, through directories
+                # everyone may enter: the agent's uid reads it (the run below loads it).
+                status = path.stat()
+                self.assertEqual((status.st_uid, status.st_mode & 0o7777), (0, 0o644))
+                for directory in [agent.path("/"), *[agent.path(str(parent)) for parent in Path(f"{self.MODEL_DIR}/{name}").parents if str(parent) != "/"]]:
+                    mode = directory.stat().st_mode
+                    self.assertEqual(mode & 0o005, 0o005, f"{directory} is not readable and searchable by others")
+                    self.assertEqual(mode & 0o002, 0, f"{directory} is writable by others")
+
+    def start_agent(self, name: str, memory: dict | None) -> tuple[subprocess.Popen, Path]:
+        """`saint-agent run` in a chroot of the agent image, as the image's user, with the
+        example bot's config (memory as given; None: the defaults, as the example company
+        bot has), loopback ports the kernel picks, a model endpoint nothing answers on,
+        and a memory note to index."""
+        agent = Unpacked.of("agent")
+        config = json.loads((REPOSITORY_ROOT / "agent-pod/config/tests/fixtures/acme-bot-config.json").read_text())
+        config.pop("memory", None)
+        if memory is not None:
+            config["memory"] = memory
+        config["model"]["baseUrl"] = "http://127.0.0.1:9"
+        inside = f"/tmp/saint-memory-check-{name}"
+        base = agent.path(inside)
+        shutil.rmtree(base, ignore_errors=True)
+        (base / "workspace/memory").mkdir(parents=True)
+        (base / "workspace/memory/prices.md").write_text("# Prices\n\nAn anvil costs 40 euros.\n")
+        (base / "bot-config.json").write_text(json.dumps(config))
+        uid, gid = (int(part) for part in agent.config["config"]["User"].split(":"))
+        for directory, _, files in os.walk(base):
+            for entry in [directory, *(os.path.join(directory, file) for file in files)]:
+                os.chown(entry, uid, gid)
+        process = subprocess.Popen(
+            agent.chroot_command(
+                agent.config["config"]["User"], *agent.config["config"]["Entrypoint"], "run",
+                "--config", f"{inside}/bot-config.json", "--workspace", f"{inside}/workspace",
+                "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            ),
+            env=agent.environment(
+                SAINT_MODEL_API_KEY="sk-unused", SAINT_CHANNEL_API_TOKEN="unused",
+                # What the operator's pod mounts at /var/lib/saint; here a directory the user owns.
+                SAINT_SANDBOX_STATE=f"{inside}/sandbox-state",
+            ),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        return process, base
+
+    def read_until(self, process: subprocess.Popen, done, seconds: float) -> str:
+        """The process's output until `done(output)` holds, it exits, or the deadline passes."""
+        output, deadline = b"", time.monotonic() + seconds
+        while not done(output.decode(errors="replace")) and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
+            if ready:
+                chunk = os.read(process.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                output += chunk
+        return output.decode(errors="replace")
+
+    def stop(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        process.stdout.close()
+
+    def test_the_agent_starts_with_default_memory_as_its_user_and_embeds_a_note(self) -> None:
+        process, base = self.start_agent("default", None)
+        try:
+            output = self.read_until(process, lambda text: "memory reindex finished" in text and "saint-agent listening" in text, 90)
+            self.assertIsNone(process.poll(), f"saint-agent exited (status {process.returncode}):\n{output[-4000:]}")
+            finished = [json.loads(line) for line in output.splitlines() if "memory reindex finished" in line]
+            self.assertTrue(finished, f"no 'memory reindex finished' within 90 s:\n{output[-4000:]}")
+            # The note was embedded with the image's model: inference ran, not only the load.
+            self.assertEqual(finished[0]["fields"]["chunks_embedded"], 1, finished[0])
+            self.assertRegex(output, r"saint-agent listening http=127\.0\.0\.1:[0-9]+")
+        finally:
+            self.stop(process)
+            shutil.rmtree(base, ignore_errors=True)
+
+    def test_without_the_model_the_same_agent_refuses_to_start(self) -> None:
+        """The check above could fail: pointed at a directory without the model, the same
+        run exits at start, saying memory could not start."""
+        missing = {"embeddings": {"kind": "local", "modelDir": "/opt/saint/models/absent"}}
+        process, base = self.start_agent("missing", missing)
+        try:
+            # Until its output ends (it exits, or the deadline passes); then it must be gone.
+            output = self.read_until(process, lambda text: False, 60)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.fail(f"saint-agent kept running without its model:\n{output[-4000:]}")
+            self.assertNotEqual(process.returncode, 0)
+            self.assertIn("failed to start memory", output)
+            self.assertNotIn("saint-agent listening", output)
+        finally:
+            self.stop(process)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 class ReproducibleTest(unittest.TestCase):
