@@ -1,10 +1,13 @@
+# shellcheck shell=bash
 # A real node for the end-to-end suite: containerd (Debian's), runc, the CNI
 # bridge, kubelet, kube-proxy (iptables) and kube-scheduler (built by
 # e2e/setup.sh from the pinned Kubernetes module). Sourced by e2e/run.sh after
 # control_plane_start, when SAINT_E2E_NODE=1 (control-plane.sh then opens the
 # API server to pods and authorizes kubelets).
 #
-# Functions: node_start <bin-dir> <run-dir>, node_stop, node_import_image
+# Functions: node_lock (optional, before node_start: take the machine's node
+# lock early, waiting up to SAINT_E2E_NODE_LOCK_WAIT seconds, default 0),
+# node_start <bin-dir> <run-dir>, node_stop, node_import_image
 # <oci-archive> (also usable from a test: `source e2e/node.sh; node_import_image x`
 # with the variables below), node_local_volume <namespace> <claim> <size>.
 # After node_start: SAINT_E2E_NODE=saint-e2e-node, SAINT_E2E_HOST_IP=10.88.0.1
@@ -52,7 +55,7 @@ node_bridge=saint0
 # Pods' cgroups go under /<this> in every v1 hierarchy, never under a
 # kubepods of the machine's own.
 node_cgroup=saint-e2e-node
-node_lock=/run/saint-e2e-node.lock
+node_lock_file=/run/saint-e2e-node.lock
 # containerd apart: it is stopped last, after the kubelet stopped the pods.
 node_pids=()
 node_containerd_pid=""
@@ -260,7 +263,7 @@ node_start_process() {
 node_lock_holders() {
 	local fd
 	for fd in /proc/[0-9]*/fd/*; do
-		if [[ "$(readlink "$fd" 2> /dev/null)" == "$node_lock" ]]; then
+		if [[ "$(readlink "$fd" 2> /dev/null)" == "$node_lock_file" ]]; then
 			local pid="${fd#/proc/}"
 			pid="${pid%%/*}"
 			echo "$pid ($(tr '\0' ' ' 2> /dev/null < "/proc/$pid/cmdline" | cut -c1-80))"
@@ -410,6 +413,41 @@ node_create_cgroups() {
 	done
 }
 
+# overlayfs when the run directory's filesystem takes an overlay mount (the
+# test below is what containerd's snapshotter does), else native (copies,
+# works anywhere); SAINT_E2E_SNAPSHOTTER chooses.
+node_pick_snapshotter() {
+	local dir="$1/overlay-check"
+	if [[ -n "${SAINT_E2E_SNAPSHOTTER:-}" ]]; then
+		echo "$SAINT_E2E_SNAPSHOTTER"
+		return 0
+	fi
+	mkdir -p "$dir/lower" "$dir/upper" "$dir/work" "$dir/merged"
+	if mount -t overlay overlay -o "lowerdir=$dir/lower,upperdir=$dir/upper,workdir=$dir/work" "$dir/merged" 2> /dev/null; then
+		umount "$dir/merged"
+		echo overlayfs
+	else
+		echo "node: overlay mounts fail under $1; containerd uses the native snapshotter" >&2
+		echo native
+	fi
+	rm -rf "$dir"
+}
+
+# One node per machine (same bridge, addresses, iptables chains). Held by
+# this shell and inherited by the kubelet, kube-proxy and the scheduler, so a
+# killed run's live components keep the next run out instead of fighting it.
+node_lock() {
+	local wait="${SAINT_E2E_NODE_LOCK_WAIT:-0}"
+	exec {node_lock_fd}> "$node_lock_file"
+	if ! flock -w "$wait" "$node_lock_fd"; then
+		exec {node_lock_fd}>&-
+		node_lock_fd=""
+		node_fail "another node holds $node_lock_file (processes: $(node_lock_holders)); one node per machine:" \
+			"wait for that run (SAINT_E2E_NODE_LOCK_WAIT=<seconds> waits), or, if it was killed, stop those" \
+			"pids (the next start removes the rest)" || return 1
+	fi
+}
+
 node_start() {
 	node_bin_dir="$1"
 	local run_dir="$2"
@@ -423,13 +461,11 @@ node_start() {
 		node_fail "start the control plane first (control_plane_start, with SAINT_E2E_NODE=1)" || return 1
 	node_require_packages || return 1
 
-	exec {node_lock_fd}> "$node_lock"
-	if ! flock -n "$node_lock_fd"; then
-		exec {node_lock_fd}>&-
-		node_lock_fd=""
-		node_dir=""
-		node_fail "another node holds $node_lock (processes: $(node_lock_holders)); one node per machine:" \
-			"a killed run's processes must be stopped first (kill those pids; the next start removes the rest)" || return 1
+	if [[ -z "$node_lock_fd" ]]; then
+		node_lock || {
+			node_dir=""
+			return 1
+		}
 	fi
 	node_remove_host_state
 
@@ -485,9 +521,9 @@ node_start() {
 		}
 	EOF
 
-	# containerd with its own root, state, socket and runc root. overlayfs
-	# unless SAINT_E2E_SNAPSHOTTER says otherwise (native works anywhere).
-	local snapshotter="${SAINT_E2E_SNAPSHOTTER:-overlayfs}"
+	# containerd with its own root, state, socket and runc root.
+	local snapshotter
+	snapshotter="$(node_pick_snapshotter "$containerd_dir")"
 	cat > "$containerd_dir/config.toml" <<-EOF
 		version = 2
 		root = "$containerd_dir/root"
@@ -701,11 +737,15 @@ node_stop() {
 		echo "$node_ip_forward_before" > /proc/sys/net/ipv4/ip_forward || true
 		node_ip_forward_before=""
 	fi
+	node_unlock
+	node_dir=""
+}
+
+node_unlock() {
 	if [[ -n "$node_lock_fd" ]]; then
 		exec {node_lock_fd}>&-
 		node_lock_fd=""
 	fi
-	node_dir=""
 }
 
 # A `local` PersistentVolume for one claim of storage class local-path (the

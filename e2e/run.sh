@@ -41,6 +41,8 @@ if [[ -n "${SAINT_E2E_NODE:-}" && "${SAINT_E2E_NODE}" != 0 ]]; then
 		# shellcheck source=e2e/netpol.sh
 		source "$here/netpol.sh"
 	fi
+	# Before any build: a machine already running a node says so at once.
+	node_lock
 fi
 is_node_test() {
 	local name="$1" node_test
@@ -148,6 +150,7 @@ finish() {
 			netpol_stop
 		fi
 		node_stop
+		node_unlock
 	fi
 	control_plane_stop
 	if [[ -n "${bench:-}" ]]; then
