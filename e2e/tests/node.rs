@@ -415,6 +415,44 @@ async fn scenario(
         .items;
     assert_eq!(jobs.len(), 1, "the warm exec made another Job");
 
+    // Idle memory of the bot pod's containers as the kubelet reports it (working set,
+    // from the container cgroups).
+    let node_name = node_of(&bot_pod).unwrap_or_default();
+    let pod_name = bot_pod.name_any();
+    let memory = wait::until(
+        "the kubelet's memory figures for the bot pod's containers",
+        Duration::from_secs(90),
+        || async {
+            let summary = tools::run(
+                &environment.tool("kubectl"),
+                &environment.admin_kubeconfig,
+                &[
+                    "get",
+                    "--raw",
+                    &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
+                ],
+                None,
+            )
+            .await
+            .map_err(|error| error.to_string())?
+            .stdout;
+            container_memory(&summary, &bot_namespace, &pod_name)
+        },
+    )
+    .await?;
+    for (container, bytes) in &memory {
+        let megabytes = *bytes as f64 / 1_048_576.0;
+        eprintln!("node figure: idle working set of {container} = {megabytes:.1} MB");
+        figures.0.insert(
+            if container == "agent" {
+                "idle_agent_working_set_mb"
+            } else {
+                "idle_porter_working_set_mb"
+            },
+            megabytes,
+        );
+    }
+
     // Every Saint pod is admitted under "restricted" without a warning.
     let mut all_pods = Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
         .list(&ListParams::default())
@@ -574,4 +612,35 @@ fn last_tool_result(llm: &ScriptedLlm, since: usize) -> Result<String, Failure> 
         .find_map(|request| request.tool_results().last().cloned())
         .map(|(content, _)| content)
         .ok_or_else(|| Failure::message("the model was sent no tool result"))
+}
+
+/// Working-set bytes of the `agent` and `porter` containers of `pod` in the kubelet's
+/// stats summary, once both are there.
+fn container_memory(
+    summary: &str,
+    namespace: &str,
+    pod: &str,
+) -> Result<BTreeMap<String, u64>, String> {
+    let summary: Value = serde_json::from_str(summary).map_err(|error| error.to_string())?;
+    let entry = summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|entry| entry["podRef"]["name"] == pod && entry["podRef"]["namespace"] == namespace)
+        .ok_or_else(|| format!("no stats for {namespace}/{pod} yet"))?;
+    let memory: BTreeMap<String, u64> = entry["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|container| {
+            let bytes = container["memory"]["workingSetBytes"].as_u64()?;
+            Some((container["name"].as_str()?.to_owned(), bytes))
+        })
+        .filter(|(name, _)| name == "agent" || name == "porter")
+        .collect();
+    if memory.len() == 2 {
+        Ok(memory)
+    } else {
+        Err(format!("containers so far: {}", entry["containers"]))
+    }
 }
