@@ -388,10 +388,21 @@ async fn smoke(
         server.requests_for(&format!("/{exec_path}")),
         vec![sleeper_ip]
     );
-    let log = kubectl(environment, &["logs", "sleeper", "-n", namespace]).await?;
-    assert!(
-        log.contains("sleep: waiting for SIGTERM"),
-        "sleeper's log: {log}"
-    );
+    // Ready says the container started, not that it has written yet: poll.
+    wait::until(
+        &format!("sleeper's log in {namespace} to show it waiting"),
+        POD_TIMEOUT,
+        || async move {
+            let log = kubectl(environment, &["logs", "sleeper", "-n", namespace])
+                .await
+                .map_err(|failure| format!("{failure:?}"))?;
+            if log.contains("sleep: waiting for SIGTERM") {
+                Ok(())
+            } else {
+                Err(format!("log: {log:?}"))
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
