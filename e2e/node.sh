@@ -696,6 +696,7 @@ node_stop() {
 	# Best effort (it runs from run.sh's exit trap): every step is tried.
 	local -
 	set +e
+	local started=$SECONDS
 	local kubectl="$node_bin_dir/kubectl"
 	if [[ -n "$node_kubelet_pid" ]] && kill -0 "$node_kubelet_pid" 2> /dev/null; then
 		"$kubectl" delete pods --all-namespaces --field-selector "spec.nodeName=$node_name" \
@@ -739,6 +740,7 @@ node_stop() {
 	fi
 	node_unlock
 	node_dir=""
+	node_log "stopped in $((SECONDS - started)) s"
 }
 
 node_unlock() {
