@@ -60,6 +60,7 @@ node_lock_file=/run/saint-e2e-node.lock
 node_pids=()
 node_containerd_pid=""
 node_kubelet_pid=""
+node_scheduler_pid=""
 node_dir=""
 node_bin_dir=""
 node_lock_fd=""
@@ -665,6 +666,7 @@ node_start() {
 		--bind-address 127.0.0.1 \
 		--secure-port "$scheduler_port" \
 		--leader-elect=false
+	node_scheduler_pid=$node_last_pid
 	node_pids+=("$node_last_pid")
 	node_wait_for "kube-scheduler healthy" 60 "$logs/kube-scheduler.log" node_scheduler_healthy "$scheduler_port" || return 1
 
@@ -699,6 +701,11 @@ node_stop() {
 	local started=$SECONDS
 	local kubectl="$node_bin_dir/kubectl"
 	if [[ -n "$node_kubelet_pid" ]] && kill -0 "$node_kubelet_pid" 2> /dev/null; then
+		# The scheduler first: controllers replace deleted pods (a Deployment's
+		# ReplicaSet), and the replacements must stay unscheduled.
+		if [[ -n "$node_scheduler_pid" ]]; then
+			node_stop_group "$node_scheduler_pid"
+		fi
 		"$kubectl" delete pods --all-namespaces --field-selector "spec.nodeName=$node_name" \
 			--grace-period 1 --wait=false > /dev/null 2>&1 || true
 		local deadline=$((SECONDS + 30))
@@ -706,6 +713,10 @@ node_stop() {
 			[[ -n "$("$kubectl" get pods --all-namespaces --field-selector "spec.nodeName=$node_name" -o name 2> /dev/null)" ]]; do
 			sleep 0.5
 		done
+		if ((SECONDS >= deadline)); then
+			echo "node: pods still on $node_name after 30 s (stopping their containers directly):" \
+				"$("$kubectl" get pods --all-namespaces --field-selector "spec.nodeName=$node_name" -o name 2> /dev/null | paste -sd ' ')" >&2
+		fi
 	fi
 	# containerd last: what the kubelet left is removed through it.
 	local index
@@ -714,6 +725,7 @@ node_stop() {
 	done
 	node_pids=()
 	node_kubelet_pid=""
+	node_scheduler_pid=""
 	local socket="$node_dir/containerd/containerd.sock"
 	if [[ -S "$socket" ]] && node_ctr version > /dev/null 2>&1; then
 		local task container
