@@ -34,7 +34,8 @@
 # Images, no registry: the pause image (pause.c of the pinned
 # k8s.io/kubernetes module, `gcc -static`) is containerd's sandbox image, and
 # the probe image (e2e/node/probe, static Go, standard library only: API server
-# through the `kubernetes` Service, HTTP GET, sleep) serves the node's tests.
+# through the `kubernetes` Service, HTTP GET, file write, sleep) serves the
+# node's tests.
 # Both are packed with umoci as OCI archives whose index names the full
 # reference (io.containerd.image.name), cached in
 # ~/.cache/saint/node-images-<input-digest>/ and imported at every start
@@ -452,7 +453,6 @@ node_lock() {
 node_start() {
 	node_bin_dir="$1"
 	local run_dir="$2"
-	node_dir="$run_dir/node"
 	local started=$SECONDS
 	local binary
 	for binary in kubelet kube-proxy kube-scheduler kubectl; do
@@ -463,11 +463,11 @@ node_start() {
 	node_require_packages || return 1
 
 	if [[ -z "$node_lock_fd" ]]; then
-		node_lock || {
-			node_dir=""
-			return 1
-		}
+		node_lock || return 1
 	fi
+	# From here on node_stop has something to stop (never before the lock:
+	# it would remove another node's bridge and chains).
+	node_dir="$run_dir/node"
 	node_remove_host_state
 
 	node_build_images || return 1
@@ -694,7 +694,7 @@ node_stop_group() {
 # mounts, the bridge, iptables chains and cgroups. Safe to call after a
 # partial start or twice.
 node_stop() {
-	[[ -n "$node_dir" ]] || return 0
+	[[ -n "$node_dir" && -n "$node_lock_fd" ]] || return 0
 	# Best effort (it runs from run.sh's exit trap): every step is tried.
 	local -
 	set +e
