@@ -165,7 +165,7 @@ fn example_saintbot(
     let mut bot = examples::find(environment, "saintbot.yaml", "SaintBot", BOT)?;
     let spec = &mut bot.data["spec"];
     spec["model"]["baseUrl"] = model_url.into();
-    spec["porter"]["image"] = porter_image.into();
+    spec["images"]["porter"] = porter_image.into();
     let clis = spec["porter"]["clis"]
         .as_array_mut()
         .ok_or_else(|| Failure::message("the example SaintBot has no porter.clis"))?;

@@ -46,7 +46,7 @@ use super::{SecretKeyReference, dns_label_rule, dns_subdomain_rule, formats, sec
         name = "Reason",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
-        priority = 1
+        description = "Why the bot is (not) ready: PodReady, SecretMissing, InvalidSpec, …"
     ),
     printcolumn(
         name = "Model",
