@@ -121,9 +121,10 @@ pub async fn diagnose(environment: &Environment, namespaces: &[&str]) -> String 
         report += &format!("===== pods in {namespace}\n");
         report += &run(vec![
             "get".into(),
-            "pods,jobs".into(),
+            "pods,jobs,networkpolicies,pvc".into(),
             "-o".into(),
             "wide".into(),
+            "--show-labels".into(),
             "-n".into(),
             namespace.clone(),
         ])

@@ -194,7 +194,22 @@ async fn the_company_bot_runs_on_a_node_answers_execs_through_porter_and_keeps_i
     figures.save(&environment);
     if let Err(failure) = result {
         let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
-        let report = pods::diagnose(&environment, &namespaces).await;
+        let mut report = pods::diagnose(&environment, &namespaces).await;
+        // What the policy engine made of it: its chains and sets on this host.
+        for command in [
+            "iptables-save | grep -E 'KUBE-(ROUTER|POD-FW|NWPLCY)' | head -80",
+            "ipset list | head -60",
+        ] {
+            if let Ok(output) = std::process::Command::new("bash")
+                .args(["-c", command])
+                .output()
+            {
+                report += &format!(
+                    "===== {command}\n{}\n",
+                    String::from_utf8_lossy(&output.stdout)
+                );
+            }
+        }
         return Err(Failure::message(format!("{failure:?}\n{report}")));
     }
     for namespace in &namespaces {
@@ -323,13 +338,28 @@ async fn scenario(
 
     // exec "gh --version": a sandbox Job on the bot's node, the shim, Porter's socket on
     // the bot's volume, the fake gh in the porter container with its Secret.
+    // The probe also tries the network from the sandbox: the model server on the node
+    // (which the bot pod reached a moment ago) and the API server behind the
+    // `kubernetes` Service. The sandbox NetworkPolicy must refuse both.
+    let model_port = llm
+        .base_url()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let connect = "import socket, sys\n\
+                   s = socket.socket(); s.settimeout(3)\n\
+                   code = s.connect_ex((sys.argv[1], int(sys.argv[2])))\n\
+                   print('sandbox-connect', sys.argv[1], 'open' if code == 0 else 'refused')";
     let probe = format!(
         "gh --version; echo uid-in-sandbox=$(id -u); \
          if env | grep -q GH_TOKEN; then echo sandbox-env-has-GH_TOKEN; fi; \
          if grep -rqsF \"$(printf %s {})$(printf %s {})\" /workspace /agent /tmp /run /etc /home 2>/dev/null; \
-         then echo sandbox-files-hold-the-canary; else echo sandbox-files-clean; fi",
+         then echo sandbox-files-hold-the-canary; else echo sandbox-files-clean; fi; \
+         python3 -c \"{connect}\" {host} {model_port}; python3 -c \"{connect}\" 10.0.0.1 443",
         &canary[..8],
-        &canary[8..]
+        &canary[8..],
+        host = run.host_ip,
     );
     llm.push(Reply::tool_call("exec", json!({"command": probe})));
     llm.push(Reply::text("gh ran."));
@@ -365,6 +395,15 @@ async fn scenario(
         !result.contains(&canary),
         "the credential reached the model: {result}"
     );
+    // Refused on the first command already: the runner serves only once its pod's
+    // network is cut (the policy engine applies the policy a moment after the pod
+    // got its address; without that wait this probe connected on this node).
+    for target in [run.host_ip.to_string(), "10.0.0.1".to_owned()] {
+        assert!(
+            result.contains(&format!("sandbox-connect {target} refused")),
+            "the sandbox reached {target} (or never tried): {result}"
+        );
+    }
 
     // The sandbox Job's pod ran on the bot's node and holds no credential anywhere in
     // its spec (`kubectl get pod -o yaml`).
@@ -398,7 +437,12 @@ async fn scenario(
     );
 
     // Warm: the session's sandbox is already running.
-    llm.push(Reply::tool_call("exec", json!({"command": "gh --version"})));
+    let warm_probe = format!(
+        "gh --version; python3 -c \"{connect}\" {host} {model_port}; \
+         python3 -c \"{connect}\" 10.0.0.1 443",
+        host = run.host_ip,
+    );
+    llm.push(Reply::tool_call("exec", json!({"command": warm_probe})));
     llm.push(Reply::text("gh ran again."));
     let requests_before = llm.request_count();
     let warm_sent = Instant::now();
@@ -409,6 +453,12 @@ async fn scenario(
     assert_eq!(answer, "gh ran again.");
     let result = last_tool_result(&llm, requests_before)?;
     assert!(result.contains("args=[--version]"), "{result}");
+    for target in [run.host_ip.to_string(), "10.0.0.1".to_owned()] {
+        assert!(
+            result.contains(&format!("sandbox-connect {target} refused")),
+            "the warm sandbox reached {target} (or never tried): {result}"
+        );
+    }
     let jobs = Api::<Job>::namespaced(admin.clone(), &bot_namespace)
         .list(&ListParams::default().labels(&sandbox_label_selector(BOT)))
         .await?

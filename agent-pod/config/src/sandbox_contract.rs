@@ -156,6 +156,9 @@ pub const RUNNER_CLIS_ENV: &str = "SAINT_SANDBOX_CLIS";
 pub const RUNNER_SEED_ENV: &str = "SAINT_SANDBOX_SEED";
 /// Environment variable: whole seconds without a connection after which the runner exits.
 pub const RUNNER_IDLE_TIMEOUT_ENV: &str = "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS";
+/// Environment variable: `true` when the runner must see its pod cut off from the
+/// network (the API server unreachable) before it serves a command.
+pub const RUNNER_REQUIRE_NETWORK_CUT_ENV: &str = "SAINT_RUNNER_REQUIRE_NETWORK_CUT";
 
 /// What the agent tells a sandbox runner through its environment. Lists travel as JSON
 /// arrays, so a name or path containing a comma arrives whole.
@@ -171,6 +174,11 @@ pub struct RunnerSettings {
     pub seed: Vec<String>,
     /// Idle seconds before the runner exits ([`RUNNER_IDLE_TIMEOUT_ENV`]).
     pub idle_timeout_seconds: u64,
+    /// Serve only once the network is proven cut ([`RUNNER_REQUIRE_NETWORK_CUT_ENV`]):
+    /// a NetworkPolicy takes effect some time after its pod got an address, so a sandbox
+    /// pod verifies it before running anything. Local sandboxes have no network
+    /// namespace to begin with.
+    pub require_network_cut: bool,
 }
 
 impl Default for RunnerSettings {
@@ -181,6 +189,7 @@ impl Default for RunnerSettings {
             clis: Vec::new(),
             seed: Vec::new(),
             idle_timeout_seconds: DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS,
+            require_network_cut: false,
         }
     }
 }
@@ -195,6 +204,7 @@ impl fmt::Debug for RunnerSettings {
             .field("clis", &self.clis)
             .field("seed", &self.seed)
             .field("idle_timeout_seconds", &self.idle_timeout_seconds)
+            .field("require_network_cut", &self.require_network_cut)
             .finish()
     }
 }
@@ -218,6 +228,11 @@ pub enum RunnerSettingsError {
     },
     #[error("failed to read {variable}: it is set but empty")]
     Empty { variable: &'static str },
+    #[error("failed to read {variable}: expected true or false, got {value:?}")]
+    Flag {
+        variable: &'static str,
+        value: String,
+    },
 }
 
 impl RunnerSettings {
@@ -234,6 +249,10 @@ impl RunnerSettings {
             (
                 RUNNER_IDLE_TIMEOUT_ENV.to_string(),
                 self.idle_timeout_seconds.to_string(),
+            ),
+            (
+                RUNNER_REQUIRE_NETWORK_CUT_ENV.to_string(),
+                self.require_network_cut.to_string(),
             ),
         ]
     }
@@ -269,6 +288,18 @@ impl RunnerSettings {
                         value: seconds.clone(),
                         source,
                     })?;
+        }
+        if let Some(flag) = lookup(RUNNER_REQUIRE_NETWORK_CUT_ENV) {
+            settings.require_network_cut = match flag.trim() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(RunnerSettingsError::Flag {
+                        variable: RUNNER_REQUIRE_NETWORK_CUT_ENV,
+                        value: flag,
+                    });
+                }
+            };
         }
         Ok(settings)
     }
@@ -313,6 +344,7 @@ mod tests {
                 "quote\"and\\slash".to_string(),
             ],
             idle_timeout_seconds: 3_600,
+            require_network_cut: true,
         };
         let environment = settings.to_env();
         assert_eq!(
@@ -325,7 +357,8 @@ mod tests {
                 RUNNER_TOKEN_ENV,
                 RUNNER_CLIS_ENV,
                 RUNNER_SEED_ENV,
-                RUNNER_IDLE_TIMEOUT_ENV
+                RUNNER_IDLE_TIMEOUT_ENV,
+                RUNNER_REQUIRE_NETWORK_CUT_ENV
             ]
         );
         let parsed = RunnerSettings::from_env(lookup_in(&environment)).unwrap();
@@ -343,6 +376,7 @@ mod tests {
             parsed.idle_timeout_seconds,
             DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS
         );
+        assert!(!parsed.require_network_cut);
     }
 
     #[test]
@@ -352,6 +386,8 @@ mod tests {
             (RUNNER_SEED_ENV, "[\"SOUL.md\", 3]"),
             (RUNNER_IDLE_TIMEOUT_ENV, "an hour"),
             (RUNNER_SOCKET_ENV, ""),
+            (RUNNER_REQUIRE_NETWORK_CUT_ENV, "yes"),
+            (RUNNER_REQUIRE_NETWORK_CUT_ENV, "1"),
         ];
         for (variable, value) in cases {
             let error =

@@ -255,6 +255,8 @@ pub fn build_job(
         clis: parameters.clis.to_vec(),
         seed: parameters.seed.to_vec(),
         idle_timeout_seconds: parameters.runner_idle_timeout_seconds,
+        // The pod has an address before its NetworkPolicy is enforced.
+        require_network_cut: true,
     };
     let env = container.env.get_or_insert_with(Vec::new);
     for (name, value) in settings.to_env() {
@@ -856,6 +858,7 @@ mod tests {
                 {"name": "SAINT_SANDBOX_CLIS", "value": "[\"gh\",\"jira\"]"},
                 {"name": "SAINT_SANDBOX_SEED", "value": "[\"SOUL.md\",\"skills\"]"},
                 {"name": "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", "value": "3600"},
+                {"name": "SAINT_RUNNER_REQUIRE_NETWORK_CUT", "value": "true"},
             ])
         );
         // The empty view's placeholder is gone, so the runner directory moved up one.
@@ -897,6 +900,7 @@ mod tests {
                 clis,
                 seed,
                 idle_timeout_seconds: 3600,
+                require_network_cut: true,
             }
         );
     }

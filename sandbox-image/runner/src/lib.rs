@@ -4,6 +4,7 @@
 
 pub mod connection;
 pub mod environment;
+pub mod network_cut;
 pub mod process_group;
 pub mod seed;
 pub mod server;

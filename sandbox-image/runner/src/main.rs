@@ -8,7 +8,9 @@ use clap::Parser;
 use saint_config::sandbox_contract::{
     RUNNER_TOKEN_ENV, RunnerSettings, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
 };
-use saint_sandbox_runner::{seed, server, shims, state::State, working_directory::Roots};
+use saint_sandbox_runner::{
+    network_cut, seed, server, shims, state::State, working_directory::Roots,
+};
 
 /// Serves exec requests inside a sandbox over a unix socket (Porter frame protocol).
 ///
@@ -83,6 +85,7 @@ async fn main() {
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let settings = RunnerSettings::from_env(|name| std::env::var(name).ok())?;
+    let require_network_cut = settings.require_network_cut;
     let mut names = settings.clis;
     names.extend(flags.clis.iter().cloned());
     if let Some(path) = &flags.clis_file {
@@ -128,6 +131,18 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         flags.default_timeout_seconds,
         token,
     ));
+    // The socket appearing is the agent's signal that commands may run: only after the
+    // network is proven cut.
+    if require_network_cut {
+        let target = network_cut::api_server_from_env(|name| std::env::var(name).ok())?;
+        let cut = network_cut::await_network_cut(target, network_cut::DEFAULT_DEADLINE).await?;
+        tracing::info!(
+            %target,
+            attempts = cut.attempts,
+            waited_ms = cut.waited.as_millis() as u64,
+            "network cut: the API server is unreachable"
+        );
+    }
     let listener = server::bind(&socket, flags.socket_mode)?;
     tracing::info!(socket = %socket.display(), clis = names.len(), seeded, "runner ready");
     let stopped = server::serve(

@@ -582,6 +582,7 @@ fn settings_from_the_environment_arrive_whole_even_with_commas() {
         clis: vec!["gh".to_string(), "odd,cli".to_string()],
         seed: vec!["notes/a,b.md".to_string(), "SOUL.md".to_string()],
         idle_timeout_seconds: 60,
+        require_network_cut: false,
     };
     let mut child = start_with_environment(base.path(), &settings.to_env());
     let socket = PathBuf::from(&settings.socket);
