@@ -121,6 +121,11 @@ impl Daemon {
             .arg(&audit_log)
             .arg("--tokens-file")
             .arg(&tokens)
+            // Each daemon its own homes root: the default is one per uid in the temp
+            // directory, which every daemon empties at start, so parallel tests would
+            // delete each other's call homes mid-call.
+            .arg("--call-homes")
+            .arg(directory.path().join("call-homes"))
             .args([
                 "--kill-grace-seconds",
                 "1",
