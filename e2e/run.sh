@@ -132,6 +132,9 @@ run_dir="$(mktemp -d "${TMPDIR:-/tmp}/saint-e2e.XXXXXX")"
 finish() {
 	local status=$?
 	trap - EXIT INT TERM
+	# Every stop step runs even when one fails: under set -e a failing netpol or
+	# node step would leave the kubelet, containerd and the API server running.
+	set +e
 	if ((status != 0)); then
 		echo "run.sh: failed (exit $status); control-plane logs are in $run_dir/logs" >&2
 		for log in "$run_dir"/logs/*.log; do
@@ -188,7 +191,10 @@ if ((with_node == 1)); then
 			echo "run.sh: no image archives in $SAINT_E2E_IMAGES_DIR (run e2e/images/build.sh); scenarios needing them will fail" >&2
 		fi
 		for archive in "${archives[@]}"; do
-			echo "run.sh: imported $(node_import_image "$archive" | paste -sd ' ') from $archive"
+			# Assigned first: a failed import inside echo's $(…) would pass unnoticed
+			# and surface later as a pod that cannot find its image.
+			imported="$(node_import_image "$archive")" || exit 1
+			echo "run.sh: imported $(paste -sd ' ' <<< "$imported") from $archive"
 		done
 		export SAINT_E2E_IMAGES_DIR
 	fi

@@ -957,4 +957,40 @@ fn a_model_server_at_a_private_address_is_reachable_at_exactly_that_address_and_
     assert!(added(with_model_url("https://203.0.113.9:8443/")).is_empty());
     assert!(added(with_model_url("http://ollama.ai.svc:11434/")).is_empty());
     assert!(added(with_model_url("http://10-88-0-1.example.com/")).is_empty());
+    // An IPv4-mapped IPv6 literal is the IPv4 address a policy matches.
+    assert_eq!(
+        added(with_model_url("http://[::ffff:10.0.0.5]:8000/"))[0]["to"][0]["ipBlock"]["cidr"],
+        "10.0.0.5/32"
+    );
+}
+
+#[test]
+fn a_model_url_at_a_metadata_link_local_or_loopback_address_is_refused_naming_the_field() {
+    let (bot, dereferenced) = load("acme.yaml");
+    for url in [
+        "http://169.254.169.254/",
+        "http://[fd00:ec2::254]/",
+        "http://100.100.100.200/",
+        "http://[fe80::1]:8000/",
+        "http://127.0.0.1:11434/",
+        "http://[::1]:11434/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://0.0.0.0:8000/",
+    ] {
+        let mut value = serde_json::to_value(&bot).unwrap();
+        value["spec"]["model"]["baseUrl"] = url.into();
+        let bot = serde_json::from_value(value).unwrap();
+        let message = saint_operator::saintbot_controller::validate::validate(
+            &bot,
+            &dereferenced,
+            &settings(),
+        )
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+        assert!(
+            message.contains("spec.model.baseUrl") && message.contains("never reach"),
+            "{url}: {message}"
+        );
+    }
 }

@@ -308,13 +308,22 @@ pub fn validate(
     let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
     let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
 
+    let model = model::render_model(&spec.model);
+    if let Some(why) =
+        crate::saintbot_controller::build::network_policy::refused_endpoint(&model.base_url)
+    {
+        return Err(ValidateError::InvalidSetting {
+            field: "spec.model.baseUrl".to_string(),
+            message: format!("bot pods never reach {why}"),
+        });
+    }
     let config = BotConfig {
         schema_version: SCHEMA_VERSION.to_string(),
         bot: BotIdentity {
             name: name.clone(),
             namespace: namespace.clone(),
         },
-        model: model::render_model(&spec.model),
+        model,
         channels: channels.channels,
         default_role: spec.default_role.clone(),
         roles,

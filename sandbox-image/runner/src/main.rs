@@ -85,7 +85,11 @@ async fn main() {
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let settings = RunnerSettings::from_env(|name| std::env::var(name).ok())?;
-    let require_network_cut = settings.require_network_cut;
+    // In a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every one) the cut is
+    // required whatever the settings say: a Job from an older agent or a hand-written
+    // template must not run commands unchecked.
+    let require_network_cut =
+        settings.require_network_cut || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let mut names = settings.clis;
     names.extend(flags.clis.iter().cloned());
     if let Some(path) = &flags.clis_file {

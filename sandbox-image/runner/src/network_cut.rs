@@ -20,8 +20,11 @@ use tokio::net::TcpStream;
 /// How long one connection attempt may take; a policy that drops packets answers
 /// with silence, one that rejects them answers at once.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(700);
-/// Pause between attempts while the connection still succeeds.
-pub const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Pause between attempts.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long every attempt must have failed, without one connecting, before the cut
+/// counts: one failure may be a lost SYN or an API server between restarts.
+pub const CUT_SPAN: Duration = Duration::from_secs(2);
 /// How long the runner waits for the policy to take effect before giving up.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -74,28 +77,43 @@ pub fn api_server_from_env(
     Ok(SocketAddr::new(address, port))
 }
 
-/// Connects to `target` until a connection fails (refused, unreachable or no
-/// answer within [`ATTEMPT_TIMEOUT`]); fails once `deadline` has passed with every
-/// attempt connected.
+/// Connects to `target` until every attempt for [`CUT_SPAN`] has failed (refused,
+/// unreachable or no answer within [`ATTEMPT_TIMEOUT`]); a connection that succeeds
+/// starts the span again. Fails once `deadline` has passed without such a span.
 pub async fn await_network_cut(
     target: SocketAddr,
     deadline: Duration,
 ) -> Result<NetworkCut, NetworkCutError> {
+    await_cut(target, CUT_SPAN, deadline).await
+}
+
+async fn await_cut(
+    target: SocketAddr,
+    span: Duration,
+    deadline: Duration,
+) -> Result<NetworkCut, NetworkCutError> {
     let started = Instant::now();
     let mut attempts = 0;
+    let mut failing_since: Option<Instant> = None;
     loop {
         attempts += 1;
+        let attempt = Instant::now();
         match tokio::time::timeout(ATTEMPT_TIMEOUT, TcpStream::connect(target)).await {
-            Ok(Ok(stream)) => drop(stream),
-            Ok(Err(_)) | Err(_) => {
-                return Ok(NetworkCut {
-                    attempts,
-                    waited: started.elapsed(),
-                });
+            Ok(Ok(stream)) => {
+                drop(stream);
+                if failing_since.take().is_some() || attempts == 1 {
+                    tracing::info!(%target, "the sandbox still reaches the API server; waiting for its NetworkPolicy");
+                }
             }
-        }
-        if attempts == 1 {
-            tracing::info!(%target, "the sandbox still reaches the API server; waiting for its NetworkPolicy");
+            Ok(Err(_)) | Err(_) => {
+                let since = *failing_since.get_or_insert(attempt);
+                if since.elapsed() >= span {
+                    return Ok(NetworkCut {
+                        attempts,
+                        waited: started.elapsed(),
+                    });
+                }
+            }
         }
         if started.elapsed() >= deadline {
             return Err(NetworkCutError::StillConnected {
@@ -124,10 +142,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let target = listener.local_addr().unwrap();
         drop(listener);
-        let cut = await_network_cut(target, Duration::from_secs(5))
+        let cut = await_cut(target, Duration::from_millis(500), Duration::from_secs(5))
             .await
             .unwrap();
-        assert_eq!(cut.attempts, 1);
+        // Every attempt failed, for the whole span: more than one attempt.
+        assert!(cut.attempts >= 3, "{cut:?}");
+        assert!(cut.waited >= Duration::from_millis(500), "{cut:?}");
     }
 
     #[tokio::test]
@@ -141,9 +161,13 @@ mod tests {
                 counter.fetch_add(1, Ordering::SeqCst);
             }
         });
-        let error = await_network_cut(target, Duration::from_millis(500))
-            .await
-            .unwrap_err();
+        let error = await_cut(
+            target,
+            Duration::from_millis(500),
+            Duration::from_millis(800),
+        )
+        .await
+        .unwrap_err();
         let message = error.to_string();
         assert!(message.contains(&target.to_string()), "{message}");
         assert!(message.contains("does not enforce"), "{message}");
@@ -161,12 +185,34 @@ mod tests {
                 let _ = listener.accept().await;
             }
         });
-        let cut = await_network_cut(target, Duration::from_secs(10))
+        let cut = await_cut(target, Duration::from_millis(500), Duration::from_secs(10))
             .await
             .unwrap();
         assert!(
-            cut.attempts >= 4,
-            "three connected attempts, then the cut: {cut:?}"
+            cut.attempts >= 6,
+            "three connected attempts, then a failing span: {cut:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_single_failure_between_connections_is_not_a_cut() {
+        // Reachable, then refused for a moment (the server restarting), then reachable
+        // again for good: the runner must never call that a cut.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap();
+        drop(listener);
+        let restarted = tokio::spawn(async move {
+            tokio::time::sleep(RETRY_PAUSE / 2).await;
+            let listener = TcpListener::bind(target).await.unwrap();
+            loop {
+                let _ = listener.accept().await;
+            }
+        });
+        let outcome = await_cut(target, Duration::from_secs(1), Duration::from_secs(2)).await;
+        restarted.abort();
+        assert!(
+            matches!(outcome, Err(NetworkCutError::StillConnected { .. })),
+            "{outcome:?}"
         );
     }
 

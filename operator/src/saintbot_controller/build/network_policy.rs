@@ -119,20 +119,62 @@ pub fn private_endpoints(config: &BotConfig) -> Vec<(IpAddr, u16)> {
     }
     let mut endpoints = Vec::new();
     for url in urls {
-        let Ok(url) = Url::parse(url) else { continue };
-        let address = match url.host() {
-            Some(Host::Ipv4(address)) => IpAddr::V4(address),
-            Some(Host::Ipv6(address)) => IpAddr::V6(address),
-            _ => continue,
-        };
-        let Some(port) = url.port_or_known_default() else {
+        let Some((address, port)) = ip_literal(url) else {
             continue;
         };
-        if is_private(address) && !endpoints.contains(&(address, port)) {
+        if is_private(address)
+            && never_opened(address, port).is_none()
+            && !endpoints.contains(&(address, port))
+        {
             endpoints.push((address, port));
         }
     }
     endpoints
+}
+
+/// The address and port of a URL whose host is an IP literal (IPv4-mapped IPv6
+/// addresses as IPv4, the form policies match).
+fn ip_literal(url: &str) -> Option<(IpAddr, u16)> {
+    let url = Url::parse(url).ok()?;
+    let address = match url.host()? {
+        Host::Ipv4(address) => IpAddr::V4(address),
+        Host::Ipv6(address) => address
+            .to_ipv4_mapped()
+            .map_or(IpAddr::V6(address), IpAddr::V4),
+        Host::Domain(_) => return None,
+    };
+    Some((address, url.port_or_known_default()?))
+}
+
+/// Addresses no egress rule ever opens, even when the config names them: the pod's own
+/// loopback, link-local ranges and the cloud metadata services (they hand out the
+/// node's credentials), the unspecified address, and port 0.
+fn never_opened(address: IpAddr, port: u16) -> Option<&'static str> {
+    const METADATA: [&str; 2] = ["100.100.100.200", "fd00:ec2::254"];
+    if port == 0 {
+        Some("port 0")
+    } else if address.is_loopback() {
+        Some("a loopback address (the pod itself)")
+    } else if address.is_unspecified() {
+        Some("the unspecified address")
+    } else if METADATA
+        .iter()
+        .any(|metadata| metadata.parse() == Ok(address))
+        || matches!(address, IpAddr::V4(v4) if v4.is_link_local())
+        || matches!(address, IpAddr::V6(v6) if v6.is_unicast_link_local())
+    {
+        Some("a link-local or cloud metadata address, which hands out the node's credentials")
+    } else {
+        None
+    }
+}
+
+/// Why a bot may not name `url` as an endpoint, if its host is an address no egress
+/// rule opens; validation refuses such a spec instead of rendering a bot that cannot
+/// reach it.
+pub fn refused_endpoint(url: &str) -> Option<String> {
+    let (address, port) = ip_literal(url)?;
+    never_opened(address, port).map(|why| format!("{address} port {port} is {why}"))
 }
 
 /// Whether `address` falls in one of the ranges the internet rule excepts.
