@@ -156,6 +156,11 @@ finish() {
 		node_unlock
 	fi
 	control_plane_stop
+	# The node scenario's measurements (apply to Ready, message to reply, exec cold
+	# and warm, idle memory, Contact edit to agent), kept in the test log.
+	if [[ -f "$run_dir/node-figures.json" ]]; then
+		echo "run.sh: node figures: $(tr -d ' \n' < "$run_dir/node-figures.json")"
+	fi
 	if [[ -n "${bench:-}" ]]; then
 		# A benchmark's run directory keeps its JSON and logs; etcd's data is
 		# thousands of throwaway objects.
