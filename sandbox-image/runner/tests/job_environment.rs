@@ -119,7 +119,11 @@ fn the_runner_starts_from_the_environment_the_agent_puts_in_the_job() {
         .arg("--proxy")
         .arg("/usr/local/bin/cliport-proxy")
         .env_clear()
-        .envs(environment)
+        .envs(environment.clone())
+        // What the kubelet adds in every pod: the API server's Service, here a loopback
+        // port nothing listens on (a pod whose network is cut).
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", closed_port().to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -180,4 +184,86 @@ fn exec(socket: &Path, token: &str, command: &str) -> Frame {
         last = Some(frame);
     }
     last.expect("the runner answered")
+}
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The runner with the environment of a Job the agent built (`require_network_cut`
+/// set), plus `extra`, its stderr captured.
+fn start_as_job(base: &std::path::Path, extra: &[(&str, String)]) -> std::process::Child {
+    for directory in ["workspace", "agent", "bin"] {
+        fs::create_dir_all(base.join(directory)).unwrap();
+    }
+    let settings = saint_config::sandbox_contract::RunnerSettings {
+        token: "job-runner-token".to_string(),
+        require_network_cut: true,
+        ..Default::default()
+    };
+    Command::new(env!("CARGO_BIN_EXE_saint-sandbox-runner"))
+        .arg("--socket")
+        .arg(base.join("run/runner.sock"))
+        .arg("--workspace")
+        .arg(base.join("workspace"))
+        .arg("--agent")
+        .arg(base.join("agent"))
+        .arg("--shim-directory")
+        .arg(base.join("bin"))
+        .arg("--proxy")
+        .arg("/usr/local/bin/cliport-proxy")
+        .env_clear()
+        .envs(settings.to_env())
+        .envs(extra.iter().map(|(name, value)| (*name, value.clone())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_job_runner_that_cannot_check_its_network_refuses_to_start_naming_the_variable() {
+    let base = tempfile::tempdir().unwrap();
+    let runner = start_as_job(base.path(), &[]);
+    let output = runner.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("KUBERNETES_SERVICE_HOST"), "{stderr}");
+    assert!(!base.path().join("run/runner.sock").exists());
+}
+
+#[test]
+fn a_job_runner_whose_pod_still_reaches_the_api_server_publishes_no_socket() {
+    // A server standing in for the API server, reachable: the NetworkPolicy is not in
+    // effect (yet). The runner must keep its socket unpublished meanwhile.
+    let api_server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = api_server.local_addr().unwrap().port();
+    let accepting = thread::spawn(move || {
+        for stream in api_server.incoming().take(8) {
+            drop(stream);
+        }
+    });
+    let base = tempfile::tempdir().unwrap();
+    let mut runner = start_as_job(
+        base.path(),
+        &[
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1".to_string()),
+            ("KUBERNETES_SERVICE_PORT", port.to_string()),
+        ],
+    );
+    // Eight connections accepted: the runner has probed for over a second and is still
+    // waiting, not serving.
+    accepting.join().unwrap();
+    assert!(
+        runner.try_wait().unwrap().is_none(),
+        "the runner gave up early"
+    );
+    assert!(
+        !base.path().join("run/runner.sock").exists(),
+        "the runner published its socket while its pod reached the API server"
+    );
+    runner.kill().unwrap();
+    runner.wait().unwrap();
 }
