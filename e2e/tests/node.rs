@@ -71,7 +71,8 @@ fn variable(name: &str) -> Result<String, Failure> {
 
 impl NodeRun {
     fn from_env(environment: &Environment) -> Result<Self, Failure> {
-        let host_ip = variable("SAINT_E2E_HOST_IP")?;
+        // The node's own settings come from the harness's reader (it names a missing one).
+        let host_ip = node::Node::from_env()?.host_ip;
         let chart = std::fs::read_to_string(environment.repo.join("charts/saint/Chart.yaml"))?;
         let version = chart
             .lines()
@@ -79,9 +80,7 @@ impl NodeRun {
             .map(|value| value.trim().trim_matches('"').to_owned())
             .ok_or_else(|| Failure::message("charts/saint/Chart.yaml has no appVersion"))?;
         Ok(Self {
-            host_ip: host_ip
-                .parse()
-                .map_err(|_| Failure::message(format!("SAINT_E2E_HOST_IP={host_ip} is no IP")))?,
+            host_ip,
             images_dir: variable("SAINT_E2E_IMAGES_DIR")?.into(),
             version,
         })
