@@ -9,13 +9,21 @@
 //! everything once and build their memory of what maps to what from the stores, so no
 //! copy of a whole fleet waits in a feed. When a watch lists again (a desync, an API
 //! server restart), everything it lists is passed on, and objects that vanished
-//! meanwhile as deletions. Children are cached slimmed to what [`freshness`] reads:
-//! compacted metadata and a hash of their compared [`content`]; the Deployment keeps its
-//! status (readiness) but not its pod template.
+//! meanwhile as deletions. Children are cached as [`Remembered`]: compacted metadata
+//! carrying a hash of their compared [`content`], and for a Deployment whether its pod
+//! is ready — a few hundred bytes each instead of the whole object.
+//!
+//! A change is passed on only when it can matter to a reconcile. Saint's own kinds have
+//! a status subresource, so their spec changes move `metadata.generation`; the status
+//! writes of the operator itself (and anyone else's) come back as events that change
+//! nothing a reconcile reads, and are dropped. A child's change is passed on only when
+//! what the cache keeps of it changed: the controller-manager's status updates of a
+//! Deployment (several a second in a large fleet) wake no bot unless its pod's
+//! readiness changed.
 
-use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
+use std::{borrow::Cow, fmt::Debug, future::Future, marker::PhantomData, pin::Pin, sync::Arc};
 
-use futures::{Stream, StreamExt, channel::mpsc};
+use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc};
 use k8s_openapi::{
     NamespaceResourceScope,
     api::{
@@ -24,6 +32,7 @@ use k8s_openapi::{
         networking::v1::{Ingress, NetworkPolicy},
         rbac::v1::RoleBinding,
     },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
     Api, Client, Resource,
@@ -38,10 +47,7 @@ use serde::de::DeserializeOwned;
 
 use crate::{
     crd::{Contact, Role, SaintBot},
-    saintbot_controller::{
-        content::{self, Content},
-        freshness,
-    },
+    saintbot_controller::content::{self, Content},
 };
 
 /// Objects a controller is told about: created, changed or deleted.
@@ -57,28 +63,46 @@ pub struct Reflection<K: Resource<DynamicType = ()> + 'static> {
     pub driver: Driver,
 }
 
+/// Whether a new version of an object can matter to a reconcile, given the version the
+/// store held before it.
+pub type Changed<K> = fn(before: &K, after: &K) -> bool;
+
 /// Starts nothing: builds the store, the feeds (one per consumer) and the driver of one
-/// watch.
-pub fn reflect<K, S>(kind: &'static str, events: S, consumers: usize) -> Reflection<K>
+/// watch. After the first list, an update for which `changed` says no is kept in the
+/// store but not passed on.
+pub fn reflect<K, S>(
+    kind: &'static str,
+    events: S,
+    consumers: usize,
+    changed: Changed<K>,
+) -> Reflection<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
+    let (store, mut writer) = reflector::store::<K>();
     let (senders, feeds): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded()).unzip();
     let reader = store.clone();
     let driver = Box::pin(async move {
-        let events = reflector::reflector(writer, events);
         futures::pin_mut!(events);
         let mut listed_once = false;
         // What the store held when a re-list began: what is missing at its end was
         // deleted while the watch was away.
         let mut before_list: Vec<Arc<K>> = Vec::new();
         while let Some(event) = events.next().await {
+            let before = match &event {
+                Ok(watcher::Event::Apply(object)) => reader.get(&ObjectRef::from(object)),
+                _ => None,
+            };
+            if let Ok(event) = &event {
+                writer.apply_watcher_event(event);
+            }
             let objects: Vec<K> = match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
-                    vec![object]
-                }
+                Ok(watcher::Event::Apply(object)) => match before {
+                    Some(before) if !changed(&before, &object) => continue,
+                    _ => vec![object],
+                },
+                Ok(watcher::Event::Delete(object)) => vec![object],
                 Ok(watcher::Event::InitApply(object)) if listed_once => vec![object],
                 Ok(watcher::Event::InitApply(_)) => continue,
                 Ok(watcher::Event::Init) => {
@@ -101,6 +125,16 @@ where
                 }
             };
             for object in objects {
+                tracing::trace!(
+                    kind,
+                    name = object.meta().name.as_deref().unwrap_or_default(),
+                    resource_version = object
+                        .meta()
+                        .resource_version
+                        .as_deref()
+                        .unwrap_or_default(),
+                    "passed on"
+                );
                 for sender in &senders {
                     // A closed feed belongs to a controller that has stopped.
                     let _ = sender.unbounded_send(Ok(object.clone()));
@@ -149,8 +183,30 @@ where
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
-    .modify(|object: &mut K| object.meta_mut().managed_fields = None);
-    reflect(kind_name::<K>(), events, consumers)
+    .modify(|object: &mut K| slim_source(object.meta_mut()));
+    reflect(kind_name::<K>(), events, consumers, source_changed::<K>)
+}
+
+/// Drops the metadata no reconcile reads from a cached SaintBot, Contact or Role: managed
+/// fields, annotations (`kubectl apply` keeps a second copy of the whole object in one),
+/// owner references and timestamps. Labels stay: selectors match them.
+pub fn slim_source(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.creation_timestamp = None;
+    meta.generate_name = None;
+}
+
+/// Whether a SaintBot, Contact or Role changed in what a reconcile reads: its spec (the
+/// generation moves with it), labels, or its deletion. A status write is no change.
+pub fn source_changed<K: Resource>(before: &K, after: &K) -> bool {
+    let (before, after) = (before.meta(), after.meta());
+    before.generation != after.generation
+        || before.labels != after.labels
+        || before.deletion_timestamp != after.deletion_timestamp
+        || before.finalizers != after.finalizers
+        || before.uid != after.uid
 }
 
 /// The label every child carries, so the child watches see only the operator's objects.
@@ -160,8 +216,86 @@ fn children_config() -> watcher::Config {
         .any_semantic()
 }
 
-/// A watch of the operator's children of kind `K`, each cached as [`slim_child`] makes it.
-fn child_objects<K>(client: &Client, namespace: Option<&str>) -> Reflection<K>
+/// What the cache keeps of one child of kind `K`: its metadata, compacted to what
+/// [`freshness`](crate::saintbot_controller::freshness) reads (the desired-hash annotation, the hash of its live content, the
+/// foreign writers among its managed fields) plus its name, uid, resourceVersion and
+/// owner, and for a Deployment whether its pod is ready. Labels stay only on kinds the
+/// operator finds by label ([`Content::FOUND_BY_LABELS`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Remembered<K> {
+    pub metadata: ObjectMeta,
+    /// A Deployment whose current generation has a ready pod; false for other kinds.
+    pub pod_ready: bool,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for Remembered<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dynamic: &()) -> Cow<'_, str> {
+        K::kind(dynamic)
+    }
+    fn group(dynamic: &()) -> Cow<'_, str> {
+        K::group(dynamic)
+    }
+    fn version(dynamic: &()) -> Cow<'_, str> {
+        K::version(dynamic)
+    }
+    fn plural(dynamic: &()) -> Cow<'_, str> {
+        K::plural(dynamic)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The cache's copy of a child: its compared content hashed, its metadata compacted,
+/// the rest dropped.
+pub fn remember<K: Content + Resource<DynamicType = ()>>(child: K) -> Remembered<K> {
+    let pod_ready = child.pod_ready();
+    let mut metadata = content::cached_metadata(child);
+    if !K::FOUND_BY_LABELS {
+        metadata.labels = None;
+    }
+    metadata.creation_timestamp = None;
+    metadata.generate_name = None;
+    metadata.generation = None;
+    Remembered {
+        metadata,
+        pod_ready,
+        kind: PhantomData,
+    }
+}
+
+/// Whether a child changed in what the cache keeps of it (a new resourceVersion alone
+/// is no change).
+pub fn child_changed<K>(before: &Remembered<K>, after: &Remembered<K>) -> bool {
+    before.pod_ready != after.pod_ready
+        || ObjectMeta {
+            resource_version: None,
+            ..before.metadata.clone()
+        } != ObjectMeta {
+            resource_version: None,
+            ..after.metadata.clone()
+        }
+}
+
+fn map_event<K, T>(event: watcher::Event<K>, map: impl Fn(K) -> T) -> watcher::Event<T> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(map(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(map(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(map(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A watch of the operator's children of kind `K`, each cached as [`remember`] makes it.
+fn child_objects<K>(client: &Client, namespace: Option<&str>) -> Reflection<Remembered<K>>
 where
     K: Content
         + Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -173,15 +307,8 @@ where
 {
     let events = watcher(api::<K>(client, namespace), children_config())
         .default_backoff()
-        .modify(slim_child::<K>);
-    reflect(kind_name::<K>(), events, 1)
-}
-
-/// The cache's copy of a child: its compared content hashed, its metadata compacted,
-/// its bulk dropped.
-pub fn slim_child<K: Content>(child: &mut K) {
-    content::cache_copy(child);
-    freshness::compact(child.meta_mut());
+        .map_ok(|event| map_event(event, remember::<K>));
+    reflect(kind_name::<K>(), events, 1, child_changed::<K>)
 }
 
 /// Saint's own resources, in stores.
@@ -192,17 +319,17 @@ pub struct Sources {
     pub roles: Store<Role>,
 }
 
-/// The operator's children as last seen, slimmed ([`slim_child`]).
+/// The operator's children as last seen ([`remember`]).
 #[derive(Clone)]
 pub struct Children {
-    pub service_accounts: Store<ServiceAccount>,
-    pub role_bindings: Store<RoleBinding>,
-    pub config_maps: Store<ConfigMap>,
-    pub claims: Store<PersistentVolumeClaim>,
-    pub services: Store<Service>,
-    pub network_policies: Store<NetworkPolicy>,
-    pub ingresses: Store<Ingress>,
-    pub deployments: Store<Deployment>,
+    pub service_accounts: Store<Remembered<ServiceAccount>>,
+    pub role_bindings: Store<Remembered<RoleBinding>>,
+    pub config_maps: Store<Remembered<ConfigMap>>,
+    pub claims: Store<Remembered<PersistentVolumeClaim>>,
+    pub services: Store<Remembered<Service>>,
+    pub network_policies: Store<Remembered<NetworkPolicy>>,
+    pub ingresses: Store<Remembered<Ingress>>,
+    pub deployments: Store<Remembered<Deployment>>,
 }
 
 impl Children {
@@ -224,14 +351,14 @@ pub struct BotFeeds {
     pub bots: Feed<SaintBot>,
     pub contacts: Feed<Contact>,
     pub roles: Feed<Role>,
-    pub service_accounts: Feed<ServiceAccount>,
-    pub role_bindings: Feed<RoleBinding>,
-    pub config_maps: Feed<ConfigMap>,
-    pub claims: Feed<PersistentVolumeClaim>,
-    pub services: Feed<Service>,
-    pub network_policies: Feed<NetworkPolicy>,
-    pub ingresses: Feed<Ingress>,
-    pub deployments: Feed<Deployment>,
+    pub service_accounts: Feed<Remembered<ServiceAccount>>,
+    pub role_bindings: Feed<Remembered<RoleBinding>>,
+    pub config_maps: Feed<Remembered<ConfigMap>>,
+    pub claims: Feed<Remembered<PersistentVolumeClaim>>,
+    pub services: Feed<Remembered<Service>>,
+    pub network_policies: Feed<Remembered<NetworkPolicy>>,
+    pub ingresses: Feed<Remembered<Ingress>>,
+    pub deployments: Feed<Remembered<Deployment>>,
 }
 
 /// What the Contact and Role controllers are told about.
@@ -356,4 +483,196 @@ where
         .into_iter()
         .filter(|object| object.meta().namespace.as_deref() == Some(namespace))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::stream;
+    use serde_json::json;
+
+    use super::*;
+
+    fn bot(generation: i64, resource_version: &str, status: Option<serde_json::Value>) -> SaintBot {
+        let mut value = json!({
+            "apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "metadata": {"name": "my-bot", "namespace": "acme", "uid": "u1",
+                "generation": generation, "resourceVersion": resource_version,
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}"}},
+            "spec": {"model": {"provider": "anthropic", "name": "m"}},
+        });
+        if let Some(status) = status {
+            value["status"] = status;
+        }
+        let mut bot: SaintBot = serde_json::from_value(value).unwrap();
+        slim_source(bot.meta_mut());
+        bot
+    }
+
+    fn deployment(resource_version: &str, ready_replicas: i32, conditions: usize) -> Deployment {
+        let conditions: Vec<_> = (0..conditions)
+            .map(|n| json!({"type": "Progressing", "status": "True", "lastUpdateTime": format!("2026-11-26T00:00:{n:02}Z")}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "my-bot", "namespace": "acme", "uid": "d1", "generation": 1,
+                "resourceVersion": resource_version,
+                "labels": {"app.kubernetes.io/managed-by": "saint-operator"},
+                "ownerReferences": [{"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+                    "name": "my-bot", "uid": "u1", "controller": true}]},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "agent", "image": "a:1"}]}}},
+            "status": {"observedGeneration": 1, "updatedReplicas": 1, "readyReplicas": ready_replicas,
+                "conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    /// Runs one watch's driver over `events` and returns what its single feed received.
+    async fn passed_on<K>(events: Vec<watcher::Event<K>>, changed: Changed<K>) -> (Vec<K>, Store<K>)
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    {
+        let reflection = reflect("test", stream::iter(events.into_iter().map(Ok)), 1, changed);
+        reflection.driver.await;
+        let feed = reflection.feeds.into_iter().next().unwrap();
+        let objects = feed
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        (objects, reflection.store)
+    }
+
+    #[tokio::test]
+    async fn a_status_write_to_a_bot_is_stored_but_wakes_nobody() {
+        let listed = bot(1, "10", None);
+        let status_written = bot(1, "11", Some(json!({"observedGeneration": 1})));
+        let spec_changed = bot(2, "12", Some(json!({"observedGeneration": 1})));
+        let (passed, store) = passed_on(
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(listed),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(status_written),
+                watcher::Event::Apply(spec_changed.clone()),
+            ],
+            source_changed::<SaintBot>,
+        )
+        .await;
+        let versions: Vec<_> = passed
+            .iter()
+            .map(|bot| bot.metadata.resource_version.clone().unwrap())
+            .collect();
+        assert_eq!(versions, ["12"], "only the spec change is passed on");
+        let cached = store.state();
+        assert_eq!(cached.len(), 1);
+        assert_eq!(cached[0].metadata.resource_version.as_deref(), Some("12"));
+        assert_eq!(
+            cached[0].metadata.annotations, None,
+            "last-applied copies are not cached"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_label_change_or_deletion_of_a_bot_is_passed_on() {
+        let listed = bot(1, "10", None);
+        let mut labelled = bot(1, "11", None);
+        labelled.metadata.labels = Some([("team".to_string(), "sales".to_string())].into());
+        let (passed, store) = passed_on(
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(listed),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(labelled.clone()),
+                watcher::Event::Delete(labelled),
+            ],
+            source_changed::<SaintBot>,
+        )
+        .await;
+        assert_eq!(passed.len(), 2, "{passed:?}");
+        assert!(store.state().is_empty());
+    }
+
+    #[tokio::test]
+    async fn deployment_status_churn_wakes_nobody_until_readiness_changes() {
+        let remembered = |version: &str, ready: i32, conditions: usize| {
+            remember(deployment(version, ready, conditions))
+        };
+        let (passed, store) = passed_on(
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(remembered("1", 0, 0)),
+                watcher::Event::InitDone,
+                // The controller-manager's condition updates: nothing the cache keeps.
+                watcher::Event::Apply(remembered("2", 0, 1)),
+                watcher::Event::Apply(remembered("3", 0, 2)),
+                // The pod became ready.
+                watcher::Event::Apply(remembered("4", 1, 2)),
+            ],
+            child_changed::<Deployment>,
+        )
+        .await;
+        assert_eq!(passed.len(), 1, "{passed:?}");
+        assert!(passed[0].pod_ready);
+        assert_eq!(passed[0].metadata.resource_version.as_deref(), Some("4"));
+        assert_eq!(
+            store.state()[0].metadata.resource_version.as_deref(),
+            Some("4"),
+            "the store always holds the newest version (a repair's precondition)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relist_passes_on_what_it_lists_and_what_vanished_meanwhile() {
+        let mut other = deployment("5", 0, 0);
+        other.metadata.name = Some("other-bot".into());
+        let (passed, store) = passed_on(
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(remember(deployment("1", 0, 0))),
+                watcher::Event::InitApply(remember(other)),
+                watcher::Event::InitDone,
+                // The watch desynced; other-bot's Deployment was deleted meanwhile.
+                watcher::Event::Init,
+                watcher::Event::InitApply(remember(deployment("6", 1, 0))),
+                watcher::Event::InitDone,
+            ],
+            child_changed::<Deployment>,
+        )
+        .await;
+        let names: Vec<_> = passed
+            .iter()
+            .map(|child| child.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["my-bot", "other-bot"]);
+        assert_eq!(store.state().len(), 1);
+    }
+
+    #[test]
+    fn a_remembered_child_keeps_what_freshness_and_ownership_read_and_nothing_else() {
+        let child = deployment("1", 1, 3);
+        let remembered = remember(child.clone());
+        let meta = &remembered.metadata;
+        assert!(remembered.pod_ready);
+        assert_eq!(meta.name.as_deref(), Some("my-bot"));
+        assert_eq!(meta.uid.as_deref(), Some("d1"));
+        assert_eq!(meta.resource_version.as_deref(), Some("1"));
+        assert_eq!(meta.owner_references, child.metadata.owner_references);
+        assert_eq!(meta.labels, None, "Deployments are not found by label");
+        assert_eq!(
+            meta.annotations.as_ref().unwrap()[content::LIVE_CONTENT_ANNOTATION],
+            content::content_hash(&child)
+        );
+
+        let ingress: Ingress = serde_json::from_value(json!({
+            "metadata": {"name": "my-bot-webhooks", "labels": {"app.kubernetes.io/component": "webhooks"}},
+            "spec": {},
+        }))
+        .unwrap();
+        assert_eq!(
+            remember(ingress.clone()).metadata.labels,
+            ingress.metadata.labels,
+            "webhook Ingresses are found by label"
+        );
+        assert!(!remember(ingress).pod_ready);
+    }
 }

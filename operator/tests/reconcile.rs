@@ -17,7 +17,7 @@ use k8s_openapi::{
 };
 use kube::{Client, runtime::controller::Action, runtime::events::Recorder};
 use saint_operator::{
-    cache::{self, Sources, slim_child},
+    cache::{self, Remembered, Sources, remember},
     crd::{Contact, SaintBot},
     metrics::Metrics,
     saintbot_controller::{
@@ -273,24 +273,29 @@ impl Cached {
     }
 }
 
-/// A child as the cache holds it after the operator wrote `built` (and nobody else
-/// touched it).
-fn written<K: Content + serde::Serialize>(built: &K) -> K {
+/// A child as the API server stores it after the operator wrote `built`.
+fn stored<K: Content + serde::Serialize>(built: &K) -> K {
     let mut stored = built.clone();
     let metadata = stored.meta_mut();
     freshness::stamp(metadata, &desired_hash(built));
     metadata.resource_version = Some("7".into());
     metadata.uid = Some(format!("uid-{}", metadata.name.clone().unwrap()));
-    slim_child(&mut stored);
     stored
+}
+
+/// A child as the cache holds it after the operator wrote `built` (and nobody else
+/// touched it).
+fn written<K: Content + serde::Serialize>(built: &K) -> Remembered<K> {
+    remember(stored(built))
 }
 
 /// Child caches holding every child of `children` as the operator wrote it, the
 /// Deployment with `deployment_status`.
 fn children_written(children: &Children, deployment_status: Value) -> cache::Children {
-    let mut deployment = written(&children.deployment);
+    let mut deployment = stored(&children.deployment);
     deployment.metadata.generation = Some(1);
     deployment.status = Some(serde_json::from_value(deployment_status).unwrap());
+    let deployment = remember(deployment);
     cache::Children {
         service_accounts: store(&[written(&children.service_account)]),
         role_bindings: store(&[written(&children.role_binding)]),
@@ -413,7 +418,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     // Same labels, another controller: never touched.
                     ingress("someone-elses", "another-uid", "ingress-2"),
                 ]
-                .map(|ingress| serde_json::from_value::<Ingress>(ingress).unwrap()),
+                .map(|ingress| remember(serde_json::from_value::<Ingress>(ingress).unwrap())),
             );
             (bot, cached, steps)
         }
@@ -462,20 +467,20 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 children: children_written(&children, ready),
             };
             let validated = validated("acme.yaml");
-            let deployment = cached
+            let pod_ready = cached
                 .children
                 .deployments
                 .state()
                 .first()
                 .unwrap()
-                .as_ref()
-                .clone();
+                .pod_ready;
+            assert!(pod_ready, "the scenario's Deployment has a ready pod");
             bot.status = Some(bot_status(
                 &bot,
                 &Outcome::Applied {
                     bot: &validated,
                     config_hash: config_hash(&validated),
-                    deployment: &deployment,
+                    pod_ready,
                     missing_secrets: None,
                 },
                 &Time(NOW.parse().unwrap()),

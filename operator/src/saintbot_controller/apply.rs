@@ -17,7 +17,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::{
     NamespaceResourceScope,
-    api::{apps::v1::Deployment, networking::v1::Ingress},
+    api::networking::v1::Ingress,
     apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference},
 };
 use kube::{
@@ -33,7 +33,7 @@ use super::{
     freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
 };
 use crate::{
-    cache,
+    cache::{self, Remembered},
     labels::{FIELD_MANAGER, WEBHOOKS_COMPONENT},
     metrics::Metrics,
 };
@@ -71,8 +71,9 @@ impl ApplyError {
 /// What the writes leave for `update_status` to read.
 #[derive(Clone, Debug)]
 pub struct Applied {
-    /// The Deployment as stored (from the cache when it needed no write), status included.
-    pub deployment: Deployment,
+    /// Whether the Deployment as stored (from the cache when it needed no write) has a
+    /// ready pod of its current generation.
+    pub pod_ready: bool,
     /// How many children were written.
     pub writes: usize,
 }
@@ -269,7 +270,11 @@ fn controlled_by(meta: &ObjectMeta, owner: &OwnerReference) -> bool {
         .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid)
 }
 
-fn cached<K>(store: &Store<K>, namespace: &str, name: Option<&String>) -> Option<ObjectMeta>
+fn cached<K>(
+    store: &Store<Remembered<K>>,
+    namespace: &str,
+    name: Option<&String>,
+) -> Option<ObjectMeta>
 where
     K: Resource<DynamicType = ()> + Clone,
 {
@@ -384,9 +389,9 @@ pub async fn apply(
             true,
         )
         .await?;
-    let deployment = match (written, stored) {
-        (Some(written), _) => written,
-        (None, Some(stored)) => stored.as_ref().clone(),
+    let pod_ready = match (written, stored) {
+        (Some(written), _) => written.pod_ready(),
+        (None, Some(stored)) => stored.pod_ready,
         (None, None) => unreachable!("a child missing from the cache is always written"),
     };
     // Public exposure after everything behind it, and after the NetworkPolicy that
@@ -408,7 +413,7 @@ pub async fn apply(
         None => delete_stale_webhook_ingresses(&mut writer, &cache.ingresses).await?,
     }
     Ok(Applied {
-        deployment,
+        pod_ready,
         writes: writer.writes,
     })
 }
@@ -422,7 +427,7 @@ pub async fn apply(
 /// touched.
 async fn delete_stale_webhook_ingresses(
     writer: &mut ChildWriter<'_>,
-    ingresses: &Store<Ingress>,
+    ingresses: &Store<Remembered<Ingress>>,
 ) -> Result<(), ApplyError> {
     let stale: Vec<ObjectMeta> = cache::in_namespace(ingresses, writer.namespace)
         .into_iter()

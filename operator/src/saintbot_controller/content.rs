@@ -11,6 +11,7 @@ use k8s_openapi::api::{
     networking::v1::{Ingress, NetworkPolicy},
     rbac::v1::RoleBinding,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde_json::{Value, json};
 
@@ -20,12 +21,17 @@ use super::freshness::DESIRED_HASH_ANNOTATION;
 /// API server): the hash of [`Content::content`] as stored.
 pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
 
-/// A child kind's compared content, and how its cached copy is slimmed.
+/// A child kind's compared content, and what else the cache keeps of it.
 pub trait Content: Resource<DynamicType = ()> + Clone {
+    /// Whether the operator looks children of this kind up by their labels (so the
+    /// cache keeps them).
+    const FOUND_BY_LABELS: bool = false;
     /// The fields compared by value; `Null` compares nothing.
     fn content(&self) -> Value;
-    /// Drops what the cache does not need once the content is hashed.
-    fn strip(&mut self);
+    /// Whether the child's current generation has a ready pod (Deployments only).
+    fn pod_ready(&self) -> bool {
+        false
+    }
 }
 
 /// The annotations a person or tool could add to change behaviour (an ingress
@@ -43,24 +49,22 @@ pub fn content_hash<K: Content>(object: &K) -> String {
     super::build::sha256_hex(&bytes)
 }
 
-/// The cache's copy of a live child: content hashed into [`LIVE_CONTENT_ANNOTATION`],
-/// then slimmed.
-pub fn cache_copy<K: Content>(object: &mut K) {
-    let hash = content_hash(object);
-    object
-        .meta_mut()
+/// The cache's metadata of a live child: its compacted metadata with the hash of its
+/// content in [`LIVE_CONTENT_ANNOTATION`].
+pub fn cached_metadata<K: Content>(mut object: K) -> ObjectMeta {
+    let hash = content_hash(&object);
+    let mut metadata = std::mem::take(object.meta_mut());
+    super::freshness::compact(&mut metadata);
+    metadata
         .annotations
         .get_or_insert_with(Default::default)
         .insert(LIVE_CONTENT_ANNOTATION.to_string(), hash);
-    object.strip();
+    metadata
 }
 
 impl Content for NetworkPolicy {
     fn content(&self) -> Value {
         json!(self.spec)
-    }
-    fn strip(&mut self) {
-        self.spec = None;
     }
 }
 
@@ -68,18 +72,11 @@ impl Content for RoleBinding {
     fn content(&self) -> Value {
         json!({"roleRef": self.role_ref, "subjects": self.subjects})
     }
-    fn strip(&mut self) {
-        self.subjects = None;
-    }
 }
 
 impl Content for ConfigMap {
     fn content(&self) -> Value {
         json!({"data": self.data, "binaryData": self.binary_data})
-    }
-    fn strip(&mut self) {
-        self.data = None;
-        self.binary_data = None;
     }
 }
 
@@ -90,10 +87,6 @@ impl Content for ServiceAccount {
             "automountServiceAccountToken": self.automount_service_account_token,
             "imagePullSecrets": self.image_pull_secrets,
         })
-    }
-    fn strip(&mut self) {
-        self.image_pull_secrets = None;
-        self.secrets = None;
     }
 }
 
@@ -106,17 +99,13 @@ impl Content for Service {
             "type": spec.and_then(|spec| spec.type_.clone()),
         })
     }
-    fn strip(&mut self) {
-        self.spec = None;
-    }
 }
 
 impl Content for Ingress {
+    /// A webhook Ingress no longer wanted is found by its labels and deleted.
+    const FOUND_BY_LABELS: bool = true;
     fn content(&self) -> Value {
         json!({"annotations": annotations(self), "spec": self.spec})
-    }
-    fn strip(&mut self) {
-        self.spec = None;
     }
 }
 
@@ -125,10 +114,6 @@ impl Content for PersistentVolumeClaim {
     /// is compared.
     fn content(&self) -> Value {
         Value::Null
-    }
-    fn strip(&mut self) {
-        self.spec = None;
-        self.status = None;
     }
 }
 
@@ -162,11 +147,8 @@ impl Content for Deployment {
             "runtimeClassName": pod.and_then(|pod| pod.runtime_class_name.clone()),
         })
     }
-    /// Keeps status (readiness) and the replica count; the pod template goes.
-    fn strip(&mut self) {
-        if let Some(spec) = &mut self.spec {
-            spec.template = Default::default();
-        }
+    fn pod_ready(&self) -> bool {
+        super::update_status::pod_ready(self)
     }
 }
 
@@ -228,12 +210,18 @@ mod tests {
             json!({"metadata": {"name": "c"}, "data": {"bot-config.json": "x".repeat(10_000)}}),
         )
         .unwrap();
+        config_map
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                "kubectl.kubernetes.io/last-applied-configuration".into(),
+                "{}".into(),
+            );
         let hash = content_hash(&config_map);
-        cache_copy(&mut config_map);
-        assert_eq!(config_map.data, None);
-        assert_eq!(
-            config_map.metadata.annotations.unwrap()[LIVE_CONTENT_ANNOTATION],
-            hash
-        );
+        let metadata = cached_metadata(config_map);
+        let annotations = metadata.annotations.unwrap();
+        assert_eq!(annotations[LIVE_CONTENT_ANNOTATION], hash);
+        assert_eq!(annotations.len(), 1, "{annotations:?}");
     }
 }

@@ -254,7 +254,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     };
 
     // A running pod had its Secrets when it started; only a bot without one is checked.
-    let missing_secrets = if validated.suspend || update_status::pod_ready(&applied.deployment) {
+    let missing_secrets = if validated.suspend || applied.pod_ready {
         None
     } else {
         match secrets::missing(
@@ -276,7 +276,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     let outcome = Outcome::Applied {
         bot: &validated,
         config_hash,
-        deployment: &applied.deployment,
+        pod_ready: applied.pod_ready,
         missing_secrets,
     };
     update_status::report(context, bot, &outcome, &now).await?;

@@ -24,7 +24,8 @@ pub enum Outcome<'a> {
     Applied {
         bot: &'a ValidatedSaintBot,
         config_hash: String,
-        deployment: &'a Deployment,
+        /// Whether the bot's Deployment has a ready pod of its current generation.
+        pod_ready: bool,
         /// Secrets the pod needs that do not exist (the status message names them).
         missing_secrets: Option<String>,
     },
@@ -78,7 +79,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
         Outcome::Applied {
             bot: validated,
             config_hash,
-            deployment,
+            pod_ready,
             missing_secrets,
         } => {
             let identity = &validated.identity;
@@ -104,7 +105,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                 )
             } else if let Some(message) = missing_secrets {
                 condition(ConditionType::Ready, Reason::SecretMissing, message.clone())
-            } else if pod_ready(deployment) {
+            } else if *pod_ready {
                 condition(
                     ConditionType::Ready,
                     Reason::PodReady,

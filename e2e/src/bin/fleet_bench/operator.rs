@@ -109,7 +109,11 @@ impl BenchOperator {
         let child = Command::new(binary)
             .args(&arguments)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            // `SAINT_FLEET_RUST_LOG` raises the operator's log level for a diagnosis.
+            .env(
+                "RUST_LOG",
+                std::env::var("SAINT_FLEET_RUST_LOG").unwrap_or_else(|_| "info".to_string()),
+            )
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", &install.namespace)
             .stdin(Stdio::null())
