@@ -201,6 +201,7 @@ async fn counting_client(
     let count =
         tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
             requests.inc();
+            tracing::trace!(method = %request.method(), uri = %request.uri(), "API request");
             request
         });
     Ok(kube::client::ClientBuilder::try_from(config)

@@ -10,6 +10,7 @@
 
 mod fleet;
 mod operator;
+mod progress_watch;
 mod report;
 mod rss;
 
@@ -29,19 +30,19 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client,
-    api::{DynamicObject, ListParams, PostParams},
+    api::{DynamicObject, PostParams},
 };
 use saint_e2e::{
     Environment, Failure, api_message,
     chart::{self, ChartInstall},
     namespace, service_account,
 };
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::{
     fleet::Kind,
     operator::{BenchOperator, Counters},
+    progress_watch::ProgressWatch,
     report::{Resync, SizeResult},
     rss::RssSampler,
 };
@@ -50,8 +51,9 @@ use crate::{
 /// so a restart renews its own Lease instead of waiting for it to expire.
 const IDENTITY: &str = "fleet-bench-0";
 
-/// How often the bench lists the SaintBots while waiting for convergence.
-const LIST_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the bench looks at the fleet's progress (as its watch saw it) while waiting
+/// for convergence.
+const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// How often it reads the operator's counters during a resync.
 const METRICS_INTERVAL: Duration = Duration::from_millis(100);
 /// How often a progress line is printed while waiting.
@@ -151,46 +153,12 @@ fn seconds_between(from: Instant, to: Instant) -> f64 {
     to.duration_since(from).as_secs_f64()
 }
 
-// Only the fields the bench reads: a list of 1,000 bots is parsed every 500 ms.
-#[derive(Deserialize)]
-struct BotList {
-    items: Vec<BotProgress>,
-}
-
-#[derive(Deserialize)]
-struct BotProgress {
-    metadata: ProgressMetadata,
-    #[serde(default)]
-    status: Option<ProgressStatus>,
-}
-
-#[derive(Deserialize)]
-struct ProgressMetadata {
-    generation: Option<i64>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ProgressStatus {
-    observed_generation: Option<i64>,
-    #[serde(default)]
-    conditions: Vec<ProgressCondition>,
-}
-
-#[derive(Deserialize)]
-struct ProgressCondition {
-    #[serde(rename = "type")]
-    type_: String,
-    #[serde(default)]
-    reason: String,
-}
-
 /// How far the fleet is: bots listed, bots whose status describes their generation,
 /// and their `Ready` reasons (`none` without one).
-struct FleetState {
-    listed: usize,
-    converged: usize,
-    ready_reasons: BTreeMap<String, usize>,
+pub(crate) struct FleetState {
+    pub(crate) listed: usize,
+    pub(crate) converged: usize,
+    pub(crate) ready_reasons: BTreeMap<String, usize>,
 }
 
 impl Display for FleetState {
@@ -208,41 +176,6 @@ impl Display for FleetState {
             reasons.join(", ")
         )
     }
-}
-
-async fn fleet_state(client: &Client, namespace: &str) -> Result<FleetState, String> {
-    let request = kube::core::Request::new(format!(
-        "/apis/saint.work/v1alpha1/namespaces/{namespace}/saintbots"
-    ))
-    .list(&ListParams::default())
-    .map_err(|error| error.to_string())?;
-    let list: BotList = client
-        .request(request)
-        .await
-        .map_err(|error| format!("failed to list SaintBots: {}", api_message(&error)))?;
-    let mut state = FleetState {
-        listed: list.items.len(),
-        converged: 0,
-        ready_reasons: BTreeMap::new(),
-    };
-    for bot in &list.items {
-        let status = bot.status.as_ref();
-        if bot.metadata.generation.is_some()
-            && status.and_then(|status| status.observed_generation) == bot.metadata.generation
-        {
-            state.converged += 1;
-        }
-        let reason = status
-            .and_then(|status| {
-                status
-                    .conditions
-                    .iter()
-                    .find(|condition| condition.type_ == "Ready")
-            })
-            .map_or("none".to_owned(), |condition| condition.reason.clone());
-        *state.ready_reasons.entry(reason).or_default() += 1;
-    }
-    Ok(state)
 }
 
 async fn create_object(
@@ -351,6 +284,7 @@ impl Bench {
             self.settings.concurrency
         ));
 
+        let progress = ProgressWatch::start(&self.admin, &namespace);
         let created = Arc::new(AtomicUsize::new(0));
         let first_create = Instant::now();
         let mut creator = Some(tokio::spawn(create_fleet(
@@ -365,7 +299,7 @@ impl Bench {
         let mut outcome = None;
         let mut ready_reasons = BTreeMap::new();
         let converged_at = loop {
-            tokio::time::sleep(LIST_INTERVAL).await;
+            tokio::time::sleep(CHECK_INTERVAL).await;
             operator.check_alive()?;
             if creator.as_ref().is_some_and(|task| task.is_finished())
                 && let Some(task) = creator.take()
@@ -380,7 +314,7 @@ impl Bench {
                 ));
                 last_create = Some(finished);
             }
-            let state = fleet_state(&self.admin, &namespace).await;
+            let state = progress.state();
             let now = Instant::now();
             if let Ok(state) = &state {
                 ready_reasons = state.ready_reasons.clone();
