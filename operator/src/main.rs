@@ -24,6 +24,31 @@ use tokio::sync::watch;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// How often the heap gauges are refreshed from the allocator's statistics.
+const HEAP_STATS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Keeps `saint_operator_heap_{allocated,resident}_bytes` current.
+async fn report_heap(metrics: Arc<Metrics>) {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let mut interval = tokio::time::interval(HEAP_STATS_INTERVAL);
+    loop {
+        interval.tick().await;
+        // jemalloc's statistics are a snapshot taken when the epoch advances.
+        let read = epoch::advance()
+            .and_then(|_| Ok((stats::allocated::read()?, stats::resident::read()?)));
+        match read {
+            Ok((allocated, resident)) => {
+                metrics.heap_allocated.set(allocated as i64);
+                metrics.heap_resident.set(resident as i64);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "failed to read the allocator's statistics; heap gauges stop");
+                return;
+            }
+        }
+    }
+}
+
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Kubernetes operator for Saint bots (SaintBot, Contact and Role in saint.work/v1alpha1).
@@ -250,6 +275,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 
     let ready = Arc::new(AtomicBool::new(true));
+    tokio::spawn(report_heap(metrics.clone()));
     let (shutdown_sender, shutdown) = watch::channel(false);
     tokio::spawn(async move {
         termination().await;

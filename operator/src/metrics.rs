@@ -47,6 +47,10 @@ pub struct Metrics {
     pub child_writes: Counter,
     /// Children restored whole after someone else changed them, by kind.
     pub drift_repairs: Family<KindLabels, Counter>,
+    /// Bytes the allocator has handed out and holds resident (set by the binary, which
+    /// chooses the allocator).
+    pub heap_allocated: Gauge,
+    pub heap_resident: Gauge,
     readiness: Mutex<BTreeMap<String, bool>>,
 }
 
@@ -91,6 +95,18 @@ impl Default for Metrics {
             "Children restored whole after another field manager changed them, by kind",
             drift_repairs.clone(),
         );
+        let heap_allocated = Gauge::default();
+        registry.register(
+            "heap_allocated_bytes",
+            "Bytes of memory the operator has allocated and not freed",
+            heap_allocated.clone(),
+        );
+        let heap_resident = Gauge::default();
+        registry.register(
+            "heap_resident_bytes",
+            "Bytes of physical memory the allocator holds (allocated, plus its free pages not yet returned)",
+            heap_resident.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -100,6 +116,8 @@ impl Default for Metrics {
             api_requests,
             child_writes,
             drift_repairs,
+            heap_allocated,
+            heap_resident,
             readiness: Mutex::new(BTreeMap::new()),
         }
     }

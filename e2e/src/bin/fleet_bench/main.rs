@@ -387,6 +387,9 @@ impl Bench {
             let steady_end = Instant::now();
             let steady = operator.counters().await.unwrap_or(after);
             result.steady_reconciles = steady.reconciles - after.reconciles;
+            let bytes_to_megabytes = |bytes: f64| bytes / (1024.0 * 1024.0);
+            result.steady_heap_allocated_megabytes = steady.heap_allocated.map(bytes_to_megabytes);
+            result.steady_heap_resident_megabytes = steady.heap_resident.map(bytes_to_megabytes);
             result.steady_rss_megabytes = report::median(
                 sampler
                     .between(converged_at, steady_end)

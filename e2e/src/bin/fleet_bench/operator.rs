@@ -25,6 +25,10 @@ pub struct BenchOperator {
     log_path: PathBuf,
 }
 
+/// The operator's allocator statistics (gauges, bytes).
+pub const HEAP_ALLOCATED: &str = "saint_operator_heap_allocated_bytes";
+pub const HEAP_RESIDENT: &str = "saint_operator_heap_resident_bytes";
+
 /// SaintBot reconciles finished (the duration histogram observes each at its end).
 pub const RECONCILE_DURATION: &str = "saint_operator_reconcile_duration_seconds";
 
@@ -35,6 +39,9 @@ pub struct Counters {
     pub reconciles: f64,
     pub finished: Option<f64>,
     pub api_requests: Option<f64>,
+    /// `saint_operator_heap_allocated_bytes` and `_resident_bytes`, when exported.
+    pub heap_allocated: Option<f64>,
+    pub heap_resident: Option<f64>,
 }
 
 /// The sum of family `name`'s samples named `name` + `suffix` (any labels), or `None`
@@ -168,6 +175,8 @@ impl BenchOperator {
             reconciles,
             finished: histogram_count(&exposition, RECONCILE_DURATION),
             api_requests: counter(&exposition, API_REQUESTS),
+            heap_allocated: family_sum(&exposition, HEAP_ALLOCATED, ""),
+            heap_resident: family_sum(&exposition, HEAP_RESIDENT, ""),
         })
     }
 }

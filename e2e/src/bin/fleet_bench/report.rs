@@ -45,6 +45,10 @@ pub struct SizeResult {
     pub steady_rss_megabytes: Option<f64>,
     /// Peak RSS from the operator's start through the steady window.
     pub peak_rss_megabytes: f64,
+    /// At the end of the steady window: what the operator had allocated and not freed,
+    /// and what its allocator held resident (`saint_operator_heap_*_bytes`).
+    pub steady_heap_allocated_megabytes: Option<f64>,
+    pub steady_heap_resident_megabytes: Option<f64>,
     /// SaintBot reconciles from the first create until convergence.
     pub convergence_reconciles: f64,
     /// API requests over the same span.
@@ -124,6 +128,16 @@ fn rows() -> Vec<Row> {
         Row {
             metric: "operator RSS, peak (MB)",
             value: |size| Some(size.peak_rss_megabytes),
+            target: Target::None,
+        },
+        Row {
+            metric: "operator heap allocated, steady end (MB)",
+            value: |size| size.steady_heap_allocated_megabytes,
+            target: Target::None,
+        },
+        Row {
+            metric: "operator heap resident, steady end (MB)",
+            value: |size| size.steady_heap_resident_megabytes,
             target: Target::None,
         },
         Row {
