@@ -9,21 +9,17 @@
 //! everything once and build their memory of what maps to what from the stores, so no
 //! copy of a whole fleet waits in a feed. When a watch lists again (a desync, an API
 //! server restart), everything it lists is passed on, and objects that vanished
-//! meanwhile as deletions. Children are cached as [`Remembered`]: compacted metadata
-//! carrying a hash of their compared [`content`], and for a Deployment whether its pod
-//! is ready — a few hundred bytes each instead of the whole object.
+//! meanwhile as deletions. Children are remembered as small records
+//! ([`child_cache`](crate::child_cache)), not objects.
 //!
 //! A change is passed on only when it can matter to a reconcile. Saint's own kinds have
 //! a status subresource, so their spec changes move `metadata.generation`; the status
 //! writes of the operator itself (and anyone else's) come back as events that change
-//! nothing a reconcile reads, and are dropped. A child's change is passed on only when
-//! what the cache keeps of it changed: the controller-manager's status updates of a
-//! Deployment (several a second in a large fleet) wake no bot unless its pod's
-//! readiness changed.
+//! nothing a reconcile reads, and are dropped.
 
-use std::{borrow::Cow, fmt::Debug, future::Future, marker::PhantomData, pin::Pin, sync::Arc};
+use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
 
-use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc};
+use futures::{Stream, StreamExt, channel::mpsc};
 use k8s_openapi::{
     NamespaceResourceScope,
     api::{
@@ -46,8 +42,8 @@ use saint_config::ErrorChain;
 use serde::de::DeserializeOwned;
 
 use crate::{
+    child_cache::{ChildStore, ChildWatch, Wakes, WatchStopped, watch_children},
     crd::{Contact, Role, SaintBot},
-    saintbot_controller::content::{self, Content},
 };
 
 /// Objects a controller is told about: created, changed or deleted.
@@ -210,106 +206,7 @@ pub fn source_changed<K: Resource>(before: &K, after: &K) -> bool {
 }
 
 /// The label every child carries, so the child watches see only the operator's objects.
-fn children_config() -> watcher::Config {
-    watcher::Config::default()
-        .labels("app.kubernetes.io/managed-by=saint-operator")
-        .any_semantic()
-}
-
-/// What the cache keeps of one child of kind `K`: its metadata, compacted to what
-/// [`freshness`](crate::saintbot_controller::freshness) reads (the desired-hash annotation, the hash of its live content, the
-/// foreign writers among its managed fields) plus its name, uid, resourceVersion and
-/// owner, and for a Deployment whether its pod is ready. Labels stay only on kinds the
-/// operator finds by label ([`Content::FOUND_BY_LABELS`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Remembered<K> {
-    pub metadata: ObjectMeta,
-    /// A Deployment whose current generation has a ready pod; false for other kinds.
-    pub pod_ready: bool,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K: Resource<DynamicType = ()>> Resource for Remembered<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dynamic: &()) -> Cow<'_, str> {
-        K::kind(dynamic)
-    }
-    fn group(dynamic: &()) -> Cow<'_, str> {
-        K::group(dynamic)
-    }
-    fn version(dynamic: &()) -> Cow<'_, str> {
-        K::version(dynamic)
-    }
-    fn plural(dynamic: &()) -> Cow<'_, str> {
-        K::plural(dynamic)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// The cache's copy of a child: its compared content hashed, its metadata compacted,
-/// the rest dropped.
-pub fn remember<K: Content + Resource<DynamicType = ()>>(child: K) -> Remembered<K> {
-    let pod_ready = child.pod_ready();
-    let mut metadata = content::cached_metadata(child);
-    if !K::FOUND_BY_LABELS {
-        metadata.labels = None;
-    }
-    metadata.creation_timestamp = None;
-    metadata.generate_name = None;
-    metadata.generation = None;
-    Remembered {
-        metadata,
-        pod_ready,
-        kind: PhantomData,
-    }
-}
-
-/// Whether a child changed in what the cache keeps of it (a new resourceVersion alone
-/// is no change).
-pub fn child_changed<K>(before: &Remembered<K>, after: &Remembered<K>) -> bool {
-    before.pod_ready != after.pod_ready
-        || ObjectMeta {
-            resource_version: None,
-            ..before.metadata.clone()
-        } != ObjectMeta {
-            resource_version: None,
-            ..after.metadata.clone()
-        }
-}
-
-fn map_event<K, T>(event: watcher::Event<K>, map: impl Fn(K) -> T) -> watcher::Event<T> {
-    match event {
-        watcher::Event::Apply(object) => watcher::Event::Apply(map(object)),
-        watcher::Event::Delete(object) => watcher::Event::Delete(map(object)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(object) => watcher::Event::InitApply(map(object)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
-/// A watch of the operator's children of kind `K`, each cached as [`remember`] makes it.
-fn child_objects<K>(client: &Client, namespace: Option<&str>) -> Reflection<Remembered<K>>
-where
-    K: Content
-        + Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let events = watcher(api::<K>(client, namespace), children_config())
-        .default_backoff()
-        .map_ok(|event| map_event(event, remember::<K>));
-    reflect(kind_name::<K>(), events, 1, child_changed::<K>)
-}
+const CHILD_LABELS: &str = "app.kubernetes.io/managed-by=saint-operator";
 
 /// Saint's own resources, in stores.
 #[derive(Clone)]
@@ -319,22 +216,22 @@ pub struct Sources {
     pub roles: Store<Role>,
 }
 
-/// The operator's children as last seen ([`remember`]).
+/// What the operator remembers of its children ([`child_cache`]).
 #[derive(Clone)]
 pub struct Children {
-    pub service_accounts: Store<Remembered<ServiceAccount>>,
-    pub role_bindings: Store<Remembered<RoleBinding>>,
-    pub config_maps: Store<Remembered<ConfigMap>>,
-    pub claims: Store<Remembered<PersistentVolumeClaim>>,
-    pub services: Store<Remembered<Service>>,
-    pub network_policies: Store<Remembered<NetworkPolicy>>,
-    pub ingresses: Store<Remembered<Ingress>>,
-    pub deployments: Store<Remembered<Deployment>>,
+    pub service_accounts: ChildStore<ServiceAccount>,
+    pub role_bindings: ChildStore<RoleBinding>,
+    pub config_maps: ChildStore<ConfigMap>,
+    pub claims: ChildStore<PersistentVolumeClaim>,
+    pub services: ChildStore<Service>,
+    pub network_policies: ChildStore<NetworkPolicy>,
+    pub ingresses: ChildStore<Ingress>,
+    pub deployments: ChildStore<Deployment>,
 }
 
 impl Children {
     /// Waits until every child watch has listed once.
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+    pub async fn wait_until_ready(&self) -> Result<(), WatchStopped> {
         self.service_accounts.wait_until_ready().await?;
         self.role_bindings.wait_until_ready().await?;
         self.config_maps.wait_until_ready().await?;
@@ -351,14 +248,14 @@ pub struct BotFeeds {
     pub bots: Feed<SaintBot>,
     pub contacts: Feed<Contact>,
     pub roles: Feed<Role>,
-    pub service_accounts: Feed<Remembered<ServiceAccount>>,
-    pub role_bindings: Feed<Remembered<RoleBinding>>,
-    pub config_maps: Feed<Remembered<ConfigMap>>,
-    pub claims: Feed<Remembered<PersistentVolumeClaim>>,
-    pub services: Feed<Remembered<Service>>,
-    pub network_policies: Feed<Remembered<NetworkPolicy>>,
-    pub ingresses: Feed<Remembered<Ingress>>,
-    pub deployments: Feed<Remembered<Deployment>>,
+    pub service_accounts: Wakes,
+    pub role_bindings: Wakes,
+    pub config_maps: Wakes,
+    pub claims: Wakes,
+    pub services: Wakes,
+    pub network_policies: Wakes,
+    pub ingresses: Wakes,
+    pub deployments: Wakes,
 }
 
 /// What the Contact and Role controllers are told about.
@@ -396,6 +293,11 @@ fn split<K: Resource<DynamicType = ()> + 'static>(
     (reflection.store, reflection.feeds.into_iter())
 }
 
+fn split_children<K>(watch: ChildWatch<K>, drivers: &mut Vec<Driver>) -> (ChildStore<K>, Wakes) {
+    drivers.push(watch.driver);
+    (watch.store, watch.wakes)
+}
+
 fn next<K>(feeds: &mut std::vec::IntoIter<Feed<K>>) -> Feed<K> {
     feeds.next().expect("one feed per declared consumer")
 }
@@ -409,30 +311,38 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
     let (contacts, mut contact_feeds) =
         split(objects::<Contact>(client, namespace, 3), &mut drivers);
     let (roles, mut role_feeds) = split(objects::<Role>(client, namespace, 3), &mut drivers);
-    let (service_accounts, mut service_account_feeds) = split(
-        child_objects::<ServiceAccount>(client, namespace),
+    let (service_accounts, service_accounts_wakes) = split_children(
+        watch_children::<ServiceAccount>(client, namespace, CHILD_LABELS),
         &mut drivers,
     );
-    let (role_bindings, mut role_binding_feeds) = split(
-        child_objects::<RoleBinding>(client, namespace),
+    let (role_bindings, role_bindings_wakes) = split_children(
+        watch_children::<RoleBinding>(client, namespace, CHILD_LABELS),
         &mut drivers,
     );
-    let (config_maps, mut config_map_feeds) =
-        split(child_objects::<ConfigMap>(client, namespace), &mut drivers);
-    let (claims, mut claim_feeds) = split(
-        child_objects::<PersistentVolumeClaim>(client, namespace),
+    let (config_maps, config_maps_wakes) = split_children(
+        watch_children::<ConfigMap>(client, namespace, CHILD_LABELS),
         &mut drivers,
     );
-    let (services, mut service_feeds) =
-        split(child_objects::<Service>(client, namespace), &mut drivers);
-    let (network_policies, mut network_policy_feeds) = split(
-        child_objects::<NetworkPolicy>(client, namespace),
+    let (claims, claims_wakes) = split_children(
+        watch_children::<PersistentVolumeClaim>(client, namespace, CHILD_LABELS),
         &mut drivers,
     );
-    let (ingresses, mut ingress_feeds) =
-        split(child_objects::<Ingress>(client, namespace), &mut drivers);
-    let (deployments, mut deployment_feeds) =
-        split(child_objects::<Deployment>(client, namespace), &mut drivers);
+    let (services, services_wakes) = split_children(
+        watch_children::<Service>(client, namespace, CHILD_LABELS),
+        &mut drivers,
+    );
+    let (network_policies, network_policies_wakes) = split_children(
+        watch_children::<NetworkPolicy>(client, namespace, CHILD_LABELS),
+        &mut drivers,
+    );
+    let (ingresses, ingresses_wakes) = split_children(
+        watch_children::<Ingress>(client, namespace, CHILD_LABELS),
+        &mut drivers,
+    );
+    let (deployments, deployments_wakes) = split_children(
+        watch_children::<Deployment>(client, namespace, CHILD_LABELS),
+        &mut drivers,
+    );
     Caches {
         sources: Sources {
             bots,
@@ -453,14 +363,14 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
             bots: next(&mut bot_feeds),
             contacts: next(&mut contact_feeds),
             roles: next(&mut role_feeds),
-            service_accounts: next(&mut service_account_feeds),
-            role_bindings: next(&mut role_binding_feeds),
-            config_maps: next(&mut config_map_feeds),
-            claims: next(&mut claim_feeds),
-            services: next(&mut service_feeds),
-            network_policies: next(&mut network_policy_feeds),
-            ingresses: next(&mut ingress_feeds),
-            deployments: next(&mut deployment_feeds),
+            service_accounts: service_accounts_wakes,
+            role_bindings: role_bindings_wakes,
+            config_maps: config_maps_wakes,
+            claims: claims_wakes,
+            services: services_wakes,
+            network_policies: network_policies_wakes,
+            ingresses: ingresses_wakes,
+            deployments: deployments_wakes,
         },
         reference_feeds: ReferenceFeeds {
             bots_changed: next(&mut bot_feeds),
@@ -506,23 +416,6 @@ mod tests {
         let mut bot: SaintBot = serde_json::from_value(value).unwrap();
         slim_source(bot.meta_mut());
         bot
-    }
-
-    fn deployment(resource_version: &str, ready_replicas: i32, conditions: usize) -> Deployment {
-        let conditions: Vec<_> = (0..conditions)
-            .map(|n| json!({"type": "Progressing", "status": "True", "lastUpdateTime": format!("2026-11-26T00:00:{n:02}Z")}))
-            .collect();
-        serde_json::from_value(json!({
-            "metadata": {"name": "my-bot", "namespace": "acme", "uid": "d1", "generation": 1,
-                "resourceVersion": resource_version,
-                "labels": {"app.kubernetes.io/managed-by": "saint-operator"},
-                "ownerReferences": [{"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
-                    "name": "my-bot", "uid": "u1", "controller": true}]},
-            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "agent", "image": "a:1"}]}}},
-            "status": {"observedGeneration": 1, "updatedReplicas": 1, "readyReplicas": ready_replicas,
-                "conditions": conditions},
-        }))
-        .unwrap()
     }
 
     /// Runs one watch's driver over `events` and returns what its single feed received.
@@ -590,89 +483,5 @@ mod tests {
         .await;
         assert_eq!(passed.len(), 2, "{passed:?}");
         assert!(store.state().is_empty());
-    }
-
-    #[tokio::test]
-    async fn deployment_status_churn_wakes_nobody_until_readiness_changes() {
-        let remembered = |version: &str, ready: i32, conditions: usize| {
-            remember(deployment(version, ready, conditions))
-        };
-        let (passed, store) = passed_on(
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(remembered("1", 0, 0)),
-                watcher::Event::InitDone,
-                // The controller-manager's condition updates: nothing the cache keeps.
-                watcher::Event::Apply(remembered("2", 0, 1)),
-                watcher::Event::Apply(remembered("3", 0, 2)),
-                // The pod became ready.
-                watcher::Event::Apply(remembered("4", 1, 2)),
-            ],
-            child_changed::<Deployment>,
-        )
-        .await;
-        assert_eq!(passed.len(), 1, "{passed:?}");
-        assert!(passed[0].pod_ready);
-        assert_eq!(passed[0].metadata.resource_version.as_deref(), Some("4"));
-        assert_eq!(
-            store.state()[0].metadata.resource_version.as_deref(),
-            Some("4"),
-            "the store always holds the newest version (a repair's precondition)"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_relist_passes_on_what_it_lists_and_what_vanished_meanwhile() {
-        let mut other = deployment("5", 0, 0);
-        other.metadata.name = Some("other-bot".into());
-        let (passed, store) = passed_on(
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(remember(deployment("1", 0, 0))),
-                watcher::Event::InitApply(remember(other)),
-                watcher::Event::InitDone,
-                // The watch desynced; other-bot's Deployment was deleted meanwhile.
-                watcher::Event::Init,
-                watcher::Event::InitApply(remember(deployment("6", 1, 0))),
-                watcher::Event::InitDone,
-            ],
-            child_changed::<Deployment>,
-        )
-        .await;
-        let names: Vec<_> = passed
-            .iter()
-            .map(|child| child.metadata.name.clone().unwrap())
-            .collect();
-        assert_eq!(names, ["my-bot", "other-bot"]);
-        assert_eq!(store.state().len(), 1);
-    }
-
-    #[test]
-    fn a_remembered_child_keeps_what_freshness_and_ownership_read_and_nothing_else() {
-        let child = deployment("1", 1, 3);
-        let remembered = remember(child.clone());
-        let meta = &remembered.metadata;
-        assert!(remembered.pod_ready);
-        assert_eq!(meta.name.as_deref(), Some("my-bot"));
-        assert_eq!(meta.uid.as_deref(), Some("d1"));
-        assert_eq!(meta.resource_version.as_deref(), Some("1"));
-        assert_eq!(meta.owner_references, child.metadata.owner_references);
-        assert_eq!(meta.labels, None, "Deployments are not found by label");
-        assert_eq!(
-            meta.annotations.as_ref().unwrap()[content::LIVE_CONTENT_ANNOTATION],
-            content::content_hash(&child)
-        );
-
-        let ingress: Ingress = serde_json::from_value(json!({
-            "metadata": {"name": "my-bot-webhooks", "labels": {"app.kubernetes.io/component": "webhooks"}},
-            "spec": {},
-        }))
-        .unwrap();
-        assert_eq!(
-            remember(ingress.clone()).metadata.labels,
-            ingress.metadata.labels,
-            "webhook Ingresses are found by label"
-        );
-        assert!(!remember(ingress).pod_ready);
     }
 }

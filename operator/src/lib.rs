@@ -3,6 +3,7 @@
 
 pub mod api_server;
 pub mod cache;
+pub mod child_cache;
 pub mod crd;
 pub mod identity;
 pub mod labels;

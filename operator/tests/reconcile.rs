@@ -17,7 +17,8 @@ use k8s_openapi::{
 };
 use kube::{Client, runtime::controller::Action, runtime::events::Recorder};
 use saint_operator::{
-    cache::{self, Remembered, Sources, remember},
+    cache::{self, Sources},
+    child_cache::ChildStore,
     crd::{Contact, SaintBot},
     metrics::Metrics,
     saintbot_controller::{
@@ -38,7 +39,7 @@ use support::{
         Expect, condition, expect, object_event_expectation, status_expectation, to_value,
         with_stand_in,
     },
-    store, validated,
+    validated,
 };
 
 /// Scenarios, named after what they prove.
@@ -283,10 +284,10 @@ fn stored<K: Content + serde::Serialize>(built: &K) -> K {
     stored
 }
 
-/// A child as the cache holds it after the operator wrote `built` (and nobody else
-/// touched it).
-fn written<K: Content + serde::Serialize>(built: &K) -> Remembered<K> {
-    remember(stored(built))
+/// A child as the API server holds it after the operator wrote `built` (and nobody
+/// else touched it).
+fn written<K: Content + serde::Serialize>(built: &K) -> K {
+    stored(built)
 }
 
 /// Child caches holding every child of `children` as the operator wrote it, the
@@ -295,28 +296,28 @@ fn children_written(children: &Children, deployment_status: Value) -> cache::Chi
     let mut deployment = stored(&children.deployment);
     deployment.metadata.generation = Some(1);
     deployment.status = Some(serde_json::from_value(deployment_status).unwrap());
-    let deployment = remember(deployment);
+
     cache::Children {
-        service_accounts: store(&[written(&children.service_account)]),
-        role_bindings: store(&[written(&children.role_binding)]),
-        config_maps: store(&[
+        service_accounts: ChildStore::holding(&[written(&children.service_account)]),
+        role_bindings: ChildStore::holding(&[written(&children.role_binding)]),
+        config_maps: ChildStore::holding(&[
             written(&children.persona_config_map),
             written(&children.config_map),
         ]),
-        claims: store(&[written(&children.workspace_claim)]),
-        services: store(&[written(&children.service)]),
-        network_policies: store(&[
+        claims: ChildStore::holding(&[written(&children.workspace_claim)]),
+        services: ChildStore::holding(&[written(&children.service)]),
+        network_policies: ChildStore::holding(&[
             written(&children.sandbox_network_policy),
             written(&children.agent_network_policy),
         ]),
-        ingresses: store(
+        ingresses: ChildStore::holding(
             &children
                 .webhook_ingress
                 .iter()
                 .map(written)
                 .collect::<Vec<_>>(),
         ),
-        deployments: store(&[deployment]),
+        deployments: ChildStore::holding(&[deployment]),
     }
 }
 
@@ -412,13 +413,13 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
             steps.push(event_expectation("PodNotReady", "Normal"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
             let mut cached = Cached::first_time(&dereferenced.contacts);
-            cached.children.ingresses = store(
+            cached.children.ingresses = ChildStore::holding(
                 &[
                     ingress("my-bot-webhooks", BOT_UID, "ingress-1"),
                     // Same labels, another controller: never touched.
                     ingress("someone-elses", "another-uid", "ingress-2"),
                 ]
-                .map(|ingress| remember(serde_json::from_value::<Ingress>(ingress).unwrap())),
+                .map(|ingress| serde_json::from_value::<Ingress>(ingress).unwrap()),
             );
             (bot, cached, steps)
         }
@@ -467,11 +468,11 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 children: children_written(&children, ready),
             };
             let validated = validated("acme.yaml");
+            let deployment = children.deployment.metadata.name.as_deref().unwrap();
             let pod_ready = cached
                 .children
                 .deployments
-                .state()
-                .first()
+                .get("acme", deployment)
                 .unwrap()
                 .pod_ready;
             assert!(pod_ready, "the scenario's Deployment has a ready pod");
@@ -502,7 +503,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
             }]);
             freshness::compact(&mut drifted.metadata);
             cached.children.network_policies =
-                store(&[drifted, written(&children.agent_network_policy)]);
+                ChildStore::holding(&[drifted, written(&children.agent_network_policy)]);
             let path = "/apis/networking.k8s.io/v1/namespaces/acme/networkpolicies/my-bot-sandbox";
             let desired = stamped(&children.sandbox_network_policy);
             let mut steps = reads(&persona);

@@ -23,7 +23,6 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
-    runtime::reflector::{ObjectRef, Store},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -32,11 +31,7 @@ use super::{
     content::{Content, content_hash},
     freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
 };
-use crate::{
-    cache::{self, Remembered},
-    labels::{FIELD_MANAGER, WEBHOOKS_COMPONENT},
-    metrics::Metrics,
-};
+use crate::{cache, child_cache::ChildStore, labels::FIELD_MANAGER, metrics::Metrics};
 
 /// Tries at making the operator sole owner of a repaired child before the next
 /// reconcile takes over.
@@ -270,18 +265,11 @@ fn controlled_by(meta: &ObjectMeta, owner: &OwnerReference) -> bool {
         .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid)
 }
 
-fn cached<K>(
-    store: &Store<Remembered<K>>,
-    namespace: &str,
-    name: Option<&String>,
-) -> Option<ObjectMeta>
-where
-    K: Resource<DynamicType = ()> + Clone,
-{
+fn cached<K>(store: &ChildStore<K>, namespace: &str, name: Option<&String>) -> Option<ObjectMeta> {
     let name = name?;
     store
-        .get(&ObjectRef::new(name).within(namespace))
-        .map(|object| object.meta().clone())
+        .get(namespace, name)
+        .map(|record| record.metadata(namespace, name))
 }
 
 /// Writes every child that needs it, in dependency order. `owner`: the SaintBot's
@@ -380,12 +368,14 @@ pub async fn apply(
     }
     // The workload last: it starts only once everything it needs is in place.
     let desired = &children.deployment;
-    let key = ObjectRef::new(&name(&desired.metadata).unwrap_or_default()).within(namespace);
-    let stored = cache.deployments.get(&key);
+    let deployment_name = name(&desired.metadata).unwrap_or_default();
+    let stored = cache.deployments.get(namespace, &deployment_name);
     let written = writer
         .ensure(
             desired,
-            stored.as_ref().map(|stored| stored.metadata.clone()),
+            stored
+                .as_ref()
+                .map(|stored| stored.metadata(namespace, &deployment_name)),
             true,
         )
         .await?;
@@ -427,25 +417,15 @@ pub async fn apply(
 /// touched.
 async fn delete_stale_webhook_ingresses(
     writer: &mut ChildWriter<'_>,
-    ingresses: &Store<Remembered<Ingress>>,
+    ingresses: &ChildStore<Ingress>,
 ) -> Result<(), ApplyError> {
-    let stale: Vec<ObjectMeta> = cache::in_namespace(ingresses, writer.namespace)
+    let stale = ingresses
+        .controlled_by(writer.namespace, &writer.owner.uid)
         .into_iter()
-        .map(|ingress| ingress.metadata.clone())
-        .filter(|meta| {
-            let labels = meta.labels.clone().unwrap_or_default();
-            labels.get("app.kubernetes.io/instance") == Some(&writer.owner.name)
-                && labels
-                    .get("app.kubernetes.io/component")
-                    .map(String::as_str)
-                    == Some(WEBHOOKS_COMPONENT)
-                && controlled_by(meta, writer.owner)
-        })
-        .collect();
-    for meta in stale {
-        let name = meta.name.clone().unwrap_or_default();
+        .filter(|(_, record)| record.webhooks);
+    for (name, record) in stale {
         writer
-            .delete_owned::<Ingress>(&name, meta.uid.clone())
+            .delete_owned::<Ingress>(&name, record.metadata(writer.namespace, &name).uid)
             .await
             .map_err(|source| ApplyError {
                 kind: "Ingress".to_string(),

@@ -6,6 +6,7 @@ pub mod stand_in;
 use kube::runtime::{reflector, watcher};
 use saint_operator::{
     cache::{Children, Sources},
+    child_cache::ChildStore,
     crd::{Contact, Role, SaintBot},
     offline::{Manifests, read_manifests},
     saintbot_controller::{
@@ -95,13 +96,13 @@ pub fn sources(bots: &[SaintBot], contacts: &[Contact], roles: &[Role]) -> Sourc
 /// Child caches that have seen no child yet.
 pub fn no_children() -> Children {
     Children {
-        service_accounts: store(&[]),
-        role_bindings: store(&[]),
-        config_maps: store(&[]),
-        claims: store(&[]),
-        services: store(&[]),
-        network_policies: store(&[]),
-        ingresses: store(&[]),
-        deployments: store(&[]),
+        service_accounts: ChildStore::holding(&[]),
+        role_bindings: ChildStore::holding(&[]),
+        config_maps: ChildStore::holding(&[]),
+        claims: ChildStore::holding(&[]),
+        services: ChildStore::holding(&[]),
+        network_policies: ChildStore::holding(&[]),
+        ingresses: ChildStore::holding(&[]),
+        deployments: ChildStore::holding(&[]),
     }
 }
