@@ -102,8 +102,9 @@ def check_operator_rules(rules: list[dict], where: str, agent_role: str) -> None
     for verb in ("get", "list", "watch", "create", "patch", "update", "delete"):
         check(granted(rules, "rbac.authorization.k8s.io", "rolebindings", verb), f"{where}: missing rolebindings {verb}")
     check(granted(rules, "", "secrets", "get"), f"{where}: missing secrets get (the Secret check)")
-    for verb in ("create", "patch"):
-        check(granted(rules, "events.k8s.io", "events", verb), f"{where}: missing events {verb}")
+    check(granted(rules, "events.k8s.io", "events", "create"), f"{where}: missing events create")
+    # Events are created once per transition, never updated.
+    check(not granted(rules, "events.k8s.io", "events", "patch"), f"{where}: events patch is not needed")
 
 
 def check_agent_cluster_role(kinds: dict[str, list[dict]], arguments: list[str], where: str) -> str:

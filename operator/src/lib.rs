@@ -5,6 +5,7 @@ pub mod api_server;
 pub mod cache;
 pub mod child_cache;
 pub mod crd;
+pub mod events;
 pub mod identity;
 pub mod labels;
 pub mod leader;

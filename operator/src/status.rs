@@ -13,13 +13,13 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder},
+    runtime::events::{Event, EventType},
 };
 use saint_config::ErrorChain;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
 
-use crate::labels::FIELD_MANAGER;
+use crate::{events::Publisher, labels::FIELD_MANAGER};
 
 /// The condition types Saint resources report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,7 +339,7 @@ pub struct StatusError {
 /// `events` about the object. Returns whether a write happened.
 pub async fn report<K, S>(
     client: &Client,
-    recorder: &Recorder,
+    recorder: &Publisher,
     object: &K,
     current: Option<&S>,
     next: &S,
@@ -381,7 +381,7 @@ where
 
 /// Publishes Events about `object`. Event failures are logged, never fatal: an Event is a
 /// courtesy to humans, status is the record.
-pub async fn publish<K>(recorder: &Recorder, object: &K, events: &[Event])
+pub async fn publish<K>(recorder: &Publisher, object: &K, events: &[Event])
 where
     K: Resource<DynamicType = ()>,
 {

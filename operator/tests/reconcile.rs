@@ -15,7 +15,8 @@ use k8s_openapi::{
     api::networking::v1::Ingress,
     apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry},
 };
-use kube::{Client, runtime::controller::Action, runtime::events::Recorder};
+use kube::{Client, runtime::controller::Action};
+use saint_operator::events::Publisher;
 use saint_operator::{
     cache::{self, Sources},
     child_cache::ChildStore,
@@ -610,7 +611,7 @@ const NOW: &str = "2026-11-22T01:00:00Z";
 
 /// A context on `client` with the operator's test settings, `cached` and a pinned clock.
 fn context(client: Client, cached: Cached) -> Arc<Context> {
-    let recorder = Recorder::new(client.clone(), "saint-operator".into());
+    let recorder = Publisher::new(client.clone(), "saint-operator");
     let fixed_now = Box::new(|| Time(NOW.parse().unwrap()));
     Arc::new(Context::with_clock(
         client,

@@ -9,13 +9,11 @@ mod support;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{
-    Client,
-    runtime::{controller::Action, events::Recorder},
-};
+use kube::{Client, runtime::controller::Action};
 use saint_operator::{
     cache::Sources,
     crd::{Contact, Role, SaintBot},
+    events::Publisher,
     references_controller::{Context, reconcile_contact, reconcile_role},
 };
 use serde_json::{Value, json};
@@ -29,7 +27,7 @@ use support::{
 const NOW: &str = "2026-11-22T01:00:00Z";
 
 fn context(client: Client, sources: Sources) -> Arc<Context> {
-    let recorder = Recorder::new(client.clone(), "saint-operator".into());
+    let recorder = Publisher::new(client.clone(), "saint-operator");
     Arc::new(Context::with_clock(
         client,
         recorder,

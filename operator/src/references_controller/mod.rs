@@ -22,7 +22,6 @@ use kube::{
     runtime::{
         Controller,
         controller::{Action, Config},
-        events::Recorder,
         reflector::ObjectRef,
     },
 };
@@ -35,6 +34,7 @@ use self::{
 use crate::{
     cache::{ReferenceFeeds, Sources, in_namespace},
     crd::{Contact, Role, SaintBot},
+    events::Publisher,
     labels::FIELD_MANAGER,
     saintbot_controller::{MappingMemory, key_of},
     selection::bot_uses_contact,
@@ -58,7 +58,7 @@ pub struct Context {
     /// API client.
     pub client: Client,
     /// Event recorder (reporter `saint-operator`).
-    pub recorder: Recorder,
+    pub recorder: Publisher,
     /// Saint's own resources as last seen.
     pub sources: Sources,
     /// A clock that tests can pin.
@@ -68,7 +68,7 @@ pub struct Context {
 impl Context {
     /// A context with the real clock.
     pub fn new(client: Client, sources: Sources) -> Self {
-        let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
+        let recorder = Publisher::new(client.clone(), FIELD_MANAGER);
         Self::with_clock(
             client,
             recorder,
@@ -80,7 +80,7 @@ impl Context {
     /// A context with an explicit recorder and clock (tests).
     pub fn with_clock(
         client: Client,
-        recorder: Recorder,
+        recorder: Publisher,
         sources: Sources,
         now: Box<dyn Fn() -> Time + Send + Sync>,
     ) -> Self {

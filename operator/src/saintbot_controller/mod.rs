@@ -24,7 +24,6 @@ use kube::{
     runtime::{
         Controller,
         controller::{Action, Config},
-        events::Recorder,
         reflector::{ObjectRef, Store},
     },
 };
@@ -34,6 +33,7 @@ use self::update_status::Outcome;
 use crate::{
     cache::{self, BotFeeds, Sources},
     crd::{Contact, Role, SaintBot},
+    events::Publisher,
     labels::FIELD_MANAGER,
     metrics::Metrics,
     selection::{bot_uses_contact, bot_uses_role},
@@ -77,7 +77,7 @@ pub struct Context {
     /// API client.
     pub client: Client,
     /// Event recorder (reporter `saint-operator`).
-    pub recorder: Recorder,
+    pub recorder: Publisher,
     /// Operator-wide defaults.
     pub settings: OperatorSettings,
     /// Prometheus metrics.
@@ -101,7 +101,7 @@ impl Context {
         sources: Sources,
         children: cache::Children,
     ) -> Self {
-        let recorder = Recorder::new(client.clone(), FIELD_MANAGER.into());
+        let recorder = Publisher::new(client.clone(), FIELD_MANAGER);
         Self::with_clock(
             client,
             recorder,
@@ -117,7 +117,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     pub fn with_clock(
         client: Client,
-        recorder: Recorder,
+        recorder: Publisher,
         settings: OperatorSettings,
         metrics: Arc<Metrics>,
         sources: Sources,
