@@ -37,7 +37,7 @@ use crate::{
     events::Publisher,
     labels::FIELD_MANAGER,
     saintbot_controller::{MappingMemory, key_of},
-    selection::bot_uses_contact,
+    selection::{bot_uses_contact, bot_uses_role},
     status::{self, StatusError},
 };
 
@@ -108,8 +108,16 @@ pub async fn reconcile_contact(
         })?;
     let now = (context.now)();
     let (bots, contacts) = neighbourhood(&context.sources, &contact, &namespace);
+    // Only the Roles the judgement can look at: those the neighbourhood's bots select and
+    // those its Contacts name. Copying (and rendering) every Role of the namespace for
+    // each Contact made a large namespace quadratic in time and memory.
     let roles: Vec<Role> = in_namespace(&context.sources.roles, &namespace)
         .into_iter()
+        .filter(|role| {
+            let name = role.metadata.name.as_deref().unwrap_or_default();
+            contacts.iter().any(|contact| contact.spec.role == name)
+                || bots.iter().any(|bot| bot_uses_role(bot, role))
+        })
         .map(Arc::unwrap_or_clone)
         .collect();
     let statuses = contact_statuses(&bots, &contacts, &roles, &now);
