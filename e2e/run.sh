@@ -111,7 +111,10 @@ case "$bench" in
 		# shared debug build.
 		release_target="${SAINT_RELEASE_TARGET_DIR:-$HOME/.cache/saint/target-release}"
 		CARGO_TARGET_DIR="$release_target" cargo build --locked --release \
-			-p saint-operator -p saint-e2e --bin saint-operator --bin fleet-bench
+			-p saint-e2e --bin fleet-bench
+		# The operator as it ships: its own profile (Cargo.toml, built for size).
+		CARGO_TARGET_DIR="$release_target" cargo build --locked --profile operator \
+			-p saint-operator --bin saint-operator
 		;;
 	*)
 		echo "run.sh: unknown SAINT_E2E_BENCH=$bench (known: fleet)" >&2
@@ -210,7 +213,7 @@ export SAINT_E2E_REPO="$repo"
 export SAINT_E2E_OPERATOR_BIN="$CARGO_TARGET_DIR/debug/saint-operator"
 export PATH="$bin_dir:$PATH"
 if [[ -n "$bench" ]]; then
-	export SAINT_E2E_OPERATOR_BIN="$release_target/release/saint-operator"
+	export SAINT_E2E_OPERATOR_BIN="$release_target/operator/saint-operator"
 	# Its own process group, like the scenarios, so an interruption stops the
 	# operators it spawned too.
 	setsid "$release_target/release/fleet-bench" "$@" &

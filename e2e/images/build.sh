@@ -67,15 +67,20 @@ build_binaries() {
 	(
 		cd "$repository_root"
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
-			-p saint-operator --bin saint-operator \
 			-p saint-agent --bin saint-agent \
 			-p porter --bins \
 			-p saint-sandbox-runner --bin saint-sandbox-runner >&2
+		# The operator has its own profile (Cargo.toml: built for size), as in its Dockerfile.
+		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --profile operator \
+			-p saint-operator --bin saint-operator >&2
 	) || die "cargo build --release failed"
 	mkdir -p "$destination"
+	local built
 	for binary in saint-operator saint-agent porter porter-supervise cliport cliport-proxy saint-sandbox-runner; do
-		[[ -x "$release_target_dir/release/$binary" ]] || die "cargo built no $release_target_dir/release/$binary"
-		strip -o "$destination/$binary" "$release_target_dir/release/$binary" || die "failed to strip $binary"
+		built="$release_target_dir/release/$binary"
+		[[ "$binary" == saint-operator ]] && built="$release_target_dir/operator/$binary"
+		[[ -x "$built" ]] || die "cargo built no $built"
+		strip -o "$destination/$binary" "$built" || die "failed to strip $binary"
 	done
 }
 
