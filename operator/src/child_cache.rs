@@ -1,5 +1,5 @@
-//! What the operator remembers of the children it writes: per child, a record of about
-//! two hundred bytes rather than the object (a cached Deployment, even stripped of its
+//! What the operator remembers of the children it writes: per child, a record of a few
+//! hundred bytes rather than the object (a cached Deployment, even stripped of its
 //! pod template, costs kilobytes in a reflector store). A record holds what
 //! [`freshness`] judges — the desired hash stamped on the child, the hash of its live
 //! [`content`], the foreign field managers writing its content, its resourceVersion (the
@@ -7,12 +7,12 @@
 //! whether its pod is ready.
 //!
 //! One watch per kind keeps the records and wakes the owning bot when one changes in
-//! what it holds. A child's first appearance wakes nobody: children are created only by
-//! the reconcile of their bot, which saw the object it wrote in the response. A
-//! resourceVersion moving alone (the controller-manager's status updates of a
-//! Deployment, several a second in a large fleet) wakes nobody either. Deletions wake
-//! the owner, and so does everything a re-list delivers, with what vanished while the
-//! watch was away.
+//! what it holds (the old owner too, when a child changes hands). A child's first
+//! appearance wakes nobody when it is what its bot's reconcile just wrote (stamped, no
+//! foreign writer): that reconcile saw the object in the response. A resourceVersion
+//! moving alone (the controller-manager's status updates of a Deployment, several a
+//! second in a large fleet) wakes nobody either. Deletions wake the owner, and so does
+//! everything a re-list delivers, with what vanished while the watch was away.
 
 use std::{
     collections::HashMap,
@@ -151,6 +151,17 @@ impl ChildRecord {
             managed_fields: (!foreign.is_empty()).then_some(foreign),
             ..ObjectMeta::default()
         }
+    }
+
+    /// Whether a child seen for the first time needs its bot's judgement anyway. A child
+    /// its bot's reconcile created carries the operator's stamp and no foreign writer,
+    /// and that reconcile saw it in the response. One that does not was written by
+    /// someone else: re-created by hand, or edited and, its label removed and restored
+    /// meanwhile, back in the watch with the foreign fields an apply keeps. Kinds found
+    /// by label (the webhook Ingress) are always looked at: a reconcile that ran before
+    /// the watch delivered one could not have deleted it.
+    fn needs_a_look<K: Content>(&self) -> bool {
+        K::FOUND_BY_LABELS || self.desired_hash.is_none() || !self.foreign_writers.is_empty()
     }
 
     /// Whether it differs from `other` in more than its resourceVersion.
@@ -301,20 +312,30 @@ impl<K: Content> Recorder<K> {
             .expect("child records lock is never poisoned")
     }
 
-    /// Records one change to a child outside a list; returns the bot to wake, if any.
-    pub fn apply(&self, child: &K) -> Option<ObjectRef<SaintBot>> {
+    /// Records one change to a child outside a list; returns the bots to wake.
+    pub fn apply(&self, child: &K) -> Vec<ObjectRef<SaintBot>> {
         let meta = child.meta();
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         let record = ChildRecord::of(child);
-        let wake = owner_ref(namespace, &record);
         let before = self.write().insert(
             key(namespace, meta.name.as_deref().unwrap_or_default()),
             record.clone(),
         );
-        match before {
-            Some(before) if before.differs_from(&record) => wake,
-            _ => None,
+        let mut wake: Vec<ObjectRef<SaintBot>> = match &before {
+            Some(before) if !before.differs_from(&record) => return Vec::new(),
+            Some(_) => owner_ref(namespace, &record).into_iter().collect(),
+            None if record.needs_a_look::<K>() => {
+                owner_ref(namespace, &record).into_iter().collect()
+            }
+            None => Vec::new(),
+        };
+        // A child handed to another owner (or to none) is no longer its old bot's.
+        if let Some(before) = before
+            && before.owner != record.owner
+        {
+            wake.extend(owner_ref(namespace, &before));
         }
+        wake
     }
 
     /// Forgets a deleted child; returns its bot, to be woken.
@@ -418,7 +439,7 @@ async fn drive<K, S>(
     let mut listing: HashMap<String, ChildRecord> = HashMap::new();
     while let Some(event) = events.next().await {
         let woken: Vec<ObjectRef<SaintBot>> = match event {
-            Ok(watcher::Event::Apply(child)) => recorder.apply(&child).into_iter().collect(),
+            Ok(watcher::Event::Apply(child)) => recorder.apply(&child),
             Ok(watcher::Event::Delete(child)) => recorder.delete(&child).into_iter().collect(),
             Ok(watcher::Event::Init) => {
                 listing.clear();
@@ -551,6 +572,73 @@ mod tests {
             "a repair's precondition"
         );
         assert_eq!(freshness::foreign_writers(&meta), ["kubectl-edit"]);
+    }
+
+    #[tokio::test]
+    async fn a_first_appearance_someone_else_wrote_wakes_its_bot() {
+        // Edited by hand, its managed-by label removed (gone from the watch) and put
+        // back by the bot's apply, which keeps the foreign fields.
+        let mut edited = deployment("edited-bot", "3", 0, 0);
+        edited.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl-edit".into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:template": {}}}))),
+            ..ManagedFieldsEntry::default()
+        }]);
+        // Re-created by someone else, without the operator's stamp.
+        let mut unstamped = deployment("unstamped-bot", "4", 0, 0);
+        unstamped.metadata.annotations = None;
+        let (woken, _) = woken(vec![
+            watcher::Event::Init,
+            watcher::Event::InitDone,
+            watcher::Event::Apply(deployment("own-bot", "2", 0, 0)),
+            watcher::Event::Apply(edited),
+            watcher::Event::Apply(unstamped),
+        ])
+        .await;
+        assert_eq!(woken, ["edited-bot", "unstamped-bot"]);
+    }
+
+    #[tokio::test]
+    async fn a_webhook_ingress_seen_late_and_a_child_given_away_wake_their_bots() {
+        let ingress: Ingress = serde_json::from_value(json!({
+            "metadata": {"name": "my-bot-webhooks", "namespace": "acme", "resourceVersion": "1",
+                "annotations": {DESIRED_HASH_ANNOTATION: "ab".repeat(32)},
+                "ownerReferences": [{"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+                    "name": "my-bot", "uid": "u1", "controller": true}]},
+            "spec": {},
+        }))
+        .unwrap();
+        let mut given_away = deployment("my-bot", "6", 0, 0);
+        given_away.metadata.owner_references.as_mut().unwrap()[0].name = "other-bot".into();
+        let (woken, _) = woken(vec![
+            watcher::Event::Init,
+            watcher::Event::InitDone,
+            watcher::Event::Apply(ingress),
+        ])
+        .await;
+        assert_eq!(woken, ["my-bot"], "an Ingress a reconcile may have missed");
+        let (mut woken, _) = woken_after_list(
+            deployment("my-bot", "5", 0, 0),
+            watcher::Event::Apply(given_away),
+        )
+        .await;
+        woken.sort();
+        assert_eq!(woken, ["my-bot", "other-bot"], "the new owner and the old");
+    }
+
+    /// [`woken`] over a list of `listed`, then `event`.
+    async fn woken_after_list(
+        listed: Deployment,
+        event: watcher::Event<Deployment>,
+    ) -> (Vec<String>, ChildStore<Deployment>) {
+        woken(vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(listed),
+            watcher::Event::InitDone,
+            event,
+        ])
+        .await
     }
 
     #[tokio::test]
