@@ -502,7 +502,6 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 fields_v1: Some(FieldsV1(json!({"f:spec": {"f:egress": {}}}))),
                 ..ManagedFieldsEntry::default()
             }]);
-            freshness::compact(&mut drifted.metadata);
             cached.children.network_policies =
                 ChildStore::holding(&[drifted, written(&children.agent_network_policy)]);
             let path = "/apis/networking.k8s.io/v1/namespaces/acme/networkpolicies/my-bot-sandbox";

@@ -11,7 +11,6 @@ use k8s_openapi::api::{
     networking::v1::{Ingress, NetworkPolicy},
     rbac::v1::RoleBinding,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde_json::{Value, json};
 
@@ -47,19 +46,6 @@ fn annotations<K: Resource>(object: &K) -> Value {
 pub fn content_hash<K: Content>(object: &K) -> String {
     let bytes = serde_json::to_vec(&object.content()).expect("JSON values serialise");
     super::build::sha256_hex(&bytes)
-}
-
-/// The cache's metadata of a live child: its compacted metadata with the hash of its
-/// content in [`LIVE_CONTENT_ANNOTATION`].
-pub fn cached_metadata<K: Content>(mut object: K) -> ObjectMeta {
-    let hash = content_hash(&object);
-    let mut metadata = std::mem::take(object.meta_mut());
-    super::freshness::compact(&mut metadata);
-    metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(LIVE_CONTENT_ANNOTATION.to_string(), hash);
-    metadata
 }
 
 impl Content for NetworkPolicy {
@@ -202,26 +188,5 @@ mod tests {
             "proxy_pass http://evil;".into(),
         );
         assert_ne!(content_hash(&ingress), before);
-    }
-
-    #[test]
-    fn the_cache_copy_keeps_the_hash_and_drops_the_bulk() {
-        let mut config_map: ConfigMap = serde_json::from_value(
-            json!({"metadata": {"name": "c"}, "data": {"bot-config.json": "x".repeat(10_000)}}),
-        )
-        .unwrap();
-        config_map
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(
-                "kubectl.kubernetes.io/last-applied-configuration".into(),
-                "{}".into(),
-            );
-        let hash = content_hash(&config_map);
-        let metadata = cached_metadata(config_map);
-        let annotations = metadata.annotations.unwrap();
-        assert_eq!(annotations[LIVE_CONTENT_ANNOTATION], hash);
-        assert_eq!(annotations.len(), 1, "{annotations:?}");
     }
 }

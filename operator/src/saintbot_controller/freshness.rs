@@ -172,30 +172,6 @@ fn leaf_paths(fields: &Value, prefix: &mut Vec<String>, leaves: &mut Vec<Vec<Str
     }
 }
 
-/// Shrinks cached metadata to what [`freshness`] reads: the desired-hash annotation and,
-/// of the managed fields, only the foreign content writers (their field sets replaced by
-/// a marker). A cache of a thousand children then costs little more than their names.
-pub fn compact(meta: &mut ObjectMeta) {
-    if let Some(annotations) = &mut meta.annotations {
-        annotations
-            .retain(|key, _| key == DESIRED_HASH_ANNOTATION || key == LIVE_CONTENT_ANNOTATION);
-    }
-    if let Some(entries) = meta.managed_fields.take() {
-        let foreign: Vec<ManagedFieldsEntry> = entries
-            .into_iter()
-            .filter(writes_content)
-            .map(|entry| ManagedFieldsEntry {
-                manager: entry.manager,
-                operation: entry.operation,
-                subresource: entry.subresource,
-                fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {}}))),
-                ..ManagedFieldsEntry::default()
-            })
-            .collect();
-        meta.managed_fields = (!foreign.is_empty()).then_some(foreign);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -328,50 +304,6 @@ mod tests {
         let claim = meta(Some("abc"), vec![bound]);
         assert_eq!(
             freshness(Some(&claim), "abc", "built", false),
-            Freshness::Current
-        );
-    }
-
-    #[test]
-    fn compaction_keeps_the_answer_and_drops_the_bulk() {
-        let mut cached = meta(
-            Some("abc"),
-            vec![
-                entry(FIELD_MANAGER, None, json!({"f:spec": {"f:egress": {}}})),
-                entry("kubectl-edit", None, json!({"f:spec": {"f:egress": {}}})),
-                entry(
-                    "kube-controller-manager",
-                    Some("status"),
-                    json!({"f:status": {}}),
-                ),
-            ],
-        );
-        cached.annotations.as_mut().unwrap().insert(
-            "kubectl.kubernetes.io/last-applied-configuration".into(),
-            "x".repeat(10_000),
-        );
-        let before = foreign_writers(&cached);
-        compact(&mut cached);
-        assert_eq!(foreign_writers(&cached), before);
-        assert_eq!(cached.managed_fields.as_ref().unwrap().len(), 1);
-        assert_eq!(
-            cached.annotations.as_ref().unwrap().len(),
-            2,
-            "the two stamps"
-        );
-        assert_eq!(
-            freshness(Some(&cached), "abc", "built", true),
-            Freshness::Drifted { managers: before }
-        );
-
-        let mut clean = meta(
-            Some("abc"),
-            vec![entry(FIELD_MANAGER, None, json!({"f:spec": {}}))],
-        );
-        compact(&mut clean);
-        assert_eq!(clean.managed_fields, None);
-        assert_eq!(
-            freshness(Some(&clean), "abc", "built", true),
             Freshness::Current
         );
     }
