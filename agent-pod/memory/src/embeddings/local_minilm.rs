@@ -1,15 +1,20 @@
-//! all-MiniLM-L6-v2 run in process on the CPU with candle: BERT forward pass, mean
-//! pooling over real tokens (attention mask), L2 normalisation — the same steps as
-//! sentence-transformers. Reads only the three files in the model directory.
+//! all-MiniLM-L6-v2 run in process on the CPU: the BERT forward pass on the
+//! memory-mapped weights ([`super::bert`]), mean pooling over real tokens (attention
+//! mask), L2 normalisation — the same steps as sentence-transformers. Reads only the
+//! three files in the model directory; the weights stay in the page cache, shared by
+//! every process on the node that maps the same file.
 
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use super::{Embedder, EmbeddingError, normalise};
+use super::{
+    Embedder, EmbeddingError,
+    bert::{Batch, Bert, BertShape},
+    mapped_weights::MappedWeights,
+    normalise,
+};
 
 /// The model's sequence window in sentence-transformers (`max_seq_length`). The
 /// shipped `tokenizer.json` pads and truncates everything to 128 instead; padding is
@@ -23,17 +28,15 @@ pub(super) const BATCH_SIZE: usize = 32;
 
 /// all-MiniLM-L6-v2 loaded from `model.safetensors`, `config.json`, `tokenizer.json`.
 pub struct LocalMiniLm {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
-    dimensions: usize,
-    device: Device,
 }
 
 impl std::fmt::Debug for LocalMiniLm {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("LocalMiniLm")
-            .field("dimensions", &self.dimensions)
+            .field("dimensions", &self.model.hidden_size())
             .finish_non_exhaustive()
     }
 }
@@ -85,10 +88,15 @@ impl ModelFiles {
         invalid(&self.weights, reason)
     }
 
-    /// The weights file's bytes. Read into memory rather than mmap: the mmap loader is
-    /// `unsafe` (the file could change underneath), and 90 MB is read once at startup.
+    /// The weights file's bytes, read into memory (the 8-bit model quantises them once
+    /// and keeps only its own copy).
     pub(super) fn weights(&self) -> Result<Vec<u8>, EmbeddingError> {
         std::fs::read(&self.weights).map_err(|error| invalid(&self.weights, error))
+    }
+
+    /// The weights file, memory-mapped.
+    pub(super) fn mapped_weights(&self) -> Result<MappedWeights, EmbeddingError> {
+        MappedWeights::open(&self.weights).map_err(|error| invalid(&self.weights, error))
     }
 
     /// The tokenizer, padding each batch to its longest text and truncating at
@@ -110,13 +118,18 @@ impl ModelFiles {
     }
 }
 
-/// Token ids, token type ids and attention mask of a batch, each `(batch, length)`.
-pub(super) fn tokenise(
-    tokenizer: &Tokenizer,
-    texts: &[&str],
-    device: &Device,
-) -> Result<(Tensor, Tensor, Tensor), EmbeddingError> {
-    let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
+/// A tokenised batch: token ids, token type ids and attention mask, each
+/// `batch × length` row-major (every text padded to the longest).
+pub(super) struct Tokens {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+    pub mask: Vec<u32>,
+    pub batch: usize,
+    pub length: usize,
+}
+
+/// Tokenises a batch.
+pub(super) fn tokens(tokenizer: &Tokenizer, texts: &[&str]) -> Result<Tokens, EmbeddingError> {
     let encodings = tokenizer
         .encode_batch(texts.to_vec(), true)
         .map_err(|error| EmbeddingError::Inference(format!("tokenizer: {error}")))?;
@@ -125,14 +138,36 @@ pub(super) fn tokenise(
         .first()
         .map(|encoding| encoding.get_ids().len())
         .unwrap_or(0);
-    let mut ids = Vec::with_capacity(batch * length);
-    let mut type_ids = Vec::with_capacity(batch * length);
-    let mut mask = Vec::with_capacity(batch * length);
+    let mut tokens = Tokens {
+        ids: Vec::with_capacity(batch * length),
+        type_ids: Vec::with_capacity(batch * length),
+        mask: Vec::with_capacity(batch * length),
+        batch,
+        length,
+    };
     for encoding in &encodings {
-        ids.extend_from_slice(encoding.get_ids());
-        type_ids.extend_from_slice(encoding.get_type_ids());
-        mask.extend_from_slice(encoding.get_attention_mask());
+        tokens.ids.extend_from_slice(encoding.get_ids());
+        tokens.type_ids.extend_from_slice(encoding.get_type_ids());
+        tokens.mask.extend_from_slice(encoding.get_attention_mask());
     }
+    Ok(tokens)
+}
+
+/// Token ids, token type ids and attention mask of a batch as candle tensors, each
+/// `(batch, length)`.
+pub(super) fn tokenise(
+    tokenizer: &Tokenizer,
+    texts: &[&str],
+    device: &Device,
+) -> Result<(Tensor, Tensor, Tensor), EmbeddingError> {
+    let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
+    let Tokens {
+        ids,
+        type_ids,
+        mask,
+        batch,
+        length,
+    } = tokens(tokenizer, texts)?;
     Ok((
         Tensor::from_vec(ids, (batch, length), device).map_err(inference)?,
         Tensor::from_vec(type_ids, (batch, length), device).map_err(inference)?,
@@ -183,40 +218,49 @@ pub(super) fn embed_in_batches(
 }
 
 impl LocalMiniLm {
-    /// Loads the model from `directory`; every missing file is a clear error.
+    /// Loads the model from `directory`; every missing file, and every tensor missing
+    /// from the weights or of the wrong shape, is a clear error naming it.
     pub fn load(directory: &Path) -> Result<Self, EmbeddingError> {
         let files = ModelFiles::find(directory)?;
-        let config_text = files.config_text()?;
-        let config: Config =
-            serde_json::from_str(&config_text).map_err(|error| files.invalid_config(error))?;
-        let dimensions = serde_json::from_str::<serde_json::Value>(&config_text)
-            .ok()
-            .and_then(|value| value.get("hidden_size").and_then(serde_json::Value::as_u64))
-            .ok_or_else(|| files.invalid_config("no hidden_size"))?
-            as usize;
+        let shape: BertShape = serde_json::from_str(&files.config_text()?)
+            .map_err(|error| files.invalid_config(error))?;
+        shape.check().map_err(|error| files.invalid_config(error))?;
         let tokenizer = files.tokenizer()?;
-        let device = Device::Cpu;
-        let variables =
-            VarBuilder::from_buffered_safetensors(files.weights()?, DType::F32, &device)
-                .map_err(|error| files.invalid_weights(error))?;
-        let model =
-            BertModel::load(variables, &config).map_err(|error| files.invalid_weights(error))?;
-        Ok(Self {
-            model,
-            tokenizer,
-            dimensions,
-            device,
-        })
+        let model = Bert::new(files.mapped_weights()?, shape)
+            .map_err(|error| files.invalid_weights(error))?;
+        Ok(Self { model, tokenizer })
     }
 
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
-        let inference = |error: candle_core::Error| EmbeddingError::Inference(error.to_string());
-        let (ids, type_ids, mask) = tokenise(&self.tokenizer, texts, &self.device)?;
+        let tokens = tokens(&self.tokenizer, texts)?;
         let hidden = self
             .model
-            .forward(&ids, &type_ids, Some(&mask))
-            .map_err(inference)?;
-        mean_pool_normalised(&hidden, &mask)
+            .encode(&Batch {
+                ids: &tokens.ids,
+                type_ids: &tokens.type_ids,
+                mask: &tokens.mask,
+                batch: tokens.batch,
+                length: tokens.length,
+            })
+            .map_err(EmbeddingError::Inference)?;
+        let size = self.model.hidden_size();
+        Ok(hidden
+            .chunks(tokens.length * size)
+            .zip(tokens.mask.chunks(tokens.length))
+            .map(|(states, mask)| {
+                // Mean over real tokens only: without the mask every text would be
+                // averaged with the same padding states.
+                let mut pooled = vec![0.0f32; size];
+                let mut count = 0.0f32;
+                for (state, _) in states.chunks(size).zip(mask).filter(|(_, real)| **real != 0) {
+                    pooled.iter_mut().zip(state).for_each(|(sum, value)| *sum += value);
+                    count += 1.0;
+                }
+                pooled.iter_mut().for_each(|sum| *sum /= count.max(1.0));
+                normalise(&mut pooled);
+                pooled
+            })
+            .collect())
     }
 }
 
@@ -226,7 +270,7 @@ impl Embedder for LocalMiniLm {
     }
 
     fn dimensions(&self) -> usize {
-        self.dimensions
+        self.model.hidden_size()
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError> {

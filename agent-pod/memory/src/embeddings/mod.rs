@@ -5,7 +5,10 @@
 //! pool, so neither needs an async runtime. Every vector an embedder returns is
 //! L2-normalised, which the index relies on (cosine distance = 1 − dot product).
 
+mod bert;
 mod local_minilm;
+mod mapped_weights;
+mod matmul;
 mod openai;
 mod quantized_minilm;
 

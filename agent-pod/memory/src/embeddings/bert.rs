@@ -1,0 +1,393 @@
+//! The BERT encoder of all-MiniLM-L6-v2 computed directly on the mapped weights
+//! ([`MappedWeights`]): embeddings, then per layer self-attention and the feed-forward
+//! block, each followed by a residual sum and layer norm — the post-norm BERT that
+//! sentence-transformers runs. Activations are the only memory it allocates, per call.
+
+use rayon::prelude::*;
+
+use super::{
+    mapped_weights::MappedWeights,
+    matmul::{View, product},
+};
+
+/// The model's shape, read from `config.json`.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub(super) struct BertShape {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_attention_heads: usize,
+    pub num_hidden_layers: usize,
+    pub vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f32,
+    #[serde(default = "default_activation")]
+    pub hidden_act: String,
+}
+
+fn default_eps() -> f32 {
+    1e-12
+}
+
+fn default_activation() -> String {
+    "gelu".to_string()
+}
+
+impl BertShape {
+    /// Why this shape cannot be run, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
+            return Err("hidden_size is not a multiple of num_attention_heads".to_string());
+        }
+        if self.hidden_act != "gelu" {
+            return Err(format!(
+                "hidden_act {:?} is not supported (only \"gelu\")",
+                self.hidden_act
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A dense layer's weight (`out × in`, as stored) and bias.
+struct Dense<'a> {
+    weight: &'a [f32],
+    bias: &'a [f32],
+    inputs: usize,
+    outputs: usize,
+}
+
+impl Dense<'_> {
+    /// `output (rows × outputs) = input (rows × inputs) × weightᵀ + bias`.
+    fn apply(&self, input: &[f32], rows: usize, output: &mut Vec<f32>) {
+        output.clear();
+        output.resize(rows * self.outputs, 0.0);
+        product(
+            output,
+            self.outputs,
+            View::rows(input, rows, self.inputs),
+            View::rows(self.weight, self.outputs, self.inputs).transposed(),
+            true,
+        );
+        output
+            .par_chunks_mut(self.outputs)
+            .for_each(|row| row.iter_mut().zip(self.bias).for_each(|(value, bias)| *value += bias));
+    }
+}
+
+struct Norm<'a> {
+    weight: &'a [f32],
+    bias: &'a [f32],
+    eps: f32,
+}
+
+impl Norm<'_> {
+    /// Layer norm of every row of `values`, after adding `residual` to it.
+    fn add_and_normalise(&self, values: &mut [f32], residual: &[f32]) {
+        let width = self.weight.len();
+        values
+            .par_chunks_mut(width)
+            .zip(residual.par_chunks(width))
+            .for_each(|(row, residual)| {
+                row.iter_mut().zip(residual).for_each(|(value, add)| *value += add);
+                self.normalise_row(row);
+            });
+    }
+
+    fn normalise_row(&self, row: &mut [f32]) {
+        let width = row.len() as f32;
+        let mean = row.iter().sum::<f32>() / width;
+        let variance = row.iter().map(|value| (value - mean).powi(2)).sum::<f32>() / width;
+        let scale = 1.0 / (variance + self.eps).sqrt();
+        for ((value, weight), bias) in row.iter_mut().zip(self.weight).zip(self.bias) {
+            *value = (*value - mean) * scale * weight + bias;
+        }
+    }
+}
+
+/// Token ids, token types and attention mask of a batch, each `batch × length`.
+pub(super) struct Batch<'a> {
+    pub ids: &'a [u32],
+    pub type_ids: &'a [u32],
+    pub mask: &'a [u32],
+    pub batch: usize,
+    pub length: usize,
+}
+
+/// The encoder over mapped weights.
+pub(super) struct Bert {
+    weights: MappedWeights,
+    shape: BertShape,
+}
+
+impl Bert {
+    /// Checks that every tensor the forward pass reads is in `weights` with the shape
+    /// `shape` implies, so a wrong file fails here with the tensor's name.
+    pub fn new(weights: MappedWeights, shape: BertShape) -> Result<Self, String> {
+        shape.check()?;
+        let bert = Self { weights, shape };
+        bert.embeddings()?;
+        for layer in 0..bert.shape.num_hidden_layers {
+            bert.layer(layer)?;
+        }
+        Ok(bert)
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.shape.hidden_size
+    }
+
+    fn dense(&self, prefix: &str, outputs: usize, inputs: usize) -> Result<Dense<'_>, String> {
+        Ok(Dense {
+            weight: self.weights.tensor(&format!("{prefix}.weight"), &[outputs, inputs])?,
+            bias: self.weights.tensor(&format!("{prefix}.bias"), &[outputs])?,
+            inputs,
+            outputs,
+        })
+    }
+
+    fn norm(&self, prefix: &str) -> Result<Norm<'_>, String> {
+        let size = self.shape.hidden_size;
+        Ok(Norm {
+            weight: self.weights.tensor(&format!("{prefix}.weight"), &[size])?,
+            bias: self.weights.tensor(&format!("{prefix}.bias"), &[size])?,
+            eps: self.shape.layer_norm_eps,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn embeddings(&self) -> Result<(&[f32], &[f32], &[f32], Norm<'_>), String> {
+        let shape = &self.shape;
+        let hidden = shape.hidden_size;
+        Ok((
+            self.weights
+                .tensor("embeddings.word_embeddings.weight", &[shape.vocab_size, hidden])?,
+            self.weights.tensor(
+                "embeddings.position_embeddings.weight",
+                &[shape.max_position_embeddings, hidden],
+            )?,
+            self.weights.tensor(
+                "embeddings.token_type_embeddings.weight",
+                &[shape.type_vocab_size, hidden],
+            )?,
+            self.norm("embeddings.LayerNorm")?,
+        ))
+    }
+
+    fn layer(&self, index: usize) -> Result<Layer<'_>, String> {
+        let prefix = format!("encoder.layer.{index}");
+        let (hidden, intermediate) = (self.shape.hidden_size, self.shape.intermediate_size);
+        Ok(Layer {
+            query: self.dense(&format!("{prefix}.attention.self.query"), hidden, hidden)?,
+            key: self.dense(&format!("{prefix}.attention.self.key"), hidden, hidden)?,
+            value: self.dense(&format!("{prefix}.attention.self.value"), hidden, hidden)?,
+            attention_output: self.dense(
+                &format!("{prefix}.attention.output.dense"),
+                hidden,
+                hidden,
+            )?,
+            attention_norm: self.norm(&format!("{prefix}.attention.output.LayerNorm"))?,
+            intermediate: self.dense(
+                &format!("{prefix}.intermediate.dense"),
+                intermediate,
+                hidden,
+            )?,
+            output: self.dense(&format!("{prefix}.output.dense"), hidden, intermediate)?,
+            output_norm: self.norm(&format!("{prefix}.output.LayerNorm"))?,
+        })
+    }
+
+    /// The last layer's hidden states, `(batch × length) × hidden`, row-major.
+    pub fn encode(&self, input: &Batch<'_>) -> Result<Vec<f32>, String> {
+        let shape = &self.shape;
+        let hidden = shape.hidden_size;
+        let rows = input.batch * input.length;
+        if input.length > shape.max_position_embeddings {
+            return Err(format!(
+                "{} tokens exceed the model's {} positions",
+                input.length, shape.max_position_embeddings
+            ));
+        }
+        let (words, positions, types, embeddings_norm) = self.embeddings()?;
+        let mut states = vec![0.0f32; rows * hidden];
+        for (row, state) in states.chunks_mut(hidden).enumerate() {
+            let id = input.ids[row] as usize;
+            let kind = input.type_ids[row] as usize;
+            if id >= shape.vocab_size || kind >= shape.type_vocab_size {
+                return Err(format!("token {id} (type {kind}) is outside the vocabulary"));
+            }
+            let position = row % input.length;
+            let word = &words[id * hidden..(id + 1) * hidden];
+            let place = &positions[position * hidden..(position + 1) * hidden];
+            let kind = &types[kind * hidden..(kind + 1) * hidden];
+            for (index, value) in state.iter_mut().enumerate() {
+                *value = word[index] + place[index] + kind[index];
+            }
+            embeddings_norm.normalise_row(state);
+        }
+        // Padding keys get a large negative score before the softmax.
+        let key_bias: Vec<f32> = input
+            .mask
+            .iter()
+            .map(|&real| if real == 0 { -1e4 } else { 0.0 })
+            .collect();
+        let mut scratch = Scratch::default();
+        for index in 0..shape.num_hidden_layers {
+            self.layer(index)?
+                .apply(&mut states, &key_bias, input, shape, &mut scratch);
+        }
+        Ok(states)
+    }
+}
+
+#[derive(Default)]
+struct Scratch {
+    query: Vec<f32>,
+    key: Vec<f32>,
+    value: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    expanded: Vec<f32>,
+    output: Vec<f32>,
+}
+
+struct Layer<'a> {
+    query: Dense<'a>,
+    key: Dense<'a>,
+    value: Dense<'a>,
+    attention_output: Dense<'a>,
+    attention_norm: Norm<'a>,
+    intermediate: Dense<'a>,
+    output: Dense<'a>,
+    output_norm: Norm<'a>,
+}
+
+impl Layer<'_> {
+    fn apply(
+        &self,
+        states: &mut Vec<f32>,
+        key_bias: &[f32],
+        input: &Batch<'_>,
+        shape: &BertShape,
+        scratch: &mut Scratch,
+    ) {
+        let rows = input.batch * input.length;
+        let hidden = shape.hidden_size;
+        self.query.apply(states, rows, &mut scratch.query);
+        self.key.apply(states, rows, &mut scratch.key);
+        self.value.apply(states, rows, &mut scratch.value);
+        scratch.context.clear();
+        scratch.context.resize(rows * hidden, 0.0);
+        let sequence = input.length * hidden;
+        let heads = shape.num_attention_heads;
+        let head_size = hidden / heads;
+        let scale = 1.0 / (head_size as f32).sqrt();
+        let (query, key, value) = (&scratch.query, &scratch.key, &scratch.value);
+        scratch
+            .context
+            .par_chunks_mut(sequence)
+            .enumerate()
+            .for_each(|(text, context)| {
+                let span = text * sequence..(text + 1) * sequence;
+                let bias = &key_bias[text * input.length..(text + 1) * input.length];
+                attend(
+                    context,
+                    &query[span.clone()],
+                    &key[span.clone()],
+                    &value[span],
+                    bias,
+                    Heads {
+                        length: input.length,
+                        hidden,
+                        heads,
+                        head_size,
+                        scale,
+                    },
+                );
+            });
+        self.attention_output
+            .apply(&scratch.context, rows, &mut scratch.attended);
+        self.attention_norm
+            .add_and_normalise(&mut scratch.attended, states);
+        self.intermediate
+            .apply(&scratch.attended, rows, &mut scratch.expanded);
+        scratch
+            .expanded
+            .par_chunks_mut(shape.intermediate_size)
+            .for_each(|row| row.iter_mut().for_each(|value| *value = gelu(*value)));
+        self.output.apply(&scratch.expanded, rows, &mut scratch.output);
+        self.output_norm
+            .add_and_normalise(&mut scratch.output, &scratch.attended);
+        std::mem::swap(states, &mut scratch.output);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Heads {
+    length: usize,
+    hidden: usize,
+    heads: usize,
+    head_size: usize,
+    scale: f32,
+}
+
+/// Self-attention of one text: for each head, softmax(q·kᵀ·scale + bias)·v into the
+/// head's columns of `context`.
+fn attend(
+    context: &mut [f32],
+    query: &[f32],
+    key: &[f32],
+    value: &[f32],
+    key_bias: &[f32],
+    shape: Heads,
+) {
+    let length = shape.length;
+    let mut scores = vec![0.0f32; length * length];
+    for head in 0..shape.heads {
+        let columns = head * shape.head_size..;
+        let head_view = |data: &[f32]| -> Vec<f32> {
+            // Gathered once per head: the strided view would do, but a compact copy
+            // keeps the small products on the fast contiguous path.
+            data.chunks(shape.hidden)
+                .flat_map(|row| &row[columns.start..columns.start + shape.head_size])
+                .copied()
+                .collect()
+        };
+        let (q, k, v) = (head_view(query), head_view(key), head_view(value));
+        product(
+            &mut scores,
+            length,
+            View::rows(&q, length, shape.head_size),
+            View::rows(&k, length, shape.head_size).transposed(),
+            false,
+        );
+        for row in scores.chunks_mut(length) {
+            let mut largest = f32::NEG_INFINITY;
+            for (score, bias) in row.iter_mut().zip(key_bias) {
+                *score = *score * shape.scale + bias;
+                largest = largest.max(*score);
+            }
+            let mut total = 0.0;
+            for score in row.iter_mut() {
+                *score = (*score - largest).exp();
+                total += *score;
+            }
+            row.iter_mut().for_each(|score| *score /= total);
+        }
+        product(
+            &mut context[columns.start..],
+            shape.hidden,
+            View::rows(&scores, length, length),
+            View::rows(&v, length, shape.head_size),
+            false,
+        );
+    }
+}
+
+/// GELU with the exact error function, as BERT defines it.
+fn gelu(value: f32) -> f32 {
+    0.5 * value * (1.0 + libm::erff(value * std::f32::consts::FRAC_1_SQRT_2))
+}
