@@ -350,6 +350,52 @@ def check_refusals(helm: str, chart: str) -> None:
     check("validationActions" in error, f"schema must refuse an unknown validation action: {error!r}")
 
 
+def operator_embedder_labels(chart: str) -> dict[str, str]:
+    """The pod labels the operator's NetworkPolicies open egress to
+    (operator/src/settings.rs, SHARED_EMBEDDER_POD_LABELS): the chart must set exactly them."""
+    import pathlib
+    import re
+    settings = (pathlib.Path(chart).resolve().parents[1] / "operator/src/settings.rs").read_text()
+    block = settings.split("SHARED_EMBEDDER_POD_LABELS", 1)[1].split("];", 1)[0]
+    return dict(re.findall(r'\("([^"]+)", "([^"]+)"\)', block))
+
+
+def check_shared_embedder(helm: str, chart: str) -> None:
+    kinds = by_kind(render(helm, chart))
+    check(len(kinds["Deployment"]) == 1, "embedder.enabled defaults to false: one Deployment expected")
+    kinds = by_kind(render(helm, chart, "--set", "embedder.enabled=true", "--set", "embedder.port=9123"))
+    deployments = {item["metadata"]["name"]: item for item in kinds["Deployment"]}
+    check(set(deployments) == {"saint-operator", "saint-embedder"}, f"embedder on: Deployments {sorted(deployments)}")
+    embedder = deployments.get("saint-embedder")
+    services = {item["metadata"]["name"]: item for item in kinds["Service"]}
+    service = services.get("saint-embedder")
+    if embedder is None or service is None:
+        check(False, "embedder on: no saint-embedder Deployment and Service")
+        return
+    pod = embedder["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    wanted = operator_embedder_labels(chart)
+    check(len(wanted) == 2 and all(labels.get(key) == value for key, value in wanted.items()),
+          f"embedder pods {labels} lack the labels the operator's NetworkPolicies select: {wanted}")
+    check(all(labels.get(key) == value for key, value in service["spec"]["selector"].items()),
+          "the embedder Service does not select its pods")
+    check([port["port"] for port in service["spec"]["ports"]] == [9123], "embedder Service port")
+    container = pod["spec"]["containers"][0]
+    check(container["command"] == ["/usr/local/bin/saint-embedder"], f"embedder command {container['command']}")
+    check(container["image"] == "ghcr.io/saint-work/saint-agent:0.1.0", "the embedder runs the agent image (it has the model)")
+    check("--listen=0.0.0.0:9123" in container["args"] and "--weights=f32" in container["args"],
+          f"embedder args {container['args']}")
+    context = container.get("securityContext", {})
+    check(context.get("readOnlyRootFilesystem") is True and context.get("capabilities", {}).get("drop") == ["ALL"]
+          and pod["spec"]["securityContext"].get("runAsNonRoot") is True, "embedder pod must be restricted")
+    check(pod["spec"].get("automountServiceAccountToken") is False, "the embedder needs no API token")
+    arguments = deployments["saint-operator"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    check("--shared-embedder=saint-system/saint-embedder:9123" in arguments,
+          f"the operator is not told about the shared embedder: {arguments}")
+    error = render_fails(helm, chart, "--set", "embedder.weights=q4")
+    check("weights" in error, f"schema must refuse unknown embedder weights: {error!r}")
+
+
 def check_crds(helm: str, chart: str) -> None:
     objects = render(helm, chart, "--include-crds")
     crds = sorted(item["metadata"]["name"] for item in objects if item["kind"] == "CustomResourceDefinition")
@@ -363,7 +409,7 @@ def main() -> int:
     parser.add_argument("--chart", required=True)
     options = parser.parse_args()
     checks = [check_default, check_single_namespace, check_release_name, check_explicit_api_server,
-              check_sandbox_images,
+              check_sandbox_images, check_shared_embedder,
               check_refusals, check_crds]
     for step in checks:
         step(options.helm, options.chart)

@@ -68,6 +68,7 @@ build_binaries() {
 		cd "$repository_root"
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
 			-p saint-agent --bin saint-agent \
+			-p saint-memory --bin saint-embedder \
 			-p porter --bins \
 			-p saint-sandbox-runner --bin saint-sandbox-runner >&2
 		# The operator has its own profile (Cargo.toml: built for size), as in its Dockerfile.
@@ -76,7 +77,7 @@ build_binaries() {
 	) || die "cargo build --release failed"
 	mkdir -p "$destination"
 	local built
-	for binary in saint-operator saint-agent porter porter-supervise cliport cliport-proxy saint-sandbox-runner; do
+	for binary in saint-operator saint-agent saint-embedder porter porter-supervise cliport cliport-proxy saint-sandbox-runner; do
 		built="$release_target_dir/release/$binary"
 		[[ "$binary" == saint-operator ]] && built="$release_target_dir/operator/$binary"
 		[[ -x "$built" ]] || die "cargo built no $built"

@@ -322,14 +322,16 @@ class ArchivesTest(unittest.TestCase):
                 self.assertTrue(program.stat().st_mode & 0o111, f"{program} is not executable")
 
     def test_each_binary_runs_help_as_the_image_user(self) -> None:
-        commands = {
-            "operator": ["/usr/local/bin/saint-operator", "--help"],
-            "agent": ["/usr/local/bin/saint-agent", "--help"],
-            "porter": ["/usr/local/bin/porter", "--help"],
-            "sandbox": ["/usr/local/bin/saint-sandbox-runner", "--help"],
-        }
-        for name, command in commands.items():
-            with self.subTest(image=name):
+        commands = [
+            ("operator", ["/usr/local/bin/saint-operator", "--help"]),
+            ("agent", ["/usr/local/bin/saint-agent", "--help"]),
+            # The chart's shared embedder runs the agent image with this command.
+            ("agent", ["/usr/local/bin/saint-embedder", "--help"]),
+            ("porter", ["/usr/local/bin/porter", "--help"]),
+            ("sandbox", ["/usr/local/bin/saint-sandbox-runner", "--help"]),
+        ]
+        for name, command in commands:
+            with self.subTest(image=name, program=command[0]):
                 unpacked = Unpacked.of(name)
                 result = unpacked.run(unpacked.config["config"]["User"], *command)
                 self.assertIn("Usage", result.stdout + result.stderr)

@@ -101,6 +101,11 @@ struct Arguments {
     /// it; the operator needs only `bind` on it).
     #[arg(long, env = "SAINT_AGENT_CLUSTER_ROLE", default_value = saint_operator::settings::DEFAULT_AGENT_CLUSTER_ROLE)]
     agent_cluster_role: String,
+    /// The shared embedder Service, `<namespace>/<service>:<port>` (the chart sets it
+    /// when it deploys one). Bots with `spec.memory.embedder: shared` use it; without
+    /// this flag such bots are refused with a condition saying so.
+    #[arg(long, env = "SAINT_SHARED_EMBEDDER", value_parser = saint_operator::settings::SharedEmbedder::parse)]
+    shared_embedder: Option<saint_operator::settings::SharedEmbedder>,
     /// Reconciles run at once, per controller (SaintBots; Contacts and Roles). Bounds
     /// the operator's memory and its load on the API server on a large fleet.
     #[arg(long, env = "SAINT_MAX_CONCURRENT_RECONCILES", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -271,6 +276,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         api_server_cidrs,
         api_server_port,
         agent_cluster_role: arguments.agent_cluster_role.clone(),
+        shared_embedder: arguments.shared_embedder.clone(),
     };
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 

@@ -23,6 +23,69 @@ pub struct OperatorSettings {
     /// Jobs, their pods, Events). The operator holds only `bind` on it, never the rights
     /// themselves.
     pub agent_cluster_role: String,
+    /// The chart's shared embedder, when it deploys one: bots with
+    /// `spec.memory.embedder: shared` embed through it instead of loading the model.
+    pub shared_embedder: Option<SharedEmbedder>,
+}
+
+/// A `saint-embedder` Service: one copy of the embedding model for every bot that
+/// points at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedEmbedder {
+    /// Namespace of the Service and its pods.
+    pub namespace: String,
+    /// Service name.
+    pub service: String,
+    /// Port of the Service and of its pods (the chart uses one number for both).
+    pub port: u16,
+}
+
+/// Labels of the shared embedder's pods (the chart sets them); bots' NetworkPolicies
+/// open egress to exactly these pods.
+pub const SHARED_EMBEDDER_POD_LABELS: [(&str, &str); 2] = [
+    ("app.kubernetes.io/name", "saint-embedder"),
+    ("app.kubernetes.io/component", "embedder"),
+];
+
+impl SharedEmbedder {
+    /// Parses `<namespace>/<service>:<port>` (the `--shared-embedder` flag).
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let shape = || format!("{value:?} is not <namespace>/<service>:<port>");
+        let (namespace, rest) = value.split_once('/').ok_or_else(shape)?;
+        let (service, port) = rest.rsplit_once(':').ok_or_else(shape)?;
+        let label = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        };
+        if !label(namespace) || !label(service) {
+            return Err(format!(
+                "{value:?}: namespace and service must be DNS labels (lowercase letters, digits, '-')"
+            ));
+        }
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|port| *port != 0)
+            .ok_or_else(|| format!("{value:?}: the port must be a number from 1 to 65535"))?;
+        Ok(Self {
+            namespace: namespace.to_string(),
+            service: service.to_string(),
+            port,
+        })
+    }
+
+    /// The base URL bots call (`/v1/embeddings` below it).
+    pub fn url(&self) -> String {
+        format!(
+            "http://{}.{}.svc:{}",
+            self.service, self.namespace, self.port
+        )
+    }
 }
 
 impl OperatorSettings {
@@ -35,6 +98,31 @@ impl OperatorSettings {
             api_server_cidrs: Vec::new(),
             api_server_port: 6443,
             agent_cluster_role: DEFAULT_AGENT_CLUSTER_ROLE.to_string(),
+            shared_embedder: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_embedder_flag_parses_and_refuses_other_shapes() {
+        let parsed = SharedEmbedder::parse("saint-system/saint-embedder:8090").expect("parses");
+        assert_eq!(parsed.url(), "http://saint-embedder.saint-system.svc:8090");
+        for bad in [
+            "saint-embedder:8090",
+            "saint-system/saint-embedder",
+            "saint-system/saint-embedder:0",
+            "saint-system/saint-embedder:70000",
+            "Saint/embedder:80",
+            "ns/svc.evil.com:80",
+            "ns/-svc:80",
+            "/svc:80",
+        ] {
+            let error = SharedEmbedder::parse(bad).expect_err(bad);
+            assert!(error.contains(bad), "{error}");
         }
     }
 }

@@ -994,3 +994,92 @@ fn a_model_url_at_a_metadata_link_local_or_loopback_address_is_refused_naming_th
         );
     }
 }
+
+/// The example bot with `spec.memory` set, validated with `settings`.
+fn with_memory(
+    memory: serde_json::Value,
+    settings: &saint_operator::settings::OperatorSettings,
+) -> Result<
+    saint_operator::saintbot_controller::validate::ValidatedSaintBot,
+    saint_operator::saintbot_controller::validate::ValidateError,
+> {
+    let (bot, dereferenced) = load("acme.yaml");
+    let mut value = serde_json::to_value(&bot).unwrap();
+    value["spec"]["memory"] = memory;
+    let bot = serde_json::from_value(value).unwrap();
+    saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, settings)
+}
+
+fn embedder_egress(children: &Children) -> Vec<serde_json::Value> {
+    let policy = serde_json::to_value(&children.agent_network_policy).unwrap();
+    policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| {
+            rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "embedder"
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_bot_on_the_shared_embedder_gets_its_url_and_egress_to_exactly_its_pods() {
+    let mut settings = settings();
+    settings.shared_embedder = Some(
+        saint_operator::settings::SharedEmbedder::parse("saint-system/saint-embedder:8090")
+            .unwrap(),
+    );
+    let bot = with_memory(serde_json::json!({"embedder": "shared"}), &settings).unwrap();
+    let children = build_children(&bot);
+    let config: saint_config::BotConfig =
+        saint_config::BotConfig::from_json(&rendered_config_json(&bot))
+            .expect("the agent accepts the rendered config");
+    assert_eq!(
+        config.memory.embeddings,
+        saint_config::EmbeddingsConfig::Openai {
+            base_url: "http://saint-embedder.saint-system.svc:8090".to_string(),
+            model: "all-MiniLM-L6-v2".to_string(),
+            api_key_env: None,
+            dimensions: 384,
+        }
+    );
+    assert_eq!(
+        embedder_egress(&children),
+        vec![serde_json::json!({
+            "to": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "saint-system"}},
+                "podSelector": {"matchLabels": {
+                    "app.kubernetes.io/name": "saint-embedder",
+                    "app.kubernetes.io/component": "embedder",
+                }},
+            }],
+            "ports": [{"port": 8090, "protocol": "TCP"}],
+        })]
+    );
+
+    // A bot on its local model gets no such rule, even where a shared embedder exists.
+    for local in [
+        serde_json::json!({}),
+        serde_json::json!({"embedder": "local", "weights": "q8"}),
+        serde_json::json!({"enabled": false}),
+    ] {
+        let children = build_children(&with_memory(local.clone(), &settings).unwrap());
+        assert!(embedder_egress(&children).is_empty(), "{local}");
+    }
+    // Memory off renders memory off: the agent never loads the model.
+    let off = with_memory(serde_json::json!({"enabled": false}), &settings).unwrap();
+    let config = saint_config::BotConfig::from_json(&rendered_config_json(&off)).unwrap();
+    assert!(!config.memory.enabled);
+}
+
+#[test]
+fn shared_memory_without_a_shared_embedder_is_refused_naming_the_field_and_the_chart_value() {
+    let error = with_memory(serde_json::json!({"embedder": "shared"}), &settings())
+        .expect_err("no shared embedder configured")
+        .to_string();
+    assert!(
+        error.contains("spec.memory.embedder") && error.contains("embedder.enabled=true"),
+        "{error}"
+    );
+}

@@ -1312,3 +1312,37 @@ fn role_paths_stay_inside_the_workspace() {
         }
     }
 }
+
+#[test]
+fn memory_settings_that_would_have_no_effect_are_refused() {
+    for good in [
+        serde_json::json!({}),
+        serde_json::json!({"enabled": false}),
+        serde_json::json!({"embedder": "shared"}),
+        serde_json::json!({"embedder": "local", "weights": "q8"}),
+        serde_json::json!({"weights": "f32"}),
+    ] {
+        assert_eq!(
+            errors(&bot(minimal_spec(
+                serde_json::json!({"memory": good.clone()})
+            ))),
+            Vec::<String>::new(),
+            "{good}"
+        );
+    }
+    refused_with(
+        errors(&bot(minimal_spec(
+            serde_json::json!({"memory": {"embedder": "shared", "weights": "q8"}}),
+        ))),
+        "memory.weights applies to the local model only",
+    );
+    for pointless in [
+        serde_json::json!({"enabled": false, "weights": "q8"}),
+        serde_json::json!({"enabled": false, "embedder": "shared"}),
+    ] {
+        refused_with(
+            errors(&bot(minimal_spec(serde_json::json!({"memory": pointless})))),
+            "memory.enabled is false",
+        );
+    }
+}

@@ -51,7 +51,9 @@ fn candle_vectors(texts: &[&str]) -> Vec<Vec<f32>> {
             ..Default::default()
         }))
         .expect("truncation");
-    let encodings = tokenizer.encode_batch(texts.to_vec(), true).expect("encode");
+    let encodings = tokenizer
+        .encode_batch(texts.to_vec(), true)
+        .expect("encode");
     let length = encodings[0].get_ids().len();
     let stack = |pick: fn(&tokenizers::Encoding) -> &[u32]| -> Tensor {
         let values: Vec<u32> = encodings.iter().flat_map(|e| pick(e).to_vec()).collect();
@@ -121,8 +123,10 @@ fn mapping_of(file: &Path) -> Option<(u64, u64, u64)> {
             continue;
         };
         let mut parts = line.split_whitespace();
-        let (Some(key), Some(value)) = (parts.next(), parts.next().and_then(|v| v.parse::<u64>().ok()))
-        else {
+        let (Some(key), Some(value)) = (
+            parts.next(),
+            parts.next().and_then(|v| v.parse::<u64>().ok()),
+        ) else {
             continue;
         };
         match key {
@@ -183,7 +187,8 @@ fn weights_of_another_model_are_refused_naming_the_tensor() {
         .expect_err("a missing tensor must be refused")
         .to_string();
     assert!(
-        error.contains("encoder.layer.3.intermediate.dense.weight") && error.contains("model.safetensors"),
+        error.contains("encoder.layer.3.intermediate.dense.weight")
+            && error.contains("model.safetensors"),
         "{error}"
     );
 

@@ -19,6 +19,18 @@ Names and labels shared by every template.
 {{- printf "%s-operator" (include "saint.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "saint.embedderName" -}}
+{{- printf "%s-embedder" (include "saint.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The shared embedder's pod labels. The operator opens bots' egress to pods with
+exactly name=saint-embedder and component=embedder (settings::SHARED_EMBEDDER_POD_LABELS). */}}
+{{- define "saint.embedderSelectorLabels" -}}
+app.kubernetes.io/name: saint-embedder
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: embedder
+{{- end }}
+
 {{- define "saint.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "saint.selectorLabels" . }}

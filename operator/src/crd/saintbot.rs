@@ -14,7 +14,7 @@ use k8s_openapi::{
     },
 };
 use kube::{CustomResource, KubeSchema};
-use saint_config::{ChannelKind, ModelProvider, SandboxScope};
+use saint_config::{ChannelKind, ModelProvider, ModelWeights, SandboxScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -156,6 +156,10 @@ pub struct SaintBotSpec {
     /// Web tools settings.
     #[serde(default)]
     pub web: WebSpec,
+
+    /// Memory: notes in the workspace, indexed and searched by meaning and keywords.
+    #[serde(default)]
+    pub memory: MemorySpec,
 
     /// An Ingress `<bot>-webhooks` for the platforms' webhooks: it routes only
     /// `/channels/<name>/webhook` of the channels that receive webhooks (whatsapp,
@@ -562,6 +566,43 @@ pub struct ImagesSpec {
     #[schemars(length(min = 1, max = 1024))]
     #[x_kube(validation = formats::image_reference_rule("images.sandbox"))]
     pub sandbox: Option<String>,
+}
+
+/// The bot's memory.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.weights) || !has(self.embedder) || self.embedder == 'local'"
+).message("memory.weights applies to the local model only; with memory.embedder: shared the shared embedder's own setting decides"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.enabled) || self.enabled || (!has(self.weights) && !has(self.embedder))"
+).message("memory.enabled is false: memory.embedder and memory.weights would have no effect; remove them"))]
+pub struct MemorySpec {
+    /// False: no index and no memory tools (the model is never loaded). Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Where texts are embedded: `local` (the model in the agent image; the default)
+    /// or `shared` (the chart's saint-embedder service, one copy of the model for every
+    /// bot that uses it; if it is unreachable, searches answer from keywords alone and
+    /// say so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedder: Option<EmbedderChoice>,
+    /// How the local model holds its weights: `f32` (as published; memory-mapped and
+    /// shared between bots on a node) or `q8` (8-bit, a private copy of about a third
+    /// of the size). Default f32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<ModelWeights>,
+}
+
+/// Where a bot's memory texts are embedded.
+#[derive(JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedderChoice {
+    /// The model in the agent image.
+    #[default]
+    Local,
+    /// The chart's shared embedder Service.
+    Shared,
 }
 
 /// Web tools settings.

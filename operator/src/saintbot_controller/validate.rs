@@ -7,6 +7,7 @@
 
 mod channels;
 pub mod defaults;
+mod memory;
 mod model;
 mod porter;
 pub mod proactive;
@@ -22,8 +23,8 @@ use k8s_openapi::{
 use kube::{Resource, ResourceExt};
 use porter_protocol::registry::Registry;
 use saint_config::{
-    BotConfig, BotIdentity, FileAccessConfig, MemoryConfig, PERSONA_MOUNT_PATH, PersonaConfig,
-    PorterConfig, SCHEMA_VERSION, SessionsConfig,
+    BotConfig, BotIdentity, FileAccessConfig, PERSONA_MOUNT_PATH, PersonaConfig, PorterConfig,
+    SCHEMA_VERSION, SessionsConfig,
 };
 
 use super::dereference::Dereferenced;
@@ -127,6 +128,9 @@ pub struct ValidatedSaintBot {
     pub channel_secrets: Vec<(String, SecretKeyReference)>,
     /// Web search API key (agent container only).
     pub web_search_api_key: Option<SecretKeyReference>,
+    /// The shared embedder the bot's memory uses, if it uses one (its NetworkPolicy
+    /// opens egress to it).
+    pub shared_embedder: Option<crate::settings::SharedEmbedder>,
     /// CLI credentials mounted as files (porter container only), sorted.
     pub porter_secret_files: Vec<PorterSecretFile>,
     /// Secrets loaded with `envFrom` into the porter container only, sorted.
@@ -337,7 +341,7 @@ pub fn validate(
             clis: porter.registry.clis.keys().cloned().collect(),
             ..PorterConfig::default()
         },
-        memory: MemoryConfig::default(),
+        memory: memory::render_memory(&spec.memory, settings.shared_embedder.as_ref())?,
         // The persona ConfigMap is always mounted there (build/workload.rs).
         persona: Some(PersonaConfig {
             directory: PERSONA_MOUNT_PATH.to_string(),
@@ -349,6 +353,14 @@ pub fn validate(
     };
     check_rendered(&config)?;
     let workload = workload::render_workload(spec, settings);
+    // Rendering refused `shared` without a shared embedder, so an OpenAI-compatible
+    // endpoint here is always the operator's.
+    let shared_embedder = match config.memory.embeddings {
+        saint_config::EmbeddingsConfig::Openai { .. } if config.memory.enabled => {
+            settings.shared_embedder.clone()
+        }
+        _ => None,
+    };
 
     Ok(ValidatedSaintBot {
         name,
@@ -373,6 +385,7 @@ pub fn validate(
         api_server_cidrs: settings.api_server_cidrs.clone(),
         api_server_port: settings.api_server_port,
         agent_cluster_role: settings.agent_cluster_role.clone(),
+        shared_embedder,
         identity,
         left_out_roles,
         webhook_ingress: webhook_ingress(spec),

@@ -73,7 +73,12 @@ impl Section {
     /// on the section, which must give exactly one chunk.
     pub fn chunk_text(&self) -> String {
         let mut chunks = saint_memory::chunk_markdown(&self.markdown(), chunking());
-        assert_eq!(chunks.len(), 1, "a corpus section must be one chunk: {:?}", self.text);
+        assert_eq!(
+            chunks.len(),
+            1,
+            "a corpus section must be one chunk: {:?}",
+            self.text
+        );
         chunks.remove(0).text
     }
 }
@@ -100,10 +105,7 @@ impl Corpus {
     /// Writes the first `count` sections as memory files under `workspace`.
     pub fn write_files(&self, workspace: &Path, count: usize) {
         assert!(count.is_multiple_of(SECTIONS_PER_FILE) && count <= self.sections.len());
-        for (file, sections) in self.sections[..count]
-            .chunks(SECTIONS_PER_FILE)
-            .enumerate()
-        {
+        for (file, sections) in self.sections[..count].chunks(SECTIONS_PER_FILE).enumerate() {
             let path = workspace.join(Self::file_of(file * SECTIONS_PER_FILE));
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
             let text: String = sections.iter().map(Section::markdown).collect();
@@ -113,7 +115,9 @@ impl Corpus {
 }
 
 fn cache_root() -> PathBuf {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
     home.join(".cache/saint/corpus")
 }
 
@@ -156,7 +160,10 @@ fn packages() -> (PathBuf, String) {
         let partial = unpacked.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
         for file in &files {
-            run(Command::new("dpkg-deb").arg("-x").arg(debs.join(file)).arg(&partial));
+            run(Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(debs.join(file))
+                .arg(&partial));
         }
         std::fs::write(partial.join(".done"), &key).expect("mark unpacked");
         let _ = std::fs::remove_dir_all(&unpacked);
@@ -233,7 +240,11 @@ fn html_to_text(html: &str) -> String {
             rest = &rest[1..];
             continue;
         };
-        let close = if element == "<p>" { "</p>".to_string() } else { format!("</{}", &element[1..]) };
+        let close = if element == "<p>" {
+            "</p>".to_string()
+        } else {
+            format!("</{}", &element[1..])
+        };
         let Some(end) = rest.find(&close) else { break };
         let inner = &rest[rest.find('>').map_or(0, |gt| gt + 1).min(end)..end];
         rest = &rest[end..];
@@ -262,7 +273,10 @@ fn html_to_text(html: &str) -> String {
         if element == "<p>" {
             text.push_str(&plain);
         } else {
-            text.push_str(&format!("{plain}\n{}", "=".repeat(plain.chars().count().max(3))));
+            text.push_str(&format!(
+                "{plain}\n{}",
+                "=".repeat(plain.chars().count().max(3))
+            ));
         }
         text.push_str("\n\n");
     }
@@ -313,7 +327,10 @@ fn cut(root: &Path) -> (Vec<Section>, Vec<String>) {
     let mut seen_headings = HashSet::new();
     for path in source_files(root) {
         let mut text = std::fs::read_to_string(&path).unwrap_or_default();
-        if path.extension().is_some_and(|extension| extension == "html") {
+        if path
+            .extension()
+            .is_some_and(|extension| extension == "html")
+        {
             text = html_to_text(&text);
         }
         let mut current = path
@@ -402,10 +419,14 @@ fn embed_resumably(embedder: &dyn Embedder, texts: &[String], path: &Path, what:
     let length = file.metadata().expect("stat").len();
     let done = (length / row_bytes) as usize;
     // A batch cut short by a crash leaves a partial row: drop it.
-    file.set_len(done as u64 * row_bytes).expect("truncate a partial row");
+    file.set_len(done as u64 * row_bytes)
+        .expect("truncate a partial row");
     file.seek(std::io::SeekFrom::End(0)).expect("seek");
     if done < texts.len() {
-        eprintln!("corpus: embedding {what}: {done} of {} done, resuming", texts.len());
+        eprintln!(
+            "corpus: embedding {what}: {done} of {} done, resuming",
+            texts.len()
+        );
     }
     let started = Instant::now();
     let mut embedded = 0usize;
@@ -462,8 +483,18 @@ pub fn load_or_prepare(embedder: &dyn Embedder) -> Corpus {
     let sections: Vec<Section> = read_jsonl(&sections_path);
     let queries: Vec<String> = read_jsonl(&queries_path);
     let chunk_texts: Vec<String> = sections.iter().map(Section::chunk_text).collect();
-    embed_resumably(embedder, &queries, &directory.join("query-vectors.f32"), "queries");
-    embed_resumably(embedder, &chunk_texts, &directory.join("vectors.f32"), "sections");
+    embed_resumably(
+        embedder,
+        &queries,
+        &directory.join("query-vectors.f32"),
+        "queries",
+    );
+    embed_resumably(
+        embedder,
+        &chunk_texts,
+        &directory.join("vectors.f32"),
+        "sections",
+    );
     let dimensions = embedder.dimensions();
     let vectors = read_vectors(&directory.join("vectors.f32"), dimensions);
     let query_vectors = read_vectors(&directory.join("query-vectors.f32"), dimensions);

@@ -72,9 +72,11 @@ impl Dense<'_> {
             View::rows(self.weight, self.outputs, self.inputs).transposed(),
             true,
         );
-        output
-            .par_chunks_mut(self.outputs)
-            .for_each(|row| row.iter_mut().zip(self.bias).for_each(|(value, bias)| *value += bias));
+        output.par_chunks_mut(self.outputs).for_each(|row| {
+            row.iter_mut()
+                .zip(self.bias)
+                .for_each(|(value, bias)| *value += bias)
+        });
     }
 }
 
@@ -92,7 +94,9 @@ impl Norm<'_> {
             .par_chunks_mut(width)
             .zip(residual.par_chunks(width))
             .for_each(|(row, residual)| {
-                row.iter_mut().zip(residual).for_each(|(value, add)| *value += add);
+                row.iter_mut()
+                    .zip(residual)
+                    .for_each(|(value, add)| *value += add);
                 self.normalise_row(row);
             });
     }
@@ -142,7 +146,9 @@ impl Bert {
 
     fn dense(&self, prefix: &str, outputs: usize, inputs: usize) -> Result<Dense<'_>, String> {
         Ok(Dense {
-            weight: self.weights.tensor(&format!("{prefix}.weight"), &[outputs, inputs])?,
+            weight: self
+                .weights
+                .tensor(&format!("{prefix}.weight"), &[outputs, inputs])?,
             bias: self.weights.tensor(&format!("{prefix}.bias"), &[outputs])?,
             inputs,
             outputs,
@@ -163,8 +169,10 @@ impl Bert {
         let shape = &self.shape;
         let hidden = shape.hidden_size;
         Ok((
-            self.weights
-                .tensor("embeddings.word_embeddings.weight", &[shape.vocab_size, hidden])?,
+            self.weights.tensor(
+                "embeddings.word_embeddings.weight",
+                &[shape.vocab_size, hidden],
+            )?,
             self.weights.tensor(
                 "embeddings.position_embeddings.weight",
                 &[shape.max_position_embeddings, hidden],
@@ -217,7 +225,9 @@ impl Bert {
             let id = input.ids[row] as usize;
             let kind = input.type_ids[row] as usize;
             if id >= shape.vocab_size || kind >= shape.type_vocab_size {
-                return Err(format!("token {id} (type {kind}) is outside the vocabulary"));
+                return Err(format!(
+                    "token {id} (type {kind}) is outside the vocabulary"
+                ));
             }
             let position = row % input.length;
             let word = &words[id * hidden..(id + 1) * hidden];
@@ -318,7 +328,8 @@ impl Layer<'_> {
             .expanded
             .par_chunks_mut(shape.intermediate_size)
             .for_each(|row| row.iter_mut().for_each(|value| *value = gelu(*value)));
-        self.output.apply(&scratch.expanded, rows, &mut scratch.output);
+        self.output
+            .apply(&scratch.expanded, rows, &mut scratch.output);
         self.output_norm
             .add_and_normalise(&mut scratch.output, &scratch.attended);
         std::mem::swap(states, &mut scratch.output);

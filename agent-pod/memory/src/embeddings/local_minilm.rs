@@ -252,8 +252,15 @@ impl LocalMiniLm {
                 // averaged with the same padding states.
                 let mut pooled = vec![0.0f32; size];
                 let mut count = 0.0f32;
-                for (state, _) in states.chunks(size).zip(mask).filter(|(_, real)| **real != 0) {
-                    pooled.iter_mut().zip(state).for_each(|(sum, value)| *sum += value);
+                for (state, _) in states
+                    .chunks(size)
+                    .zip(mask)
+                    .filter(|(_, real)| **real != 0)
+                {
+                    pooled
+                        .iter_mut()
+                        .zip(state)
+                        .for_each(|(sum, value)| *sum += value);
                     count += 1.0;
                 }
                 pooled.iter_mut().for_each(|sum| *sum /= count.max(1.0));

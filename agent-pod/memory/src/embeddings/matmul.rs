@@ -63,7 +63,10 @@ pub(super) fn product(
     let (rows, inner, columns) = (left.rows, left.columns, right.columns);
     assert_eq!(inner, right.rows, "inner dimensions differ");
     assert!(left.fits(left.data.len()), "left matrix exceeds its slice");
-    assert!(right.fits(right.data.len()), "right matrix exceeds its slice");
+    assert!(
+        right.fits(right.data.len()),
+        "right matrix exceeds its slice"
+    );
     let destination = View {
         data: output,
         rows,
@@ -155,7 +158,10 @@ mod tests {
         product(&mut wide[3..], 12, left_view, right_view, false);
         let expected = naive(left_view, right_view);
         for row in 0..5 {
-            assert_eq!(&wide[row * 12 + 3..row * 12 + 9], &expected[row * 6..row * 6 + 6]);
+            assert_eq!(
+                &wide[row * 12 + 3..row * 12 + 9],
+                &expected[row * 6..row * 6 + 6]
+            );
             assert_eq!(wide[row * 12], 7.0, "outside the slot is untouched");
         }
     }
@@ -174,6 +180,12 @@ mod tests {
     fn an_output_too_small_is_refused() {
         let data = vec![1.0; 12];
         let mut output = vec![0.0; 8];
-        product(&mut output, 3, View::rows(&data, 3, 4), View::rows(&data, 4, 3), false);
+        product(
+            &mut output,
+            3,
+            View::rows(&data, 3, 4),
+            View::rows(&data, 4, 3),
+            false,
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use saint_config::{BotConfig, EmbeddingsConfig};
-use serde_json::json;
+use serde_json::{Value, json};
 use url::{Host, Url};
 
 use super::{
@@ -18,6 +18,7 @@ use crate::{
         agent_network_policy_name, agent_selector, sandbox_network_policy_name, sandbox_selector,
     },
     saintbot_controller::validate::ValidatedSaintBot,
+    settings::SHARED_EMBEDDER_POD_LABELS,
 };
 
 /// Ranges the bot pod may not reach even though "the internet" is allowed: private
@@ -62,6 +63,22 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         egress.push(json!({
             "to": [{"ipBlock": {"cidr": cidr}}],
             "ports": [{"port": port, "protocol": "TCP"}],
+        }));
+    }
+    // The chart's shared embedder, by its namespace and pod labels: a Service name is
+    // not an address a policy can match, and its ClusterIP is translated away before
+    // the policy applies.
+    if let Some(embedder) = &bot.shared_embedder {
+        let labels: serde_json::Map<String, Value> = SHARED_EMBEDDER_POD_LABELS
+            .iter()
+            .map(|(key, value)| (key.to_string(), json!(value)))
+            .collect();
+        egress.push(json!({
+            "to": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": embedder.namespace}},
+                "podSelector": {"matchLabels": labels},
+            }],
+            "ports": [{"port": embedder.port, "protocol": "TCP"}],
         }));
     }
     if !bot.api_server_cidrs.is_empty() {
