@@ -13,16 +13,20 @@
 //! embedding time with the real model is reported separately), so every size measures
 //! the same thing: the two scoped SQL queries and the merge.
 
+#[path = "common/search.rs"]
+mod search;
+
 use std::{
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use saint_config::MemoryScope;
 use saint_memory::{
-    Embedder, EmbeddingError, IndexOptions, LocalMiniLm, MemoryIndex, Scope, SearchRequest,
-    default_model_dir,
+    Embedder, EmbeddingError, IndexOptions, LocalMiniLm, MemoryIndex, default_model_dir,
+};
+use search::{
+    RECALL_QUERIES, database_bytes, hybrid_latency, median, milliseconds, scopes, vector_side,
 };
 
 /// Distinct user directories; one of them is the 5% filter.
@@ -119,33 +123,6 @@ fn write_corpus(root: &Path, chunks: usize, words: &[String]) {
     }
 }
 
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn percentile(samples: &mut [Duration], fraction: f64) -> Duration {
-    samples.sort();
-    samples[((samples.len() as f64 * fraction) as usize).min(samples.len() - 1)]
-}
-
-fn milliseconds(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-fn database_bytes(database: &Path) -> u64 {
-    ["", "-wal"]
-        .iter()
-        .map(|suffix| {
-            let mut path = database.as_os_str().to_owned();
-            path.push(suffix);
-            std::fs::metadata(path)
-                .map(|metadata| metadata.len())
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 fn load_model() -> Arc<LocalMiniLm> {
     match LocalMiniLm::load(&default_model_dir()) {
         Ok(model) => Arc::new(model),
@@ -187,7 +164,7 @@ fn bench_embedding(model: &LocalMiniLm, words: &[String]) {
         })
         .collect();
     println!(
-        "embedding (all-MiniLM-L6-v2, candle, CPU, {} threads available):",
+        "embedding (all-MiniLM-L6-v2 on its mapped weights, CPU, {} threads available):",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
@@ -224,76 +201,26 @@ fn bench_size(
         "the corpus must produce exactly {chunks} chunks"
     );
 
-    let everything = Scope::for_role(
-        &[
-            MemoryScope::Shared,
-            MemoryScope::Private,
-            MemoryScope::Daily,
-            MemoryScope::OwnUser,
-            MemoryScope::AllUsers,
-        ],
-        "u00",
-    );
-    let five_percent = Scope::for_role(&[MemoryScope::OwnUser], "u07");
+    let (everything, five_percent) = scopes();
     let mut random = Random(99);
-    let query_texts: Vec<String> = (0..queries)
+    let queries: Vec<(String, Vec<f32>)> = (0..queries)
         .map(|_| {
-            (0..3)
+            let text = (0..3)
                 .map(|_| words[random.below(words.len())].as_str())
                 .collect::<Vec<_>>()
-                .join(" ")
+                .join(" ");
+            let vector = synthetic_vector(&text, embedder.dimensions());
+            (text, vector)
         })
         .collect();
-    let query_vectors: Vec<Vec<f32>> = query_texts
-        .iter()
-        .map(|text| synthetic_vector(text, embedder.dimensions()))
+    let random_queries: Vec<Vec<f32>> = (0..RECALL_QUERIES)
+        .map(|_| (0..embedder.dimensions()).map(|_| random.unit()).collect())
         .collect();
-
-    let measure = |scope: &Scope| -> (Duration, Duration, usize) {
-        let mut samples = Vec::with_capacity(queries);
-        let mut hits_total = 0;
-        // One untimed warm-up query (statement cache, page cache).
-        index
-            .search_by_vector(
-                &SearchRequest {
-                    query: &query_texts[0],
-                    k: 10,
-                    scope,
-                },
-                &query_vectors[0],
-            )
-            .expect("warm");
-        for (text, vector) in query_texts.iter().zip(&query_vectors) {
-            let started = Instant::now();
-            let hits = index
-                .search_by_vector(
-                    &SearchRequest {
-                        query: text,
-                        k: 10,
-                        scope,
-                    },
-                    vector,
-                )
-                .expect("search");
-            samples.push(started.elapsed());
-            hits_total += hits.len();
-            if scope == &five_percent {
-                assert!(
-                    hits.iter()
-                        .all(|hit| hit.path.starts_with("memory/users/u07/")),
-                    "filter leaked"
-                );
-            }
-        }
-        (
-            median(&mut samples),
-            percentile(&mut samples, 0.95),
-            hits_total / queries,
-        )
-    };
-    let vectors = vector_side(&index, &database, &everything, embedder.dimensions());
-    let (all_p50, all_p95, all_hits) = measure(&everything);
-    let (filtered_p50, filtered_p95, filtered_hits) = measure(&five_percent);
+    let vectors = vector_side(&index, &database, &everything, &random_queries);
+    let (all_p50, all_p95, all_hits) = hybrid_latency(&index, &everything, false, &queries);
+    let (filtered_p50, filtered_p95, filtered_hits) =
+        hybrid_latency(&index, &five_percent, true, &queries);
+    let queries = queries.len();
     println!(
         "{chunks:>7} chunks ({label}): build {:.1} s ({:.0} chunks/s, {} files), database {:.1} MB",
         build.as_secs_f64(),
@@ -320,102 +247,8 @@ fn bench_size(
     );
     println!(
         "          vector recall@10 vs sqlite-vec exact KNN: {:.3} (stored vectors as queries), {:.3} (random queries); {RECALL_QUERIES} each",
-        vectors.recall_stored, vectors.recall_random
+        vectors.recall_stored, vectors.recall_queries
     );
-}
-
-/// Queries for the recall measurement.
-const RECALL_QUERIES: usize = 20;
-
-/// The search's vector side (quantised scan + exact rescoring) against sqlite-vec's
-/// exact cosine KNN over the same vectors (`chunks_vec`), for stored vectors and for
-/// random ones as queries: mean recall@10 of each, and the median time of each side
-/// (k = 40, what a k = 10 search asks of it) with the ratio ours / vec0.
-struct VectorSide {
-    recall_stored: f64,
-    recall_random: f64,
-    ours: Duration,
-    vec0: Duration,
-}
-
-fn vector_side(
-    index: &MemoryIndex,
-    database: &Path,
-    scope: &Scope,
-    dimensions: usize,
-) -> VectorSide {
-    let connection =
-        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open for recall");
-    let count: i64 = connection
-        .query_row("SELECT max(rowid) FROM chunks_vec", [], |row| row.get(0))
-        .expect("count");
-    let mut random = Random(1234);
-    let mut stored_queries = Vec::with_capacity(RECALL_QUERIES);
-    while stored_queries.len() < RECALL_QUERIES {
-        let rowid = 1 + random.below(count as usize) as i64;
-        let blob: Option<Vec<u8>> = connection
-            .query_row(
-                "SELECT embedding FROM chunks_vec WHERE rowid = ?1",
-                [rowid],
-                |row| row.get(0),
-            )
-            .ok();
-        if let Some(blob) = blob {
-            stored_queries.push(
-                blob.chunks_exact(4)
-                    .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-                    .collect::<Vec<f32>>(),
-            );
-        }
-    }
-    let random_queries: Vec<Vec<f32>> = (0..RECALL_QUERIES)
-        .map(|_| (0..dimensions).map(|_| random.unit()).collect())
-        .collect();
-    let exact = |query: &[f32], k: usize| -> Vec<i64> {
-        let blob: Vec<u8> = query.iter().flat_map(|value| value.to_le_bytes()).collect();
-        let mut statement = connection
-            .prepare_cached(
-                "SELECT rowid FROM chunks_vec WHERE embedding MATCH ?1 AND k = ?2 ORDER BY distance",
-            )
-            .expect("prepare");
-        statement
-            .query_map(rusqlite::params![blob, k as i64], |row| row.get(0))
-            .expect("knn")
-            .collect::<Result<_, _>>()
-            .expect("rows")
-    };
-    let recall = |queries: &[Vec<f32>]| -> f64 {
-        let mut total = 0.0;
-        for query in queries {
-            let reference = exact(query, 10);
-            let ours: Vec<i64> = index
-                .nearest_chunks(query, 10, scope)
-                .expect("nearest")
-                .into_iter()
-                .map(|(id, _)| id)
-                .collect();
-            let found = reference.iter().filter(|id| ours.contains(id)).count();
-            total += found as f64 / reference.len().max(1) as f64;
-        }
-        total / queries.len() as f64
-    };
-    let mut ours_samples: Vec<Duration> = Vec::new();
-    let mut vec0_samples: Vec<Duration> = Vec::new();
-    for query in &random_queries {
-        let started = Instant::now();
-        index.nearest_chunks(query, 40, scope).expect("nearest");
-        ours_samples.push(started.elapsed());
-        let started = Instant::now();
-        exact(query, 40);
-        vec0_samples.push(started.elapsed());
-    }
-    VectorSide {
-        recall_stored: recall(&stored_queries),
-        recall_random: recall(&random_queries),
-        ours: median(&mut ours_samples),
-        vec0: median(&mut vec0_samples),
-    }
 }
 
 fn main() {

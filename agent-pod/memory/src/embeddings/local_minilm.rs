@@ -88,12 +88,6 @@ impl ModelFiles {
         invalid(&self.weights, reason)
     }
 
-    /// The weights file's bytes, read into memory (the 8-bit model quantises them once
-    /// and keeps only its own copy).
-    pub(super) fn weights(&self) -> Result<Vec<u8>, EmbeddingError> {
-        std::fs::read(&self.weights).map_err(|error| invalid(&self.weights, error))
-    }
-
     /// The weights file, memory-mapped.
     pub(super) fn mapped_weights(&self) -> Result<MappedWeights, EmbeddingError> {
         MappedWeights::open(&self.weights).map_err(|error| invalid(&self.weights, error))

@@ -1,8 +1,9 @@
 //! all-MiniLM-L6-v2 with 8-bit weights: the same BERT forward pass, pooling and
-//! normalisation as [`super::LocalMiniLm`], with every dense layer's weights and the
-//! token embeddings held as Q8_0 blocks (32 weights per scale). Weights take about a
-//! third of the fp32 model's memory and the matrix products run on 8-bit integers;
-//! layer norms, attention scores and the softmax stay in f32.
+//! normalisation as [`super::LocalMiniLm`], with every dense layer's weights held as
+//! Q8_0 blocks (32 weights per scale) and the matrix products run on 8-bit integers;
+//! layer norms, attention scores and the softmax stay in f32. The token embeddings
+//! (half the model) stay f32 and are read from the memory-mapped file like the fp32
+//! model's, so only the rows of tokens seen are resident and they are shared.
 //!
 //! Vectors differ slightly from the fp32 model's, so an index built with one is
 //! re-embedded when the other is configured (the model id differs).
@@ -13,13 +14,27 @@ use candle_core::{
     D, DType, Device, Module, Tensor,
     quantized::{GgmlDType, QMatMul, QTensor},
 };
-use candle_nn::VarBuilder;
 use tokenizers::Tokenizer;
 
 use super::{
     Embedder, EmbeddingError,
     local_minilm::{MAX_TOKENS, ModelFiles, embed_in_batches, mean_pool_normalised, tokenise},
+    mapped_weights::MappedWeights,
 };
+
+/// Copies tensor `name` of `shape` out of the mapped file into a candle tensor (the
+/// dense layers are quantised from it and the copy dropped).
+fn tensor(
+    weights: &MappedWeights,
+    name: &str,
+    shape: &[usize],
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let values = weights
+        .tensor(name, shape)
+        .map_err(candle_core::Error::msg)?;
+    Tensor::from_slice(values, shape, device)
+}
 
 /// A dense layer: 8-bit weight, f32 bias.
 struct Dense {
@@ -28,11 +43,22 @@ struct Dense {
 }
 
 impl Dense {
-    fn load(variables: &VarBuilder, out_size: usize, in_size: usize) -> candle_core::Result<Self> {
-        let weight = variables.get((out_size, in_size), "weight")?;
+    fn load(
+        weights: &MappedWeights,
+        prefix: &str,
+        out_size: usize,
+        in_size: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        let weight = tensor(
+            weights,
+            &format!("{prefix}.weight"),
+            &[out_size, in_size],
+            device,
+        )?;
         Ok(Self {
             weight: QMatMul::from_qtensor(QTensor::quantize(&weight, GgmlDType::Q8_0)?)?,
-            bias: variables.get(out_size, "bias")?,
+            bias: tensor(weights, &format!("{prefix}.bias"), &[out_size], device)?,
         })
     }
 
@@ -47,10 +73,15 @@ struct Norm {
 }
 
 impl Norm {
-    fn load(variables: &VarBuilder, size: usize) -> candle_core::Result<Self> {
+    fn load(
+        weights: &MappedWeights,
+        prefix: &str,
+        size: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
         Ok(Self {
-            weight: variables.get(size, "weight")?,
-            bias: variables.get(size, "bias")?,
+            weight: tensor(weights, &format!("{prefix}.weight"), &[size], device)?,
+            bias: tensor(weights, &format!("{prefix}.bias"), &[size], device)?,
         })
     }
 
@@ -86,7 +117,9 @@ struct Shape {
 
 /// all-MiniLM-L6-v2 with Q8_0 weights.
 pub struct QuantizedMiniLm {
-    word_embeddings: QMatMul,
+    /// The mapped file; the token embeddings are read from it in place.
+    mapped: MappedWeights,
+    vocab_size: usize,
     position_embeddings: Tensor,
     token_type_embeddings: Tensor,
     embeddings_norm: Norm,
@@ -120,58 +153,74 @@ impl QuantizedMiniLm {
         }
         let tokenizer = files.tokenizer()?;
         let device = Device::Cpu;
-        let weights = files.weights()?;
-        let variables = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
-            .map_err(|error| files.invalid_weights(error))?;
-        let load = || -> candle_core::Result<(QMatMul, Tensor, Tensor, Norm, Vec<Layer>)> {
-            let embeddings = variables.pp("embeddings");
-            let words = embeddings.get(
-                (shape.vocab_size, shape.hidden_size),
-                "word_embeddings.weight",
+        let mapped = files.mapped_weights()?;
+        let (hidden, intermediate) = (shape.hidden_size, shape.intermediate_size);
+        let load = || -> candle_core::Result<(Tensor, Tensor, Norm, Vec<Layer>)> {
+            // Checked here so a wrong file fails at load, not at the first text.
+            mapped
+                .tensor(
+                    "embeddings.word_embeddings.weight",
+                    &[shape.vocab_size, hidden],
+                )
+                .map_err(candle_core::Error::msg)?;
+            let position_embeddings = tensor(
+                &mapped,
+                "embeddings.position_embeddings.weight",
+                &[shape.max_position_embeddings, hidden],
+                &device,
             )?;
-            let word_embeddings =
-                QMatMul::from_qtensor(QTensor::quantize(&words, GgmlDType::Q8_0)?)?;
-            let position_embeddings = embeddings.get(
-                (shape.max_position_embeddings, shape.hidden_size),
-                "position_embeddings.weight",
+            let token_type_embeddings = tensor(
+                &mapped,
+                "embeddings.token_type_embeddings.weight",
+                &[shape.type_vocab_size, hidden],
+                &device,
             )?;
-            let token_type_embeddings = embeddings.get(
-                (shape.type_vocab_size, shape.hidden_size),
-                "token_type_embeddings.weight",
-            )?;
-            let embeddings_norm = Norm::load(&embeddings.pp("LayerNorm"), shape.hidden_size)?;
-            let (hidden, intermediate) = (shape.hidden_size, shape.intermediate_size);
+            let embeddings_norm = Norm::load(&mapped, "embeddings.LayerNorm", hidden, &device)?;
             let mut layers = Vec::with_capacity(shape.num_hidden_layers);
             for index in 0..shape.num_hidden_layers {
-                let layer = variables.pp(format!("encoder.layer.{index}"));
-                let attention = layer.pp("attention");
+                let layer = format!("encoder.layer.{index}");
+                let dense = |name: &str, out_size: usize, in_size: usize| {
+                    Dense::load(
+                        &mapped,
+                        &format!("{layer}.{name}"),
+                        out_size,
+                        in_size,
+                        &device,
+                    )
+                };
                 layers.push(Layer {
-                    query: Dense::load(&attention.pp("self.query"), hidden, hidden)?,
-                    key: Dense::load(&attention.pp("self.key"), hidden, hidden)?,
-                    value: Dense::load(&attention.pp("self.value"), hidden, hidden)?,
-                    attention_output: Dense::load(&attention.pp("output.dense"), hidden, hidden)?,
-                    attention_norm: Norm::load(&attention.pp("output.LayerNorm"), hidden)?,
-                    intermediate: Dense::load(
-                        &layer.pp("intermediate.dense"),
-                        intermediate,
+                    query: dense("attention.self.query", hidden, hidden)?,
+                    key: dense("attention.self.key", hidden, hidden)?,
+                    value: dense("attention.self.value", hidden, hidden)?,
+                    attention_output: dense("attention.output.dense", hidden, hidden)?,
+                    attention_norm: Norm::load(
+                        &mapped,
+                        &format!("{layer}.attention.output.LayerNorm"),
                         hidden,
+                        &device,
                     )?,
-                    output: Dense::load(&layer.pp("output.dense"), hidden, intermediate)?,
-                    output_norm: Norm::load(&layer.pp("output.LayerNorm"), hidden)?,
+                    intermediate: dense("intermediate.dense", intermediate, hidden)?,
+                    output: dense("output.dense", hidden, intermediate)?,
+                    output_norm: Norm::load(
+                        &mapped,
+                        &format!("{layer}.output.LayerNorm"),
+                        hidden,
+                        &device,
+                    )?,
                 });
             }
             Ok((
-                word_embeddings,
                 position_embeddings,
                 token_type_embeddings,
                 embeddings_norm,
                 layers,
             ))
         };
-        let (word_embeddings, position_embeddings, token_type_embeddings, embeddings_norm, layers) =
+        let (position_embeddings, token_type_embeddings, embeddings_norm, layers) =
             load().map_err(|error| files.invalid_weights(error))?;
         Ok(Self {
-            word_embeddings,
+            mapped,
+            vocab_size: shape.vocab_size,
             position_embeddings,
             token_type_embeddings,
             embeddings_norm,
@@ -182,6 +231,27 @@ impl QuantizedMiniLm {
             dimensions: shape.hidden_size,
             device,
         })
+    }
+
+    /// The token embeddings of `ids` (`batch × length`), gathered from the mapped file.
+    fn word_embeddings(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (batch, length) = ids.dims2()?;
+        let table = self
+            .mapped
+            .tensor(
+                "embeddings.word_embeddings.weight",
+                &[self.vocab_size, self.dimensions],
+            )
+            .map_err(candle_core::Error::msg)?;
+        let mut rows = Vec::with_capacity(batch * length * self.dimensions);
+        for id in ids.flatten_all()?.to_vec1::<u32>()? {
+            let id = id as usize;
+            if id >= self.vocab_size {
+                candle_core::bail!("token {id} is outside the vocabulary");
+            }
+            rows.extend_from_slice(&table[id * self.dimensions..(id + 1) * self.dimensions]);
+        }
+        Tensor::from_vec(rows, (batch, length, self.dimensions), &self.device)
     }
 
     /// Hidden states of the last layer, `(batch, length, hidden)`.
@@ -197,7 +267,7 @@ impl QuantizedMiniLm {
             .token_type_embeddings
             .index_select(&type_ids.flatten_all()?, 0)?
             .reshape((batch, length, self.dimensions))?;
-        let words = self.word_embeddings.embedding(ids)?;
+        let words = self.word_embeddings(ids)?;
         let mut hidden = self
             .embeddings_norm
             .forward(&words.add(&types)?.broadcast_add(&positions)?)?;
@@ -244,7 +314,7 @@ impl QuantizedMiniLm {
 
 impl Embedder for QuantizedMiniLm {
     fn model_id(&self) -> String {
-        format!("local:all-MiniLM-L6-v2:{MAX_TOKENS}:q8_0")
+        format!("local:all-MiniLM-L6-v2:{MAX_TOKENS}:q8_0-dense")
     }
 
     fn dimensions(&self) -> usize {
