@@ -457,3 +457,45 @@ fn the_http_channels_port_setting_is_where_the_agent_listens() {
         "listening line {line:?}, expected port {port}"
     );
 }
+
+/// Whether process `pid` has `file` mapped (`/proc/<pid>/maps`).
+fn maps_file(pid: u32, file: &std::path::Path) -> bool {
+    let file = file.canonicalize().expect("canonical model path");
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("/proc/<pid>/maps")
+        .lines()
+        .any(|line| line.ends_with(file.to_string_lossy().as_ref()))
+}
+
+#[test]
+fn a_bot_without_memory_never_loads_the_model_and_one_with_memory_maps_it() {
+    let model_dir = saint_memory::default_model_dir();
+    let weights = model_dir.join("model.safetensors");
+    assert!(
+        weights.is_file(),
+        "{} is needed for this test: run agent-pod/memory/fetch-model.sh",
+        weights.display()
+    );
+    for enabled in [false, true] {
+        let directory = tempfile::tempdir().unwrap();
+        let workspace = directory.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        seed_workspace(&workspace);
+        let config_path = directory.path().join("bot-config.json");
+        let mut config = test_config("http://127.0.0.1:9");
+        // Both configs name the real model; only `enabled` differs.
+        config["memory"] = json!({
+            "enabled": enabled,
+            "embeddings": {"kind": "local", "modelDir": model_dir},
+        });
+        write_config(&config_path, &config);
+        let agent = spawn_agent(&config_path, &workspace, &[]);
+        // Memory starts (and loads its model) before the agent reports its addresses.
+        assert_eq!(
+            maps_file(agent.child.id(), &weights),
+            enabled,
+            "memory.enabled = {enabled}: the weights file mapped = {}",
+            !enabled
+        );
+    }
+}
