@@ -91,21 +91,41 @@ pub struct SearchHit {
     pub snippet: String,
 }
 
+/// English function words left out of keyword queries when the query has other words:
+/// nearly every chunk contains them, so matching them makes FTS5 score most of the
+/// index (the cost grows with it) while bm25 gives them almost no weight.
+const STOPWORDS: &[&str] = &[
+    "a", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could",
+    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how",
+    "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our",
+    "she", "should", "that", "the", "their", "them", "then", "there", "these", "they",
+    "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who",
+    "will", "with", "would", "you", "your",
+];
+
 /// Builds an FTS5 query matching any of the query's words; each word is quoted so
-/// FTS5 syntax in the query (`NEAR`, `*`, `-`, quotes) is taken literally.
+/// FTS5 syntax in the query (`NEAR`, `*`, `-`, quotes) is taken literally. Function
+/// words ([`STOPWORDS`]) are dropped unless the query has nothing else.
 pub fn fts_query(query: &str) -> Option<String> {
     let mut terms: Vec<String> = Vec::new();
+    let mut function_words: Vec<String> = Vec::new();
     for word in query.split(|character: char| !character.is_alphanumeric()) {
         if word.is_empty() {
             continue;
         }
-        let term = format!("\"{}\"", word.to_lowercase());
-        if !terms.contains(&term) {
-            terms.push(term);
+        let word = word.to_lowercase();
+        let term = format!("\"{word}\"");
+        let list = if STOPWORDS.contains(&word.as_str()) {
+            &mut function_words
+        } else {
+            &mut terms
+        };
+        if !list.contains(&term) && list.len() < MAX_QUERY_TERMS {
+            list.push(term);
         }
-        if terms.len() == MAX_QUERY_TERMS {
-            break;
-        }
+    }
+    if terms.is_empty() {
+        terms = function_words;
     }
     if terms.is_empty() {
         None
@@ -834,9 +854,21 @@ mod tests {
         );
         assert_eq!(
             fts_query("NEAR(\"a\" *)").as_deref(),
-            Some(r#""near" OR "a""#)
+            Some(r#""near""#)
         );
         assert_eq!(fts_query(" -- "), None);
+    }
+
+    #[test]
+    fn function_words_are_dropped_unless_nothing_else_is_left() {
+        assert_eq!(
+            fts_query("Where is the deploy key of THE staging cluster?").as_deref(),
+            Some(r#""deploy" OR "key" OR "staging" OR "cluster""#)
+        );
+        assert_eq!(
+            fts_query("who is it").as_deref(),
+            Some(r#""who" OR "is" OR "it""#)
+        );
     }
 
     #[test]
