@@ -74,9 +74,13 @@ fn note() -> String {
     text
 }
 
+/// A started bot, its page's base URL and token, and (memory on) its first reindex's
+/// log line.
+type Started = (Bot, String, String, Option<String>);
+
 /// Starts a bot in `data` and returns it once its page is up and, with memory on, its
 /// first reindex has finished; the stderr reader keeps draining afterwards.
-fn start(program: &Path, data: &Path, memory: bool, model: ScriptedLlm) -> (Bot, String, String) {
+fn start(program: &Path, data: &Path, memory: bool, model: ScriptedLlm) -> Started {
     let mut command = Command::new(program);
     command.args(["up", "--listen", "127.0.0.1:0", "--no-build"]);
     if !memory {
@@ -115,15 +119,11 @@ fn start(program: &Path, data: &Path, memory: bool, model: ScriptedLlm) -> (Bot,
         }
     };
     std::thread::spawn(move || for _ in lines {});
-    if memory {
-        let line = reindexed
+    let reindexed = memory.then(|| {
+        reindexed
             .recv_timeout(Duration::from_secs(120))
-            .expect("no \"memory reindex finished\" within 120 s");
-        assert!(
-            !line.contains("files=0"),
-            "the note was not indexed: {line}"
-        );
-    }
+            .expect("no \"memory reindex finished\" within 120 s")
+    });
     let (base_url, token) = url.split_once("/chat#token=").unwrap();
     let (base_url, token) = (base_url.to_string(), token.to_string());
     (
@@ -133,6 +133,7 @@ fn start(program: &Path, data: &Path, memory: bool, model: ScriptedLlm) -> (Bot,
         },
         base_url,
         token,
+        reindexed,
     )
 }
 
@@ -235,9 +236,10 @@ fn measure(
             "{}-{count}-{index}",
             if memory { "on" } else { "off" }
         ));
-        // A first start writes the bot's files; the note goes into its workspace.
+        // A first start writes the bot's files (memory on or off, as the bot file
+        // records it); the note then goes into its workspace.
         let model = tokio.block_on(ScriptedLlm::start()).unwrap();
-        let (bot, _, _) = start(program, &data, false, model);
+        let (bot, _, _, _) = start(program, &data, memory, model);
         drop(bot);
         let workspace = std::fs::read_dir(&data)
             .unwrap()
@@ -259,7 +261,10 @@ fn measure(
             ));
         }
         model.set_fallback(Reply::text("Ivana."));
-        let (bot, base_url, token) = start(program, data, memory, model);
+        let (bot, base_url, token, reindexed) = start(program, data, memory, model);
+        if let Some(line) = reindexed {
+            assert!(line.contains("files=1"), "the note was not indexed: {line}");
+        }
         ask(tokio, &bot, &base_url, &token, memory);
         bots.push(bot);
     }

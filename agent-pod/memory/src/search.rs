@@ -95,12 +95,11 @@ pub struct SearchHit {
 /// nearly every chunk contains them, so matching them makes FTS5 score most of the
 /// index (the cost grows with it) while bm25 gives them almost no weight.
 const STOPWORDS: &[&str] = &[
-    "a", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could",
-    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how",
-    "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our",
-    "she", "should", "that", "the", "their", "them", "then", "there", "these", "they",
-    "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who",
-    "will", "with", "would", "you", "your",
+    "a", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did",
+    "do", "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in",
+    "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "should", "that", "the",
+    "their", "them", "then", "there", "these", "they", "this", "to", "us", "was", "we", "were",
+    "what", "when", "where", "which", "who", "will", "with", "would", "you", "your",
 ];
 
 /// Builds an FTS5 query matching any of the query's words; each word is quoted so
@@ -852,10 +851,7 @@ mod tests {
             fts_query("Invoice INV-2024-0042?").as_deref(),
             Some(r#""invoice" OR "inv" OR "2024" OR "0042""#)
         );
-        assert_eq!(
-            fts_query("NEAR(\"a\" *)").as_deref(),
-            Some(r#""near""#)
-        );
+        assert_eq!(fts_query("NEAR(\"a\" *)").as_deref(), Some(r#""near""#));
         assert_eq!(fts_query(" -- "), None);
     }
 
