@@ -390,8 +390,21 @@ def check_shared_embedder(helm: str, chart: str) -> None:
           and pod["spec"]["securityContext"].get("runAsNonRoot") is True, "embedder pod must be restricted")
     check(pod["spec"].get("automountServiceAccountToken") is False, "the embedder needs no API token")
     arguments = deployments["saint-operator"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    check("--shared-embedder=saint-system/saint-embedder:9123" in arguments,
+    check("--shared-embedder=saint-system/saint-embedder:9123" in arguments
+          and "--shared-embedder-weights=f32" in arguments,
           f"the operator is not told about the shared embedder: {arguments}")
+    policies = [item for item in kinds.get("NetworkPolicy", []) if item["metadata"]["name"] == "saint-embedder"]
+    if len(policies) != 1:
+        check(False, "embedder on: no saint-embedder NetworkPolicy")
+    else:
+        spec = policies[0]["spec"]
+        check(all(spec["podSelector"]["matchLabels"].get(key) == value for key, value in wanted.items()),
+              "the embedder NetworkPolicy does not select the embedder pods")
+        peers = spec["ingress"][0]["from"]
+        check(spec["egress"] == [] and len(spec["ingress"]) == 1
+              and peers[0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "saint", "app.kubernetes.io/component": "agent"}
+              and spec["ingress"][0]["ports"] == [{"port": 9123, "protocol": "TCP"}],
+              f"the embedder must admit only bots' agent pods on its port and call nothing: {spec}")
     error = render_fails(helm, chart, "--set", "embedder.weights=q4")
     check("weights" in error, f"schema must refuse unknown embedder weights: {error!r}")
 

@@ -24,7 +24,7 @@ use std::{
 
 use saint_llm::scripted::{Reply, ScriptedLlm};
 
-/// Bots started at once in the fleet measurement.
+/// Bots started at once in the fleet measurement (`SAINT_FLEET_BOTS` overrides).
 const FLEET: usize = 10;
 /// Idle samples per bot (one every 500 ms); the median is kept.
 const SAMPLES: usize = 5;
@@ -144,7 +144,9 @@ fn ask(tokio: &tokio::runtime::Runtime, bot: &Bot, base_url: &str, token: &str, 
         reqwest::Client::new()
             .post(format!("{base_url}/v1/messages"))
             .bearer_auth(token)
-            .json(&serde_json::json!({"channel": "http", "peer": "bench", "text": "who has the deploy key?"}))
+            // As Ana, the example's owner (the role with memory tools), the way the
+            // chat page sends for her.
+            .json(&serde_json::json!({"channel": "whatsapp", "peer": "+385991234567", "text": "who has the deploy key?"}))
             .send()
             .await
             .unwrap()
@@ -247,8 +249,8 @@ fn measure(
             .map(|entry| entry.path().join("workspace"))
             .find(|path| path.is_dir())
             .expect("the bot's workspace");
-        std::fs::create_dir_all(workspace.join("memory")).unwrap();
-        std::fs::write(workspace.join("memory/notes.md"), note()).unwrap();
+        std::fs::create_dir_all(workspace.join("memory/shared")).unwrap();
+        std::fs::write(workspace.join("memory/shared/notes.md"), note()).unwrap();
         prepared.push(data);
     }
     let mut bots = Vec::new();
@@ -308,8 +310,12 @@ fn main() {
     );
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let scratch = tempfile::tempdir().unwrap();
+    let fleet: usize = std::env::var("SAINT_FLEET_BOTS")
+        .ok()
+        .map(|value| value.parse().expect("SAINT_FLEET_BOTS is a number"))
+        .unwrap_or(FLEET);
     let mut rows = Vec::new();
-    for (count, memory) in [(1, false), (1, true), (FLEET, false), (FLEET, true)] {
+    for (count, memory) in [(1, false), (1, true), (fleet, false), (fleet, true)] {
         let (rss, pss) = measure(&program, scratch.path(), &tokio, count, memory);
         rows.push((count, memory, rss, pss));
     }
@@ -335,9 +341,9 @@ fn main() {
             *pss as f64 / baseline_pss(*count) as f64
         );
     }
-    let fleet_on = rows.iter().find(|row| row.0 == FLEET && row.1).unwrap().3;
+    let fleet_on = rows.iter().find(|row| row.0 == fleet && row.1).unwrap().3;
     println!(
-        "target: <= 24 MiB PSS per bot with memory on, {FLEET} bots: {:.1} MiB ({})",
+        "target: <= 24 MiB PSS per bot with memory on, {fleet} bots: {:.1} MiB ({})",
         mib(fleet_on),
         if mib(fleet_on) <= 24.0 {
             "met"

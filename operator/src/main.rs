@@ -106,6 +106,10 @@ struct Arguments {
     /// this flag such bots are refused with a condition saying so.
     #[arg(long, env = "SAINT_SHARED_EMBEDDER", value_parser = saint_operator::settings::SharedEmbedder::parse)]
     shared_embedder: Option<saint_operator::settings::SharedEmbedder>,
+    /// How the shared embedder's model holds its weights (`f32` or `q8`, as the chart's
+    /// `embedder.weights`); bots record it with their vectors.
+    #[arg(long, env = "SAINT_SHARED_EMBEDDER_WEIGHTS", default_value = "f32", value_parser = saint_operator::settings::SharedEmbedder::parse_weights)]
+    shared_embedder_weights: saint_config::ModelWeights,
     /// Reconciles run at once, per controller (SaintBots; Contacts and Roles). Bounds
     /// the operator's memory and its load on the API server on a large fleet.
     #[arg(long, env = "SAINT_MAX_CONCURRENT_RECONCILES", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -276,7 +280,12 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         api_server_cidrs,
         api_server_port,
         agent_cluster_role: arguments.agent_cluster_role.clone(),
-        shared_embedder: arguments.shared_embedder.clone(),
+        shared_embedder: arguments.shared_embedder.clone().map(|embedder| {
+            saint_operator::settings::SharedEmbedder {
+                weights: arguments.shared_embedder_weights,
+                ..embedder
+            }
+        }),
     };
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 

@@ -38,6 +38,9 @@ pub struct SharedEmbedder {
     pub service: String,
     /// Port of the Service and of its pods (the chart uses one number for both).
     pub port: u16,
+    /// How its model holds the weights: part of the model name bots record, so a
+    /// change re-embeds their indexes instead of mixing vectors of two models.
+    pub weights: saint_config::ModelWeights,
 }
 
 /// Labels of the shared embedder's pods (the chart sets them); bots' NetworkPolicies
@@ -76,7 +79,25 @@ impl SharedEmbedder {
             namespace: namespace.to_string(),
             service: service.to_string(),
             port,
+            weights: saint_config::ModelWeights::F32,
         })
+    }
+
+    /// The model name bots send and record: the weights are part of it.
+    pub fn model(&self) -> &'static str {
+        match self.weights {
+            saint_config::ModelWeights::F32 => "all-MiniLM-L6-v2",
+            saint_config::ModelWeights::Q8 => "all-MiniLM-L6-v2-q8",
+        }
+    }
+
+    /// Parses `f32` or `q8` (the `--shared-embedder-weights` flag).
+    pub fn parse_weights(value: &str) -> Result<saint_config::ModelWeights, String> {
+        match value {
+            "f32" => Ok(saint_config::ModelWeights::F32),
+            "q8" => Ok(saint_config::ModelWeights::Q8),
+            other => Err(format!("{other:?} is not a weights setting (f32 or q8)")),
+        }
     }
 
     /// The base URL bots call (`/v1/embeddings` below it).

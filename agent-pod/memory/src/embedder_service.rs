@@ -79,7 +79,18 @@ pub fn router(embedder: Arc<dyn Embedder>, options: ServiceOptions) -> Router {
     };
     std::thread::Builder::new()
         .name("embedder-batches".to_string())
-        .spawn(move || run_batches(embedder.as_ref(), &queue, &options))
+        .spawn(move || {
+            // Every request waits on this thread: if it dies, the service cannot answer
+            // any more, so the process ends (and is restarted) instead of staying up and
+            // failing every call while its probes pass.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_batches(embedder.as_ref(), &queue, &options)
+            }));
+            if ran.is_err() {
+                tracing::error!("the embedding thread panicked; exiting");
+                std::process::exit(70);
+            }
+        })
         .expect("failed to start the embedding thread");
     Router::new()
         .route("/v1/embeddings", post(embeddings))

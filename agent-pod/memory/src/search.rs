@@ -112,9 +112,11 @@ pub fn fts_query(query: &str) -> Option<String> {
         if word.is_empty() {
             continue;
         }
+        // Written in capitals (`IT`, `WHO`, `US`) a function word is an acronym.
+        let acronym = word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase());
         let word = word.to_lowercase();
         let term = format!("\"{word}\"");
-        let list = if STOPWORDS.contains(&word.as_str()) {
+        let list = if STOPWORDS.contains(&word.as_str()) && !acronym {
             &mut function_words
         } else {
             &mut terms
@@ -864,6 +866,10 @@ mod tests {
         assert_eq!(
             fts_query("who is it").as_deref(),
             Some(r#""who" OR "is" OR "it""#)
+        );
+        assert_eq!(
+            fts_query("the WHO guidelines for IT").as_deref(),
+            Some(r#""who" OR "guidelines" OR "it""#)
         );
     }
 

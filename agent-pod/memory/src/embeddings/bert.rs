@@ -37,6 +37,11 @@ fn default_activation() -> String {
 impl BertShape {
     /// Why this shape cannot be run, if it cannot.
     pub fn check(&self) -> Result<(), String> {
+        if self.hidden_size == 0 || self.intermediate_size == 0 || self.vocab_size == 0 {
+            return Err(
+                "hidden_size, intermediate_size and vocab_size must be above 0".to_string(),
+            );
+        }
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
         {
@@ -218,6 +223,9 @@ impl Bert {
                 "{} tokens exceed the model's {} positions",
                 input.length, shape.max_position_embeddings
             ));
+        }
+        if rows == 0 {
+            return Ok(Vec::new());
         }
         let (words, positions, types, embeddings_norm) = self.embeddings()?;
         let mut states = vec![0.0f32; rows * hidden];

@@ -227,6 +227,10 @@ impl LocalMiniLm {
 
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
         let tokens = tokens(&self.tokenizer, texts)?;
+        if tokens.length == 0 {
+            // No tokens at all (not even the special ones): nothing to pool.
+            return Ok(vec![vec![0.0; self.model.hidden_size()]; texts.len()]);
+        }
         let hidden = self
             .model
             .encode(&Batch {

@@ -43,10 +43,19 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Whether every element lies inside a slice of `length`, with strides that fit
+    /// `isize` (what the kernel takes); arithmetic that would overflow does not fit.
     fn fits(&self, length: usize) -> bool {
-        self.rows == 0
-            || self.columns == 0
-            || (self.rows - 1) * self.row_stride + (self.columns - 1) * self.column_stride < length
+        if self.rows == 0 || self.columns == 0 {
+            return true;
+        }
+        let strides_fit =
+            isize::try_from(self.row_stride).is_ok() && isize::try_from(self.column_stride).is_ok();
+        let last = (self.rows - 1)
+            .checked_mul(self.row_stride)
+            .zip((self.columns - 1).checked_mul(self.column_stride))
+            .and_then(|(rows, columns)| rows.checked_add(columns));
+        strides_fit && last.is_some_and(|last| last < length)
     }
 }
 
@@ -93,6 +102,7 @@ fn call_gemm(
     right: View<'_>,
     parallelism: Parallelism,
 ) {
+    // `product` checked that every stride fits `isize`.
     let stride = |value: usize| value as isize;
     // SAFETY: `product` checked that every index the shapes and strides reach is inside
     // its slice; `output` is exclusively borrowed, so it overlaps neither input; with
@@ -173,6 +183,36 @@ mod tests {
         let mut output = vec![0.0; 9];
         let short = View::rows(&data[..11], 4, 3);
         product(&mut output, 3, View::rows(&data, 3, 4), short, false);
+    }
+
+    #[test]
+    #[should_panic(expected = "left matrix exceeds its slice")]
+    fn strides_that_overflow_are_refused() {
+        let data = vec![1.0; 4];
+        let mut output = vec![0.0; 4];
+        let wrapping = View {
+            data: &data,
+            rows: 2,
+            columns: 2,
+            row_stride: usize::MAX / 2 + 2,
+            column_stride: usize::MAX / 2 + 2,
+        };
+        product(&mut output, 2, wrapping, View::rows(&data, 2, 2), false);
+    }
+
+    #[test]
+    #[should_panic(expected = "left matrix exceeds its slice")]
+    fn a_stride_past_isize_is_refused_even_where_it_is_never_used() {
+        let data = vec![1.0; 4];
+        let mut output = vec![0.0; 4];
+        let one_row = View {
+            data: &data,
+            rows: 1,
+            columns: 2,
+            row_stride: usize::MAX,
+            column_stride: 1,
+        };
+        product(&mut output, 2, one_row, View::rows(&data, 2, 2), false);
     }
 
     #[test]

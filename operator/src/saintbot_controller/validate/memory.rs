@@ -9,8 +9,7 @@ use crate::{
     settings::SharedEmbedder,
 };
 
-/// The model the shared embedder serves and the length of its vectors.
-pub const SHARED_EMBEDDER_MODEL: &str = "all-MiniLM-L6-v2";
+/// The length of the shared embedder's vectors.
 const SHARED_EMBEDDER_DIMENSIONS: u32 = 384;
 
 /// The memory config for `spec`; `shared` is the operator's shared embedder, if the
@@ -51,7 +50,7 @@ pub(super) fn render_memory(
             })?;
             EmbeddingsConfig::Openai {
                 base_url: shared.url(),
-                model: SHARED_EMBEDDER_MODEL.to_string(),
+                model: shared.model().to_string(),
                 api_key_env: None,
                 dimensions: SHARED_EMBEDDER_DIMENSIONS,
             }
@@ -107,6 +106,20 @@ mod tests {
                 dimensions: 384,
             }
         );
+    }
+
+    #[test]
+    fn the_shared_embedders_weights_are_part_of_the_model_name_bots_record() {
+        let q8 = SharedEmbedder {
+            weights: ModelWeights::Q8,
+            ..shared()
+        };
+        let rendered =
+            render_memory(&spec(serde_json::json!({"embedder": "shared"})), Some(&q8)).unwrap();
+        let EmbeddingsConfig::Openai { model, .. } = rendered.embeddings else {
+            panic!("not the shared embedder");
+        };
+        assert_eq!(model, "all-MiniLM-L6-v2-q8");
     }
 
     #[test]
