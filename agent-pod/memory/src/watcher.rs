@@ -56,13 +56,9 @@ pub fn watch(index: Arc<MemoryIndex>, debounce: Duration) -> Result<MemoryWatche
     let (sender, receiver) = mpsc::channel();
     let event_sender = sender.clone();
     let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-        let message = match result {
-            Ok(event) if event.need_rescan() => Message::Rescan,
-            Ok(event) => Message::Changed(event.paths),
-            // The backend lost track (e.g. inotify overflow): only a full scan is safe.
-            Err(_) => Message::Rescan,
-        };
-        let _ = event_sender.send(message);
+        if let Some(message) = message_for(result) {
+            let _ = event_sender.send(message);
+        }
     })?;
     let workspace = index.workspace().to_path_buf();
     let memory_directory = workspace.join(MEMORY_DIRECTORY);
@@ -79,6 +75,20 @@ pub fn watch(index: Arc<MemoryIndex>, debounce: Duration) -> Result<MemoryWatche
         sender,
         thread: Some(thread),
     })
+}
+
+/// What an event asks of the watcher thread. Reads (`Access`: a file or directory
+/// opened, read or closed unwritten) change nothing and are dropped: the indexer's own
+/// reads, and re-watching `memory/` (which lists it), would otherwise come back as
+/// events and keep the thread re-watching and re-scanning in a loop.
+fn message_for(result: notify::Result<notify::Event>) -> Option<Message> {
+    match result {
+        Ok(event) if event.need_rescan() => Some(Message::Rescan),
+        Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => None,
+        Ok(event) => Some(Message::Changed(event.paths)),
+        // The backend lost track (e.g. inotify overflow): only a full scan is safe.
+        Err(_) => Some(Message::Rescan),
+    }
 }
 
 fn run(
@@ -137,5 +147,48 @@ fn run(
             rescan = false;
             first_pending = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::{
+        Event, EventKind,
+        event::{AccessKind, AccessMode, CreateKind, Flag, ModifyKind, RemoveKind},
+    };
+
+    use super::*;
+
+    fn event(kind: EventKind) -> notify::Result<Event> {
+        Ok(Event::new(kind).add_path(PathBuf::from("/w/memory")))
+    }
+
+    #[test]
+    fn reads_are_dropped_and_changes_and_overflows_are_not() {
+        // Writes also arrive as Modify events, so a close after writing adds nothing.
+        for read in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Access(AccessKind::Read),
+        ] {
+            assert!(message_for(event(read)).is_none(), "{read:?}");
+        }
+        for change in [
+            EventKind::Create(CreateKind::Folder),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(RemoveKind::File),
+        ] {
+            assert!(
+                matches!(message_for(event(change)), Some(Message::Changed(paths)) if paths == [PathBuf::from("/w/memory")]),
+                "{change:?}"
+            );
+        }
+        let overflow = Ok(Event::new(EventKind::Other).set_flag(Flag::Rescan));
+        assert!(matches!(message_for(overflow), Some(Message::Rescan)));
+        assert!(matches!(
+            message_for(Err(notify::Error::generic("lost"))),
+            Some(Message::Rescan)
+        ));
     }
 }

@@ -455,8 +455,9 @@ fn embed_resumably(embedder: &dyn Embedder, texts: &[String], path: &Path, what:
     }
 }
 
-/// The corpus, prepared and embedded with `embedder` if the cache does not hold it.
-pub fn load_or_prepare(embedder: &dyn Embedder) -> Corpus {
+/// The corpus, prepared and embedded with `embedder` if the cache does not hold it;
+/// with `partial`, only the sections already embedded (nothing more is embedded).
+pub fn load_or_prepare(embedder: &dyn Embedder, partial: bool) -> Corpus {
     let (root, package_key) = packages();
     let key = format!(
         "{package_key}|cut{CUTTING_VERSION}|{SECTIONS}|{QUERIES}|{}",
@@ -480,23 +481,34 @@ pub fn load_or_prepare(embedder: &dyn Embedder) -> Corpus {
         write_jsonl(&queries_path, &headings);
         std::fs::write(directory.join("key"), &key).expect("write the key");
     }
-    let sections: Vec<Section> = read_jsonl(&sections_path);
+    let mut sections: Vec<Section> = read_jsonl(&sections_path);
     let queries: Vec<String> = read_jsonl(&queries_path);
-    let chunk_texts: Vec<String> = sections.iter().map(Section::chunk_text).collect();
     embed_resumably(
         embedder,
         &queries,
         &directory.join("query-vectors.f32"),
         "queries",
     );
-    embed_resumably(
-        embedder,
-        &chunk_texts,
-        &directory.join("vectors.f32"),
-        "sections",
-    );
     let dimensions = embedder.dimensions();
-    let vectors = read_vectors(&directory.join("vectors.f32"), dimensions);
+    if partial {
+        // The sections embedded so far, in whole files: the cache stays as it is.
+        let embedded = read_vectors(&directory.join("vectors.f32"), dimensions).len();
+        sections.truncate(embedded - embedded % SECTIONS_PER_FILE);
+        eprintln!(
+            "corpus: SAINT_CORPUS_PARTIAL: using the {} sections embedded so far of {SECTIONS}",
+            sections.len()
+        );
+    } else {
+        let chunk_texts: Vec<String> = sections.iter().map(Section::chunk_text).collect();
+        embed_resumably(
+            embedder,
+            &chunk_texts,
+            &directory.join("vectors.f32"),
+            "sections",
+        );
+    }
+    let mut vectors = read_vectors(&directory.join("vectors.f32"), dimensions);
+    vectors.truncate(sections.len());
     let query_vectors = read_vectors(&directory.join("query-vectors.f32"), dimensions);
     assert_eq!(vectors.len(), sections.len(), "one vector per section");
     assert_eq!(query_vectors.len(), queries.len(), "one vector per query");
