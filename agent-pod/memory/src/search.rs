@@ -860,7 +860,7 @@ mod tests {
     #[test]
     fn function_words_are_dropped_unless_nothing_else_is_left() {
         assert_eq!(
-            fts_query("Where is the deploy key of THE staging cluster?").as_deref(),
+            fts_query("Where is the deploy key of The staging cluster?").as_deref(),
             Some(r#""deploy" OR "key" OR "staging" OR "cluster""#)
         );
         assert_eq!(
