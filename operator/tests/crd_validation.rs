@@ -1321,9 +1321,6 @@ fn memory_settings_that_would_have_no_effect_are_refused() {
         serde_json::json!({"embedder": "shared"}),
         serde_json::json!({"embedder": "local", "weights": "q8"}),
         serde_json::json!({"weights": "f32"}),
-        // Explicit nulls are absent fields, as the operator reads them.
-        serde_json::json!({"enabled": null, "embedder": null, "weights": "q8"}),
-        serde_json::json!({"enabled": false, "embedder": null, "weights": null}),
     ] {
         assert_eq!(
             errors(&bot(minimal_spec(

@@ -572,10 +572,10 @@ pub struct ImagesSpec {
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(
-    "!has(self.weights) || self.weights == null || !has(self.embedder) || self.embedder == null || self.embedder == 'local'"
+    "!has(self.weights) || !has(self.embedder) || self.embedder == 'local'"
 ).message("memory.weights applies to the local model only; with memory.embedder: shared the shared embedder's own setting decides"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "!has(self.enabled) || self.enabled == null || self.enabled || ((!has(self.weights) || self.weights == null) && (!has(self.embedder) || self.embedder == null))"
+    "!has(self.enabled) || self.enabled || (!has(self.weights) && !has(self.embedder))"
 ).message("memory.enabled is false: memory.embedder and memory.weights would have no effect; remove them"))]
 pub struct MemorySpec {
     /// False: no index and no memory tools (the model is never loaded). Default true.
