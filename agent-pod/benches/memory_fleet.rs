@@ -13,6 +13,9 @@
 //! (`agent-pod/memory/fetch-model.sh`).
 //!
 //! cargo bench -p saint-agent --bench memory_fleet
+//!
+//! `SAINT_FLEET_BOTS=N` changes the fleet size; `SAINT_FLEET_SMAPS=<dir>` writes each
+//! measured agent's `/proc/<pid>/smaps` there, to see where its memory goes.
 
 use std::{
     io::{BufRead, BufReader},
@@ -286,6 +289,18 @@ fn measure(
             )
         })
         .collect();
+    if let Ok(directory) = std::env::var("SAINT_FLEET_SMAPS") {
+        // For working out where a bot's memory goes: each agent's full smaps.
+        for (index, bot) in bots.iter().enumerate() {
+            let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", bot.child.id()))
+                .expect("the agent's smaps");
+            let name = format!(
+                "{}-{count}-{index}.smaps",
+                if memory { "on" } else { "off" }
+            );
+            std::fs::write(Path::new(&directory).join(name), smaps).expect("write smaps");
+        }
+    }
     drop(bots);
     (
         median(per_bot.iter().map(|value| value.0).collect()),

@@ -171,6 +171,8 @@ fn main() -> std::process::ExitCode {
     } else {
         logs.json().init();
     }
+    // Before any thread starts: the memory model's freed buffers must leave the process.
+    saint_memory::allocator::return_large_blocks_at_free();
     // In the pod the agent and Porter's CLIs run as different uids in one group: what
     // the agent creates on the workspace (a folder a CLI then clones into) must be
     // writable for the group, and nothing is for other users.

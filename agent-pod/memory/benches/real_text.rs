@@ -4,13 +4,13 @@
 //! `~/.cache/saint/corpus/` (about an hour on two cores the first time; resumable).
 //!
 //! In one run:
-//! - ingest throughput in tokens/s of the fp32 model (the baseline) and the 8-bit one,
-//!   medians of three runs over the same sections, and the 8-bit model's recall@10
+//! - ingest throughput in tokens/s of the fp32 model (the baseline) and the bf16 one,
+//!   medians of three runs over the same sections, and the bf16 model's recall@10
 //!   against fp32's neighbours, with the documents' headings as queries;
 //! - hybrid search at 10k and 100k sections: p50/p95 over every path and under a 5%
 //!   scope, and the vector side's recall@10 against sqlite-vec's exact KNN.
 //!
-//! `-- --prepare` only builds the cache. `SAINT_CORPUS_PARTIAL=1` measures with the
+//! `-- models` or `-- search` runs one half; `-- --prepare` only builds the cache. `SAINT_CORPUS_PARTIAL=1` measures with the
 //! sections embedded so far (the larger size is then what the cache holds).
 
 #[path = "real_text/corpus.rs"]
@@ -25,14 +25,13 @@ use std::{
 };
 
 use saint_memory::{
-    Embedder, EmbeddingError, IndexOptions, LocalMiniLm, MemoryIndex, QuantizedMiniLm,
-    default_model_dir,
+    Embedder, EmbeddingError, IndexOptions, LocalMiniLm, MemoryIndex, default_model_dir,
 };
 use search::{database_bytes, hybrid_latency, median, milliseconds, scopes, vector_side};
 
 /// Sections the throughput runs embed (each of three runs, per model).
 const THROUGHPUT_SECTIONS: usize = 256;
-/// Sections the 8-bit model's recall is measured over.
+/// Sections the bf16 model's recall is measured over.
 const RECALL_SECTIONS: usize = 1_000;
 
 /// The corpus's cached vectors, served by text: the index embeds exactly the chunk texts
@@ -108,7 +107,8 @@ fn nearest(vectors: &[Vec<f32>], query: &[f32], count: usize) -> Vec<usize> {
 }
 
 fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
-    let q8 = QuantizedMiniLm::load(&default_model_dir()).expect("the 8-bit model");
+    let bf16 = LocalMiniLm::load_with(&default_model_dir(), saint_config::ModelWeights::Bf16)
+        .expect("the bf16 model (it needs a CPU with AVX-512 BF16)");
     let texts: Vec<String> = corpus.sections[..RECALL_SECTIONS]
         .iter()
         .map(corpus::Section::chunk_text)
@@ -118,12 +118,12 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
     let sample_tokens = tokens(sample);
     fp32.embed(&sample[..8]).expect("warm up");
     let fp32_time = median_run(fp32, sample);
-    let q8_time = median_run(&q8, sample);
+    let bf16_time = median_run(&bf16, sample);
     println!(
         "ingest: {THROUGHPUT_SECTIONS} real sections ({sample_tokens} tokens), median of 3 runs, {} threads",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for (label, time) in [("f32 (baseline)", fp32_time), ("q8", q8_time)] {
+    for (label, time) in [("f32 (baseline)", fp32_time), ("bf16", bf16_time)] {
         println!(
             "  {label:<15} {:>8.0} tokens/s  {:>6.1} sections/s  ({:.2}x baseline time)",
             sample_tokens as f64 / time.as_secs_f64(),
@@ -132,20 +132,20 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
         );
     }
 
-    // Recall: each heading's 10 nearest sections by the 8-bit model against fp32's.
+    // Recall: each heading's 10 nearest sections by the bf16 model against fp32's.
     let exact_sections = &corpus.vectors[..RECALL_SECTIONS];
-    let q8_sections = q8.embed(&texts).expect("embed with q8");
+    let bf16_sections = bf16.embed(&texts).expect("embed with bf16");
     let queries: Vec<&str> = corpus.queries.iter().map(String::as_str).collect();
-    let q8_queries = q8.embed(&queries).expect("embed queries with q8");
+    let bf16_queries = bf16.embed(&queries).expect("embed queries with bf16");
     let lowest = exact_sections
         .iter()
-        .zip(&q8_sections)
+        .zip(&bf16_sections)
         .map(|(exact, approximate)| saint_memory::embeddings::cosine_similarity(exact, approximate))
         .fold(f32::INFINITY, f32::min);
     let mut recall = 0.0;
-    for (exact_query, q8_query) in corpus.query_vectors.iter().zip(&q8_queries) {
+    for (exact_query, bf16_query) in corpus.query_vectors.iter().zip(&bf16_queries) {
         let reference = nearest(exact_sections, exact_query, 10);
-        let found = nearest(&q8_sections, q8_query, 10);
+        let found = nearest(&bf16_sections, bf16_query, 10);
         recall += reference
             .iter()
             .filter(|index| found.contains(index))
@@ -154,7 +154,7 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
     }
     recall /= queries.len() as f64;
     println!(
-        "  q8 recall@10 against f32's neighbours: {recall:.3} ({} heading queries over {RECALL_SECTIONS} sections); lowest cosine to f32 {lowest:.4}",
+        "  bf16 recall@10 against f32's neighbours: {recall:.3} ({} heading queries over {RECALL_SECTIONS} sections); lowest cosine to f32 {lowest:.4}",
         queries.len()
     );
 }
@@ -244,8 +244,20 @@ fn main() {
     if std::env::args().any(|argument| argument == "--prepare") {
         return;
     }
-    bench_models(&model, &corpus);
-    for size in [corpus::SECTIONS / 10, corpus.sections.len()] {
-        bench_search(size, &corpus, &model.model_id());
+    // `models` or `search` runs that half alone.
+    let only = |part: &str| {
+        let parts: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|argument| argument == "models" || argument == "search")
+            .collect();
+        parts.is_empty() || parts.iter().any(|argument| argument == part)
+    };
+    if only("models") {
+        bench_models(&model, &corpus);
+    }
+    if only("search") {
+        for size in [corpus::SECTIONS / 10, corpus.sections.len()] {
+            bench_search(size, &corpus, &model.model_id());
+        }
     }
 }

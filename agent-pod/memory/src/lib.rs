@@ -18,6 +18,7 @@
 //! [`MemoryIndex::search`] and [`MemoryIndex::read_memory_file`] for the tools, with a
 //! [`Scope`] built by [`Scope::for_role`].
 
+pub mod allocator;
 pub mod chunking;
 mod database;
 pub mod embedder_service;
@@ -34,9 +35,7 @@ mod watcher;
 
 pub use chunking::{Chunk, ChunkingOptions, chunk_markdown};
 pub use database::DatabaseError;
-pub use embeddings::{
-    Embedder, EmbeddingError, LocalMiniLm, OpenAiEmbedder, QuantizedMiniLm, embedder_from_config,
-};
+pub use embeddings::{Embedder, EmbeddingError, LocalMiniLm, OpenAiEmbedder, embedder_from_config};
 pub use index::{
     DEFAULT_DATABASE_PATH, IndexError, IndexOptions, IndexStats, MemoryIndex, ReindexReport,
 };

@@ -587,9 +587,10 @@ pub struct MemorySpec {
     /// say so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedder: Option<EmbedderChoice>,
-    /// How the local model holds its weights: `f32` (as published; memory-mapped and
-    /// shared between bots on a node) or `q8` (8-bit, a private copy of about a third
-    /// of the size). Default f32.
+    /// How the local model computes: `f32` (as published; memory-mapped and shared
+    /// between bots on a node) or `bf16` (about a quarter faster to ingest, with ~21 MB
+    /// of packed weights private to the bot; needs nodes whose CPUs have AVX-512
+    /// BF16, or the agent refuses to start saying so). Default f32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<ModelWeights>,
 }

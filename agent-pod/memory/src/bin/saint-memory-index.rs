@@ -33,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    saint_memory::allocator::return_large_blocks_at_free();
     let arguments = Arguments::parse();
     let model_dir = arguments.model_dir.unwrap_or_else(default_model_dir);
     let embedder = LocalMiniLm::load(&model_dir).context("failed to load the embedding model")?;

@@ -6,18 +6,17 @@
 //! L2-normalised, which the index relies on (cosine distance = 1 − dot product).
 
 mod bert;
+mod bf16;
 mod local_minilm;
 mod mapped_weights;
 mod matmul;
 mod openai;
-mod quantized_minilm;
 
 use std::{path::Path, sync::Arc};
 
 pub use local_minilm::LocalMiniLm;
 pub use openai::OpenAiEmbedder;
-pub use quantized_minilm::QuantizedMiniLm;
-use saint_config::{EmbeddingsConfig, ModelWeights};
+use saint_config::EmbeddingsConfig;
 
 /// Why texts could not be embedded, or an embedder not be built.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +72,10 @@ pub fn embedder_from_config(
     config: &EmbeddingsConfig,
 ) -> Result<Arc<dyn Embedder>, EmbeddingError> {
     match config {
-        EmbeddingsConfig::Local { model_dir, weights } => match weights {
-            ModelWeights::F32 => Ok(Arc::new(LocalMiniLm::load(Path::new(model_dir))?)),
-            ModelWeights::Q8 => Ok(Arc::new(QuantizedMiniLm::load(Path::new(model_dir))?)),
-        },
+        EmbeddingsConfig::Local { model_dir, weights } => Ok(Arc::new(LocalMiniLm::load_with(
+            Path::new(model_dir),
+            *weights,
+        )?)),
         EmbeddingsConfig::Openai {
             base_url,
             model,
@@ -123,6 +122,8 @@ pub fn cosine_similarity(left: &[f32], right: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use saint_config::ModelWeights;
+
     use super::*;
 
     #[test]
@@ -144,7 +145,7 @@ mod tests {
     #[test]
     fn missing_local_model_is_a_startup_error_naming_the_fetch_script() {
         let directory = tempfile::tempdir().expect("tempdir");
-        for weights in [ModelWeights::F32, ModelWeights::Q8] {
+        for weights in [ModelWeights::F32, ModelWeights::Bf16] {
             let config = EmbeddingsConfig::Local {
                 model_dir: directory.path().display().to_string(),
                 weights,
