@@ -106,7 +106,7 @@ struct Arguments {
     /// this flag such bots are refused with a condition saying so.
     #[arg(long, env = "SAINT_SHARED_EMBEDDER", value_parser = saint_operator::settings::SharedEmbedder::parse)]
     shared_embedder: Option<saint_operator::settings::SharedEmbedder>,
-    /// How the shared embedder's model holds its weights (`f32` or `bf16`, as the chart's
+    /// How the shared embedder's model holds its weights (`f32` or `int16`, as the chart's
     /// `embedder.weights`); bots record it with their vectors.
     #[arg(long, env = "SAINT_SHARED_EMBEDDER_WEIGHTS", default_value = "f32", value_parser = saint_operator::settings::SharedEmbedder::parse_weights)]
     shared_embedder_weights: saint_config::ModelWeights,

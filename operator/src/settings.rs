@@ -87,16 +87,16 @@ impl SharedEmbedder {
     pub fn model(&self) -> &'static str {
         match self.weights {
             saint_config::ModelWeights::F32 => "all-MiniLM-L6-v2",
-            saint_config::ModelWeights::Bf16 => "all-MiniLM-L6-v2-bf16",
+            saint_config::ModelWeights::Int16 => "all-MiniLM-L6-v2-int16",
         }
     }
 
-    /// Parses `f32` or `bf16` (the `--shared-embedder-weights` flag).
+    /// Parses `f32` or `int16` (the `--shared-embedder-weights` flag).
     pub fn parse_weights(value: &str) -> Result<saint_config::ModelWeights, String> {
         match value {
             "f32" => Ok(saint_config::ModelWeights::F32),
-            "bf16" => Ok(saint_config::ModelWeights::Bf16),
-            other => Err(format!("{other:?} is not a weights setting (f32 or bf16)")),
+            "int16" => Ok(saint_config::ModelWeights::Int16),
+            other => Err(format!("{other:?} is not a weights setting (f32 or int16)")),
         }
     }
 

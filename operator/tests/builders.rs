@@ -1061,7 +1061,7 @@ fn a_bot_on_the_shared_embedder_gets_its_url_and_egress_to_exactly_its_pods() {
     // A bot on its local model gets no such rule, even where a shared embedder exists.
     for local in [
         serde_json::json!({}),
-        serde_json::json!({"embedder": "local", "weights": "bf16"}),
+        serde_json::json!({"embedder": "local", "weights": "int16"}),
         serde_json::json!({"enabled": false}),
     ] {
         let children = build_children(&with_memory(local.clone(), &settings).unwrap());

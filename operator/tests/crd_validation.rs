@@ -1319,7 +1319,7 @@ fn memory_settings_that_would_have_no_effect_are_refused() {
         serde_json::json!({}),
         serde_json::json!({"enabled": false}),
         serde_json::json!({"embedder": "shared"}),
-        serde_json::json!({"embedder": "local", "weights": "bf16"}),
+        serde_json::json!({"embedder": "local", "weights": "int16"}),
         serde_json::json!({"weights": "f32"}),
     ] {
         assert_eq!(
@@ -1332,12 +1332,12 @@ fn memory_settings_that_would_have_no_effect_are_refused() {
     }
     refused_with(
         errors(&bot(minimal_spec(
-            serde_json::json!({"memory": {"embedder": "shared", "weights": "bf16"}}),
+            serde_json::json!({"memory": {"embedder": "shared", "weights": "int16"}}),
         ))),
         "memory.weights applies to the local model only",
     );
     for pointless in [
-        serde_json::json!({"enabled": false, "weights": "bf16"}),
+        serde_json::json!({"enabled": false, "weights": "int16"}),
         serde_json::json!({"enabled": false, "embedder": "shared"}),
     ] {
         refused_with(

@@ -102,7 +102,7 @@ fn json_schema_documents_where_persona_files_come_from() {
 }
 
 #[test]
-fn embedding_weights_default_to_f32_accept_bf16_and_refuse_anything_else() {
+fn embedding_weights_default_to_f32_accept_int16_and_refuse_anything_else() {
     use saint_config::{EmbeddingsConfig, ModelWeights};
     let weights_of = |config: &BotConfig| match &config.memory.embeddings {
         EmbeddingsConfig::Local { weights, .. } => *weights,
@@ -110,12 +110,12 @@ fn embedding_weights_default_to_f32_accept_bf16_and_refuse_anything_else() {
     };
     let example = BotConfig::from_json(EXAMPLE).unwrap();
     assert_eq!(weights_of(&example), ModelWeights::F32);
-    let bf16 = EXAMPLE.replacen(r#""modelDir":"#, r#""weights": "bf16", "modelDir":"#, 1);
-    let config = BotConfig::from_json(&bf16).unwrap();
-    assert_eq!(weights_of(&config), ModelWeights::Bf16);
-    assert!(config.to_json().contains(r#""weights": "bf16""#));
+    let int16 = EXAMPLE.replacen(r#""modelDir":"#, r#""weights": "int16", "modelDir":"#, 1);
+    let config = BotConfig::from_json(&int16).unwrap();
+    assert_eq!(weights_of(&config), ModelWeights::Int16);
+    assert!(config.to_json().contains(r#""weights": "int16""#));
     let bad = EXAMPLE.replacen(r#""modelDir":"#, r#""weights": "int4", "modelDir":"#, 1);
     let error = BotConfig::from_json(&bad).unwrap_err();
     let chain = saint_config::ErrorChain(&error).to_string();
-    assert!(chain.contains("int4") && chain.contains("bf16"), "{chain}");
+    assert!(chain.contains("int4") && chain.contains("int16"), "{chain}");
 }

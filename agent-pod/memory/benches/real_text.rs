@@ -4,8 +4,8 @@
 //! `~/.cache/saint/corpus/` (about an hour on two cores the first time; resumable).
 //!
 //! In one run:
-//! - ingest throughput in tokens/s of the fp32 model (the baseline) and the bf16 one,
-//!   medians of three runs over the same sections, and the bf16 model's recall@10
+//! - ingest throughput in tokens/s of the fp32 model (the baseline) and the int16 one,
+//!   medians of three runs over the same sections, and the int16 model's recall@10
 //!   against fp32's neighbours, with the documents' headings as queries;
 //! - hybrid search at 10k and 100k sections: p50/p95 over every path and under a 5%
 //!   scope, and the vector side's recall@10 against sqlite-vec's exact KNN.
@@ -31,7 +31,7 @@ use search::{database_bytes, hybrid_latency, median, milliseconds, scopes, vecto
 
 /// Sections the throughput runs embed (each of three runs, per model).
 const THROUGHPUT_SECTIONS: usize = 256;
-/// Sections the bf16 model's recall is measured over.
+/// Sections the int16 model's recall is measured over.
 const RECALL_SECTIONS: usize = 1_000;
 
 /// The corpus's cached vectors, served by text: the index embeds exactly the chunk texts
@@ -107,8 +107,8 @@ fn nearest(vectors: &[Vec<f32>], query: &[f32], count: usize) -> Vec<usize> {
 }
 
 fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
-    let bf16 = LocalMiniLm::load_with(&default_model_dir(), saint_config::ModelWeights::Bf16)
-        .expect("the bf16 model (it needs a CPU with AVX-512 BF16)");
+    let int16 = LocalMiniLm::load_with(&default_model_dir(), saint_config::ModelWeights::Int16)
+        .expect("the int16 model (it needs an x86-64 CPU with AVX2 and FMA)");
     let texts: Vec<String> = corpus.sections[..RECALL_SECTIONS]
         .iter()
         .map(corpus::Section::chunk_text)
@@ -118,12 +118,12 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
     let sample_tokens = tokens(sample);
     fp32.embed(&sample[..8]).expect("warm up");
     let fp32_time = median_run(fp32, sample);
-    let bf16_time = median_run(&bf16, sample);
+    let int16_time = median_run(&int16, sample);
     println!(
         "ingest: {THROUGHPUT_SECTIONS} real sections ({sample_tokens} tokens), median of 3 runs, {} threads",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for (label, time) in [("f32 (baseline)", fp32_time), ("bf16", bf16_time)] {
+    for (label, time) in [("f32 (baseline)", fp32_time), ("int16", int16_time)] {
         println!(
             "  {label:<15} {:>8.0} tokens/s  {:>6.1} sections/s  ({:.2}x baseline time)",
             sample_tokens as f64 / time.as_secs_f64(),
@@ -132,20 +132,20 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
         );
     }
 
-    // Recall: each heading's 10 nearest sections by the bf16 model against fp32's.
+    // Recall: each heading's 10 nearest sections by the int16 model against fp32's.
     let exact_sections = &corpus.vectors[..RECALL_SECTIONS];
-    let bf16_sections = bf16.embed(&texts).expect("embed with bf16");
+    let int16_sections = int16.embed(&texts).expect("embed with int16");
     let queries: Vec<&str> = corpus.queries.iter().map(String::as_str).collect();
-    let bf16_queries = bf16.embed(&queries).expect("embed queries with bf16");
+    let int16_queries = int16.embed(&queries).expect("embed queries with int16");
     let lowest = exact_sections
         .iter()
-        .zip(&bf16_sections)
+        .zip(&int16_sections)
         .map(|(exact, approximate)| saint_memory::embeddings::cosine_similarity(exact, approximate))
         .fold(f32::INFINITY, f32::min);
     let mut recall = 0.0;
-    for (exact_query, bf16_query) in corpus.query_vectors.iter().zip(&bf16_queries) {
+    for (exact_query, int16_query) in corpus.query_vectors.iter().zip(&int16_queries) {
         let reference = nearest(exact_sections, exact_query, 10);
-        let found = nearest(&bf16_sections, bf16_query, 10);
+        let found = nearest(&int16_sections, int16_query, 10);
         recall += reference
             .iter()
             .filter(|index| found.contains(index))
@@ -154,7 +154,7 @@ fn bench_models(fp32: &LocalMiniLm, corpus: &corpus::Corpus) {
     }
     recall /= queries.len() as f64;
     println!(
-        "  bf16 recall@10 against f32's neighbours: {recall:.3} ({} heading queries over {RECALL_SECTIONS} sections); lowest cosine to f32 {lowest:.4}",
+        "  int16 recall@10 against f32's neighbours: {recall:.3} ({} heading queries over {RECALL_SECTIONS} sections); lowest cosine to f32 {lowest:.4}",
         queries.len()
     );
 }

@@ -588,9 +588,9 @@ pub struct MemorySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedder: Option<EmbedderChoice>,
     /// How the local model computes: `f32` (as published; memory-mapped and shared
-    /// between bots on a node) or `bf16` (about a quarter faster to ingest, with ~21 MB
-    /// of packed weights private to the bot; needs nodes whose CPUs have AVX-512
-    /// BF16, or the agent refuses to start saying so). Default f32.
+    /// between bots on a node) or `int16` (13-bit integer matmuls, faster to ingest,
+    /// with ~21 MB of packed weights private to the bot; needs x86-64 nodes with AVX2
+    /// and FMA, or the agent refuses to start saying so). Default f32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<ModelWeights>,
 }

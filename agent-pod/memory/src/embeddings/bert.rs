@@ -2,13 +2,13 @@
 //! ([`MappedWeights`]): embeddings, then per layer self-attention and the feed-forward
 //! block, each followed by a residual sum and layer norm — the post-norm BERT that
 //! sentence-transformers runs. Activations are the only memory it allocates, per call,
-//! unless the dense layers run in bf16 ([`Precision::Bf16`]): their weights are then
+//! unless the dense layers run in int16 ([`Precision::Int16`]): their weights are then
 //! rounded and packed once, in the process's own memory.
 
 use rayon::prelude::*;
 
 use super::{
-    bf16::{self, PackedBf16},
+    int16::{self, PackedInt16},
     mapped_weights::MappedWeights,
     matmul::{View, product},
 };
@@ -18,8 +18,9 @@ use super::{
 pub(super) enum Precision {
     /// f32 on the mapped weights, shared with every process that maps the file.
     F32,
-    /// bf16 weights and activations with f32 sums (see [`super::bf16`]).
-    Bf16,
+    /// 13-bit integer weights and activations with exact integer sums (see
+    /// [`super::int16`]).
+    Int16,
 }
 
 /// The model's shape, read from `config.json`.
@@ -70,13 +71,13 @@ impl BertShape {
 }
 
 /// A dense layer's weight (`out × in`, as stored) and bias, and the weight packed in
-/// bf16 when the model runs so.
+/// int16 when the model runs so.
 struct Dense<'a> {
     weight: &'a [f32],
     bias: &'a [f32],
     inputs: usize,
     outputs: usize,
-    packed: Option<&'a PackedBf16>,
+    packed: Option<&'a PackedInt16>,
 }
 
 impl Dense<'_> {
@@ -148,23 +149,23 @@ pub(super) struct Batch<'a> {
 pub(super) struct Bert {
     weights: MappedWeights,
     shape: BertShape,
-    /// Per layer, its dense weights in bf16 ([`Precision::Bf16`]; empty for f32).
+    /// Per layer, its dense weights in int16 ([`Precision::Int16`]; empty for f32).
     packed: Vec<PackedLayer>,
 }
 
-/// A layer's dense weights in bf16, in [`Layer`]'s order.
+/// A layer's dense weights in int16, in [`Layer`]'s order.
 struct PackedLayer {
-    query: PackedBf16,
-    key: PackedBf16,
-    value: PackedBf16,
-    attention_output: PackedBf16,
-    intermediate: PackedBf16,
-    output: PackedBf16,
+    query: PackedInt16,
+    key: PackedInt16,
+    value: PackedInt16,
+    attention_output: PackedInt16,
+    intermediate: PackedInt16,
+    output: PackedInt16,
 }
 
 impl Bert {
     /// Checks that every tensor the forward pass reads is in `weights` with the shape
-    /// `shape` implies, so a wrong file fails here with the tensor's name; for bf16,
+    /// `shape` implies, so a wrong file fails here with the tensor's name; for int16,
     /// that the CPU can run it, then packs the dense weights.
     pub fn new(
         weights: MappedWeights,
@@ -181,10 +182,10 @@ impl Bert {
         for layer in 0..bert.shape.num_hidden_layers {
             bert.layer(layer)?;
         }
-        if precision == Precision::Bf16 {
-            if !bf16::supported() {
+        if precision == Precision::Int16 {
+            if !int16::supported() {
                 return Err(
-                    "bf16 weights need a CPU with AVX-512 BF16, which this one lacks; use f32 weights"
+                    "int16 weights need an x86-64 CPU with AVX2 and FMA, which this one lacks; use f32 weights"
                         .to_string(),
                 );
             }
@@ -341,9 +342,9 @@ struct Layer<'a> {
 }
 
 impl Layer<'_> {
-    /// The layer's dense weights, rounded to bf16 and packed.
+    /// The layer's dense weights, rounded to int16 and packed.
     fn packed(&self) -> Result<PackedLayer, String> {
-        let pack = |dense: &Dense<'_>| PackedBf16::pack(dense.weight, dense.outputs, dense.inputs);
+        let pack = |dense: &Dense<'_>| PackedInt16::pack(dense.weight, dense.outputs, dense.inputs);
         Ok(PackedLayer {
             query: pack(&self.query)?,
             key: pack(&self.key)?,

@@ -175,8 +175,8 @@ impl LocalMiniLm {
     }
 
     /// Loads the model with its dense layers computed as `weights` says: f32 on the
-    /// shared mapped file, or bf16 (faster, about 21 MB of packed weights in this
-    /// process; refused on a CPU without AVX-512 BF16).
+    /// shared mapped file, or int16 (faster, about 21 MB of packed weights in this
+    /// process; refused on a CPU without AVX2 and FMA).
     pub fn load_with(directory: &Path, weights: ModelWeights) -> Result<Self, EmbeddingError> {
         let files = ModelFiles::find(directory)?;
         let shape: BertShape = serde_json::from_str(&files.config_text()?)
@@ -185,7 +185,7 @@ impl LocalMiniLm {
         let tokenizer = files.tokenizer()?;
         let precision = match weights {
             ModelWeights::F32 => Precision::F32,
-            ModelWeights::Bf16 => Precision::Bf16,
+            ModelWeights::Int16 => Precision::Int16,
         };
         let model = Bert::new(files.mapped_weights()?, shape, precision)
             .map_err(|error| files.invalid_weights(error))?;
@@ -242,11 +242,11 @@ impl LocalMiniLm {
 
 impl Embedder for LocalMiniLm {
     fn model_id(&self) -> String {
-        // bf16's vectors differ slightly from f32's: an index built with one is
+        // int16's vectors differ slightly from f32's: an index built with one is
         // re-embedded by the other rather than mixing the two.
         match self.weights {
             ModelWeights::F32 => format!("local:all-MiniLM-L6-v2:{MAX_TOKENS}"),
-            ModelWeights::Bf16 => format!("local:all-MiniLM-L6-v2:{MAX_TOKENS}:bf16"),
+            ModelWeights::Int16 => format!("local:all-MiniLM-L6-v2:{MAX_TOKENS}:int16"),
         }
     }
 

@@ -6,7 +6,7 @@
 //! L2-normalised, which the index relies on (cosine distance = 1 − dot product).
 
 mod bert;
-mod bf16;
+mod int16;
 mod local_minilm;
 mod mapped_weights;
 mod matmul;
@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn missing_local_model_is_a_startup_error_naming_the_fetch_script() {
         let directory = tempfile::tempdir().expect("tempdir");
-        for weights in [ModelWeights::F32, ModelWeights::Bf16] {
+        for weights in [ModelWeights::F32, ModelWeights::Int16] {
             let config = EmbeddingsConfig::Local {
                 model_dir: directory.path().display().to_string(),
                 weights,

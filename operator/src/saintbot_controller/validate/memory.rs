@@ -1,4 +1,4 @@
-//! `spec.memory` → the rendered memory config: the image's local model (f32 or bf16), the
+//! `spec.memory` → the rendered memory config: the image's local model (f32 or int16), the
 //! chart's shared embedder, or no memory at all.
 
 use saint_config::{EmbeddingsConfig, MemoryConfig, ModelWeights};
@@ -84,11 +84,11 @@ mod tests {
     fn each_setting_renders_what_it_says() {
         let off = render_memory(&spec(serde_json::json!({"enabled": false})), None).unwrap();
         assert!(!off.enabled);
-        let bf16 = render_memory(&spec(serde_json::json!({"weights": "bf16"})), None).unwrap();
+        let int16 = render_memory(&spec(serde_json::json!({"weights": "int16"})), None).unwrap();
         assert!(matches!(
-            bf16.embeddings,
+            int16.embeddings,
             EmbeddingsConfig::Local {
-                weights: ModelWeights::Bf16,
+                weights: ModelWeights::Int16,
                 ..
             }
         ));
@@ -110,19 +110,19 @@ mod tests {
 
     #[test]
     fn the_shared_embedders_weights_are_part_of_the_model_name_bots_record() {
-        let bf16 = SharedEmbedder {
-            weights: ModelWeights::Bf16,
+        let int16 = SharedEmbedder {
+            weights: ModelWeights::Int16,
             ..shared()
         };
         let rendered = render_memory(
             &spec(serde_json::json!({"embedder": "shared"})),
-            Some(&bf16),
+            Some(&int16),
         )
         .unwrap();
         let EmbeddingsConfig::Openai { model, .. } = rendered.embeddings else {
             panic!("not the shared embedder");
         };
-        assert_eq!(model, "all-MiniLM-L6-v2-bf16");
+        assert_eq!(model, "all-MiniLM-L6-v2-int16");
     }
 
     #[test]
@@ -135,7 +135,7 @@ mod tests {
             "{error}"
         );
         let error = render_memory(
-            &spec(serde_json::json!({"embedder": "shared", "weights": "bf16"})),
+            &spec(serde_json::json!({"embedder": "shared", "weights": "int16"})),
             Some(&shared()),
         )
         .unwrap_err()

@@ -1,4 +1,4 @@
-//! The bf16 model against the f32 model on real English text (the licence texts every
+//! The int16 model against the f32 model on real English text (the licence texts every
 //! Debian system ships): vectors nearly identical, and the same nearest neighbours.
 
 mod support;
@@ -47,10 +47,10 @@ fn nearest(vectors: &[Vec<f32>], query: &[f32], count: usize) -> Vec<usize> {
 }
 
 #[test]
-fn the_bf16_model_finds_the_fp32_models_neighbours_on_real_text() {
+fn the_int16_model_finds_the_fp32_models_neighbours_on_real_text() {
     let fp32 = model();
-    let quantised = LocalMiniLm::load_with(&default_model_dir(), ModelWeights::Bf16)
-        .expect("load the bf16 model (this test needs a CPU with AVX-512 BF16)");
+    let quantised = LocalMiniLm::load_with(&default_model_dir(), ModelWeights::Int16)
+        .expect("load the int16 model (this test needs an x86-64 CPU with AVX2 and FMA)");
     assert_ne!(quantised.model_id(), fp32.model_id());
     // Every third paragraph keeps the test near half a minute; the bench uses them all.
     let corpus: Vec<String> = corpus().into_iter().step_by(3).collect();
@@ -90,7 +90,7 @@ fn the_bf16_model_finds_the_fp32_models_neighbours_on_real_text() {
     }
     let recall = found as f64 / wanted as f64;
     println!(
-        "bf16 vs fp32 on {} paragraphs, {} queries: recall@10 {recall:.3}, lowest cosine {lowest:.4} (embedding took {fp32_time:?} fp32, {quantised_time:?} bf16)",
+        "int16 vs fp32 on {} paragraphs, {} queries: recall@10 {recall:.3}, lowest cosine {lowest:.4} (embedding took {fp32_time:?} fp32, {quantised_time:?} int16)",
         corpus.len(),
         queries.len()
     );
