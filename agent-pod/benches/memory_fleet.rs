@@ -291,6 +291,7 @@ fn measure(
         .collect();
     if let Ok(directory) = std::env::var("SAINT_FLEET_SMAPS") {
         // For working out where a bot's memory goes: each agent's full smaps.
+        std::fs::create_dir_all(&directory).expect("create SAINT_FLEET_SMAPS");
         for (index, bot) in bots.iter().enumerate() {
             let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", bot.child.id()))
                 .expect("the agent's smaps");
