@@ -107,10 +107,26 @@ pub fn open_writer(
                  text TEXT NOT NULL
              );
              CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
+             -- Bumped by every change to `chunks` (so by every indexing transaction):
+             -- two read connections that see the same generation see the same
+             -- snapshot, which lets one search run its halves on two of them.
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
+             CREATE TRIGGER IF NOT EXISTS generation_on_insert AFTER INSERT ON chunks BEGIN
+                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
+             END;
+             CREATE TRIGGER IF NOT EXISTS generation_on_update AFTER UPDATE ON chunks BEGIN
+                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
+             END;
+             CREATE TRIGGER IF NOT EXISTS generation_on_delete AFTER DELETE ON chunks BEGIN
+                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
+             END;
              CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
                  text, content = 'chunks', content_rowid = 'id',
                  tokenize = 'unicode61 remove_diacritics 2'
-             );",
+             );
+             -- Each term's document count, read to leave the commonest query words
+             -- out of keyword searches.
+             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts_vocab USING fts5vocab (chunks_fts, row);",
         )
         .map_err(sqlite("create the schema of"))?;
 
@@ -266,6 +282,19 @@ pub fn open_reader(path: &Path) -> Result<Connection, DatabaseError> {
         .pragma_update(None, "mmap_size", READER_MMAP_BYTES)
         .map_err(sqlite("configure"))?;
     Ok(connection)
+}
+
+/// The database's generation, inside the caller's read transaction: it changes with
+/// every committed change to the chunks, so two connections reading the same value
+/// read the same state. `None` for a database no writer of this version has opened.
+pub fn generation(connection: &Connection) -> rusqlite::Result<Option<i64>> {
+    connection
+        .query_row(
+            "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
 }
 
 /// Encodes a vector the way vec0 stores `float[N]`: little-endian f32s.

@@ -173,6 +173,12 @@ impl std::ops::Deref for PooledReader<'_> {
     }
 }
 
+impl std::ops::DerefMut for PooledReader<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.connection.as_mut().expect("present until drop")
+    }
+}
+
 impl Drop for PooledReader<'_> {
     fn drop(&mut self) {
         if let (Some(connection), Ok(mut pool)) = (self.connection.take(), self.pool.lock()) {

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, params_from_iter, types::Value};
 
 use crate::{
-    database::cosine_similarity,
+    database::{self, cosine_similarity},
     index::{IndexError, MemoryIndex, sqlite},
     scope::Scope,
     vector_codes::{QueryCode, TopScores},
@@ -52,6 +52,11 @@ pub const PRESELECT_FACTOR: usize = 4;
 pub const MIN_PRESELECT: usize = 200;
 /// Most query words passed to FTS5.
 const MAX_QUERY_TERMS: usize = 32;
+/// Most chunks the keyword side asks FTS5 to rank, estimated from the query words'
+/// document counts (see [`selective_fts_query`]). Ranking costs about a microsecond
+/// per matching chunk (bm25 reads each one's length), so this bounds the keyword side
+/// to a few milliseconds however large the memory.
+pub const KEYWORD_MATCH_BUDGET: i64 = 4_000;
 
 /// One search.
 #[derive(Clone, Debug)]
@@ -106,6 +111,13 @@ const STOPWORDS: &[&str] = &[
 /// FTS5 syntax in the query (`NEAR`, `*`, `-`, quotes) is taken literally. Function
 /// words ([`STOPWORDS`]) are dropped unless the query has nothing else.
 pub fn fts_query(query: &str) -> Option<String> {
+    let words = query_words(query);
+    (!words.is_empty()).then(|| match_any(words.iter()))
+}
+
+/// The query's distinct lowercased words, function words dropped unless nothing else
+/// is left, at most [`MAX_QUERY_TERMS`].
+fn query_words(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     let mut function_words: Vec<String> = Vec::new();
     for word in query.split(|character: char| !character.is_alphanumeric()) {
@@ -115,24 +127,80 @@ pub fn fts_query(query: &str) -> Option<String> {
         // Written in capitals (`IT`, `WHO`, `US`) a function word is an acronym.
         let acronym = word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase());
         let word = word.to_lowercase();
-        let term = format!("\"{word}\"");
         let list = if STOPWORDS.contains(&word.as_str()) && !acronym {
             &mut function_words
         } else {
             &mut terms
         };
-        if !list.contains(&term) && list.len() < MAX_QUERY_TERMS {
-            list.push(term);
+        if !list.contains(&word) && list.len() < MAX_QUERY_TERMS {
+            list.push(word);
         }
     }
     if terms.is_empty() {
-        terms = function_words;
-    }
-    if terms.is_empty() {
-        None
+        function_words
     } else {
-        Some(terms.join(" OR "))
+        terms
     }
+}
+
+/// `"a" OR "b" OR …`.
+fn match_any<'a>(words: impl Iterator<Item = &'a String>) -> String {
+    words
+        .map(|word| format!("\"{word}\""))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// The FTS5 query the keyword side runs: [`fts_query`]'s words, minus the most common
+/// ones when together they would make FTS5 rank more than `budget` chunks
+/// ([`KEYWORD_MATCH_BUDGET`] in searches). Words are kept rarest first while their
+/// document counts fit the budget (the rarest counted word always), so a query mixing
+/// a rare word with words found in half the memory ranks the few hundred chunks with
+/// the rare word instead of scoring tens of thousands; the dropped words are the ones
+/// bm25 weighs least. Words the index has never seen match nothing and are left out;
+/// words with characters FTS5's tokenizer may fold differently (non-ASCII) are always
+/// kept. `None` when nothing can match.
+fn selective_fts_query(
+    connection: &Connection,
+    query: &str,
+    budget: i64,
+) -> Result<Option<String>, IndexError> {
+    let words = query_words(query);
+    if words.len() < 2 {
+        return Ok((!words.is_empty()).then(|| match_any(words.iter())));
+    }
+    let mut statement = connection
+        .prepare_cached("SELECT doc FROM chunks_fts_vocab WHERE term = ?1")
+        .map_err(sqlite("count keyword matches"))?;
+    let mut always = Vec::new();
+    let mut counted = Vec::new();
+    for word in words {
+        if word
+            .chars()
+            .all(|character| character.is_ascii_alphanumeric())
+        {
+            let documents: i64 = statement
+                .query_row([&word], |row| row.get(0))
+                .optional()
+                .map_err(sqlite("count keyword matches"))?
+                .unwrap_or(0);
+            if documents > 0 {
+                counted.push((documents, word));
+            }
+        } else {
+            always.push(word);
+        }
+    }
+    counted.sort();
+    let mut budget_used = 0;
+    let mut kept = always;
+    for (rank, (documents, word)) in counted.into_iter().enumerate() {
+        if rank == 0 || budget_used + documents <= budget {
+            budget_used += documents;
+            kept.push(word);
+        }
+    }
+    Ok((!kept.is_empty()).then(|| match_any(kept.iter())))
 }
 
 fn snippet(text: &str) -> String {
@@ -164,14 +232,7 @@ impl MemoryIndex {
             .ok_or_else(|| {
                 crate::embeddings::EmbeddingError::Inference("no vector for the query".to_string())
             })?;
-        let reader = self.reader()?;
-        search_with_vector(
-            &reader,
-            request.query,
-            Some(&query_vector),
-            k,
-            request.scope,
-        )
+        self.search_on_readers(request.query, Some(&query_vector), k, request.scope)
     }
 
     /// [`MemoryIndex::search`], but when a remote embedder cannot be reached the query is
@@ -199,14 +260,8 @@ impl MemoryIndex {
             )
             .into());
         }
-        let reader = self.reader()?;
-        let hits = search_with_vector(
-            &reader,
-            request.query,
-            query_vector.as_deref(),
-            k,
-            request.scope,
-        )?;
+        let hits =
+            self.search_on_readers(request.query, query_vector.as_deref(), k, request.scope)?;
         Ok(SearchOutcome { hits, keyword_only })
     }
 
@@ -228,8 +283,31 @@ impl MemoryIndex {
             }
             .into());
         }
+        self.search_on_readers(request.query, Some(query_vector), k, request.scope)
+    }
+
+    /// [`search_with_vector`] on a pooled reader, with a second one for the keyword
+    /// side when there is a vector side to run alongside it.
+    fn search_on_readers(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        k: usize,
+        scope: &Scope,
+    ) -> Result<Vec<SearchHit>, IndexError> {
         let reader = self.reader()?;
-        search_with_vector(&reader, request.query, Some(query_vector), k, request.scope)
+        let mut helper = match query_vector {
+            Some(_) => Some(self.reader()?),
+            None => None,
+        };
+        search_with_vector(
+            &reader,
+            helper.as_deref_mut(),
+            query,
+            query_vector,
+            k,
+            scope,
+        )
     }
 
     /// The vector side of a search alone: chunk ids and cosine similarities of the
@@ -252,14 +330,12 @@ impl MemoryIndex {
         } else {
             scope.sql_condition_indexed("path")
         };
-        let nearest = nearest_vectors(
-            &reader,
-            query_vector,
-            count,
+        let filter = Filter {
             covers_everything,
-            &condition,
-            &globs,
-        )?;
+            condition: &condition,
+            globs: &globs,
+        };
+        let nearest = nearest_vectors(&reader, query_vector, count, &filter)?;
         drop(snapshot);
         Ok(nearest)
     }
@@ -300,19 +376,27 @@ fn renumber(sql: &str, first: usize) -> String {
 
 /// The search itself, given the query's vector; public within the crate so the
 /// benchmark path and tests share it with [`MemoryIndex::search`].
+///
+/// With a `helper` connection the keyword side runs on it, on a second thread, while
+/// this thread scans the vectors: the halves are independent and about equally long
+/// at 100k chunks. The helper's result is used only if it read the same snapshot
+/// (the same [`database::generation`]); otherwise, or without a helper, the keyword
+/// side runs here after the vector side.
 pub(crate) fn search_with_vector(
     connection: &Connection,
+    helper: Option<&mut Connection>,
     query: &str,
     query_vector: Option<&[f32]>,
     k: usize,
     scope: &Scope,
 ) -> Result<Vec<SearchHit>, IndexError> {
     let pool = (k * 4).max(20);
-    // One read snapshot for the coverage check and both queries, so a file indexed in
-    // between cannot slip past a check made on an older state.
+    // One read snapshot for the coverage check, both halves and the final reads, so a
+    // file indexed in between cannot slip past a check made on an older state.
     let snapshot = connection
         .unchecked_transaction()
         .map_err(sqlite("begin a search"))?;
+    let generation = database::generation(connection).map_err(sqlite("begin a search"))?;
     let covers_everything = covers_every_file(connection, scope)?;
     // One condition over a column named `path`: both `file_vectors` and `chunks` have
     // one, each with an index for the condition's prefix ranges.
@@ -321,19 +405,43 @@ pub(crate) fn search_with_vector(
     } else {
         scope.sql_condition_indexed("path")
     };
-    let mut candidates: HashMap<i64, Candidate> = HashMap::new();
-
-    let nearest = match query_vector {
-        Some(query_vector) => nearest_vectors(
-            connection,
-            query_vector,
-            pool,
-            covers_everything,
-            &condition,
-            &globs,
-        )?,
-        None => Vec::new(),
+    let filter = Filter {
+        covers_everything,
+        condition: &condition,
+        globs: &globs,
     };
+    let match_expression = selective_fts_query(connection, query, KEYWORD_MATCH_BUDGET)?;
+
+    let (nearest, keyword) = match (query_vector, &match_expression, helper, generation) {
+        (Some(query_vector), Some(match_expression), Some(helper), Some(generation)) => {
+            std::thread::scope(|threads| {
+                let keyword = threads.spawn(|| {
+                    keyword_on_snapshot(helper, generation, match_expression, pool, &filter)
+                });
+                let nearest = nearest_vectors(connection, query_vector, pool, &filter);
+                let keyword = keyword
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (nearest, keyword)
+            })
+        }
+        _ => (
+            query_vector.map_or(Ok(Vec::new()), |query_vector| {
+                nearest_vectors(connection, query_vector, pool, &filter)
+            }),
+            Ok(None),
+        ),
+    };
+    let nearest = nearest?;
+    let keyword = match (keyword?, &match_expression) {
+        (Some(rows), _) => rows,
+        (None, Some(match_expression)) => {
+            keyword_candidates(connection, match_expression, pool, &filter)?
+        }
+        (None, None) => Vec::new(),
+    };
+
+    let mut candidates: HashMap<i64, Candidate> = HashMap::new();
     for (id, similarity) in nearest {
         candidates.insert(
             id,
@@ -343,52 +451,16 @@ pub(crate) fn search_with_vector(
             },
         );
     }
-
-    // Keyword side: the scope is part of the WHERE clause, applied before LIMIT. The
-    // unary `+` keeps SQLite from handing the id list to FTS5 as rowid lookups (one
-    // posting-list probe per id, slow); instead each match is checked against it.
     let mut best_relevance = 0.0_f32;
-    if let Some(match_expression) = fts_query(query) {
-        let keyword_sql = if covers_everything {
-            "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
-             WHERE chunks_fts MATCH ?1
-             ORDER BY score LIMIT ?2"
-                .to_string()
-        } else {
-            renumber(
-                &format!(
-                    "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
-                     WHERE chunks_fts MATCH ?1
-                       AND +rowid IN (SELECT id FROM chunks WHERE {condition})
-                     ORDER BY score LIMIT ?2"
-                ),
-                3,
-            )
-        };
-        let mut parameters = vec![Value::Text(match_expression), Value::Integer(pool as i64)];
-        parameters.extend(globs.iter().cloned().map(Value::Text));
-        let mut statement = connection
-            .prepare_cached(&keyword_sql)
-            .map_err(sqlite("search keywords"))?;
-        let rows = statement
-            .query_map(params_from_iter(parameters), |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?))
+    for (id, relevance) in keyword {
+        best_relevance = best_relevance.max(relevance);
+        candidates
+            .entry(id)
+            .or_insert(Candidate {
+                vector_score: None,
+                keyword_relevance: 0.0,
             })
-            .map_err(sqlite("search keywords"))?;
-        for row in rows {
-            // One bm25 call per row (ordering by the selected column reuses it);
-            // relevance is its negation, as bm25 is lower-is-better.
-            let (id, score) = row.map_err(sqlite("search keywords"))?;
-            let relevance = (-score as f32).max(0.0);
-            best_relevance = best_relevance.max(relevance);
-            candidates
-                .entry(id)
-                .or_insert(Candidate {
-                    vector_score: None,
-                    keyword_relevance: 0.0,
-                })
-                .keyword_relevance = relevance;
-        }
+            .keyword_relevance = relevance;
     }
 
     // Exact vector similarity for keyword-only candidates.
@@ -454,25 +526,100 @@ pub(crate) fn search_with_vector(
     Ok(hits)
 }
 
-/// The vector side of a search: the `pool` chunks nearest to `query_vector` by
-/// cosine similarity among those matching `condition` (ignored when
-/// `covers_everything`), best first.
+/// Which chunks a search may see: all (`covers_everything`), or those whose `path`
+/// matches `condition` with `globs` bound to its placeholders.
+struct Filter<'a> {
+    covers_everything: bool,
+    condition: &'a str,
+    globs: &'a [String],
+}
+
+/// [`keyword_candidates`] on `helper`, in a read transaction of its own, if that
+/// transaction sees `generation`; `None` if the database changed in between.
+fn keyword_on_snapshot(
+    helper: &mut Connection,
+    generation: i64,
+    match_expression: &str,
+    pool: usize,
+    filter: &Filter<'_>,
+) -> Result<Option<Vec<(i64, f32)>>, IndexError> {
+    let snapshot = helper
+        .unchecked_transaction()
+        .map_err(sqlite("begin a search"))?;
+    if database::generation(&snapshot).map_err(sqlite("begin a search"))? != Some(generation) {
+        return Ok(None);
+    }
+    keyword_candidates(&snapshot, match_expression, pool, filter).map(Some)
+}
+
+/// The keyword side: the `pool` chunks in scope that FTS5 ranks best for
+/// `match_expression`, with their relevance (−bm25, as bm25 is lower-is-better).
+/// The scope is part of the WHERE clause, applied before LIMIT. The unary `+` keeps
+/// SQLite from handing the id list to FTS5 as rowid lookups (one posting-list probe
+/// per id, slow); instead each match is checked against it.
+fn keyword_candidates(
+    connection: &Connection,
+    match_expression: &str,
+    pool: usize,
+    filter: &Filter<'_>,
+) -> Result<Vec<(i64, f32)>, IndexError> {
+    let keyword_sql = if filter.covers_everything {
+        "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
+         WHERE chunks_fts MATCH ?1
+         ORDER BY score LIMIT ?2"
+            .to_string()
+    } else {
+        renumber(
+            &format!(
+                "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
+                 WHERE chunks_fts MATCH ?1
+                   AND +rowid IN (SELECT id FROM chunks WHERE {})
+                 ORDER BY score LIMIT ?2",
+                filter.condition
+            ),
+            3,
+        )
+    };
+    let mut parameters = vec![
+        Value::Text(match_expression.to_string()),
+        Value::Integer(pool as i64),
+    ];
+    parameters.extend(filter.globs.iter().cloned().map(Value::Text));
+    let mut statement = connection
+        .prepare_cached(&keyword_sql)
+        .map_err(sqlite("search keywords"))?;
+    let rows = statement
+        .query_map(params_from_iter(parameters), |row| {
+            // One bm25 call per row (ordering by the selected column reuses it).
+            Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?))
+        })
+        .map_err(sqlite("search keywords"))?;
+    rows.map(|row| {
+        row.map(|(id, score)| (id, (-score as f32).max(0.0)))
+            .map_err(sqlite("search keywords"))
+    })
+    .collect()
+}
+
+/// The vector side of a search: the `pool` chunks in `filter` nearest to
+/// `query_vector` by cosine similarity, best first.
 fn nearest_vectors(
     connection: &Connection,
     query_vector: &[f32],
     pool: usize,
-    covers_everything: bool,
-    condition: &str,
-    globs: &[String],
+    filter: &Filter<'_>,
 ) -> Result<Vec<(i64, f32)>, IndexError> {
     // (1) Pre-selection: every chunk in scope scored by its quantised code, keeping
     // the best `preselect`. The scope is the WHERE clause of the scan itself, so rows
     // outside it are never read.
     let preselect = (pool * PRESELECT_FACTOR).max(MIN_PRESELECT);
-    let scan_sql = if covers_everything {
+    let scan_sql = if filter.covers_everything {
         "SELECT chunk_ids, codes FROM file_vectors".to_string()
     } else {
-        format!("SELECT chunk_ids, codes FROM file_vectors WHERE {condition}")
+        format!(
+            "SELECT chunk_ids, codes FROM file_vectors WHERE {}",
+            filter.condition
+        )
     };
     let query_code = QueryCode::new(query_vector);
     let mut top = TopScores::new(preselect);
@@ -481,7 +628,7 @@ fn nearest_vectors(
             .prepare_cached(&scan_sql)
             .map_err(sqlite("scan vectors"))?;
         let mut rows = statement
-            .query(params_from_iter(globs))
+            .query(params_from_iter(filter.globs))
             .map_err(sqlite("scan vectors"))?;
         while let Some(row) = rows.next().map_err(sqlite("scan vectors"))? {
             // Borrowed in place from SQLite's (memory-mapped) pages: no copy per row.
@@ -673,6 +820,7 @@ mod tests {
         let scope = Scope::from_globs(["memory/shared/*"]);
         let hits = search_with_vector(
             &connection,
+            None,
             "unrelated words",
             Some(&[1.0, 0.0, 0.0, 0.0]),
             3,
@@ -697,8 +845,15 @@ mod tests {
         // "shop hours" by bm25, 60 times over; the in-scope chunks still get their
         // keyword score (1.0 = best in-scope relevance), so the filter came first.
         let (_directory, connection) = private_crowd_and_three_shared("hours hours");
-        let hits = search_with_vector(&connection, "hours", Some(&[0.0, 0.0, 0.0, 1.0]), 3, &scope)
-            .expect("search");
+        let hits = search_with_vector(
+            &connection,
+            None,
+            "hours",
+            Some(&[0.0, 0.0, 0.0, 1.0]),
+            3,
+            &scope,
+        )
+        .expect("search");
         assert_eq!(hits.len(), 3);
         assert!(
             hits.iter()
@@ -770,17 +925,35 @@ mod tests {
             .chain(vectors.iter().step_by(150))
             .enumerate()
         {
-            let ours: Vec<i64> = nearest_vectors(&connection, query, 10, true, "1", &[])
-                .expect("scan")
-                .into_iter()
-                .map(|(id, _)| id)
-                .collect();
+            let ours: Vec<i64> = nearest_vectors(
+                &connection,
+                query,
+                10,
+                &Filter {
+                    covers_everything: true,
+                    condition: "1",
+                    globs: &[],
+                },
+            )
+            .expect("scan")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
             assert_eq!(ours, exact(query, false), "query {number}, unscoped");
-            let ours: Vec<i64> = nearest_vectors(&connection, query, 10, false, &condition, &globs)
-                .expect("scan")
-                .into_iter()
-                .map(|(id, _)| id)
-                .collect();
+            let ours: Vec<i64> = nearest_vectors(
+                &connection,
+                query,
+                10,
+                &Filter {
+                    covers_everything: false,
+                    condition: &condition,
+                    globs: &globs,
+                },
+            )
+            .expect("scan")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
             assert!(
                 ours.iter().all(|id| (id - 1) % 3 == 0),
                 "{ours:?} left the scope"
@@ -821,6 +994,154 @@ mod tests {
         }
     }
 
+    /// 400 chunks over 40 files in two areas, texts drawn from a small vocabulary so
+    /// keyword queries match many chunks with different bm25 ranks.
+    fn keyword_and_vector_crowd() -> (tempfile::TempDir, Connection) {
+        let words = [
+            "deploy", "cluster", "invoice", "backup", "rotate", "key", "staging", "alert",
+        ];
+        let vectors = test_vectors(400, 16);
+        let rows: Vec<(String, String)> = (0..400)
+            .map(|index| {
+                let area = if index % 4 == 0 { "shared" } else { "private" };
+                let text = (0..1 + index % 5)
+                    .map(|word| words[(index * 7 + word * 3) % words.len()])
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                (format!("memory/{area}/f{:02}.md", index / 10), text)
+            })
+            .collect();
+        let chunks: Vec<(&str, &str, &[f32])> = rows
+            .iter()
+            .zip(&vectors)
+            .map(|((path, text), vector)| (path.as_str(), text.as_str(), vector.as_slice()))
+            .collect();
+        database_with(&chunks)
+    }
+
+    #[test]
+    fn a_helper_connection_gives_the_same_hits_as_one_connection() {
+        let (directory, connection) = keyword_and_vector_crowd();
+        let mut helper =
+            crate::database::open_reader(&directory.path().join("index.sqlite")).expect("reader");
+        let queries = test_vectors(412, 16).split_off(400);
+        let scopes = [
+            Scope::from_globs(["memory/*"]),
+            Scope::from_globs(["memory/shared/*"]),
+        ];
+        for (number, vector) in queries.iter().enumerate() {
+            for scope in &scopes {
+                for text in ["deploy key", "invoice backup rotate", "nothing matches"] {
+                    let alone =
+                        search_with_vector(&connection, None, text, Some(vector), 10, scope)
+                            .expect("one connection");
+                    let helped = search_with_vector(
+                        &connection,
+                        Some(&mut helper),
+                        text,
+                        Some(vector),
+                        10,
+                        scope,
+                    )
+                    .expect("with a helper");
+                    assert_eq!(helped, alone, "query {number}, {text:?}, {scope:?}");
+                    assert_eq!(alone.len(), 10);
+                }
+            }
+        }
+        // The keyword side did contribute: some hit has a keyword score.
+        let hits = search_with_vector(
+            &connection,
+            Some(&mut helper),
+            "deploy",
+            Some(&queries[0]),
+            10,
+            &scopes[0],
+        )
+        .expect("search");
+        assert!(hits.iter().any(|hit| hit.keyword_score > 0.0), "{hits:?}");
+    }
+
+    #[test]
+    fn a_helper_on_another_snapshot_is_not_used() {
+        let (directory, writer) = keyword_and_vector_crowd();
+        let database = directory.path().join("index.sqlite");
+        let main = crate::database::open_reader(&database).expect("reader");
+        let mut helper = crate::database::open_reader(&database).expect("reader");
+        let filter = Filter {
+            covers_everything: true,
+            condition: "1",
+            globs: &[],
+        };
+        let expression = fts_query("deploy cluster").expect("terms");
+
+        let snapshot = main.unchecked_transaction().expect("begin");
+        let generation = crate::database::generation(&main)
+            .expect("read")
+            .expect("a generation");
+        let before = keyword_candidates(&main, &expression, 20, &filter).expect("keywords");
+        assert_eq!(
+            keyword_on_snapshot(&mut helper, generation, &expression, 20, &filter)
+                .expect("same snapshot"),
+            Some(before.clone())
+        );
+        // A chunk that would now rank first is committed while `main` still reads the
+        // old state: the helper sees the new generation and declines.
+        writer
+            .execute(
+                "INSERT INTO chunks (path, start_line, end_line, hash, text)
+                 VALUES ('memory/shared/new.md', 1, 1, '', 'deploy cluster deploy cluster')",
+                [],
+            )
+            .expect("insert");
+        writer
+            .execute(
+                "INSERT INTO chunks_fts (rowid, text) VALUES (last_insert_rowid(), 'deploy cluster deploy cluster')",
+                [],
+            )
+            .expect("fts");
+        assert_eq!(
+            keyword_on_snapshot(&mut helper, generation, &expression, 20, &filter)
+                .expect("newer snapshot"),
+            None
+        );
+        assert_eq!(
+            keyword_candidates(&main, &expression, 20, &filter).expect("keywords"),
+            before,
+            "main still reads its own snapshot"
+        );
+        drop(snapshot);
+        let after = keyword_candidates(&main, &expression, 20, &filter).expect("keywords");
+        assert_ne!(
+            after, before,
+            "the new chunk is visible once main reads again"
+        );
+    }
+
+    #[test]
+    fn every_change_to_the_chunks_moves_the_generation() {
+        let (_directory, connection) = database_with(&[("memory/a.md", "a", [1.0_f32, 0.0])]);
+        let generation = || {
+            crate::database::generation(&connection)
+                .expect("read")
+                .expect("a generation")
+        };
+        let mut seen = vec![generation()];
+        for change in [
+            "INSERT INTO chunks (path, start_line, end_line, hash, text) VALUES ('memory/b.md', 1, 1, '', 'b')",
+            "UPDATE chunks SET text = 'b2' WHERE path = 'memory/b.md'",
+            "DELETE FROM chunks WHERE path = 'memory/b.md'",
+        ] {
+            connection.execute(change, []).expect(change);
+            let now = generation();
+            assert!(
+                !seen.contains(&now),
+                "{change}: generation {now} seen before"
+            );
+            seen.push(now);
+        }
+    }
+
     #[test]
     fn hybrid_score_weights_vector_and_keyword_seventy_thirty() {
         let (_directory, connection) = database_with(&[
@@ -834,6 +1155,7 @@ mod tests {
         let scope = Scope::from_globs(["memory/*"]);
         let hits = search_with_vector(
             &connection,
+            None,
             "invoice",
             Some(&[0.0, 1.0, 0.0, 0.0]),
             2,
@@ -845,6 +1167,72 @@ mod tests {
         assert!((hits[0].score - 0.7).abs() < 1e-5, "{hits:?}");
         assert_eq!(hits[1].path, "memory/shared/a.md");
         assert!((hits[1].score - 0.3).abs() < 1e-5, "{hits:?}");
+    }
+
+    #[test]
+    fn the_commonest_words_are_left_out_beyond_the_budget() {
+        // "report" in 60 chunks, "quarterly" in 6 (3 of them with "report"), "café"
+        // (indexed as "cafe") in 2.
+        let mut chunks: Vec<(String, String)> = (0..60)
+            .map(|index| (format!("memory/r{index}.md"), "weekly report".to_string()))
+            .collect();
+        for index in 0..3 {
+            chunks.push((
+                format!("memory/q{index}.md"),
+                "quarterly numbers".to_string(),
+            ));
+            chunks[index].1 = "quarterly report".to_string();
+        }
+        chunks.push(("memory/c0.md".to_string(), "Café opening".to_string()));
+        chunks.push(("memory/c1.md".to_string(), "cafe menu".to_string()));
+        let borrowed: Vec<(&str, &str, [f32; 2])> = chunks
+            .iter()
+            .map(|(path, text)| (path.as_str(), text.as_str(), [1.0, 0.0]))
+            .collect();
+        let (_directory, connection) = database_with(&borrowed);
+        let selective = |query: &str, budget: i64| {
+            selective_fts_query(&connection, query, budget).expect("vocabulary")
+        };
+        // Within the budget every word stays; beyond it the commonest goes first.
+        assert_eq!(
+            selective("quarterly report", 100).as_deref(),
+            Some(r#""quarterly" OR "report""#)
+        );
+        assert_eq!(
+            selective("report quarterly", 20).as_deref(),
+            Some(r#""quarterly""#)
+        );
+        // The rarest word stays even when it alone is over the budget.
+        assert_eq!(
+            selective("report weekly", 10).as_deref(),
+            Some(r#""weekly""#)
+        );
+        // Words the index has never seen match nothing and are left out.
+        assert_eq!(
+            selective("zeppelin quarterly", 100).as_deref(),
+            Some(r#""quarterly""#)
+        );
+        assert_eq!(selective("zeppelin airship", 100), None);
+        // A non-ASCII word is kept whatever its count: FTS5 folds it to "cafe".
+        assert_eq!(
+            selective("café report", 10).as_deref(),
+            Some(r#""café" OR "report""#)
+        );
+        // A single word is never looked up.
+        assert_eq!(selective("zeppelin", 1).as_deref(), Some(r#""zeppelin""#));
+
+        // In a search the rare word's chunks are the keyword candidates and rank first.
+        let hits = search_with_vector(
+            &connection,
+            None,
+            "quarterly report",
+            Some(&[0.0, 1.0]),
+            6,
+            &Scope::from_globs(["memory/*"]),
+        )
+        .expect("search");
+        assert!(hits.iter().all(|hit| hit.keyword_score > 0.0), "{hits:?}");
+        assert!(hits[..3].iter().all(|hit| hit.path.starts_with("memory/r")));
     }
 
     #[test]
