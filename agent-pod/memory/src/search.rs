@@ -13,11 +13,15 @@
 //! Candidates are the top `4k` (at least 20) of each list:
 //! - vector list: the chunks in scope whose quantised codes (`file_vectors`, see
 //!   `vector_codes`) score best — the best `4 ×` the pool, at least 200 — rescored by
-//!   exact cosine similarity from their float vectors in the vec0 table; the scan
-//!   visits every chunk in scope, and the quantisation error (~1e-3) is far below the
-//!   gaps it would have to bridge, so the list is the exact top list in practice (the
-//!   benchmark reports its recall against sqlite-vec's exact KNN);
-//! - keyword list: FTS5 bm25 matches.
+//!   exact cosine similarity from their float vectors in the vec0 table, best first,
+//!   until the quantised scores fall more than [`RESCORE_MARGIN`] below the pool's
+//!   weakest exact one; the scan visits every chunk in scope, and the quantisation
+//!   error (~1e-3) is far below the gaps it would have to bridge, so the list is the
+//!   exact top list in practice (the benchmark reports its recall against
+//!   sqlite-vec's exact KNN);
+//! - keyword list: FTS5 bm25 matches of the query's words, the commonest left out
+//!   when they would make FTS5 rank more than [`KEYWORD_MATCH_BUDGET`] chunks; run on
+//!   a second connection alongside the vector scan when one is at hand.
 //!
 //! Both are limited to the scope inside their SQL, before any top-k: the vector scan
 //! reads only the `file_vectors` rows whose `path` matches the scope's GLOBs, and the
@@ -48,8 +52,12 @@ pub const SNIPPET_CHARS: usize = 700;
 pub const MAX_RESULTS: usize = 50;
 /// Vector pre-selection size (by quantised score) per exactly rescored candidate.
 pub const PRESELECT_FACTOR: usize = 4;
-/// Smallest vector pre-selection: scopes up to this many chunks are rescored whole.
+/// Smallest vector pre-selection.
 pub const MIN_PRESELECT: usize = 200;
+/// How far below the weakest exactly rescored similarity a quantised score may lie
+/// and still be rescored: ten times the quantisation error of 384-dimension codes
+/// (about 1e-3, tested below 3e-3 in `vector_codes`).
+pub const RESCORE_MARGIN: f32 = 0.01;
 /// Most query words passed to FTS5.
 const MAX_QUERY_TERMS: usize = 32;
 /// Most chunks the keyword side asks FTS5 to rank, estimated from the query words'
@@ -412,33 +420,62 @@ pub(crate) fn search_with_vector(
     };
     let match_expression = selective_fts_query(connection, query, KEYWORD_MATCH_BUDGET)?;
 
-    let (nearest, keyword) = match (query_vector, &match_expression, helper, generation) {
-        (Some(query_vector), Some(match_expression), Some(helper), Some(generation)) => {
-            std::thread::scope(|threads| {
-                let keyword = threads.spawn(|| {
-                    keyword_on_snapshot(helper, generation, match_expression, pool, &filter)
+    let (nearest, keyword) = match (query_vector, helper, generation) {
+        (Some(query_vector), Some(helper), Some(generation)) => {
+            // The helper takes the keyword side and the upper half (by rowid) of the
+            // code scan.
+            let code = QueryCode::new(query_vector);
+            let preselect = preselect_size(pool);
+            // A scope's rows are found through the path index and are few: only a
+            // scan of everything is shared.
+            let split = if filter.covers_everything {
+                rowid_split(connection)?
+            } else {
+                i64::MAX
+            };
+            let (mine, theirs) = std::thread::scope(|threads| {
+                let theirs = threads.spawn(|| {
+                    helper_share(
+                        helper,
+                        generation,
+                        match_expression.as_deref(),
+                        pool,
+                        &filter,
+                        (&code, preselect, split..i64::MAX),
+                    )
                 });
-                let nearest = nearest_vectors(connection, query_vector, pool, &filter);
-                let keyword = keyword
+                let mine = preselect_codes(connection, &code, preselect, &filter, i64::MIN..split);
+                let theirs = theirs
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (nearest, keyword)
-            })
+                (mine, theirs)
+            });
+            let mut top = mine?;
+            let keyword = match theirs? {
+                Some(share) => {
+                    top.merge(share.codes);
+                    share.keyword
+                }
+                None => {
+                    top.merge(preselect_codes(
+                        connection,
+                        &code,
+                        preselect,
+                        &filter,
+                        split..i64::MAX,
+                    )?);
+                    keyword_candidates_for(connection, match_expression.as_deref(), pool, &filter)?
+                }
+            };
+            (rescore(connection, query_vector, pool, top)?, keyword)
         }
         _ => (
-            query_vector.map_or(Ok(Vec::new()), |query_vector| {
-                nearest_vectors(connection, query_vector, pool, &filter)
-            }),
-            Ok(None),
+            match query_vector {
+                Some(query_vector) => nearest_vectors(connection, query_vector, pool, &filter)?,
+                None => Vec::new(),
+            },
+            keyword_candidates_for(connection, match_expression.as_deref(), pool, &filter)?,
         ),
-    };
-    let nearest = nearest?;
-    let keyword = match (keyword?, &match_expression) {
-        (Some(rows), _) => rows,
-        (None, Some(match_expression)) => {
-            keyword_candidates(connection, match_expression, pool, &filter)?
-        }
-        (None, None) => Vec::new(),
     };
 
     let mut candidates: HashMap<i64, Candidate> = HashMap::new();
@@ -534,22 +571,46 @@ struct Filter<'a> {
     globs: &'a [String],
 }
 
-/// [`keyword_candidates`] on `helper`, in a read transaction of its own, if that
-/// transaction sees `generation`; `None` if the database changed in between.
-fn keyword_on_snapshot(
+/// What the helper connection computes for a search: the keyword candidates and the
+/// best quantised scores of its share of the code scan.
+struct HelperShare {
+    keyword: Vec<(i64, f32)>,
+    codes: TopScores,
+}
+
+/// The helper's part of a search, in a read transaction of its own, if that
+/// transaction sees `generation` (the main connection's snapshot); `None` if the
+/// database changed in between, and the main connection does it all.
+fn helper_share(
     helper: &mut Connection,
     generation: i64,
-    match_expression: &str,
+    match_expression: Option<&str>,
     pool: usize,
     filter: &Filter<'_>,
-) -> Result<Option<Vec<(i64, f32)>>, IndexError> {
+    (code, preselect, rowids): (&QueryCode, usize, std::ops::Range<i64>),
+) -> Result<Option<HelperShare>, IndexError> {
     let snapshot = helper
         .unchecked_transaction()
         .map_err(sqlite("begin a search"))?;
     if database::generation(&snapshot).map_err(sqlite("begin a search"))? != Some(generation) {
         return Ok(None);
     }
-    keyword_candidates(&snapshot, match_expression, pool, filter).map(Some)
+    let keyword = keyword_candidates_for(&snapshot, match_expression, pool, filter)?;
+    let codes = preselect_codes(&snapshot, code, preselect, filter, rowids)?;
+    Ok(Some(HelperShare { keyword, codes }))
+}
+
+/// [`keyword_candidates`], or none without a match expression.
+fn keyword_candidates_for(
+    connection: &Connection,
+    match_expression: Option<&str>,
+    pool: usize,
+    filter: &Filter<'_>,
+) -> Result<Vec<(i64, f32)>, IndexError> {
+    match match_expression {
+        Some(match_expression) => keyword_candidates(connection, match_expression, pool, filter),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// The keyword side: the `pool` chunks in scope that FTS5 ranks best for
@@ -609,48 +670,114 @@ fn nearest_vectors(
     pool: usize,
     filter: &Filter<'_>,
 ) -> Result<Vec<(i64, f32)>, IndexError> {
-    // (1) Pre-selection: every chunk in scope scored by its quantised code, keeping
-    // the best `preselect`. The scope is the WHERE clause of the scan itself, so rows
-    // outside it are never read.
-    let preselect = (pool * PRESELECT_FACTOR).max(MIN_PRESELECT);
-    let scan_sql = if filter.covers_everything {
+    let code = QueryCode::new(query_vector);
+    let top = preselect_codes(
+        connection,
+        &code,
+        preselect_size(pool),
+        filter,
+        i64::MIN..i64::MAX,
+    )?;
+    rescore(connection, query_vector, pool, top)
+}
+
+/// How many chunks the quantised scan keeps for a vector list of `pool`.
+fn preselect_size(pool: usize) -> usize {
+    (pool * PRESELECT_FACTOR).max(MIN_PRESELECT)
+}
+
+/// A `file_vectors` rowid halfway between the first and the last, splitting the
+/// scan in two about equal shares.
+fn rowid_split(connection: &Connection) -> Result<i64, IndexError> {
+    let (first, last): (Option<i64>, Option<i64>) = connection
+        .query_row(
+            "SELECT min(rowid), max(rowid) FROM file_vectors",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(sqlite("scan vectors"))?;
+    Ok(match (first, last) {
+        (Some(first), Some(last)) => first + (last - first) / 2 + 1,
+        _ => i64::MAX,
+    })
+}
+
+/// Pre-selection: every chunk in `filter` whose file's `file_vectors` row has a
+/// rowid in `rowids`, scored by its quantised code, keeping the best `preselect`. The
+/// scope is the WHERE clause of the scan itself, so rows outside it are never read.
+fn preselect_codes(
+    connection: &Connection,
+    code: &QueryCode,
+    preselect: usize,
+    filter: &Filter<'_>,
+    rowids: std::ops::Range<i64>,
+) -> Result<TopScores, IndexError> {
+    if rowids.is_empty() {
+        return Ok(TopScores::new(preselect));
+    }
+    // The rowid range only when it is a share: on its own it would tempt SQLite to
+    // scan the table by rowid instead of seeking the scope's paths in their index.
+    let mut conditions = Vec::new();
+    let mut parameters = Vec::new();
+    if rowids != (i64::MIN..i64::MAX) {
+        conditions.push("rowid >= ? AND rowid < ?");
+        parameters.extend([Value::Integer(rowids.start), Value::Integer(rowids.end)]);
+    }
+    if !filter.covers_everything {
+        conditions.push(filter.condition);
+        parameters.extend(filter.globs.iter().cloned().map(Value::Text));
+    }
+    let scan_sql = if conditions.is_empty() {
         "SELECT chunk_ids, codes FROM file_vectors".to_string()
     } else {
         format!(
             "SELECT chunk_ids, codes FROM file_vectors WHERE {}",
-            filter.condition
+            conditions.join(" AND ")
         )
     };
-    let query_code = QueryCode::new(query_vector);
     let mut top = TopScores::new(preselect);
-    {
-        let mut statement = connection
-            .prepare_cached(&scan_sql)
+    let mut statement = connection
+        .prepare_cached(&scan_sql)
+        .map_err(sqlite("scan vectors"))?;
+    let mut rows = statement
+        .query(params_from_iter(parameters))
+        .map_err(sqlite("scan vectors"))?;
+    while let Some(row) = rows.next().map_err(sqlite("scan vectors"))? {
+        let ids = row
+            .get_ref(0)
+            .and_then(|value| value.as_blob().map_err(Into::into))
             .map_err(sqlite("scan vectors"))?;
-        let mut rows = statement
-            .query(params_from_iter(filter.globs))
+        let codes = row
+            .get_ref(1)
+            .and_then(|value| value.as_blob().map_err(Into::into))
             .map_err(sqlite("scan vectors"))?;
-        while let Some(row) = rows.next().map_err(sqlite("scan vectors"))? {
-            // Borrowed in place from SQLite's (memory-mapped) pages: no copy per row.
-            let ids = row
-                .get_ref(0)
-                .and_then(|value| value.as_blob().map_err(Into::into))
-                .map_err(sqlite("scan vectors"))?;
-            let codes = row
-                .get_ref(1)
-                .and_then(|value| value.as_blob().map_err(Into::into))
-                .map_err(sqlite("scan vectors"))?;
-            top.scan_file(&query_code, ids, codes)?;
+        top.scan_file(code, ids, codes)?;
+    }
+    Ok(top)
+}
+
+/// Rescoring: exact cosine similarity from the float vectors of record, best
+/// quantised score first, keeping the best `pool`. Once `pool` chunks are rescored,
+/// a candidate whose quantised score trails the weakest kept exact one by more than
+/// [`RESCORE_MARGIN`] cannot enter the list (its exact score is within the
+/// quantisation error of the quantised one), and neither can any after it.
+fn rescore(
+    connection: &Connection,
+    query_vector: &[f32],
+    pool: usize,
+    top: TopScores,
+) -> Result<Vec<(i64, f32)>, IndexError> {
+    let mut exact = TopScores::new(pool);
+    for (id, quantised) in top.into_scored() {
+        if exact
+            .weakest_when_full()
+            .is_some_and(|weakest| quantised + RESCORE_MARGIN < weakest)
+        {
+            break;
         }
+        exact.offer_score(id, exact_similarity(connection, query_vector, id)?);
     }
-    // (2) Rescoring: exact cosine similarity from the float vectors of record.
-    let mut rescored: Vec<(i64, f32)> = Vec::with_capacity(preselect);
-    for id in top.into_ids() {
-        rescored.push((id, exact_similarity(connection, query_vector, id)?));
-    }
-    rescored.sort_by(|left, right| right.1.total_cmp(&left.1).then(left.0.cmp(&right.0)));
-    rescored.truncate(pool);
-    Ok(rescored)
+    Ok(exact.into_scored())
 }
 
 /// Cosine similarity of the query and chunk `id`'s float vector, in [-1, 1] (uncut,
@@ -1080,10 +1207,24 @@ mod tests {
             .expect("read")
             .expect("a generation");
         let before = keyword_candidates(&main, &expression, 20, &filter).expect("keywords");
+        let code = QueryCode::new(&test_vectors(1, 16)[0]);
+        let share = |helper: &mut Connection| {
+            helper_share(
+                helper,
+                generation,
+                Some(&expression),
+                20,
+                &filter,
+                (&code, 200, i64::MIN..i64::MAX),
+            )
+            .expect("helper")
+        };
+        let same = share(&mut helper).expect("same snapshot");
+        assert_eq!(same.keyword, before);
         assert_eq!(
-            keyword_on_snapshot(&mut helper, generation, &expression, 20, &filter)
-                .expect("same snapshot"),
-            Some(before.clone())
+            same.codes.into_scored().len(),
+            200,
+            "the helper scanned its share"
         );
         // A chunk that would now rank first is committed while `main` still reads the
         // old state: the helper sees the new generation and declines.
@@ -1100,11 +1241,7 @@ mod tests {
                 [],
             )
             .expect("fts");
-        assert_eq!(
-            keyword_on_snapshot(&mut helper, generation, &expression, 20, &filter)
-                .expect("newer snapshot"),
-            None
-        );
+        assert!(share(&mut helper).is_none(), "newer snapshot");
         assert_eq!(
             keyword_candidates(&main, &expression, 20, &filter).expect("keywords"),
             before,

@@ -171,11 +171,33 @@ impl TopScores {
         Ok(())
     }
 
-    /// The kept chunk ids, best first.
-    pub fn into_ids(self) -> Vec<i64> {
+    /// Offers every entry `other` kept (the best of two shares of one scan).
+    pub fn merge(&mut self, other: TopScores) {
+        for entry in other.heap {
+            self.offer(entry.0);
+        }
+    }
+
+    /// Keeps `(id, score)` if it is among the best `capacity` offered so far.
+    pub fn offer_score(&mut self, id: i64, score: f32) {
+        self.offer(Scored { score, id });
+    }
+
+    /// The weakest kept score once `capacity` entries are kept (what a new entry must
+    /// beat), else `None`.
+    pub fn weakest_when_full(&self) -> Option<f32> {
+        (self.capacity > 0 && self.heap.len() == self.capacity)
+            .then(|| self.heap.peek().map(|weakest| weakest.0.score))
+            .flatten()
+    }
+
+    /// The kept `(chunk id, score)` pairs, best first (equal scores: lower id first).
+    pub fn into_scored(self) -> Vec<(i64, f32)> {
         let mut kept: Vec<Scored> = self.heap.into_iter().map(|entry| entry.0).collect();
         kept.sort_by(|left, right| right.cmp(left));
-        kept.into_iter().map(|scored| scored.id).collect()
+        kept.into_iter()
+            .map(|scored| (scored.id, scored.score))
+            .collect()
     }
 }
 
@@ -315,6 +337,10 @@ mod tests {
         }
     }
 
+    fn ids_of(top: TopScores) -> Vec<i64> {
+        top.into_scored().into_iter().map(|(id, _)| id).collect()
+    }
+
     #[test]
     fn the_heap_keeps_the_best_scores_in_order() {
         let query = [1.0_f32, 0.0, 0.0, 0.0];
@@ -335,7 +361,24 @@ mod tests {
             .expect("scan");
         top.scan_file(&code, &second_ids, &second_codes)
             .expect("scan");
-        assert_eq!(top.into_ids(), [100, 101, 102]);
+        assert_eq!(ids_of(top), [100, 101, 102]);
+    }
+
+    #[test]
+    fn the_weakest_kept_score_is_known_once_full() {
+        let mut top = TopScores::new(2);
+        assert_eq!(top.weakest_when_full(), None);
+        top.offer_score(1, 0.5);
+        assert_eq!(top.weakest_when_full(), None);
+        top.offer_score(2, 0.9);
+        assert_eq!(top.weakest_when_full(), Some(0.5));
+        top.offer_score(3, 0.7);
+        assert_eq!(top.weakest_when_full(), Some(0.7));
+        top.offer_score(4, 0.1);
+        // Equal scores: the lower id is the better one.
+        top.offer_score(0, 0.7);
+        assert_eq!(top.into_scored(), [(2, 0.9), (0, 0.7)]);
+        assert_eq!(TopScores::new(0).weakest_when_full(), None);
     }
 
     #[test]
@@ -345,7 +388,7 @@ mod tests {
         let mut top = TopScores::new(1);
         top.scan_file(&QueryCode::new(&[1.0, 0.0]), &ids, &codes)
             .expect("scan");
-        assert_eq!(top.into_ids(), [7]);
+        assert_eq!(ids_of(top), [7]);
         let mut top = TopScores::new(1);
         let error = top
             .scan_file(&QueryCode::new(&[1.0, 0.0, 0.0]), &ids, &codes)
