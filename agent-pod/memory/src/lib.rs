@@ -8,8 +8,9 @@
 //!     one transaction:  chunks + chunks_fts + chunks_vec (vec0) + file_vectors   (database)
 //!
 //! query ──► scan of file_vectors codes (path GLOB scope) ─► exact cosine from vec0 ─┐
-//!       └─► FTS5 bm25 (rowid IN chunks in scope) ───────────────────────────────────┴─►
-//!           0.7·vector + 0.3·keyword ─► top k  (search)
+//!       └─► FTS5 bm25 (rarer words, rowid IN chunks in scope) ──────────────────────┴─►
+//!           0.7·vector + 0.3·keyword ─► top k  (search; the scan is shared with a
+//!           second connection of the same snapshot, which also runs the FTS5 side)
 //! ```
 //!
 //! Typical use: [`start`] once at agent startup (embedder from the bot config — a

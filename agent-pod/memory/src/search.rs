@@ -61,9 +61,9 @@ pub const RESCORE_MARGIN: f32 = 0.01;
 /// Most query words passed to FTS5.
 const MAX_QUERY_TERMS: usize = 32;
 /// Most chunks the keyword side asks FTS5 to rank, estimated from the query words'
-/// document counts (see [`selective_fts_query`]). Ranking costs about a microsecond
-/// per matching chunk (bm25 reads each one's length), so this bounds the keyword side
-/// to a few milliseconds however large the memory.
+/// document counts (see [`selective_fts_query`]). FTS5 scores every match (bm25
+/// reads each one's length) before it can keep the best, so this bounds the keyword
+/// side however large the memory.
 pub const KEYWORD_MATCH_BUDGET: i64 = 4_000;
 
 /// One search.
@@ -294,8 +294,8 @@ impl MemoryIndex {
         self.search_on_readers(request.query, Some(query_vector), k, request.scope)
     }
 
-    /// [`search_with_vector`] on a pooled reader, with a second one for the keyword
-    /// side when there is a vector side to run alongside it.
+    /// [`search_with_vector`] on a pooled reader, with a second one (for the keyword
+    /// side and half the code scan) when there is a vector side to share.
     fn search_on_readers(
         &self,
         query: &str,
