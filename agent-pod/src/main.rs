@@ -171,8 +171,10 @@ fn main() -> std::process::ExitCode {
     } else {
         logs.json().init();
     }
-    // Before any thread starts: the memory model's freed buffers must leave the process.
+    // Before any thread starts: the memory model's freed buffers must leave the
+    // process, and all threads share one heap (an idle bot is what a fleet multiplies).
     saint_memory::allocator::return_large_blocks_at_free();
+    saint_memory::allocator::share_one_heap();
     // In the pod the agent and Porter's CLIs run as different uids in one group: what
     // the agent creates on the workspace (a folder a CLI then clones into) must be
     // writable for the group, and nothing is for other users.

@@ -12,6 +12,14 @@
 //! Setting the threshold explicitly turns that adjustment off, so large blocks stay
 //! mapped and go back to the kernel when freed, and an idle bot holds only what it
 //! uses. Small allocations are unaffected.
+//!
+//! glibc also gives threads their own heaps ("arenas", up to eight per core), each
+//! keeping the free memory of what its threads allocated. A bot's agent runs tokio
+//! workers, the model's worker threads and searches on helper threads; with one heap
+//! shared by all of them an idle bot holds about 1.7 MiB less (ten bots measured
+//! with `memory_fleet`: 23.9 → 22.2 MiB PSS each). The agent, one per bot, opts in
+//! with [`share_one_heap`]; services built for throughput across many cores (the
+//! shared embedder) keep glibc's default.
 
 /// glibc's own initial mmap threshold, kept fixed from now on.
 const MMAP_THRESHOLD: i32 = 128 * 1024;
@@ -22,6 +30,24 @@ const MMAP_THRESHOLD: i32 = 128 * 1024;
 pub fn return_large_blocks_at_free() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     set_mmap_threshold();
+}
+
+/// Makes every thread allocate from the one main heap. Call once, before the process
+/// starts threads (threads that already have a heap keep it); a no-op outside glibc.
+pub fn share_one_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    set_one_arena();
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn set_one_arena() {
+    // SAFETY: as in `set_mmap_threshold`: a tuning parameter, set under the
+    // allocator's lock.
+    let changed = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    if changed != 1 {
+        tracing::warn!("malloc refused a single arena; threads keep their own heaps");
+    }
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
