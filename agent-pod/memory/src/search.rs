@@ -332,17 +332,7 @@ impl MemoryIndex {
         let snapshot = reader
             .unchecked_transaction()
             .map_err(sqlite("begin a search"))?;
-        let covers_everything = covers_every_file(&reader, scope)?;
-        let (condition, globs) = if covers_everything {
-            ("1".to_string(), Vec::new())
-        } else {
-            scope.sql_condition_indexed("path")
-        };
-        let filter = Filter {
-            covers_everything,
-            condition: &condition,
-            globs: &globs,
-        };
+        let filter = Filter::for_scope(&reader, scope)?;
         let nearest = nearest_vectors(&reader, query_vector, count, &filter)?;
         drop(snapshot);
         Ok(nearest)
@@ -405,19 +395,7 @@ pub(crate) fn search_with_vector(
         .unchecked_transaction()
         .map_err(sqlite("begin a search"))?;
     let generation = database::generation(connection).map_err(sqlite("begin a search"))?;
-    let covers_everything = covers_every_file(connection, scope)?;
-    // One condition over a column named `path`: both `file_vectors` and `chunks` have
-    // one, each with an index for the condition's prefix ranges.
-    let (condition, globs) = if covers_everything {
-        ("1".to_string(), Vec::new())
-    } else {
-        scope.sql_condition_indexed("path")
-    };
-    let filter = Filter {
-        covers_everything,
-        condition: &condition,
-        globs: &globs,
-    };
+    let filter = Filter::for_scope(connection, scope)?;
     let match_expression = selective_fts_query(connection, query, KEYWORD_MATCH_BUDGET)?;
 
     let (nearest, keyword) = match (query_vector, helper, generation) {
@@ -565,10 +543,31 @@ pub(crate) fn search_with_vector(
 
 /// Which chunks a search may see: all (`covers_everything`), or those whose `path`
 /// matches `condition` with `globs` bound to its placeholders.
-struct Filter<'a> {
+struct Filter {
     covers_everything: bool,
-    condition: &'a str,
-    globs: &'a [String],
+    condition: String,
+    globs: Vec<String>,
+}
+
+impl Filter {
+    /// `scope` in the caller's read transaction: one condition over a column named
+    /// `path` (both `file_vectors` and `chunks` have one, each with an index for the
+    /// condition's prefix ranges), skipped when the scope covers every indexed file.
+    fn for_scope(connection: &Connection, scope: &Scope) -> Result<Self, IndexError> {
+        if covers_every_file(connection, scope)? {
+            return Ok(Self {
+                covers_everything: true,
+                condition: "1".to_string(),
+                globs: Vec::new(),
+            });
+        }
+        let (condition, globs) = scope.sql_condition_indexed("path");
+        Ok(Self {
+            covers_everything: false,
+            condition,
+            globs,
+        })
+    }
 }
 
 /// What the helper connection computes for a search: the keyword candidates and the
@@ -586,7 +585,7 @@ fn helper_share(
     generation: i64,
     match_expression: Option<&str>,
     pool: usize,
-    filter: &Filter<'_>,
+    filter: &Filter,
     (code, preselect, rowids): (&QueryCode, usize, std::ops::Range<i64>),
 ) -> Result<Option<HelperShare>, IndexError> {
     let snapshot = helper
@@ -605,7 +604,7 @@ fn keyword_candidates_for(
     connection: &Connection,
     match_expression: Option<&str>,
     pool: usize,
-    filter: &Filter<'_>,
+    filter: &Filter,
 ) -> Result<Vec<(i64, f32)>, IndexError> {
     match match_expression {
         Some(match_expression) => keyword_candidates(connection, match_expression, pool, filter),
@@ -622,7 +621,7 @@ fn keyword_candidates(
     connection: &Connection,
     match_expression: &str,
     pool: usize,
-    filter: &Filter<'_>,
+    filter: &Filter,
 ) -> Result<Vec<(i64, f32)>, IndexError> {
     let keyword_sql = if filter.covers_everything {
         "SELECT rowid, bm25(chunks_fts) AS score FROM chunks_fts
@@ -668,7 +667,7 @@ fn nearest_vectors(
     connection: &Connection,
     query_vector: &[f32],
     pool: usize,
-    filter: &Filter<'_>,
+    filter: &Filter,
 ) -> Result<Vec<(i64, f32)>, IndexError> {
     let code = QueryCode::new(query_vector);
     let top = preselect_codes(
@@ -709,7 +708,7 @@ fn preselect_codes(
     connection: &Connection,
     code: &QueryCode,
     preselect: usize,
-    filter: &Filter<'_>,
+    filter: &Filter,
     rowids: std::ops::Range<i64>,
 ) -> Result<TopScores, IndexError> {
     if rowids.is_empty() {
@@ -724,7 +723,7 @@ fn preselect_codes(
         parameters.extend([Value::Integer(rowids.start), Value::Integer(rowids.end)]);
     }
     if !filter.covers_everything {
-        conditions.push(filter.condition);
+        conditions.push(filter.condition.as_str());
         parameters.extend(filter.globs.iter().cloned().map(Value::Text));
     }
     let scan_sql = if conditions.is_empty() {
@@ -1058,8 +1057,8 @@ mod tests {
                 10,
                 &Filter {
                     covers_everything: true,
-                    condition: "1",
-                    globs: &[],
+                    condition: "1".to_string(),
+                    globs: Vec::new(),
                 },
             )
             .expect("scan")
@@ -1073,8 +1072,8 @@ mod tests {
                 10,
                 &Filter {
                     covers_everything: false,
-                    condition: &condition,
-                    globs: &globs,
+                    condition: condition.clone(),
+                    globs: globs.clone(),
                 },
             )
             .expect("scan")
@@ -1197,8 +1196,8 @@ mod tests {
         let mut helper = crate::database::open_reader(&database).expect("reader");
         let filter = Filter {
             covers_everything: true,
-            condition: "1",
-            globs: &[],
+            condition: "1".to_string(),
+            globs: Vec::new(),
         };
         let expression = fts_query("deploy cluster").expect("terms");
 
