@@ -115,6 +115,25 @@ wait_for() {
 	done
 }
 
+# Waits until a CRD's Established condition is True. `kubectl wait
+# --for=condition=Established` fails outright ("<nil> is of the type <nil>") when it
+# reads the CRD before the API server wrote any status, so this polls the condition
+# itself: an absent status reads as "not yet", not as an error.
+crd_wait_established() {
+	local kubectl="$1" crd="$2" seconds="${3:-60}" status
+	local deadline=$((SECONDS + seconds))
+	while :; do
+		status="$("$kubectl" get "crd/$crd" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2> /dev/null)" || status=""
+		[[ "$status" == True ]] && return 0
+		if ((SECONDS >= deadline)); then
+			echo "control-plane: crd/$crd not Established within ${seconds}s (condition: '${status:-absent}')" >&2
+			"$kubectl" get "crd/$crd" -o yaml >&2 || true
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
 control_plane_start() {
 	local bin_dir="$1" run_dir="$2"
 	local pki="$run_dir/pki" logs="$run_dir/logs"

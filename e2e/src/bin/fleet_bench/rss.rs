@@ -118,13 +118,18 @@ mod tests {
 
     #[test]
     fn samples_this_process() {
-        let sampler = RssSampler::start(std::process::id());
+        // `started` is taken before the sampler exists, so every sample it takes is at
+        // or after `started`; the loop waits for the first one (the event) and gives up
+        // after 5 s rather than hanging.
         let started = Instant::now();
+        let sampler = RssSampler::start(std::process::id());
         let deadline = started + Duration::from_secs(5);
-        while sampler.latest().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        while sampler.between(started, Instant::now()).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
         }
+        let samples = sampler.between(started, Instant::now());
+        assert!(!samples.is_empty(), "no sample within 5 s");
+        assert!(samples.iter().all(|&kilobytes| kilobytes > 0));
         assert!(sampler.latest().is_some_and(|kilobytes| kilobytes > 0));
-        assert!(!sampler.between(started, Instant::now()).is_empty());
     }
 }
