@@ -106,6 +106,10 @@ apt_packages=(
 	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,
 	dovecot-submissiond
 	opensmtpd             #   OpenSMTPD as the MTA in front of it
+	# The node section's needs, installed here in the same apt-get run rather than by
+	# its scripts while the background tools build (one dpkg at a time).
+	containerd runc containernetworking-plugins iptables ipset conntrack iproute2
+	umoci skopeo debootstrap debian-archive-keyring binutils gcc libc6-dev
 )
 
 prerequisites() {
@@ -211,13 +215,73 @@ cargo_fmt() {
 	cargo fmt --all --check -- --color never
 }
 
+# The tools the later sections run, built in the background from the clippy section
+# on: the control plane and node binaries with helm, promtool and kube-router (Go),
+# the Prometheus Operator's CRDs, and the images' Debian stages (debootstrap and their
+# RUN lines; root only, as the node section). cargo leaves one of the two cores idle
+# for much of its build (long single crates, links) and the downloads wait on the
+# network; these fill that time. Each is cached by version or input hash, so a warm
+# run finishes this at once. The sections that need them wait with
+# await_background_tools, which prints the log and fails when the build failed.
+background_tools_pid=""
+background_tools_log=""
+background_tools_status=0
+start_background_tools() {
+	background_tools_log="$(mktemp "${TMPDIR:-/tmp}/saint-background-tools.XXXXXX")"
+	# Its own session and process group, so stop_background_tools ends its builds too.
+	setsid bash -c '
+		set -e
+		bash e2e/setup.sh
+		charts/install-promtool.sh
+		charts/monitoring-crds.sh
+		bash e2e/netpol.sh build
+		if [[ "$(id -u)" == 0 ]]; then
+			bash e2e/images/build.sh --stages-only
+		fi
+		echo "background tools: ready after $SECONDS s"
+	' >"$background_tools_log" 2>&1 </dev/null &
+	background_tools_pid=$!
+	echo "building the tools in the background (pid $background_tools_pid, log $background_tools_log)"
+}
+
+await_background_tools() {
+	if [[ -n "$background_tools_pid" ]]; then
+		local started=$SECONDS
+		wait "$background_tools_pid"
+		background_tools_status=$?
+		background_tools_pid=""
+		echo "---- tools built in the background (waited $((SECONDS - started)) s here; exit $background_tools_status):"
+		sed 's/^/  | /' "$background_tools_log"
+		rm -f "$background_tools_log"
+	fi
+	if ((background_tools_status != 0)); then
+		echo "the tools built in the background failed (log above)" >&2
+	fi
+	return "$background_tools_status"
+}
+
+# A run that stops early (a failed section, Ctrl-C) ends the background build.
+stop_background_tools() {
+	if [[ -n "$background_tools_pid" ]]; then
+		kill -- "-$background_tools_pid" 2>/dev/null
+		wait "$background_tools_pid" 2>/dev/null
+		background_tools_pid=""
+		rm -f "$background_tools_log"
+	fi
+}
+trap stop_background_tools EXIT
+
 cargo_clippy() {
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 }
 
 cargo_test() {
+	# One build of every crate, test and binary (e2e/test-build.sh); the sections
+	# after this one run its outputs rather than building again.
+	bash e2e/test-build.sh || return 1
 	# saint-e2e's tests need the control plane e2e/run.sh starts; they run in
-	# the end-to-end section, where that exists.
+	# the end-to-end section, where that exists. Excluding the package changes no
+	# feature (its dependencies are the workspace's), so nothing is rebuilt.
 	cargo test --workspace --locked --exclude saint-e2e
 }
 
@@ -231,7 +295,9 @@ crd_drift() {
 
 crd_drift_compare() {
 	local generated="$1" status=0
-	cargo run --quiet --locked -p saint-operator --bin crdgen -- "$generated" || return 1
+	local crdgen
+	crdgen="$(bash e2e/test-build.sh --bin crdgen)" || return 1
+	"$crdgen" "$generated" || return 1
 	if ! compgen -G "$generated/*.yaml" >/dev/null; then
 		echo "crdgen wrote no YAML into $generated" >&2
 		return 1
@@ -250,6 +316,7 @@ crd_drift_compare() {
 
 helm_chart() {
 	local helm
+	await_background_tools || return 1
 	helm="$(charts/install-tools.sh | tail -n 1)" || return 1
 	"$helm" lint --strict charts/saint || return 1
 	"$helm" lint --strict charts/saint --set watchNamespace=acme --set replicaCount=2 || return 1
@@ -330,7 +397,11 @@ node_suite() {
 	# images/test.sh builds the images (a no-op when cached) and checks them: config
 	# = the Dockerfile's final stage, no shell where none belongs, each binary runs
 	# in a chroot as its user, containerd imports them under the chart's names.
-	bash e2e/images/test.sh && bash e2e/setup.sh && SAINT_E2E_NODE=1 bash e2e/run.sh
+	# The images hold the test build's binaries (the ones every other section ran):
+	# building the release profiles here cost 25 of a cold run's minutes. Release
+	# images are `e2e/images/build.sh` without this variable.
+	SAINT_IMAGES_FROM_TEST_BUILD=1 bash e2e/images/test.sh && bash e2e/setup.sh &&
+		SAINT_IMAGES_FROM_TEST_BUILD=1 SAINT_E2E_NODE=1 bash e2e/run.sh
 }
 
 # ---------------------------------------------------------------------------
@@ -368,6 +439,10 @@ for entry in "${sections[@]}"; do
 	IFS='|' read -r key title function <<<"$entry"
 	if ((${#selected[@]} > 0)) && [[ " ${selected[*]} " != *" $key "* ]]; then
 		continue
+	fi
+	# A whole run starts the tools' build beside clippy and the Rust build (see start_background_tools).
+	if [[ "$key" == clippy && ${#selected[@]} -eq 0 ]]; then
+		start_background_tools
 	fi
 	run_section "$title" "$function"
 done

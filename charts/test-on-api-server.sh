@@ -79,7 +79,7 @@ if $started_here; then
 	done
 	echo "operator pod admitted under Pod Security \"restricted\": $("$kubectl" -n "$release_namespace" get pods -l app.kubernetes.io/component=operator -o name)"
 	for crd in saintbots.saint.work contacts.saint.work roles.saint.work; do
-		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$crd"
+		crd_wait_established "$kubectl" "$crd" 60
 	done
 	"$kubectl" create namespace saint-examples
 	"$kubectl" label namespace saint-examples pod-security.kubernetes.io/enforce=restricted
@@ -90,7 +90,7 @@ if $started_here; then
 	monitoring_crds="$(charts/monitoring-crds.sh | tail -n 1)"
 	for kind in servicemonitors podmonitors prometheusrules; do
 		"$kubectl" apply --server-side -f "$monitoring_crds/monitoring.coreos.com_$kind.yaml" >/dev/null
-		"$kubectl" wait --for=condition=Established --timeout=60s "crd/$kind.monitoring.coreos.com"
+		crd_wait_established "$kubectl" "$kind.monitoring.coreos.com" 60
 	done
 	echo "monitoring: ServiceMonitor, PodMonitor, PrometheusRule and dashboard ConfigMap, server-side dry run"
 	"$helm" template saint "$chart" --namespace "$release_namespace" \
@@ -111,10 +111,10 @@ status=0
 
 if $started_here && ((status == 0)); then
 	echo "operator: the real binary as the chart's ServiceAccount reconciles the example bot"
-	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
-	cargo build --locked --quiet -p saint-operator --bin saint-operator
+	# The workspace's test build (e2e/test-build.sh): the same binary the other sections run.
+	operator="$(bash e2e/test-build.sh --bin saint-operator)"
 	/usr/bin/python3 charts/operator-with-chart-rbac.py --kubectl "$kubectl" \
-		--operator "$CARGO_TARGET_DIR/debug/saint-operator" --ca-file "$SAINT_E2E_CA_FILE" \
+		--operator "$operator" --ca-file "$SAINT_E2E_CA_FILE" \
 		--examples charts/saint/examples --run-dir "$run_dir" || status=$?
 fi
 if $started_here && ((status == 0)); then
@@ -127,7 +127,7 @@ if $started_here && ((status == 0)); then
 		status=1
 	fi
 	/usr/bin/python3 charts/operator-with-chart-rbac.py --kubectl "$kubectl" \
-		--operator "$CARGO_TARGET_DIR/debug/saint-operator" --ca-file "$SAINT_E2E_CA_FILE" \
+		--operator "$operator" --ca-file "$SAINT_E2E_CA_FILE" \
 		--examples charts/saint/examples --run-dir "$run_dir" \
 		--namespace saint-rbac-single --watch-namespace || status=$?
 fi

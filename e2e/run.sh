@@ -100,10 +100,19 @@ cd "$repo"
 # Compile before the control plane starts so a slow build never races its
 # readiness, and so a compile error fails here with cargo's own words.
 bench="${SAINT_E2E_BENCH:-}"
+operator_bin=""
+e2e_executables=()
 case "$bench" in
 	"")
-		cargo build --locked -p saint-operator --bin saint-operator
-		cargo test --locked -p saint-e2e --no-run
+		# The workspace's one test build (e2e/test-build.sh), which ./test.sh's
+		# earlier sections already compiled: `cargo test -p saint-e2e` would
+		# resolve features for this package alone and rebuild much of the graph.
+		operator_bin="$(bash "$here/test-build.sh" --bin saint-operator)"
+		mapfile -t e2e_executables < <(bash "$here/test-build.sh" --tests saint-e2e)
+		if ((${#e2e_executables[@]} == 0)); then
+			echo "run.sh: the test build listed no test executable of saint-e2e" >&2
+			exit 1
+		fi
 		;;
 	fleet)
 		# Memory and speed are measured on the release operator; release
@@ -210,7 +219,7 @@ fi
 
 export SAINT_E2E_BIN_DIR="$bin_dir"
 export SAINT_E2E_REPO="$repo"
-export SAINT_E2E_OPERATOR_BIN="$CARGO_TARGET_DIR/debug/saint-operator"
+export SAINT_E2E_OPERATOR_BIN="$operator_bin"
 export PATH="$bin_dir:$PATH"
 if [[ -n "$bench" ]]; then
 	export SAINT_E2E_OPERATOR_BIN="$release_target/operator/saint-operator"
@@ -226,11 +235,52 @@ fi
 # processes, and two of them at once would reconcile each other's bots.
 # The scenarios run in their own process group (with the operators, kubectl
 # and helm they spawn), so an interrupted run can stop all of them at once.
+# Arguments as cargo test's: --test NAME, --lib, --bins, --no-fail-fast; each names
+# executables of the test build, run as cargo would run them (from the package's
+# directory, with CARGO_MANIFEST_DIR set).
 run_scenarios() {
-	setsid cargo test --locked -p saint-e2e "$@" -- --test-threads=1 "${harness_arguments[@]}" &
-	test_group=$!
-	wait "$test_group"
-	test_group=""
+	local selected=() fail_fast=true argument kind name path line failed=0
+	for argument in "$@"; do
+		case "$argument" in
+			--no-fail-fast) fail_fast=false ;;
+		esac
+	done
+	while (($# > 0)); do
+		case "$1" in
+			--test) selected+=("test $2"); shift 2 ;;
+			--lib) selected+=("lib"); shift ;;
+			--bins) selected+=("bin"); shift ;;
+			--no-fail-fast) shift ;;
+			*) echo "run.sh: run_scenarios: unknown argument $1" >&2; return 2 ;;
+		esac
+	done
+	local wanted matched
+	for wanted in "${selected[@]}"; do
+		matched=false
+		for line in "${e2e_executables[@]}"; do
+			read -r kind name path <<< "$line"
+			if [[ "$wanted" == "$kind" || "$wanted" == "$kind $name" ]]; then
+				matched=true
+				echo "     Running $kind $name ($path)"
+				(cd "$here" && CARGO_MANIFEST_DIR="$here" exec setsid "$path" --test-threads=1 "${harness_arguments[@]}") &
+				test_group=$!
+				if ! wait "$test_group"; then
+					failed=$((failed + 1))
+					echo "run.sh: $kind $name failed" >&2
+					if $fail_fast; then
+						test_group=""
+						return 1
+					fi
+				fi
+				test_group=""
+			fi
+		done
+		if ! $matched; then
+			echo "run.sh: the test build has no saint-e2e test executable for '$wanted'" >&2
+			return 1
+		fi
+	done
+	((failed == 0))
 }
 harness_arguments=("$@")
 if ((${#first_tests[@]} > 0)); then

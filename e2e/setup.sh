@@ -24,13 +24,12 @@ fi
 
 # Key by every pinned version (and the go.sum digest) so a bump never reuses
 # binaries built from other sources.
-tools_digest="$(cat "$tools_dir/go.mod" "$tools_dir/go.sum" | sha256sum | cut -c1-12)"
+# This script is an input too: it holds the build flags.
+tools_digest="$(cat "$tools_dir/go.mod" "$tools_dir/go.sum" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)"
 cache_root="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
 install_dir="$cache_root/k8s-$kubernetes_version"
 bin_dir="$install_dir/bin"
 stamp="$install_dir/complete-$tools_digest"
-# The control plane and the node are two timed build steps (one stamp), so
-# the time the node adds to a cold build shows on its own.
 control_plane_binaries=(kube-apiserver kube-controller-manager kubectl etcd helm)
 node_binaries=(kubelet kube-proxy kube-scheduler)
 binaries=("${control_plane_binaries[@]}" "${node_binaries[@]}")
@@ -75,31 +74,34 @@ for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	version_flags+=" -X $package.gitTreeState=clean -X $package.buildDate=$build_date"
 done
 version_flags+=" -X helm.sh/helm/v3/internal/version.version=$helm_version"
+# helm's release build stamps the Kubernetes version it targets into its lint rules
+# and default capabilities; without it `helm lint`/`template` assume Kubernetes 1.20.
+# This helm is also the chart checks' (charts/install-tools.sh prints it).
+for package in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+	version_flags+=" -X $package.k8sVersionMajor=1 -X $package.k8sVersionMinor=$minor"
+done
 
 staging_dir="$install_dir/bin.partial"
 rm -rf "$staging_dir"
 mkdir -p "$staging_dir"
 
-echo "setup.sh: building Kubernetes $kubernetes_version, etcd and helm $helm_version with $(go version | awk '{print $3}') into $bin_dir"
+echo "setup.sh: building Kubernetes $kubernetes_version (control plane and node), etcd and helm $helm_version with $(go version | awk '{print $3}') into $bin_dir"
 started=$(date +%s)
 (
 	cd "$tools_dir"
+	# One go build for all of them: the packages they share compile once and the
+	# links run in parallel. etcd's main package is its server module's root
+	# (go.etcd.io/etcd/server/v3), so go build names it "server" (renamed below).
 	go build -ldflags "-s -w $version_flags" -o "$staging_dir/" \
 		k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kubectl \
-		helm.sh/helm/v3/cmd/helm
-	# etcd's main package is the module root, so go build names it "v3".
-	go build -ldflags "-s -w" -o "$staging_dir/etcd" go.etcd.io/etcd/server/v3
-)
-control_plane_finished=$(date +%s)
-echo "setup.sh: control plane built in $((control_plane_finished - started)) s; building the node (kubelet, kube-proxy, kube-scheduler)"
-(
-	cd "$tools_dir"
-	go build -ldflags "-s -w $version_flags" -o "$staging_dir/" \
+		helm.sh/helm/v3/cmd/helm \
+		go.etcd.io/etcd/server/v3 \
 		k8s.io/kubernetes/cmd/kubelet \
 		k8s.io/kubernetes/cmd/kube-proxy \
 		k8s.io/kubernetes/cmd/kube-scheduler
+	mv "$staging_dir/server" "$staging_dir/etcd"
 )
 finished=$(date +%s)
 
@@ -120,4 +122,4 @@ rm -rf "$bin_dir"
 mv "$staging_dir" "$bin_dir"
 rm -f "$install_dir"/complete-*
 touch "$stamp"
-echo "setup.sh: built in $((finished - started)) s (node $((finished - control_plane_finished)) s); $(du -sh "$bin_dir" | cut -f1) in $bin_dir"
+echo "setup.sh: built in $((finished - started)) s; $(du -sh "$bin_dir" | cut -f1) in $bin_dir"

@@ -3,6 +3,7 @@
 # Docker engine or a registry:
 #
 #   e2e/images/build.sh [--output DIR] [--repository-prefix REGISTRY/PATH] [--print-dir] [NAME...]
+#   e2e/images/build.sh --stages-only [NAME...]   only the cached Debian stages (no cargo)
 #
 # Writes <dir>/saint-<name>-<appVersion>.oci.tar whose index names
 # <prefix>/saint-<name>:<appVersion> (prefix ghcr.io/saint-work unless given;
@@ -17,6 +18,10 @@
 # the binaries' libraries, CA certificates and passwd/group. Needs root (chroot,
 # debootstrap, file owners) and Debian's umoci and debootstrap, installed when missing.
 #
+# SAINT_IMAGES_FROM_TEST_BUILD=1 takes the binaries of the workspace's test build
+# (e2e/test-build.sh, dev profile) instead of the release profiles: what ./test.sh's
+# node section runs. Images to ship are built without it.
+#
 # Push to a registry:  skopeo copy oci-archive:<dir>/saint-agent-0.1.0.oci.tar docker://<registry>/saint-agent:0.1.0
 # Import into containerd:  ctr -n k8s.io images import --all-platforms <dir>/saint-agent-0.1.0.oci.tar
 set -euo pipefail
@@ -28,7 +33,7 @@ cache_dir="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
 release_target_dir="${SAINT_RELEASE_TARGET_DIR:-$cache_dir/target-release}"
 
 usage() {
-	sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -61,9 +66,26 @@ app_version() {
 	echo "$version"
 }
 
-# The release binaries every image takes, stripped into $1 (cargo is a no-op when warm).
+image_binaries=(saint-operator saint-agent saint-embedder porter porter-supervise cliport cliport-proxy saint-sandbox-runner)
+
+# The binaries every image takes, stripped into $1: the release build (cargo is a
+# no-op when warm), or with SAINT_IMAGES_FROM_TEST_BUILD=1 the workspace's test build
+# (e2e/test-build.sh), which ./test.sh has already compiled for its other sections.
 build_binaries() {
 	local destination="$1" binary
+	mkdir -p "$destination"
+	if [[ "${SAINT_IMAGES_FROM_TEST_BUILD:-0}" == 1 ]]; then
+		local paths index=0
+		mapfile -t paths < <(bash "$repository_root/e2e/test-build.sh" --bin "${image_binaries[@]}") ||
+			die "the test build has not every binary (${image_binaries[*]})"
+		((${#paths[@]} == ${#image_binaries[@]})) || die "the test build printed ${#paths[@]} of ${#image_binaries[@]} binaries"
+		for binary in "${image_binaries[@]}"; do
+			strip -o "$destination/$binary" "${paths[index]}" || die "failed to strip $binary"
+			index=$((index + 1))
+		done
+		echo "images: binaries from the test build (dev profile), not the release profiles" >&2
+		return 0
+	fi
 	(
 		cd "$repository_root"
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
@@ -75,9 +97,8 @@ build_binaries() {
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --profile operator \
 			-p saint-operator --bin saint-operator >&2
 	) || die "cargo build --release failed"
-	mkdir -p "$destination"
 	local built
-	for binary in saint-operator saint-agent saint-embedder porter porter-supervise cliport cliport-proxy saint-sandbox-runner; do
+	for binary in "${image_binaries[@]}"; do
 		built="$release_target_dir/release/$binary"
 		[[ "$binary" == saint-operator ]] && built="$release_target_dir/operator/$binary"
 		[[ -x "$built" ]] || die "cargo built no $built"
@@ -86,7 +107,7 @@ build_binaries() {
 }
 
 main() {
-	local output="" prefix="" print_dir=false names=()
+	local output="" prefix="" print_dir=false stages_only=false names=()
 	while (($# > 0)); do
 		case "$1" in
 		--output) output="${2:?--output needs a directory}"; shift 2 ;;
@@ -94,6 +115,7 @@ main() {
 		--repository-prefix) prefix="${2:?--repository-prefix needs a value}"; shift 2 ;;
 		--repository-prefix=*) prefix="${1#*=}"; shift ;;
 		--print-dir) print_dir=true; shift ;;
+		--stages-only) stages_only=true; shift ;;
 		-h | --help) usage ;;
 		-*) echo "images: unknown option $1" >&2; usage ;;
 		*) names+=("$1"); shift ;;
@@ -109,6 +131,12 @@ main() {
 	if [[ ! -e /usr/share/keyrings/debian-archive-keyring.gpg ]]; then
 		apt-get install -y --no-install-recommends debian-archive-keyring >&2 \
 			|| die "failed to install debian-archive-keyring (debootstrap needs it)"
+	fi
+
+	if [[ "$stages_only" == true ]]; then
+		python3 "$images_dir/saint_images.py" stages --cache "$cache_dir" "${names[@]}" ||
+			die "building the Debian stages failed (see above)"
+		return 0
 	fi
 
 	local work binaries started=$SECONDS directory

@@ -950,6 +950,36 @@ def command_build(arguments: argparse.Namespace) -> None:
         remove_tree(work)
 
 
+def command_stages(arguments: argparse.Namespace) -> None:
+    """Builds (or finds cached) every Debian stage the images start from or copy out
+    of, without the binaries: the slow, network-bound part of a cold image build,
+    which ./test.sh runs in the background while cargo compiles."""
+    names = arguments.names or list(IMAGES)
+    for name in names:
+        if name not in IMAGES:
+            raise BuildError(f"unknown image {name!r}; the images are {', '.join(IMAGES)}")
+    cache = Path(arguments.cache).resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    architecture = run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    mirror, security = debian_mirrors()
+    work = Path(tempfile.mkdtemp(prefix="saint-stages-", dir=arguments.work))
+    # No binaries: stage keys and Debian stages never read them.
+    context = Context(cache, work / "no-binaries", work, mirror, security, architecture)
+    try:
+        for name in names:
+            dockerfile = parse_dockerfile(REPOSITORY_ROOT / IMAGES[name])
+            stage = dockerfile.stages[-1]
+            instructions = stage.instructions
+            last_run = max((index for index, instruction in enumerate(instructions) if instruction.keyword == "RUN"), default=-1)
+            if stage.kind == "debian":
+                log(f"{name}: {debian_stage(context, dockerfile, stage, instructions[: last_run + 1]).name}")
+            for source in dockerfile.stages[:-1]:
+                if source.kind == "debian":
+                    log(f"{name}: {debian_stage(context, dockerfile, source, source.instructions).name}")
+    finally:
+        remove_tree(work)
+
+
 def command_plan(arguments: argparse.Namespace) -> None:
     plan = final_plan(parse_dockerfile(Path(arguments.dockerfile).resolve()))
     print(json.dumps(plan_json(plan), indent=2))
@@ -966,6 +996,10 @@ def main() -> int:
     build.add_argument("--repository-prefix", default=DEFAULT_REPOSITORY_PREFIX)
     build.add_argument("--version", required=True)
     build.add_argument("names", nargs="*")
+    stages = subcommands.add_parser("stages", help="only the Debian stages, cached (no binaries needed)")
+    stages.add_argument("--cache", required=True)
+    stages.add_argument("--work", default=None, help="scratch directory (default: the system's temporary directory)")
+    stages.add_argument("names", nargs="*")
     plan = subcommands.add_parser("plan")
     plan.add_argument("dockerfile")
     derive = subcommands.add_parser("derive", help="a test copy of an image with files added, under another reference")
@@ -975,7 +1009,7 @@ def main() -> int:
     derive.add_argument("--add", action="append", default=[], metavar="SOURCE:/DESTINATION[:MODE]")
     arguments = parser.parse_args()
     try:
-        {"build": command_build, "plan": command_plan, "derive": command_derive}[arguments.command](arguments)
+        {"build": command_build, "stages": command_stages, "plan": command_plan, "derive": command_derive}[arguments.command](arguments)
     except BuildError as error:
         print(f"images: {error}", file=sys.stderr)
         return 1
