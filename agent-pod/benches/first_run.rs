@@ -3,8 +3,9 @@
 //! the bot holds idle (agent + its Porter), with memory off and on.
 //!
 //! Three ways to start, medians of one run each:
-//! - `cargo run --release -p saint-agent -- up` — the README's command on a warm build
-//!   (cargo checks the build twice: the agent, then Porter and the runner);
+//! - `cargo run --release -p saint-agent -- up` — the README's command (in the release
+//!   profile, like the baseline binary) on a warm build (cargo checks the build twice:
+//!   the agent, then Porter and the runner with it);
 //! - `saint-agent up` — the same binary without cargo (the baseline);
 //! - both into a fresh data directory (first start: files written) and an existing one.
 //!

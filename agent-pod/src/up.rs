@@ -32,6 +32,11 @@ pub fn data_directory(env: &EnvLookup) -> anyhow::Result<PathBuf> {
 /// The binaries the bot runs besides the agent, found next to `saint-agent`.
 pub const COMPANIONS: [&str; 2] = ["porter", "saint-sandbox-runner"];
 
+/// The packages `up` builds under `cargo run`: the agent itself is named too, so this
+/// build resolves the same features as the `cargo run -p saint-agent` that started it
+/// and compiles only Porter's and the runner's own crates (tests/one_build.rs).
+pub const BUILT_TOGETHER: [&str; 3] = ["saint-agent", "porter", "saint-sandbox-runner"];
+
 /// Makes sure Porter and the sandbox runner sit next to this binary. Under `cargo run`
 /// they are built (or found up to date) with the same profile, so the README's one
 /// command is enough; elsewhere their absence is reported, and the bot runs without
@@ -56,14 +61,10 @@ pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
             .arg("build")
             .arg("--manifest-path")
             .arg(&manifest)
-            .args([
-                "--profile",
-                &profile,
-                "-p",
-                "porter",
-                "-p",
-                "saint-sandbox-runner",
-            ]);
+            .args(["--profile", &profile]);
+        for package in BUILT_TOGETHER {
+            build.args(["-p", package]);
+        }
         match build.status() {
             Ok(status) if status.success() => {}
             Ok(status) => {
