@@ -229,6 +229,7 @@ background_tools_status=0
 start_background_tools() {
 	background_tools_log="$(mktemp "${TMPDIR:-/tmp}/saint-background-tools.XXXXXX")"
 	# Its own session and process group, so stop_background_tools ends its builds too.
+	# shellcheck disable=SC2016 # $SECONDS is the inner shell's
 	setsid bash -c '
 		set -e
 		bash e2e/setup.sh
