@@ -149,12 +149,31 @@ fn missing(advice: String) -> Discovery {
     }
 }
 
+/// The server's root when `base_url` ends in the API version (`…/v1`, as most
+/// OpenAI-compatible servers document their address): Saint adds `/v1/…` itself, so
+/// kept as given the model list would be asked at `/v1/v1/models`.
+fn without_version_suffix(base_url: &str) -> Option<String> {
+    let trimmed = base_url.trim_end_matches('/');
+    trimmed
+        .strip_suffix("/v1")
+        .filter(|root| root.contains("://") && !root.ends_with("://") && !root.ends_with('/'))
+        .map(str::to_string)
+}
+
 async fn from_environment(
     config: &ModelConfig,
     env: &EnvLookup,
     http: &reqwest::Client,
     base_url: String,
 ) -> Result<Discovery, DiscoveryError> {
+    let (base_url, version_note) = match without_version_suffix(&base_url) {
+        Some(root) => {
+            let note =
+                format!("; {BASE_URL_ENV} ended in /v1, which Saint adds itself: using {root}");
+            (root, note)
+        }
+        None => (base_url, String::new()),
+    };
     let provider = match env(PROVIDER_ENV) {
         Some(value) => match value.trim().to_ascii_lowercase().as_str() {
             "anthropic" => ModelProvider::Anthropic,
@@ -191,7 +210,7 @@ async fn from_environment(
     };
     Ok(Discovery {
         summary: format!(
-            "model: {} {} at {base_url} ({key_note}; from {BASE_URL_ENV}{assumed})",
+            "model: {} {} at {base_url} ({key_note}; from {BASE_URL_ENV}{assumed}{version_note})",
             provider_label(provider),
             name.as_deref().unwrap_or(&config.name),
         ),
@@ -280,7 +299,77 @@ async fn openai_first_model(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use saint_llm::scripted::ScriptedLlm;
+
     use super::*;
+
+    #[test]
+    fn a_version_suffix_is_dropped_and_nothing_else() {
+        let root = |url: &str| without_version_suffix(url);
+        assert_eq!(root("http://h:8000/v1").as_deref(), Some("http://h:8000"));
+        assert_eq!(root("http://h:8000/v1/").as_deref(), Some("http://h:8000"));
+        assert_eq!(
+            root("https://h/openai/v1").as_deref(),
+            Some("https://h/openai")
+        );
+        assert_eq!(root("http://h:8000"), None);
+        assert_eq!(root("http://h:8000/v10"), None);
+        assert_eq!(root("http://h:8000/apiv1"), None);
+        // Nothing left but a scheme, or an empty path segment: not a server root.
+        assert_eq!(root("http:///v1"), None);
+        assert_eq!(root("http://h//v1"), None);
+        assert_eq!(root("v1"), None);
+    }
+
+    #[tokio::test]
+    async fn an_address_ending_in_v1_finds_the_model_and_says_it_dropped_the_suffix() {
+        let server = ScriptedLlm::start().await.expect("scripted server");
+        server.set_models(&["served-model"]);
+        let given = format!("{}/v1", server.base_url());
+        let env: EnvLookup = {
+            let given = given.clone();
+            Arc::new(move |name: &str| match name {
+                BASE_URL_ENV => Some(given.clone()),
+                PROVIDER_ENV => Some("openai".to_string()),
+                _ => None,
+            })
+        };
+        // Another provider than the environment's: the name is asked of the server.
+        let config = ModelConfig {
+            provider: ModelProvider::Anthropic,
+            name: "claude-x".to_string(),
+            base_url: "https://api.anthropic.com".to_string(),
+            api_key_env: None,
+            context_window: saint_config::DEFAULT_CONTEXT_WINDOW,
+            max_output_tokens: saint_config::DEFAULT_MAX_OUTPUT_TOKENS,
+            prices: Default::default(),
+        };
+        let discovery = discover(&config, &env, &reqwest::Client::new())
+            .await
+            .expect("discovery");
+        let ModelChoice::Overlay(overlay) = discovery.choice else {
+            panic!("no model found behind {given}: {}", discovery.summary);
+        };
+        assert_eq!(overlay.base_url, server.base_url());
+        assert_eq!(overlay.name.as_deref(), Some("served-model"), "{overlay:?}");
+        assert!(
+            discovery.summary.contains("ended in /v1"),
+            "{}",
+            discovery.summary
+        );
+        // The chat requests go where the server serves them.
+        let endpoint = saint_llm::Endpoint {
+            provider: overlay.provider,
+            base_url: overlay.base_url.clone(),
+            api_key: None,
+        };
+        assert_eq!(
+            endpoint.url(),
+            format!("{}/v1/chat/completions", server.base_url())
+        );
+    }
 
     #[test]
     fn hosts_are_read_from_urls_without_being_fooled_by_user_info_or_paths() {
