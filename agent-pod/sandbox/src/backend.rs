@@ -100,13 +100,22 @@ pub fn state_directory_name(bot: &str, workspace: &Path) -> String {
     format!("{bot}-{}", &hex::encode(digest)[..8])
 }
 
-/// The local backend for `config`. Fails (and `exec` stays disabled) if the runner
-/// binary is missing or the state directory is inside the workspace.
+/// The local backend for `config`. Fails (and `exec` stays disabled) if bubblewrap or
+/// the runner binary is missing or the state directory is inside the workspace.
 pub fn local(
     config: &BotConfig,
     workspace: PathBuf,
     machine: LocalMachine,
 ) -> Result<ExecBackend, SandboxError> {
+    // Checked here, at start, so that exec is withheld from every role from the first
+    // turn on, instead of being offered and failing at the model's first call.
+    if !is_executable_file(&machine.bwrap) {
+        return Err(SandboxError::Start(format!(
+            "bubblewrap {} is not installed (Debian package `bubblewrap`; SAINT_BWRAP names \
+             another): commands cannot run sandboxed, so exec is not offered",
+            machine.bwrap.display()
+        )));
+    }
     if !machine.runner.is_file() {
         return Err(SandboxError::Start(format!(
             "sandbox runner {} not found (set SAINT_SANDBOX_RUNNER)",
@@ -125,6 +134,13 @@ pub fn local(
         sandbox: Arc::new(LocalSandbox::new(local)?),
         porter: Some(PorterControl::new(&config.porter.control_socket_path)),
     })
+}
+
+/// A regular file (after symlinks) that someone may execute.
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }
 
 /// The Kubernetes backend for `config`, using the in-cluster client. The template's
@@ -273,5 +289,36 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(error.contains("SAINT_SANDBOX_RUNNER"), "{error}");
+    }
+
+    #[test]
+    fn without_bubblewrap_exec_is_not_offered_and_the_error_says_what_to_install() {
+        let workspace = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let runner = tempfile::NamedTempFile::new().unwrap();
+        let not_executable = tempfile::NamedTempFile::new().unwrap();
+        for bwrap in [
+            PathBuf::from("/nonexistent/bwrap"),
+            state.path().to_path_buf(),
+            not_executable.path().to_path_buf(),
+        ] {
+            let machine = LocalMachine {
+                bwrap: bwrap.clone(),
+                runner: runner.path().into(),
+                proxy: "/nonexistent/cliport-proxy".into(),
+                state_directory: state.path().into(),
+                porter_socket_directory: "/nonexistent".into(),
+            };
+            let error = local(&config(), workspace.path().into(), machine)
+                .err()
+                .unwrap_or_else(|| panic!("{} was taken for bubblewrap", bwrap.display()))
+                .to_string();
+            assert!(
+                error.contains(&bwrap.display().to_string())
+                    && error.contains("package `bubblewrap`")
+                    && error.contains("exec is not offered"),
+                "{error}"
+            );
+        }
     }
 }
