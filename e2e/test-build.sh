@@ -58,13 +58,9 @@ for line in sys.stdin:
     # package_id: "path+file:///…/agent-pod#saint-agent@0.1.0" (or …/name#0.1.0).
     fragment = package.rsplit("#", 1)[-1]
     name = fragment.split("@", 1)[0] if "@" in fragment else package.rsplit("#", 1)[0].rsplit("/", 1)[-1]
-    kind = target["kind"][0]
-    if message["profile"]["test"]:
-        kind = {"lib": "lib", "bin": "bin", "test": "test", "bench": "bench"}.get(kind, kind)
-        role = "test"
-    else:
-        role = "exe"
-    print(role, kind, target["name"], name, message["executable"])
+    # "test": a test harness executable (of a lib, bin or tests/ target); "exe": a binary.
+    role = "test" if message["profile"]["test"] else "exe"
+    print(role, target["kind"][0], target["name"], name, message["executable"])
 ' > "$index"
 
 case "$mode" in

@@ -756,6 +756,12 @@ def umoci(*arguments: str) -> None:
     run(["umoci", *arguments], capture_output=True, text=True)
 
 
+def split_at_last_run(instructions: list[Instruction]) -> tuple[list[Instruction], list[Instruction]]:
+    """The instructions up to the last RUN (the cached base layer) and those after it."""
+    last_run = max((index for index, instruction in enumerate(instructions) if instruction.keyword == "RUN"), default=-1)
+    return instructions[: last_run + 1], instructions[last_run + 1 :]
+
+
 def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     dockerfile = parse_dockerfile(REPOSITORY_ROOT / IMAGES[name])
     plan = final_plan(dockerfile)
@@ -772,9 +778,7 @@ def assemble(context: Context, name: str, reference: str, output: Path) -> None:
     rootfs = bundle / "rootfs"
 
     # Layer 1: the base with every RUN (cached for Debian stages).
-    instructions = stage.instructions
-    last_run = max((index for index, instruction in enumerate(instructions) if instruction.keyword == "RUN"), default=-1)
-    prefix, rest = instructions[: last_run + 1], instructions[last_run + 1 :]
+    prefix, rest = split_at_last_run(stage.instructions)
     if stage.kind == "debian":
         untar(debian_stage(context, dockerfile, stage, prefix), rootfs)
     elif stage.kind == "distroless":
@@ -910,17 +914,31 @@ def input_hash(repository_prefix: str, version: str, context: Context) -> str:
     return digest.hexdigest()[:16]
 
 
-def command_build(arguments: argparse.Namespace) -> None:
+def image_names(arguments: argparse.Namespace) -> list[str]:
+    """The images named on the command line (all when none), each checked."""
     names = arguments.names or list(IMAGES)
     for name in names:
         if name not in IMAGES:
             raise BuildError(f"unknown image {name!r}; the images are {', '.join(IMAGES)}")
+    return names
+
+
+def new_context(arguments: argparse.Namespace, binaries: Path | None) -> Context:
+    """The cache, a fresh scratch directory and this machine's Debian settings. Without
+    `binaries` (Debian stages only) the context points at an empty directory: stage
+    keys and Debian stages never read binaries."""
     cache = Path(arguments.cache).resolve()
     cache.mkdir(parents=True, exist_ok=True)
     architecture = run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
     mirror, security = debian_mirrors()
     work = Path(tempfile.mkdtemp(prefix="saint-images-", dir=arguments.work))
-    context = Context(cache, Path(arguments.binaries).resolve(), work, mirror, security, architecture)
+    return Context(cache, binaries or work / "no-binaries", work, mirror, security, architecture)
+
+
+def command_build(arguments: argparse.Namespace) -> None:
+    names = image_names(arguments)
+    context = new_context(arguments, Path(arguments.binaries).resolve())
+    cache, work = context.cache, context.work
     try:
         key = input_hash(arguments.repository_prefix, arguments.version, context)
         if arguments.output:
@@ -954,30 +972,20 @@ def command_stages(arguments: argparse.Namespace) -> None:
     """Builds (or finds cached) every Debian stage the images start from or copy out
     of, without the binaries: the slow, network-bound part of a cold image build,
     which ./test.sh runs in the background while cargo compiles."""
-    names = arguments.names or list(IMAGES)
-    for name in names:
-        if name not in IMAGES:
-            raise BuildError(f"unknown image {name!r}; the images are {', '.join(IMAGES)}")
-    cache = Path(arguments.cache).resolve()
-    cache.mkdir(parents=True, exist_ok=True)
-    architecture = run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
-    mirror, security = debian_mirrors()
-    work = Path(tempfile.mkdtemp(prefix="saint-stages-", dir=arguments.work))
-    # No binaries: stage keys and Debian stages never read them.
-    context = Context(cache, work / "no-binaries", work, mirror, security, architecture)
+    names = image_names(arguments)
+    context = new_context(arguments, None)
     try:
         for name in names:
             dockerfile = parse_dockerfile(REPOSITORY_ROOT / IMAGES[name])
             stage = dockerfile.stages[-1]
-            instructions = stage.instructions
-            last_run = max((index for index, instruction in enumerate(instructions) if instruction.keyword == "RUN"), default=-1)
             if stage.kind == "debian":
-                log(f"{name}: {debian_stage(context, dockerfile, stage, instructions[: last_run + 1]).name}")
+                prefix, _ = split_at_last_run(stage.instructions)
+                log(f"{name}: {debian_stage(context, dockerfile, stage, prefix).name}")
             for source in dockerfile.stages[:-1]:
                 if source.kind == "debian":
                     log(f"{name}: {debian_stage(context, dockerfile, source, source.instructions).name}")
     finally:
-        remove_tree(work)
+        remove_tree(context.work)
 
 
 def command_plan(arguments: argparse.Namespace) -> None:
