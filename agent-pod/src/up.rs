@@ -115,9 +115,10 @@ pub fn unregistered_clis(
         .filter(|path| path.is_file())
         .map_or_else(|| "cliport".to_string(), |path| path.display().to_string());
     Ok(vec![format!(
-        "CLIs {} are listed by the bot but not registered with Porter, so the bot cannot run \
-         them yet; register one with its credential: {cliport} --registry {} install gh --bin \
-         /usr/bin/gh --env GH_TOKEN=<a GitHub token>",
+        "CLIs {} are listed by the bot but have no credential in Porter, so their requests \
+         cannot authenticate yet; register one (the secret is read from stdin): {cliport} \
+         --registry {} install gh --host api.github.com --host github.com --placeholder-env \
+         GH_TOKEN --git --secret-stdin",
         missing.join(", "),
         files.porter_registry.display()
     )])

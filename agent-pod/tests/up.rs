@@ -560,7 +560,7 @@ async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_i
     let printed = up.printed.join("\n");
     assert!(
         printed.contains("CLIs gh, gog are listed by the bot but not registered")
-            && printed.contains("install gh --bin /usr/bin/gh --env GH_TOKEN="),
+            && printed.contains("install gh --host api.github.com --host github.com --placeholder-env GH_TOKEN --git --secret-stdin"),
         "{printed}"
     );
     let log = std::fs::read_to_string(&up.log).unwrap();

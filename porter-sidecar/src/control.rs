@@ -1,8 +1,8 @@
-//! The control socket: the agent registers a token for one sandbox command (bound to
-//! its session, contact, role and an expiry) and revokes it when the command ends.
-//! One JSON request per line, one JSON response per line.
+//! The control socket: the agent registers a proxy key for each sandbox command and gets
+//! back the command's environment, and revokes the key when the command ends. Only the
+//! configured uids (the agent's) are served.
 //!
-//! Touches only the token store; callers are checked by peer uid.
+//! Reads and writes one connection; state changes go through `State`.
 
 use std::{
     sync::Arc,
@@ -11,17 +11,31 @@ use std::{
 
 use futures::StreamExt;
 pub use porter_protocol::control::{ControlRequest, ControlResponse};
-use saint_config::ErrorChain;
+use serde::Serialize;
 use tokio::{io::AsyncWriteExt, net::UnixStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::{state::State, tokens::Grant};
+use crate::{inject::command_env, keys::Grant, state::State};
 
-/// Longest control line accepted; enforced while reading, so a line without a newline
-/// is never buffered past it.
+/// Longest control line read (a register line is far shorter).
 const MAX_LINE: usize = 16 * 1024;
 
-/// Applies one request to the token store.
+/// A key issued or revoked, in the audit log (never the key itself).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KeyAudit<'a> {
+    ts: String,
+    kind: &'static str,
+    event: &'static str,
+    session: &'a str,
+    contact: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+}
+
+/// Applies one request.
 pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
     match request {
         ControlRequest::Register {
@@ -29,41 +43,52 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             contact,
             role,
             ttl_seconds,
-            view,
+            command,
         } => {
             let grant = Grant {
                 session,
                 contact,
                 role,
-                view,
+                command,
             };
-            match state.tokens.register(
+            let registry = state.registry.snapshot();
+            let (token, key) = state.keys.register(
                 grant,
+                registry.credentials(),
                 Duration::from_secs(ttl_seconds.max(1)),
                 Instant::now(),
-            ) {
-                Ok(token) => ControlResponse {
-                    ok: true,
-                    token: Some(token),
-                    revoked: None,
-                    error: None,
-                },
-                Err(error) => ControlResponse::error(ErrorChain(&error).to_string()),
+            );
+            state.audit.write_json(&KeyAudit {
+                ts: jiff::Timestamp::now().to_string(),
+                kind: "key",
+                event: "issued",
+                session: &key.grant.session,
+                contact: &key.grant.contact,
+                role: key.grant.role.as_deref(),
+                command: key.grant.command.as_deref(),
+            });
+            state.metrics.live_keys.set(state.keys.len() as i64);
+            let env = command_env::build(&token, &key, &registry);
+            ControlResponse {
+                ok: true,
+                token: Some(token),
+                env,
+                ..ControlResponse::default()
             }
         }
         ControlRequest::Revoke { token } => {
-            let revoked = state.tokens.revoke(&token);
+            let revoked = state.keys.revoke(&token);
+            state.metrics.live_keys.set(state.keys.len() as i64);
             ControlResponse {
                 ok: true,
-                token: None,
                 revoked: Some(revoked),
-                error: None,
+                ..ControlResponse::default()
             }
         }
     }
 }
 
-/// Serves one control connection.
+/// Serves one control connection: the peer uid first, then one response per line.
 pub async fn handle(state: Arc<State>, stream: UnixStream) {
     let uid = stream.peer_cred().map(|credentials| credentials.uid()).ok();
     let (read_half, mut write_half) = stream.into_split();
@@ -86,7 +111,6 @@ pub async fn handle(state: Arc<State>, stream: UnixStream) {
                     false,
                 ),
             },
-            // The rest of an over-long line would be read as garbage: end here.
             Err(LinesCodecError::MaxLineLengthExceeded) => {
                 (ControlResponse::error("request line too long"), true)
             }

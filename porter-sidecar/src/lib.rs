@@ -1,27 +1,17 @@
-//! Porter: the credential broker sidecar. The daemon runs registered CLIs with their
-//! credentials for callers in the sandbox and streams the output back over the frame
-//! protocol of `porter-protocol`; `cliport-proxy` is the sandbox side; `cliport`
-//! manages the registry in local mode.
+//! Porter: the credential sidecar. It holds the secrets and runs no program: sandbox
+//! commands reach their hosts only through Porter's HTTPS proxy, which injects each
+//! credential on the wire after the caller's role admits the request. The agent
+//! registers a key per command on the control socket; `cliport` manages the registry in
+//! local mode.
 
-pub mod argv;
 pub mod audit;
-pub mod call;
 pub mod capacity;
-pub mod child_env;
 pub mod control;
-pub mod cwd;
-pub mod git_guard;
-pub mod home;
 pub mod inject;
+pub mod keys;
 pub mod manage;
 pub mod metrics;
-pub mod policy;
-pub mod profiles;
-pub mod proxy;
-pub mod redact;
 pub mod registry_store;
+pub mod seal;
 pub mod server;
 pub mod state;
-pub mod supervisor;
-pub mod tokens;
-pub mod view;

@@ -4,12 +4,13 @@
 //! the daemon (which picks changes up by itself).
 
 use std::{
-    collections::BTreeMap,
     io::Write,
     path::{Path, PathBuf},
 };
 
-use porter_protocol::registry::{CliEntry, CliMode, Registry, RegistryError};
+use porter_protocol::registry::{
+    CliEntry, InjectAt, Registry, RegistryError, RequestRule, SecretSource,
+};
 use thiserror::Error;
 
 /// Why a `cliport` command failed.
@@ -35,35 +36,12 @@ pub enum ManageError {
     },
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("{0:?} is not KEY=VALUE")]
-    Pair(String),
     #[error("no CLI named {0:?} is registered")]
     Unknown(String),
-    #[error("{name:?} is not a valid CLI name or {bin:?} is not an absolute path")]
-    Invalid { name: String, bin: String },
-    #[error(
-        "{bin} does not exist: install the CLI in the Porter container first (`command -v NAME` prints its path)"
-    )]
-    MissingBinary { bin: String },
-    #[error("{bin} is not an executable file")]
-    NotExecutable { bin: String },
-}
-
-/// Refuses a binary Porter could not run: missing, not a regular file (after
-/// symlinks, as exec follows them), or without an execute bit.
-pub fn check_binary(bin: &str) -> Result<(), ManageError> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(bin) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            Err(ManageError::MissingBinary {
-                bin: bin.to_owned(),
-            })
-        }
-        Ok(metadata) if metadata.is_file() && metadata.permissions().mode() & 0o111 != 0 => Ok(()),
-        _ => Err(ManageError::NotExecutable {
-            bin: bin.to_owned(),
-        }),
-    }
+    #[error("--inject {0:?}: expected authorization, header:NAME or query:NAME")]
+    InjectPlace(String),
+    #[error("--allow {0:?}: expected ROLE:METHOD[,METHOD…]:PATH (PATH starts with /)")]
+    Rule(String),
 }
 
 /// Why a credential value looks like an example left in place rather than a real
@@ -95,12 +73,35 @@ pub fn placeholder_reason(value: &str) -> Option<&'static str> {
     }
 }
 
-/// Parses `KEY=VALUE`.
-pub fn parse_pair(text: &str) -> Result<(String, String), ManageError> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(ManageError::Pair(text.to_owned())),
+/// Parses an `--inject` value: `authorization`, `header:NAME` or `query:NAME`.
+pub fn parse_inject(text: &str) -> Result<InjectAt, ManageError> {
+    match text.split_once(':') {
+        None if text.eq_ignore_ascii_case("authorization") => Ok(InjectAt::Authorization),
+        Some(("header", name)) if !name.is_empty() => Ok(InjectAt::Header(name.to_owned())),
+        Some(("query", name)) if !name.is_empty() => Ok(InjectAt::Query(name.to_owned())),
+        _ => Err(ManageError::InjectPlace(text.to_owned())),
     }
+}
+
+/// Parses an `--allow` value `ROLE:METHOD[,METHOD…]:PATH` into the role and its rule.
+pub fn parse_rule(text: &str) -> Result<(String, RequestRule), ManageError> {
+    let refused = || ManageError::Rule(text.to_owned());
+    let (role, rest) = text.split_once(':').ok_or_else(refused)?;
+    let (methods, path) = rest.split_once(':').ok_or_else(refused)?;
+    if role.is_empty() || methods.is_empty() || !path.starts_with('/') {
+        return Err(refused());
+    }
+    Ok((
+        role.to_owned(),
+        RequestRule {
+            methods: methods
+                .split(',')
+                .map(|method| method.trim().to_ascii_uppercase())
+                .collect(),
+            paths: vec![path.to_owned()],
+            graphql: None,
+        },
+    ))
 }
 
 /// Reads the registry, or an empty one if the file does not exist yet.
@@ -153,16 +154,11 @@ pub fn save(path: &Path, registry: &Registry) -> Result<(), ManageError> {
     std::fs::rename(&temporary, path).map_err(error)
 }
 
-/// Adds or replaces a CLI.
+/// Adds or replaces a CLI's credential; the registry's own checks name what is wrong.
 pub fn install(registry: &mut Registry, name: &str, entry: CliEntry) -> Result<(), ManageError> {
     let mut candidate = registry.clone();
-    candidate.clis.insert(name.to_owned(), entry.clone());
-    if Registry::from_json(&candidate.to_json()).is_err() {
-        return Err(ManageError::Invalid {
-            name: name.to_owned(),
-            bin: entry.bin,
-        });
-    }
+    candidate.clis.insert(name.to_owned(), entry);
+    Registry::from_json(&candidate.to_json())?;
     *registry = candidate;
     Ok(())
 }
@@ -176,57 +172,41 @@ pub fn remove(registry: &mut Registry, name: &str) -> Result<(), ManageError> {
         .ok_or_else(|| ManageError::Unknown(name.to_owned()))
 }
 
-/// Sets (`KEY=VALUE`) or, with an empty value, removes literal variables of a CLI.
-pub fn set_env(
-    registry: &mut Registry,
-    name: &str,
-    pairs: &[(String, String)],
-) -> Result<(), ManageError> {
-    let entry = registry
-        .clis
-        .get_mut(name)
-        .ok_or_else(|| ManageError::Unknown(name.to_owned()))?;
-    for (key, value) in pairs {
-        if value.is_empty() {
-            entry.env.remove(key);
-        } else {
-            entry.env.insert(key.clone(), value.clone());
-        }
-    }
-    Ok(())
-}
-
-/// A listing: one line per CLI with variable *names* only (values never printed).
+/// A listing: one line per credential, never a secret value.
 pub fn list(registry: &Registry) -> String {
     let mut out = String::new();
     for (name, entry) in &registry.clis {
-        let mut names: Vec<&str> = entry.env.keys().map(String::as_str).collect();
-        names.extend(entry.env_from_files.keys().map(String::as_str));
-        names.extend(entry.env_passthrough.iter().map(String::as_str));
-        let limit = entry
-            .rate_limit
-            .map(|limit| format!(" rate={}/min", limit.per_minute))
-            .unwrap_or_default();
-        // Env mode is labelled weaker every time it is listed: its secret sits in the
-        // environment of a process that runs caller-chosen arguments.
-        let mode = match entry.effective_mode() {
-            CliMode::Inject => "mode=inject".to_owned(),
-            CliMode::Env if names.is_empty() => "mode=env (no credential)".to_owned(),
-            CliMode::Env => "mode=env (WEAKER: the secret is in the CLI's environment)".to_owned(),
+        let secret = match &entry.secret {
+            SecretSource::File(path) => format!("file {path}"),
+            SecretSource::Env(variable) => format!("env {variable}"),
+            SecretSource::Value(_) => "value (in this file)".to_owned(),
         };
-        let profile = match (entry.profile, crate::policy::effective_profile(name, entry)) {
-            (Some(profile), _) => format!("profile={}", profile.as_str()),
-            (None, Some(profile)) => format!("profile={} (from the name)", profile.as_str()),
-            (None, None) if !entry.commands.is_empty() || !entry.global_options.is_empty() => {
-                "profile=custom".to_owned()
-            }
-            (None, None) => "profile=none (any arguments the patterns allow)".to_owned(),
+        let inject: Vec<String> = entry
+            .inject_at()
+            .iter()
+            .map(|place| match place {
+                InjectAt::Authorization => "authorization".to_owned(),
+                InjectAt::Header(header) => format!("header:{header}"),
+                InjectAt::Query(parameter) => format!("query:{parameter}"),
+            })
+            .collect();
+        let oauth = if entry.oauth2.is_some() { " oauth2" } else { "" };
+        let git = if entry.git { " git" } else { "" };
+        let roles = if entry.requests.is_empty() {
+            "any request".to_owned()
+        } else {
+            entry
+                .requests
+                .iter()
+                .map(|(role, rules)| format!("{role}:{}", rules.len()))
+                .collect::<Vec<_>>()
+                .join(",")
         };
         out.push_str(&format!(
-            "{name}\t{}\ttimeout={}s{limit}\tenv=[{}]\t{mode}\t{profile}\n",
-            entry.bin,
-            entry.timeout_seconds,
-            names.join(",")
+            "{name}\thosts={}\tsecret={secret}\tinject={}{oauth}{git}\tenv=[{}]\trequests={roles}\n",
+            entry.hosts.join(","),
+            inject.join(","),
+            entry.placeholder_env.join(","),
         ));
     }
     out
@@ -245,83 +225,44 @@ pub fn tail(path: &Path, count: usize) -> Result<Vec<String>, ManageError> {
         .collect())
 }
 
-/// Builds an entry from `install` flags.
-pub fn entry(
-    bin: &str,
-    env: BTreeMap<String, String>,
-    env_from_files: BTreeMap<String, String>,
-    timeout_seconds: u64,
-) -> CliEntry {
-    CliEntry {
-        bin: bin.to_owned(),
-        env,
-        env_from_files,
-        timeout_seconds,
-        ..CliEntry::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn install_env_list_remove_round_trip_through_the_file() {
+    fn install_list_remove_round_trip_through_the_file() {
         let directory = tempfile::tempdir().unwrap();
         let path = directory.path().join("registry.json");
         let mut registry = load(&path).unwrap();
+        let (role, rule) = parse_rule("employee:get,head:/repos/*/*/pulls").unwrap();
+        assert_eq!(rule.methods, ["GET", "HEAD"]);
         install(
             &mut registry,
-            "gog",
-            entry(
-                "/usr/local/bin/gog",
-                BTreeMap::from([parse_pair("GOG_PASSWORD=hunter22").unwrap()]),
-                BTreeMap::new(),
-                30,
-            ),
-        )
-        .unwrap();
-        set_env(
-            &mut registry,
-            "gog",
-            &[parse_pair("GOG_ACCOUNT=a@b.c").unwrap()],
+            "gh",
+            CliEntry {
+                hosts: vec!["api.github.com".into(), "github.com".into()],
+                secret: SecretSource::Value("ghp_hunter22".into()),
+                placeholder_env: vec!["GH_TOKEN".into()],
+                git: true,
+                requests: [(role, vec![rule])].into(),
+                ..CliEntry::default()
+            },
         )
         .unwrap();
         save(&path, &registry).unwrap();
         let reread = load(&path).unwrap();
         assert_eq!(reread, registry);
         let listing = list(&reread);
-        assert!(
-            listing
-                .contains("gog\t/usr/local/bin/gog\ttimeout=30s\tenv=[GOG_ACCOUNT,GOG_PASSWORD]"),
-            "{listing}"
+        assert_eq!(
+            listing,
+            "gh\thosts=api.github.com,github.com\tsecret=value (in this file)\tinject=authorization git\tenv=[GH_TOKEN]\trequests=employee:1\n"
         );
-        assert!(!listing.contains("hunter22"));
-        assert!(
-            listing.contains("\tmode=env (WEAKER: the secret is in the CLI's environment)\tprofile=gog (from the name)"),
-            "{listing}"
-        );
-        assert!(
-            install(
-                &mut registry.clone(),
-                "../x",
-                entry("/bin/true", BTreeMap::new(), BTreeMap::new(), 1)
-            )
-            .is_err()
-        );
-        assert!(
-            install(
-                &mut registry.clone(),
-                "x",
-                entry("true", BTreeMap::new(), BTreeMap::new(), 1)
-            )
-            .is_err()
-        );
-        remove(&mut registry, "gog").unwrap();
-        assert!(matches!(
-            remove(&mut registry, "gog"),
-            Err(ManageError::Unknown(_))
-        ));
-        assert!(parse_pair("=x").is_err());
+        let no_hosts = install(&mut registry.clone(), "x", CliEntry::default()).unwrap_err();
+        assert!(no_hosts.to_string().contains("clis.x.hosts"), "{no_hosts}");
+        remove(&mut registry, "gh").unwrap();
+        assert!(matches!(remove(&mut registry, "gh"), Err(ManageError::Unknown(_))));
+        assert_eq!(parse_inject("query:key").unwrap(), InjectAt::Query("key".into()));
+        assert!(parse_inject("cookie:x").is_err());
+        assert!(parse_rule("employee:GET:repos").is_err());
     }
 }

@@ -1,28 +1,23 @@
-//! Prometheus metrics for calls, refusals, bytes and reloads.
+//! Prometheus metrics: proxy decisions, refused connections, open tunnels, live keys and
+//! reloads.
 //!
 //! In-memory counters only; `server` exposes them over HTTP.
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
+pub struct RequestLabels {
     pub cli: String,
-    pub outcome: String,
+    pub decision: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CliLabels {
-    pub cli: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StreamLabels {
-    pub cli: String,
-    pub stream: String,
+pub struct ReasonLabels {
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,48 +30,69 @@ pub struct ReloadLabels {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    pub calls: Family<CallLabels, Counter>,
-    pub duration: Family<CliLabels, Histogram>,
-    pub bytes: Family<StreamLabels, Counter>,
-    pub running: Gauge,
+    pub requests: Family<RequestLabels, Counter>,
+    pub refused_connections: Family<ReasonLabels, Counter>,
+    pub open_tunnels: Gauge,
+    pub live_keys: Gauge,
     pub reloads: Family<ReloadLabels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("porter");
-        let calls = Family::<CallLabels, Counter>::default();
-        let duration = Family::<CliLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0])
-        });
-        let bytes = Family::<StreamLabels, Counter>::default();
-        let running = Gauge::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let refused_connections = Family::<ReasonLabels, Counter>::default();
+        let open_tunnels = Gauge::default();
+        let live_keys = Gauge::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register("calls", "Calls by CLI and outcome", calls.clone());
         registry.register(
-            "call_duration_seconds",
-            "Call duration by CLI",
-            duration.clone(),
+            "requests",
+            "Proxy decisions by credential and decision (allowed, refused, answered, upstream_error)",
+            requests.clone(),
         );
-        registry.register("bytes", "Bytes streamed by CLI and stream", bytes.clone());
-        registry.register("running_calls", "Calls running now", running.clone());
+        registry.register(
+            "refused_connections",
+            "Proxy connections closed before a tunnel opened, by reason",
+            refused_connections.clone(),
+        );
+        registry.register("open_tunnels", "Tunnels open now", open_tunnels.clone());
+        registry.register("live_keys", "Proxy keys live now (running sandbox commands)", live_keys.clone());
         registry.register(
             "reloads",
-            "Registry and token file reloads by result (ok, error, unreadable)",
+            "Registry reloads by result (ok, error, unreadable)",
             reloads.clone(),
         );
         Self {
             registry,
-            calls,
-            duration,
-            bytes,
-            running,
+            requests,
+            refused_connections,
+            open_tunnels,
+            live_keys,
             reloads,
         }
     }
 }
 
 impl Metrics {
+    /// Counts one proxy decision.
+    pub fn request(&self, cli: &str, decision: &str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                cli: cli.to_owned(),
+                decision: decision.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one connection closed before its tunnel opened.
+    pub fn refused_connection(&self, reason: &str) {
+        self.refused_connections
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -92,19 +108,15 @@ mod tests {
     #[test]
     fn rendered_metrics_carry_the_labels_recorded() {
         let metrics = Metrics::default();
-        metrics
-            .calls
-            .get_or_create(&CallLabels {
-                cli: "gh".into(),
-                outcome: "denied_args".into(),
-            })
-            .inc();
-        metrics.running.inc();
+        metrics.request("gh", "refused");
+        metrics.refused_connection("no_connect");
+        metrics.open_tunnels.inc();
         let text = metrics.render();
         assert!(
-            text.contains(r#"porter_calls_total{cli="gh",outcome="denied_args"} 1"#),
+            text.contains(r#"porter_requests_total{cli="gh",decision="refused"} 1"#),
             "{text}"
         );
-        assert!(text.contains("porter_running_calls 1"), "{text}");
+        assert!(text.contains(r#"porter_refused_connections_total{reason="no_connect"} 1"#), "{text}");
+        assert!(text.contains("porter_open_tunnels 1"), "{text}");
     }
 }

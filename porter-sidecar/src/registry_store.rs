@@ -1,25 +1,23 @@
-//! The loaded registry: each CLI's compiled policy and resolved environment, the set of
-//! credential values to redact, and the rate limiters; swapped whole on reload.
+//! The loaded registry: each credential with its secret read, its hosts, where it is
+//! injected and its compiled request policy, plus the scrubber for responses; swapped
+//! whole on reload.
 //!
-//! Reads the registry file, `envFromFiles` files and Porter's own environment; never
-//! writes anything.
+//! Reads the registry file, secret files and Porter's own environment; never writes.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    num::NonZeroU32,
+    collections::HashMap,
+    io::Read,
+    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, RwLock},
+    sync::{Arc, RwLock},
 };
 
-use governor::{DefaultDirectRateLimiter, Quota};
-use porter_protocol::registry::{CliEntry, RateLimit, Registry, RegistryError};
+use porter_protocol::registry::{
+    InjectAt, Registry, RegistryError, SecretSource, https_url_host, split_host,
+};
 use thiserror::Error;
 
-use crate::{
-    inject::EntryInjection,
-    policy::{CliPolicy, PolicyError},
-    redact::Secrets,
-};
+use crate::inject::{request_policy::RequestPolicy, scrub::Scrubber};
 
 /// Why a registry could not be loaded.
 #[derive(Debug, Error)]
@@ -36,42 +34,67 @@ pub enum LoadError {
         #[source]
         source: RegistryError,
     },
-    #[error("clis.{cli}")]
-    Policy {
+    #[error("clis.{cli}.{field}: failed to read {path}")]
+    SecretFile {
         cli: String,
-        #[source]
-        source: PolicyError,
-    },
-    #[error("clis.{cli}.envFromFiles.{name}: failed to read {path}")]
-    EnvFile {
-        cli: String,
-        name: String,
+        field: &'static str,
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("clis.{cli}.envPassthrough: {name} is not set in porter's environment")]
-    Passthrough { cli: String, name: String },
+    #[error("clis.{cli}.{field}: {name} is not set in porter's environment")]
+    SecretEnv {
+        cli: String,
+        field: &'static str,
+        name: String,
+    },
+    #[error("clis.{cli}.{field}: the secret is empty")]
+    EmptySecret { cli: String, field: &'static str },
 }
 
-/// One CLI ready to run.
+/// OAuth 2.0 settings of one credential, resolved.
 #[derive(Debug)]
-pub struct LoadedCli {
-    pub entry: CliEntry,
-    pub policy: CliPolicy,
-    /// Declared variables with their resolved values (credentials).
-    pub environment: BTreeMap<String, String>,
-    /// Injection mode: hosts, injected variables and request policy (`None`: env mode).
-    pub injection: Option<Arc<EntryInjection>>,
+pub struct LoadedOAuth2 {
+    pub token_url: String,
+    /// `(host, port)` and path of the token endpoint (Porter answers requests there).
+    pub token_host: (String, u16),
+    pub token_path: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub placeholder_ttl: std::time::Duration,
+}
+
+/// One credential ready to inject.
+#[derive(Debug)]
+pub struct LoadedEntry {
+    pub name: String,
+    pub hosts: Vec<(String, u16)>,
+    /// The secret (for OAuth 2.0: the refresh token).
+    pub secret: String,
+    pub inject: Vec<InjectAt>,
+    pub placeholder_env: Vec<String>,
+    pub git: bool,
+    pub policy: RequestPolicy,
+    pub oauth2: Option<LoadedOAuth2>,
+}
+
+impl LoadedEntry {
+    /// Whether the entry may reach `host:port`.
+    pub fn allows_host(&self, host: &str, port: u16) -> bool {
+        self.hosts
+            .iter()
+            .any(|(allowed, allowed_port)| allowed == host && *allowed_port == port)
+    }
 }
 
 /// A whole registry ready to serve.
 #[derive(Debug, Default)]
 pub struct LoadedRegistry {
-    pub global_rate_limit: Option<RateLimit>,
-    pub clis: HashMap<String, LoadedCli>,
-    /// Every credential value of every CLI: output of any call is redacted of all.
-    pub secrets: Arc<Secrets>,
+    pub entries: HashMap<String, Arc<LoadedEntry>>,
+    /// Which entry owns each host (a host carries one credential).
+    by_host: HashMap<(String, u16), Arc<LoadedEntry>>,
+    /// Every secret in every encoding: scrubbed from responses.
+    pub scrubber: Arc<Scrubber>,
 }
 
 impl LoadedRegistry {
@@ -81,66 +104,70 @@ impl LoadedRegistry {
         registry: Registry,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, LoadError> {
-        let mut clis = HashMap::new();
-        let mut secret_values = Vec::new();
+        let mut entries = HashMap::new();
+        let mut by_host = HashMap::new();
+        let mut secrets = Vec::new();
         for (name, entry) in registry.clis {
-            let policy = CliPolicy::compile(&name, &entry).map_err(|source| LoadError::Policy {
-                cli: name.clone(),
-                source,
-            })?;
-            let mut environment = entry.env.clone();
-            for (variable, path) in &entry.env_from_files {
-                // Bounded like the registry: a path pointing at a device is refused.
-                let mut value =
-                    read_config_file(Path::new(path)).map_err(|source| LoadError::EnvFile {
-                        cli: name.clone(),
-                        name: variable.clone(),
-                        path: path.clone(),
-                        source,
-                    })?;
-                // Secret files written by `echo` end in a newline that is not part of the value.
-                if value.ends_with('\n') {
-                    value.pop();
+            let secret = resolve_secret(&name, "secret", &entry.secret, lookup)?;
+            let oauth2 = match &entry.oauth2 {
+                None => None,
+                Some(oauth2) => {
+                    let token_host =
+                        https_url_host(&oauth2.token_url).expect("checked at parse");
+                    let after_scheme = &oauth2.token_url["https://".len()..];
+                    let token_path = after_scheme
+                        .find('/')
+                        .map_or("/", |start| &after_scheme[start..]);
+                    let token_path = token_path
+                        .split(['?', '#'])
+                        .next()
+                        .unwrap_or("/")
+                        .to_owned();
+                    let client_secret = oauth2
+                        .client_secret
+                        .as_ref()
+                        .map(|source| {
+                            resolve_secret(&name, "oauth2.clientSecret", source, lookup)
+                        })
+                        .transpose()?;
+                    secrets.extend(client_secret.clone());
+                    Some(LoadedOAuth2 {
+                        token_url: oauth2.token_url.clone(),
+                        token_host,
+                        token_path,
+                        client_id: oauth2.client_id.clone(),
+                        client_secret,
+                        placeholder_ttl: std::time::Duration::from_secs(
+                            oauth2.placeholder_ttl_seconds.unwrap_or(300).clamp(30, 3600),
+                        ),
+                    })
                 }
-                environment.insert(variable.clone(), value);
+            };
+            secrets.push(secret.clone());
+            let loaded = Arc::new(LoadedEntry {
+                name: name.clone(),
+                hosts: entry
+                    .hosts
+                    .iter()
+                    .filter_map(|host| split_host(host))
+                    .collect(),
+                secret,
+                inject: entry.inject_at(),
+                placeholder_env: entry.placeholder_env.clone(),
+                git: entry.git,
+                policy: RequestPolicy::compile(&entry.requests),
+                oauth2,
+            });
+            for host in &loaded.hosts {
+                by_host.insert(host.clone(), loaded.clone());
             }
-            for variable in &entry.env_passthrough {
-                let value = lookup(variable).ok_or_else(|| LoadError::Passthrough {
-                    cli: name.clone(),
-                    name: variable.clone(),
-                })?;
-                environment.insert(variable.clone(), value);
-            }
-            secret_values.extend(environment.values().cloned());
-            let injection = EntryInjection::compile(&entry);
-            clis.insert(
-                name,
-                LoadedCli {
-                    entry,
-                    policy,
-                    environment,
-                    injection,
-                },
-            );
+            entries.insert(name, loaded);
         }
         Ok(Self {
-            global_rate_limit: registry.global_rate_limit,
-            clis,
-            secrets: Arc::new(Secrets::new(secret_values)),
+            entries,
+            by_host,
+            scrubber: Arc::new(Scrubber::new(&secrets)),
         })
-    }
-
-    /// One warning per registered CLI whose binary Porter could not run (missing, not a
-    /// file, not executable): calls to it would fail only when made.
-    pub fn warn_unrunnable_binaries(&self) {
-        for (name, cli) in &self.clis {
-            if let Err(error) = crate::manage::check_binary(&cli.entry.bin) {
-                tracing::warn!(
-                    cli = %name,
-                    "registered CLI cannot run: {error}; calls to it fail until it is installed"
-                );
-            }
-        }
     }
 
     /// Reads, parses and resolves the registry file.
@@ -155,18 +182,69 @@ impl LoadedRegistry {
         })?;
         Self::resolve(registry, lookup)
     }
+
+    /// The credential that owns `host:port`.
+    pub fn entry_for_host(&self, host: &str, port: u16) -> Option<&Arc<LoadedEntry>> {
+        self.by_host.get(&(host.to_owned(), port))
+    }
+
+    /// Every credential's name, and whether it needs an access placeholder (OAuth 2.0).
+    pub fn credentials(&self) -> impl Iterator<Item = (String, bool)> + '_ {
+        self.entries
+            .iter()
+            .map(|(name, entry)| (name.clone(), entry.oauth2.is_some()))
+    }
 }
 
-/// Largest registry or tokens file read.
+fn resolve_secret(
+    cli: &str,
+    field: &'static str,
+    source: &SecretSource,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, LoadError> {
+    let mut value = match source {
+        SecretSource::Value(value) => value.clone(),
+        SecretSource::Env(name) => lookup(name).ok_or_else(|| LoadError::SecretEnv {
+            cli: cli.to_owned(),
+            field,
+            name: name.clone(),
+        })?,
+        SecretSource::File(path) => {
+            read_config_file(Path::new(path)).map_err(|source| LoadError::SecretFile {
+                cli: cli.to_owned(),
+                field,
+                path: path.clone(),
+                source,
+            })?
+        }
+    };
+    // Secret files written by `echo` end in a newline that is not part of the value.
+    while value.ends_with(['\n', '\r']) {
+        value.pop();
+    }
+    if value.is_empty() {
+        return Err(LoadError::EmptySecret {
+            cli: cli.to_owned(),
+            field,
+        });
+    }
+    Ok(value)
+}
+
+/// Largest registry or secret file read.
 pub const MAX_CONFIG_FILE_BYTES: u64 = 4 << 20;
 
-/// Reads a registry or tokens file: a regular file (after symlinks, which a Kubernetes
-/// ConfigMap uses) of at most [`MAX_CONFIG_FILE_BYTES`] of UTF-8. A device or FIFO
-/// (`/dev/zero`) or a huge file is refused before it is read, and the read itself is
-/// bounded in case the file grows meanwhile.
+/// Reads a registry or secret file: a regular file (after symlinks, which a
+/// Kubernetes ConfigMap or Secret volume uses) of at most [`MAX_CONFIG_FILE_BYTES`] of
+/// UTF-8. Opened with `O_NONBLOCK`, so a FIFO put in its place cannot hang Porter in
+/// `open`; `fstat` on the open descriptor then refuses anything but a regular file
+/// (FIFO, device, directory) before a byte is read, and the read is bounded in case
+/// the file grows meanwhile.
 pub fn read_config_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)?;
     let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(std::io::Error::new(
@@ -206,7 +284,7 @@ impl RegistryStore {
         }
     }
 
-    /// The registry to use for one call (a call keeps its snapshot across a reload).
+    /// The registry to use for one request.
     pub fn snapshot(&self) -> Arc<LoadedRegistry> {
         self.current.read().expect("registry lock").clone()
     }
@@ -217,110 +295,45 @@ impl RegistryStore {
     }
 }
 
-type Limiter = Arc<DefaultDirectRateLimiter>;
-
-/// Token-bucket limiters, kept across registry reloads while a CLI's limit is unchanged
-/// (so a reload cannot be used to reset a limit).
-#[derive(Debug, Default)]
-pub struct RateLimits {
-    global: Mutex<Option<(RateLimit, Limiter)>>,
-    per_cli: Mutex<HashMap<String, (RateLimit, Limiter)>>,
-}
-
-/// Which limit refused a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitHit {
-    Cli,
-    Global,
-}
-
-fn limiter(limit: RateLimit) -> Option<Limiter> {
-    let per_minute = NonZeroU32::new(limit.per_minute)?;
-    let burst = NonZeroU32::new(limit.burst.max(1)).expect("at least one");
-    Some(Arc::new(DefaultDirectRateLimiter::direct(
-        Quota::per_minute(per_minute).allow_burst(burst),
-    )))
-}
-
-fn current(slot: &mut Option<(RateLimit, Limiter)>, limit: RateLimit) -> Option<Limiter> {
-    match slot {
-        Some((existing, limiter)) if *existing == limit => Some(limiter.clone()),
-        _ => {
-            // `perMinute: 0` means no calls at all.
-            let fresh = limiter(limit)?;
-            *slot = Some((limit, fresh.clone()));
-            Some(fresh)
-        }
-    }
-}
-
-impl RateLimits {
-    /// Takes one call from the CLI's bucket and the global bucket.
-    pub fn check(
-        &self,
-        cli: &str,
-        cli_limit: Option<RateLimit>,
-        global_limit: Option<RateLimit>,
-    ) -> Result<(), LimitHit> {
-        if let Some(limit) = cli_limit {
-            let mut per_cli = self.per_cli.lock().expect("rate limit lock");
-            let mut slot = per_cli.remove(cli);
-            let limiter = current(&mut slot, limit);
-            if let Some(slot) = slot {
-                per_cli.insert(cli.to_owned(), slot);
-            }
-            match limiter {
-                Some(limiter) if limiter.check().is_ok() => {}
-                _ => return Err(LimitHit::Cli),
-            }
-        }
-        if let Some(limit) = global_limit {
-            let limiter = current(&mut self.global.lock().expect("rate limit lock"), limit);
-            match limiter {
-                Some(limiter) if limiter.check().is_ok() => {}
-                _ => return Err(LimitHit::Global),
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn env_sources_are_resolved_and_become_secrets() {
+    fn secret_sources_are_resolved_and_scrubbed() {
         let directory = tempfile::tempdir().unwrap();
         let secret_file = directory.path().join("token");
         std::fs::write(&secret_file, "file-secret-value\n").unwrap();
         let registry = Registry::from_json(&format!(
-            r#"{{"clis":{{"gh":{{"bin":"/usr/bin/gh","env":{{"GH_HOST":"github.example"}},
-                "envFromFiles":{{"GH_TOKEN":"{}"}},"envPassthrough":["GH_ENTERPRISE_TOKEN"]}}}}}}"#,
+            r#"{{"clis":{{"gh":{{"hosts":["api.github.com"],"secret":{{"file":"{}"}}}},
+                "jira":{{"hosts":["jira.example"],"secret":{{"env":"JIRA_TOKEN"}}}}}}}}"#,
             secret_file.display()
         ))
         .unwrap();
         let loaded = LoadedRegistry::resolve(registry, &|name| {
-            (name == "GH_ENTERPRISE_TOKEN").then(|| "passed-through".to_owned())
+            (name == "JIRA_TOKEN").then(|| "passed-through".to_owned())
         })
         .unwrap();
-        let gh = &loaded.clis["gh"];
-        assert_eq!(gh.environment["GH_TOKEN"], "file-secret-value");
-        assert_eq!(gh.environment["GH_ENTERPRISE_TOKEN"], "passed-through");
+        assert_eq!(loaded.entries["gh"].secret, "file-secret-value");
+        assert_eq!(loaded.entries["jira"].secret, "passed-through");
         assert_eq!(
-            loaded
-                .secrets
-                .redact_str("file-secret-value passed-through"),
-            "[redacted] [redacted]"
+            loaded.entry_for_host("api.github.com", 443).unwrap().name,
+            "gh"
         );
+        assert!(loaded.entry_for_host("api.github.com", 8443).is_none());
+        let mut body = b"a file-secret-value b".to_vec();
+        loaded.scrubber.scrub_in_place(&mut body);
+        assert!(!String::from_utf8_lossy(&body).contains("file-secret-value"));
     }
 
     #[test]
-    fn only_bounded_regular_files_are_read() {
+    fn only_bounded_regular_files_are_read_and_a_fifo_never_blocks() {
         let directory = tempfile::tempdir().unwrap();
         let large = directory.path().join("large.json");
         std::fs::write(&large, vec![b' '; MAX_CONFIG_FILE_BYTES as usize + 1]).unwrap();
-        for path in [Path::new("/dev/zero"), directory.path(), &large] {
+        let fifo = directory.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for path in [Path::new("/dev/zero"), directory.path(), &large, &fifo] {
             assert!(read_config_file(path).is_err(), "{}", path.display());
             assert!(matches!(
                 LoadedRegistry::load(path, &|_| None),
@@ -333,37 +346,21 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_passthrough_variable_fails_the_load() {
+    fn a_missing_or_empty_secret_fails_the_load_naming_the_field() {
         let registry = Registry::from_json(
-            r#"{"clis":{"gh":{"bin":"/usr/bin/gh","envPassthrough":["NOPE"]}}}"#,
+            r#"{"clis":{"gh":{"hosts":["a.example"],"secret":{"env":"NOPE"}}}}"#,
         )
         .unwrap();
-        assert!(matches!(
-            LoadedRegistry::resolve(registry, &|_| None),
-            Err(LoadError::Passthrough { .. })
-        ));
-    }
-
-    #[test]
-    fn limits_refuse_past_the_burst_and_survive_an_unchanged_reload() {
-        let limits = RateLimits::default();
-        let limit = Some(RateLimit {
-            per_minute: 1,
-            burst: 2,
-        });
-        assert_eq!(limits.check("gh", limit, None), Ok(()));
-        assert_eq!(limits.check("gh", limit, None), Ok(()));
-        assert_eq!(limits.check("gh", limit, None), Err(LimitHit::Cli));
+        let error = LoadedRegistry::resolve(registry, &|_| None).unwrap_err();
         assert_eq!(
-            limits.check(
-                "other",
-                None,
-                Some(RateLimit {
-                    per_minute: 0,
-                    burst: 1
-                })
-            ),
-            Err(LimitHit::Global)
+            error.to_string(),
+            "clis.gh.secret: NOPE is not set in porter's environment"
         );
+        let registry = Registry::from_json(
+            r#"{"clis":{"gh":{"hosts":["a.example"],"secret":{"env":"EMPTY"}}}}"#,
+        )
+        .unwrap();
+        let error = LoadedRegistry::resolve(registry, &|_| Some("\n".into())).unwrap_err();
+        assert_eq!(error.to_string(), "clis.gh.secret: the secret is empty");
     }
 }

@@ -1,7 +1,8 @@
-//! The daemon: binds the call and control sockets, reloads the registry and tokens
-//! files when they change, serves metrics, and drains calls on shutdown.
+//! The daemon: binds the proxy and control sockets, reloads the registry when it
+//! changes, serves metrics, seals itself against starting programs, and closes every
+//! tunnel on shutdown.
 //!
-//! Owns the sockets it binds (and removes them on exit); everything else is per call.
+//! Owns the sockets it binds (and removes them on exit).
 
 use std::{
     future::Future,
@@ -9,62 +10,36 @@ use std::{
     os::unix::fs::{FileTypeExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use saint_config::ErrorChain;
 use thiserror::Error;
 use tokio::net::UnixListener;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     audit::{AuditError, AuditLog},
-    call,
     capacity::KeyedSlots,
     control,
-    home::HomesRoot,
-    inject::{self, InjectError, Injector},
+    inject::{self, InjectError, Injector, oauth::AccessTokens},
+    keys::KeyStore,
     metrics::{Metrics, ReloadLabels},
-    registry_store::{LoadError, LoadedRegistry, RateLimits, RegistryStore, read_config_file},
+    registry_store::{LoadError, LoadedRegistry, RegistryStore, read_config_file},
+    seal::{self, SealError},
     state::{DaemonConfig, State},
-    supervisor::Pool,
-    tokens::{TokenError, TokenStore},
 };
-
-/// Most call connections served at once (each holds a few file descriptors and, once
-/// running, a child process).
-pub const MAX_CONNECTIONS: usize = 256;
-
-/// Supervisors kept started ahead of calls (each holds a socket and two pipes).
-const SUPERVISORS_READY: usize = 4;
 
 /// Why the daemon could not start or serve.
 #[derive(Debug, Error)]
 pub enum ServeError {
-    #[error("failed to prepare the call homes directory {path}")]
-    Homes {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Registry(#[from] LoadError),
-    #[error("invalid tokens file {path}")]
-    Tokens {
-        path: PathBuf,
-        #[source]
-        source: TokenError,
-    },
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error(transparent)]
     Inject(#[from] InjectError),
-    #[error("failed to read tokens file {path}")]
-    TokensFile {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Seal(#[from] SealError),
     #[error("failed to bind {path}")]
     Bind {
         path: PathBuf,
@@ -83,46 +58,23 @@ fn environment_lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Loads the registry and tokens and opens the audit log.
+/// Loads the registry (reading every secret), opens the audit log and makes the CA.
 pub fn build_state(config: DaemonConfig) -> Result<Arc<State>, ServeError> {
     let registry = LoadedRegistry::load(&config.registry, &environment_lookup)?;
-    registry.warn_unrunnable_binaries();
-    let session_calls = KeyedSlots::new(config.max_calls_per_session);
-    let handshakes = KeyedSlots::new(config.max_handshakes_per_peer);
-    let supervisors = Pool::new(config.supervisor.clone(), SUPERVISORS_READY);
-    let homes = HomesRoot::prepare(&config.call_homes).map_err(|source| ServeError::Homes {
-        path: config.call_homes.clone(),
-        source,
-    })?;
-    let tokens = TokenStore::default();
-    if let Some(path) = &config.tokens_file {
-        let text = read_config_file(path).map_err(|source| ServeError::TokensFile {
-            path: path.clone(),
-            source,
-        })?;
-        tokens
-            .load_local(&text)
-            .map_err(|source| ServeError::Tokens {
-                path: path.clone(),
-                source,
-            })?;
-    }
     let audit = Arc::new(AuditLog::open(&config.audit_log)?);
-    let injector = Arc::new(Injector::new(&config.inject, audit.clone())?);
+    let injector = Arc::new(Injector::new(&config.inject)?);
     Ok(Arc::new(State {
-        injector,
-        config,
         registry: RegistryStore::new(registry),
-        rate_limits: RateLimits::default(),
-        session_calls,
-        handshakes,
-        homes,
-        supervisors,
-        tokens,
+        keys: KeyStore::default(),
         audit,
+        injector,
+        access_tokens: AccessTokens::default(),
         metrics: Metrics::default(),
-        shutdown: CancellationToken::new(),
-        force: CancellationToken::new(),
+        uid_connections: KeyedSlots::new(config.max_connections_per_uid),
+        key_tunnels: KeyedSlots::new(config.max_tunnels_per_command),
+        tunnels: Arc::new(tokio::sync::Semaphore::new(config.max_tunnels.max(1))),
+        shutdown: tokio_util::sync::CancellationToken::new(),
+        config,
     }))
 }
 
@@ -160,10 +112,10 @@ fn bind(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
-/// Serves until `stop` resolves, then drains: new calls are refused, running calls get
-/// `shutdown_deadline` to finish, then their process groups are killed.
+/// Serves until `stop` resolves, then closes every tunnel and removes the sockets.
+/// Everything Porter needs is open before it seals itself: from then on it cannot
+/// start a program.
 pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<(), ServeError> {
-    // Metrics and control first: once the call socket exists, everything is up.
     if let Some(address) = state.config.metrics_listen {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -176,36 +128,23 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
         .as_deref()
         .map(bind)
         .transpose()?;
-    // The call socket last: its existence tells callers porter is ready.
-    let calls = bind(&state.config.socket)?;
+    if state.config.seal {
+        seal::install()?;
+    }
+    // The proxy socket last: its existence tells the agent Porter is ready.
+    let proxy = bind(&state.config.proxy_socket)?;
     let reloader = tokio::spawn(reload_loop(state.clone()));
-    // Stopped last: calls draining after SIGTERM still reach their hosts.
-    let proxy_stop = CancellationToken::new();
-    let proxy = tokio::spawn(inject::proxy::serve(
-        state.injector.clone(),
+    let proxy_stop = tokio_util::sync::CancellationToken::new();
+    let proxy_task = tokio::spawn(inject::proxy::serve(
+        state.clone(),
+        proxy,
         proxy_stop.clone(),
     ));
-    tracing::info!(socket = %state.config.socket.display(), "porter listening");
+    tracing::info!(socket = %state.config.proxy_socket.display(), sealed = state.config.seal, "porter listening");
 
-    let tracker = TaskTracker::new();
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(stop);
     loop {
         tokio::select! {
-            accepted = calls.accept() => match accepted {
-                Ok((stream, _)) => match connections.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        let state = state.clone();
-                        tracker.spawn(async move {
-                            call::handle(state, stream).await;
-                            drop(permit);
-                        });
-                    }
-                    // Over the limit: refuse at once rather than queue unbounded sockets.
-                    Err(_) => { tokio::spawn(call::refuse_busy(state.clone(), stream)); }
-                },
-                Err(error) => accept_failed(&error, "call").await,
-            },
             accepted = async { control.as_ref().expect("guarded").accept().await }, if control.is_some() => match accepted {
                 Ok((stream, _)) => { tokio::spawn(control::handle(state.clone(), stream)); }
                 Err(error) => accept_failed(&error, "control").await,
@@ -214,32 +153,16 @@ pub async fn serve(state: Arc<State>, stop: impl Future<Output = ()>) -> Result<
         }
     }
 
-    tracing::info!(running = tracker.len(), "porter shutting down");
+    tracing::info!(keys = state.keys.len(), "porter shutting down");
     state.shutdown.cancel();
-    drop(calls);
-    let _ = std::fs::remove_file(&state.config.socket);
+    proxy_stop.cancel();
+    let _ = proxy_task.await;
+    state.keys.end_all();
+    let _ = std::fs::remove_file(&state.config.proxy_socket);
     if let Some(path) = &state.config.control_socket {
         let _ = std::fs::remove_file(path);
     }
-    tracker.close();
-    if tokio::time::timeout(state.config.shutdown_deadline, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            running = tracker.len(),
-            "shutdown deadline passed, killing running calls"
-        );
-        state.force.cancel();
-        let _ = tokio::time::timeout(
-            state.config.kill_grace + Duration::from_secs(3),
-            tracker.wait(),
-        )
-        .await;
-    }
     reloader.abort();
-    proxy_stop.cancel();
-    let _ = proxy.await;
     Ok(())
 }
 
@@ -276,7 +199,7 @@ impl Watched {
     }
 
     /// The file's text if it changed since the last check. A file that cannot be read
-    /// (gone, a device, too large) keeps the last good contents serving.
+    /// (gone, a device, a FIFO, too large) keeps the last good contents serving.
     fn changed(&mut self, path: &Path, metrics: &Metrics) -> Option<String> {
         match read_config_file(path) {
             Ok(text) => {
@@ -314,29 +237,26 @@ fn count_reload(metrics: &Metrics, file: &str, result: &str) {
         .inc();
 }
 
-/// Polls the registry and tokens files and reloads them when their bytes change. Polling
-/// (not inotify) because a Kubernetes ConfigMap update swaps a symlinked directory,
-/// which inotify watches on the file miss.
+/// Polls the registry file and reloads it when its bytes change, and ends expired
+/// keys. Polling (not inotify) because a Kubernetes ConfigMap update swaps a symlinked
+/// directory, which inotify watches on the file miss.
 async fn reload_loop(state: Arc<State>) {
     let mut registry = Watched::new("registry", &state.config.registry);
-    let mut tokens = state
-        .config
-        .tokens_file
-        .as_deref()
-        .map(|path| (path, Watched::new("tokens", path)));
     let mut interval = tokio::time::interval(state.config.reload_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        state.keys.sweep(Instant::now());
+        state.metrics.live_keys.set(state.keys.len() as i64);
         if registry
             .changed(&state.config.registry, &state.metrics)
             .is_some()
         {
             let result = match LoadedRegistry::load(&state.config.registry, &environment_lookup) {
                 Ok(loaded) => {
-                    tracing::info!(clis = loaded.clis.len(), "registry reloaded");
-                    loaded.warn_unrunnable_binaries();
+                    tracing::info!(clis = loaded.entries.len(), "registry reloaded");
                     state.registry.replace(loaded);
+                    state.access_tokens.clear().await;
                     "ok"
                 }
                 Err(error) => {
@@ -346,21 +266,6 @@ async fn reload_loop(state: Arc<State>) {
                 }
             };
             count_reload(&state.metrics, "registry", result);
-        }
-        if let Some((path, watched)) = &mut tokens
-            && let Some(text) = watched.changed(path, &state.metrics)
-        {
-            let result = match state.tokens.load_local(&text) {
-                Ok(count) => {
-                    tracing::info!(count, "local tokens reloaded");
-                    "ok"
-                }
-                Err(error) => {
-                    tracing::error!(error = %ErrorChain(&error), "tokens reload refused");
-                    "error"
-                }
-            };
-            count_reload(&state.metrics, "tokens", result);
         }
     }
 }

@@ -1,54 +1,49 @@
 //! What every connection shares: the daemon's configuration and its live state (the
-//! registry, tokens, limits, supervisors, audit log, injecting proxy and metrics).
+//! registry, keys, limits, audit log, injecting proxy and metrics).
 //!
-//! Data only: the daemon (`server`) builds it, and the call and control handlers read it,
-//! so neither handler needs the daemon's module.
+//! Data only: the daemon (`server`) builds it, and the proxy and control handlers read
+//! it, so neither handler needs the daemon's module.
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     audit::AuditLog,
     capacity::KeyedSlots,
-    home::HomesRoot,
-    inject::{InjectConfig, Injector},
+    inject::{InjectConfig, Injector, oauth::AccessTokens},
+    keys::KeyStore,
     metrics::Metrics,
-    registry_store::{RateLimits, RegistryStore},
-    supervisor::Pool,
-    tokens::TokenStore,
+    registry_store::RegistryStore,
 };
 
 /// Everything the daemon is told at start.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
-    pub socket: PathBuf,
+    /// The proxy socket sandboxes reach through their relay.
+    pub proxy_socket: PathBuf,
+    /// The control socket for key registration (the agent only).
     pub control_socket: Option<PathBuf>,
     pub registry: PathBuf,
-    /// Canonical workspace root (sandbox `/workspace` and `/agent` map here).
-    pub workspace_root: PathBuf,
     pub audit_log: PathBuf,
-    pub tokens_file: Option<PathBuf>,
-    /// Peer uids allowed on the call socket; empty: any (the token still decides).
+    /// Peer uids allowed on the proxy socket; empty: any (the key still decides).
     pub allowed_uids: Vec<u32>,
     /// Peer uids allowed on the control socket.
     pub control_uids: Vec<u32>,
-    /// Where each call's fresh HOME is made (and removed after the call).
-    pub call_homes: PathBuf,
-    /// The supervisor binary (`porter-supervise`, or `porter` itself).
-    pub supervisor: PathBuf,
-    /// Calls one session may have running at once.
-    pub max_calls_per_session: usize,
-    /// Connections one peer process may have waiting for their handshake.
-    pub max_handshakes_per_peer: usize,
-    /// Between SIGTERM and SIGKILL.
-    pub kill_grace: Duration,
-    /// How long running calls may finish after SIGTERM to the daemon.
-    pub shutdown_deadline: Duration,
+    /// Proxy connections one uid may hold open at once, with or without a key.
+    pub max_connections_per_uid: usize,
+    /// Tunnels one command (one key) may hold open at once.
+    pub max_tunnels_per_command: usize,
+    /// Tunnels open at once over all commands.
+    pub max_tunnels: usize,
     pub reload_interval: Duration,
     pub metrics_listen: Option<SocketAddr>,
-    /// The injecting proxy.
+    /// The injecting proxy's CA and upstream trust.
     pub inject: InjectConfig,
+    /// Install the no-spawn seccomp filter once started (`seal`); off only for tests
+    /// that run the daemon inside their own process.
+    pub seal: bool,
 }
 
 /// Shared by every connection.
@@ -56,22 +51,18 @@ pub struct DaemonConfig {
 pub struct State {
     pub config: DaemonConfig,
     pub registry: RegistryStore,
-    pub rate_limits: RateLimits,
-    /// Running calls per session.
-    pub session_calls: KeyedSlots,
-    /// Connections per peer process that have not passed their handshake yet.
-    pub handshakes: KeyedSlots,
-    /// The per-call homes.
-    pub homes: HomesRoot,
-    /// Supervisors waiting for calls.
-    pub supervisors: Pool,
-    pub tokens: TokenStore,
+    pub keys: KeyStore,
     pub audit: Arc<AuditLog>,
-    /// The injecting proxy and its live calls.
     pub injector: Arc<Injector>,
+    /// Real OAuth 2.0 access tokens, by credential.
+    pub access_tokens: AccessTokens,
     pub metrics: Metrics,
-    /// Cancelled when shutdown starts: new calls are refused.
+    /// Open proxy connections per peer uid.
+    pub uid_connections: KeyedSlots,
+    /// Open tunnels per key.
+    pub key_tunnels: KeyedSlots,
+    /// Open tunnels over all keys.
+    pub tunnels: Arc<Semaphore>,
+    /// Cancelled when shutdown starts: tunnels close.
     pub shutdown: CancellationToken,
-    /// Cancelled when the shutdown deadline passes: running calls are killed.
-    pub force: CancellationToken,
 }

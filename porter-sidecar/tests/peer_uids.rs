@@ -1,9 +1,10 @@
 //! Porter's peer-uid gate with the bot pod's real uids: the real `porter` daemon runs as
-//! the Porter uid with the flags the operator gives it (calls from the sandbox uid,
-//! control from the agent uid, both from `saint_config::uids`), and real processes
-//! running as the sandbox, agent and a stranger uid connect to its unix sockets. Every
-//! process is in the shared group, as in the pod, so the sockets' mode lets all of them
-//! connect and only the gate can tell them apart.
+//! the Porter uid with the flags the operator gives it (proxy connections from the
+//! sandbox uid, control from the agent uid, both from `saint_config::uids`), and real
+//! processes running as the sandbox, agent and a stranger uid connect to its unix
+//! sockets. Every process is in the shared group, as in the pod, so the sockets' mode
+//! lets all of them connect and only the gate can tell them apart. The secret file is
+//! Porter's alone: the sandbox uid cannot open it, nor Porter's `/proc` files.
 //!
 //! Starting processes as other uids needs root: the test fails, saying so, without it.
 //! Its own harness (`harness = false`): the same binary, started with
@@ -17,11 +18,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use porter_protocol::registry::{CliEntry, Registry};
+use porter_protocol::registry::{CliEntry, Registry, SecretSource};
 use saint_config::uids::{AGENT_UID, PORTER_UID, SANDBOX_UID, SHARED_GID};
 
 /// Set (to the control socket's path) when this binary runs as the control client.
 const CLIENT_SOCKET_ENV: &str = "PORTER_PEER_UIDS_CONTROL_SOCKET";
+/// Set (to the proxy socket's path) when this binary runs as the proxy client.
+const PROXY_SOCKET_ENV: &str = "PORTER_PEER_UIDS_PROXY_SOCKET";
+/// The credential's secret, in a file only Porter's uid may read.
+const SECRET: &str = "ghp_peer_uids_secret_0123456789";
 /// A uid none of the pod's processes has.
 const STRANGER_UID: u32 = 4242;
 const REGISTER: &str =
@@ -35,13 +40,17 @@ fn main() {
         let line = std::env::args().nth(1).expect("a request line");
         std::process::exit(control_client(Path::new(&socket), &line));
     }
+    if let Ok(socket) = std::env::var(PROXY_SOCKET_ENV) {
+        let key = std::env::args().nth(1).expect("a key");
+        std::process::exit(proxy_client(Path::new(&socket), &key));
+    }
     assert!(
         nix::unistd::geteuid().is_root(),
         "peer_uids starts processes as the agent, Porter and sandbox uids and must run as \
          root (it does in CI and in ./test.sh)"
     );
     let pod = Pod::start();
-    let tests: [(&str, Scenario); 5] = [
+    let tests: [(&str, Scenario); 7] = [
         (
             "the_agent_uid_registers_tokens_on_the_control_socket",
             the_agent_uid_registers_tokens_on_the_control_socket,
@@ -55,12 +64,20 @@ fn main() {
             the_sandbox_uid_is_refused_on_the_control_socket,
         ),
         (
-            "the_agent_uid_is_refused_on_the_call_socket",
-            the_agent_uid_is_refused_on_the_call_socket,
+            "the_agent_uid_is_refused_on_the_proxy_socket",
+            the_agent_uid_is_refused_on_the_proxy_socket,
         ),
         (
             "another_uid_is_refused_on_both_sockets",
             another_uid_is_refused_on_both_sockets,
+        ),
+        (
+            "the_sandbox_uid_cannot_open_the_secret_or_porters_process_files",
+            the_sandbox_uid_cannot_open_the_secret_or_porters_process_files,
+        ),
+        (
+            "porter_is_sealed_against_starting_programs",
+            porter_is_sealed_against_starting_programs,
         ),
     ];
     println!("\nrunning {} tests", tests.len());
@@ -108,6 +125,30 @@ fn control_client(socket: &Path, line: &str) -> i32 {
     0
 }
 
+/// Sends a `CONNECT` with `key` on the proxy socket and prints Porter's status line
+/// (`closed` when Porter closed the connection without one).
+fn proxy_client(socket: &Path, key: &str) -> i32 {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    let mut stream = match UnixStream::connect(socket) {
+        Ok(stream) => stream,
+        Err(error) => {
+            eprintln!("failed to connect to {}: {error}", socket.display());
+            return 3;
+        }
+    };
+    let head = format!(
+        "CONNECT api.github.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
+        STANDARD.encode(format!("porter:{key}"))
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let mut status = String::new();
+    match BufReader::new(stream).read_line(&mut status) {
+        Ok(0) | Err(_) => println!("closed"),
+        Ok(_) => print!("{status}"),
+    }
+    0
+}
+
 /// Porter in a directory laid out like the pod's: everything owned by the Porter uid and
 /// the shared group, the binaries copied out of the build directory (under `/root`,
 /// which other uids cannot enter).
@@ -115,7 +156,7 @@ struct Pod {
     /// Removed (by root, with everything Porter wrote) when the test ends.
     _directory: tempfile::TempDir,
     bin: PathBuf,
-    workspace: PathBuf,
+    secret_file: PathBuf,
     socket: PathBuf,
     control_socket: PathBuf,
     audit_log: PathBuf,
@@ -131,61 +172,49 @@ impl Pod {
         let root = directory.path().to_owned();
         let bin = root.join("bin");
         std::fs::create_dir(&bin).unwrap();
-        for (name, source) in [
-            ("porter", env!("CARGO_BIN_EXE_porter")),
-            ("porter-supervise", env!("CARGO_BIN_EXE_porter-supervise")),
-            ("cliport-proxy", env!("CARGO_BIN_EXE_cliport-proxy")),
-        ] {
-            std::fs::copy(source, bin.join(name)).unwrap();
-        }
+        std::fs::copy(env!("CARGO_BIN_EXE_porter"), bin.join("porter")).unwrap();
         std::fs::copy(std::env::current_exe().unwrap(), bin.join("control-client")).unwrap();
-        let workspace = root.join("workspace");
-        std::fs::create_dir(&workspace).unwrap();
+        // The secret: Porter's uid alone may read it (as the operator mounts it into the
+        // porter container only).
+        let secret_file = root.join("secret");
+        std::fs::write(&secret_file, SECRET).unwrap();
+        std::os::unix::fs::chown(&secret_file, Some(PORTER_UID), Some(PORTER_UID)).unwrap();
+        std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o400)).unwrap();
         let registry = root.join("registry.json");
-        // `id -u` tells which uid a brokered CLI runs as.
         let mut clis = Registry::default();
         clis.clis.insert(
-            "id".into(),
+            "gh".into(),
             CliEntry {
-                bin: "/usr/bin/id".into(),
-                timeout_seconds: 30,
+                hosts: vec!["api.github.com".into()],
+                secret: SecretSource::File(secret_file.to_string_lossy().into_owned()),
                 ..CliEntry::default()
             },
         );
         std::fs::write(&registry, clis.to_json()).unwrap();
-        for path in [&root, &workspace, &registry] {
+        for path in [&root, &registry] {
             std::os::unix::fs::chown(path, Some(PORTER_UID), Some(SHARED_GID)).unwrap();
         }
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o770)).unwrap();
-        std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o770)).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-        let socket = root.join("run/porter.sock");
+        let socket = root.join("run/proxy.sock");
         let control_socket = root.join("control/control.sock");
         let audit_log = root.join("logs/porter.jsonl");
         // The flags the operator's Deployment passes (PORTER_ALLOWED_UIDS,
         // PORTER_CONTROL_UIDS), from the same constants.
         let mut porter = Command::new(bin.join("porter"))
-            .arg("--socket")
+            .arg("--proxy-socket")
             .arg(&socket)
+            .arg("--ca-certificate")
+            .arg(root.join("run/ca.pem"))
             .arg("--control-socket")
             .arg(&control_socket)
             .arg("--registry")
             .arg(&registry)
-            .arg("--workspace")
-            .arg(&workspace)
             .arg("--audit-log")
             .arg(&audit_log)
-            .arg("--call-homes")
-            .arg(root.join("homes"))
             .args(["--allowed-uid", &SANDBOX_UID.to_string()])
             .args(["--control-uid", &AGENT_UID.to_string()])
-            .args([
-                "--kill-grace-seconds",
-                "1",
-                "--shutdown-deadline-seconds",
-                "1",
-            ])
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", &root)
@@ -210,7 +239,7 @@ impl Pod {
         Self {
             _directory: directory,
             bin,
-            workspace,
+            secret_file,
             socket,
             control_socket,
             audit_log,
@@ -249,15 +278,32 @@ impl Pod {
         answer["token"].as_str().unwrap().to_owned()
     }
 
-    /// `id -u` through `cliport-proxy`, the sandbox's shim, running as `uid`.
-    fn call(&self, uid: u32, token: &str) -> Output {
-        Command::new(self.bin.join("cliport-proxy"))
-            .args(["id", "-u"])
+    /// A `CONNECT` with `key` on the proxy socket from a process running as `uid`:
+    /// Porter's status line, or `closed`.
+    fn connect(&self, uid: u32, key: &str) -> String {
+        let output = Command::new(self.bin.join("control-client"))
+            .arg(key)
             .env_clear()
-            .env("CLIPORT_SOCKET", &self.socket)
-            .env("CLIPORT_TOKEN", token)
-            .env("CLIPORT_CWD", "/workspace")
-            .current_dir(&self.workspace)
+            .env(PROXY_SOCKET_ENV, &self.socket)
+            .uid(uid)
+            .gid(SHARED_GID)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "the proxy client as uid {uid} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// A command run as `uid` in the shared group.
+    fn run_as(&self, uid: u32, script: &str) -> Output {
+        Command::new("/bin/sh")
+            .args(["-c", script])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir("/")
             .uid(uid)
             .gid(SHARED_GID)
             .output()
@@ -288,22 +334,16 @@ impl Pod {
             .count()
     }
 
-    /// A call by `uid` with a valid token is refused by the gate, and audited as such.
+    /// A connection by `uid` with a live key is closed by the gate, and audited as such.
     fn assert_call_refused(&self, uid: u32) {
         let token = self.token();
         let before = self.audit_lines();
-        let output = self.call(uid, &token);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            !output.status.success() && stderr.contains(&format!("uid {uid} may not call porter")),
-            "a call as uid {uid} was not refused by the gate: {:?}, stdout {:?}, stderr {stderr:?}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout)
-        );
+        let status = self.connect(uid, &token);
+        assert_eq!(status, "closed", "uid {uid} got a tunnel");
         let line = self.last_audit_after(before);
         assert_eq!(
-            (line["outcome"].as_str(), line["peer"]["uid"].as_u64()),
-            (Some("peer_denied"), Some(u64::from(uid))),
+            (line["decision"].as_str(), line["uid"].as_u64()),
+            (Some("refused"), Some(u64::from(uid))),
             "{line}"
         );
     }
@@ -335,32 +375,58 @@ fn the_agent_uid_registers_tokens_on_the_control_socket(pod: &Pod) {
 
 fn the_sandbox_uid_calls_porter_with_the_agents_token(pod: &Pod) {
     let token = pod.token();
-    let before = pod.audit_lines();
-    let output = pod.call(SANDBOX_UID, &token);
-    assert!(
-        output.status.success(),
-        "the sandbox's call failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    // The CLI runs as Porter, not as its caller.
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout).trim(),
-        PORTER_UID.to_string()
-    );
-    let line = pod.last_audit_after(before);
-    assert_eq!(line["peer"]["uid"], SANDBOX_UID, "{line}");
-    assert_eq!(line["exit"], 0, "{line}");
+    let status = pod.connect(SANDBOX_UID, &token);
+    assert!(status.starts_with("HTTP/1.1 200"), "the sandbox's CONNECT: {status}");
 }
 
 fn the_sandbox_uid_is_refused_on_the_control_socket(pod: &Pod) {
     pod.assert_control_refused(SANDBOX_UID);
 }
 
-fn the_agent_uid_is_refused_on_the_call_socket(pod: &Pod) {
+fn the_agent_uid_is_refused_on_the_proxy_socket(pod: &Pod) {
     pod.assert_call_refused(AGENT_UID);
 }
 
 fn another_uid_is_refused_on_both_sockets(pod: &Pod) {
     pod.assert_call_refused(STRANGER_UID);
     pod.assert_control_refused(STRANGER_UID);
+}
+
+fn the_sandbox_uid_cannot_open_the_secret_or_porters_process_files(pod: &Pod) {
+    let pid = pod.porter.id();
+    for path in [
+        pod.secret_file.display().to_string(),
+        format!("/proc/{pid}/environ"),
+        format!("/proc/{pid}/mem"),
+    ] {
+        let output = pod.run_as(SANDBOX_UID, &format!("cat '{path}'"));
+        assert!(!output.status.success(), "the sandbox uid opened {path}");
+        assert!(!String::from_utf8_lossy(&output.stdout).contains(SECRET));
+    }
+}
+
+fn porter_is_sealed_against_starting_programs(pod: &Pod) {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pod.porter.id())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(field("Seccomp:"), "2", "porter runs under a seccomp filter");
+    assert_eq!(field("NoNewPrivs:"), "1");
+    // The same filter, installed by `porter __check-seal`, refuses every spawn.
+    let check = Command::new(pod.bin.join("porter"))
+        .arg("__check-seal")
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "a sealed porter started a program: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(String::from_utf8_lossy(&check.stdout).contains("spawn refused"));
 }

@@ -1,163 +1,96 @@
-//! Shared test harness: a real `porter` daemon on a temp socket with a temp workspace,
-//! registry, tokens file and audit log, plus a raw protocol client.
+//! Shared test harness: the real `porter` daemon on temp sockets with a temp registry
+//! and audit log, the sandbox runner's real relay in front of its proxy socket (what
+//! every sandbox has on its loopback), and a control-socket client that registers keys
+//! the way the agent does.
 
 #![allow(dead_code)]
 
 use std::{
     collections::BTreeMap,
-    io::Write,
-    os::unix::{fs::PermissionsExt, net::UnixStream},
+    io::{BufRead, BufReader, Write},
+    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use porter_protocol::{
-    CliRequest, ErrorCode, Frame, PROTOCOL_VERSION, Request,
-    registry::{CliEntry, Registry},
-    sync_io::{read_frame, write_frame},
-};
-
-pub const TOKEN: &str = "test-token-0123456789abcdef";
-pub const EMPLOYEE_TOKEN: &str = "employee-token-0123456789";
-pub const CANARY: &str = "CANARY-ghp_s3cr3tV4lu3-do-not-leak";
+use porter_protocol::registry::Registry;
+use saint_config::sandbox_contract::PORTER_RELAY_ADDRESS;
 
 pub struct Daemon {
     pub directory: tempfile::TempDir,
-    pub workspace: PathBuf,
-    pub socket: PathBuf,
+    pub proxy_socket: PathBuf,
     pub control_socket: PathBuf,
+    pub ca_file: PathBuf,
     pub registry_path: PathBuf,
-    pub tokens_path: PathBuf,
     pub audit_log: PathBuf,
-    pub bin_dir: PathBuf,
+    /// The relay's loopback address (a sandbox's `127.0.0.1:3128`).
+    pub relay: String,
     pub process: Child,
+    _relay_runtime: tokio::runtime::Runtime,
 }
 
-/// Writes an executable shell script test CLI and returns its path.
-pub fn script(directory: &Path, name: &str, body: &str) -> String {
-    let path = directory.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_string_lossy().into_owned()
-}
-
-pub fn cli(bin: &str) -> CliEntry {
-    CliEntry {
-        bin: bin.to_owned(),
-        timeout_seconds: 30,
-        ..CliEntry::default()
-    }
+/// A registered key and its command's environment, with the proxy address pointed at
+/// this test's relay.
+pub struct Registered {
+    pub key: String,
+    pub env: BTreeMap<String, String>,
 }
 
 impl Daemon {
-    /// Starts the daemon with the CLIs that `build` registers (given the bin directory).
-    pub fn start(build: impl FnOnce(&Path, &mut Registry)) -> Self {
-        Self::start_with(build, &[])
+    /// Porter serving `registry`, with `extra_arguments`.
+    pub fn start(registry: &Registry, extra_arguments: &[&str]) -> Self {
+        Self::try_start(&registry.to_json(), extra_arguments)
+            .unwrap_or_else(|output| panic!("porter exited before it was ready: {output}"))
     }
 
-    pub fn start_with(build: impl FnOnce(&Path, &mut Registry), extra_arguments: &[&str]) -> Self {
-        Self::try_start_with(build, extra_arguments)
-            .unwrap_or_else(|status| panic!("porter exited before it was ready: {status}"))
-    }
-
-    /// A daemon serving `/metrics` on a free loopback port, and that address. The port
-    /// is found free and released before porter binds it, so a test running beside this
-    /// one may take it first: porter then exits at start, and another port is tried.
-    pub fn start_with_metrics(
-        build: impl Fn(&Path, &mut Registry),
-        extra_arguments: &[&str],
-    ) -> (Self, String) {
-        let mut last_exit = None;
-        for _ in 0..5 {
-            let address = free_loopback_address();
-            let arguments: Vec<&str> = ["--metrics-listen", address.as_str()]
-                .into_iter()
-                .chain(extra_arguments.iter().copied())
-                .collect();
-            match Self::try_start_with(&build, &arguments) {
-                Ok(daemon) => return (daemon, address),
-                Err(status) => last_exit = Some(status),
-            }
-        }
-        panic!("porter exited at start five times, each on another port: {last_exit:?}");
-    }
-
-    /// Starts porter and waits until its call socket exists; its exit status when it
-    /// stopped before that.
-    fn try_start_with(
-        build: impl FnOnce(&Path, &mut Registry),
-        extra_arguments: &[&str],
-    ) -> Result<Self, std::process::ExitStatus> {
+    /// Starts porter with a registry file holding `registry_text` and waits until its
+    /// proxy socket exists; its exit status and stderr when it stopped before that.
+    pub fn try_start(registry_text: &str, extra_arguments: &[&str]) -> Result<Self, String> {
         let directory = tempfile::tempdir().unwrap();
-        let workspace = directory.path().join("workspace");
-        std::fs::create_dir_all(workspace.join("repo")).unwrap();
-        let bin_dir = directory.path().join("bin");
-        std::fs::create_dir_all(&bin_dir).unwrap();
-        let mut registry = Registry::default();
-        build(&bin_dir, &mut registry);
         let registry_path = directory.path().join("registry.json");
-        std::fs::write(&registry_path, registry.to_json()).unwrap();
-        let tokens = directory.path().join("tokens.json");
-        std::fs::write(
-            &tokens,
-            format!(r#"{{"tokens":[{{"token":"{TOKEN}","session":"s-local","contact":"owner","role":"owner"}},{{"token":"{EMPLOYEE_TOKEN}","session":"s-emp","contact":"ana","role":"employee"}}]}}"#),
-        )
-        .unwrap();
-        let socket = directory.path().join("run/porter.sock");
+        std::fs::write(&registry_path, registry_text).unwrap();
+        Self::start_with_registry_path(directory, registry_path, extra_arguments)
+    }
+
+    pub fn start_with_registry_path(
+        directory: tempfile::TempDir,
+        registry_path: PathBuf,
+        extra_arguments: &[&str],
+    ) -> Result<Self, String> {
+        let proxy_socket = directory.path().join("run/proxy.sock");
+        let ca_file = directory.path().join("run/ca.pem");
         let control_socket = directory.path().join("control/control.sock");
         let audit_log = directory.path().join("logs/porter.jsonl");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_porter"));
-        command
-            .arg("--socket")
-            .arg(&socket)
+        let stderr = directory.path().join("porter.stderr");
+        let mut process = Command::new(env!("CARGO_BIN_EXE_porter"))
+            .arg("--proxy-socket")
+            .arg(&proxy_socket)
+            .arg("--ca-certificate")
+            .arg(&ca_file)
             .arg("--control-socket")
             .arg(&control_socket)
             .arg("--registry")
             .arg(&registry_path)
-            .arg("--workspace")
-            .arg(&workspace)
             .arg("--audit-log")
             .arg(&audit_log)
-            .arg("--tokens-file")
-            .arg(&tokens)
-            // Each daemon its own homes root: the default is one per uid in the temp
-            // directory, which every daemon empties at start, so parallel tests would
-            // delete each other's call homes mid-call.
-            .arg("--call-homes")
-            .arg(directory.path().join("call-homes"))
-            .args([
-                "--kill-grace-seconds",
-                "1",
-                "--reload-interval-ms",
-                "100",
-                "--shutdown-deadline-seconds",
-                "3",
-            ])
+            .args(["--reload-interval-ms", "100"])
             .args(extra_arguments)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", directory.path())
-            .env("PORTER_SECRET_PASSTHROUGH", format!("{CANARY}-passthrough"))
             .env("PORTER_LOG", "warn")
-            .stdin(Stdio::null());
-        let process = command.spawn().unwrap();
-        let daemon = Self {
-            directory,
-            workspace,
-            socket,
-            control_socket,
-            registry_path,
-            tokens_path: tokens,
-            audit_log,
-            bin_dir,
-            process,
-        };
-        let mut daemon = daemon;
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
         let started = Instant::now();
-        while !daemon.socket.exists() {
-            if let Some(status) = daemon.process.try_wait().unwrap() {
-                return Err(status);
+        while !proxy_socket.exists() {
+            if let Some(status) = process.try_wait().unwrap() {
+                return Err(format!(
+                    "{status}: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                ));
             }
             assert!(
                 started.elapsed() < Duration::from_secs(20),
@@ -165,31 +98,103 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(daemon)
+        let relay_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = relay_runtime
+            .block_on(saint_sandbox_runner::relay::bind(
+                "127.0.0.1:0".parse().unwrap(),
+            ))
+            .unwrap();
+        let relay = listener.local_addr().unwrap().to_string();
+        relay_runtime.spawn(saint_sandbox_runner::relay::serve(
+            listener,
+            proxy_socket.clone(),
+        ));
+        Ok(Self {
+            directory,
+            proxy_socket,
+            control_socket,
+            ca_file,
+            registry_path,
+            audit_log,
+            relay,
+            process,
+            _relay_runtime: relay_runtime,
+        })
     }
 
     pub fn pid(&self) -> u32 {
         self.process.id()
     }
 
-    /// Runs `cliport-proxy` as `cli` with `args`, in the sandbox cwd `/workspace`.
-    pub fn proxy(&self, cli: &str, args: &[&str], token: &str) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cliport-proxy"));
-        command
-            .arg(cli)
-            .args(args)
+    /// One control line and its answer.
+    pub fn control(&self, line: &str) -> serde_json::Value {
+        let mut stream = UnixStream::connect(&self.control_socket).unwrap();
+        stream.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap()
+    }
+
+    /// Registers a key for a command of `contact` with `role`, as the agent does.
+    pub fn register(&self, contact: &str, role: &str) -> Registered {
+        let answer = self.control(
+            &serde_json::json!({
+                "op": "register", "session": format!("s-{contact}"), "contact": contact,
+                "role": role, "ttlSeconds": 300, "command": "sha256:test"
+            })
+            .to_string(),
+        );
+        assert_eq!(answer["ok"], true, "{answer}");
+        let mut env: BTreeMap<String, String> =
+            serde_json::from_value(answer["env"].clone()).unwrap();
+        for value in env.values_mut() {
+            // The sandbox's relay listens on 127.0.0.1:3128 in its own network
+            // namespace; here the test's relay does, on some free port.
+            *value = value.replace(PORTER_RELAY_ADDRESS, &self.relay);
+            *value = value.replace(
+                saint_config::sandbox_contract::PORTER_CA_PATH,
+                &self.ca_file.to_string_lossy(),
+            );
+        }
+        Registered {
+            key: answer["token"].as_str().unwrap().to_owned(),
+            env,
+        }
+    }
+
+    pub fn revoke(&self, key: &str) {
+        let answer = self.control(&serde_json::json!({"op": "revoke", "token": key}).to_string());
+        assert_eq!(answer["revoked"], true, "{answer}");
+    }
+
+    /// A command running on this machine with `command`'s environment only (plus PATH,
+    /// HOME and git's identity), in `directory`.
+    pub fn run(&self, command: &Registered, directory: &Path, program: &str, arguments: &[&str]) -> std::process::Output {
+        Command::new(program)
+            .args(arguments)
+            .current_dir(directory)
             .env_clear()
-            .env("CLIPORT_SOCKET", &self.socket)
-            .env("CLIPORT_TOKEN", token)
-            .env("CLIPORT_CWD", "/workspace")
-            .current_dir(&self.workspace);
-        command
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", directory)
+            .env("GH_PROMPT_DISABLED", "1")
+            .env("GH_NO_UPDATE_NOTIFIER", "1")
+            .env("GIT_AUTHOR_NAME", "Ana")
+            .env("GIT_AUTHOR_EMAIL", "ana@example.com")
+            .env("GIT_COMMITTER_NAME", "Ana")
+            .env("GIT_COMMITTER_EMAIL", "ana@example.com")
+            .envs(&command.env)
+            .output()
+            .unwrap()
     }
 
     /// Audit lines so far: complete lines only — Porter may be appending one while
     /// the test reads, and a line is only whole once its newline is written.
     pub fn audit(&self) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        let text = self.raw_log_text();
         let complete = match text.rfind('\n') {
             Some(end) => &text[..end],
             None => "",
@@ -200,168 +205,109 @@ impl Daemon {
             .collect()
     }
 
-    /// Waits until the audit log has at least `count` lines, and returns the last.
-    pub fn wait_audit(&self, count: usize) -> serde_json::Value {
-        let started = Instant::now();
-        loop {
-            let lines = self.audit();
-            if lines.len() >= count {
-                return lines[count - 1].clone();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "audit line {count} never came: {lines:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// The proxy's request decisions so far.
+    pub fn decisions(&self) -> Vec<serde_json::Value> {
+        self.audit()
+            .into_iter()
+            .filter(|line| line["kind"] == "request")
+            .collect()
     }
 
     pub fn raw_log_text(&self) -> String {
         std::fs::read_to_string(&self.audit_log).unwrap_or_default()
     }
-
-    pub fn connect(&self) -> UnixStream {
-        UnixStream::connect(&self.socket).unwrap()
-    }
-
-    /// Sends a request and collects every frame until the last one. A refused
-    /// connection (peer not allowed) may be closed by Porter before the request is
-    /// written: a broken pipe then is expected, and the Error frame is still read.
-    pub fn call(&self, request: CliRequest) -> Vec<Frame> {
-        let mut stream = self.connect();
-        let sent = write_frame(
-            &mut stream,
-            &Frame::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .and_then(|()| write_frame(&mut stream, &Frame::Request(Request::Cli(request))));
-        if let Err(error) = sent {
-            assert_eq!(
-                error.kind(),
-                std::io::ErrorKind::BrokenPipe,
-                "sending the request: {error}"
-            );
-        }
-        collect(&mut stream)
-    }
-
-    pub fn control(&self, line: &str) -> serde_json::Value {
-        use std::io::BufRead;
-        let mut stream = UnixStream::connect(&self.control_socket).unwrap();
-        stream.write_all(format!("{line}\n").as_bytes()).unwrap();
-        let mut reader = std::io::BufReader::new(stream);
-        let mut response = String::new();
-        reader.read_line(&mut response).unwrap();
-        serde_json::from_str(&response).unwrap()
-    }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.process.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = self.process.kill();
         let _ = self.process.wait();
     }
 }
 
-pub fn request(cli: &str, args: &[&str], token: &str) -> CliRequest {
-    CliRequest {
-        cli: cli.into(),
-        args: args.iter().map(|argument| (*argument).to_owned()).collect(),
-        cwd: "/workspace".into(),
-        token: token.into(),
-        env: BTreeMap::new(),
-        stdin: false,
-    }
+pub fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
-pub fn collect(stream: &mut UnixStream) -> Vec<Frame> {
-    let mut frames = Vec::new();
-    while let Some(frame) = read_frame(stream).unwrap() {
-        let last = matches!(frame, Frame::Exit { .. } | Frame::Error { .. });
-        frames.push(frame);
-        if last {
-            break;
+/// A fresh random GitHub-looking token (letters and digits, so no accidental hex match).
+pub fn random_secret() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0_u8; 36];
+    getrandom::fill(&mut bytes).unwrap();
+    let tail: String = bytes
+        .iter()
+        .map(|byte| char::from(ALPHABET[usize::from(*byte) % ALPHABET.len()]))
+        .collect();
+    format!("ghp_{tail}")
+}
+
+/// Every form of `secret` a leak could take: literal, reversed, base64 (standard and
+/// URL-safe, with and without a newline), hex, percent-encoded — as windows, so split
+/// halves are caught too. Whitespace is ignored (od and base64 wrap their output).
+pub fn assert_no_secret(label: &str, haystack: &str, secret: &str) {
+    use base64::{
+        Engine,
+        engine::general_purpose::{STANDARD, URL_SAFE},
+    };
+    let squeezed: String = haystack.chars().filter(|c| !c.is_whitespace()).collect();
+    let lower = squeezed.to_ascii_lowercase();
+    let reversed: String = secret.chars().rev().collect();
+    let utf16: String = secret.chars().flat_map(|c| [c, '\0']).collect();
+    let encodings = [
+        (secret.to_owned(), 12),
+        (reversed, 12),
+        (STANDARD.encode(secret), 16),
+        (URL_SAFE.encode(secret), 16),
+        (STANDARD.encode(format!("{secret}\n")), 16),
+        (STANDARD.encode(&utf16), 16),
+        (hex::encode(secret), 24),
+    ];
+    for (encoded, window) in encodings {
+        for start in 0..=encoded.len() - window {
+            let piece = &encoded[start..start + window];
+            let found = if piece.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                lower.contains(&piece.to_ascii_lowercase())
+            } else {
+                squeezed.contains(piece)
+            };
+            assert!(
+                !found,
+                "{label}: the secret leaked as {encoded:?} (piece {piece:?})"
+            );
         }
     }
-    frames
-}
-
-pub fn stdout_of(frames: &[Frame]) -> String {
-    let mut out = Vec::new();
-    for frame in frames {
-        if let Frame::Stdout(data) = frame {
-            out.extend_from_slice(data);
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub fn error_of(frames: &[Frame]) -> Option<ErrorCode> {
-    frames.iter().find_map(|frame| match frame {
-        Frame::Error { code, .. } => Some(*code),
-        _ => None,
-    })
-}
-
-/// Processes whose command line contains `marker` (reads /proc).
-pub fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(command_line) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        // Zombies have an empty cmdline; only live processes count.
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit(") ")
-            .next()
-            .is_some_and(|rest| rest.starts_with('Z'));
-        // Arguments are NUL-separated in /proc; join them with spaces as a shell would.
-        let command_line = String::from_utf8_lossy(&command_line).replace('\0', " ");
-        if !zombie && command_line.contains(marker) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-/// Polls until no live process matches `marker`.
-pub fn wait_gone(marker: &str, within: Duration) -> Vec<u32> {
-    let started = Instant::now();
-    loop {
-        let left = processes_with(marker);
-        if left.is_empty() || started.elapsed() > within {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let utf16_bytes: Vec<u8> = secret.bytes().flat_map(|byte| [byte, 0]).collect();
+    assert!(
+        !haystack
+            .as_bytes()
+            .windows(utf16_bytes.len())
+            .any(|window| window == utf16_bytes),
+        "{label}: the secret leaked as UTF-16"
+    );
 }
 
 /// Peak resident set size of a process in KiB (VmHWM).
 pub fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+    status_field(pid, "VmHWM:")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
         .unwrap()
 }
 
-/// A free loopback address for a daemon's `--metrics-listen` (bound, noted, released).
-fn free_loopback_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
+/// A field of `/proc/<pid>/status`, trimmed.
+pub fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// Replaces `path` the way a ConfigMap update does (write aside, rename over), so the
@@ -370,46 +316,4 @@ pub fn write_atomically(path: &Path, contents: &str) {
     let staged = path.with_extension("staged");
     std::fs::write(&staged, contents).unwrap();
     std::fs::rename(&staged, path).unwrap();
-}
-
-/// The value of one series (`name{labels}`) in the daemon's `/metrics`, if present.
-pub fn metric_value(address: &str, series: &str) -> Option<u64> {
-    metrics(address).lines().find_map(|line| {
-        line.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-/// Polls `/metrics` until `series` reads `value`; fails with `what` after 10 s.
-pub fn wait_for_metric(address: &str, series: &str, value: u64, what: &str) {
-    let started = Instant::now();
-    loop {
-        let current = metric_value(address, series);
-        if current == Some(value) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{what}: {series} is {current:?} after 10 s, expected {value}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The daemon's `/metrics` text from `address`.
-pub fn metrics(address: &str) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream
-        .write_all(
-            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }

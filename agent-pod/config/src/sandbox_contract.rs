@@ -112,14 +112,25 @@ pub const SANDBOX_PORTER_MOUNT_PATH: &str = "/run/saint/porter";
 /// The workspace-volume `subPath` of Porter's socket directory.
 pub const PORTER_RUN_SUBPATH: &str = ".saint/run/porter";
 
-/// Porter's call socket file name in its socket directory (the sandbox's proxy looks
-/// for exactly this).
-pub const PORTER_SOCKET_FILE_NAME: &str = "porter.sock";
+/// Porter's proxy socket file name in its socket directory (the sandbox runner's relay
+/// connects to exactly this).
+pub const PORTER_SOCKET_FILE_NAME: &str = "proxy.sock";
 
-/// Porter's call socket in the pod: [`SANDBOX_PORTER_MOUNT_PATH`] +
+/// Porter's proxy socket in the pod: [`SANDBOX_PORTER_MOUNT_PATH`] +
 /// [`PORTER_SOCKET_FILE_NAME`] (the Porter container mounts the directory where the
 /// sandbox does).
-pub const PORTER_SOCKET_PATH: &str = "/run/saint/porter/porter.sock";
+pub const PORTER_SOCKET_PATH: &str = "/run/saint/porter/proxy.sock";
+
+/// The certificate of the CA Porter makes at start-up, in its socket directory: the
+/// CLIs in a sandbox trust it for the hosts Porter's proxy terminates.
+pub const PORTER_CA_FILE_NAME: &str = "ca.pem";
+
+/// [`PORTER_CA_FILE_NAME`] as the sandbox (and the Porter container) sees it.
+pub const PORTER_CA_PATH: &str = "/run/saint/porter/ca.pem";
+
+/// Where the runner's relay to Porter's proxy socket listens inside every sandbox's own
+/// network namespace: commands' `HTTPS_PROXY` points here.
+pub const PORTER_RELAY_ADDRESS: &str = "127.0.0.1:3128";
 
 /// The directory of Porter's control socket in the pod: only the agent and Porter
 /// containers mount it, never a sandbox.
@@ -149,8 +160,6 @@ pub fn agent_runner_socket_path(agent_run_directory: &Path, job: &str) -> PathBu
 pub const RUNNER_SOCKET_ENV: &str = "SAINT_RUNNER_SOCKET";
 /// Environment variable: the token every request to the runner must carry.
 pub const RUNNER_TOKEN_ENV: &str = "SAINT_RUNNER_TOKEN";
-/// Environment variable: the CLIs to shim through Porter, a JSON array of names.
-pub const RUNNER_CLIS_ENV: &str = "SAINT_SANDBOX_CLIS";
 /// Environment variable: what to copy from `/agent` into the scratch copy at first
 /// start, a JSON array of relative paths.
 pub const RUNNER_SEED_ENV: &str = "SAINT_SANDBOX_SEED";
@@ -168,8 +177,6 @@ pub struct RunnerSettings {
     pub socket: String,
     /// The token every request must carry ([`RUNNER_TOKEN_ENV`]); empty when unset.
     pub token: String,
-    /// CLI names to shim through Porter ([`RUNNER_CLIS_ENV`]).
-    pub clis: Vec<String>,
     /// Relative paths to seed the scratch copy with ([`RUNNER_SEED_ENV`]).
     pub seed: Vec<String>,
     /// Idle seconds before the runner exits ([`RUNNER_IDLE_TIMEOUT_ENV`]).
@@ -186,7 +193,6 @@ impl Default for RunnerSettings {
         Self {
             socket: runner_socket_path(),
             token: String::new(),
-            clis: Vec::new(),
             seed: Vec::new(),
             idle_timeout_seconds: DEFAULT_SANDBOX_IDLE_TIMEOUT_SECONDS,
             require_network_cut: false,
@@ -201,7 +207,6 @@ impl fmt::Debug for RunnerSettings {
             .debug_struct("RunnerSettings")
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
-            .field("clis", &self.clis)
             .field("seed", &self.seed)
             .field("idle_timeout_seconds", &self.idle_timeout_seconds)
             .field("require_network_cut", &self.require_network_cut)
@@ -244,7 +249,6 @@ impl RunnerSettings {
         vec![
             (RUNNER_SOCKET_ENV.to_string(), self.socket.clone()),
             (RUNNER_TOKEN_ENV.to_string(), self.token.clone()),
-            (RUNNER_CLIS_ENV.to_string(), list(&self.clis)),
             (RUNNER_SEED_ENV.to_string(), list(&self.seed)),
             (
                 RUNNER_IDLE_TIMEOUT_ENV.to_string(),
@@ -271,9 +275,6 @@ impl RunnerSettings {
         }
         if let Some(token) = lookup(RUNNER_TOKEN_ENV) {
             settings.token = token;
-        }
-        if let Some(clis) = lookup(RUNNER_CLIS_ENV) {
-            settings.clis = parse_list(RUNNER_CLIS_ENV, &clis)?;
         }
         if let Some(seed) = lookup(RUNNER_SEED_ENV) {
             settings.seed = parse_list(RUNNER_SEED_ENV, &seed)?;
@@ -337,7 +338,6 @@ mod tests {
         let settings = RunnerSettings {
             socket: "/run/saint/sandbox/runner, with comma.sock".to_string(),
             token: "token,with,commas".to_string(),
-            clis: vec!["gh".to_string(), "odd,name".to_string()],
             seed: vec![
                 "notes/a,b.md".to_string(),
                 "skills".to_string(),
@@ -355,7 +355,6 @@ mod tests {
             [
                 RUNNER_SOCKET_ENV,
                 RUNNER_TOKEN_ENV,
-                RUNNER_CLIS_ENV,
                 RUNNER_SEED_ENV,
                 RUNNER_IDLE_TIMEOUT_ENV,
                 RUNNER_REQUIRE_NETWORK_CUT_ENV
@@ -363,7 +362,6 @@ mod tests {
         );
         let parsed = RunnerSettings::from_env(lookup_in(&environment)).unwrap();
         assert_eq!(parsed, settings);
-        assert_eq!(parsed.clis.len(), 2);
         assert_eq!(parsed.seed.len(), 3);
     }
 
@@ -382,7 +380,7 @@ mod tests {
     #[test]
     fn a_malformed_variable_is_refused_by_name() {
         let cases = [
-            (RUNNER_CLIS_ENV, "gh,jira"),
+            (RUNNER_SEED_ENV, "SOUL.md,skills"),
             (RUNNER_SEED_ENV, "[\"SOUL.md\", 3]"),
             (RUNNER_IDLE_TIMEOUT_ENV, "an hour"),
             (RUNNER_SOCKET_ENV, ""),

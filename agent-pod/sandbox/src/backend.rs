@@ -28,8 +28,6 @@ pub struct LocalMachine {
     pub bwrap: PathBuf,
     /// `SAINT_SANDBOX_RUNNER`, default `saint-sandbox-runner` next to this executable.
     pub runner: PathBuf,
-    /// `SAINT_CLIPORT_PROXY`, default `cliport-proxy` next to this executable.
-    pub proxy: PathBuf,
     /// `SAINT_SANDBOX_STATE`, default `$XDG_STATE_HOME/saint/sandboxes/<bot>-<hash of
     /// the workspace>` (or `~/.local/state/...`); must be outside the workspace.
     pub state_directory: PathBuf,
@@ -61,8 +59,6 @@ impl LocalMachine {
                 .map_or_else(|| PathBuf::from("/usr/bin/bwrap"), PathBuf::from),
             runner: env("SAINT_SANDBOX_RUNNER")
                 .map_or_else(|| beside_executable("saint-sandbox-runner"), PathBuf::from),
-            proxy: env("SAINT_CLIPORT_PROXY")
-                .map_or_else(|| beside_executable("cliport-proxy"), PathBuf::from),
             state_directory: env("SAINT_SANDBOX_STATE").map_or_else(
                 || {
                     state_home
@@ -125,7 +121,6 @@ pub fn local(
     let mut local =
         LocalConfig::for_bot(config, workspace, machine.state_directory, machine.runner);
     local.bwrap = machine.bwrap;
-    local.proxy = machine.proxy.is_file().then_some(machine.proxy);
     local.porter_socket_directory = machine
         .porter_socket_directory
         .is_dir()
@@ -172,7 +167,6 @@ pub async fn kubernetes(
             namespace,
             bot: config.bot.name.clone(),
             template,
-            clis: config.porter.clis.clone(),
             seed: seed_entries(),
             agent_run_directory,
             idle_timeout: Duration::from_secs(config.sandbox.idle_timeout_seconds),
@@ -280,7 +274,6 @@ mod tests {
         let machine = LocalMachine {
             bwrap: "/usr/bin/bwrap".into(),
             runner: "/nonexistent/saint-sandbox-runner".into(),
-            proxy: "/nonexistent/cliport-proxy".into(),
             state_directory: state.path().into(),
             porter_socket_directory: "/nonexistent".into(),
         };
@@ -305,8 +298,7 @@ mod tests {
             let machine = LocalMachine {
                 bwrap: bwrap.clone(),
                 runner: runner.path().into(),
-                proxy: "/nonexistent/cliport-proxy".into(),
-                state_directory: state.path().into(),
+                    state_directory: state.path().into(),
                 porter_socket_directory: "/nonexistent".into(),
             };
             let error = local(&config(), workspace.path().into(), machine)

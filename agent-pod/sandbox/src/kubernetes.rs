@@ -67,8 +67,6 @@ pub struct JobParameters<'a> {
     pub suffix: &'a str,
     /// The token the runner requires.
     pub runner_token: &'a str,
-    /// Porter CLI names to shim.
-    pub clis: &'a [String],
     /// Files copied from `/agent` into `/workspace` at start.
     pub seed: &'a [String],
     /// The runner's own idle exit (a backstop; the agent reaps first).
@@ -252,7 +250,6 @@ pub fn build_job(
     let settings = RunnerSettings {
         socket: runner_socket_path(),
         token: parameters.runner_token.to_string(),
-        clis: parameters.clis.to_vec(),
         seed: parameters.seed.to_vec(),
         idle_timeout_seconds: parameters.runner_idle_timeout_seconds,
         // The pod has an address before its NetworkPolicy is enforced.
@@ -350,8 +347,6 @@ pub struct KubernetesConfig {
     pub bot: String,
     /// `BotConfig.sandbox.jobTemplate`.
     pub template: serde_json::Value,
-    /// Porter CLI names.
-    pub clis: Vec<String>,
     /// Seed entries for `/workspace`.
     pub seed: Vec<String>,
     /// The agent container's `/run/saint` (the shared run directory).
@@ -500,7 +495,6 @@ impl KubernetesSandbox {
             view,
             suffix,
             runner_token: &token,
-            clis: &self.config.clis,
             seed: &self.config.seed,
             runner_idle_timeout_seconds: (self.config.idle_timeout.as_secs() * 2).max(60),
             owner: self.config.owner.as_ref(),
@@ -694,7 +688,7 @@ mod tests {
             &template(),
             &JobParameters {
                 view: &view,
-                ..parameters(&scope, &[], &[])
+                ..parameters(&scope, &[])
             },
         )
         .unwrap();
@@ -714,7 +708,7 @@ mod tests {
             "{mounts}"
         );
         // An empty view: no workspace mount at /agent at all.
-        let job = build_job(&template(), &parameters(&scope, &[], &[])).unwrap();
+        let job = build_job(&template(), &parameters(&scope, &[])).unwrap();
         let value = serde_json::to_value(&job).unwrap();
         let mounts = value["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].to_string();
         assert!(!mounts.contains("\"/agent"), "{mounts}");
@@ -723,7 +717,7 @@ mod tests {
         whole["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0] =
             json!({"name": "workspace", "mountPath": "/agent", "readOnly": true});
         assert!(matches!(
-            build_job(&whole, &parameters(&scope, &[], &[])),
+            build_job(&whole, &parameters(&scope, &[])),
             Err(JobBuildError::NoViewPlaceholder)
         ));
         let mut extra = template();
@@ -731,25 +725,20 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "workspace", "mountPath": "/everything", "readOnly": true}));
-        let refused = build_job(&extra, &parameters(&scope, &[], &[])).unwrap_err();
+        let refused = build_job(&extra, &parameters(&scope, &[])).unwrap_err();
         assert!(
             matches!(&refused, JobBuildError::WholeWorkspace { mount_path } if mount_path == "/everything"),
             "{refused}"
         );
     }
 
-    fn parameters<'a>(
-        scope: &'a ScopeKey,
-        clis: &'a [String],
-        seed: &'a [String],
-    ) -> JobParameters<'a> {
+    fn parameters<'a>(scope: &'a ScopeKey, seed: &'a [String]) -> JobParameters<'a> {
         JobParameters {
             bot: "my-bot",
             scope,
             view: &NO_VIEW,
             suffix: "a1b2c3",
             runner_token: "runner-token-1",
-            clis,
             seed,
             runner_idle_timeout_seconds: 3600,
             owner: None,
@@ -766,7 +755,7 @@ mod tests {
         pod["containers"][0]["securityContext"] =
             json!({"runAsUser": 4242, "readOnlyRootFilesystem": true});
         pod["initContainers"] = json!([{"name": "init", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0", "securityContext": {"runAsUser": 0}}]);
-        let job = build_job(&template, &parameters(&scope, &[], &[])).unwrap();
+        let job = build_job(&template, &parameters(&scope, &[])).unwrap();
         let value = serde_json::to_value(&job).unwrap();
         let pod = &value["spec"]["template"]["spec"];
         assert_eq!(
@@ -780,7 +769,7 @@ mod tests {
         );
         assert_eq!(pod["initContainers"][0]["securityContext"], json!({}));
         // A template with no security context at all gets one.
-        let job = build_job(&self::template(), &parameters(&scope, &[], &[])).unwrap();
+        let job = build_job(&self::template(), &parameters(&scope, &[])).unwrap();
         let context = job
             .spec
             .unwrap()
@@ -798,9 +787,8 @@ mod tests {
     #[test]
     fn job_fills_name_labels_runner_settings_and_keeps_the_operators_policy() {
         let scope = test_scope(SandboxScope::Session, "http:acme-ana");
-        let clis = vec!["gh".to_string(), "jira".to_string()];
         let seed = vec!["SOUL.md".to_string(), "skills".to_string()];
-        let job = build_job(&template(), &parameters(&scope, &clis, &seed)).unwrap();
+        let job = build_job(&template(), &parameters(&scope, &seed)).unwrap();
         let value = serde_json::to_value(&job).unwrap();
         let name = format!("my-bot-sbx-{}-a1b2c3", scope.id());
         assert_eq!(value["metadata"]["name"], json!(name));
@@ -875,9 +863,8 @@ mod tests {
     #[test]
     fn the_runner_settings_read_back_from_the_job_are_the_ones_given_even_with_commas() {
         let scope = test_scope(SandboxScope::Agent, "any");
-        let clis = vec!["gh".to_string(), "odd,cli".to_string()];
         let seed = vec!["notes/a,b.md".to_string(), "skills".to_string()];
-        let job = build_job(&template(), &parameters(&scope, &clis, &seed)).unwrap();
+        let job = build_job(&template(), &parameters(&scope, &seed)).unwrap();
         let container = &job.spec.unwrap().template.spec.unwrap().containers[0];
         let env: BTreeMap<String, String> = container
             .env
@@ -897,7 +884,6 @@ mod tests {
                 socket: "/run/saint/sandbox/runner.sock".to_string(),
                 // The template's own token is replaced, never kept.
                 token: "runner-token-1".to_string(),
-                clis,
                 seed,
                 idle_timeout_seconds: 3600,
                 require_network_cut: true,
@@ -913,7 +899,7 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("ownerReferences");
-        let refused = build_job(&template, &parameters(&scope, &[], &[])).unwrap_err();
+        let refused = build_job(&template, &parameters(&scope, &[])).unwrap_err();
         assert!(matches!(refused, JobBuildError::NoOwner));
 
         let owner = OwnerReference {
@@ -923,7 +909,7 @@ mod tests {
             uid: "uid-from-agent".into(),
             ..OwnerReference::default()
         };
-        let mut with_owner = parameters(&scope, &[], &[]);
+        let mut with_owner = parameters(&scope, &[]);
         with_owner.owner = Some(&owner);
         let job = build_job(&template, &with_owner).unwrap();
         let expected = OwnerReference {
@@ -947,7 +933,7 @@ mod tests {
         shared["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2] =
             json!({"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"});
         assert!(matches!(
-            build_job(&shared, &parameters(&scope, &[], &[])),
+            build_job(&shared, &parameters(&scope, &[])),
             Err(JobBuildError::NoSandboxDirectory)
         ));
         // A fixed subPath instead of the placeholder: every sandbox would share it.
@@ -955,7 +941,7 @@ mod tests {
         fixed["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2]["subPath"] =
             json!(".saint/run/sandboxes");
         assert!(matches!(
-            build_job(&fixed, &parameters(&scope, &[], &[])),
+            build_job(&fixed, &parameters(&scope, &[])),
             Err(JobBuildError::NoSandboxDirectory)
         ));
     }
@@ -968,7 +954,7 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("readOnly");
-        let refused = build_job(&porter_writable, &parameters(&scope, &[], &[])).unwrap_err();
+        let refused = build_job(&porter_writable, &parameters(&scope, &[])).unwrap_err();
         assert!(
             matches!(&refused, JobBuildError::WritableWorkspace { mount_path } if mount_path == "/run/saint/porter"),
             "{refused}"
@@ -978,7 +964,7 @@ mod tests {
             "name": "init", "image": "ghcr.io/saint-work/saint-sandbox:0.1.0",
             "volumeMounts": [{"name": "workspace", "mountPath": "/agent-rw"}]
         }]);
-        let refused = build_job(&init_writable, &parameters(&scope, &[], &[])).unwrap_err();
+        let refused = build_job(&init_writable, &parameters(&scope, &[])).unwrap_err();
         assert!(
             matches!(&refused, JobBuildError::WritableWorkspace { mount_path } if mount_path == "/agent-rw"),
             "{refused}"
@@ -996,7 +982,7 @@ mod tests {
         let template = &config["sandbox"]["jobTemplate"];
         assert!(template_has_owner(template));
         let scope = test_scope(SandboxScope::Agent, "any");
-        let job = build_job(template, &parameters(&scope, &[], &[])).unwrap();
+        let job = build_job(template, &parameters(&scope, &[])).unwrap();
         let owners = job.metadata.owner_references.clone().unwrap();
         assert_eq!(owners.len(), 1);
         assert_eq!(owners[0].kind, "SaintBot");
@@ -1038,7 +1024,7 @@ mod tests {
     #[test]
     fn a_template_that_is_not_a_job_is_refused() {
         let scope = test_scope(SandboxScope::Agent, "any");
-        let refused = build_job(&json!({"spec": "nonsense"}), &parameters(&scope, &[], &[]));
+        let refused = build_job(&json!({"spec": "nonsense"}), &parameters(&scope, &[]));
         assert!(matches!(refused, Err(JobBuildError::Template(_))));
         let mut no_pod = template();
         no_pod["spec"]["template"]
@@ -1046,7 +1032,7 @@ mod tests {
             .unwrap()
             .remove("spec");
         assert!(matches!(
-            build_job(&no_pod, &parameters(&scope, &[], &[])),
+            build_job(&no_pod, &parameters(&scope, &[])),
             Err(JobBuildError::NoContainer)
         ));
     }

@@ -33,8 +33,6 @@ use super::{
 
 /// Where things appear inside the sandbox.
 pub const SANDBOX_RUNNER: &str = "/opt/saint/bin/saint-sandbox-runner";
-/// The proxy every Porter shim links to, inside the sandbox.
-pub const SANDBOX_PROXY: &str = "/opt/saint/bin/cliport-proxy";
 /// The runner's own directory (socket and token), inside the sandbox.
 pub const SANDBOX_RUN_DIRECTORY: &str = SANDBOX_RUN_MOUNT_PATH;
 /// Porter's socket directory, inside the sandbox (`porter.sock` in it).
@@ -65,10 +63,6 @@ pub struct LocalConfig {
     pub bwrap: PathBuf,
     /// The `saint-sandbox-runner` binary on this machine.
     pub runner: PathBuf,
-    /// The `cliport-proxy` binary on this machine; none: no Porter shims.
-    pub proxy: Option<PathBuf>,
-    /// CLI names to shim through Porter.
-    pub clis: Vec<String>,
     /// The real workspace (the caller's view of it read-only at `/agent`).
     pub workspace: PathBuf,
     /// Scratch copies and runner sockets, one directory per scope; outside `workspace`.
@@ -93,8 +87,6 @@ impl LocalConfig {
         Self {
             bwrap: PathBuf::from("/usr/bin/bwrap"),
             runner,
-            proxy: None,
-            clis: Vec::new(),
             workspace,
             state_directory,
             porter_socket_directory: None,
@@ -107,8 +99,8 @@ impl LocalConfig {
 }
 
 impl LocalConfig {
-    /// Settings for the bot in `config`: its Porter CLIs and idle timeout; the machine
-    /// paths (binaries, state, Porter's socket directory) come from the caller.
+    /// Settings for the bot in `config`: its idle timeout; the machine paths (binaries,
+    /// state, Porter's socket directory) come from the caller.
     pub fn for_bot(
         config: &saint_config::BotConfig,
         workspace: PathBuf,
@@ -116,7 +108,6 @@ impl LocalConfig {
         runner: PathBuf,
     ) -> Self {
         Self {
-            clis: config.porter.clis.clone(),
             idle_timeout: Duration::from_secs(config.sandbox.idle_timeout_seconds),
             ..Self::new(workspace, state_directory, runner)
         }
@@ -367,9 +358,6 @@ pub fn bwrap_arguments(
     }
     push_bind(&mut arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
     push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
-    if let Some(proxy) = &config.proxy {
-        push_bind(&mut arguments, "--ro-bind", proxy, SANDBOX_PROXY);
-    }
     push(
         &mut arguments,
         &[
@@ -394,10 +382,6 @@ pub fn bwrap_arguments(
             SANDBOX_SCRATCH_MOUNT_PATH,
             "--agent",
             SANDBOX_VIEW_MOUNT_PATH,
-            "--shim-directory",
-            "/tmp/saint-bin",
-            "--proxy",
-            SANDBOX_PROXY,
             "--socket-mode",
             "600",
             "--idle-timeout-seconds",
@@ -405,11 +389,6 @@ pub fn bwrap_arguments(
             &(config.idle_timeout.as_secs() * 2).max(60).to_string(),
         ],
     );
-    if config.proxy.is_some() {
-        for cli in &config.clis {
-            push(&mut arguments, &["--cli", cli]);
-        }
-    }
     // One flag per entry: a path may contain a comma.
     for entry in &config.seed {
         push(&mut arguments, &["--seed", entry]);
@@ -771,8 +750,6 @@ mod tests {
             "/var/lib/acme-state".into(),
             "/opt/runner".into(),
         );
-        config.proxy = Some("/opt/cliport-proxy".into());
-        config.clis = vec!["gh".to_string()];
         config.porter_socket_directory = Some("/srv/porter-run".into());
         let scope = ScopeKey::for_caller(
             SandboxScope::Session,
@@ -868,7 +845,6 @@ mod tests {
             !window(&arguments, &["--ro-bind", "/etc", "/etc"]),
             "never the whole /etc"
         );
-        assert!(window(&arguments, &["--cli", "gh"]));
         // Everything before `--` is bubblewrap's; the runner comes right after it.
         let separator = arguments
             .iter()

@@ -39,8 +39,8 @@ use crate::{
 pub const SOCKET_SUBDIRECTORY: &str = saint_config::sandbox_contract::PORTER_RUN_SUBPATH;
 /// The call socket's file name (the sandbox's proxy looks for exactly this).
 pub const SOCKET_NAME: &str = saint_config::sandbox_contract::PORTER_SOCKET_FILE_NAME;
-/// Porter's audit log relative to the workspace.
-pub const AUDIT_LOG: &str = "logs/porter.jsonl";
+/// Porter's audit log in its private control directory.
+pub const AUDIT_LOG: &str = "audit.jsonl";
 
 /// util-linux `setpriv` (essential in Debian) sets Porter's parent-death signal before
 /// it execs Porter, so a Porter whose agent was killed (SIGKILL, OOM) is told to stop
@@ -96,8 +96,10 @@ pub struct PorterPaths {
     pub workspace: PathBuf,
     /// `<workspace>/.saint/run/porter`: bound read-only into every sandbox.
     pub socket_directory: PathBuf,
-    /// `<socket_directory>/porter.sock`: the call socket.
+    /// `<socket_directory>/proxy.sock`: Porter's proxy socket.
     pub socket: PathBuf,
+    /// `<socket_directory>/ca.pem`: the proxy's CA certificate, for sandboxes.
+    pub ca_certificate: PathBuf,
     /// `<state>/porter-control`: private (0700), bound into no sandbox.
     pub control_directory: PathBuf,
     /// `<control_directory>/control.sock`: token registration, for the agent only.
@@ -105,7 +107,8 @@ pub struct PorterPaths {
     /// The registry file (it holds credential values: mode 0600, outside the workspace
     /// unless the operator of this machine chose otherwise).
     pub registry: PathBuf,
-    /// `<workspace>/logs/porter.jsonl`: one line per call, never a credential.
+    /// `<control_directory>/audit.jsonl`: one line per proxy decision, never a
+    /// credential; outside the workspace, so no sandbox and no tool can write it.
     pub audit_log: PathBuf,
     /// Porter's own stdout and stderr, appended across restarts.
     pub log: PathBuf,
@@ -122,13 +125,14 @@ impl PorterPaths {
         Self {
             workspace: workspace.to_path_buf(),
             socket: socket_directory.join(SOCKET_NAME),
+            ca_certificate: socket_directory.join(saint_config::sandbox_contract::PORTER_CA_FILE_NAME),
             socket_directory,
             control_socket: control_directory.join("control.sock"),
             registry: registry.map_or_else(
                 || state_directory.join("porter-registry.json"),
                 Path::to_path_buf,
             ),
-            audit_log: workspace.join(AUDIT_LOG),
+            audit_log: control_directory.join(AUDIT_LOG),
             log: control_directory.join("porter.log"),
             pid_file: control_directory.join("porter.pid"),
             control_directory,
@@ -152,20 +156,18 @@ impl PorterPaths {
 
 /// Porter's command line for `paths` (pure). Porter drains its running calls for
 /// `drain` before killing them, so it is done before the agent's SIGKILL deadline.
-pub fn porter_arguments(paths: &PorterPaths, drain: Duration) -> Vec<OsString> {
+pub fn porter_arguments(paths: &PorterPaths) -> Vec<OsString> {
     let mut arguments: Vec<OsString> = Vec::new();
     for (flag, value) in [
-        ("--socket", paths.socket.as_os_str()),
+        ("--proxy-socket", paths.socket.as_os_str()),
+        ("--ca-certificate", paths.ca_certificate.as_os_str()),
         ("--control-socket", paths.control_socket.as_os_str()),
         ("--registry", paths.registry.as_os_str()),
-        ("--workspace", paths.workspace.as_os_str()),
         ("--audit-log", paths.audit_log.as_os_str()),
     ] {
         arguments.push(flag.into());
         arguments.push(value.to_owned());
     }
-    arguments.push("--shutdown-deadline-seconds".into());
-    arguments.push(drain.as_secs().to_string().into());
     arguments
 }
 
@@ -514,7 +516,7 @@ fn spawn(settings: &LocalPorterSettings) -> Result<Child, LocalPorterError> {
         tokio::process::Command::new(&settings.binary)
     };
     command
-        .args(porter_arguments(paths, settings.stop_grace / 2))
+        .args(porter_arguments(paths))
         .stdin(Stdio::null())
         .stdout(open_log()?)
         .stderr(open_log()?)
@@ -722,25 +724,23 @@ mod tests {
     #[test]
     fn porter_arguments_name_every_path() {
         let paths = PorterPaths::new(Path::new("/w"), Path::new("/s"), None);
-        let arguments: Vec<String> = porter_arguments(&paths, Duration::from_secs(4))
+        let arguments: Vec<String> = porter_arguments(&paths)
             .into_iter()
             .map(|argument| argument.to_string_lossy().into_owned())
             .collect();
         assert_eq!(
             arguments,
             [
-                "--socket",
-                "/w/.saint/run/porter/porter.sock",
+                "--proxy-socket",
+                "/w/.saint/run/porter/proxy.sock",
+                "--ca-certificate",
+                "/w/.saint/run/porter/ca.pem",
                 "--control-socket",
                 "/s/porter-control/control.sock",
                 "--registry",
                 "/s/porter-registry.json",
-                "--workspace",
-                "/w",
                 "--audit-log",
-                "/w/logs/porter.jsonl",
-                "--shutdown-deadline-seconds",
-                "4",
+                "/s/porter-control/audit.jsonl",
             ]
         );
     }
@@ -753,7 +753,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("porter.sock") && error.contains("at most 107"),
+            error.contains("proxy.sock") && error.contains("at most 107"),
             "{error}"
         );
     }

@@ -1,10 +1,12 @@
 //! Client of Porter's control socket (reached only by the agent container): register a
-//! token bound to {session, contact, role} for one sandbox command, revoke it after.
+//! proxy key bound to {session, contact, role, command} for one sandbox command — Porter
+//! answers with the command's environment (proxy URL with the key, placeholders, CA) —
+//! and revoke it after.
 //!
 //! The messages are `porter_protocol::control`, the same types Porter parses.
 //! Touches only that socket.
 
-use std::{path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use porter_protocol::control::{ControlRequest, ControlResponse};
 use tokio::{
@@ -30,15 +32,31 @@ pub enum PorterControlError {
     Timeout(u64),
 }
 
-/// Who a token is for.
+/// Who a key is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenGrant {
     pub session: String,
     pub contact: String,
     pub role: String,
-    /// The caller's view (workspace-relative folders and files): Porter runs CLIs only
-    /// there and refuses files they would read elsewhere.
-    pub view: Vec<String>,
+    /// A digest of the command line, for Porter's audit log.
+    pub command: Option<String>,
+}
+
+/// A registered key and the environment its command runs with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub token: String,
+    pub env: BTreeMap<String, String>,
+}
+
+// The key and its placeholders never reach a log through `{:?}`.
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Registration")
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A client of one control socket; each call is one short connection.
@@ -57,27 +75,31 @@ impl PorterControl {
         }
     }
 
-    /// Registers a token for one command, valid for `ttl` (the command's timeout plus
-    /// a margin, so a lost revoke still expires).
+    /// Registers a key for one command, valid for `ttl` (the command's timeout plus a
+    /// margin, so a lost revoke still expires).
     pub async fn register(
         &self,
         grant: &TokenGrant,
         ttl: Duration,
-    ) -> Result<String, PorterControlError> {
+    ) -> Result<Registration, PorterControlError> {
         let request = ControlRequest::Register {
             session: grant.session.clone(),
             contact: grant.contact.clone(),
             role: Some(grant.role.clone()),
             ttl_seconds: ttl.as_secs().max(1),
-            view: Some(grant.view.clone()),
+            command: grant.command.clone(),
         };
         let response = self.call(&request).await?;
-        response
+        let token = response
             .token
             .filter(|token| !token.is_empty())
             .ok_or_else(|| {
                 PorterControlError::Protocol("register answered without a token".to_string())
-            })
+            })?;
+        Ok(Registration {
+            token,
+            env: response.env,
+        })
     }
 
     /// Revokes a token; revoking an unknown or expired token is not an error.

@@ -192,6 +192,13 @@ pub fn check_blocklist(command: &str, blocklist: Option<&[String]>) -> Result<()
     Ok(())
 }
 
+/// What Porter's audit log records of a command: a digest, never the line itself (it
+/// may hold values the caller typed).
+fn command_digest(command: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", &hex::encode(Sha256::digest(command.as_bytes()))[..16])
+}
+
 /// Whether the command calls one of the Porter CLIs (as a program, not an argument).
 pub fn invokes_porter_cli(command: &str, clis: &[String]) -> bool {
     command_segments(command).iter().any(|segment| {
@@ -405,23 +412,21 @@ impl TypedTool for ExecTool {
                     session: context.caller.session_key.clone(),
                     contact: context.caller.slug.clone(),
                     role: context.caller.role_name.clone(),
-                    view: view
-                        .entries()
-                        .iter()
-                        .map(|entry| entry.path.clone())
-                        .collect(),
+                    command: Some(command_digest(&input.command)),
                 };
                 // A lost revoke still expires shortly after the command's own deadline.
                 match porter
                     .register(&grant, timeout + Duration::from_secs(60))
                     .await
                 {
-                    Ok(issued) => {
-                        env.insert("CLIPORT_TOKEN".to_string(), issued.clone());
-                        token = Some(issued);
+                    Ok(registration) => {
+                        // The proxy URL with this command's key, its placeholders and
+                        // the CA: the command reaches its CLIs' hosts only through Porter.
+                        env.extend(registration.env);
+                        token = Some(registration.token);
                     }
                     Err(error) => {
-                        tracing::warn!(error = %ErrorChain(&error), "failed to register porter token; the command runs without one");
+                        tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
                         metering.insert("porterTokenError".to_string(), json!(true));
                     }
                 }

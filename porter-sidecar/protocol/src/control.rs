@@ -1,10 +1,15 @@
 //! Messages of Porter's control socket, shared by the daemon and the agent: the agent
-//! registers a token for one sandbox command (bound to its session, contact, role and
-//! an expiry) and revokes it when the command ends. One JSON object per line each way:
-//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…,"view":[…]}` →
-//! `{"ok":true,"token":…}`; `{"op":"revoke","token":…}` → `{"ok":true,"revoked":…}`.
+//! registers a proxy key for one sandbox command (bound to its session, contact, role,
+//! command and an expiry) and revokes it when the command ends. Porter answers with the
+//! environment the command gets: the proxy URL carrying the key, the placeholders, the
+//! CA and git settings. One JSON object per line each way:
+//! `{"op":"register","session":…,"contact":…,"role":…,"ttlSeconds":…,"command":…}` →
+//! `{"ok":true,"token":…,"env":{…}}`; `{"op":"revoke","token":…}` →
+//! `{"ok":true,"revoked":…}`.
 //!
 //! Pure: no sockets.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,23 +25,25 @@ pub enum ControlRequest {
         #[serde(default)]
         role: Option<String>,
         ttl_seconds: u64,
-        /// The caller's view of the workspace: workspace-relative folders and files
-        /// their role may read (what their sandbox shows at `/agent`). When present,
-        /// the call's working directory and the files it names must lie inside it.
+        /// What the command is, for the audit log (the agent sends a digest of the
+        /// command line, never the line itself).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        view: Option<Vec<String>>,
+        command: Option<String>,
     },
     /// Withdraw a token.
     Revoke { token: String },
 }
 
 /// A control response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlResponse {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The registered command's environment (register only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +56,7 @@ impl ControlResponse {
         Self {
             ok: false,
             token: None,
+            env: BTreeMap::new(),
             revoked: None,
             error: Some(message.into()),
         }
@@ -66,7 +74,7 @@ mod tests {
             contact: "ana".to_string(),
             role: Some("owner".to_string()),
             ttl_seconds: 150,
-            view: None,
+            command: None,
         };
         assert_eq!(
             serde_json::to_value(&register).unwrap(),
@@ -77,11 +85,11 @@ mod tests {
             contact: "ivan".to_string(),
             role: Some("employee".to_string()),
             ttl_seconds: 150,
-            view: Some(vec!["memory/shared".to_string(), "SOUL.md".to_string()]),
+            command: Some("sha256:0f1e".to_string()),
         };
         assert_eq!(
-            serde_json::to_value(&scoped).unwrap()["view"],
-            serde_json::json!(["memory/shared", "SOUL.md"])
+            serde_json::to_value(&scoped).unwrap()["command"],
+            serde_json::json!("sha256:0f1e")
         );
         let revoke = ControlRequest::Revoke {
             token: "t".to_string(),

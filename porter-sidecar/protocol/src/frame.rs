@@ -412,7 +412,7 @@ fn truncate_on_char_boundary(text: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::CliRequest;
+    use crate::request::ExecRequest;
 
     fn round_trip(frame: Frame) {
         let bytes = frame.to_bytes().unwrap();
@@ -429,8 +429,8 @@ mod tests {
         round_trip(Frame::StdinEof);
         round_trip(Frame::Hello { version: 1 });
         round_trip(Frame::Welcome { version: 1 });
-        round_trip(Frame::Request(Request::Cli(CliRequest {
-            cli: "gh".into(),
+        round_trip(Frame::Request(Request::Exec(ExecRequest {
+            command: "gh pr list".into(),
             cwd: "/workspace".into(),
             ..Default::default()
         })));

@@ -1,5 +1,6 @@
-//! The Porter wire protocol and registry format, shared by every side: the Porter
-//! daemon, `cliport-proxy`, `cliport`, the sandbox runner, the agent and the operator.
+//! Contracts shared by Porter, the sandbox runner, the agent and the operator: the
+//! registry format (`registry`), Porter's control socket (`control`), and the frame
+//! protocol the agent speaks with a sandbox runner.
 //!
 //! A connection is: client `Hello` → server `Welcome` (or `Error`), client `Request`,
 //! then the client's `Stdin`/`StdinEof`/`Signal` frames and the server's
@@ -19,4 +20,4 @@ pub mod sync_io;
 
 pub use frame::{ErrorCode, Frame, FrameError, FrameHeader, FrameKind, RemoteSignal};
 pub use handshake::PROTOCOL_VERSION;
-pub use request::{CliRequest, ExecRequest, Request, RequestError};
+pub use request::{ExecRequest, Request, RequestError};

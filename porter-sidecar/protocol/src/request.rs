@@ -1,18 +1,15 @@
-//! The request a client sends after the handshake: run a registered CLI (`Cli`, the
-//! Porter daemon) or a shell command (`Exec`, the sandbox runner).
+//! The request the agent sends a sandbox runner after the handshake: run a shell
+//! command (`Exec`).
 //!
-//! Pure: parsing and shape checks only. Whether a request is *allowed* (token, CLI
-//! name, cwd containment, argument policy) is the server's decision, never made here.
+//! Pure: parsing and shape checks only. Whether a request is *allowed* (token, cwd
+//! containment) is the runner's decision, never made here.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Most arguments one request may carry (Linux allows more, no CLI call needs more).
-pub const MAX_ARGS: usize = 8192;
-
-/// Most environment hints one request may carry.
+/// Most environment variables one request may carry.
 pub const MAX_ENV: usize = 256;
 
 /// Most bytes in a token; tokens are random strings far shorter than this.
@@ -22,33 +19,8 @@ pub const MAX_TOKEN_LEN: usize = 512;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
 pub enum Request {
-    /// Run a registered CLI by exact name with an argument vector (Porter).
-    Cli(CliRequest),
-    /// Run a command line through `sh -c` (the sandbox runner; never accepted by Porter).
+    /// Run a command line through `sh -c` (the sandbox runner).
     Exec(ExecRequest),
-}
-
-/// Run a registered CLI: what `cliport-proxy` sends for `gh pr list`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CliRequest {
-    /// The CLI name (argv\[0\]'s file name in the sandbox).
-    pub cli: String,
-    /// Arguments after the name, passed literally (never through a shell).
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// The caller's working directory as the sandbox sees it (`/workspace/...`).
-    pub cwd: String,
-    /// The per-command caller token (`CLIPORT_TOKEN`).
-    #[serde(default)]
-    pub token: String,
-    /// Harmless presentation hints from the caller's environment (`TERM`, `COLUMNS`,
-    /// `NO_COLOR`, ...); the server drops any name it does not allow.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// Whether the client will send stdin frames; if false the child's stdin is empty.
-    #[serde(default)]
-    pub stdin: bool,
 }
 
 /// Run a shell command line: what the agent sends to a sandbox runner.
@@ -110,7 +82,6 @@ impl Request {
     /// The caller token, whichever kind.
     pub fn token(&self) -> &str {
         match self {
-            Request::Cli(cli) => &cli.token,
             Request::Exec(exec) => &exec.token,
         }
     }
@@ -118,24 +89,12 @@ impl Request {
     /// Whether the client will stream stdin.
     pub fn wants_stdin(&self) -> bool {
         match self {
-            Request::Cli(cli) => cli.stdin,
             Request::Exec(exec) => exec.stdin,
         }
     }
 
     fn validate(&self) -> Result<(), RequestError> {
         match self {
-            Request::Cli(cli) => {
-                non_empty("cli", &cli.cli)?;
-                no_nul("cli", &cli.cli)?;
-                bounded("args", cli.args.len(), MAX_ARGS)?;
-                for argument in &cli.args {
-                    no_nul("args", argument)?;
-                }
-                no_nul("cwd", &cli.cwd)?;
-                check_token(&cli.token)?;
-                check_env(&cli.env)
-            }
             Request::Exec(exec) => {
                 non_empty("command", &exec.command)?;
                 no_nul("command", &exec.command)?;
@@ -199,20 +158,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cli_request_round_trips_with_literal_metacharacters() {
-        let request = Request::Cli(CliRequest {
-            cli: "gh".into(),
-            args: vec!["pr".into(), "list; rm -rf / $(id) `x` | y".into()],
-            cwd: "/workspace/repo".into(),
-            token: "t0k".into(),
-            env: BTreeMap::from([("TERM".into(), "xterm".into())]),
-            stdin: true,
-        });
-        let parsed = Request::parse(&request.to_payload()).unwrap();
-        assert_eq!(parsed, request);
-    }
-
-    #[test]
     fn exec_request_round_trips() {
         let request = Request::Exec(ExecRequest {
             command: "echo hi && ls".into(),
@@ -229,22 +174,24 @@ mod tests {
 
     #[test]
     fn nul_bytes_and_unknown_fields_are_refused() {
-        let nul = br#"{"kind":"cli","cli":"gh","args":["a\u0000b"],"cwd":"/workspace"}"#;
+        let nul = br#"{"kind":"exec","command":"a\u0000b","cwd":"/workspace"}"#;
         assert!(matches!(
             Request::parse(nul),
-            Err(RequestError::Nul { field: "args" })
+            Err(RequestError::Nul { field: "command" })
         ));
-        let unknown = br#"{"kind":"cli","cli":"gh","cwd":"/w","shell":true}"#;
+        let unknown = br#"{"kind":"exec","command":"ls","cwd":"/w","shell":true}"#;
         assert!(matches!(
             Request::parse(unknown),
             Err(RequestError::Json(_))
         ));
-        let empty = br#"{"kind":"cli","cli":"","cwd":"/w"}"#;
+        let empty = br#"{"kind":"exec","command":"","cwd":"/w"}"#;
         assert!(matches!(
             Request::parse(empty),
-            Err(RequestError::Empty { field: "cli" })
+            Err(RequestError::Empty { field: "command" })
         ));
-        let smuggle = br#"{"kind":"cli","cli":"gh","cwd":"/w","env":{"A=B":"c"}}"#;
+        let smuggle = br#"{"kind":"exec","command":"ls","cwd":"/w","env":{"A=B":"c"}}"#;
         assert!(Request::parse(smuggle).is_err());
+        let cli = br#"{"kind":"cli","cli":"gh","cwd":"/w"}"#;
+        assert!(Request::parse(cli).is_err(), "Porter runs no CLI: the kind is gone");
     }
 }

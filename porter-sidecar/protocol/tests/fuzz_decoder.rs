@@ -30,15 +30,15 @@ proptest! {
 
     #[test]
     fn request_parser_never_panics_on_near_json(
-        cli in ".{0,16}",
-        args in proptest::collection::vec(".{0,12}", 0..8),
+        command in ".{0,16}",
+        env in proptest::collection::btree_map(".{0,8}", ".{0,12}", 0..8),
         cwd in ".{0,24}",
         extra in "[{}\\[\\]\",:a-z0-9]{0,40}",
     ) {
-        let text = format!(r#"{{"kind":"cli","cli":{cli:?},"args":{args:?},"cwd":{cwd:?}{extra}"#);
-        if let Ok(Request::Cli(request)) = Request::parse(text.as_bytes()) {
-            prop_assert!(!request.cli.contains('\0'));
-            prop_assert!(request.args.iter().all(|argument| !argument.contains('\0')));
+        let text = format!(r#"{{"kind":"exec","command":{command:?},"env":{},"cwd":{cwd:?}{extra}"#, serde_json::to_string(&env).unwrap());
+        if let Ok(Request::Exec(request)) = Request::parse(text.as_bytes()) {
+            prop_assert!(!request.command.contains('\0'));
+            prop_assert!(request.env.iter().all(|(name, value)| !name.contains(['\0', '=']) && !value.contains('\0')));
         }
     }
 

@@ -1,94 +1,121 @@
-//! The injecting HTTPS proxy on the wire: `CONNECT` from a live call's child (its
-//! per-call key in `Proxy-Authorization`), only to the entry's hosts; TLS terminated
-//! with a leaf from Porter's CA; each request checked against the caller's role, its
-//! placeholder swapped for the secret, and forwarded over TLS verified against real
-//! roots. One upstream connection per tunnel, kept alive with it.
+//! The injecting HTTPS proxy on the wire. A sandbox command's `CONNECT` (its per-command
+//! key in `Proxy-Authorization`) arrives on Porter's unix socket through the runner's
+//! relay; only hosts of a registered credential are opened; TLS is terminated with a
+//! leaf from Porter's CA; each request is checked against the caller's role; the
+//! placeholder is swapped for the secret only where the credential declares it; the
+//! request is forwarded over TLS verified against real roots, and what comes back is
+//! scrubbed of the secret in any encoding. One upstream connection per tunnel.
 //!
-//! Serves loopback TCP only; opens upstream connections only to allowed hosts.
+//! Serves the unix socket it is given only; opens upstream connections only to the
+//! hosts of registered credentials.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
-use hyper::{body::Incoming, client::conn::http1::SendRequest, service::service_fn};
+use hyper::{
+    body::{Body, Frame, Incoming},
+    client::conn::http1::SendRequest,
+    service::service_fn,
+};
 use hyper_util::rt::TokioIo;
-use porter_protocol::registry::split_host;
+use porter_protocol::registry::{InjectAt, split_host};
 use saint_config::ErrorChain;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::Semaphore,
+    net::{UnixListener, UnixStream},
 };
-use tokio_rustls::{TlsAcceptor, TlsConnector, rustls::pki_types::ServerName};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    CallContext, Injector, RequestAudit, placeholder,
+    RequestAudit, oauth, placeholder,
     request_policy::{HeadDecision, RequestPolicy},
+    scrub::{Scrubber, StreamScrubber},
+    upstream,
+};
+use crate::{
+    keys::{Key, Placeholders},
+    registry_store::LoadedEntry,
+    state::State,
 };
 
 /// Largest `CONNECT` head read.
 const MAX_HEAD: usize = 16 * 1024;
 
-/// How long a client has for its `CONNECT` and TLS handshake, and the upstream for its
-/// connection and handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection has to present its `CONNECT` with a live key: a keyless
+/// connection holds nothing for longer.
+pub const KEYLESS_DEADLINE: Duration = Duration::from_secs(3);
 
-/// Largest GraphQL body buffered for the policy check.
-const MAX_GRAPHQL_BODY: usize = 1 << 20;
+/// How long the TLS handshake inside an opened tunnel may take.
+const TLS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Most tunnels open at once.
-const MAX_TUNNELS: usize = 512;
+/// Largest body buffered for a policy check (GraphQL) or the token endpoint.
+const MAX_CHECKED_BODY: usize = 1 << 20;
 
 /// Headers some servers read as the real method of a request.
-const METHOD_OVERRIDES: &[&str] = &[
+pub const METHOD_OVERRIDES: &[&str] = &[
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    "x-original-method",
+    "x-forwarded-method",
 ];
 
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
-/// Accepts tunnels until `stop` is cancelled.
-pub async fn serve(injector: Arc<Injector>, stop: CancellationToken) {
-    let Some(listener) = injector.take_listener() else {
-        return;
-    };
-    let listener = match TcpListener::from_std(listener) {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(%error, "injecting proxy failed to start");
-            return;
-        }
-    };
-    tracing::info!(address = %injector.address, "injecting proxy listening");
-    let tunnels = Arc::new(Semaphore::new(MAX_TUNNELS));
+/// Accepts connections until `stop` is cancelled.
+pub async fn serve(state: Arc<State>, listener: UnixListener, stop: CancellationToken) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let Ok(permit) = tunnels.clone().try_acquire_owned() else {
-                        // Over the limit: dropping the stream refuses it.
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let injector = injector.clone();
-                    tokio::spawn(async move {
-                        tunnel(injector, stream).await;
-                        drop(permit);
-                    });
-                }
+                Ok((stream, _)) => accept(&state, stream),
                 Err(error) => {
                     // Out of descriptors: back off instead of spinning on accept.
-                    tracing::warn!(%error, "injecting proxy failed to accept");
+                    tracing::warn!(%error, "proxy failed to accept");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
             () = stop.cancelled() => return,
         }
     }
+}
+
+fn accept(state: &Arc<State>, stream: UnixStream) {
+    let uid = stream.peer_cred().map(|credentials| credentials.uid()).ok();
+    let allowed = uid.is_some_and(|uid| {
+        state.config.allowed_uids.is_empty() || state.config.allowed_uids.contains(&uid)
+    });
+    if !allowed {
+        state.metrics.refused_connection("peer_uid");
+        let mut audit = RequestAudit::new(None, "", "", "", "");
+        audit.uid = uid;
+        audit.refuse(&format!(
+            "peer uid {} may not use porter's proxy",
+            uid.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string())
+        ));
+        state.audit.write_json(&audit);
+        return;
+    }
+    let uid = uid.expect("checked");
+    // Every connection of a uid counts, keyed or not: one uid cannot take every slot.
+    let Some(connection) = state.uid_connections.acquire(&uid.to_string()) else {
+        state.metrics.refused_connection("uid_connections");
+        return;
+    };
+    let state = state.clone();
+    tokio::spawn(async move {
+        tunnel(&state, stream, uid).await;
+        drop(connection);
+    });
 }
 
 /// A parsed `CONNECT`.
@@ -108,7 +135,7 @@ fn plain_response(status: StatusCode, extra_headers: &str, message: &str) -> Str
 }
 
 /// Reads the `CONNECT` head (nothing may follow it before our answer).
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+async fn read_head(stream: &mut UnixStream) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(1024);
     let mut buffer = [0_u8; 2048];
     loop {
@@ -164,10 +191,40 @@ fn parse_connect(head: &[u8]) -> Result<Connect, (StatusCode, &'static str)> {
     Ok(Connect { host, port, key })
 }
 
-async fn tunnel(injector: Arc<Injector>, mut stream: TcpStream) {
-    let head = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
+impl RequestAudit {
+    fn new(key: Option<&Key>, cli: &str, host: &str, method: &str, path: &str) -> Self {
+        let grant = key.map(|key| key.grant.clone()).unwrap_or_default();
+        Self {
+            ts: jiff::Timestamp::now().to_string(),
+            kind: "request",
+            session: grant.session,
+            contact: grant.contact,
+            role: grant.role,
+            command: grant.command,
+            cli: cli.to_owned(),
+            host: host.to_owned(),
+            method: method.chars().take(32).collect(),
+            path: path.chars().take(1024).collect(),
+            decision: "allowed",
+            reason: None,
+            status: None,
+            uid: None,
+        }
+    }
+
+    fn refuse(&mut self, reason: &str) {
+        self.decision = "refused";
+        self.reason = Some(reason.to_owned());
+    }
+}
+
+async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
+    let head = match tokio::time::timeout(KEYLESS_DEADLINE, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
-        _ => return,
+        _ => {
+            state.metrics.refused_connection("no_connect");
+            return;
+        }
     };
     let connect = match parse_connect(&head) {
         Ok(connect) => connect,
@@ -178,36 +235,67 @@ async fn tunnel(injector: Arc<Injector>, mut stream: TcpStream) {
             return;
         }
     };
-    let Some(call) = connect.key.as_deref().and_then(|key| injector.call(key)) else {
-        // No key, or the key of a call that has ended.
-        let mut audit = RequestAudit::new(None, &connect.host, "CONNECT", "");
-        audit.refuse("no live porter call owns this proxy credential");
-        injector.audit.write_json(&audit);
-        let response = plain_response(
+    let refuse = async |stream: &mut UnixStream,
+                        key: Option<&Key>,
+                        cli: &str,
+                        status: StatusCode,
+                        extra: &str,
+                        reason: String| {
+        let mut audit = RequestAudit::new(key, cli, &connect.host, "CONNECT", "");
+        audit.uid = Some(uid);
+        audit.refuse(&reason);
+        state.audit.write_json(&audit);
+        state.metrics.request(cli, "refused");
+        let message = format!("porter: {reason}\n");
+        let _ = stream
+            .write_all(plain_response(status, extra, &message).as_bytes())
+            .await;
+    };
+    let Some(key) = connect
+        .key
+        .as_deref()
+        .and_then(|presented| state.keys.find(presented, Instant::now()))
+    else {
+        // No key, or the key of a command that has ended.
+        refuse(
+            &mut stream,
+            None,
+            "",
             StatusCode::PROXY_AUTHENTICATION_REQUIRED,
             "Proxy-Authenticate: Basic realm=\"porter\"\r\n",
-            "porter's proxy serves only its own running calls\n",
-        );
-        let _ = stream.write_all(response.as_bytes()).await;
+            "porter's proxy serves only running sandbox commands (no live key)".into(),
+        )
+        .await;
         return;
     };
-    if !call.allows_host(&connect.host, connect.port) {
-        let mut audit = RequestAudit::new(Some(&call), &connect.host, "CONNECT", "");
-        audit.refuse(&format!(
-            "{}:{} is not among the hosts of {}",
-            connect.host, connect.port, call.caller.cli
-        ));
-        injector.audit.write_json(&audit);
-        let message = format!(
-            "porter: {} may not reach {}:{}\n",
-            call.caller.cli, connect.host, connect.port
+    let registry = state.registry.snapshot();
+    let Some(entry) = registry.entry_for_host(&connect.host, connect.port).cloned() else {
+        let reason = format!(
+            "{}:{} is not a host of any credential",
+            connect.host, connect.port
         );
-        let _ = stream
-            .write_all(plain_response(StatusCode::FORBIDDEN, "", &message).as_bytes())
+        refuse(&mut stream, Some(&key), "", StatusCode::FORBIDDEN, "", reason).await;
+        return;
+    };
+    let Some(placeholders) = key.placeholders.get(&entry.name).cloned() else {
+        let reason = format!("{} was registered after this command started", entry.name);
+        refuse(&mut stream, Some(&key), &entry.name, StatusCode::FORBIDDEN, "", reason).await;
+        return;
+    };
+    // A command may hold a bounded number of tunnels, and all together a bounded total.
+    let Some(key_slot) = state.key_tunnels.acquire(&key_slot_name(&key)) else {
+        let reason = "this command has too many open tunnels".to_owned();
+        refuse(&mut stream, Some(&key), &entry.name, StatusCode::TOO_MANY_REQUESTS, "", reason)
             .await;
         return;
-    }
-    let config = match injector.ca.server_config(&connect.host) {
+    };
+    let Ok(total_slot) = state.tunnels.clone().try_acquire_owned() else {
+        let reason = "porter's proxy is at its tunnel limit".to_owned();
+        refuse(&mut stream, Some(&key), &entry.name, StatusCode::SERVICE_UNAVAILABLE, "", reason)
+            .await;
+        return;
+    };
+    let config = match state.injector.ca.server_config(&connect.host) {
         Ok(config) => config,
         Err(error) => {
             tracing::error!(error = %ErrorChain(&error), host = %connect.host, "failed to issue a proxy certificate");
@@ -222,17 +310,22 @@ async fn tunnel(injector: Arc<Injector>, mut stream: TcpStream) {
         return;
     }
     let accepted = tokio::select! {
-        accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, TlsAcceptor::from(config).accept(stream)) => accepted,
-        () = call.ended.cancelled() => return,
+        accepted = tokio::time::timeout(TLS_TIMEOUT, TlsAcceptor::from(config).accept(stream)) => accepted,
+        () = key.ended.cancelled() => return,
     };
     let Ok(Ok(tls)) = accepted else {
         return;
     };
+    state.metrics.open_tunnels.inc();
     let tunnel = Arc::new(Tunnel {
-        injector,
-        call: call.clone(),
+        state: state.clone(),
+        key: key.clone(),
+        entry,
+        placeholders,
+        scrubber: registry.scrubber.clone(),
         host: connect.host,
         port: connect.port,
+        uid,
         upstream: tokio::sync::Mutex::new(None),
     });
     let service = service_fn(move |request| {
@@ -242,11 +335,20 @@ async fn tunnel(injector: Arc<Injector>, mut stream: TcpStream) {
     let connection = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(TokioIo::new(tls), service);
-    // The tunnel dies with its call, whatever the child keeps open.
+    // The tunnel dies with its command's key, whatever the command keeps open.
     tokio::select! {
         _ = connection => {}
-        () = call.ended.cancelled() => {}
+        () = key.ended.cancelled() => {}
+        () = state.shutdown.cancelled() => {}
     }
+    state.metrics.open_tunnels.dec();
+    drop((key_slot, total_slot));
+}
+
+/// The slot name of a key's tunnels: the key's address, stable while it lives (never
+/// the key itself, which must not linger in memory maps longer than the key).
+fn key_slot_name(key: &Key) -> String {
+    format!("{:p}", std::ptr::from_ref(key))
 }
 
 /// Why a request was not forwarded (or failed upstream).
@@ -255,38 +357,18 @@ enum Failure {
     Upstream(String),
 }
 
-/// One open tunnel: its call, its host, and the upstream connection it reuses.
+/// One open tunnel: its command's key, its credential, its host, and the upstream
+/// connection it reuses.
 struct Tunnel {
-    injector: Arc<Injector>,
-    call: Arc<CallContext>,
+    state: Arc<State>,
+    key: Arc<Key>,
+    entry: Arc<LoadedEntry>,
+    placeholders: Placeholders,
+    scrubber: Arc<Scrubber>,
     host: String,
     port: u16,
+    uid: u32,
     upstream: tokio::sync::Mutex<Option<SendRequest<ProxyBody>>>,
-}
-
-impl RequestAudit {
-    fn new(call: Option<&CallContext>, host: &str, method: &str, path: &str) -> Self {
-        let caller = call.map(|call| call.caller.clone()).unwrap_or_default();
-        Self {
-            ts: jiff::Timestamp::now().to_string(),
-            kind: "request",
-            session: caller.session,
-            contact: caller.contact,
-            role: caller.role,
-            cli: caller.cli,
-            host: host.to_owned(),
-            method: method.chars().take(32).collect(),
-            path: path.chars().take(1024).collect(),
-            decision: "allowed",
-            reason: None,
-            status: None,
-        }
-    }
-
-    fn refuse(&mut self, reason: &str) {
-        self.decision = "refused";
-        self.reason = Some(reason.to_owned());
-    }
 }
 
 fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -295,24 +377,33 @@ fn full(bytes: impl Into<Bytes>) -> ProxyBody {
         .boxed()
 }
 
-fn error_response(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    // JSON with `message`, which gh and most API clients print.
-    let body = serde_json::json!({ "message": format!("porter: {message}") }).to_string();
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(full(body))
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(full(body.to_string()))
         .expect("static response")
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    // JSON with `message`, which gh and most API clients print.
+    json_response(
+        status,
+        &serde_json::json!({ "message": format!("porter: {message}") }),
+    )
 }
 
 impl Tunnel {
     async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         let method = request.method().as_str().to_owned();
         let path = request.uri().path().to_owned();
-        let mut audit = RequestAudit::new(Some(&self.call), &self.host, &method, &path);
-        let response = match self.admit_and_send(request, &method, &path).await {
+        let mut audit =
+            RequestAudit::new(Some(&self.key), &self.entry.name, &self.host, &method, &path);
+        audit.uid = Some(self.uid);
+        let response = match self.admit_and_send(request, &method, &path, &mut audit).await {
             Ok(response) => {
-                audit.status = Some(response.status().as_u16());
+                audit.status.get_or_insert(response.status().as_u16());
                 response
             }
             Err(Failure::Refused(reason)) => {
@@ -326,7 +417,8 @@ impl Tunnel {
                 error_response(StatusCode::BAD_GATEWAY, &reason)
             }
         };
-        self.injector.audit.write_json(&audit);
+        self.state.metrics.request(&self.entry.name, audit.decision);
+        self.state.audit.write_json(&audit);
         response
     }
 
@@ -335,8 +427,9 @@ impl Tunnel {
         request: Request<Incoming>,
         method: &str,
         path: &str,
+        audit: &mut RequestAudit,
     ) -> Result<Response<ProxyBody>, Failure> {
-        let role = self.call.caller.role.as_deref();
+        let role = self.key.grant.role.as_deref();
         let (mut parts, body) = request.into_parts();
         // Inside the tunnel only plain requests: no second tunnel, no protocol switch
         // (whose bytes the policy could not read).
@@ -346,24 +439,39 @@ impl Tunnel {
             ));
         }
         // Some APIs run a POST as the method these name: the policy judged the POST.
-        if METHOD_OVERRIDES
+        if let Some(name) = METHOD_OVERRIDES
             .iter()
-            .any(|name| parts.headers.contains_key(*name))
+            .find(|name| parts.headers.contains_key(**name))
         {
-            return Err(Failure::Refused(
-                "method override headers are refused".into(),
-            ));
+            return Err(Failure::Refused(format!(
+                "method override headers ({name}) are refused"
+            )));
         }
         // Origin form only: an absolute URI could name another authority than the
         // tunnel's host.
         let origin_form = parts
             .uri
             .path_and_query()
-            .map_or("/", |path_and_query| path_and_query.as_str());
-        parts.uri = origin_form
-            .parse()
-            .map_err(|_| Failure::Refused("unparsable request target".into()))?;
-        let body = match self.call.entry.policy.check_head(role, method, path) {
+            .map_or("/", |path_and_query| path_and_query.as_str())
+            .to_owned();
+        if let Some(oauth2) = &self.entry.oauth2
+            && oauth2.token_host == (self.host.clone(), self.port)
+            && oauth2.token_path == path
+        {
+            // Porter is the token endpoint for the command: the real refresh token
+            // never travels through the sandbox, in either direction.
+            if parts.method != Method::POST {
+                return Err(Failure::Refused("the token endpoint takes POST".into()));
+            }
+            let body = read_bounded(body).await?;
+            let (status, answer) =
+                oauth::token_endpoint_answer(&body, &self.placeholders, oauth2.placeholder_ttl);
+            audit.decision = "answered";
+            audit.status = Some(status);
+            let status = StatusCode::from_u16(status).expect("200 or 400");
+            return Ok(json_response(status, &answer));
+        }
+        let body = match self.entry.policy.check_head(role, method, path) {
             HeadDecision::Allowed => body.boxed(),
             HeadDecision::Refused(reason) => return Err(Failure::Refused(reason)),
             HeadDecision::NeedsBody(rules) => {
@@ -376,11 +484,7 @@ impl Tunnel {
                         "an encoded GraphQL body cannot be checked".into(),
                     ));
                 }
-                let bytes = Limited::new(body, MAX_GRAPHQL_BODY)
-                    .collect()
-                    .await
-                    .map_err(|_| Failure::Refused("the GraphQL body is too large".into()))?
-                    .to_bytes();
+                let bytes = read_bounded(body).await?;
                 RequestPolicy::check_graphql(&rules, &bytes).map_err(Failure::Refused)?;
                 full(bytes)
             }
@@ -393,49 +497,144 @@ impl Tunnel {
         } else {
             format!("{}:{}", self.host, self.port)
         };
-        // Whatever Host the child wrote, the request goes to the tunnel's host.
+        // Whatever Host the command wrote, the request goes to the tunnel's host.
         parts.headers.insert(
             header::HOST,
             HeaderValue::from_str(&authority).expect("checked host name"),
         );
-        for (_, value) in parts.headers.iter_mut() {
-            match placeholder::swap(value.as_bytes(), &self.call.placeholders) {
-                Ok(None) => {}
-                Ok(Some(swapped)) => {
-                    let mut swapped = HeaderValue::from_bytes(&swapped).map_err(|_| {
-                        Failure::Refused("the secret cannot be carried in a header".into())
-                    })?;
-                    swapped.set_sensitive(true);
-                    *value = swapped;
-                }
-                Err(placeholder::Foreign) => {
-                    return Err(Failure::Refused(
-                        "a placeholder that is not this call's (placeholders die with their call)"
-                            .into(),
-                    ));
-                }
-            }
-        }
+        let origin_form = self.inject(&mut parts.headers, &origin_form).await?;
+        parts.uri = origin_form
+            .parse()
+            .map_err(|_| Failure::Refused("unparsable request target".into()))?;
         parts.version = Version::HTTP_11;
         let response = self.send(Request::from_parts(parts, body)).await?;
         let (mut parts, body) = response.into_parts();
-        // An upstream echoing the secret in a header gives the child only its placeholder.
+        // An upstream echoing a secret (in any encoding) gives the command only a mask.
         for (_, value) in parts.headers.iter_mut() {
-            let mut text = value.as_bytes().to_vec();
-            let mut changed = false;
-            for (placeholder, secret) in &self.call.placeholders {
-                if let Some(replaced) =
-                    replace_all(&text, secret.as_bytes(), placeholder.as_bytes())
-                {
-                    text = replaced;
-                    changed = true;
-                }
-            }
-            if changed && let Ok(replaced) = HeaderValue::from_bytes(&text) {
-                *value = replaced;
+            let mut bytes = value.as_bytes().to_vec();
+            if self.scrubber.scrub_in_place(&mut bytes)
+                && let Ok(masked) = HeaderValue::from_bytes(&bytes)
+            {
+                *value = masked;
             }
         }
+        let body = ScrubbedBody {
+            inner: body,
+            scrubber: self.scrubber.stream(),
+            finished: false,
+        };
         Ok(Response::from_parts(parts, body.boxed()))
+    }
+
+    /// Puts the secret where the credential declares it — the only place a placeholder
+    /// is swapped — and refuses a request carrying a placeholder anywhere else in its
+    /// head (another header, another parameter, another command's placeholder).
+    /// Returns the request target with an injected query parameter.
+    async fn inject(&self, headers: &mut HeaderMap, target: &str) -> Result<String, Failure> {
+        let mut target = target.to_owned();
+        for place in &self.entry.inject {
+            match place {
+                InjectAt::Authorization => {
+                    let Some(value) = headers.get(header::AUTHORIZATION) else {
+                        continue;
+                    };
+                    let Some(swapped) = self.swap_authorization(value.as_bytes()).await? else {
+                        continue;
+                    };
+                    headers.insert(header::AUTHORIZATION, sensitive(&swapped)?);
+                }
+                InjectAt::Header(name) => {
+                    let Some(value) = headers.get(name.as_str()) else {
+                        continue;
+                    };
+                    if value.as_bytes() == self.placeholders.secret.as_bytes() {
+                        let swapped = sensitive(self.entry.secret.as_bytes())?;
+                        headers.insert(
+                            http::HeaderName::from_bytes(name.as_bytes())
+                                .map_err(|_| Failure::Refused("bad header name".into()))?,
+                            swapped,
+                        );
+                    }
+                }
+                InjectAt::Query(name) => {
+                    target = swap_query(&target, name, &self.placeholders.secret, &self.entry.secret);
+                }
+            }
+        }
+        let stray_header = headers
+            .iter()
+            .find(|(_, value)| placeholder::contains(value.as_bytes()))
+            .map(|(name, _)| name.as_str().to_owned());
+        let stray_query = placeholder::contains(
+            percent_encoding::percent_decode_str(&target)
+                .collect::<Vec<u8>>()
+                .as_slice(),
+        );
+        if let Some(name) = stray_header {
+            return Err(Failure::Refused(format!(
+                "a placeholder in {name}, where {}'s credential is not injected (or of another command)",
+                self.entry.name
+            )));
+        }
+        if stray_query {
+            return Err(Failure::Refused(format!(
+                "a placeholder in the request target, where {}'s credential is not injected (or of another command)",
+                self.entry.name
+            )));
+        }
+        Ok(target)
+    }
+
+    /// `Bearer`/`token <placeholder>` or `Basic` with the placeholder as user or
+    /// password, swapped; `None` when the header holds no placeholder of this command.
+    async fn swap_authorization(&self, value: &[u8]) -> Result<Option<Vec<u8>>, Failure> {
+        let text = std::str::from_utf8(value).map_err(|_| Failure::Refused("non-text Authorization".into()))?;
+        let Some((scheme, credential)) = text.trim().split_once(' ') else {
+            return Ok(None);
+        };
+        let credential = credential.trim();
+        if scheme.eq_ignore_ascii_case("basic") {
+            let Ok(decoded) = STANDARD.decode(credential) else {
+                return Ok(None);
+            };
+            let Ok(decoded) = String::from_utf8(decoded) else {
+                return Ok(None);
+            };
+            let Some((user, password)) = decoded.split_once(':') else {
+                return Ok(None);
+            };
+            let ours = |part: &str| part == self.placeholders.secret;
+            if !ours(user) && !ours(password) {
+                return Ok(None);
+            }
+            if self.entry.oauth2.is_some() {
+                return Err(Failure::Refused(
+                    "an OAuth 2.0 credential is sent as a Bearer access token".into(),
+                ));
+            }
+            let secret = &self.entry.secret;
+            let (user, password) = if ours(password) {
+                (user, secret.as_str())
+            } else {
+                (secret.as_str(), password)
+            };
+            let encoded = STANDARD.encode(format!("{user}:{password}"));
+            return Ok(Some(format!("Basic {encoded}").into_bytes()));
+        }
+        if !(scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token")) {
+            return Ok(None);
+        }
+        let real = match (&self.entry.oauth2, &self.placeholders.access) {
+            (Some(_), Some(access)) if credential == access => self
+                .state
+                .access_tokens
+                .get(&self.state.injector, &self.entry)
+                .await
+                .map_err(|error| Failure::Upstream(error.to_string()))?,
+            (None, _) if credential == self.placeholders.secret => self.entry.secret.clone(),
+            _ => return Ok(None),
+        };
+        Ok(Some(format!("{scheme} {real}").into_bytes()))
     }
 
     async fn send(&self, request: Request<ProxyBody>) -> Result<Response<Incoming>, Failure> {
@@ -456,50 +655,100 @@ impl Tunnel {
     }
 
     async fn connect(&self) -> Result<SendRequest<ProxyBody>, Failure> {
-        let failed = |what: &str, error: &dyn std::fmt::Display| {
-            Failure::Upstream(format!("failed to {what} {}: {error}", self.host))
-        };
-        let connecting = async {
-            let stream = match self.injector.upstream_overrides.get(&self.host) {
-                Some(address) => TcpStream::connect(address).await,
-                None => TcpStream::connect((self.host.as_str(), self.port)).await,
-            }
-            .map_err(|error| failed("connect to", &error))?;
-            let _ = stream.set_nodelay(true);
-            let server_name =
-                ServerName::try_from(self.host.clone()).map_err(|error| failed("name", &error))?;
-            let tls = TlsConnector::from(self.injector.upstream_tls.clone())
-                .connect(server_name, stream)
-                .await
-                .map_err(|error| failed("verify TLS of", &error))?;
-            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                .await
-                .map_err(|error| failed("speak HTTP to", &error))?;
-            tokio::spawn(connection);
-            Ok(sender)
-        };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting)
+        upstream::connect(&self.state.injector, &self.host, self.port)
             .await
-            .map_err(|_| failed("connect to", &"timed out"))?
+            .map_err(Failure::Upstream)
     }
 }
 
-fn replace_all(text: &[u8], needle: &[u8], replacement: &[u8]) -> Option<Vec<u8>> {
-    if needle.is_empty() || !text.windows(needle.len()).any(|window| window == needle) {
-        return None;
-    }
-    let mut output = Vec::with_capacity(text.len());
-    let mut index = 0;
-    while index < text.len() {
-        if text[index..].starts_with(needle) {
-            output.extend_from_slice(replacement);
-            index += needle.len();
-        } else {
-            output.push(text[index]);
-            index += 1;
+fn sensitive(bytes: &[u8]) -> Result<HeaderValue, Failure> {
+    let mut value = HeaderValue::from_bytes(bytes)
+        .map_err(|_| Failure::Refused("the secret cannot be carried in a header".into()))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+async fn read_bounded(body: Incoming) -> Result<Bytes, Failure> {
+    Ok(Limited::new(body, MAX_CHECKED_BODY)
+        .collect()
+        .await
+        .map_err(|_| Failure::Refused("the body is too large to check".into()))?
+        .to_bytes())
+}
+
+/// Replaces the value of query parameter `name` when it is exactly `placeholder`
+/// (after percent-decoding), keeping every other byte of the target as it was.
+fn swap_query(target: &str, name: &str, placeholder: &str, secret: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decoded_key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+            let decoded_value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+            if decoded_key == name && decoded_value == placeholder {
+                let encoded: String =
+                    form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+                format!("{key}={encoded}")
+            } else {
+                pair.to_owned()
+            }
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
+}
+
+/// A response body passed through the stream scrubber.
+struct ScrubbedBody {
+    inner: Incoming,
+    scrubber: StreamScrubber,
+    finished: bool,
+}
+
+impl Body for ScrubbedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        loop {
+            if self.finished {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut self.inner).poll_frame(context) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error))),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        let scrubbed = self.scrubber.push(&data);
+                        if !scrubbed.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(scrubbed)))));
+                        }
+                    }
+                    // Trailers: what was held back goes first, the trailers are dropped
+                    // (they could carry values the scrubber did not see whole).
+                    Err(_) => {
+                        self.finished = true;
+                        let rest = self.scrubber.finish();
+                        if !rest.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))));
+                        }
+                    }
+                },
+                Poll::Ready(None) => {
+                    self.finished = true;
+                    let rest = self.scrubber.finish();
+                    if !rest.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))));
+                    }
+                }
+            }
         }
     }
-    Some(output)
 }
 
 #[cfg(test)]
@@ -507,15 +756,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn connect_heads_give_host_port_and_the_call_key() {
-        let credential = STANDARD.encode("porter:porter_call_abc");
+    fn connect_heads_give_host_port_and_the_key() {
+        let credential = STANDARD.encode("porter:porter_key_abc");
         let head = format!(
             "CONNECT API.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\nProxy-Authorization: Basic {credential}\r\n\r\n"
         );
         let connect = parse_connect(head.as_bytes()).ok().unwrap();
         assert_eq!(
             (connect.host.as_str(), connect.port, connect.key.as_deref()),
-            ("api.github.com", 443, Some("porter_call_abc"))
+            ("api.github.com", 443, Some("porter_key_abc"))
         );
         for refused in [
             "GET http://example.com/ HTTP/1.1\r\n\r\n",
@@ -528,11 +777,19 @@ mod tests {
     }
 
     #[test]
-    fn replace_all_swaps_every_occurrence() {
+    fn only_the_declared_query_parameter_is_swapped() {
         assert_eq!(
-            replace_all(b"a-SECRET-b-SECRET", b"SECRET", b"ph").unwrap(),
-            b"a-ph-b-ph"
+            swap_query("/v1/geo?q=a%20b&key=porter_ph_1&other=porter_ph_1", "key", "porter_ph_1", "s/e+c"),
+            "/v1/geo?q=a%20b&key=s%2Fe%2Bc&other=porter_ph_1"
         );
-        assert!(replace_all(b"nothing", b"SECRET", b"ph").is_none());
+        assert_eq!(
+            swap_query("/v1/geo?key=porter%5Fph_1", "key", "porter_ph_1", "s"),
+            "/v1/geo?key=s"
+        );
+        assert_eq!(swap_query("/v1/geo", "key", "porter_ph_1", "s"), "/v1/geo");
+        assert_eq!(
+            swap_query("/v1/geo?key=porter_ph_2", "key", "porter_ph_1", "s"),
+            "/v1/geo?key=porter_ph_2"
+        );
     }
 }

@@ -2,7 +2,10 @@
 //! `api.github.com`, `github.com` and `uploads.github.com`; the REST and GraphQL
 //! endpoints `gh pr list`, `gh pr merge` and `gh api` use; git smart HTTP through the
 //! real `git http-backend` CGI. Every request is recorded with the credential it
-//! carried. Answers 401 unless that credential is the real token.
+//! carried. Answers 401 unless that credential is the real token. Two more hosts stand
+//! in for other credential kinds: `keys.example` (an API key in a query parameter or a
+//! named header) and `oauth.example` (an OAuth 2.0 token endpoint that trades the real
+//! refresh token for an access token, and an API that takes only that access token).
 
 #![allow(dead_code)]
 
@@ -26,6 +29,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const HOSTS: &[&str] = &["api.github.com", "github.com", "uploads.github.com"];
 
+/// Every name the stand-in's certificate covers.
+pub const ALL_HOSTS: &[&str] = &[
+    "api.github.com",
+    "github.com",
+    "uploads.github.com",
+    "keys.example",
+    "oauth.example",
+];
+
+/// The access token `oauth.example` issues for the real refresh token `token`.
+pub fn access_token_for(token: &str) -> String {
+    format!("ya29_{}", token.chars().rev().collect::<String>())
+}
+
 /// One request as the stand-in received it.
 #[derive(Clone, Debug)]
 pub struct Recorded {
@@ -34,8 +51,13 @@ pub struct Recorded {
     pub path: String,
     /// The `Authorization` header exactly as received.
     pub authorization: Option<String>,
-    /// The body for GraphQL requests.
+    /// The body for GraphQL and token requests.
     pub body: String,
+    /// The query string as received.
+    pub query: String,
+    /// Every header as received (name, value), for checks that no placeholder or other
+    /// header carried the secret.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Recorded {
@@ -78,7 +100,7 @@ impl StandIn {
         let issuer = Issuer::new(ca_params, ca_key);
         let leaf_key = KeyPair::generate().unwrap();
         let leaf = CertificateParams::new(
-            HOSTS
+            ALL_HOSTS
                 .iter()
                 .map(|host| (*host).to_owned())
                 .collect::<Vec<_>>(),
@@ -248,6 +270,16 @@ impl Shared {
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
+        let headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
         let body = request.into_body().collect().await.unwrap().to_bytes();
         let mut recorded = Recorded {
             host: host.clone(),
@@ -255,9 +287,15 @@ impl Shared {
             path: path.clone(),
             authorization,
             body: String::new(),
+            query: query.clone(),
+            headers,
         };
-        if path == "/graphql" {
+        if path == "/graphql" || host == "oauth.example" {
             recorded.body = String::from_utf8_lossy(&body).into_owned();
+        }
+        if host == "keys.example" || host == "oauth.example" {
+            self.requests.lock().unwrap().push(recorded.clone());
+            return self.other_kinds(&recorded);
         }
         let authorized = recorded.credential().as_deref() == Some(self.token.as_str());
         self.requests.lock().unwrap().push(recorded.clone());
@@ -298,10 +336,83 @@ impl Shared {
                 serde_json::json!({ "merged": true, "message": "Pull Request successfully merged", "sha": "abc" }),
             ),
             ("GET", "/user") => json(StatusCode::OK, serde_json::json!({ "login": "o" })),
+            // A careless (or hostile) upstream that echoes the credential back in every
+            // encoding, in headers and body.
+            ("GET", "/echo") => {
+                let secret = recorded.credential().unwrap_or_default();
+                let encodings = [
+                    secret.clone(),
+                    STANDARD.encode(&secret),
+                    base64::engine::general_purpose::URL_SAFE.encode(format!("x{secret}")),
+                    hex::encode(&secret),
+                    secret.bytes().map(|byte| format!("%{byte:02X}")).collect(),
+                ];
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "text/plain")
+                    .header("x-echo", encodings.join(" "))
+                    .header("x-echo-base64", STANDARD.encode(format!("token={secret}")))
+                    .body(Full::new(Bytes::from(encodings.join("\n"))))
+                    .unwrap()
+            }
             _ => json(
                 StatusCode::NOT_FOUND,
                 serde_json::json!({ "message": "Not Found" }),
             ),
+        }
+    }
+
+    /// `keys.example`: `/v1/query?key=…` and `/v1/header` (`X-Api-Key`) take the real
+    /// token. `oauth.example`: `POST /token` trades the real refresh token for the
+    /// access token; `/v1/me` takes only that access token as Bearer.
+    fn other_kinds(&self, recorded: &Recorded) -> Response<Body> {
+        let header = |name: &str| {
+            recorded
+                .headers
+                .iter()
+                .find(|(header, _)| header.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.clone())
+        };
+        let query_key = form_urlencoded::parse(recorded.query.as_bytes())
+            .find(|(name, _)| name == "key")
+            .map(|(_, value)| value.into_owned());
+        let access = access_token_for(&self.token);
+        let ok = |what: &str| json(StatusCode::OK, serde_json::json!({ "ok": what }));
+        let denied = || {
+            json(
+                StatusCode::UNAUTHORIZED,
+                serde_json::json!({ "message": "Bad credentials" }),
+            )
+        };
+        match (recorded.host.as_str(), recorded.path.as_str()) {
+            ("keys.example", "/v1/query") if query_key.as_deref() == Some(&self.token) => {
+                ok("query")
+            }
+            ("keys.example", "/v1/header") if header("x-api-key").as_deref() == Some(&self.token) => {
+                ok("header")
+            }
+            ("oauth.example", "/token") => {
+                let form: std::collections::HashMap<String, String> =
+                    form_urlencoded::parse(recorded.body.as_bytes())
+                        .into_owned()
+                        .collect();
+                if form.get("grant_type").map(String::as_str) == Some("refresh_token")
+                    && form.get("refresh_token") == Some(&self.token)
+                {
+                    json(
+                        StatusCode::OK,
+                        serde_json::json!({ "access_token": access, "token_type": "Bearer", "expires_in": 3600 }),
+                    )
+                } else {
+                    json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": "invalid_grant" }))
+                }
+            }
+            ("oauth.example", "/v1/me")
+                if header("authorization").as_deref() == Some(&format!("Bearer {access}")) =>
+            {
+                ok("me")
+            }
+            _ => denied(),
         }
     }
 

@@ -66,13 +66,6 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
 
     let request = match next_or_refuse(&mut reader, &mut writer).await? {
         Some(Frame::Request(Request::Exec(request))) => request,
-        Some(Frame::Request(Request::Cli(_))) => {
-            let message = "this is a sandbox runner: it serves exec requests, not CLI calls";
-            writer
-                .send(&Frame::error(ErrorCode::Unsupported, message))
-                .await?;
-            return Ok(());
-        }
         Some(other) => return refuse_out_of_order(&mut writer, other.kind()).await,
         None => return Err(ConnectionError::ClosedEarly),
     };
@@ -153,8 +146,7 @@ async fn run(
     reader: &mut FrameReader<tokio::net::unix::OwnedReadHalf>,
     writer: &mut FrameWriter<tokio::net::unix::OwnedWriteHalf>,
 ) -> Result<(), ConnectionError> {
-    let environment =
-        command_environment(&state.shim_directory, &state.roots.workspace, &request.env);
+    let environment = command_environment(&state.roots.workspace, &request.env);
     let mut command = Command::new(&state.shell);
     command
         .arg("-c")

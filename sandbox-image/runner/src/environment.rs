@@ -5,17 +5,17 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-/// The environment of one command: `PATH` (shim directory first, so `gh` is the Porter
-/// proxy), `HOME=/workspace`, `LANG=C.UTF-8`, then the request's variables on top.
+/// The environment of one command: `PATH`, `HOME=/workspace`, `LANG=C.UTF-8`, then
+/// the request's variables on top (in practice what Porter gave the agent for this
+/// command: the proxy URL with its key, placeholders, the CA and git settings).
 pub fn command_environment(
-    shim_directory: &Path,
     home: &Path,
     requested: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut environment = BTreeMap::from([
         (
             "PATH".to_string(),
-            format!("{}:/usr/local/bin:/usr/bin:/bin", shim_directory.display()),
+            "/usr/local/bin:/usr/bin:/bin".to_string(),
         ),
         ("HOME".to_string(), home.display().to_string()),
         ("LANG".to_string(), "C.UTF-8".to_string()),
@@ -33,25 +33,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base_puts_shims_first_and_request_variables_on_top() {
+    fn request_variables_go_on_top_of_the_base() {
         let requested = BTreeMap::from([
-            ("CLIPORT_TOKEN".to_string(), "t1".to_string()),
+            (
+                "HTTPS_PROXY".to_string(),
+                "http://porter:k@127.0.0.1:3128".to_string(),
+            ),
             ("LANG".to_string(), "hr_HR.UTF-8".to_string()),
         ]);
-        let environment = command_environment(
-            Path::new("/tmp/saint-bin"),
-            Path::new("/workspace"),
-            &requested,
-        );
+        let environment = command_environment(Path::new("/workspace"), &requested);
         assert_eq!(
             environment,
             BTreeMap::from([
-                ("CLIPORT_TOKEN".to_string(), "t1".to_string()),
                 ("HOME".to_string(), "/workspace".to_string()),
+                (
+                    "HTTPS_PROXY".to_string(),
+                    "http://porter:k@127.0.0.1:3128".to_string()
+                ),
                 ("LANG".to_string(), "hr_HR.UTF-8".to_string()),
                 (
                     "PATH".to_string(),
-                    "/tmp/saint-bin:/usr/local/bin:/usr/bin:/bin".to_string()
+                    "/usr/local/bin:/usr/bin:/bin".to_string()
                 ),
             ])
         );

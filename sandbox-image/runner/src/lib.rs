@@ -1,14 +1,16 @@
 //! `saint-sandbox-runner`: the exec server inside every sandbox. It listens on a unix
 //! socket the agent reaches through a shared volume and runs `sh -c` commands with a
-//! clean environment, streaming their output as Porter protocol frames.
+//! clean environment, streaming their output as frames; and it relays the sandbox's
+//! only way out — a loopback port commands' `HTTPS_PROXY` names — to Porter's proxy
+//! socket.
 
 pub mod connection;
 pub mod environment;
 pub mod network_cut;
 pub mod process_group;
+pub mod relay;
 pub mod seed;
 pub mod server;
-pub mod shims;
 pub mod state;
 pub mod wire;
 pub mod working_directory;

@@ -1,4 +1,4 @@
-//! The runner daemon: parses flags, installs the Porter shims, serves until idle or
+//! The runner daemon: parses flags, starts the relay to Porter, serves until idle or
 //! SIGTERM.
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -6,22 +6,24 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use anyhow::Context;
 use clap::Parser;
 use saint_config::sandbox_contract::{
-    RUNNER_TOKEN_ENV, RunnerSettings, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
+    PORTER_RELAY_ADDRESS, PORTER_SOCKET_PATH, RUNNER_TOKEN_ENV, RunnerSettings,
+    SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
 };
 use saint_sandbox_runner::{
-    network_cut, seed, server, shims, state::State, working_directory::Roots,
+    network_cut, relay, seed, server, state::State, working_directory::Roots,
 };
 
-/// Serves exec requests inside a sandbox over a unix socket (Porter frame protocol).
+/// Serves exec requests inside a sandbox over a unix socket (frame protocol), and
+/// relays a loopback port to Porter's proxy socket: the sandbox's only way out.
 ///
 /// Every command runs as `sh -c <command>` in its own process group, with only PATH,
-/// HOME, LANG and the variables the request carries. The runner exits after the idle
-/// timeout without a connection, or on SIGTERM.
+/// HOME, LANG and the variables the request carries (Porter's proxy URL, placeholders,
+/// CA). The runner exits after the idle timeout without a connection, or on SIGTERM.
 ///
-/// What varies per sandbox (socket, token, CLIs, seed, idle timeout) arrives in the
+/// What varies per sandbox (socket, token, seed, idle timeout) arrives in the
 /// environment the agent fills into the Job (`SAINT_RUNNER_SOCKET`, `SAINT_RUNNER_TOKEN`,
-/// `SAINT_SANDBOX_CLIS` and `SAINT_SANDBOX_SEED` as JSON arrays,
-/// `SAINT_RUNNER_IDLE_TIMEOUT_SECONDS`); a flag given here wins over its variable.
+/// `SAINT_SANDBOX_SEED` as a JSON array, `SAINT_RUNNER_IDLE_TIMEOUT_SECONDS`); a flag
+/// given here wins over its variable.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Flags {
@@ -41,18 +43,12 @@ struct Flags {
     /// The read-only real workspace.
     #[arg(long, default_value = SANDBOX_VIEW_MOUNT_PATH)]
     agent: PathBuf,
-    /// Writable directory for the Porter shims, first on every command's PATH.
-    #[arg(long, default_value = "/tmp/saint-bin")]
-    shim_directory: PathBuf,
-    /// The `cliport-proxy` binary every shim links to.
-    #[arg(long, default_value = "/usr/local/bin/cliport-proxy")]
-    proxy: PathBuf,
-    /// A CLI name to shim through Porter (repeatable).
-    #[arg(long = "cli", value_name = "NAME")]
-    clis: Vec<String>,
-    /// File with more CLI names, one per line.
-    #[arg(long, value_name = "PATH")]
-    clis_file: Option<PathBuf>,
+    /// Porter's proxy socket, where the relay sends every connection.
+    #[arg(long, default_value = PORTER_SOCKET_PATH)]
+    porter_socket: PathBuf,
+    /// The loopback address of the relay (commands' `HTTPS_PROXY` names it).
+    #[arg(long, default_value = PORTER_RELAY_ADDRESS)]
+    relay_listen: std::net::SocketAddr,
     /// Shell that runs command lines.
     #[arg(long, default_value = "/bin/sh")]
     shell: PathBuf,
@@ -90,12 +86,6 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     // template must not run commands unchecked.
     let require_network_cut =
         settings.require_network_cut || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let mut names = settings.clis;
-    names.extend(flags.clis.iter().cloned());
-    if let Some(path) = &flags.clis_file {
-        names.extend(shims::read_names(path)?);
-    }
-    shims::install(&flags.shim_directory, &flags.proxy, &names)?;
     let token = match &flags.token_file {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("failed to read token file {}", path.display()))?
@@ -130,7 +120,6 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     })?;
     let state = Arc::new(State::new(
         roots,
-        flags.shim_directory.clone(),
         flags.shell.clone(),
         flags.default_timeout_seconds,
         token,
@@ -147,8 +136,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             "network cut: the API server is unreachable"
         );
     }
+    let relay_listener = relay::bind(flags.relay_listen).await?;
+    let relay_task = tokio::spawn(relay::serve(relay_listener, flags.porter_socket.clone()));
     let listener = server::bind(&socket, flags.socket_mode)?;
-    tracing::info!(socket = %socket.display(), clis = names.len(), seeded, "runner ready");
+    tracing::info!(socket = %socket.display(), relay = %flags.relay_listen, seeded, "runner ready");
     let stopped = server::serve(
         listener,
         socket,
@@ -157,6 +148,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await;
+    relay_task.abort();
     tracing::info!(?stopped, "runner stopped");
     Ok(())
 }

@@ -24,8 +24,6 @@ use crate::{
 pub struct State {
     /// Where commands may run.
     pub roots: Roots,
-    /// The directory with the Porter shims, first on every command's `PATH`.
-    pub shim_directory: PathBuf,
     /// The shell that runs command lines (`/bin/sh`).
     pub shell: PathBuf,
     /// Timeout for requests that name none.
@@ -39,16 +37,9 @@ pub struct State {
 
 impl State {
     /// Shared state for a server.
-    pub fn new(
-        roots: Roots,
-        shim_directory: PathBuf,
-        shell: PathBuf,
-        default_timeout_seconds: u64,
-        token: String,
-    ) -> Self {
+    pub fn new(roots: Roots, shell: PathBuf, default_timeout_seconds: u64, token: String) -> Self {
         Self {
             roots,
-            shim_directory,
             shell,
             default_timeout_seconds,
             token,
@@ -121,7 +112,6 @@ impl std::fmt::Debug for State {
         formatter
             .debug_struct("State")
             .field("roots", &self.roots)
-            .field("shim_directory", &self.shim_directory)
             .field("shell", &self.shell)
             .field("default_timeout_seconds", &self.default_timeout_seconds)
             .field("token", &"<redacted>")
@@ -157,7 +147,6 @@ mod tests {
         let roots = Roots::resolve(base.path(), base.path()).unwrap();
         let state = State::new(
             roots,
-            PathBuf::from("/tmp/saint-bin"),
             PathBuf::from("/bin/sh"),
             120,
             "secret-runner-token".to_string(),

@@ -14,12 +14,11 @@ use std::{
 };
 
 use porter_protocol::{
-    CliRequest, ErrorCode, ExecRequest, Frame, PROTOCOL_VERSION, Request,
+    ErrorCode, ExecRequest, Frame, PROTOCOL_VERSION, Request,
     sync_io::{read_frame, write_frame},
 };
 use saint_config::sandbox_contract::{
-    RUNNER_CLIS_ENV, RUNNER_IDLE_TIMEOUT_ENV, RUNNER_SEED_ENV, RUNNER_SOCKET_ENV, RUNNER_TOKEN_ENV,
-    RunnerSettings,
+    RUNNER_IDLE_TIMEOUT_ENV, RUNNER_SEED_ENV, RUNNER_SOCKET_ENV, RUNNER_TOKEN_ENV, RunnerSettings,
 };
 
 const TOKEN: &str = "runner-token-for-tests";
@@ -46,17 +45,14 @@ impl Runner {
             .arg(base.path().join("workspace"))
             .arg("--agent")
             .arg(base.path().join("agent"))
-            .arg("--shim-directory")
-            .arg(base.path().join("bin"))
-            .arg("--proxy")
-            .arg("/opt/saint/bin/cliport-proxy")
-            .args(["--cli", "gh", "--idle-timeout-seconds"])
+            .arg("--relay-listen")
+            .arg("127.0.0.1:0")
+            .arg("--idle-timeout-seconds")
             .arg(idle_timeout_seconds.to_string())
             // The runner's own environment holds its token and whatever the host had;
             // none of it may reach a command.
             .env("SAINT_RUNNER_TOKEN", TOKEN)
             .env("SAINT_TEST_CANARY", CANARY)
-            .env_remove("SAINT_SANDBOX_CLIS")
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -241,19 +237,7 @@ fn commands_see_only_the_minimal_environment_and_request_variables() {
         .lines()
         .find(|line| line.starts_with("PATH="))
         .unwrap();
-    assert!(path.starts_with(&format!(
-        "PATH={}:",
-        runner.base.path().join("bin").display()
-    )));
-}
-
-#[test]
-fn porter_shims_are_linked_at_start() {
-    let runner = Runner::start(60);
-    for name in ["cliport-proxy", "gh"] {
-        let link = fs::read_link(runner.base.path().join("bin").join(name)).unwrap();
-        assert_eq!(link, Path::new("/opt/saint/bin/cliport-proxy"));
-    }
+    assert_eq!(path, "PATH=/usr/local/bin:/usr/bin:/bin");
 }
 
 #[test]
@@ -301,22 +285,6 @@ fn a_working_directory_outside_the_roots_is_refused() {
             .unwrap()
             .display()
             .to_string()
-    );
-}
-
-#[test]
-fn cli_requests_are_not_served_by_the_runner() {
-    let runner = Runner::start(60);
-    let stream = runner.connect(Request::Cli(CliRequest {
-        cli: "gh".into(),
-        cwd: "/workspace".into(),
-        token: TOKEN.into(),
-        ..CliRequest::default()
-    }));
-    let outcome = collect(stream);
-    assert_eq!(
-        outcome.error.map(|(code, _)| code),
-        Some(ErrorCode::Unsupported)
     );
 }
 
@@ -435,8 +403,8 @@ fn the_runner_refuses_to_start_without_a_token() {
         .arg(base.path())
         .arg("--agent")
         .arg(base.path())
-        .arg("--shim-directory")
-        .arg(base.path().join("bin"))
+        .arg("--relay-listen")
+        .arg("127.0.0.1:0")
         .env_remove("SAINT_RUNNER_TOKEN")
         .env_remove("SAINT_RUNNER_TOKEN_FILE")
         .output()
@@ -467,8 +435,8 @@ fn the_token_can_come_from_a_file_and_the_workspace_is_seeded() {
         .arg(base.path().join("workspace"))
         .arg("--agent")
         .arg(base.path().join("agent"))
-        .arg("--shim-directory")
-        .arg(base.path().join("bin"))
+        .arg("--relay-listen")
+        .arg("127.0.0.1:0")
         .args(["--seed", "SOUL.md", "--seed", "skills"])
         .env_remove("SAINT_RUNNER_TOKEN")
         .spawn()
@@ -517,15 +485,12 @@ fn start_with_environment(base: &Path, environment: &[(String, String)]) -> Chil
         .arg(base.join("workspace"))
         .arg("--agent")
         .arg(base.join("agent"))
-        .arg("--shim-directory")
-        .arg(base.join("bin"))
-        .arg("--proxy")
-        .arg("/opt/saint/bin/cliport-proxy")
+        .arg("--relay-listen")
+        .arg("127.0.0.1:0")
         .env_remove("SAINT_RUNNER_TOKEN_FILE");
     for name in [
         RUNNER_SOCKET_ENV,
         RUNNER_TOKEN_ENV,
-        RUNNER_CLIS_ENV,
         RUNNER_SEED_ENV,
         RUNNER_IDLE_TIMEOUT_ENV,
     ] {
@@ -542,7 +507,6 @@ fn start_with_environment(base: &Path, environment: &[(String, String)]) -> Chil
 #[test]
 fn a_malformed_setting_is_refused_naming_its_variable() {
     for (variable, value) in [
-        (RUNNER_CLIS_ENV, "gh,jira"),
         (RUNNER_SEED_ENV, "SOUL.md"),
         (RUNNER_IDLE_TIMEOUT_ENV, "30m"),
     ] {
@@ -563,10 +527,6 @@ fn a_malformed_setting_is_refused_naming_its_variable() {
             "{variable}: {stderr}"
         );
         assert!(!socket.exists(), "{variable}");
-        assert!(
-            !base.path().join("bin/cliport-proxy").exists(),
-            "{variable}"
-        );
     }
 }
 
@@ -579,7 +539,6 @@ fn settings_from_the_environment_arrive_whole_even_with_commas() {
     let settings = RunnerSettings {
         socket: base.path().join("run/runner.sock").display().to_string(),
         token: TOKEN.to_string(),
-        clis: vec!["gh".to_string(), "odd,cli".to_string()],
         seed: vec!["notes/a,b.md".to_string(), "SOUL.md".to_string()],
         idle_timeout_seconds: 60,
         require_network_cut: false,
@@ -595,12 +554,6 @@ fn settings_from_the_environment_arrive_whole_even_with_commas() {
         assert!(Instant::now() < deadline, "runner socket never appeared");
         thread::sleep(Duration::from_millis(10));
     }
-    let mut names: Vec<String> = fs::read_dir(base.path().join("bin"))
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["cliport-proxy", "gh", "odd,cli"]);
     assert_eq!(
         fs::read_to_string(base.path().join("workspace/notes/a,b.md")).unwrap(),
         "comma\n"
