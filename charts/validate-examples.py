@@ -74,9 +74,9 @@ def load_crd_schemas(crd_directory: pathlib.Path) -> dict[tuple[str, str], dict]
     return schemas
 
 
-def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]:
-    """(path, Secret name, key or None) for every Secret a spec references: objects
-    of exactly {name, key} (the CRDs' SecretKeyReference) and `envFromSecrets` names."""
+def secret_references(node, path: str = "") -> list[tuple[str, str, str]]:
+    """(path, Secret name, key) for every Secret a spec references: objects of
+    exactly {name, key} (the CRDs' SecretKeyReference)."""
     found = []
     if isinstance(node, dict):
         if set(node) == {"name", "key"}:
@@ -85,9 +85,6 @@ def secret_references(node, path: str = "") -> list[tuple[str, str, str | None]]
             child_path = f"{path}.{key}"
             if key == "configMapRef":
                 continue  # {name, key} of a ConfigMap, checked by config_map_references
-            if key == "envFromSecrets" and isinstance(value, list):
-                found.extend((f"{child_path}[{index}]", name, None) for index, name in enumerate(value))
-                continue
             found.extend(secret_references(value, child_path))
     elif isinstance(node, list):
         for index, value in enumerate(node):
@@ -173,7 +170,7 @@ def main() -> int:
         for path, secret, key in secret_references(document.get("spec", {}), "spec"):
             if secret not in secrets:
                 failures.append(f"{name}: {path} names Secret {secret!r}, which no example defines")
-            elif key is not None and key not in secrets[secret]:
+            elif key not in secrets[secret]:
                 failures.append(f"{name}: {path} names key {key!r}, which Secret {secret!r} lacks")
 
     # ConfigMaps the operator would report as missing (persona: retried; skills:

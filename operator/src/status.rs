@@ -117,12 +117,9 @@ pub enum Reason {
     Valid,
     /// The spec cannot be rendered (the message names the field).
     InvalidSpec,
-    /// SaintBot `CredentialsIsolated`: the bot has no Porter CLIs.
-    NoCredentials,
-    /// SaintBot `CredentialsIsolated`: every CLI gets a placeholder; Porter injects.
+    /// SaintBot `CredentialsIsolated`: credentials stay in the `porter` container;
+    /// sandboxes get placeholders (always: Porter runs no CLI).
     Injected,
-    /// SaintBot `CredentialsIsolated`: some CLI holds its credential in its environment.
-    EnvModeCredentials,
     /// SaintBot `ChannelsServed`: this version serves every declared channel.
     AllChannelsServed,
     /// SaintBot `ChannelsServed`: a declared channel's kind is not served by this
@@ -132,7 +129,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 18] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -148,9 +145,7 @@ impl Reason {
         Reason::Unused,
         Reason::Valid,
         Reason::InvalidSpec,
-        Reason::NoCredentials,
         Reason::Injected,
-        Reason::EnvModeCredentials,
         Reason::AllChannelsServed,
         Reason::ChannelNotServed,
     ];
@@ -173,9 +168,7 @@ impl Reason {
             Reason::Unused => "Unused",
             Reason::Valid => "Valid",
             Reason::InvalidSpec => "InvalidSpec",
-            Reason::NoCredentials => "NoCredentials",
             Reason::Injected => "Injected",
-            Reason::EnvModeCredentials => "EnvModeCredentials",
             Reason::AllChannelsServed => "AllChannelsServed",
             Reason::ChannelNotServed => "ChannelNotServed",
         }
@@ -190,12 +183,9 @@ impl Reason {
             | Reason::Linked
             | Reason::Unused
             | Reason::Valid
-            | Reason::NoCredentials
             | Reason::Injected
             | Reason::AllChannelsServed => Severity::Healthy,
             Reason::PodNotReady | Reason::Suspended => Severity::Progressing,
-            // The weaker credential mode is the owner's choice, but it is labelled
-            // wherever it shows, so it reads as a warning.
             Reason::IdentifierConflict
             | Reason::RoleNotFound
             | Reason::ConfigMapNotFound
@@ -203,7 +193,6 @@ impl Reason {
             | Reason::SecretMissing
             | Reason::InvalidIdentifier
             | Reason::InvalidSpec
-            | Reason::EnvModeCredentials
             | Reason::ChannelNotServed => Severity::Problem,
         }
     }
@@ -441,9 +430,7 @@ mod tests {
                 ("Unused", "True", Normal),
                 ("Valid", "True", Normal),
                 ("InvalidSpec", "False", Warning),
-                ("NoCredentials", "True", Normal),
                 ("Injected", "True", Normal),
-                ("EnvModeCredentials", "False", Warning),
                 ("AllChannelsServed", "True", Normal),
                 ("ChannelNotServed", "False", Warning),
             ]

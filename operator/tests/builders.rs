@@ -345,13 +345,7 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
             "acme-llm"
         ]
     );
-    assert!(
-        secret_names(&porter)
-            .iter()
-            .all(|name| name == "acme-google"),
-        "{:?}",
-        secret_names(&porter)
-    );
+    assert_eq!(secret_names(&porter), Vec::<String>::new());
     assert!(
         !porter
             .volume_mounts
@@ -361,25 +355,129 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
     );
 }
 
+/// CLI credentials are files of one projected volume that only the `porter` container
+/// mounts: not the agent, not the init container, never as environment variables.
 #[test]
-fn cli_credentials_reach_only_the_porter_container() {
-    let (agent, porter) = containers();
-    assert!(agent.env_from.is_none());
-    assert!(
-        !agent
-            .volume_mounts
-            .iter()
-            .flatten()
-            .any(|mount| mount.name == "porter-secrets")
+fn the_porter_container_is_the_only_one_mounting_cli_credentials() {
+    let pod = children().deployment.spec.unwrap().template.spec.unwrap();
+    let mounting: Vec<&str> = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .filter(|container| {
+            container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|mount| mount.name == "porter-secrets")
+        })
+        .map(|container| container.name.as_str())
+        .collect();
+    assert_eq!(mounting, ["porter"]);
+    let porter = pod
+        .containers
+        .iter()
+        .find(|container| container.name == "porter")
+        .unwrap();
+    let mount = porter
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|mount| mount.name == "porter-secrets")
+        .unwrap();
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        ("/etc/porter-secrets", Some(true))
     );
     assert!(
-        porter
-            .volume_mounts
-            .iter()
-            .flatten()
-            .any(|mount| mount.name == "porter-secrets" && mount.read_only == Some(true))
+        porter.env_from.is_none(),
+        "no Secret reaches Porter's environment"
     );
-    assert_eq!(secret_names(&porter), vec!["acme-google"]);
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|volume| volume.name == "porter-secrets")
+        .unwrap();
+    let projected = volume.projected.as_ref().unwrap();
+    assert_eq!(projected.default_mode, Some(0o440));
+    let files: Vec<(String, String, String)> = projected
+        .sources
+        .iter()
+        .flatten()
+        .flat_map(|source| {
+            let secret = source.secret.as_ref().unwrap();
+            secret
+                .items
+                .iter()
+                .flatten()
+                .map(|item| (item.path.clone(), secret.name.clone(), item.key.clone()))
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("gh/secret".into(), "acme-github".into(), "token".into()),
+            (
+                "gog/oauth2-client-secret".into(),
+                "acme-google".into(),
+                "client-secret".into()
+            ),
+            (
+                "gog/secret".into(),
+                "acme-google".into(),
+                "refresh-token".into()
+            ),
+        ]
+    );
+}
+
+/// Porter mounts of the workspace only its socket directory (where the sandboxes see
+/// it) and the logs; it runs no CLI, so no workspace files, no call homes.
+#[test]
+fn porter_serves_its_proxy_and_mounts_only_its_socket_directory_and_the_logs() {
+    let (_, porter) = containers();
+    let workspace_mounts: Vec<(String, Option<String>)> = porter
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|mount| mount.name == "workspace")
+        .map(|mount| (mount.mount_path.clone(), mount.sub_path.clone()))
+        .collect();
+    assert_eq!(
+        workspace_mounts,
+        [
+            ("/run/saint/porter".into(), Some(".saint/run/porter".into())),
+            ("/var/lib/saint/workspace/logs".into(), Some("logs".into())),
+        ]
+    );
+    let env: Vec<(String, String)> = porter
+        .env
+        .iter()
+        .flatten()
+        .map(|variable| {
+            (
+                variable.name.clone(),
+                variable.value.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let value = |name: &str| {
+        env.iter()
+            .find(|(variable, _)| variable == name)
+            .map(|(_, value)| value.as_str())
+    };
+    assert_eq!(
+        value("PORTER_PROXY_SOCKET"),
+        Some(saint_config::sandbox_contract::PORTER_SOCKET_PATH)
+    );
+    assert_eq!(
+        value("PORTER_CA_CERTIFICATE"),
+        Some(saint_config::sandbox_contract::PORTER_CA_PATH)
+    );
+    for gone in ["PORTER_SOCKET", "PORTER_WORKSPACE", "PORTER_CALL_HOMES"] {
+        assert_eq!(value(gone), None, "{gone}");
+    }
 }
 
 #[test]
@@ -778,51 +876,58 @@ fn the_chart_examples_render_through_the_real_validate() {
         .expect("the agent accepts it");
 }
 
+/// The fixture's `gh` and `gog` entries become the registry Porter loads: each secret a
+/// file under `/etc/porter-secrets`, nothing else of the Secret.
 #[test]
-fn porter_clis_render_injection_mode_hosts_and_role_requests_into_the_registry() {
-    let (mut bot, dereferenced) = load("acme.yaml");
-    let gh = &mut bot.spec.porter.clis[0];
-    gh.hosts = vec!["api.github.com".to_string(), "github.com".to_string()];
-    gh.requests = serde_json::from_value(serde_json::json!({
-        "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
-        "owner": [{"methods": ["*"], "paths": ["/**"]}],
-    }))
-    .unwrap();
-    bot.spec.porter.clis[1].inject = Some(false);
-    let validated =
-        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
-            .unwrap();
-    let registry = serde_json::to_value(&validated.registry).unwrap();
-    let gh = &registry["clis"]["gh"];
-    // No `mode`: injection follows from the hosts, as in Porter.
-    assert_eq!(gh.get("mode"), None);
+fn porter_clis_render_into_a_registry_porter_accepts() {
+    let validated = validated("acme.yaml");
     assert_eq!(
-        gh["hosts"],
-        serde_json::json!(["api.github.com", "github.com"])
-    );
-    assert_eq!(
-        gh["requests"],
+        serde_json::to_value(&validated.registry).unwrap(),
         serde_json::json!({
-            "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
-            "owner": [{"methods": ["*"], "paths": ["/**"]}],
+            "version": 2,
+            "clis": {
+                "gh": {
+                    "hosts": ["api.github.com", "github.com", "uploads.github.com"],
+                    "secret": {"file": "/etc/porter-secrets/gh/secret"},
+                    "placeholderEnv": ["GH_TOKEN"],
+                    "git": true,
+                    "requests": {"employee": [
+                        {"methods": ["GET"], "paths": ["/repos/*/*/pulls", "/repos/*/*/pulls/**"]},
+                    ]},
+                },
+                "gog": {
+                    "hosts": ["oauth2.googleapis.com", "www.googleapis.com", "gmail.googleapis.com"],
+                    "secret": {"file": "/etc/porter-secrets/gog/secret"},
+                    "oauth2": {
+                        "tokenUrl": "https://oauth2.googleapis.com/token",
+                        "clientId": "1234567890-acme.apps.googleusercontent.com",
+                        "clientSecret": {"file": "/etc/porter-secrets/gog/oauth2-client-secret"},
+                    },
+                    "placeholderEnv": ["GOG_REFRESH_TOKEN"],
+                },
+            },
         })
     );
-    assert_eq!(registry["clis"]["gog"]["mode"], "env");
-    // What Porter will load: gh injected, its secret file variable replaced on the wire.
     let parsed = porter_protocol::registry::Registry::from_json(&validated.registry.to_json())
         .expect("porter accepts the rendered registry");
-    assert_eq!(
-        parsed.clis["gh"].effective_mode(),
-        porter_protocol::registry::CliMode::Inject
-    );
+    assert_eq!(parsed, validated.registry);
+    assert_eq!(validated.config.porter.clis, ["gh", "gog"]);
+}
 
+#[test]
+fn an_oauth2_token_url_outside_the_hosts_is_refused_naming_the_field() {
     let (mut bot, dereferenced) = load("acme.yaml");
-    bot.spec.porter.clis[0].inject = Some(true);
-    let refused =
+    let gog = &mut bot.spec.porter.clis[1];
+    gog.hosts.retain(|host| host != "oauth2.googleapis.com");
+    let error =
         saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
-            .unwrap_err()
-            .to_string();
-    assert!(refused.contains("needs hosts"), "{refused}");
+            .unwrap_err();
+    assert_eq!(error.reason(), saint_operator::status::Reason::InvalidSpec);
+    assert_eq!(
+        error.to_string(),
+        "failed to render porter CLIs: spec.porter.clis[gog].oauth2.tokenUrl: \
+         its host oauth2.googleapis.com:443 must be among hosts"
+    );
 }
 
 /// The HTTP channel's `settings.port` is the agent's port everywhere the pod needs it:

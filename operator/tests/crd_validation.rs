@@ -153,11 +153,11 @@ fn secret_key_references_need_name_and_key() {
 }
 
 #[test]
-fn duplicate_channel_names_and_relative_cli_paths_are_refused() {
+fn duplicate_channel_names_and_porter_entries_without_hosts_are_refused() {
     let bad = bot(serde_json::json!({
         "model": {"provider": "openai", "name": "m"},
         "channels": [{"name": "api", "kind": "http"}, {"name": "api", "kind": "http"}],
-        "porter": {"clis": [{"name": "gh", "bin": "gh"}]},
+        "porter": {"clis": [{"name": "gh", "secretKeyRef": {"name": "acme-github", "key": "token"}}]},
     }));
     let messages = errors(&bad).join("\n");
     assert!(
@@ -165,7 +165,7 @@ fn duplicate_channel_names_and_relative_cli_paths_are_refused() {
         "{messages}"
     );
     assert!(
-        messages.contains("porter.clis[].bin must be an absolute path"),
+        messages.contains("porter.clis[] needs hosts: the only hosts (name or name:port) its credential may reach; Porter no longer runs the CLI"),
         "{messages}"
     );
 }
@@ -202,47 +202,116 @@ fn crds_have_status_subresource_short_names_and_list_map_conditions() {
 }
 
 #[test]
-fn an_injected_cli_without_hosts_is_refused_and_one_with_hosts_passes() {
-    let cli = |extra: serde_json::Value| {
-        let mut cli = serde_json::json!({"name": "gh", "bin": "/usr/bin/gh"});
-        cli.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        bot(serde_json::json!({
-            "model": {"provider": "openai", "name": "m"},
-            "porter": {"clis": [cli]},
-        }))
-    };
-    let without_hosts = errors(&cli(serde_json::json!({"inject": true}))).join("\n");
-    assert!(
-        without_hosts.contains("inject: true needs hosts"),
-        "{without_hosts}"
-    );
-    let requests_in_env_mode = errors(&cli(serde_json::json!({
-        "inject": false, "hosts": ["api.github.com"],
-        "requests": {"employee": [{"methods": ["GET"], "paths": ["/repos/**"]}]},
-    })))
-    .join("\n");
-    assert!(
-        requests_in_env_mode.contains("requests applies to injected CLIs"),
-        "{requests_in_env_mode}"
-    );
-    let bad_host = errors(&cli(
-        serde_json::json!({"hosts": ["https://api.github.com/"]}),
-    ))
-    .join("\n");
-    assert!(
-        bad_host.contains("hosts[] must be host names"),
-        "{bad_host}"
-    );
-    let good = cli(serde_json::json!({
+fn porter_entries_inject_in_one_place_each_and_pass_when_well_formed() {
+    let good = porter_cli(serde_json::json!({
         "hosts": ["api.github.com", "github.com", "ghe.acme.hr:8443"],
+        "placeholderEnv": ["GH_TOKEN"],
+        "git": true,
+        "inject": [{"authorization": true}, {"header": "X-Api-Key"}, {"query": "key"}],
         "requests": {
             "employee": [{"methods": ["POST"], "paths": ["/graphql"], "graphql": {"queries": true}}],
             "owner": [{"methods": ["*"], "paths": ["/**"]}],
         },
     }));
-    assert_eq!(errors(&good), Vec::<String>::new());
+    assert_eq!(good, Vec::<String>::new());
+    let oauth2 = porter_cli(serde_json::json!({
+        "hosts": ["oauth2.googleapis.com", "www.googleapis.com"],
+        "oauth2": {
+            "tokenUrl": "https://oauth2.googleapis.com/token",
+            "clientId": "1234.apps.googleusercontent.com",
+            "clientSecretKeyRef": {"name": "acme-google", "key": "client-secret"},
+            "placeholderTtlSeconds": 300,
+        },
+    }));
+    assert_eq!(oauth2, Vec::<String>::new());
+    for (extra, expected) in [
+        (
+            serde_json::json!({"hosts": ["https://api.github.com/"]}),
+            "porter.clis[].hosts[] must be host names",
+        ),
+        (
+            serde_json::json!({"inject": [{"authorization": true, "header": "X-Api-Key"}]}),
+            "porter.clis[].inject[] entries are exactly one of",
+        ),
+        (
+            serde_json::json!({"inject": [{}]}),
+            "porter.clis[].inject[] entries are exactly one of",
+        ),
+        (
+            serde_json::json!({"inject": [{"authorization": false}]}),
+            "porter.clis[].inject[].authorization is either true or left out",
+        ),
+        (
+            serde_json::json!({"inject": [{"header": "X Api Key"}]}),
+            "porter.clis[].inject[].header must be an HTTP header name",
+        ),
+        (
+            serde_json::json!({"inject": [{"query": "access token"}]}),
+            "porter.clis[].inject[].query must be a query parameter name",
+        ),
+        (
+            serde_json::json!({"git": true, "inject": [{"query": "key"}]}),
+            "porter.clis[].git: git over HTTPS sends the credential in Authorization",
+        ),
+        (
+            serde_json::json!({"oauth2": {"tokenUrl": "http://oauth2.example/token", "clientId": "c"}}),
+            "porter.clis[].oauth2.tokenUrl must be an https:// URL",
+        ),
+        (
+            serde_json::json!({"oauth2": {"tokenUrl": "https://oauth2.example/token", "clientId": "c",
+                "clientSecretKeyRef": {"name": "", "key": "client-secret"}}}),
+            "porter.clis[].oauth2.clientSecretKeyRef must name both a Secret",
+        ),
+        (
+            serde_json::json!({"secretKeyRef": {"name": "acme-github", "key": ""}}),
+            "porter.clis[].secretKeyRef must name both a Secret",
+        ),
+    ] {
+        refused_with(porter_cli(extra), expected);
+    }
+}
+
+/// `hosts` and `secretKeyRef` default in serde (so a bot stored in the old shape still
+/// reaches `validate`, which refuses it with a status), but whoever writes a SaintBot
+/// must give them: required, with no default the API server would fill in.
+#[test]
+fn porter_entries_require_hosts_and_a_secret_key_in_the_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(SaintBot::crd()).unwrap();
+    let entry = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["porter"]["properties"]["clis"]["items"];
+    let required: Vec<&str> = entry["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    for name in ["name", "hosts", "secretKeyRef"] {
+        assert!(required.contains(&name), "{name} in {required:?}");
+        assert_eq!(entry["properties"][name].get("default"), None, "{name}");
+    }
+    assert_eq!(entry["properties"]["hosts"]["minItems"], 1);
+    let removed = [
+        "bin",
+        "env",
+        "secretEnv",
+        "envFromSecrets",
+        "passthroughEnv",
+        "timeoutSeconds",
+        "rateLimit",
+        "args",
+        "roleArgs",
+        "profile",
+    ];
+    for name in removed {
+        assert_eq!(entry["properties"].get(name), None, "{name}");
+    }
+    assert_eq!(
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["porter"]["properties"]
+            .get("globalRateLimit"),
+        None
+    );
 }
 
 /// A value each setting accepts, for the drift test below; `x` for free-text settings
@@ -1130,7 +1199,11 @@ fn images_runtime_classes_and_object_names_are_refused_when_malformed() {
 }
 
 fn porter_cli(extra: serde_json::Value) -> Vec<String> {
-    let mut cli = serde_json::json!({"name": "gh", "bin": "/usr/bin/gh"});
+    let mut cli = serde_json::json!({
+        "name": "gh",
+        "hosts": ["api.github.com"],
+        "secretKeyRef": {"name": "acme-github", "key": "token"},
+    });
     cli.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
@@ -1140,20 +1213,12 @@ fn porter_cli(extra: serde_json::Value) -> Vec<String> {
     ))
 }
 
-fn secret_env(name: &str) -> serde_json::Value {
-    serde_json::json!({"name": name, "secretKeyRef": {"name": "acme-porter", "key": "token"}})
-}
-
 #[test]
-fn porter_env_names_are_names_and_none_that_loads_code() {
+fn porter_placeholder_names_are_names_and_none_that_loads_code() {
     use saint_operator::crd::formats::{
         DENIED_ENV_NAMES, DENIED_ENV_PREFIXES, is_allowed_env_name,
     };
-    let good = porter_cli(serde_json::json!({
-        "env": {"GH_HOST": "github.com", "GIT_AUTHOR_NAME": "Saint"},
-        "secretEnv": [secret_env("GH_TOKEN")],
-        "passthroughEnv": ["HTTPS_PROXY"],
-    }));
+    let good = porter_cli(serde_json::json!({"placeholderEnv": ["GH_TOKEN", "GITHUB_TOKEN"]}));
     assert_eq!(good, Vec::<String>::new());
     let mut denied: Vec<String> = DENIED_ENV_NAMES
         .iter()
@@ -1169,30 +1234,10 @@ fn porter_env_names_are_names_and_none_that_loads_code() {
         // The controller's check and the CRD's CEL, from the same lists, agree.
         assert!(!is_allowed_env_name(name), "{name}");
         refused_with(
-            porter_cli(serde_json::json!({"env": {name.as_str(): "x"}})),
-            "porter.clis[].env keys must be environment variable names",
-        );
-        refused_with(
-            porter_cli(serde_json::json!({"secretEnv": [secret_env(name)]})),
-            "porter.clis[].secretEnv[].name must be an environment variable name",
-        );
-        refused_with(
-            porter_cli(serde_json::json!({"passthroughEnv": [name]})),
-            "porter.clis[].passthroughEnv entries must be environment variable names",
+            porter_cli(serde_json::json!({"placeholderEnv": [name]})),
+            "porter.clis[].placeholderEnv entries must be environment variable names",
         );
     }
-    refused_with(
-        porter_cli(
-            serde_json::json!({"secretEnv": [secret_env("GH_TOKEN"), secret_env("GH_TOKEN")]}),
-        ),
-        "porter.clis[].secretEnv[].name must be unique",
-    );
-    refused_with(
-        porter_cli(
-            serde_json::json!({"env": {"GH_TOKEN": "x"}, "secretEnv": [secret_env("GH_TOKEN")]}),
-        ),
-        "must not also be a key of porter.clis[].env",
-    );
     refused_with(
         porter_cli(serde_json::json!({"hosts": ["api.github.com:99999"]})),
         "hosts[] must be host names, optionally with :port (1-65535)",
@@ -1345,4 +1390,22 @@ fn memory_settings_that_would_have_no_effect_are_refused() {
             "memory.enabled is false",
         );
     }
+}
+
+/// The chart's example bot (its `gh` and `gog` entries included) passes every CEL rule.
+#[test]
+fn the_chart_example_bot_passes_the_cel_rules() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/saint/examples/saintbot.yaml");
+    let text = std::fs::read_to_string(&path).expect("the example is readable");
+    let documents: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| serde::Deserialize::deserialize(document).expect("a YAML document"))
+        .collect();
+    let bot: SaintBot = documents
+        .into_iter()
+        .find(|document| document["kind"] == "SaintBot")
+        .map(|document| serde_json::from_value(document).expect("the example bot parses"))
+        .expect("the example holds a SaintBot");
+    assert_eq!(bot.spec.porter.clis.len(), 2);
+    assert_eq!(errors(&bot), Vec::<String>::new());
 }

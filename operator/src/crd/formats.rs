@@ -1,6 +1,6 @@
 //! Formats the API server checks at the door, for values the operator copies into child
 //! objects or the agent's config: quantities, image references, environment variable names
-//! (with the names no Porter CLI may be given), label selectors, workspace paths and
+//! (with the names no Porter placeholder may take), label selectors, workspace paths and
 //! display names. Each is one Rust constant or function generating the CEL rule, so the
 //! CRD and the controller's own checks read the same list. Pure: no client.
 //!
@@ -144,11 +144,11 @@ pub(crate) fn object_name_rule(field: &str, what: &str) -> Rule {
 /// An environment variable name every shell and `execve` caller takes.
 pub const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
 
-/// Names no Porter CLI may be given (`env`, `secretEnv`, `passthroughEnv`): each makes
-/// the dynamic loader, libc, a shell or a language runtime load or run code the CLI did
-/// not ship with, names a program the CLI starts, or moves where programs and their
-/// config are found. Porter holds every CLI's credentials; a variable that runs code in
-/// it would bypass the argument grammar and the proxy. Exact names; see also
+/// Names a Porter entry's `placeholderEnv` may not take. Every sandbox command gets
+/// those variables, holding a placeholder; each of these makes the dynamic loader, libc,
+/// a shell or a language runtime load or run code, names a program a command starts, or
+/// moves where programs and their config are found, so a placeholder in it would break
+/// every command or make it run something else. Exact names; see also
 /// [`DENIED_ENV_PREFIXES`].
 pub const DENIED_ENV_NAMES: &[&str] = &[
     // Where programs and their config are found.
@@ -202,13 +202,13 @@ pub const DENIED_ENV_NAMES: &[&str] = &[
     "BROWSER",
 ];
 
-/// Prefixes no Porter CLI variable may start with: the dynamic loader's (`LD_PRELOAD`,
-/// `LD_LIBRARY_PATH`, `LD_AUDIT`), bash's exported functions (`BASH_FUNC_x%%`), and
-/// git's config from the environment (`GIT_CONFIG_COUNT`, `GIT_CONFIG_GLOBAL`), which
-/// Porter itself sets for git to force its safe config.
+/// Prefixes no Porter placeholder variable may start with: the dynamic loader's
+/// (`LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`), bash's exported functions
+/// (`BASH_FUNC_x%%`), and git's config from the environment (`GIT_CONFIG_COUNT`,
+/// `GIT_CONFIG_GLOBAL`), which could replace git's credential helper.
 pub const DENIED_ENV_PREFIXES: &[&str] = &["LD_", "BASH_FUNC_", "GIT_CONFIG"];
 
-/// Whether `name` is an environment variable name a Porter CLI may be given: the
+/// Whether `name` is an environment variable name a Porter placeholder may take: the
 /// [`ENV_NAME_PATTERN`] form and not denied. The controller's check; the CRD's CEL is
 /// generated from the same lists by [`env_name_condition`].
 pub fn is_allowed_env_name(name: &str) -> bool {
@@ -250,27 +250,11 @@ fn env_name_message(field: &str, must_be: &str) -> Message {
     ))
 }
 
-/// CEL for one environment variable name (`self` a string).
-pub(crate) fn env_name_rule(field: &str) -> Rule {
-    Rule::new(env_name_condition("self")).message(env_name_message(
-        field,
-        "must be an environment variable name",
-    ))
-}
-
 /// CEL for a list of environment variable names.
 pub(crate) fn env_name_list_rule(field: &str) -> Rule {
     Rule::new(format!("self.all(n, {})", env_name_condition("n"))).message(env_name_message(
         field,
         "entries must be environment variable names",
-    ))
-}
-
-/// CEL for a map keyed by environment variable names.
-pub(crate) fn env_name_keys_rule(field: &str) -> Rule {
-    Rule::new(format!("self.all(n, {})", env_name_condition("n"))).message(env_name_message(
-        field,
-        "keys must be environment variable names",
     ))
 }
 
@@ -327,6 +311,33 @@ pub(crate) fn label_selector(field: &'static str) -> impl Fn(&mut Schema) {
                 "{field}.matchExpressions[]: In and NotIn need values, Exists and DoesNotExist take none"
             ))),
         );
+    }
+}
+
+/// `#[schemars(transform = …)]` for a struct whose `names` properties have a serde
+/// default (so an object stored before they existed still deserialises and is refused
+/// by the controller with a status) but are required from anyone writing one: they are
+/// listed in `required` and lose the `default` the API server would otherwise fill in.
+pub(crate) fn required_properties(names: &'static [&'static str]) -> impl Fn(&mut Schema) {
+    move |schema: &mut Schema| {
+        let Some(object) = object_schema(schema) else {
+            return;
+        };
+        if let Some(properties) = object.get_mut("properties").and_then(Value::as_object_mut) {
+            for name in names {
+                if let Some(property) = properties.get_mut(*name).and_then(Value::as_object_mut) {
+                    property.remove("default");
+                }
+            }
+        }
+        let required = object.entry("required").or_insert_with(|| json!([]));
+        if let Value::Array(required) = required {
+            for name in names {
+                if !required.iter().any(|listed| listed == name) {
+                    required.push(json!(name));
+                }
+            }
+        }
     }
 }
 

@@ -105,8 +105,8 @@ pub struct SaintBotSpec {
     #[schemars(length(max = 16))]
     pub channels: Vec<ChannelSpec>,
 
-    /// CLIs the sandbox may call through Porter. Their credentials reach only the
-    /// `porter` container.
+    /// Credentials of the CLIs sandbox commands use. They reach only the `porter`
+    /// container, whose proxy puts them on the wire; sandboxes get placeholders.
     #[serde(default)]
     pub porter: PorterSpec,
 
@@ -320,115 +320,148 @@ pub struct ChannelSpec {
     pub secrets: BTreeMap<String, SecretKeyReference>,
 }
 
-/// Porter, the credential broker: the CLIs the sandbox may call.
+/// Porter, the credential broker: the credentials of the CLIs the sandbox may use.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PorterSpec {
-    /// CLIs by exact name.
+    /// One entry per credential, by the name of the CLI that uses it. A host belongs to
+    /// one entry only.
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub clis: Vec<PorterCliSpec>,
-    /// Limit over all CLIs together. Absent: unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub global_rate_limit: Option<RateLimitSpec>,
 }
 
-/// One CLI Porter runs on the sandbox's behalf.
+/// One credential Porter holds, the hosts it may reach and the requests each role may
+/// make with it. The CLI itself runs in the sandbox (the sandbox image must carry it)
+/// with a placeholder; only Porter's HTTPS proxy, which every sandbox command's traffic
+/// to `hosts` goes through, swaps the placeholder for the real secret on the wire, and
+/// only after the caller's role's `requests` admit the request. The secret stays in
+/// the `porter` container. (This shape replaced the one where Porter ran the CLI:
+/// `bin`, `env`, `secretEnv`, `envFromSecrets`, `passthroughEnv`, `timeoutSeconds`,
+/// `rateLimit`, `args`, `roleArgs`, `profile` and a boolean `inject` are gone, and the
+/// API server drops them unread.)
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+// `hosts` and `secretKeyRef` are required by the schema but default in serde: a bot
+// stored before this shape (pruned of its old fields) must still deserialise, so that
+// `validate` refuses it with a status naming the field instead of the watch failing.
+#[schemars(transform = formats::required_properties(&["hosts", "secretKeyRef"]))]
+#[x_kube(validation = kube::core::Rule::new("has(self.hosts) && size(self.hosts) > 0")
+    .message("porter.clis[] needs hosts: the only hosts (name or name:port) its credential may reach; Porter no longer runs the CLI (bin, secretEnv, args and profile are gone), it puts the secret on the wire for these hosts"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "!has(self.inject) || !self.inject || (has(self.hosts) && size(self.hosts) > 0)"
-).message("porter.clis[]: inject: true needs hosts (the only hosts its proxy lets it reach)"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.requests) || size(self.requests) == 0 || (has(self.hosts) && size(self.hosts) > 0 && (!has(self.inject) || self.inject))"
-).message("porter.clis[].requests applies to injected CLIs: set hosts (and leave inject unset or true)"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.env) || !has(self.secretEnv) || self.secretEnv.all(e, !(e.name in self.env))"
-).message("porter.clis[].secretEnv[].name must not also be a key of porter.clis[].env"))]
+    "!has(self.git) || !self.git || !has(self.inject) || size(self.inject) == 0 || self.inject.exists(i, has(i.authorization))"
+).message("porter.clis[].git: git over HTTPS sends the credential in Authorization: add {authorization: true} to inject (or leave inject out)"))]
 pub struct PorterCliSpec {
-    /// Exact command name the sandbox calls (`gh`, `gog`); a plain file name.
+    /// The CLI's name (`gh`, `gog`): a plain command name, shown in the audit log and to
+    /// the agent. The sandbox image must carry the CLI itself.
     #[schemars(length(min = 1, max = 64))]
     #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_][A-Za-z0-9._+-]*$')")
         .message("porter.clis[].name must be a plain command name (letters, digits, '.', '_', '+', '-')"))]
     pub name: String,
-    /// Absolute path of the real binary inside the porter image.
-    #[schemars(length(min = 2, max = 1024))]
-    #[x_kube(validation = kube::core::Rule::new("self.startsWith('/')")
-        .message("porter.clis[].bin must be an absolute path"))]
-    pub bin: String,
-    /// Non-secret literal environment variables. Names are environment variable names
-    /// and none that loads code or picks a program (`PATH`, `HOME`, `LD_*`, `BASH_ENV`,
-    /// `PYTHONPATH`, `NODE_OPTIONS`, `GIT_SSH_COMMAND`, `PAGER`, …: the refusal lists
-    /// them all); the same holds for `secretEnv` and `passthroughEnv`.
+    /// The only hosts (`name` or `name:port`, port 443 by default) a sandbox command may
+    /// reach with this credential, e.g. `api.github.com`, `github.com`,
+    /// `uploads.github.com`; Porter's proxy refuses every other host for it. Required.
     #[serde(default)]
-    #[schemars(extend(
-        "maxProperties" = 64,
-        "additionalProperties" = {"type": "string", "maxLength": 4096}
-    ))]
-    #[x_kube(validation = formats::env_name_keys_rule("porter.clis[].env"))]
-    pub env: BTreeMap<String, String>,
-    /// Environment variables taken from Secret keys (mounted as files into the `porter`
-    /// container only).
-    #[serde(default)]
-    #[schemars(length(max = 32))]
-    #[x_kube(validation = kube::core::Rule::new("self.all(e, self.exists_one(f, f.name == e.name))")
-        .message("porter.clis[].secretEnv[].name must be unique"))]
-    pub secret_env: Vec<SecretEnvSpec>,
-    /// Secrets whose every key becomes an environment variable of the `porter` container
-    /// (`envFrom`); list the variable names this CLI gets in `passthroughEnv`.
-    #[serde(default)]
-    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = kube::core::Rule::new(format!(
-        "self.all(n, n.matches('{}'))", super::DNS_1123_SUBDOMAIN_PATTERN
-    )).message("porter.clis[].envFromSecrets entries must be Secret names: lower-case letters, digits, '-' and '.'"))]
-    pub env_from_secrets: Vec<String>,
-    /// Names of `porter` container variables passed to this CLI.
-    #[serde(default)]
-    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = formats::env_name_list_rule("porter.clis[].passthroughEnv"))]
-    pub passthrough_env: Vec<String>,
-    /// Seconds before the CLI gets SIGTERM (SIGKILL 5 s later). Default 120.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 86400))]
-    pub timeout_seconds: Option<u64>,
-    /// Per-CLI rate limit. Absent: only the global limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_limit: Option<RateLimitSpec>,
-    /// Argument allow/deny patterns for every caller (deny wins): whitespace-separated
-    /// globs over the leading arguments, `**` at the end matches the rest.
-    #[serde(default)]
-    pub args: ArgPolicySpec,
-    /// Extra argument policy by the requesting contact's role name, on top of `args`.
-    #[serde(default)]
-    pub role_args: BTreeMap<String, ArgPolicySpec>,
-    /// Injection (the default when `hosts` is set): the CLI gets a per-call placeholder
-    /// and Porter's HTTPS proxy puts the real secret on the wire, only for `hosts`.
-    /// `false` keeps the secret in the CLI's environment (weaker: for credentials that
-    /// must live in the tool, like signing keys).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inject: Option<bool>,
-    /// Injection: the only hosts (`name` or `name:port`) the CLI may reach through
-    /// Porter's proxy, e.g. `api.github.com`, `github.com`, `uploads.github.com`.
-    #[serde(default)]
-    #[schemars(length(max = 32), inner(length(min = 1, max = 259)))]
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 259)))]
     #[x_kube(validation = kube::core::Rule::new(
         "self.all(h, h.matches('^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$'))"
     ).message("porter.clis[].hosts[] must be host names, optionally with :port (1-65535)"))]
     pub hosts: Vec<String>,
-    /// Injection: the requests each role may make through the proxy, by role name (`*`
-    /// for every role). Empty: any request to the hosts; otherwise a role without rules
-    /// may make none. Enforced on the wire, whatever the arguments were.
+    /// Secret key holding the credential (with `oauth2`: the refresh token). Mounted as a
+    /// file into the `porter` container only; no sandbox and not the agent ever sees it.
+    /// Required.
+    #[serde(default)]
+    #[x_kube(validation = secret_key_rule("porter.clis[].secretKeyRef"))]
+    pub secret_key_ref: SecretKeyReference,
+    /// Where in a request the placeholder is swapped for the secret: `{authorization:
+    /// true}` (the `Authorization` header: `Bearer`, GitHub's `token`, and `Basic` whose
+    /// user or password is the placeholder), `{header: NAME}` (a header such as
+    /// `X-Api-Key`) or `{query: NAME}` (a query parameter such as `key`). Placeholders
+    /// elsewhere are never swapped. Empty: the `Authorization` header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub inject: Vec<InjectSpec>,
+    /// OAuth 2.0 held by Porter: the CLI's requests to `tokenUrl` are answered by Porter
+    /// with a short-lived placeholder access token, and Porter itself refreshes the real
+    /// access token with the refresh token in `secretKeyRef`. Absent: `secretKeyRef` is
+    /// the credential sent as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth2: Option<OAuth2Spec>,
+    /// Environment variables every sandbox command gets holding this entry's placeholder
+    /// (`GH_TOKEN`; with `oauth2`, the placeholder refresh token). Names are environment
+    /// variable names and none that loads code or picks a program (`PATH`, `HOME`,
+    /// `LD_*`, `BASH_ENV`, `NODE_OPTIONS`, …: the refusal lists them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = formats::env_name_list_rule("porter.clis[].placeholderEnv"))]
+    pub placeholder_env: Vec<String>,
+    /// git over HTTPS to `hosts`: git's credential helper in the sandbox answers the
+    /// placeholder (user `x-access-token`), which Porter swaps in `Authorization`, so
+    /// `inject` must include `authorization` (or be left out). Default false.
+    #[serde(default)]
+    pub git: bool,
+    /// The requests each role may make with this credential, by role name (`*` for every
+    /// role): a request is admitted when one of its rules matches its method and path
+    /// (and, for a GraphQL rule, every operation in its body). Enforced on the wire,
+    /// whatever command sent it. Empty: any request to `hosts`; otherwise a role with no
+    /// rules (and no `*` rules) may make none.
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub requests: BTreeMap<String, Vec<RequestRuleSpec>>,
-    /// The argument grammar Porter checks every call against, in both modes: `gh`,
-    /// `git` or `gog` — allowlists that refuse aliases, extensions, auth and config
-    /// changes, and options that run programs, wherever flags stand. Absent: the
-    /// profile of the same name when the CLI is registered as `gh`, `git` or `gog`
-    /// (never by its binary's file name), otherwise only `args`/`roleArgs` patterns
-    /// apply.
+}
+
+/// One place in a request where Porter's proxy puts the secret: exactly one of
+/// `authorization: true`, `header` or `query`.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "(has(self.authorization) ? 1 : 0) + (has(self.header) ? 1 : 0) + (has(self.query) ? 1 : 0) == 1"
+).message("porter.clis[].inject[] entries are exactly one of {authorization: true}, {header: NAME} or {query: NAME}"))]
+pub struct InjectSpec {
+    /// `true`: the `Authorization` header (`Bearer`, `token`, or `Basic` with the
+    /// placeholder as user or password).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<porter_protocol::registry::Profile>,
+    #[x_kube(validation = kube::core::Rule::new("self")
+        .message("porter.clis[].inject[].authorization is either true or left out"))]
+    pub authorization: Option<bool>,
+    /// A request header whose value holds the placeholder (`X-Api-Key`); not
+    /// `Authorization`, `Cookie`, `Host` or other headers the proxy manages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9!#$%&*+.^_|~-]+$')")
+        .message("porter.clis[].inject[].header must be an HTTP header name"))]
+    pub header: Option<String>,
+    /// A query parameter whose value is the placeholder (`key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[!-~]+$')")
+        .message("porter.clis[].inject[].query must be a query parameter name (printable ASCII, no spaces)"))]
+    pub query: Option<String>,
+}
+
+/// OAuth 2.0 refresh held by Porter.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuth2Spec {
+    /// The token endpoint (`https://oauth2.googleapis.com/token`); its host must be one
+    /// of the entry's `hosts`.
+    #[schemars(length(min = 9, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://')")
+        .message("porter.clis[].oauth2.tokenUrl must be an https:// URL"))]
+    pub token_url: String,
+    /// The OAuth client id (not a secret).
+    #[schemars(length(min = 1, max = 1024))]
+    pub client_id: String,
+    /// Secret key holding the OAuth client secret, for clients that have one; mounted
+    /// into the `porter` container only, like `secretKeyRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = secret_key_rule("porter.clis[].oauth2.clientSecretKeyRef"))]
+    pub client_secret_key_ref: Option<SecretKeyReference>,
+    /// Seconds a placeholder access token stays valid (at most the real token's own
+    /// lifetime). Default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub placeholder_ttl_seconds: Option<u64>,
 }
 
 /// Requests a role may make through the injecting proxy.
@@ -459,45 +492,6 @@ pub struct GraphqlRuleSpec {
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
     pub mutations: Vec<String>,
-}
-
-/// One environment variable from a Secret key.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SecretEnvSpec {
-    /// Variable name the CLI sees (e.g. `GH_TOKEN`).
-    #[schemars(length(min = 1, max = 253))]
-    #[x_kube(validation = formats::env_name_rule("porter.clis[].secretEnv[].name"))]
-    pub name: String,
-    /// Secret key holding the value.
-    #[x_kube(validation = secret_key_rule("porter.clis[].secretEnv[].secretKeyRef"))]
-    pub secret_key_ref: SecretKeyReference,
-}
-
-/// A token bucket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RateLimitSpec {
-    /// Calls per minute, sustained.
-    #[schemars(range(min = 1))]
-    pub per_minute: u32,
-    /// Calls allowed at once above the sustained rate. Default 10.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<u32>,
-}
-
-/// Allow/deny patterns over a CLI call's leading arguments; deny wins.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ArgPolicySpec {
-    /// Patterns a call must match (empty: any not denied), e.g. `pr **`.
-    #[serde(default)]
-    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
-    pub allow: Vec<String>,
-    /// Patterns refused before anything runs, e.g. `auth **`.
-    #[serde(default)]
-    #[schemars(length(max = 128), inner(length(min = 1, max = 512)))]
-    pub deny: Vec<String>,
 }
 
 /// The sandbox Jobs that run `exec`.
@@ -556,12 +550,13 @@ pub struct ImagesSpec {
     #[schemars(length(min = 1, max = 1024))]
     #[x_kube(validation = formats::image_reference_rule("images.agent"))]
     pub agent: Option<String>,
-    /// Image of the `porter` container (must contain the CLIs' binaries).
+    /// Image of the `porter` container: Porter's proxy only, no CLI (the CLIs of
+    /// `porter.clis` run in the sandbox image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     #[x_kube(validation = formats::image_reference_rule("images.porter"))]
     pub porter: Option<String>,
-    /// Image of sandbox pods.
+    /// Image of sandbox pods; it must carry the CLIs of `porter.clis`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     #[x_kube(validation = formats::image_reference_rule("images.sandbox"))]
@@ -671,12 +666,11 @@ pub struct SaintBotStatus {
     /// `ConfigMapNotFound` while a skill's ConfigMap or key is missing — retried),
     /// `ConfigRendered` (True with `ConfigRendered`, else the same reason as `Ready`),
     /// `IdentitiesLinked` (True with `AllLinked`; False with `IdentifierConflict` or
-    /// `RoleNotFound` naming what was left out) and `CredentialsIsolated` (True with
-    /// `NoCredentials` or `Injected`; False with `EnvModeCredentials`, naming the Porter
-    /// CLIs whose credential sits in their environment — the weaker mode),
-    /// `ChannelsServed` (True with `AllChannelsServed`; False with `ChannelNotServed`,
-    /// naming declared channels whose kind this version does not serve — none today:
-    /// every kind has an agent reader). A change of `Ready` or `IdentitiesLinked` also
+    /// `RoleNotFound` naming what was left out), `CredentialsIsolated` (always True
+    /// with `Injected`: credentials stay in the `porter` container, sandboxes get
+    /// placeholders) and `ChannelsServed` (True with `AllChannelsServed`; False with
+    /// `ChannelNotServed`, naming declared channels whose kind this version does not
+    /// serve — none today: every kind has an agent reader). A change of `Ready` or `IdentitiesLinked` also
     /// comes as an Event, a Warning when a person has to act; a newly unserved channel
     /// comes as a Warning Event.
     #[serde(default)]

@@ -155,7 +155,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                 Reason::ConfigRendered,
                 format!("bot-config.json sha256 {config_hash}"),
             );
-            let isolated = credentials_isolated(&validated.registry, generation, now);
+            let isolated = credentials_isolated(generation, now);
             let served = channels_served(&validated.config.channels, generation, now);
             (
                 vec![ready, rendered, linked, isolated, served],
@@ -178,46 +178,15 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
     }
 }
 
-/// `CredentialsIsolated`: True when every Porter CLI runs in injection mode (the CLI
-/// holds a placeholder, Porter puts the secret on the wire); False, reason
-/// `EnvModeCredentials`, naming the CLIs whose credential sits in their environment —
-/// the weaker mode, labelled wherever it shows.
-fn credentials_isolated(
-    registry: &porter_protocol::registry::Registry,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let in_env: Vec<&str> = registry
-        .clis
-        .iter()
-        .filter(|(_, entry)| entry.effective_mode() == porter_protocol::registry::CliMode::Env)
-        .map(|(name, _)| name.as_str())
-        .collect();
-    let (reason, message) = if registry.clis.is_empty() {
-        (
-            Reason::NoCredentials,
-            "the bot has no Porter CLIs".to_string(),
-        )
-    } else if in_env.is_empty() {
-        (
-            Reason::Injected,
-            "every Porter CLI gets a placeholder; Porter puts the credential on the wire"
-                .to_string(),
-        )
-    } else {
-        (
-            Reason::EnvModeCredentials,
-            format!(
-                "weaker: the credential is in the environment of {} (env mode; argument \
-                 checks only)",
-                in_env.join(", ")
-            ),
-        )
-    };
+/// `CredentialsIsolated`: always True, reason `Injected`. Porter runs no CLI, so no
+/// credential is ever handed to a process in the sandbox: each stays in the `porter`
+/// container and is put on the wire by its proxy. The condition stays so that dashboards
+/// and scripts reading it keep working.
+fn credentials_isolated(generation: Option<i64>, now: &Time) -> Condition {
     condition(
         ConditionType::CredentialsIsolated,
-        reason,
-        message,
+        Reason::Injected,
+        "credentials stay in the porter container; sandboxes get placeholders".to_string(),
         generation,
         now,
     )
@@ -362,45 +331,6 @@ mod tests {
             Some(1),
             &time(at),
         )
-    }
-
-    #[test]
-    fn env_mode_clis_are_labelled_weaker_in_the_status() {
-        use porter_protocol::registry::{CliEntry, CliMode, Registry};
-        let now = time("2026-01-01T00:00:00Z");
-        let entry = |hosts: &[&str], mode: Option<CliMode>| CliEntry {
-            bin: "/usr/bin/tool".into(),
-            hosts: hosts.iter().map(|host| host.to_string()).collect(),
-            mode,
-            ..CliEntry::default()
-        };
-        let mut registry = Registry::default();
-        let none = credentials_isolated(&registry, Some(1), &now);
-        assert_eq!(
-            (none.status.as_str(), none.reason.as_str()),
-            ("True", "NoCredentials")
-        );
-        registry
-            .clis
-            .insert("gh".into(), entry(&["api.github.com"], None));
-        let injected = credentials_isolated(&registry, Some(1), &now);
-        assert_eq!(
-            (injected.status.as_str(), injected.reason.as_str()),
-            ("True", "Injected")
-        );
-        registry.clis.insert("gog".into(), entry(&[], None));
-        registry.clis.insert(
-            "signer".into(),
-            entry(&["sign.example"], Some(CliMode::Env)),
-        );
-        let weaker = credentials_isolated(&registry, Some(1), &now);
-        assert_eq!(
-            (weaker.status.as_str(), weaker.reason.as_str()),
-            ("False", "EnvModeCredentials")
-        );
-        assert!(weaker.message.contains("gog, signer"), "{}", weaker.message);
-        assert!(!weaker.message.contains("gh"), "{}", weaker.message);
-        assert!(weaker.message.starts_with("weaker"), "{}", weaker.message);
     }
 
     #[test]

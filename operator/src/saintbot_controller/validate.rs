@@ -2,7 +2,7 @@
 //! defaulted, with the rendered config and Porter registry decided. Pure: no client.
 //!
 //! [`validate`] is a short driver over one module per concern — [`roles`], `channels`,
-//! `porter` (the CLI registry), `model` (and web tools), `workload` (images, resources,
+//! `porter` (the credential registry), `model` (and web tools), `workload` (images, resources,
 //! sandbox, storage); every default is a named constant in [`defaults`].
 
 mod channels;
@@ -47,7 +47,8 @@ pub use self::{
 pub const MODEL_API_KEY_ENV: &str = "SAINT_MODEL_API_KEY";
 /// Env var of the agent container holding the web search API key.
 pub const WEB_SEARCH_API_KEY_ENV: &str = "SAINT_WEB_SEARCH_API_KEY";
-/// Where the porter container sees Secret keys of CLI credentials.
+/// Where the porter container (and only it) sees the Secret keys of CLI credentials; the
+/// registry names them as files here.
 pub const PORTER_SECRETS_DIR: &str = "/etc/porter-secrets";
 
 /// Why a SaintBot cannot be rendered. Each message names the field.
@@ -133,8 +134,6 @@ pub struct ValidatedSaintBot {
     pub shared_embedder: Option<crate::settings::SharedEmbedder>,
     /// CLI credentials mounted as files (porter container only), sorted.
     pub porter_secret_files: Vec<PorterSecretFile>,
-    /// Secrets loaded with `envFrom` into the porter container only, sorted.
-    pub porter_env_from_secrets: Vec<String>,
     /// Sandbox settings.
     pub sandbox: ValidatedSandbox,
     /// Workspace claim size.
@@ -374,7 +373,6 @@ pub fn validate(
         channel_secrets: channels.secrets,
         web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
         porter_secret_files: porter.secret_files,
-        porter_env_from_secrets: porter.env_from_secrets,
         sandbox: workload.sandbox,
         storage_size: workload.storage_size,
         storage_class_name: workload.storage_class_name,

@@ -47,7 +47,7 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
         "restartPolicy": "Never",
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
-        // The sandbox uid, which Porter's call socket admits and its control socket
+        // The sandbox uid, which Porter's proxy socket admits and its control socket
         // refuses; the group shared with the bot pod, so the agent can open the
         // runner's socket (mode 0660) and the sandbox Porter's.
         "securityContext": {

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use saint_config::{
     PERSONA_MOUNT_PATH, SKILLS_MOUNT_PATH,
-    sandbox_contract::{PORTER_CONTROL_MOUNT_PATH, PORTER_CONTROL_SOCKET_PATH, PORTER_SOCKET_PATH},
+    sandbox_contract::{
+        PORTER_CA_PATH, PORTER_CONTROL_MOUNT_PATH, PORTER_CONTROL_SOCKET_PATH, PORTER_RUN_SUBPATH,
+        PORTER_SOCKET_PATH, SANDBOX_PORTER_MOUNT_PATH,
+    },
     uids::{AGENT_UID, PORTER_UID, SANDBOX_UID, SHARED_GID},
 };
 use serde_json::{Value, json};
@@ -23,7 +26,9 @@ use crate::{
 };
 
 const WORKSPACE: &str = "/var/lib/saint/workspace";
-/// Porter's audit log, on the workspace.
+/// The workspace's `logs` directory (the agent's and Porter's logs).
+const LOGS_SUBPATH: &str = "logs";
+/// Porter's audit log, in [`LOGS_SUBPATH`] (the same path in the agent and Porter).
 const PORTER_AUDIT_LOG: &str = "/var/lib/saint/workspace/logs/porter.jsonl";
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The agent's HTTP channel (and webhooks), on the pod address, when the HTTP channel's
@@ -70,7 +75,6 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
         "channelSecrets": bot.channel_secrets,
         "webSearchApiKey": bot.web_search_api_key,
         "porterSecretFiles": bot.porter_secret_files.iter().map(|file| json!([file.relative_path, file.secret])).collect::<Vec<_>>(),
-        "porterEnvFromSecrets": bot.porter_env_from_secrets,
     });
     sha256_hex(
         serde_json::to_string(&inputs)
@@ -159,7 +163,10 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     })
 }
 
-/// The `porter` container: CLI credentials only (mounted files and `envFrom`), no API token.
+/// The `porter` container: CLI credentials only (mounted files), no API token, and of
+/// the workspace only its socket directory and the logs. Porter runs no CLI: it serves
+/// the HTTPS proxy the sandboxes' commands go through and puts each credential on the
+/// wire for its entry's hosts.
 fn porter_container(bot: &ValidatedSaintBot) -> Value {
     let mut container = json!({
         "name": "porter",
@@ -167,19 +174,21 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
         "imagePullPolicy": "IfNotPresent",
         "env": [
             {"name": "PORTER_REGISTRY", "value": "/etc/saint/porter-registry.json"},
-            {"name": "PORTER_WORKSPACE", "value": WORKSPACE},
-            {"name": "PORTER_SOCKET", "value": PORTER_SOCKET_PATH},
+            {"name": "PORTER_PROXY_SOCKET", "value": PORTER_SOCKET_PATH},
+            // Porter makes its CA at start-up and writes the certificate next to the
+            // socket, where the sandboxes' commands read it to trust the proxy.
+            {"name": "PORTER_CA_CERTIFICATE", "value": PORTER_CA_PATH},
             {"name": "PORTER_CONTROL_SOCKET", "value": PORTER_CONTROL_SOCKET_PATH},
             {"name": "PORTER_AUDIT_LOG", "value": PORTER_AUDIT_LOG},
             // Only the agent registers tokens: a sandbox that could would grant itself
-            // any role's CLIs.
+            // any role's requests.
             {"name": "PORTER_CONTROL_UIDS", "value": AGENT_UID.to_string()},
             {"name": "PORTER_METRICS_LISTEN", "value": format!("0.0.0.0:{PORTER_METRICS_PORT}")},
         ],
         "ports": [
             {"name": "porter-metrics", "containerPort": PORTER_METRICS_PORT, "protocol": "TCP"},
         ],
-        // Porter serves `/healthz` only after its call socket is bound.
+        // Porter serves `/healthz` only after its proxy socket is bound.
         "startupProbe": http_probe("/healthz", "porter-metrics", 1, 30),
         "livenessProbe": http_probe("/healthz", "porter-metrics", 10, 3),
         "readinessProbe": http_probe("/healthz", "porter-metrics", 5, 2),
@@ -187,28 +196,23 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
         "securityContext": container_security_context(PORTER_UID),
         "volumeMounts": [
             {"name": "config", "mountPath": "/etc/saint", "readOnly": true},
-            {"name": "workspace", "mountPath": WORKSPACE},
-            {"name": "workspace", "mountPath": "/run/saint", "subPath": ".saint/run"},
+            // The socket directory where the sandboxes mount it (read-only there).
+            {"name": "workspace", "mountPath": SANDBOX_PORTER_MOUNT_PATH, "subPath": PORTER_RUN_SUBPATH},
+            // The audit log only: nothing of the workspace a command or tool writes.
+            {"name": "workspace", "mountPath": format!("{WORKSPACE}/{LOGS_SUBPATH}"), "subPath": LOGS_SUBPATH},
             {"name": "porter-control", "mountPath": PORTER_CONTROL_MOUNT_PATH},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     });
-    // Only the sandbox uid may call Porter (the agent never does; it registers tokens
-    // on the control socket). Under a sandbox runtime class (gVisor, Kata) the peer a
-    // unix socket reports is the runtime's own process, not the sandbox user, so there
-    // the token alone decides.
+    // Only the sandbox uid may use Porter's proxy (the agent never does; it registers
+    // tokens on the control socket). Under a sandbox runtime class (gVisor, Kata) the
+    // peer a unix socket reports is the runtime's own process, not the sandbox user, so
+    // there the token alone decides.
     if bot.sandbox.runtime_class_name.is_none() {
         container["env"]
             .as_array_mut()
             .expect("env is a list")
             .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": SANDBOX_UID.to_string()}));
-    }
-    if !bot.porter_env_from_secrets.is_empty() {
-        container["envFrom"] = bot
-            .porter_env_from_secrets
-            .iter()
-            .map(|name| json!({"secretRef": {"name": name}}))
-            .collect();
     }
     if !bot.porter_secret_files.is_empty() {
         container["volumeMounts"]
@@ -219,11 +223,12 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
     container
 }
 
-/// Creates the socket directories on the workspace before `agent` and `porter` mount
-/// `.saint/run` as `/run/saint`: a missing subPath would be created by the kubelet as
-/// root, and the non-root containers could not create their sockets in it. The
-/// directories (and Porter's audit log, if an older pod left one) are made writable for
-/// the shared group: Porter runs as its own uid, not as the agent's that creates them.
+/// Creates the socket and log directories on the workspace before `agent` mounts
+/// `.saint/run` as `/run/saint` and `porter` mounts `.saint/run/porter` and `logs`: a
+/// missing subPath would be created by the kubelet as root, and the non-root containers
+/// could not create their sockets and logs in it. The directories (and Porter's audit
+/// log, if an older pod left one) are made writable for the shared group: Porter runs as
+/// its own uid, not as the agent's that creates them.
 /// Uses the sandbox image (it has a shell; the agent and porter images need not).
 fn prepare_workspace_container(bot: &ValidatedSaintBot) -> Value {
     json!({
@@ -236,9 +241,9 @@ fn prepare_workspace_container(bot: &ValidatedSaintBot) -> Value {
             // created (as its own uid, already group-writable) is left alone.
             r#"set -eu; mkdir -p "$1" "$2" "$3"; for path in "$@"; do if [ -O "$path" ]; then if [ -d "$path" ]; then chmod 0770 "$path"; else chmod 0660 "$path"; fi; fi; done"#,
             "prepare-workspace",
-            format!("{WORKSPACE}/.saint/run/porter"),
+            format!("{WORKSPACE}/{PORTER_RUN_SUBPATH}"),
             format!("{WORKSPACE}/.saint/run/sandboxes"),
-            format!("{WORKSPACE}/logs"),
+            format!("{WORKSPACE}/{LOGS_SUBPATH}"),
             PORTER_AUDIT_LOG,
         ],
         "resources": {
@@ -286,7 +291,10 @@ fn volumes(bot: &ValidatedSaintBot) -> Vec<Value> {
                 json!({"secret": {"name": file.secret.name, "items": [{"key": file.secret.key, "path": file.relative_path}]}})
             })
             .collect();
-        // 0440: readable by the pod's fsGroup, never world-readable.
+        // 0440, never world-readable. The kubelet makes projected files root's with the
+        // pod's fsGroup, so 0400 would shut Porter's uid out as well; the group is
+        // shared, but only the porter container mounts this volume, so only Porter
+        // (`PORTER_UID`) reads it.
         volumes.push(json!({"name": "porter-secrets", "projected": {"defaultMode": 288, "sources": sources}}));
     }
     volumes

@@ -20,9 +20,6 @@ pub const DEFAULT_SANDBOX_MAX_LIFETIME_SECONDS: i64 = 86_400;
 /// Size of the workspace claim.
 pub const DEFAULT_STORAGE_SIZE: &str = "5Gi";
 
-/// Porter calls allowed at once above a rate limit's sustained rate.
-pub const DEFAULT_RATE_LIMIT_BURST: u32 = 10;
-
 /// Requests and limits of one container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResourceDefaults {
