@@ -1,313 +1,40 @@
 //! The `exec` tool end to end on this machine: real bubblewrap, the real
-//! `saint-sandbox-runner`, the real Porter daemon and `cliport-proxy`.
+//! `saint-sandbox-runner` (and its relay to Porter), the real Porter daemon, Debian's
+//! real `gh` and `git` inside the sandbox, and Porter's HTTPS stand-in for GitHub.
+//! The adversarial suite against the same setup is `porter_sandbox.rs`.
 //!
 //! Needs `bwrap` (Debian `bubblewrap`) and the binaries of `saint-sandbox-runner` and
 //! `porter` built into the same target directory (`cargo build -p saint-sandbox-runner
 //! -p porter`); a missing piece fails the test with the reason, never skips it.
 
+mod sandbox_harness;
+
 use std::{
     fs,
     os::unix::fs::{MetadataExt, PermissionsExt},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::Arc,
+    path::PathBuf,
+    process::Command,
     time::{Duration, Instant},
 };
 
-use saint_config::{BotConfig, SandboxScope};
-use saint_sandbox::{
-    Sandbox, ScopeKey, View,
-    local::{LocalConfig, LocalSandbox},
-    porter_control::PorterControl,
-};
-use saint_tools::{
-    Caller, Tool, ToolContext, ToolError, ToolOutput,
-    exec::{ExecLimits, ExecTool},
-    guard::{role_paths::RolePaths, view},
-    policy,
-};
+use saint_sandbox::Sandbox;
+use saint_tools::ToolError;
 use serde_json::json;
 
-const PORTER_SECRET: &str = "porter-credential-7f3e9a";
-const CLI: &str = "hello-cli";
-
-/// The directory holding this build's binaries (`target/debug`).
-fn binary(name: &str) -> PathBuf {
-    let directory = match std::env::var_os("SAINT_TEST_BIN_DIR") {
-        Some(directory) => PathBuf::from(directory),
-        None => std::env::current_exe()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_path_buf(),
-    };
-    let path = directory.join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo build -p saint-sandbox-runner -p porter` first",
-        path.display()
-    );
-    path
-}
-
-fn bwrap() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/bwrap");
-    assert!(
-        path.is_file(),
-        "bubblewrap is not installed (apt-get install bubblewrap)"
-    );
-    path
-}
-
-struct Porter {
-    process: Child,
-    socket_directory: PathBuf,
-    control_socket: PathBuf,
-}
-
-impl Drop for Porter {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-fn start_porter(base: &Path, workspace: &Path) -> Porter {
-    let bin = base.join("porter-bin");
-    fs::create_dir_all(&bin).unwrap();
-    let script = bin.join(CLI);
-    // The real CLI: runs in Porter, outside the sandbox, with the credential.
-    fs::write(
-        &script,
-        "#!/bin/sh\necho \"hello-cli 1.0 args=$*\"\necho \"secret-length=${#HELLO_SECRET}\"\n",
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-    let registry = json!({
-        "version": 1,
-        "clis": {CLI: {"bin": script, "env": {"HELLO_SECRET": PORTER_SECRET}, "timeoutSeconds": 30}}
-    });
-    let registry_path = base.join("porter-registry.json");
-    fs::write(&registry_path, registry.to_string()).unwrap();
-    let socket_directory = base.join("porter-run");
-    let control_socket = base.join("porter-control/control.sock");
-    let process = Command::new(binary("porter"))
-        .arg("--socket")
-        .arg(socket_directory.join("porter.sock"))
-        .arg("--control-socket")
-        .arg(&control_socket)
-        .arg("--registry")
-        .arg(&registry_path)
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--audit-log")
-        .arg(base.join("porter.jsonl"))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PORTER_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !(socket_directory.join("porter.sock").exists() && control_socket.exists()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "porter did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Porter {
-        process,
-        socket_directory,
-        control_socket,
-    }
-}
-
-struct Harness {
-    base: tempfile::TempDir,
-    workspace: PathBuf,
-    sandbox: Arc<LocalSandbox>,
-    tool: ExecTool,
-    config: Arc<BotConfig>,
-    porter: Porter,
-}
-
-fn bot_config(control_socket: &Path) -> BotConfig {
-    let config = json!({
-        "schemaVersion": saint_config::SCHEMA_VERSION,
-        "bot": {"name": "my-bot"},
-        "model": {"provider": "anthropic", "name": "scripted", "baseUrl": "http://127.0.0.1:9"},
-        "defaultRole": "employee",
-        "roles": {
-            "employee": {"tools": {"allow": ["exec"]}, "execBlocklist": ["touch *blocked*", "rm -rf *"],
-                         "files": {"read": ["SOUL.md", "skills/**"]}, "skills": "all"},
-            "external": {"tools": {"allow": ["exec"]}}
-        },
-        "sandbox": {"backend": "local", "scope": "session", "idleTimeoutSeconds": 600, "execTimeoutSeconds": 30},
-        "porter": {"socketPath": "/run/saint/porter/porter.sock", "controlSocketPath": control_socket, "clis": [CLI]}
-    });
-    serde_json::from_value(config).unwrap()
-}
-
-impl Harness {
-    fn start() -> Self {
-        Self::start_with(|_| {})
-    }
-
-    fn start_with(adjust: impl FnOnce(&mut LocalConfig)) -> Self {
-        let base = tempfile::tempdir().unwrap();
-        let workspace = base.path().join("workspace");
-        fs::create_dir_all(workspace.join("skills/github")).unwrap();
-        fs::create_dir_all(workspace.join("memory/private")).unwrap();
-        fs::write(workspace.join("SOUL.md"), "be kind\n").unwrap();
-        fs::write(workspace.join("skills/github/SKILL.md"), "use hello-cli\n").unwrap();
-        fs::write(workspace.join("memory/private/notes.md"), "private\n").unwrap();
-        let porter = start_porter(base.path(), &workspace);
-        let mut local = LocalConfig::new(
-            workspace.clone(),
-            base.path().join("state"),
-            binary("saint-sandbox-runner"),
-        );
-        local.bwrap = bwrap();
-        local.proxy = Some(binary("cliport-proxy"));
-        local.clis = vec![CLI.to_string()];
-        local.porter_socket_directory = Some(porter.socket_directory.clone());
-        adjust(&mut local);
-        let sandbox = Arc::new(LocalSandbox::new(local).unwrap());
-        let config = Arc::new(bot_config(&porter.control_socket));
-        let tool = ExecTool::new(
-            sandbox.clone(),
-            Some(PorterControl::new(porter.control_socket.clone())),
-            ExecLimits::default(),
-        );
-        Self {
-            base,
-            workspace,
-            sandbox,
-            tool,
-            config,
-            porter,
-        }
-    }
-
-    fn context(&self, session: &str, role: &str) -> ToolContext {
-        ToolContext {
-            caller: Caller {
-                slug: "acme-ana".to_string(),
-                display_name: "Ana".to_string(),
-                role_name: role.to_string(),
-                role: Arc::new(self.config.roles[role].clone()),
-                known: true,
-                identity: format!("http:{session}"),
-                session_key: session.to_string(),
-                trigger: saint_tools::Trigger::Message,
-                depth: 0,
-                may_message: None,
-            },
-            workspace: self.workspace.clone(),
-            config: self.config.clone(),
-        }
-    }
-
-    /// The sandbox the exec tool picks for Ana (employee) in `session`.
-    fn scope(&self, session: &str) -> ScopeKey {
-        let role = &self.config.roles["employee"];
-        ScopeKey::for_caller(
-            SandboxScope::Session,
-            session,
-            &view::viewer("employee", role, "acme-ana"),
-        )
-    }
-
-    /// Ana's (employee) view of the workspace now.
-    fn view(&self) -> View {
-        let rules = RolePaths::new(
-            &self.config.roles["employee"],
-            &self.config.file_access,
-            "acme-ana",
-        )
-        .unwrap();
-        view::compute(&self.workspace, &rules).unwrap()
-    }
-
-    /// Calls exec as the runtime does: through the policy, with a sandbox available.
-    async fn call(
-        &self,
-        context: &ToolContext,
-        input: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let permit = policy::permit(&context.caller, &self.tool, true)?;
-        self.tool.call(&permit, context, input).await
-    }
-
-    async fn exec(&self, session: &str, command: &str) -> Result<ToolOutput, ToolError> {
-        self.call(
-            &self.context(session, "employee"),
-            json!({"command": command}),
-        )
-        .await
-    }
-
-    async fn run(&self, session: &str, command: &str) -> String {
-        match self.exec(session, command).await {
-            Ok(output) => output.content,
-            Err(error) => panic!("{command}: {error}"),
-        }
-    }
-
-    /// Host processes whose command line mentions this harness's directory.
-    fn sandbox_processes(&self) -> Vec<String> {
-        processes_with(&self.base.path().join("state").display().to_string())
-    }
-}
-
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(marker) {
-            found.push(format!(
-                "{}: {cmdline}",
-                entry.file_name().to_string_lossy()
-            ));
-        }
-    }
-    found
-}
-
-async fn wait_until_gone(marker: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = processes_with(marker);
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use sandbox_harness::*;
 
 #[tokio::test]
-async fn a_porter_cli_runs_through_the_proxy_and_output_comes_back() {
+async fn a_cli_in_the_sandbox_reaches_its_host_through_porter_and_output_comes_back() {
     let harness = Harness::start();
     let output = harness
-        .exec("http:ana", &format!("{CLI} --version; echo done >&2"))
+        .exec(
+            "http:ana",
+            &format!("{CLI} api repos/o/r/pulls --jq '.[0].title'; echo done >&2"),
+        )
         .await
         .unwrap();
     assert!(
-        output.content.contains("hello-cli 1.0 args=--version"),
-        "{}",
-        output.content
-    );
-    // The CLI got its credential inside Porter; the sandbox never saw the value.
-    assert!(
-        output
-            .content
-            .contains(&format!("secret-length={}", PORTER_SECRET.len())),
+        output.content.starts_with("Fix the thing\n"),
         "{}",
         output.content
     );
@@ -324,36 +51,47 @@ async fn a_porter_cli_runs_through_the_proxy_and_output_comes_back() {
     );
     assert_eq!(output.metering["porter"], json!(true));
     assert_eq!(output.metering["exitCode"], json!(0));
+    // The stand-in got the real token; the sandbox held a placeholder.
+    let requests = harness.porter.standin.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].credential().as_deref(), Some(PORTER_SECRET));
 
     let plain = harness.exec("http:ana", "echo plain").await.unwrap();
     assert_eq!(plain.metering["porter"], json!(false));
 }
 
 #[tokio::test]
-async fn the_porter_token_lives_only_for_its_command() {
+async fn the_proxy_key_and_placeholder_live_only_for_their_command() {
     let harness = Harness::start();
     let first = harness
         .run(
             "http:ana",
-            "printenv CLIPORT_TOKEN > /workspace/old-token; wc -c < /workspace/old-token",
+            "printenv HTTPS_PROXY > /workspace/old-proxy; printenv GH_TOKEN > /workspace/old-token; cut -c1-10 /workspace/old-token",
         )
         .await;
-    assert!(
-        first.starts_with("65\n"),
-        "a 64-character token and a newline: {first}"
-    );
-    // Replaying the first command's token in a later command fails: it was revoked.
+    assert!(first.starts_with("porter_ph_\n"), "a placeholder: {first}");
+    // Replaying the first command's key in a later command fails: it was revoked.
     let replay = harness
         .run(
             "http:ana",
-            &format!("CLIPORT_TOKEN=$(cat /workspace/old-token) {CLI} --version"),
+            &format!("HTTPS_PROXY=$(cat /workspace/old-proxy) {CLI} api user"),
         )
         .await;
-    assert!(!replay.contains("hello-cli 1.0"), "{replay}");
     assert!(!replay.ends_with("[exit code 0]"), "{replay}");
-    // While the fresh token of that same command works.
-    let fresh = harness.run("http:ana", &format!("{CLI} ok")).await;
-    assert!(fresh.contains("hello-cli 1.0 args=ok"), "{fresh}");
+    // So does the first command's placeholder through this command's live key.
+    let stale = harness
+        .run(
+            "http:ana",
+            &format!("GH_TOKEN=$(cat /workspace/old-token) {CLI} api user"),
+        )
+        .await;
+    assert!(!stale.ends_with("[exit code 0]"), "{stale}");
+    assert!(harness.porter.standin.requests().is_empty());
+    // While the command's own key and placeholder work.
+    let fresh = harness
+        .run("http:ana", &format!("{CLI} api user --jq .login"))
+        .await;
+    assert_eq!(fresh, "o\n[exit code 0]");
 }
 
 #[tokio::test]
@@ -374,8 +112,23 @@ async fn no_credential_of_the_agent_reaches_the_sandbox() {
             .map(|line| line.split('=').next().unwrap())
             .collect();
         for name in &names {
+            // Porter's answer for the command (proxy, CA, placeholders, git) and the
+            // runner's base.
+            let from_porter = name.starts_with("GIT_CONFIG_")
+                || [
+                    "HTTPS_PROXY",
+                    "https_proxy",
+                    "SSL_CERT_FILE",
+                    "GIT_SSL_CAINFO",
+                    "CURL_CA_BUNDLE",
+                    "NODE_EXTRA_CA_CERTS",
+                    "REQUESTS_CA_BUNDLE",
+                    "GIT_TERMINAL_PROMPT",
+                    "GH_TOKEN",
+                ]
+                .contains(name);
             assert!(
-                ["CLIPORT_TOKEN", "HOME", "LANG", "PATH", "PWD", "SHLVL", "_"].contains(name),
+                from_porter || ["HOME", "LANG", "PATH", "PWD", "SHLVL", "_"].contains(name),
                 "unexpected variable {name}: {printenv}"
             );
         }
@@ -686,7 +439,7 @@ async fn output_beyond_the_cap_is_counted_not_shown() {
 #[tokio::test]
 async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
     let harness = Harness::start();
-    let porter_socket = harness.porter.socket_directory.join("porter.sock");
+    let porter_socket = harness.porter.socket_directory.join("proxy.sock");
     let before = fs::metadata(&porter_socket).unwrap().ino();
     // Start another scope's sandbox first, so there is a runner socket to go after.
     harness.run("http:bob", "true").await;
@@ -696,12 +449,13 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
         .run(
             "http:mallory",
             &format!(
-                "rm -f /run/saint/porter/porter.sock; echo rm=$?; \
-                 mv /run/saint/porter/porter.sock /run/saint/porter/old; echo mv=$?; \
+                "rm -f /run/saint/porter/proxy.sock; echo rm=$?; \
+                 mv /run/saint/porter/proxy.sock /run/saint/porter/old; echo mv=$?; \
+                 echo forged > /run/saint/porter/ca.pem; echo ca=$?; \
                  python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
-                 s.bind('/run/saint/porter/porter.sock.new')\" 2>&1 | tail -n 1; \
+                 s.bind('/run/saint/porter/proxy.sock.new')\" 2>&1 | tail -n 1; \
                  python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
-                 s.connect('/run/saint/porter/porter.sock'); print('connected')\"; \
+                 s.connect('/run/saint/porter/proxy.sock'); print('connected')\"; \
                  echo run=$(ls -A /run/saint | tr '\\n' ' '); \
                  echo own=$(ls -A /run/saint/sandbox | tr '\\n' ' '); \
                  test -e {} && echo bob-visible || echo bob-hidden",
@@ -712,6 +466,10 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
     // Read-only bind: no unlink, no rename, no new socket in Porter's directory...
     assert!(output.contains("rm=1\n"), "{output}");
     assert!(output.contains("mv=1\n"), "{output}");
+    assert!(
+        output.contains("ca=2\n"),
+        "the CA certificate cannot be forged: {output}"
+    );
     assert!(output.contains("Read-only file system"), "{output}");
     // ...yet connect() on the socket still works.
     assert!(output.contains("connected\n"), "{output}");
@@ -724,46 +482,14 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
         !harness
             .porter
             .socket_directory
-            .join("porter.sock.new")
+            .join("proxy.sock.new")
             .exists()
     );
-    // Porter still answers calls from a sandbox.
-    let call = harness.run("http:bob", &format!("{CLI} --version")).await;
-    assert!(call.contains("hello-cli 1.0 args=--version"), "{call}");
-}
-
-#[tokio::test]
-async fn a_porter_cli_cannot_be_pointed_outside_the_callers_view() {
-    let harness = Harness::start();
-    // The sandbox cannot even enter memory/private (it is not mounted)...
-    let output = harness
-        .run("http:ana", "cd /agent/memory/private 2>&1; echo cd=$?")
+    // Porter still answers commands from a sandbox.
+    let call = harness
+        .run("http:bob", &format!("{CLI} api user --jq .login"))
         .await;
-    assert!(
-        output.contains("cd=2") || output.contains("cd=1"),
-        "{output}"
-    );
-    // ...and naming it as the CLI's working directory gets the call refused by Porter,
-    // which runs CLIs on the real workspace.
-    let output = harness
-        .run(
-            "http:ana",
-            &format!("CLIPORT_CWD=/agent/memory/private {CLI} --version; echo status=$?"),
-        )
-        .await;
-    assert!(
-        output.contains("outside what the caller's role may read"),
-        "{output}"
-    );
-    assert!(!output.contains("hello-cli 1.0"), "{output}");
-    // Inside the view (skills/ is readable), and from /workspace, it runs.
-    let output = harness
-        .run(
-            "http:ana",
-            &format!("CLIPORT_CWD=/agent/skills {CLI} --version"),
-        )
-        .await;
-    assert!(output.contains("hello-cli 1.0 args=--version"), "{output}");
+    assert_eq!(call, "o\n[exit code 0]");
 }
 
 /// A state directory too deep for socket addresses (a long home directory and bot name)

@@ -194,13 +194,21 @@ mod tests {
         assert_eq!(store.find(&token, now).unwrap().grant, grant("employee"));
         assert!(key.placeholders["gh"].access.is_none());
         assert!(key.placeholders["gog"].access.is_some());
-        assert_ne!(key.placeholders["gh"].secret, key.placeholders["gog"].secret);
+        assert_ne!(
+            key.placeholders["gh"].secret,
+            key.placeholders["gog"].secret
+        );
         assert!(store.find(&token[..token.len() - 1], now).is_none());
         assert!(store.revoke(&token));
-        assert!(key.ended.is_cancelled(), "revoking closes the key's tunnels");
-        assert!(store.find(&token, now).is_none(), "a replayed key is refused");
-        let (short, short_key) =
-            store.register(grant("owner"), [], Duration::from_secs(1), now);
+        assert!(
+            key.ended.is_cancelled(),
+            "revoking closes the key's tunnels"
+        );
+        assert!(
+            store.find(&token, now).is_none(),
+            "a replayed key is refused"
+        );
+        let (short, short_key) = store.register(grant("owner"), [], Duration::from_secs(1), now);
         assert!(store.find(&short, now + Duration::from_secs(2)).is_none());
         assert!(short_key.ended.is_cancelled());
         assert!(store.find("", now).is_none());

@@ -190,7 +190,11 @@ pub fn list(registry: &Registry) -> String {
                 InjectAt::Query(parameter) => format!("query:{parameter}"),
             })
             .collect();
-        let oauth = if entry.oauth2.is_some() { " oauth2" } else { "" };
+        let oauth = if entry.oauth2.is_some() {
+            " oauth2"
+        } else {
+            ""
+        };
         let git = if entry.git { " git" } else { "" };
         let roles = if entry.requests.is_empty() {
             "any request".to_owned()
@@ -260,8 +264,14 @@ mod tests {
         let no_hosts = install(&mut registry.clone(), "x", CliEntry::default()).unwrap_err();
         assert!(no_hosts.to_string().contains("clis.x.hosts"), "{no_hosts}");
         remove(&mut registry, "gh").unwrap();
-        assert!(matches!(remove(&mut registry, "gh"), Err(ManageError::Unknown(_))));
-        assert_eq!(parse_inject("query:key").unwrap(), InjectAt::Query("key".into()));
+        assert!(matches!(
+            remove(&mut registry, "gh"),
+            Err(ManageError::Unknown(_))
+        ));
+        assert_eq!(
+            parse_inject("query:key").unwrap(),
+            InjectAt::Query("key".into())
+        );
         assert!(parse_inject("cookie:x").is_err());
         assert!(parse_rule("employee:GET:repos").is_err());
     }

@@ -56,7 +56,11 @@ impl Default for Metrics {
             refused_connections.clone(),
         );
         registry.register("open_tunnels", "Tunnels open now", open_tunnels.clone());
-        registry.register("live_keys", "Proxy keys live now (running sandbox commands)", live_keys.clone());
+        registry.register(
+            "live_keys",
+            "Proxy keys live now (running sandbox commands)",
+            live_keys.clone(),
+        );
         registry.register(
             "reloads",
             "Registry reloads by result (ok, error, unreadable)",
@@ -116,7 +120,10 @@ mod tests {
             text.contains(r#"porter_requests_total{cli="gh",decision="refused"} 1"#),
             "{text}"
         );
-        assert!(text.contains(r#"porter_refused_connections_total{reason="no_connect"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"porter_refused_connections_total{reason="no_connect"} 1"#),
+            "{text}"
+        );
         assert!(text.contains("porter_open_tunnels 1"), "{text}");
     }
 }

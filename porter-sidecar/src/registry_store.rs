@@ -112,8 +112,7 @@ impl LoadedRegistry {
             let oauth2 = match &entry.oauth2 {
                 None => None,
                 Some(oauth2) => {
-                    let token_host =
-                        https_url_host(&oauth2.token_url).expect("checked at parse");
+                    let token_host = https_url_host(&oauth2.token_url).expect("checked at parse");
                     let after_scheme = &oauth2.token_url["https://".len()..];
                     let token_path = after_scheme
                         .find('/')
@@ -126,9 +125,7 @@ impl LoadedRegistry {
                     let client_secret = oauth2
                         .client_secret
                         .as_ref()
-                        .map(|source| {
-                            resolve_secret(&name, "oauth2.clientSecret", source, lookup)
-                        })
+                        .map(|source| resolve_secret(&name, "oauth2.clientSecret", source, lookup))
                         .transpose()?;
                     secrets.extend(client_secret.clone());
                     Some(LoadedOAuth2 {
@@ -138,7 +135,10 @@ impl LoadedRegistry {
                         client_id: oauth2.client_id.clone(),
                         client_secret,
                         placeholder_ttl: std::time::Duration::from_secs(
-                            oauth2.placeholder_ttl_seconds.unwrap_or(300).clamp(30, 3600),
+                            oauth2
+                                .placeholder_ttl_seconds
+                                .unwrap_or(300)
+                                .clamp(30, 3600),
                         ),
                     })
                 }

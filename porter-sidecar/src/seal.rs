@@ -52,7 +52,12 @@ pub fn programs() -> Result<[BpfProgram; 2], SealError> {
     let mut clone3 = BTreeMap::new();
     let x32 = cfg!(target_arch = "x86_64");
     for offset in std::iter::once(0).chain(x32.then_some(X32_BIT)) {
-        for call in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_fork, libc::SYS_vfork] {
+        for call in [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_fork,
+            libc::SYS_vfork,
+        ] {
             refused.insert(call + offset, Vec::new());
         }
         refused.insert(libc::SYS_clone + offset, vec![not_a_thread.clone()]);

@@ -124,7 +124,10 @@ fn a_fifo_swapped_in_on_reload_keeps_the_last_registry_and_sigterm_still_ends_po
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!daemon.proxy_socket.exists(), "the socket is removed on exit");
+    assert!(
+        !daemon.proxy_socket.exists(),
+        "the socket is removed on exit"
+    );
 }
 
 #[test]
@@ -142,7 +145,10 @@ fn version_1_and_env_mode_registries_are_refused_naming_the_entry() {
     )
     .err()
     .expect("porter served an env-mode entry");
-    assert!(env_mode.contains("clis.signer.mode: \"env\" is not served"), "{env_mode}");
+    assert!(
+        env_mode.contains("clis.signer.mode: \"env\" is not served"),
+        "{env_mode}"
+    );
     let no_hosts = Daemon::try_start(
         r#"{"version":2,"clis":{"gh":{"hosts":[],"secret":{"value":"k3y-value"}}}}"#,
         &[],
@@ -164,7 +170,10 @@ fn a_sealed_porter_cannot_start_a_program_and_the_daemon_runs_sealed() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert!(check.status.success(), "{printed}");
-    assert!(printed.contains("spawn refused: Operation not permitted"), "{printed}");
+    assert!(
+        printed.contains("spawn refused: Operation not permitted"),
+        "{printed}"
+    );
     let daemon = Daemon::start(&registry(), &[]);
     assert_eq!(support::status_field(daemon.pid(), "Seccomp:"), "2");
     assert_eq!(support::status_field(daemon.pid(), "NoNewPrivs:"), "1");

@@ -23,7 +23,8 @@ use porter_protocol::registry::{
     CliEntry, GraphqlRule, InjectAt, OAuth2, Registry, RequestRule, SecretSource,
 };
 use standin::StandIn;
-use support::{Daemon, Registered, assert_no_secret, random_secret, text};
+use standin::assert_no_secret;
+use support::{Daemon, Registered, random_secret, text};
 
 fn rule(methods: &[&str], paths: &[&str], graphql: Option<GraphqlRule>) -> RequestRule {
     RequestRule {
@@ -40,7 +41,11 @@ fn github_requests() -> BTreeMap<String, Vec<RequestRule>> {
         (
             "employee".to_owned(),
             vec![
-                rule(&["GET"], &["/repos/*/*/pulls", "/repos/*/*/pulls/**", "/echo"], None),
+                rule(
+                    &["GET"],
+                    &["/repos/*/*/pulls", "/repos/*/*/pulls/**", "/echo"],
+                    None,
+                ),
                 rule(
                     &["POST"],
                     &["/graphql"],
@@ -73,7 +78,10 @@ fn registry(secret_file: &std::path::Path) -> Registry {
     registry.clis.insert(
         "gh".into(),
         CliEntry {
-            hosts: standin::HOSTS.iter().map(|host| (*host).to_owned()).collect(),
+            hosts: standin::HOSTS
+                .iter()
+                .map(|host| (*host).to_owned())
+                .collect(),
             secret: secret.clone(),
             placeholder_env: vec!["GH_TOKEN".into()],
             git: true,
@@ -86,7 +94,10 @@ fn registry(secret_file: &std::path::Path) -> Registry {
         CliEntry {
             hosts: vec!["keys.example".into()],
             secret: secret.clone(),
-            inject: vec![InjectAt::Query("key".into()), InjectAt::Header("X-Api-Key".into())],
+            inject: vec![
+                InjectAt::Query("key".into()),
+                InjectAt::Header("X-Api-Key".into()),
+            ],
             placeholder_env: vec!["KEYS_API_KEY".into()],
             ..CliEntry::default()
         },
@@ -143,7 +154,8 @@ fn world_trusting(trust_standin: bool) -> World {
 
 impl World {
     fn run(&self, command: &Registered, program: &str, arguments: &[&str]) -> Output {
-        self.daemon.run(command, self.work.path(), program, arguments)
+        self.daemon
+            .run(command, self.work.path(), program, arguments)
     }
 
     fn curl(&self, command: &Registered, arguments: &[&str]) -> Output {
@@ -172,7 +184,10 @@ fn gh_and_git_reach_the_stand_in_with_the_real_token_while_the_command_holds_pla
     let owner = world.daemon.register("olga", "owner");
     let employee = world.daemon.register("ana", "employee");
     assert!(owner.env["GH_TOKEN"].starts_with("porter_ph_"));
-    assert_ne!(owner.env["GH_TOKEN"], employee.env["GH_TOKEN"], "placeholders are per command");
+    assert_ne!(
+        owner.env["GH_TOKEN"], employee.env["GH_TOKEN"],
+        "placeholders are per command"
+    );
 
     let listed = world.run(&owner, "gh", &["pr", "list", "-R", "o/r"]);
     assert!(listed.status.success(), "gh pr list: {}", text(&listed));
@@ -182,28 +197,53 @@ fn gh_and_git_reach_the_stand_in_with_the_real_token_while_the_command_holds_pla
     assert!(text(&api).contains("Fix the thing"));
 
     world.standin.create_repository("o", "r");
-    let cloned = world.run(&owner, "git", &["clone", "-q", "https://github.com/o/r.git", "r"]);
+    let cloned = world.run(
+        &owner,
+        "git",
+        &["clone", "-q", "https://github.com/o/r.git", "r"],
+    );
     assert!(cloned.status.success(), "git clone: {}", text(&cloned));
     let checkout = world.work.path().join("r");
     std::fs::write(checkout.join("CHANGE.md"), "pushed through porter\n").unwrap();
     standin::git(&checkout, &["add", "CHANGE.md"]);
     standin::git(&checkout, &["commit", "-q", "-m", "through porter"]);
     let directory = checkout.to_string_lossy().into_owned();
-    let refused = world.run(&employee, "git", &["-C", &directory, "push", "origin", "main"]);
-    assert!(!refused.status.success(), "employee push: {}", text(&refused));
-    let pushed = world.run(&owner, "git", &["-C", &directory, "push", "-q", "origin", "main"]);
+    let refused = world.run(
+        &employee,
+        "git",
+        &["-C", &directory, "push", "origin", "main"],
+    );
+    assert!(
+        !refused.status.success(),
+        "employee push: {}",
+        text(&refused)
+    );
+    let pushed = world.run(
+        &owner,
+        "git",
+        &["-C", &directory, "push", "-q", "origin", "main"],
+    );
     assert!(pushed.status.success(), "git push: {}", text(&pushed));
     let log = std::process::Command::new("git")
         .args(["log", "--format=%s", "main"])
         .current_dir(world.standin.git_root.join("o/r.git"))
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&log.stdout), "through porter\nfirst\n");
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "through porter\nfirst\n"
+    );
 
     let requests = world.standin.requests();
     assert!(requests.iter().any(|request| request.path == "/graphql"));
-    assert!(requests.iter().any(|request| request.path == "/o/r.git/git-receive-pack"
-        && request.authorization.as_deref().unwrap().starts_with("Basic ")));
+    assert!(requests.iter().any(|request| {
+        request.path == "/o/r.git/git-receive-pack"
+            && request
+                .authorization
+                .as_deref()
+                .unwrap()
+                .starts_with("Basic ")
+    }));
     for request in &requests {
         // git asks anonymously first and sends its credential after the 401; whatever
         // credential went upstream was the real token, never a placeholder.
@@ -213,7 +253,10 @@ fn gh_and_git_reach_the_stand_in_with_the_real_token_while_the_command_holds_pla
             "{request:?} did not carry the real token"
         );
         for (name, value) in &request.headers {
-            assert!(!value.contains("porter_ph_"), "a placeholder went upstream in {name}");
+            assert!(
+                !value.contains("porter_ph_"),
+                "a placeholder went upstream in {name}"
+            );
         }
     }
     world.assert_command_saw_no_secret("owner", &owner, &[&listed, &cloned, &pushed]);
@@ -232,7 +275,10 @@ fn gh_and_git_reach_the_stand_in_with_the_real_token_while_the_command_holds_pla
         && line["role"] == "employee"));
     let log = world.daemon.raw_log_text();
     assert_no_secret("audit log", &log, &world.secret);
-    assert!(!log.contains("porter_ph_") && !log.contains("porter_key_"), "{log}");
+    assert!(
+        !log.contains("porter_ph_") && !log.contains("porter_key_"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -244,9 +290,24 @@ fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners
     let fragment_merge = r#"{"query":"query Q { viewer { login } } mutation M { ...F } fragment F on Mutation { mergePullRequest(input:{pullRequestId:\"PR_1\"}) { clientMutationId } }"}"#;
     let batched = r#"[{"query":"query { viewer { login } }"},{"query":"mutation { mergePullRequest(input:{pullRequestId:\"PR_1\"}) { clientMutationId } }"}]"#;
     let mut attempts = vec![
-        world.run(&employee, "gh", &["pr", "merge", "1", "--merge", "-R", "o/r"]),
-        world.run(&employee, "gh", &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"]),
-        world.run(&employee, "sh", &["-c", "gh alias set mm 'pr merge 1 --merge -R o/r' >/dev/null && gh mm"]),
+        world.run(
+            &employee,
+            "gh",
+            &["pr", "merge", "1", "--merge", "-R", "o/r"],
+        ),
+        world.run(
+            &employee,
+            "gh",
+            &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"],
+        ),
+        world.run(
+            &employee,
+            "sh",
+            &[
+                "-c",
+                "gh alias set mm 'pr merge 1 --merge -R o/r' >/dev/null && gh mm",
+            ],
+        ),
     ];
     for (index, body) in [graphql_merge, fragment_merge, batched].iter().enumerate() {
         let file = world.work.path().join(format!("body-{index}.json"));
@@ -277,7 +338,11 @@ fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners
     );
     attempts.push(world.run(&employee, "sh", &["-c", &script]));
     for attempt in &attempts {
-        assert!(!attempt.status.success(), "employee merge went through: {}", text(attempt));
+        assert!(
+            !attempt.status.success(),
+            "employee merge went through: {}",
+            text(attempt)
+        );
     }
     let merges = |requests: &[standin::Recorded]| {
         requests
@@ -288,7 +353,11 @@ fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners
             })
             .count()
     };
-    assert_eq!(merges(&world.standin.requests()), 0, "a merge reached the stand-in");
+    assert_eq!(
+        merges(&world.standin.requests()),
+        0,
+        "a merge reached the stand-in"
+    );
     let refusals: Vec<String> = world
         .daemon
         .decisions()
@@ -296,13 +365,27 @@ fn an_employees_merge_is_refused_at_the_proxy_however_it_is_asked_and_the_owners
         .filter(|line| line["decision"] == "refused")
         .map(|line| line["reason"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert!(refusals.iter().any(|reason| reason.contains("mergePullRequest")), "{refusals:?}");
-    assert!(refusals.iter().any(|reason| reason.contains("x-original-method")), "{refusals:?}");
+    assert!(
+        refusals
+            .iter()
+            .any(|reason| reason.contains("mergePullRequest")),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals
+            .iter()
+            .any(|reason| reason.contains("x-original-method")),
+        "{refusals:?}"
+    );
 
     let owner = world.daemon.register("olga", "owner");
     let merged = world.run(&owner, "gh", &["pr", "merge", "1", "--merge", "-R", "o/r"]);
     assert!(merged.status.success(), "owner merge: {}", text(&merged));
-    let put = world.run(&owner, "gh", &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"]);
+    let put = world.run(
+        &owner,
+        "gh",
+        &["api", "-X", "PUT", "repos/o/r/pulls/1/merge"],
+    );
     assert!(put.status.success(), "owner PUT: {}", text(&put));
     assert_eq!(merges(&world.standin.requests()), 2);
 }
@@ -314,7 +397,10 @@ fn a_query_parameter_a_named_header_and_an_oauth2_refresh_each_reach_their_upstr
     let query = world.run(
         &command,
         "sh",
-        &["-c", "curl -sSf --max-time 20 \"https://keys.example/v1/query?q=weather&key=$KEYS_API_KEY\""],
+        &[
+            "-c",
+            "curl -sSf --max-time 20 \"https://keys.example/v1/query?q=weather&key=$KEYS_API_KEY\"",
+        ],
     );
     assert!(query.status.success(), "query: {}", text(&query));
     let header = world.run(
@@ -337,26 +423,54 @@ fn a_query_parameter_a_named_header_and_an_oauth2_refresh_each_reach_their_upstr
     assert!(access.starts_with("porter_ph_"), "{answer}");
     let me = world.curl(
         &command,
-        &["-f", "-H", &format!("Authorization: Bearer {access}"), "https://oauth.example/v1/me"],
+        &[
+            "-f",
+            "-H",
+            &format!("Authorization: Bearer {access}"),
+            "https://oauth.example/v1/me",
+        ],
     );
     assert!(me.status.success(), "me: {}", text(&me));
     // A refresh with anything but this command's placeholder gets nothing.
     let forged = world.curl(
         &command,
-        &["-d", "grant_type=refresh_token", "-d", "refresh_token=porter_ph_0123", "https://oauth.example/token"],
+        &[
+            "-d",
+            "grant_type=refresh_token",
+            "-d",
+            "refresh_token=porter_ph_0123",
+            "https://oauth.example/token",
+        ],
     );
     assert!(String::from_utf8_lossy(&forged.stdout).contains("invalid_grant"));
 
     let requests = world.standin.requests();
-    let token_requests: Vec<_> = requests.iter().filter(|request| request.path == "/token").collect();
-    assert_eq!(token_requests.len(), 1, "one real refresh, by Porter: {token_requests:?}");
+    let token_requests: Vec<_> = requests
+        .iter()
+        .filter(|request| request.path == "/token")
+        .collect();
+    assert_eq!(
+        token_requests.len(),
+        1,
+        "one real refresh, by Porter: {token_requests:?}"
+    );
     assert!(token_requests[0].body.contains("refresh_token="));
-    assert!(requests.iter().any(|request| request.path == "/v1/query"
-        && request.query.contains("q=weather")));
-    world.assert_command_saw_no_secret("other kinds", &command, &[&query, &header, &token, &me, &forged]);
+    assert!(
+        requests
+            .iter()
+            .any(|request| request.path == "/v1/query" && request.query.contains("q=weather"))
+    );
+    world.assert_command_saw_no_secret(
+        "other kinds",
+        &command,
+        &[&query, &header, &token, &me, &forged],
+    );
     let access_token = standin::access_token_for(&world.secret);
     for output in [&token, &me] {
-        assert!(!text(output).contains(&access_token), "the real access token reached the command");
+        assert!(
+            !text(output).contains(&access_token),
+            "the real access token reached the command"
+        );
     }
 }
 
@@ -390,9 +504,11 @@ fn placeholders_are_swapped_only_where_declared_and_only_for_their_own_command()
         "{:?}",
         world.standin.requests()
     );
-    assert!(world.daemon.decisions().iter().any(|line| line["reason"]
-        .as_str()
-        .is_some_and(|reason| reason.contains("placeholder in cookie"))));
+    assert!(world.daemon.decisions().iter().any(|line| {
+        line["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("placeholder in cookie"))
+    }));
 }
 
 #[test]
@@ -405,7 +521,11 @@ fn an_upstream_echoing_the_secret_gives_the_command_only_a_mask() {
         &["-c", "curl -sS -D - --max-time 20 -H \"Authorization: token $GH_TOKEN\" https://api.github.com/echo"],
     );
     assert!(output.status.success(), "{}", text(&output));
-    assert!(text(&output).contains("x-echo"), "the echo ran: {}", text(&output));
+    assert!(
+        text(&output).contains("x-echo"),
+        "the echo ran: {}",
+        text(&output)
+    );
     assert_no_secret("echoed response", &text(&output), &world.secret);
 }
 
@@ -426,8 +546,14 @@ fn hosts_outside_every_credential_and_ended_keys_get_nothing() {
         .filter(|line| line["decision"] == "refused" && line["method"] == "CONNECT")
         .map(|line| line["host"].as_str().unwrap().to_owned())
         .collect();
-    assert!(refused_hosts.contains(&"gitlab.com".to_owned()), "{refused_hosts:?}");
-    assert!(refused_hosts.contains(&"evil.example.com".to_owned()), "{refused_hosts:?}");
+    assert!(
+        refused_hosts.contains(&"gitlab.com".to_owned()),
+        "{refused_hosts:?}"
+    );
+    assert!(
+        refused_hosts.contains(&"evil.example.com".to_owned()),
+        "{refused_hosts:?}"
+    );
 
     // The command ends: its key and placeholders die with it.
     world.daemon.revoke(&command.key);
@@ -452,9 +578,15 @@ fn an_upstream_whose_certificate_porter_cannot_verify_gets_no_request() {
     let command = world.daemon.register("ana", "owner");
     let output = world.run(&command, "gh", &["api", "repos/o/r/pulls"]);
     assert!(!output.status.success(), "{}", text(&output));
-    assert!(world.standin.requests().is_empty(), "the token reached an unverified upstream");
+    assert!(
+        world.standin.requests().is_empty(),
+        "the token reached an unverified upstream"
+    );
     assert!(world.daemon.decisions().iter().any(|line| {
         line["decision"] == "upstream_error"
-            && line["reason"].as_str().unwrap().contains("failed to verify TLS")
+            && line["reason"]
+                .as_str()
+                .unwrap()
+                .contains("failed to verify TLS")
     }));
 }

@@ -376,7 +376,10 @@ fn the_agent_uid_registers_tokens_on_the_control_socket(pod: &Pod) {
 fn the_sandbox_uid_calls_porter_with_the_agents_token(pod: &Pod) {
     let token = pod.token();
     let status = pod.connect(SANDBOX_UID, &token);
-    assert!(status.starts_with("HTTP/1.1 200"), "the sandbox's CONNECT: {status}");
+    assert!(
+        status.starts_with("HTTP/1.1 200"),
+        "the sandbox's CONNECT: {status}"
+    );
 }
 
 fn the_sandbox_uid_is_refused_on_the_control_socket(pod: &Pod) {

@@ -298,7 +298,7 @@ mod tests {
             let machine = LocalMachine {
                 bwrap: bwrap.clone(),
                 runner: runner.path().into(),
-                    state_directory: state.path().into(),
+                state_directory: state.path().into(),
                 porter_socket_directory: "/nonexistent".into(),
             };
             let error = local(&config(), workspace.path().into(), machine)

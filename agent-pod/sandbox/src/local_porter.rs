@@ -125,7 +125,8 @@ impl PorterPaths {
         Self {
             workspace: workspace.to_path_buf(),
             socket: socket_directory.join(SOCKET_NAME),
-            ca_certificate: socket_directory.join(saint_config::sandbox_contract::PORTER_CA_FILE_NAME),
+            ca_certificate: socket_directory
+                .join(saint_config::sandbox_contract::PORTER_CA_FILE_NAME),
             socket_directory,
             control_socket: control_directory.join("control.sock"),
             registry: registry.map_or_else(

@@ -196,7 +196,10 @@ pub fn check_blocklist(command: &str, blocklist: Option<&[String]>) -> Result<()
 /// may hold values the caller typed).
 fn command_digest(command: &str) -> String {
     use sha2::{Digest, Sha256};
-    format!("sha256:{}", &hex::encode(Sha256::digest(command.as_bytes()))[..16])
+    format!(
+        "sha256:{}",
+        &hex::encode(Sha256::digest(command.as_bytes()))[..16]
+    )
 }
 
 /// Whether the command calls one of the Porter CLIs (as a program, not an argument).

@@ -208,7 +208,8 @@ impl CliEntry {
             ));
         }
         for host in &self.hosts {
-            split_host(host).ok_or_else(|| ("hosts", format!("{host:?} is not a host name[:port]")))?;
+            split_host(host)
+                .ok_or_else(|| ("hosts", format!("{host:?} is not a host name[:port]")))?;
         }
         match &self.secret {
             SecretSource::File(path) if !path.starts_with('/') => {
@@ -227,12 +228,17 @@ impl CliEntry {
                 continue;
             };
             if name.is_empty() || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
-                return Err(("inject", format!("{name:?} is not a header or parameter name")));
+                return Err((
+                    "inject",
+                    format!("{name:?} is not a header or parameter name"),
+                ));
             }
             if matches!(place, InjectAt::Header(_)) && http_reserved_header(name) {
                 return Err((
                     "inject",
-                    format!("{name} is not a credential header (use `authorization` for Authorization)"),
+                    format!(
+                        "{name} is not a credential header (use `authorization` for Authorization)"
+                    ),
                 ));
             }
         }
@@ -242,12 +248,19 @@ impl CliEntry {
                 "git over HTTPS sends the credential in Authorization: add `authorization` to inject".into(),
             ));
         }
-        if let Some(name) = self.placeholder_env.iter().find(|name| !is_variable_name(name)) {
+        if let Some(name) = self
+            .placeholder_env
+            .iter()
+            .find(|name| !is_variable_name(name))
+        {
             return Err(("placeholderEnv", format!("{name:?} is not a variable name")));
         }
         if let Some(oauth2) = &self.oauth2 {
             let (host, port) = https_url_host(&oauth2.token_url).ok_or_else(|| {
-                ("oauth2.tokenUrl", format!("{:?} is not an https URL", oauth2.token_url))
+                (
+                    "oauth2.tokenUrl",
+                    format!("{:?} is not an https URL", oauth2.token_url),
+                )
             })?;
             let listed = self
                 .hosts
@@ -267,10 +280,16 @@ impl CliEntry {
         for (role, rules) in &self.requests {
             for rule in rules {
                 if rule.methods.is_empty() || rule.paths.is_empty() {
-                    return Err(("requests", format!("{role}: a rule needs methods and paths")));
+                    return Err((
+                        "requests",
+                        format!("{role}: a rule needs methods and paths"),
+                    ));
                 }
                 if let Some(path) = rule.paths.iter().find(|path| !path.starts_with('/')) {
-                    return Err(("requests", format!("{role}: path {path:?} must start with /")));
+                    return Err((
+                        "requests",
+                        format!("{role}: path {path:?} must start with /"),
+                    ));
                 }
             }
         }
@@ -418,30 +437,71 @@ mod tests {
         .unwrap();
         assert_eq!(
             places.clis["gh"].inject,
-            [InjectAt::Query("key".into()), InjectAt::Header("X-Api-Key".into())]
+            [
+                InjectAt::Query("key".into()),
+                InjectAt::Header("X-Api-Key".into())
+            ]
         );
     }
 
     #[test]
     fn refusals_name_the_field() {
         for (entry, expected) in [
-            (r#"{"hosts":[],"secret":{"value":"x"}}"#, "clis.gh.hosts: an entry needs hosts"),
-            (r#"{"hosts":["a b"],"secret":{"value":"x"}}"#, "clis.gh.hosts: \"a b\""),
-            (r#"{"hosts":["a.example"],"secret":{"file":"rel"}}"#, "clis.gh.secret.file"),
-            (r#"{"hosts":["a.example"],"secret":{"env":"1X"}}"#, "clis.gh.secret.env"),
-            (r#"{"hosts":["a.example"],"secret":{"value":""}}"#, "clis.gh.secret: the secret is empty"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"mode":"env"}"#, "clis.gh.mode: \"env\" is not served"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"inject":[{"header":"Cookie"}]}"#, "clis.gh.inject"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"inject":[{"query":"k"}],"git":true}"#, "clis.gh.git"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"placeholderEnv":["A-B"]}"#, "clis.gh.placeholderEnv"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"oauth2":{"tokenUrl":"https://b.example/token","clientId":"c"}}"#, "clis.gh.oauth2.tokenUrl: its host b.example:443"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"oauth2":{"tokenUrl":"http://a.example/token","clientId":"c"}}"#, "clis.gh.oauth2.tokenUrl"),
-            (r#"{"hosts":["a.example"],"secret":{"value":"x"},"requests":{"employee":[{"methods":["GET"],"paths":["x"]}]}}"#, "clis.gh.requests"),
+            (
+                r#"{"hosts":[],"secret":{"value":"x"}}"#,
+                "clis.gh.hosts: an entry needs hosts",
+            ),
+            (
+                r#"{"hosts":["a b"],"secret":{"value":"x"}}"#,
+                "clis.gh.hosts: \"a b\"",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"file":"rel"}}"#,
+                "clis.gh.secret.file",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"env":"1X"}}"#,
+                "clis.gh.secret.env",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":""}}"#,
+                "clis.gh.secret: the secret is empty",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"mode":"env"}"#,
+                "clis.gh.mode: \"env\" is not served",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"inject":[{"header":"Cookie"}]}"#,
+                "clis.gh.inject",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"inject":[{"query":"k"}],"git":true}"#,
+                "clis.gh.git",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"placeholderEnv":["A-B"]}"#,
+                "clis.gh.placeholderEnv",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"oauth2":{"tokenUrl":"https://b.example/token","clientId":"c"}}"#,
+                "clis.gh.oauth2.tokenUrl: its host b.example:443",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"oauth2":{"tokenUrl":"http://a.example/token","clientId":"c"}}"#,
+                "clis.gh.oauth2.tokenUrl",
+            ),
+            (
+                r#"{"hosts":["a.example"],"secret":{"value":"x"},"requests":{"employee":[{"methods":["GET"],"paths":["x"]}]}}"#,
+                "clis.gh.requests",
+            ),
         ] {
             let message = message(entry);
             assert!(message.starts_with(expected), "{entry}: {message}");
         }
-        assert!(message(r#"{"hosts":["a.example"],"bin":"/usr/bin/gh"}"#).contains("failed to parse"));
+        assert!(
+            message(r#"{"hosts":["a.example"],"bin":"/usr/bin/gh"}"#).contains("failed to parse")
+        );
     }
 
     #[test]
@@ -450,9 +510,15 @@ mod tests {
             r#"{"version":2,"clis":{"a":{"hosts":["x.example"],"secret":{"value":"1"}},"b":{"hosts":["X.example:443"],"secret":{"value":"2"}}}}"#,
         )
         .unwrap_err();
-        assert!(shared.to_string().contains("already a host of a"), "{shared}");
+        assert!(
+            shared.to_string().contains("already a host of a"),
+            "{shared}"
+        );
         let old = Registry::from_json(r#"{"version":1,"clis":{"gh":{"bin":"/usr/bin/gh"}}}"#)
             .unwrap_err();
-        assert!(old.to_string().contains("version 1 ran CLIs inside Porter"), "{old}");
+        assert!(
+            old.to_string().contains("version 1 ran CLIs inside Porter"),
+            "{old}"
+        );
     }
 }

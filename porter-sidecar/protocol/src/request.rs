@@ -192,6 +192,9 @@ mod tests {
         let smuggle = br#"{"kind":"exec","command":"ls","cwd":"/w","env":{"A=B":"c"}}"#;
         assert!(Request::parse(smuggle).is_err());
         let cli = br#"{"kind":"cli","cli":"gh","cwd":"/w"}"#;
-        assert!(Request::parse(cli).is_err(), "Porter runs no CLI: the kind is gone");
+        assert!(
+            Request::parse(cli).is_err(),
+            "Porter runs no CLI: the kind is gone"
+        );
     }
 }

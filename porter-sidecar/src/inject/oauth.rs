@@ -74,12 +74,16 @@ async fn refresh(
     injector: &Arc<Injector>,
     entry: &LoadedEntry,
 ) -> Result<(String, Duration), RefreshError> {
-    let oauth2 = entry.oauth2.as_ref().expect("only OAuth 2.0 entries refresh");
+    let oauth2 = entry
+        .oauth2
+        .as_ref()
+        .expect("only OAuth 2.0 entries refresh");
     let failed = |detail: String| RefreshError {
         cli: entry.name.clone(),
         detail,
     };
-    let token_url = TokenUrl::new(oauth2.token_url.clone()).map_err(|error| failed(error.to_string()))?;
+    let token_url =
+        TokenUrl::new(oauth2.token_url.clone()).map_err(|error| failed(error.to_string()))?;
     let mut client = BasicClient::new(ClientId::new(oauth2.client_id.clone()))
         .set_token_uri(token_url)
         .set_auth_type(AuthType::RequestBody);
@@ -146,7 +150,8 @@ pub fn token_endpoint_answer(
 fn url_form(body: &[u8]) -> HashMap<String, String> {
     let mut form = HashMap::new();
     for (name, value) in form_urlencoded::parse(body) {
-        form.entry(name.into_owned()).or_insert_with(|| value.into_owned());
+        form.entry(name.into_owned())
+            .or_insert_with(|| value.into_owned());
     }
     form
 }
@@ -176,7 +181,10 @@ mod tests {
             b"grant_type=refresh_token",
             b"",
         ] {
-            assert_eq!(token_endpoint_answer(refused, &placeholders, lifetime).0, 400);
+            assert_eq!(
+                token_endpoint_answer(refused, &placeholders, lifetime).0,
+                400
+            );
         }
     }
 }

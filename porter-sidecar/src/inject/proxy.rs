@@ -269,30 +269,63 @@ async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
         return;
     };
     let registry = state.registry.snapshot();
-    let Some(entry) = registry.entry_for_host(&connect.host, connect.port).cloned() else {
+    let Some(entry) = registry
+        .entry_for_host(&connect.host, connect.port)
+        .cloned()
+    else {
         let reason = format!(
             "{}:{} is not a host of any credential",
             connect.host, connect.port
         );
-        refuse(&mut stream, Some(&key), "", StatusCode::FORBIDDEN, "", reason).await;
+        refuse(
+            &mut stream,
+            Some(&key),
+            "",
+            StatusCode::FORBIDDEN,
+            "",
+            reason,
+        )
+        .await;
         return;
     };
     let Some(placeholders) = key.placeholders.get(&entry.name).cloned() else {
         let reason = format!("{} was registered after this command started", entry.name);
-        refuse(&mut stream, Some(&key), &entry.name, StatusCode::FORBIDDEN, "", reason).await;
+        refuse(
+            &mut stream,
+            Some(&key),
+            &entry.name,
+            StatusCode::FORBIDDEN,
+            "",
+            reason,
+        )
+        .await;
         return;
     };
     // A command may hold a bounded number of tunnels, and all together a bounded total.
     let Some(key_slot) = state.key_tunnels.acquire(&key_slot_name(&key)) else {
         let reason = "this command has too many open tunnels".to_owned();
-        refuse(&mut stream, Some(&key), &entry.name, StatusCode::TOO_MANY_REQUESTS, "", reason)
-            .await;
+        refuse(
+            &mut stream,
+            Some(&key),
+            &entry.name,
+            StatusCode::TOO_MANY_REQUESTS,
+            "",
+            reason,
+        )
+        .await;
         return;
     };
     let Ok(total_slot) = state.tunnels.clone().try_acquire_owned() else {
         let reason = "porter's proxy is at its tunnel limit".to_owned();
-        refuse(&mut stream, Some(&key), &entry.name, StatusCode::SERVICE_UNAVAILABLE, "", reason)
-            .await;
+        refuse(
+            &mut stream,
+            Some(&key),
+            &entry.name,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            reason,
+        )
+        .await;
         return;
     };
     let config = match state.injector.ca.server_config(&connect.host) {
@@ -398,10 +431,18 @@ impl Tunnel {
     async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         let method = request.method().as_str().to_owned();
         let path = request.uri().path().to_owned();
-        let mut audit =
-            RequestAudit::new(Some(&self.key), &self.entry.name, &self.host, &method, &path);
+        let mut audit = RequestAudit::new(
+            Some(&self.key),
+            &self.entry.name,
+            &self.host,
+            &method,
+            &path,
+        );
         audit.uid = Some(self.uid);
-        let response = match self.admit_and_send(request, &method, &path, &mut audit).await {
+        let response = match self
+            .admit_and_send(request, &method, &path, &mut audit)
+            .await
+        {
             Ok(response) => {
                 audit.status.get_or_insert(response.status().as_u16());
                 response
@@ -557,7 +598,8 @@ impl Tunnel {
                     }
                 }
                 InjectAt::Query(name) => {
-                    target = swap_query(&target, name, &self.placeholders.secret, &self.entry.secret);
+                    target =
+                        swap_query(&target, name, &self.placeholders.secret, &self.entry.secret);
                 }
             }
         }
@@ -588,7 +630,8 @@ impl Tunnel {
     /// `Bearer`/`token <placeholder>` or `Basic` with the placeholder as user or
     /// password, swapped; `None` when the header holds no placeholder of this command.
     async fn swap_authorization(&self, value: &[u8]) -> Result<Option<Vec<u8>>, Failure> {
-        let text = std::str::from_utf8(value).map_err(|_| Failure::Refused("non-text Authorization".into()))?;
+        let text = std::str::from_utf8(value)
+            .map_err(|_| Failure::Refused("non-text Authorization".into()))?;
         let Some((scheme, credential)) = text.trim().split_once(' ') else {
             return Ok(None);
         };
@@ -689,8 +732,7 @@ fn swap_query(target: &str, name: &str, placeholder: &str, secret: &str) -> Stri
             let decoded_key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
             let decoded_value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
             if decoded_key == name && decoded_value == placeholder {
-                let encoded: String =
-                    form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+                let encoded: String = form_urlencoded::byte_serialize(secret.as_bytes()).collect();
                 format!("{key}={encoded}")
             } else {
                 pair.to_owned()
@@ -779,7 +821,12 @@ mod tests {
     #[test]
     fn only_the_declared_query_parameter_is_swapped() {
         assert_eq!(
-            swap_query("/v1/geo?q=a%20b&key=porter_ph_1&other=porter_ph_1", "key", "porter_ph_1", "s/e+c"),
+            swap_query(
+                "/v1/geo?q=a%20b&key=porter_ph_1&other=porter_ph_1",
+                "key",
+                "porter_ph_1",
+                "s/e+c"
+            ),
             "/v1/geo?q=a%20b&key=s%2Fe%2Bc&other=porter_ph_1"
         );
         assert_eq!(

@@ -181,7 +181,11 @@ mod tests {
                     .or_else(|_| URL_SAFE.decode(&bytes))
                     .unwrap_or_default();
                 assert!(!String::from_utf8_lossy(&decoded_again).contains(SECRET));
-                assert!(!leaks(&bytes), "{encoded} → {}", String::from_utf8_lossy(&bytes));
+                assert!(
+                    !leaks(&bytes),
+                    "{encoded} → {}",
+                    String::from_utf8_lossy(&bytes)
+                );
             }
         }
         let mut clean = b"nothing to see".to_vec();

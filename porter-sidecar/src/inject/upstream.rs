@@ -33,7 +33,8 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let failed = |what: &str, error: &dyn std::fmt::Display| format!("failed to {what} {host}: {error}");
+    let failed =
+        |what: &str, error: &dyn std::fmt::Display| format!("failed to {what} {host}: {error}");
     let connecting = async {
         let stream = match injector.upstream_overrides.get(host) {
             Some(address) => TcpStream::connect(address).await,

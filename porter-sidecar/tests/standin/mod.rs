@@ -86,12 +86,29 @@ pub struct StandIn {
     /// Bare repositories served over smart HTTP (`<root>/<owner>/<repo>.git`).
     pub git_root: PathBuf,
     pub requests: Arc<Mutex<Vec<Recorded>>>,
-    _runtime: tokio::runtime::Runtime,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for StandIn {
+    /// Shut down without blocking, so a stand-in may end inside an async test.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl StandIn {
-    /// Starts the stand-in; only `token` is accepted as a credential.
+    /// Starts the stand-in; only `token` is accepted as a credential. Its own runtime
+    /// starts on a thread of its own, so async tests may start one too.
     pub fn start(directory: &Path, token: &str) -> Self {
+        let (directory, token) = (directory.to_owned(), token.to_owned());
+        std::thread::spawn(move || Self::start_here(&directory, &token))
+            .join()
+            .expect("the stand-in started")
+    }
+
+    fn start_here(directory: &Path, token: &str) -> Self {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -167,7 +184,7 @@ impl StandIn {
             ca_file,
             git_root,
             requests,
-            _runtime: runtime,
+            runtime: Some(runtime),
         }
     }
 
@@ -388,7 +405,9 @@ impl Shared {
             ("keys.example", "/v1/query") if query_key.as_deref() == Some(&self.token) => {
                 ok("query")
             }
-            ("keys.example", "/v1/header") if header("x-api-key").as_deref() == Some(&self.token) => {
+            ("keys.example", "/v1/header")
+                if header("x-api-key").as_deref() == Some(&self.token) =>
+            {
                 ok("header")
             }
             ("oauth.example", "/token") => {
@@ -404,7 +423,10 @@ impl Shared {
                         serde_json::json!({ "access_token": access, "token_type": "Bearer", "expires_in": 3600 }),
                     )
                 } else {
-                    json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": "invalid_grant" }))
+                    json(
+                        StatusCode::BAD_REQUEST,
+                        serde_json::json!({ "error": "invalid_grant" }),
+                    )
                 }
             }
             ("oauth.example", "/v1/me")
@@ -524,4 +546,49 @@ fn graphql_answer(body: &str) -> serde_json::Value {
     } else {
         serde_json::json!({ "data": {} })
     }
+}
+
+/// Every form of `secret` a leak could take: literal, reversed, base64 (standard and
+/// URL-safe, with and without a newline), hex, percent-encoded — as windows, so split
+/// halves are caught too. Whitespace is ignored (od and base64 wrap their output).
+pub fn assert_no_secret(label: &str, haystack: &str, secret: &str) {
+    use base64::{
+        Engine,
+        engine::general_purpose::{STANDARD, URL_SAFE},
+    };
+    let squeezed: String = haystack.chars().filter(|c| !c.is_whitespace()).collect();
+    let lower = squeezed.to_ascii_lowercase();
+    let reversed: String = secret.chars().rev().collect();
+    let utf16: String = secret.chars().flat_map(|c| [c, '\0']).collect();
+    let encodings = [
+        (secret.to_owned(), 12),
+        (reversed, 12),
+        (STANDARD.encode(secret), 16),
+        (URL_SAFE.encode(secret), 16),
+        (STANDARD.encode(format!("{secret}\n")), 16),
+        (STANDARD.encode(&utf16), 16),
+        (hex::encode(secret), 24),
+    ];
+    for (encoded, window) in encodings {
+        for start in 0..=encoded.len() - window {
+            let piece = &encoded[start..start + window];
+            let found = if piece.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                lower.contains(&piece.to_ascii_lowercase())
+            } else {
+                squeezed.contains(piece)
+            };
+            assert!(
+                !found,
+                "{label}: the secret leaked as {encoded:?} (piece {piece:?})"
+            );
+        }
+    }
+    let utf16_bytes: Vec<u8> = secret.bytes().flat_map(|byte| [byte, 0]).collect();
+    assert!(
+        !haystack
+            .as_bytes()
+            .windows(utf16_bytes.len())
+            .any(|window| window == utf16_bytes),
+        "{label}: the secret leaked as UTF-16"
+    );
 }
