@@ -1,6 +1,7 @@
 //! The one-machine bot as the README runs it: the real `saint-agent run` starts its own
-//! Porter (from a registry file) and bubblewrap sandboxes; a CLI registered in Porter
-//! runs with its credential while neither the sandbox, the model nor the transcript
+//! Porter (from a registry file) and bubblewrap sandboxes; Debian's `gh` in the sandbox
+//! reaches Porter's HTTPS stand-in for GitHub through the relay and Porter, which puts
+//! the credential on the wire while neither the sandbox, the model nor the transcript
 //! ever sees it; one Ctrl-C stops the agent, Porter and every sandbox.
 //!
 //! Needs `bwrap` (Debian `bubblewrap`) and the `porter` and `saint-sandbox-runner`
@@ -8,6 +9,8 @@
 //! saint-sandbox-runner`); a missing piece fails the test with the reason.
 
 mod common;
+#[path = "../../porter-sidecar/tests/standin/mod.rs"]
+mod standin;
 
 use std::{
     collections::HashMap,
@@ -25,9 +28,9 @@ use saint_llm::scripted::{Reply, ScriptedLlm};
 use saint_sandbox::local_porter::{LocalPorter, LocalPorterSettings, PorterPaths};
 use serde_json::{Value, json};
 
-const CLI: &str = "hello-cli";
-/// The credential Porter hands the CLI; it must never leave Porter.
-const CANARY: &str = "canary-credential-5e1d9b7c04";
+const CLI: &str = "gh";
+/// The credential Porter injects; it must never leave Porter but for the stand-in.
+const CANARY: &str = "ghp_canaryCredential5e1d9b7c04";
 
 /// A binary built beside `saint-agent` in this target directory.
 fn sibling_binary(name: &str) -> PathBuf {
@@ -40,25 +43,31 @@ fn sibling_binary(name: &str) -> PathBuf {
     path
 }
 
-/// A registry with one CLI, a shell script that reports the length of its
-/// credential (never the value) and its arguments.
+/// A registry with `gh`'s credential for the stand-in's hosts.
 fn write_registry(directory: &Path) -> PathBuf {
-    let bin = directory.join("porter-bin");
-    fs::create_dir_all(&bin).unwrap();
-    let script = bin.join(CLI);
-    fs::write(
-        &script,
-        "#!/bin/sh\necho \"hello-cli 1.0 args=$*\"\necho \"canary-length=${#HELLO_CANARY}\"\n",
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let registry = json!({
-        "version": 1,
-        "clis": {CLI: {"bin": script, "env": {"HELLO_CANARY": CANARY}, "timeoutSeconds": 30}}
+        "version": 2,
+        "clis": {CLI: {"hosts": standin::HOSTS, "secret": {"value": CANARY}, "placeholderEnv": ["GH_TOKEN"]}}
     });
     let path = directory.join("porter.json");
     fs::write(&path, registry.to_string()).unwrap();
     path
+}
+
+/// What points the agent's Porter at `standin` (Porter reads these from the
+/// environment the agent passes on).
+fn porter_upstream(standin: &standin::StandIn) -> Vec<(String, String)> {
+    let overrides: Vec<String> = standin::HOSTS
+        .iter()
+        .map(|host| format!("{host}={}", standin.address))
+        .collect();
+    vec![
+        ("PORTER_UPSTREAM_OVERRIDES".to_owned(), overrides.join(",")),
+        (
+            "PORTER_UPSTREAM_CA_FILE".to_owned(),
+            standin.ca_file.to_string_lossy().into_owned(),
+        ),
+    ]
 }
 
 /// One process as /proc shows it; `start` (clock ticks since boot) tells a reused
@@ -163,7 +172,13 @@ impl Drop for Bot {
     }
 }
 
-fn spawn_bot(directory: &Path, config_path: &Path, workspace: &Path, registry: &Path) -> Bot {
+fn spawn_bot(
+    directory: &Path,
+    config_path: &Path,
+    workspace: &Path,
+    registry: &Path,
+    extra_environment: &[(String, String)],
+) -> Bot {
     let mut command = Command::new(env!("CARGO_BIN_EXE_saint-agent"));
     command
         .args([
@@ -190,6 +205,7 @@ fn spawn_bot(directory: &Path, config_path: &Path, workspace: &Path, registry: &
     for (name, value) in environment() {
         command.env(name, value);
     }
+    command.envs(extra_environment.iter().cloned());
     let mut child = command.spawn().expect("failed to start saint-agent");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
@@ -235,7 +251,6 @@ fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
 async fn one_command_runs_agent_porter_and_sandbox_and_one_ctrl_c_stops_them_all() {
     sibling_binary("porter");
     sibling_binary("saint-sandbox-runner");
-    sibling_binary("cliport-proxy");
     assert!(
         Path::new("/usr/bin/bwrap").is_file(),
         "bubblewrap is not installed (apt-get install bubblewrap)"
@@ -247,18 +262,25 @@ async fn one_command_runs_agent_porter_and_sandbox_and_one_ctrl_c_stops_them_all
     fs::create_dir_all(&workspace).unwrap();
     seed_workspace(&workspace);
     let registry = write_registry(&directory_path);
+    let standin = standin::StandIn::start(&directory_path, CANARY);
     let config_path = directory_path.join("bot-config.json");
     let mut config = test_config(&llm.base_url());
     // The bot file lists the CLI (as a SaintBot's Porter CLIs do); the registry holds
-    // its binary and credential. The config's Kubernetes socket paths are not in use
+    // its hosts and credential. The config's Kubernetes socket paths are not in use
     // here, so the agent starts its own Porter.
     config["porter"]["clis"] = json!([CLI]);
     write_config(&config_path, &config);
-    let mut bot = spawn_bot(&directory_path, &config_path, &workspace, &registry);
+    let mut bot = spawn_bot(
+        &directory_path,
+        &config_path,
+        &workspace,
+        &registry,
+        &porter_upstream(&standin),
+    );
 
     llm.push(Reply::tool_call(
         "exec",
-        json!({"command": format!("{CLI} --version")}),
+        json!({"command": format!("{CLI} api user --jq '\"login=\" + .login'")}),
     ));
     llm.push(Reply::text("The CLI answered."));
     let response = reqwest::Client::new()
@@ -278,25 +300,28 @@ async fn one_command_runs_agent_porter_and_sandbox_and_one_ctrl_c_stops_them_all
     let (output, is_error) = &results[0];
     assert!(!is_error, "exec failed: {output}");
     assert!(
-        output.contains("hello-cli 1.0 args=--version"),
+        output.contains("login=o"),
         "the CLI's output reaches the model: {output}"
     );
-    assert!(
-        output.contains(&format!("canary-length={}", CANARY.len())),
-        "the CLI ran with its credential: {output}"
+    let requests_upstream = standin.requests();
+    assert_eq!(requests_upstream.len(), 1, "{requests_upstream:?}");
+    assert_eq!(
+        requests_upstream[0].credential().as_deref(),
+        Some(CANARY),
+        "Porter put the credential on the wire"
     );
 
-    let audit = fs::read_to_string(workspace.join("logs/porter.jsonl"))
-        .expect("porter's audit log in the workspace");
-    let calls: Vec<Value> = audit
+    let audit_path = directory_path.join("state/porter-control/audit.jsonl");
+    let audit = fs::read_to_string(&audit_path).expect("porter's audit log in its state");
+    let decisions: Vec<Value> = audit
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
-        .filter(|line: &Value| line["cli"] == CLI)
+        .filter(|line: &Value| line["kind"] == "request" && line["cli"] == CLI)
         .collect();
-    assert_eq!(calls.len(), 1, "{audit}");
-    assert_eq!(calls[0]["outcome"], "ok", "{audit}");
-    assert_eq!(calls[0]["args"], json!(["--version"]), "{audit}");
-    assert_eq!(calls[0]["role"], "owner", "{audit}");
+    assert_eq!(decisions.len(), 1, "{audit}");
+    assert_eq!(decisions[0]["decision"], "allowed", "{audit}");
+    assert_eq!(decisions[0]["path"], "/user", "{audit}");
+    assert_eq!(decisions[0]["role"], "owner", "{audit}");
 
     // The credential is nowhere the model, the transcript or the sandbox can see.
     for request in &requests {
@@ -441,8 +466,8 @@ async fn a_porter_that_cannot_start_is_a_clear_error_naming_its_log() {
     let workspace = base.join("workspace");
     fs::create_dir_all(&workspace).unwrap();
     let registry = base.join("porter.json");
-    // Valid JSON Porter refuses: a CLI whose binary is not an absolute path.
-    fs::write(&registry, r#"{"version":1,"clis":{"gh":{"bin":"gh"}}}"#).unwrap();
+    // Valid JSON Porter refuses: a credential without hosts.
+    fs::write(&registry, r#"{"version":2,"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#).unwrap();
     let paths = PorterPaths::new(&workspace, &base.join("state"), Some(&registry));
     let error = LocalPorter::start(LocalPorterSettings::new(
         sibling_binary("porter"),
@@ -457,7 +482,7 @@ async fn a_porter_that_cannot_start_is_a_clear_error_naming_its_log() {
         "{error}"
     );
     assert!(
-        error.contains("absolute"),
+        error.contains("clis.gh.hosts"),
         "porter's own reason is shown: {error}"
     );
 }
@@ -478,7 +503,7 @@ async fn a_killed_agent_takes_its_porter_with_it() {
     let registry = write_registry(&directory_path);
     let config_path = directory_path.join("bot-config.json");
     write_config(&config_path, &test_config(&llm.base_url()));
-    let mut bot = spawn_bot(&directory_path, &config_path, &workspace, &registry);
+    let mut bot = spawn_bot(&directory_path, &config_path, &workspace, &registry, &[]);
     let marker = directory_path.to_string_lossy().into_owned();
     let agent_pid = i32::try_from(bot.child.id()).unwrap();
     bot.seen = process_tree(agent_pid, &marker);

@@ -34,10 +34,10 @@ use crate::{
     backend::{self, ExecBackend, LocalMachine},
 };
 
-/// Where Porter's call socket lives relative to the workspace (the same place the
+/// Where Porter's proxy socket lives relative to the workspace (the same place the
 /// operator puts it on the bot's volume): the sandbox binds this directory read-only.
 pub const SOCKET_SUBDIRECTORY: &str = saint_config::sandbox_contract::PORTER_RUN_SUBPATH;
-/// The call socket's file name (the sandbox's proxy looks for exactly this).
+/// The proxy socket's file name (the sandbox runner's relay connects to exactly this).
 pub const SOCKET_NAME: &str = saint_config::sandbox_contract::PORTER_SOCKET_FILE_NAME;
 /// Porter's audit log in its private control directory.
 pub const AUDIT_LOG: &str = "audit.jsonl";
@@ -188,7 +188,7 @@ pub fn locate_binary(explicit: Option<PathBuf>) -> PathBuf {
 }
 
 /// Whether something accepts connections on the unix socket at `path` (a Porter
-/// someone else runs). Connecting to a call socket costs one refused audit line, so
+/// someone else runs). Connecting to a proxy socket costs one refused connection, so
 /// callers probe only when deciding whether to start their own.
 pub fn is_listening(path: &Path) -> bool {
     std::os::unix::net::UnixStream::connect(path).is_ok()
@@ -440,7 +440,7 @@ fn prepare_directories(paths: &PorterPaths) -> Result<(), LocalPorterError> {
         let path = path.to_path_buf();
         move |source| LocalPorterError::Prepare { path, source }
     };
-    // Sandboxes reach the call socket through this directory (read-only), as the
+    // Sandboxes reach the proxy socket through this directory (read-only), as the
     // agent's uid mapped into their user namespace.
     fs::DirBuilder::new()
         .recursive(true)
@@ -541,7 +541,7 @@ fn spawn(settings: &LocalPorterSettings) -> Result<Child, LocalPorterError> {
     Ok(child)
 }
 
-/// Porter binds its control socket first and its call socket last, so a fresh call
+/// Porter binds its control socket first and its proxy socket last, so a fresh call
 /// socket file (stale ones were removed) means both are up.
 fn is_ready(paths: &PorterPaths) -> bool {
     fs::symlink_metadata(&paths.socket).is_ok_and(|metadata| metadata.file_type().is_socket())
@@ -774,10 +774,10 @@ mod tests {
         let (_, created_again) = ensure_registry(&path).unwrap();
         assert!(!created_again);
 
-        fs::write(&path, r#"{"version":1,"clis":{"gh":{"bin":"gh"}}}"#).unwrap();
+        fs::write(&path, r#"{"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#).unwrap();
         let error = ensure_registry(&path).unwrap_err().to_string();
         assert!(
-            error.contains("porter-registry.json") && error.contains("absolute"),
+            error.contains("porter-registry.json") && error.contains("clis.gh.hosts"),
             "{error}"
         );
     }
