@@ -155,7 +155,10 @@ fn start_porter(binary: &Path, directory: &Path, arguments: &[String]) -> Child 
         .map(|index| std::path::PathBuf::from(&arguments[index + 1]))
         .unwrap_or(ready);
     while !socket.exists() {
-        assert!(started.elapsed() < Duration::from_secs(20), "porter did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "porter did not start"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     child
@@ -240,7 +243,11 @@ fn main() {
         arguments.push("--upstream-override".into());
         arguments.push(format!("{host}={}", standin.address));
     }
-    let mut porter = start_porter(Path::new(env!("CARGO_BIN_EXE_porter")), directory.path(), &arguments);
+    let mut porter = start_porter(
+        Path::new(env!("CARGO_BIN_EXE_porter")),
+        directory.path(),
+        &arguments,
+    );
     std::thread::sleep(Duration::from_secs(1)); // idle: nothing to wait on but time
     let idle_rss = rss_kib(porter.id());
 
@@ -262,7 +269,9 @@ fn main() {
         .build()
         .unwrap();
     let listener = relay_runtime
-        .block_on(saint_sandbox_runner::relay::bind("127.0.0.1:0".parse().unwrap()))
+        .block_on(saint_sandbox_runner::relay::bind(
+            "127.0.0.1:0".parse().unwrap(),
+        ))
         .unwrap();
     let relay = listener.local_addr().unwrap().to_string();
     relay_runtime.spawn(saint_sandbox_runner::relay::serve(
@@ -285,12 +294,17 @@ fn main() {
                 let mut head = Vec::new();
                 let mut byte = [0_u8; 1];
                 while !head.ends_with(b"\r\n\r\n") {
-                    if tokio::io::AsyncReadExt::read_exact(&mut client, &mut byte).await.is_err() {
+                    if tokio::io::AsyncReadExt::read_exact(&mut client, &mut byte)
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     head.push(byte[0]);
                 }
-                let mut upstream = tokio::net::TcpStream::connect(standin_address).await.unwrap();
+                let mut upstream = tokio::net::TcpStream::connect(standin_address)
+                    .await
+                    .unwrap();
                 client.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
             });
@@ -304,7 +318,9 @@ fn main() {
         .build()
         .unwrap();
     let ((kept_direct, kept_proxied), (fresh_direct, fresh_proxied)) = client.block_on(async {
-        let stream = tokio::net::TcpStream::connect(standin.address).await.unwrap();
+        let stream = tokio::net::TcpStream::connect(standin.address)
+            .await
+            .unwrap();
         stream.set_nodelay(true).unwrap();
         let mut direct = handshake(stream, &standin_tls).await;
         let mut proxied = handshake(tunnel(&relay, &key).await, &porter_tls).await;
@@ -325,12 +341,18 @@ fn main() {
         let (mut fresh_direct, mut fresh_proxied) = (Vec::new(), Vec::new());
         for _ in 0..FRESH_SAMPLES {
             let started = Instant::now();
-            let stream = tokio::net::TcpStream::connect(standin.address).await.unwrap();
+            let stream = tokio::net::TcpStream::connect(standin.address)
+                .await
+                .unwrap();
             stream.set_nodelay(true).unwrap();
             get(&mut handshake(stream, &standin_tls).await, SECRET).await;
             fresh_direct.push(started.elapsed());
             let started = Instant::now();
-            get(&mut handshake(tunnel(&relay, &key).await, &porter_tls).await, &placeholder).await;
+            get(
+                &mut handshake(tunnel(&relay, &key).await, &porter_tls).await,
+                &placeholder,
+            )
+            .await;
             fresh_proxied.push(started.elapsed());
         }
         ((kept_direct, kept_proxied), (fresh_direct, fresh_proxied))
@@ -349,7 +371,11 @@ fn main() {
             .env("SSL_CERT_FILE", ca)
             .output()
             .unwrap();
-        assert!(output.status.success(), "gh: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "gh: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         started.elapsed()
     };
     let proxy_url = format!("http://porter:{key}@{relay}");
@@ -366,7 +392,10 @@ fn main() {
         .requests()
         .iter()
         .all(|request| request.credential().as_deref() == Some(SECRET));
-    assert!(upstream_saw_secret, "a proxied request did not carry the secret");
+    assert!(
+        upstream_saw_secret,
+        "a proxied request did not carry the secret"
+    );
 
     report(
         &format!("GET /repos/o/r/pulls on a kept-alive tunnel ({SAMPLES} each)"),
@@ -387,7 +416,9 @@ fn main() {
         &gh_proxied,
     );
     let active_rss = rss_kib(porter.id());
-    println!("porter resident memory: idle {idle_rss} KiB after start, {active_rss} KiB after the runs");
+    println!(
+        "porter resident memory: idle {idle_rss} KiB after start, {active_rss} KiB after the runs"
+    );
     if let Some(before) = idle_rss_before(directory.path()) {
         println!(
             "  before Porter III (PORTER_BEFORE_BIN): idle {before} KiB; now {:.2}× that",

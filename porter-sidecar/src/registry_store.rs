@@ -48,6 +48,8 @@ pub enum LoadError {
         field: &'static str,
         name: String,
     },
+    #[error("clis.{cli}.requests.{message}")]
+    Requests { cli: String, message: String },
     #[error("clis.{cli}.{field}: the secret is empty")]
     EmptySecret { cli: String, field: &'static str },
 }
@@ -155,7 +157,12 @@ impl LoadedRegistry {
                 inject: entry.inject_at(),
                 placeholder_env: entry.placeholder_env.clone(),
                 git: entry.git,
-                policy: RequestPolicy::compile(&entry.requests),
+                policy: RequestPolicy::compile(&entry.requests).map_err(|message| {
+                    LoadError::Requests {
+                        cli: name.clone(),
+                        message,
+                    }
+                })?,
                 oauth2,
             });
             for host in &loaded.hosts {

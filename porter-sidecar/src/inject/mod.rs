@@ -10,6 +10,7 @@
 
 pub mod ca;
 pub mod command_env;
+pub mod graphql;
 pub mod oauth;
 pub mod placeholder;
 pub mod proxy;

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use globset::{GlobBuilder, GlobMatcher};
 use porter_protocol::registry::{GraphqlRule, RequestRule};
+
+use super::graphql::{self, Operation};
 
 /// The role rules that apply to every role.
 const ANY_ROLE: &str = "*";
@@ -35,29 +38,29 @@ pub enum HeadDecision {
 }
 
 impl RequestPolicy {
-    pub fn compile(requests: &BTreeMap<String, Vec<RequestRule>>) -> Self {
-        let by_role = requests
-            .iter()
-            .map(|(role, rules)| {
-                let rules = rules
-                    .iter()
-                    .map(|rule| Rule {
-                        methods: rule.methods.clone(),
-                        paths: rule
-                            .paths
-                            .iter()
-                            .map(|path| PathPattern::new(path))
-                            .collect(),
-                        graphql: rule.graphql.clone(),
-                    })
-                    .collect();
-                (role.clone(), rules)
-            })
-            .collect();
-        Self {
+    /// Compiles a `requests` map; an invalid path pattern is refused with its text.
+    pub fn compile(requests: &BTreeMap<String, Vec<RequestRule>>) -> Result<Self, String> {
+        let mut by_role = BTreeMap::new();
+        for (role, rules) in requests {
+            let mut compiled = Vec::new();
+            for rule in rules {
+                compiled.push(Rule {
+                    methods: rule.methods.clone(),
+                    paths: rule
+                        .paths
+                        .iter()
+                        .map(|path| PathPattern::new(path))
+                        .collect::<Result<_, _>>()
+                        .map_err(|error| format!("{role}: {error}"))?,
+                    graphql: rule.graphql.clone(),
+                });
+            }
+            by_role.insert(role.clone(), compiled);
+        }
+        Ok(Self {
             open: requests.is_empty(),
             by_role,
-        }
+        })
     }
 
     /// Decides by method and path; `role` is the caller's (none: only `*` rules apply).
@@ -99,9 +102,9 @@ impl RequestPolicy {
     /// Decides a GraphQL request by its JSON body: every operation in it must be
     /// admitted by one of `rules`.
     pub fn check_graphql(rules: &[GraphqlRule], body: &[u8]) -> Result<(), String> {
-        let documents = graphql_documents(body)?;
+        let documents = graphql::documents(body)?;
         for document in &documents {
-            for operation in parse_operations(document)? {
+            for operation in graphql::operations(document)? {
                 let admitted = rules.iter().any(|rule| match &operation {
                     Operation::Query => rule.queries,
                     Operation::Mutation(fields) => {
@@ -156,294 +159,41 @@ fn ambiguous_path(path: &str) -> Option<&'static str> {
     None
 }
 
-/// A path pattern: `*` within one segment, a `**` segment for any number of segments.
+/// A path pattern (`globset`, with `*` kept within one segment): `*` matches within
+/// a segment, a `**` segment any number of segments, including none at the end
+/// (`/repos/*/*/pulls/**` also matches `/repos/o/r/pulls`).
 #[derive(Clone, Debug)]
 struct PathPattern {
-    segments: Vec<String>,
+    matchers: Vec<GlobMatcher>,
 }
 
 impl PathPattern {
-    fn new(pattern: &str) -> Self {
-        Self {
-            segments: pattern
-                .trim_start_matches('/')
-                .split('/')
-                .map(str::to_owned)
-                .collect(),
+    fn new(pattern: &str) -> Result<Self, String> {
+        let mut globs = vec![pattern.to_owned()];
+        if let Some(parent) = pattern.strip_suffix("/**") {
+            globs.push(if parent.is_empty() {
+                "/".to_owned()
+            } else {
+                parent.to_owned()
+            });
         }
+        let matchers = globs
+            .iter()
+            .map(|text| {
+                GlobBuilder::new(text)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map(|glob| glob.compile_matcher())
+                    .map_err(|error| format!("path {pattern:?}: {error}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { matchers })
     }
 
     fn matches(&self, path: &str) -> bool {
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        match_segments(&self.segments, &segments)
+        self.matchers.iter().any(|matcher| matcher.is_match(path))
     }
-}
-
-fn match_segments(pattern: &[String], path: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => path.is_empty(),
-        Some((first, rest)) if first == "**" => {
-            (0..=path.len()).any(|skip| match_segments(rest, &path[skip..]))
-        }
-        Some((first, rest)) => match path.split_first() {
-            Some((segment, path_rest)) => {
-                match_glob(first.as_bytes(), segment.as_bytes()) && match_segments(rest, path_rest)
-            }
-            None => false,
-        },
-    }
-}
-
-/// `*` matches any run of bytes (within a segment); everything else literally.
-fn match_glob(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|skip| match_glob(rest, &text[skip..])),
-        Some((byte, rest)) => text.first() == Some(byte) && match_glob(rest, &text[1..]),
-    }
-}
-
-/// The `query` strings of a GraphQL-over-HTTP body (one request or a batch).
-fn graphql_documents(body: &[u8]) -> Result<Vec<String>, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| "the GraphQL body is not JSON".to_owned())?;
-    let requests = match value {
-        serde_json::Value::Array(requests) => requests,
-        single => vec![single],
-    };
-    requests
-        .into_iter()
-        .map(|request| match request.get("query") {
-            Some(serde_json::Value::String(query)) => Ok(query.clone()),
-            _ => Err("the GraphQL body has no query string".to_owned()),
-        })
-        .collect()
-}
-
-/// One executable operation of a document.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Operation {
-    Query,
-    /// Its root fields (after aliases); `...` for a fragment at the root, which only a
-    /// `*` rule admits.
-    Mutation(Vec<String>),
-    Subscription,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Token {
-    Name(String),
-    Punctuator(char),
-    Spread,
-    Value,
-}
-
-fn tokenize(document: &str) -> Result<Vec<Token>, String> {
-    let bytes = document.as_bytes();
-    let mut tokens = Vec::new();
-    let mut index = 0;
-    while index < bytes.len() {
-        let byte = bytes[index];
-        match byte {
-            b' ' | b'\t' | b'\n' | b'\r' | b',' => index += 1,
-            0xEF if bytes[index..].starts_with("\u{feff}".as_bytes()) => index += 3,
-            b'#' => {
-                while index < bytes.len() && bytes[index] != b'\n' && bytes[index] != b'\r' {
-                    index += 1;
-                }
-            }
-            b'"' if bytes[index..].starts_with(b"\"\"\"") => {
-                index += 3;
-                loop {
-                    if index >= bytes.len() {
-                        return Err("unterminated GraphQL block string".into());
-                    }
-                    if bytes[index..].starts_with(b"\\\"\"\"") {
-                        index += 4;
-                    } else if bytes[index..].starts_with(b"\"\"\"") {
-                        index += 3;
-                        break;
-                    } else {
-                        index += 1;
-                    }
-                }
-                tokens.push(Token::Value);
-            }
-            b'"' => {
-                index += 1;
-                loop {
-                    match bytes.get(index) {
-                        None | Some(b'\n' | b'\r') => {
-                            return Err("unterminated GraphQL string".into());
-                        }
-                        Some(b'\\') => index += 2,
-                        Some(b'"') => {
-                            index += 1;
-                            break;
-                        }
-                        Some(_) => index += 1,
-                    }
-                }
-                tokens.push(Token::Value);
-            }
-            b'.' if bytes[index..].starts_with(b"...") => {
-                index += 3;
-                tokens.push(Token::Spread);
-            }
-            b'_' | b'a'..=b'z' | b'A'..=b'Z' => {
-                let start = index;
-                while index < bytes.len()
-                    && (bytes[index] == b'_' || bytes[index].is_ascii_alphanumeric())
-                {
-                    index += 1;
-                }
-                tokens.push(Token::Name(document[start..index].to_owned()));
-            }
-            b'-' | b'0'..=b'9' => {
-                index += 1;
-                while index < bytes.len()
-                    && (bytes[index].is_ascii_alphanumeric()
-                        || matches!(bytes[index], b'.' | b'+' | b'-'))
-                {
-                    index += 1;
-                }
-                tokens.push(Token::Value);
-            }
-            b'{' | b'}' | b'(' | b')' | b'[' | b']' | b':' | b'!' | b'$' | b'@' | b'=' | b'|'
-            | b'&' => {
-                tokens.push(Token::Punctuator(char::from(byte)));
-                index += 1;
-            }
-            other => {
-                return Err(format!(
-                    "unexpected character {:?} in GraphQL",
-                    char::from(other)
-                ));
-            }
-        }
-    }
-    Ok(tokens)
-}
-
-/// Index just past the group that opens at `start` (`(`, `[` or `{`).
-fn skip_group(tokens: &[Token], start: usize) -> Result<usize, String> {
-    let mut depth = 0_usize;
-    for (index, token) in tokens.iter().enumerate().skip(start) {
-        match token {
-            Token::Punctuator('{' | '(' | '[') => depth += 1,
-            Token::Punctuator('}' | ')' | ']') => {
-                depth = depth.checked_sub(1).ok_or("unbalanced GraphQL")?;
-                if depth == 0 {
-                    return Ok(index + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    Err("unbalanced GraphQL".into())
-}
-
-/// Skips directives (`@name(arguments)`) from `index`.
-fn skip_directives(tokens: &[Token], mut index: usize) -> Result<usize, String> {
-    while tokens.get(index) == Some(&Token::Punctuator('@')) {
-        index += 2;
-        if tokens.get(index) == Some(&Token::Punctuator('(')) {
-            index = skip_group(tokens, index)?;
-        }
-    }
-    Ok(index)
-}
-
-/// The root field names of the selection set opening at `start`.
-fn root_fields(tokens: &[Token], start: usize) -> Result<(Vec<String>, usize), String> {
-    let end = skip_group(tokens, start)?;
-    let mut fields = Vec::new();
-    let mut index = start + 1;
-    while index < end - 1 {
-        match &tokens[index] {
-            Token::Spread => {
-                fields.push("...".to_owned());
-                index += 1;
-                // `... on Type`, `...Name` or a bare `...`: then directives and maybe a set.
-                while let Some(Token::Name(_)) = tokens.get(index) {
-                    index += 1;
-                }
-                index = skip_directives(tokens, index)?;
-                if tokens.get(index) == Some(&Token::Punctuator('{')) {
-                    index = skip_group(tokens, index)?;
-                }
-            }
-            Token::Name(first) => {
-                let mut field = first.clone();
-                index += 1;
-                if tokens.get(index) == Some(&Token::Punctuator(':')) {
-                    match tokens.get(index + 1) {
-                        Some(Token::Name(name)) => field = name.clone(),
-                        _ => return Err("malformed GraphQL alias".into()),
-                    }
-                    index += 2;
-                }
-                if tokens.get(index) == Some(&Token::Punctuator('(')) {
-                    index = skip_group(tokens, index)?;
-                }
-                index = skip_directives(tokens, index)?;
-                if tokens.get(index) == Some(&Token::Punctuator('{')) {
-                    index = skip_group(tokens, index)?;
-                }
-                fields.push(field);
-            }
-            _ => return Err("malformed GraphQL selection".into()),
-        }
-    }
-    Ok((fields, end))
-}
-
-/// Every executable operation in a document; anything but operations and fragments
-/// (type system definitions) is refused.
-fn parse_operations(document: &str) -> Result<Vec<Operation>, String> {
-    let tokens = tokenize(document)?;
-    let mut operations = Vec::new();
-    let mut index = 0;
-    while index < tokens.len() {
-        let kind = match &tokens[index] {
-            Token::Punctuator('{') => "query",
-            Token::Name(name) if name == "fragment" => {
-                // fragment Name on Type @directives { ... }
-                let open = tokens[index..]
-                    .iter()
-                    .position(|token| *token == Token::Punctuator('{'))
-                    .ok_or("malformed GraphQL fragment")?;
-                index = skip_group(&tokens, index + open)?;
-                continue;
-            }
-            Token::Name(name) if matches!(name.as_str(), "query" | "mutation" | "subscription") => {
-                index += 1;
-                if let Some(Token::Name(_)) = tokens.get(index) {
-                    index += 1;
-                }
-                if tokens.get(index) == Some(&Token::Punctuator('(')) {
-                    index = skip_group(&tokens, index)?;
-                }
-                index = skip_directives(&tokens, index)?;
-                name.as_str()
-            }
-            _ => return Err("the GraphQL document is not a list of operations".into()),
-        };
-        if tokens.get(index) != Some(&Token::Punctuator('{')) {
-            return Err("malformed GraphQL operation".into());
-        }
-        let (fields, end) = root_fields(&tokens, index)?;
-        operations.push(match kind {
-            "query" => Operation::Query,
-            "mutation" => Operation::Mutation(fields),
-            _ => Operation::Subscription,
-        });
-        index = end;
-    }
-    if operations.is_empty() {
-        return Err("the GraphQL document has no operation".into());
-    }
-    Ok(operations)
 }
 
 #[cfg(test)]
@@ -476,6 +226,7 @@ mod tests {
             ),
             ("owner".to_owned(), vec![rule(&["*"], &["/**"], None)]),
         ]))
+        .unwrap()
     }
 
     #[test]
@@ -574,7 +325,8 @@ mod tests {
         let policy = RequestPolicy::compile(&BTreeMap::from([(
             "*".to_owned(),
             vec![rule(&["GET"], &["/user"], None)],
-        )]));
+        )]))
+        .unwrap();
         assert_eq!(
             policy.check_head(None, "GET", "/user"),
             HeadDecision::Allowed
@@ -591,7 +343,12 @@ mod tests {
 
     #[test]
     fn no_rules_means_any_request_and_a_graphql_rule_never_admits_get() {
-        let open = RequestPolicy::compile(&BTreeMap::new());
+        let open = RequestPolicy::compile(&BTreeMap::new()).unwrap();
+        let bad = RequestPolicy::compile(&BTreeMap::from([(
+            "employee".to_owned(),
+            vec![rule(&["GET"], &["/repos/[o"], None)],
+        )]));
+        assert!(bad.unwrap_err().starts_with("employee: path \"/repos/[o\""));
         assert_eq!(open.check_head(None, "DELETE", "/x"), HeadDecision::Allowed);
         assert!(matches!(
             acme_policy().check_head(Some("employee"), "GET", "/graphql"),
