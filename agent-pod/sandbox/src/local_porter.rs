@@ -774,7 +774,11 @@ mod tests {
         let (_, created_again) = ensure_registry(&path).unwrap();
         assert!(!created_again);
 
-        fs::write(&path, r#"{"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#).unwrap();
+        fs::write(
+            &path,
+            r#"{"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#,
+        )
+        .unwrap();
         let error = ensure_registry(&path).unwrap_err().to_string();
         assert!(
             error.contains("porter-registry.json") && error.contains("clis.gh.hosts"),
