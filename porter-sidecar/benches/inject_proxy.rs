@@ -290,6 +290,7 @@ fn main() {
             let Ok((mut client, _)) = blind.accept().await else {
                 continue;
             };
+            let _ = client.set_nodelay(true);
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut byte = [0_u8; 1];

@@ -30,7 +30,7 @@ pub use crate::{
     },
     validate::{
         ConfigError, MIN_HEARTBEAT_SECONDS, MIN_JOB_INTERVAL_SECONDS, clock_minutes,
-        is_known_timezone, is_known_tool_pattern, validate,
+        is_known_timezone, is_known_tool_pattern, memory_scope_message, validate,
     },
 };
 
@@ -168,6 +168,39 @@ pub struct BotConfig {
     /// Where skills are read from besides the workspace's `skills/`.
     #[serde(default, skip_serializing_if = "SkillsConfig::is_empty")]
     pub skills: SkillsConfig,
+    /// Bot-wide budget settings (the caps are per role: `roles.<name>.budget`).
+    #[serde(default, skip_serializing_if = "BudgetConfig::is_default")]
+    pub budget: BudgetConfig,
+}
+
+/// How budgets treat models: every model call reserves its worst case against the
+/// person's budget at the price in `model.prices`, so a model without a price there
+/// cannot be counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// What a call to a model `model.prices` does not price does: `refuse` (the
+    /// default) fails it with a message naming `model.prices`; `allow` makes it, counted
+    /// as free, so no budget stops it (`/readyz` and the SaintBot status warn).
+    #[serde(default)]
+    pub unpriced_models: UnpricedModels,
+}
+
+impl BudgetConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What a call to a model without a price does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum UnpricedModels {
+    /// Refuse it: its spend could not be counted against any budget.
+    #[default]
+    Refuse,
+    /// Make it, counted as free: budgets do not stop it.
+    Allow,
 }
 
 /// The heartbeat: a turn every `everySeconds` that reads `HEARTBEAT.md` and does what it
@@ -645,6 +678,62 @@ impl MemoryScope {
     }
 }
 
+impl MemoryScope {
+    /// The scope's name as a role writes it (`allUsers`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryScope::Shared => "shared",
+            MemoryScope::Private => "private",
+            MemoryScope::Daily => "daily",
+            MemoryScope::OwnUser => "ownUser",
+            MemoryScope::AllUsers => "allUsers",
+        }
+    }
+
+    /// Files this scope reaches, one per kind of path it covers, for an asker with slug
+    /// [`SAMPLE_SELF`]: what a role's read rules must allow too.
+    fn sample_files(self) -> &'static [&'static str] {
+        match self {
+            MemoryScope::Shared => &["memory/shared/notes.md", "MEMORY.md"],
+            MemoryScope::Private => &["memory/private/notes.md", "COMPANY.md", "TOOLS.md"],
+            MemoryScope::Daily => &["memory/daily/2026-01-01.md"],
+            MemoryScope::OwnUser => &["memory/users/sample-self/notes.md"],
+            MemoryScope::AllUsers => &[
+                "memory/users/sample-self/notes.md",
+                "memory/users/someone-else/notes.md",
+            ],
+        }
+    }
+}
+
+/// The asker's slug in [`RoleConfig::memory_beyond_read`]'s samples.
+const SAMPLE_SELF: &str = "sample-self";
+
+impl RoleConfig {
+    /// The first memory scope that reaches a file this role's `files.read` does not
+    /// allow, with that file: the memory tools and the file tools (and the sandbox's
+    /// view) must follow one rule, so such a role is refused. Read globs follow the
+    /// file tools' semantics (`globset`, `*` crossing `/`, `<self>` the asker).
+    pub fn memory_beyond_read(&self) -> Option<(MemoryScope, &'static str)> {
+        let mut builder = globset::GlobSetBuilder::new();
+        for pattern in &self.files.read {
+            if let Ok(glob) = globset::Glob::new(&pattern.replace("<self>", SAMPLE_SELF)) {
+                builder.add(glob);
+            }
+        }
+        let read = builder
+            .build()
+            .unwrap_or_else(|_| globset::GlobSet::empty());
+        self.memory_scope.iter().find_map(|scope| {
+            scope
+                .sample_files()
+                .iter()
+                .find(|file| !read.is_match(file))
+                .map(|file| (*scope, *file))
+        })
+    }
+}
+
 /// Read and write globs for the file tools.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -1035,5 +1124,93 @@ impl BotConfig {
     /// The JSON Schema of the rendered config.
     pub fn json_schema() -> serde_json::Value {
         serde_json::to_value(schemars::schema_for!(BotConfig)).expect("schema is serialisable")
+    }
+
+    /// The models a turn of this bot calls: the default and the roles' own, sorted.
+    /// (A sub-agent may ask for another, but only for one `model.prices` prices.)
+    pub fn models_in_use(&self) -> Vec<&str> {
+        let mut models: Vec<&str> = std::iter::once(self.model.name.as_str())
+            .chain(self.roles.values().filter_map(|role| role.model.as_deref()))
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        models
+    }
+
+    /// The models in use that `model.prices` does not price.
+    pub fn unpriced_models(&self) -> Vec<&str> {
+        self.models_in_use()
+            .into_iter()
+            .filter(|model| !self.model.prices.contains_key(*model))
+            .collect()
+    }
+
+    /// One line on the models budgets cannot count, or `None` when every model in use
+    /// has a price: what happens to their calls and what to set. Shown by the agent's
+    /// `/readyz` and the SaintBot status.
+    pub fn unpriced_models_warning(&self) -> Option<String> {
+        let unpriced = self.unpriced_models();
+        if unpriced.is_empty() {
+            return None;
+        }
+        let named = unpriced
+            .iter()
+            .map(|model| format!("{model:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(match self.budget.unpriced_models {
+            UnpricedModels::Refuse => format!(
+                "model.prices has no price for {named}: calls to it are refused, as no \
+                 budget could count them; add its price to model.prices (a free local model: \
+                 inputPerMtok 0, outputPerMtok 0) or set budget.unpricedModels: allow"
+            ),
+            UnpricedModels::Allow => format!(
+                "budget.unpricedModels is allow and model.prices has no price for {named}: \
+                 its calls count as free, so no budget stops them; add its price to \
+                 model.prices to count them"
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod memory_scope_tests {
+    use super::*;
+
+    fn role(scopes: &[MemoryScope], read: &[&str]) -> RoleConfig {
+        serde_json::from_value(serde_json::json!({
+            "memoryScope": scopes,
+            "files": {"read": read},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_memory_scope_must_not_reach_past_the_read_rules() {
+        assert_eq!(
+            role(&[MemoryScope::AllUsers], &["**"]).memory_beyond_read(),
+            None
+        );
+        assert_eq!(
+            role(&[MemoryScope::OwnUser], &["memory/users/<self>/**"]).memory_beyond_read(),
+            None
+        );
+        assert_eq!(
+            role(&[MemoryScope::AllUsers], &["memory/users/<self>/**"]).memory_beyond_read(),
+            Some((MemoryScope::AllUsers, "memory/users/someone-else/notes.md"))
+        );
+        assert_eq!(
+            role(&[MemoryScope::Shared], &["memory/shared/**"]).memory_beyond_read(),
+            Some((MemoryScope::Shared, "MEMORY.md"))
+        );
+        assert_eq!(
+            role(
+                &[MemoryScope::Private],
+                &["memory/private/**", "COMPANY.md"]
+            )
+            .memory_beyond_read(),
+            Some((MemoryScope::Private, "TOOLS.md"))
+        );
+        assert_eq!(role(&[], &[]).memory_beyond_read(), None);
     }
 }

@@ -42,6 +42,18 @@ pub fn is_known_tool_pattern(pattern: &str) -> bool {
     KNOWN_TOOLS.contains(&pattern)
 }
 
+/// Why a memory scope is refused: it reaches `file`, which the read rules in
+/// `read_field` refuse (shared by the agent's and the operator's checks).
+pub fn memory_scope_message(scope: crate::MemoryScope, file: &str, read_field: &str) -> String {
+    format!(
+        "{} reaches {file}, which {read_field} does not allow: the memory tools, the file \
+         tools and the sandbox follow one rule, so allow it in {read_field} or drop {} from \
+         memoryScope",
+        scope.as_str(),
+        scope.as_str()
+    )
+}
+
 /// Checks everything the agent relies on before it accepts a config.
 pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     if config.schema_version != SCHEMA_VERSION {
@@ -83,6 +95,12 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             return Err(invalid(
                 format!("roles.{name}.budget.usd"),
                 "must be a number ≥ 0",
+            ));
+        }
+        if let Some((scope, file)) = role.memory_beyond_read() {
+            return Err(invalid(
+                format!("roles.{name}.memoryScope"),
+                memory_scope_message(scope, file, &format!("roles.{name}.files.read")),
             ));
         }
     }

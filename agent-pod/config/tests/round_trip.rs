@@ -28,6 +28,22 @@ fn unknown_tool_is_refused() {
 }
 
 #[test]
+fn a_memory_scope_reaching_past_the_read_rules_is_refused_naming_both_fields() {
+    let mut config: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    config["roles"]["manager"]["memoryScope"] = serde_json::json!(["shared", "allUsers"]);
+    let error = BotConfig::from_json(&config.to_string())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        "roles.manager.memoryScope: allUsers reaches memory/users/someone-else/notes.md, which \
+         roles.manager.files.read does not allow: the memory tools, the file tools and the \
+         sandbox follow one rule, so allow it in roles.manager.files.read or drop allUsers from \
+         memoryScope"
+    );
+}
+
+#[test]
 fn other_schema_version_is_refused() {
     let text = EXAMPLE.replace("bot-config/v1alpha1", "bot-config/v9");
     assert!(matches!(

@@ -123,7 +123,7 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
         }
         list => Skills::Only(list.to_vec()),
     };
-    Ok(RoleConfig {
+    let role = RoleConfig {
         description: spec.description.clone(),
         tools: ToolPolicy {
             allow: spec.tools.allow.clone(),
@@ -151,7 +151,15 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
         external: spec.external,
         cron: cron_limits(&name, spec.cron.as_ref())?,
         spawn: spawn_limits(&name, spec.spawn.as_ref())?,
-    })
+    };
+    if let Some((scope, file)) = role.memory_beyond_read() {
+        return Err(invalid_role(
+            &name,
+            "spec.memoryScope",
+            saint_config::memory_scope_message(scope, file, "spec.files.read"),
+        ));
+    }
+    Ok(role)
 }
 
 /// A number within `range`, or an error naming `field` of Role `role`.
@@ -396,6 +404,12 @@ mod tests {
                 json!({"spawn": {"maxConcurrent": 0}}),
                 "spec.spawn.maxConcurrent",
                 "0",
+            ),
+            // One rule per scope: memory may not reach what files.read refuses.
+            (
+                json!({"memoryScope": ["ownUser", "allUsers"], "files": {"read": ["memory/users/<self>/**"]}}),
+                "spec.memoryScope",
+                "allUsers reaches memory/users/someone-else/notes.md, which spec.files.read does not allow",
             ),
         ];
         for (spec, field, value) in cases {
