@@ -10,7 +10,12 @@
 //!   [`NOTHING_TO_REPORT`].
 //! - Outside the active hours no beat runs; the next one is the first due time inside
 //!   them. Beats missed while the bot was down are made up by one beat, never a burst.
-//! - The time of the last beat survives restarts (`sessions/heartbeat.json`).
+//! - With `heartbeat.watch`, a beat whose instructions (`HEARTBEAT.md` and the
+//!   heartbeat settings) and watched inputs (workspace files, URLs' `ETag`) are what
+//!   they were at the last beat that ran makes no model call: an idle bot costs
+//!   nothing.
+//! - The time of the last beat, and the fingerprint of the last one that ran, survive
+//!   restarts (`sessions/heartbeat.json`).
 
 use std::{
     path::{Path, PathBuf},
@@ -19,7 +24,9 @@ use std::{
 };
 
 use jiff::{Timestamp, ToSpan, Zoned, civil, tz::TimeZone};
-use saint_config::{ActiveHours, BotConfig, ErrorChain, HeartbeatConfig, clock_minutes};
+use saint_config::{
+    ActiveHours, BotConfig, ErrorChain, HeartbeatConfig, HeartbeatWatch, clock_minutes,
+};
 use saint_tools::guard::paths::{Workspace, WorkspacePath};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -136,17 +143,23 @@ pub fn next_beat(last: Timestamp, every: Duration, window: Option<&ActiveWindow>
 #[serde(rename_all = "camelCase")]
 struct BeatState {
     last: Option<Timestamp>,
+    /// What the last beat that ran saw (with `heartbeat.watch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<String>,
 }
 
-fn read_state(path: &Path) -> Option<Timestamp> {
+fn read_state(path: &Path) -> Option<BeatState> {
     let text = std::fs::read_to_string(path).ok()?;
-    serde_json::from_str::<BeatState>(&text).ok()?.last
+    serde_json::from_str::<BeatState>(&text).ok()
 }
 
 // Written to a temporary file and renamed over the old one, so a crash leaves the old
 // time or the new one, never half a file.
-fn write_state(path: &Path, last: Timestamp) -> std::io::Result<()> {
-    let text = serde_json::to_string(&BeatState { last: Some(last) })?;
+fn write_state(path: &Path, last: Timestamp, fingerprint: Option<&str>) -> std::io::Result<()> {
+    let text = serde_json::to_string(&BeatState {
+        last: Some(last),
+        fingerprint: fingerprint.map(str::to_owned),
+    })?;
     let temporary = path.with_extension("json.tmp");
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -183,11 +196,107 @@ fn read_heartbeat_file(config: &BotConfig, workspace_root: &Path) -> Option<Stri
     .map(|(_, text)| text)
 }
 
+/// Largest watched URL body hashed when it sends neither `ETag` nor `Last-Modified`.
+const MAX_WATCHED_BODY: usize = 1 << 20;
+
+/// What the beat sees now: a digest of the instructions (`HEARTBEAT.md`, the heartbeat
+/// settings) and of each watched input — a file's contents (or its absence), a URL's
+/// `ETag`/`Last-Modified` (or its body, or the kind of error that kept it unread, so an
+/// unreachable URL is no change while it stays unreachable).
+async fn fingerprint(
+    workspace_root: &Path,
+    heartbeat: &HeartbeatConfig,
+    file: &str,
+    watch: &HeartbeatWatch,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(bytes);
+    };
+    part(file.as_bytes());
+    part(&serde_json::to_vec(heartbeat).unwrap_or_default());
+    for name in &watch.files {
+        let workspace_root = workspace_root.to_owned();
+        let name = name.clone();
+        let contents = tokio::task::spawn_blocking(move || {
+            let workspace = Workspace::open(&workspace_root).ok()?;
+            let path = WorkspacePath::parse(&name, &workspace_root).ok()?;
+            workspace.read(&path, MAX_WATCHED_BODY as u64).ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        part(name_digest(contents.as_deref()).as_bytes());
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .ok();
+    for url in &watch.urls {
+        let seen = match &client {
+            Some(client) => url_state(client, url).await,
+            None => "client".to_owned(),
+        };
+        part(seen.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+fn name_digest(contents: Option<&[u8]>) -> String {
+    use sha2::{Digest, Sha256};
+    match contents {
+        Some(bytes) => hex::encode(Sha256::digest(bytes)),
+        None => "missing".to_owned(),
+    }
+}
+
+/// A URL's version as its server states it.
+async fn url_state(client: &reqwest::Client, url: &str) -> String {
+    let response = match client.get(url).send().await {
+        Ok(response) => response,
+        Err(error) => {
+            let kind = if error.is_timeout() {
+                "timeout"
+            } else {
+                "unreachable"
+            };
+            return format!("error:{kind}");
+        }
+    };
+    let header = |name: reqwest::header::HeaderName| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let status = response.status().as_u16();
+    if let Some(tag) = header(reqwest::header::ETAG) {
+        return format!("{status} etag:{tag}");
+    }
+    if let Some(modified) = header(reqwest::header::LAST_MODIFIED) {
+        return format!("{status} modified:{modified}");
+    }
+    let mut body = Vec::new();
+    let mut response = response;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_WATCHED_BODY {
+            break;
+        }
+    }
+    format!("{status} body:{}", name_digest(Some(&body)))
+}
+
 /// What one beat did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Beat {
     /// `HEARTBEAT.md` had nothing to do: no model call.
     NothingToDo,
+    /// Nothing watched changed since the last beat that ran: no model call.
+    Unchanged,
     /// The turn ran.
     Ran,
     /// The bot's heartbeat budget is spent: nothing ran.
@@ -196,13 +305,15 @@ pub enum Beat {
     Failed,
 }
 
-/// Runs one beat now.
+/// Runs one beat now; `previous` is the fingerprint of the last beat that ran. Returns
+/// what the beat did and, with `heartbeat.watch`, the fingerprint to keep.
 pub async fn beat(
     runtime: &Runtime,
     heartbeat: &HeartbeatConfig,
     now: Timestamp,
     cancel: &CancellationToken,
-) -> Beat {
+    previous: Option<&str>,
+) -> (Beat, Option<String>) {
     let config = runtime.config().current();
     let workspace = runtime.workspace.clone();
     let read_config = config.clone();
@@ -213,13 +324,43 @@ pub async fn beat(
     let Some(file) = file else {
         // A refused file (too large, a link) was logged where it was read.
         tracing::info!("heartbeat: no readable {HEARTBEAT_FILE}; no model call");
-        return Beat::NothingToDo;
+        return (Beat::NothingToDo, previous.map(str::to_owned));
     };
     if !has_tasks(&file) {
         tracing::info!("heartbeat: {HEARTBEAT_FILE} has nothing to do; no model call");
-        return Beat::NothingToDo;
+        return (Beat::NothingToDo, previous.map(str::to_owned));
     }
-    let caller = match identity::caller_for_heartbeat(&config, &heartbeat.role, &heartbeat.notify) {
+    let seen = match &heartbeat.watch {
+        Some(watch) => Some(fingerprint(&runtime.workspace, heartbeat, &file, watch).await),
+        None => None,
+    };
+    if seen.is_some() && seen.as_deref() == previous {
+        tracing::info!("heartbeat: nothing it watches changed since its last run; no model call");
+        return (Beat::Unchanged, seen);
+    }
+    let (outcome, keep) = (
+        run_beat(runtime, heartbeat, now, cancel, &config, file).await,
+        seen,
+    );
+    // Only a beat that ran records what it saw: a failed one is tried again.
+    let keep = if outcome == Beat::Ran {
+        keep
+    } else {
+        previous.map(str::to_owned)
+    };
+    (outcome, keep)
+}
+
+/// The model turn of a beat with tasks.
+async fn run_beat(
+    runtime: &Runtime,
+    heartbeat: &HeartbeatConfig,
+    now: Timestamp,
+    cancel: &CancellationToken,
+    config: &Arc<BotConfig>,
+    file: String,
+) -> Beat {
+    let caller = match identity::caller_for_heartbeat(config, &heartbeat.role, &heartbeat.notify) {
         Ok(caller) => caller,
         Err(error) => {
             tracing::error!(error = %ErrorChain(&error), "heartbeat: cannot run");
@@ -230,7 +371,7 @@ pub async fn beat(
         .notify
         .iter()
         .filter_map(|slug| {
-            let recipient = runtime.recipient_for(&config, slug.as_str(), None);
+            let recipient = runtime.recipient_for(config, slug.as_str(), None);
             if recipient.is_none() {
                 tracing::warn!(contact = %slug, "heartbeat: no channel can reach this contact; its notices stay in the heartbeat session");
             }
@@ -298,7 +439,9 @@ pub async fn run(
 ) {
     let state_path: PathBuf = runtime.workspace.join(STATE_FILE);
     // Without a record, the first beat is one interval after this start.
-    let mut last = read_state(&state_path).unwrap_or_else(|| clock.started());
+    let state = read_state(&state_path).unwrap_or_default();
+    let mut last = state.last.unwrap_or_else(|| clock.started());
+    let mut seen = state.fingerprint;
     // Nothing wakes the heartbeat early; the clock's own waits bound each sleep.
     let never = Notify::new();
     while !stop.is_cancelled() {
@@ -332,10 +475,12 @@ pub async fn run(
             last = now;
             continue;
         }
-        beat(&runtime, &heartbeat, now, &abort).await;
+        let (_, fingerprint) = beat(&runtime, &heartbeat, now, &abort, seen.as_deref()).await;
+        seen = fingerprint;
         last = now;
         let path = state_path.clone();
-        match tokio::task::spawn_blocking(move || write_state(&path, now)).await {
+        let keep = seen.clone();
+        match tokio::task::spawn_blocking(move || write_state(&path, now, keep.as_deref())).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(%error, "heartbeat: failed to record the beat"),
             Err(_) => tracing::error!("heartbeat: recording the beat panicked"),
@@ -434,10 +579,15 @@ mod tests {
     fn the_last_beat_survives_a_restart_and_a_torn_file_is_ignored() {
         let directory = tempfile::tempdir().unwrap();
         let path = directory.path().join("sessions/heartbeat.json");
-        assert_eq!(read_state(&path), None);
-        write_state(&path, at("2026-01-15T09:00:00Z")).unwrap();
-        assert_eq!(read_state(&path), Some(at("2026-01-15T09:00:00Z")));
+        assert!(read_state(&path).is_none());
+        write_state(&path, at("2026-01-15T09:00:00Z"), Some("abc")).unwrap();
+        let state = read_state(&path).unwrap();
+        assert_eq!(state.last, Some(at("2026-01-15T09:00:00Z")));
+        assert_eq!(state.fingerprint.as_deref(), Some("abc"));
         std::fs::write(&path, "{\"last\": \"2026-01").unwrap();
-        assert_eq!(read_state(&path), None);
+        assert!(read_state(&path).is_none());
+        // A state written before fingerprints existed still reads.
+        std::fs::write(&path, "{\"last\":\"2026-01-15T09:00:00Z\"}").unwrap();
+        assert_eq!(read_state(&path).unwrap().fingerprint, None);
     }
 }

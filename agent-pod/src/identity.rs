@@ -196,6 +196,52 @@ pub fn caller_for_heartbeat(
     })
 }
 
+/// Why `caller` no longer holds, in `config` as it is now, the authority its work
+/// started with — its role was changed or taken, or the contact removed — or `None`.
+/// Checked before every model call and every tool call of a turn (a sub-agent's and a
+/// scheduled run's included), so a demotion reaches running work within one call.
+/// Any change of the caller's role counts, a promotion too: the work stops and says
+/// so rather than judge which change narrows what it is doing.
+pub fn authority_changed(config: &BotConfig, caller: &Caller) -> Option<String> {
+    let role_now = |name: &str| config.roles.get(name);
+    let same_role = |name: &str| {
+        name == caller.role_name && role_now(name).is_some_and(|role| *role == *caller.role)
+    };
+    if caller.slug == BOT_SLUG {
+        let role = config
+            .heartbeat
+            .as_ref()
+            .map(|heartbeat| heartbeat.role.as_str());
+        return match role {
+            Some(role) if same_role(role) => None,
+            Some(role) => Some(format!("the heartbeat now runs as {role}")),
+            None => Some("the heartbeat was removed".to_owned()),
+        };
+    }
+    if !caller.known {
+        return (!same_role(&config.default_role))
+            .then(|| format!("the role {} changed", caller.role_name));
+    }
+    let Some(contact) = config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == caller.slug)
+    else {
+        return Some(format!("{} is no longer a contact", caller.display_name));
+    };
+    if same_role(&contact.role) {
+        return None;
+    }
+    Some(if contact.role == caller.role_name {
+        format!("the role {} was changed", caller.role_name)
+    } else {
+        format!(
+            "{}'s role changed from {} to {}",
+            caller.display_name, caller.role_name, contact.role
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +251,66 @@ mod tests {
             "../config/tests/fixtures/acme-bot-config.json"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn authority_changes_are_demotions_role_edits_and_removals_never_promotions() {
+        let config = config();
+        let trigger = saint_tools::Trigger::Subagent;
+        let marko = caller_for_contact(&config, "marko", None, "s".into(), trigger).unwrap();
+        assert_eq!(authority_changed(&config, &marko), None);
+        let with = |edit: &dyn Fn(&mut BotConfig)| {
+            let mut changed = config.clone();
+            edit(&mut changed);
+            authority_changed(&changed, &marko)
+        };
+        let set_role = |role: &'static str| {
+            move |config: &mut BotConfig| {
+                for contact in &mut config.contacts {
+                    if contact.slug == "marko" {
+                        contact.role = role.to_string();
+                    }
+                }
+            }
+        };
+        assert_eq!(
+            with(&set_role("employee")).as_deref(),
+            Some("Marko's role changed from manager to employee")
+        );
+        // A promotion is a change of role too: the work stops rather than guess.
+        assert!(with(&set_role("owner")).is_some());
+        assert_eq!(
+            with(&|config| {
+                if let Some(role) = config.roles.get_mut("manager") {
+                    role.files.read.clear();
+                }
+            })
+            .as_deref(),
+            Some("the role manager was changed")
+        );
+        assert_eq!(
+            with(&|config| config.contacts.retain(|contact| contact.slug != "marko")).as_deref(),
+            Some("Marko is no longer a contact")
+        );
+        // Another person's change is no change for Marko.
+        assert_eq!(with(&set_role("manager")), None);
+        let heartbeat_config = {
+            let mut config = config.clone();
+            config.heartbeat = Some(saint_config::HeartbeatConfig {
+                every_seconds: 3600,
+                active_hours: None,
+                role: "employee".into(),
+                notify: Vec::new(),
+                watch: None,
+            });
+            config
+        };
+        let heartbeat = caller_for_heartbeat(&heartbeat_config, "employee", &[]).unwrap();
+        assert_eq!(authority_changed(&heartbeat_config, &heartbeat), None);
+        assert_eq!(
+            authority_changed(&config, &heartbeat).as_deref(),
+            Some("the heartbeat was removed")
+        );
     }
 
     #[test]

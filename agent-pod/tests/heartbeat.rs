@@ -35,6 +35,14 @@ fn set_clock(path: &Path, now: &str) {
 
 impl Bot {
     async fn start(heartbeat_file: &str) -> Self {
+        Self::start_with(
+            heartbeat_file,
+            json!({"everySeconds": 3600, "role": "employee", "notify": ["ivan"]}),
+        )
+        .await
+    }
+
+    async fn start_with(heartbeat_file: &str, heartbeat: Value) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -50,7 +58,7 @@ impl Bot {
              "settings": {"apiBaseUrl": telegram.base_url()},
              "secretEnv": {"botToken": "TG_BOT_TOKEN"}},
         ]);
-        config["heartbeat"] = json!({"everySeconds": 3600, "role": "employee", "notify": ["ivan"]});
+        config["heartbeat"] = heartbeat;
         write_config(&config_path, &config);
         let clock = directory.path().join("now");
         set_clock(&clock, START);
@@ -155,6 +163,65 @@ async fn a_heartbeat_file_with_nothing_to_do_makes_no_model_call() {
 }
 
 const NOTHING: &str = "HEARTBEAT_OK";
+
+/// A week of four-hourly beats with `heartbeat.watch`: after the first beat runs, none
+/// calls the model while the instructions and the watched file stay as they were; the
+/// beat after the watched file changes does, and so does the one after HEARTBEAT.md
+/// changes.
+#[tokio::test]
+async fn an_idle_heartbeat_watching_its_inputs_costs_nothing_for_a_week() {
+    let bot = Bot::start_with(
+        "Tell Ivan when data/orders.csv has a new order.",
+        json!({"everySeconds": 14400, "role": "employee", "notify": ["ivan"],
+               "watch": {"files": ["data/orders.csv"]}}),
+    )
+    .await;
+    std::fs::create_dir_all(bot.workspace.join("data")).unwrap();
+    std::fs::write(bot.workspace.join("data/orders.csv"), "id,item\n1,chair\n").unwrap();
+    bot.llm.push(Reply::text(NOTHING));
+    let start: jiff::Timestamp = START.parse().unwrap();
+    let beat = |index: i64| {
+        start
+            .checked_add(jiff::SignedDuration::from_hours(4 * index))
+            .unwrap()
+    };
+    bot.beat_at(&beat(1).to_string()).await;
+    assert_eq!(bot.llm.request_count(), 1, "the first watched beat runs");
+    for index in 2..=42 {
+        bot.beat_at(&beat(index).to_string()).await;
+    }
+    assert_eq!(
+        bot.llm.request_count(),
+        1,
+        "a week of beats with nothing changed made model calls"
+    );
+    std::fs::write(
+        bot.workspace.join("data/orders.csv"),
+        "id,item\n1,chair\n2,desk\n",
+    )
+    .unwrap();
+    bot.llm.push(Reply::text(NOTHING));
+    bot.beat_at(&beat(43).to_string()).await;
+    assert_eq!(
+        bot.llm.request_count(),
+        2,
+        "a changed input makes the next beat run"
+    );
+    bot.beat_at(&beat(44).to_string()).await;
+    assert_eq!(bot.llm.request_count(), 2);
+    std::fs::write(
+        bot.workspace.join("HEARTBEAT.md"),
+        "Tell Ivan when data/orders.csv has a new order, and how many there are.",
+    )
+    .unwrap();
+    bot.llm.push(Reply::text(NOTHING));
+    bot.beat_at(&beat(45).to_string()).await;
+    assert_eq!(
+        bot.llm.request_count(),
+        3,
+        "changed instructions make the next beat run"
+    );
+}
 
 #[tokio::test]
 async fn a_heartbeat_notifies_only_its_contacts_and_is_metered_to_the_bot() {

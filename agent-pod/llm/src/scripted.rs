@@ -56,6 +56,36 @@ pub struct Reply {
     usage: Usage,
     delay: Duration,
     chunk_delay: Duration,
+    /// Held until the test releases it: the event a test waits on, never a sleep.
+    gate: Option<Gate>,
+}
+
+/// A reply held until [`Gate::open`]: the test decides when the model answers.
+#[derive(Clone, Debug)]
+pub struct Gate(std::sync::Arc<tokio::sync::Semaphore>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets the held reply go.
+    pub fn open(&self) {
+        self.0.add_permits(1);
+    }
+
+    async fn wait(&self) {
+        if let Ok(permit) = self.0.acquire().await {
+            permit.forget();
+        }
+    }
 }
 
 impl Reply {
@@ -68,6 +98,7 @@ impl Reply {
             },
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
+            gate: None,
         }
     }
 
@@ -121,6 +152,7 @@ impl Reply {
             usage: Usage::default(),
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
+            gate: None,
         }
     }
 
@@ -136,6 +168,12 @@ impl Reply {
     /// Waits before sending response headers (a slow model).
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Holds the answer (after the request is recorded) until `gate` opens.
+    pub fn held_until(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 
@@ -395,6 +433,9 @@ async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: Stri
         *counter += 1;
         *counter
     };
+    if let Some(gate) = &reply.gate {
+        gate.wait().await;
+    }
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }

@@ -339,7 +339,7 @@ pub async fn start_for_bot(
         tracing::warn!(
             cli = %name,
             %registry,
-            "the bot file lists this CLI but porter's registry has no entry for it: calls are refused until it is installed"
+            "the bot file lists this CLI but porter's registry has no entry for it: its requests get no credential until it is registered (cliport install)"
         );
     }
     for name in registered

@@ -31,6 +31,7 @@ pub use self::{
 use saint_tools::registry::ToolSet;
 
 use crate::{
+    budget::SpendLedger,
     config_watch::ConfigStore,
     identity::IdentityError,
     metering::Metering,
@@ -169,6 +170,9 @@ pub enum TurnOutcome {
     OverBudget,
     /// The tool loop hit its cap; they got [`ITERATION_CAP_REPLY`].
     IterationCap,
+    /// The caller's authority changed while the turn ran (a demotion, a role edit, a
+    /// removed contact): it stopped before its next call and said why.
+    AuthorityChanged,
 }
 
 impl TurnOutcome {
@@ -178,6 +182,7 @@ impl TurnOutcome {
             TurnOutcome::Answered => "answered",
             TurnOutcome::OverBudget => "over_budget",
             TurnOutcome::IterationCap => "iteration_cap",
+            TurnOutcome::AuthorityChanged => "authority_changed",
         }
     }
 }
@@ -223,6 +228,8 @@ pub struct Runtime {
     pub(crate) model: ModelAccess,
     pub(crate) tools: ToolSet,
     pub(crate) metering: Arc<Metering>,
+    // Every person's budget accounts: each model call reserves its worst case here.
+    pub(crate) budgets: SpendLedger,
     pub(crate) workspace: PathBuf,
     pub(crate) options: RuntimeOptions,
     // Whether `exec` runs in a working sandbox; without one it is withheld from every role.
@@ -251,6 +258,7 @@ impl Runtime {
             model,
             tools,
             metering,
+            budgets: SpendLedger::default(),
             workspace,
             options,
             sandbox_available: false,

@@ -334,6 +334,7 @@ fn end_label(end: &ChildEnd) -> &'static str {
         ChildEnd::OverBudget => "over_budget",
         ChildEnd::TimedOut(_) => "timed_out",
         ChildEnd::Failed(_) => "failed",
+        ChildEnd::AuthorityChanged(_) => "authority_changed",
         ChildEnd::Stopped(_) => "stopped",
     }
 }
@@ -363,6 +364,7 @@ async fn supervise(
                     TurnOutcome::Answered => ChildEnd::Answered(reply.text),
                     TurnOutcome::IterationCap => ChildEnd::StepLimit(reply.text),
                     TurnOutcome::OverBudget => ChildEnd::OverBudget,
+                    TurnOutcome::AuthorityChanged => ChildEnd::AuthorityChanged(reply.text),
                 },
                 Err(_) if cancel.is_cancelled() => stopped(),
                 Err(error) => ChildEnd::Failed(error.to_string()),

@@ -197,6 +197,9 @@ pub enum ChildEnd {
     Failed(String),
     /// It was cancelled from outside (why).
     Stopped(&'static str),
+    /// Its owner's authority changed while it ran: it stopped before its next call (the
+    /// text says why).
+    AuthorityChanged(String),
 }
 
 /// The announcement stored in the session the sub-agents were started from (and
@@ -232,6 +235,9 @@ pub fn announcement(
         }
         ChildEnd::Stopped(why) => {
             format!("{who} was stopped before finishing the task \"{task}\": {why}.")
+        }
+        ChildEnd::AuthorityChanged(text) => {
+            format!("{who} was stopped before finishing the task \"{task}\": {text}")
         }
     }
 }

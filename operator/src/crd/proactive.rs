@@ -43,6 +43,27 @@ pub struct HeartbeatSpec {
     #[schemars(length(max = 32), inner(length(min = 1, max = 63)))]
     #[x_kube(validation = dns_label_list_rule("heartbeat.notify"))]
     pub notify: Vec<String>,
+    /// What the heartbeat watches: when set, a beat calls the model only if
+    /// `HEARTBEAT.md`, these settings or one of these inputs changed since the last beat
+    /// that ran, so an idle bot costs nothing. Absent: every beat with tasks runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<HeartbeatWatchSpec>,
+}
+
+/// Inputs a heartbeat watches for change.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatWatchSpec {
+    /// Workspace files (relative paths, e.g. `data/invoices.csv`) whose contents count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 512)))]
+    pub files: Vec<String>,
+    /// `https://` URLs whose `ETag`/`Last-Modified` (or body) count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 9, max = 2048)))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(u, u.startsWith('https://'))")
+        .message("heartbeat.watch.urls[] must be https:// URLs"))]
+    pub urls: Vec<String>,
 }
 
 /// A daily window, `start` inclusive to `end` exclusive; an `end` before `start` runs

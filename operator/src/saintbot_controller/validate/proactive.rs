@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use saint_config::{
-    ActiveHours, ContactConfig, HeartbeatConfig, RoleConfig, SKILLS_MOUNT_PATH, ScheduleConfig,
-    SkillsConfig, clock_minutes, is_known_timezone,
+    ActiveHours, ContactConfig, HeartbeatConfig, HeartbeatWatch, RoleConfig, SKILLS_MOUNT_PATH,
+    ScheduleConfig, SkillsConfig, clock_minutes, is_known_timezone,
 };
 
 use super::ValidateError;
@@ -145,11 +145,41 @@ pub(super) fn render_heartbeat(
             })
         }
     };
+    let watch = match &heartbeat.watch {
+        None => None,
+        Some(watch) => {
+            if let Some(file) = watch
+                .files
+                .iter()
+                .find(|file| !saint_config::is_workspace_relative(file))
+            {
+                return Err(invalid(
+                    "spec.heartbeat.watch.files",
+                    format!("{file:?} is not a relative path inside the workspace"),
+                ));
+            }
+            if let Some(url) = watch
+                .urls
+                .iter()
+                .find(|url| !saint_config::is_https_url(url))
+            {
+                return Err(invalid(
+                    "spec.heartbeat.watch.urls",
+                    format!("{url:?} is not an https:// URL with a host"),
+                ));
+            }
+            Some(HeartbeatWatch {
+                files: watch.files.clone(),
+                urls: watch.urls.clone(),
+            })
+        }
+    };
     Ok(Some(HeartbeatConfig {
         every_seconds: heartbeat.every_seconds,
         active_hours,
         role: heartbeat.role.clone(),
         notify,
+        watch,
     }))
 }
 
