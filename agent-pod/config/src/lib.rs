@@ -29,8 +29,9 @@ pub use crate::{
         SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
     },
     validate::{
-        ConfigError, MIN_HEARTBEAT_SECONDS, MIN_JOB_INTERVAL_SECONDS, clock_minutes,
-        is_known_timezone, is_known_tool_pattern, memory_scope_message, validate,
+        ConfigError, MIN_HEARTBEAT_SECONDS, MIN_JOB_INTERVAL_SECONDS, clock_minutes, is_https_url,
+        is_known_timezone, is_known_tool_pattern, is_workspace_relative, memory_scope_message,
+        validate,
     },
 };
 
@@ -220,6 +221,25 @@ pub struct HeartbeatConfig {
     /// `message` tool reaches no one else. Empty: it notifies nobody.
     #[serde(default)]
     pub notify: Vec<ContactSlug>,
+    /// What the heartbeat watches: when set, a beat makes a model call only if
+    /// `HEARTBEAT.md`, the heartbeat settings or one of these inputs changed since the
+    /// last beat that ran, so an idle bot costs nothing. Absent: every beat with tasks
+    /// runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<HeartbeatWatch>,
+}
+
+/// Inputs a heartbeat watches for change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeartbeatWatch {
+    /// Workspace files (relative paths) whose contents count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// `https://` URLs whose `ETag`/`Last-Modified` (or body, when neither is sent)
+    /// count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
 }
 
 /// A daily window, `start` inclusive to `end` exclusive, in a time zone. A window whose
@@ -1212,5 +1232,49 @@ mod memory_scope_tests {
             Some((MemoryScope::Private, "TOOLS.md"))
         );
         assert_eq!(role(&[], &[]).memory_beyond_read(), None);
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../tests/fixtures/acme-bot-config.json");
+
+    #[test]
+    fn unpriced_models_are_refused_unless_the_bot_allows_them_and_the_default_is_not_written() {
+        let mut config = BotConfig::from_json(EXAMPLE).unwrap();
+        assert_eq!(config.budget.unpriced_models, UnpricedModels::Refuse);
+        // Left at its default, the section is not written: existing configs hash the same.
+        assert!(!config.to_json().contains("unpricedModels"));
+        assert_eq!(
+            config.models_in_use(),
+            vec!["claude-haiku-4-5", "claude-sonnet-4-5"]
+        );
+        assert_eq!(config.unpriced_models_warning(), None);
+
+        config.roles.get_mut("owner").unwrap().model = Some("acme-local-llm".into());
+        assert_eq!(config.unpriced_models(), vec!["acme-local-llm"]);
+        let refused = config.unpriced_models_warning().unwrap();
+        assert!(
+            refused.starts_with(
+                "model.prices has no price for \"acme-local-llm\": calls to it are refused"
+            ) && refused.ends_with("or set budget.unpricedModels: allow"),
+            "{refused}"
+        );
+
+        let mut value: serde_json::Value = serde_json::from_str(&config.to_json()).unwrap();
+        value["budget"] = serde_json::json!({"unpricedModels": "allow"});
+        let allowed = BotConfig::from_json(&value.to_string()).unwrap();
+        assert_eq!(allowed.budget.unpriced_models, UnpricedModels::Allow);
+        assert!(allowed.to_json().contains("\"unpricedModels\": \"allow\""));
+        assert!(allowed.unpriced_models_warning().unwrap().starts_with(
+            "budget.unpricedModels is allow and model.prices has no price for \"acme-local-llm\""
+        ));
+
+        value["budget"] = serde_json::json!({"unpricedModels": "sometimes"});
+        assert!(BotConfig::from_json(&value.to_string()).is_err());
+        value["budget"] = serde_json::json!({"unpriced": "allow"});
+        assert!(BotConfig::from_json(&value.to_string()).is_err());
     }
 }

@@ -54,6 +54,20 @@ pub fn memory_scope_message(scope: crate::MemoryScope, file: &str, read_field: &
     )
 }
 
+/// A relative path with plain components only (no `..`, `.`, empty parts or leading
+/// `/`).
+pub fn is_workspace_relative(path: &str) -> bool {
+    !path.is_empty()
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\0'))
+}
+
+/// `https://host[...]`.
+pub fn is_https_url(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|url| url.scheme() == "https" && url.host_str().is_some())
+}
+
 /// Checks everything the agent relies on before it accepts a config.
 pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     if config.schema_version != SCHEMA_VERSION {
@@ -201,6 +215,20 @@ fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
                 "heartbeat.notify",
                 format!("{slug:?} is not a contact of this bot"),
             ));
+        }
+        if let Some(watch) = &heartbeat.watch {
+            if let Some(file) = watch.files.iter().find(|file| !is_workspace_relative(file)) {
+                return Err(invalid(
+                    "heartbeat.watch.files",
+                    format!("{file:?} is not a relative path inside the workspace"),
+                ));
+            }
+            if let Some(url) = watch.urls.iter().find(|url| !is_https_url(url)) {
+                return Err(invalid(
+                    "heartbeat.watch.urls",
+                    format!("{url:?} is not an https:// URL with a host"),
+                ));
+            }
         }
         if let Some(hours) = &heartbeat.active_hours {
             for (field, value) in [("start", &hours.start), ("end", &hours.end)] {

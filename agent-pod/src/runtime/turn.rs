@@ -7,7 +7,7 @@ use std::{
 };
 
 use futures::FutureExt;
-use saint_config::{BotConfig, SessionKey};
+use saint_config::{BotConfig, SessionKey, UnpricedModels};
 use saint_llm::{
     CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent,
     ToolSpec, Usage,
@@ -18,8 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use saint_channels::{OutboundBody, queue};
 
 use super::{
-    Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
-    compaction, group, session_cache::SessionCache,
+    Delivery, Inbound, ModelSetupError, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome,
+    TurnReply, compaction, group, session_cache::SessionCache,
 };
 use saint_tools::{
     Caller, ToolContext, ToolError, Trigger,
@@ -29,6 +29,7 @@ use saint_tools::{
 };
 
 use crate::{
+    budget::{self, OverBudget, Reservation},
     identity,
     metering::{self, ToolCallRecord},
     prompt::{self, PromptInputs},
@@ -228,7 +229,7 @@ impl Runtime {
                 self.persist_then(
                     caller,
                     Message::user_text(text),
-                    0.0,
+                    None,
                     QueueStep::Accept(inbox_id),
                 )
                 .await?
@@ -262,6 +263,13 @@ impl Runtime {
             Ok(LoopEnd::IterationCap) => {
                 (TurnOutcome::IterationCap, ITERATION_CAP_REPLY.to_string())
             }
+            Ok(LoopEnd::AuthorityChanged(reason)) => {
+                tracing::warn!(person = %caller.slug, role = %caller.role_name, %reason, "turn stopped: authority changed");
+                (
+                    TurnOutcome::AuthorityChanged,
+                    authority_changed_reply(&reason),
+                )
+            }
             Err(error) => {
                 self.record_turn(&state, "error").await;
                 return Err(error);
@@ -275,7 +283,7 @@ impl Runtime {
                 Destination::Send { .. } => QueueStep::None,
                 destination => QueueStep::answer(destination, &text),
             };
-            self.persist_then(caller, Message::assistant_text(text.clone()), 0.0, step)
+            self.persist_then(caller, Message::assistant_text(text.clone()), None, step)
                 .await?;
             state.emit(TurnEvent::TextDelta(text.clone()));
         }
@@ -314,22 +322,23 @@ impl Runtime {
         text: String,
     ) -> Result<(), TurnError> {
         let step = QueueStep::Send(Box::new((recipients, text.clone())));
-        self.persist_then(&caller, Message::assistant_text(text), 0.0, step)
+        self.persist_then(&caller, Message::assistant_text(text), None, step)
             .await
             .map(drop)
     }
 
     async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
-        self.persist_then(caller, message, 0.0, QueueStep::None)
+        self.persist_then(caller, message, None, QueueStep::None)
             .await
     }
 
-    // A model answer, its cost and the channel queue's step are committed together.
+    // A model answer, its cost (spent at the time given) and the channel queue's step are
+    // committed together.
     async fn persist_then(
         &self,
         caller: &Caller,
         message: Message,
-        cost: f64,
+        cost: Option<(f64, jiff::Timestamp)>,
         step: QueueStep,
     ) -> Result<i64, TurnError> {
         let (key, slug, role, identity) = (
@@ -338,10 +347,12 @@ impl Runtime {
             caller.role_name.clone(),
             caller.identity.clone(),
         );
-        let day = metering::spend_day(jiff::Timestamp::now());
+        let spend = cost
+            .filter(|(usd, _)| *usd > 0.0)
+            .map(|(usd, at)| (metering::spend_day(at), usd));
         let origin = caller.trigger.label();
         self.blocking(move |store| {
-            let spend = (cost > 0.0).then_some((day.as_str(), cost));
+            let spend = spend.as_ref().map(|(day, usd)| (day.as_str(), *usd));
             store.append_then(
                 &key,
                 &slug,
@@ -387,11 +398,9 @@ impl Runtime {
         .await
     }
 
-    /// What the caller had spent in their budget's period before this turn; `None` for a
-    /// role without a budget. Read once per turn: the turn adds its own spend as it goes
-    /// (`TurnState::spent`), so the loop checks the budget without a query per model
-    /// call. A turn running at the same time in another of the person's sessions is
-    /// counted from that person's next turn on.
+    /// What the caller had spent in their budget's period, as stored; `None` for a role
+    /// without a budget. Background work checks it before it starts; each model call is
+    /// then checked by its reservation in the budget ledger.
     pub(super) async fn spent_before_turn(
         &self,
         caller: &Caller,
@@ -430,14 +439,61 @@ impl Runtime {
         .map_err(|_| TurnError::Join)
     }
 
+    /// Why the caller's authority changed since the turn began, if it did: a cheap
+    /// pointer check while the config is the one the turn started with, the caller
+    /// resolved again against the current config otherwise.
+    fn authority_changed(&self, state: &TurnState<'_>) -> Option<String> {
+        let now = self.config().current();
+        if Arc::ptr_eq(&now, &state.config) {
+            return None;
+        }
+        crate::identity::authority_changed(&now, state.caller)
+    }
+
+    /// Calls the model for `state`'s caller: refuses a model `model.prices` does not price
+    /// (unless `budget.unpricedModels: allow`), reserves the call's worst case in the
+    /// caller's budget — `prompt_tokens` estimated at the input price plus the request's
+    /// `max_tokens` at the output price — and returns the answer with its [`Charge`],
+    /// which the caller settles once the cost is stored.
     async fn call_model(
         &self,
         state: &mut TurnState<'_>,
         client: &LlmClient,
         request: &ChatRequest,
+        prompt_tokens: u64,
         cancel: &CancellationToken,
         stream_text: bool,
-    ) -> Result<(saint_llm::ChatResponse, f64), TurnError> {
+    ) -> Result<Called, TurnError> {
+        let price = match state.config.model.prices.get(&request.model) {
+            Some(price) => Some(price),
+            None if state.config.budget.unpriced_models == UnpricedModels::Allow => None,
+            None => return Err(ModelSetupError::Unpriced(request.model.clone()).into()),
+        };
+        let mut reservation = match &state.caller.role.budget {
+            None => None,
+            Some(role_budget) => {
+                let worst_case = price.map_or(0.0, |price| {
+                    budget::worst_case_usd(price, prompt_tokens, request.max_tokens)
+                });
+                let reserved = self
+                    .budgets
+                    .reserve(
+                        &state.caller.slug,
+                        role_budget,
+                        worst_case,
+                        jiff::Timestamp::now(),
+                        |first, last| {
+                            let slug = state.caller.slug.clone();
+                            self.blocking(move |store| store.spent_between(&slug, &first, &last))
+                        },
+                    )
+                    .await?;
+                match reserved {
+                    Ok(reservation) => Some(reservation),
+                    Err(OverBudget) => return Ok(Called::OverBudget),
+                }
+            }
+        };
         let started = Instant::now();
         let events = state.events;
         let mut on_event = |event: StreamEvent| {
@@ -451,12 +507,15 @@ impl Runtime {
         let elapsed = started.elapsed();
         state.model_time += elapsed;
         state.model_calls += 1;
+        // A failed call releases its reservation (dropped here).
         let response = response?;
         state.usage = state.usage + response.usage;
-        let cost = metering::cost_usd(&state.config.model, &request.model, response.usage).unwrap_or_else(|| {
-            tracing::warn!(model = %request.model, "no price for model; its spend is not counted");
-            0.0
-        });
+        // An unpriced model gets here only when allowed: it counts as free.
+        let cost =
+            metering::cost_usd(&state.config.model, &request.model, response.usage).unwrap_or(0.0);
+        if let Some(reservation) = &mut reservation {
+            reservation.set_cost(cost);
+        }
         state.spent += cost;
         self.metering.metrics.model_call(
             metering::ModelCall {
@@ -469,7 +528,7 @@ impl Runtime {
             cost,
             elapsed,
         );
-        Ok((response, cost))
+        Ok(Called::Answered(response, Charge { cost, reservation }))
     }
 
     async fn run_loop(
@@ -525,7 +584,6 @@ impl Runtime {
             config: config.clone(),
         };
 
-        let spent_before = self.spent_before_turn(caller).await?;
         let Transcript {
             mut summary,
             messages: mut history,
@@ -545,12 +603,13 @@ impl Runtime {
 
         let end = 'turn: {
             for _ in 0..self.options.max_iterations {
-                // Budget is checked before every model call: a long tool loop may cross it.
-                if let Some((budget, before)) = &spent_before
-                    && !metering::within_budget(Some(budget), before + state.spent)
-                {
-                    break 'turn LoopEnd::OverBudget;
+                // Authority is read at the moment of use: before every model call.
+                if let Some(reason) = self.authority_changed(state) {
+                    break 'turn LoopEnd::AuthorityChanged(reason);
                 }
+                // Every model call reserves its worst case in the person's budget first
+                // (`call_model`): a long tool loop, or their other turns and sub-agents
+                // running at the same time, may use up what is left.
                 let mut request = self.request(
                     &model_name,
                     &base_prompt,
@@ -561,11 +620,12 @@ impl Runtime {
                 );
                 let threshold =
                     (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
-                if compaction::estimate_tokens(&request) > threshold
+                let mut prompt_tokens = compaction::estimate_tokens(&request);
+                if prompt_tokens > threshold
                     && let Some(cut) =
                         compaction::split_point(&history, self.options.keep_recent_messages)
                 {
-                    summary = self
+                    let Some(compacted) = self
                         .compact(
                             state,
                             &client,
@@ -574,7 +634,11 @@ impl Runtime {
                             &history[..cut],
                             cancel,
                         )
-                        .await?;
+                        .await?
+                    else {
+                        break 'turn LoopEnd::OverBudget;
+                    };
+                    summary = compacted;
                     history.drain(..cut);
                     request = self.request(
                         &model_name,
@@ -584,11 +648,15 @@ impl Runtime {
                         &specs,
                         &config,
                     );
+                    prompt_tokens = compaction::estimate_tokens(&request);
                 }
 
-                let (response, cost) = self
-                    .call_model(state, &client, &request, cancel, true)
-                    .await?;
+                let Called::Answered(response, charge) = self
+                    .call_model(state, &client, &request, prompt_tokens, cancel, true)
+                    .await?
+                else {
+                    break 'turn LoopEnd::OverBudget;
+                };
                 let message = response.message;
                 // The final answer of a channel message is queued as its reply in the
                 // transaction that stores it.
@@ -597,9 +665,12 @@ impl Runtime {
                 } else {
                     QueueStep::None
                 };
-                let id = self
-                    .persist_then(caller, message.clone(), cost, step)
-                    .await?;
+                let spent_at = jiff::Timestamp::now();
+                let stored = self
+                    .persist_then(caller, message.clone(), Some((charge.cost, spent_at)), step)
+                    .await;
+                charge.settle(spent_at);
+                let id = stored?;
                 history.push(StoredMessage {
                     id,
                     message: message.clone(),
@@ -614,10 +685,20 @@ impl Runtime {
                     break 'turn LoopEnd::Answer(message.text());
                 }
                 let mut results = Vec::with_capacity(calls.len());
+                let mut stopped = None;
                 for (call_id, name, input) in calls {
-                    let tool = visible.iter().find(|tool| tool.name() == name);
-                    let (content, is_error) =
-                        self.run_tool(state, &context, tool, &name, input).await;
+                    // ...and before every tool call: a call the caller may no longer
+                    // make is answered as not run, so the transcript stays whole.
+                    if stopped.is_none() {
+                        stopped = self.authority_changed(state);
+                    }
+                    let (content, is_error) = match &stopped {
+                        Some(reason) => (format!("not run: {reason}"), true),
+                        None => {
+                            let tool = visible.iter().find(|tool| tool.name() == name);
+                            self.run_tool(state, &context, tool, &name, input).await
+                        }
+                    };
                     results.push(ContentBlock::ToolResult {
                         tool_use_id: call_id,
                         content,
@@ -634,6 +715,9 @@ impl Runtime {
                     message,
                     identity: caller.identity.clone(),
                 });
+                if let Some(reason) = stopped {
+                    break 'turn LoopEnd::AuthorityChanged(reason);
+                }
             }
             LoopEnd::IterationCap
         };
@@ -677,6 +761,8 @@ impl Runtime {
         }
     }
 
+    /// The summary of `previous` and `older`, stored; `None` when the person's budget
+    /// cannot take the summarising call.
     async fn compact(
         &self,
         state: &mut TurnState<'_>,
@@ -685,31 +771,39 @@ impl Runtime {
         previous: &str,
         older: &[StoredMessage],
         cancel: &CancellationToken,
-    ) -> Result<String, TurnError> {
+    ) -> Result<Option<String>, TurnError> {
         let request = compaction::summary_request(
             model,
             previous,
             older,
             state.config.model.max_output_tokens,
         );
-        let (response, cost) = self
-            .call_model(state, client, &request, cancel, false)
-            .await?;
-        if cost > 0.0 {
-            let (slug, day) = (
-                state.caller.slug.clone(),
-                metering::spend_day(jiff::Timestamp::now()),
-            );
+        let prompt_tokens = compaction::estimate_tokens(&request);
+        let Called::Answered(response, charge) = self
+            .call_model(state, client, &request, prompt_tokens, cancel, false)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let spent_at = jiff::Timestamp::now();
+        let cost = charge.cost;
+        let stored = if cost > 0.0 {
+            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(spent_at));
             self.blocking(move |store| store.add_spend(&slug, &day, cost))
-                .await?;
-        }
+                .await
+                .map(drop)
+        } else {
+            Ok(())
+        };
+        charge.settle(spent_at);
+        stored?;
         let summary = response.message.text();
         let through = older.last().map(|stored| stored.id).unwrap_or_default();
         let (key, stored_summary) = (state.caller.session_key.clone(), summary.clone());
         self.blocking(move |store| store.compact(&key, through, &stored_summary))
             .await?;
         tracing::info!(session = %state.caller.session_key, through, "compacted session");
-        Ok(summary)
+        Ok(Some(summary))
     }
 
     async fn run_tool(
@@ -801,6 +895,41 @@ enum LoopEnd {
     Answer(String),
     OverBudget,
     IterationCap,
+    /// Why the caller's authority changed.
+    AuthorityChanged(String),
+}
+
+/// What a turn stopped by a change of authority answers.
+fn authority_changed_reply(reason: &str) -> String {
+    format!(
+        "I stopped this work: {reason} while it ran, and what it was doing may no longer be \
+         allowed. Ask again if you still need it."
+    )
+}
+
+/// What [`Runtime::call_model`] came to.
+enum Called {
+    /// The model answered; the charge holds the call's place in the person's budget
+    /// until its cost is stored.
+    Answered(saint_llm::ChatResponse, Charge),
+    /// The person's budget cannot take the call's worst case: it was not made.
+    OverBudget,
+}
+
+/// A model call's cost and its reservation in the person's budget (none for a role
+/// without a budget).
+struct Charge {
+    cost: f64,
+    reservation: Option<Reservation>,
+}
+
+impl Charge {
+    /// Settles the reservation to the cost, stored as spent at `spent_at`.
+    fn settle(self, spent_at: jiff::Timestamp) {
+        if let Some(reservation) = self.reservation {
+            reservation.settle(self.cost, spent_at);
+        }
+    }
 }
 
 #[cfg(test)]
