@@ -13,7 +13,7 @@ use std::{
 
 use common::*;
 use saint_channels::scripted::telegram::{self as scripted, Person, ScriptedTelegram};
-use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
+use saint_llm::scripted::{Gate, RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000004:AAF-cron-test-token";
@@ -513,6 +513,65 @@ async fn a_demoted_contacts_job_runs_with_the_new_role_and_a_deleted_contacts_jo
         )
     );
     assert!(bot.jobs().is_empty());
+}
+
+/// Authority at the moment of use: Marko is demoted while his job's run waits for the
+/// model; the tool call the model then asks for is not run, and the run stops saying
+/// why, without another model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_of_a_demoted_manager_stops_before_its_next_tool_call() {
+    const CANARY: &str = "canary-daily-plan-7731";
+    let mut bot = Bot::start(|_| {}).await;
+    std::fs::create_dir_all(bot.workspace.join("memory/daily")).unwrap();
+    std::fs::write(bot.workspace.join("memory/daily/plan.md"), CANARY).unwrap();
+    bot.llm.push(add(WEEKLY, "Read the daily plan for Marko."));
+    bot.llm.push(Reply::text("Scheduled."));
+    bot.ask("telegram", MARKO_TELEGRAM, "Every Monday read me the plan")
+        .await;
+    let gate = Gate::new();
+    bot.llm
+        .push(Reply::tool_call("read", json!({"path": "memory/daily/plan.md"})).held_until(&gate));
+    let before = bot.llm.request_count();
+    bot.set_clock("2026-03-02T08:00:30Z");
+    bot.wait_for("the run's model call", |bot| {
+        bot.llm.request_count() > before
+    })
+    .await;
+    bot.rewrite(|config| {
+        for contact in config["contacts"].as_array_mut().unwrap() {
+            if contact["slug"] == "marko" {
+                contact["role"] = json!("employee");
+            }
+        }
+    });
+    gate.open();
+    bot.wait_for("the run's end", |bot| {
+        bot.jobs()[0].last_outcome.as_deref() == Some("authority_changed")
+    })
+    .await;
+    assert_eq!(
+        bot.llm.request_count(),
+        before + 1,
+        "a model call after the demotion"
+    );
+    // Marko is told why the job's work did not come.
+    bot.wait_for("the notice on Telegram", |bot| {
+        bot.sent_to(MARKO_TELEGRAM)
+            .iter()
+            .any(|text| text.starts_with("I stopped this work: Marko's role changed"))
+    })
+    .await;
+    let sent = bot.sent_to(MARKO_TELEGRAM).join("\n");
+    assert!(!sent.contains(CANARY), "{sent}");
+    let turn = bot
+        .turn_lines()
+        .into_iter()
+        .find(|turn| turn["trigger"] == "cron")
+        .unwrap();
+    assert_eq!(
+        turn["role"], "manager",
+        "the run started as a manager: {turn}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

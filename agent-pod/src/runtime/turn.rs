@@ -279,8 +279,12 @@ impl Runtime {
             // The model did not produce this text; store it so the transcript shows it
             // (and queue it as the reply, for a channel message; work nobody waits on
             // live is not sent a refusal: its owner hears about the budget once).
+            // A stop for changed authority is told to whoever the work reports to (a
+            // job's or heartbeat's recipients too): the work they expect will not come.
             let step = match &state.destination {
-                Destination::Send { .. } => QueueStep::None,
+                Destination::Send { .. } if outcome != TurnOutcome::AuthorityChanged => {
+                    QueueStep::None
+                }
                 destination => QueueStep::answer(destination, &text),
             };
             self.persist_then(caller, Message::assistant_text(text.clone()), None, step)
