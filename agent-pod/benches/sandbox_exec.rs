@@ -126,10 +126,12 @@ fn employee_rules() -> RolePaths {
 
 /// The old mount: all of the workspace, as one bind per top-level entry.
 fn whole_workspace(workspace: &std::path::Path) -> View {
+    use std::os::unix::fs::MetadataExt;
     let entries = std::fs::read_dir(workspace)
         .unwrap()
         .map(|entry| {
             let entry = entry.unwrap();
+            let metadata = entry.metadata().unwrap();
             ViewEntry {
                 path: entry.file_name().to_string_lossy().into_owned(),
                 kind: if entry.file_type().unwrap().is_dir() {
@@ -137,7 +139,8 @@ fn whole_workspace(workspace: &std::path::Path) -> View {
                 } else {
                     EntryKind::File
                 },
-                inode: std::os::unix::fs::MetadataExt::ino(&entry.metadata().unwrap()),
+                device: metadata.dev(),
+                inode: metadata.ino(),
             }
         })
         .collect();

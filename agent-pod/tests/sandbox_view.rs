@@ -3,7 +3,9 @@
 //! model. Each person's `exec` lists everything under `/agent` from inside their
 //! sandbox; the listing must equal, file for file, what their role's `read` rules allow
 //! in the workspace (runtime state the agent itself wrote included), in both
-//! directions.
+//! directions. And it stays so while the workspace changes under it: a host-side
+//! swapper renaming view entries to symlinks into `memory/private`, hard links planted
+//! in folders the role reads whole.
 //!
 //! Needs `bwrap` (Debian `bubblewrap`) and `saint-sandbox-runner` built into this
 //! target directory (`cargo build -p saint-sandbox-runner`); a missing piece fails the
@@ -12,22 +14,33 @@
 mod common;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     fs,
+    os::unix::fs::{MetadataExt, symlink},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
 };
 
 use common::*;
-use saint_config::BotConfig;
+use futures::StreamExt;
+use saint_config::{BotConfig, FileAccessConfig, FileGlobs, RoleConfig, SandboxScope};
 use saint_llm::scripted::{Reply, ScriptedLlm};
-use saint_tools::guard::role_paths::RolePaths;
+use saint_sandbox::{
+    ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
+    local::{LocalConfig, LocalSandbox},
+};
+use saint_tools::guard::{role_paths::RolePaths, view};
 use serde_json::{Value, json};
 
 const MARKO_WHATSAPP: &str = "+385991234568";
 /// Lists every file and link under `/agent` (relative), then a marker line.
 const LIST: &str = "find /agent -mindepth 1 ! -type d -printf '%P\\n' | sort; echo END-OF-LIST";
 
-fn require_sandbox() {
+fn require_sandbox() -> PathBuf {
     let runner =
         Path::new(env!("CARGO_BIN_EXE_saint-agent")).with_file_name("saint-sandbox-runner");
     assert!(
@@ -36,6 +49,7 @@ fn require_sandbox() {
          build it with `cargo build -p saint-sandbox-runner`",
         runner.display()
     );
+    runner
 }
 
 /// The example company's workspace: persona files, every memory area, data, skills.
@@ -60,7 +74,8 @@ fn company_workspace(workspace: &Path) {
     }
 }
 
-/// Every regular file below `root` (relative), as the host sees it now.
+/// Every file below `root` (relative) that the `read` tool opens, as the host sees it
+/// now: regular files with one link (it refuses symlinks, hard links and sockets).
 fn host_files(root: &Path) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut queue: Vec<PathBuf> = vec![root.to_path_buf()];
@@ -69,7 +84,7 @@ fn host_files(root: &Path) -> BTreeSet<String> {
             let kind = entry.file_type().unwrap();
             if kind.is_dir() {
                 queue.push(entry.path());
-            } else {
+            } else if kind.is_file() && entry.metadata().unwrap().nlink() == 1 {
                 let relative = entry.path().strip_prefix(root).unwrap().to_path_buf();
                 found.insert(relative.to_string_lossy().into_owned());
             }
@@ -90,7 +105,7 @@ struct Company {
 
 impl Company {
     async fn start(scope: &str) -> Self {
-        require_sandbox();
+        let _ = require_sandbox();
         let llm = ScriptedLlm::start().await.unwrap();
         let directory = tempfile::tempdir().unwrap();
         let workspace = directory.path().join("workspace");
@@ -342,4 +357,346 @@ async fn the_local_sandbox_runs_under_a_seccomp_filter() {
         )
         .await;
     assert!(output.contains("thread-ok"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hard_links_and_symlinks_planted_in_a_folder_read_whole_are_never_shown() {
+    let company = Company::start("session").await;
+    let before = listing(&company.exec("telegram", IVAN_TELEGRAM, LIST).await.0);
+    assert!(before.contains("memory/shared/facts.md"), "{before:?}");
+    // A hard link of the owner's private memory, and a symlink to it, planted in the
+    // folder every employee reads whole.
+    let private = company.workspace.join("memory/private/finance.md");
+    fs::hard_link(&private, company.workspace.join("memory/shared/finance.md")).unwrap();
+    symlink(
+        "../private/finance.md",
+        company.workspace.join("memory/shared/deep/finance-link.md"),
+    )
+    .unwrap();
+    for (role, slug, channel, peer) in [
+        ("employee", "ivan", "telegram", IVAN_TELEGRAM),
+        ("owner", "ana", "whatsapp", ANA_WHATSAPP),
+    ] {
+        let (output, is_error) = company.exec(channel, peer, LIST).await;
+        assert!(!is_error, "{role}: {output}");
+        let shown = listing(&output);
+        assert_same(role, &shown, &company.readable(role, slug));
+        for planted in [
+            "memory/shared/finance.md",
+            "memory/shared/deep/finance-link.md",
+            // Hard-linked now, so `read` refuses this name too.
+            "memory/private/finance.md",
+        ] {
+            assert!(!shown.contains(planted), "{role} sees {planted}: {shown:?}");
+        }
+        // The rest of the folder is still there, file by file.
+        for kept in ["memory/shared/facts.md", "memory/shared/deep/more.md"] {
+            assert!(shown.contains(kept), "{role} lost {kept}: {shown:?}");
+        }
+        let (output, _) = company
+            .exec(
+                channel,
+                peer,
+                "grep -rl 'contents of memory/private' /agent; echo status=$?",
+            )
+            .await;
+        assert!(output.contains("status=1"), "{role}: {output}");
+    }
+}
+
+/// The private content the swapper tries to bring into `/agent`.
+const PRIVATE_MARKER: &str = "PRIVATE-f7c1-owner-only";
+/// View computations (each opened and checked by descriptor) while the swapper runs.
+const SWAP_ROUNDS: usize = 10_000;
+/// Every this many computations, a real sandbox is started with the view as well.
+const REAL_SANDBOX_EVERY: usize = 100;
+
+/// `(device, inode)` of what `path` names, links not followed.
+fn identity(path: &Path) -> (u64, u64) {
+    let metadata = fs::symlink_metadata(path).unwrap();
+    (metadata.dev(), metadata.ino())
+}
+
+/// Runs `command` in `view`'s sandbox for `scope`, started afresh (so its mounts are
+/// bound now, under the swapper); `Err` when the start was refused.
+async fn fresh_sandbox_run(
+    sandbox: &LocalSandbox,
+    scope: &ScopeKey,
+    view: &View,
+    command: &str,
+) -> Result<String, String> {
+    sandbox.discard(scope).await.unwrap();
+    let request = ExecRequest {
+        command: command.to_string(),
+        cwd: "/workspace".to_string(),
+        timeout: Duration::from_secs(20),
+        ..ExecRequest::default()
+    };
+    let mut events = sandbox
+        .exec(scope, view, request)
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut output = String::new();
+    while let Some(event) = events.next().await {
+        match event.unwrap() {
+            ExecEvent::Stdout(bytes) | ExecEvent::Stderr(bytes) => {
+                output.push_str(&String::from_utf8_lossy(&bytes));
+            }
+            ExecEvent::Exit(0) => return Ok(output),
+            other => panic!("the listing ended with {other:?}: {output}"),
+        }
+    }
+    panic!("the listing's stream ended without an exit: {output}");
+}
+
+/// Issue #36: bubblewrap re-resolved each view entry's path, so a host-side rename of
+/// a permitted entry to a symlink into `memory/private` between the walk and the bind
+/// gave an employee the owner's private memory. Now entries are bound by descriptor.
+///
+/// Two swapper threads run as fast as they can for the whole test: one renames the
+/// folder `memory/shared` away and a symlink to `memory/private` into its place, and
+/// back (plain renames, as in the report); one atomically exchanges `SOUL.md` with a
+/// symlink to `memory/private/finance.md` (`RENAME_EXCHANGE`). Meanwhile the
+/// employee's view is computed 10,000 times by the real walk
+/// (`saint_tools::guard::view::compute`) and each is opened with `View::open` — the
+/// very call `LocalSandbox::start` makes before bubblewrap, whose descriptors are what
+/// bubblewrap binds (`--ro-bind-fd`). Real for every one of the 10,000: the walk, the
+/// `openat2` opens and checks, and the assertion that every descriptor that passed is
+/// the permitted object (device and inode of the real folder or file). Real for every
+/// 100th (100 in all): a fresh `LocalSandbox` start with that view — bubblewrap
+/// binding the descriptors, the real runner — and a command inside listing every file
+/// under `/agent` and printing its contents, which must hold only permitted files and
+/// never the private marker. A refused start is counted by who refused it (the check
+/// before bubblewrap, or bubblewrap's own after it resolved the descriptor), never
+/// retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_side_swapper_never_gets_a_forbidden_file_into_agent() {
+    let runner = require_sandbox();
+    let base = tempfile::tempdir().unwrap();
+    let workspace = base.path().join("workspace");
+    for (file, text) in [
+        ("SOUL.md", "soul: be kind".to_string()),
+        ("data/report.csv", "report".to_string()),
+        ("memory/shared/facts.md", "shared facts".to_string()),
+        ("memory/shared/deep/more.md", "more shared".to_string()),
+        (
+            "memory/private/finance.md",
+            format!("{PRIVATE_MARKER} finance"),
+        ),
+        (
+            "memory/private/notes/plans.md",
+            format!("{PRIVATE_MARKER} plans"),
+        ),
+    ] {
+        let path = workspace.join(file);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+    // The symlinks the swapper moves into the permitted entries' places.
+    symlink("private", workspace.join("memory/.shared-link")).unwrap();
+    symlink("memory/private/finance.md", workspace.join(".soul-link")).unwrap();
+    let permitted: BTreeMap<&str, (u64, u64)> = [
+        ("SOUL.md", identity(&workspace.join("SOUL.md"))),
+        ("data", identity(&workspace.join("data"))),
+        ("memory/shared", identity(&workspace.join("memory/shared"))),
+    ]
+    .into_iter()
+    .collect();
+    let permitted_files: BTreeSet<&str> = [
+        "SOUL.md",
+        "data/report.csv",
+        "memory/shared/facts.md",
+        "memory/shared/deep/more.md",
+    ]
+    .into_iter()
+    .collect();
+
+    let mut role: RoleConfig = serde_json::from_value(json!({})).unwrap();
+    role.files = FileGlobs {
+        read: ["memory/shared/**", "data/**", "SOUL.md"]
+            .map(String::from)
+            .to_vec(),
+        ..FileGlobs::default()
+    };
+    let rules = RolePaths::new(&role, &FileAccessConfig::default(), "acme-ivo").unwrap();
+    assert_eq!(
+        view::compute(&workspace, &rules).unwrap().to_string(),
+        "[SOUL.md, data/, memory/shared/]"
+    );
+    let sandbox = LocalSandbox::new(LocalConfig::new(
+        workspace.clone(),
+        base.path().join("state"),
+        runner,
+    ))
+    .unwrap();
+    let scope = ScopeKey::for_caller(
+        SandboxScope::Session,
+        "swapper",
+        &Viewer {
+            role: "employee",
+            person: Some("acme-ivo"),
+        },
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let folder_swaps = Arc::new(AtomicU64::new(0));
+    let file_swaps = Arc::new(AtomicU64::new(0));
+    let folder_swapper = {
+        let (stop, swaps, memory) = (stop.clone(), folder_swaps.clone(), workspace.join("memory"));
+        std::thread::spawn(move || {
+            let (shared, away, link) = (
+                memory.join("shared"),
+                memory.join(".shared-away"),
+                memory.join(".shared-link"),
+            );
+            while !stop.load(Ordering::Relaxed) {
+                let swapped = fs::rename(&shared, &away)
+                    .and_then(|()| fs::rename(&link, &shared))
+                    .and_then(|()| fs::rename(&shared, &link))
+                    .and_then(|()| fs::rename(&away, &shared));
+                // Only when the test failed and its workspace is gone (the count says).
+                if swapped.is_err() {
+                    break;
+                }
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let file_swapper = {
+        let (stop, swaps, root) = (stop.clone(), file_swaps.clone(), workspace.clone());
+        std::thread::spawn(move || {
+            let (soul, link) = (root.join("SOUL.md"), root.join(".soul-link"));
+            while !stop.load(Ordering::Relaxed) {
+                let exchanged = rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &soul,
+                    rustix::fs::CWD,
+                    &link,
+                    rustix::fs::RenameFlags::EXCHANGE,
+                );
+                if exchanged.is_err() {
+                    break;
+                }
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let listing_command = "cd /agent && find . -mindepth 1 ! -type d | sort | \
+         while IFS= read -r f; do printf '%s\\t' \"$f\"; head -c 200 \"$f\" | tr '\\n' ' '; echo; done; \
+         echo END-OF-LIST";
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for round in 1..=SWAP_ROUNDS {
+        let view = view::compute(&workspace, &rules).unwrap();
+        for entry in view.entries() {
+            assert!(
+                permitted.contains_key(entry.path.as_str()),
+                "the walk judged {} permitted",
+                entry.path
+            );
+        }
+        match view.open(&workspace) {
+            Ok(opened) => {
+                *counts.entry("opened").or_default() += 1;
+                for (path, descriptor) in opened.mounts() {
+                    let stat = rustix::fs::fstat(descriptor).unwrap();
+                    assert_eq!(
+                        Some(&(stat.st_dev, stat.st_ino)),
+                        permitted.get(path),
+                        "round {round}: the descriptor for {path} is not the permitted object"
+                    );
+                }
+                if opened.mounts().any(|(path, _)| path == "memory/shared") {
+                    *counts.entry("opened with memory/shared").or_default() += 1;
+                }
+            }
+            Err(refused) => {
+                let refused = refused.to_string();
+                assert!(
+                    refused.contains("changed after the view was computed"),
+                    "{refused}"
+                );
+                *counts.entry("refused at open").or_default() += 1;
+            }
+        }
+        if round % REAL_SANDBOX_EVERY != 0 {
+            continue;
+        }
+        match fresh_sandbox_run(&sandbox, &scope, &view, listing_command).await {
+            Ok(output) => {
+                *counts.entry("real sandbox started").or_default() += 1;
+                assert!(!output.contains(PRIVATE_MARKER), "round {round}: {output}");
+                let (files, _) = output
+                    .split_once("END-OF-LIST")
+                    .unwrap_or_else(|| panic!("round {round}: unfinished listing: {output}"));
+                for line in files.lines().filter(|line| !line.is_empty()) {
+                    let (path, _) = line.split_once('\t').unwrap_or((line, ""));
+                    let path = path.trim_start_matches("./");
+                    assert!(
+                        permitted_files.contains(path),
+                        "round {round}: /agent/{path} is visible: {output}"
+                    );
+                    *counts.entry("real files listed").or_default() += 1;
+                }
+            }
+            Err(refused) => {
+                // Fail closed, each way: our check before bubblewrap; bubblewrap's own,
+                // which turns the descriptor back into a path to mount it and dies when
+                // that path is gone or the mount is not the descriptor's object.
+                let kind = if refused.contains("changed after the view was computed") {
+                    "real sandbox refused: view open"
+                } else if refused.contains("Race condition binding dirfd") {
+                    "real sandbox refused: bwrap mount check"
+                } else if refused.contains("Can't find source path /proc/self/fd/") {
+                    "real sandbox refused: bwrap path gone"
+                } else {
+                    panic!("round {round}: {refused}")
+                };
+                *counts.entry(kind).or_default() += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    folder_swapper.join().unwrap();
+    file_swapper.join().unwrap();
+    sandbox.shutdown().await;
+    let (folder_swaps, file_swaps) = (
+        folder_swaps.load(Ordering::Relaxed),
+        file_swaps.load(Ordering::Relaxed),
+    );
+    println!(
+        "{SWAP_ROUNDS} rounds, {folder_swaps} folder swaps, {file_swaps} file swaps: {counts:?}"
+    );
+    // The race was live: the swappers ran throughout, the checks refused views the
+    // workspace no longer matched, and views with the folder bound still got through.
+    assert!(
+        folder_swaps > 1_000 && file_swaps > 1_000,
+        "{folder_swaps} {file_swaps}"
+    );
+    assert!(
+        counts.get("refused at open").copied().unwrap_or(0) > 0,
+        "{counts:?}"
+    );
+    assert!(
+        counts
+            .get("opened with memory/shared")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "{counts:?}"
+    );
+    let real: u64 = counts
+        .iter()
+        .filter(|(kind, _)| kind.starts_with("real sandbox"))
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(
+        real,
+        (SWAP_ROUNDS / REAL_SANDBOX_EVERY) as u64,
+        "{counts:?}"
+    );
+    assert!(
+        counts.get("real sandbox started").copied().unwrap_or(0) > 0,
+        "{counts:?}"
+    );
 }

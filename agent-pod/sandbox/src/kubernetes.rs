@@ -676,11 +676,13 @@ mod tests {
             ViewEntry {
                 path: "memory/users/acme-ana".into(),
                 kind: EntryKind::Directory,
+                device: 0,
                 inode: 0,
             },
             ViewEntry {
                 path: "SOUL.md".into(),
                 kind: EntryKind::File,
+                device: 0,
                 inode: 42,
             },
         ]);
@@ -843,7 +845,6 @@ mod tests {
             json!([
                 {"name": "SAINT_RUNNER_SOCKET", "value": "/run/saint/sandbox/runner.sock"},
                 {"name": "SAINT_RUNNER_TOKEN", "value": "runner-token-1"},
-                {"name": "SAINT_SANDBOX_CLIS", "value": "[\"gh\",\"jira\"]"},
                 {"name": "SAINT_SANDBOX_SEED", "value": "[\"SOUL.md\",\"skills\"]"},
                 {"name": "SAINT_RUNNER_IDLE_TIMEOUT_SECONDS", "value": "3600"},
                 {"name": "SAINT_RUNNER_REQUIRE_NETWORK_CUT", "value": "true"},

@@ -5,6 +5,11 @@
 //! read-only at `/agent` (see [`super::view`]), a per-scope scratch directory at
 //! `/workspace`.
 //!
+//! The view is bound by descriptor: each entry opened beneath the workspace and checked
+//! to be the object the walk judged ([`View::open`]), then handed to bubblewrap
+//! (`--ro-bind-fd`), which mounts that object and checks the mount is it. A rename in the
+//! workspace between the walk and the mount cannot change what `/agent` shows.
+//!
 //! Creates and deletes only below its state directory, which must lie outside the
 //! workspace (else every sandbox could read every other scope's scratch via `/agent`).
 //! If bubblewrap is missing or fails, `ensure` returns an error: nothing ever runs
@@ -13,10 +18,13 @@
 use std::{
     ffi::OsString,
     fs, io,
-    os::unix::fs::PermissionsExt,
+    os::{
+        fd::{AsFd, AsRawFd, BorrowedFd},
+        unix::fs::PermissionsExt,
+    },
     path::{Path, PathBuf},
     process::Stdio,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -263,14 +271,15 @@ fn push_bind(arguments: &mut Vec<OsString>, flag: &str, source: &Path, destinati
     arguments.push(destination.into());
 }
 
-/// The complete bubblewrap command line for one scope (pure): `view` decides what
-/// `/agent` shows; `seccomp_fds` are the descriptors bubblewrap inherits holding the
-/// seccomp programs (see [`seccomp::programs`]).
+/// The complete bubblewrap command line for one scope (pure): `view` is what `/agent`
+/// shows, each entry's path below it with the descriptor bubblewrap inherits holding the
+/// object to bind there (see [`View::open`]); `seccomp_fds` are the descriptors holding
+/// the seccomp programs (see [`seccomp::programs`]).
 pub fn bwrap_arguments(
     config: &LocalConfig,
     paths: &ScopePaths,
     host: &HostLayout,
-    view: &View,
+    view: &[(&str, i32)],
     seccomp_fds: &[i32],
 ) -> Vec<OsString> {
     let mut arguments = Vec::new();
@@ -327,16 +336,20 @@ pub fn bwrap_arguments(
     );
     // `/agent` is an empty read-only directory with the view's subtrees and files bound
     // into it: nothing else of the workspace exists in the sandbox's mount namespace.
+    // Bound by descriptor, never by path: a path is resolved again when bubblewrap
+    // mounts it, after whatever renames happened since the view was judged.
     push(
         &mut arguments,
         &["--perms", "0555", "--tmpfs", SANDBOX_VIEW_MOUNT_PATH],
     );
-    for (entry, source) in view.sources(&config.workspace) {
-        push_bind(
+    for (path, descriptor) in view {
+        push(
             &mut arguments,
-            "--ro-bind",
-            &source,
-            &format!("{SANDBOX_VIEW_MOUNT_PATH}/{}", entry.path),
+            &[
+                "--ro-bind-fd",
+                &descriptor.to_string(),
+                &format!("{SANDBOX_VIEW_MOUNT_PATH}/{path}"),
+            ],
         );
     }
     push(&mut arguments, &["--remount-ro", SANDBOX_VIEW_MOUNT_PATH]);
@@ -520,16 +533,34 @@ impl LocalSandbox {
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| SandboxError::Start(format!("failed to open sandbox log: {error}")))?;
-        // bubblewrap reads each program from a descriptor it inherits; they are opened
-        // without close-on-exec and closed here once bubblewrap has started.
+        // The view by descriptor, each entry checked to be what the walk judged: a
+        // workspace changed since (an entry renamed to a symlink into memory/private, a
+        // hard link planted in a folder shown whole) refuses the command rather than
+        // start a sandbox with a view nobody judged.
+        // Blocking (it lists every folder mounted whole), so off the async workers.
+        let (judged, workspace) = (view.clone(), self.config.workspace.clone());
+        let opened = tokio::task::spawn_blocking(move || judged.open(&workspace))
+            .await
+            .map_err(|error| SandboxError::Start(format!("failed to open the view: {error}")))?
+            .map_err(|error| {
+                SandboxError::Start(format!(
+                    "{error}; exec is refused until the view is computed again"
+                ))
+            })?;
+        // bubblewrap reads each seccomp program from a descriptor it inherits.
         let seccomp_files = self
             .seccomp_programs
             .iter()
-            .map(|path| inheritable(path))
+            .map(|path| {
+                fs::File::open(path).map_err(|error| {
+                    SandboxError::Start(format!("failed to open {}: {error}", path.display()))
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let seccomp_fds: Vec<i32> = seccomp_files
-            .iter()
-            .map(std::os::fd::AsRawFd::as_raw_fd)
+        let seccomp_fds: Vec<i32> = seccomp_files.iter().map(AsRawFd::as_raw_fd).collect();
+        let view_fds: Vec<(&str, i32)> = opened
+            .mounts()
+            .map(|(path, descriptor)| (path, descriptor.as_raw_fd()))
             .collect();
         let mut command = Command::new(&self.config.bwrap);
         command
@@ -537,7 +568,7 @@ impl LocalSandbox {
                 &self.config,
                 &paths,
                 &self.host,
-                view,
+                &view_fds,
                 &seccomp_fds,
             ))
             // bubblewrap gets nothing from the agent's environment either.
@@ -549,13 +580,30 @@ impl LocalSandbox {
             // stops sandboxes after running turns have drained.
             .process_group(0)
             .kill_on_drop(true);
-        let child = command.spawn().map_err(|error| {
-            SandboxError::Start(format!(
-                "failed to run bubblewrap ({}): {error}; exec is disabled rather than run unsandboxed",
-                self.config.bwrap.display()
-            ))
-        })?;
-        drop(seccomp_files);
+        let spawned = {
+            // The descriptors are inheritable only while this lock is held, and closed
+            // before it is released: a bubblewrap for another scope started at the same
+            // moment would inherit them too and pass them on into its sandbox, where a
+            // descriptor of a folder this view shows opens whatever lies below it.
+            let _spawning = SPAWNING.lock().unwrap_or_else(PoisonError::into_inner);
+            let descriptors = seccomp_files
+                .iter()
+                .map(AsFd::as_fd)
+                .chain(opened.mounts().map(|(_, descriptor)| descriptor));
+            let spawned = inherit(descriptors).and_then(|()| {
+                command.spawn().map_err(|error| {
+                    SandboxError::Start(format!(
+                        "failed to run bubblewrap ({}): {error}; exec is disabled rather than \
+                         run unsandboxed",
+                        self.config.bwrap.display()
+                    ))
+                })
+            });
+            drop(seccomp_files);
+            drop(opened);
+            spawned
+        };
+        let child = spawned?;
         let mut running = Running {
             child,
             socket: paths.socket(),
@@ -616,18 +664,21 @@ fn write_seccomp_programs(state: &Path) -> Result<Vec<PathBuf>, SandboxError> {
     })
 }
 
-/// Opens `path` read-only without close-on-exec, so a child inherits it.
-fn inheritable(path: &Path) -> Result<fs::File, SandboxError> {
-    let file = fs::File::open(path).map_err(|error| {
-        SandboxError::Start(format!("failed to open {}: {error}", path.display()))
-    })?;
-    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()).map_err(|error| {
-        SandboxError::Start(format!(
-            "failed to pass {} to bubblewrap: {error}",
-            path.display()
-        ))
-    })?;
-    Ok(file)
+/// Held from making descriptors inheritable for one bubblewrap until they are closed
+/// again (see [`LocalSandbox::start`]). Other children this process spawns meanwhile
+/// (Porter, say) run unsandboxed on the host and could open the workspace anyway.
+static SPAWNING: Mutex<()> = Mutex::new(());
+
+/// Clears close-on-exec on `descriptors`, so the next child inherits them.
+fn inherit<'a>(descriptors: impl Iterator<Item = BorrowedFd<'a>>) -> Result<(), SandboxError> {
+    for descriptor in descriptors {
+        rustix::io::fcntl_setfd(descriptor, rustix::io::FdFlags::empty()).map_err(|error| {
+            SandboxError::Start(format!(
+                "failed to pass a descriptor to bubblewrap: {error}"
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 impl Sandbox for LocalSandbox {
@@ -760,18 +811,7 @@ mod tests {
             },
         );
         let paths = ScopePaths::new(&config.state_directory, &scope);
-        let view = View::from_entries(vec![
-            super::super::view::ViewEntry {
-                path: "memory/shared".into(),
-                kind: super::super::view::EntryKind::Directory,
-                inode: 0,
-            },
-            super::super::view::ViewEntry {
-                path: "SOUL.md".into(),
-                kind: super::super::view::EntryKind::File,
-                inode: 42,
-            },
-        ]);
+        let view = [("SOUL.md", 11), ("memory/shared", 12)];
         let host = HostLayout {
             system_directories: vec![
                 ("/bin".into(), Some("usr/bin".into())),
@@ -798,23 +838,21 @@ mod tests {
         );
         assert!(window(&arguments, &["--cap-drop", "ALL"]));
         // The view, never the whole workspace: an empty read-only /agent with the
-        // view's entries bound into it.
+        // view's entries bound into it, by descriptor — no workspace path at all.
         assert!(
-            !arguments.iter().any(|argument| argument == "/srv/acme-ws"),
-            "the workspace root itself must not be mounted"
+            !arguments
+                .iter()
+                .any(|argument| argument.starts_with("/srv/acme-ws")),
+            "nothing of the workspace is bound by path"
         );
         assert!(window(&arguments, &["--tmpfs", "/agent"]));
         assert!(window(
             &arguments,
-            &["--ro-bind", "/srv/acme-ws/SOUL.md", "/agent/SOUL.md"]
+            &["--ro-bind-fd", "11", "/agent/SOUL.md"]
         ));
         assert!(window(
             &arguments,
-            &[
-                "--ro-bind",
-                "/srv/acme-ws/memory/shared",
-                "/agent/memory/shared"
-            ]
+            &["--ro-bind-fd", "12", "/agent/memory/shared"]
         ));
         assert!(window(&arguments, &["--remount-ro", "/agent"]));
         assert!(window(&arguments, &["--add-seccomp-fd", "7"]));

@@ -691,7 +691,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn call_socket_lives_in_the_workspace_and_control_in_private_state() {
+    fn proxy_socket_lives_in_the_workspace_and_control_and_audit_in_private_state() {
         let paths = PorterPaths::new(
             Path::new("/srv/acme-ws"),
             Path::new("/var/state/acme"),
@@ -699,7 +699,7 @@ mod tests {
         );
         assert_eq!(
             paths.socket,
-            PathBuf::from("/srv/acme-ws/.saint/run/porter/porter.sock")
+            PathBuf::from("/srv/acme-ws/.saint/run/porter/proxy.sock")
         );
         assert_eq!(
             paths.control_socket,
@@ -711,9 +711,14 @@ mod tests {
         );
         assert_eq!(
             paths.audit_log,
-            PathBuf::from("/srv/acme-ws/logs/porter.jsonl")
+            PathBuf::from("/var/state/acme/porter-control/audit.jsonl")
+        );
+        assert_eq!(
+            paths.ca_certificate,
+            PathBuf::from("/srv/acme-ws/.saint/run/porter/ca.pem")
         );
         assert!(!paths.control_socket.starts_with(&paths.workspace));
+        assert!(!paths.audit_log.starts_with(&paths.workspace));
         let given = PorterPaths::new(
             Path::new("/srv/acme-ws"),
             Path::new("/var/state/acme"),

@@ -4,10 +4,16 @@
 //!
 //! Reads the workspace's directory entries (never file contents). A directory is
 //! mounted whole only when the role's patterns make everything below it readable,
-//! whatever appears there later; otherwise it is walked and each readable regular file
-//! is mounted on its own. Runtime state (`.saint/`, `sessions/`, `logs/`, `config/`)
-//! is never walked into. Symbolic links, hard-linked files, sockets and devices are
-//! left out, as the file tools refuse them.
+//! whatever appears there later, and it holds nothing the file tools refuse: it is
+//! walked to the bottom, and one symbolic link, hard-linked file, socket, FIFO or device
+//! anywhere below it (a hard link shows the file it shares, whatever its other name; a
+//! socket lets the sandbox connect to its listener) mounts its entries instead. Other
+//! directories are walked and each readable regular file is mounted on its own. Runtime
+//! state (`.saint/`, `sessions/`, `logs/`, `config/`) is never walked into. Symbolic
+//! links, hard-linked files, sockets and devices are never mounted.
+//!
+//! Each entry records the device and inode it was judged by: a backend binds that very
+//! object or refuses (`saint_sandbox::View::open`).
 
 use std::{
     collections::HashMap,
@@ -51,10 +57,24 @@ pub enum ViewError {
     },
     #[error(
         "the role's read rules select more than {MAX_VIEW_ENTRIES} separate files and \
-         folders for the sandbox (so far: {first}, …); name whole folders in the role's \
-         read globs (like `data/**`) instead of single files"
+         folders for the sandbox (so far: {first}, …); {advice}"
     )]
-    TooManyEntries { first: String },
+    TooManyEntries { first: String, advice: String },
+}
+
+/// The advice for too many mounts: whole folders; and when a folder could not be
+/// mounted whole, why.
+fn advice(split: Option<&str>) -> String {
+    let folders = "name whole folders in the role's read globs (like `data/**`) instead \
+                   of single files";
+    match split {
+        Some(path) => format!(
+            "{path} is a symbolic link, a hard-linked file or a special file (or a name the \
+             file tools refuse), so the folders above it are mounted file by file: remove \
+             it, or {folders}"
+        ),
+        None => folders.to_string(),
+    }
 }
 
 /// Computes the view of `workspace` for a caller with `rules`.
@@ -98,6 +118,7 @@ fn compute_with_snapshot(
             skills,
             entries: &mut entries,
             snapshot: &mut snapshot,
+            split: None,
         };
         walk.directory("")?;
     }
@@ -115,17 +136,28 @@ struct Snapshot {
 /// file system's timestamp granularity without its time moving: not trusted.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// The longest a snapshot is trusted. Some changes move no listed directory's time: a
+/// file below a folder mounted whole given a second name elsewhere, which a backend
+/// binding the view refuses (`View::open`) until the view is computed again.
+const TRUSTED_FOR: Duration = Duration::from_secs(60);
+
 impl Snapshot {
-    /// Whether every listed directory still has the time it had (a few `stat`s).
+    /// Whether the snapshot is recent enough and every listed directory still has the
+    /// time it had (a few `stat`s).
     fn is_current(&self) -> bool {
-        self.directories.iter().all(|(directory, listed)| {
-            listed
-                .checked_add(SETTLE)
-                .is_some_and(|settled| settled < self.taken_at)
-                && fs::symlink_metadata(directory)
-                    .and_then(|metadata| metadata.modified())
-                    .is_ok_and(|now| now == *listed)
-        })
+        let recent = self
+            .taken_at
+            .elapsed()
+            .is_ok_and(|elapsed| elapsed < TRUSTED_FOR);
+        recent
+            && self.directories.iter().all(|(directory, listed)| {
+                listed
+                    .checked_add(SETTLE)
+                    .is_some_and(|settled| settled < self.taken_at)
+                    && fs::symlink_metadata(directory)
+                        .and_then(|metadata| metadata.modified())
+                        .is_ok_and(|now| now == *listed)
+            })
     }
 }
 
@@ -189,50 +221,39 @@ struct Walk<'a> {
     skills: Option<&'a Skills>,
     entries: &'a mut Vec<ViewEntry>,
     snapshot: &'a mut Snapshot,
+    /// The first path that kept a folder the rules cover from being mounted whole.
+    split: Option<String>,
+}
+
+/// What became of a directory the rules cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Covered {
+    /// Everything below it is a directory or a readable regular file with one link and
+    /// a plain name: the caller may mount it whole (nothing was pushed).
+    Whole,
+    /// Its parts were pushed instead — each subdirectory that is whole, each such file
+    /// — and the rest left out.
+    Split,
+    /// It vanished while being walked: nothing to mount.
+    Gone,
+}
+
+/// A listed directory: its children with plain names (sorted, each with its metadata,
+/// links not followed), and the first name left out for not being one.
+struct Listing {
+    children: Vec<(String, fs::Metadata)>,
+    skipped: Option<String>,
 }
 
 impl Walk<'_> {
+    /// A directory the rules reach into but do not cover: each readable regular file on
+    /// its own, each subdirectory as [`Self::subtree`] decides.
     fn directory(&mut self, directory: &str) -> Result<(), ViewError> {
-        let host = self.workspace.join(directory);
-        let read_error = |source| ViewError::Read {
-            path: host.clone(),
-            source,
+        let Some(listing) = self.list(directory)? else {
+            return Ok(());
         };
-        // The time before the listing: a change during it moves the time past this.
-        let listed = fs::symlink_metadata(&host)
-            .and_then(|metadata| metadata.modified())
-            .map_err(read_error)?;
-        self.snapshot.directories.push((host.clone(), listed));
-        let mut children: Vec<(String, fs::Metadata)> = Vec::new();
-        for child in fs::read_dir(&host).map_err(read_error)? {
-            let child = child.map_err(read_error)?;
-            let Some(name) = child.file_name().to_str().map(str::to_string) else {
-                tracing::debug!(directory, "skipping a file name that is not UTF-8");
-                continue;
-            };
-            if !is_plain_name(&name) {
-                continue;
-            }
-            // `symlink_metadata`: a link is seen as a link, never followed.
-            match fs::symlink_metadata(child.path()) {
-                Ok(metadata) => children.push((name, metadata)),
-                // Removed since the directory was read.
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(ViewError::Read {
-                        path: child.path(),
-                        source,
-                    });
-                }
-            }
-        }
-        children.sort_by(|left, right| left.0.cmp(&right.0));
-        for (name, metadata) in children {
-            let path = if directory.is_empty() {
-                name
-            } else {
-                format!("{directory}/{name}")
-            };
+        for (name, metadata) in listing.children {
+            let path = join(directory, &name);
             let file_type = metadata.file_type();
             if file_type.is_dir() && path == WORKSPACE_SKILLS {
                 match self.skills {
@@ -248,40 +269,137 @@ impl Walk<'_> {
                 }
             }
             if file_type.is_dir() {
-                self.subtree(path)?;
-            } else if file_type.is_file()
-                && metadata.nlink() == 1
-                && self.rules.check_read(&path).is_ok()
-            {
+                self.subtree(path, &metadata)?;
+            } else if is_single_file(&metadata) && self.rules.check_read(&path).is_ok() {
                 push(
                     self.entries,
-                    ViewEntry {
-                        path,
-                        kind: EntryKind::File,
-                        inode: metadata.ino(),
-                    },
+                    judged(path, EntryKind::File, &metadata),
+                    self.split.as_deref(),
                 )?;
             }
         }
         Ok(())
     }
 
-    /// A directory: mounted whole when the rules cover it, walked when they reach into it.
-    fn subtree(&mut self, path: String) -> Result<(), ViewError> {
+    /// A directory: mounted whole when the rules cover it and it holds nothing the file
+    /// tools refuse, walked when the rules reach into it.
+    fn subtree(&mut self, path: String, metadata: &fs::Metadata) -> Result<(), ViewError> {
         if self.rules.covers_subtree(&path) {
-            push(
-                self.entries,
-                ViewEntry {
-                    path,
-                    kind: EntryKind::Directory,
-                    inode: 0,
-                },
-            )
+            if self.covered(&path)? == Covered::Whole {
+                push(
+                    self.entries,
+                    judged(path, EntryKind::Directory, metadata),
+                    self.split.as_deref(),
+                )?;
+            }
+            Ok(())
         } else if !self.rules.excludes_subtree(&path) {
             self.directory(&path)
         } else {
             Ok(())
         }
+    }
+
+    /// A directory the rules cover, walked to the bottom in one pass: whole, or split
+    /// (see [`Covered`]).
+    fn covered(&mut self, directory: &str) -> Result<Covered, ViewError> {
+        let Some(listing) = self.list(directory)? else {
+            return Ok(Covered::Gone);
+        };
+        let mut whole = true;
+        if let Some(skipped) = listing.skipped {
+            whole = false;
+            self.split.get_or_insert(join(directory, &skipped));
+        }
+        let mut parts = Vec::new();
+        for (name, metadata) in listing.children {
+            let path = join(directory, &name);
+            if metadata.is_dir() {
+                match self.covered(&path)? {
+                    Covered::Whole => parts.push(judged(path, EntryKind::Directory, &metadata)),
+                    Covered::Split => whole = false,
+                    Covered::Gone => {}
+                }
+            } else if is_single_file(&metadata) && self.rules.check_read(&path).is_ok() {
+                parts.push(judged(path, EntryKind::File, &metadata));
+            } else {
+                whole = false;
+                self.split.get_or_insert(path);
+            }
+        }
+        if whole {
+            return Ok(Covered::Whole);
+        }
+        for part in parts {
+            push(self.entries, part, self.split.as_deref())?;
+        }
+        Ok(Covered::Split)
+    }
+
+    /// Lists `directory` (recorded in the snapshot, so any change below it computes the
+    /// view again). `None`: a directory below the root that is gone, or no longer a
+    /// directory, since its parent was listed — renamed away, say. Its parent's time
+    /// moved, so the next command computes the view again; meanwhile nothing of it is
+    /// shown.
+    fn list(&mut self, directory: &str) -> Result<Option<Listing>, ViewError> {
+        let host = self.workspace.join(directory);
+        let read_error = |source| ViewError::Read {
+            path: host.clone(),
+            source,
+        };
+        let vanished = |error: &io::Error| {
+            !directory.is_empty()
+                && matches!(
+                    error.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                )
+        };
+        // The time before the listing: a change during it moves the time past this.
+        let metadata = match fs::symlink_metadata(&host) {
+            Ok(metadata) if metadata.is_dir() || directory.is_empty() => metadata,
+            Ok(_) => return Ok(None),
+            Err(error) if vanished(&error) => return Ok(None),
+            Err(error) => return Err(read_error(error)),
+        };
+        let listed = metadata.modified().map_err(read_error)?;
+        self.snapshot.directories.push((host.clone(), listed));
+        let mut listing = Listing {
+            children: Vec::new(),
+            skipped: None,
+        };
+        // A directory swapped for a symlink between the `stat` above and this is listed
+        // through it: what is judged here is bound only if `View::open` finds the very
+        // objects at these paths, through no symlink, when the sandbox starts.
+        let children = match fs::read_dir(&host) {
+            Ok(children) => children,
+            Err(error) if vanished(&error) => return Ok(None),
+            Err(error) => return Err(read_error(error)),
+        };
+        for child in children {
+            let child = child.map_err(read_error)?;
+            let file_name = child.file_name();
+            let Some(name) = file_name.to_str().filter(|name| is_plain_name(name)) else {
+                tracing::debug!(directory, "skipping a file name the file tools refuse");
+                listing
+                    .skipped
+                    .get_or_insert_with(|| file_name.to_string_lossy().into_owned());
+                continue;
+            };
+            // `symlink_metadata`: a link is seen as a link, never followed.
+            match fs::symlink_metadata(child.path()) {
+                Ok(metadata) => listing.children.push((name.to_string(), metadata)),
+                // Removed since the directory was read.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ViewError::Read {
+                        path: child.path(),
+                        source,
+                    });
+                }
+            }
+        }
+        listing.children.sort_by(|left, right| left.0.cmp(&right.0));
+        Ok(Some(listing))
     }
 
     /// `skills/`: only the folders of the skills `names`, where they are real
@@ -302,17 +420,45 @@ impl Walk<'_> {
         for name in names {
             let folder = format!("{skills}/{name}");
             // `symlink_metadata`: a link is seen as a link, never followed.
-            let is_directory = fs::symlink_metadata(self.workspace.join(&folder))
-                .is_ok_and(|metadata| metadata.file_type().is_dir());
-            if is_directory {
-                self.subtree(folder)?;
+            if let Ok(metadata) = fs::symlink_metadata(self.workspace.join(&folder))
+                && metadata.file_type().is_dir()
+            {
+                self.subtree(folder, &metadata)?;
             }
         }
         Ok(())
     }
 }
 
-fn push(entries: &mut Vec<ViewEntry>, entry: ViewEntry) -> Result<(), ViewError> {
+/// `name` below `directory` (`""` is the root).
+fn join(directory: &str, name: &str) -> String {
+    if directory.is_empty() {
+        name.to_string()
+    } else {
+        format!("{directory}/{name}")
+    }
+}
+
+/// A regular file with one link: what the file tools read.
+fn is_single_file(metadata: &fs::Metadata) -> bool {
+    metadata.file_type().is_file() && metadata.nlink() == 1
+}
+
+/// An entry for `path`, naming the object it was judged by.
+fn judged(path: String, kind: EntryKind, metadata: &fs::Metadata) -> ViewEntry {
+    ViewEntry {
+        path,
+        kind,
+        device: metadata.dev(),
+        inode: metadata.ino(),
+    }
+}
+
+fn push(
+    entries: &mut Vec<ViewEntry>,
+    entry: ViewEntry,
+    split: Option<&str>,
+) -> Result<(), ViewError> {
     if entries.len() >= MAX_VIEW_ENTRIES {
         let first: Vec<&str> = entries
             .iter()
@@ -321,6 +467,7 @@ fn push(entries: &mut Vec<ViewEntry>, entry: ViewEntry) -> Result<(), ViewError>
             .collect();
         return Err(ViewError::TooManyEntries {
             first: first.join(", "),
+            advice: advice(split),
         });
     }
     entries.push(entry);
@@ -477,13 +624,25 @@ mod tests {
             paths(&compute(root, &rules(&only_role, "acme-ana")).unwrap()),
             paths(&view)
         );
-        // No skills: nothing below skills/; all skills, or no filter: skills/ whole.
+        // No skills: nothing below skills/; all skills, or no filter: every skill
+        // folder whole — not skills/ itself, which holds a symlink, never shown.
         let none = compute_with_skills(root, &owner, Some(&Skills::None)).unwrap();
         assert!(!paths(&none).iter().any(|path| path.starts_with("skills")));
         for skills in [Some(&Skills::All), None] {
             let view = compute_with_skills(root, &owner, skills).unwrap();
-            assert!(paths(&view).contains(&"skills/".to_string()), "{skills:?}");
+            let shown: Vec<String> = paths(&view)
+                .into_iter()
+                .filter(|path| path.starts_with("skills"))
+                .collect();
+            assert_eq!(
+                shown,
+                ["skills/invoices/", "skills/pdf/", "skills/secret/"],
+                "{skills:?}"
+            );
         }
+        fs::remove_file(root.join("skills/linked")).unwrap();
+        let view = compute_with_skills(root, &owner, Some(&Skills::All)).unwrap();
+        assert!(paths(&view).contains(&"skills/".to_string()), "{view}");
         // The read rules still bound it: a role that may read only one skill's file.
         let mut narrow = role(&["skills/pdf/SKILL.md"], &[], false);
         narrow.skills = Skills::All;
@@ -533,6 +692,122 @@ mod tests {
         );
     }
 
+    fn employee() -> RolePaths {
+        rules(
+            &role(&["memory/shared/**", "data/**", "SOUL.md"], &[], false),
+            "acme-ivo",
+        )
+    }
+
+    #[test]
+    fn entries_name_the_objects_they_were_judged_by() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        let view = compute(root, &employee()).unwrap();
+        assert_eq!(
+            paths(&view),
+            [
+                "SOUL.md",
+                "data/",
+                "memory/shared/",
+                "memory/users/acme-ivo/"
+            ]
+        );
+        for entry in view.entries() {
+            let metadata = fs::symlink_metadata(root.join(&entry.path)).unwrap();
+            assert_eq!(
+                (entry.device, entry.inode),
+                (metadata.dev(), metadata.ino()),
+                "{}",
+                entry.path
+            );
+        }
+        // And a backend can open each as that object.
+        assert!(view.open(root).is_ok());
+    }
+
+    #[test]
+    fn a_hard_link_planted_in_a_whole_folder_splits_it_and_is_never_shown() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        // Below a subfolder: the folders above it are split, their other parts stay.
+        fs::hard_link(
+            root.join("memory/private/finance.md"),
+            root.join("memory/shared/deep/finance.md"),
+        )
+        .unwrap();
+        fs::create_dir_all(root.join("memory/shared/clean")).unwrap();
+        fs::write(root.join("memory/shared/clean/a.md"), "a").unwrap();
+        let view = compute(root, &employee()).unwrap();
+        assert_eq!(
+            paths(&view),
+            [
+                "SOUL.md",
+                "data/",
+                "memory/shared/clean/",
+                "memory/shared/deep/more.md",
+                "memory/shared/facts.md",
+                "memory/users/acme-ivo/",
+            ]
+        );
+        assert!(view.open(root).is_ok());
+    }
+
+    #[test]
+    fn symlinks_sockets_and_refused_names_split_a_folder_too() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        std::os::unix::fs::symlink("../private/finance.md", root.join("memory/shared/x.md"))
+            .unwrap();
+        let view = compute(root, &employee()).unwrap();
+        assert_eq!(
+            paths(&view),
+            [
+                "SOUL.md",
+                "data/",
+                "memory/shared/deep/",
+                "memory/shared/facts.md",
+                "memory/users/acme-ivo/",
+            ]
+        );
+        fs::remove_file(root.join("memory/shared/x.md")).unwrap();
+        let _listener =
+            std::os::unix::net::UnixListener::bind(root.join("data/porter.sock")).unwrap();
+        fs::write(root.join("data/back\\slash.csv"), "x").unwrap();
+        let view = compute(root, &employee()).unwrap();
+        assert_eq!(
+            paths(&view),
+            [
+                "SOUL.md",
+                "data/report.csv",
+                "memory/shared/",
+                "memory/users/acme-ivo/"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_split_folder_past_the_mount_limit_names_the_link_that_split_it() {
+        let workspace = company_workspace();
+        let root = workspace.path();
+        for index in 0..MAX_VIEW_ENTRIES {
+            fs::write(root.join(format!("data/{index}.csv")), "x").unwrap();
+        }
+        let view = compute(root, &employee()).unwrap();
+        assert!(paths(&view).contains(&"data/".to_string()));
+        fs::hard_link(
+            root.join("memory/private/finance.md"),
+            root.join("data/finance.csv"),
+        )
+        .unwrap();
+        let error = compute(root, &employee()).unwrap_err().to_string();
+        assert!(
+            error.contains("data/finance.csv is a symbolic link, a hard-linked file")
+                && error.contains("data/**"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn too_many_single_files_are_refused_with_advice() {
         let workspace = tempfile::tempdir().unwrap();
@@ -545,10 +820,10 @@ mod tests {
         assert!(error.to_string().contains("data/**"), "{error}");
     }
 
-    /// Sets every directory below `root` (and `root`) to a time long past, so a
+    /// Sets every directory below `root` (and `root`) to an hour ago, so a
     /// snapshot trusts it.
     fn age_directories(root: &Path) {
-        let past = SystemTime::now() - Duration::from_secs(60);
+        let past = SystemTime::now() - Duration::from_secs(3600);
         let mut queue = vec![root.to_path_buf()];
         while let Some(directory) = queue.pop() {
             fs::File::open(&directory)
@@ -561,6 +836,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_snapshot_is_trusted_for_a_minute_at_most() {
+        let workspace = company_workspace();
+        age_directories(workspace.path());
+        let (_, mut snapshot) = compute_with_snapshot(workspace.path(), &employee(), None).unwrap();
+        assert!(snapshot.is_current());
+        // A second name given elsewhere to a file below `memory/shared/` moves no
+        // listed folder's time; the view is computed again within a minute anyway.
+        snapshot.taken_at -= TRUSTED_FOR;
+        assert!(!snapshot.is_current());
     }
 
     #[test]
@@ -607,6 +894,31 @@ mod tests {
                 .map(|entry| entry.inode)
         };
         assert_ne!(inode(&before), inode(&after));
+
+        // A hard link planted in a folder mounted whole: that folder was listed too, so
+        // the view is computed anew and the folder is no longer whole.
+        age_directories(root);
+        let whole = view(&cache);
+        assert!(paths(&whole).contains(&"memory/".to_string()), "{whole}");
+        fs::hard_link(
+            root.join("memory/private/finance.md"),
+            root.join("memory/shared/deep/linked.md"),
+        )
+        .unwrap();
+        let split = view(&cache);
+        assert!(!paths(&split).contains(&"memory/".to_string()), "{split}");
+        assert!(
+            paths(&split).contains(&"memory/shared/deep/more.md".to_string()),
+            "{split}"
+        );
+        // Both names of the file are hard links now: neither is shown, as `read`
+        // refuses both.
+        assert!(
+            !paths(&split)
+                .iter()
+                .any(|path| path.contains("linked") || path.contains("finance")),
+            "{split}"
+        );
 
         // A folder changed just now is not trusted yet: computed every time.
         let count = computed.get();
