@@ -1125,3 +1125,82 @@ async fn a_result_that_comes_while_the_starters_turn_runs_is_stored_after_it() {
         last.messages()
     );
 }
+
+/// Authority at the moment of use: Ivan is made an external contact while his
+/// sub-agent waits for the model. The read the child's model then asks for is not run,
+/// the child makes no further model call, and Ivan's session is told why it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_persons_running_sub_agent_stops_before_its_next_tool_call() {
+    const CANARY: &str = "canary-report-5520";
+    let bot = start(json!({"maxDepth": 1, "maxConcurrent": 2}), |_| {}).await;
+    std::fs::create_dir_all(bot.workspace.join("data")).unwrap();
+    std::fs::write(bot.workspace.join("data/report.md"), CANARY).unwrap();
+    let task = "TASK-D: read data/report.md";
+    let demoted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let after_demotion: Gate = {
+        let demoted = demoted.clone();
+        Arc::new(move || demoted.load(Ordering::SeqCst))
+    };
+    bot.model.script(
+        PERSON,
+        vec![
+            call("sessions_spawn", json!({"task": task, "tools": ["read"]})),
+            text("A helper is reading it."),
+        ],
+    );
+    bot.model.script(
+        task,
+        vec![
+            Step::After(
+                after_demotion,
+                Box::new(call("read", json!({"path": "data/report.md"}))),
+            ),
+            text("RESULT-D: the report says something."),
+        ],
+    );
+    let reply = bot.ivan_says("read the report in the background").await;
+    assert_eq!(reply["reply"], "A helper is reading it.");
+    eventually("the child's first model call", || {
+        bot.model.seen_in(task).len() == 1
+    })
+    .await;
+    // The bot file now makes Ivan external (the agent reloads it on its next read).
+    let config_path = bot._directory.path().join("bot-config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    for contact in config["contacts"].as_array_mut().unwrap() {
+        if contact["slug"] == "ivan" {
+            contact["role"] = json!("external");
+        }
+    }
+    write_config(&config_path, &config);
+    demoted.store(true, Ordering::SeqCst);
+    eventually("the announcement in Ivan's session", || {
+        !bot.stored("person:ivan", "was stopped before finishing")
+            .is_empty()
+    })
+    .await;
+    let announced = bot
+        .stored("person:ivan", "was stopped before finishing")
+        .join("\n");
+    assert!(
+        announced.contains("Ivan's role changed from employee to external"),
+        "{announced}"
+    );
+    assert_eq!(
+        bot.model.seen_in(task).len(),
+        1,
+        "the child called the model again"
+    );
+    let everything = bot.stored("person:ivan", "");
+    assert!(!everything.iter().any(|message| message.contains(CANARY)));
+    let database = bot.database();
+    let leaked: i64 = database
+        .query_row(
+            "SELECT count(*) FROM messages WHERE instr(content, ?1) > 0",
+            [CANARY],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(leaked, 0, "the report was read after the demotion");
+}
