@@ -12,7 +12,9 @@
 # with the variables below), node_local_volume <namespace> <claim> <size>.
 # After node_start: SAINT_E2E_NODE=saint-e2e-node, SAINT_E2E_HOST_IP=10.88.0.1
 # (the host as pods see it: the bridge's gateway; servers a test runs for pods
-# listen there), SAINT_E2E_PAUSE_IMAGE and SAINT_E2E_PROBE_IMAGE (images in the
+# listen there), SAINT_E2E_PUBLIC_IP=203.0.113.1 (the host again, on an address
+# outside every private range: to a pod's NetworkPolicy a server a test runs
+# there is on the internet), SAINT_E2E_PAUSE_IMAGE and SAINT_E2E_PROBE_IMAGE (images in the
 # node's containerd, see below), SAINT_E2E_CONTAINERD_ADDRESS and
 # SAINT_E2E_SNAPSHOTTER (for node_import_image), SAINT_E2E_NODE_VOLUMES (where
 # local volumes go).
@@ -21,7 +23,7 @@
 # socket, runc's state, CNI config and IP allocations, the kubelet's root and
 # pod logs, certificates, kubeconfigs, logs — never the system's default
 # paths, so a crashed run cannot poison the next. What cannot live there:
-#   - the bridge `saint0` (10.88.0.1/16), iptables chains KUBE-* and CNI-*
+#   - the bridge `saint0` (10.88.0.1/16 and 203.0.113.1/32), iptables chains KUBE-* and CNI-*
 #     (IPv4 and IPv6), cgroups /sys/fs/cgroup/*/saint-e2e-node (the kubelet's
 #     cgroupRoot), the kubelet's symlinks in /var/log/containers,
 #     net.ipv4.ip_forward: node_stop removes or restores them, and node_start
@@ -51,6 +53,11 @@
 
 node_name=saint-e2e-node
 node_host_ip=10.88.0.1
+# A documentation address (TEST-NET-3, RFC 5737) on the bridge too: pods reach the
+# host there as they would a server on the internet, through the egress rule for
+# public addresses (a bot pod's policy admits it, a sandbox's does not), with no
+# route leaving the machine.
+node_public_ip=203.0.113.1
 node_pod_cidr=10.88.0.0/16
 node_bridge=saint0
 # Pods' cgroups go under /<this> in every v1 hierarchy, never under a
@@ -485,8 +492,9 @@ node_start() {
 	# bridge plugin adopts it.
 	ip link add "$node_bridge" type bridge &&
 		ip address add "$node_host_ip/16" dev "$node_bridge" &&
+		ip address add "$node_public_ip/32" dev "$node_bridge" &&
 		ip link set "$node_bridge" up ||
-		node_fail "failed to create the bridge $node_bridge with $node_host_ip/16" || return 1
+		node_fail "failed to create the bridge $node_bridge with $node_host_ip/16 and $node_public_ip/32" || return 1
 	# Pods reach Services through kube-proxy's rules: bridged packets must go
 	# through iptables. The CNI bridge plugin turns forwarding on; restored
 	# at node_stop.
@@ -672,6 +680,7 @@ node_start() {
 
 	export SAINT_E2E_NODE="$node_name"
 	export SAINT_E2E_HOST_IP="$node_host_ip"
+	export SAINT_E2E_PUBLIC_IP="$node_public_ip"
 	export SAINT_E2E_PAUSE_IMAGE="$node_pause_image"
 	export SAINT_E2E_PROBE_IMAGE="$node_probe_image"
 	export SAINT_E2E_NODE_VOLUMES="$node_dir/volumes"

@@ -66,7 +66,7 @@ app_version() {
 	echo "$version"
 }
 
-image_binaries=(saint-operator saint-agent saint-embedder porter porter-supervise cliport cliport-proxy saint-sandbox-runner)
+image_binaries=(saint-operator saint-agent saint-embedder porter saint-sandbox-runner)
 
 # The binaries every image takes, stripped into $1: the release build (cargo is a
 # no-op when warm), or with SAINT_IMAGES_FROM_TEST_BUILD=1 the workspace's test build
@@ -91,7 +91,7 @@ build_binaries() {
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
 			-p saint-agent --bin saint-agent \
 			-p saint-memory --bin saint-embedder \
-			-p porter --bins \
+			-p porter --bin porter \
 			-p saint-sandbox-runner --bin saint-sandbox-runner >&2
 		# The operator has its own profile (Cargo.toml: built for size), as in its Dockerfile.
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --profile operator \

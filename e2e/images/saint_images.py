@@ -852,8 +852,9 @@ def name_and_pack(layout: Path, reference: str, architecture: str, output: Path)
 
 def command_derive(arguments: argparse.Namespace) -> None:
     """A test copy of a built image: the same layers plus one with the given files
-    (e.g. a fake CLI), under another reference. Files belong to root and keep the mode
-    given (octal, default 0755)."""
+    (e.g. a test CA certificate), and the given environment variables set in its
+    config, under another reference. Files belong to root and keep the mode given
+    (octal, default 0755)."""
     work = Path(tempfile.mkdtemp(prefix="saint-derive-"))
     try:
         layout, files = work / "layout", work / "files"
@@ -872,8 +873,16 @@ def command_derive(arguments: argparse.Namespace) -> None:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, destination)
             os.chmod(destination, int(parts[2], 8) if len(parts) == 3 else 0o755)
+        for variable in arguments.env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", variable):
+                raise BuildError(f"--env {variable}: expected NAME=VALUE")
         clamp_times(files, 0)
-        umoci("insert", "--history.created", CREATED, "--history.created_by", "e2e/images/saint_images.py derive", "--image", f"{layout}:{tag}", str(files), "/")
+        if arguments.add:
+            umoci("insert", "--history.created", CREATED, "--history.created_by", "e2e/images/saint_images.py derive", "--image", f"{layout}:{tag}", str(files), "/")
+        if arguments.env:
+            # Added to the image's own environment (a variable of the same name is replaced).
+            settings = [argument for variable in arguments.env for argument in ("--config.env", variable)]
+            umoci("config", "--image", f"{layout}:{tag}", "--history.created", CREATED, "--history.created_by", "e2e/images/saint_images.py derive --env", *settings)
         umoci("gc", "--layout", str(layout))
         name_and_pack(layout, arguments.reference, architecture, Path(arguments.output).resolve())
         log(f"{arguments.output}: {arguments.reference}")
@@ -1010,11 +1019,12 @@ def main() -> int:
     stages.add_argument("names", nargs="*")
     plan = subcommands.add_parser("plan")
     plan.add_argument("dockerfile")
-    derive = subcommands.add_parser("derive", help="a test copy of an image with files added, under another reference")
+    derive = subcommands.add_parser("derive", help="a test copy of an image with files and environment added, under another reference")
     derive.add_argument("--archive", required=True, help="a built .oci.tar")
     derive.add_argument("--reference", required=True, help="the new image's full reference")
     derive.add_argument("--output", required=True, help="the new .oci.tar")
     derive.add_argument("--add", action="append", default=[], metavar="SOURCE:/DESTINATION[:MODE]")
+    derive.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     arguments = parser.parse_args()
     try:
         {"build": command_build, "stages": command_stages, "plan": command_plan, "derive": command_derive}[arguments.command](arguments)

@@ -11,14 +11,15 @@ its unpacked root, as the image's user, and start a throwaway containerd.
 - Each archive: its index names the chart's reference; its config is exactly the
   Dockerfile's final stage (user, entrypoint, env, workdir); non-root; no shell in
   operator, agent and porter; the entrypoint exists and runs `--help` in a chroot (so
-  its libraries are all there); Porter's git reaches the point of connecting over
-  HTTPS and gh runs; the sandbox has the userland the Dockerfile installs and runs
-  the bot's init container command as 65532.
+  its libraries are all there); the porter image holds `porter` alone (no CLI); the
+  sandbox has the userland the Dockerfile installs, gh runs and git reaches the point
+  of connecting over HTTPS, and it runs the bot's init container command as 65532.
 - containerd 1.6 (Debian's) imports every archive under its reference, and runc runs
   each image with a read-only root as its user.
 - skopeo pushes each archive to a registry (Debian's, on a loopback port).
 - A rebuild gives the same bytes (fixed timestamps).
-- `saint_images.py derive` adds a file to an image under another reference.
+- `saint_images.py derive` adds a file and environment variables to an image under
+  another reference.
 - The agent image holds the embedding model memory loads by default (the published
   sha256, readable by all), and `saint-agent run` in it, as its user with memory at its
   defaults, loads it and embeds a note; without it the same run refuses to start.
@@ -350,21 +351,16 @@ class ArchivesTest(unittest.TestCase):
                 self.assertEqual(unpacked.path("/etc/passwd").read_text(), (REPOSITORY_ROOT / "e2e/images/etc/passwd").read_text())
                 self.assertEqual(unpacked.path("/tmp").stat().st_mode & 0o7777, 0o1777)
 
-    def test_porter_runs_git_and_gh_and_git_has_its_https_helper(self) -> None:
+    def test_porter_holds_porter_alone_and_no_cli(self) -> None:
         porter = Unpacked.of("porter")
-        user = porter.config["config"]["User"]
-        self.assertIn("git version", porter.run(user, "/usr/bin/git", "--version").stdout)
-        self.assertIn("gh version", porter.run(user, "/usr/bin/gh", "--version").stdout)
-        self.assertIn("porter-supervise", os.listdir(porter.path("/usr/local/bin")))
-        self.assertIn("cliport", os.listdir(porter.path("/usr/local/bin")))
-        # A closed port on loopback: git must get as far as curl connecting, which
-        # needs git-remote-https and libcurl's whole TLS stack to load.
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        result = porter.run(user, "/usr/bin/git", "ls-remote", f"https://127.0.0.1:{port}/saint.git", check=False)
-        self.assertNotEqual(result.returncode, 0)
-        self.assertRegex(result.stderr, r"(Failed to connect|Could not connect|Connection refused)", result.stderr)
+        self.assertEqual(os.listdir(porter.path("/usr/local/bin")), ["porter"])
+        for cli in ("/usr/bin/gh", "/usr/bin/git", "/usr/lib/git-core", "/usr/bin/curl"):
+            with self.subTest(cli=cli):
+                self.assertFalse(os.path.lexists(porter.path(cli)), f"{cli} is in the porter image")
+        # Its defaults are saint_config::sandbox_contract's proxy socket and CA paths.
+        help_text = porter.run(porter.config["config"]["User"], "/usr/local/bin/porter", "--help").stdout
+        self.assertIn("/run/saint/porter/proxy.sock", help_text)
+        self.assertIn("/run/saint/porter/ca.pem", help_text)
 
     def test_sandbox_has_the_userland_and_runs_the_init_container_command(self) -> None:
         sandbox = Unpacked.of("sandbox")
@@ -374,15 +370,22 @@ class ArchivesTest(unittest.TestCase):
             ["python3", "-c", "print(1 + 1)"],
             ["jq", "--version"],
             ["git", "--version"],
+            ["gh", "--version"],
             ["tini", "--version"],
             ["tree", "--version"],
         ):
             with self.subTest(command=command[0]):
                 sandbox.run(user, "/usr/bin/env", f"PATH={saint_images.DEFAULT_PATH}", *command)
-        # cliport-proxy forwards its arguments to Porter: it starts (its libraries load)
-        # and reports the missing socket.
-        proxied = sandbox.run(user, "/usr/local/bin/cliport-proxy", "--version", check=False)
-        self.assertIn("failed to connect to /run/saint/porter/porter.sock", proxied.stderr)
+        self.assertIn("gh version 2.", sandbox.run(user, "/usr/bin/gh", "--version").stdout)
+        # The CLIs run here and reach their hosts through Porter's proxy: git must get as
+        # far as connecting over HTTPS (a closed port on loopback), which needs
+        # git-remote-https and libcurl's whole TLS stack to load.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        result = sandbox.run(user, "/usr/bin/git", "ls-remote", f"https://127.0.0.1:{port}/saint.git", check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertRegex(result.stderr, r"(Failed to connect|Could not connect|Connection refused)", result.stderr)
         agent_directory = sandbox.path("/agent")
         self.assertTrue(agent_directory.is_dir())
         self.assertEqual(agent_directory.stat().st_mode & 0o7777, 0o555)
@@ -545,16 +548,18 @@ class ReproducibleTest(unittest.TestCase):
 
 
 class DeriveTest(unittest.TestCase):
-    def test_derive_adds_a_file_under_another_reference(self) -> None:
+    def test_derive_adds_a_file_and_environment_under_another_reference(self) -> None:
         directory = Path(tempfile.mkdtemp(prefix="saint-derive-test-"))
         try:
-            fake = directory / "fake-gh"
-            fake.write_text("not a real program\n")
+            certificate = directory / "upstream-ca.pem"
+            certificate.write_text("not a real certificate\n")
             output = directory / "porter-e2e.oci.tar"
             subprocess.run(
                 [sys.executable, str(Path(saint_images.__file__)), "derive", "--archive", str(archive("porter")),
                  "--reference", "ghcr.io/saint-work/saint-porter-e2e:test", "--output", str(output),
-                 "--add", f"{fake}:/usr/local/bin/fake-gh"],
+                 "--add", f"{certificate}:/etc/saint-e2e/upstream-ca.pem:0644",
+                 "--env", "PORTER_UPSTREAM_CA_FILE=/etc/saint-e2e/upstream-ca.pem",
+                 "--env", "PORTER_UPSTREAM_OVERRIDES=api.github.com=203.0.113.1:443,github.com=203.0.113.1:443"],
                 check=True, capture_output=True, text=True,
             )
             with tarfile.open(output) as tar:
@@ -564,12 +569,19 @@ class DeriveTest(unittest.TestCase):
             layout.mkdir()
             subprocess.run(["tar", "-C", str(layout), "-xf", str(output)], check=True)
             subprocess.run(["umoci", "unpack", "--image", f"{layout}:test", str(bundle)], check=True, capture_output=True)
-            added = bundle / "rootfs/usr/local/bin/fake-gh"
-            self.assertEqual(added.read_text(), "not a real program\n")
-            self.assertEqual((added.stat().st_mode & 0o777, added.stat().st_uid), (0o755, 0))
+            added = bundle / "rootfs/etc/saint-e2e/upstream-ca.pem"
+            self.assertEqual(added.read_text(), "not a real certificate\n")
+            self.assertEqual((added.stat().st_mode & 0o777, added.stat().st_uid), (0o644, 0))
             self.assertTrue((bundle / "rootfs/usr/local/bin/porter").is_file())
             config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{output}"], check=True, capture_output=True, text=True).stdout)
             self.assertEqual(config["config"]["User"], plan("porter").user)
+            # The image's own environment, then the variables added.
+            self.assertEqual(
+                config["config"]["Env"],
+                [f"{variable}={value}" for variable, value in plan("porter").environment.items()]
+                + ["PORTER_UPSTREAM_CA_FILE=/etc/saint-e2e/upstream-ca.pem",
+                   "PORTER_UPSTREAM_OVERRIDES=api.github.com=203.0.113.1:443,github.com=203.0.113.1:443"],
+            )
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -617,7 +629,7 @@ class ContainerdImportTest(unittest.TestCase):
             runs = {
                 "operator": (["/usr/local/bin/saint-operator", "--help"], "Usage"),
                 "agent": (["/usr/local/bin/saint-agent", "--help"], "Usage"),
-                "porter": (["/usr/bin/gh", "--version"], "gh version"),
+                "porter": (["/usr/local/bin/porter", "--version"], "porter "),
                 "sandbox": (["/bin/sh", "-c", "id -u; id -g; python3 -c 'print(6 * 7)'"], f"{uids()['SANDBOX_UID']}\n{uids()['SHARED_GID']}\n42"),
             }
             for name, (command, wanted) in runs.items():

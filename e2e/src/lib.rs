@@ -16,6 +16,7 @@ pub mod node;
 pub mod operator_process;
 pub mod pods;
 pub mod service_account;
+pub mod standin;
 pub mod tools;
 pub mod wait;
 

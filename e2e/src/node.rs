@@ -55,6 +55,10 @@ pub struct Node {
     /// The host as pods see it (the pod bridge's gateway, 10.88.0.1): a server a test
     /// binds here is reachable from pods.
     pub host_ip: IpAddr,
+    /// The host on an address outside every private range (203.0.113.1, on the same
+    /// bridge): a server a test binds here is, to a pod's NetworkPolicy, on the
+    /// internet.
+    pub public_ip: IpAddr,
     /// The sandbox image containerd holds (`imagePullPolicy: Never` works).
     pub pause_image: String,
     /// The probe image (`e2e/node/probe`: `api`, `get <url>`, `sleep` steps).
@@ -75,13 +79,17 @@ fn variable(name: &'static str) -> Result<String, NodeError> {
 impl Node {
     /// Reads the variables `node_start` exports; fails naming the first missing one.
     pub fn from_env() -> Result<Self, NodeError> {
-        let host_ip = variable("SAINT_E2E_HOST_IP")?;
+        let address = |name: &'static str| {
+            let value = variable(name)?;
+            value.parse().map_err(|_| NodeError::Address {
+                variable: name,
+                value,
+            })
+        };
         Ok(Self {
             name: variable("SAINT_E2E_NODE")?,
-            host_ip: host_ip.parse().map_err(|_| NodeError::Address {
-                variable: "SAINT_E2E_HOST_IP",
-                value: host_ip.clone(),
-            })?,
+            host_ip: address("SAINT_E2E_HOST_IP")?,
+            public_ip: address("SAINT_E2E_PUBLIC_IP")?,
             pause_image: variable("SAINT_E2E_PAUSE_IMAGE")?,
             probe_image: variable("SAINT_E2E_PROBE_IMAGE")?,
             containerd_address: variable("SAINT_E2E_CONTAINERD_ADDRESS")?.into(),

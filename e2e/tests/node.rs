@@ -1,16 +1,18 @@
 //! Saint on a real node (run by `SAINT_E2E_NODE=1 e2e/run.sh`): the chart's operator
 //! runs from its image, the example company's bot pod runs its `agent` and `porter`
 //! containers, answers through its Service with the scripted model on the node, runs
-//! `gh` in a sandbox Job through Porter, keeps its transcript across a pod deletion and
-//! picks up a Contact edit without a restart.
+//! Debian's `gh` in a sandbox Job whose request reaches a stand-in for GitHub through
+//! the runner's relay and Porter's proxy with the real token while the sandbox holds
+//! only a placeholder, keeps its transcript across a pod deletion and picks up a
+//! Contact edit without a restart.
 //!
 //! The figures the scenario measures (apply → Ready, message → reply, exec cold and
 //! warm, Contact edit → agent) are printed and written to
 //! `$SAINT_E2E_RUN_DIR/node-figures.json`; nothing asserts on a duration.
 
 use std::{
-    collections::BTreeMap,
-    net::IpAddr,
+    collections::{BTreeMap, BTreeSet},
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -28,11 +30,12 @@ use saint_config::sandbox_contract::sandbox_label_selector;
 use saint_e2e::{
     Environment, Failure, TestResult, chart,
     company_bot::{BOT, CompanyBot, condition_state},
-    examples, manifests, namespace, node, pods, tools, wait,
+    examples, manifests, namespace, node, pods,
+    standin::{self, GithubStandIn},
+    tools, wait,
 };
 use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// Ana, the example's owner (contacts.yaml): exec with nothing blocked.
 const ANA_PHONE: &str = "+385991234567";
@@ -40,8 +43,16 @@ const ANA_PHONE: &str = "+385991234567";
 const IVAN_PHONE: &str = "+385991234569";
 /// The example's HTTP channel token (secrets.yaml).
 const HTTP_TOKEN: &str = "REPLACE-ME-long-random-bearer-token";
-/// Where the fake CLI lands in the test copy of the porter image.
-const FAKE_GH: &str = "/usr/local/bin/fake-gh";
+/// The example's GitHub credential: its Secret (secrets.yaml) and the SaintBot entry.
+const GITHUB_SECRET: &str = "github";
+const GITHUB_SECRET_KEY: &str = "token";
+/// Where the test copy of the porter image holds the stand-in's CA.
+const STANDIN_CA_PATH: &str = "/etc/saint-e2e/github-standin-ca.pem";
+/// The `gh` call the model asks for: GitHub's REST API, as the example's employees and
+/// owner may (`requests` in saintbot.yaml); prints the first pull request's title.
+const GH_CALL: &str = "gh api repos/acme/website/pulls --jq '.[0].title'";
+/// The path that call requests.
+const GH_CALL_PATH: &str = "/repos/acme/website/pulls";
 /// Longest wait for a pod to start on the node (image unpack, probes, 2 cores).
 const POD_TIMEOUT: Duration = Duration::from_secs(240);
 /// Longest wait for one turn of the bot (a cold sandbox Job included).
@@ -51,6 +62,10 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(180);
 struct NodeRun {
     /// The host's address on the pod network: pods reach servers the test binds here.
     host_ip: IpAddr,
+    /// The host on a public address: what the bot's egress policy admits as internet.
+    public_ip: IpAddr,
+    /// Where the node's local volumes live (the bot's workspace among them).
+    volumes_dir: PathBuf,
     /// OCI archives of the product images (`e2e/images/build.sh --print-dir`).
     images_dir: PathBuf,
     /// The chart's appVersion, the images' tag.
@@ -72,7 +87,7 @@ fn variable(name: &str) -> Result<String, Failure> {
 impl NodeRun {
     fn from_env(environment: &Environment) -> Result<Self, Failure> {
         // The node's own settings come from the harness's reader (it names a missing one).
-        let host_ip = node::Node::from_env()?.host_ip;
+        let node = node::Node::from_env()?;
         let chart = std::fs::read_to_string(environment.repo.join("charts/saint/Chart.yaml"))?;
         let version = chart
             .lines()
@@ -80,7 +95,9 @@ impl NodeRun {
             .map(|value| value.trim().trim_matches('"').to_owned())
             .ok_or_else(|| Failure::message("charts/saint/Chart.yaml has no appVersion"))?;
         Ok(Self {
-            host_ip,
+            host_ip: node.host_ip,
+            public_ip: node.public_ip,
+            volumes_dir: node.volumes_dir,
             images_dir: variable("SAINT_E2E_IMAGES_DIR")?.into(),
             version,
         })
@@ -108,10 +125,19 @@ impl Figures {
     }
 }
 
-/// A test copy of the porter image with the fake CLI at [`FAKE_GH`], imported into the
+/// A test copy of the porter image pointed at the GitHub stand-in, imported into the
 /// node's containerd as `ghcr.io/saint-work/saint-porter-e2e:<version>`; returns that
-/// reference. The product image itself is untouched.
-async fn porter_image_with_fake_cli(run: &NodeRun) -> Result<String, Failure> {
+/// reference. It differs from the product image only by the stand-in's CA file and two
+/// variables in the image's environment, Porter's own settings "for tests and
+/// air-gapped mirrors": `PORTER_UPSTREAM_OVERRIDES` (GitHub's hosts connect to the
+/// stand-in's address; TLS is still verified for the host name) and
+/// `PORTER_UPSTREAM_CA_FILE` (the stand-in's CA, trusted upstream besides the system's).
+/// The operator sets neither, so the pod keeps the image's values. The product image
+/// itself is untouched.
+async fn porter_image_for_standin(
+    run: &NodeRun,
+    standin: &GithubStandIn,
+) -> Result<String, Failure> {
     let reference = format!("ghcr.io/saint-work/saint-porter-e2e:{}", run.version);
     let archive = run
         .images_dir
@@ -123,23 +149,34 @@ async fn porter_image_with_fake_cli(run: &NodeRun) -> Result<String, Failure> {
         )));
     }
     let work = tempfile::tempdir()?;
+    let ca_file = work.path().join("github-standin-ca.pem");
+    std::fs::write(&ca_file, &standin.ca_pem)?;
     let derived = work.path().join("porter-e2e.oci.tar");
+    let overrides = standin::HOSTS
+        .iter()
+        .map(|host| format!("{host}={}", standin.address))
+        .collect::<Vec<_>>()
+        .join(",");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = r#"
         set -euo pipefail
         python3 "$1/images/saint_images.py" derive --archive "$2" --reference "$3" \
-            --output "$4" --add "$5:$6:0755"
+            --output "$4" "${@:5}"
         source "$1/node.sh"
         node_import_image "$4"
     "#;
     let output = tokio::process::Command::new("bash")
-        .args(["-c", script, "porter-image-with-fake-cli"])
+        .args(["-c", script, "porter-image-for-standin"])
         .arg(repo)
         .arg(&archive)
         .arg(&reference)
         .arg(&derived)
-        .arg(env!("CARGO_BIN_EXE_fake-cli"))
-        .arg(FAKE_GH)
+        .arg("--add")
+        .arg(format!("{}:{STANDIN_CA_PATH}:0644", ca_file.display()))
+        .arg("--env")
+        .arg(format!("PORTER_UPSTREAM_OVERRIDES={overrides}"))
+        .arg("--env")
+        .arg(format!("PORTER_UPSTREAM_CA_FILE={STANDIN_CA_PATH}"))
         .output()
         .await?;
     if !output.status.success() {
@@ -152,10 +189,10 @@ async fn porter_image_with_fake_cli(run: &NodeRun) -> Result<String, Failure> {
     Ok(reference)
 }
 
-/// The example company, changed only where this machine differs from a company's:
-/// the model is the scripted server on the node, `gh` is the fake in the test copy
-/// of the porter image (its token in its environment, so it can show it got it), and
-/// the gh credential is a canary the scenario looks for everywhere it must not be.
+/// The example company, changed only where this machine differs from a company's: the
+/// model is the scripted server on the node and Porter is the test copy of its image
+/// that reaches the GitHub stand-in. The `gh` entry (hosts, secret, placeholder,
+/// request policy) is the example's own.
 fn example_saintbot(
     environment: &Environment,
     model_url: &str,
@@ -165,18 +202,15 @@ fn example_saintbot(
     let spec = &mut bot.data["spec"];
     spec["model"]["baseUrl"] = model_url.into();
     spec["images"]["porter"] = porter_image.into();
-    let clis = spec["porter"]["clis"]
-        .as_array_mut()
-        .ok_or_else(|| Failure::message("the example SaintBot has no porter.clis"))?;
-    for cli in clis.iter_mut().filter(|cli| cli["name"] == "gh") {
-        cli["bin"] = FAKE_GH.into();
-        // Environment mode: the fake holds the token itself (injection mode would hand
-        // it a placeholder and put the token on the wire only).
-        if let Some(cli) = cli.as_object_mut() {
-            cli.remove("hosts");
-            cli.remove("requests");
-            cli.remove("profile");
-        }
+    let gh = spec["porter"]["clis"]
+        .as_array()
+        .and_then(|clis| clis.iter().find(|cli| cli["name"] == "gh"))
+        .ok_or_else(|| Failure::message("the example SaintBot has no porter.clis entry gh"))?;
+    if gh["secretKeyRef"] != json!({"name": GITHUB_SECRET, "key": GITHUB_SECRET_KEY}) {
+        return Err(Failure::message(format!(
+            "the example's gh entry reads {}, not Secret {GITHUB_SECRET} key {GITHUB_SECRET_KEY}",
+            gh["secretKeyRef"]
+        )));
     }
     Ok(bot)
 }
@@ -247,22 +281,26 @@ async fn scenario(
     // The scripted model on the node's pod-network address.
     let llm = ScriptedLlm::start_on(run.host_ip).await?;
     llm.set_fallback(Reply::text("(fallback answer)"));
-    let porter_image = porter_image_with_fake_cli(run).await?;
+    // The GitHub token is a canary the scenario looks for everywhere it must not be;
+    // the stand-in for GitHub, on the node's public address (the bot pod's egress
+    // admits it as the internet; the sandbox's admits nothing), accepts only it.
+    let canary = format!("canary-gh-token-{}", std::process::id());
+    let standin = GithubStandIn::start(SocketAddr::new(run.public_ip, 443), &canary).await?;
+    let porter_image = porter_image_for_standin(run, &standin).await?;
 
     // The example company in a namespace enforcing "restricted".
     let bot_namespace = namespace::create(admin, "company", true).await?;
     namespaces.push(bot_namespace.clone());
-    node::provide_local_volume(admin, &bot_namespace, &format!("{BOT}-workspace")).await?;
-    let canary = format!("canary-gh-token-{}", std::process::id());
-    let canary_hash = format!("sha256:{:x}", Sha256::digest(canary.as_bytes()));
+    let workspace_claim = format!("{BOT}-workspace");
+    node::provide_local_volume(admin, &bot_namespace, &workspace_claim).await?;
     for file in ["secrets.yaml", "roles.yaml", "contacts.yaml"] {
         manifests::apply_all(admin, &examples::text(environment, file)?, &bot_namespace).await?;
     }
     Api::<Secret>::namespaced(admin.clone(), &bot_namespace)
         .patch(
-            "acme-assistant-porter",
+            GITHUB_SECRET,
             &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"gh-token": canary}})),
+            &Patch::Merge(json!({"stringData": {GITHUB_SECRET_KEY: canary}})),
         )
         .await?;
     let bot = CompanyBot {
@@ -317,6 +355,17 @@ async fn scenario(
         "kubectl get sbot: {printed}\nstatus: {status}"
     );
     let bot_pod = current_bot_pod(admin, &bot_namespace).await?;
+    // Of the bot pod's containers, Porter's alone can read the GitHub Secret.
+    let readers: BTreeSet<String> = secret_readers(&bot_pod)
+        .into_iter()
+        .filter(|(_, secret)| secret == GITHUB_SECRET)
+        .map(|(container, _)| container)
+        .collect();
+    assert_eq!(
+        readers,
+        BTreeSet::from(["porter".to_owned()]),
+        "the containers of the bot pod that read Secret {GITHUB_SECRET}"
+    );
 
     // A message through the Service, answered by the scripted model.
     let service = Api::<Service>::namespaced(admin.clone(), &bot_namespace)
@@ -336,11 +385,17 @@ async fn scenario(
     figures.record("message_to_reply_seconds", sent);
     assert_eq!(answer, "Hello Ana, this is Saint on a real node.");
 
-    // exec "gh --version": a sandbox Job on the bot's node, the shim, Porter's socket on
-    // the bot's volume, the fake gh in the porter container with its Secret.
-    // The probe also tries the network from the sandbox: the model server on the node
-    // (which the bot pod reached a moment ago) and the API server behind the
-    // `kubernetes` Service. The sandbox NetworkPolicy must refuse both.
+    // The model asks for a `gh` call. It runs in a sandbox Job on the bot's node, as the
+    // sandbox user, with the environment Porter handed the agent for this command: a
+    // placeholder in GH_TOKEN and the runner's relay as its HTTPS proxy. Porter admits
+    // the request (Ana is the owner), swaps the placeholder for the Secret's token and
+    // sends it to the stand-in. The same command then looks for the token in the
+    // sandbox: Porter's secret directory, every file, every process's environment and
+    // command line (the canary is spelled in two halves, so the command line itself
+    // never holds it). And it tries the network: the model server on the node (which
+    // the bot pod reached a moment ago), the API server behind the `kubernetes` Service
+    // and the stand-in itself. The sandbox NetworkPolicy must refuse all three: the
+    // relay to Porter is the sandbox's only way out.
     let model_port = llm
         .base_url()
         .rsplit(':')
@@ -351,44 +406,85 @@ async fn scenario(
                    s = socket.socket(); s.settimeout(3)\n\
                    code = s.connect_ex((sys.argv[1], int(sys.argv[2])))\n\
                    print('sandbox-connect', sys.argv[1], 'open' if code == 0 else 'refused')";
-    let probe = format!(
-        "gh --version; echo uid-in-sandbox=$(id -u); \
-         if env | grep -q GH_TOKEN; then echo sandbox-env-has-GH_TOKEN; fi; \
-         if grep -rqsF \"$(printf %s {})$(printf %s {})\" /workspace /agent /tmp /run /etc /home 2>/dev/null; \
-         then echo sandbox-files-hold-the-canary; else echo sandbox-files-clean; fi; \
-         python3 -c \"{connect}\" {host} {model_port}; python3 -c \"{connect}\" 10.0.0.1 443",
-        &canary[..8],
-        &canary[8..],
+    let network_probes = format!(
+        "python3 -c \"{connect}\" {host} {model_port}; python3 -c \"{connect}\" 10.0.0.1 443; \
+         python3 -c \"{connect}\" {public} 443",
         host = run.host_ip,
+        public = run.public_ip,
+    );
+    let (first_half, second_half) = canary.split_at(8);
+    let probe = format!(
+        "{GH_CALL}; echo gh-exit=$?; echo uid-in-sandbox=$(id -u); \
+         case \"$GH_TOKEN\" in porter_ph_*) echo sandbox-GH_TOKEN-is-a-placeholder;; \
+         *) echo sandbox-GH_TOKEN-is-not-a-placeholder;; esac; \
+         if cat /etc/porter-secrets/gh/secret; then echo sandbox-read-porter-secret; \
+         else echo sandbox-cannot-read-porter-secret; fi; \
+         held=$(printf '%s%s\\n' {first_half} {second_half} | \
+         grep -rlsF -D skip -f - / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev | head -5); \
+         if [ -n \"$held\" ]; then echo sandbox-files-hold-the-canary: $held; else echo sandbox-files-clean; fi; \
+         held=$(printf '%s%s\\n' {first_half} {second_half} | \
+         grep -lsF -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline | head -5); \
+         if [ -n \"$held\" ]; then echo sandbox-processes-hold-the-canary: $held; \
+         else echo sandbox-processes-clean; fi; \
+         {network_probes}"
     );
     llm.push(Reply::tool_call("exec", json!({"command": probe})));
     llm.push(Reply::text("gh ran."));
     let requests_before = llm.request_count();
     let exec_sent = Instant::now();
-    let answer = send(&address, ANA_PHONE, "Which gh version do we have?")
-        .await
-        .map_err(Failure::message)?;
+    let answer = send(
+        &address,
+        ANA_PHONE,
+        "Which pull requests are open on the website?",
+    )
+    .await
+    .map_err(Failure::message)?;
     figures.record("exec_cold_turn_seconds", exec_sent);
     assert_eq!(answer, "gh ran.");
     let result = last_tool_result(&llm, requests_before)?;
     assert!(
-        result.contains("fake-gh version 0.0.0-e2e args=[--version]"),
-        "the fake gh did not answer through Porter: {result}"
+        result.contains(standin::PULL_REQUEST_TITLE) && result.contains("gh-exit=0"),
+        "gh in the sandbox did not get the stand-in's answer through Porter: {result}"
     );
+    let received = standin.requests();
     assert!(
-        result.contains(&format!("GH_TOKEN={canary_hash}")),
-        "the fake gh ran without the Secret's token: {result}"
+        received
+            .iter()
+            .any(|request| request.host == "api.github.com"
+                && request.method == "GET"
+                && request.path == GH_CALL_PATH),
+        "the stand-in never received {GH_CALL_PATH}: {received:?}"
     );
+    // Every request reached GitHub's stand-in with the real token, none with the
+    // placeholder the sandbox held (nor the stand-in's answer would have been 401).
     assert!(
-        result.contains("uid=65533"),
-        "gh must run as Porter's user: {result}"
+        received
+            .iter()
+            .all(|request| request.credential() == Some(canary.as_str())),
+        "a request reached the stand-in without the Secret's token: {:?}",
+        received
+            .iter()
+            .map(|request| (
+                &request.path,
+                request
+                    .authorization
+                    .as_deref()
+                    .map(|value| value.split(' ').next())
+            ))
+            .collect::<Vec<_>>()
     );
     assert!(
         result.contains("uid-in-sandbox=65531"),
         "the sandbox user: {result}"
     );
     assert!(
-        result.contains("sandbox-files-clean") && !result.contains("sandbox-env-has-GH_TOKEN"),
+        result.contains("sandbox-GH_TOKEN-is-a-placeholder"),
+        "the sandbox's GH_TOKEN is not Porter's placeholder: {result}"
+    );
+    assert!(
+        result.contains("sandbox-cannot-read-porter-secret")
+            && result.contains("sandbox-files-clean")
+            && result.contains("sandbox-processes-clean"),
         "the credential reached the sandbox: {result}"
     );
     assert!(
@@ -398,15 +494,75 @@ async fn scenario(
     // Refused on the first command already: the runner serves only once its pod's
     // network is cut (the policy engine applies the policy a moment after the pod
     // got its address; without that wait this probe connected on this node).
-    for target in [run.host_ip.to_string(), "10.0.0.1".to_owned()] {
+    for target in [
+        run.host_ip.to_string(),
+        "10.0.0.1".to_owned(),
+        run.public_ip.to_string(),
+    ] {
         assert!(
             result.contains(&format!("sandbox-connect {target} refused")),
             "the sandbox reached {target} (or never tried): {result}"
         );
     }
 
-    // The sandbox Job's pod ran on the bot's node and holds no credential anywhere in
-    // its spec (`kubectl get pod -o yaml`).
+    // Porter's side of the same call: its audit log on the bot's volume records the
+    // decision (never the token), and its metrics count it.
+    let audit_log = run
+        .volumes_dir
+        .join(format!("{bot_namespace}-{workspace_claim}"))
+        .join("logs/porter.jsonl");
+    let decision = wait::until(
+        "Porter's audit line for the gh call",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&audit_log)
+                .map_err(|error| format!("{}: {error}", audit_log.display()))?;
+            if text.contains(&canary) {
+                return Ok(Err(format!("Porter's audit log holds the token: {text}")));
+            }
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .find(|line| {
+                    line["kind"] == "request" && line["cli"] == "gh" && line["path"] == GH_CALL_PATH
+                })
+                .map(Ok)
+                .ok_or_else(|| format!("no request line for {GH_CALL_PATH} yet: {text}"))
+        },
+    )
+    .await?
+    .map_err(Failure::message)?;
+    assert_eq!(
+        (
+            &decision["decision"],
+            &decision["host"],
+            &decision["method"],
+            &decision["role"],
+        ),
+        (
+            &json!("allowed"),
+            &json!("api.github.com"),
+            &json!("GET"),
+            &json!("owner")
+        ),
+        "{decision}"
+    );
+    let pod_ip = bot_pod
+        .status
+        .as_ref()
+        .and_then(|status| status.pod_ip.clone())
+        .ok_or_else(|| Failure::message("the bot pod has no IP"))?;
+    let metrics = chart::http_get(&format!("http://{pod_ip}:9091"), "/metrics")
+        .await
+        .map_err(Failure::message)?;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with(r#"porter_requests_total{cli="gh",decision="allowed"} "#)),
+        "Porter's metrics do not count the allowed gh request: {metrics}"
+    );
+
+    // The sandbox Job's pod ran on the bot's node and reads no Secret; its spec
+    // (`kubectl get pod -o yaml`) holds no credential.
     let sandbox_pods = Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
         .list(&ListParams::default().labels(&sandbox_label_selector(BOT)))
         .await?
@@ -415,6 +571,11 @@ async fn scenario(
         .first()
         .ok_or_else(|| Failure::message("no sandbox pod in the bot's namespace"))?;
     assert_eq!(node_of(sandbox_pod), node_of(&bot_pod));
+    assert_eq!(
+        secret_readers(sandbox_pod),
+        BTreeSet::new(),
+        "the sandbox pod's containers that read a Secret"
+    );
     let sandbox_yaml = tools::run(
         &environment.tool("kubectl"),
         &environment.admin_kubeconfig,
@@ -432,16 +593,17 @@ async fn scenario(
     .await?
     .stdout;
     assert!(
-        !sandbox_yaml.contains(&canary) && !sandbox_yaml.contains("acme-assistant-porter"),
+        !sandbox_yaml.contains(&canary),
         "the sandbox pod names the credential"
     );
 
-    // Warm: the session's sandbox is already running; a plain `gh --version` first
-    // (the figure), then the network probes again (their own figure: the cold turn
-    // above includes them).
-    llm.push(Reply::tool_call("exec", json!({"command": "gh --version"})));
+    // Warm: the session's sandbox is already running; the same gh call first (the
+    // figure), then the network probes again (their own figure: the cold turn above
+    // includes them).
+    llm.push(Reply::tool_call("exec", json!({"command": GH_CALL})));
     llm.push(Reply::text("gh ran again."));
     let requests_before = llm.request_count();
+    let standin_before = standin.requests().len();
     let warm_sent = Instant::now();
     let answer = send(&address, ANA_PHONE, "And once more?")
         .await
@@ -449,12 +611,18 @@ async fn scenario(
     figures.record("exec_warm_turn_seconds", warm_sent);
     assert_eq!(answer, "gh ran again.");
     let result = last_tool_result(&llm, requests_before)?;
-    assert!(result.contains("args=[--version]"), "{result}");
-    let warm_probe = format!(
-        "python3 -c \"{connect}\" {host} {model_port}; python3 -c \"{connect}\" 10.0.0.1 443",
-        host = run.host_ip,
+    assert!(result.contains(standin::PULL_REQUEST_TITLE), "{result}");
+    let received = standin.requests();
+    assert!(
+        received.len() > standin_before
+            && received[standin_before..]
+                .iter()
+                .all(|request| request.credential() == Some(canary.as_str())),
+        "the warm gh call did not reach the stand-in with the token: {} request(s) before, {} now",
+        standin_before,
+        received.len()
     );
-    llm.push(Reply::tool_call("exec", json!({"command": warm_probe})));
+    llm.push(Reply::tool_call("exec", json!({"command": network_probes})));
     llm.push(Reply::text("still cut off."));
     let requests_before = llm.request_count();
     let probes_sent = Instant::now();
@@ -464,7 +632,11 @@ async fn scenario(
     figures.record("exec_network_probes_turn_seconds", probes_sent);
     assert_eq!(answer, "still cut off.");
     let result = last_tool_result(&llm, requests_before)?;
-    for target in [run.host_ip.to_string(), "10.0.0.1".to_owned()] {
+    for target in [
+        run.host_ip.to_string(),
+        "10.0.0.1".to_owned(),
+        run.public_ip.to_string(),
+    ] {
         assert!(
             result.contains(&format!("sandbox-connect {target} refused")),
             "the warm sandbox reached {target} (or never tried): {result}"
@@ -634,6 +806,55 @@ async fn current_bot_pod(admin: &Client, namespace: &str) -> Result<Pod, Failure
         .into_iter()
         .find(|pod| pod.metadata.deletion_timestamp.is_none())
         .ok_or_else(|| Failure::message("no bot pod"))
+}
+
+/// Which container of `pod` (init containers included) can read which Secret: through
+/// a mounted `secret` or `projected` volume, an `env` value or `envFrom`.
+fn secret_readers(pod: &Pod) -> BTreeSet<(String, String)> {
+    let spec = serde_json::to_value(&pod.spec).unwrap_or_default();
+    let mut volume_secrets: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default();
+        let entry = volume_secrets.entry(name).or_default();
+        entry.extend(volume["secret"]["secretName"].as_str());
+        for source in volume["projected"]["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            entry.extend(source["secret"]["name"].as_str());
+        }
+    }
+    let mut readers = BTreeSet::new();
+    let containers = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["containers"].as_array().into_iter().flatten());
+    for container in containers {
+        let name = container["name"].as_str().unwrap_or_default().to_owned();
+        let mounted = container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|mount| volume_secrets.get(mount["name"].as_str().unwrap_or_default()))
+            .flatten()
+            .copied();
+        let from_env = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|variable| variable["valueFrom"]["secretKeyRef"]["name"].as_str());
+        let from_env_from = container["envFrom"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source["secretRef"]["name"].as_str());
+        for secret in mounted.chain(from_env).chain(from_env_from) {
+            readers.insert((name.clone(), secret.to_owned()));
+        }
+    }
+    readers
 }
 
 fn node_of(pod: &Pod) -> Option<String> {

@@ -1000,7 +1000,6 @@ async fn a_bots_agent_runs_sandbox_jobs_in_its_own_namespace_only() -> TestResul
             view: &view,
             suffix: "priv1",
             runner_token: "e2e-runner-token",
-            clis: &config.porter.clis,
             seed: &[],
             runner_idle_timeout_seconds: 600,
             owner: Some(&owner),
