@@ -426,12 +426,11 @@ def check_values(helm: str, chart: str) -> None:
     check(result.returncode != 0 and "metrics.service.enabled" in result.stderr,
           "a ServiceMonitor without the metrics Service must be refused")
     pod_monitors = render(helm, chart, "--show-only", "templates/podmonitor.yaml", *ALL_ON,
-                          "--set", "watchNamespace=acme", "--set", "monitoring.podMonitor.porter=false",
-                          "--set", "monitoring.podMonitor.httpChannel=false")
+                          "--set", "watchNamespace=acme", "--set", "monitoring.podMonitor.porter=false")
     check(pod_monitors[0]["spec"]["namespaceSelector"] == {"matchNames": ["acme"]},
           "watchNamespace must narrow the PodMonitor to that namespace")
     check([endpoint["port"] for endpoint in pod_monitors[0]["spec"]["podMetricsEndpoints"]] == ["metrics"],
-          "porter=false and httpChannel=false must leave only the agent endpoint")
+          "porter=false must leave only the agent endpoint")
 
 
 # ---------------------------------------------------------------------------

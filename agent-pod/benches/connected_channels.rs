@@ -49,6 +49,8 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Agent {
     child: Child,
     http: String,
+    /// The metrics listener, whose `/readyz` names what does not work.
+    metrics: String,
 }
 
 impl Drop for Agent {
@@ -165,14 +167,16 @@ fn spawn_agent(directory: &Path, platforms: &Platforms, connected: bool) -> Agen
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let http = line
-        .split_whitespace()
-        .find_map(|part| part.strip_prefix("http="))
-        .unwrap_or_else(|| panic!("saint-agent did not report its address: {line:?}"))
-        .to_string();
+    let address = |name: &str| {
+        line.split_whitespace()
+            .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            .map(|address| format!("http://{address}"))
+            .unwrap_or_else(|| panic!("saint-agent did not report its addresses: {line:?}"))
+    };
     Agent {
+        http: address("http"),
+        metrics: address("metrics"),
         child,
-        http: format!("http://{http}"),
     }
 }
 
@@ -188,7 +192,7 @@ async fn wait_connected(
     let deadline = Instant::now() + WAIT;
     loop {
         let ready = client
-            .get(format!("{}/readyz", agent.http))
+            .get(format!("{}/readyz", agent.metrics))
             .send()
             .await
             .ok()

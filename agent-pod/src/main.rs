@@ -7,7 +7,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::{
+        chat_page::{PageSettings, PersonTokens},
         events::ChannelEvents,
+        host_guard::AllowedHosts,
         http::{AppState, app, drain_turns, metrics_app},
         hub::{ChannelHub, start_workers},
         outbox::DurableOutbox,
@@ -93,9 +95,21 @@ struct RunArgs {
     /// the network unless asked (the operator sets all addresses in the pod).
     #[arg(long, env = "SAINT_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Address of the metrics endpoint (also served on the HTTP address).
+    /// Address of `/metrics` and of the `/readyz` that says why (never served on the
+    /// HTTP address: they name people, roles and settings).
     #[arg(long, env = "SAINT_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
     metrics_listen: SocketAddr,
+    /// A name the bot is reached by (a webhook Ingress host, this machine's name on the
+    /// network): requests naming any other `Host` are refused with 421. Loopback names
+    /// are always answered; past loopback also IP addresses and, in a pod, the bot's
+    /// Service names. Repeat it, or list names comma-separated in SAINT_PUBLIC_HOSTS.
+    #[arg(
+        long = "public-host",
+        env = "SAINT_PUBLIC_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    public_hosts: Vec<String>,
     /// Model base URL overriding the config's `model.baseUrl`.
     #[arg(long, env = "SAINT_MODEL_BASE_URL")]
     model_base_url: Option<String>,
@@ -129,12 +143,18 @@ struct UpArgs {
     /// token). Default: $XDG_DATA_HOME/saint, else ~/.local/share/saint.
     #[arg(long, env = "SAINT_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Address of the chat page and the HTTP API.
+    /// Address of the chat page and the HTTP API. Past loopback the page has no person
+    /// picker: each person opens their own link, printed at start.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Address of the metrics endpoint (metrics are also on the page's address).
+    /// Address of `/metrics` and of the `/readyz` that says why (never on the page's
+    /// address).
     #[arg(long, default_value = "127.0.0.1:0")]
     metrics_listen: SocketAddr,
+    /// A name the page is reached by besides loopback names and IP addresses (this
+    /// machine's name on the network); other `Host` names are refused. Repeatable.
+    #[arg(long = "public-host", value_name = "NAME")]
+    public_hosts: Vec<String>,
     /// Do not build Porter and the sandbox runner (they are built under `cargo run`).
     #[arg(long)]
     no_build: bool,
@@ -150,6 +170,11 @@ struct RunExtras {
     overlay: Option<config_watch::Overlay>,
     /// Lines for the log and the chat page.
     notices: Vec<String>,
+    /// Lines the person who started the bot must not miss: logged as warnings and shown
+    /// first on the page.
+    warnings: Vec<String>,
+    /// Each contact's own page token, when the page has no person picker.
+    person_tokens: Option<PersonTokens>,
     /// Serve the chat page; its token is printed in the page's address.
     chat_token: Option<String>,
     /// Whether a model that cannot be reached stops the start (`run`) or is reported (`up`).
@@ -263,6 +288,15 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
     }
     let token = up::chat_token(&files.chat_token)?;
     let config = saint_agent::config_watch::load_file(&files.config)?;
+    // The person picker lets whoever holds the page's token speak as anyone: fine for
+    // the one person at this machine, not for a page others reach.
+    let mut warnings = Vec::new();
+    let person_tokens = if arguments.listen.ip().is_loopback() {
+        None
+    } else {
+        warnings.push(up::listening_warning(arguments.listen));
+        Some(up::person_tokens(&files, &config)?)
+    };
     // The page's token is the HTTP channel's token, unless the user set that variable.
     let token_variable = config
         .channels
@@ -287,6 +321,8 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
         tokio.block_on(model_discovery::discover(&config.model, &env, &http))?
     };
     notices.push(discovery.summary.clone());
+    // A local model is declared free; an unpriced remote one needs a price or the allowance.
+    notices.extend(discovery.pricing_notice(&config));
     let model_overlay = match discovery.choice {
         ModelChoice::Overlay(overlay) => Some(overlay),
         ModelChoice::Config | ModelChoice::Missing(_) => None,
@@ -312,6 +348,7 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
         porter_registry: companions_ready.then(|| files.porter_registry.clone()),
         porter_bin: None,
         chat_page: true,
+        public_hosts: arguments.public_hosts,
     };
     run(
         run_arguments,
@@ -319,6 +356,8 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
         RunExtras {
             overlay: Some(overlay),
             notices,
+            warnings,
+            person_tokens,
             chat_token: Some(token),
             require_model: false,
         },
@@ -350,11 +389,14 @@ fn listen_address(listen: Option<SocketAddr>, config: &saint_config::BotConfig) 
     }
 }
 
-fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<()> {
+fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Result<()> {
     let config = Arc::new(ConfigStore::load_with(
         &arguments.config,
         extras.overlay.clone(),
     )?);
+    for warning in &extras.warnings {
+        tracing::warn!("{warning}");
+    }
     for notice in &extras.notices {
         tracing::info!("{notice}");
     }
@@ -371,6 +413,9 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
         tracing::warn!("{error}");
     }
     persona::PersonaSources::check(&config.last_good(), MAX_PROMPT_FILE_BYTES).log();
+    if let Some(warning) = config.last_good().unpriced_models_warning() {
+        tracing::warn!("{warning}");
+    }
     // One line per channel that cannot work as declared: nothing fails silently later.
     for problem in channel_problems(&config.last_good(), |name| env(name)) {
         tracing::warn!("{problem}");
@@ -512,15 +557,19 @@ fn run(arguments: RunArgs, env: EnvLookup, extras: RunExtras) -> anyhow::Result<
             None => backend::for_config(&config.last_good(), workspace.clone(), env.as_ref()).await,
         };
         let mut sandboxes = None;
+        // Said from what happened here, not guessed earlier from which binaries exist.
         let sandbox_available = match sandbox {
             Ok(exec) => {
                 sandboxes = Some(exec.sandbox.clone());
                 let tool = ExecTool::new(exec.sandbox, exec.porter, ExecLimits::default());
                 tools = tools.replace(Arc::new(tool));
+                tracing::info!("exec: on, commands run in the sandbox");
+                extras.notices.push("exec: on, commands run in the sandbox".to_string());
                 true
             }
             Err(error) => {
                 tracing::warn!(%error, "no sandbox: exec is disabled");
+                extras.notices.push(format!("exec: off — {error}"));
                 false
             }
         };
@@ -582,12 +631,18 @@ async fn serve(
     channels: Arc<ChannelHub>,
     background: Background,
 ) -> anyhow::Result<()> {
+    let in_pod = env("KUBERNETES_SERVICE_HOST").is_some();
     let mut state = AppState::new(runtime.clone(), env).with_channels(channels.clone());
     if extras.chat_token.is_some() || arguments.chat_page {
-        state = state.with_chat_page(extras.notices.clone());
+        state = state.with_chat_page(PageSettings {
+            notices: extras.notices.clone(),
+            warnings: extras.warnings.clone(),
+            person_tokens: extras.person_tokens.clone(),
+        });
     }
     let stop_server = CancellationToken::new();
     let listen = listen_address(arguments.listen, &config.last_good());
+    let bot = config.last_good().bot.clone();
     let watcher = config.spawn_watcher(
         Duration::from_millis(arguments.config_poll_ms),
         stop_server.clone(),
@@ -604,26 +659,65 @@ async fn serve(
         .await
         .with_context(|| format!("failed to listen on {}", arguments.metrics_listen))?;
     let (http_address, metrics_address) = (listener.local_addr()?, metrics_listener.local_addr()?);
+    let allowed_hosts = |address: SocketAddr| {
+        let mut allowed = AllowedHosts::for_listener(address, &arguments.public_hosts);
+        if in_pod {
+            allowed = allowed.with_service(&bot.name, &bot.namespace);
+            // The webhook Ingress's host reaches the agent only as a public host; until
+            // it does, platforms' signed webhooks are answered whatever name they carry.
+            if arguments.public_hosts.is_empty() {
+                allowed = allowed.with_webhooks_from_any_host();
+            }
+        }
+        allowed
+    };
+    let (http_hosts, metrics_hosts) = (allowed_hosts(http_address), allowed_hosts(metrics_address));
     // Tests and scripts read this line to learn the ports.
     println!("saint-agent listening http={http_address} metrics={metrics_address}");
     if let Some(token) = &extras.chat_token {
         // The token rides in the fragment, which the browser never sends to the server.
+        let page = up::page_address(http_address, &arguments.public_hosts);
         println!(
-            "Chat with {} at http://{http_address}/chat#token={token}",
+            "Chat with {} at {page}/chat#token={token}",
             state.runtime.config().last_good().bot.name
         );
+        for warning in &extras.warnings {
+            println!("  warning: {warning}");
+        }
         for notice in &extras.notices {
             println!("  {notice}");
+        }
+        if let Some(tokens) = &extras.person_tokens {
+            println!("Each person's own link (give each only theirs; it speaks only as them):");
+            let config = state.runtime.config().last_good();
+            for (slug, token) in tokens.iter() {
+                let Some(contact) = config
+                    .contacts
+                    .iter()
+                    .find(|contact| contact.slug.as_str() == slug)
+                else {
+                    continue;
+                };
+                println!(
+                    "  {} ({}): {page}/chat#token={token}",
+                    contact.name, contact.role
+                );
+            }
         }
         println!("Press Ctrl-C to stop.");
     } else if arguments.chat_page {
         println!("Chat page: http://{http_address}/chat#token=<the HTTP channel's token>");
     }
-    tracing::info!(%http_address, %metrics_address, "listening");
+    tracing::info!(
+        %http_address,
+        %metrics_address,
+        hosts = %http_hosts.describe(),
+        "listening"
+    );
 
     let metrics_server = tokio::spawn({
         let stop = stop_server.clone();
-        let router = metrics_app(state.clone());
+        let router = metrics_hosts.guard(metrics_app(state.clone()));
         async move {
             axum::serve(metrics_listener, router)
                 .with_graceful_shutdown(stop.cancelled_owned())
@@ -667,7 +761,9 @@ async fn serve(
     ));
     axum::serve(
         listener,
-        app(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+        http_hosts
+            .guard(app(state.clone()))
+            .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(state.draining.clone().cancelled_owned())
     .await

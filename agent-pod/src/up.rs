@@ -1,10 +1,11 @@
 //! `saint-agent up`: one command from a fresh clone to a bot answering on a chat page.
 //! This module holds its machine-side steps (where the files live, the helper binaries,
-//! the embedding model, the page's token); `main` runs the bot itself exactly as `run`
-//! does.
+//! the embedding model, the page's tokens and address); `main` runs the bot itself
+//! exactly as `run` does.
 
 use std::{
     io::Read,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::{Path, PathBuf},
     process::Command,
 };
@@ -40,10 +41,14 @@ pub const BUILT_TOGETHER: [&str; 3] = ["saint-agent", "porter", "saint-sandbox-r
 /// Makes sure Porter and the sandbox runner sit next to this binary. Under `cargo run`
 /// they are built (or found up to date) with the same profile, so the README's one
 /// command is enough; elsewhere their absence is reported, and the bot runs without
-/// `exec` and CLIs rather than not at all.
+/// them rather than not at all. Whether `exec` runs is said once the sandbox is set up
+/// (a runner named by SAINT_SANDBOX_RUNNER works wherever it is), not guessed here.
 pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
     let Ok(executable) = std::env::current_exe() else {
-        return vec!["cannot locate saint-agent's own binary; exec is disabled".to_string()];
+        return vec![
+            "cannot locate saint-agent's own binary to look for Porter and the sandbox runner beside it"
+                .to_string(),
+        ];
     };
     let Some(directory) = executable.parent() else {
         return Vec::new();
@@ -69,12 +74,12 @@ pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
             Ok(status) if status.success() => {}
             Ok(status) => {
                 return vec![format!(
-                    "building Porter and the sandbox runner failed ({status}); exec is disabled"
+                    "building Porter and the sandbox runner failed ({status})"
                 )];
             }
             Err(error) => {
                 return vec![format!(
-                    "failed to run cargo to build Porter and the sandbox runner: {error}; exec is disabled"
+                    "failed to run cargo to build Porter and the sandbox runner: {error}"
                 )];
             }
         }
@@ -85,7 +90,7 @@ pub fn ensure_companions(env: &EnvLookup) -> Vec<String> {
         .map(|name| {
             format!(
                 "{name} is not next to saint-agent in {}: build it with `cargo build -p porter \
-                 -p saint-sandbox-runner` (same profile); until then exec is disabled",
+                 -p saint-sandbox-runner` (same profile)",
                 directory.display()
             )
         })
@@ -198,6 +203,55 @@ pub fn fit_memory(config: &mut saint_config::BotConfig, model: Option<&Path>) {
     }
 }
 
+/// What `up` says, in the log and on the page, when it listens past loopback.
+pub fn listening_warning(listen: SocketAddr) -> String {
+    format!(
+        "listening on {listen}, beyond this machine: anyone who can reach it can try the page \
+         and the API. The page has no person picker here; give each person only their own \
+         link, and keep the page's main token (the HTTP channel's) to yourself"
+    )
+}
+
+/// Each contact's own page token, kept in `person-tokens/<slug>` beside the bot file
+/// (mode 0600, in a 0700 directory) so their links survive restarts. A contact added
+/// while the bot runs gets theirs at the next start.
+pub fn person_tokens(
+    files: &crate::starter::BotFiles,
+    config: &saint_config::BotConfig,
+) -> anyhow::Result<crate::channel::chat_page::PersonTokens> {
+    use std::os::unix::fs::DirBuilderExt;
+    let directory = files.directory.join("person-tokens");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&directory)
+        .with_context(|| format!("failed to create {}", directory.display()))?;
+    let tokens = config
+        .contacts
+        .iter()
+        .map(|contact| {
+            let slug = contact.slug.to_string();
+            chat_token(&directory.join(&slug)).map(|token| (slug, token))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(crate::channel::chat_page::PersonTokens::new(tokens))
+}
+
+/// Where the page's links point: the first `--public-host`, else the address listened
+/// on, or this machine's loopback when that is every address.
+pub fn page_address(listening: SocketAddr, public_hosts: &[String]) -> String {
+    let port = listening.port();
+    if let Some(name) = public_hosts.first() {
+        return format!("http://{name}:{port}");
+    }
+    let address = match listening.ip() {
+        IpAddr::V4(address) if address.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(address) if address.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        address => address,
+    };
+    format!("http://{}", SocketAddr::new(address, port))
+}
+
 /// The chat page's token: kept in `path` (mode 0600) so the page's address stays the
 /// same across restarts; 128 random bits.
 pub fn chat_token(path: &Path) -> anyhow::Result<String> {
@@ -257,6 +311,24 @@ mod tests {
         );
         let error = data_directory(&env_of(&[])).unwrap_err().to_string();
         assert!(error.contains("--data-dir"), "{error}");
+    }
+
+    #[test]
+    fn page_links_name_a_public_host_or_an_address_a_browser_can_open() {
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(page_address(any, &[]), "http://127.0.0.1:8080");
+        assert_eq!(
+            page_address("[::]:8080".parse().unwrap(), &[]),
+            "http://[::1]:8080"
+        );
+        assert_eq!(
+            page_address("192.168.1.5:8080".parse().unwrap(), &[]),
+            "http://192.168.1.5:8080"
+        );
+        assert_eq!(
+            page_address(any, &["laptop.lan".to_string()]),
+            "http://laptop.lan:8080"
+        );
     }
 
     #[test]

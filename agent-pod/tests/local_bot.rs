@@ -467,7 +467,11 @@ async fn a_porter_that_cannot_start_is_a_clear_error_naming_its_log() {
     fs::create_dir_all(&workspace).unwrap();
     let registry = base.join("porter.json");
     // Valid JSON Porter refuses: a credential without hosts.
-    fs::write(&registry, r#"{"version":2,"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#).unwrap();
+    fs::write(
+        &registry,
+        r#"{"version":2,"clis":{"gh":{"hosts":[],"secret":{"value":"x"}}}}"#,
+    )
+    .unwrap();
     let paths = PorterPaths::new(&workspace, &base.join("state"), Some(&registry));
     let error = LocalPorter::start(LocalPorterSettings::new(
         sibling_binary("porter"),

@@ -745,7 +745,7 @@ async fn a_revoked_token_shows_in_readyz_and_the_reply_waits() {
     let body = bot
         .wait_for("credentials refused in /readyz", || async {
             let body = client
-                .get(format!("{}/readyz", agent.http))
+                .get(format!("{}/readyz", agent.metrics))
                 .send()
                 .await
                 .ok()?

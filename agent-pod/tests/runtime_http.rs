@@ -135,7 +135,7 @@ async fn over_budget_contact_is_refused_without_a_model_call() {
     );
     assert_eq!(bot.llm.request_count(), 2);
     let (_, metrics) = bot
-        .request(Request::get("/metrics").body(Body::empty()).unwrap())
+        .metrics_request(Request::get("/metrics").body(Body::empty()).unwrap())
         .await;
     assert!(
         metrics.contains("saint_budget_refusals_total{role=\"external\"} 1"),
@@ -235,7 +235,7 @@ async fn owner_has_a_file_written_and_the_call_is_metered() {
     );
     assert!(lines[0]["durationMs"].is_u64() && lines[0]["ts"].is_string());
     let (_, metrics) = bot
-        .request(Request::get("/metrics").body(Body::empty()).unwrap())
+        .metrics_request(Request::get("/metrics").body(Body::empty()).unwrap())
         .await;
     assert!(
         metrics.contains("saint_tool_calls_total{tool=\"write\",outcome=\"ok\"} 1"),
@@ -594,11 +594,34 @@ async fn a_tool_call_cut_off_by_a_crash_is_answered_as_interrupted_on_the_next_t
     assert_eq!(messages[2]["content"][1]["text"], "hello?");
 }
 
+/// The HTTP channel's port is where anyone may knock: its `/readyz` says ready and no
+/// more, and it has no `/metrics` (each person's slug, role, spend and tool calls).
+#[tokio::test]
+async fn the_http_port_reveals_readiness_and_nothing_else() {
+    let bot = InProcess::start().await;
+    // The example company's WhatsApp channel cannot work: the reason stays off this port.
+    let (status, body) = bot
+        .request(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ready\n"));
+    bot.llm.push(Reply::text("hello"));
+    assert_eq!(bot.reply("whatsapp", ANA_WHATSAPP, "hi").await, "hello");
+    let (status, body) = bot
+        .request(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, metrics) = bot
+        .metrics_request(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(metrics.contains("person=\"ana\""), "{metrics}");
+}
+
 #[tokio::test]
 async fn readyz_names_each_declared_channel_that_cannot_work() {
     let bot = InProcess::start().await;
     let (status, body) = bot
-        .request(Request::get("/readyz").body(Body::empty()).unwrap())
+        .metrics_request(Request::get("/readyz").body(Body::empty()).unwrap())
         .await;
     assert_eq!(status, StatusCode::OK);
     let lines: Vec<&str> = body.lines().collect();
@@ -622,7 +645,7 @@ async fn readyz_names_each_declared_channel_that_cannot_work() {
     });
     // Every request reads the newest valid config, as a message does.
     let (_, body) = bot
-        .request(Request::get("/readyz").body(Body::empty()).unwrap())
+        .metrics_request(Request::get("/readyz").body(Body::empty()).unwrap())
         .await;
     assert!(body.contains("SAINT_UNSET_TOKEN"), "{body}");
     assert!(body.contains("401"), "{body}");

@@ -23,6 +23,9 @@ struct Up {
     chat_url: String,
     base_url: String,
     token: String,
+    /// `http://<address>` of the page's listener and of the metrics listener, as bound.
+    http_url: String,
+    metrics_url: String,
     printed: Vec<String>,
     /// Where its log goes.
     log: PathBuf,
@@ -38,20 +41,39 @@ impl Drop for Up {
 /// Starts `up` in `directory` (its working directory, standing in for a fresh clone)
 /// with only `environment` set: no inherited model keys, no cargo.
 fn start_up(directory: &Path, environment: &[(&str, String)]) -> Up {
+    start_up_with(directory, environment, &["--listen", "127.0.0.1:0"])
+}
+
+/// [`start_up`] with more arguments (`--listen` among them).
+fn start_up_with(directory: &Path, environment: &[(&str, String)], arguments: &[&str]) -> Up {
+    launch(
+        Path::new(env!("CARGO_BIN_EXE_saint-agent")),
+        directory,
+        environment,
+        arguments,
+    )
+}
+
+/// [`start_up_with`], running `binary`.
+fn launch(
+    binary: &Path,
+    directory: &Path,
+    environment: &[(&str, String)],
+    arguments: &[&str],
+) -> Up {
     let home = directory.join("home");
     let clone = directory.join("clone");
     std::fs::create_dir_all(&clone).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_saint-agent"));
+    let mut command = Command::new(binary);
     command
         .args([
             "up",
-            "--listen",
-            "127.0.0.1:0",
             "--metrics-listen",
             "127.0.0.1:0",
             "--no-build",
             "--no-memory",
         ])
+        .args(arguments)
         .current_dir(&clone)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -97,9 +119,20 @@ fn start_up(directory: &Path, environment: &[(&str, String)]) -> Up {
         panic!("saint-agent up never printed the page's address; it printed {printed:#?}");
     };
     let (base_url, token) = chat_url.split_once("/chat#token=").unwrap();
+    let listening = |name: &str| {
+        printed
+            .iter()
+            .filter(|line| line.starts_with("saint-agent listening "))
+            .flat_map(|line| line.split(' '))
+            .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            .map(|address| format!("http://{address}"))
+            .unwrap_or_else(|| panic!("no {name}= in {printed:#?}"))
+    };
     Up {
         base_url: base_url.to_string(),
         token: token.to_string(),
+        http_url: listening("http"),
+        metrics_url: listening("metrics"),
         chat_url,
         child,
         printed,
@@ -173,6 +206,10 @@ async fn without_a_model_the_bot_starts_and_the_log_the_api_and_the_page_say_wha
     let status = status(&up).await;
     let notices = status["notices"].to_string();
     assert!(notices.contains("no model endpoint"), "{status}");
+    // Whether exec runs is said once, from what the sandbox set-up did.
+    let exec = exec_lines(&up.printed);
+    assert_eq!(exec.len(), 1, "{printed}");
+    assert!(notices.contains(&exec[0]), "{status}");
     assert_eq!(status["modelReady"], false, "{status}");
     assert_eq!(status["bot"], "acme-assistant");
 
@@ -244,6 +281,348 @@ async fn the_environment_names_the_model_and_a_bad_provider_is_refused_by_name()
             && stderr.contains("openai"),
         "{stderr}"
     );
+}
+
+/// The lines saying whether exec runs.
+fn exec_lines(printed: &[String]) -> Vec<String> {
+    printed
+        .iter()
+        .map(|line| line.trim())
+        .filter(|line| line.starts_with("exec: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `up` said exec was disabled whenever Porter was not beside the binary, while exec
+/// ran anyway: the sandbox does not need Porter. Here neither companion is beside the
+/// binary and the runner is named by SAINT_SANDBOX_RUNNER.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_porter_up_says_exec_runs_when_it_does() {
+    let original = Path::new(env!("CARGO_BIN_EXE_saint-agent"));
+    let runner = original.with_file_name("saint-sandbox-runner");
+    assert!(
+        runner.is_file() && Path::new("/usr/bin/bwrap").is_file(),
+        "this test needs bubblewrap and {}: `cargo build -p saint-sandbox-runner`",
+        runner.display()
+    );
+    let alone = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let binary = alone.path().join("saint-agent");
+    if std::fs::hard_link(original, &binary).is_err() {
+        std::fs::copy(original, &binary).unwrap();
+    }
+    let directory = tempfile::tempdir().unwrap();
+    let up = launch(
+        &binary,
+        directory.path(),
+        &[
+            ("SAINT_SANDBOX_RUNNER", runner.display().to_string()),
+            ("SAINT_OLLAMA_URL", "http://127.0.0.1:9".to_string()),
+        ],
+        &["--listen", "127.0.0.1:0"],
+    );
+    let printed = up.printed.join("\n");
+    assert!(
+        printed.contains("porter is not next to saint-agent"),
+        "{printed}"
+    );
+    assert_eq!(
+        exec_lines(&up.printed),
+        ["exec: on, commands run in the sandbox"],
+        "{printed}"
+    );
+    assert!(!printed.contains("exec is disabled"), "{printed}");
+}
+
+async fn get_with_host(url: &str, host: &str, token: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .get(url)
+        .header("host", host)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.text().await.unwrap_or_default(),
+    )
+}
+
+/// Nothing private without the token: `/metrics` (every person's slug, role, spend and
+/// tool calls) is served on the metrics listener only, and a request naming a host this
+/// machine does not serve — what a page on another site sends after pointing its own
+/// name here (DNS rebinding) — is refused on every route of both listeners.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_live_only_on_the_metrics_listener_and_other_host_names_are_refused() {
+    let model = ScriptedLlm::start().await.unwrap();
+    model.set_fallback(Reply::text("hello Ana"));
+    let directory = tempfile::tempdir().unwrap();
+    let up = start_up_with(
+        directory.path(),
+        &[
+            ("SAINT_MODEL_BASE_URL", model.base_url()),
+            ("SAINT_MODEL_PROVIDER", "anthropic".to_string()),
+            ("SAINT_MODEL_API_KEY", "test-key".to_string()),
+        ],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--public-host",
+            "chat.acme.example",
+        ],
+    );
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(format!("{}/v1/messages", up.http_url))
+        .bearer_auth(&up.token)
+        .json(&json!({"channel": "email", "peer": "ana@company.hr", "text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+
+    let on_page_port = client
+        .get(format!("{}/metrics", up.http_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_page_port.status(), 404);
+    let metrics = client
+        .get(format!("{}/metrics", up.metrics_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"role="owner",person="ana""#),
+        "{metrics}"
+    );
+
+    let port = up.http_url.rsplit(':').next().unwrap().to_string();
+    let foreign = [
+        "evil.example".to_string(),
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.evil.example:{port}"),
+        format!("localhost.evil.example:{port}"),
+    ];
+    let routes = [
+        (reqwest::Method::GET, "/chat"),
+        (reqwest::Method::GET, "/chat/app.js"),
+        (reqwest::Method::GET, "/healthz"),
+        (reqwest::Method::GET, "/readyz"),
+        (reqwest::Method::GET, "/metrics"),
+        (reqwest::Method::GET, "/v1/people"),
+        (reqwest::Method::GET, "/v1/status"),
+        (reqwest::Method::POST, "/v1/messages"),
+        (reqwest::Method::GET, "/channels/whatsapp/webhook"),
+        (reqwest::Method::POST, "/channels/whatsapp/webhook"),
+        (reqwest::Method::GET, "/no-such-route"),
+    ];
+    for host in &foreign {
+        for (method, path) in &routes {
+            let response = client
+                .request(method.clone(), format!("{}{path}", up.http_url))
+                .header("host", host)
+                .bearer_auth(&up.token)
+                .json(&json!({"channel": "email", "peer": "ana@company.hr", "text": "hi"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 421, "{method} {path} as {host}");
+            let body = response.text().await.unwrap();
+            assert!(body.contains("--public-host"), "{body}");
+        }
+        for path in ["/metrics", "/readyz"] {
+            let (code, _) = get_with_host(&format!("{}{path}", up.metrics_url), host, "").await;
+            assert_eq!(code, 421, "metrics listener {path} as {host}");
+        }
+    }
+    // The one answer that went through is the one asked for before.
+    assert_eq!(model.requests().len(), 1);
+
+    // This machine's own names, and the one passed with --public-host, are answered.
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "chat.acme.example".to_string(),
+    ] {
+        for path in ["/chat", "/v1/status", "/readyz"] {
+            let (code, body) =
+                get_with_host(&format!("{}{path}", up.http_url), &host, &up.token).await;
+            assert_eq!(code, 200, "{path} as {host}: {body}");
+        }
+    }
+    let (code, _) = get_with_host(&format!("{}/metrics", up.metrics_url), "localhost", "").await;
+    assert_eq!(code, 200);
+}
+
+async fn get_json(url: &str, token: &str) -> Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn post_as(url: &str, token: &str, channel: &str, peer: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .bearer_auth(token)
+        .json(&json!({"channel": channel, "peer": peer, "text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// `up` listening past loopback says so in its log and on the page, and the page has no
+/// person picker: each person gets a link of their own that speaks only as them, and the
+/// page's main token offers no one to speak as.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_loopback_up_warns_and_each_person_speaks_only_through_their_own_link() {
+    let model = ScriptedLlm::start().await.unwrap();
+    model.set_fallback(Reply::text("hello"));
+    let directory = tempfile::tempdir().unwrap();
+    let up = start_up_with(
+        directory.path(),
+        &[
+            ("SAINT_MODEL_BASE_URL", model.base_url()),
+            ("SAINT_MODEL_PROVIDER", "anthropic".to_string()),
+            ("SAINT_MODEL_API_KEY", "test-key".to_string()),
+        ],
+        &["--listen", "0.0.0.0:0"],
+    );
+    let printed = up.printed.join("\n");
+    assert!(
+        printed.contains("warning: listening on 0.0.0.0:")
+            && printed.contains("The page has no person picker here"),
+        "{printed}"
+    );
+    let log = std::fs::read_to_string(&up.log).unwrap();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("WARN") && line.contains("listening on 0.0.0.0:")),
+        "{log}"
+    );
+    // Every address of the machine is listened on; the links open on this one.
+    assert!(up.base_url.starts_with("http://127.0.0.1:"), "{printed}");
+    let link = |person: &str| {
+        up.printed
+            .iter()
+            .find(|line| line.trim_start().starts_with(&format!("{person} (")))
+            .and_then(|line| line.split_once("/chat#token="))
+            .map(|(_, token)| token.to_string())
+            .unwrap_or_else(|| panic!("no link for {person}: {printed}"))
+    };
+    let (ana, ivan) = (link("Ana"), link("Ivan"));
+    assert!(
+        ana != up.token && ivan != up.token && ana != ivan,
+        "{printed}"
+    );
+
+    // The page's main token: the warning, no picker, no one to speak as.
+    let main = get_json(&format!("{}/v1/status", up.base_url), &up.token).await;
+    assert_eq!(main["picker"], false, "{main}");
+    assert!(
+        main["warnings"]
+            .to_string()
+            .contains("listening on 0.0.0.0:"),
+        "{main}"
+    );
+    assert_eq!(
+        get_json(&format!("{}/v1/people", up.base_url), &up.token).await,
+        json!([])
+    );
+
+    // Ana's own link: Ana alone, and nothing of how the bot is run.
+    let people = get_json(&format!("{}/v1/people", up.base_url), &ana).await;
+    assert_eq!(people.as_array().unwrap().len(), 1, "{people}");
+    assert_eq!(
+        (&people[0]["name"], &people[0]["role"]),
+        (&json!("Ana"), &json!("owner"))
+    );
+    let hers = get_json(&format!("{}/v1/status", up.base_url), &ana).await;
+    assert_eq!(
+        (&hers["notices"], &hers["warnings"], &hers["picker"]),
+        (&json!([]), &json!([]), &json!(false)),
+        "{hers}"
+    );
+    // It speaks as her and no one else; Ivan's speaks as him.
+    for (channel, peer) in [("email", "ivan@company.hr"), ("http", "chat-page-stranger")] {
+        let (code, body) = post_as(&up.base_url, &ana, channel, peer).await;
+        assert_eq!(code, 403, "{body}");
+        assert_eq!(body["error"], "this link speaks only as Ana");
+    }
+    assert_eq!(model.requests().len(), 0);
+    assert_eq!(
+        post_as(&up.base_url, &ana, "email", "ana@company.hr")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        post_as(&up.base_url, &ivan, "email", "ivan@company.hr")
+            .await
+            .0,
+        200
+    );
+
+    // Past loopback an IP address names this machine; a name nobody passed does not.
+    let health = format!("{}/healthz", up.base_url);
+    assert_eq!(get_with_host(&health, "192.0.2.7:8080", "").await.0, 200);
+    assert_eq!(get_with_host(&health, "evil.example", "").await.0, 421);
+
+    // In a browser: Ana's page speaks as her, with no control to pick anyone else; the
+    // main link's page says to open one's own link.
+    let driver = start_driver().await;
+    let page = browser(&driver, &directory.path().join("chromium")).await;
+    page.goto(&format!("{}/chat#token={ana}", up.base_url))
+        .await
+        .unwrap();
+    let talking = page
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::XPath("//span[@id='talking-as' and not(@hidden)]"))
+        .await
+        .expect("the page never said whom it speaks as");
+    assert_eq!(talking.text().await.unwrap(), "Talking as Ana (owner)");
+    assert!(
+        page.find_all(Locator::Css("#person"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Another document: a new fragment alone would not load the page again.
+    page.goto("about:blank").await.unwrap();
+    page.goto(&format!("{}/chat#token={}", up.base_url, up.token))
+        .await
+        .unwrap();
+    let banner = page
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::XPath(
+            "//section[@id='banner' and contains(., 'open your own link')]",
+        ))
+        .await
+        .expect("the main link's page never said to open one's own link");
+    let banner = banner.text().await.unwrap();
+    assert!(
+        banner.contains("warning: listening on 0.0.0.0:"),
+        "{banner}"
+    );
+    assert!(
+        page.find_all(Locator::Css("#person"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    page.close().await.unwrap();
 }
 
 // ---- the chat page in a real browser ----
@@ -559,7 +938,7 @@ async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_i
     // What the person at the terminal reads: which CLIs and the command to register one.
     let printed = up.printed.join("\n");
     assert!(
-        printed.contains("CLIs gh, gog are listed by the bot but not registered")
+        printed.contains("CLIs gh, gog are listed by the bot but have no credential in Porter")
             && printed.contains("install gh --host api.github.com --host github.com --placeholder-env GH_TOKEN --git --secret-stdin"),
         "{printed}"
     );
@@ -582,7 +961,15 @@ async fn an_unregistered_cli_and_a_refused_persona_file_are_named_at_start_and_i
         line_with(&["persona file refused", "SOUL.md"]).is_some(),
         "{log}"
     );
-    let readyz = reqwest::get(format!("{}/readyz", up.base_url))
+    // The page's port says ready and no more; the reasons are on the metrics listener.
+    let bare = reqwest::get(format!("{}/readyz", up.http_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(bare, "ready\n");
+    let readyz = reqwest::get(format!("{}/readyz", up.metrics_url))
         .await
         .unwrap()
         .text()

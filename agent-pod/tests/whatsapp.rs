@@ -431,7 +431,7 @@ async fn a_refused_token_shows_in_readyz_and_metrics_and_the_reply_waits() {
     bot.llm.push(Reply::text("waiting reply"));
     assert_eq!(bot.text_from(ANA, "wamid.T1", "hi").await, 200);
     let agent = bot.agent.as_ref().unwrap();
-    let readyz = format!("{}/readyz", agent.http);
+    let readyz = format!("{}/readyz", agent.metrics);
     let mut body = String::new();
     for _ in 0..200 {
         body = bot

@@ -5,6 +5,11 @@
 //! asked for (`saint-agent up`, or `run --chat-page`). The page holds no secret: it
 //! reads the HTTP channel's token from its own address fragment (never sent to the
 //! server) and calls the same authenticated API as any other client.
+//!
+//! The person picker is for one person at their own machine. Where the page is reached
+//! from elsewhere (`up` listening past loopback) there is none: each contact gets a
+//! token of their own that speaks only as them, and the HTTP channel's token lists no
+//! one to speak as.
 
 use axum::{
     Json, Router,
@@ -17,7 +22,7 @@ use saint_config::{BotConfig, ChannelKind};
 use serde::Serialize;
 
 use super::{
-    http::{ApiError, AppState, authorise},
+    http::{Access, ApiError, AppState, authorise, constant_time_equal},
     startup::channel_problems,
 };
 
@@ -32,6 +37,60 @@ const STYLE_CSS: &str = include_str!("chat_page/style.css");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
+
+/// What the page shows and whom it may speak as.
+#[derive(Clone, Debug, Default)]
+pub struct PageSettings {
+    /// Start-up lines (`up`: which model, memory on or off, what to set).
+    pub notices: Vec<String>,
+    /// Lines the person who started the bot must not miss (it listens past loopback).
+    pub warnings: Vec<String>,
+    /// `Some`: no person picker; each contact speaks through their own token only.
+    pub person_tokens: Option<PersonTokens>,
+}
+
+/// Each contact's own page token (`up` past loopback).
+#[derive(Clone, Default)]
+pub struct PersonTokens {
+    /// Contact slug and token.
+    tokens: Vec<(String, String)>,
+}
+
+impl PersonTokens {
+    /// Tokens by contact slug.
+    pub fn new(tokens: Vec<(String, String)>) -> Self {
+        Self { tokens }
+    }
+
+    /// Slug and token of each contact.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tokens
+            .iter()
+            .map(|(slug, token)| (slug.as_str(), token.as_str()))
+    }
+
+    /// The contact `presented` is the token of. Every token is compared, so the time
+    /// taken says nothing about which one came close.
+    pub fn holder(&self, presented: &str) -> Option<&str> {
+        self.tokens.iter().fold(None, |found, (slug, token)| {
+            if constant_time_equal(presented.as_bytes(), token.as_bytes()) {
+                Some(slug.as_str())
+            } else {
+                found
+            }
+        })
+    }
+}
+
+impl std::fmt::Debug for PersonTokens {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slugs: Vec<&str> = self.tokens.iter().map(|(slug, _)| slug.as_str()).collect();
+        formatter
+            .debug_struct("PersonTokens")
+            .field("contacts", &slugs)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Routes of the page itself (`/chat`, its script and style).
 pub fn page_routes() -> Router<AppState> {
@@ -90,6 +149,9 @@ pub struct Person {
     pub peer: String,
     /// Whether this is a contact (false: the stranger).
     pub known: bool,
+    /// The contact's slug (the stranger: empty).
+    #[serde(skip)]
+    pub slug: String,
 }
 
 /// Everyone the page offers: each contact through one of their identities, then a
@@ -106,6 +168,7 @@ pub fn people_of(config: &BotConfig) -> Vec<Person> {
                 channel: identity.kind().prefix().to_string(),
                 peer: identity.peer().to_string(),
                 known: true,
+                slug: contact.slug.to_string(),
             })
         })
         .collect();
@@ -115,13 +178,30 @@ pub fn people_of(config: &BotConfig) -> Vec<Person> {
         channel: ChannelKind::Http.prefix().to_string(),
         peer: STRANGER_PEER.to_string(),
         known: false,
+        slug: String::new(),
     });
     people
 }
 
+/// Whom the page offers: everyone (the picker) with the HTTP channel's token on this
+/// machine; no one with it where there is no picker; a contact's own token, that
+/// contact alone.
 async fn people(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    authorise(&state, &headers)?;
-    Ok(Json(people_of(&state.runtime.config().current())).into_response())
+    let access = authorise(&state, &headers)?;
+    let everyone = people_of(&state.runtime.config().current());
+    let picker = state
+        .chat_page
+        .as_ref()
+        .is_none_or(|page| page.person_tokens.is_none());
+    let offered: Vec<Person> = match access {
+        Access::Channel if picker => everyone,
+        Access::Channel => Vec::new(),
+        Access::Person(slug) => everyone
+            .into_iter()
+            .filter(|person| person.known && person.slug == slug)
+            .collect(),
+    };
+    Ok(Json(offered).into_response())
 }
 
 #[derive(Serialize)]
@@ -130,23 +210,42 @@ struct Status {
     bot: String,
     /// Start-up notices (`up`: which model, memory on or off, what to set).
     notices: Vec<String>,
-    /// Declared channels that cannot work as configured.
+    /// What the bot's keeper must not miss: it listens past loopback, declared channels
+    /// cannot work as configured.
     warnings: Vec<String>,
+    /// Whether the page offers a person picker (false: it speaks as the token's holder
+    /// only, or as no one).
+    picker: bool,
     /// Whether a model endpoint and its key are configured (no message can be answered
     /// without).
     model_ready: bool,
 }
 
+/// The bot's state for the page. A contact's own token gets the bot's name and whether
+/// it can answer; how the bot is run (files, settings to fix) is for the HTTP
+/// channel's token.
 async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    authorise(&state, &headers)?;
+    let access = authorise(&state, &headers)?;
     let config = state.runtime.config().current();
+    let page = state.chat_page.as_deref().cloned().unwrap_or_default();
+    let picker = page.person_tokens.is_none();
+    let (notices, warnings) = match access {
+        Access::Channel => {
+            let mut warnings = page.warnings;
+            warnings.extend(
+                channel_problems(&config, |name| (state.env)(name))
+                    .iter()
+                    .map(ToString::to_string),
+            );
+            (page.notices, warnings)
+        }
+        Access::Person(_) => (Vec::new(), Vec::new()),
+    };
     Ok(Json(Status {
         bot: config.bot.name.clone(),
-        notices: state.notices.as_ref().clone(),
-        warnings: channel_problems(&config, |name| (state.env)(name))
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
+        notices,
+        warnings,
+        picker,
         model_ready: crate::runtime::endpoint_for(&config.model, None, &state.env).is_ok(),
     })
     .into_response())

@@ -1,6 +1,8 @@
 //! The HTTP channel and server: an authenticated API to send a message as a channel
-//! identity and get the reply (plain JSON, or SSE streaming), plus `/healthz`,
-//! `/readyz` and `/metrics`.
+//! identity and get the reply (plain JSON, or SSE streaming), plus `/healthz` and a
+//! `/readyz` that says only ready or not. What names people (`/metrics`, with each
+//! person's spend and tool calls) and what explains readiness (`/readyz` with its
+//! warnings) are served on the metrics listener only, never on this port.
 //!
 //! The bearer token is read from the environment variable the config's `http` channel
 //! names in `secretEnv.token`; without one every message is refused (fail closed).
@@ -41,10 +43,8 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Cancelled when the drain deadline passes: running turns stop.
     pub abort_turns: CancellationToken,
-    /// Start-up notices shown on the chat page (which model, what to set).
-    pub notices: Arc<Vec<String>>,
-    /// Whether `/chat` serves the chat page.
-    pub chat_page: bool,
+    /// The chat page at `/chat`, when served: what it shows, whom it may speak as.
+    pub chat_page: Option<Arc<super::chat_page::PageSettings>>,
     /// The channels served besides HTTP (webhooks land here).
     pub channels: Option<Arc<super::hub::ChannelHub>>,
 }
@@ -58,8 +58,7 @@ impl AppState {
             turns: TaskTracker::new(),
             draining: CancellationToken::new(),
             abort_turns: CancellationToken::new(),
-            notices: Arc::new(Vec::new()),
-            chat_page: false,
+            chat_page: None,
             channels: None,
         }
     }
@@ -70,15 +69,15 @@ impl AppState {
         self
     }
 
-    /// Serves the chat page, showing `notices` on it.
-    pub fn with_chat_page(mut self, notices: Vec<String>) -> Self {
-        self.chat_page = true;
-        self.notices = Arc::new(notices);
+    /// Serves the chat page as `page` says.
+    pub fn with_chat_page(mut self, page: super::chat_page::PageSettings) -> Self {
+        self.chat_page = Some(Arc::new(page));
         self
     }
 }
 
-/// The router.
+/// The router of the HTTP channel's port: the API, webhooks, the chat page when asked
+/// for, and probes that reveal nothing but readiness.
 pub fn app(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/v1/messages", post(post_message))
@@ -88,18 +87,20 @@ pub fn app(state: AppState) -> Router {
         )
         .merge(super::chat_page::api_routes())
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
-    if state.chat_page {
+        .route("/readyz", get(readyz));
+    if state.chat_page.is_some() {
         router = router.merge(super::chat_page::page_routes());
     }
     router.with_state(state)
 }
 
-/// The metrics-only router (served on the metrics port).
+/// The router of the metrics listener (the chart's `metrics` port): `/metrics`, whose
+/// series carry each person's slug, role, spend and tool calls, and `/readyz` with the
+/// lines that say why a channel or persona file does not work.
 pub fn metrics_app(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .route("/readyz", get(readyz_details))
         .with_state(state)
 }
 
@@ -149,6 +150,8 @@ pub enum ApiError {
     #[error("unauthorized")]
     Unauthorized,
     #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     BadRequest(String),
     #[error("the bot is shutting down")]
     Draining,
@@ -160,6 +163,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, message) = match &self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, self.to_string()),
+            ApiError::Forbidden(message) => (StatusCode::FORBIDDEN, message.clone()),
             ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message.clone()),
             ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, self.to_string()),
             ApiError::Turn(error) => {
@@ -189,7 +193,7 @@ fn turn_error_status(error: &TurnError) -> (StatusCode, String) {
 }
 
 // Same time whatever the first differing byte, so the token cannot be guessed bytewise.
-fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
+pub(crate) fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
     left.len() == right.len()
         && left
             .iter()
@@ -198,7 +202,17 @@ fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
             == 0
 }
 
-pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// Whom a request's token speaks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// The HTTP channel's token: any channel identity (the API's clients, the page's
+    /// person picker).
+    Channel,
+    /// A contact's own page token (slug): that contact's identities only.
+    Person(String),
+}
+
+pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<Access, ApiError> {
     let config = state.runtime.config().current();
     let expected = config
         .channels
@@ -212,11 +226,42 @@ pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), Api
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    if constant_time_equal(presented.trim().as_bytes(), expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+    let presented = presented.trim();
+    if constant_time_equal(presented.as_bytes(), expected.as_bytes()) {
+        return Ok(Access::Channel);
     }
+    state
+        .chat_page
+        .as_ref()
+        .and_then(|page| page.person_tokens.as_ref())
+        .and_then(|tokens| tokens.holder(presented))
+        .map(|slug| Access::Person(slug.to_string()))
+        .ok_or(ApiError::Unauthorized)
+}
+
+/// Refuses a message a person's own token sends as anyone but that person.
+fn speaks_as_holder(
+    state: &AppState,
+    access: &Access,
+    channel: ChannelKind,
+    peer: &str,
+) -> Result<(), ApiError> {
+    let Access::Person(slug) = access else {
+        return Ok(());
+    };
+    let config = state.runtime.config().current();
+    let caller = crate::identity::caller_for(&config, channel, peer).ok();
+    if caller.is_some_and(|caller| caller.known && caller.slug == *slug) {
+        return Ok(());
+    }
+    let name = config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug.as_str() == slug)
+        .map_or(slug.as_str(), |contact| contact.name.as_str());
+    Err(ApiError::Forbidden(format!(
+        "this link speaks only as {name}"
+    )))
 }
 
 async fn post_message(
@@ -224,7 +269,7 @@ async fn post_message(
     headers: HeaderMap,
     body: Result<Json<MessageRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorise(&state, &headers)?;
+    let access = authorise(&state, &headers)?;
     let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
     if state.draining.is_cancelled() {
         return Err(ApiError::Draining);
@@ -236,6 +281,7 @@ async fn post_message(
     if request.text.trim().is_empty() {
         return Err(ApiError::BadRequest("text must not be empty".to_string()));
     }
+    speaks_as_holder(&state, &access, channel, &request.peer)?;
     let wants_stream = request.stream
         || headers
             .get(header::ACCEPT)
@@ -322,13 +368,23 @@ fn event_stream(
     })
 }
 
-/// `ready` (or 503 `draining`), then one `warning:` line per declared channel that
-/// cannot work with the config and environment in force and per persona file refused
-/// (the lines the agent logged at start, kept current across config reloads). The warnings do not make the bot
-/// unready: it still serves what it can.
+/// `ready`, or 503 `draining`: the kubelet's probe on the HTTP port. Nothing else, for
+/// anyone who can reach the port.
 async fn readyz(State(state): State<AppState>) -> Response {
     if state.draining.is_cancelled() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
+    }
+    "ready\n".into_response()
+}
+
+/// The metrics listener's `/readyz`: `ready` (or 503 `draining`), then one `warning:`
+/// line per declared channel that cannot work with the config and environment in force
+/// and per persona file refused (the lines the agent logged at start, kept current
+/// across config reloads). The warnings do not make the bot unready: it still serves
+/// what it can.
+async fn readyz_details(State(state): State<AppState>) -> Response {
+    if state.draining.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
     }
     let config = state.runtime.config().current();
     let mut body = String::from("ready\n");
@@ -341,6 +397,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
             .problems()
     {
         body.push_str(&format!("warning: {problem}\n"));
+    }
+    // A model without a price: its calls are refused, or allowed and counted as free.
+    if let Some(warning) = config.unpriced_models_warning() {
+        body.push_str(&format!("warning: {warning}\n"));
     }
     if let Some(hub) = &state.channels {
         for line in hub.health_lines() {

@@ -37,7 +37,7 @@ impl Outbox for DurableOutbox {
         Box::pin(async move {
             let channel = self.hub.channel(&message.channel).cloned().ok_or_else(|| {
                 OutboxError(format!(
-                    "channel {:?} cannot send messages (it has no running transport; see the bot's /readyz)",
+                    "channel {:?} cannot send messages (it has no running transport; see /readyz on the bot's metrics port)",
                     message.channel
                 ))
             })?;

@@ -19,7 +19,7 @@ use axum::{
     http::{Request, StatusCode},
 };
 use saint_agent::{
-    channel::http::{AppState, app},
+    channel::http::{AppState, app, metrics_app},
     config_watch::ConfigStore,
     metering::Metering,
     runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions},
@@ -172,6 +172,20 @@ impl InProcess {
 
     pub async fn request(&self, request: Request<Body>) -> (StatusCode, String) {
         let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = to_bytes(response.into_body(), 16 * 1024 * 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// A request to the metrics listener's router: `/metrics`, and the `/readyz` that
+    /// says why (neither is on the HTTP channel's port).
+    pub async fn metrics_request(&self, request: Request<Body>) -> (StatusCode, String) {
+        let variables = environment();
+        let env: EnvLookup = Arc::new(move |name| variables.get(name).cloned());
+        let router = metrics_app(AppState::new(self.runtime.clone(), env));
+        let response = router.oneshot(request).await.unwrap();
         let status = response.status();
         let body = to_bytes(response.into_body(), 16 * 1024 * 1024)
             .await

@@ -1,6 +1,7 @@
 // The chat page: pick who you are, talk, watch tool calls and the role that applied.
 // The token comes from the address fragment (#token=…), which browsers never send to
-// the server; it is kept for this tab only.
+// the server; it is kept for this tab only. Where the bot listens beyond its machine
+// there is no picker: a person's own link speaks only as them.
 "use strict";
 
 const state = { token: "", people: [], current: 0, logs: new Map(), busy: false };
@@ -142,8 +143,9 @@ async function start() {
     banner(["No token: open the address saint-agent printed (it ends in #token=…)."], "bad");
     return;
   }
+  let status;
   try {
-    const status = await (await api("/v1/status")).json();
+    status = await (await api("/v1/status")).json();
     $("bot").textContent = status.bot;
     document.title = status.bot + " — Saint";
     const kind = !status.modelReady ? "bad" : status.warnings.length ? "warn" : "info";
@@ -153,11 +155,26 @@ async function start() {
     banner([error.message], "bad");
     return;
   }
-  const select = $("person");
-  state.people.forEach((person, index) => {
-    select.append(new Option(person.name + " (" + person.role + ")", String(index)));
-  });
-  select.addEventListener("change", () => { state.current = Number(select.value); showPerson(); });
+  if (status.picker) {
+    const select = $("person");
+    state.people.forEach((person, index) => {
+      select.append(new Option(person.name + " (" + person.role + ")", String(index)));
+    });
+    select.addEventListener("change", () => { state.current = Number(select.value); showPerson(); });
+  } else {
+    // The server speaks only as this token's holder: no control suggests otherwise.
+    $("picker").remove();
+    if (state.people.length === 0) {
+      banner(status.notices.concat(status.warnings.map((warning) => "warning: " + warning),
+        ["This page has no person picker here: open your own link (saint-agent up printed one per person)."]),
+        "warn");
+      $("send").disabled = true;
+      return;
+    }
+    const person = state.people[0];
+    $("talking-as").textContent = "Talking as " + person.name + " (" + person.role + ")";
+    $("talking-as").hidden = false;
+  }
   showPerson();
   $("composer").addEventListener("submit", async (event) => {
     event.preventDefault();
