@@ -113,6 +113,11 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
         // SaintBot itself, which `kubectl describe` finds by uid.
         json!({"name": saint_config::BOT_UID_ENV, "value": bot.owner_reference.uid}),
     ];
+    // The agent answers only the names it serves: its Service's, and the webhook
+    // Ingress's public host, through which platforms call the webhook paths.
+    if let Some(webhooks) = &bot.webhook_ingress {
+        env.push(json!({"name": "SAINT_PUBLIC_HOSTS", "value": webhooks.host}));
+    }
     if let Some(secret) = &bot.model_api_key {
         env.push(secret_env(MODEL_API_KEY_ENV, secret));
     }
