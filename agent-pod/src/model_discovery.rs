@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use saint_config::{BotConfig, ModelConfig, ModelProvider};
+use saint_config::{BotConfig, ModelConfig, ModelPrice, ModelProvider};
 use serde::Deserialize;
 
 use crate::runtime::EnvLookup;
@@ -41,6 +41,10 @@ pub struct ModelOverlay {
     pub name: Option<String>,
     /// Variable holding the key; `None` for an endpoint that needs none.
     pub api_key_env: Option<String>,
+    /// The endpoint is self-hosted (an Ollama, a server on loopback): the models the bot
+    /// uses that its file does not price are declared free, so budgets apply to them and
+    /// count nothing, instead of every call being refused for want of a price.
+    pub self_hosted: bool,
 }
 
 impl ModelOverlay {
@@ -56,8 +60,25 @@ impl ModelOverlay {
                 role.model = None;
             }
         }
+        if self.self_hosted {
+            // A price the bot file gives is kept: it may count a local model on purpose.
+            let unpriced: Vec<String> = config
+                .unpriced_models()
+                .into_iter()
+                .map(str::to_string)
+                .collect();
+            for model in unpriced {
+                config.model.prices.insert(model, FREE);
+            }
+        }
     }
 }
+
+/// The price a self-hosted model is declared at.
+const FREE: ModelPrice = ModelPrice {
+    input_per_mtok: 0.0,
+    output_per_mtok: 0.0,
+};
 
 /// Where the model comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +102,42 @@ impl Discovery {
     /// Whether a model endpoint was found.
     pub fn found(&self) -> bool {
         !matches!(self.choice, ModelChoice::Missing(_))
+    }
+
+    /// What budgets do with the model found, for the log and the page: a self-hosted
+    /// model the bot file does not price is declared free; any other model without a
+    /// price is refused (or allowed, as `budget.unpricedModels` says) until the bot file
+    /// prices it. `None` when every model in use has a price.
+    pub fn pricing_notice(&self, config: &BotConfig) -> Option<String> {
+        let mut config = config.clone();
+        let overlay = match &self.choice {
+            ModelChoice::Missing(_) => return None,
+            ModelChoice::Config => None,
+            ModelChoice::Overlay(overlay) => Some(overlay),
+        };
+        if let Some(overlay) = overlay {
+            ModelOverlay {
+                self_hosted: false,
+                ..overlay.clone()
+            }
+            .apply(&mut config);
+        }
+        match overlay {
+            Some(overlay) if overlay.self_hosted => {
+                let unpriced = config.unpriced_models();
+                (!unpriced.is_empty()).then(|| {
+                    format!(
+                        "budgets: {} runs on your own machine, so it is declared free (price 0): \
+                         budgets count nothing for it and never stop it; give it a price in \
+                         model.prices to count it",
+                        unpriced.join(", ")
+                    )
+                })
+            }
+            _ => config
+                .unpriced_models_warning()
+                .map(|warning| format!("budgets: {warning}")),
+        }
     }
 }
 
@@ -131,6 +188,7 @@ pub async fn discover(
                     base_url: ollama,
                     name: Some(name),
                     api_key_env: None,
+                    self_hosted: true,
                 }),
             })
         }
@@ -215,6 +273,7 @@ async fn from_environment(
             name.as_deref().unwrap_or(&config.name),
         ),
         choice: ModelChoice::Overlay(ModelOverlay {
+            self_hosted: is_loopback_host(&base_url),
             provider,
             base_url,
             name,
@@ -239,7 +298,20 @@ fn url_host(base_url: &str) -> Option<&str> {
     let rest = base_url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host_port = authority.rsplit('@').next()?;
+    if let Some(bracketed) = host_port.strip_prefix('[') {
+        return bracketed.split(']').next();
+    }
     Some(host_port.split(':').next().unwrap_or(host_port))
+}
+
+/// Whether `base_url` names this machine (`localhost`, `127.0.0.0/8`, `::1`).
+fn is_loopback_host(base_url: &str) -> bool {
+    url_host(base_url).is_some_and(|host| {
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|address| address.is_loopback())
+    })
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -369,6 +441,94 @@ mod tests {
             endpoint.url(),
             format!("{}/v1/chat/completions", server.base_url())
         );
+    }
+
+    fn unpriced_config() -> BotConfig {
+        let mut config = BotConfig::from_json(include_str!(
+            "../config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        config.model.prices.remove("claude-sonnet-4-5");
+        config
+    }
+
+    #[test]
+    fn a_self_hosted_model_is_declared_free_and_a_remote_one_is_left_unpriced() {
+        let overlay = |base_url: &str, self_hosted| ModelOverlay {
+            provider: ModelProvider::Openai,
+            base_url: base_url.to_string(),
+            name: Some("llama3.2:latest".to_string()),
+            api_key_env: None,
+            self_hosted,
+        };
+        let ollama = overlay(OLLAMA_DEFAULT_URL, true);
+        let mut config = unpriced_config();
+        config.model.prices.insert(
+            "llama3.2:latest".into(),
+            ModelPrice {
+                input_per_mtok: 0.5,
+                output_per_mtok: 1.0,
+            },
+        );
+        let priced_by_the_file = config.clone();
+        ollama.apply(&mut config);
+        assert_eq!(
+            config.model.prices["llama3.2:latest"].output_per_mtok, 1.0,
+            "a price the bot file gives is kept"
+        );
+        let mut config = unpriced_config();
+        ollama.apply(&mut config);
+        assert_eq!(config.model.prices["llama3.2:latest"], FREE);
+        assert_eq!(config.unpriced_models(), Vec::<&str>::new());
+        let discovery = |overlay: ModelOverlay| Discovery {
+            choice: ModelChoice::Overlay(overlay),
+            summary: String::new(),
+        };
+        let notice = discovery(ollama.clone())
+            .pricing_notice(&unpriced_config())
+            .unwrap();
+        assert!(
+            notice.contains("llama3.2:latest runs on your own machine")
+                && notice.contains("model.prices"),
+            "{notice}"
+        );
+        assert_eq!(discovery(ollama).pricing_notice(&priced_by_the_file), None);
+
+        let remote = overlay("https://llm.example.com", false);
+        let mut config = unpriced_config();
+        remote.apply(&mut config);
+        assert_eq!(config.unpriced_models(), vec!["llama3.2:latest"]);
+        let notice = discovery(remote)
+            .pricing_notice(&unpriced_config())
+            .unwrap();
+        assert!(
+            notice.contains("\"llama3.2:latest\"")
+                && notice.contains("refused")
+                && notice.contains("model.prices")
+                && notice.contains("budget.unpricedModels: allow"),
+            "{notice}"
+        );
+        // The bot file's own model, unpriced: the same advice.
+        let own = Discovery {
+            choice: ModelChoice::Config,
+            summary: String::new(),
+        };
+        assert!(
+            own.pricing_notice(&unpriced_config())
+                .unwrap()
+                .contains("\"claude-sonnet-4-5\""),
+        );
+    }
+
+    #[test]
+    fn loopback_hosts_are_this_machine() {
+        assert!(is_loopback_host("http://127.0.0.1:8000"));
+        assert!(is_loopback_host("http://127.1.2.3"));
+        assert!(is_loopback_host("http://localhost:1234/v1"));
+        assert!(is_loopback_host("http://[::1]:8000"));
+        assert!(!is_loopback_host("http://192.168.1.20:11434"));
+        assert!(!is_loopback_host("https://api.openai.com"));
+        assert!(!is_loopback_host("http://127.0.0.1.evil.test/"));
     }
 
     #[test]

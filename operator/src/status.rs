@@ -34,6 +34,8 @@ pub enum ConditionType {
     CredentialsIsolated,
     /// SaintBot: the agent serves every declared channel (kind).
     ChannelsServed,
+    /// SaintBot: every model its turns call has a price, so budgets count every call.
+    ModelsPriced,
 }
 
 impl ConditionType {
@@ -45,6 +47,7 @@ impl ConditionType {
             ConditionType::IdentitiesLinked => "IdentitiesLinked",
             ConditionType::CredentialsIsolated => "CredentialsIsolated",
             ConditionType::ChannelsServed => "ChannelsServed",
+            ConditionType::ModelsPriced => "ModelsPriced",
         }
     }
 }
@@ -125,11 +128,19 @@ pub enum Reason {
     /// SaintBot `ChannelsServed`: a declared channel's kind is not served by this
     /// version (accepted by the CRD, ignored by the agent); the message names it.
     ChannelNotServed,
+    /// SaintBot `ModelsPriced`: `model.prices` prices every model in use.
+    AllModelsPriced,
+    /// SaintBot `ModelsPriced`: a model in use has no price, so the agent refuses its
+    /// calls; the message names it and what to set.
+    UnpricedModelsRefused,
+    /// SaintBot `ModelsPriced`: a model in use has no price and `budget.unpricedModels`
+    /// is `allow`: its calls count as free and no budget stops them.
+    UnpricedModelsAllowed,
 }
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 21] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -148,6 +159,9 @@ impl Reason {
         Reason::Injected,
         Reason::AllChannelsServed,
         Reason::ChannelNotServed,
+        Reason::AllModelsPriced,
+        Reason::UnpricedModelsRefused,
+        Reason::UnpricedModelsAllowed,
     ];
 
     /// The `reason` field as written.
@@ -171,6 +185,9 @@ impl Reason {
             Reason::Injected => "Injected",
             Reason::AllChannelsServed => "AllChannelsServed",
             Reason::ChannelNotServed => "ChannelNotServed",
+            Reason::AllModelsPriced => "AllModelsPriced",
+            Reason::UnpricedModelsRefused => "UnpricedModelsRefused",
+            Reason::UnpricedModelsAllowed => "UnpricedModelsAllowed",
         }
     }
 
@@ -184,7 +201,8 @@ impl Reason {
             | Reason::Unused
             | Reason::Valid
             | Reason::Injected
-            | Reason::AllChannelsServed => Severity::Healthy,
+            | Reason::AllChannelsServed
+            | Reason::AllModelsPriced => Severity::Healthy,
             Reason::PodNotReady | Reason::Suspended => Severity::Progressing,
             Reason::IdentifierConflict
             | Reason::RoleNotFound
@@ -193,7 +211,9 @@ impl Reason {
             | Reason::SecretMissing
             | Reason::InvalidIdentifier
             | Reason::InvalidSpec
-            | Reason::ChannelNotServed => Severity::Problem,
+            | Reason::ChannelNotServed
+            | Reason::UnpricedModelsRefused
+            | Reason::UnpricedModelsAllowed => Severity::Problem,
         }
     }
 }
@@ -433,6 +453,9 @@ mod tests {
                 ("Injected", "True", Normal),
                 ("AllChannelsServed", "True", Normal),
                 ("ChannelNotServed", "False", Warning),
+                ("AllModelsPriced", "True", Normal),
+                ("UnpricedModelsRefused", "False", Warning),
+                ("UnpricedModelsAllowed", "False", Warning),
             ]
         );
     }

@@ -28,6 +28,10 @@ pub enum ModelSetupError {
     MissingKey(String),
     #[error("failed to build the model client: {0}")]
     Client(String),
+    #[error(
+        "failed: model {0:?} has no price in the bot's model.prices, so no budget could count its calls; add its price there (a free local model: inputPerMtok 0, outputPerMtok 0) or set budget.unpricedModels: allow"
+    )]
+    Unpriced(String),
 }
 
 /// Resolves the endpoint for a model config.

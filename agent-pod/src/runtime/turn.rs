@@ -448,7 +448,7 @@ impl Runtime {
     /// resolved again against the current config otherwise.
     fn authority_changed(&self, state: &TurnState<'_>) -> Option<String> {
         let now = self.config().current();
-        if Arc::ptr_eq(&now, &state.config) {
+        if Arc::ptr_eq(&now, state.config) {
             return None;
         }
         crate::identity::authority_changed(&now, state.caller)

@@ -505,6 +505,9 @@ impl ExecTool {
             .await
             .map_err(|error| {
                 tracing::error!(error = %ErrorChain(&error), "sandbox unavailable; exec refused");
+                // A view refused at bind time (the workspace changed since the walk) is
+                // not offered again: the next command walks afresh.
+                self.views.forget_all();
                 ToolError::Failed(
                     "commands cannot run right now: the sandbox is unavailable".to_string(),
                 )

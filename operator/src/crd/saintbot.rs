@@ -14,7 +14,7 @@ use k8s_openapi::{
     },
 };
 use kube::{CustomResource, KubeSchema};
-use saint_config::{ChannelKind, ModelProvider, ModelWeights, SandboxScope};
+use saint_config::{ChannelKind, ModelProvider, ModelWeights, SandboxScope, UnpricedModels};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -188,6 +188,23 @@ pub struct SaintBotSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub skills: Vec<SkillSpec>,
+
+    /// Bot-wide budget settings; the caps themselves are per Role (`budget`). Every
+    /// model call reserves its worst case against the person's budget at the price in
+    /// `model.prices`. Absent: a model without a price is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetSpec>,
+}
+
+/// How budgets treat models without a price.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSpec {
+    /// What a call to a model `model.prices` does not price does: `refuse` (the
+    /// default) fails it with a message naming `model.prices`; `allow` makes it, counted
+    /// as free, so no budget stops it — the `ModelsPriced` condition then warns.
+    #[serde(default)]
+    pub unpriced_models: UnpricedModels,
 }
 
 /// Longest SaintBot name. Every child is named `<bot>` or `<bot>-<suffix>` (see
@@ -668,9 +685,12 @@ pub struct SaintBotStatus {
     /// `IdentitiesLinked` (True with `AllLinked`; False with `IdentifierConflict` or
     /// `RoleNotFound` naming what was left out), `CredentialsIsolated` (always True
     /// with `Injected`: credentials stay in the `porter` container, sandboxes get
-    /// placeholders) and `ChannelsServed` (True with `AllChannelsServed`; False with
+    /// placeholders), `ChannelsServed` (True with `AllChannelsServed`; False with
     /// `ChannelNotServed`, naming declared channels whose kind this version does not
-    /// serve — none today: every kind has an agent reader). A change of `Ready` or `IdentitiesLinked` also
+    /// serve — none today: every kind has an agent reader), `ModelsPriced` (True with
+    /// `AllModelsPriced`; False with `UnpricedModelsRefused` or, under
+    /// `budget.unpricedModels: allow`, `UnpricedModelsAllowed`, naming the models
+    /// `model.prices` lacks). A change of `Ready` or `IdentitiesLinked` also
     /// comes as an Event, a Warning when a person has to act; a newly unserved channel
     /// comes as a Warning Event.
     #[serde(default)]

@@ -157,8 +157,9 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             );
             let isolated = credentials_isolated(generation, now);
             let served = channels_served(&validated.config.channels, generation, now);
+            let priced = models_priced(&validated.config, generation, now);
             (
-                vec![ready, rendered, linked, isolated, served],
+                vec![ready, rendered, linked, isolated, served, priced],
                 (
                     validated.config.contacts.len() as i32,
                     validated.config.roles.len() as i32,
@@ -253,6 +254,34 @@ fn channels_served_by(
     )
 }
 
+/// `ModelsPriced`: True when `model.prices` prices every model the bot's turns call;
+/// False otherwise, reason `UnpricedModelsRefused` (the agent refuses those calls) or
+/// `UnpricedModelsAllowed` (`budget.unpricedModels: allow`: they count as free), the
+/// message naming the models and what to set — the line the agent's `/readyz` shows.
+fn models_priced(
+    config: &saint_config::BotConfig,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let (reason, message) = match config.unpriced_models_warning() {
+        None => (
+            Reason::AllModelsPriced,
+            "model.prices prices every model in use: budgets count every call".to_string(),
+        ),
+        Some(warning) => match config.budget.unpriced_models {
+            saint_config::UnpricedModels::Refuse => (Reason::UnpricedModelsRefused, warning),
+            saint_config::UnpricedModels::Allow => (Reason::UnpricedModelsAllowed, warning),
+        },
+    };
+    condition(
+        ConditionType::ModelsPriced,
+        reason,
+        message,
+        generation,
+        now,
+    )
+}
+
 /// The Events a status change deserves: only transitions (a changed status or reason of
 /// `Ready` or `IdentitiesLinked`, or a new config hash), never a repeat of the same
 /// state. Pure.
@@ -331,6 +360,44 @@ mod tests {
             Some(1),
             &time(at),
         )
+    }
+
+    #[test]
+    fn an_unpriced_model_is_named_refused_by_default_and_warned_about_when_allowed() {
+        let now = time("2026-01-01T00:00:00Z");
+        let mut config = saint_config::BotConfig::from_json(include_str!(
+            "../../../agent-pod/config/tests/fixtures/acme-bot-config.json"
+        ))
+        .unwrap();
+        let priced = models_priced(&config, Some(1), &now);
+        assert_eq!(
+            (priced.status.as_str(), priced.reason.as_str()),
+            ("True", "AllModelsPriced")
+        );
+        config.roles.get_mut("owner").unwrap().model = Some("acme-local-llm".into());
+        let refused = models_priced(&config, Some(1), &now);
+        assert_eq!(
+            (refused.status.as_str(), refused.reason.as_str()),
+            ("False", "UnpricedModelsRefused")
+        );
+        assert!(
+            refused.message.contains("\"acme-local-llm\"")
+                && refused.message.contains("model.prices")
+                && refused.message.contains("budget.unpricedModels: allow"),
+            "{}",
+            refused.message
+        );
+        config.budget.unpriced_models = saint_config::UnpricedModels::Allow;
+        let allowed = models_priced(&config, Some(1), &now);
+        assert_eq!(
+            (allowed.status.as_str(), allowed.reason.as_str()),
+            ("False", "UnpricedModelsAllowed")
+        );
+        assert!(
+            allowed.message.contains("no budget stops them"),
+            "{}",
+            allowed.message
+        );
     }
 
     #[test]

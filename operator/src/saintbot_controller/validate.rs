@@ -349,6 +349,13 @@ pub fn validate(
         schedule,
         // Names the mount of `skills` (build/workload.rs) when any skill is declared.
         skills: skills_config,
+        budget: saint_config::BudgetConfig {
+            unpriced_models: spec
+                .budget
+                .as_ref()
+                .map(|budget| budget.unpriced_models)
+                .unwrap_or_default(),
+        },
     };
     check_rendered(&config)?;
     let workload = workload::render_workload(spec, settings);
@@ -525,6 +532,22 @@ mod tests {
                 "{problem}"
             );
         }
+    }
+
+    #[test]
+    fn the_unpriced_models_setting_is_rendered_and_refuse_is_the_default() {
+        let rendered = |extra| {
+            validate(&bot(extra), &namespace(json!({})), &settings())
+                .expect("the bot renders")
+                .config
+                .budget
+                .unpriced_models
+        };
+        assert_eq!(rendered(json!({})), saint_config::UnpricedModels::Refuse);
+        assert_eq!(
+            rendered(json!({"budget": {"unpricedModels": "allow"}})),
+            saint_config::UnpricedModels::Allow
+        );
     }
 
     #[test]

@@ -207,6 +207,14 @@ impl ViewCache {
     }
 }
 
+impl ViewCache {
+    /// Forgets every cached view: the next command of each caller walks again (after a
+    /// backend refused to bind a view that changed since it was computed).
+    pub fn forget_all(&self) {
+        self.views.lock().expect("view cache lock").clear();
+    }
+}
+
 /// Why [`ViewCache::view`] failed: the rules could not be built, or the walk failed.
 #[derive(Debug)]
 pub enum CacheError<E> {
