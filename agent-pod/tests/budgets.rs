@@ -266,3 +266,44 @@ async fn an_unpriced_model_is_refused_naming_model_prices_and_allowed_only_when_
     assert_eq!(bot.llm.request_count(), 1);
     assert_eq!(stored_spend(&bot.workspace, "ivan"), 0.0, "counted as free");
 }
+
+/// A priced tool draws on the same budget: `read` priced at 0.50 USD a call, Ivan's
+/// five reads in one answer run until his 2 USD month cannot take another; the rest are
+/// answered as not run, and what ran is stored as spent. A failed call costs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priced_tool_reserves_its_price_and_is_charged_only_when_it_succeeds() {
+    let bot = InProcess::start_with(
+        |config| config["budget"] = json!({"toolPrices": {"read": 0.5}}),
+        Default::default(),
+    )
+    .await;
+    // A read that fails first: had it been charged, only two of the rest would fit.
+    let reads: Vec<(String, Value)> =
+        std::iter::once(("read".to_string(), json!({"path": "no/such/file.md"})))
+            .chain((0..5).map(|_| ("read".to_string(), json!({"path": "SOUL.md"}))))
+            .collect();
+    bot.llm.push(Reply::tool_calls(reads));
+    bot.llm.push(Reply::text("Read it."));
+    let reply = bot
+        .reply("telegram", IVAN_TELEGRAM, "read the soul five times")
+        .await;
+    assert_eq!(reply, "Read it.");
+    let results = bot.llm.requests()[1].tool_results();
+    let ran = results.iter().filter(|(_, refused)| !refused).count();
+    let refused: Vec<&String> = results
+        .iter()
+        .filter(|(content, refused)| *refused && content.starts_with("not run: read costs 0.5 USD"))
+        .map(|(content, _)| content)
+        .collect();
+    assert_eq!(ran, 3, "{results:?}");
+    assert!(
+        results[0].1 && !results[0].0.starts_with("not run"),
+        "{results:?}"
+    );
+    assert_eq!(refused.len(), 2, "the fourth and fifth read: {results:?}");
+    let spent = stored_spend(&bot.workspace, "ivan");
+    assert!(
+        (1.5..1.5 + 2.0 * OUTPUT_WORST_CASE_USD).contains(&spent),
+        "three reads and two model calls: {spent}"
+    );
+}

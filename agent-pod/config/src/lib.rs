@@ -174,10 +174,10 @@ pub struct BotConfig {
     pub budget: BudgetConfig,
 }
 
-/// How budgets treat models: every model call reserves its worst case against the
-/// person's budget at the price in `model.prices`, so a model without a price there
-/// cannot be counted.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How budgets treat models and tools: every model call reserves its worst case against
+/// the person's budget at the price in `model.prices`, so a model without a price there
+/// cannot be counted; a priced tool reserves its price per call the same way.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BudgetConfig {
     /// What a call to a model `model.prices` does not price does: `refuse` (the
@@ -185,6 +185,11 @@ pub struct BudgetConfig {
     /// as free, so no budget stops it (`/readyz` and the SaintBot status warn).
     #[serde(default)]
     pub unpriced_models: UnpricedModels,
+    /// USD per call of tools that cost money (`web_search`, a paid media or embedding
+    /// endpoint): reserved before the call, charged when it succeeds. Tools not listed
+    /// cost nothing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_prices: BTreeMap<String, f64>,
 }
 
 impl BudgetConfig {

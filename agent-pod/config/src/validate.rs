@@ -118,6 +118,20 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             ));
         }
     }
+    for (tool, usd) in &config.budget.tool_prices {
+        if !KNOWN_TOOLS.contains(&tool.as_str()) {
+            return Err(invalid(
+                format!("budget.toolPrices.{tool}"),
+                "is not a known tool",
+            ));
+        }
+        if !(usd.is_finite() && *usd >= 0.0) {
+            return Err(invalid(
+                format!("budget.toolPrices.{tool}"),
+                "must be a number ≥ 0",
+            ));
+        }
+    }
     let mut owners: BTreeMap<&ChannelIdentity, &ContactSlug> = BTreeMap::new();
     for contact in &config.contacts {
         if !config.roles.contains_key(&contact.role) {

@@ -44,6 +44,23 @@ fn a_memory_scope_reaching_past_the_read_rules_is_refused_naming_both_fields() {
 }
 
 #[test]
+fn a_tool_price_for_an_unknown_tool_or_below_zero_is_refused() {
+    let mut config: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    config["budget"] = serde_json::json!({"toolPrices": {"teleport": 1.0}});
+    let error = BotConfig::from_json(&config.to_string())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(error, "budget.toolPrices.teleport: is not a known tool");
+    config["budget"] = serde_json::json!({"toolPrices": {"web_search": -0.1}});
+    let error = BotConfig::from_json(&config.to_string())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(error, "budget.toolPrices.web_search: must be a number ≥ 0");
+    config["budget"] = serde_json::json!({"toolPrices": {"web_search": 0.005}});
+    assert!(BotConfig::from_json(&config.to_string()).is_ok());
+}
+
+#[test]
 fn other_schema_version_is_refused() {
     let text = EXAMPLE.replace("bot-config/v1alpha1", "bot-config/v9");
     assert!(matches!(

@@ -700,7 +700,8 @@ impl Runtime {
                         Some(reason) => (format!("not run: {reason}"), true),
                         None => {
                             let tool = visible.iter().find(|tool| tool.name() == name);
-                            self.run_tool(state, &context, tool, &name, input).await
+                            self.run_priced_tool(state, &context, tool, &name, input)
+                                .await?
                         }
                     };
                     results.push(ContentBlock::ToolResult {
@@ -808,6 +809,62 @@ impl Runtime {
             .await?;
         tracing::info!(session = %state.caller.session_key, through, "compacted session");
         Ok(Some(summary))
+    }
+
+    /// Runs a tool; one `budget.toolPrices` prices first reserves its price in the
+    /// caller's budget (refused when it does not fit, like a model call) and is charged
+    /// only when it succeeds.
+    async fn run_priced_tool(
+        &self,
+        state: &mut TurnState<'_>,
+        context: &ToolContext,
+        tool: Option<&PermittedTool>,
+        name: &str,
+        input: serde_json::Value,
+    ) -> Result<(String, bool), TurnError> {
+        let price = state.config.budget.tool_prices.get(name).copied();
+        let (Some(price), Some(role_budget), Some(_)) = (price, &state.caller.role.budget, tool)
+        else {
+            return Ok(self.run_tool(state, context, tool, name, input).await);
+        };
+        let slug = state.caller.slug.clone();
+        let reserved = self
+            .budgets
+            .reserve(
+                &slug,
+                role_budget,
+                price,
+                jiff::Timestamp::now(),
+                |first, last| {
+                    let slug = slug.clone();
+                    self.blocking(move |store| store.spent_between(&slug, &first, &last))
+                },
+            )
+            .await?;
+        let Ok(mut reservation) = reserved else {
+            self.metering
+                .metrics
+                .budget_refusal(&state.caller.role_name);
+            return Ok((
+                format!("not run: {name} costs {price} USD a call, and your budget cannot take it"),
+                true,
+            ));
+        };
+        let (content, is_error) = self.run_tool(state, context, tool, name, input).await;
+        if is_error {
+            // A failed call costs nothing: dropping the reservation releases it.
+            return Ok((content, is_error));
+        }
+        reservation.set_cost(price);
+        let spent_at = jiff::Timestamp::now();
+        let day = metering::spend_day(spent_at);
+        let stored = self
+            .blocking(move |store| store.add_spend(&slug, &day, price))
+            .await;
+        reservation.settle(price, spent_at);
+        stored?;
+        state.spent += price;
+        Ok((content, is_error))
     }
 
     async fn run_tool(

@@ -196,8 +196,8 @@ pub struct SaintBotSpec {
     pub budget: Option<BudgetSpec>,
 }
 
-/// How budgets treat models without a price.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// How budgets treat models without a price, and what tools cost.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetSpec {
     /// What a call to a model `model.prices` does not price does: `refuse` (the
@@ -205,6 +205,11 @@ pub struct BudgetSpec {
     /// as free, so no budget stops it — the `ModelsPriced` condition then warns.
     #[serde(default)]
     pub unpriced_models: UnpricedModels,
+    /// USD per call of tools that cost money, by tool name (`web_search: 0.005`):
+    /// reserved against the person's budget before the call, charged when it succeeds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32, "additionalProperties" = {"type": "number", "minimum": 0}))]
+    pub tool_prices: BTreeMap<String, f64>,
 }
 
 /// Longest SaintBot name. Every child is named `<bot>` or `<bot>-<suffix>` (see

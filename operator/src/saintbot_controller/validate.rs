@@ -355,6 +355,11 @@ pub fn validate(
                 .as_ref()
                 .map(|budget| budget.unpriced_models)
                 .unwrap_or_default(),
+            tool_prices: spec
+                .budget
+                .as_ref()
+                .map(|budget| budget.tool_prices.clone())
+                .unwrap_or_default(),
         },
     };
     check_rendered(&config)?;
