@@ -647,7 +647,11 @@ async fn a_host_side_swapper_never_gets_a_forbidden_file_into_agent() {
                     "real sandbox refused: view open"
                 } else if refused.contains("Race condition binding dirfd") {
                     "real sandbox refused: bwrap mount check"
-                } else if refused.contains("Can't find source path /proc/self/fd/") {
+                } else if refused.contains("Can't find source path /proc/self/fd/")
+                    || refused.contains("Can't get type of source")
+                {
+                    // The descriptor's path was renamed away between bubblewrap reading
+                    // it back and stating it.
                     "real sandbox refused: bwrap path gone"
                 } else {
                     panic!("round {round}: {refused}")
