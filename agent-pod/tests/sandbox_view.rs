@@ -647,11 +647,11 @@ async fn a_host_side_swapper_never_gets_a_forbidden_file_into_agent() {
                     "real sandbox refused: view open"
                 } else if refused.contains("Race condition binding dirfd") {
                     "real sandbox refused: bwrap mount check"
-                } else if refused.contains("Can't find source path /proc/self/fd/")
-                    || refused.contains("Can't get type of source")
-                {
-                    // The descriptor's path was renamed away between bubblewrap reading
-                    // it back and stating it.
+                } else if refused.contains("bwrap: Can't") {
+                    // The descriptor's path was renamed away between bubblewrap reading it
+                    // back and stating or mounting it ("Can't find source path", "Can't
+                    // get type of source", "Can't bind mount …: No such file or
+                    // directory"): bubblewrap stopped, nothing ran.
                     "real sandbox refused: bwrap path gone"
                 } else {
                     panic!("round {round}: {refused}")
