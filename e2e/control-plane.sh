@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Starts and stops a real Kubernetes control plane on loopback: etcd,
 # kube-apiserver and kube-controller-manager from the binaries e2e/setup.sh
 # built. Sourced by e2e/run.sh; touches nothing outside its run directory and
@@ -35,7 +36,7 @@ control_plane_certificates() {
 	local pki="$1"
 	mkdir -p "$pki"
 	(
-		cd "$pki"
+		cd "$pki" || exit 1
 		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=saint-e2e-ca" \
 			-keyout ca.key -out ca.crt 2> /dev/null
 		cat > serving.ext <<-EOF

@@ -86,6 +86,10 @@ build_binaries() {
 		echo "images: binaries from the test build (dev profile), not the release profiles" >&2
 		return 0
 	fi
+	# sudo resets PATH, so a toolchain installed by rustup for the calling user is
+	# not found: say how to pass it rather than failing inside the subshell.
+	command -v cargo > /dev/null ||
+		die "cargo is not on the PATH${SUDO_USER:+ sudo gave root}; pass your toolchain: sudo env \"PATH=\$PATH\" \"RUSTUP_HOME=\${RUSTUP_HOME:-\$HOME/.rustup}\" e2e/images/build.sh ..."
 	(
 		cd "$repository_root"
 		CARGO_TARGET_DIR="$release_target_dir" cargo build --locked --release \
