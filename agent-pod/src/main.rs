@@ -161,6 +161,11 @@ struct UpArgs {
     /// Run without memory (skips fetching the embedding model).
     #[arg(long)]
     no_memory: bool,
+    /// Start over: remove the bot's files (bot file, persona, workspace with its memory
+    /// and conversations, Porter registry, page token) and its sandbox state, then set
+    /// the example bot up afresh. Refused while the bot runs.
+    #[arg(long)]
+    reset: bool,
 }
 
 /// What `up` adds to a plain `run`.
@@ -239,6 +244,11 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
     };
     let files = BotFiles::new(&data, starter.name());
     let mut notices = Vec::new();
+    if arguments.reset {
+        for directory in saint_agent::starter::reset(&files, &*env)? {
+            notices.push(format!("reset: removed {}", directory.display()));
+        }
+    }
     let companion_problems = if arguments.no_build {
         let hide_cargo = env.clone();
         up::ensure_companions(

@@ -93,7 +93,16 @@ impl Starter {
         embedding_model: Option<&Path>,
     ) -> (BotConfig, Vec<String>) {
         let mut config = self.bot_config.clone();
+        config.schema_link = Some(format!("./{}", saint_config::bot_file::SCHEMA_FILE_NAME));
         config.sandbox.backend = SandboxBackend::Local;
+        // The sandbox Job template is the operator's business in a cluster; bubblewrap
+        // needs none.
+        config.sandbox.job_template = None;
+        // The agent links an identity to its Contact through the contacts themselves
+        // when the links add nothing (one machine merges no Contacts).
+        if links_only_repeat_contacts(&config) {
+            config.identity_links.clear();
+        }
         config.persona = Some(PersonaConfig {
             directory: files.persona.display().to_string(),
         });
@@ -155,15 +164,79 @@ impl Starter {
                 write_private(&path, text)?;
             }
         }
+        write_private(
+            &files
+                .directory
+                .join(saint_config::bot_file::SCHEMA_FILE_NAME),
+            &saint_config::bot_file::schema_text(),
+        )?;
         let mut installed = Installed::default();
         if !files.config.exists() {
             let (config, left_out) = self.local_config(files, embedding_model);
-            write_private(&files.config, &config.to_json())?;
+            write_private(&files.config, &saint_config::bot_file::render(&config))?;
             installed.wrote_config = true;
             installed.left_out_channels = left_out;
         }
         Ok(installed)
     }
+}
+
+/// `up --reset`: removes the bot's files (bot file, persona, workspace with its
+/// memory and sessions, Porter registry, page token) and its sandbox state, after
+/// taking the state directory's lock so no running agent loses them underfoot.
+/// Returns the directories removed.
+pub fn reset(
+    files: &BotFiles,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    // The state directory follows the bot file's bot name (and the workspace); a bot
+    // file that no longer parses leaves only the data directory to remove.
+    let config = std::fs::read_to_string(&files.config)
+        .ok()
+        .and_then(|text| BotConfig::from_json(&text).ok());
+    let _lock = match &config {
+        Some(config) => {
+            let machine = saint_sandbox::backend::LocalMachine::from_environment(
+                config,
+                &files.workspace,
+                env,
+            );
+            let lock = saint_sandbox::state_lock::lock_state_directory(&machine.state_directory)
+                .context("cannot reset a bot that is running")?;
+            remove_tree(&machine.state_directory, &mut removed)?;
+            Some(lock)
+        }
+        None => None,
+    };
+    remove_tree(&files.directory, &mut removed)?;
+    Ok(removed)
+}
+
+fn remove_tree(directory: &Path, removed: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(directory) {
+        Ok(()) => {
+            removed.push(directory.to_path_buf());
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => {
+            Err(error).with_context(|| format!("failed to remove {}", directory.display()))
+        }
+    }
+}
+
+/// Whether every identity link names exactly the identities of its own Contact.
+fn links_only_repeat_contacts(config: &BotConfig) -> bool {
+    config.identity_links.iter().all(|(slug, identities)| {
+        config.contacts.iter().any(|contact| {
+            &contact.slug == slug
+                && identities.len() == contact.identities.len()
+                && identities
+                    .iter()
+                    .all(|identity| contact.identities.contains(identity))
+        })
+    })
 }
 
 fn create_private_directory(path: &Path) -> anyhow::Result<()> {
@@ -220,6 +293,87 @@ mod tests {
         // The roles and people are the operator's, untouched.
         assert_eq!(config.roles, starter.bot_config.roles);
         assert_eq!(config.contacts, starter.bot_config.contacts);
+    }
+
+    /// What a person opens: short, the same bot as the full rendering, and valid
+    /// under the schema written beside it (checked by python3-jsonschema, the
+    /// validator ./test.sh installs, so the schema is read by a tool that is not ours).
+    #[test]
+    fn the_bot_file_up_writes_is_short_reads_back_whole_and_validates_against_its_schema() {
+        let data = tempfile::tempdir().unwrap();
+        let starter = Starter::embedded().unwrap();
+        let files = BotFiles::new(data.path(), starter.name());
+        let model = Path::new("/opt/models/all-MiniLM-L6-v2");
+        starter.install(&files, Some(model)).unwrap();
+        let text = std::fs::read_to_string(&files.config).unwrap();
+        let lines = text.lines().count();
+        assert!(lines < 150, "the bot file has {lines} lines:\n{text}");
+        let (expected, _) = starter.local_config(&files, Some(model));
+        assert_eq!(BotConfig::from_json(&text).unwrap(), expected);
+        assert!(!text.contains("jobTemplate"), "{text}");
+        assert!(
+            text.starts_with("{\n  \"$schema\": \"./bot-config.schema.json\""),
+            "{text}"
+        );
+
+        let schema = files
+            .directory
+            .join(saint_config::bot_file::SCHEMA_FILE_NAME);
+        let check = |document: &Path| {
+            std::process::Command::new("python3")
+                .args(["-c", "import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))"])
+                .arg(document)
+                .arg(&schema)
+                .output()
+                .expect("python3 runs (./test.sh installs python3-jsonschema)")
+        };
+        let valid = check(&files.config);
+        assert!(
+            valid.status.success(),
+            "{}",
+            String::from_utf8_lossy(&valid.stderr)
+        );
+        // The schema refuses what the agent refuses: a misspelt member.
+        let misspelt = data.path().join("misspelt.json");
+        std::fs::write(
+            &misspelt,
+            text.replacen("\"defaultRole\"", "\"defaultRol\"", 1),
+        )
+        .unwrap();
+        let refused = check(&misspelt);
+        assert!(
+            !refused.status.success(),
+            "a misspelt member passed the schema"
+        );
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("defaultRol"));
+    }
+
+    #[test]
+    fn reset_is_refused_while_the_bot_runs_and_then_removes_its_files_and_state() {
+        let data = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let starter = Starter::embedded().unwrap();
+        let files = BotFiles::new(data.path(), starter.name());
+        starter.install(&files, None).unwrap();
+        let state_directory = state.path().join("sandboxes");
+        let env = |name: &str| {
+            (name == "SAINT_SANDBOX_STATE").then(|| state_directory.display().to_string())
+        };
+        // A running agent holds the state directory's lock.
+        let running = saint_sandbox::state_lock::lock_state_directory(&state_directory).unwrap();
+        let refused = reset(&files, &env).unwrap_err();
+        assert!(
+            format!("{refused:#}").contains("cannot reset a bot that is running"),
+            "{refused:#}"
+        );
+        assert!(files.config.exists() && state_directory.exists());
+        drop(running);
+
+        let removed = reset(&files, &env).unwrap();
+        assert_eq!(removed, [state_directory.clone(), files.directory.clone()]);
+        assert!(!files.directory.exists() && !state_directory.exists());
+        // Nothing left to remove is not an error.
+        assert_eq!(reset(&files, &env).unwrap(), Vec::<PathBuf>::new());
     }
 
     #[test]

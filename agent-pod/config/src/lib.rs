@@ -9,6 +9,7 @@
 //! `BTreeMap` so the same inputs always serialise to byte-identical JSON (a changed
 //! byte would change the config hash and restart pods needlessly).
 
+pub mod bot_file;
 pub mod channel_settings;
 mod error_chain;
 mod identity;
@@ -120,6 +121,10 @@ pub const DEFAULT_PLATFORM_PROTECTED: &[&str] = &[
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BotConfig {
+    /// The JSON Schema an editor validates this file with (`$schema`; the local bot
+    /// file names [`bot_file::SCHEMA_FILE_NAME`] beside it). Ignored by the agent.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema_link: Option<String>,
     /// Always [`SCHEMA_VERSION`]; the agent refuses other versions.
     pub schema_version: String,
     /// Which bot this is.

@@ -152,3 +152,24 @@ fn embedding_weights_default_to_f32_accept_int16_and_refuse_anything_else() {
     let chain = saint_config::ErrorChain(&error).to_string();
     assert!(chain.contains("int4") && chain.contains("int16"), "{chain}");
 }
+
+/// Editors read the schema shipped in the repository; it must be the one the types
+/// give (regenerate: `cargo run -p saint-config --example bot_file_schema`).
+#[test]
+fn the_shipped_bot_file_schema_is_the_one_the_types_give() {
+    let shipped = include_str!("../bot-config.schema.json");
+    assert!(
+        shipped == saint_config::bot_file::schema_text(),
+        "agent-pod/config/bot-config.schema.json is stale: run \
+         `cargo run -p saint-config --example bot_file_schema`"
+    );
+}
+
+/// The local bot file leaves defaults out and reads back to the same config.
+#[test]
+fn the_compact_bot_file_reads_back_to_the_same_config() {
+    let config = BotConfig::from_json(EXAMPLE).unwrap();
+    let text = saint_config::bot_file::render(&config);
+    assert_eq!(BotConfig::from_json(&text).unwrap(), config);
+    assert!(text.lines().count() < EXAMPLE.lines().count() / 2, "{text}");
+}

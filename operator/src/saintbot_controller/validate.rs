@@ -321,6 +321,7 @@ pub fn validate(
         });
     }
     let config = BotConfig {
+        schema_link: None,
         schema_version: SCHEMA_VERSION.to_string(),
         bot: BotIdentity {
             name: name.clone(),
