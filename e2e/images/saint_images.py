@@ -72,8 +72,8 @@ def log(message: str) -> None:
 
 def run(command: list[str], **options) -> subprocess.CompletedProcess:
     """Runs a command; a failure names the command and shows its output."""
-    options.setdefault("check", False)
-    result = subprocess.run(command, **options)
+    check = options.pop("check", False)
+    result = subprocess.run(command, check=check, **options)
     if result.returncode != 0:
         output = ""
         for stream in (result.stdout, result.stderr) if options.get("capture_output") else ():
@@ -542,6 +542,7 @@ def chroot_run(root: Path, command: str, environment: dict[str, str], workdir: s
         env=variables,
         capture_output=True,
         text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise BuildError(f"{where}: failed in the chroot (exit {result.returncode}): {(result.stdout + result.stderr)[-3000:]}")

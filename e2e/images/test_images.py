@@ -84,7 +84,7 @@ def plan(name: str) -> saint_images.FinalPlan:
 class Unpacked:
     """An archive's layout and root filesystem (umoci unpack) in a temporary directory."""
 
-    cache: dict[str, "Unpacked"] = {}
+    cache: dict[str, Unpacked] = {}
 
     def __init__(self, name: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix=f"saint-image-test-{name}-"))
@@ -105,7 +105,7 @@ class Unpacked:
         self.config = json.loads(inspected.stdout)
 
     @classmethod
-    def of(cls, name: str) -> "Unpacked":
+    def of(cls, name: str) -> Unpacked:
         if name not in cls.cache:
             cls.cache[name] = cls(name)
         return cls.cache[name]
@@ -142,6 +142,7 @@ class Unpacked:
             capture_output=True,
             text=True,
             timeout=120,
+            check=False,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(command)} as {user} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -608,7 +609,7 @@ class ContainerdImportTest(unittest.TestCase):
         process = subprocess.Popen(["containerd", "--config", str(directory / "config.toml")], stdout=log, stderr=log)
         try:
             deadline = time.monotonic() + 30
-            while subprocess.run(["ctr", "--address", str(address), "version"], capture_output=True).returncode != 0:
+            while subprocess.run(["ctr", "--address", str(address), "version"], capture_output=True, check=False).returncode != 0:
                 self.assertIsNone(process.poll(), f"containerd exited: {(directory / 'containerd.log').read_text()[-2000:]}")
                 self.assertLess(time.monotonic(), deadline, "containerd did not answer within 30 s")
                 time.sleep(0.2)
@@ -638,6 +639,7 @@ class ContainerdImportTest(unittest.TestCase):
                     result = subprocess.run(
                         ["ctr", "--address", str(address), "-n", "k8s.io", "run", "--rm", "--read-only", reference, f"saint-images-test-{name}-{os.getpid()}", *command],
                         capture_output=True, text=True, timeout=120,
+                        check=False,
                     )
                     self.assertEqual(result.returncode, 0, f"{name}: {result.stdout}{result.stderr}")
                     self.assertIn(wanted, result.stdout)
@@ -649,7 +651,7 @@ class ContainerdImportTest(unittest.TestCase):
                 process.kill()
                 process.wait()
             log.close()
-            subprocess.run(["umount", "-R", str(directory / "root")], capture_output=True)
+            subprocess.run(["umount", "-R", str(directory / "root")], capture_output=True, check=False)
             shutil.rmtree(directory, ignore_errors=True)
 
 
