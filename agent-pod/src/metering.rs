@@ -280,6 +280,12 @@ pub struct Metrics {
     channel_up: Family<ChannelLabels, Gauge>,
     channel_messages: Family<ChannelMessageLabels, Counter>,
     delivery_failures: Family<DeliveryFailureLabels, Counter>,
+    dead_letters: Family<DeadLetterLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeadLetterLabels {
+    channel: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -365,11 +371,18 @@ impl Default for Metrics {
             "Failed send attempts by channel and reason (retry, rejected, credentials, window)",
             delivery_failures.clone(),
         );
+        let dead_letters = Family::<DeadLetterLabels, Counter>::default();
+        registry.register(
+            "channel_dead_letters",
+            "Messages given up on for good (refused by the platform, or retried past the cap), by channel",
+            dead_letters.clone(),
+        );
         Self {
             registry,
             channel_up,
             channel_messages,
             delivery_failures,
+            dead_letters,
             tool_calls,
             tool_seconds,
             turns,
@@ -408,6 +421,15 @@ impl Metrics {
             .get_or_create(&DeliveryFailureLabels {
                 channel: channel.to_string(),
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a message moved to the dead letters.
+    pub fn dead_letter(&self, channel: &str) {
+        self.dead_letters
+            .get_or_create(&DeadLetterLabels {
+                channel: channel.to_string(),
             })
             .inc();
     }

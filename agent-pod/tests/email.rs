@@ -19,14 +19,29 @@ struct Bot {
     server: MailServer,
     dns: Dns,
     llm: ScriptedLlm,
-    _directory: tempfile::TempDir,
+    directory: tempfile::TempDir,
     workspace: PathBuf,
-    _agent: AgentProcess,
+    agent: AgentProcess,
+    relay: Option<HeldImap>,
 }
 
 impl Bot {
     async fn start() -> Self {
+        Self::start_with(|_| {}, None).await
+    }
+
+    /// A bot whose e-mail settings `adjust` changes, reading IMAP through a relay that
+    /// holds the first command containing `hold`, when given.
+    async fn start_with(
+        adjust: impl FnOnce(&mut serde_json::Value),
+        hold: Option<&'static str>,
+    ) -> Self {
         let server = MailServer::start();
+        let relay = match hold {
+            Some(command) => Some(HeldImap::start(server.imap, command).await),
+            None => None,
+        };
+        let imap_port = relay.as_ref().map(|relay| relay.port);
         let dns = Dns::start();
         let llm = ScriptedLlm::start().await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -38,22 +53,25 @@ impl Bot {
         config["channels"] = json!([
             {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
             {"name": "email", "kind": "email",
-             "settings": {"address": BOT, "imapHost": "127.0.0.1", "imapPort": server.imap.to_string(),
+             "settings": {"address": BOT, "imapHost": "127.0.0.1",
+                          "imapPort": imap_port.unwrap_or(server.imap).to_string(),
                           "imapSecurity": "none", "smtpHost": "127.0.0.1",
                           "smtpPort": server.submission.to_string(), "smtpSecurity": "none",
                           // Far longer than any test: only IDLE can deliver in time.
                           "pollSeconds": "3600", "dnsServer": dns.address.to_string()},
              "secretEnv": {"password": "MAIL_PASSWORD"}},
         ]);
+        adjust(&mut config["channels"][1]["settings"]);
         write_config(&config_path, &config);
         let agent = spawn_agent(&config_path, &workspace, &[("MAIL_PASSWORD", BOT_PASSWORD)]);
         let bot = Self {
             server,
             dns,
             llm,
-            _directory: directory,
+            directory,
             workspace,
-            _agent: agent,
+            agent,
+            relay,
         };
         // The bot answers mail that arrives once it is connected: wait for that.
         bot.wait_for("the IMAP connection", || async {
@@ -61,6 +79,28 @@ impl Bot {
         })
         .await;
         bot
+    }
+
+    /// `kill -9` of the agent, `change` to its database while it is down, and a start.
+    fn crash_and_restart(&mut self, change: &str) {
+        self.agent.child.kill().unwrap();
+        self.agent.child.wait().unwrap();
+        rusqlite::Connection::open(self.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .execute_batch(change)
+            .unwrap();
+        self.agent = spawn_agent(
+            &self.directory.path().join("bot-config.json"),
+            &self.workspace,
+            &[("MAIL_PASSWORD", BOT_PASSWORD)],
+        );
+    }
+
+    fn text(&self, sql: &str) -> String {
+        rusqlite::Connection::open(self.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
     }
 
     fn count(&self, sql: &str) -> i64 {
@@ -166,11 +206,38 @@ async fn a_signed_mail_from_a_contact_is_answered_in_its_thread_and_forgeries_ge
             "a forged From: must not get Ana's role"
         );
     }
+    // Each sending identity has its own session: Ana's, the unsigned forger's and the
+    // one signed by evil.example — neither forger sees the other's text.
     assert_eq!(
         bot.count("SELECT COUNT(DISTINCT session_key) FROM messages WHERE role = 'user'"),
-        2,
-        "the forgeries are kept out of Ana's session"
+        3,
+        "the forgeries are kept out of Ana's session and out of each other's"
     );
+    let sessions: Vec<Vec<String>> = bot
+        .llm
+        .requests()
+        .iter()
+        .map(|request| request.user_texts())
+        .collect();
+    let signed_forgery = sessions
+        .iter()
+        .find(|texts| texts.iter().any(|text| text.contains("Wire it again")))
+        .unwrap();
+    let unsigned_forgery = sessions
+        .iter()
+        .find(|texts| texts.iter().any(|text| text.contains("Wire the money")))
+        .unwrap();
+    for (texts, foreign) in [
+        (signed_forgery, "Send it now."),
+        (unsigned_forgery, "Now."),
+        (signed_forgery, "What is the plan?"),
+        (unsigned_forgery, "What is the plan?"),
+    ] {
+        assert!(
+            !texts.iter().any(|text| text.contains(foreign)),
+            "{foreign:?} leaked into {texts:?}"
+        );
+    }
     // Replies go to the From: address; the external role's answers reach the real Ana.
     bot.wait_for("all three replies", || async {
         bot.replies_to_ana().await.len() == 3
@@ -301,4 +368,201 @@ async fn idle_delivers_and_a_dropped_connection_loses_and_repeats_nothing() {
     .await;
     assert_eq!(bot.llm.request_count(), 14, "each mail answered once");
     assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 14);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_that_arrives_during_a_fetch_is_answered_without_waiting_for_more_mail() {
+    // The bot reads through a relay that holds its first UID FETCH: the second mail
+    // arrives exactly while the first is being fetched. IDLE is renewed only every 25
+    // minutes and pollSeconds is an hour, so a reply within the wait below is not a
+    // timeout's doing.
+    let mut bot = Bot::start_with(|_| {}, Some("UID FETCH")).await;
+    let acme = DkimKey::publish(&bot.dns, "acme.example", "sel", 7);
+    bot.llm.set_fallback(Reply::text("Noted."));
+    let relay = bot.relay.as_mut().unwrap();
+    let (held, release) = (relay.held.take().unwrap(), relay.release.take().unwrap());
+    bot.server
+        .deliver(
+            ANA,
+            BOT,
+            &acme.sign(&mail(ANA, "First", "f1@acme.example", "one", "")),
+        )
+        .await;
+    tokio::time::timeout(Duration::from_secs(20), held)
+        .await
+        .expect("the bot fetches the first mail")
+        .unwrap();
+    bot.server
+        .deliver(
+            ANA,
+            BOT,
+            &acme.sign(&mail(ANA, "Second", "f2@acme.example", "two", "")),
+        )
+        .await;
+    // The second mail is in the bot's mailbox before the fetch of the first goes on.
+    bot.wait_for("the second mail in the bot's mailbox", || async {
+        bot.server.mailbox(BOT, BOT_PASSWORD).await.len() == 2
+    })
+    .await;
+    release.send(()).unwrap();
+    bot.wait_for(
+        "both replies, with no third mail to wake the bot",
+        || async { bot.replies_to_ana().await.len() == 2 },
+    )
+    .await;
+    let mut subjects: Vec<String> = bot
+        .replies_to_ana()
+        .await
+        .iter()
+        .map(|reply| reply.subject().unwrap_or_default().to_string())
+        .collect();
+    subjects.sort();
+    assert_eq!(subjects, vec!["Re: First", "Re: Second"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_responder_that_does_not_say_so_gets_a_bounded_number_of_replies() {
+    // Ana's out-of-office answers every mail, signed (she is a verified Contact) and
+    // without any header saying it is automatic.
+    let bot = Bot::start_with(|settings| settings["replyLimitPerHour"] = json!("3"), None).await;
+    let acme = DkimKey::publish(&bot.dns, "acme.example", "sel", 7);
+    bot.llm.set_fallback(Reply::text("Thanks for your mail."));
+    let responder = async {
+        let mut answered = 0;
+        for round in 0.. {
+            let replies = bot.replies_to_ana().await;
+            if replies.len() > answered {
+                answered = replies.len();
+                let away = mail(
+                    ANA,
+                    "Re: Thanks for your mail.",
+                    &format!("away{round}@acme.example"),
+                    "I am out of the office until Monday.",
+                    "",
+                );
+                bot.server.deliver(ANA, BOT, &acme.sign(&away)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let first = mail(ANA, "Hello", "hello@acme.example", "Are you there?", "");
+    bot.server.deliver(ANA, BOT, &acme.sign(&first)).await;
+    tokio::select! {
+        _ = responder => unreachable!(),
+        _ = bot.wait_for("the loop cut at the reply limit", || async {
+            bot.count("SELECT COUNT(*) FROM inbox WHERE error LIKE 'reply limit%'") == 1
+        }) => {}
+    }
+    // Three answered, the fourth recorded with the reason, nothing more sent.
+    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 4);
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'answered'"),
+        3
+    );
+    bot.wait_for("the three replies sent", || async {
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'") == 3
+    })
+    .await;
+    assert_eq!(bot.replies_to_ana().await.len(), 3);
+    assert_eq!(bot.llm.request_count(), 3);
+    for reply in bot.replies_to_ana().await {
+        assert_eq!(
+            reply.header_raw("Auto-Submitted").map(str::trim),
+            Some("auto-replied")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_resent_after_a_crash_is_the_same_message() {
+    let mut bot = Bot::start().await;
+    let acme = DkimKey::publish(&bot.dns, "acme.example", "sel", 7);
+    bot.llm.set_fallback(Reply::text("On it."));
+    bot.server
+        .deliver(
+            ANA,
+            BOT,
+            &acme.sign(&mail(ANA, "Task", "t1@acme.example", "Please do it.", "")),
+        )
+        .await;
+    bot.wait_for("the reply", || async {
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'") == 1
+            && bot.replies_to_ana().await.len() == 1
+    })
+    .await;
+    let recorded = bot.text("SELECT json_extract(platform_ids, '$[0]') FROM outbox");
+    // A crash after the server took the mail but before the row was marked sent: the
+    // row is queued again, as if the send had never been recorded.
+    bot.crash_and_restart(
+        "UPDATE outbox SET state = 'queued', parts_sent = 0, platform_ids = '[]', next_attempt_at = 0",
+    );
+    bot.wait_for("the resend", || async {
+        bot.replies_to_ana().await.len() == 2
+    })
+    .await;
+    let replies = bot.replies_to_ana().await;
+    let ids: Vec<&str> = replies
+        .iter()
+        .map(|reply| reply.message_id().unwrap())
+        .collect();
+    assert_eq!(ids[0], ids[1], "the resend is the same message");
+    assert_eq!(format!("<{}>", ids[0]), recorded);
+    assert!(ids[0].starts_with("saint."), "{}", ids[0]);
+    assert_eq!(replies[1].in_reply_to().as_text(), Some("t1@acme.example"));
+    assert_eq!(replies[1].references().as_text(), Some("t1@acme.example"));
+    assert_eq!(bot.llm.request_count(), 1, "one turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_the_server_cannot_take_is_a_dead_letter_after_one_try() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Hello."));
+    // A sender whose address is not ASCII: the submission server, without SMTPUTF8,
+    // cannot take a reply to it.
+    let raw = mail(
+        "žana@acme.example",
+        "Pozdrav",
+        "z1@acme.example",
+        "Bok!",
+        "",
+    );
+    bot.server
+        .deliver("zana@acme.example", BOT, raw.as_bytes())
+        .await;
+    bot.wait_for("the reply given up on", || async {
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'failed'") == 1
+    })
+    .await;
+    assert_eq!(
+        bot.count("SELECT attempts FROM outbox"),
+        0,
+        "given up on at the first refusal, never retried"
+    );
+    let reason = bot.text("SELECT error FROM outbox");
+    assert!(reason.contains("SMTPUTF8"), "{reason}");
+    let client = reqwest::Client::new();
+    let readyz = client
+        .get(format!("{}/readyz", bot.agent.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        readyz.contains("channel \"email\": 1 message(s) undeliverable since start (dead letters); last to email:žana@acme.example"),
+        "{readyz}"
+    );
+    let metrics = client
+        .get(format!("{}/metrics", bot.agent.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("saint_channel_dead_letters_total{channel=\"email\"} 1"),
+        "{metrics}"
+    );
 }

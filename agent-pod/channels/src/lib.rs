@@ -31,5 +31,5 @@ pub use message::{AttachmentRef, Conversation, InboundMessage, OutboundBody, Rep
 pub use settings::SettingsError;
 pub use transport::{
     ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,
-    SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,
+    ReplyLimit, SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,
 };

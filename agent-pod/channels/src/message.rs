@@ -21,6 +21,12 @@ pub struct InboundMessage {
     /// e-mail whose `From:` no DKIM or DMARC check vouches for) is served by the default
     /// role, whatever contact the identity names.
     pub sender_verified: bool,
+    /// For a sender the platform did not authenticate, what the message does prove
+    /// about where it came from: `dkim:<domain>` when a signature of another domain
+    /// verified, `unsigned` when nothing did. Each (sender, origin) is its own session,
+    /// so one forger never sees another's conversation, nor the real person's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified_origin: Option<String>,
     /// The sender's display name as the platform gave it (never used for identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,

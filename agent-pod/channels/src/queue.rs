@@ -8,7 +8,8 @@
 //! `received` rows run as new turns and `accepted` rows resume without storing the
 //! person's message twice.
 //!
-//! Outbox rows move `queued` → `sent` | `failed`. A reply split into parts records how
+//! Outbox rows move `queued` → `sent` | `failed` (the dead letters: refused for good, or
+//! retried past the cap; `error` says why). A reply split into parts records how
 //! many parts went out, so a retry sends only the rest. Times used for scheduling are
 //! Unix milliseconds.
 
@@ -305,6 +306,29 @@ pub fn fail_inbound(connection: &Connection, inbox_id: i64, error: &str) -> rusq
     Ok(())
 }
 
+/// How many messages of `message`'s sending identity (its sender and, for an
+/// unauthenticated one, its origin: a forger's mail never uses up the real sender's
+/// answers) received since `since` (Unix milliseconds) have had or will have a turn:
+/// every row not recorded as ignored.
+pub fn answered_since(
+    connection: &Connection,
+    message: &InboundMessage,
+    since: i64,
+) -> rusqlite::Result<u32> {
+    connection.query_row(
+        "SELECT COUNT(*) FROM inbox WHERE channel = ?1 AND sender = ?2 AND received_at >= ?3
+         AND state IN ('received', 'accepted', 'answered')
+         AND json_extract(body, '$.unverifiedOrigin') IS ?4",
+        params![
+            message.channel,
+            message.sender.as_ref(),
+            since,
+            message.unverified_origin
+        ],
+        |row| row.get(0),
+    )
+}
+
 /// When `sender` last wrote on `channel`, in Unix milliseconds.
 pub fn last_inbound_at(
     connection: &Connection,
@@ -333,6 +357,8 @@ pub struct OutboxRow {
     pub parts_sent: u32,
     /// Failed attempts so far.
     pub attempts: u32,
+    /// When it was queued (Unix milliseconds).
+    pub created_at: i64,
 }
 
 /// Queued rows of `channel` due by `now`, oldest first.
@@ -343,7 +369,7 @@ pub fn due_outbound(
     limit: usize,
 ) -> rusqlite::Result<Vec<OutboxRow>> {
     let mut statement = connection.prepare_cached(
-        "SELECT id, channel, recipient, body, parts_sent, attempts FROM outbox
+        "SELECT id, channel, recipient, body, parts_sent, attempts, created_at FROM outbox
          WHERE channel = ?1 AND state = 'queued' AND next_attempt_at <= ?2
          ORDER BY id LIMIT ?3",
     )?;
@@ -355,11 +381,12 @@ pub fn due_outbound(
             row.get::<_, String>(3)?,
             row.get::<_, u32>(4)?,
             row.get::<_, u32>(5)?,
+            row.get::<_, i64>(6)?,
         ))
     })?;
     let mut due = Vec::new();
     for row in rows {
-        let (id, channel, recipient, body, parts_sent, attempts) = row?;
+        let (id, channel, recipient, body, parts_sent, attempts, created_at) = row?;
         match serde_json::from_str(&body) {
             Ok(body) => due.push(OutboxRow {
                 id,
@@ -368,6 +395,7 @@ pub fn due_outbound(
                 body,
                 parts_sent,
                 attempts,
+                created_at,
             }),
             Err(error) => {
                 fail_outbound(connection, id, &format!("unreadable outbox row: {error}"))?

@@ -70,6 +70,22 @@ pub trait Transport: Send + Sync {
     fn reply_window(&self) -> Option<Duration> {
         None
     }
+
+    /// How many messages of one correspondent the bot answers per window, Contacts
+    /// included, if the channel caps it: two robots answering each other (an
+    /// out-of-office notice that does not say it is automatic) stop there.
+    fn reply_limit(&self) -> Option<ReplyLimit> {
+        None
+    }
+}
+
+/// At most `replies` answered messages per correspondent in any `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyLimit {
+    /// Messages answered per window.
+    pub replies: u32,
+    /// The sliding window.
+    pub window: Duration,
 }
 
 /// What a channel's connection is doing, as `/readyz` and `saint_channel_up` show it.

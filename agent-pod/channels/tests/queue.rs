@@ -19,6 +19,7 @@ fn message(id: &str, sender: &str, conversation: Option<&str>, text: &str) -> In
         platform_id: id.into(),
         sender: ChannelIdentity::parse(ChannelKind::Telegram, sender).unwrap(),
         sender_verified: true,
+        unverified_origin: None,
         display_name: None,
         text: text.into(),
         attachments: Vec::new(),
@@ -90,5 +91,38 @@ fn a_message_with_nothing_to_answer_is_named() {
         message("a", "999", Some("-100"), "x").lane(),
         message("b", "999", None, "x").lane(),
         "a person's group messages and direct messages are different lanes"
+    );
+}
+
+#[test]
+fn answers_are_counted_per_sending_identity_and_ignored_mail_does_not_count() {
+    let (_directory, connection) = database();
+    let since = queue::now_ms() - 60_000;
+    let from = |id: &str, origin: Option<&str>| InboundMessage {
+        sender_verified: origin.is_none(),
+        unverified_origin: origin.map(str::to_string),
+        ..message(id, "42", None, "hello")
+    };
+    queue::insert_inbound(&connection, &from("real-1", None)).unwrap();
+    queue::insert_inbound(&connection, &from("real-2", None)).unwrap();
+    queue::insert_ignored(
+        &connection,
+        &from("real-3", None),
+        "Auto-Submitted: auto-replied",
+    )
+    .unwrap();
+    queue::insert_inbound(&connection, &from("forged-1", Some("unsigned"))).unwrap();
+    queue::insert_inbound(&connection, &from("signed-1", Some("dkim:evil.example"))).unwrap();
+    let count = |origin: Option<&str>| {
+        queue::answered_since(&connection, &from("next", origin), since).unwrap()
+    };
+    assert_eq!(count(None), 2);
+    assert_eq!(count(Some("unsigned")), 1);
+    assert_eq!(count(Some("dkim:evil.example")), 1);
+    assert_eq!(count(Some("dkim:other.example")), 0);
+    // Older than the window: not counted.
+    assert_eq!(
+        queue::answered_since(&connection, &from("next", None), queue::now_ms() + 1).unwrap(),
+        0
     );
 }

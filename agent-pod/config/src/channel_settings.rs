@@ -40,6 +40,7 @@ pub const EMAIL: ChannelKeys = ChannelKeys {
         "authservId",
         "pollSeconds",
         "dnsServer",
+        "replyLimitPerHour",
     ],
     required_settings: &["address", "imapHost", "smtpHost"],
     secrets: &["password"],

@@ -12,7 +12,7 @@
 //! | slack | member id in Slack's upper case, `U024BE7LH` | any case |
 //! | telegram | numeric user id, `222222222` | leading zeros dropped |
 //! | discord | snowflake user id, or handle in lower case (`ana.h`, legacy `ana#1234`) | any case |
-//! | matrix | user id exactly as given, `@ana:example.org` (Matrix compares ids case-sensitively) | |
+//! | matrix | user id in lower case, `@ana:example.org` | any case (localparts are lower case since Matrix 1.0's grammar; server names are DNS names) |
 //! | http | the API caller's peer id, lower-cased | |
 //!
 //! Phone numbers are checked structurally (country code first digit 1–9, 7–15 digits in
@@ -183,10 +183,14 @@ fn normalise_discord(raw: &str) -> Option<String> {
 }
 
 // Matrix user ids: `@localpart:server_name`, at most 255 bytes, split at the first `:`
-// (server names may contain more). Localparts are printable ASCII without `:`; Matrix
-// compares ids byte for byte, so historical upper-case ids keep their case.
+// (server names may contain more). Localparts are printable ASCII without `:`. The
+// spec's grammar makes localparts lower case (homeservers fold what people type when
+// registering and logging in) and server names are DNS names, so ids differing only in
+// case name one person: lower case is the one form both sides compare, and two
+// Contacts writing `@Ana:…` and `@ana:…` are in conflict, as for every other kind.
 fn normalise_matrix(raw: &str) -> Option<String> {
-    let trimmed = raw.trim();
+    let lowered = raw.trim().to_ascii_lowercase();
+    let trimmed = lowered.as_str();
     let rest = trimmed.strip_prefix('@')?;
     let (localpart, server_name) = rest.split_once(':')?;
     let valid = trimmed.len() <= 255
@@ -483,6 +487,13 @@ impl SessionKey {
         Self(format!("peer:{identity}"))
     }
 
+    /// The session of a sender the channel did not authenticate, per what the message
+    /// proves about its origin (`dkim:<domain>`, `unsigned`): never the session of the
+    /// person the identity names, nor of someone else claiming it.
+    pub fn for_unverified(identity: &str, origin: &str) -> Self {
+        Self(format!("peer:{identity}~{origin}"))
+    }
+
     /// The session of a group conversation (a group chat, a channel thread, a room) on
     /// the channel called `channel`: one session whoever writes in it. Each turn in it
     /// still runs with the role of the person who wrote that message.
@@ -689,14 +700,14 @@ mod tests {
     }
 
     #[test]
-    fn matrix_ids_keep_their_case() {
+    fn matrix_ids_compare_in_lower_case() {
         assert_eq!(
             canonical(ChannelKind::Matrix, "@ana:example.org"),
             "@ana:example.org"
         );
         assert_eq!(
-            canonical(ChannelKind::Matrix, "@Ana:Example.org:8448"),
-            "@Ana:Example.org:8448"
+            canonical(ChannelKind::Matrix, " @Ana:Example.org:8448"),
+            "@ana:example.org:8448"
         );
         assert_eq!(
             canonical(ChannelKind::Matrix, "@ana:[::1]:8448"),

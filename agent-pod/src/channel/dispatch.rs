@@ -128,6 +128,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         peer: row.message.sender.peer().to_string(),
         text,
         sender_verified: row.message.sender_verified,
+        unverified_origin: row.message.unverified_origin.clone(),
         delivery: Some(Delivery {
             inbox_id: row.id,
             channel: channel.name.clone(),

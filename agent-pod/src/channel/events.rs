@@ -46,4 +46,21 @@ impl ChannelEvents {
         };
         self.recorder.publish(&event, &self.reference).await
     }
+
+    /// A Warning `MessageUndeliverable`, once per message given up on:
+    /// "channel `<channel>`: to `<recipient>`: `<reason>`".
+    pub async fn message_undeliverable(
+        &self,
+        channel: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "MessageUndeliverable".to_string(),
+            note: Some(format!("channel {channel}: {note}")),
+            action: "Deliver".to_string(),
+            secondary: None,
+        };
+        self.recorder.publish(&event, &self.reference).await
+    }
 }

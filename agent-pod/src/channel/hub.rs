@@ -13,7 +13,8 @@ use std::{
 
 use futures::future::BoxFuture;
 use saint_channels::{
-    Connection, InboundMessage, InboxSink, Transport, Webhook, open, queue, transport::ChannelState,
+    Connection, InboundMessage, InboxSink, ReplyLimit, Transport, Webhook, open, queue,
+    transport::ChannelState,
 };
 use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ErrorChain};
 use tokio::sync::Notify;
@@ -35,6 +36,8 @@ pub struct ServedChannel {
     /// The outbound connection feeding the inbox, for channels that connect out.
     connection: Option<Arc<dyn Connection>>,
     state: Mutex<ChannelState>,
+    /// Messages given up on since the agent started, and the last one's reason.
+    dead_letters: Mutex<Option<(u64, String)>>,
 }
 
 /// Every served channel and the shared wake-ups.
@@ -95,6 +98,7 @@ impl ChannelHub {
                     webhook: opened.webhook,
                     connection: opened.connection,
                     state: Mutex::new(ChannelState::Up),
+                    dead_letters: Mutex::new(None),
                 }),
             );
         }
@@ -184,7 +188,24 @@ impl ChannelHub {
         *current = state;
     }
 
-    /// `/readyz` lines for channels that are not simply up.
+    /// Records a message given up on for good (its outbox row is already `failed`):
+    /// `saint_channel_dead_letters`, the channel's `/readyz` line, and a Warning Event.
+    pub fn record_dead_letter(&self, channel: &ServedChannel, recipient: &str, reason: &str) {
+        self.metering.metrics.dead_letter(&channel.name);
+        let mut dead_letters = channel.dead_letters.lock().expect("dead letters lock");
+        let count = dead_letters.as_ref().map_or(0, |(count, _)| *count) + 1;
+        *dead_letters = Some((count, format!("to {recipient}: {reason}")));
+        if let Some(events) = self.events.get().cloned() {
+            let (name, note) = (channel.name.clone(), format!("to {recipient}: {reason}"));
+            tokio::spawn(async move {
+                if let Err(error) = events.message_undeliverable(&name, &note).await {
+                    tracing::warn!(error = %ErrorChain(&error), "failed to publish a channel Event");
+                }
+            });
+        }
+    }
+
+    /// `/readyz` lines for channels that are not simply up, or that gave up on a message.
     pub fn health_lines(&self) -> Vec<String> {
         let live = self.channels.values().filter_map(|channel| {
             match &*channel.state.lock().expect("channel state lock") {
@@ -198,7 +219,20 @@ impl ChannelHub {
                 )),
             }
         });
-        self.start_problems.iter().cloned().chain(live).collect()
+        let dead = self.channels.values().filter_map(|channel| {
+            let dead_letters = channel.dead_letters.lock().expect("dead letters lock");
+            let (count, last) = dead_letters.as_ref()?;
+            Some(format!(
+                "channel {:?}: {count} message(s) undeliverable since start (dead letters); last {last}",
+                channel.name
+            ))
+        });
+        self.start_problems
+            .iter()
+            .cloned()
+            .chain(live)
+            .chain(dead)
+            .collect()
     }
 }
 
@@ -239,10 +273,19 @@ impl InboxSink for HubSink {
                     (message, ignore)
                 })
                 .collect();
+            let reply_limit = self
+                .0
+                .channel(channel)
+                .and_then(|served| served.transport.reply_limit());
             let new = tokio::task::spawn_blocking(move || {
                 store.queue("store inbound messages", |transaction| {
                     let mut new = 0;
                     for (message, ignore) in &messages {
+                        // Counted in this transaction, so one batch cannot pass the limit.
+                        let ignore = match (ignore, reply_limit) {
+                            (None, Some(limit)) => over_reply_limit(transaction, message, limit)?,
+                            (ignore, _) => ignore.clone(),
+                        };
                         match ignore {
                             None => {
                                 new += usize::from(
@@ -250,7 +293,7 @@ impl InboxSink for HubSink {
                                 )
                             }
                             Some(reason) => {
-                                queue::insert_ignored(transaction, message, reason)?;
+                                queue::insert_ignored(transaction, message, &reason)?;
                             }
                         }
                     }
@@ -280,6 +323,26 @@ impl InboxSink for HubSink {
     fn is_contact(&self, identity: &ChannelIdentity) -> bool {
         self.0.is_contact(identity)
     }
+}
+
+/// Why `message` is not answered when its sender already had `limit`'s worth of answers
+/// in the window (a loop with another robot, most likely), if so.
+fn over_reply_limit(
+    transaction: &rusqlite::Transaction<'_>,
+    message: &InboundMessage,
+    limit: ReplyLimit,
+) -> rusqlite::Result<Option<String>> {
+    let since = queue::now_ms() - limit.window.as_millis() as i64;
+    let answered = queue::answered_since(transaction, message, since)?;
+    if answered < limit.replies {
+        return Ok(None);
+    }
+    let minutes = limit.window.as_secs() / 60;
+    tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
+        answered, minutes, "sender over the reply limit (a mail loop?); message recorded, not answered");
+    Ok(Some(format!(
+        "reply limit: {answered} messages of this sender answered in the last {minutes} minutes"
+    )))
 }
 
 /// Starts the dispatcher (until `stop_dispatch`: shutdown stops taking new turns first)

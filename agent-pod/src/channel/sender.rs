@@ -3,9 +3,12 @@
 //! The text is rendered in the platform's markup and split at its limit on paragraph
 //! boundaries; each part sent is recorded before the next, so a retry (or a restart)
 //! sends only what is missing. Rate limits and server errors are retried with backoff,
-//! at least as long as the platform asked; a refused token keeps rows queued (they go
-//! out once the credentials are fixed); a message the platform refuses for good is
-//! marked failed with the platform's reason.
+//! at least as long as the platform asked, for at most [`MAX_SEND_ATTEMPTS`] tries and
+//! [`MAX_RETRY_AGE`]; a refused token keeps rows queued (they go out once the
+//! credentials are fixed); a message the platform refuses for good (an address it
+//! cannot take, a 5xx) becomes a dead letter at once, with the platform's reason —
+//! counted in `saint_channel_dead_letters`, shown on `/readyz` and, in a cluster, a
+//! Warning Event on the SaintBot.
 
 use std::{sync::Arc, time::Duration};
 
@@ -24,6 +27,9 @@ use super::{
 
 /// Retried sends before a row is given up on (a little over two hours of backoff).
 pub const MAX_SEND_ATTEMPTS: u32 = 30;
+/// How long after it was queued a row is still retried: a reply hours late helps
+/// nobody, and the person may have written again since.
+pub const MAX_RETRY_AGE: Duration = Duration::from_secs(2 * 3600);
 /// How long a channel whose credentials were refused waits before trying again.
 const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
 
@@ -80,9 +86,7 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         Ok(recipient) => recipient,
         Err(error) => {
             let reason = format!("recipient {:?} is not an identity: {error}", row.recipient);
-            record(hub, "fail an outbox row", |transaction| {
-                queue::fail_outbound(transaction, row.id, &reason)
-            });
+            dead_letter(hub, channel, &row, &reason);
             return;
         }
     };
@@ -109,23 +113,18 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
             Err(SendError::Retry { reason, after }) => {
                 metrics.delivery_failure(&channel.name, "retry");
                 let attempts = row.attempts + 1;
-                if attempts >= MAX_SEND_ATTEMPTS {
+                let delay = retry_delay(attempts).max(after.unwrap_or_default());
+                let retry_at = queue::now_ms() + delay.as_millis() as i64;
+                if attempts >= MAX_SEND_ATTEMPTS
+                    || retry_at - row.created_at > MAX_RETRY_AGE.as_millis() as i64
+                {
                     let reason = format!("gave up after {attempts} attempts: {reason}");
-                    tracing::error!(channel = %channel.name, outbox_id = row.id, %reason, "message not delivered");
-                    record(hub, "fail an outbox row", |transaction| {
-                        queue::fail_outbound(transaction, row.id, &reason)
-                    });
+                    dead_letter(hub, channel, &row, &reason);
                     return;
                 }
-                let delay = retry_delay(attempts).max(after.unwrap_or_default());
                 hub.set_state(channel, ChannelState::Retrying(reason.clone()));
                 record(hub, "reschedule an outbox row", |transaction| {
-                    queue::retry_outbound(
-                        transaction,
-                        row.id,
-                        queue::now_ms() + delay.as_millis() as i64,
-                        &reason,
-                    )
+                    queue::retry_outbound(transaction, row.id, retry_at, &reason)
                 });
                 return;
             }
@@ -144,10 +143,7 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
             }
             Err(SendError::Permanent { reason }) => {
                 metrics.delivery_failure(&channel.name, "rejected");
-                tracing::warn!(channel = %channel.name, outbox_id = row.id, %reason, "the platform refused a message");
-                record(hub, "fail an outbox row", |transaction| {
-                    queue::fail_outbound(transaction, row.id, &reason)
-                });
+                dead_letter(hub, channel, &row, &reason);
                 return;
             }
         }
@@ -156,4 +152,15 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         queue::mark_sent(transaction, row.id)
     });
     hub.set_state(channel, ChannelState::Up);
+}
+
+/// Gives up on `row` for good: its state and reason in the outbox, the metric, the
+/// `/readyz` line, and one Event (a row is dead-lettered once).
+fn dead_letter(hub: &ChannelHub, channel: &ServedChannel, row: &OutboxRow, reason: &str) {
+    tracing::error!(channel = %channel.name, outbox_id = row.id, recipient = %row.recipient, %reason,
+        "message not delivered: moved to the dead letters");
+    record(hub, "fail an outbox row", |transaction| {
+        queue::fail_outbound(transaction, row.id, reason)
+    });
+    hub.record_dead_letter(channel, &row.recipient, reason);
 }

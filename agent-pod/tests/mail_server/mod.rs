@@ -390,3 +390,70 @@ pub fn mail(
          Content-Type: text/plain; charset=utf-8\r\n\r\n{body}\r\n"
     )
 }
+
+/// A relay in front of Dovecot's IMAP port that holds the first command containing a
+/// given text (`UID FETCH`) until the test releases it: the test can then make mail
+/// arrive exactly while the bot's fetch is under way.
+pub struct HeldImap {
+    pub port: u16,
+    /// Fires when the held command arrived (it has not reached the server yet).
+    pub held: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Lets the held command through.
+    pub release: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+type Hold = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+);
+
+impl HeldImap {
+    pub async fn start(imap: u16, command: &'static str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (held_sender, held) = tokio::sync::oneshot::channel();
+        let (release, release_receiver) = tokio::sync::oneshot::channel();
+        let hold: Arc<tokio::sync::Mutex<Option<Hold>>> = Arc::new(tokio::sync::Mutex::new(Some(
+            (held_sender, release_receiver),
+        )));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(("127.0.0.1", imap))
+                    .await
+                    .unwrap();
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                });
+                let hold = hold.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let read = match client_read.read(&mut buffer).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(read) => read,
+                        };
+                        let text = String::from_utf8_lossy(&buffer[..read]).to_uppercase();
+                        if text.contains(command) {
+                            let taken = hold.lock().await.take();
+                            if let Some((held, release)) = taken {
+                                let _ = held.send(());
+                                let _ = release.await;
+                            }
+                        }
+                        if server_write.write_all(&buffer[..read]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            held: Some(held),
+            release: Some(release),
+        }
+    }
+}

@@ -560,6 +560,7 @@ impl GatewayConnection {
             platform_id: id.to_string(),
             sender,
             sender_verified: true,
+            unverified_origin: None,
             display_name,
             text,
             attachments,

@@ -21,6 +21,9 @@ pub enum SenderCheck {
     Verified(String),
     /// Nothing vouched for it.
     Unverified(String),
+    /// A signature of another domain verified: the mail does come from `domain`, only
+    /// not from the `From:` address's.
+    SignedByOther { domain: String, reason: String },
 }
 
 /// Checks senders for one channel.
@@ -92,6 +95,7 @@ pub async fn verify_sender(verifier: &Verifier, raw: &[u8], from_domain: &str) -
         return SenderCheck::Unverified("no DKIM signature".to_string());
     }
     let mut seen = Vec::new();
+    let mut other_signer = None;
     for output in &outputs {
         let domain = output
             .signature()
@@ -101,13 +105,22 @@ pub async fn verify_sender(verifier: &Verifier, raw: &[u8], from_domain: &str) -
             DkimResult::Pass if aligned(&domain, from_domain) => {
                 return SenderCheck::Verified(format!("DKIM pass, d={domain}"));
             }
-            DkimResult::Pass => seen.push(format!(
-                "DKIM pass for d={domain}, not aligned with {from_domain}"
-            )),
+            DkimResult::Pass => {
+                seen.push(format!(
+                    "DKIM pass for d={domain}, not aligned with {from_domain}"
+                ));
+                other_signer.get_or_insert_with(|| domain.trim_end_matches('.').to_lowercase());
+            }
             other => seen.push(format!("DKIM {other:?} for d={domain}")),
         }
     }
-    SenderCheck::Unverified(seen.join("; "))
+    match other_signer {
+        Some(domain) => SenderCheck::SignedByOther {
+            domain,
+            reason: seen.join("; "),
+        },
+        None => SenderCheck::Unverified(seen.join("; ")),
+    }
 }
 
 /// The trusted server's verdict, if the channel names one and it is the topmost

@@ -1,8 +1,9 @@
 //! The IMAP side: log in, select the mailbox, fetch every message past the saved UID,
-//! store it (with the new UID, in one transaction), then wait with IDLE — or poll where
-//! the server has none — and repeat. A dropped connection is re-established with
-//! backoff; since the position moves only with what was stored, nothing is skipped,
-//! and the inbox's unique message ids make a re-fetch harmless.
+//! store it (with the new UID, in one transaction), search again until nothing new
+//! came in meanwhile, then wait with IDLE — or poll where the server has none — and
+//! repeat. A dropped connection is re-established with backoff; since the position
+//! moves only with what was stored, nothing is skipped, and the inbox's unique message
+//! ids make a re-fetch harmless.
 //!
 //! The position is `<UIDVALIDITY>:<last UID>`. On the very first start, and when the
 //! UIDVALIDITY changed (the mailbox was rebuilt and every UID means something else),
@@ -18,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use async_imap::{Session, extensions::idle::IdleResponse};
+use async_imap::{Session, extensions::idle::IdleResponse, types::UnsolicitedResponse};
 use futures::TryStreamExt;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -254,19 +255,30 @@ async fn session(
     tracing::info!(channel = %settings.channel, idle, "imap: connected");
     *backoff = Duration::from_secs(1);
     loop {
-        match fetch_new(
-            settings,
-            verifier,
-            sink,
-            workspace,
-            &mut session,
-            validity,
-            &mut last_uid,
-        )
-        .await
-        {
-            Ok(()) => {}
-            Err(reason) => return SessionEnd::Failed(reason),
+        // Mail that arrives during a fetch is announced (`* n EXISTS`) in the middle of
+        // that fetch's responses, and a server does not announce it again when IDLE
+        // starts: IDLE would wait for the *next* mail. So search again until a search
+        // finds nothing and no announcement came in meanwhile; only then is IDLE sure
+        // to report whatever arrives next.
+        loop {
+            let fetched = match fetch_new(
+                settings,
+                verifier,
+                sink,
+                workspace,
+                &mut session,
+                validity,
+                &mut last_uid,
+            )
+            .await
+            {
+                Ok(fetched) => fetched,
+                Err(reason) => return SessionEnd::Failed(reason),
+            };
+            let announced = drain_new_mail_notices(&session);
+            if fetched == 0 && !announced {
+                break;
+            }
         }
         if idle {
             let mut handle = session.idle();
@@ -299,6 +311,21 @@ async fn session(
     }
 }
 
+/// Empties the responses the server sent unasked (they queue up between commands) and
+/// says whether one announced new mail. The queue is bounded and drops what does not
+/// fit, so the caller also searches again after any fetch that found mail.
+fn drain_new_mail_notices(session: &Session<MailStream>) -> bool {
+    let mut announced = false;
+    while let Ok(response) = session.unsolicited_responses.try_recv() {
+        announced |= matches!(
+            response,
+            UnsolicitedResponse::Exists(_) | UnsolicitedResponse::Recent(_)
+        );
+    }
+    announced
+}
+
+/// Stores every message past `last_uid`; returns how many it found.
 async fn fetch_new(
     settings: &EmailSettings,
     verifier: &Verifier,
@@ -307,7 +334,7 @@ async fn fetch_new(
     session: &mut Session<MailStream>,
     validity: u32,
     last_uid: &mut u32,
-) -> Result<(), String> {
+) -> Result<usize, String> {
     let mut new: Vec<u32> = session
         .uid_search(format!("UID {}:*", *last_uid + 1))
         .await
@@ -341,7 +368,7 @@ async fn fetch_new(
         )
         .await?;
     }
-    Ok(())
+    Ok(new.len())
 }
 
 async fn store_batch(
@@ -397,6 +424,12 @@ async fn prepare(
         SenderCheck::Unverified(why) => {
             tracing::warn!(channel = %settings.channel, sender = %parsed.message.sender, %why,
                 "e-mail sender not verified: handled under the default role");
+            parsed.message.unverified_origin = Some("unsigned".to_string());
+        }
+        SenderCheck::SignedByOther { domain, reason } => {
+            tracing::warn!(channel = %settings.channel, sender = %parsed.message.sender, why = %reason,
+                "e-mail sender not verified: handled under the default role");
+            parsed.message.unverified_origin = Some(format!("dkim:{domain}"));
         }
     }
     for (path, data) in &parsed.attachments {

@@ -153,6 +153,7 @@ pub fn parse_mail(
             platform_id: platform_id.clone(),
             sender,
             sender_verified: false,
+            unverified_origin: None,
             display_name: mail
                 .from()
                 .and_then(|from| from.first())

@@ -133,7 +133,14 @@ pub struct EmailSettings {
     pub poll_interval: Duration,
     /// DNS server for DKIM key lookups (default: the system's resolver).
     pub dns_server: Option<SocketAddr>,
+    /// Messages of one correspondent answered per hour, Contacts included
+    /// (`replyLimitPerHour`, default [`DEFAULT_REPLY_LIMIT_PER_HOUR`]).
+    pub reply_limit_per_hour: u32,
 }
+
+/// Mails of one correspondent answered per hour unless `replyLimitPerHour` says
+/// otherwise: a person rarely writes more, and an auto-responder loop stops there.
+pub const DEFAULT_REPLY_LIMIT_PER_HOUR: u32 = 30;
 
 impl std::fmt::Debug for EmailSettings {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -219,6 +226,20 @@ impl EmailSettings {
                     })
             })
             .transpose()?;
+        let reply_limit_per_hour = match reader.optional("replyLimitPerHour") {
+            None => DEFAULT_REPLY_LIMIT_PER_HOUR,
+            Some(text) => text
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|limit| (1..=10_000).contains(limit))
+                .ok_or_else(|| {
+                    reader.invalid(
+                        "replyLimitPerHour",
+                        format!("is {text:?}; use a whole number from 1 to 10000"),
+                    )
+                })?,
+        };
         Ok(Self {
             channel: channel.name.clone(),
             username: reader
@@ -238,6 +259,7 @@ impl EmailSettings {
                 .map(|id| id.trim().to_lowercase()),
             poll_interval,
             dns_server,
+            reply_limit_per_hour,
         })
     }
 }

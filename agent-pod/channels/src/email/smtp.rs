@@ -1,6 +1,8 @@
 //! Replies by SMTP submission: `From:` the bot's address, threaded with `In-Reply-To`
 //! and `References`, `Re:` on the subject, and `Auto-Submitted: auto-replied` so other
-//! robots know not to answer it.
+//! robots know not to answer it. Each mail's `Message-ID` is derived from its outbox
+//! row: a resend after a crash (sent, but not yet recorded as sent) is the same message
+//! to the recipient's client, which shows it once.
 
 use futures::future::BoxFuture;
 use lettre::{
@@ -13,7 +15,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 use super::{EmailSettings, Security};
 use crate::{
     message::{AttachmentRef, InboundMessage, ReplyContext},
-    transport::{SendError, Transport},
+    transport::{ReplyLimit, SendError, Transport},
 };
 
 /// Sends for one e-mail channel.
@@ -50,6 +52,7 @@ impl SmtpTransport {
         to: &ChannelIdentity,
         text: &str,
         context: &ReplyContext,
+        part: usize,
     ) -> Result<Message, SendError> {
         let permanent = |reason: String| SendError::Permanent { reason };
         let from: Mailbox = self
@@ -71,7 +74,11 @@ impl SmtpTransport {
             Some(subject) => format!("Re: {subject}"),
             None => format!("Message from {}", self.settings.address),
         };
+        let message_id = context
+            .outbox_id
+            .map(|outbox_id| self.message_id(outbox_id, part, to, text));
         let mut builder = Message::builder()
+            .message_id(message_id)
             .from(from)
             .to(recipient)
             .subject(subject)
@@ -86,6 +93,27 @@ impl SmtpTransport {
         builder
             .body(text.to_string())
             .map_err(|error| permanent(format!("email: cannot build the message: {error}")))
+    }
+}
+
+impl SmtpTransport {
+    /// The `Message-ID` of part `part` of outbox row `outbox_id`: the same on every
+    /// attempt. The hash of what is sent keeps it unique when a rebuilt database
+    /// numbers its rows from 1 again.
+    fn message_id(&self, outbox_id: i64, part: usize, to: &ChannelIdentity, text: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for field in [self.settings.address.as_str(), to.as_str(), text] {
+            hasher.update(field.as_bytes());
+            hasher.update([0]);
+        }
+        let digest = hex::encode(&hasher.finalize()[..8]);
+        let domain = self
+            .settings
+            .address
+            .rsplit_once('@')
+            .map_or("saint.invalid", |(_, domain)| domain);
+        format!("<saint.{outbox_id}.{part}.{digest}@{domain}>")
     }
 }
 
@@ -117,7 +145,9 @@ fn classify(error: lettre::transport::smtp::Error) -> SendError {
     {
         return SendError::Credentials { reason };
     }
-    if error.is_permanent() {
+    // A 5xx, or what the client refuses to send at all (an address that needs SMTPUTF8
+    // on a server without it): trying again changes nothing.
+    if error.is_permanent() || error.is_client() {
         return SendError::Permanent { reason };
     }
     SendError::Retry {
@@ -140,15 +170,22 @@ impl Transport for SmtpTransport {
         markdown.to_string()
     }
 
+    fn reply_limit(&self) -> Option<ReplyLimit> {
+        Some(ReplyLimit {
+            replies: self.settings.reply_limit_per_hour,
+            window: std::time::Duration::from_secs(3600),
+        })
+    }
+
     fn send<'a>(
         &'a self,
         to: &'a ChannelIdentity,
         text: &'a str,
         context: &'a ReplyContext,
-        _part: usize,
+        part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let message = self.build(to, text, context)?;
+            let message = self.build(to, text, context, part)?;
             let id = message
                 .headers()
                 .get_raw("Message-ID")
@@ -177,5 +214,47 @@ impl Transport for SmtpTransport {
                 reason: format!("email: attachment {:?} was not saved", attachment.file_name),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport() -> SmtpTransport {
+        let channel: saint_config::ChannelConfig = serde_json::from_value(serde_json::json!({
+            "name": "mail", "kind": "email",
+            "settings": {"address": "saint@acme.example", "imapHost": "127.0.0.1",
+                         "smtpHost": "127.0.0.1", "smtpSecurity": "none"},
+            "secretEnv": {"password": "P"},
+        }))
+        .unwrap();
+        SmtpTransport::new(EmailSettings::read(&channel, &|_| Some("pw".to_string())).unwrap())
+            .unwrap()
+    }
+
+    fn message_id(transport: &SmtpTransport, outbox_id: i64, text: &str) -> String {
+        let ana = ChannelIdentity::parse(ChannelKind::Email, "ana@acme.example").unwrap();
+        let context = ReplyContext {
+            reply_to: Some("<m1@acme.example>".to_string()),
+            outbox_id: Some(outbox_id),
+            ..Default::default()
+        };
+        let message = transport.build(&ana, text, &context, 0).unwrap();
+        message.headers().get_raw("Message-ID").unwrap().to_string()
+    }
+
+    #[test]
+    fn a_resent_outbox_row_is_the_same_message_and_another_row_is_not() {
+        let transport = transport();
+        let first = message_id(&transport, 7, "Noted.");
+        assert!(
+            first.starts_with("<saint.7.0.") && first.ends_with("@acme.example>"),
+            "{first}"
+        );
+        assert_eq!(message_id(&transport, 7, "Noted."), first, "a resend");
+        assert_ne!(message_id(&transport, 8, "Noted."), first, "the next row");
+        // A rebuilt database numbers rows from 1 again; another text is another mail.
+        assert_ne!(message_id(&transport, 7, "Other."), first);
     }
 }

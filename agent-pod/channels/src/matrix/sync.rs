@@ -646,6 +646,7 @@ impl SyncConnection {
             platform_id: event_id.to_string(),
             sender,
             sender_verified: true,
+            unverified_origin: None,
             display_name: info.members.get(sender_id).cloned().flatten(),
             text,
             attachments,

@@ -152,6 +152,7 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
         sender,
         // Slack authenticates its members and the event is signed or on the app's socket.
         sender_verified: true,
+        unverified_origin: None,
         display_name,
         text,
         attachments,

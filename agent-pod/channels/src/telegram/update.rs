@@ -245,6 +245,7 @@ pub fn read_update(
         platform_id: format!("{chat}:{}", message.message_id),
         sender,
         sender_verified: true,
+        unverified_origin: None,
         display_name: Some(display_name).filter(|name| !name.trim().is_empty()),
         text,
         attachments,

@@ -259,6 +259,7 @@ fn normalise(
         sender,
         // Meta authenticates the number and signs the delivery.
         sender_verified: true,
+        unverified_origin: None,
         display_name,
         text,
         attachments,
