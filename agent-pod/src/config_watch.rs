@@ -82,6 +82,8 @@ struct Loaded {
     // The fingerprint of the last file we *looked at*, good or bad, so a bad file is
     // refused (and logged) once rather than on every message.
     seen: Option<Fingerprint>,
+    /// Why the file as it is now was refused (`None`: it is the config in force).
+    refused: Option<String>,
 }
 
 /// A change applied to every config read from the file (and to nothing on disk): how
@@ -120,6 +122,7 @@ impl ConfigStore {
             loaded: Mutex::new(Loaded {
                 config: Arc::new(config),
                 seen,
+                refused: None,
             }),
             reloads: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -140,6 +143,14 @@ impl ConfigStore {
     /// The config in force, without looking at the file.
     pub fn last_good(&self) -> Arc<BotConfig> {
         self.loaded.lock().expect("config lock").config.clone()
+    }
+
+    /// Why the file on disk was refused, until it is fixed: the last good config is in
+    /// force meanwhile, which whoever edited the file must not miss (the chat page
+    /// shows it).
+    pub fn refused(&self) -> Option<String> {
+        self.reload_if_changed();
+        self.loaded.lock().expect("config lock").refused.clone()
     }
 
     /// How many reloads succeeded and were refused since start.
@@ -163,6 +174,7 @@ impl ConfigStore {
                 if let Some(overlay) = &self.overlay {
                     overlay(&mut config);
                 }
+                loaded.refused = None;
                 if *loaded.config == config {
                     return ReloadOutcome::Unchanged;
                 }
@@ -175,6 +187,7 @@ impl ConfigStore {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 let message = ErrorChain(&error).to_string();
                 tracing::error!(error = %message, "refused new config; keeping the last good one");
+                loaded.refused = Some(message.clone());
                 ReloadOutcome::Refused(message)
             }
         }
@@ -227,6 +240,11 @@ mod tests {
         assert!(
             matches!(store.reload_if_changed(), ReloadOutcome::Refused(message) if message.contains("defaultRole"))
         );
+        assert!(
+            store
+                .refused()
+                .is_some_and(|message| message.contains("defaultRole"))
+        );
         assert_eq!(store.current().default_role, "external");
         assert_eq!(
             store.reload_if_changed(),
@@ -237,6 +255,7 @@ mod tests {
         let renamed = FIXTURE.replace("\"name\": \"Ivan\"", "\"name\": \"Ivan Horvat\"");
         std::fs::write(&path, renamed).unwrap();
         assert_eq!(store.reload_if_changed(), ReloadOutcome::Reloaded);
+        assert_eq!(store.refused(), None, "a fixed file clears the refusal");
         let config = store.current();
         assert_eq!(
             config

@@ -322,15 +322,37 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
             base(name).or_else(|| (name == token_variable).then(|| token.clone()))
         })
     };
-    let discovery = {
-        let tokio = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("failed to start tokio")?;
-        let http = reqwest::Client::new();
-        tokio.block_on(model_discovery::discover(&config.model, &env, &http))?
-    };
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start tokio")?;
+    let http = reqwest::Client::new();
+    let discovery = tokio.block_on(model_discovery::discover(&config.model, &env, &http))?;
     notices.push(discovery.summary.clone());
+    // Before anyone writes: does the model answer, take the key and serve the model?
+    // Said now rather than in the first person's turn.
+    if !matches!(discovery.choice, ModelChoice::Missing(_)) {
+        let mut effective = config.clone();
+        if let ModelChoice::Overlay(overlay) = &discovery.choice {
+            overlay.apply(&mut effective);
+        }
+        match endpoint_for(&effective.model, None, &env) {
+            Ok(endpoint) => {
+                let check = tokio.block_on(model_discovery::check_model(
+                    &endpoint,
+                    &effective.model.name,
+                    &http,
+                ));
+                if check.ok {
+                    notices.push(check.message);
+                } else {
+                    warnings.push(check.message);
+                }
+            }
+            Err(error) => warnings.push(format!("model check: {error}")),
+        }
+    }
+    drop(tokio);
     // A local model is declared free; an unpriced remote one needs a price or the allowance.
     notices.extend(discovery.pricing_notice(&config));
     let model_overlay = match discovery.choice {

@@ -316,6 +316,138 @@ fn is_loopback_host(base_url: &str) -> bool {
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long the model check waits for an answer (a remote API across the world).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a check of the model endpoint found: one line for the log and the page.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ModelCheck {
+    /// The bot can expect answers: the address answered, took the key and serves the
+    /// model (or keeps no list to check against).
+    pub ok: bool,
+    /// What was asked of whom and what came back.
+    pub message: String,
+}
+
+/// Asks the endpoint the bot calls for its models (`GET /v1/models`, served by
+/// Anthropic's API and by OpenAI-compatible servers, and free), with the key the bot
+/// sends: whether the address answers, takes the key and serves `model`, before the
+/// first person writes rather than in their first turn.
+pub async fn check_model(
+    endpoint: &saint_llm::Endpoint,
+    model: &str,
+    http: &reqwest::Client,
+) -> ModelCheck {
+    let root = endpoint.base_url.trim_end_matches('/');
+    let root = root.strip_suffix("/v1").unwrap_or(root);
+    // Anthropic pages its list (20 by default); ask for all of it.
+    let url = match endpoint.provider {
+        ModelProvider::Anthropic => format!("{root}/v1/models?limit=1000"),
+        ModelProvider::Openai => format!("{root}/v1/models"),
+    };
+    let shown = format!("{root}/v1/models");
+    let mut request = http.get(&url).timeout(CHECK_TIMEOUT);
+    request = match (&endpoint.api_key, endpoint.provider) {
+        (Some(key), ModelProvider::Anthropic) => request
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01"),
+        (Some(key), ModelProvider::Openai) => request.bearer_auth(key),
+        (None, _) => request,
+    };
+    let started = std::time::Instant::now();
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(error) => {
+            return ModelCheck {
+                ok: false,
+                message: format!(
+                    "model check: no answer from {shown}: {}",
+                    saint_config::ErrorChain(&error)
+                ),
+            };
+        }
+    };
+    let elapsed = started.elapsed().as_millis();
+    let status = response.status();
+    if status.is_success() {
+        let listed: Vec<String> = match response.json::<OpenaiModels>().await {
+            Ok(models) => models.data.into_iter().map(|model| model.id).collect(),
+            Err(_) => Vec::new(),
+        };
+        return listed_check(&shown, model, elapsed, &listed);
+    }
+    let body: String = response
+        .text()
+        .await
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect();
+    match status.as_u16() {
+        401 | 403 => ModelCheck {
+            ok: false,
+            message: format!(
+                "model check: {shown} refused the key ({status}){}: check the key the bot sends",
+                if body.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {body}")
+                }
+            ),
+        },
+        // Some servers keep no list; the first turn will tell.
+        404 | 405 => ModelCheck {
+            ok: true,
+            message: format!(
+                "model check: {shown} answered in {elapsed} ms but keeps no model list \
+                 ({status}), so {model} is not confirmed"
+            ),
+        },
+        _ => ModelCheck {
+            ok: false,
+            message: format!("model check: {shown} answered {status}: {body}"),
+        },
+    }
+}
+
+/// Whether `model` is among the ids listed (or an alias of one: Anthropic lists
+/// `claude-sonnet-4-5-20250929` for `claude-sonnet-4-5`).
+fn listed_check(shown: &str, model: &str, elapsed: u128, listed: &[String]) -> ModelCheck {
+    let served = listed.iter().any(|id| {
+        id == model
+            || id
+                .strip_prefix(model)
+                .is_some_and(|rest| rest.starts_with('-'))
+    });
+    if listed.is_empty() {
+        return ModelCheck {
+            ok: true,
+            message: format!(
+                "model check: {shown} answered in {elapsed} ms but lists no model, so {model} \
+                 is not confirmed"
+            ),
+        };
+    }
+    if served {
+        return ModelCheck {
+            ok: true,
+            message: format!("model check: {shown} answered in {elapsed} ms and serves {model}"),
+        };
+    }
+    let mut some: Vec<&str> = listed.iter().map(String::as_str).take(8).collect();
+    if listed.len() > some.len() {
+        some.push("…");
+    }
+    ModelCheck {
+        ok: false,
+        message: format!(
+            "model check: {shown} answers but does not serve {model} (it lists {}): set \
+             {NAME_ENV}, or model.name in the bot file",
+            some.join(", ")
+        ),
+    }
+}
+
 #[derive(Deserialize)]
 struct OllamaTags {
     #[serde(default)]
@@ -376,6 +508,114 @@ mod tests {
     use saint_llm::scripted::ScriptedLlm;
 
     use super::*;
+
+    fn endpoint(
+        provider: ModelProvider,
+        base_url: String,
+        key: Option<&str>,
+    ) -> saint_llm::Endpoint {
+        saint_llm::Endpoint {
+            provider,
+            base_url,
+            api_key: key.map(str::to_string),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_model_check_confirms_a_served_model_and_names_what_else_is_served() {
+        let server = ScriptedLlm::start().await.expect("scripted server");
+        let http = reqwest::Client::new();
+        server.set_models(&["claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"]);
+        // An alias of a dated id counts, with the /v1 suffix people paste.
+        let anthropic = endpoint(
+            ModelProvider::Anthropic,
+            format!("{}/v1", server.base_url()),
+            Some("sk-test"),
+        );
+        let check = check_model(&anthropic, "claude-sonnet-4-5", &http).await;
+        assert!(check.ok, "{check:?}");
+        assert!(
+            check.message.contains("serves claude-sonnet-4-5"),
+            "{check:?}"
+        );
+
+        server.set_models(&["llama3.2", "qwen3"]);
+        let openai = endpoint(ModelProvider::Openai, server.base_url(), None);
+        let check = check_model(&openai, "mistral", &http).await;
+        assert!(!check.ok, "{check:?}");
+        for part in ["does not serve mistral", "llama3.2, qwen3", NAME_ENV] {
+            assert!(check.message.contains(part), "{part}: {check:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_model_check_says_when_nothing_answers_or_the_key_is_refused() {
+        let http = reqwest::Client::new();
+        let closed = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            listener.local_addr().unwrap()
+        };
+        let check = check_model(
+            &endpoint(ModelProvider::Openai, format!("http://{closed}"), None),
+            "m",
+            &http,
+        )
+        .await;
+        assert!(!check.ok);
+        assert!(
+            check.message.starts_with(&format!(
+                "model check: no answer from http://{closed}/v1/models"
+            )),
+            "{check:?}"
+        );
+
+        // A server that refuses the key, recording what it was sent.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let served = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while !request.ends_with(b"\r\n\r\n") {
+                let read = stream.read(&mut buffer).await.unwrap();
+                assert!(read > 0, "the request ended early");
+                request.extend_from_slice(&buffer[..read]);
+            }
+            let body = r#"{"error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+            let response = format!(
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(response.as_bytes()).await.unwrap();
+            String::from_utf8(request).unwrap().to_ascii_lowercase()
+        });
+        let check = check_model(
+            &endpoint(
+                ModelProvider::Anthropic,
+                format!("http://{address}"),
+                Some("sk-wrong"),
+            ),
+            "claude-sonnet-4-5",
+            &http,
+        )
+        .await;
+        let request = served.await.unwrap();
+        assert!(
+            request.starts_with("get /v1/models?limit=1000 "),
+            "{request}"
+        );
+        assert!(
+            request.contains("x-api-key: sk-wrong") && request.contains("anthropic-version:"),
+            "{request}"
+        );
+        assert!(!check.ok);
+        assert!(
+            check.message.contains("refused the key (401 Unauthorized)"),
+            "{check:?}"
+        );
+        assert!(check.message.contains("invalid x-api-key"), "{check:?}");
+    }
 
     #[test]
     fn a_version_suffix_is_dropped_and_nothing_else() {

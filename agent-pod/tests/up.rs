@@ -8,13 +8,13 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use std::os::unix::process::CommandExt;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_llm::scripted::{Gate, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 /// A running `saint-agent up` and what it printed up to the page's address.
@@ -573,6 +573,62 @@ async fn past_loopback_up_warns_and_each_person_speaks_only_through_their_own_li
         200
     );
 
+    // Her link reads back her own conversation, and no one else's.
+    let history = |token: &str, peer: &str| {
+        reqwest::Client::new()
+            .get(format!(
+                "{}/v1/history?channel=email&peer={peer}",
+                up.base_url
+            ))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    let hers = history(&ana, "ana@company.hr").await.unwrap();
+    assert_eq!(hers.status(), 200);
+    let hers: Value = hers.json().await.unwrap();
+    let said: Vec<(&str, &str)> = hers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            (
+                item["from"].as_str().unwrap(),
+                item["text"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(said, [("person", "hi"), ("bot", "hello")], "{hers}");
+    // Paged, newest first: one message, then the one before it.
+    let page = |before: Option<i64>| {
+        let before = before.map(|id| format!("&before={id}")).unwrap_or_default();
+        reqwest::Client::new()
+            .get(format!(
+                "{}/v1/history?channel=email&peer=ana@company.hr&limit=1{before}",
+                up.base_url
+            ))
+            .bearer_auth(ana.clone())
+            .send()
+    };
+    let newest: Value = page(None).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (&newest["items"][0]["text"], &newest["more"]),
+        (&json!("hello"), &json!(true)),
+        "{newest}"
+    );
+    let older: Value = page(newest["oldest"].as_i64())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&older["items"][0]["text"], &older["more"]),
+        (&json!("hi"), &json!(false)),
+        "{older}"
+    );
+    let his = history(&ana, "ivan@company.hr").await.unwrap();
+    assert_eq!(his.status(), 403);
+
     // Past loopback an IP address names this machine; a name nobody passed does not.
     let health = format!("{}/healthz", up.base_url);
     assert_eq!(get_with_host(&health, "192.0.2.7:8080", "").await.0, 200);
@@ -603,18 +659,24 @@ async fn past_loopback_up_warns_and_each_person_speaks_only_through_their_own_li
     page.goto(&format!("{}/chat#token={}", up.base_url, up.token))
         .await
         .unwrap();
-    let banner = page
-        .wait()
+    // One line says it; the warning is among the details behind it.
+    page.wait()
         .at_most(Duration::from_secs(30))
         .for_element(Locator::XPath(
-            "//section[@id='banner' and contains(., 'open your own link')]",
+            "//span[@id='notice-summary' and contains(., 'open your own link')]",
         ))
         .await
         .expect("the main link's page never said to open one's own link");
-    let banner = banner.text().await.unwrap();
+    page.find(Locator::Css("#notice-more"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let details = text_of(&page, "#notice-details").await;
     assert!(
-        banner.contains("warning: listening on 0.0.0.0:"),
-        "{banner}"
+        details.contains("warning: listening on 0.0.0.0:"),
+        "{details}"
     );
     assert!(
         page.find_all(Locator::Css("#person"))
@@ -915,6 +977,443 @@ async fn the_chat_page_shows_two_people_their_own_conversation_role_and_tools() 
     assert!(requests[0].tool_names().contains(&"write".to_string()));
     assert_eq!(requests[2].tool_names(), ["web_fetch", "web_search"]);
     assert_eq!(requests[2].user_texts(), ["Hi, who are you?"]);
+}
+
+/// Where the browser tests leave a screenshot of each state: `SAINT_SCREENSHOT_DIR`, or
+/// `chat-page-screenshots` in the target directory's scratch space.
+fn screenshot_directory() -> PathBuf {
+    let directory = std::env::var_os("SAINT_SCREENSHOT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page-screenshots"));
+    std::fs::create_dir_all(&directory).unwrap();
+    directory
+}
+
+async fn screenshot(page: &Client, name: &str) {
+    let path = screenshot_directory().join(format!("{name}.png"));
+    std::fs::write(&path, page.screenshot().await.unwrap()).unwrap();
+    println!("screenshot of {name}: {}", path.display());
+}
+
+/// Waits until the JavaScript expression `condition` holds on the page; the error says
+/// which condition never did.
+async fn wait_until(page: &Client, condition: &str, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let script = format!("return Boolean({condition});");
+    loop {
+        if page.execute(&script, Vec::new()).await.unwrap() == Value::Bool(true) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("not within {timeout:?}: {condition}"));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until the scripted model has received `count` requests.
+async fn wait_for_requests(model: &ScriptedLlm, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while model.request_count() < count {
+        assert!(
+            Instant::now() < deadline,
+            "the model never got request {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn evaluate(page: &Client, script: &str) -> Value {
+    page.execute(script, Vec::new()).await.unwrap()
+}
+
+/// `up` answering through `model_url` (Anthropic's wire format), and its page open in
+/// Chromium with the person picker listed.
+async fn bot_with_page(directory: &Path, model_url: String) -> (Up, Driver, Client) {
+    let up = start_up(
+        directory,
+        &[
+            ("SAINT_MODEL_BASE_URL", model_url),
+            ("SAINT_MODEL_PROVIDER", "anthropic".to_string()),
+            ("SAINT_MODEL_API_KEY", "test-key".to_string()),
+        ],
+    );
+    let driver = start_driver().await;
+    let page = browser(&driver, &directory.join("chromium")).await;
+    page.goto(&up.chat_url).await.unwrap();
+    page.wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#person option"))
+        .await
+        .expect("the page never listed anyone");
+    (up, driver, page)
+}
+
+/// Types `text` and presses Send, without waiting for the reply.
+async fn type_and_send(page: &Client, text: &str) {
+    page.find(Locator::Css("#text"))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+const LAST_BOT: &str = "[...document.querySelectorAll('#log .msg.bot, #log .msg.error')].pop()";
+
+const MARKDOWN_REPLY: &str = r#"Here is **the plan** for _this week_:
+
+| Day | Task |
+| --- | ---: |
+| Monday | Review `budget.xlsx` |
+| Tuesday | Call [the bank](https://bank.example/contact) |
+
+- Draft the report
+- Send it to [Ivan](javascript:document.title='pwned')
+  - check the numbers first
+
+1. first
+2. second
+
+```sh
+echo "<b>not bold</b>"
+```
+
+<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">"#;
+
+/// The reply as the page built it: what a reader sees, element by element.
+const RENDERED: &str = r#"
+const text = [...document.querySelectorAll('#log .msg.bot .text')].pop();
+return {
+  strong: [...text.querySelectorAll('strong')].map((node) => node.textContent),
+  em: [...text.querySelectorAll('em')].map((node) => node.textContent),
+  headers: [...text.querySelectorAll('table th')].map((node) => node.textContent),
+  cells: [...text.querySelectorAll('table td')].map((node) => node.textContent),
+  bullets: [...text.querySelectorAll(':scope > ul > li')].map((node) => node.firstChild.textContent),
+  nested: [...text.querySelectorAll('ul ul > li')].map((node) => node.textContent),
+  numbered: [...text.querySelectorAll('ol > li')].map((node) => node.textContent),
+  code: [...text.querySelectorAll('.code-block code')].map((node) => node.textContent),
+  copy: text.querySelectorAll('.code-block button.copy').length,
+  links: [...text.querySelectorAll('a')].map((node) => [node.textContent, node.href, node.rel, node.target]),
+  markup: document.querySelectorAll('#log script, #log img, #log b').length,
+  shown: text.textContent.includes(`<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`),
+};
+"#;
+
+/// Markdown renders (a table, lists, a code block with a copy button), markup in a
+/// reply is shown as text and never runs, the indicator shows while the model works,
+/// tool calls open to their arguments and result, the conversation comes back after a
+/// reload, and the page fits a phone's width.
+#[tokio::test(flavor = "multi_thread")]
+async fn replies_render_as_markdown_after_an_indicator_and_come_back_after_a_reload() {
+    let model = ScriptedLlm::start().await.unwrap();
+    let gate = Gate::new();
+    model.push(
+        Reply::tool_call(
+            "write",
+            json!({"path": "notes/plan.md", "content": "the plan"}),
+        )
+        .held_until(&gate),
+    );
+    model.push(Reply::text(MARKDOWN_REPLY));
+    let directory = tempfile::tempdir().unwrap();
+    let (_up, _driver, page) = bot_with_page(directory.path(), model.base_url()).await;
+
+    type_and_send(&page, "Plan the week").await;
+    // The model has the request and holds its answer: the page says the bot is on it.
+    wait_for_requests(&model, 1).await;
+    wait_until(
+        &page,
+        "document.querySelector('.msg.bot[data-state=pending] .typing:not([hidden])')?.offsetHeight > 0",
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("no indicator while the model works");
+    assert_eq!(text_of(&page, ".msg.bot .typing").await, "Thinking");
+    screenshot(&page, "1-thinking").await;
+    gate.open();
+    wait_until(
+        &page,
+        &format!("{LAST_BOT}.dataset.state === 'done'"),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("the reply never finished");
+    assert!(
+        page.find_all(Locator::Css(".typing:not([hidden])"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the indicator stays after the answer"
+    );
+
+    let rendered = evaluate(&page, RENDERED).await;
+    assert_eq!(
+        rendered,
+        json!({
+            "strong": ["the plan"],
+            "em": ["this week"],
+            "headers": ["Day", "Task"],
+            "cells": ["Monday", "Review budget.xlsx", "Tuesday", "Call the bank"],
+            "bullets": ["Draft the report", "Send it to [Ivan](javascript:document.title='pwned')"],
+            "nested": ["check the numbers first"],
+            "numbered": ["first", "second"],
+            "code": ["echo \"<b>not bold</b>\""],
+            "copy": 1,
+            "links": [["the bank", "https://bank.example/contact", "noopener noreferrer", "_blank"]],
+            "markup": 0,
+            "shown": true,
+        })
+    );
+    assert_eq!(page.title().await.unwrap(), "acme-assistant — Saint");
+    // Times on both sides.
+    assert_eq!(
+        evaluate(
+            &page,
+            "return document.querySelectorAll('#log .msg .meta time').length"
+        )
+        .await,
+        json!(2)
+    );
+
+    // The tool call opens to its arguments and what it returned.
+    page.find(Locator::Css("#log .tools summary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(text_of(&page, "#log .tools summary").await, "write → ok");
+    let arguments = text_of(&page, "#log .tools .arguments").await;
+    assert!(
+        arguments.contains("\"path\": \"notes/plan.md\""),
+        "{arguments}"
+    );
+    assert!(
+        !text_of(&page, "#log .tools .preview").await.is_empty(),
+        "no result preview"
+    );
+    screenshot(&page, "2-markdown-and-tool").await;
+
+    // A reload: the conversation comes back from the server, rendered the same way.
+    page.refresh().await.unwrap();
+    wait_until(
+        &page,
+        "[...document.querySelectorAll('.history .msg.user')].some((node) => node.textContent.includes('Plan the week')) \
+         && document.querySelectorAll('.history .msg.bot table td').length === 4 \
+         && document.querySelectorAll('.history .msg.bot .tools li').length === 1",
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("the conversation did not come back after a reload");
+    assert_eq!(
+        evaluate(
+            &page,
+            "return document.querySelectorAll('#log script, #log img').length"
+        )
+        .await,
+        json!(0)
+    );
+    screenshot(&page, "3-history-after-reload").await;
+
+    // A phone: nothing wider than the screen.
+    page.set_window_size(375, 812).await.unwrap();
+    wait_until(&page, "innerWidth <= 390", Duration::from_secs(10))
+        .await
+        .expect("the window did not shrink to a phone's width");
+    let widths = evaluate(
+        &page,
+        "return [document.documentElement.scrollWidth, innerWidth]",
+    )
+    .await;
+    assert!(
+        widths[0].as_u64().unwrap() <= widths[1].as_u64().unwrap(),
+        "horizontal scroll at phone width: {widths}"
+    );
+    screenshot(&page, "4-phone").await;
+    page.close().await.unwrap();
+}
+
+/// Stop cancels the turn on the server: the model call is dropped (the scripted model
+/// sees its request closed), the page says it stopped, and the next message is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_cancels_a_slow_turn_and_the_model_sees_its_request_closed() {
+    let model = ScriptedLlm::start().await.unwrap();
+    // Never released: only a stop ends this turn.
+    let gate = Gate::new();
+    model.push(Reply::text("too late").held_until(&gate));
+    model.push(Reply::text("Back again."));
+    let directory = tempfile::tempdir().unwrap();
+    let (_up, _driver, page) = bot_with_page(directory.path(), model.base_url()).await;
+
+    type_and_send(&page, "Write me a novel").await;
+    wait_for_requests(&model, 1).await;
+    let stop = page
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//button[@id='stop' and not(@hidden)]"))
+        .await
+        .expect("no stop button while the turn runs");
+    stop.click().await.unwrap();
+    assert!(
+        model.wait_closed(1, Duration::from_secs(10)).await,
+        "the model's request stayed open after stop"
+    );
+    wait_until(
+        &page,
+        &format!("{LAST_BOT}.dataset.state === 'stopped'"),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the page never said the turn stopped");
+    assert!(
+        text_of(&page, "#log .msg.bot.stopped")
+            .await
+            .contains("Stopped."),
+        "{}",
+        text_of(&page, "#log .msg.bot.stopped").await
+    );
+    screenshot(&page, "5-stopped").await;
+
+    assert_eq!(send_as(&page, 0, "Still there?").await, "Back again.");
+    page.close().await.unwrap();
+}
+
+/// A model nobody answers at: the page names its address and the error at the first
+/// failure (within 2 s, not after the retries), then says what to do when it gives up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_outage_shows_its_address_and_error_within_two_seconds() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let directory = tempfile::tempdir().unwrap();
+    let (_up, _driver, page) = bot_with_page(directory.path(), nowhere.clone()).await;
+
+    type_and_send(&page, "Are you there?").await;
+    // From the send, which fails at once: the connection is refused.
+    let sent = Instant::now();
+    wait_until(
+        &page,
+        &format!(
+            "[...document.querySelectorAll('.trouble:not([hidden])')].some((node) => node.textContent.includes('{nowhere}/v1/messages'))"
+        ),
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("the page did not name the model's address within 2 s");
+    assert!(sent.elapsed() < Duration::from_secs(2));
+    let trouble = text_of(&page, "#log .trouble").await;
+    assert!(
+        trouble.contains("failed to reach the model endpoint") && trouble.contains("Stop"),
+        "{trouble}"
+    );
+    screenshot(&page, "6-model-unreachable").await;
+
+    // When the retries are spent: the address, the last error and what to do.
+    wait_until(
+        &page,
+        &format!("{LAST_BOT}.dataset.state === 'error'"),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("the turn never gave up");
+    let failed = text_of(&page, "#log .msg.error").await;
+    assert!(
+        failed.contains(&format!("{nowhere}/v1/messages"))
+            && failed.contains("failed to reach the model endpoint")
+            && failed.contains("SAINT_MODEL_BASE_URL"),
+        "{failed}"
+    );
+    screenshot(&page, "7-model-failed").await;
+    page.close().await.unwrap();
+}
+
+/// `up` asks the model endpoint for its models at start, with the key it will send,
+/// and says whether the model is served; the page's "Test model" asks again now.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_is_checked_at_start_and_again_by_the_pages_test_button() {
+    let model = ScriptedLlm::start().await.unwrap();
+    model.set_models(&["claude-sonnet-4-5-20250929"]);
+    let directory = tempfile::tempdir().unwrap();
+    let (up, _driver, page) = bot_with_page(directory.path(), model.base_url()).await;
+    let started = status(&up).await;
+    let notices = started["notices"].to_string();
+    assert!(
+        notices.contains(&format!(
+            "model check: {}/v1/models answered in",
+            model.base_url()
+        )) && notices.contains("and serves claude-sonnet-4-5"),
+        "{started}"
+    );
+    // No model call was spent on it.
+    assert_eq!(model.request_count(), 0);
+
+    // The server stops serving the model: the button says so, naming what it serves.
+    model.set_models(&["claude-haiku-4-5-20251001"]);
+    page.find(Locator::Css("#check-model"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_until(
+        &page,
+        "document.getElementById('notice-summary').textContent.includes('does not serve claude-sonnet-4-5')",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("the test button's answer never led the notices");
+    let summary = text_of(&page, "#notice-summary").await;
+    assert!(summary.contains("claude-haiku-4-5-20251001"), "{summary}");
+    screenshot(&page, "9-model-check").await;
+    page.close().await.unwrap();
+}
+
+/// An edit of the bot file that does not validate is refused (the last good config
+/// stays); the page says so until the file is fixed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_edit_of_the_bot_file_shows_on_the_page_until_it_is_fixed() {
+    let model = ScriptedLlm::start().await.unwrap();
+    model.set_fallback(Reply::text("hello"));
+    let directory = tempfile::tempdir().unwrap();
+    let (_up, _driver, page) = bot_with_page(directory.path(), model.base_url()).await;
+    let file = directory
+        .path()
+        .join("home/.local/share/saint/acme-assistant/bot-config.json");
+    let good = std::fs::read_to_string(&file).unwrap();
+
+    std::fs::write(&file, "{\"bot\": ").unwrap();
+    wait_until(
+        &page,
+        "!document.getElementById('notices').hidden && document.getElementById('notice-summary').textContent.includes('bot-config.json was refused')",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("the page never said the edit was refused");
+    let summary = text_of(&page, "#notice-summary").await;
+    assert!(
+        summary.contains("the last good config stays in force"),
+        "{summary}"
+    );
+    screenshot(&page, "8-bot-file-refused").await;
+    // The bot still answers with the last good config.
+    assert_eq!(send_as(&page, 0, "hi").await, "hello");
+
+    std::fs::write(&file, good).unwrap();
+    wait_until(
+        &page,
+        "!document.getElementById('notices').textContent.includes('was refused')",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("the refusal stayed after the file was fixed");
+    page.close().await.unwrap();
 }
 
 /// Nothing fails silently: a CLI the bot file lists but Porter's registry lacks, and a

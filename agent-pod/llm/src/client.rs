@@ -198,7 +198,9 @@ impl LlmClient {
             .with_max_times(self.options.max_retries)
             .with_jitter()
             .build();
+        let mut attempt = 0;
         loop {
+            attempt += 1;
             let mut emitted = false;
             let error = match self.attempt(request, cancel, on_event, &mut emitted).await {
                 Ok(response) => return Ok(response),
@@ -213,6 +215,11 @@ impl LlmClient {
                 None => delay,
             };
             tracing::warn!(%error, delay_ms = delay.as_millis() as u64, "model call failed, retrying");
+            on_event(StreamEvent::Retrying {
+                error: error.to_string(),
+                delay,
+                attempt,
+            });
             tokio::select! {
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
                 _ = tokio::time::sleep(delay) => {}

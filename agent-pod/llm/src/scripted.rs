@@ -299,6 +299,32 @@ struct Shared {
     counter: Mutex<u64>,
     /// Models listed by `GET /api/tags` (Ollama) and `GET /v1/models` (OpenAI).
     models: Mutex<Vec<String>>,
+    /// Requests the client closed before their answer was complete, and a wake-up for
+    /// tests waiting on one.
+    closed: std::sync::atomic::AtomicUsize,
+    closed_changed: tokio::sync::Notify,
+}
+
+/// Counts its request as closed by the client unless the answer finished first.
+struct CloseWatch {
+    shared: Option<Arc<Shared>>,
+}
+
+impl CloseWatch {
+    fn finished(mut self) {
+        self.shared = None;
+    }
+}
+
+impl Drop for CloseWatch {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared
+                .closed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            shared.closed_changed.notify_waiters();
+        }
+    }
 }
 
 /// The running server; stops when dropped.
@@ -381,6 +407,26 @@ impl ScriptedLlm {
     pub fn request_count(&self) -> usize {
         self.shared.requests.lock().expect("requests lock").len()
     }
+
+    /// How many requests the client closed before their answer was complete (a
+    /// cancelled turn, a client that gave up).
+    pub fn closed_count(&self) -> usize {
+        self.shared.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until at least `count` requests were closed early; false after `timeout`.
+    pub async fn wait_closed(&self, count: usize, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let changed = self.shared.closed_changed.notified();
+                if self.closed_count() >= count {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
 }
 
 impl Drop for ScriptedLlm {
@@ -433,6 +479,10 @@ async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: Stri
         *counter += 1;
         *counter
     };
+    // Dropped with this future when the client hangs up while the answer is held.
+    let watch = CloseWatch {
+        shared: Some(shared.clone()),
+    };
     if let Some(gate) = &reply.gate {
         gate.wait().await;
     }
@@ -463,6 +513,7 @@ async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: Stri
             if let Some(seconds) = retry_after {
                 response = response.header("retry-after", seconds.to_string());
             }
+            watch.finished();
             response
                 .body(Body::from(body.to_string()))
                 .expect("valid response")
@@ -475,12 +526,25 @@ async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: Stri
                 }
             };
             let chunk_delay = reply.chunk_delay;
-            let stream = futures::stream::iter(events).then(move |event| async move {
-                if !chunk_delay.is_zero() {
-                    tokio::time::sleep(chunk_delay).await;
-                }
-                Ok::<_, Infallible>(event)
-            });
+            let last = events.len();
+            // The watch rides along with the body until its last event is sent.
+            let watch = Arc::new(Mutex::new(Some(watch)));
+            let stream = futures::stream::iter(events.into_iter().enumerate()).then(
+                move |(index, event)| {
+                    let watch = watch.clone();
+                    async move {
+                        if !chunk_delay.is_zero() {
+                            tokio::time::sleep(chunk_delay).await;
+                        }
+                        if index + 1 == last
+                            && let Some(watch) = watch.lock().expect("watch lock").take()
+                        {
+                            watch.finished();
+                        }
+                        Ok::<_, Infallible>(event)
+                    }
+                },
+            );
             Response::builder()
                 .status(200)
                 .header("content-type", "text/event-stream")

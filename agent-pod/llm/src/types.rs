@@ -172,4 +172,14 @@ pub enum StreamEvent {
         /// Tool name.
         name: String,
     },
+    /// An attempt failed before any output and another follows after `delay`: what a
+    /// person waiting on the answer is told at once, not after the last retry.
+    Retrying {
+        /// Why the attempt failed.
+        error: String,
+        /// How long until the next attempt.
+        delay: std::time::Duration,
+        /// The attempt that failed (1 for the first).
+        attempt: usize,
+    },
 }

@@ -6,31 +6,48 @@
 //! reads the HTTP channel's token from its own address fragment (never sent to the
 //! server) and calls the same authenticated API as any other client.
 //!
+//! Replies are rendered from Markdown by the page's own small renderer
+//! (`chat_page/markdown.js`), which builds elements and never parses HTML; the strict
+//! CSP below stays (no inline script or style). Besides sending, the page reads back
+//! the conversation of whom it speaks as (`GET /v1/history`, paged), stops a turn
+//! (`POST /v1/messages/{id}/cancel`) and polls `/v1/status`, which also says when an
+//! edit of the bot file was refused.
+//!
 //! The person picker is for one person at their own machine. Where the page is reached
 //! from elsewhere (`up` listening past loopback) there is none: each contact gets a
 //! token of their own that speaks only as them, and the HTTP channel's token lists no
 //! one to speak as.
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
 use axum::{
     Json, Router,
-    extract::State,
-    http::{HeaderMap, HeaderValue, header},
+    extract::{Path, Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{get, post},
 };
 use saint_config::{BotConfig, ChannelKind};
-use serde::Serialize;
+use saint_llm::{ChatRole, ContentBlock};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::{
-    http::{Access, ApiError, AppState, authorise, constant_time_equal},
+    http::{Access, ApiError, AppState, authorise, constant_time_equal, speaks_as_holder},
     startup::channel_problems,
 };
+use crate::session::StoredMessage;
 
 /// The peer id the page uses for "a stranger" (an HTTP identity no contact has).
 pub const STRANGER_PEER: &str = "chat-page-stranger";
 
 const INDEX_HTML: &str = include_str!("chat_page/index.html");
 const APP_JS: &str = include_str!("chat_page/app.js");
+const MARKDOWN_JS: &str = include_str!("chat_page/markdown.js");
 const STYLE_CSS: &str = include_str!("chat_page/style.css");
 
 // The page loads only its own script and style and talks only to this server.
@@ -104,16 +121,24 @@ pub fn page_routes() -> Router<AppState> {
             get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),
         )
         .route(
+            "/chat/markdown.js",
+            get(|| async { asset(MARKDOWN_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
             "/chat/style.css",
             get(|| async { asset(STYLE_CSS, "text/css; charset=utf-8") }),
         )
 }
 
-/// API routes the page reads (authenticated like `/v1/messages`).
+/// API routes the page reads (authenticated like `/v1/messages`): whom it may speak as,
+/// the bot's state, a person's history, and stopping a turn.
 pub fn api_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/people", get(people))
         .route("/v1/status", get(status))
+        .route("/v1/history", get(history))
+        .route("/v1/messages/{id}/cancel", post(cancel))
+        .route("/v1/model-check", post(model_check))
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
@@ -210,8 +235,8 @@ struct Status {
     bot: String,
     /// Start-up notices (`up`: which model, memory on or off, what to set).
     notices: Vec<String>,
-    /// What the bot's keeper must not miss: it listens past loopback, declared channels
-    /// cannot work as configured.
+    /// What the bot's keeper must not miss: an edit of the bot file was refused, it
+    /// listens past loopback, declared channels cannot work as configured.
     warnings: Vec<String>,
     /// Whether the page offers a person picker (false: it speaks as the token's holder
     /// only, or as no one).
@@ -219,6 +244,9 @@ struct Status {
     /// Whether a model endpoint and its key are configured (no message can be answered
     /// without).
     model_ready: bool,
+    /// Whether this token may ask for a model check (`POST /v1/model-check`): the
+    /// channel's token, which runs the bot, not a person's own link.
+    model_check: bool,
 }
 
 /// The bot's state for the page. A contact's own token gets the bot's name and whether
@@ -232,6 +260,23 @@ async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let (notices, warnings) = match access {
         Access::Channel => {
             let mut warnings = page.warnings;
+            // Until the file is fixed: an edit that silently did nothing misleads.
+            if let Some(refusal) = state.runtime.config().refused() {
+                warnings.insert(
+                    0,
+                    format!(
+                        "the edit to {} was refused; the last good config stays in force \
+                     until the file is fixed: {refusal}",
+                        state
+                            .runtime
+                            .config()
+                            .path()
+                            .file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                    ),
+                );
+            }
             warnings.extend(
                 channel_problems(&config, |name| (state.env)(name))
                     .iter()
@@ -247,13 +292,343 @@ async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         warnings,
         picker,
         model_ready: crate::runtime::endpoint_for(&config.model, None, &state.env).is_ok(),
+        model_check: matches!(access, Access::Channel),
     })
     .into_response())
+}
+
+/// The page's "Test model" button: asks the endpoint the bot calls whether it answers,
+/// takes the key and serves the model (`model_discovery::check_model`), with the config
+/// in force now. For the channel's token only: the answer names the address.
+async fn model_check(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if !matches!(authorise(&state, &headers)?, Access::Channel) {
+        return Err(ApiError::Forbidden(
+            "only the bot's own token may check the model".to_string(),
+        ));
+    }
+    let config = state.runtime.config().current();
+    let check = match crate::runtime::endpoint_for(&config.model, None, &state.env) {
+        Ok(endpoint) => {
+            crate::model_discovery::check_model(
+                &endpoint,
+                &config.model.name,
+                &reqwest::Client::new(),
+            )
+            .await
+        }
+        Err(error) => crate::model_discovery::ModelCheck {
+            ok: false,
+            message: format!("model check: {error}"),
+        },
+    };
+    Ok(Json(check).into_response())
+}
+
+/// Streaming turns by the id of the message that started them, with who started each:
+/// the page's stop button cancels one, and only its starter (or the channel's token)
+/// may.
+#[derive(Default)]
+pub struct RunningTurns {
+    turns: Mutex<HashMap<i64, (CancellationToken, Access)>>,
+}
+
+impl RunningTurns {
+    fn turns(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (CancellationToken, Access)>> {
+        self.turns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One streaming turn's registration in [`RunningTurns`], removed when its stream ends
+/// (finished, or the client left: the turn then runs on, as a hang-up never stops one).
+pub(crate) struct Stoppable {
+    running: Arc<RunningTurns>,
+    cancel: CancellationToken,
+    access: Access,
+    registered: Option<i64>,
+    /// The last model failure sent, repeated with the final error.
+    pub trouble: Option<Value>,
+}
+
+impl Stoppable {
+    /// A turn `access` started, stopped through `cancel`.
+    pub fn new(running: Arc<RunningTurns>, cancel: CancellationToken, access: Access) -> Self {
+        Self {
+            running,
+            cancel,
+            access,
+            registered: None,
+            trouble: None,
+        }
+    }
+
+    /// The turn's message is stored as `message_id`: from now on it can be stopped.
+    pub fn register(&mut self, message_id: i64) {
+        self.running
+            .turns()
+            .insert(message_id, (self.cancel.clone(), self.access.clone()));
+        self.registered = Some(message_id);
+    }
+
+    /// Whether the client may read how the bot is run (the model's address, its error):
+    /// the channel's token yes, a person's own link no.
+    pub fn detailed(&self) -> bool {
+        self.access == Access::Channel
+    }
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        if let Some(id) = self.registered {
+            self.running.turns().remove(&id);
+        }
+    }
+}
+
+/// Stops the streaming turn started by message `id`. Someone else's turn is "not
+/// found", like one that already ended.
+async fn cancel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Result<Response, ApiError> {
+    let access = authorise(&state, &headers)?;
+    let turns = state.running.turns();
+    match turns.get(&id) {
+        Some((token, starter)) if access == Access::Channel || *starter == access => {
+            token.cancel();
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        _ => Ok((
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "no running turn with that id"})),
+        )
+            .into_response()),
+    }
+}
+
+/// Query of `GET /v1/history`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct HistoryQuery {
+    channel: String,
+    peer: String,
+    /// Messages stored before this id (absent: the newest).
+    before: Option<i64>,
+    limit: Option<usize>,
+}
+
+const HISTORY_PAGE: usize = 40;
+const HISTORY_PAGE_MAX: usize = 200;
+const HISTORY_PREVIEW_CHARS: usize = 600;
+
+/// A page of the conversation of the person the page speaks as: what they said, what
+/// the bot answered and the tools it called in their turns. A person's own link reads
+/// only their own.
+async fn history(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Response, ApiError> {
+    let access = authorise(&state, &headers)?;
+    let channel: ChannelKind = query
+        .channel
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("unknown channel {:?}", query.channel)))?;
+    speaks_as_holder(&state, &access, channel, &query.peer)?;
+    let config = state.runtime.config().current();
+    let caller = crate::identity::caller_for(&config, channel, &query.peer)
+        .map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let limit = query
+        .limit
+        .unwrap_or(HISTORY_PAGE)
+        .clamp(1, HISTORY_PAGE_MAX);
+    let key = caller.session_key.clone();
+    let before = query.before;
+    // One more than asked: whether an older page exists.
+    let mut page = state
+        .runtime
+        .blocking(move |store| store.page_before(&key, before, limit + 1))
+        .await?;
+    let more = page.len() > limit;
+    if more {
+        page.remove(0);
+    }
+    let oldest = page.first().map(|(message, _)| message.id);
+    Ok(Json(json!({
+        "items": history_items(&page),
+        "more": more,
+        "oldest": oldest,
+    }))
+    .into_response())
+}
+
+/// One bubble of the page's history.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct HistoryItem {
+    /// `person` or `bot`.
+    from: &'static str,
+    text: String,
+    /// RFC 3339 time of its first message.
+    at: String,
+    tools: Vec<ToolView>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct ToolView {
+    name: String,
+    outcome: &'static str,
+    arguments: Value,
+    preview: String,
+    #[serde(skip)]
+    id: String,
+}
+
+/// Stored messages as the page shows them: a person's words, then one bot bubble for
+/// the bot's whole answer (its tool calls, each with its result, and its text).
+fn history_items(page: &[(StoredMessage, String)]) -> Vec<HistoryItem> {
+    let mut items: Vec<HistoryItem> = Vec::new();
+    for (stored, at) in page {
+        let blocks = &stored.message.content;
+        let text: Vec<&str> = blocks
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        match stored.message.role {
+            ChatRole::User if text.is_empty() => {
+                // Tool results: they belong to the bot bubble that asked for them.
+                let Some(item) = items.last_mut().filter(|item| item.from == "bot") else {
+                    continue;
+                };
+                for block in blocks {
+                    if let ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } = block
+                        && let Some(tool) =
+                            item.tools.iter_mut().find(|tool| tool.id == *tool_use_id)
+                    {
+                        tool.preview = content.chars().take(HISTORY_PREVIEW_CHARS).collect();
+                        if *is_error {
+                            tool.outcome = "failed";
+                        }
+                    }
+                }
+            }
+            ChatRole::User => items.push(HistoryItem {
+                from: "person",
+                text: text.join("\n\n"),
+                at: at.clone(),
+                tools: Vec::new(),
+            }),
+            ChatRole::Assistant => {
+                if items.last().is_none_or(|item| item.from != "bot") {
+                    items.push(HistoryItem {
+                        from: "bot",
+                        text: String::new(),
+                        at: at.clone(),
+                        tools: Vec::new(),
+                    });
+                }
+                let item = items.last_mut().expect("a bot bubble was just ensured");
+                for block in blocks {
+                    match block {
+                        ContentBlock::Text { text } if !text.is_empty() => {
+                            if !item.text.is_empty() {
+                                item.text.push_str("\n\n");
+                            }
+                            item.text.push_str(text);
+                        }
+                        ContentBlock::ToolUse { id, name, input } => item.tools.push(ToolView {
+                            name: name.clone(),
+                            outcome: "ok",
+                            arguments: input.clone(),
+                            preview: String::new(),
+                            id: id.clone(),
+                        }),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    items
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use saint_llm::Message;
+
+    fn stored(id: i64, role: ChatRole, content: Vec<ContentBlock>) -> (StoredMessage, String) {
+        (
+            StoredMessage {
+                id,
+                message: Message { role, content },
+                identity: "email:ana@acme.example".to_string(),
+            },
+            format!("2026-01-0{id}T10:00:00Z"),
+        )
+    }
+
+    #[test]
+    fn history_groups_a_tool_loop_into_one_bot_bubble_with_each_result() {
+        let page = [
+            stored(
+                1,
+                ChatRole::User,
+                vec![ContentBlock::Text {
+                    text: "note this".into(),
+                }],
+            ),
+            stored(
+                2,
+                ChatRole::Assistant,
+                vec![ContentBlock::ToolUse {
+                    id: "call-1".into(),
+                    name: "write".into(),
+                    input: json!({"path": "notes.md"}),
+                }],
+            ),
+            stored(
+                3,
+                ChatRole::User,
+                vec![ContentBlock::ToolResult {
+                    tool_use_id: "call-1".into(),
+                    content: "denied: not yours".into(),
+                    is_error: true,
+                }],
+            ),
+            stored(
+                4,
+                ChatRole::Assistant,
+                vec![ContentBlock::Text {
+                    text: "I could not.".into(),
+                }],
+            ),
+        ];
+        let items = history_items(&page);
+        assert_eq!(
+            serde_json::to_value(&items).unwrap(),
+            json!([
+                {"from": "person", "text": "note this", "at": "2026-01-01T10:00:00Z", "tools": []},
+                {"from": "bot", "text": "I could not.", "at": "2026-01-02T10:00:00Z", "tools": [
+                    {"name": "write", "outcome": "failed", "arguments": {"path": "notes.md"},
+                     "preview": "denied: not yours"}
+                ]}
+            ])
+        );
+    }
 
     #[test]
     fn every_contact_is_offered_with_an_identity_that_resolves_to_them_and_a_stranger_last() {

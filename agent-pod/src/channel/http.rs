@@ -47,6 +47,8 @@ pub struct AppState {
     pub chat_page: Option<Arc<super::chat_page::PageSettings>>,
     /// The channels served besides HTTP (webhooks land here).
     pub channels: Option<Arc<super::hub::ChannelHub>>,
+    /// Streaming turns a client may stop (the chat page's stop button).
+    pub running: Arc<super::chat_page::RunningTurns>,
 }
 
 impl AppState {
@@ -60,6 +62,7 @@ impl AppState {
             abort_turns: CancellationToken::new(),
             chat_page: None,
             channels: None,
+            running: Arc::default(),
         }
     }
 
@@ -240,7 +243,7 @@ pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<Access,
 }
 
 /// Refuses a message a person's own token sends as anyone but that person.
-fn speaks_as_holder(
+pub(crate) fn speaks_as_holder(
     state: &AppState,
     access: &Access,
     channel: ChannelKind,
@@ -290,12 +293,15 @@ async fn post_message(
     let inbound = Inbound::direct(channel, request.peer, request.text);
     let (sender, receiver) = mpsc::unbounded_channel();
     let runtime = state.runtime.clone();
-    let abort = state.abort_turns.clone();
+    // Its own token, so one turn can be stopped; shutdown still stops them all.
+    let cancel = state.abort_turns.child_token();
+    let abort = cancel.clone();
     let turn = state
         .turns
         .spawn(async move { runtime.handle(inbound, Some(sender), abort).await });
     if wants_stream {
-        return Ok(Sse::new(event_stream(receiver, turn))
+        let stoppable = super::chat_page::Stoppable::new(state.running.clone(), cancel, access);
+        return Ok(Sse::new(event_stream(receiver, turn, stoppable))
             .keep_alive(KeepAlive::default())
             .into_response());
     }
@@ -308,19 +314,24 @@ enum StreamPhase {
     Events(
         mpsc::UnboundedReceiver<TurnEvent>,
         tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
+        super::chat_page::Stoppable,
     ),
     Finished,
 }
 
-/// SSE events: `accepted` {messageId, sessionKey}, `caller` {contact, role, model, tools},
-/// `delta` {text}, `tool` {name, outcome},
-/// then `done` {reply, sessionKey, messageId} or `error` {error}.
+/// SSE events: `accepted` {messageId, sessionKey, at}, `caller` {contact, role, model,
+/// tools}, `delta` {text}, `tool` {name, outcome, arguments, preview}, `model` {address,
+/// error, retryInMs} when a model call fails, then `done` {reply, sessionKey, messageId,
+/// at} or `error` {error}. A person's own token is told that the model failed, not
+/// where it lives or why (that is for whoever runs the bot).
 fn event_stream(
     receiver: mpsc::UnboundedReceiver<TurnEvent>,
     turn: tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
+    stoppable: super::chat_page::Stoppable,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    futures::stream::unfold(StreamPhase::Events(receiver, turn), |phase| async move {
-        let StreamPhase::Events(mut receiver, turn) = phase else {
+    let initial = StreamPhase::Events(receiver, turn, stoppable);
+    futures::stream::unfold(initial, |phase| async move {
+        let StreamPhase::Events(mut receiver, turn, mut stoppable) = phase else {
             return None;
         };
         if let Some(event) = receiver.recv().await {
@@ -328,9 +339,17 @@ fn event_stream(
                 TurnEvent::Accepted {
                     message_id,
                     session_key,
-                } => Event::default()
-                    .event("accepted")
-                    .data(json!({"messageId": message_id, "sessionKey": session_key}).to_string()),
+                } => {
+                    stoppable.register(message_id);
+                    Event::default().event("accepted").data(
+                        json!({
+                            "messageId": message_id,
+                            "sessionKey": session_key,
+                            "at": jiff::Timestamp::now().to_string(),
+                        })
+                        .to_string(),
+                    )
+                }
                 TurnEvent::Caller {
                     contact,
                     role,
@@ -343,22 +362,52 @@ fn event_stream(
                 TurnEvent::TextDelta(text) => Event::default()
                     .event("delta")
                     .data(json!({"text": text}).to_string()),
-                TurnEvent::ToolCall { name, outcome } => Event::default()
-                    .event("tool")
-                    .data(json!({"name": name, "outcome": outcome}).to_string()),
+                TurnEvent::ToolCall {
+                    name,
+                    outcome,
+                    arguments,
+                    preview,
+                } => Event::default().event("tool").data(
+                    json!({"name": name, "outcome": outcome, "arguments": arguments, "preview": preview})
+                        .to_string(),
+                ),
+                TurnEvent::ModelTrouble {
+                    address,
+                    error,
+                    retry_in,
+                } => {
+                    let retry_in_ms = retry_in.map(|delay| delay.as_millis() as u64);
+                    let trouble = if stoppable.detailed() {
+                        json!({"address": address, "error": error, "retryInMs": retry_in_ms})
+                    } else {
+                        json!({"retryInMs": retry_in_ms})
+                    };
+                    stoppable.trouble = Some(trouble.clone());
+                    Event::default().event("model").data(trouble.to_string())
+                }
             };
-            return Some((Ok(event), StreamPhase::Events(receiver, turn)));
+            return Some((Ok(event), StreamPhase::Events(receiver, turn, stoppable)));
         }
         // The sender is dropped when the turn ends: report how it ended.
         let event = match turn.await {
-            Ok(Ok(reply)) => Event::default()
-                .event("done")
-                .data(json!(MessageResponse::from(reply)).to_string()),
+            Ok(Ok(reply)) => {
+                let mut done = json!(MessageResponse::from(reply));
+                done["at"] = json!(jiff::Timestamp::now().to_string());
+                Event::default().event("done").data(done.to_string())
+            }
+            Ok(Err(TurnError::Model(saint_llm::LlmError::Cancelled))) => {
+                Event::default().event("error").data(
+                    json!({"error": "stopped: the turn was cancelled", "stopped": true})
+                        .to_string(),
+                )
+            }
             Ok(Err(error)) => {
                 tracing::error!(error = %ErrorChain(&error), "turn failed");
-                Event::default()
-                    .event("error")
-                    .data(json!({"error": turn_error_status(&error).1}).to_string())
+                let mut body = json!({"error": turn_error_status(&error).1});
+                if let (TurnError::Model(_), Some(trouble)) = (&error, stoppable.trouble.take()) {
+                    body["model"] = trouble;
+                }
+                Event::default().event("error").data(body.to_string())
             }
             Err(_) => Event::default()
                 .event("error")

@@ -83,6 +83,9 @@ pub struct Inbound {
     /// Whether the channel authenticated the sender; an unauthenticated one is served by
     /// the default role whatever contact the identity names.
     pub sender_verified: bool,
+    /// For an unauthenticated sender, what the message proves about its origin
+    /// ([`saint_channels::InboundMessage::unverified_origin`]): its own session.
+    pub unverified_origin: Option<String>,
     /// Set when the message came through a channel's inbox: its reply is queued in the
     /// outbox in the same transaction as the answer.
     pub delivery: Option<Delivery>,
@@ -97,6 +100,7 @@ impl Inbound {
             peer: peer.into(),
             text: text.into(),
             sender_verified: true,
+            unverified_origin: None,
             delivery: None,
         }
     }
@@ -157,6 +161,20 @@ pub enum TurnEvent {
         name: String,
         /// Outcome label.
         outcome: String,
+        /// The arguments the model called it with.
+        arguments: serde_json::Value,
+        /// The start of what the model got back (the result or the error).
+        preview: String,
+    },
+    /// A model call failed: `retry_in` says when the next attempt starts, `None` that
+    /// the turn gives up. Sent at the failure, so whoever waits hears of it at once.
+    ModelTrouble {
+        /// The endpoint called.
+        address: String,
+        /// What went wrong.
+        error: String,
+        /// When the next attempt starts.
+        retry_in: Option<std::time::Duration>,
     },
 }
 

@@ -157,6 +157,13 @@ impl Runtime {
             &inbound.peer,
             inbound.sender_verified,
         )?;
+        // Unauthenticated mail claiming one address may come from several senders (and
+        // the address's owner writes with a signature): one session per origin.
+        if !inbound.sender_verified
+            && let Some(origin) = &inbound.unverified_origin
+        {
+            caller.session_key = SessionKey::for_unverified(&caller.identity, origin).into();
+        }
         // A group conversation is one session whoever writes; the role stays the
         // sender's, and the stored message says who wrote it.
         let text = match inbound
@@ -500,14 +507,31 @@ impl Runtime {
         };
         let started = Instant::now();
         let events = state.events;
-        let mut on_event = |event: StreamEvent| {
-            if let (true, Some(events), StreamEvent::TextDelta(text)) =
-                (stream_text, events, &event)
-            {
-                let _ = events.send(TurnEvent::TextDelta(text.clone()));
+        let address = client.endpoint().url();
+        let mut on_event = |event: StreamEvent| match (events, event) {
+            (Some(events), StreamEvent::TextDelta(text)) if stream_text => {
+                let _ = events.send(TurnEvent::TextDelta(text));
             }
+            // The person waiting hears of a failure now, not after the last retry.
+            (Some(events), StreamEvent::Retrying { error, delay, .. }) => {
+                let _ = events.send(TurnEvent::ModelTrouble {
+                    address: address.clone(),
+                    error,
+                    retry_in: Some(delay),
+                });
+            }
+            _ => {}
         };
         let response = client.complete(request, cancel, &mut on_event).await;
+        if let (Err(error), Some(events)) = (&response, events)
+            && !matches!(error, saint_llm::LlmError::Cancelled)
+        {
+            let _ = events.send(TurnEvent::ModelTrouble {
+                address: address.clone(),
+                error: error.to_string(),
+                retry_in: None,
+            });
+        }
         let elapsed = started.elapsed();
         state.model_time += elapsed;
         state.model_calls += 1;
@@ -926,10 +950,15 @@ impl Runtime {
         state.emit(TurnEvent::ToolCall {
             name: name.to_string(),
             outcome: outcome.to_string(),
+            arguments: input,
+            preview: content.chars().take(TOOL_PREVIEW_CHARS).collect(),
         });
         (content, is_error)
     }
 }
+
+/// How much of a tool's result a streaming client is shown.
+const TOOL_PREVIEW_CHARS: usize = 600;
 
 /// How the turn's first message is stored.
 pub(super) enum Accepted {

@@ -275,6 +275,59 @@ impl SessionStore {
         self.with(|connection| read_messages(connection, key, true, 0))
     }
 
+    /// Up to `limit` messages of a session stored before message `before` (all when
+    /// `None`), compacted or not, oldest first, each with its RFC 3339 time: a page of
+    /// what a person reads back (the chat page's history).
+    pub fn page_before(
+        &self,
+        key: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(StoredMessage, String)>, SessionError> {
+        self.with(|connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT id, role, content, identity, created_at FROM messages
+                     WHERE session_key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+                )
+                .map_err(sql("prepare history page"))?;
+            let rows = statement
+                .query_map(
+                    params![key, before.unwrap_or(i64::MAX), limit as i64],
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                            row.get::<_, String>(3)?,
+                            row.get::<_, String>(4)?,
+                        ))
+                    },
+                )
+                .map_err(sql("read history page"))?;
+            let mut page = Vec::new();
+            for row in rows {
+                let (id, speaker, content, identity, created_at) =
+                    row.map_err(sql("read history row"))?;
+                let content: Vec<ContentBlock> = serde_json::from_str(&content)
+                    .map_err(|source| SessionError::Decode { id, source })?;
+                let role = if speaker == "assistant" {
+                    ChatRole::Assistant
+                } else {
+                    ChatRole::User
+                };
+                let message = StoredMessage {
+                    id,
+                    message: Message { role, content },
+                    identity,
+                };
+                page.push((message, created_at));
+            }
+            page.reverse();
+            Ok(page)
+        })
+    }
+
     /// Replaces messages up to and including `through_id` by `summary`.
     pub fn compact(&self, key: &str, through_id: i64, summary: &str) -> Result<(), SessionError> {
         self.with(|connection| {
