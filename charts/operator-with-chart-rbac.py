@@ -61,7 +61,7 @@ def kubectl(options, *arguments, stdin: str | None = None, check_status: bool = 
     if kubeconfig:
         environment["KUBECONFIG"] = kubeconfig
     result = subprocess.run([options.kubectl, *arguments], input=stdin, capture_output=True, text=True,
-                            env=environment)
+                            env=environment, check=False)
     if check_status and result.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
     return result

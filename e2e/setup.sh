@@ -4,8 +4,9 @@
 # node's kubelet, kube-proxy and kube-scheduler (e2e/node.sh), all pinned by
 # e2e/tools/go.mod. Binaries land in ~/.cache/saint/k8s-<version>/bin/ and are
 # reused while that directory holds a complete build (idempotent, keyed by
-# version and go.sum digest). Nothing prebuilt is downloaded: only Go modules,
-# through the configured Go module proxy.
+# version and go.sum digest). The same directory gets `kstatus` (cli-utils' status
+# library as GitOps tools run it, e2e/tools-kstatus/). Nothing prebuilt is
+# downloaded: only Go modules, through the configured Go module proxy.
 #
 # Usage: e2e/setup.sh            build if missing, print the bin directory
 #        e2e/setup.sh --print-bin-dir   print the bin directory only
@@ -47,7 +48,29 @@ all_built() {
 	done
 }
 
+# The kstatus program of e2e/tests/kstatus.rs (cli-utils' status library, pinned by
+# e2e/tools-kstatus/go.mod), built into the same bin directory and stamped by a digest
+# of its own module, so it is rebuilt when that changes or the control plane is.
+kstatus_dir="$here/tools-kstatus"
+kstatus_digest="$(cat "$kstatus_dir/go.mod" "$kstatus_dir/go.sum" "$kstatus_dir/main.go" | sha256sum | cut -c1-12)"
+kstatus_stamp="$bin_dir/kstatus-$kstatus_digest"
+build_kstatus() {
+	if [[ -f "$kstatus_stamp" && -x "$bin_dir/kstatus" ]]; then
+		return 0
+	fi
+	echo "setup.sh: building kstatus (sigs.k8s.io/cli-utils) into $bin_dir"
+	(
+		cd "$kstatus_dir"
+		GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=readonly" CGO_ENABLED=0 \
+			go build -ldflags "-s -w" -o "$bin_dir/kstatus.partial" .
+	)
+	mv "$bin_dir/kstatus.partial" "$bin_dir/kstatus"
+	rm -f "$bin_dir"/kstatus-*
+	touch "$kstatus_stamp"
+}
+
 if all_built; then
+	build_kstatus
 	echo "setup.sh: control plane $kubernetes_version already built in $bin_dir"
 	exit 0
 fi
@@ -122,4 +145,5 @@ rm -rf "$bin_dir"
 mv "$staging_dir" "$bin_dir"
 rm -f "$install_dir"/complete-*
 touch "$stamp"
+build_kstatus
 echo "setup.sh: built in $((finished - started)) s; $(du -sh "$bin_dir" | cut -f1) in $bin_dir"

@@ -90,6 +90,24 @@ pub fn condition_state(status: &Value, type_: &str) -> (String, String) {
     (field("status"), field("reason"))
 }
 
+/// The example's `webhookIngress.host`.
+pub const EXAMPLE_WEBHOOK_HOST: &str = "saint.company.hr";
+
+/// The webhook host a [`CompanyBot`] in `namespace` asks for: the example's, under a
+/// name of its own. One bot owns a host and path (the earliest), so every scenario's
+/// bot gets its own; a bot a scenario left behind cannot take the next one's Ingress.
+pub fn webhook_host(namespace: &str) -> String {
+    format!("{namespace}.{EXAMPLE_WEBHOOK_HOST}")
+}
+
+/// The example `saintbot.yaml` with its webhook host made [`webhook_host`]`(namespace)`.
+pub fn with_own_webhook_host(saintbot_yaml: &str, namespace: &str) -> String {
+    saintbot_yaml.replace(
+        &format!("host: {EXAMPLE_WEBHOOK_HOST}"),
+        &format!("host: {}", webhook_host(namespace)),
+    )
+}
+
 impl CompanyBot {
     /// Creates a restricted namespace and applies the example Secrets, Roles,
     /// Contacts and the SaintBot (as the admin, like a GitOps tool would).
@@ -105,7 +123,11 @@ impl CompanyBot {
             "contacts.yaml",
             "saintbot.yaml",
         ] {
-            manifests::apply_all(client, &examples::text(environment, file)?, &namespace).await?;
+            let mut text = examples::text(environment, file)?;
+            if file == "saintbot.yaml" {
+                text = with_own_webhook_host(&text, &namespace);
+            }
+            manifests::apply_all(client, &text, &namespace).await?;
         }
         Ok(Self {
             client: client.clone(),

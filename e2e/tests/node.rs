@@ -201,6 +201,10 @@ fn example_saintbot(
     let mut bot = examples::find(environment, "saintbot.yaml", "SaintBot", BOT)?;
     let spec = &mut bot.data["spec"];
     spec["model"]["baseUrl"] = model_url.into();
+    if model_url.starts_with("http://") {
+        spec["model"]["allowInsecure"] =
+            "the scripted model server on the test node, no key and no real prompts".into();
+    }
     spec["images"]["porter"] = porter_image.into();
     let gh = spec["porter"]["clis"]
         .as_array()
@@ -787,11 +791,129 @@ async fn scenario(
         "the new pod lost the transcript: {history:?}"
     );
 
+    // The quick start's smallest bot (docs/kubernetes.md), talked to as its user
+    // would: through `kubectl port-forward` and the token in its Secret.
+    minimal_bot_through_a_port_forward(environment, admin, &llm, figures, namespaces).await?;
+
     // The operator, still Ready, never restarted.
     let deployment = Api::<Deployment>::namespaced(admin.clone(), &install.namespace)
         .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
         .await?;
     assert_eq!(deployment.items.len(), 1);
+    Ok(())
+}
+
+/// `charts/saint/examples/minimal/hello.yaml` as the quick start applies it (only its
+/// model pointed at the scripted server and its two secrets filled in), Ready, then a
+/// message through `kubectl port-forward deploy/hello` with the token from its Secret.
+async fn minimal_bot_through_a_port_forward(
+    environment: &Environment,
+    admin: &Client,
+    llm: &ScriptedLlm,
+    figures: &mut Figures,
+    namespaces: &mut Vec<String>,
+) -> TestResult {
+    let namespace = namespace::create(admin, "minimal", true).await?;
+    namespaces.push(namespace.clone());
+    node::provide_local_volume(admin, &namespace, "hello-workspace").await?;
+    let token = format!("minimal-token-{}", std::process::id());
+    let applied = Instant::now();
+    for mut object in manifests::parse(&examples::text(environment, "minimal/hello.yaml")?)? {
+        let kind = object.types.as_ref().map(|types| types.kind.clone());
+        match kind.as_deref() {
+            Some("Secret") => {
+                object.data["stringData"] =
+                    json!({"api-key": "not-used-by-the-scripted-model", "http-token": token});
+            }
+            Some("SaintBot") => {
+                let model = &mut object.data["spec"]["model"];
+                model["baseUrl"] = llm.base_url().into();
+                model["allowInsecure"] = "the scripted model server on the test node".into();
+            }
+            _ => {}
+        }
+        manifests::apply(admin, &object, &namespace).await?;
+    }
+    let hello = CompanyBot {
+        client: admin.clone(),
+        namespace: namespace.clone(),
+    };
+    wait::until("SaintBot hello Ready=True", POD_TIMEOUT, || async {
+        let status = hello
+            .bots()
+            .get("hello")
+            .await
+            .map_err(|error| error.to_string())?
+            .data
+            .get("status")
+            .cloned()
+            .unwrap_or(Value::Null);
+        match condition_state(&status, "Ready") {
+            (ready, _) if ready == "True" => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    })
+    .await?;
+    figures.record("minimal_apply_to_ready_seconds", applied);
+
+    // As the quick start does: the token from the Secret, a local port from the forward.
+    let secret = Api::<Secret>::namespaced(admin.clone(), &namespace)
+        .get("hello-secrets")
+        .await?;
+    let stored = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get("http-token"))
+        .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+        .ok_or_else(|| Failure::message("Secret hello-secrets has no http-token"))?;
+    assert_eq!(stored, token);
+    let mut forward = tokio::process::Command::new(environment.tool("kubectl"))
+        .args(["port-forward", "-n", &namespace, "deploy/hello", ":8080"])
+        .env("KUBECONFIG", &environment.admin_kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    // The event: kubectl prints "Forwarding from 127.0.0.1:<port> -> 8080" once it listens.
+    let stdout = forward
+        .stdout
+        .take()
+        .ok_or_else(|| Failure::message("kubectl port-forward has no stdout"))?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let local_port = tokio::time::timeout(POD_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(port) = line
+                .strip_prefix("Forwarding from 127.0.0.1:")
+                .and_then(|rest| rest.split(' ').next())
+            {
+                return Ok::<_, std::io::Error>(Some(port.to_string()));
+            }
+        }
+        Ok(None)
+    })
+    .await
+    .map_err(|_| Failure::message("kubectl port-forward never said it was forwarding"))??
+    .ok_or_else(|| Failure::message("kubectl port-forward ended before it forwarded"))?;
+    llm.push(Reply::text("Hello Ana, through the port-forward."));
+    let request = json!({"channel": "email", "peer": "ana@example.com", "text": "Hello"});
+    let (status, body) = tokio::time::timeout(
+        TURN_TIMEOUT,
+        pods::post_json(
+            &format!("127.0.0.1:{local_port}"),
+            "/v1/messages",
+            &token,
+            &request,
+        ),
+    )
+    .await
+    .map_err(|_| Failure::message("no answer through the port-forward"))?
+    .map_err(Failure::message)?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["reply"], "Hello Ana, through the port-forward.",
+        "{body}"
+    );
+    forward.kill().await?;
     Ok(())
 }
 

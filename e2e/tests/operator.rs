@@ -24,7 +24,7 @@ use kube::{
 use saint_e2e::{
     Environment,
     chart::{self, ChartInstall, RunningOperator},
-    company_bot::{BOT, CONVERGE_TIMEOUT, CompanyBot, condition_state},
+    company_bot::{self, BOT, CONVERGE_TIMEOUT, CompanyBot, condition_state},
     environment::client_from_kubeconfig,
     examples, manifests, namespace, service_account, wait,
 };
@@ -472,6 +472,8 @@ async fn contact_edit_rerenders_the_config_without_a_restart_while_model_and_cha
     // The model changes: the pod must restart (a new ReplicaSet).
     let mut bot = examples::find(&scenario.environment, "saintbot.yaml", "SaintBot", BOT)?;
     bot.data["spec"]["model"]["name"] = json!("claude-opus-4-1");
+    bot.data["spec"]["webhookIngress"]["host"] =
+        json!(company_bot::webhook_host(&scenario.bot.namespace));
     manifests::apply(&scenario.admin, &bot, &scenario.bot.namespace).await?;
     scenario.converged().await?;
     seen.insert(wait_for_new_template_hash(&scenario, &seen).await?);
@@ -494,7 +496,11 @@ async fn the_webhook_ingress_exposes_only_webhook_paths_and_goes_when_the_field_
         Api::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
     let ingress = serde_json::to_value(ingresses.get(&name).await?)?;
     let rule = &ingress["spec"]["rules"][0];
-    assert_eq!(rule["host"], "saint.company.hr", "{ingress}");
+    assert_eq!(
+        rule["host"],
+        company_bot::webhook_host(&scenario.bot.namespace),
+        "{ingress}"
+    );
     let paths: Vec<(&str, &str)> = rule["http"]["paths"]
         .as_array()
         .map(Vec::as_slice)
@@ -540,6 +546,202 @@ async fn the_webhook_ingress_exposes_only_webhook_paths_and_goes_when_the_field_
 }
 
 /// Waits until the SaintBot's `ChannelsServed` condition has `state`; returns the status.
+/// `Ready`'s reason and message of `bot`, once the reason is `reason` and the message
+/// names every needle.
+async fn wait_for_bot_ready_reason(
+    bot: &CompanyBot,
+    reason: &str,
+    needles: &[&str],
+    describe: impl Fn() -> String,
+) -> Result<String, wait::WaitError> {
+    wait::until(
+        &format!(
+            "Ready=False/{reason} naming {needles:?} in {}",
+            bot.namespace
+        ),
+        CONVERGE_TIMEOUT,
+        || async {
+            let object = bot.bot().await.map_err(|error| error.to_string())?;
+            let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+            let message = saint_e2e::company_bot::condition(&status, "Ready")
+                .and_then(|condition| condition.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if condition_state(&status, "Ready").1 == reason
+                && needles.iter().all(|needle| message.contains(needle))
+            {
+                Ok(message)
+            } else {
+                Err(format!("status {status}\n{}", describe()))
+            }
+        },
+    )
+    .await
+}
+
+/// Tenancy: a second tenant's bot asking for a host and path another bot already
+/// routes (in another namespace) is refused — `HostClaimed` naming the owner, a
+/// Warning Event, no second Ingress — and takes the host when the owner goes; an
+/// Ingress annotation the chart's `webhookIngress.allowedAnnotations` does not list is
+/// refused naming both; a TLS Secret that does not exist is `SecretMissing`.
+#[tokio::test]
+async fn a_webhook_host_another_tenant_routes_is_refused_until_that_bot_goes() -> TestResult {
+    let scenario = Scenario::start("tenancy").await?;
+    scenario.converged().await?;
+    let ingress_name = format!("{BOT}-webhooks");
+    let owner_ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
+        Api::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    owner_ingresses.get(&ingress_name).await?;
+
+    // The same example in a second namespace, then asking for the owner's host: same
+    // host, same WhatsApp path.
+    let rival = CompanyBot::apply(&scenario.environment, &scenario.admin, "tenancy-rival").await?;
+    rival.wait_converged(|| scenario.operator_log()).await?;
+    let host = company_bot::webhook_host(&scenario.bot.namespace);
+    merge_patch(
+        &rival.bots(),
+        BOT,
+        json!({"spec": {"webhookIngress": {"host": host}}}),
+    )
+    .await?;
+    let owner = format!("{}/{BOT}", scenario.bot.namespace);
+    let message = wait_for_bot_ready_reason(
+        &rival,
+        "HostClaimed",
+        &[
+            &format!("host {host:?} path \"/channels/whatsapp/webhook\""),
+            &format!("SaintBot {owner}"),
+        ],
+        || scenario.operator_log(),
+    )
+    .await?;
+    eprintln!("HostClaimed: {message}");
+    let events = Api::<Event>::namespaced(scenario.admin.clone(), &rival.namespace);
+    wait::until(
+        "a Warning Event HostClaimed on the rival bot",
+        CONVERGE_TIMEOUT,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            list.items
+                .iter()
+                .any(|event| {
+                    event.reason.as_deref() == Some("HostClaimed")
+                        && event.type_.as_deref() == Some("Warning")
+                        && event.involved_object.name.as_deref() == Some(BOT)
+                        && event
+                            .message
+                            .as_deref()
+                            .is_some_and(|note| note.contains(&owner))
+                })
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "events: {:?}",
+                        list.items
+                            .iter()
+                            .map(|event| (event.reason.clone(), event.message.clone()))
+                            .collect::<Vec<_>>()
+                    )
+                })
+        },
+    )
+    .await?;
+    // No second Ingress: the rival's own (for its former host) is deleted, the rest of
+    // it stays rendered.
+    let rival_ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
+        Api::namespaced(scenario.admin.clone(), &rival.namespace);
+    wait::until(
+        "the rival bot has no webhook Ingress",
+        CONVERGE_TIMEOUT,
+        || async {
+            match rival_ingresses.get_opt(&ingress_name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(ingress)) => Err(format!("{ingress_name}: {:?}", ingress.spec)),
+                Err(error) => Err(error.to_string()),
+            }
+        },
+    )
+    .await?;
+    let rival_status = rival.bot().await?.data["status"].clone();
+    assert_eq!(
+        condition_state(&rival_status, "ConfigRendered").0,
+        "True",
+        "only the Ingress is withheld: {rival_status}"
+    );
+
+    // The owner names a TLS Secret that does not exist: SecretMissing, naming it.
+    let owner_bots = scenario.bot.bots();
+    merge_patch(
+        &owner_bots,
+        BOT,
+        json!({"spec": {"webhookIngress": {"tlsSecretName": "acme-assistant-tls-absent"}}}),
+    )
+    .await?;
+    wait_for_ready_reason(
+        &scenario,
+        "SecretMissing",
+        &[
+            "acme-assistant-tls-absent",
+            "spec.webhookIngress.tlsSecretName",
+        ],
+    )
+    .await?;
+
+    // An annotation outside the chart's allowlist is refused, naming it and the value.
+    merge_patch(
+        &owner_bots,
+        BOT,
+        json!({"spec": {"webhookIngress": {"annotations": {
+            "nginx.ingress.kubernetes.io/server-snippet": "return 200;"}}}}),
+    )
+    .await?;
+    wait_for_ready_reason(
+        &scenario,
+        "InvalidSpec",
+        &[
+            "nginx.ingress.kubernetes.io/server-snippet",
+            "webhookIngress.allowedAnnotations",
+        ],
+    )
+    .await?;
+
+    // The owner goes: the rival is woken and routes the host now.
+    owner_bots.delete(BOT, &DeleteParams::default()).await?;
+    wait::until(
+        "the rival bot's webhook Ingress routes the host once the owner is deleted",
+        CONVERGE_TIMEOUT,
+        || async {
+            match rival_ingresses.get_opt(&ingress_name).await {
+                Ok(Some(ingress)) => {
+                    let routed = ingress
+                        .spec
+                        .and_then(|spec| spec.rules)
+                        .and_then(|rules| rules.into_iter().next())
+                        .and_then(|rule| rule.host);
+                    if routed.as_deref() == Some(host.as_str()) {
+                        Ok(())
+                    } else {
+                        Err(format!("{ingress_name} routes {routed:?}"))
+                    }
+                }
+                Ok(None) => Err(format!(
+                    "no {ingress_name} yet\n{}",
+                    scenario.operator_log()
+                )),
+                Err(error) => Err(error.to_string()),
+            }
+        },
+    )
+    .await?;
+    rival.wait_converged(|| scenario.operator_log()).await?;
+    namespace::delete(&scenario.admin, &rival.namespace).await?;
+    scenario.finish().await
+}
+
 async fn wait_for_channels_served(
     scenario: &Scenario,
     state: (&str, &str),
@@ -1269,7 +1471,7 @@ async fn a_refused_channel_credential_becomes_a_warning_event_on_the_saintbot() 
         }
     })
     .await?;
-    Ok(())
+    scenario.finish().await
 }
 
 #[tokio::test]

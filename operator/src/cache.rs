@@ -184,13 +184,13 @@ where
 }
 
 /// Drops the metadata no reconcile reads from a cached SaintBot, Contact or Role: managed
-/// fields, annotations (`kubectl apply` keeps a second copy of the whole object in one),
-/// owner references and timestamps. Labels stay: selectors match them.
+/// fields, annotations (`kubectl apply` keeps a second copy of the whole object in one)
+/// and owner references. Labels stay: selectors match them; so does the creation time:
+/// the earliest bot owns a shared webhook host (`validate::webhook_ingress`).
 pub fn slim_source(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     meta.annotations = None;
     meta.owner_references = None;
-    meta.creation_timestamp = None;
     meta.generate_name = None;
 }
 
@@ -246,6 +246,9 @@ impl Children {
 /// What the SaintBot controller is told about.
 pub struct BotFeeds {
     pub bots: Feed<SaintBot>,
+    /// SaintBots again, mapped to the bots sharing their webhook host: a bot that gives
+    /// a host up (deleted, or its spec changed) wakes the next one in line.
+    pub bots_sharing_host: Feed<SaintBot>,
     pub contacts: Feed<Contact>,
     pub roles: Feed<Role>,
     pub service_accounts: Wakes,
@@ -305,9 +308,10 @@ fn next<K>(feeds: &mut std::vec::IntoIter<Feed<K>>) -> Feed<K> {
 /// Builds every watch (in `namespace`, or all). Nothing runs until the drivers do.
 pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
     let mut drivers: Vec<Driver> = Vec::new();
-    // Consumers, in order: the bot controller, then the Contact controller (bots and
-    // Contacts twice: its own kind and a mapper), then the Role controller (Roles).
-    let (bots, mut bot_feeds) = split(objects::<SaintBot>(client, namespace, 2), &mut drivers);
+    // Consumers, in order: the bot controller (bots twice: its own kind and the mapper
+    // to bots sharing a webhook host), then the Contact controller (bots and Contacts
+    // twice: its own kind and a mapper), then the Role controller (Roles).
+    let (bots, mut bot_feeds) = split(objects::<SaintBot>(client, namespace, 3), &mut drivers);
     let (contacts, mut contact_feeds) =
         split(objects::<Contact>(client, namespace, 3), &mut drivers);
     let (roles, mut role_feeds) = split(objects::<Role>(client, namespace, 3), &mut drivers);
@@ -361,6 +365,7 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
         },
         bot_feeds: BotFeeds {
             bots: next(&mut bot_feeds),
+            bots_sharing_host: next(&mut bot_feeds),
             contacts: next(&mut contact_feeds),
             roles: next(&mut role_feeds),
             service_accounts: service_accounts_wakes,

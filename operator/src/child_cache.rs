@@ -38,9 +38,10 @@ use crate::{
     cache::Driver,
     crd::SaintBot,
     saintbot_controller::{
-        content::{self, Content, LIVE_CONTENT_ANNOTATION},
+        content::{self, Content, LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION},
         freshness::{self, DESIRED_HASH_ANNOTATION},
     },
+    status::Reason,
 };
 
 /// A SHA-256, kept as bytes (the annotations carry it as 64 hex digits).
@@ -69,11 +70,16 @@ pub struct ChildRecord {
     /// `None` when the child carries no (or no well-formed) desired-hash stamp.
     desired_hash: Option<Digest>,
     live_content: Digest,
+    /// The hash of the operator's labels as stored ([`content::labels_hash`]).
+    live_labels: Digest,
     /// Field managers other than the operator that wrote the child's content.
     foreign_writers: Box<[Box<str>]>,
     pub owner: Option<Owner>,
     /// A Deployment whose current generation has a ready pod; false for other kinds.
     pub pod_ready: bool,
+    /// Why a Deployment's pod cannot be created or rolled out, quoted from its
+    /// conditions; `None` for other kinds.
+    pub rollout_problem: Option<(Reason, Box<str>)>,
     /// For kinds found by label: whether it is a bot's webhook Ingress.
     pub webhooks: bool,
 }
@@ -111,24 +117,35 @@ impl ChildRecord {
             desired_hash,
             live_content: digest(&content::content_hash(child))
                 .expect("content hashes are 64 hex digits"),
+            live_labels: digest(&content::labels_hash(child))
+                .expect("label hashes are 64 hex digits"),
             foreign_writers: freshness::foreign_writers(meta)
                 .into_iter()
                 .map(Into::into)
                 .collect(),
             owner,
             pod_ready: child.pod_ready(),
+            rollout_problem: child
+                .rollout_problem()
+                .map(|(reason, message)| (reason, message.into())),
             webhooks,
         }
     }
 
-    /// The child's metadata as [`freshness::freshness`] reads it: the two hashes as
+    /// The child's metadata as [`freshness::freshness`] reads it: the three hashes as
     /// annotations, each foreign writer as a managed-fields entry owning content, and the
     /// resourceVersion.
     pub fn metadata(&self, namespace: &str, name: &str) -> ObjectMeta {
-        let mut annotations = std::collections::BTreeMap::from([(
-            LIVE_CONTENT_ANNOTATION.to_string(),
-            hex::encode(self.live_content),
-        )]);
+        let mut annotations = std::collections::BTreeMap::from([
+            (
+                LIVE_CONTENT_ANNOTATION.to_string(),
+                hex::encode(self.live_content),
+            ),
+            (
+                LIVE_LABELS_ANNOTATION.to_string(),
+                hex::encode(self.live_labels),
+            ),
+        ]);
         if let Some(hash) = self.desired_hash {
             annotations.insert(DESIRED_HASH_ANNOTATION.to_string(), hex::encode(hash));
         }
@@ -667,20 +684,28 @@ mod tests {
         let record = ChildRecord::of(&child);
         let meta = record.metadata("acme", "my-bot");
         let content = content::content_hash(&child);
+        let labels = content::labels_hash(&child);
         let stamped = "ab".repeat(32);
         assert_eq!(
-            freshness::freshness(Some(&meta), &stamped, &content, true),
+            freshness::freshness(Some(&meta), &stamped, &content, &labels, true),
             freshness::Freshness::Current
         );
         assert_eq!(
-            freshness::freshness(Some(&meta), &"cd".repeat(32), &content, true),
+            freshness::freshness(Some(&meta), &"cd".repeat(32), &content, &labels, true),
             freshness::Freshness::Stale
         );
         assert!(matches!(
-            freshness::freshness(Some(&meta), &stamped, &"00".repeat(32), true),
+            freshness::freshness(Some(&meta), &stamped, &"00".repeat(32), &labels, true),
             freshness::Freshness::Drifted { .. }
         ));
         assert_eq!(meta.uid, None, "a Deployment's uid is not kept");
+        let mut unlabelled = child.clone();
+        unlabelled.metadata.labels = None;
+        let meta_unlabelled = ChildRecord::of(&unlabelled).metadata("acme", "my-bot");
+        assert_eq!(
+            freshness::freshness(Some(&meta_unlabelled), &stamped, &content, &labels, true),
+            freshness::Freshness::Relabel
+        );
 
         // A hand-edited stamp that is no hash reads as no stamp: the child is applied.
         let mut garbled = child.clone();
@@ -692,7 +717,7 @@ mod tests {
             .insert(DESIRED_HASH_ANNOTATION.into(), "not-a-hash".into());
         let meta = ChildRecord::of(&garbled).metadata("acme", "my-bot");
         assert_eq!(
-            freshness::freshness(Some(&meta), "not-a-hash", &content, true),
+            freshness::freshness(Some(&meta), "not-a-hash", &content, &labels, true),
             freshness::Freshness::Stale
         );
     }

@@ -331,6 +331,28 @@ mod tests {
     }
 
     #[test]
+    fn matrix_ids_differing_only_in_case_are_one_identity_in_conflict() {
+        let matrix = |id: &str| ContactIdentifiers {
+            matrix: Some(id.into()),
+            ..Default::default()
+        };
+        let ana = contact("ana", "owner", matrix("@ana:acme.hr"));
+        let impostor = contact("impostor", "owner", matrix("@Ana:ACME.hr"));
+        let report = resolve(&[ana, impostor], &roles(&["owner"]));
+        assert!(
+            report.identity_links.values().all(Vec::is_empty),
+            "{report:?}"
+        );
+        assert_eq!(
+            report.problems["impostor"].conflicts,
+            vec![IdentifierConflict {
+                identity: "matrix:@ana:acme.hr".into(),
+                contacts: vec!["ana".into()]
+            }]
+        );
+    }
+
+    #[test]
     fn a_contact_naming_a_missing_role_is_left_out_and_reported() {
         let ghost = contact(
             "ghost",

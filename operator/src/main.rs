@@ -110,6 +110,15 @@ struct Arguments {
     /// `embedder.weights`); bots record it with their vectors.
     #[arg(long, env = "SAINT_SHARED_EMBEDDER_WEIGHTS", default_value = "f32", value_parser = saint_operator::settings::SharedEmbedder::parse_weights)]
     shared_embedder_weights: saint_config::ModelWeights,
+    /// An annotation bots may put on their webhook Ingress (`spec.webhookIngress.
+    /// annotations`): an exact key, or `prefix/*` (repeat or comma-separate; the chart's
+    /// `webhookIngress.allowedAnnotations`). Any other is refused naming it. Absent: none.
+    #[arg(
+        long = "allowed-ingress-annotation",
+        env = "SAINT_ALLOWED_INGRESS_ANNOTATIONS",
+        value_delimiter = ','
+    )]
+    allowed_ingress_annotations: Vec<String>,
     /// Reconciles run at once, per controller (SaintBots; Contacts and Roles). Bounds
     /// the operator's memory and its load on the API server on a large fleet.
     #[arg(long, env = "SAINT_MAX_CONCURRENT_RECONCILES", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -286,6 +295,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
                 ..embedder
             }
         }),
+        allowed_ingress_annotations: arguments.allowed_ingress_annotations.clone(),
     };
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 

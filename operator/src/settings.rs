@@ -4,6 +4,12 @@
 /// The agent ClusterRole's name when `--agent-cluster-role` is not given.
 pub const DEFAULT_AGENT_CLUSTER_ROLE: &str = "saint-agent";
 
+/// The chart's default `webhookIngress.allowedAnnotations`: cert-manager's issuer
+/// annotations. What [`OperatorSettings::with_tag`] allows (offline rendering, tests);
+/// the operator binary allows only what its flags name.
+pub const CHART_ALLOWED_INGRESS_ANNOTATIONS: [&str; 2] =
+    ["cert-manager.io/cluster-issuer", "cert-manager.io/issuer"];
+
 /// Defaults the operator applies to bots that do not override them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorSettings {
@@ -26,6 +32,13 @@ pub struct OperatorSettings {
     /// The chart's shared embedder, when it deploys one: bots with
     /// `spec.memory.embedder: shared` embed through it instead of loading the model.
     pub shared_embedder: Option<SharedEmbedder>,
+    /// Annotations a bot's `spec.webhookIngress.annotations` may set on its Ingress
+    /// (`--allowed-ingress-annotation`, the chart value
+    /// `webhookIngress.allowedAnnotations`): exact keys, or `prefix/*` for every key
+    /// under a prefix. Any other annotation is refused, naming it: the ingress
+    /// controller is shared, and an annotation such as `server-snippet` configures it
+    /// for every tenant. Empty: none.
+    pub allowed_ingress_annotations: Vec<String>,
 }
 
 /// A `saint-embedder` Service: one copy of the embedding model for every bot that
@@ -110,7 +123,8 @@ impl SharedEmbedder {
 }
 
 impl OperatorSettings {
-    /// Settings with the given image tag for the three default images.
+    /// Settings with the given image tag for the three default images, and the chart's
+    /// default annotation allowlist.
     pub fn with_tag(tag: &str) -> Self {
         Self {
             agent_image: format!("ghcr.io/saint-work/saint-agent:{tag}"),
@@ -120,6 +134,9 @@ impl OperatorSettings {
             api_server_port: 6443,
             agent_cluster_role: DEFAULT_AGENT_CLUSTER_ROLE.to_string(),
             shared_embedder: None,
+            allowed_ingress_annotations: CHART_ALLOWED_INGRESS_ANNOTATIONS
+                .map(str::to_string)
+                .to_vec(),
         }
     }
 }

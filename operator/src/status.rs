@@ -36,6 +36,15 @@ pub enum ConditionType {
     ChannelsServed,
     /// SaintBot: every model its turns call has a price, so budgets count every call.
     ModelsPriced,
+    /// kstatus' abnormal-true condition: True, with `Ready`'s reason and message, while
+    /// the operator works towards `Ready` and nothing needs a person. Absent otherwise.
+    Reconciling,
+    /// kstatus' abnormal-true condition: True, with `Ready`'s reason and message, when
+    /// `Ready` cannot come without a person's change (an invalid spec, a missing Role or
+    /// Secret, a refused child or pod). GitOps tools (Flux, kpt, cli-utils' kstatus)
+    /// report such an object as Failed instead of waiting for their timeout. Absent
+    /// otherwise.
+    Stalled,
 }
 
 impl ConditionType {
@@ -48,6 +57,8 @@ impl ConditionType {
             ConditionType::CredentialsIsolated => "CredentialsIsolated",
             ConditionType::ChannelsServed => "ChannelsServed",
             ConditionType::ModelsPriced => "ModelsPriced",
+            ConditionType::Reconciling => "Reconciling",
+            ConditionType::Stalled => "Stalled",
         }
     }
 }
@@ -59,9 +70,11 @@ pub enum Severity {
     /// The condition holds: status True, Normal Events.
     Healthy,
     /// Not there yet, nothing to fix (a pod starting, a bot suspended): status False,
-    /// Normal Events.
+    /// Normal Events; on `Ready`, also `Reconciling=True` (kstatus: InProgress) unless
+    /// the wait is on purpose ([`Reason::Suspended`]).
     Progressing,
-    /// Something in the specs needs a person: status False, Warning Events.
+    /// Something needs a person (in the specs, or what they refer to): status False,
+    /// Warning Events; on `Ready`, also `Stalled=True` (kstatus: Failed).
     Problem,
 }
 
@@ -136,11 +149,31 @@ pub enum Reason {
     /// SaintBot `ModelsPriced`: a model in use has no price and `budget.unpricedModels`
     /// is `allow`: its calls count as free and no budget stops them.
     UnpricedModelsAllowed,
+    /// SaintBot `Ready`: the Deployment cannot create the bot pod (its `ReplicaFailure`
+    /// condition: a LimitRange, a ResourceQuota or an admission policy refuses it); the
+    /// message quotes the refusal.
+    ReplicaFailure,
+    /// SaintBot `Ready`: the Deployment's rollout made no progress within its deadline
+    /// (`Progressing=False`); the message quotes it.
+    ProgressDeadlineExceeded,
+    /// SaintBot `Ready`: a container of the bot pod cannot be configured (a Secret or
+    /// ConfigMap key it names is missing); the message names the container and quotes
+    /// the kubelet.
+    CreateContainerConfigError,
+    /// SaintBot `Ready`: an image of the bot pod cannot be pulled (kubelet backing off).
+    ImagePullBackOff,
+    /// SaintBot `Ready`: an image of the bot pod cannot be pulled (first failure).
+    ErrImagePull,
+    /// SaintBot `Ready`: a container of the bot pod keeps exiting.
+    CrashLoopBackOff,
+    /// SaintBot `Ready`: the `spec.webhookIngress` host and a path are routed for another
+    /// SaintBot created earlier; this bot gets no Ingress (the message names the owner).
+    HostClaimed,
 }
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 28] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -162,6 +195,13 @@ impl Reason {
         Reason::AllModelsPriced,
         Reason::UnpricedModelsRefused,
         Reason::UnpricedModelsAllowed,
+        Reason::ReplicaFailure,
+        Reason::ProgressDeadlineExceeded,
+        Reason::CreateContainerConfigError,
+        Reason::ImagePullBackOff,
+        Reason::ErrImagePull,
+        Reason::CrashLoopBackOff,
+        Reason::HostClaimed,
     ];
 
     /// The `reason` field as written.
@@ -188,6 +228,13 @@ impl Reason {
             Reason::AllModelsPriced => "AllModelsPriced",
             Reason::UnpricedModelsRefused => "UnpricedModelsRefused",
             Reason::UnpricedModelsAllowed => "UnpricedModelsAllowed",
+            Reason::ReplicaFailure => "ReplicaFailure",
+            Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Reason::CreateContainerConfigError => "CreateContainerConfigError",
+            Reason::ImagePullBackOff => "ImagePullBackOff",
+            Reason::ErrImagePull => "ErrImagePull",
+            Reason::CrashLoopBackOff => "CrashLoopBackOff",
+            Reason::HostClaimed => "HostClaimed",
         }
     }
 
@@ -213,7 +260,14 @@ impl Reason {
             | Reason::InvalidSpec
             | Reason::ChannelNotServed
             | Reason::UnpricedModelsRefused
-            | Reason::UnpricedModelsAllowed => Severity::Problem,
+            | Reason::UnpricedModelsAllowed
+            | Reason::ReplicaFailure
+            | Reason::ProgressDeadlineExceeded
+            | Reason::CreateContainerConfigError
+            | Reason::ImagePullBackOff
+            | Reason::ErrImagePull
+            | Reason::CrashLoopBackOff
+            | Reason::HostClaimed => Severity::Problem,
         }
     }
 }
@@ -289,6 +343,41 @@ pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Conditio
 /// Whether the `Ready` condition is present and True.
 pub fn is_ready(conditions: &[Condition]) -> bool {
     find(conditions, ConditionType::Ready.as_str()).is_some_and(|ready| ready.status == "True")
+}
+
+/// The kstatus conditions (cli-utils' `pkg/kstatus`, read by Flux, kpt and Argo CD's
+/// health checks) that go with `ready`: `Stalled=True` when a person has to act,
+/// `Reconciling=True` while the operator waits for something that comes by itself,
+/// neither when ready or suspended (kstatus reads their absence as False). Each carries
+/// `Ready`'s reason, message, generation and time, so a pipeline fails with the reason
+/// instead of waiting for its timeout.
+pub fn kstatus_conditions(ready: &Condition) -> Vec<Condition> {
+    let type_ = match (severity_of(ready), ready.reason.parse::<Reason>()) {
+        (Severity::Problem, _) => ConditionType::Stalled,
+        (Severity::Progressing, Ok(Reason::Suspended)) | (Severity::Healthy, _) => {
+            return Vec::new();
+        }
+        (Severity::Progressing, _) => ConditionType::Reconciling,
+    };
+    vec![Condition {
+        type_: type_.as_str().to_string(),
+        status: "True".to_string(),
+        ..ready.clone()
+    }]
+}
+
+/// `conditions` with the kstatus conditions their `Ready` deserves appended (any
+/// earlier ones replaced).
+pub fn with_kstatus(mut conditions: Vec<Condition>) -> Vec<Condition> {
+    conditions.retain(|condition| {
+        condition.type_ != ConditionType::Stalled.as_str()
+            && condition.type_ != ConditionType::Reconciling.as_str()
+    });
+    let extra = find(&conditions, ConditionType::Ready.as_str())
+        .map(kstatus_conditions)
+        .unwrap_or_default();
+    conditions.extend(extra);
+    conditions
 }
 
 fn event(condition: &Condition, action: &str) -> Event {
@@ -456,8 +545,86 @@ mod tests {
                 ("AllModelsPriced", "True", Normal),
                 ("UnpricedModelsRefused", "False", Warning),
                 ("UnpricedModelsAllowed", "False", Warning),
+                ("ReplicaFailure", "False", Warning),
+                ("ProgressDeadlineExceeded", "False", Warning),
+                ("CreateContainerConfigError", "False", Warning),
+                ("ImagePullBackOff", "False", Warning),
+                ("ErrImagePull", "False", Warning),
+                ("CrashLoopBackOff", "False", Warning),
+                ("HostClaimed", "False", Warning),
             ]
         );
+    }
+
+    #[test]
+    fn a_problem_stalls_progress_reconciles_and_ready_or_suspended_adds_neither() {
+        let at = "2026-01-01T00:00:00Z";
+        let kstatus = |reason: Reason| -> Vec<(String, String, String, Option<i64>)> {
+            let ready = Condition {
+                message: format!("why {reason}"),
+                ..ready(reason, at)
+            };
+            kstatus_conditions(&ready)
+                .into_iter()
+                .map(|condition| {
+                    (
+                        condition.type_,
+                        condition.status,
+                        format!("{}: {}", condition.reason, condition.message),
+                        condition.observed_generation,
+                    )
+                })
+                .collect()
+        };
+        let stalled = |reason: &str| {
+            vec![(
+                "Stalled".to_string(),
+                "True".to_string(),
+                format!("{reason}: why {reason}"),
+                Some(1),
+            )]
+        };
+        for reason in [
+            Reason::InvalidSpec,
+            Reason::RoleNotFound,
+            Reason::IdentifierConflict,
+            Reason::ApplyFailed,
+            Reason::SecretMissing,
+            Reason::ConfigMapNotFound,
+            Reason::ReplicaFailure,
+            Reason::CrashLoopBackOff,
+        ] {
+            assert_eq!(kstatus(reason), stalled(reason.as_str()), "{reason}");
+        }
+        assert_eq!(
+            kstatus(Reason::PodNotReady),
+            vec![(
+                "Reconciling".to_string(),
+                "True".to_string(),
+                "PodNotReady: why PodNotReady".to_string(),
+                Some(1)
+            )]
+        );
+        assert!(kstatus(Reason::PodReady).is_empty());
+        assert!(kstatus(Reason::Suspended).is_empty());
+        // A healed object loses the condition; a repeat keeps one.
+        let stalled_then_ready = with_kstatus(vec![
+            ready(Reason::PodReady, at),
+            condition(
+                ConditionType::Stalled,
+                Reason::InvalidSpec,
+                "",
+                Some(1),
+                &time(at),
+            ),
+        ]);
+        assert_eq!(stalled_then_ready.len(), 1);
+        let twice = with_kstatus(with_kstatus(vec![ready(Reason::InvalidSpec, at)]));
+        let types: Vec<&str> = twice
+            .iter()
+            .map(|condition| condition.type_.as_str())
+            .collect();
+        assert_eq!(types, ["Ready", "Stalled"]);
     }
 
     #[test]

@@ -155,6 +155,7 @@ fn only_channels_in_a_webhook_mode_get_an_ingress_path() {
         channels.retain(|channel| channel["kind"] != "whatsapp");
         channels.push(serde_json::json!({"name": "slack", "kind": "slack",
             "secrets": {"botToken": secret("slack-bot"), "appToken": secret("slack-app")}}));
+        bot["spec"]["heartbeat"]["notify"] = serde_json::json!([]);
     });
     assert!(socket_only.webhook_ingress.is_none());
 }
@@ -179,6 +180,8 @@ fn no_webhook_ingress_without_the_field_or_without_a_webhook_channel() {
             .as_array_mut()
             .unwrap()
             .retain(|channel| channel["kind"] == "http");
+        // No channel reaches the heartbeat's Contact any more.
+        bot["spec"]["heartbeat"]["notify"] = serde_json::json!([]);
     });
     assert!(only_http.webhook_ingress.is_none());
 }
@@ -809,6 +812,10 @@ fn an_image_or_channel_change_rolls_the_pod() {
     assert_ne!(before, image_changed);
     let (mut bot, dereferenced) = load("acme.yaml");
     bot.spec.channels.pop();
+    // The heartbeat's Contact may no longer be reachable on the channels left.
+    if let Some(heartbeat) = bot.spec.heartbeat.as_mut() {
+        heartbeat.notify.clear();
+    }
     let channel_changed = restart_hash(
         &saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
             .unwrap(),
@@ -1186,5 +1193,86 @@ fn shared_memory_without_a_shared_embedder_is_refused_naming_the_field_and_the_c
     assert!(
         error.contains("spec.memory.embedder") && error.contains("embedder.enabled=true"),
         "{error}"
+    );
+}
+
+/// Tenancy: a host and path another bot routed first are withheld with `HostClaimed`
+/// naming that bot — no Ingress, everything else rendered; the earlier bot keeps it.
+#[test]
+fn a_webhook_path_an_earlier_bot_routes_on_the_host_is_withheld_naming_that_bot() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use saint_operator::saintbot_controller::validate::{
+        validate,
+        webhook_ingress::{HostClaim, claims_sharing_host},
+    };
+    let (mut bot, mut dereferenced) = load("acme.yaml");
+    bot.metadata.creation_timestamp = Some(Time("2026-02-01T00:00:00Z".parse().unwrap()));
+    let mut earlier = bot.clone();
+    // Same namespace, so the rival renders with the fixture's Roles below; the e2e suite
+    // shows the claim across namespaces.
+    earlier.metadata.name = Some("acme-rival".to_string());
+    earlier.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
+    dereferenced.host_claims = claims_sharing_host(&bot, [&earlier, &bot]);
+    assert_eq!(
+        dereferenced.host_claims,
+        vec![HostClaim::of(&earlier).unwrap()],
+        "the bot's own claim is not among the others'"
+    );
+    let validated = validate(&bot, &dereferenced, &settings()).expect("the rest renders");
+    assert!(validated.webhook_ingress.is_none());
+    assert!(build_children(&validated).webhook_ingress.is_none());
+    let (reason, message) = validated.webhook_problem.expect("the Ingress is withheld");
+    assert_eq!(reason.as_str(), "HostClaimed");
+    assert!(
+        message.contains("host \"bot.acme.example\" path \"/channels/wa-main/webhook\"")
+            && message.contains("SaintBot acme/acme-rival"),
+        "{message}"
+    );
+    let mut rival_view = dereferenced.clone();
+    rival_view.host_claims = claims_sharing_host(&earlier, [&earlier, &bot]);
+    let owner = validate(&earlier, &rival_view, &settings()).expect("the earliest bot renders");
+    assert!(owner.webhook_ingress.is_some() && owner.webhook_problem.is_none());
+}
+
+#[test]
+fn an_ingress_annotation_outside_the_chart_allowlist_is_refused_naming_it_and_the_value() {
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec
+        .webhook_ingress
+        .as_mut()
+        .unwrap()
+        .annotations
+        .insert(
+            "nginx.ingress.kubernetes.io/server-snippet".to_string(),
+            "return 200;".to_string(),
+        );
+    let error =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .expect_err("the annotation is not on the list");
+    assert_eq!(error.reason().as_str(), "InvalidSpec");
+    let message = error.to_string();
+    assert!(
+        message.contains(
+            "spec.webhookIngress.annotations[\"nginx.ingress.kubernetes.io/server-snippet\"]"
+        ) && message.contains("webhookIngress.allowedAnnotations")
+            && message.contains("allowed: cert-manager.io/cluster-issuer, cert-manager.io/issuer"),
+        "{message}"
+    );
+}
+
+/// `OperatorSettings::with_tag` (offline rendering, these tests) allows what the chart
+/// allows by default, so a rendering here refuses exactly what an installed operator would.
+#[test]
+fn the_default_annotation_allowlist_is_the_chart_s() {
+    let values: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/saint/values.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        values["webhookIngress"]["allowedAnnotations"],
+        serde_json::json!(saint_operator::settings::CHART_ALLOWED_INGRESS_ANNOTATIONS)
     );
 }

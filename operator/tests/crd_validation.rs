@@ -326,6 +326,8 @@ fn good_setting_value(key: &str) -> &'static str {
         "imapPort" | "smtpPort" | "port" => "993",
         "imapSecurity" | "smtpSecurity" => "starttls",
         "pollSeconds" => "60",
+        "imapHost" | "smtpHost" => "mail.acme.hr",
+        "dnsServer" => "192.0.2.53:53",
         "groupPolicy" => "open",
         "requireMention" => "false",
         _ => "x",
@@ -609,7 +611,7 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
             "whatsapp",
             "apiBaseUrl",
             "graph.facebook.com",
-            "channels[].settings.apiBaseUrl of a whatsapp channel must be an http:// or https:// URL",
+            "channels[].settings.apiBaseUrl of a whatsapp channel must be an https:// URL with a host",
         ),
         (
             "email",
@@ -687,7 +689,7 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
             "telegram",
             "apiBaseUrl",
             "api.telegram.org",
-            "channels[].settings.apiBaseUrl of a telegram channel must be an http:// or https:// URL",
+            "channels[].settings.apiBaseUrl of a telegram channel must be an https:// URL with a host",
         ),
         (
             "telegram",
@@ -711,7 +713,7 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
             "discord",
             "apiBaseUrl",
             "ftp://discord.com/api",
-            "channels[].settings.apiBaseUrl of a discord channel must be an http:// or https:// URL",
+            "channels[].settings.apiBaseUrl of a discord channel must be an https:// URL with a host",
         ),
         (
             "discord",
@@ -723,7 +725,7 @@ fn channel_setting_formats_are_checked_naming_the_setting() {
             "matrix",
             "homeserverUrl",
             "matrix.acme.hr",
-            "channels[].settings.homeserverUrl of a matrix channel must be an http:// or https:// URL",
+            "channels[].settings.homeserverUrl of a matrix channel must be an https:// URL with a host",
         ),
         (
             "matrix",
@@ -1408,4 +1410,137 @@ fn the_chart_example_bot_passes_the_cel_rules() {
         .expect("the example holds a SaintBot");
     assert_eq!(bot.spec.porter.clis.len(), 2);
     assert_eq!(errors(&bot), Vec::<String>::new());
+}
+
+#[test]
+fn urls_need_a_host_and_plain_http_needs_allow_insecure() {
+    let matrix = |homeserver: &str, allow_insecure: Option<&str>| {
+        let mut channel = serde_json::json!({
+            "name": "mx", "kind": "matrix",
+            "settings": {"homeserverUrl": homeserver, "userId": "@saint:acme.hr"},
+            "secrets": secret_refs(&["accessToken"]),
+        });
+        if let Some(why) = allow_insecure {
+            channel["allowInsecure"] = why.into();
+        }
+        channel_bot(channel)
+    };
+    refused_with(
+        errors(&matrix("https://", None)),
+        "channels[].settings.homeserverUrl of a matrix channel must be an https:// URL with a host",
+    );
+    refused_with(
+        errors(&matrix("https://:8448/", None)),
+        "channels[].settings.homeserverUrl of a matrix channel must be an https:// URL with a host",
+    );
+    refused_with(
+        errors(&matrix("http://matrix.acme.hr", None)),
+        "channels[].settings.homeserverUrl of a matrix channel is plain http://: the access token would cross the network in clear text",
+    );
+    for good in [
+        matrix("https://matrix.acme.hr", None),
+        matrix("https://[2001:db8::1]:8448/", None),
+        matrix(
+            "http://127.0.0.1:8008",
+            Some("a stand-in homeserver on loopback"),
+        ),
+    ] {
+        assert_eq!(errors(&good), Vec::<String>::new(), "{good:?}");
+    }
+    let model = |base_url: &str, allow_insecure: Option<&str>| {
+        let mut model = serde_json::json!({"provider": "openai", "name": "m", "baseUrl": base_url});
+        if let Some(why) = allow_insecure {
+            model["allowInsecure"] = why.into();
+        }
+        bot(serde_json::json!({"model": model}))
+    };
+    refused_with(
+        errors(&model("http://ollama:11434/v1", None)),
+        "model.baseUrl is plain http://",
+    );
+    refused_with(
+        errors(&model("https://", None)),
+        "model.baseUrl must be an https:// URL with a host",
+    );
+    assert_eq!(
+        errors(&model(
+            "http://ollama:11434/v1",
+            Some("Ollama in the bot's namespace")
+        )),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn mail_hosts_take_no_port_and_clear_text_mail_needs_allow_insecure() {
+    let email = |extra: serde_json::Value, allow_insecure: bool| {
+        let mut settings = serde_json::json!({
+            "address": "saint@acme.hr", "imapHost": "imap.acme.hr", "smtpHost": "smtp.acme.hr",
+        });
+        settings
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let mut channel = serde_json::json!({
+            "name": "mail", "kind": "email", "settings": settings,
+            "secrets": secret_refs(&["password"]),
+        });
+        if allow_insecure {
+            channel["allowInsecure"] = "a stand-in mail server on loopback".into();
+        }
+        channel_bot(channel)
+    };
+    for (setting, value) in [
+        ("imapHost", "imap.acme.hr:993"),
+        ("smtpHost", "smtp://smtp.acme.hr"),
+        ("imapHost", "imap acme"),
+    ] {
+        refused_with(
+            errors(&email(serde_json::json!({setting: value}), false)),
+            &format!(
+                "channels[].settings.{setting} of an email channel must be a host name or IP address, without a port"
+            ),
+        );
+    }
+    refused_with(
+        errors(&email(
+            serde_json::json!({"dnsServer": "dns.acme.hr"}),
+            false,
+        )),
+        "channels[].settings.dnsServer of an email channel must be an IP address",
+    );
+    refused_with(
+        errors(&email(serde_json::json!({"imapSecurity": "none"}), false)),
+        "channels[].settings.imapSecurity of an email channel is none: the password would cross the network in clear text",
+    );
+    for good in [
+        email(
+            serde_json::json!({"imapHost": "2001:db8::25", "dnsServer": "[2001:db8::53]:53"}),
+            false,
+        ),
+        email(
+            serde_json::json!({"imapSecurity": "none", "smtpSecurity": "none"}),
+            true,
+        ),
+    ] {
+        assert_eq!(errors(&good), Vec::<String>::new(), "{good:?}");
+    }
+}
+
+#[test]
+fn role_skills_are_skill_names_or_a_lone_star() {
+    refused_with(
+        errors(&role(
+            "owner",
+            serde_json::json!({"skills": ["Google_Workspace"]}),
+        )),
+        "skills[] must be skill names (lower-case letters, digits and '-'",
+    );
+    assert_eq!(
+        errors(&role(
+            "owner",
+            serde_json::json!({"skills": ["google-workspace", "x1"]})
+        )),
+        Vec::<String>::new()
+    );
 }

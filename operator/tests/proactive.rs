@@ -310,3 +310,64 @@ fn role_limits_outside_their_bounds_leave_the_role_out_naming_it_and_the_field()
         assert_eq!(left_out[0].contacts, ["acme-marko"], "{field}");
     }
 }
+
+#[test]
+fn a_heartbeat_contact_without_an_identifier_on_a_served_channel_is_refused_naming_it() {
+    // acme-ana is reached on WhatsApp; without that channel only http is left.
+    let error = refused(|bot| {
+        bot["spec"]["channels"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|channel| channel["kind"] == "http");
+    });
+    assert_eq!(error.reason().as_str(), "InvalidSpec");
+    let message = error.to_string();
+    assert!(
+        message.contains("spec.heartbeat.notify")
+            && message.contains("\"acme-ana\" cannot be reached")
+            && message.contains("its identifiers: whatsapp, email, discord")
+            && message.contains("the bot's channels: http"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_role_naming_a_skill_the_bot_lacks_or_an_unselected_visible_role_is_left_out() {
+    let cases: [(&str, &str, Value, &str); 2] = [
+        (
+            "employee",
+            "spec.skills",
+            json!({"skills": ["scheduling", "invoicing"]}),
+            "\"invoicing\" is not a skill SaintBot \"my-bot\" declares in its spec.skills \
+             (declared: scheduling, google-workspace)",
+        ),
+        (
+            "manager",
+            "spec.sessionsVisibleRoles",
+            json!({"sessionsVisibility": "ownAndRoles", "sessionsVisibleRoles": ["employee", "auditor"]}),
+            "\"auditor\" is not a Role SaintBot \"my-bot\" selects",
+        ),
+    ];
+    for (role, field, change, expected) in cases {
+        let bot = validate_with(
+            // The heartbeat runs with `employee`; it must stay renderable for this test.
+            |bot| bot["spec"]["heartbeat"]["role"] = json!("owner"),
+            |roles| {
+                let spec = role_named(roles, role)["spec"].as_object_mut().unwrap();
+                for (key, value) in change.as_object().unwrap() {
+                    spec.insert(key.clone(), value.clone());
+                }
+            },
+        )
+        .unwrap_or_else(|error| panic!("{field}: the bot renders: {error}"));
+        assert!(!bot.config.roles.contains_key(role), "{field}");
+        let left_out = &bot.left_out_roles;
+        assert_eq!(left_out.len(), 1, "{field}: {left_out:?}");
+        let message = left_out[0].error.to_string();
+        assert!(
+            message.contains(&format!("Role {role:?}"))
+                && message.contains(&format!("{field}: {expected}")),
+            "{field}: {message}"
+        );
+    }
+}

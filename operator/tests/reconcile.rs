@@ -74,6 +74,13 @@ enum Scenario {
     /// A Secret the pod needs does not exist: children applied, status
     /// SecretMissing naming it and what needs it, retried with backoff.
     MissingSecretIsReported,
+    /// A Secret the pod needs exists without a key it names: status SecretMissing
+    /// naming the key and what needs it (and `Stalled`), retried with backoff.
+    MissingSecretKeyIsReported,
+    /// Every child current, but the Deployment says its ReplicaSet cannot create the pod
+    /// (a LimitRange refuses it): no write but status, whose `Ready` and `Stalled` quote
+    /// the refusal.
+    RefusedPodIsReported,
     /// `spec.webhookIngress` removed: after the children, the bot's labelled Ingresses
     /// are listed and only the one it controls is deleted, with its uid as precondition.
     RemovedWebhookIngressIsDeleted,
@@ -133,17 +140,32 @@ fn children_of(bot: &SaintBot, contacts: &[Contact]) -> Children {
     build_children(&validated)
 }
 
-/// The metadata GET of each Secret the pod needs; `missing` ones are answered 404.
+/// The GET of each Secret the pod needs; `missing` ones are answered 404, the others
+/// with every key the pod names (but `missing_keys`).
 fn secret_reads(children: &Children, missing: &[&str]) -> Vec<Expect> {
-    secret_uses(&children.deployment)
+    secret_reads_without(children, missing, &[])
+}
+
+fn secret_reads_without(
+    children: &Children,
+    missing: &[&str],
+    missing_keys: &[&str],
+) -> Vec<Expect> {
+    let mut reads: Vec<Expect> = secret_uses(&children.deployment)
         .into_iter()
         .map(|secret| {
             let name = secret.name;
+            let data: serde_json::Map<String, Value> = secret
+                .keys
+                .iter()
+                .filter(|(key, _)| !missing_keys.contains(&key.as_str()))
+                .map(|(key, _)| (key.clone(), json!("c2VjcmV0")))
+                .collect();
             let answer = if missing.contains(&name.as_str()) {
                 not_found("secrets", &name)
             } else {
-                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                    "metadata": {"name": name, "namespace": "acme"}})
+                json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": "acme"}, "data": data})
             };
             expect(
                 Method::GET,
@@ -151,7 +173,45 @@ fn secret_reads(children: &Children, missing: &[&str]) -> Vec<Expect> {
                 move |_| answer,
             )
         })
-        .collect()
+        .collect();
+    // Then the webhook Ingress's certificate, by metadata.
+    reads.extend(tls_secret_name(children).map(|name| {
+        let answer = if missing.contains(&name.as_str()) {
+            not_found("secrets", &name)
+        } else {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": name, "namespace": "acme"}})
+        };
+        expect(
+            Method::GET,
+            &format!("/api/v1/namespaces/acme/secrets/{name}"),
+            move |_| answer,
+        )
+    }));
+    reads
+}
+
+/// `spec.tls[0].secretName` of the webhook Ingress, when it names one.
+fn tls_secret_name(children: &Children) -> Option<String> {
+    children
+        .webhook_ingress
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .tls
+        .as_ref()?
+        .first()?
+        .secret_name
+        .clone()
+}
+
+/// The list of the bot's agent pods (none yet), read when its pod is not ready.
+fn pod_list() -> Expect {
+    expect(
+        Method::GET,
+        "/api/v1/namespaces/acme/pods",
+        |_| json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []}),
+    )
 }
 
 fn not_found(resource: &str, name: &str) -> Value {
@@ -341,6 +401,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 &children_of(&bot, &dereferenced.contacts),
                 &[],
             ));
+            steps.push(pod_list());
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -352,6 +413,19 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     assert_eq!(status["configHash"], hash);
                     assert_eq!(condition(status, "Ready")["status"], "False");
                     assert_eq!(condition(status, "Ready")["reason"], "PodNotReady");
+                    // kstatus: InProgress, with Ready's reason; never Stalled.
+                    let reconciling = condition(status, "Reconciling");
+                    assert_eq!(reconciling["status"], "True");
+                    assert_eq!(reconciling["reason"], "PodNotReady");
+                    assert_eq!(reconciling["observedGeneration"], 3);
+                    assert!(
+                        status["conditions"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .all(|condition| condition["type"] != "Stalled"),
+                        "{status}"
+                    );
                     assert_eq!(condition(status, "ConfigRendered")["status"], "True");
                     assert_eq!(condition(status, "IdentitiesLinked")["reason"], "AllLinked");
                     assert_eq!(
@@ -370,6 +444,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
             let mut steps = reads(&persona);
             steps.extend(child_applies(&bot, &contacts, not_ready));
             steps.extend(secret_reads(&children_of(&bot, &contacts), &[]));
+            steps.push(pod_list());
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -401,6 +476,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 &children_of(&bot, &dereferenced.contacts),
                 &[],
             ));
+            steps.push(pod_list());
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -484,6 +560,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     config_hash: config_hash(&validated),
                     pod_ready,
                     missing_secrets: None,
+                    pod_problem: None,
                 },
                 &Time(NOW.parse().unwrap()),
             ));
@@ -524,6 +601,7 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                 None,
             ));
             steps.extend(secret_reads(&children, &[]));
+            steps.push(pod_list());
             steps.push(status_expectation(
                 "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
                 to_value(&bot),
@@ -554,11 +632,82 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     );
                     // The other Secrets exist and are not named.
                     assert!(!message.contains("acme-channels"), "{message}");
+                    // kstatus: Failed, with the reason and message.
+                    let stalled = condition(status, "Stalled");
+                    assert_eq!(stalled["status"], "True");
+                    assert_eq!(stalled["reason"], "SecretMissing");
+                    assert_eq!(stalled["message"], ready["message"]);
                 },
             ));
             steps.push(event_expectation("SecretMissing", "Warning"));
             steps.push(event_expectation("ConfigRendered", "Normal"));
             (bot, Cached::first_time(&dereferenced.contacts), steps)
+        }
+        Scenario::MissingSecretKeyIsReported => {
+            let children = children_of(&bot, &dereferenced.contacts);
+            let uses = secret_uses(&children.deployment);
+            let (secret, (key, _)) = uses
+                .iter()
+                .find_map(|secret| Some((secret.name.clone(), secret.keys.first()?.clone())))
+                .expect("the example bot names a Secret key");
+            let mut steps = reads(&persona);
+            steps.extend(child_applies(&bot, &dereferenced.contacts, not_ready));
+            steps.extend(secret_reads_without(&children, &[], &[key.as_str()]));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                move |status| {
+                    let ready = condition(status, "Ready");
+                    assert_eq!(ready["reason"], "SecretMissing");
+                    let message = ready["message"].as_str().unwrap();
+                    assert!(
+                        message.contains(&format!(
+                            "Secret {secret:?} in namespace acme has no key {key:?}"
+                        )),
+                        "{message}"
+                    );
+                    assert_eq!(condition(status, "Stalled")["reason"], "SecretMissing");
+                },
+            ));
+            steps.push(event_expectation("SecretMissing", "Warning"));
+            steps.push(event_expectation("ConfigRendered", "Normal"));
+            (bot, Cached::first_time(&dereferenced.contacts), steps)
+        }
+        Scenario::RefusedPodIsReported => {
+            let children = children_of(&bot, &dereferenced.contacts);
+            let refused = json!({"observedGeneration": 1, "replicas": 0, "conditions": [
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated"},
+                {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                    "message": "pods \"my-bot-5d8\" is forbidden: maximum memory usage per Container is 1Mi, but limit is 512Mi"},
+            ]});
+            let cached = Cached {
+                sources: sources(&[], &dereferenced.contacts, &dereferenced.roles),
+                children: children_written(&children, refused),
+            };
+            let mut steps = reads(&persona);
+            steps.extend(secret_reads(&children, &[]));
+            steps.push(status_expectation(
+                "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+                to_value(&bot),
+                |status| {
+                    let ready = condition(status, "Ready");
+                    assert_eq!(
+                        (&ready["status"], &ready["reason"]),
+                        (&json!("False"), &json!("ReplicaFailure"))
+                    );
+                    assert_eq!(
+                        ready["message"],
+                        "the bot pod cannot be created: FailedCreate: pods \"my-bot-5d8\" is \
+                         forbidden: maximum memory usage per Container is 1Mi, but limit is 512Mi"
+                    );
+                    let stalled = condition(status, "Stalled");
+                    assert_eq!(stalled["reason"], "ReplicaFailure");
+                    assert_eq!(stalled["message"], ready["message"]);
+                },
+            ));
+            steps.push(event_expectation("ReplicaFailure", "Warning"));
+            steps.push(event_expectation("ConfigRendered", "Normal"));
+            (bot, cached, steps)
         }
         Scenario::MissingSkillConfigMapIsRetried => {
             let mut config_maps = persona.clone();
@@ -706,6 +855,31 @@ async fn a_missing_secret_is_reported_by_name_and_retried() {
         Action::requeue(backoff(1)),
         "retried: nothing watches Secrets"
     );
+}
+
+#[tokio::test]
+async fn a_missing_secret_key_is_reported_by_key_and_retried() {
+    let (bot, cached, steps) = scenario(&Scenario::MissingSecretKeyIsReported);
+    let bot = Arc::new(bot);
+    let (action, _) = with_stand_in(steps, |client| async move {
+        reconcile(bot, context(client, cached))
+            .await
+            .expect("the children are applied; the status names the key")
+    })
+    .await;
+    assert_eq!(action, Action::requeue(backoff(1)));
+}
+
+#[tokio::test]
+async fn a_pod_refused_by_the_namespace_is_the_bots_ready_reason_without_a_child_write() {
+    let (result, seen) = run(Scenario::RefusedPodIsReported).await;
+    result.expect("reconcile succeeds");
+    let writes: Vec<&String> = seen
+        .iter()
+        .filter(|request| !request.starts_with("GET "))
+        .filter(|request| !request.contains("/events"))
+        .collect();
+    assert_eq!(writes.len(), 1, "the status only: {seen:#?}");
 }
 
 #[tokio::test]

@@ -15,8 +15,19 @@ use saint_config::{
 
 /// CEL: `v` is a TCP port number. `int()` only after the digits check, so it cannot fail.
 const PORT: &str = "v.matches('^[0-9]{1,5}$') && int(v) >= 1 && int(v) <= 65535";
-/// CEL: `v` is an http(s) URL (the agent's readers refuse any other scheme).
-const HTTP_URL: &str = "v.startsWith('https://') || v.startsWith('http://')";
+/// CEL: `v` is an http(s) URL with a host (a DNS name, IPv4 or bracketed IPv6 literal),
+/// an optional port and path — `https://` alone is no URL. Whether plain `http://` is
+/// allowed is [`insecure_rules`]' business.
+pub const HTTP_URL: &str = "v.matches('^https?://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\\\\[[0-9A-Fa-f:.]+\\\\])(:[0-9]{1,5})?([/?#].*)?$')";
+/// What [`HTTP_URL`] asks for, in the refusal.
+const HTTP_URL_WORDS: &str =
+    "an https:// URL with a host (http:// only with channels[].allowInsecure)";
+/// CEL: `v` is a host to connect to — a DNS name, an IPv4 or an IPv6 literal — with no
+/// port (the port is a setting of its own) and nothing else.
+const HOST: &str = "v.matches('^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$') || v.matches('^[0-9A-Fa-f]*:[0-9A-Fa-f]*:[0-9A-Fa-f:.]*$')";
+/// CEL: `v` is an IP address with an optional port, as the agent parses `dnsServer`
+/// (IPv4 `a.b.c.d[:port]`, IPv6 `[literal]:port`).
+const IP_AND_PORT: &str = "v.matches('^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])([.](25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}(:[0-9]{1,5})?|\\\\[[0-9A-Fa-f:.]+\\\\]:[0-9]{1,5})$')";
 /// CEL: `v` is a `groupPolicy` (see `saint_config::channel_settings::GROUP_SETTINGS`).
 const GROUP_POLICY: &str = "v in ['open', 'contacts', 'disabled']";
 /// CEL: `v` is a `requireMention`.
@@ -39,13 +50,31 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         ChannelKind::Whatsapp,
         "apiBaseUrl",
         HTTP_URL,
-        "an http:// or https:// URL",
+        HTTP_URL_WORDS,
     ),
     (
         ChannelKind::Email,
         "address",
         "v.matches('^[^@\\\\s]+@[^@\\\\s]+$')",
         "an e-mail address",
+    ),
+    (
+        ChannelKind::Email,
+        "imapHost",
+        HOST,
+        "a host name or IP address, without a port (that is settings.imapPort)",
+    ),
+    (
+        ChannelKind::Email,
+        "smtpHost",
+        HOST,
+        "a host name or IP address, without a port (that is settings.smtpPort)",
+    ),
+    (
+        ChannelKind::Email,
+        "dnsServer",
+        IP_AND_PORT,
+        "an IP address with an optional port (192.0.2.53, 192.0.2.53:53 or [2001:db8::53]:53)",
     ),
     (
         ChannelKind::Email,
@@ -77,12 +106,18 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         "v.matches('^[0-9]{1,4}$') && int(v) >= 5 && int(v) <= 3600",
         "a whole number of seconds from 5 to 3600",
     ),
+    (
+        ChannelKind::Email,
+        "replyLimitPerHour",
+        "v.matches('^[0-9]{1,5}$') && int(v) >= 1 && int(v) <= 10000",
+        "a whole number of replies from 1 to 10000",
+    ),
     (ChannelKind::Http, "port", PORT, "a port number (1-65535)"),
     (
         ChannelKind::Telegram,
         "apiBaseUrl",
         HTTP_URL,
-        "an http:// or https:// URL",
+        HTTP_URL_WORDS,
     ),
     (
         ChannelKind::Telegram,
@@ -96,12 +131,7 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         TRUE_OR_FALSE,
         "true or false",
     ),
-    (
-        ChannelKind::Slack,
-        "apiBaseUrl",
-        HTTP_URL,
-        "an http:// or https:// URL",
-    ),
+    (ChannelKind::Slack, "apiBaseUrl", HTTP_URL, HTTP_URL_WORDS),
     (
         ChannelKind::Slack,
         "groupPolicy",
@@ -114,12 +144,7 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         TRUE_OR_FALSE,
         "true or false",
     ),
-    (
-        ChannelKind::Discord,
-        "apiBaseUrl",
-        HTTP_URL,
-        "an http:// or https:// URL",
-    ),
+    (ChannelKind::Discord, "apiBaseUrl", HTTP_URL, HTTP_URL_WORDS),
     (
         ChannelKind::Discord,
         "groupPolicy",
@@ -136,7 +161,7 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         ChannelKind::Matrix,
         "homeserverUrl",
         HTTP_URL,
-        "an http:// or https:// URL",
+        HTTP_URL_WORDS,
     ),
     (
         ChannelKind::Matrix,
@@ -378,8 +403,79 @@ pub fn channel_rules() -> Vec<Rule> {
         if let Some(modes) = channel_modes(kind) {
             rules.extend(mode_rules(modes, &other_kind));
         }
+        rules.extend(insecure_rules(kind, &other_kind));
     }
     rules
+}
+
+/// Settings whose value may send the channel's secrets in clear text, per kind: as
+/// (kind, key, CEL condition on `v` that is the insecure choice, what it exposes).
+pub const INSECURE_SETTINGS: &[(ChannelKind, &str, &str, &str)] = &[
+    (
+        ChannelKind::Whatsapp,
+        "apiBaseUrl",
+        "v.startsWith('http://')",
+        "is plain http://: the access token would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Telegram,
+        "apiBaseUrl",
+        "v.startsWith('http://')",
+        "is plain http://: the bot token would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Slack,
+        "apiBaseUrl",
+        "v.startsWith('http://')",
+        "is plain http://: the bot token would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Discord,
+        "apiBaseUrl",
+        "v.startsWith('http://')",
+        "is plain http://: the bot token would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Matrix,
+        "homeserverUrl",
+        "v.startsWith('http://')",
+        "is plain http://: the access token would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Email,
+        "imapSecurity",
+        "v == 'none'",
+        "is none: the password would cross the network in clear text",
+    ),
+    (
+        ChannelKind::Email,
+        "smtpSecurity",
+        "v == 'none'",
+        "is none: the password would cross the network in clear text",
+    ),
+];
+
+/// The rules of [`INSECURE_SETTINGS`] for `kind`: such a value only beside
+/// `allowInsecure`, which says why it is acceptable (a stand-in on loopback, a server
+/// inside the pod's own network), so clear text is never the result of a typo.
+fn insecure_rules(kind: ChannelKind, other_kind: &str) -> Vec<Rule> {
+    INSECURE_SETTINGS
+        .iter()
+        .filter(|(insecure_kind, ..)| *insecure_kind == kind)
+        .map(|(_, key, insecure, exposes)| {
+            rule(
+                format!(
+                    "{other_kind} || has(self.allowInsecure) || !has(self.settings) \
+                     || !('{key}' in self.settings) || ![self.settings['{key}']].all(v, {insecure})"
+                ),
+                format!(
+                    "channels[].settings.{key} of {} {exposes}; use TLS, or set \
+                     channels[].allowInsecure to say why clear text is acceptable here",
+                    a_channel(kind)
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The rules of a kind with modes: `settings.mode` is one of them, each mode's secret is
@@ -444,6 +540,27 @@ mod tests {
                 "{key} is not a setting of {kind:?} ({:?})",
                 keys.settings
             );
+        }
+    }
+
+    #[test]
+    fn every_insecure_setting_is_a_setting_its_kind_takes_and_every_url_has_one() {
+        for (kind, key, _, _) in INSECURE_SETTINGS {
+            let keys = channel_settings::keys(*kind).unwrap();
+            assert!(keys.settings.contains(key), "{key} of {kind:?}");
+        }
+        // A base URL added to the format table without a clear-text rule would let
+        // http:// through unremarked.
+        for (kind, key, condition, _) in SETTING_FORMATS {
+            if *condition == HTTP_URL {
+                assert!(
+                    INSECURE_SETTINGS
+                        .iter()
+                        .any(|(insecure_kind, insecure_key, ..)| insecure_kind == kind
+                            && insecure_key == key),
+                    "{key} of {kind:?} is a URL without a clear-text rule"
+                );
+            }
         }
     }
 
@@ -526,6 +643,8 @@ mod tests {
             "channels[].secrets.appToken of a slack channel is used only in settings.mode socket (the default): set that mode or remove the secret",
             "channels[].settings.groupPolicy of a slack channel must be one of open, contacts, disabled",
             "channels[].settings.userId of a matrix channel must be a Matrix user id (@localpart:server)",
+            "channels[].settings.homeserverUrl of a matrix channel is plain http://: the access token would cross the network in clear text; use TLS, or set channels[].allowInsecure to say why clear text is acceptable here",
+            "channels[].settings.imapHost of an email channel must be a host name or IP address, without a port (that is settings.imapPort)",
             "channels[]: a matrix channel needs settings.homeserverUrl and settings.userId",
         ] {
             assert!(

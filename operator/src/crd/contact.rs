@@ -117,11 +117,15 @@ pub struct ContactIdentifiers {
 /// What the operator found about this Contact.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+// Until the operator's first status write, the API server shows `observedGeneration: 0`:
+// kstatus (Flux, kpt) then reads the object as InProgress, not as a Current object
+// without conditions. A status default is applied on every read, never stored.
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct ContactStatus {
     /// `Ready` is True when the role exists and every identifier is linked (reason
     /// `Linked`, or `Unused` when no SaintBot uses the Contact); False with reason
     /// `RoleNotFound` (the message names the role), `IdentifierConflict` or
-    /// `InvalidIdentifier` otherwise.
+    /// `InvalidIdentifier` otherwise, with `Stalled` True beside it (kstatus: Failed).
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

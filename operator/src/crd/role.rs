@@ -73,9 +73,16 @@ pub struct RoleSpec {
     #[serde(default)]
     pub files: RoleFiles,
 
-    /// Skills the role may use: names, or `["*"]` for every installed skill. Empty: none.
+    /// Skills the role may use: names of skills a bot declares in its `spec.skills`
+    /// (lower-case letters, digits and '-'), or `["*"]` for every installed skill. A
+    /// bot selecting the Role leaves it out, saying so, while it names a skill that bot
+    /// does not declare. Empty: none.
     #[serde(default)]
-    #[schemars(length(max = 128), inner(length(min = 1, max = 253)))]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 64)))]
+    #[x_kube(validation = kube::core::Rule::new(format!(
+        "self.all(s, s == '*' || s.matches('{}'))",
+        super::proactive::SKILL_NAME_PATTERN
+    )).message("skills[] must be skill names (lower-case letters, digits and '-', at most 64, as in a SaintBot's spec.skills[].name) or '*'"))]
     pub skills: Vec<String>,
 
     /// Spending cap per period; absent means unlimited.
@@ -178,11 +185,15 @@ pub struct RoleBudget {
 /// What the operator found about this Role.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+// Until the operator's first status write, the API server shows `observedGeneration: 0`:
+// kstatus (Flux, kpt) then reads the object as InProgress, not as a Current object
+// without conditions. A status default is applied on every read, never stored.
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct RoleStatus {
     /// `Ready` is True with reason `Valid` when bots can render the Role, False with
     /// reason `InvalidSpec` (e.g. a tool glob matching no known tool, named in the
-    /// message, which also comes as a Warning Event) otherwise. Written whether or not a
-    /// SaintBot uses the Role.
+    /// message, which also comes as a Warning Event) otherwise, with `Stalled` True
+    /// beside it (kstatus: Failed). Written whether or not a SaintBot uses the Role.
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -257,6 +257,9 @@ pub struct PersonaSpec {
 /// The LLM the bot talks to.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.baseUrl) || !self.baseUrl.startsWith('http://') || has(self.allowInsecure)"
+).message("model.baseUrl is plain http://: prompts, answers and the API key would cross the network in clear text; use https://, or set model.allowInsecure to say why clear text is acceptable here"))]
 pub struct ModelSpec {
     /// Wire protocol: `anthropic` (Messages API) or `openai` (Chat Completions, also
     /// Ollama and vLLM).
@@ -264,12 +267,18 @@ pub struct ModelSpec {
     /// Default model name (roles may override it).
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// Base URL of the API. Absent: the provider's public endpoint.
+    /// Base URL of the API: `https://` with a host (plain `http://` only with
+    /// `allowInsecure`). Absent: the provider's public endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
-    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://')")
-        .message("model.baseUrl must be an http:// or https:// URL"))]
+    #[x_kube(validation = kube::core::Rule::new(format!("[self].all(v, {})", super::channel_rules::HTTP_URL))
+        .message("model.baseUrl must be an https:// URL with a host (http:// only with model.allowInsecure)"))]
     pub base_url: Option<String>,
+    /// Why clear text is acceptable for the model API (e.g. `Ollama in the bot's own
+    /// namespace, no key`): only with it may `baseUrl` be plain `http://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub allow_insecure: Option<String>,
     /// Secret key holding the API key; it reaches only the `agent` container
     /// (as `SAINT_MODEL_API_KEY`). Absent: no key is sent (local servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -316,13 +325,16 @@ pub struct ChannelSpec {
     /// Kind of channel: http, whatsapp, telegram, email, slack, discord or matrix.
     pub kind: ChannelKind,
     /// Non-secret settings. whatsapp: phoneNumberId (required, digits), apiBaseUrl.
-    /// email: address, imapHost, smtpHost (required), imapPort, imapSecurity
-    /// (tls|starttls|none), smtpPort, smtpSecurity, username, mailbox, authservId,
-    /// pollSeconds, dnsServer. http: port. telegram: mode (polling, the default, or
-    /// webhook), apiBaseUrl. slack: mode (socket, the default, or events), apiBaseUrl.
-    /// discord: apiBaseUrl. matrix: homeserverUrl, userId (required, @localpart:server).
+    /// email: address, imapHost, smtpHost (required; a host name or IP address, the port
+    /// is imapPort/smtpPort), imapPort, imapSecurity (tls|starttls|none), smtpPort,
+    /// smtpSecurity, username, mailbox, authservId, pollSeconds, dnsServer (IP[:port]),
+    /// replyLimitPerHour. http: port. telegram: mode (polling, the default, or webhook),
+    /// apiBaseUrl. slack: mode (socket, the default, or events), apiBaseUrl. discord:
+    /// apiBaseUrl. matrix: homeserverUrl, userId (required, @localpart:server).
     /// telegram, slack, discord and matrix: groupPolicy (open|contacts|disabled; not
-    /// contacts in a webhook mode), requireMention (true|false). Unknown keys are refused.
+    /// contacts in a webhook mode), requireMention (true|false). Base URLs are https://
+    /// with a host; plain http:// and security none need `allowInsecure`. Unknown keys
+    /// are refused.
     #[serde(default)]
     #[schemars(extend(
         "maxProperties" = 32,
@@ -340,6 +352,13 @@ pub struct ChannelSpec {
     #[x_kube(validation = kube::core::Rule::new("self.all(k, self[k].name != '' && self[k].key != '')")
         .message("channels[].secrets values must name both a Secret (name) and a key in it (key)"))]
     pub secrets: BTreeMap<String, SecretKeyReference>,
+    /// Why clear text is acceptable for this channel (e.g. `a stand-in on loopback in
+    /// tests`): only with it may a base URL (`apiBaseUrl`, `homeserverUrl`) be plain
+    /// `http://` or an email channel's `imapSecurity`/`smtpSecurity` be `none` — each
+    /// sends the channel's token or password in clear text. Not read by the bot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub allow_insecure: Option<String>,
 }
 
 /// Porter, the credential broker: the credentials of the CLIs the sandbox may use.
@@ -649,14 +668,18 @@ pub struct WebhookIngressSpec {
     pub class_name: Option<String>,
     /// Public host name the platform calls (e.g. `saint.company.hr`): a DNS name, no
     /// scheme, port or path. The platform (Meta, Telegram, Slack) calls
-    /// `https://<host>/channels/<name>/webhook`.
+    /// `https://<host>/channels/<name>/webhook`. One bot routes each host and path:
+    /// the SaintBot created first (then by namespace/name); a later one asking for the
+    /// same gets no Ingress (the rest of it runs) and `Ready=False/HostClaimed` until
+    /// that bot gives it up.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = dns_subdomain_rule("webhookIngress.host"))]
     pub host: String,
     /// Secret (type `kubernetes.io/tls`, in the bot's namespace) with the certificate
-    /// for `host`. Absent: no `tls` section (the controller's default certificate, or
-    /// cert-manager through `annotations`). Meta and Slack call only HTTPS with a valid
-    /// certificate; Telegram only HTTPS.
+    /// for `host`; while it does not exist `Ready` is False with `SecretMissing`.
+    /// Absent: no `tls` section (the controller's default certificate, or cert-manager
+    /// through `annotations`). Meta and Slack call only HTTPS with a valid certificate;
+    /// Telegram only HTTPS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = dns_subdomain_rule("webhookIngress.tlsSecretName"))]
@@ -668,7 +691,9 @@ pub struct WebhookIngressSpec {
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = dns_label_rule("webhookIngress.controllerNamespace"))]
     pub controller_namespace: Option<String>,
-    /// Annotations put on the Ingress (e.g. `cert-manager.io/cluster-issuer`).
+    /// Annotations put on the Ingress (e.g. `cert-manager.io/cluster-issuer`): only
+    /// those the operator allows (the chart value `webhookIngress.allowedAnnotations`);
+    /// any other is refused with `InvalidSpec` naming it, never dropped silently.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     pub annotations: BTreeMap<String, String>,
@@ -681,6 +706,10 @@ pub const DEFAULT_INGRESS_CONTROLLER_NAMESPACE: &str = "kube-system";
 /// What the operator last did with this bot.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+// Until the operator's first status write, the API server shows `observedGeneration: 0`:
+// kstatus (Flux, kpt) then reads the object as InProgress, not as a Current object
+// without conditions. A status default is applied on every read, never stored.
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct SaintBotStatus {
     /// `Ready` (True with `PodReady` when the config is rendered and the pod is ready;
     /// False with `PodNotReady` or `Suspended` while nothing needs fixing, with
@@ -695,7 +724,17 @@ pub struct SaintBotStatus {
     /// serve — none today: every kind has an agent reader), `ModelsPriced` (True with
     /// `AllModelsPriced`; False with `UnpricedModelsRefused` or, under
     /// `budget.unpricedModels: allow`, `UnpricedModelsAllowed`, naming the models
-    /// `model.prices` lacks). A change of `Ready` or `IdentitiesLinked` also
+    /// `model.prices` lacks). `Ready` is also False with `SecretMissing` (a Secret or a
+    /// key of it the pod needs, or the webhook Ingress's TLS Secret), `HostClaimed`
+    /// (another SaintBot, created earlier, routes the `webhookIngress` host and a path;
+    /// this bot runs without its Ingress until that one gives it up), `ApplyFailed` (the API
+    /// server refused a child),
+    /// `ReplicaFailure` or `ProgressDeadlineExceeded` (the Deployment's own words), or a
+    /// container's waiting reason (`CreateContainerConfigError`, `ImagePullBackOff`,
+    /// `ErrImagePull`, `CrashLoopBackOff`). kstatus' conditions go beside it, with
+    /// `Ready`'s reason and message: `Stalled` True when a person has to act (GitOps
+    /// tools report Failed), `Reconciling` True while waiting for the pod (InProgress);
+    /// neither when ready or suspended. A change of `Ready` or `IdentitiesLinked` also
     /// comes as an Event, a Warning when a person has to act; a newly unserved channel
     /// comes as a Warning Event.
     #[serde(default)]

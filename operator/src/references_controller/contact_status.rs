@@ -12,7 +12,9 @@ use crate::{
     identity::{ContactInput, ContactProblems, resolve},
     saintbot_controller::validate::{RoleError, render_role},
     selection::{bot_uses_contact, bot_uses_role},
-    status::{ConditionType, Reason, carry_transition_times, condition, find, problem_event},
+    status::{
+        ConditionType, Reason, carry_transition_times, condition, find, problem_event, with_kstatus,
+    },
 };
 
 /// The status every Contact of a namespace should have. A Role the Contact names must
@@ -136,7 +138,7 @@ pub fn contact_statuses(
             let ready = condition(ConditionType::Ready, reason, message, generation, now);
             let previous = contact.status.clone().unwrap_or_default();
             let status = ContactStatus {
-                conditions: carry_transition_times(&previous.conditions, vec![ready]),
+                conditions: carry_transition_times(&previous.conditions, with_kstatus(vec![ready])),
                 observed_generation: generation,
                 conflict_count: problems.conflicts.len() as i32,
                 conflicts: problems.conflicts,

@@ -13,7 +13,9 @@ use saint_config::ErrorChain;
 use crate::{
     crd::{Role, RoleStatus},
     saintbot_controller::validate::render_role,
-    status::{ConditionType, Reason, carry_transition_times, condition, find, problem_event},
+    status::{
+        ConditionType, Reason, carry_transition_times, condition, find, problem_event, with_kstatus,
+    },
 };
 
 /// The status `role` should have.
@@ -26,7 +28,7 @@ pub fn role_status(role: &Role, now: &Time) -> RoleStatus {
     let ready = condition(ConditionType::Ready, reason, message, generation, now);
     let previous = role.status.clone().unwrap_or_default();
     RoleStatus {
-        conditions: carry_transition_times(&previous.conditions, vec![ready]),
+        conditions: carry_transition_times(&previous.conditions, with_kstatus(vec![ready])),
         observed_generation: generation,
     }
 }

@@ -7,7 +7,9 @@
 //! - drifted (another field manager changed its content — a hand-added NetworkPolicy
 //!   rule, a sidecar added to the Deployment): replaced whole with what the bot wants,
 //!   its managed fields reset so no foreign owner survives, then applied again so the
-//!   operator owns every field. Server-side apply alone would keep the foreign fields.
+//!   operator owns every field. Server-side apply alone would keep the foreign fields;
+//! - relabelled (a label the operator sets removed or changed, on any kind): applied
+//!   again, which puts the label back.
 //!
 //! Every child carries the SaintBot's controller owner reference (set by the builders),
 //! so deleting the bot removes them all. The one optional child, the webhook Ingress, is
@@ -28,8 +30,9 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
     build::Children,
-    content::{Content, content_hash},
+    content::{Content, content_hash, labels_hash},
     freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
+    rollout::Problem,
 };
 use crate::{cache, child_cache::ChildStore, labels::FIELD_MANAGER, metrics::Metrics};
 
@@ -69,6 +72,8 @@ pub struct Applied {
     /// Whether the Deployment as stored (from the cache when it needed no write) has a
     /// ready pod of its current generation.
     pub pod_ready: bool,
+    /// Why the Deployment (as stored) cannot create or roll out its pod, if it says so.
+    pub rollout_problem: Option<Problem>,
     /// How many children were written.
     pub writes: usize,
 }
@@ -113,9 +118,19 @@ impl ChildWriter<'_> {
         let api = Api::<K>::namespaced(self.client.clone(), self.namespace);
         let mut repaired = false;
         let content = content_hash(desired);
-        match freshness(cached.as_ref(), &hash, &content, repairable) {
+        let labels = labels_hash(desired);
+        match freshness(cached.as_ref(), &hash, &content, &labels, repairable) {
             Freshness::Current => return Ok(None),
             Freshness::Missing | Freshness::Stale => {}
+            Freshness::Relabel => {
+                tracing::warn!(
+                    namespace = self.namespace,
+                    %kind,
+                    %name,
+                    "restoring the labels of a child someone relabelled"
+                );
+                self.metrics.record_drift_repair(&kind);
+            }
             Freshness::Drifted { managers } => {
                 repaired = true;
                 tracing::warn!(
@@ -379,9 +394,14 @@ pub async fn apply(
             true,
         )
         .await?;
-    let pod_ready = match (written, stored) {
-        (Some(written), _) => written.pod_ready(),
-        (None, Some(stored)) => stored.pod_ready,
+    let (pod_ready, rollout_problem) = match (written, stored) {
+        (Some(written), _) => (written.pod_ready(), written.rollout_problem()),
+        (None, Some(stored)) => (
+            stored.pod_ready,
+            stored
+                .rollout_problem
+                .map(|(reason, message)| (reason, message.into())),
+        ),
         (None, None) => unreachable!("a child missing from the cache is always written"),
     };
     // Public exposure after everything behind it, and after the NetworkPolicy that
@@ -404,6 +424,7 @@ pub async fn apply(
     }
     Ok(Applied {
         pod_ready,
+        rollout_problem,
         writes: writer.writes,
     })
 }

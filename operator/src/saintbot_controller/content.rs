@@ -20,6 +20,10 @@ use super::freshness::DESIRED_HASH_ANNOTATION;
 /// API server): the hash of [`Content::content`] as stored.
 pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
 
+/// Annotation the operator's cache puts on its own copy of a child (never written to the
+/// API server): the hash of its [`operator_labels`] as stored.
+pub const LIVE_LABELS_ANNOTATION: &str = "saint.work/live-labels";
+
 /// A child kind's compared content, and what else the cache keeps of it.
 pub trait Content: Resource<DynamicType = ()> + Clone {
     /// Whether the operator looks children of this kind up by their labels (so the
@@ -31,6 +35,29 @@ pub trait Content: Resource<DynamicType = ()> + Clone {
     fn pod_ready(&self) -> bool {
         false
     }
+    /// Why the child's pod cannot be created or rolled out (Deployments only).
+    fn rollout_problem(&self) -> Option<super::rollout::Problem> {
+        None
+    }
+}
+
+/// The values of the label keys the operator sets on every child (absent ones as
+/// `null`), in key order. Every kind is compared by them, the claim included: the
+/// operator's watches, the admission policy and people find a bot's children by these
+/// labels, so one removed or changed is drift. Labels others add are not compared.
+pub fn operator_labels<K: Resource>(object: &K) -> Value {
+    let labels = object.meta().labels.as_ref();
+    let keys = crate::labels::labels("", "").into_keys();
+    Value::Array(
+        keys.map(|key| json!([key, labels.and_then(|labels| labels.get(&key))]))
+            .collect(),
+    )
+}
+
+/// SHA-256 of a child's [`operator_labels`].
+pub fn labels_hash<K: Resource>(object: &K) -> String {
+    let bytes = serde_json::to_vec(&operator_labels(object)).expect("JSON values serialise");
+    super::build::sha256_hex(&bytes)
 }
 
 /// The annotations a person or tool could add to change behaviour (an ingress
@@ -136,6 +163,9 @@ impl Content for Deployment {
     fn pod_ready(&self) -> bool {
         super::update_status::pod_ready(self)
     }
+    fn rollout_problem(&self) -> Option<super::rollout::Problem> {
+        super::rollout::rollout_problem(self)
+    }
 }
 
 #[cfg(test)]
@@ -188,5 +218,23 @@ mod tests {
             "proxy_pass http://evil;".into(),
         );
         assert_ne!(content_hash(&ingress), before);
+    }
+
+    #[test]
+    fn a_removed_or_changed_operator_label_changes_the_labels_hash_and_a_foreign_one_does_not() {
+        let claim = |labels: Value| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "c", "labels": labels}})).unwrap()
+        };
+        let built = json!(crate::labels::labels("my-bot", "workspace"));
+        let before = labels_hash(&claim(built.clone()));
+        let mut removed = built.clone();
+        removed.as_object_mut().unwrap().remove("saint.work/bot");
+        assert_ne!(labels_hash(&claim(removed)), before);
+        let mut changed = built.clone();
+        changed["saint.work/bot"] = json!("other-bot");
+        assert_ne!(labels_hash(&claim(changed)), before);
+        let mut added = built;
+        added["team"] = json!("sales");
+        assert_eq!(labels_hash(&claim(added)), before);
     }
 }

@@ -10,6 +10,7 @@ use kube::{Api, Client};
 use crate::{
     cache::{Sources, in_namespace},
     crd::{Contact, Role, SaintBot},
+    saintbot_controller::validate::webhook_ingress::{HostClaim, claims_sharing_host},
     selection::{bot_uses_contact, bot_uses_role},
 };
 
@@ -35,6 +36,9 @@ pub struct Dereferenced {
     /// (always present when named) and those of `spec.skills` (a missing one is left
     /// out here and reported by `validate`, naming the field).
     pub config_maps: BTreeMap<String, ConfigMap>,
+    /// The other bots' claims on the webhook host this bot claims (any namespace the
+    /// operator watches), from the cache: who owns a shared host is decided in `validate`.
+    pub host_claims: Vec<HostClaim>,
 }
 
 /// Reads the Contacts and Roles of `bot`'s namespace from `sources` and the ConfigMaps
@@ -87,9 +91,12 @@ pub async fn dereference(
             config_maps.insert(name.clone(), found);
         }
     }
+    let host_claims =
+        claims_sharing_host(bot, sources.bots.state().iter().map(|other| other.as_ref()));
     Ok(Dereferenced {
         contacts,
         roles,
         config_maps,
+        host_claims,
     })
 }

@@ -4,13 +4,16 @@
 //! at all, which is what keeps a resync of a large fleet cheap. A child some other field
 //! manager has changed (`kubectl edit`, a sidecar injector, a hand-added NetworkPolicy
 //! rule) has drifted: server-side apply alone would keep the foreign fields (it removes
-//! only fields the applier itself set before), so such a child is restored whole. Pure.
+//! only fields the applier itself set before), so such a child is restored whole. A
+//! label the operator sets that was removed or changed (`kubectl label … saint.work/bot-`)
+//! leaves no foreign owner of content behind; the cache compares those labels by value,
+//! and an apply puts them back. Pure.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::content::LIVE_CONTENT_ANNOTATION;
+use super::content::{LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION};
 use crate::labels::FIELD_MANAGER;
 
 /// Annotation holding the SHA-256 of the child as the operator built it.
@@ -36,6 +39,9 @@ pub enum Freshness {
     Stale,
     /// Someone else wrote to its content: restore it whole. The managers who did.
     Drifted { managers: Vec<String> },
+    /// A label the operator sets was removed or changed: apply it (server-side apply
+    /// puts the label back and takes back a changed one).
+    Relabel,
     /// Exactly what the bot wants: no request.
     Current,
 }
@@ -59,13 +65,15 @@ pub fn stamp(meta: &mut ObjectMeta, hash: &str) {
 pub const UNATTRIBUTED: &str = "(unattributed: managed fields rewritten)";
 
 /// Judges a child. `hash`: of the child as built; `content`: the hash of its compared
-/// content as built ([`super::content`]). `repairable`: whether foreign writes count as
-/// drift for its kind (a PersistentVolumeClaim is bound by the volume controller, which
-/// owns `spec.volumeName`; that is not drift).
+/// content as built, `labels` of its operator labels ([`super::content`]). `repairable`:
+/// whether foreign writes count as drift for its kind (a PersistentVolumeClaim is bound
+/// by the volume controller, which owns `spec.volumeName`; that is not drift). Labels
+/// are compared for every kind.
 pub fn freshness(
     cached: Option<&ObjectMeta>,
     hash: &str,
     content: &str,
+    labels: &str,
     repairable: bool,
 ) -> Freshness {
     let Some(meta) = cached else {
@@ -86,11 +94,17 @@ pub fn freshness(
     if stamped.map(String::as_str) != Some(hash) {
         return Freshness::Stale;
     }
-    let live = meta
-        .annotations
-        .as_ref()
-        .and_then(|annotations| annotations.get(LIVE_CONTENT_ANNOTATION));
-    if repairable && live.map(String::as_str) != Some(content) {
+    let annotation = |key: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(key))
+            .map(String::as_str)
+    };
+    if annotation(LIVE_LABELS_ANNOTATION) != Some(labels) {
+        return Freshness::Relabel;
+    }
+    let live = annotation(LIVE_CONTENT_ANNOTATION);
+    if repairable && live != Some(content) {
         return Freshness::Drifted {
             managers: vec![UNATTRIBUTED.to_string()],
         };
@@ -202,9 +216,9 @@ mod tests {
         if let Some(hash) = hash {
             stamp(&mut meta, hash);
         }
-        meta.annotations
-            .get_or_insert_with(Default::default)
-            .insert(LIVE_CONTENT_ANNOTATION.into(), "built".into());
+        let annotations = meta.annotations.get_or_insert_with(Default::default);
+        annotations.insert(LIVE_CONTENT_ANNOTATION.into(), "built".into());
+        annotations.insert(LIVE_LABELS_ANNOTATION.into(), "labelled".into());
         meta
     }
 
@@ -223,16 +237,19 @@ mod tests {
         );
         let cached = meta(Some("abc"), vec![own, status, revision]);
         assert_eq!(
-            freshness(Some(&cached), "abc", "built", true),
+            freshness(Some(&cached), "abc", "built", "labelled", true),
             Freshness::Current
         );
         assert_eq!(
-            freshness(Some(&cached), "def", "built", true),
+            freshness(Some(&cached), "def", "built", "labelled", true),
             Freshness::Stale
         );
-        assert_eq!(freshness(None, "abc", "built", true), Freshness::Missing);
         assert_eq!(
-            freshness(Some(&meta(None, vec![])), "abc", "built", true),
+            freshness(None, "abc", "built", "labelled", true),
+            Freshness::Missing
+        );
+        assert_eq!(
+            freshness(Some(&meta(None, vec![])), "abc", "built", "labelled", true),
             Freshness::Stale
         );
     }
@@ -246,7 +263,7 @@ mod tests {
         );
         let cached = meta(Some("abc"), vec![edit]);
         assert_eq!(
-            freshness(Some(&cached), "abc", "built", true),
+            freshness(Some(&cached), "abc", "built", "labelled", true),
             Freshness::Drifted {
                 managers: vec!["kubectl-edit".into()]
             }
@@ -303,9 +320,25 @@ mod tests {
         );
         let claim = meta(Some("abc"), vec![bound]);
         assert_eq!(
-            freshness(Some(&claim), "abc", "built", false),
+            freshness(Some(&claim), "abc", "built", "labelled", false),
             Freshness::Current
         );
+    }
+
+    #[test]
+    fn a_removed_label_is_put_back_on_every_kind_the_claim_included() {
+        let mut cached = meta(Some("abc"), vec![]);
+        cached
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(LIVE_LABELS_ANNOTATION.into(), "unlabelled".into());
+        for repairable in [true, false] {
+            assert_eq!(
+                freshness(Some(&cached), "abc", "built", "labelled", repairable),
+                Freshness::Relabel
+            );
+        }
     }
 
     #[test]
@@ -332,14 +365,14 @@ mod tests {
         // Managed fields stripped with the change: nobody owns it, the content tells.
         let stripped = meta(Some("abc"), vec![]);
         assert_eq!(
-            freshness(Some(&stripped), "abc", "other", true),
+            freshness(Some(&stripped), "abc", "other", "labelled", true),
             Freshness::Drifted {
                 managers: vec![UNATTRIBUTED.to_string()]
             }
         );
         // A claim's content is not compared.
         assert_eq!(
-            freshness(Some(&stripped), "abc", "other", false),
+            freshness(Some(&stripped), "abc", "other", "labelled", false),
             Freshness::Current
         );
     }

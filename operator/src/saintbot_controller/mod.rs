@@ -7,6 +7,7 @@ pub mod build;
 pub mod content;
 pub mod dereference;
 pub mod freshness;
+pub mod rollout;
 pub mod secrets;
 pub mod update_status;
 pub mod validate;
@@ -272,17 +273,64 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
             }
         }
     };
+    // The webhook Ingress's certificate, looked for with the pod's Secrets (a new bot,
+    // one whose pod is not ready); the pod never mounts it.
+    let missing_secrets = if validated.suspend || applied.pod_ready {
+        missing_secrets
+    } else {
+        match secrets::missing_tls_secret(
+            &context.client,
+            &namespace,
+            children.webhook_ingress.as_ref(),
+        )
+        .await
+        {
+            Ok(Some(tls)) => Some(match missing_secrets {
+                Some(pod) => format!("{pod}; {tls}"),
+                None => tls,
+            }),
+            Ok(None) => missing_secrets,
+            Err(error) => {
+                tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the webhook Ingress's TLS Secret; not reported");
+                missing_secrets
+            }
+        }
+    };
     let waiting_for_secrets = missing_secrets.is_some();
+    // What keeps the pod from running, when nothing above explains it: the Deployment's
+    // own conditions (it is watched), else the pod's waiting containers (pods are not
+    // watched: read at each reconcile of a bot whose pod is not ready).
+    let mut pods_reported = false;
+    let pod_problem = if validated.suspend || applied.pod_ready || waiting_for_secrets {
+        None
+    } else if let Some(problem) = applied.rollout_problem.clone() {
+        Some(problem)
+    } else {
+        match rollout::agent_pods(&context.client, &namespace, &validated.name).await {
+            Ok(pods) => {
+                pods_reported = rollout::reported_by_a_kubelet(&pods);
+                rollout::pod_problem(&pods)
+            }
+            Err(error) => {
+                tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; not reported");
+                None
+            }
+        }
+    };
     let outcome = Outcome::Applied {
         bot: &validated,
         config_hash,
         pod_ready: applied.pod_ready,
         missing_secrets,
+        // A withheld webhook Ingress (`HostClaimed`) first: it is the spec's, not the pod's.
+        pod_problem: validated.webhook_problem.clone().or(pod_problem),
     };
     update_status::report(context, bot, &outcome, &now).await?;
-    // Secrets are not watched: a bot waiting for one looks again, backing off.
-    let failures = context.failure_count(&bot_key(bot), waiting_for_secrets);
-    if waiting_for_secrets {
+    // Secrets and pods are not watched: a bot waiting for a Secret, or whose pod a
+    // kubelet runs but is not ready (starting, or crashing), looks again, backing off.
+    let looking_again = waiting_for_secrets || pods_reported;
+    let failures = context.failure_count(&bot_key(bot), looking_again);
+    if looking_again {
         return Ok(Action::requeue(backoff(failures)));
     }
     Ok(Action::requeue(RESYNC_INTERVAL))
@@ -389,6 +437,17 @@ pub fn bots_for_role(store: &Store<SaintBot>, role: &Role) -> HashSet<ObjectRef<
         .collect()
 }
 
+/// The other bots in `store` claiming the webhook host `bot` claims: woken when `bot`
+/// changes or goes, so the next in line takes a host it gave up
+/// (`validate::webhook_ingress`).
+pub fn bots_sharing_host(store: &Store<SaintBot>, bot: &SaintBot) -> HashSet<ObjectRef<SaintBot>> {
+    let others = store.state();
+    validate::webhook_ingress::claims_sharing_host(bot, others.iter().map(|other| other.as_ref()))
+        .into_iter()
+        .map(|claim| ObjectRef::new(&claim.name).within(&claim.namespace))
+        .collect()
+}
+
 /// Runs the SaintBot controller until `shutdown` resolves: its own kind, Contacts and
 /// Roles (mapped to the bots that use them, and to those that used them before), and
 /// every child kind (mapped through owner references) come from the operator's caches.
@@ -414,6 +473,13 @@ pub async fn run(
     for role in context.sources.roles.state() {
         role_memory.remember(key_of(role.as_ref()), bots_for_role(&store, &role));
     }
+    // A bot remembers who shared its host, so moving to another host (or being deleted:
+    // the feed passes deletions on) still wakes those it left.
+    let host_store = store.clone();
+    let host_memory = Arc::new(MappingMemory::default());
+    for bot in store.state() {
+        host_memory.remember(key_of(bot.as_ref()), bots_sharing_host(&store, &bot));
+    }
     // Our own writes come back as child events; a short debounce folds a burst of them
     // into one reconcile.
     let config = Config::default()
@@ -436,6 +502,9 @@ pub async fn run(
         })
         .watches_stream(feeds.roles, move |role: Role| {
             role_memory.remember(key_of(&role), bots_for_role(&role_store, &role))
+        })
+        .watches_stream(feeds.bots_sharing_host, move |bot: SaintBot| {
+            host_memory.remember(key_of(&bot), bots_sharing_host(&host_store, &bot))
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)

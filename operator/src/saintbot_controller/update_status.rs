@@ -9,12 +9,12 @@ use k8s_openapi::{
 };
 use kube::runtime::events::Event;
 
-use super::{Context, bot_key, validate::ValidatedSaintBot};
+use super::{Context, bot_key, rollout::Problem, validate::ValidatedSaintBot};
 use crate::{
     crd::{SaintBot, SaintBotStatus},
     status::{
         self, ConditionType, Reason, StatusError, carry_transition_times, condition, find,
-        problem_event, transition_event,
+        problem_event, transition_event, with_kstatus,
     },
 };
 
@@ -26,8 +26,12 @@ pub enum Outcome<'a> {
         config_hash: String,
         /// Whether the bot's Deployment has a ready pod of its current generation.
         pod_ready: bool,
-        /// Secrets the pod needs that do not exist (the status message names them).
+        /// Secrets (or keys of them) the pod needs that do not exist (the status
+        /// message names them).
         missing_secrets: Option<String>,
+        /// Why the pod cannot be created, rolled out or started, in the words of the
+        /// Deployment's conditions or the kubelet ([`super::rollout`]).
+        pod_problem: Option<Problem>,
     },
     /// The spec (or what it refers to) cannot be rendered.
     Invalid { reason: Reason, message: String },
@@ -81,6 +85,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             config_hash,
             pod_ready,
             missing_secrets,
+            pod_problem,
         } => {
             let identity = &validated.identity;
             let conflicting = identity.conflicting_identities();
@@ -105,6 +110,10 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
                 )
             } else if let Some(message) = missing_secrets {
                 condition(ConditionType::Ready, Reason::SecretMissing, message.clone())
+            } else if let Some((reason, message)) = pod_problem {
+                // Before readiness: a rollout that cannot go on leaves an old pod ready
+                // with what the bot no longer asks for.
+                condition(ConditionType::Ready, *reason, message.clone())
             } else if *pod_ready {
                 condition(
                     ConditionType::Ready,
@@ -170,7 +179,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
         }
     };
     SaintBotStatus {
-        conditions: carry_transition_times(&previous.conditions, conditions),
+        conditions: carry_transition_times(&previous.conditions, with_kstatus(conditions)),
         observed_generation: generation,
         contacts: counts.0,
         roles: counts.1,

@@ -12,6 +12,7 @@ mod model;
 mod porter;
 pub mod proactive;
 pub mod roles;
+pub mod webhook_ingress;
 mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -159,8 +160,13 @@ pub struct ValidatedSaintBot {
     /// Selected Roles left out of the config because they cannot be rendered, with the
     /// Contacts left out with them; sorted by Role name.
     pub left_out_roles: Vec<LeftOutRole>,
-    /// The webhook Ingress, when `spec.webhookIngress` is set and a channel takes webhooks.
+    /// The webhook Ingress, when `spec.webhookIngress` is set, a channel takes webhooks
+    /// and no earlier bot routes the host and a path.
     pub webhook_ingress: Option<ValidatedWebhookIngress>,
+    /// `HostClaimed` and its message when an earlier bot routes the host and a path this
+    /// bot asks for: everything else is applied, the Ingress is not (a stale one is
+    /// deleted), and `Ready` says why.
+    pub webhook_problem: Option<(Reason, String)>,
     /// Skills mounted under `saint_config::SKILLS_MOUNT_PATH`, in spec order.
     pub skills: Vec<ValidatedSkill>,
 }
@@ -180,34 +186,6 @@ pub struct ValidatedWebhookIngress {
     pub annotations: BTreeMap<String, String>,
     /// `/channels/<name>/webhook` of every webhook channel, in spec order.
     pub paths: Vec<String>,
-}
-
-/// The webhook Ingress: only for a bot that asks for one and has a channel receiving
-/// webhooks — an Ingress without paths would expose nothing but still claim the host.
-/// A channel that connects out (telegram polling, slack socket mode) gets no path.
-fn webhook_ingress(spec: &crate::crd::SaintBotSpec) -> Option<ValidatedWebhookIngress> {
-    let requested = spec.webhook_ingress.as_ref()?;
-    let paths: Vec<String> = spec
-        .channels
-        .iter()
-        .filter(|channel| {
-            crate::crd::channel_rules::receives_webhooks(channel.kind, &channel.settings)
-        })
-        .map(|channel| crate::labels::channel_webhook_path(&channel.name))
-        .collect();
-    if paths.is_empty() {
-        return None;
-    }
-    Some(ValidatedWebhookIngress {
-        class_name: requested.class_name.clone(),
-        host: requested.host.clone(),
-        tls_secret_name: requested.tls_secret_name.clone(),
-        controller_namespace: requested.controller_namespace.clone().unwrap_or_else(|| {
-            crate::crd::saintbot::DEFAULT_INGRESS_CONTROLLER_NAMESPACE.to_string()
-        }),
-        annotations: requested.annotations.clone(),
-        paths,
-    })
 }
 
 /// `metadata.name`, `metadata.namespace` and the owner reference every child carries.
@@ -237,6 +215,20 @@ fn resolve_contacts(
         .collect();
     let role_names: BTreeSet<String> = roles.keys().cloned().collect();
     identity::resolve(&inputs, &role_names)
+}
+
+/// The kinds of channel each Contact declares a well-formed identifier for, by name.
+fn identifier_kinds(contacts: &[Contact]) -> BTreeMap<String, BTreeSet<saint_config::ChannelKind>> {
+    contacts
+        .iter()
+        .map(|contact| {
+            let (found, _) = identity::identities(&contact.spec.identifiers);
+            (
+                contact.name_any(),
+                found.iter().map(|identity| identity.kind()).collect(),
+            )
+        })
+        .collect()
 }
 
 /// Each unusable Role with the Contacts the resolver left out for holding it.
@@ -287,6 +279,8 @@ pub fn validate(
 ) -> Result<ValidatedSaintBot, ValidateError> {
     let (name, namespace, owner_reference) = metadata(bot)?;
     let spec = &bot.spec;
+    // Skills first: Roles are checked against the skills the bot declares.
+    let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
     let selected = roles::selected_roles(bot, &dereferenced.roles)?;
     if let Some(heartbeat) = &spec.heartbeat {
         selected.require("spec.heartbeat.role", &heartbeat.role, || {
@@ -307,9 +301,10 @@ pub fn validate(
         heartbeat_without(spec.heartbeat.as_ref(), &left_out_roles).as_ref(),
         &roles,
         &identity.contacts,
+        &identifier_kinds(&dereferenced.contacts),
+        &spec.channels.iter().map(|channel| channel.kind).collect(),
     )?;
     let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
-    let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
 
     let model = model::render_model(&spec.model);
     if let Some(why) =
@@ -364,6 +359,15 @@ pub fn validate(
         },
     };
     check_rendered(&config)?;
+    // Last: a spec with other mistakes names those first, whoever owns the host.
+    let (webhook_ingress, webhook_problem) = match webhook_ingress::render(
+        bot,
+        &settings.allowed_ingress_annotations,
+        &dereferenced.host_claims,
+    )? {
+        Ok(ingress) => (ingress, None),
+        Err(claimed) => (None, Some((Reason::HostClaimed, claimed.to_string()))),
+    };
     let workload = workload::render_workload(spec, settings);
     // Rendering refused `shared` without a shared embedder, so an OpenAI-compatible
     // endpoint here is always the operator's.
@@ -399,7 +403,8 @@ pub fn validate(
         shared_embedder,
         identity,
         left_out_roles,
-        webhook_ingress: webhook_ingress(spec),
+        webhook_ingress,
+        webhook_problem,
         skills,
     })
 }
@@ -464,9 +469,15 @@ mod tests {
     #[test]
     fn a_role_with_an_unmatched_tool_pattern_leaves_out_only_itself_and_its_contacts() {
         let dereferenced = namespace(json!({"tools": {"allow": ["teleport*"]}}));
-        let bot = bot(json!({"heartbeat": {
-            "everySeconds": 1800, "role": "clerk", "notify": ["vesna", "mirko"],
-        }}));
+        let bot = bot(json!({
+            "heartbeat": {"everySeconds": 1800, "role": "clerk", "notify": ["vesna", "mirko"]},
+            "channels": [{
+                "name": "mail", "kind": "email",
+                "settings": {"address": "bot@acme.example", "imapHost": "imap.acme.example",
+                    "smtpHost": "smtp.acme.example"},
+                "secrets": {"password": {"name": "mail", "key": "password"}},
+            }],
+        }));
         let validated = validate(&bot, &dereferenced, &settings()).expect("the bot renders");
         let config = &validated.config;
         assert_eq!(

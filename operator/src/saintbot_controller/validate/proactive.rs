@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use saint_config::{
-    ActiveHours, ContactConfig, HeartbeatConfig, HeartbeatWatch, RoleConfig, SKILLS_MOUNT_PATH,
-    ScheduleConfig, SkillsConfig, clock_minutes, is_known_timezone,
+    ActiveHours, ChannelKind, ContactConfig, HeartbeatConfig, HeartbeatWatch, RoleConfig,
+    SKILLS_MOUNT_PATH, ScheduleConfig, SkillsConfig, clock_minutes, is_known_timezone,
 };
 
 use super::ValidateError;
@@ -76,11 +76,16 @@ pub(super) fn render_schedule(
 }
 
 /// `spec.heartbeat`: its role must be one the bot selects (the rule of `defaultRole`), and
-/// whom it notifies must be Contacts the bot renders.
+/// whom it notifies must be Contacts the bot renders and can reach: declaring an
+/// identifier (`identifier_kinds`, by slug) on a kind of channel the bot serves
+/// (`channel_kinds`). Declared, not linked: an identifier another Contact also claims is
+/// reported as an `IdentifierConflict`, not made a reason to refuse the whole bot.
 pub(super) fn render_heartbeat(
     heartbeat: Option<&HeartbeatSpec>,
     roles: &BTreeMap<String, RoleConfig>,
     contacts: &[ContactConfig],
+    identifier_kinds: &BTreeMap<String, BTreeSet<ChannelKind>>,
+    channel_kinds: &BTreeSet<ChannelKind>,
 ) -> Result<Option<HeartbeatConfig>, ValidateError> {
     let Some(heartbeat) = heartbeat else {
         return Ok(None);
@@ -114,6 +119,25 @@ pub(super) fn render_heartbeat(
                 ),
             ));
         };
+        let declared = identifier_kinds.get(name);
+        if declared.is_none_or(|kinds| kinds.is_disjoint(channel_kinds)) {
+            let identifiers: Vec<&str> = declared
+                .into_iter()
+                .flatten()
+                .map(|kind| kind.prefix())
+                .collect();
+            let channels: Vec<&str> = channel_kinds.iter().map(|kind| kind.prefix()).collect();
+            return Err(invalid(
+                "spec.heartbeat.notify",
+                format!(
+                    "{name:?} cannot be reached: the Contact has no identifier on a kind of \
+                     channel this bot serves (its identifiers: {}; the bot's channels: \
+                     {})",
+                    words_or_none(&identifiers),
+                    words_or_none(&channels)
+                ),
+            ));
+        }
         if !notify.contains(&contact.slug) {
             notify.push(contact.slug.clone());
         }
@@ -181,6 +205,15 @@ pub(super) fn render_heartbeat(
         notify,
         watch,
     }))
+}
+
+/// `a, b` or `none`.
+fn words_or_none(words: &[&str]) -> String {
+    if words.is_empty() {
+        "none".to_string()
+    } else {
+        words.join(", ")
+    }
 }
 
 /// Whether `name` may be a skill's folder: lower-case letters, digits and '-', starting

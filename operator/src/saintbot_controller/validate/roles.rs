@@ -7,7 +7,7 @@
 //! bots selecting it leave it out of their config (with the Contacts holding it, who are
 //! then treated as strangers) and render everything else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use saint_config::{
@@ -272,8 +272,16 @@ pub(super) fn selected_roles(
     roles: &[Role],
 ) -> Result<SelectedRoles, ValidateError> {
     let mut selected = SelectedRoles::default();
+    let selected_names: BTreeSet<String> = roles
+        .iter()
+        .filter(|role| bot_uses_role(bot, role))
+        .map(|role| role.name_any())
+        .collect();
     for role in roles.iter().filter(|role| bot_uses_role(bot, role)) {
-        match render_role(role) {
+        match render_role(role).and_then(|rendered| {
+            check_references(bot, role, &selected_names)?;
+            Ok(rendered)
+        }) {
             Ok(rendered) => {
                 selected.rendered.insert(role.name_any(), rendered);
             }
@@ -290,6 +298,63 @@ pub(super) fn selected_roles(
         }
     })?;
     Ok(selected)
+}
+
+/// What a Role names that only the bot selecting it can check: its `skills` must be
+/// skills this bot declares (`spec.skills`) — the grant would otherwise do nothing, and
+/// look as if it did — and its `sessionsVisibleRoles` Roles this bot selects. A Role
+/// failing this is left out of this bot's config like an invalid one (other bots may
+/// still use it).
+fn check_references(
+    bot: &SaintBot,
+    role: &Role,
+    selected_names: &BTreeSet<String>,
+) -> Result<(), RoleError> {
+    let name = role.name_any();
+    let declared: Vec<&str> = bot
+        .spec
+        .skills
+        .iter()
+        .map(|skill| skill.name.as_str())
+        .collect();
+    if let Some(skill) = role
+        .spec
+        .skills
+        .iter()
+        .find(|skill| *skill != "*" && !declared.contains(&skill.as_str()))
+    {
+        let declared = if declared.is_empty() {
+            "none".to_string()
+        } else {
+            declared.join(", ")
+        };
+        return Err(invalid_role(
+            &name,
+            "spec.skills",
+            format!(
+                "{skill:?} is not a skill SaintBot {:?} declares in its spec.skills \
+                 (declared: {declared})",
+                bot.name_any()
+            ),
+        ));
+    }
+    if let Some(visible) = role
+        .spec
+        .sessions_visible_roles
+        .iter()
+        .find(|visible| !selected_names.contains(*visible))
+    {
+        return Err(invalid_role(
+            &name,
+            "spec.sessionsVisibleRoles",
+            format!(
+                "{visible:?} is not a Role SaintBot {:?} selects (it must exist in the \
+                 namespace and match spec.roleSelector)",
+                bot.name_any()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A selected Role left out of the bot's config because it cannot be rendered, with the
