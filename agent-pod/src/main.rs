@@ -665,7 +665,9 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let in_pod = env("KUBERNETES_SERVICE_HOST").is_some();
     let mut state = AppState::new(runtime.clone(), env).with_channels(channels.clone());
-    if extras.chat_token.is_some() || arguments.chat_page {
+    let chat_page = arguments.chat_page
+        || saint_agent::channel::startup::declared_chat_page(&config.last_good());
+    if extras.chat_token.is_some() || chat_page {
         state = state.with_chat_page(PageSettings {
             notices: extras.notices.clone(),
             warnings: extras.warnings.clone(),
@@ -737,7 +739,7 @@ async fn serve(
             }
         }
         println!("Press Ctrl-C to stop.");
-    } else if arguments.chat_page {
+    } else if chat_page {
         println!("Chat page: http://{http_address}/chat#token=<the HTTP channel's token>");
     }
     tracing::info!(

@@ -1372,6 +1372,17 @@ async fn the_model_is_checked_at_start_and_again_by_the_pages_test_button() {
     let summary = text_of(&page, "#notice-summary").await;
     assert!(summary.contains("claude-haiku-4-5-20251001"), "{summary}");
     screenshot(&page, "9-model-check").await;
+
+    // A bookmark of the page (the address bar holds no token once the page read it)
+    // opens it again in this browser.
+    page.goto(&format!("{}/chat", up.base_url)).await.unwrap();
+    page.wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("#person option"))
+        .await
+        .expect("a bookmarked /chat lost the token");
+    let address = page.current_url().await.unwrap();
+    assert!(!address.as_str().contains("token"), "{address}");
     page.close().await.unwrap();
 }
 

@@ -2,8 +2,12 @@
 # Builds Saint's images (operator, agent, porter, sandbox) as OCI archives, without a
 # Docker engine or a registry:
 #
-#   e2e/images/build.sh [--output DIR] [--repository-prefix REGISTRY/PATH] [--print-dir] [NAME...]
+#   e2e/images/build.sh [--output DIR] [--repository-prefix REGISTRY/PATH] [--print-dir]
+#                       [--import-k3s] [NAME...]
 #   e2e/images/build.sh --stages-only [NAME...]   only the cached Debian stages (no cargo)
+#
+# --import-k3s then imports each archive into this machine's k3s (`k3s ctr images
+# import`), so a single-node k3s runs the chart's defaults with no registry.
 #
 # Writes <dir>/saint-<name>-<appVersion>.oci.tar whose index names
 # <prefix>/saint-<name>:<appVersion> (prefix ghcr.io/saint-work unless given;
@@ -33,7 +37,7 @@ cache_dir="${SAINT_CACHE_DIR:-$HOME/.cache/saint}"
 release_target_dir="${SAINT_RELEASE_TARGET_DIR:-$cache_dir/target-release}"
 
 usage() {
-	sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -111,7 +115,7 @@ build_binaries() {
 }
 
 main() {
-	local output="" prefix="" print_dir=false stages_only=false names=()
+	local output="" prefix="" print_dir=false stages_only=false import_k3s=false names=()
 	while (($# > 0)); do
 		case "$1" in
 		--output) output="${2:?--output needs a directory}"; shift 2 ;;
@@ -119,6 +123,7 @@ main() {
 		--repository-prefix) prefix="${2:?--repository-prefix needs a value}"; shift 2 ;;
 		--repository-prefix=*) prefix="${1#*=}"; shift ;;
 		--print-dir) print_dir=true; shift ;;
+		--import-k3s) import_k3s=true; shift ;;
 		--stages-only) stages_only=true; shift ;;
 		-h | --help) usage ;;
 		-*) echo "images: unknown option $1" >&2; usage ;;
@@ -156,6 +161,14 @@ main() {
 	[[ -n "$prefix" ]] && arguments+=(--repository-prefix "${prefix%/}")
 	directory="$(python3 "$images_dir/saint_images.py" "${arguments[@]}" "${names[@]}")" || die "the image build failed (see above)"
 	echo "images: ${names[*]:-all images} ready in $directory ($((SECONDS - started)) s)" >&2
+	if [[ "$import_k3s" == true ]]; then
+		command -v k3s > /dev/null || die "--import-k3s: no k3s on this machine's PATH"
+		local archive
+		for archive in "$directory"/saint-*.oci.tar; do
+			echo "images: importing $archive into k3s" >&2
+			k3s ctr images import "$archive" >&2 || die "k3s ctr images import $archive failed"
+		done
+	fi
 	if [[ "$print_dir" == true ]]; then
 		echo "$directory"
 	fi

@@ -913,6 +913,23 @@ async fn minimal_bot_through_a_port_forward(
         body["reply"], "Hello Ana, through the port-forward.",
         "{body}"
     );
+    // The chat page the example turns on (settings.chatPage), through the same forward.
+    let page = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(format!("127.0.0.1:{local_port}")).await?;
+        stream
+            .write_all(b"GET /chat HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        tokio::time::timeout(TURN_TIMEOUT, stream.read_to_string(&mut response))
+            .await
+            .map_err(|_| Failure::message("GET /chat through the forward never ended"))??;
+        response
+    };
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("/chat/app.js"),
+        "GET /chat through the forward: {page}"
+    );
     forward.kill().await?;
     Ok(())
 }

@@ -326,6 +326,8 @@ fn good_setting_value(key: &str) -> &'static str {
         "imapPort" | "smtpPort" | "port" => "993",
         "imapSecurity" | "smtpSecurity" => "starttls",
         "pollSeconds" => "60",
+        "replyLimitPerHour" => "30",
+        "chatPage" => "true",
         "imapHost" | "smtpHost" => "mail.acme.hr",
         "dnsServer" => "192.0.2.53:53",
         "groupPolicy" => "open",

@@ -87,7 +87,7 @@ pub const MATRIX: ChannelKeys = ChannelKeys {
 
 /// The built-in HTTP API.
 pub const HTTP: ChannelKeys = ChannelKeys {
-    settings: &["port"],
+    settings: &["port", "chatPage"],
     required_settings: &[],
     secrets: &["token"],
     required_secrets: &["token"],

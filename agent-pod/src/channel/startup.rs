@@ -10,6 +10,16 @@ use saint_config::{BotConfig, ChannelKind};
 /// The HTTP channel's port when its settings name none.
 pub const DEFAULT_HTTP_PORT: u16 = 8080;
 
+/// Whether the HTTP channel serves the chat page (`settings.chatPage: "true"`): in a
+/// cluster, the page reached through `kubectl port-forward` with the channel's token.
+pub fn declared_chat_page(config: &BotConfig) -> bool {
+    config
+        .channels
+        .iter()
+        .filter(|channel| channel.kind == ChannelKind::Http)
+        .any(|channel| channel.settings.get("chatPage").map(|value| value.trim()) == Some("true"))
+}
+
 /// The port the (first) HTTP channel's `settings.port` names, if it names one; an error
 /// naming the field when it is not a port number.
 pub fn declared_http_port(config: &BotConfig) -> Result<Option<u16>, String> {

@@ -328,7 +328,8 @@ pub struct ChannelSpec {
     /// email: address, imapHost, smtpHost (required; a host name or IP address, the port
     /// is imapPort/smtpPort), imapPort, imapSecurity (tls|starttls|none), smtpPort,
     /// smtpSecurity, username, mailbox, authservId, pollSeconds, dnsServer (IP[:port]),
-    /// replyLimitPerHour. http: port. telegram: mode (polling, the default, or webhook),
+    /// replyLimitPerHour. http: port, chatPage ("true": serve the chat page at /chat).
+    /// telegram: mode (polling, the default, or webhook),
     /// apiBaseUrl. slack: mode (socket, the default, or events), apiBaseUrl. discord:
     /// apiBaseUrl. matrix: homeserverUrl, userId (required, @localpart:server).
     /// telegram, slack, discord and matrix: groupPolicy (open|contacts|disabled; not

@@ -22,14 +22,17 @@ const state = {
 const $ = (id) => document.getElementById(id);
 const STATUS_EVERY_MS = 3000;
 
+// The token leaves the address bar at once (it would end up in screenshots and shared
+// links) and is kept by this browser for this bot's address, so a bookmark of /chat or
+// a restart of the bot (whose token file stays) opens the page again.
 function readToken() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   const token = fragment.get("token");
   if (token) {
-    sessionStorage.setItem("saint-token", token);
+    localStorage.setItem("saint-token", token);
     history.replaceState(null, "", location.pathname);
   }
-  return sessionStorage.getItem("saint-token") || "";
+  return localStorage.getItem("saint-token") || "";
 }
 
 class PageError extends Error {}
@@ -45,6 +48,7 @@ async function api(path, options = {}) {
       "Start it again and reload this page.");
   }
   if (response.status === 401) {
+    localStorage.removeItem("saint-token");
     throw new PageError("The page's token was refused: open the address saint-agent printed (it ends in #token=…).");
   }
   return response;
