@@ -113,7 +113,12 @@ pub const SETTING_FORMATS: &[(ChannelKind, &str, &str, &str)] = &[
         "a whole number of replies from 1 to 10000",
     ),
     (ChannelKind::Http, "port", PORT, "a port number (1-65535)"),
-    (ChannelKind::Http, "chatPage", TRUE_OR_FALSE, "true or false"),
+    (
+        ChannelKind::Http,
+        "chatPage",
+        TRUE_OR_FALSE,
+        "true or false",
+    ),
     (
         ChannelKind::Telegram,
         "apiBaseUrl",
