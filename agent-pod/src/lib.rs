@@ -6,6 +6,7 @@ pub mod budget;
 pub mod channel;
 pub mod clock;
 pub mod config_watch;
+pub mod erasure;
 pub mod heartbeat;
 pub mod identity;
 pub mod metering;

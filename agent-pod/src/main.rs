@@ -73,12 +73,43 @@ enum Command {
     /// 127.0.0.1:11434 (SAINT_OLLAMA_URL). With none the bot still starts, and the page
     /// and the log say what to set.
     Up(UpArgs),
+    /// Erase everything kept about one person: their transcripts (their sessions, the
+    /// group messages they wrote, their jobs' and sub-agents' sessions), attachments,
+    /// memory notes and index rows, inbox and outbox rows and scheduled jobs; their usage
+    /// lines keep their costs under a pseudonym. Prints what was removed. Refused while
+    /// an agent runs on the workspace (in a cluster, set `erase: true` on the Contact).
+    Erase(PersonArgs),
+    /// Write everything kept about one person to one zip archive.
+    Export {
+        #[command(flatten)]
+        person: PersonArgs,
+        /// The archive to write.
+        #[arg(long)]
+        output: PathBuf,
+    },
     /// Validate a config file and exit (0 if valid).
     CheckConfig {
         /// Rendered bot config (bot-config.json).
         #[arg(long, env = "SAINT_CONFIG")]
         config: PathBuf,
     },
+    /// Print what became of each message the channels received, oldest first, one JSON
+    /// object a line: answered, refused (the sender was told why), ignored or failed,
+    /// with the reason, or pending while it waits. Safe while the bot runs.
+    Outcomes(OutcomesArgs),
+}
+
+#[derive(clap::Args)]
+struct OutcomesArgs {
+    /// Workspace directory of the bot.
+    #[arg(long, env = "SAINT_WORKSPACE")]
+    workspace: PathBuf,
+    /// Only messages after this one (the `id` of the last line read).
+    #[arg(long, default_value_t = 0)]
+    after: i64,
+    /// At most this many lines.
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
 }
 
 #[derive(clap::Args)]
@@ -135,6 +166,20 @@ struct RunArgs {
     /// /chat#token=<the HTTP channel's token>).
     #[arg(long)]
     chat_page: bool,
+}
+
+#[derive(clap::Args)]
+struct PersonArgs {
+    /// Rendered bot config (bot-config.json): the person's identities.
+    #[arg(long, env = "SAINT_CONFIG")]
+    config: PathBuf,
+    /// The bot's workspace directory.
+    #[arg(long, env = "SAINT_WORKSPACE")]
+    workspace: PathBuf,
+    /// The person's contact slug (a Contact already removed from the config is found by
+    /// what the workspace remembers).
+    #[arg(long)]
+    contact: String,
 }
 
 #[derive(clap::Args)]
@@ -224,6 +269,9 @@ fn main() -> std::process::ExitCode {
             },
         ),
         Command::Up(arguments) => up(arguments),
+        Command::Erase(person) => erase(person),
+        Command::Export { person, output } => export(person, output),
+        Command::Outcomes(arguments) => print_outcomes(&arguments),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -233,6 +281,57 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn print_outcomes(arguments: &OutcomesArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = arguments
+        .workspace
+        .join("sessions")
+        .join("transcripts.sqlite3");
+    anyhow::ensure!(path.exists(), "no transcripts at {}", path.display());
+    let store = SessionStore::open(path)?;
+    let outcomes = store.queue("read the inbox", |transaction| {
+        saint_channels::queue::outcomes(transaction, arguments.after, arguments.limit)
+    })?;
+    let mut output = std::io::stdout().lock();
+    for outcome in outcomes {
+        writeln!(output, "{}", serde_json::to_string(&outcome)?)?;
+    }
+    Ok(())
+}
+
+fn erase(arguments: PersonArgs) -> anyhow::Result<()> {
+    use saint_agent::erasure;
+    let config = saint_agent::config_watch::load_file(&arguments.config)?;
+    let _lock = erasure::lock_workspace(&arguments.workspace)?;
+    let person = erasure::Person::find(&arguments.workspace, Some(&config), &arguments.contact)?;
+    let started = std::time::Instant::now();
+    let report = erasure::erase(&arguments.workspace, &person)?;
+    println!(
+        "erased {} ({} identities) in {} ms",
+        person.slug,
+        person.identities.len(),
+        started.elapsed().as_millis()
+    );
+    print!("{report}");
+    Ok(())
+}
+
+fn export(arguments: PersonArgs, output: PathBuf) -> anyhow::Result<()> {
+    use saint_agent::erasure;
+    let config = saint_agent::config_watch::load_file(&arguments.config)?;
+    let _lock = erasure::lock_workspace(&arguments.workspace)?;
+    let person = erasure::Person::find(&arguments.workspace, Some(&config), &arguments.contact)?;
+    let report = erasure::export::export(&arguments.workspace, &person, &output)?;
+    println!(
+        "exported {}: {} messages, {} entries to {}",
+        person.slug,
+        report.messages,
+        report.entries.len(),
+        output.display()
+    );
+    Ok(())
 }
 
 fn up(arguments: UpArgs) -> anyhow::Result<()> {
@@ -567,6 +666,9 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         } else {
             None
         };
+        // One agent per workspace, whatever the backend; `erase` and `export` wait for
+        // it to stop. Taken after the state lock, whose refusal names the directory.
+        let _workspace_lock = saint_agent::erasure::lock_workspace(&workspace)?;
         // One machine: the agent runs its own Porter unless another one listens.
         let porter_options = LocalPorterOptions {
             mode: arguments.local_porter,
@@ -605,6 +707,7 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
                 false
             }
         };
+        let keeper_workspace = workspace.clone();
         let runtime = Runtime::new(
             config.clone(),
             store,
@@ -632,6 +735,7 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
             schedule,
             subagents,
             clock,
+            workspace: keeper_workspace,
         };
         let served = serve(arguments, config, runtime, env, extras, channels, background).await;
         // Shutdown order: running turns have drained (serve), then the sandboxes stop,
@@ -652,6 +756,8 @@ struct Background {
     schedule: Arc<Schedule>,
     subagents: Arc<Subagents>,
     clock: Arc<Clock>,
+    /// Where retention and `erase: true` Contacts are kept to.
+    workspace: PathBuf,
 }
 
 async fn serve(
@@ -787,6 +893,13 @@ async fn serve(
         state.draining.clone(),
         state.abort_turns.clone(),
     ));
+    // Retention and Contacts marked `erase: true`.
+    let keeper = tokio::spawn(saint_agent::erasure::keep(
+        runtime.config().clone(),
+        background.workspace.clone(),
+        background.clock.clone(),
+        state.draining.clone(),
+    ));
     let heartbeat = tokio::spawn(heartbeat::run(
         runtime,
         background.clock.clone(),
@@ -805,6 +918,7 @@ async fn serve(
     let finished = drain_turns(&state, Duration::from_secs(2)).await;
     let _ = scheduler.await;
     let _ = heartbeat.await;
+    let _ = keeper.await;
     // Nothing is left running: sub-agents still going are cancelled and awaited.
     let cancelled = background.subagents.shutdown().await;
     if cancelled > 0 {

@@ -138,6 +138,53 @@ pub fn turn_line(record: &TurnRecord<'_>, timestamp: jiff::Timestamp) -> String 
     text
 }
 
+/// One attempt of a model call as logged: which chain entry and model, how it ended.
+#[derive(Clone, Debug)]
+pub struct ModelAttemptRecord<'a> {
+    /// Contact slug.
+    pub user: &'a str,
+    /// Role name.
+    pub role: &'a str,
+    /// What started the turn.
+    pub trigger: &'a str,
+    /// Model name called.
+    pub model: &'a str,
+    /// Chain entry (`primary`, `fallback-1`, …).
+    pub entry: &'a str,
+    /// Attempt number within the model call (1 for the first).
+    pub attempt: u32,
+    /// `ok` or what went wrong (`rate_limited`, `overloaded`, `unauthorized`, …).
+    pub outcome: &'a str,
+    /// Wall time of the attempt.
+    pub duration: Duration,
+    /// Tokens the provider reported (zero for a failed attempt).
+    pub usage: Usage,
+    /// Spend in USD.
+    pub cost_usd: f64,
+}
+
+/// The usage log line for a model attempt (an `attempt` field where tool lines have
+/// `tool` and turn lines `turn`).
+pub fn attempt_line(record: &ModelAttemptRecord<'_>, timestamp: jiff::Timestamp) -> String {
+    let mut text = json!({
+        "ts": timestamp.to_string(),
+        "user": record.user,
+        "role": record.role,
+        "trigger": record.trigger,
+        "model": record.model,
+        "entry": record.entry,
+        "attempt": record.attempt,
+        "outcome": record.outcome,
+        "durationMs": record.duration.as_millis() as u64,
+        "inputTokens": record.usage.input_tokens,
+        "outputTokens": record.usage.output_tokens,
+        "costUsd": record.cost_usd,
+    })
+    .to_string();
+    text.push('\n');
+    text
+}
+
 /// The usage log line for a record.
 pub fn usage_line(record: &ToolCallRecord<'_>, timestamp: jiff::Timestamp) -> String {
     let mut line = Map::new();
@@ -232,6 +279,18 @@ struct ModelLabels {
     model: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    outcome: String,
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EntryLabels {
+    entry: String,
+    model: String,
+}
+
 /// Spend is labelled by who caused it: the contact's slug, or `stranger` for everyone
 /// no Contact names (one series for all of them, so strangers cannot grow the series).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -281,6 +340,8 @@ pub struct Metrics {
     channel_messages: Family<ChannelMessageLabels, Counter>,
     delivery_failures: Family<DeliveryFailureLabels, Counter>,
     dead_letters: Family<DeadLetterLabels, Counter>,
+    llm_attempts: Family<AttemptLabels, Counter>,
+    llm_entry_healthy: Family<EntryLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -377,8 +438,22 @@ impl Default for Metrics {
             "Messages given up on for good (refused by the platform, or retried past the cap), by channel",
             dead_letters.clone(),
         );
+        let llm_attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "llm_attempts",
+            "Model call attempts by outcome and model (every retry and failover counted)",
+            llm_attempts.clone(),
+        );
+        let llm_entry_healthy = Family::<EntryLabels, Gauge>::default();
+        registry.register(
+            "llm_entry_healthy",
+            "1 while a failover chain entry is used; 0 while it cools down after refusing a call",
+            llm_entry_healthy.clone(),
+        );
         Self {
             registry,
+            llm_attempts,
+            llm_entry_healthy,
             channel_up,
             channel_messages,
             delivery_failures,
@@ -491,6 +566,26 @@ impl Metrics {
             .observe(duration.as_secs_f64());
     }
 
+    /// Counts one model attempt.
+    pub fn llm_attempt(&self, model: &str, outcome: &str) {
+        self.llm_attempts
+            .get_or_create(&AttemptLabels {
+                outcome: outcome.into(),
+                model: model.into(),
+            })
+            .inc();
+    }
+
+    /// Sets `saint_llm_entry_healthy` for a chain entry.
+    pub fn llm_entry_health(&self, entry: &str, model: &str, healthy: bool) {
+        self.llm_entry_healthy
+            .get_or_create(&EntryLabels {
+                entry: entry.into(),
+                model: model.into(),
+            })
+            .set(i64::from(healthy));
+    }
+
     /// Counts a budget refusal.
     pub fn budget_refusal(&self, role: &str) {
         self.budget_refusals
@@ -550,9 +645,17 @@ impl Metering {
 
     /// Counts a finished turn and logs it to the usage log.
     pub async fn record_turn(&self, record: &TurnRecord<'_>) {
+        self.record_turn_after("", record).await;
+    }
+
+    /// Counts a finished turn and logs `lines` (its model attempts' lines, see
+    /// [`attempt_line`]) and then its own line, in one write.
+    pub async fn record_turn_after(&self, lines: &str, record: &TurnRecord<'_>) {
         self.metrics
             .turn(record.role, record.outcome, record.trigger);
-        self.append(turn_line(record, jiff::Timestamp::now())).await;
+        let mut text = lines.to_string();
+        text.push_str(&turn_line(record, jiff::Timestamp::now()));
+        self.append(text).await;
     }
 
     async fn append(&self, line: String) {

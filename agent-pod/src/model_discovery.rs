@@ -54,6 +54,9 @@ impl ModelOverlay {
         config.model.provider = self.provider;
         config.model.base_url = self.base_url.clone();
         config.model.api_key_env = self.api_key_env.clone();
+        // The chain's other keys and endpoints belong to the endpoint replaced here.
+        config.model.additional_api_key_envs.clear();
+        config.model.fallbacks.clear();
         if let Some(name) = &self.name {
             config.model.name = name.clone();
             for role in config.roles.values_mut() {
@@ -657,6 +660,9 @@ mod tests {
             context_window: saint_config::DEFAULT_CONTEXT_WINDOW,
             max_output_tokens: saint_config::DEFAULT_MAX_OUTPUT_TOKENS,
             prices: Default::default(),
+            additional_api_key_envs: Vec::new(),
+            fallbacks: Vec::new(),
+            failover: Default::default(),
         };
         let discovery = discover(&config, &env, &reqwest::Client::new())
             .await

@@ -84,8 +84,8 @@ impl Starter {
     }
 
     /// The config for one machine: the bubblewrap sandbox, persona files from
-    /// `files.persona`, memory from `embedding_model` (off without one), and only the
-    /// HTTP channel — the others need a platform account and its tokens (WhatsApp also
+    /// `files.persona`, memory from `embedding_model` (off without one), the primary
+    /// model alone (no failover chain), and only the HTTP channel — the others need a platform account and its tokens (WhatsApp also
     /// a public webhook), which the user adds to the bot file when they have them.
     pub fn local_config(
         &self,
@@ -109,6 +109,12 @@ impl Starter {
         // The declared skills are installed into the workspace's skills/ (where the
         // user edits them and the sandbox sees them), not read from a mount.
         config.skills.directories.clear();
+        // One machine calls the one endpoint its environment names; the cluster's
+        // failover chain needs Secrets it does not have (the user adds fallbacks to
+        // the bot file when they hold their keys).
+        config.model.fallbacks.clear();
+        config.model.additional_api_key_envs.clear();
+        config.model.failover = Default::default();
         match embedding_model {
             Some(directory) => {
                 config.memory.enabled = true;

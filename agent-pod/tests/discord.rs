@@ -343,3 +343,121 @@ async fn a_rate_limited_reply_is_sent_after_discord_s_retry_after() {
     );
     assert_eq!(bot.discord.posted()[0].content(), "After the wait.");
 }
+
+impl Bot {
+    /// Waits until nothing waits in the inbox or the outbox.
+    async fn wait_for_empty_queue(&self) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.count("SELECT COUNT(*) FROM inbox WHERE state IN ('received', 'accepted')") > 0
+            || self.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'") > 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the queue never emptied"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_reply_waits_for_an_earlier_one_discord_rate_limited() {
+    let bot = Bot::start().await;
+    bot.discord.fail_next_sends([Failure::rate_limited(1.0)]);
+    bot.llm.push(Reply::text("answer one"));
+    bot.llm.push(Reply::text("answer two"));
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000401",
+            IVAN_DM,
+            IVAN,
+            "first question",
+        ))
+        .unwrap();
+    // The first reply is refused for a second; the second question comes meanwhile.
+    assert!(
+        bot.discord
+            .wait_until(WAIT, |discord| discord
+                .requests()
+                .iter()
+                .any(|request| request.status == 429))
+            .await
+    );
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000402",
+            IVAN_DM,
+            IVAN,
+            "second question",
+        ))
+        .unwrap();
+    bot.wait_for_posted(2).await;
+    let posted: Vec<String> = bot
+        .discord
+        .posted()
+        .iter()
+        .map(|posted| posted.content().to_string())
+        .collect();
+    assert_eq!(posted, ["answer one", "answer two"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_deleted_before_its_turn_is_not_answered() {
+    let bot = Bot::start().await;
+    let gate = saint_llm::scripted::Gate::new();
+    bot.llm.push(Reply::text("answer one").held_until(&gate));
+    bot.llm.set_fallback(Reply::text("another answer"));
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000501",
+            IVAN_DM,
+            IVAN,
+            "first question",
+        ))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while bot.llm.request_count() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first turn never reached the model"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The second waits behind the first, whose turn is held at the model; Ivan deletes
+    // it.
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000502",
+            IVAN_DM,
+            IVAN,
+            "my password is hunter2",
+        ))
+        .unwrap();
+    while bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'received'") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second message was never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bot.discord.dispatch(
+        "MESSAGE_DELETE",
+        json!({"id": "1300000000000000502", "channel_id": IVAN_DM}),
+    );
+    while bot.count("SELECT COUNT(*) FROM inbox WHERE outcome = 'ignored'") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deletion was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gate.open();
+    bot.wait_for_posted(1).await;
+    bot.wait_for_empty_queue().await;
+    assert_eq!(bot.discord.posted().len(), 1);
+    assert_eq!(bot.llm.request_count(), 1);
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE body LIKE '%hunter2%'"),
+        0
+    );
+}

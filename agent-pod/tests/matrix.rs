@@ -621,7 +621,17 @@ async fn an_encrypted_room_is_told_once_that_it_is_not_supported_and_never_answe
         1,
         "no model call for the encrypted room"
     );
-    assert_eq!(bot.count("SELECT COUNT(*) FROM inbox"), 1);
+    // Both messages of the encrypted room are recorded as ignored, with the reason.
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE outcome IS NOT 'ignored'"),
+        1
+    );
+    assert_eq!(
+        bot.count(
+            "SELECT COUNT(*) FROM inbox WHERE outcome = 'ignored' AND outcome_reason LIKE '%encrypted%'"
+        ),
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -971,4 +981,254 @@ async fn a_repeated_send_is_one_message_and_a_rate_limit_says_when_to_retry() {
         }
         other => panic!("expected a retry with a wait, got {other:?}"),
     }
+}
+
+/// What `saint-agent outcomes` prints for the bot's workspace, one object per message.
+fn outcomes(workspace: &std::path::Path) -> Vec<Value> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .arg("outcomes")
+        .arg("--workspace")
+        .arg(workspace)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+impl Bot {
+    /// Waits until nothing waits in the inbox or the outbox.
+    async fn wait_for_empty_queue(&self) {
+        self.wait_for("an empty queue", || async {
+            (self.count("SELECT COUNT(*) FROM inbox WHERE state IN ('received', 'accepted')") == 0
+                && self.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued'") == 0)
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_redacted_before_or_during_its_turn_is_not_answered_and_leaves_no_text() {
+    let bot = Bot::start("redact-early").await;
+    let room = bot.direct_room(&bot.ana).await;
+    let gate = saint_llm::scripted::Gate::new();
+    bot.llm
+        .push(Reply::text("answer to the first").held_until(&gate));
+    bot.llm.set_fallback(Reply::text("answer"));
+    let first = bot.ana.say(&room, "first: my pin is 4821").await;
+    bot.wait_for("the first turn to reach the model", || async {
+        (bot.llm.request_count() == 1).then_some(())
+    })
+    .await;
+    // The second waits behind the first, whose turn is running (held at the model).
+    let second = bot.ana.say(&room, "second: my password is hunter2").await;
+    bot.wait_for("the second message in the inbox", || async {
+        (bot.count("SELECT COUNT(*) FROM inbox WHERE state = 'received'") == 1).then_some(())
+    })
+    .await;
+    bot.ana.redact(&room, &second).await;
+    bot.ana.redact(&room, &first).await;
+    bot.wait_for("both messages withdrawn", || async {
+        (bot.count("SELECT COUNT(*) FROM inbox WHERE outcome = 'ignored'") == 2).then_some(())
+    })
+    .await;
+    gate.open();
+    let third = bot.ana.say(&room, "third: hello again").await;
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    bot.wait_for_empty_queue().await;
+    let replies_now = bot.bot_messages(&bot.ana, &room).await;
+    assert_eq!(replies_now.len(), 1, "{replies_now:#?}");
+    assert_eq!(replied_to(&replies[0]), Some(third.as_str()));
+    // The first turn reached the model before the redaction; the second never did.
+    let requests = bot.llm.requests();
+    assert_eq!(requests.len(), 2);
+    let texts = requests[1].user_texts().join("\n");
+    assert!(
+        !texts.contains("4821") && !texts.contains("hunter2"),
+        "{texts}"
+    );
+    assert!(texts.contains("[message deleted by its sender]"), "{texts}");
+    assert_eq!(
+        bot.count(
+            "SELECT COUNT(*) FROM messages WHERE content LIKE '%4821%' OR content LIKE '%hunter2%'"
+        ),
+        0
+    );
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE body LIKE '%4821%' OR body LIKE '%hunter2%'"),
+        0
+    );
+    let outcomes: Vec<(String, String)> = outcomes(&bot.workspace)
+        .iter()
+        .map(|row| {
+            (
+                row["platformId"].as_str().unwrap().to_string(),
+                row["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (first, "ignored".to_string()),
+            (second, "ignored".to_string()),
+            (third, "answered".to_string()),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_redacted_after_its_answer_leaves_the_transcript_and_the_next_turn() {
+    let bot = Bot::start("redact-late").await;
+    let room = bot.direct_room(&bot.ana).await;
+    bot.llm.set_fallback(Reply::text("noted"));
+    let secret = bot.ana.say(&room, "my pin is 4821").await;
+    bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    bot.ana.redact(&room, &secret).await;
+    bot.wait_for("the text to leave the transcript", || async {
+        (bot.count("SELECT COUNT(*) FROM messages WHERE content LIKE '%4821%'") == 0).then_some(())
+    })
+    .await;
+    // The next turn of the session does not see it either (nor a kept copy of it).
+    bot.ana.say(&room, "what did I tell you?").await;
+    bot.wait_for_bot_messages(&bot.ana, &room, 2).await;
+    let texts = bot.llm.requests()[1].user_texts().join("\n");
+    assert!(!texts.contains("4821"), "{texts}");
+    assert!(texts.contains("[message deleted by its sender]"), "{texts}");
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM inbox WHERE body LIKE '%4821%'"),
+        0
+    );
+    let first = &outcomes(&bot.workspace)[0];
+    assert_eq!(first["platformId"], secret.as_str());
+    assert_eq!(first["outcome"], "answered");
+    assert_eq!(
+        first["reason"],
+        "withdrawn by its sender after it was answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_redacted_while_the_bot_is_down_is_recorded_and_not_answered() {
+    let mut bot = Bot::start("redact-down").await;
+    let room = bot.direct_room(&bot.ana).await;
+    bot.llm.set_fallback(Reply::text("answer"));
+    bot.kill();
+    let withdrawn = bot.ana.say(&room, "my pin is 4821").await;
+    bot.ana.redact(&room, &withdrawn).await;
+    let kept = bot.ana.say(&room, "hello").await;
+    bot.spawn();
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
+    bot.wait_for_empty_queue().await;
+    assert_eq!(replied_to(&replies[0]), Some(kept.as_str()));
+    assert_eq!(bot.llm.request_count(), 1);
+    let outcomes = outcomes(&bot.workspace);
+    assert_eq!(outcomes.len(), 2, "{outcomes:#?}");
+    assert_eq!(outcomes[0]["platformId"], withdrawn.as_str());
+    assert_eq!(outcomes[0]["outcome"], "ignored");
+    assert_eq!(
+        outcomes[0]["reason"],
+        "withdrawn by its sender before the bot read it"
+    );
+    assert_eq!(outcomes[1]["outcome"], "answered");
+    assert_eq!(outcomes[1]["reply"], "sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_in_a_room_keep_their_order_under_the_homeservers_rate_limit() {
+    let bot = Bot::start("order").await;
+    let admin = Synapse::shared().register_admin("order-admin").await;
+    let room = bot.direct_room(&bot.ana).await;
+    bot.llm.set_fallback(Reply::text("answer"));
+    // One message a second: most replies are refused at first and retried.
+    admin.limit_messages(&bot.bot.id, 1, 1).await;
+    let mut asked = Vec::new();
+    for index in 0..8 {
+        asked.push(bot.ana.say(&room, &format!("question {index}")).await);
+        // Questions keep arriving while earlier replies wait out the limit (pacing
+        // the input, not waiting for a result): a new reply finds the limit free
+        // before an older one's retry is due.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let replies = bot
+        .wait_for_bot_messages(&bot.ana, &room, asked.len())
+        .await;
+    bot.wait_for_empty_queue().await;
+    assert!(
+        bot.count("SELECT SUM(attempts) FROM outbox") > 0,
+        "the homeserver's limit was hit"
+    );
+    let order: Vec<&str> = replies.iter().filter_map(replied_to).collect();
+    assert_eq!(order, asked, "replies in the order of the questions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_over_the_rate_limit_is_told_once_and_every_message_has_an_outcome() {
+    let bot = Bot::start("flood").await;
+    bot.llm.set_fallback(Reply::text("answer"));
+    let room = bot
+        .ana
+        .create_room(json!({"name": "Open desk", "preset": "public_chat",
+                            "invite": [bot.bot.id]}))
+        .await;
+    bot.stranger.join(&room).await;
+    bot.wait_for("the bot to join", || async {
+        (bot.ana.membership(&room, &bot.bot.id).await.as_deref() == Some("join")).then_some(())
+    })
+    .await;
+    // Sent at once, so they reach the bot within a sync or two.
+    let (people, room_id) = (&bot, room.as_str());
+    futures::future::join_all((0..15).map(|index| async move {
+        people
+            .stranger
+            .say_to(room_id, &people.bot, &format!("question {index}"))
+            .await
+    }))
+    .await;
+    bot.wait_for("every message stored", || async {
+        (bot.count("SELECT COUNT(*) FROM inbox") == 15).then_some(())
+    })
+    .await;
+    bot.wait_for_empty_queue().await;
+    // The per-sender burst is 10 (and one more every 3 s): the rest are refused, and
+    // the stranger is told once.
+    let outcomes = outcomes(&bot.workspace);
+    let count = |outcome: &str| {
+        outcomes
+            .iter()
+            .filter(|row| row["outcome"] == outcome)
+            .count()
+    };
+    let (answered, refused) = (count("answered"), count("refused"));
+    assert_eq!(answered + refused, 15, "{outcomes:#?}");
+    assert!(answered >= 10 && refused >= 1, "{outcomes:#?}");
+    let reasons: Vec<&str> = outcomes
+        .iter()
+        .filter(|row| row["outcome"] == "refused")
+        .map(|row| row["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons[0].ends_with("(the sender was told)"), "{reasons:?}");
+    assert!(
+        reasons[1..]
+            .iter()
+            .all(|reason| reason.ends_with("(the sender was already told in this window)")),
+        "{reasons:?}"
+    );
+    let sent = bot.bot_messages(&bot.stranger, &room).await;
+    let notices = sent
+        .iter()
+        .filter(|event| {
+            event["content"]["body"]
+                .as_str()
+                .is_some_and(|body| body.contains("faster than I can answer"))
+        })
+        .count();
+    assert_eq!(notices, 1, "{sent:#?}");
+    assert_eq!(sent.len(), answered + 1);
+    assert_eq!(bot.llm.request_count(), answered);
 }

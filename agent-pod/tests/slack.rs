@@ -317,3 +317,52 @@ async fn in_events_mode_only_signed_recent_requests_are_taken_and_answered() {
         .unwrap();
     assert_eq!(stored, 1, "the redelivery was not stored again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_deleted_after_its_answer_leaves_the_transcript() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Noted."));
+    let ts = "1700000900.000100";
+    bot.slack.push_event(message_event(
+        IVAN_DM,
+        "im",
+        IVAN,
+        ts,
+        "my door code is 4821",
+    ));
+    bot.wait_for_posted(1).await;
+    bot.slack.push_event(json!({
+        "type": "message", "subtype": "message_deleted", "hidden": true,
+        "channel": IVAN_DM, "channel_type": "im", "ts": "1700000901.000200",
+        "deleted_ts": ts,
+    }));
+    let database = bot
+        .directory
+        .path()
+        .join("workspace/sessions/transcripts.sqlite3");
+    let count = |sql: &str| -> i64 {
+        rusqlite::Connection::open(&database)
+            .unwrap()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while count("SELECT COUNT(*) FROM messages WHERE content LIKE '%4821%'") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted text stayed in the transcript"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        count("SELECT COUNT(*) FROM inbox WHERE body LIKE '%4821%'"),
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM inbox WHERE outcome = 'answered' \
+             AND outcome_reason = 'withdrawn by its sender after it was answered'"
+        ),
+        1
+    );
+}

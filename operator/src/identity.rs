@@ -193,6 +193,7 @@ pub fn resolve(contacts: &[ContactInput], role_names: &BTreeSet<String>) -> Iden
             name: contact.display_name.clone(),
             role: contact.role.clone(),
             identities: linked,
+            erase: false,
         });
     }
     report

@@ -1276,3 +1276,74 @@ fn the_default_annotation_allowlist_is_the_chart_s() {
         serde_json::json!(saint_operator::settings::CHART_ALLOWED_INGRESS_ANNOTATIONS)
     );
 }
+
+/// A two-entry chain with a rotated key: each key reaches the agent container as the
+/// variable the rendered config names, and only the agent container.
+#[test]
+fn the_failover_chain_s_keys_reach_the_agent_as_the_config_names_them() {
+    let children = bot_with(|bot| {
+        let model = &mut bot["spec"]["model"];
+        model["additionalApiKeySecretRefs"] =
+            serde_json::json!([{"name": "llm-spare", "key": "api-key"}]);
+        model["fallbacks"] = serde_json::json!([{
+            "provider": "openai", "name": "gpt-4.1",
+            "apiKeySecretRef": {"name": "openai", "key": "api-key"},
+        }]);
+        model["failover"] = serde_json::json!({"deadlineSeconds": 30});
+    });
+    let config: saint_config::BotConfig = serde_json::from_str(
+        children
+            .config_map
+            .data
+            .as_ref()
+            .unwrap()
+            .get(saint_config::CONFIG_FILE_NAME)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        config.model.additional_api_key_envs,
+        vec!["SAINT_MODEL_API_KEY_1"]
+    );
+    assert_eq!(
+        serde_json::to_value(&config.model.fallbacks).unwrap(),
+        serde_json::json!([{
+            "provider": "openai", "name": "gpt-4.1", "baseUrl": "https://api.openai.com/v1",
+            "apiKeyEnv": "SAINT_MODEL_FALLBACK_1_API_KEY",
+        }])
+    );
+    assert_eq!(config.model.failover.deadline_seconds, 30);
+    assert_eq!(
+        config.model.failover.cool_down_seconds,
+        saint_config::DEFAULT_COOL_DOWN_SECONDS
+    );
+    let deployment = serde_json::to_value(&children.deployment).unwrap();
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    for container in containers {
+        let env = container["env"].as_array().cloned().unwrap_or_default();
+        let secret_of = |name: &str| {
+            env.iter()
+                .find(|variable| variable["name"] == name)
+                .map(|variable| variable["valueFrom"]["secretKeyRef"]["name"].clone())
+        };
+        if container["name"] == "agent" {
+            assert_eq!(
+                secret_of("SAINT_MODEL_API_KEY_1"),
+                Some(serde_json::json!("llm-spare"))
+            );
+            assert_eq!(
+                secret_of("SAINT_MODEL_FALLBACK_1_API_KEY"),
+                Some(serde_json::json!("openai"))
+            );
+        } else {
+            assert_eq!(
+                secret_of("SAINT_MODEL_FALLBACK_1_API_KEY"),
+                None,
+                "{}",
+                container["name"]
+            );
+        }
+    }
+}

@@ -1546,3 +1546,30 @@ fn role_skills_are_skill_names_or_a_lone_star() {
         Vec::<String>::new()
     );
 }
+
+/// A fallback is another provider's endpoint: without its own key Secret it is refused,
+/// the message naming the field; with one (and a rotated second key) it passes.
+#[test]
+fn a_model_fallback_without_a_secret_is_refused_naming_the_field() {
+    let fallback = |secret: serde_json::Value| {
+        let mut entry = serde_json::json!({"provider": "openai", "name": "gpt-4.1"});
+        if !secret.is_null() {
+            entry["apiKeySecretRef"] = secret;
+        }
+        bot(serde_json::json!({"model": {
+            "provider": "anthropic", "name": "claude-sonnet-4-5",
+            "apiKeySecretRef": {"name": "llm", "key": "api-key"},
+            "fallbacks": [entry],
+        }}))
+    };
+    refused_with(
+        errors(&fallback(serde_json::Value::Null)),
+        "model.fallbacks[].apiKeySecretRef is required",
+    );
+    refused_with(
+        errors(&fallback(serde_json::json!({"name": "", "key": ""}))),
+        "model.fallbacks[].apiKeySecretRef must name both a Secret",
+    );
+    let good = fallback(serde_json::json!({"name": "llm", "key": "openai-api-key"}));
+    assert_eq!(errors(&good), Vec::<String>::new());
+}

@@ -8,10 +8,20 @@
 //! `received` rows run as new turns and `accepted` rows resume without storing the
 //! person's message twice.
 //!
+//! Every inbox row ends with one outcome the sender can see or an operator can query
+//! (`outcome`, `outcome_reason`; [`outcomes`]): `answered` (a reply is queued),
+//! `refused` (the sender was told why: over their message rate), `ignored` (nothing was
+//! sent, and the reason says why: an auto-reply, an empty or withdrawn message) or
+//! `failed` (the bot could not handle it). A sender who withdraws a message (a Matrix
+//! redaction, a deletion) before its turn starts is not answered; its text is removed
+//! from the row either way ([`withdraw_inbound`]).
+//!
 //! Outbox rows move `queued` → `sent` | `failed` (the dead letters: refused for good, or
 //! retried past the cap; `error` says why). A reply split into parts records how
-//! many parts went out, so a retry sends only the rest. Times used for scheduling are
-//! Unix milliseconds.
+//! many parts went out, so a retry sends only the rest. A conversation's rows go out
+//! one after the other: a row waits until every older row of its conversation was sent
+//! or given up on, so a rate limit on one reply never lets a later one overtake it.
+//! Times used for scheduling are Unix milliseconds.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -31,6 +41,8 @@ CREATE TABLE IF NOT EXISTS inbox (
     next_attempt_at INTEGER NOT NULL,
     error TEXT,
     received_at INTEGER NOT NULL,
+    outcome TEXT CHECK (outcome IN ('answered', 'refused', 'ignored', 'failed')),
+    outcome_reason TEXT,
     UNIQUE (channel, platform_id)
 );
 CREATE INDEX IF NOT EXISTS inbox_due ON inbox(state, next_attempt_at);
@@ -53,11 +65,33 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox(channel, state, next_attempt_at);
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_one_reply ON outbox(inbox_id) WHERE origin = 'reply';
+CREATE INDEX IF NOT EXISTS outbox_by_inbox ON outbox(inbox_id);
+CREATE INDEX IF NOT EXISTS outbox_queued_by_conversation
+    ON outbox(channel, COALESCE(json_extract(body, '$.chat'), recipient), id)
+    WHERE state = 'queued';
 CREATE TABLE IF NOT EXISTS channel_cursor (
     channel TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 ";
+
+/// Brings a database created before the inbox had outcomes up to date (run after
+/// [`SCHEMA`]); idempotent.
+pub fn migrate(connection: &Connection) -> rusqlite::Result<()> {
+    let has_outcome: bool = connection.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('inbox') WHERE name = 'outcome'",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_outcome {
+        connection.execute_batch(
+            "ALTER TABLE inbox ADD COLUMN outcome TEXT
+                 CHECK (outcome IN ('answered', 'refused', 'ignored', 'failed'));
+             ALTER TABLE inbox ADD COLUMN outcome_reason TEXT;",
+        )?;
+    }
+    Ok(())
+}
 
 /// A polling channel's saved position (IMAP UIDVALIDITY and UID, an update offset).
 pub fn cursor(connection: &Connection, channel: &str) -> rusqlite::Result<Option<String>> {
@@ -159,8 +193,55 @@ pub fn insert_ignored(
         return Ok(None);
     };
     connection.execute(
-        "UPDATE inbox SET state = 'failed', error = ?2 WHERE id = ?1",
+        "UPDATE inbox SET state = 'failed', error = ?2, outcome = 'ignored', outcome_reason = ?2
+         WHERE id = ?1",
         params![id, reason],
+    )?;
+    Ok(Some(id))
+}
+
+/// Stores an inbound message that is refused (`reason`: over the sender's message
+/// rate) and tells the sender `notice`, in reply to it — once per `window`: a sender
+/// told within the window is not told again (the refusal is still recorded). `None`
+/// when the platform delivered the message before.
+pub fn insert_refused(
+    connection: &Connection,
+    message: &InboundMessage,
+    reason: &str,
+    notice: &str,
+    window: std::time::Duration,
+) -> rusqlite::Result<Option<i64>> {
+    let Some(id) = insert_inbound(connection, message)? else {
+        return Ok(None);
+    };
+    let since = now_ms() - window.as_millis() as i64;
+    let told: bool = connection.query_row(
+        "SELECT COUNT(*) > 0 FROM outbox WHERE channel = ?1 AND recipient = ?2
+         AND origin = 'refusal' AND created_at >= ?3",
+        params![message.channel, message.sender.as_ref(), since],
+        |row| row.get(0),
+    )?;
+    let outcome_reason = if told {
+        format!("{reason} (the sender was already told in this window)")
+    } else {
+        let body = OutboundBody {
+            text: notice.to_string(),
+            context: message.context.clone(),
+        };
+        enqueue(
+            connection,
+            &message.channel,
+            message.sender.as_ref(),
+            &body,
+            "refusal",
+            Some(id),
+        )?;
+        format!("{reason} (the sender was told)")
+    };
+    connection.execute(
+        "UPDATE inbox SET state = 'failed', error = ?2, outcome = 'refused', outcome_reason = ?3
+         WHERE id = ?1",
+        params![id, reason, outcome_reason],
     )?;
     Ok(Some(id))
 }
@@ -206,10 +287,7 @@ pub fn due_inbound(
             Err(error) => {
                 // Written by this module; unreadable only if the format changed. Park it
                 // with the reason instead of retrying it forever.
-                connection.execute(
-                    "UPDATE inbox SET state = 'failed', error = ?2 WHERE id = ?1",
-                    params![id, format!("unreadable inbox row: {error}")],
-                )?;
+                fail_inbound(connection, id, &format!("unreadable inbox row: {error}"))?;
             }
         }
     }
@@ -226,22 +304,28 @@ pub fn next_inbound_due(connection: &Connection) -> rusqlite::Result<Option<i64>
 }
 
 /// Marks a row accepted: the person's message is transcript message `message_id`.
-/// Call inside the transaction that stored that message.
+/// Call inside the transaction that stored that message. Fails (so that transaction
+/// stores nothing) when the row no longer waits: its sender withdrew the message.
 pub fn mark_accepted(
     connection: &Connection,
     inbox_id: i64,
     message_id: i64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
-        "UPDATE inbox SET state = 'accepted', message_id = ?2 WHERE id = ?1",
+    let updated = connection.execute(
+        "UPDATE inbox SET state = 'accepted', message_id = ?2 WHERE id = ?1 AND state = 'received'",
         params![inbox_id, message_id],
     )?;
+    if updated == 0 {
+        return Err(rusqlite::Error::QueryReturnedNoRows);
+    }
     Ok(())
 }
 
 /// Queues the reply to inbox row `inbox_id` and marks the row answered. Call inside
 /// the transaction that stored the assistant message. A second reply to the same row
-/// is refused by the `outbox_one_reply` index, so a resumed turn cannot answer twice.
+/// is refused by the `outbox_one_reply` index, so a resumed turn cannot answer twice;
+/// a row withdrawn by its sender while its turn ran is refused too (nothing is sent,
+/// and the transaction stores nothing).
 pub fn queue_reply(
     connection: &Connection,
     inbox_id: i64,
@@ -257,10 +341,14 @@ pub fn queue_reply(
         "reply",
         Some(inbox_id),
     )?;
-    connection.execute(
-        "UPDATE inbox SET state = 'answered', error = NULL WHERE id = ?1",
+    let updated = connection.execute(
+        "UPDATE inbox SET state = 'answered', error = NULL, outcome = 'answered', outcome_reason = NULL
+         WHERE id = ?1 AND state IN ('received', 'accepted')",
         params![inbox_id],
     )?;
+    if updated == 0 {
+        return Err(rusqlite::Error::QueryReturnedNoRows);
+    }
     Ok(id)
 }
 
@@ -290,20 +378,200 @@ pub fn retry_inbound(
     retry_at: i64,
     error: &str,
 ) -> rusqlite::Result<()> {
+    // A row withdrawn meanwhile keeps its outcome.
     connection.execute(
-        "UPDATE inbox SET attempts = attempts + 1, next_attempt_at = ?2, error = ?3 WHERE id = ?1",
+        "UPDATE inbox SET attempts = attempts + 1, next_attempt_at = ?2, error = ?3
+         WHERE id = ?1 AND state IN ('received', 'accepted')",
         params![inbox_id, retry_at, error],
     )?;
     Ok(())
 }
 
-/// Gives up on an inbox row.
+/// Gives up on an inbox row: the bot could not handle it (outcome `failed`).
 pub fn fail_inbound(connection: &Connection, inbox_id: i64, error: &str) -> rusqlite::Result<()> {
     connection.execute(
-        "UPDATE inbox SET state = 'failed', error = ?2 WHERE id = ?1",
+        "UPDATE inbox SET state = 'failed', error = ?2, outcome = 'failed', outcome_reason = ?2
+         WHERE id = ?1",
         params![inbox_id, error],
     )?;
     Ok(())
+}
+
+/// Records that an inbox row is not answered, on purpose (outcome `ignored`: the
+/// sender may not be served, say).
+pub fn ignore_inbound(
+    connection: &Connection,
+    inbox_id: i64,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE inbox SET state = 'failed', error = ?2, outcome = 'ignored', outcome_reason = ?2
+         WHERE id = ?1",
+        params![inbox_id, reason],
+    )?;
+    Ok(())
+}
+
+/// Records the outcome of an inbox row whose failure notice was queued: the turn failed
+/// for good, and the sender was told so.
+pub fn record_failure_told(
+    connection: &Connection,
+    inbox_id: i64,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE inbox SET outcome = 'failed', outcome_reason = ?2 WHERE id = ?1",
+        params![
+            inbox_id,
+            format!("{reason} (the sender was told it failed)")
+        ],
+    )?;
+    Ok(())
+}
+
+/// What withdrawing a message changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// No such message in the inbox (never received, or not stored: a room message
+    /// that did not address the bot).
+    Unknown,
+    /// Its turn had not started: it will not be answered.
+    BeforeTurn,
+    /// Its turn had started or it was answered: transcript message `message_id` holds
+    /// its text, which the caller removes in the same transaction.
+    Stored { message_id: i64 },
+    /// It was not to be answered anyway.
+    NotAnswered,
+}
+
+/// The sender withdrew (redacted, deleted) message `platform_id` of `channel`: a row
+/// still waiting is not answered (outcome `ignored`, `reason`), a row whose turn started
+/// is not answered if its reply is not queued yet; the row's text and attachments are
+/// removed whatever its state.
+pub fn withdraw_inbound(
+    connection: &Connection,
+    channel: &str,
+    platform_id: &str,
+    reason: &str,
+) -> rusqlite::Result<Withdrawn> {
+    let found = connection
+        .query_row(
+            "SELECT id, state, message_id FROM inbox WHERE channel = ?1 AND platform_id = ?2",
+            params![channel, platform_id],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((id, state, message_id)) = found else {
+        return Ok(Withdrawn::Unknown);
+    };
+    connection.execute(
+        "UPDATE inbox SET body = json_set(json_remove(body, '$.attachments'), '$.text', '')
+         WHERE id = ?1",
+        [id],
+    )?;
+    let withdrawn = match InboxState::parse(&state) {
+        InboxState::Received => Withdrawn::BeforeTurn,
+        InboxState::Accepted | InboxState::Answered => match message_id {
+            Some(message_id) => Withdrawn::Stored { message_id },
+            None => Withdrawn::BeforeTurn,
+        },
+        InboxState::Failed => Withdrawn::NotAnswered,
+    };
+    match InboxState::parse(&state) {
+        InboxState::Received | InboxState::Accepted => {
+            connection.execute(
+                "UPDATE inbox SET state = 'failed', error = ?2, outcome = 'ignored', outcome_reason = ?2
+                 WHERE id = ?1",
+                params![id, reason],
+            )?;
+        }
+        InboxState::Answered => {
+            connection.execute(
+                "UPDATE inbox SET outcome_reason = ?2 WHERE id = ?1",
+                params![id, format!("{reason} after it was answered")],
+            )?;
+        }
+        InboxState::Failed => {}
+    }
+    Ok(withdrawn)
+}
+
+/// Whether inbox row `inbox_id` was withdrawn by its sender (or otherwise settled)
+/// while it waited or ran: it is no longer `received` or `accepted`.
+pub fn inbound_settled(connection: &Connection, inbox_id: i64) -> rusqlite::Result<bool> {
+    connection
+        .query_row(
+            "SELECT state NOT IN ('received', 'accepted') FROM inbox WHERE id = ?1",
+            [inbox_id],
+            |row| row.get(0),
+        )
+        .optional()
+        .map(|settled| settled.unwrap_or(true))
+}
+
+/// One inbound message and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    /// Inbox row id.
+    pub id: i64,
+    /// Channel name.
+    pub channel: String,
+    /// The platform's id of the message.
+    pub platform_id: String,
+    /// Who sent it.
+    pub sender: String,
+    /// When it was stored (RFC 3339).
+    pub received_at: String,
+    /// `answered`, `refused`, `ignored`, `failed`, or `pending` while it waits or runs.
+    pub outcome: String,
+    /// Why, for every outcome but a plain answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where the reply or notice to it stands in the outbox (`queued`, `sent`, `failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+}
+
+/// Inbound messages after row `after_id`, oldest first, at most `limit`, each with its
+/// outcome. Rows stored before outcomes were recorded get one from their state.
+pub fn outcomes(
+    connection: &Connection,
+    after_id: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Outcome>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT inbox.id, inbox.channel, inbox.platform_id, inbox.sender, inbox.received_at,
+                COALESCE(inbox.outcome, CASE inbox.state
+                    WHEN 'answered' THEN 'answered'
+                    WHEN 'failed' THEN 'ignored'
+                    ELSE 'pending' END),
+                COALESCE(inbox.outcome_reason, CASE WHEN inbox.state = 'failed' THEN inbox.error END),
+                (SELECT state FROM outbox WHERE outbox.inbox_id = inbox.id ORDER BY outbox.id LIMIT 1)
+         FROM inbox WHERE inbox.id > ?1 ORDER BY inbox.id LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![after_id, limit as i64], |row| {
+        let received_at: i64 = row.get(4)?;
+        Ok(Outcome {
+            id: row.get(0)?,
+            channel: row.get(1)?,
+            platform_id: row.get(2)?,
+            sender: row.get(3)?,
+            received_at: jiff::Timestamp::from_millisecond(received_at)
+                .map(|at| at.to_string())
+                .unwrap_or_default(),
+            outcome: row.get(5)?,
+            reason: row.get(6)?,
+            reply: row.get(7)?,
+        })
+    })?;
+    rows.collect()
 }
 
 /// How many messages of `message`'s sending identity (its sender and, for an
@@ -361,18 +629,56 @@ pub struct OutboxRow {
     pub created_at: i64,
 }
 
-/// Queued rows of `channel` due by `now`, oldest first.
+/// Queued rows of `channel` due by `now`, oldest first: only the oldest queued row of
+/// each conversation (the chat it goes to, else its recipient), so a later reply waits
+/// for an earlier one that a rate limit put off.
 pub fn due_outbound(
     connection: &Connection,
     channel: &str,
     now: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<OutboxRow>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT id, channel, recipient, body, parts_sent, attempts, created_at FROM outbox
-         WHERE channel = ?1 AND state = 'queued' AND next_attempt_at <= ?2
-         ORDER BY id LIMIT ?3",
-    )?;
+    due_outbound_with(connection, channel, now, limit, Order::PerConversation)
+}
+
+/// Which queued rows may go out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Only each conversation's oldest queued row (what the sender uses).
+    PerConversation,
+    /// Every due row, oldest first (only for measuring what the order costs).
+    Unordered,
+}
+
+/// [`due_outbound`] with the order given.
+pub fn due_outbound_with(
+    connection: &Connection,
+    channel: &str,
+    now: i64,
+    limit: usize,
+    order: Order,
+) -> rusqlite::Result<Vec<OutboxRow>> {
+    let mut statement = connection.prepare_cached(match order {
+        // A row is due only when no older row of its conversation (the chat it goes to,
+        // else its recipient) still waits: one probe of the conversation index each.
+        Order::PerConversation => {
+            "SELECT id, channel, recipient, body, parts_sent, attempts, created_at FROM outbox AS candidate
+             WHERE channel = ?1 AND state = 'queued' AND next_attempt_at <= ?2
+             AND NOT EXISTS (
+                 SELECT 1 FROM outbox AS earlier
+                 WHERE earlier.channel = ?1 AND earlier.state = 'queued'
+                 AND COALESCE(json_extract(earlier.body, '$.chat'), earlier.recipient)
+                     = COALESCE(json_extract(candidate.body, '$.chat'), candidate.recipient)
+                 AND earlier.id < candidate.id
+             )
+             ORDER BY id LIMIT ?3"
+        }
+        Order::Unordered => {
+            "SELECT id, channel, recipient, body, parts_sent, attempts, created_at FROM outbox
+             WHERE channel = ?1 AND state = 'queued' AND next_attempt_at <= ?2
+             ORDER BY id LIMIT ?3"
+        }
+    })?;
     let rows = statement.query_map(params![channel, now, limit as i64], |row| {
         Ok((
             row.get::<_, i64>(0)?,
@@ -405,10 +711,19 @@ pub fn due_outbound(
     Ok(due)
 }
 
-/// When the next queued row of `channel` is due, if any.
+/// When the next queued row of `channel` that may go out (its conversation's oldest)
+/// is due, if any.
 pub fn next_outbound_due(connection: &Connection, channel: &str) -> rusqlite::Result<Option<i64>> {
     connection.query_row(
-        "SELECT MIN(next_attempt_at) FROM outbox WHERE channel = ?1 AND state = 'queued'",
+        "SELECT MIN(next_attempt_at) FROM outbox AS candidate
+         WHERE channel = ?1 AND state = 'queued'
+         AND NOT EXISTS (
+             SELECT 1 FROM outbox AS earlier
+             WHERE earlier.channel = ?1 AND earlier.state = 'queued'
+             AND COALESCE(json_extract(earlier.body, '$.chat'), earlier.recipient)
+                 = COALESCE(json_extract(candidate.body, '$.chat'), candidate.recipient)
+             AND earlier.id < candidate.id
+         )",
         [channel],
         |row| row.get(0),
     )

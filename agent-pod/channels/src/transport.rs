@@ -114,6 +114,21 @@ pub trait InboxSink: Send + Sync {
         cursor: String,
     ) -> BoxFuture<'a, Result<(), String>>;
 
+    /// Like [`InboxSink::commit`], also recording that the senders withdrew (redacted,
+    /// deleted) the messages with platform ids `withdrawn`, in the same transaction: one
+    /// not yet answered never is, and the text of every one leaves the transcript. A sink
+    /// that keeps no transcript stores the messages only.
+    fn commit_with_withdrawals<'a>(
+        &'a self,
+        channel: &'a str,
+        messages: Vec<(InboundMessage, Option<String>)>,
+        withdrawn: Vec<String>,
+        cursor: String,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        let _ = withdrawn;
+        self.commit(channel, messages, cursor)
+    }
+
     /// Reports the connection's state.
     fn report(&self, channel: &str, state: ChannelState);
 
@@ -166,6 +181,8 @@ pub struct WebhookDelivery {
     /// A body the platform expects back (Slack's `url_verification` challenge) as
     /// (content type, body); `None`: an empty 200.
     pub response: Option<(&'static str, String)>,
+    /// Platform ids of messages their senders deleted (Slack `message_deleted`).
+    pub withdrawn: Vec<String>,
 }
 
 /// Why a webhook request was refused.

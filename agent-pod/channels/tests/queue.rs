@@ -126,3 +126,255 @@ fn answers_are_counted_per_sending_identity_and_ignored_mail_does_not_count() {
         0
     );
 }
+
+fn reply_to(chat: &str, text: &str) -> saint_channels::OutboundBody {
+    saint_channels::OutboundBody {
+        text: text.into(),
+        context: ReplyContext {
+            chat: Some(chat.into()),
+            ..ReplyContext::default()
+        },
+    }
+}
+
+fn due_texts(connection: &Connection, order: queue::Order) -> Vec<String> {
+    queue::due_outbound_with(connection, "telegram", queue::now_ms(), 32, order)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.body.text)
+        .collect()
+}
+
+#[test]
+fn a_later_reply_waits_while_an_earlier_one_of_its_conversation_is_put_off() {
+    let (_directory, connection) = database();
+    let enqueue = |chat: &str, text: &str| {
+        queue::enqueue(
+            &connection,
+            "telegram",
+            "telegram:42",
+            &reply_to(chat, text),
+            "reply",
+            None,
+        )
+        .unwrap()
+    };
+    let first = enqueue("room-a", "a1");
+    enqueue("room-a", "a2");
+    enqueue("room-b", "b1");
+    assert_eq!(
+        due_texts(&connection, queue::Order::PerConversation),
+        ["a1", "b1"]
+    );
+
+    // The platform's rate limit puts the first reply off: the second waits behind it,
+    // and the sender's next wake-up is when the first is due, not now.
+    let later = queue::now_ms() + 60_000;
+    queue::retry_outbound(&connection, first, later, "429: slow down").unwrap();
+    assert_eq!(
+        due_texts(&connection, queue::Order::PerConversation),
+        ["b1"]
+    );
+    assert_eq!(
+        due_texts(&connection, queue::Order::Unordered),
+        ["a2", "b1"],
+        "without the order the second reply would overtake the first"
+    );
+    assert!(
+        queue::next_outbound_due(&connection, "telegram")
+            .unwrap()
+            .unwrap()
+            <= queue::now_ms(),
+        "b1 is due"
+    );
+    let b1 = queue::due_outbound(&connection, "telegram", queue::now_ms(), 32).unwrap()[0].id;
+    queue::mark_sent(&connection, b1).unwrap();
+    assert_eq!(
+        queue::next_outbound_due(&connection, "telegram").unwrap(),
+        Some(later)
+    );
+
+    // Sent (or given up on), the first lets the second go.
+    queue::mark_sent(&connection, first).unwrap();
+    assert_eq!(
+        due_texts(&connection, queue::Order::PerConversation),
+        ["a2"]
+    );
+}
+
+fn outcome_of(connection: &Connection, id: i64) -> (String, Option<String>) {
+    let outcome = queue::outcomes(connection, id - 1, 1).unwrap().remove(0);
+    assert_eq!(outcome.id, id);
+    (outcome.outcome, outcome.reason)
+}
+
+#[test]
+fn a_withdrawn_message_is_not_answered_and_its_text_is_forgotten() {
+    let (_directory, connection) = database();
+    // Waiting for its turn: never answered.
+    let waiting = queue::insert_inbound(&connection, &message("w", "42", None, "secret one"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        queue::withdraw_inbound(&connection, "telegram", "w", "withdrawn by its sender").unwrap(),
+        queue::Withdrawn::BeforeTurn
+    );
+    assert!(due_ids(&connection, 10).is_empty());
+    assert!(queue::inbound_settled(&connection, waiting).unwrap());
+    // A turn that picked it up just before cannot store it.
+    assert!(queue::mark_accepted(&connection, waiting, 7).is_err());
+    assert_eq!(
+        outcome_of(&connection, waiting),
+        (
+            "ignored".to_string(),
+            Some("withdrawn by its sender".to_string())
+        )
+    );
+
+    // Its turn running: the transcript message is named, and no reply can be queued.
+    let running = queue::insert_inbound(&connection, &message("r", "42", None, "secret two"))
+        .unwrap()
+        .unwrap();
+    queue::mark_accepted(&connection, running, 8).unwrap();
+    assert_eq!(
+        queue::withdraw_inbound(&connection, "telegram", "r", "withdrawn by its sender").unwrap(),
+        queue::Withdrawn::Stored { message_id: 8 }
+    );
+    let body = reply_to("c", "the answer");
+    assert!(queue::queue_reply(&connection, running, "telegram", "telegram:42", &body).is_err());
+
+    // Answered: it stays answered, and says it was withdrawn since.
+    let answered = queue::insert_inbound(&connection, &message("a", "42", None, "secret three"))
+        .unwrap()
+        .unwrap();
+    queue::mark_accepted(&connection, answered, 9).unwrap();
+    queue::queue_reply(&connection, answered, "telegram", "telegram:42", &body).unwrap();
+    assert_eq!(
+        queue::withdraw_inbound(&connection, "telegram", "a", "withdrawn by its sender").unwrap(),
+        queue::Withdrawn::Stored { message_id: 9 }
+    );
+    assert_eq!(
+        outcome_of(&connection, answered),
+        (
+            "answered".to_string(),
+            Some("withdrawn by its sender after it was answered".to_string())
+        )
+    );
+    // No row keeps a withdrawn text; an unknown id changes nothing.
+    let texts: i64 = connection
+        .query_row(
+            "SELECT COUNT(*) FROM inbox WHERE body LIKE '%secret%'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(texts, 0);
+    assert_eq!(
+        queue::withdraw_inbound(&connection, "telegram", "never-seen", "withdrawn").unwrap(),
+        queue::Withdrawn::Unknown
+    );
+}
+
+#[test]
+fn every_message_has_one_outcome_and_a_flooding_sender_is_told_once_per_window() {
+    let (_directory, connection) = database();
+    let window = std::time::Duration::from_secs(60);
+    let answered = queue::insert_inbound(&connection, &message("1", "42", None, "hi"))
+        .unwrap()
+        .unwrap();
+    queue::mark_accepted(&connection, answered, 1).unwrap();
+    queue::queue_reply(
+        &connection,
+        answered,
+        "telegram",
+        "telegram:42",
+        &reply_to("c", "hello"),
+    )
+    .unwrap();
+    let ignored =
+        queue::insert_ignored(&connection, &message("2", "42", None, "ooo"), "auto-reply")
+            .unwrap()
+            .unwrap();
+    let refused = [("3", "flood"), ("4", "flood again")].map(|(id, text)| {
+        queue::insert_refused(
+            &connection,
+            &message(id, "999", None, text),
+            "over the rate",
+            "slow down, please",
+            window,
+        )
+        .unwrap()
+        .unwrap()
+    });
+    let failed = queue::insert_inbound(&connection, &message("5", "42", None, "x"))
+        .unwrap()
+        .unwrap();
+    queue::fail_inbound(&connection, failed, "channel gone").unwrap();
+    let pending = queue::insert_inbound(&connection, &message("6", "42", None, "y"))
+        .unwrap()
+        .unwrap();
+
+    let outcomes: Vec<(String, Option<String>)> = queue::outcomes(&connection, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|outcome| (outcome.outcome, outcome.reason))
+        .collect();
+    let expected =
+        |outcome: &str, reason: Option<&str>| (outcome.to_string(), reason.map(str::to_string));
+    assert_eq!(
+        outcomes,
+        [
+            expected("answered", None),
+            expected("ignored", Some("auto-reply")),
+            expected("refused", Some("over the rate (the sender was told)")),
+            expected(
+                "refused",
+                Some("over the rate (the sender was already told in this window)")
+            ),
+            expected("failed", Some("channel gone")),
+            expected("pending", None),
+        ]
+    );
+    assert_eq!(
+        [answered, ignored, refused[0], refused[1], failed, pending],
+        [1, 2, 3, 4, 5, 6]
+    );
+    // One notice, in reply to the first refused message, queued to the sender.
+    let notices: Vec<(String, i64)> = connection
+        .prepare("SELECT recipient, inbox_id FROM outbox WHERE origin = 'refusal'")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(notices, [("telegram:999".to_string(), refused[0])]);
+    let reply = queue::outcomes(&connection, refused[0] - 1, 1).unwrap()[0]
+        .reply
+        .clone();
+    assert_eq!(reply.as_deref(), Some("queued"));
+}
+
+#[test]
+fn a_database_from_before_outcomes_gets_the_columns() {
+    let directory = tempfile::tempdir().unwrap();
+    let connection = Connection::open(directory.path().join("old.sqlite3")).unwrap();
+    connection
+        .execute_batch(&queue::SCHEMA.replace(
+            "outcome TEXT CHECK (outcome IN ('answered', 'refused', 'ignored', 'failed')),\n    outcome_reason TEXT,\n",
+            "",
+        ))
+        .unwrap();
+    let columns = |connection: &Connection| -> i64 {
+        connection
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('inbox') WHERE name LIKE 'outcome%'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(columns(&connection), 0, "the old shape");
+    queue::migrate(&connection).unwrap();
+    queue::migrate(&connection).unwrap();
+    assert_eq!(columns(&connection), 2);
+}

@@ -413,6 +413,95 @@ pub struct ModelConfig {
     /// Price table by model name, in USD per million tokens.
     #[serde(default)]
     pub prices: BTreeMap<String, ModelPrice>,
+    /// Further API keys for this endpoint (environment variable names): calls rotate over
+    /// `apiKeyEnv` and these, a rate-limited key resting until its `retry-after` passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_api_key_envs: Vec<String>,
+    /// Endpoints tried in order after this one (the primary) fails; roles override only
+    /// the primary's model name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<ModelFallback>,
+    /// How failed model calls are retried and failed over.
+    #[serde(default, skip_serializing_if = "FailoverConfig::is_default")]
+    pub failover: FailoverConfig,
+}
+
+/// One entry of the failover chain after the primary: its own endpoint, model and keys.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelFallback {
+    /// Wire protocol.
+    pub provider: ModelProvider,
+    /// Model name called at this endpoint (priced in `model.prices` like the primary's).
+    pub name: String,
+    /// Base URL of the API.
+    pub base_url: String,
+    /// Environment variable of the agent container holding the API key (absent: no key sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Further keys for this endpoint, rotated with `apiKeyEnv`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_api_key_envs: Vec<String>,
+}
+
+/// Retries and failover of one model call: retryable failures (429, 529, 5xx, timeouts,
+/// a stream cut) are retried with jittered backoff until `deadlineSeconds` after the
+/// call began, then the next entry is tried; an entry refusing the request or its key
+/// (400, 401, 403) is skipped for `coolDownSeconds`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailoverConfig {
+    /// How long one model call of a turn may retry and fail over before the person is told.
+    #[serde(default = "default_failover_deadline_seconds")]
+    pub deadline_seconds: u64,
+    /// How long an entry that refused a request or its key is skipped.
+    #[serde(default = "default_cool_down_seconds")]
+    pub cool_down_seconds: u64,
+}
+
+/// Default of [`FailoverConfig::deadline_seconds`].
+pub const DEFAULT_FAILOVER_DEADLINE_SECONDS: u64 = 120;
+
+/// Default of [`FailoverConfig::cool_down_seconds`].
+pub const DEFAULT_COOL_DOWN_SECONDS: u64 = 300;
+
+fn default_failover_deadline_seconds() -> u64 {
+    DEFAULT_FAILOVER_DEADLINE_SECONDS
+}
+
+fn default_cool_down_seconds() -> u64 {
+    DEFAULT_COOL_DOWN_SECONDS
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        Self {
+            deadline_seconds: DEFAULT_FAILOVER_DEADLINE_SECONDS,
+            cool_down_seconds: DEFAULT_COOL_DOWN_SECONDS,
+        }
+    }
+}
+
+impl FailoverConfig {
+    /// Whether every field has its default (then it is not written).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The agent container's variable holding the primary model's (first) API key.
+pub const MODEL_API_KEY_ENV: &str = "SAINT_MODEL_API_KEY";
+
+/// The agent container's variable holding key `key` (0: the entry's `apiKeySecretRef`,
+/// 1…: its `additionalApiKeySecretRefs`) of failover chain entry `entry` (0: the
+/// primary, 1…: `fallbacks`). The operator sets them; the rendered config names them.
+pub fn model_api_key_env(entry: usize, key: usize) -> String {
+    match (entry, key) {
+        (0, 0) => MODEL_API_KEY_ENV.to_string(),
+        (0, key) => format!("{MODEL_API_KEY_ENV}_{key}"),
+        (entry, 0) => format!("SAINT_MODEL_FALLBACK_{entry}_API_KEY"),
+        (entry, key) => format!("SAINT_MODEL_FALLBACK_{entry}_API_KEY_{key}"),
+    }
 }
 
 /// Context window assumed when none is configured, in tokens.
@@ -569,6 +658,29 @@ pub struct RoleConfig {
     /// Limits on the background sub-agents a person with this role may start.
     #[serde(default, skip_serializing_if = "SpawnLimits::is_default")]
     pub spawn: SpawnLimits,
+    /// How long the data of the people with this role is kept; absent: for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// How many days each kind of a person's data is kept (the Role's `retention`). A kind
+/// left out is kept for good. The agent's sweeper deletes what is older.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Retention {
+    /// Transcript messages (their sessions, group messages they wrote, their jobs' and
+    /// sub-agents' sessions), and their inbox and outbox rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcripts_days: Option<u32>,
+    /// Files that came with their messages (`inbox/<channel>/<message>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachments_days: Option<u32>,
+    /// Their memory notes (`memory/users/<slug>/`), by last change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_days: Option<u32>,
+    /// Their lines of `logs/usage.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_days: Option<u32>,
 }
 
 /// Limits on one person's scheduled jobs.
@@ -870,6 +982,10 @@ pub struct ContactConfig {
     pub role: String,
     /// Normalised identities (`whatsapp:+385…`), sorted.
     pub identities: Vec<ChannelIdentity>,
+    /// Erase everything kept about this person (the Contact's `erase: true`): the agent
+    /// does it when it loads a config saying so, as `saint-agent erase` would.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub erase: bool,
 }
 
 /// How session keys are derived.
@@ -1156,11 +1272,13 @@ impl BotConfig {
         serde_json::to_value(schemars::schema_for!(BotConfig)).expect("schema is serialisable")
     }
 
-    /// The models a turn of this bot calls: the default and the roles' own, sorted.
+    /// The models a turn of this bot calls: the default, the roles' own and the failover
+    /// chain's, sorted.
     /// (A sub-agent may ask for another, but only for one `model.prices` prices.)
     pub fn models_in_use(&self) -> Vec<&str> {
         let mut models: Vec<&str> = std::iter::once(self.model.name.as_str())
             .chain(self.roles.values().filter_map(|role| role.model.as_deref()))
+            .chain(self.model.fallbacks.iter().map(|entry| entry.name.as_str()))
             .collect();
         models.sort_unstable();
         models.dedup();

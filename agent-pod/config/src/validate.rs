@@ -78,6 +78,26 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     if config.model.name.trim().is_empty() {
         return Err(invalid("model.name", "must not be empty"));
     }
+    for (index, fallback) in config.model.fallbacks.iter().enumerate() {
+        if fallback.name.trim().is_empty() {
+            return Err(invalid(
+                format!("model.fallbacks[{index}].name"),
+                "must not be empty",
+            ));
+        }
+        if fallback.base_url.trim().is_empty() {
+            return Err(invalid(
+                format!("model.fallbacks[{index}].baseUrl"),
+                "must not be empty",
+            ));
+        }
+    }
+    if config.model.failover.deadline_seconds == 0 {
+        return Err(invalid(
+            "model.failover.deadlineSeconds",
+            "must be at least 1",
+        ));
+    }
     if !config.roles.contains_key(&config.default_role) {
         return Err(invalid(
             "defaultRole",

@@ -131,7 +131,8 @@ impl LlmError {
         }
     }
 
-    fn retry_after(&self) -> Option<Duration> {
+    /// How long the server asked to wait before the next attempt (`retry-after`).
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
             LlmError::Status { retry_after, .. } => *retry_after,
             _ => None,
@@ -225,6 +226,19 @@ impl LlmClient {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+    }
+
+    /// Runs one attempt of a model call without retrying: whoever calls decides what
+    /// follows a failure (the agent's failover chain retries, rotates keys and falls
+    /// back). Events reach `on_event` as they stream in.
+    pub async fn complete_once(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<ChatResponse, LlmError> {
+        let mut emitted = false;
+        self.attempt(request, cancel, on_event, &mut emitted).await
     }
 
     async fn attempt(

@@ -58,6 +58,8 @@ pub struct Reply {
     chunk_delay: Duration,
     /// Held until the test releases it: the event a test waits on, never a sleep.
     gate: Option<Gate>,
+    /// Text characters streamed before the stream is cut (`None`: the whole answer).
+    cut_after: Option<usize>,
 }
 
 /// A reply held until [`Gate::open`]: the test decides when the model answers.
@@ -99,6 +101,7 @@ impl Reply {
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             gate: None,
+            cut_after: None,
         }
     }
 
@@ -153,6 +156,7 @@ impl Reply {
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             gate: None,
+            cut_after: None,
         }
     }
 
@@ -174,6 +178,13 @@ impl Reply {
     /// Holds the answer (after the request is recorded) until `gate` opens.
     pub fn held_until(mut self, gate: &Gate) -> Self {
         self.gate = Some(gate.clone());
+        self
+    }
+
+    /// Streams only the first `characters` characters of the answer's text, then ends
+    /// the stream without finishing the message (a connection cut mid-answer).
+    pub fn cut_after(mut self, characters: usize) -> Self {
+        self.cut_after = Some(characters);
         self
     }
 
@@ -519,12 +530,33 @@ async fn respond(shared: Arc<Shared>, wire: Wire, headers: HeaderMap, body: Stri
                 .expect("valid response")
         }
         ReplyKind::Answer { text, calls } => {
-            let events = match wire {
-                Wire::Anthropic => anthropic_events(&model, text, calls, reply.usage, call_number),
-                Wire::Openai => {
-                    openai_events(&model, text, calls, reply.usage, call_number, include_usage)
-                }
+            // A cut answer streams the start of its text, then the connection ends.
+            let text: String = match reply.cut_after {
+                Some(characters) => text.chars().take(characters).collect(),
+                None => text.clone(),
             };
+            let mut events = match wire {
+                Wire::Anthropic => anthropic_events(&model, &text, calls, reply.usage, call_number),
+                Wire::Openai => openai_events(
+                    &model,
+                    &text,
+                    calls,
+                    reply.usage,
+                    call_number,
+                    include_usage,
+                ),
+            };
+            if reply.cut_after.is_some() {
+                // Keep the start and the text deltas; drop what finishes the message.
+                events.retain(|event| match wire {
+                    Wire::Anthropic => {
+                        event.starts_with("event: message_start")
+                            || event.starts_with("event: content_block_start")
+                            || event.contains("text_delta")
+                    }
+                    Wire::Openai => event.contains("\"content\""),
+                });
+            }
             let chunk_delay = reply.chunk_delay;
             let last = events.len();
             // The watch rides along with the body until its last event is sent.

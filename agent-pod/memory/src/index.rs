@@ -568,7 +568,7 @@ fn indexed_paths(connection: &Connection, prefix: &str) -> Result<Vec<String>, I
 
 /// Deletes a file's chunks, keyword entries, vectors and vector codes (inside the
 /// caller's transaction).
-fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexError> {
+pub(crate) fn delete_chunks(connection: &Connection, relative: &str) -> Result<(), IndexError> {
     let mut select = connection
         .prepare_cached("SELECT id, text FROM chunks WHERE path = ?1")
         .map_err(sqlite("read chunks"))?;

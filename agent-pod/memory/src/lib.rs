@@ -24,6 +24,7 @@ pub mod chunking;
 mod database;
 pub mod embedder_service;
 pub mod embeddings;
+pub mod erase;
 mod index;
 mod memory_file;
 pub mod memory_paths;

@@ -143,8 +143,24 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
             let reason = error.to_string();
             tracing::warn!(inbox_id = row.id, %reason, "inbound message cannot be answered");
             let _ = hub.store.queue("update the inbox", |transaction| {
-                queue::fail_inbound(transaction, row.id, &reason)
+                queue::ignore_inbound(transaction, row.id, &reason)
             });
+        }
+        // Its sender withdrew the message before its turn stored it or before the reply
+        // was queued: nothing is stored or sent, and the row says so already.
+        Err(_)
+            if hub
+                .store
+                .queue("read the inbox", |transaction| {
+                    queue::inbound_settled(transaction, row.id)
+                })
+                .unwrap_or(false) =>
+        {
+            tracing::info!(
+                inbox_id = row.id,
+                "message withdrawn by its sender during its turn; not answered"
+            );
+            channel.outbox_ready.notify_one();
         }
         Err(error) => {
             let reason = ErrorChain(&error).to_string();
@@ -161,8 +177,8 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
                             text: FAILED_REPLY.to_string(),
                             context: row.message.context.clone(),
                         },
-                    )
-                    .map(drop)
+                    )?;
+                    queue::record_failure_told(transaction, row.id, &reason)
                 })
             } else {
                 let delay = retry_delay(attempts);

@@ -451,6 +451,10 @@ async fn readyz_details(State(state): State<AppState>) -> Response {
     if let Some(warning) = config.unpriced_models_warning() {
         body.push_str(&format!("warning: {warning}\n"));
     }
+    // Failover chain entries cooling down after a refused call, and keys left out.
+    for line in state.runtime.model_health_lines() {
+        body.push_str(&format!("warning: {line}\n"));
+    }
     if let Some(hub) = &state.channels {
         for line in hub.health_lines() {
             body.push_str(&format!("warning: {line}\n"));
@@ -460,6 +464,8 @@ async fn readyz_details(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    // Cool-downs end with time, not with an event: the health gauge is read fresh.
+    state.runtime.model_health_lines();
     (
         [(
             header::CONTENT_TYPE,

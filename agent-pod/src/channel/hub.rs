@@ -121,20 +121,44 @@ impl ChannelHub {
     }
 
     /// Why an inbound message is to be recorded but not answered, if it is: nothing to
-    /// answer, or a sender who is not a (verified) Contact over their message rate. A
-    /// Contact is not rate-limited: their role's budget bounds what they cost, and a
-    /// backlog delivered after downtime is not a flood.
-    pub fn not_to_answer(&self, message: &InboundMessage) -> Option<String> {
+    /// answer (ignored), or a sender who is not a (verified) Contact over their message
+    /// rate (refused: they are told, once per window). A Contact is not rate-limited:
+    /// their role's budget bounds what they cost, and a backlog delivered after downtime
+    /// is not a flood.
+    pub fn not_to_answer(&self, message: &InboundMessage) -> Option<NotAnswered> {
         if let Some(reason) = message.unanswerable() {
-            return Some(reason.to_string());
+            return Some(NotAnswered::Ignored(reason.to_string()));
         }
         let contact = message.sender_verified && self.is_contact(&message.sender);
         if !contact && !self.sender_limits.sender_allowed(message.sender.as_ref()) {
             tracing::warn!(channel = %message.channel, sender = %message.sender, platform_id = %message.platform_id,
                 "sender over their message rate limit; message recorded, not answered");
-            return Some("sender over their message rate limit".to_string());
+            return Some(NotAnswered::Refused(
+                "sender over their message rate limit".to_string(),
+            ));
         }
         None
+    }
+
+    /// Removes the files saved from messages of `channel` their senders withdrew
+    /// (`inbox/<channel>/<message>/` in the workspace), if any were saved.
+    pub fn forget_attachments(&self, channel: &str, withdrawn: &[String]) {
+        for platform_id in withdrawn {
+            let folder = self
+                .workspace
+                .join("inbox")
+                .join(saint_channels::attachments::safe_name(channel))
+                .join(saint_channels::attachments::safe_name(platform_id));
+            match std::fs::remove_dir_all(&folder) {
+                Ok(()) => {
+                    tracing::info!(%channel, %platform_id, "removed the files of a withdrawn message")
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::warn!(%channel, %platform_id, %error, path = %folder.display(), "failed to remove the files of a withdrawn message")
+                }
+            }
+        }
     }
 
     /// Whether `identity` belongs to a Contact, by the bot's current config.
@@ -236,6 +260,76 @@ impl ChannelHub {
     }
 }
 
+/// Why an inbound message is not answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotAnswered {
+    /// Recorded with the reason; nothing is sent (an auto-reply, an empty message).
+    Ignored(String),
+    /// Recorded with the reason, and the sender is told [`RATE_LIMIT_NOTICE`] once per
+    /// [`RATE_LIMIT_NOTICE_WINDOW`].
+    Refused(String),
+}
+
+/// What a sender over their message rate is told.
+pub const RATE_LIMIT_NOTICE: &str = "You are sending messages faster than I can answer them, so I am \
+     not answering for a little while. Please wait a minute and write again.";
+/// A sender over their rate is told at most once in this long.
+pub const RATE_LIMIT_NOTICE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Stores `message` in the inbox as its decision says, in the caller's transaction;
+/// whether it is new and waits for a turn.
+pub fn store_inbound(
+    transaction: &rusqlite::Transaction<'_>,
+    message: &InboundMessage,
+    decision: Option<&NotAnswered>,
+) -> rusqlite::Result<bool> {
+    match decision {
+        None => Ok(queue::insert_inbound(transaction, message)?.is_some()),
+        Some(NotAnswered::Ignored(reason)) => {
+            queue::insert_ignored(transaction, message, reason)?;
+            Ok(false)
+        }
+        Some(NotAnswered::Refused(reason)) => {
+            queue::insert_refused(
+                transaction,
+                message,
+                reason,
+                RATE_LIMIT_NOTICE,
+                RATE_LIMIT_NOTICE_WINDOW,
+            )?;
+            Ok(false)
+        }
+    }
+}
+
+/// Records in the caller's transaction that the senders withdrew messages `withdrawn`
+/// of `channel`: not answered if their turn has not started, their text replaced in
+/// the transcript if it has. Whether a stored message was rewritten (call
+/// [`SessionStore::note_rewrite`] before the commit).
+pub fn withdraw_inbound(
+    transaction: &rusqlite::Transaction<'_>,
+    channel: &str,
+    withdrawn: &[String],
+) -> rusqlite::Result<bool> {
+    let mut rewritten = false;
+    for platform_id in withdrawn {
+        let outcome =
+            queue::withdraw_inbound(transaction, channel, platform_id, "withdrawn by its sender")?;
+        match outcome {
+            queue::Withdrawn::Unknown => {}
+            queue::Withdrawn::Stored { message_id } => {
+                tracing::info!(%channel, %platform_id, "message withdrawn by its sender; its text leaves the transcript");
+                crate::session::withdraw_message(transaction, message_id)?;
+                rewritten = true;
+            }
+            queue::Withdrawn::BeforeTurn | queue::Withdrawn::NotAnswered => {
+                tracing::info!(%channel, %platform_id, "message withdrawn by its sender; not answered")
+            }
+        }
+    }
+    Ok(rewritten)
+}
+
 /// The inbox as the polling channels (e-mail) see it.
 struct HubSink(Arc<ChannelHub>);
 
@@ -261,6 +355,16 @@ impl InboxSink for HubSink {
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
     ) -> BoxFuture<'a, Result<(), String>> {
+        self.commit_with_withdrawals(channel, messages, Vec::new(), cursor)
+    }
+
+    fn commit_with_withdrawals<'a>(
+        &'a self,
+        channel: &'a str,
+        messages: Vec<(InboundMessage, Option<String>)>,
+        withdrawn: Vec<String>,
+        cursor: String,
+    ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let store = self.0.store.clone();
             let name = channel.to_string();
@@ -269,33 +373,33 @@ impl InboxSink for HubSink {
             let messages: Vec<_> = messages
                 .into_iter()
                 .map(|(message, ignore)| {
-                    let ignore = ignore.or_else(|| self.0.not_to_answer(&message));
-                    (message, ignore)
+                    let decision = ignore
+                        .map(NotAnswered::Ignored)
+                        .or_else(|| self.0.not_to_answer(&message));
+                    (message, decision)
                 })
                 .collect();
             let reply_limit = self
                 .0
                 .channel(channel)
                 .and_then(|served| served.transport.reply_limit());
+            let forget = withdrawn.clone();
             let new = tokio::task::spawn_blocking(move || {
                 store.queue("store inbound messages", |transaction| {
                     let mut new = 0;
-                    for (message, ignore) in &messages {
+                    for (message, decision) in &messages {
                         // Counted in this transaction, so one batch cannot pass the limit.
-                        let ignore = match (ignore, reply_limit) {
-                            (None, Some(limit)) => over_reply_limit(transaction, message, limit)?,
-                            (ignore, _) => ignore.clone(),
+                        let decision = match (decision, reply_limit) {
+                            (None, Some(limit)) => over_reply_limit(transaction, message, limit)?
+                                .map(NotAnswered::Ignored),
+                            (decision, _) => decision.clone(),
                         };
-                        match ignore {
-                            None => {
-                                new += usize::from(
-                                    queue::insert_inbound(transaction, message)?.is_some(),
-                                )
-                            }
-                            Some(reason) => {
-                                queue::insert_ignored(transaction, message, &reason)?;
-                            }
-                        }
+                        new += usize::from(store_inbound(transaction, message, decision.as_ref())?);
+                    }
+                    if withdraw_inbound(transaction, &name, &withdrawn)? {
+                        // Before the commit: a turn that reads the transcript from now on
+                        // reads it whole, after the change.
+                        store.note_rewrite();
                     }
                     queue::set_cursor(transaction, &name, &cursor)?;
                     Ok(new)
@@ -304,8 +408,13 @@ impl InboxSink for HubSink {
             .await
             .map_err(|_| "the storage task failed".to_string())?
             .map_err(|error| ErrorChain(&error).to_string())?;
+            self.0.forget_attachments(channel, &forget);
             for _ in 0..new {
                 self.0.metering.metrics.channel_message(channel, "in");
+            }
+            // A refusal notice waits in the outbox.
+            if let Some(served) = self.0.channel(channel) {
+                served.outbox_ready.notify_one();
             }
             if new > 0 {
                 self.0.inbox_ready.notify_one();

@@ -1,4 +1,7 @@
-//! A channel's sender: delivers its outbox rows, oldest first, part by part.
+//! A channel's sender: delivers its outbox rows, oldest first, part by part. Rows of
+//! one conversation go out in order: while one waits for a retry (a rate limit), the
+//! later ones wait behind it ([`queue::due_outbound`] hands out only each
+//! conversation's oldest queued row).
 //!
 //! The text is rendered in the platform's markup and split at its limit on paragraph
 //! boundaries; each part sent is recorded before the next, so a retry (or a restart)

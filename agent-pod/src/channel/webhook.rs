@@ -21,10 +21,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use saint_channels::{WebhookRefusal, queue};
+use saint_channels::WebhookRefusal;
 use saint_config::ErrorChain;
 
-use super::http::AppState;
+use super::{
+    http::AppState,
+    hub::{store_inbound, withdraw_inbound},
+};
 
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
@@ -161,29 +164,30 @@ pub async fn receive(
         None => StatusCode::OK.into_response(),
     };
     let messages = delivery.messages.clone();
-    if messages.is_empty() {
+    let withdrawn = delivery.withdrawn.clone();
+    if messages.is_empty() && withdrawn.is_empty() {
         return ok();
     }
     let decisions: Vec<_> = messages
         .into_iter()
         .map(|message| {
-            let ignore = hub.not_to_answer(&message);
-            (message, ignore)
+            let decision = hub.not_to_answer(&message);
+            (message, decision)
         })
         .collect();
     let store = hub.store.clone();
+    let channel = name.clone();
+    let forget = withdrawn.clone();
     let stored = tokio::task::spawn_blocking(move || {
         store.queue("store inbound messages", |transaction| {
             let mut new = 0;
-            for (message, ignore) in &decisions {
-                match ignore {
-                    None => {
-                        new += usize::from(queue::insert_inbound(transaction, message)?.is_some())
-                    }
-                    Some(reason) => {
-                        queue::insert_ignored(transaction, message, reason)?;
-                    }
-                }
+            for (message, decision) in &decisions {
+                new += usize::from(store_inbound(transaction, message, decision.as_ref())?);
+            }
+            if withdraw_inbound(transaction, &channel, &withdrawn)? {
+                // Before the commit: a turn that reads the transcript from now on reads
+                // it whole, after the change.
+                store.note_rewrite();
             }
             Ok(new)
         })
@@ -191,10 +195,15 @@ pub async fn receive(
     .await;
     match stored {
         Ok(Ok(new)) => {
+            hub.forget_attachments(&name, &forget);
             for _ in 0..new {
                 hub.metering.metrics.channel_message(&name, "in");
             }
             hub.inbox_ready.notify_one();
+            // A refusal notice waits in the outbox.
+            if let Some(channel) = hub.channel(&name) {
+                channel.outbox_ready.notify_one();
+            }
             ok()
         }
         Ok(Err(error)) => {

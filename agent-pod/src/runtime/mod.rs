@@ -25,7 +25,10 @@ use self::session_cache::SessionCache;
 pub use self::{
     assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role, reachable_recipient},
     compaction::{estimate_tokens, split_point, summary_request},
-    model::{EnvLookup, ModelAccess, ModelSetupError, endpoint_for, process_env},
+    model::{
+        ChainEntry, EnvLookup, ModelAccess, ModelChain, ModelSetupError, Now, endpoint_for,
+        process_env,
+    },
     turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},
 };
 use saint_tools::registry::ToolSet;
@@ -222,6 +225,9 @@ pub struct TurnReply {
     pub model_calls: u32,
     /// Wall time spent inside model calls.
     pub model_time: Duration,
+    /// Wall time the failover chain spent around the model attempts (budget
+    /// reservations, metering, backoff waits): on a healthy primary, its overhead.
+    pub failover_time: Duration,
 }
 
 /// Why a turn failed. Messages are safe to show to the integration that sent the message.
@@ -305,6 +311,12 @@ impl Runtime {
     /// Metering (usage log and metrics).
     pub fn metering(&self) -> &Arc<Metering> {
         &self.metering
+    }
+
+    /// `/readyz` lines for failover chain entries cooling down; refreshes the
+    /// per-entry health gauge.
+    pub fn model_health_lines(&self) -> Vec<String> {
+        self.model.health_lines(&self.metering.metrics)
     }
 
     /// The tool catalog.

@@ -1,10 +1,14 @@
-//! Which model endpoint to call and with which key: the config's `model` section plus the
-//! environment, resolved once per endpoint and cached. The key is read from the
-//! environment variable the config names and lives only inside the client.
+//! Which model endpoints to call and with which keys: the config's `model` section (the
+//! primary and its fallbacks) plus the environment, resolved into a [`ModelChain`] once
+//! per config and cached with each entry's health and each key's rate limit. Keys are
+//! read from the environment variables the config names and live only inside clients.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
-use saint_config::{ModelConfig, ModelProvider};
+use saint_config::{FailoverConfig, ModelConfig, ModelFallback, ModelProvider};
 use saint_llm::{ClientOptions, Endpoint, LlmClient};
 
 /// Looks up an environment variable (injected so tests need not mutate the process env).
@@ -58,19 +62,41 @@ pub fn endpoint_for(
     })
 }
 
+/// What a cached chain was built from: a change rebuilds it (and forgets its health).
 #[derive(PartialEq)]
-struct CacheKey {
+struct ChainKey {
     provider: ModelProvider,
     base_url: String,
     api_key_env: Option<String>,
+    additional_api_key_envs: Vec<String>,
+    fallbacks: Vec<ModelFallback>,
+    failover: FailoverConfig,
 }
 
-/// Builds and caches the client for the config in force.
+impl ChainKey {
+    fn of(config: &ModelConfig) -> Self {
+        Self {
+            provider: config.provider,
+            base_url: config.base_url.clone(),
+            api_key_env: config.api_key_env.clone(),
+            additional_api_key_envs: config.additional_api_key_envs.clone(),
+            fallbacks: config.fallbacks.clone(),
+            failover: config.failover.clone(),
+        }
+    }
+}
+
+/// "Now" for cool-downs and rate-limited keys (injected so tests move it).
+pub type Now = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// Builds and caches the failover chain for the config in force; the chain keeps each
+/// entry's health and each key's rate limit across turns.
 pub struct ModelAccess {
     base_url_override: Option<String>,
     env: EnvLookup,
     options: ClientOptions,
-    cached: Mutex<Option<(CacheKey, LlmClient)>>,
+    now: Now,
+    cached: Mutex<Option<(ChainKey, Arc<ModelChain>)>>,
 }
 
 impl ModelAccess {
@@ -80,28 +106,280 @@ impl ModelAccess {
             base_url_override,
             env,
             options,
+            now: Arc::new(Instant::now),
             cached: Mutex::new(None),
         }
     }
 
-    /// The client for `config`, reusing the cached one while the endpoint is unchanged.
-    pub fn client(&self, config: &ModelConfig) -> Result<LlmClient, ModelSetupError> {
-        let key = CacheKey {
-            provider: config.provider,
-            base_url: config.base_url.clone(),
-            api_key_env: config.api_key_env.clone(),
-        };
+    /// The same resolver reading "now" from `now` for cool-downs and key rests.
+    pub fn with_clock(mut self, now: Now) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// The chain for `config`, reusing the cached one while its endpoints are unchanged.
+    pub fn chain(&self, config: &ModelConfig) -> Result<Arc<ModelChain>, ModelSetupError> {
+        let key = ChainKey::of(config);
         let mut cached = self.cached.lock().expect("model cache lock");
-        if let Some((existing, client)) = cached.as_ref()
+        if let Some((existing, chain)) = cached.as_ref()
             && *existing == key
         {
-            return Ok(client.clone());
+            return Ok(chain.clone());
         }
-        let endpoint = endpoint_for(config, self.base_url_override.as_deref(), &self.env)?;
-        let client = LlmClient::new(endpoint, self.options.clone())
-            .map_err(|error| ModelSetupError::Client(error.to_string()))?;
-        *cached = Some((key, client.clone()));
-        Ok(client)
+        let chain = Arc::new(ModelChain::build(
+            config,
+            self.base_url_override.as_deref(),
+            &self.env,
+            &self.options,
+            self.now.clone(),
+        )?);
+        *cached = Some((key, chain.clone()));
+        Ok(chain)
+    }
+
+    /// `/readyz` lines for chain entries that are cooling down (none before the first
+    /// call), refreshing the per-entry health gauge as they are read.
+    pub fn health_lines(&self, metrics: &crate::metering::Metrics) -> Vec<String> {
+        let chain = self
+            .cached
+            .lock()
+            .expect("model cache lock")
+            .as_ref()
+            .map(|(_, chain)| chain.clone());
+        chain.map_or_else(Vec::new, |chain| chain.health_lines(metrics))
+    }
+}
+
+/// The primary and its fallbacks, in the order they are tried, with their health.
+pub struct ModelChain {
+    pub(crate) entries: Vec<ChainEntry>,
+    /// Keys the environment does not hold, as `/readyz` lines.
+    left_out: Vec<String>,
+    pub(crate) failover: FailoverConfig,
+    pub(crate) options: ClientOptions,
+    now: Now,
+}
+
+/// One endpoint of the chain.
+pub struct ChainEntry {
+    /// `primary`, `fallback-1`, …: how metrics, logs and `/readyz` name it.
+    pub label: String,
+    /// The model called here (the primary's is replaced by a role's override).
+    pub model: String,
+    keys: Vec<LlmClient>,
+    state: Mutex<EntryState>,
+}
+
+#[derive(Default)]
+struct EntryState {
+    /// Skipped until then, and why (a refused request or key).
+    cooling: Option<(Instant, String)>,
+    /// Per key: resting until then after a rate limit, and when it was last limited.
+    limited_until: Vec<Option<Instant>>,
+    limited_at: Vec<Option<Instant>>,
+    /// Where round-robin continues among keys never limited.
+    next_key: usize,
+}
+
+impl ModelChain {
+    fn build(
+        config: &ModelConfig,
+        base_url_override: Option<&str>,
+        env: &EnvLookup,
+        options: &ClientOptions,
+        now: Now,
+    ) -> Result<Self, ModelSetupError> {
+        let client = |endpoint: Endpoint| {
+            LlmClient::new(endpoint, options.clone())
+                .map_err(|error| ModelSetupError::Client(error.to_string()))
+        };
+        // Only the primary's first key is required: a missing further key or fallback
+        // key leaves that key out (and `/readyz` says so) rather than the whole bot.
+        let mut left_out = Vec::new();
+        let mut key = |label: &str, name: &String| {
+            let value = env(name);
+            if value.is_none() {
+                left_out.push(format!(
+                    "model {label}: a key is left out: environment variable {name} is unset or empty"
+                ));
+            }
+            value
+        };
+        let primary = endpoint_for(config, base_url_override, env)?;
+        let mut primary_keys = vec![client(primary.clone())?];
+        for name in &config.additional_api_key_envs {
+            if let Some(api_key) = key("primary", name) {
+                primary_keys.push(client(Endpoint {
+                    api_key: Some(api_key),
+                    ..primary.clone()
+                })?);
+            }
+        }
+        let mut entries = vec![ChainEntry::new(
+            "primary".into(),
+            config.name.clone(),
+            primary_keys,
+        )];
+        for (index, fallback) in config.fallbacks.iter().enumerate() {
+            let label = format!("fallback-{}", index + 1);
+            let names: Vec<&String> = fallback
+                .api_key_env
+                .iter()
+                .chain(&fallback.additional_api_key_envs)
+                .collect();
+            let mut keys = Vec::new();
+            for name in &names {
+                if let Some(api_key) = key(&label, name) {
+                    keys.push(client(Endpoint {
+                        provider: fallback.provider,
+                        base_url: fallback.base_url.clone(),
+                        api_key: Some(api_key),
+                    })?);
+                }
+            }
+            if keys.is_empty() && !names.is_empty() {
+                // Every key of this fallback is missing: it cannot be called.
+                continue;
+            }
+            if keys.is_empty() {
+                keys.push(client(Endpoint {
+                    provider: fallback.provider,
+                    base_url: fallback.base_url.clone(),
+                    api_key: None,
+                })?);
+            }
+            entries.push(ChainEntry::new(label, fallback.name.clone(), keys));
+        }
+        Ok(Self {
+            entries,
+            left_out,
+            failover: config.failover.clone(),
+            options: options.clone(),
+            now,
+        })
+    }
+
+    /// Now, by the chain's clock.
+    pub fn now(&self) -> Instant {
+        (self.now)()
+    }
+
+    /// The entries to try, in order: those not cooling down; when every entry is
+    /// cooling down, all of them (trying beats certain failure).
+    pub fn order(&self) -> Vec<usize> {
+        let now = self.now();
+        let usable: Vec<usize> = (0..self.entries.len())
+            .filter(|index| !self.entries[*index].cooling_at(now))
+            .collect();
+        if usable.is_empty() {
+            (0..self.entries.len()).collect()
+        } else {
+            usable
+        }
+    }
+
+    /// `/readyz` lines for entries cooling down; sets each entry's health gauge.
+    pub fn health_lines(&self, metrics: &crate::metering::Metrics) -> Vec<String> {
+        let now = self.now();
+        let mut lines = self.left_out.clone();
+        for entry in &self.entries {
+            let cooling = entry
+                .state()
+                .cooling
+                .clone()
+                .filter(|(until, _)| *until > now);
+            metrics.llm_entry_health(&entry.label, &entry.model, cooling.is_none());
+            if let Some((until, reason)) = cooling {
+                lines.push(format!(
+                    "model {} ({:?} at {}) is skipped for {}s more after it refused a call: {reason}",
+                    entry.label,
+                    entry.model,
+                    entry.keys[0].endpoint().base_url,
+                    until.saturating_duration_since(now).as_secs()
+                ));
+            }
+        }
+        lines
+    }
+}
+
+impl ChainEntry {
+    fn new(label: String, model: String, keys: Vec<LlmClient>) -> Self {
+        let count = keys.len();
+        Self {
+            label,
+            model,
+            keys,
+            state: Mutex::new(EntryState {
+                limited_until: vec![None; count],
+                limited_at: vec![None; count],
+                ..EntryState::default()
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, EntryState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn cooling_at(&self, now: Instant) -> bool {
+        self.state()
+            .cooling
+            .as_ref()
+            .is_some_and(|(until, _)| *until > now)
+    }
+
+    /// The client of key `index`.
+    pub fn client(&self, index: usize) -> &LlmClient {
+        &self.keys[index]
+    }
+
+    /// The key to call with next and how long it must rest first (zero when one is
+    /// free): the least recently rate-limited free key, round-robin among equals.
+    pub fn pick_key(&self, now: Instant) -> (usize, Duration) {
+        let mut state = self.state();
+        let count = self.keys.len();
+        let start = state.next_key % count;
+        let free = (0..count)
+            .map(|offset| (start + offset) % count)
+            .filter(|index| state.limited_until[*index].is_none_or(|until| until <= now))
+            .min_by_key(|index| state.limited_at[*index]);
+        if let Some(index) = free {
+            state.next_key = index + 1;
+            return (index, Duration::ZERO);
+        }
+        let (index, until) = state
+            .limited_until
+            .iter()
+            .enumerate()
+            .filter_map(|(index, until)| until.map(|until| (index, until)))
+            .min_by_key(|(_, until)| *until)
+            .expect("every key is limited");
+        (index, until.saturating_duration_since(now))
+    }
+
+    /// Key `index` was rate-limited at `now`: it rests until `until`.
+    pub fn limited(&self, index: usize, now: Instant, until: Instant) {
+        let mut state = self.state();
+        state.limited_at[index] = Some(now);
+        state.limited_until[index] = Some(until);
+    }
+
+    /// The entry refused a call (its request or key): skipped until `until`.
+    pub fn cool_down(&self, until: Instant, reason: String) {
+        self.state().cooling = Some((until, reason));
+    }
+
+    /// The entry answered: healthy again.
+    pub fn answered(&self) {
+        self.state().cooling = None;
+    }
+
+    /// Whether the entry is cooling down at `now`.
+    pub fn is_cooling(&self, now: Instant) -> bool {
+        self.cooling_at(now)
     }
 }
 

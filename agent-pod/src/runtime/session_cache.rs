@@ -3,7 +3,8 @@
 //! since — its own user message, a canned reply — instead of decoding the whole session
 //! again. The cache lives beside the session's lock and is only reached through it, so
 //! two turns never see it at once; it is dropped when a turn fails and when the idle
-//! session's lock is swept.
+//! session's lock is swept, and not used once the store rewrote a stored message (a
+//! message its sender withdrew).
 
 use crate::session::{SessionStore, StoredMessage, Transcript};
 
@@ -13,6 +14,8 @@ use super::{Runtime, TurnError};
 #[derive(Debug, Default)]
 pub(crate) struct SessionCache {
     kept: Option<Kept>,
+    /// The store's rewrite count when the transcript being kept was read.
+    rewrites: u64,
 }
 
 #[derive(Debug)]
@@ -21,6 +24,8 @@ struct Kept {
     /// The id of its last message (0 when none is left uncompacted): every uncompacted
     /// message up to it is in `transcript`, every later one is not.
     seen_through: i64,
+    /// The store's rewrite count when it was read.
+    rewrites: u64,
 }
 
 impl SessionCache {
@@ -34,6 +39,7 @@ impl SessionCache {
         self.kept = Some(Kept {
             transcript,
             seen_through,
+            rewrites: self.rewrites,
         });
     }
 }
@@ -48,11 +54,16 @@ impl Runtime {
         cache: &mut SessionCache,
     ) -> Result<Transcript, TurnError> {
         let key = key.to_string();
-        match cache.kept.take() {
+        // Read before the transcript: a rewrite in between makes the next read whole.
+        let rewrites = self.store().rewrites();
+        let kept = cache.kept.take().filter(|kept| kept.rewrites == rewrites);
+        cache.rewrites = rewrites;
+        match kept {
             None => self.blocking(move |store| store.transcript(&key)).await,
             Some(Kept {
                 mut transcript,
                 seen_through,
+                ..
             }) => {
                 let newer: Vec<StoredMessage> = self
                     .blocking(move |store: &SessionStore| store.messages_after(&key, seen_through))

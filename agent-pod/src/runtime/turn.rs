@@ -1,5 +1,7 @@
 //! One turn of the conversation (see the module docs of `runtime`).
 
+mod failover;
+
 use std::{
     panic::AssertUnwindSafe,
     sync::Arc,
@@ -7,19 +9,16 @@ use std::{
 };
 
 use futures::FutureExt;
-use saint_config::{BotConfig, SessionKey, UnpricedModels};
-use saint_llm::{
-    CancellationToken, ChatRequest, ChatRole, ContentBlock, LlmClient, Message, StreamEvent,
-    ToolSpec, Usage,
-};
+use saint_config::{BotConfig, SessionKey};
+use saint_llm::{CancellationToken, ChatRequest, ChatRole, ContentBlock, Message, ToolSpec, Usage};
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 
 use saint_channels::{OutboundBody, queue};
 
 use super::{
-    Delivery, Inbound, ModelSetupError, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome,
-    TurnReply, compaction, group, session_cache::SessionCache,
+    Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
+    compaction, group, model::ModelChain, session_cache::SessionCache,
 };
 use saint_tools::{
     Caller, ToolContext, ToolError, Trigger,
@@ -29,7 +28,7 @@ use saint_tools::{
 };
 
 use crate::{
-    budget::{self, OverBudget, Reservation},
+    budget::Reservation,
     identity,
     metering::{self, ToolCallRecord},
     prompt::{self, PromptInputs},
@@ -126,6 +125,12 @@ pub(super) struct TurnState<'a> {
     usage: Usage,
     model_calls: u32,
     model_time: Duration,
+    /// Time in model calls outside their attempts (the failover chain's own work and
+    /// its waits).
+    failover_time: Duration,
+    /// The `usage.jsonl` lines of this turn's model attempts, written with its own line
+    /// (one write per turn, off the model calls' path).
+    attempt_lines: String,
     /// What this turn's model calls cost, in USD.
     spent: f64,
     /// The id of the message that started this turn.
@@ -252,6 +257,8 @@ impl Runtime {
             usage: Usage::default(),
             model_calls: 0,
             model_time: Duration::ZERO,
+            failover_time: Duration::ZERO,
+            attempt_lines: String::new(),
             spent: 0.0,
             first_message_id: message_id,
         };
@@ -307,20 +314,24 @@ impl Runtime {
             usage: state.usage,
             model_calls: state.model_calls,
             model_time: state.model_time,
+            failover_time: state.failover_time,
         })
     }
 
     async fn record_turn(&self, state: &TurnState<'_>, outcome: &str) {
         self.metering
-            .record_turn(&metering::TurnRecord {
-                user: &state.caller.slug,
-                role: &state.caller.role_name,
-                trigger: state.caller.trigger.label(),
-                outcome,
-                model_calls: state.model_calls,
-                usage: state.usage,
-                cost_usd: state.spent,
-            })
+            .record_turn_after(
+                &state.attempt_lines,
+                &metering::TurnRecord {
+                    user: &state.caller.slug,
+                    role: &state.caller.role_name,
+                    trigger: state.caller.trigger.label(),
+                    outcome,
+                    model_calls: state.model_calls,
+                    usage: state.usage,
+                    cost_usd: state.spent,
+                },
+            )
             .await;
     }
 
@@ -461,104 +472,6 @@ impl Runtime {
         crate::identity::authority_changed(&now, state.caller)
     }
 
-    /// Calls the model for `state`'s caller: refuses a model `model.prices` does not price
-    /// (unless `budget.unpricedModels: allow`), reserves the call's worst case in the
-    /// caller's budget — `prompt_tokens` estimated at the input price plus the request's
-    /// `max_tokens` at the output price — and returns the answer with its [`Charge`],
-    /// which the caller settles once the cost is stored.
-    async fn call_model(
-        &self,
-        state: &mut TurnState<'_>,
-        client: &LlmClient,
-        request: &ChatRequest,
-        prompt_tokens: u64,
-        cancel: &CancellationToken,
-        stream_text: bool,
-    ) -> Result<Called, TurnError> {
-        let price = match state.config.model.prices.get(&request.model) {
-            Some(price) => Some(price),
-            None if state.config.budget.unpriced_models == UnpricedModels::Allow => None,
-            None => return Err(ModelSetupError::Unpriced(request.model.clone()).into()),
-        };
-        let mut reservation = match &state.caller.role.budget {
-            None => None,
-            Some(role_budget) => {
-                let worst_case = price.map_or(0.0, |price| {
-                    budget::worst_case_usd(price, prompt_tokens, request.max_tokens)
-                });
-                let reserved = self
-                    .budgets
-                    .reserve(
-                        &state.caller.slug,
-                        role_budget,
-                        worst_case,
-                        jiff::Timestamp::now(),
-                        |first, last| {
-                            let slug = state.caller.slug.clone();
-                            self.blocking(move |store| store.spent_between(&slug, &first, &last))
-                        },
-                    )
-                    .await?;
-                match reserved {
-                    Ok(reservation) => Some(reservation),
-                    Err(OverBudget) => return Ok(Called::OverBudget),
-                }
-            }
-        };
-        let started = Instant::now();
-        let events = state.events;
-        let address = client.endpoint().url();
-        let mut on_event = |event: StreamEvent| match (events, event) {
-            (Some(events), StreamEvent::TextDelta(text)) if stream_text => {
-                let _ = events.send(TurnEvent::TextDelta(text));
-            }
-            // The person waiting hears of a failure now, not after the last retry.
-            (Some(events), StreamEvent::Retrying { error, delay, .. }) => {
-                let _ = events.send(TurnEvent::ModelTrouble {
-                    address: address.clone(),
-                    error,
-                    retry_in: Some(delay),
-                });
-            }
-            _ => {}
-        };
-        let response = client.complete(request, cancel, &mut on_event).await;
-        if let (Err(error), Some(events)) = (&response, events)
-            && !matches!(error, saint_llm::LlmError::Cancelled)
-        {
-            let _ = events.send(TurnEvent::ModelTrouble {
-                address: address.clone(),
-                error: error.to_string(),
-                retry_in: None,
-            });
-        }
-        let elapsed = started.elapsed();
-        state.model_time += elapsed;
-        state.model_calls += 1;
-        // A failed call releases its reservation (dropped here).
-        let response = response?;
-        state.usage = state.usage + response.usage;
-        // An unpriced model gets here only when allowed: it counts as free.
-        let cost =
-            metering::cost_usd(&state.config.model, &request.model, response.usage).unwrap_or(0.0);
-        if let Some(reservation) = &mut reservation {
-            reservation.set_cost(cost);
-        }
-        state.spent += cost;
-        self.metering.metrics.model_call(
-            metering::ModelCall {
-                model: &request.model,
-                role: &state.caller.role_name,
-                person: metering::person_label(state.caller.known, &state.caller.slug),
-                trigger: state.caller.trigger.label(),
-            },
-            response.usage,
-            cost,
-            elapsed,
-        );
-        Ok(Called::Answered(response, Charge { cost, reservation }))
-    }
-
     async fn run_loop(
         &self,
         state: &mut TurnState<'_>,
@@ -605,7 +518,7 @@ impl Runtime {
             base_prompt.push_str(note);
         }
         let specs = tool_specs(&visible);
-        let client = self.model.client(&config.model)?;
+        let chain = self.model.chain(&config.model)?;
         let context = ToolContext {
             caller: caller.clone(),
             workspace: self.workspace.clone(),
@@ -656,7 +569,7 @@ impl Runtime {
                     let Some(compacted) = self
                         .compact(
                             state,
-                            &client,
+                            &chain,
                             &model_name,
                             &summary,
                             &history[..cut],
@@ -680,7 +593,7 @@ impl Runtime {
                 }
 
                 let Called::Answered(response, charge) = self
-                    .call_model(state, &client, &request, prompt_tokens, cancel, true)
+                    .call_model(state, &chain, &request, prompt_tokens, cancel, true)
                     .await?
                 else {
                     break 'turn LoopEnd::OverBudget;
@@ -795,7 +708,7 @@ impl Runtime {
     async fn compact(
         &self,
         state: &mut TurnState<'_>,
-        client: &LlmClient,
+        chain: &ModelChain,
         model: &str,
         previous: &str,
         older: &[StoredMessage],
@@ -809,7 +722,7 @@ impl Runtime {
         );
         let prompt_tokens = compaction::estimate_tokens(&request);
         let Called::Answered(response, charge) = self
-            .call_model(state, client, &request, prompt_tokens, cancel, false)
+            .call_model(state, chain, &request, prompt_tokens, cancel, false)
             .await?
         else {
             return Ok(None);

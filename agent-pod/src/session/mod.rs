@@ -9,4 +9,5 @@ pub use self::{
     durable::{OpenFailure, open_durable},
     history::repair_tool_pairing,
     store::{SessionError, SessionInfo, SessionStore, StoredMessage, Transcript},
+    store::{WITHDRAWN_MESSAGE, withdraw_message},
 };

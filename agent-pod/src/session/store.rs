@@ -71,6 +71,22 @@ CREATE TABLE IF NOT EXISTS spend (
 );
 ";
 
+/// What a message its sender withdrew (a redaction, a deletion) reads as afterwards.
+pub const WITHDRAWN_MESSAGE: &str = "[message deleted by its sender]";
+
+/// Replaces the text of stored message `id` with [`WITHDRAWN_MESSAGE`], in the caller's
+/// transaction: the turn order of the session stays as it was, the words are gone.
+/// Call [`SessionStore::note_rewrite`] in the same transaction, before it commits.
+pub fn withdraw_message(transaction: &rusqlite::Transaction<'_>, id: i64) -> rusqlite::Result<()> {
+    let content = serde_json::to_string(&Message::user_text(WITHDRAWN_MESSAGE).content)
+        .expect("content blocks serialise");
+    transaction.execute(
+        "UPDATE messages SET content = ?2 WHERE id = ?1",
+        params![id, content],
+    )?;
+    Ok(())
+}
+
 /// A message as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredMessage {
@@ -112,6 +128,9 @@ pub struct SessionInfo {
 pub struct SessionStore {
     path: PathBuf,
     connection: Mutex<Connection>,
+    /// Bumped whenever stored messages are rewritten or removed (not appended), so a
+    /// transcript kept in memory is read again.
+    rewrites: std::sync::atomic::AtomicU64,
 }
 
 fn now() -> String {
@@ -132,10 +151,28 @@ impl SessionStore {
                     source,
                 },
             })?;
+        saint_channels::queue::migrate(&connection).map_err(|source| SessionError::Open {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Self {
             path,
             connection: Mutex::new(connection),
+            rewrites: Default::default(),
         })
+    }
+
+    /// How many times stored messages were rewritten or removed since the store opened:
+    /// a transcript kept from before a change is stale.
+    pub fn rewrites(&self) -> u64 {
+        self.rewrites.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Records that stored messages are being rewritten or removed: call it before the
+    /// change commits, so a transcript read after the commit is never a kept copy.
+    pub fn note_rewrite(&self) {
+        self.rewrites
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The database file.

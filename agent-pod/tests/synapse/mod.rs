@@ -476,6 +476,22 @@ impl User {
         .await
     }
 
+    /// Redacts event `event_id` of `room` (a client's "delete message").
+    pub async fn redact(&self, room: &str, event_id: &str) {
+        static TRANSACTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let transaction = TRANSACTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.ok(
+            reqwest::Method::PUT,
+            &format!(
+                "rooms/{}/redact/{}/redact-{transaction}",
+                encode(room),
+                encode(event_id)
+            ),
+            Some(json!({"reason": "sent by mistake"})),
+        )
+        .await;
+    }
+
     /// `user`'s membership of `room` (`join`, `invite`, `leave`…), as this user sees it.
     pub async fn membership(&self, room: &str, user: &str) -> Option<String> {
         let (status, answer) = self

@@ -57,6 +57,13 @@ pub struct ContactSpec {
     #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
     #[x_kube(validation = dns_label_list_rule("bots"))]
     pub bots: Vec<String>,
+
+    /// Erase everything the bots keep about this person: transcripts, attachments,
+    /// memory notes, channel queue rows, scheduled jobs and sub-agent sessions are
+    /// deleted and usage lines pseudonymised, when each bot next loads its config. Set
+    /// it, wait for the bot to reload, then delete the Contact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub erase: bool,
 }
 
 /// How a person appears on each channel. All optional.

@@ -127,6 +127,34 @@ pub struct RoleSpec {
     /// role. Absent: depth 1, 2 at once, 600 s each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawn: Option<SpawnLimitsSpec>,
+
+    /// How many days the data of each person holding the role is kept; a kind left out
+    /// is kept for good. The agent's sweeper deletes what is older.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RoleRetention>,
+}
+
+/// Days each kind of a person's data is kept (each 1 to 36500 when set).
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRetention {
+    /// Transcripts (their sessions, group messages they wrote, their jobs' and
+    /// sub-agents' sessions) and their channel inbox and outbox rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub transcripts_days: Option<u32>,
+    /// Files that came with their messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub attachments_days: Option<u32>,
+    /// Their memory notes (`memory/users/<name>/`), by last change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub memory_days: Option<u32>,
+    /// Their usage-log lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub usage_days: Option<u32>,
 }
 
 /// Tool allow and deny lists.

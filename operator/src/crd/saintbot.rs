@@ -292,9 +292,82 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_output_tokens: Option<u32>,
-    /// Price table by model name, in USD per million tokens (drives role budgets).
+    /// Price table by model name, in USD per million tokens (drives role budgets); the
+    /// fallbacks' models are priced here too.
     #[serde(default)]
     pub prices: BTreeMap<String, ModelPriceSpec>,
+    /// Further API keys for this endpoint (Secret keys reaching only the `agent`
+    /// container): calls rotate over `apiKeySecretRef` and these, a rate-limited key
+    /// resting until its `retry-after` passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(r, r.name != '' && r.key != '')")
+        .message("model.additionalApiKeySecretRefs entries must name both a Secret (name) and a key in it (key)"))]
+    pub additional_api_key_secret_refs: Vec<SecretKeyReference>,
+    /// Endpoints tried in order after this one fails (rate limits, overload, errors,
+    /// timeouts past `failover.deadlineSeconds`, a refused key). Roles override only the
+    /// primary's model name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub fallbacks: Vec<ModelFallbackSpec>,
+    /// How failed model calls are retried and failed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+}
+
+/// One fallback endpoint of the model chain, with its own model and API key.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.apiKeySecretRef)")
+    .message("model.fallbacks[].apiKeySecretRef is required: a fallback is another provider's endpoint and needs its own API key Secret"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.baseUrl) || !self.baseUrl.startsWith('http://') || has(self.allowInsecure)"
+).message("model.fallbacks[].baseUrl is plain http://: prompts, answers and the API key would cross the network in clear text; use https://, or set allowInsecure to say why clear text is acceptable here"))]
+pub struct ModelFallbackSpec {
+    /// Wire protocol: `anthropic` or `openai`.
+    pub provider: ModelProvider,
+    /// Model called at this endpoint (price it in `model.prices`).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Base URL of the API (`https://`; plain `http://` only with `allowInsecure`).
+    /// Absent: the provider's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new(format!("[self].all(v, {})", super::channel_rules::HTTP_URL))
+        .message("model.fallbacks[].baseUrl must be an https:// URL with a host (http:// only with allowInsecure)"))]
+    pub base_url: Option<String>,
+    /// Why clear text is acceptable for this endpoint: only with it may `baseUrl` be
+    /// plain `http://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub allow_insecure: Option<String>,
+    /// Secret key holding this endpoint's API key (required); it reaches only the
+    /// `agent` container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = secret_key_rule("model.fallbacks[].apiKeySecretRef"))]
+    pub api_key_secret_ref: Option<SecretKeyReference>,
+    /// Further keys for this endpoint, rotated with `apiKeySecretRef`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(r, r.name != '' && r.key != '')")
+        .message("model.fallbacks[].additionalApiKeySecretRefs entries must name both a Secret (name) and a key in it (key)"))]
+    pub additional_api_key_secret_refs: Vec<SecretKeyReference>,
+}
+
+/// Retries and failover of one model call.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// How long one model call may retry and fail over before the person is told
+    /// (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub deadline_seconds: Option<u64>,
+    /// How long an entry that refused a request or its key (400, 401, 403) is skipped
+    /// (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 86400))]
+    pub cool_down_seconds: Option<u64>,
 }
 
 /// USD per million tokens.

@@ -45,7 +45,7 @@ pub use self::{
 };
 
 /// Env var of the agent container holding the model API key.
-pub const MODEL_API_KEY_ENV: &str = "SAINT_MODEL_API_KEY";
+pub const MODEL_API_KEY_ENV: &str = saint_config::MODEL_API_KEY_ENV;
 /// Env var of the agent container holding the web search API key.
 pub const WEB_SEARCH_API_KEY_ENV: &str = "SAINT_WEB_SEARCH_API_KEY";
 /// Where the porter container (and only it) sees the Secret keys of CLI credentials; the
@@ -126,6 +126,9 @@ pub struct ValidatedSaintBot {
     pub registry: Registry,
     /// Model API key (agent container only).
     pub model_api_key: Option<SecretKeyReference>,
+    /// The failover chain's other model keys as (env var, Secret key), in chain order
+    /// (agent container only).
+    pub model_api_keys: Vec<(String, SecretKeyReference)>,
     /// Channel secrets as (env var, Secret key), sorted (agent container only).
     pub channel_secrets: Vec<(String, SecretKeyReference)>,
     /// Web search API key (agent container only).
@@ -214,7 +217,15 @@ fn resolve_contacts(
         })
         .collect();
     let role_names: BTreeSet<String> = roles.keys().cloned().collect();
-    identity::resolve(&inputs, &role_names)
+    let mut report = identity::resolve(&inputs, &role_names);
+    // A Contact marked for erasure is rendered with `erase: true`: the agent erases the
+    // person's data when it loads the config.
+    for rendered in &mut report.contacts {
+        rendered.erase = contacts
+            .iter()
+            .any(|contact| contact.spec.erase && rendered.slug == contact.name_any());
+    }
+    report
 }
 
 /// The kinds of channel each Contact declares a well-formed identifier for, by name.
@@ -387,6 +398,7 @@ pub fn validate(
         config,
         registry: porter.registry,
         model_api_key: spec.model.api_key_secret_ref.clone(),
+        model_api_keys: model::model_key_secrets(&spec.model),
         channel_secrets: channels.secrets,
         web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
         porter_secret_files: porter.secret_files,
@@ -549,6 +561,34 @@ mod tests {
                 "{problem}"
             );
         }
+    }
+
+    #[test]
+    fn a_contact_marked_erase_and_a_roles_retention_are_rendered_for_the_agent() {
+        let mut dereferenced = namespace(json!({
+            "tools": {"allow": ["read"]},
+            "retention": {"transcriptsDays": 30, "usageDays": 400},
+        }));
+        dereferenced.contacts[1].spec.erase = true;
+        let config = validate(&bot(json!({})), &dereferenced, &settings())
+            .expect("the bot renders")
+            .config;
+        let mut erased: Vec<(&str, bool)> = config
+            .contacts
+            .iter()
+            .map(|contact| (contact.slug.as_ref(), contact.erase))
+            .collect();
+        erased.sort();
+        assert_eq!(erased, [("mirko", true), ("vesna", false)]);
+        assert_eq!(
+            config.roles["other"].retention,
+            Some(saint_config::Retention {
+                transcripts_days: Some(30),
+                usage_days: Some(400),
+                ..saint_config::Retention::default()
+            })
+        );
+        assert_eq!(config.roles["clerk"].retention, None);
     }
 
     #[test]

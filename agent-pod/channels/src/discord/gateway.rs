@@ -463,6 +463,24 @@ impl GatewayConnection {
                     }
                 }
             }
+            // A deleted message is withdrawn: not answered if it still waits, its text
+            // gone from the transcript if it does not.
+            Some("MESSAGE_DELETE") => {
+                if let Some(id) = data["id"].as_str() {
+                    let mut cursor = state.cursor.clone().ok_or_else(|| {
+                        "discord: a deletion before the session was ready".to_string()
+                    })?;
+                    cursor.seq = seq.or(state.seq).unwrap_or(cursor.seq);
+                    sink.commit_with_withdrawals(
+                        channel,
+                        Vec::new(),
+                        vec![id.to_string()],
+                        cursor_text(&cursor),
+                    )
+                    .await?;
+                    state.cursor = Some(cursor);
+                }
+            }
             _ => {}
         }
         if seq.is_some() {

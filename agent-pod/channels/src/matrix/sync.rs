@@ -10,7 +10,12 @@
 //!
 //! Invitations are accepted only from Contacts (others are declined). Rooms with
 //! end-to-end encryption are not supported: the bot says so there once and never
-//! answers in them.
+//! answers in them (their messages are recorded as ignored, with that reason).
+//!
+//! A redaction (`m.room.redaction`) withdraws its message: stored with the same batch
+//! (or the message never stored, when the homeserver already serves it redacted), it
+//! is not answered; stored earlier, the inbox forgets its text and the transcript
+//! holds a placeholder instead.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -49,14 +54,28 @@ pub const ENCRYPTED_ROOM_NOTICE: &str = "This room is end-to-end encrypted, whic
      unencrypted room.";
 
 /// Event types the syncs ask for: messages, memberships (invitations, who is in a room,
-/// its name) and encryption.
-const EVENT_TYPES: [&str; 5] = [
+/// its name), encryption and redactions.
+const EVENT_TYPES: [&str; 6] = [
     "m.room.message",
     "m.room.member",
     "m.room.encryption",
     "m.room.encrypted",
     "m.room.name",
+    "m.room.redaction",
 ];
+
+/// Why a message of an encrypted room is not answered.
+const ENCRYPTED_REASON: &str = "end-to-end encrypted room: the bot cannot read it";
+/// Why a message redacted before the bot read it is not answered.
+const REDACTED_REASON: &str = "withdrawn by its sender before the bot read it";
+
+/// What one sync answer brought for the inbox: messages (each with a reason not to
+/// answer it, if it is not to be answered) and the event ids of redacted messages.
+#[derive(Default)]
+struct Batch {
+    messages: Vec<(InboundMessage, Option<String>)>,
+    withdrawn: Vec<String>,
+}
 
 fn filter(timeline_limit: u32) -> String {
     json!({
@@ -228,10 +247,13 @@ impl SyncConnection {
             let next = next_batch(&response)?;
             self.account_data(&response);
             self.handle_invites(sink, &response).await?;
-            let messages = self.messages(sink, &response, &since).await?;
+            let Batch {
+                messages,
+                withdrawn,
+            } = self.messages(sink, &response, &since).await?;
             let count = messages.len();
             // The position moves only with what was stored.
-            sink.commit(channel, messages, next.clone())
+            sink.commit_with_withdrawals(channel, messages, withdrawn, next.clone())
                 .await
                 .map_err(|error| SessionEnd::Failed(error, None))?;
             if count > 0 {
@@ -323,16 +345,17 @@ impl SyncConnection {
     }
 
     /// The messages of a sync answer to store: from other people, in rooms that are
-    /// not encrypted, direct or addressing the bot by the group rules.
+    /// not encrypted, direct or addressing the bot by the group rules; and the messages
+    /// redacted.
     async fn messages(
         &self,
         sink: &dyn InboxSink,
         response: &Value,
         since: &str,
-    ) -> Result<Vec<(InboundMessage, Option<String>)>, SendError> {
-        let mut stored = Vec::new();
+    ) -> Result<Batch, SendError> {
+        let mut batch = Batch::default();
         let Some(joined) = response["rooms"]["join"].as_object() else {
-            return Ok(stored);
+            return Ok(batch);
         };
         for (room, update) in joined {
             let mut timeline: Vec<Value> = update["timeline"]["events"]
@@ -378,12 +401,30 @@ impl SyncConnection {
                 || timeline
                     .iter()
                     .any(|event| event["type"] == "m.room.encrypted");
-            let from_others: Vec<&Value> = timeline[first_new(&timeline, self.settings.user())..]
+            let new = &timeline[first_new(&timeline, self.settings.user())..];
+            let from_others: Vec<&Value> = new
                 .iter()
                 .filter(|event| {
-                    event["type"] == "m.room.message" && event["sender"] != self.settings.user()
+                    matches!(
+                        event["type"].as_str(),
+                        Some("m.room.message" | "m.room.encrypted")
+                    ) && event["sender"] != self.settings.user()
                 })
                 .collect();
+            // A redaction's target is `redacts` (room versions up to 10) or
+            // `content.redacts` (11 and later).
+            let redacted: HashSet<&str> = new
+                .iter()
+                .filter(|event| event["type"] == "m.room.redaction")
+                .filter_map(|event| {
+                    event["redacts"]
+                        .as_str()
+                        .or_else(|| event["content"]["redacts"].as_str())
+                })
+                .collect();
+            batch
+                .withdrawn
+                .extend(redacted.iter().map(|id| id.to_string()));
             if from_others.is_empty() && !encryption_seen {
                 continue;
             }
@@ -417,18 +458,55 @@ impl SyncConnection {
                     // The notice is told next time.
                     Err(error) => self.room_failed(room, error).await?,
                 }
+                // Recorded, so each has its outcome; never answered.
+                batch.messages.extend(
+                    from_others
+                        .iter()
+                        .filter_map(|event| self.unread(room, event, ENCRYPTED_REASON)),
+                );
                 continue;
             }
             if looked_up {
                 self.room_succeeded(room).await;
             }
             for event in from_others {
+                if event["type"] != "m.room.message" {
+                    continue;
+                }
                 if let Some(message) = self.inbound(sink, room, &info, event).await {
-                    stored.push((message, None));
+                    batch.messages.push(message);
                 }
             }
         }
-        Ok(stored)
+        Ok(batch)
+    }
+
+    /// A message that is recorded but cannot be read (`reason` says why), with no text.
+    fn unread(
+        &self,
+        room: &str,
+        event: &Value,
+        reason: &str,
+    ) -> Option<(InboundMessage, Option<String>)> {
+        let sender = ChannelIdentity::parse(ChannelKind::Matrix, event["sender"].as_str()?).ok()?;
+        let message = InboundMessage {
+            channel: self.settings.channel.clone(),
+            kind: ChannelKind::Matrix,
+            platform_id: event["event_id"].as_str()?.to_string(),
+            sender,
+            sender_verified: true,
+            unverified_origin: None,
+            display_name: None,
+            text: String::new(),
+            attachments: Vec::new(),
+            sent_at: sent_at(event),
+            context: ReplyContext {
+                chat: Some(room.to_string()),
+                ..ReplyContext::default()
+            },
+            conversation: None,
+        };
+        Some((message, Some(reason.to_string())))
     }
 
     /// A failed lookup for `room`: the error while the room has failed fewer than
@@ -545,18 +623,25 @@ impl SyncConnection {
         Ok(())
     }
 
-    /// One message event as an inbound message, or `None` if it is not to be answered
-    /// (a notice from a bot, an edit, a group message the rules skip).
+    /// One message event as an inbound message (with a reason not to answer it: a
+    /// direct message redacted before the bot read it), or `None` if it is not stored (a
+    /// notice from a bot, an edit, a group message the rules skip).
     async fn inbound(
         &self,
         sink: &dyn InboxSink,
         room: &str,
         info: &RoomInfo,
         event: &Value,
-    ) -> Option<InboundMessage> {
+    ) -> Option<(InboundMessage, Option<String>)> {
         let channel = &self.settings.channel;
         let content = &event["content"];
-        let msgtype = content["msgtype"].as_str()?;
+        // Redacted before this sync: the homeserver serves it without its content.
+        let redacted = event["unsigned"]["redacted_because"].is_object();
+        let msgtype = if redacted {
+            ""
+        } else {
+            content["msgtype"].as_str()?
+        };
         let relates = &content["m.relates_to"];
         // Bots write notices; edits are not new questions; redacted events are empty.
         if msgtype == "m.notice" || relates["rel_type"] == "m.replace" {
@@ -609,7 +694,7 @@ impl SyncConnection {
             }
             _ => (body.to_string(), Vec::new()),
         };
-        if text.trim().is_empty() && attachments.is_empty() {
+        if text.trim().is_empty() && attachments.is_empty() && !redacted {
             return None;
         }
         // Direct only when marked so (when the bot joined, or by a client) and the two of
@@ -618,6 +703,13 @@ impl SyncConnection {
             && info.members.contains_key(sender_id)
             && info.members.contains_key(self.settings.user())
             && self.api.is_marked_direct(sender_id, room);
+        if !direct && redacted {
+            // Whether it addressed the bot is gone with its content.
+            return None;
+        }
+        if redacted {
+            return self.unread(room, event, REDACTED_REASON);
+        }
         if !direct {
             let display_name = self.state.lock().await.display_name.clone();
             let mut addressed = mentions(
@@ -635,12 +727,8 @@ impl SyncConnection {
                 return None;
             }
         }
-        let sent_at = event["origin_server_ts"]
-            .as_i64()
-            .and_then(|millis| jiff::Timestamp::from_millisecond(millis).ok())
-            .unwrap_or_else(jiff::Timestamp::now)
-            .to_string();
-        Some(InboundMessage {
+        let sent_at = sent_at(event);
+        let message = InboundMessage {
             channel: channel.clone(),
             kind: ChannelKind::Matrix,
             platform_id: event_id.to_string(),
@@ -664,8 +752,18 @@ impl SyncConnection {
                 },
                 title: info.name.clone(),
             }),
-        })
+        };
+        Some((message, None))
     }
+}
+
+/// When the homeserver says an event was sent (RFC 3339).
+fn sent_at(event: &Value) -> String {
+    event["origin_server_ts"]
+        .as_i64()
+        .and_then(|millis| jiff::Timestamp::from_millisecond(millis).ok())
+        .unwrap_or_else(jiff::Timestamp::now)
+        .to_string()
 }
 
 /// Where new messages start in a room's timeline: after the bot's invitation (or its

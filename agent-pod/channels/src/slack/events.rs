@@ -5,7 +5,7 @@
 //! that mentions the bot; both become the same platform id `<channel>:<ts>`, so the
 //! inbox keeps one. Edits, joins and other subtypes, other bots' messages and the
 //! bot's own are skipped; channel messages are kept only when the channel's group rules
-//! answer them. In a channel the bot answers in the thread of the message (a thread is
+//! answer them. A deletion (`message_deleted`) withdraws the message it names. In a channel the bot answers in the thread of the message (a thread is
 //! its own conversation, `<channel>/<thread ts>`); in a direct message it answers in
 //! the direct channel.
 
@@ -28,6 +28,8 @@ pub enum EventOutcome {
     Message(Box<InboundMessage>),
     /// Not answered, and why (for the debug log).
     Skipped(String),
+    /// The sender deleted message `platform_id` (`message_deleted`).
+    Withdrawn(String),
 }
 
 /// What the reader needs to know about the bot and its channel.
@@ -60,6 +62,15 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
         return skipped(format!("{kind} event without a channel or ts"));
     }
     let platform_id = format!("{channel}:{ts}");
+    if event["subtype"] == "message_deleted" {
+        let deleted = event["deleted_ts"]
+            .as_str()
+            .or_else(|| event["previous_message"]["ts"].as_str());
+        return match deleted {
+            Some(deleted) => EventOutcome::Withdrawn(format!("{channel}:{deleted}")),
+            None => skipped(format!("{platform_id}: a deletion without deleted_ts")),
+        };
+    }
     if let Some(subtype) = event["subtype"].as_str()
         && !SERVED_SUBTYPES.contains(&subtype)
     {
@@ -363,5 +374,16 @@ mod tests {
                 EventOutcome::Skipped(_)
             ));
         }
+    }
+
+    #[test]
+    fn a_deletion_withdraws_the_message_it_names() {
+        let deleted = json!({"type": "message", "subtype": "message_deleted", "channel": "D1",
+                             "ts": "1700000001.000200", "deleted_ts": "1700000000.000100",
+                             "hidden": true});
+        assert_eq!(
+            parse_event(&reader(&|_| false), &callback(deleted)),
+            EventOutcome::Withdrawn("D1:1700000000.000100".to_string())
+        );
     }
 }

@@ -276,6 +276,15 @@ impl SocketConnection {
                 .commit(channel, vec![(*message, None)], envelope_id.to_string())
                 .await
                 .map_err(|error| format!("slack: failed to store a message: {error}")),
+            EventOutcome::Withdrawn(platform_id) => sink
+                .commit_with_withdrawals(
+                    channel,
+                    Vec::new(),
+                    vec![platform_id],
+                    envelope_id.to_string(),
+                )
+                .await
+                .map_err(|error| format!("slack: failed to record a deletion: {error}")),
         }
     }
 }

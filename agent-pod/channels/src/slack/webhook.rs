@@ -112,6 +112,7 @@ impl Webhook for EventsWebhook {
                 };
                 match parse_event(&reader, &payload) {
                     EventOutcome::Message(message) => delivery.messages.push(*message),
+                    EventOutcome::Withdrawn(platform_id) => delivery.withdrawn.push(platform_id),
                     EventOutcome::Skipped(reason) => {
                         delivery.skipped.push(format!("slack: {reason}"))
                     }

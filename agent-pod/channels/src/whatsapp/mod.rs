@@ -64,7 +64,7 @@ impl Webhook for WhatsappSettings {
         Ok(WebhookDelivery {
             messages: delivery.messages,
             skipped: delivery.skipped,
-            response: None,
+            ..WebhookDelivery::default()
         })
     }
 }

@@ -65,7 +65,7 @@ fn http_probe(path: &str, port: &str, period_seconds: i32, failure_threshold: i3
 /// and every credential reference. Contacts and Roles are deliberately absent: they only
 /// change the ConfigMap, which the agent reloads in place.
 pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
-    let inputs = json!({
+    let mut inputs = json!({
         "agentImage": bot.agent_image,
         "porterImage": bot.porter_image,
         "model": bot.config.model,
@@ -76,6 +76,10 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
         "webSearchApiKey": bot.web_search_api_key,
         "porterSecretFiles": bot.porter_secret_files.iter().map(|file| json!([file.relative_path, file.secret])).collect::<Vec<_>>(),
     });
+    // Only when present, so bots without a failover chain keep their hash (and pods).
+    if !bot.model_api_keys.is_empty() {
+        inputs["modelApiKeys"] = json!(bot.model_api_keys);
+    }
     sha256_hex(
         serde_json::to_string(&inputs)
             .expect("inputs serialise")
@@ -120,6 +124,9 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     }
     if let Some(secret) = &bot.model_api_key {
         env.push(secret_env(MODEL_API_KEY_ENV, secret));
+    }
+    for (name, secret) in &bot.model_api_keys {
+        env.push(secret_env(name, secret));
     }
     for (name, secret) in &bot.channel_secrets {
         env.push(secret_env(name, secret));

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use saint_config::{
-    BOOTSTRAP_FILES, Budget, CronLimits, FileGlobs, RoleConfig, SessionsVisibility, Skills,
-    SpawnLimits, ToolPolicy, is_known_tool_pattern,
+    BOOTSTRAP_FILES, Budget, CronLimits, FileGlobs, Retention, RoleConfig, SessionsVisibility,
+    Skills, SpawnLimits, ToolPolicy, is_known_tool_pattern,
 };
 
 use super::ValidateError;
@@ -151,6 +151,12 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
         external: spec.external,
         cron: cron_limits(&name, spec.cron.as_ref())?,
         spawn: spawn_limits(&name, spec.spawn.as_ref())?,
+        retention: spec.retention.as_ref().map(|retention| Retention {
+            transcripts_days: retention.transcripts_days,
+            attachments_days: retention.attachments_days,
+            memory_days: retention.memory_days,
+            usage_days: retention.usage_days,
+        }),
     };
     if let Some((scope, file)) = role.memory_beyond_read() {
         return Err(invalid_role(

@@ -1,0 +1,214 @@
+//! One person's data as one zip archive (`saint-agent export`): their transcripts and
+//! group messages, scheduled jobs, channel inbox and outbox rows as JSON lines, their
+//! memory notes and the files that came with their messages as they are, and their
+//! usage lines. Reads only; the archive is written stored (uncompressed).
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use zip::{CompressionMethod, ZipWriter, write::SimpleFileOptions};
+
+use super::{
+    ErasureError, JOBS, Person, TRANSCRIPTS, USAGE_LOG, has_table, io, job_session_keys,
+    list_files, open, person_identities_json, session_keys, sql,
+};
+
+/// What went into an archive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExportReport {
+    /// Entries written, by archive path.
+    pub entries: Vec<String>,
+    /// Transcript messages (their sessions and their group messages).
+    pub messages: usize,
+}
+
+/// Writes `person`'s data under `workspace` to the zip archive `output`.
+pub fn export(
+    workspace: &Path,
+    person: &Person,
+    output: &Path,
+) -> Result<ExportReport, ErasureError> {
+    let file = std::fs::File::create(output).map_err(io("create", output))?;
+    let mut archive = ZipWriter::new(file);
+    let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+    let mut entries = Vec::new();
+    let mut messages = 0;
+    let mut add = |archive: &mut ZipWriter<std::fs::File>,
+                   name: String,
+                   bytes: &[u8]|
+     -> Result<(), ErasureError> {
+        archive
+            .start_file(name.as_str(), options)
+            .map_err(|source| ErasureError::Archive {
+                path: output.to_path_buf(),
+                source,
+            })?;
+        archive.write_all(bytes).map_err(io("write", output))?;
+        entries.push(name);
+        Ok(())
+    };
+
+    add(
+        &mut archive,
+        "person.json".into(),
+        json!({"slug": person.slug, "identities": person.identities})
+            .to_string()
+            .as_bytes(),
+    )?;
+    let jobs_path = workspace.join(JOBS);
+    let mut job_sessions = Vec::new();
+    if jobs_path.exists() {
+        let connection = open(&jobs_path)?;
+        job_sessions = job_session_keys(&connection, person).map_err(sql("read", &jobs_path))?;
+        if has_table(&connection, "jobs") {
+            let rows = rows_as_json(
+                &connection,
+                &format!("SELECT * FROM jobs WHERE {}", super::JOB_CONDITION),
+                &[&person.slug, &person_identities_json(person)],
+            )
+            .map_err(sql("read", &jobs_path))?;
+            add(&mut archive, "jobs.jsonl".into(), lines(&rows).as_bytes())?;
+        }
+    }
+    let transcripts_path = workspace.join(TRANSCRIPTS);
+    let mut attachment_folders = Vec::new();
+    if transcripts_path.exists() {
+        let connection = open(&transcripts_path)?;
+        let ids = person_identities_json(person);
+        if has_table(&connection, "messages") {
+            let keys = session_keys(&connection, person, &job_sessions)
+                .map_err(sql("read", &transcripts_path))?;
+            let keys = serde_json::to_string(&keys).expect("strings serialise");
+            let rows = rows_as_json(
+                &connection,
+                "SELECT session_key, role, identity, created_at, content FROM messages
+                 WHERE session_key IN (SELECT value FROM json_each(?1))
+                    OR (session_key LIKE 'group:%'
+                        AND identity IN (SELECT value FROM json_each(?2)))
+                 ORDER BY id",
+                &[&keys, &ids],
+            )
+            .map_err(sql("read", &transcripts_path))?;
+            messages = rows.len();
+            add(
+                &mut archive,
+                "transcripts.jsonl".into(),
+                lines(&rows).as_bytes(),
+            )?;
+        }
+        if has_table(&connection, "inbox") {
+            let inbox = rows_as_json(
+                &connection,
+                "SELECT id, channel, platform_id, sender, body, state, received_at FROM inbox
+                 WHERE sender IN (SELECT value FROM json_each(?1)) ORDER BY id",
+                &[&ids],
+            )
+            .map_err(sql("read", &transcripts_path))?;
+            for row in &inbox {
+                if let (Some(channel), Some(platform_id)) =
+                    (row["channel"].as_str(), row["platform_id"].as_str())
+                {
+                    attachment_folders.push((channel.to_string(), platform_id.to_string()));
+                }
+            }
+            let outbox = rows_as_json(
+                &connection,
+                "SELECT id, channel, recipient, body, origin, state, created_at FROM outbox
+                 WHERE recipient IN (SELECT value FROM json_each(?1)) ORDER BY id",
+                &[&ids],
+            )
+            .map_err(sql("read", &transcripts_path))?;
+            add(&mut archive, "inbox.jsonl".into(), lines(&inbox).as_bytes())?;
+            add(
+                &mut archive,
+                "outbox.jsonl".into(),
+                lines(&outbox).as_bytes(),
+            )?;
+        }
+    }
+    let memory = workspace.join(person.memory_directory());
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for file in list_files(&memory)? {
+        if let Ok(relative) = file.strip_prefix(workspace) {
+            files.push((relative.to_string_lossy().into_owned(), file.clone()));
+        }
+    }
+    for (channel, platform_id) in attachment_folders {
+        let relative = format!(
+            "inbox/{}/{}",
+            saint_channels::attachments::safe_name(&channel),
+            saint_channels::attachments::safe_name(&platform_id)
+        );
+        for file in list_files(&workspace.join(&relative))? {
+            if let Ok(inner) = file.strip_prefix(workspace) {
+                files.push((
+                    format!("attachments/{}", inner.to_string_lossy()),
+                    file.clone(),
+                ));
+            }
+        }
+    }
+    for (name, path) in files {
+        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+        add(&mut archive, name, &bytes)?;
+    }
+    let usage_path = workspace.join(USAGE_LOG);
+    if let Ok(text) = std::fs::read_to_string(&usage_path) {
+        let mine: String = text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<Value>(line)
+                    .is_ok_and(|value| value["user"].as_str() == Some(person.slug.as_str()))
+            })
+            .flat_map(|line| [line, "\n"])
+            .collect();
+        add(&mut archive, "usage.jsonl".into(), mine.as_bytes())?;
+    }
+    archive.finish().map_err(|source| ErasureError::Archive {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    Ok(ExportReport { entries, messages })
+}
+
+fn lines(rows: &[Value]) -> String {
+    rows.iter()
+        .flat_map(|row| [row.to_string(), "\n".to_string()])
+        .collect()
+}
+
+/// Each row of `query` as a JSON object keyed by column name.
+fn rows_as_json(
+    connection: &Connection,
+    query: &str,
+    parameters: &[&dyn rusqlite::ToSql],
+) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare(query)?;
+    let names: Vec<String> = statement.column_names().map(str::to_string).collect();
+    let rows = statement.query_map(parameters, |row| {
+        let mut object = serde_json::Map::new();
+        for (index, name) in names.iter().enumerate() {
+            let value = match row.get_ref(index)? {
+                rusqlite::types::ValueRef::Null => Value::Null,
+                rusqlite::types::ValueRef::Integer(number) => json!(number),
+                rusqlite::types::ValueRef::Real(number) => json!(number),
+                rusqlite::types::ValueRef::Text(text) => {
+                    let text = String::from_utf8_lossy(text).into_owned();
+                    // Stored JSON (message content, inbox bodies) is exported as JSON.
+                    match serde_json::from_str::<Value>(&text) {
+                        Ok(parsed @ (Value::Object(_) | Value::Array(_))) => parsed,
+                        _ => Value::String(text),
+                    }
+                }
+                rusqlite::types::ValueRef::Blob(bytes) => json!(hex::encode(bytes)),
+            };
+            object.insert(name.clone(), value);
+        }
+        Ok(Value::Object(object))
+    })?;
+    rows.collect()
+}
