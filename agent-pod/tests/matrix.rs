@@ -1131,9 +1131,15 @@ async fn a_message_redacted_while_the_bot_is_down_is_recorded_and_not_answered()
     assert_eq!(outcomes.len(), 2, "{outcomes:#?}");
     assert_eq!(outcomes[0]["platformId"], withdrawn.as_str());
     assert_eq!(outcomes[0]["outcome"], "ignored");
-    assert_eq!(
-        outcomes[0]["reason"],
-        "withdrawn by its sender before the bot read it"
+    // Synapse serves the message either already pruned ("before the bot read it") or
+    // whole with its redaction later in the same sync batch (withdrawn before its turn
+    // started): which one depends on when Synapse applied the redaction, and both
+    // leave the message unanswered.
+    let reason = outcomes[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason == "withdrawn by its sender before the bot read it"
+            || reason == "withdrawn by its sender",
+        "{reason}"
     );
     assert_eq!(outcomes[1]["outcome"], "answered");
     assert_eq!(outcomes[1]["reply"], "sent");
