@@ -1121,6 +1121,12 @@ async fn a_message_redacted_while_the_bot_is_down_is_recorded_and_not_answered()
     bot.kill();
     let withdrawn = bot.ana.say(&room, "my pin is 4821").await;
     bot.ana.redact(&room, &withdrawn).await;
+    // The event: Synapse serves the message as redacted, so the bot's first sync after
+    // its restart cannot see the message without its redaction.
+    bot.wait_for("Synapse to apply the redaction", || async {
+        bot.ana.is_redacted(&room, &withdrawn).await.then_some(())
+    })
+    .await;
     let kept = bot.ana.say(&room, "hello").await;
     bot.spawn();
     let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;

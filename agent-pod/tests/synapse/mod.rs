@@ -492,6 +492,18 @@ impl User {
         .await;
     }
 
+    /// Whether Synapse serves `event_id` of `room` as redacted (it applied the redaction).
+    pub async fn is_redacted(&self, room: &str, event_id: &str) -> bool {
+        let (status, answer) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("rooms/{}/event/{}", encode(room), encode(event_id)),
+                None,
+            )
+            .await;
+        status == 200 && !answer["unsigned"]["redacted_because"].is_null()
+    }
+
     /// `user`'s membership of `room` (`join`, `invite`, `leave`…), as this user sees it.
     pub async fn membership(&self, room: &str, user: &str) -> Option<String> {
         let (status, answer) = self
