@@ -13,6 +13,7 @@ pub mod bot_file;
 pub mod channel_settings;
 mod error_chain;
 mod identity;
+pub mod mcp;
 pub mod sandbox_contract;
 pub mod uids;
 mod validate;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::{
     error_chain::ErrorChain,
     identity::{ChannelIdentity, ContactSlug, IdentityError, SessionKey, normalise_peer},
+    mcp::{McpConfig, McpCredential, McpServerConfig, McpTransport},
     sandbox_contract::{
         SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
         SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
@@ -177,6 +179,10 @@ pub struct BotConfig {
     /// Bot-wide budget settings (the caps are per role: `roles.<name>.budget`).
     #[serde(default, skip_serializing_if = "BudgetConfig::is_default")]
     pub budget: BudgetConfig,
+    /// Tool servers over the Model Context Protocol; roles name their tools
+    /// `<server>.<tool>`.
+    #[serde(default, skip_serializing_if = "McpConfig::is_empty")]
+    pub mcp: McpConfig,
 }
 
 /// How budgets treat models and tools: every model call reserves its worst case against

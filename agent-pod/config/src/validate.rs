@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, SCHEMA_VERSION,
-    SandboxBackend, TOOL_GROUPS,
+    SandboxBackend, TOOL_GROUPS, mcp,
 };
 
 /// Why a rendered config was refused. Each message names the offending field.
@@ -25,8 +25,12 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError 
     }
 }
 
-/// Whether `pattern` is a known tool, a known `group:*`, or a glob that matches a known tool.
+/// Whether `pattern` is a known tool, a known `group:*`, a glob that matches a known
+/// tool, or an MCP server's tool pattern (`docs.search`, `docs.*`).
 pub fn is_known_tool_pattern(pattern: &str) -> bool {
+    if pattern.contains('.') {
+        return mcp::is_server_tool_pattern(pattern);
+    }
     if let Some(group) = pattern.strip_prefix("group:") {
         return TOOL_GROUPS.iter().any(|(name, _)| *name == group);
     }
@@ -109,9 +113,25 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             if let Some(pattern) = patterns.iter().find(|p| !is_known_tool_pattern(p)) {
                 return Err(invalid(
                     format!("roles.{name}.tools.{list}"),
-                    format!("{pattern:?} is not a known tool, group:<name> or matching glob"),
+                    format!(
+                        "{pattern:?} is not a known tool, group:<name>, matching glob or \
+                         <mcp server>.<tool>"
+                    ),
                 ));
             }
+        }
+        // Allowing a server nobody declared would silently allow nothing; denying one
+        // is harmless (a shared Role may deny servers other bots have).
+        if let Some(pattern) = role.tools.allow.iter().find(|pattern| {
+            mcp::pattern_server(pattern).is_some_and(|server| config.mcp.server(server).is_none())
+        }) {
+            return Err(invalid(
+                format!("roles.{name}.tools.allow"),
+                format!(
+                    "{pattern:?} names MCP server {:?}, which mcp.servers does not declare",
+                    mcp::pattern_server(pattern).unwrap_or_default()
+                ),
+            ));
         }
         if let Some(file) = role
             .bootstrap
@@ -188,6 +208,7 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
         ));
     }
     validate_proactive(config)?;
+    validate_mcp(&config.mcp)?;
     if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
     {
         return Err(invalid(
@@ -318,6 +339,72 @@ fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
                 format!("roles.{name}.spawn.timeoutSeconds"),
                 "must be at least 1",
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Server names unique and well-formed, transports usable, credentials named.
+fn validate_mcp(config: &crate::McpConfig) -> Result<(), ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, server) in config.servers.iter().enumerate() {
+        let field = |name: &str| format!("mcp.servers[{index}].{name}");
+        if !mcp::is_server_name(&server.name) {
+            return Err(invalid(
+                field("name"),
+                format!(
+                    "{:?} must be 1-{} characters of a-z, 0-9 and -, starting with a letter",
+                    server.name,
+                    mcp::MAX_SERVER_NAME_CHARS
+                ),
+            ));
+        }
+        if !seen.insert(server.name.as_str()) {
+            return Err(invalid(
+                field("name"),
+                format!("{:?} is declared twice", server.name),
+            ));
+        }
+        match &server.transport {
+            crate::McpTransport::Http { url } if !is_https_url(url) => {
+                return Err(invalid(
+                    field("transport.http.url"),
+                    format!("{url:?} must be an https:// URL (Porter's proxy speaks TLS only)"),
+                ));
+            }
+            crate::McpTransport::Stdio { command } if command.is_empty() => {
+                return Err(invalid(
+                    field("transport.stdio.command"),
+                    "must not be empty",
+                ));
+            }
+            _ => {}
+        }
+        if let Some(credential) = &server.credential {
+            if credential.porter_entry.trim().is_empty() {
+                return Err(invalid(
+                    field("credential.porterEntry"),
+                    "must not be empty",
+                ));
+            }
+            if credential.placeholder_env.trim().is_empty() {
+                return Err(invalid(
+                    field("credential.placeholderEnv"),
+                    "must not be empty",
+                ));
+            }
+            if credential.header.trim().is_empty() {
+                return Err(invalid(field("credential.header"), "must not be empty"));
+            }
+        }
+        if server.max_tools == 0 || server.max_schema_bytes == 0 || server.max_result_chars == 0 {
+            return Err(invalid(
+                field("maxTools"),
+                "maxTools, maxSchemaBytes and maxResultChars must be at least 1",
+            ));
+        }
+        if server.timeout_seconds == 0 {
+            return Err(invalid(field("timeoutSeconds"), "must be at least 1"));
         }
     }
     Ok(())

@@ -368,6 +368,8 @@ pub fn validate(
                 .map(|budget| budget.tool_prices.clone())
                 .unwrap_or_default(),
         },
+        // Rendered from `spec.mcp` (#42, operator side in progress).
+        mcp: saint_config::McpConfig::default(),
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
