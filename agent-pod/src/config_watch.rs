@@ -178,6 +178,14 @@ impl ConfigStore {
                 if *loaded.config == config {
                     return ReloadOutcome::Unchanged;
                 }
+                if loaded.config.mcp != config.mcp {
+                    // Servers are listed once per start (mcp_servers.rs); a new
+                    // section would otherwise look applied while the old tools stay.
+                    tracing::warn!(
+                        "mcp.servers changed: the tools of the servers as they were at start \
+                         stay until the agent restarts"
+                    );
+                }
                 loaded.config = Arc::new(config);
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(path = %self.path.display(), "config reloaded");

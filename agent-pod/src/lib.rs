@@ -9,6 +9,7 @@ pub mod config_watch;
 pub mod erasure;
 pub mod heartbeat;
 pub mod identity;
+pub mod mcp_servers;
 pub mod metering;
 pub mod model_discovery;
 pub mod persona;

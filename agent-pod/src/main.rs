@@ -17,7 +17,7 @@ use saint_agent::{
     },
     clock::Clock,
     config_watch::{self, ConfigStore},
-    heartbeat,
+    heartbeat, mcp_servers,
     metering::Metering,
     model_discovery::{self, ModelChoice},
     persona,
@@ -692,21 +692,33 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         };
         let mut sandboxes = None;
         // Said from what happened here, not guessed earlier from which binaries exist.
-        let sandbox_available = match sandbox {
+        let (sandbox_available, mcp_parts) = match sandbox {
             Ok(exec) => {
                 sandboxes = Some(exec.sandbox.clone());
-                let tool = ExecTool::new(exec.sandbox, exec.porter, ExecLimits::default());
-                tools = tools.replace(Arc::new(tool));
+                let tool = Arc::new(ExecTool::new(
+                    exec.sandbox.clone(),
+                    exec.porter.clone(),
+                    ExecLimits::default(),
+                ));
+                tools = tools.replace(tool.clone());
                 tracing::info!("exec: on, commands run in the sandbox");
                 extras.notices.push("exec: on, commands run in the sandbox".to_string());
-                true
+                let parts = mcp_servers::parts(Some((&exec, tool)), &config.last_good()).await;
+                (true, parts)
             }
             Err(error) => {
                 tracing::warn!(%error, "no sandbox: exec is disabled");
                 extras.notices.push(format!("exec: off — {error}"));
-                false
+                (false, mcp_servers::parts(None, &config.last_good()).await)
             }
         };
+        // Tools from MCP servers, listed once per start.
+        let (server_tools, notices) =
+            mcp_servers::tools(&config.last_good(), &workspace, &mcp_parts).await;
+        for tool in server_tools {
+            tools = tools.replace(tool);
+        }
+        extras.notices.extend(notices);
         let keeper_workspace = workspace.clone();
         let runtime = Runtime::new(
             config.clone(),

@@ -2,7 +2,9 @@
 //! Porter (from a registry file) and bubblewrap sandboxes; Debian's `gh` in the sandbox
 //! reaches Porter's HTTPS stand-in for GitHub through the relay and Porter, which puts
 //! the credential on the wire while neither the sandbox, the model nor the transcript
-//! ever sees it; one Ctrl-C stops the agent, Porter and every sandbox.
+//! ever sees it; one Ctrl-C stops the agent, Porter and every sandbox. MCP servers:
+//! an HTTP one reached through Porter (which alone holds its credential) and a stdio
+//! one run in the caller's sandbox, each offered only to the roles that may use it.
 //!
 //! Needs `bwrap` (Debian `bubblewrap`) and the `porter` and `saint-sandbox-runner`
 //! binaries built into this target directory (`cargo build -p porter -p
@@ -57,7 +59,7 @@ fn write_registry(directory: &Path) -> PathBuf {
 /// What points the agent's Porter at `standin` (Porter reads these from the
 /// environment the agent passes on).
 fn porter_upstream(standin: &standin::StandIn) -> Vec<(String, String)> {
-    let overrides: Vec<String> = standin::HOSTS
+    let overrides: Vec<String> = standin::ALL_HOSTS
         .iter()
         .map(|host| format!("{host}={}", standin.address))
         .collect();
@@ -530,4 +532,240 @@ async fn a_killed_agent_takes_its_porter_with_it() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A stdio MCP server: answers `initialize`, lists one tool `where`, and tells where it
+/// runs (the sandbox has `/workspace` as its directory and the caller's view at
+/// `/agent`, and no agent environment).
+const STDIO_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message["method"]
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "local", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "where", "description": "Says where it runs.",
+                             "inputSchema": {"type": "object"}}]}
+    else:
+        facts = {"cwd": os.getcwd(), "view": os.path.isdir("/agent"),
+                 "model_key": "SAINT_MODEL_API_KEY" in os.environ}
+        result = {"content": [{"type": "text", "text": json.dumps(facts, sort_keys=True)}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"#;
+
+/// The agent's environment and writable memory, read as root would.
+fn process_environment_and_memory(pid: u32) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut found = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut regions = 0;
+    for region in maps.lines().filter(|line| line.contains(" rw")) {
+        let range = region.split_whitespace().next().unwrap();
+        let (start, end) = range.split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(start, 16).unwrap(),
+            u64::from_str_radix(end, 16).unwrap(),
+        );
+        if end - start > 256 << 20 {
+            continue;
+        }
+        let mut bytes = vec![0_u8; (end - start) as usize];
+        if mem.seek(SeekFrom::Start(start)).is_ok() && mem.read_exact(&mut bytes).is_ok() {
+            found.extend_from_slice(&bytes);
+            regions += 1;
+        }
+    }
+    assert!(regions > 0, "no memory of process {pid} could be read");
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_tools_follow_the_role_and_the_server_credential_stays_in_porter() {
+    sibling_binary("porter");
+    sibling_binary("saint-sandbox-runner");
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let directory_path = directory.path().canonicalize().unwrap();
+    let workspace = directory_path.join("workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let standin = standin::StandIn::start(&directory_path, CANARY);
+    // The credential lives in a file only Porter reads (as a mounted Secret in a pod);
+    // the registry the agent reads for CLI names holds its path, not its value.
+    let secret_file = directory_path.join("mcp-docs.secret");
+    fs::write(&secret_file, CANARY).unwrap();
+    fs::set_permissions(&secret_file, fs::Permissions::from_mode(0o600)).unwrap();
+    let registry = directory_path.join("porter.json");
+    fs::write(
+        &registry,
+        json!({"version": 2, "clis": {"mcp-docs": {
+            "hosts": ["mcp.example"],
+            "secret": {"file": secret_file},
+            "placeholderEnv": ["SAINT_MCP_DOCS_TOKEN"],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let config_path = directory_path.join("bot-config.json");
+    let mut config = test_config(&llm.base_url());
+    config["mcp"] = json!({"servers": [
+        {
+            "name": "docs",
+            "transport": {"http": {"url": "https://mcp.example/mcp"}},
+            "credential": {"porterEntry": "mcp-docs", "placeholderEnv": "SAINT_MCP_DOCS_TOKEN"},
+        },
+        {
+            "name": "local",
+            "transport": {"stdio": {"command": ["python3", "-c", STDIO_SERVER]}},
+        },
+    ]});
+    // The owner may use every server's tools; the employee none of them.
+    config["roles"]["owner"]["tools"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .extend([json!("docs.*"), json!("local.*")]);
+    write_config(&config_path, &config);
+    let mut bot = spawn_bot(
+        &directory_path,
+        &config_path,
+        &workspace,
+        &registry,
+        &porter_upstream(&standin),
+    );
+    let send = |peer_channel: &'static str, peer: &'static str, text: &'static str| {
+        let http = bot.http.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(format!("{http}/v1/messages"))
+                .bearer_auth(TOKEN)
+                .json(&json!({"channel": peer_channel, "peer": peer, "text": text}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+
+    // The owner: both servers' tools are offered, under the names model APIs accept.
+    llm.push(Reply::tool_calls(vec![
+        ("docs__search".to_string(), json!({"query": "anvil care"})),
+        ("local__where".to_string(), json!({})),
+    ]));
+    llm.push(Reply::text("Found it."));
+    let body = send("whatsapp", ANA_WHATSAPP, "find the anvil manual").await;
+    assert_eq!(body["reply"], "Found it.", "{body}");
+    let requests = llm.requests();
+    let offered = requests[0].tool_names();
+    for name in ["docs__admin_reset", "docs__search", "local__where"] {
+        assert!(
+            offered.contains(&name.to_string()),
+            "{name} offered to the owner: {offered:?}"
+        );
+    }
+    let results = requests[1].tool_results();
+    assert_eq!(results.len(), 2, "{results:?}");
+    let (search, is_error) = &results[0];
+    assert!(!is_error, "{search}");
+    assert!(
+        search.contains(
+            &standin::mcp::search_answer("anvil care")
+                .replace(saint_tools::untrusted::END_MARKER, "[marker removed]")
+        ),
+        "{search}"
+    );
+    // Marked as untrusted, and the server's text cannot close the wrapper.
+    assert!(
+        search.contains(saint_tools::untrusted::BEGIN_MARKER),
+        "{search}"
+    );
+    assert_eq!(
+        search.matches(saint_tools::untrusted::END_MARKER).count(),
+        1,
+        "{search}"
+    );
+    let (place, is_error) = &results[1];
+    assert!(!is_error, "{place}");
+    assert!(
+        place.contains(r#"{\"cwd\": \"/workspace\", \"model_key\": false, \"view\": true}"#)
+            || place.contains(r#"{"cwd": "/workspace", "model_key": false, "view": true}"#),
+        "the stdio server runs in the sandbox, without the agent's environment: {place}"
+    );
+
+    // The employee: no server tool is offered, and a forged call is refused unrun,
+    // whatever the owner's result said about roles.
+    llm.push(Reply::tool_call("docs__admin_reset", json!({})));
+    llm.push(Reply::text("I cannot do that."));
+    let body = send("telegram", IVAN_TELEGRAM, "reset the index").await;
+    assert_eq!(body["reply"], "I cannot do that.", "{body}");
+    let requests = llm.requests();
+    let employee_turn = &requests[requests.len() - 2];
+    assert!(
+        employee_turn
+            .tool_names()
+            .iter()
+            .all(|name| !name.contains("__")),
+        "no server tool offered to the employee: {:?}",
+        employee_turn.tool_names()
+    );
+    let refused = requests[requests.len() - 1].tool_results();
+    assert_eq!(refused.len(), 1);
+    assert!(refused[0].1, "the forged call is an error: {refused:?}");
+    assert!(refused[0].0.contains("not available"), "{refused:?}");
+
+    // What the server saw: the real token on every request, put there by Porter; a
+    // listing, the owner's search, and never the employee's reset.
+    let seen: Vec<standin::Recorded> = standin
+        .requests()
+        .into_iter()
+        .filter(|request| request.host == "mcp.example")
+        .collect();
+    assert!(!seen.is_empty());
+    for request in &seen {
+        assert_eq!(request.credential().as_deref(), Some(CANARY), "{request:?}");
+    }
+    let calls: Vec<&str> = seen
+        .iter()
+        .filter(|request| request.body.contains("tools/call"))
+        .map(|request| request.body.as_str())
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].contains("\"search\""), "{calls:?}");
+    assert!(
+        seen.iter()
+            .any(|request| request.body.contains("tools/list"))
+    );
+    let audit = fs::read_to_string(directory_path.join("state/porter-control/audit.jsonl"))
+        .expect("porter's audit log");
+    assert!(
+        audit
+            .lines()
+            .any(|line| line.contains("mcp-docs") && line.contains("\"owner\"")),
+        "Porter audited the owner's MCP requests: {audit}"
+    );
+
+    // The agent never held the credential: not in its environment, its memory, the
+    // workspace or anything sent to the model.
+    let agent_memory = process_environment_and_memory(bot.child.id());
+    assert!(
+        !agent_memory
+            .windows(CANARY.len())
+            .any(|window| window == CANARY.as_bytes()),
+        "the credential is in the agent's environment or memory"
+    );
+    let leaked = files_containing(&workspace, CANARY.as_bytes());
+    assert!(leaked.is_empty(), "the credential is in {leaked:?}");
+    for request in &llm.requests() {
+        assert!(
+            !request.body.to_string().contains(CANARY),
+            "sent to the model"
+        );
+    }
+    let marker = directory_path.to_string_lossy().into_owned();
+    bot.seen = process_tree(i32::try_from(bot.child.id()).unwrap(), &marker);
 }

@@ -159,10 +159,14 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
         }
     }
     for (tool, usd) in &config.budget.tool_prices {
-        if !KNOWN_TOOLS.contains(&tool.as_str()) {
+        // A server's tool (`docs.search`) may be priced when its server is declared.
+        let server_tool = tool.split_once('.').is_some_and(|(server, name)| {
+            config.mcp.server(server).is_some() && mcp::is_tool_name(server, name)
+        });
+        if !KNOWN_TOOLS.contains(&tool.as_str()) && !server_tool {
             return Err(invalid(
                 format!("budget.toolPrices.{tool}"),
-                "is not a known tool",
+                "is not a known tool or a tool of a declared MCP server (<server>.<tool>)",
             ));
         }
         if !(usd.is_finite() && *usd >= 0.0) {

@@ -50,7 +50,19 @@ fn a_tool_price_for_an_unknown_tool_or_below_zero_is_refused() {
     let error = BotConfig::from_json(&config.to_string())
         .unwrap_err()
         .to_string();
-    assert_eq!(error, "budget.toolPrices.teleport: is not a known tool");
+    assert_eq!(
+        error,
+        "budget.toolPrices.teleport: is not a known tool or a tool of a declared MCP server \
+         (<server>.<tool>)"
+    );
+    // A server's tool is priced once its server is declared.
+    config["budget"] = serde_json::json!({"toolPrices": {"docs.search": 0.01}});
+    assert!(BotConfig::from_json(&config.to_string()).is_err());
+    config["mcp"] = serde_json::json!({"servers": [
+        {"name": "docs", "transport": {"http": {"url": "https://mcp.example/mcp"}}}
+    ]});
+    assert!(BotConfig::from_json(&config.to_string()).is_ok());
+    config.as_object_mut().unwrap().remove("mcp");
     config["budget"] = serde_json::json!({"toolPrices": {"web_search": -0.1}});
     let error = BotConfig::from_json(&config.to_string())
         .unwrap_err()
@@ -172,4 +184,70 @@ fn the_compact_bot_file_reads_back_to_the_same_config() {
     let text = saint_config::bot_file::render(&config);
     assert_eq!(BotConfig::from_json(&text).unwrap(), config);
     assert!(text.lines().count() < EXAMPLE.lines().count() / 2, "{text}");
+}
+
+#[test]
+fn mcp_servers_and_the_roles_naming_them_are_checked() {
+    let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    let refused = |mcp: serde_json::Value, allow: &[&str]| {
+        let mut config = base.clone();
+        config["mcp"] = mcp;
+        let role = config["roles"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+            .next()
+            .unwrap();
+        for pattern in allow {
+            role["tools"]["allow"]
+                .as_array_mut()
+                .unwrap()
+                .push((*pattern).into());
+        }
+        BotConfig::from_json(&config.to_string())
+            .err()
+            .map(|error| error.to_string())
+    };
+    let docs = serde_json::json!({"name": "docs", "transport": {"http": {"url": "https://mcp.example/mcp"}}});
+    assert_eq!(
+        refused(serde_json::json!({"servers": [docs]}), &["docs.*"]),
+        None
+    );
+    let cases = [
+        (
+            serde_json::json!({"servers": [docs, docs]}),
+            vec![],
+            "mcp.servers[1].name: \"docs\" is declared twice",
+        ),
+        (
+            serde_json::json!({"servers": [{"name": "Docs_1", "transport": {"stdio": {"command": ["x"]}}}]}),
+            vec![],
+            "mcp.servers[0].name: \"Docs_1\" must be 1-31 characters of a-z, 0-9 and -, starting with a letter",
+        ),
+        (
+            serde_json::json!({"servers": [{"name": "docs", "transport": {"http": {"url": "http://mcp.example/mcp"}}}]}),
+            vec![],
+            "mcp.servers[0].transport.http.url: \"http://mcp.example/mcp\" must be an https:// URL (Porter's proxy speaks TLS only)",
+        ),
+        (
+            serde_json::json!({"servers": [{"name": "local", "transport": {"stdio": {"command": []}}}]}),
+            vec![],
+            "mcp.servers[0].transport.stdio.command: must not be empty",
+        ),
+        (
+            serde_json::json!({"servers": [docs]}),
+            vec!["wiki.*"],
+            "names MCP server \"wiki\", which mcp.servers does not declare",
+        ),
+        (
+            serde_json::json!({"servers": [docs]}),
+            vec!["docs.{a,b}"],
+            "is not a known tool, group:<name>, matching glob or <mcp server>.<tool>",
+        ),
+    ];
+    for (mcp, allow, expected) in cases {
+        let error =
+            refused(mcp.clone(), &allow).unwrap_or_else(|| panic!("accepted: {mcp} {allow:?}"));
+        assert!(error.contains(expected), "{error}\nexpected: {expected}");
+    }
 }

@@ -80,10 +80,23 @@ impl LocalMachine {
     }
 }
 
-/// What `exec` needs: the sandbox and Porter's control socket.
+/// What `exec` needs: the sandbox and Porter's control socket; and where the agent's
+/// own requests reach Porter's proxy (MCP servers over HTTP).
 pub struct ExecBackend {
     pub sandbox: Arc<dyn Sandbox>,
     pub porter: Option<PorterControl>,
+    /// Porter's proxy socket as the agent sees it.
+    pub proxy_socket: PathBuf,
+}
+
+impl ExecBackend {
+    /// Porter's CA certificate, beside its proxy socket.
+    pub fn porter_ca_file(&self) -> PathBuf {
+        self.proxy_socket
+            .parent()
+            .unwrap_or_else(|| Path::new("/"))
+            .join(saint_config::sandbox_contract::PORTER_CA_FILE_NAME)
+    }
 }
 
 /// The default state directory's name: the bot's name and a short hash of its
@@ -128,6 +141,7 @@ pub fn local(
     Ok(ExecBackend {
         sandbox: Arc::new(LocalSandbox::new(local)?),
         porter: Some(PorterControl::new(&config.porter.control_socket_path)),
+        proxy_socket: PathBuf::from(&config.porter.socket_path),
     })
 }
 
@@ -181,6 +195,7 @@ pub async fn kubernetes(
     Ok(ExecBackend {
         sandbox: Arc::new(sandbox),
         porter: Some(PorterControl::new(&config.porter.control_socket_path)),
+        proxy_socket: PathBuf::from(&config.porter.socket_path),
     })
 }
 

@@ -342,9 +342,18 @@ pub async fn start_for_bot(
             "the bot file lists this CLI but porter's registry has no entry for it: its requests get no credential until it is registered (cliport install)"
         );
     }
+    // An MCP server's entry is used by the server, not by a CLI of the sandbox.
+    let server_entry = |name: &str| {
+        config.mcp.servers.iter().any(|server| {
+            server
+                .credential
+                .as_ref()
+                .is_some_and(|credential| credential.porter_entry == name)
+        })
+    };
     for name in registered
         .iter()
-        .filter(|name| !config.porter.clis.contains(name))
+        .filter(|name| !config.porter.clis.contains(name) && !server_entry(name))
     {
         tracing::warn!(
             cli = %name,

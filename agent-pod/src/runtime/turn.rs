@@ -9,7 +9,7 @@ use std::{
 };
 
 use futures::FutureExt;
-use saint_config::{BotConfig, SessionKey};
+use saint_config::{BotConfig, SessionKey, mcp};
 use saint_llm::{CancellationToken, ChatRequest, ChatRole, ContentBlock, Message, ToolSpec, Usage};
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
@@ -58,7 +58,7 @@ fn tool_specs(tools: &[PermittedTool]) -> Vec<ToolSpec> {
     tools
         .iter()
         .map(|tool| ToolSpec {
-            name: tool.name().to_string(),
+            name: mcp::model_tool_name(tool.name()).into_owned(),
             description: tool.description().to_string(),
             input_schema: tool.input_schema(),
         })
@@ -636,7 +636,12 @@ impl Runtime {
                     let (content, is_error) = match &stopped {
                         Some(reason) => (format!("not run: {reason}"), true),
                         None => {
-                            let tool = visible.iter().find(|tool| tool.name() == name);
+                            // The model names tools as it saw them (`docs__search`);
+                            // prices, metering and usage use the real name.
+                            let tool = visible
+                                .iter()
+                                .find(|tool| mcp::model_tool_name(tool.name()) == name);
+                            let name = tool.map_or(name, |tool| tool.name().to_string());
                             self.run_priced_tool(state, &context, tool, &name, input)
                                 .await?
                         }

@@ -40,7 +40,7 @@ impl Tool for SpawnTool {
         SPAWN_TOOL
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Start a sub-agent: a background helper that does one task as you, with your tools or fewer, \
          and reports back. Returns at once with its id; its result is added to this conversation when it \
          ends (and sent to the person when they are on a channel that can receive it). It sees nothing of \

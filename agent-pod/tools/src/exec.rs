@@ -214,7 +214,7 @@ pub fn invokes_porter_cli(command: &str, clis: &[String]) -> bool {
 
 /// Keeps the first `limit` bytes, counting the rest.
 #[derive(Debug, Default)]
-struct CappedOutput {
+pub struct CappedOutput {
     kept: Vec<u8>,
     total: usize,
 }
@@ -224,6 +224,16 @@ impl CappedOutput {
         self.total += data.len();
         let room = limit.saturating_sub(self.kept.len());
         self.kept.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    /// The bytes kept.
+    pub fn kept(&self) -> &[u8] {
+        &self.kept
+    }
+
+    /// Whether bytes were dropped at the cap.
+    pub fn truncated(&self) -> bool {
+        self.total > self.kept.len()
     }
 
     fn render(&self, stream: &str) -> String {
@@ -389,71 +399,27 @@ impl TypedTool for ExecTool {
                 .map(Duration::from_secs)
                 .unwrap_or(default_timeout)
                 .clamp(Duration::from_secs(1), self.limits.max_timeout);
-            let viewer = view::viewer(
-                &context.caller.role_name,
-                &context.caller.role,
-                &context.caller.slug,
-            );
-            let scope =
-                ScopeKey::for_caller(sandbox_config.scope, &context.caller.session_key, &viewer);
-            let view = self.view_for(context).await?;
-            self.switch_scope(&context.caller.session_key, &scope).await;
             let porter_clis = &context.config.porter.clis;
-
-            let mut metering = Map::new();
-            metering.insert(
-                "porter".to_string(),
-                json!(invokes_porter_cli(&input.command, porter_clis)),
-            );
-            metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
-            metering.insert("sandboxView".to_string(), json!(view.digest()));
-
-            let mut env = std::collections::BTreeMap::new();
-            let mut token = None;
-            if let Some(porter) = self.porter.as_ref().filter(|_| !porter_clis.is_empty()) {
-                let grant = TokenGrant {
-                    session: context.caller.session_key.clone(),
-                    contact: context.caller.slug.clone(),
-                    role: context.caller.role_name.clone(),
-                    command: Some(command_digest(&input.command)),
-                };
-                // A lost revoke still expires shortly after the command's own deadline.
-                match porter
-                    .register(&grant, timeout + Duration::from_secs(60))
-                    .await
-                {
-                    Ok(registration) => {
-                        // The proxy URL with this command's key, its placeholders and
-                        // the CA: the command reaches its CLIs' hosts only through Porter.
-                        env.extend(registration.env);
-                        token = Some(registration.token);
-                    }
-                    Err(error) => {
-                        tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
-                        metering.insert("porterTokenError".to_string(), json!(true));
-                    }
-                }
-            }
-
-            let request = ExecRequest {
-                command: input.command.clone(),
-                cwd,
-                env,
-                timeout,
-                stdin: None,
-            };
-            let started = std::time::Instant::now();
-            let result = self.run(&scope, &view, request, timeout).await;
-            if let (Some(porter), Some(token)) = (&self.porter, &token)
-                && let Err(error) = porter.revoke(token).await
-            {
-                tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
-            }
-            metering.insert(
-                "durationMs".to_string(),
-                json!(started.elapsed().as_millis() as u64),
-            );
-            let (stdout, stderr, ending) = result?;
+            let porter = json!(invokes_porter_cli(&input.command, porter_clis));
+            let SandboxRun {
+                stdout,
+                stderr,
+                ending,
+                mut metering,
+            } = self
+                .run_in_sandbox(
+                    context,
+                    SandboxCommand {
+                        command: input.command,
+                        cwd,
+                        stdin: None,
+                        timeout,
+                        porter_key: !porter_clis.is_empty(),
+                        max_stdout_bytes: self.limits.max_stdout_bytes,
+                    },
+                )
+                .await?;
+            metering.insert("porter".to_string(), porter);
             metering.insert("stdoutBytes".to_string(), json!(stdout.total));
             metering.insert("stderrBytes".to_string(), json!(stderr.total));
             let exit_code = match ending {
@@ -486,18 +452,135 @@ impl TypedTool for ExecTool {
     }
 }
 
-enum Ending {
+/// How a sandbox command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
     Exited(i32),
     TimedOut,
 }
 
+/// One command for [`ExecTool::run_in_sandbox`].
+#[derive(Debug)]
+pub struct SandboxCommand {
+    /// The command line (`sh -c`).
+    pub command: String,
+    /// Working directory under `/workspace` or `/agent`.
+    pub cwd: String,
+    /// Bytes for its stdin.
+    pub stdin: Option<Vec<u8>>,
+    /// When the runner kills it.
+    pub timeout: Duration,
+    /// Whether it gets a Porter key (and so the proxy, placeholders and CA).
+    pub porter_key: bool,
+    /// Bytes of stdout kept (the rest is counted).
+    pub max_stdout_bytes: usize,
+}
+
+/// What a sandbox command produced.
+#[derive(Debug)]
+pub struct SandboxRun {
+    pub stdout: CappedOutput,
+    pub stderr: CappedOutput,
+    pub ending: Ending,
+    /// Facts for the usage log (sandbox scope and view, duration, Porter trouble).
+    pub metering: Map<String, serde_json::Value>,
+}
+
 impl ExecTool {
+    /// Runs `command` in the caller's sandbox (their view, their scope), with a Porter
+    /// key of its own when asked for, revoked when it ends. `exec` and stdio MCP
+    /// servers both run here, so both get the same sandbox and the same Porter path.
+    pub async fn run_in_sandbox(
+        &self,
+        context: &ToolContext,
+        command: SandboxCommand,
+    ) -> Result<SandboxRun, ToolError> {
+        let viewer = view::viewer(
+            &context.caller.role_name,
+            &context.caller.role,
+            &context.caller.slug,
+        );
+        let scope = ScopeKey::for_caller(
+            context.config.sandbox.scope,
+            &context.caller.session_key,
+            &viewer,
+        );
+        let view = self.view_for(context).await?;
+        self.switch_scope(&context.caller.session_key, &scope).await;
+
+        let mut metering = Map::new();
+        metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
+        metering.insert("sandboxView".to_string(), json!(view.digest()));
+
+        let mut env = std::collections::BTreeMap::new();
+        let mut token = None;
+        if let Some(porter) = self.porter.as_ref().filter(|_| command.porter_key) {
+            let grant = TokenGrant {
+                session: context.caller.session_key.clone(),
+                contact: context.caller.slug.clone(),
+                role: context.caller.role_name.clone(),
+                command: Some(command_digest(&command.command)),
+            };
+            // A lost revoke still expires shortly after the command's own deadline.
+            match porter
+                .register(&grant, command.timeout + Duration::from_secs(60))
+                .await
+            {
+                Ok(registration) => {
+                    // The proxy URL with this command's key, its placeholders and
+                    // the CA: the command reaches its CLIs' hosts only through Porter.
+                    env.extend(registration.env);
+                    token = Some(registration.token);
+                }
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
+                    metering.insert("porterTokenError".to_string(), json!(true));
+                }
+            }
+        }
+
+        let request = ExecRequest {
+            command: command.command,
+            cwd: command.cwd,
+            env,
+            timeout: command.timeout,
+            stdin: command.stdin,
+        };
+        let started = std::time::Instant::now();
+        let result = self
+            .run(
+                &scope,
+                &view,
+                request,
+                command.timeout,
+                command.max_stdout_bytes,
+            )
+            .await;
+        if let (Some(porter), Some(token)) = (&self.porter, &token)
+            && let Err(error) = porter.revoke(token).await
+        {
+            tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
+        }
+        metering.insert(
+            "durationMs".to_string(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+        let (stdout, stderr, ending) = result?;
+        Ok(SandboxRun {
+            stdout,
+            stderr,
+            ending,
+            metering,
+        })
+    }
+
     async fn run(
         &self,
         scope: &ScopeKey,
         view: &View,
         request: ExecRequest,
         timeout: Duration,
+        max_stdout_bytes: usize,
     ) -> Result<(CappedOutput, CappedOutput, Ending), ToolError> {
         let mut events = self
             .sandbox
@@ -522,9 +605,7 @@ impl ExecTool {
                 () = &mut backstop => return Ok((stdout, stderr, Ending::TimedOut)),
             };
             match event {
-                Some(Ok(ExecEvent::Stdout(data))) => {
-                    stdout.push(&data, self.limits.max_stdout_bytes)
-                }
+                Some(Ok(ExecEvent::Stdout(data))) => stdout.push(&data, max_stdout_bytes),
                 Some(Ok(ExecEvent::Stderr(data))) => {
                     stderr.push(&data, self.limits.max_stderr_bytes)
                 }

@@ -16,6 +16,7 @@ pub mod edit;
 pub mod exec;
 pub mod files;
 pub mod guard;
+pub mod mcp;
 pub mod memory_get;
 pub mod memory_search;
 pub mod message;
@@ -174,7 +175,7 @@ pub trait Tool: Send + Sync {
     /// The name the model uses (one of `saint_config::KNOWN_TOOLS`).
     fn name(&self) -> &'static str;
     /// One paragraph for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON Schema of the input object.
     fn input_schema(&self) -> serde_json::Value;
     /// Runs the call the policy allowed (`permit`). Enforces the tool's own finer

@@ -83,7 +83,7 @@ impl PermittedTool {
     }
 
     /// The tool's description for the model.
-    pub fn description(&self) -> &'static str {
+    pub fn description(&self) -> &str {
         self.tool.description()
     }
 
@@ -265,7 +265,7 @@ mod tests {
         fn name(&self) -> &'static str {
             self.0
         }
-        fn description(&self) -> &'static str {
+        fn description(&self) -> &str {
             "test tool"
         }
         fn input_schema(&self) -> serde_json::Value {

@@ -46,7 +46,7 @@ impl<T: TypedTool> Tool for T {
         T::NAME
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         T::DESCRIPTION
     }
 

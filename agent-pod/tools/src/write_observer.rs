@@ -61,7 +61,7 @@ impl Tool for ObservedWrites {
         self.inner.name()
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         self.inner.description()
     }
 

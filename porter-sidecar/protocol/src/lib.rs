@@ -15,6 +15,8 @@ pub mod control;
 pub mod frame;
 pub mod handshake;
 pub mod registry;
+#[cfg(feature = "async")]
+pub mod relay;
 pub mod request;
 pub mod sync_io;
 

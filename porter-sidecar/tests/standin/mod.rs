@@ -6,6 +6,7 @@
 //! in for other credential kinds: `keys.example` (an API key in a query parameter or a
 //! named header) and `oauth.example` (an OAuth 2.0 token endpoint that trades the real
 //! refresh token for an access token, and an API that takes only that access token).
+//! `mcp.example` is an MCP server over Streamable HTTP ([`mcp`]).
 
 #![allow(dead_code)]
 
@@ -27,6 +28,8 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsage
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub mod mcp;
+
 pub const HOSTS: &[&str] = &["api.github.com", "github.com", "uploads.github.com"];
 
 /// Every name the stand-in's certificate covers.
@@ -36,6 +39,7 @@ pub const ALL_HOSTS: &[&str] = &[
     "uploads.github.com",
     "keys.example",
     "oauth.example",
+    "mcp.example",
 ];
 
 /// The access token `oauth.example` issues for the real refresh token `token`.
@@ -307,8 +311,12 @@ impl Shared {
             query: query.clone(),
             headers,
         };
-        if path == "/graphql" || host == "oauth.example" {
+        if path == "/graphql" || host == "oauth.example" || host == "mcp.example" {
             recorded.body = String::from_utf8_lossy(&body).into_owned();
+        }
+        if host == "mcp.example" {
+            self.requests.lock().unwrap().push(recorded.clone());
+            return mcp::answer(&recorded, &self.token);
         }
         if host == "keys.example" || host == "oauth.example" {
             self.requests.lock().unwrap().push(recorded.clone());

@@ -8,7 +8,6 @@ pub mod connection;
 pub mod environment;
 pub mod network_cut;
 pub mod process_group;
-pub mod relay;
 pub mod seed;
 pub mod server;
 pub mod state;

@@ -9,9 +9,7 @@ use saint_config::sandbox_contract::{
     PORTER_RELAY_ADDRESS, PORTER_SOCKET_PATH, RUNNER_TOKEN_ENV, RunnerSettings,
     SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
 };
-use saint_sandbox_runner::{
-    network_cut, relay, seed, server, state::State, working_directory::Roots,
-};
+use saint_sandbox_runner::{network_cut, seed, server, state::State, working_directory::Roots};
 
 /// Serves exec requests inside a sandbox over a unix socket (frame protocol), and
 /// relays a loopback port to Porter's proxy socket: the sandbox's only way out.
@@ -136,8 +134,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             "network cut: the API server is unreachable"
         );
     }
-    let relay_listener = relay::bind(flags.relay_listen).await?;
-    let relay_task = tokio::spawn(relay::serve(relay_listener, flags.porter_socket.clone()));
+    let relay_listener = porter_protocol::relay::bind(flags.relay_listen).await?;
+    let relay_task = tokio::spawn(porter_protocol::relay::serve(
+        relay_listener,
+        flags.porter_socket.clone(),
+    ));
     let listener = server::bind(&socket, flags.socket_mode)?;
     tracing::info!(socket = %socket.display(), relay = %flags.relay_listen, seeded, "runner ready");
     let stopped = server::serve(

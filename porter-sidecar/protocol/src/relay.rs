@@ -1,6 +1,7 @@
-//! The sandbox's only way out: a loopback TCP port (the address commands'
-//! `HTTPS_PROXY` names) whose connections are relayed byte for byte to Porter's proxy
-//! socket on the shared volume. The relay reads nothing and adds nothing: the command's
+//! A loopback TCP port whose connections are relayed byte for byte to Porter's proxy
+//! socket on the shared volume: the sandbox's only way out (the address commands'
+//! `HTTPS_PROXY` names, served by the runner), and how the agent's MCP client reaches
+//! Porter (HTTP clients speak to proxies over TCP). The relay reads nothing and adds nothing: the command's
 //! own `CONNECT` carries its key, and Porter decides.
 //!
 //! Listens only on the loopback address it is given; connects only to the one socket.
