@@ -718,6 +718,16 @@ async fn mcp_tools_follow_the_role_and_the_server_credential_stays_in_porter() {
     assert!(refused[0].1, "the forged call is an error: {refused:?}");
     assert!(refused[0].0.contains("not available"), "{refused:?}");
 
+    // Metered like every tool: a usage line under the tool's real name, per person.
+    let usage = fs::read_to_string(workspace.join("logs/usage.jsonl")).unwrap();
+    let search_line: Value = usage
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|line| line["tool"] == "docs.search")
+        .unwrap_or_else(|| panic!("no usage line for docs.search: {usage}"));
+    assert_eq!(search_line["user"], "ana", "{search_line}");
+    assert_eq!(search_line["mcpServer"], "docs", "{search_line}");
+
     // What the server saw: the real token on every request, put there by Porter; a
     // listing, the owner's search, and never the employee's reset.
     let seen: Vec<standin::Recorded> = standin
