@@ -178,6 +178,13 @@ impl ConfigStore {
                 if *loaded.config == config {
                     return ReloadOutcome::Unchanged;
                 }
+                if loaded.config.telemetry != config.telemetry {
+                    // The exporter is set up once, before the runtime starts.
+                    tracing::warn!(
+                        "telemetry changed: traces go where they went at start until the \
+                         agent restarts"
+                    );
+                }
                 if loaded.config.mcp != config.mcp {
                     // Servers are listed once per start (mcp_servers.rs); a new
                     // section would otherwise look applied while the old tools stay.

@@ -29,7 +29,7 @@ use saint_agent::{
     session::SessionStore,
     starter::{BotFiles, Starter},
     subagents::Subagents,
-    up,
+    telemetry, up,
 };
 use saint_config::{ChannelKind, ErrorChain, SandboxBackend};
 use saint_sandbox::{
@@ -97,6 +97,48 @@ enum Command {
     /// object a line: answered, refused (the sender was told why), ignored or failed,
     /// with the reason, or pending while it waits. Safe while the bot runs.
     Outcomes(OutcomesArgs),
+    /// Print what the bot did for people and what it cost, oldest first: model calls
+    /// (with tokens and cost), tool calls and Porter's request decisions (host, method,
+    /// path, allowed or refused). A person's costs sum to their
+    /// `saint_llm_cost_usd_total`. Safe while the bot runs.
+    Ledger(LedgerArgs),
+}
+
+#[derive(clap::Args)]
+struct LedgerArgs {
+    /// Workspace directory of the bot (its `logs/usage.jsonl`, and in a pod Porter's
+    /// `logs/porter.jsonl`).
+    #[arg(long, env = "SAINT_WORKSPACE")]
+    workspace: PathBuf,
+    /// Porter's audit log besides `logs/porter.jsonl` (one machine: the state
+    /// directory's `porter-control/audit.jsonl`); repeatable.
+    #[arg(long = "porter-audit")]
+    porter_audits: Vec<PathBuf>,
+    /// Only this person (contact slug).
+    #[arg(long)]
+    contact: Option<String>,
+    /// Only this role.
+    #[arg(long)]
+    role: Option<String>,
+    /// Only turns started so (`message`, `cron`, `heartbeat`, `subagent`); leaves out
+    /// Porter's lines, which name no trigger.
+    #[arg(long)]
+    trigger: Option<String>,
+    /// From this time on (RFC 3339, `2026-11-01T00:00:00Z`).
+    #[arg(long)]
+    since: Option<jiff::Timestamp>,
+    /// Before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<jiff::Timestamp>,
+    /// `jsonl` (one object a line) or `csv` (a header row, then a row an entry).
+    #[arg(long, value_enum, default_value_t = LedgerFormat::Jsonl)]
+    format: LedgerFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LedgerFormat {
+    Jsonl,
+    Csv,
 }
 
 #[derive(clap::Args)]
@@ -229,23 +271,20 @@ struct RunExtras {
     chat_token: Option<String>,
     /// Whether a model that cannot be reached stops the start (`run`) or is reported (`up`).
     require_model: bool,
+    /// Whether this process exports traces (`run` with `telemetry.otlp`, set up in
+    /// `main` before any thread starts).
+    exporting_traces: bool,
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colour for a person at a terminal only, never escape codes in a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter);
-    // A person at a terminal reads `up`'s log; a log collector reads `run`'s.
-    if matches!(cli.command, Command::Up(_)) {
-        logs.compact().init();
-    } else {
-        logs.json().init();
-    }
+    let telemetry = match init_logging_and_telemetry(&cli.command) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("saint-agent: {:#}", anyhow::Error::from(error));
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     // Before any thread starts: the memory model's freed buffers must leave the
     // process, and all threads share one heap (an idle bot is what a fleet multiplies).
     saint_memory::allocator::return_large_blocks_at_free();
@@ -256,6 +295,7 @@ fn main() -> std::process::ExitCode {
     if matches!(cli.command, Command::Run(_)) {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o007));
     }
+    let exporting_traces = telemetry.is_some();
     let result = match cli.command {
         Command::CheckConfig { config } => ConfigStore::load(&config)
             .map(|_| ())
@@ -265,6 +305,7 @@ fn main() -> std::process::ExitCode {
             process_env(),
             RunExtras {
                 require_model: true,
+                exporting_traces,
                 ..RunExtras::default()
             },
         ),
@@ -272,7 +313,11 @@ fn main() -> std::process::ExitCode {
         Command::Erase(person) => erase(person),
         Command::Export { person, output } => export(person, output),
         Command::Outcomes(arguments) => print_outcomes(&arguments),
+        Command::Ledger(arguments) => print_ledger(&arguments),
     };
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -281,6 +326,81 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The log on stderr (compact for `up`'s person at a terminal, JSON for `run`'s log
+/// collector), and for `run` the OTLP exporter its bot file names. `RUST_LOG` filters
+/// the log only: the exported spans are the runtime's own, whatever the log level.
+fn init_logging_and_telemetry(
+    command: &Command,
+) -> Result<Option<telemetry::Telemetry>, telemetry::TelemetryError> {
+    use tracing_subscriber::{
+        Layer, filter::FilterExt, layer::SubscriberExt, util::SubscriberInitExt,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .and(tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.target() != telemetry::TARGET
+        }));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        // Colour for a person at a terminal only, never escape codes in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let logs = if matches!(command, Command::Up(_)) {
+        logs.compact().with_filter(filter).boxed()
+    } else {
+        logs.json().with_filter(filter).boxed()
+    };
+    let registry = tracing_subscriber::registry().with(logs);
+    let otlp = match command {
+        Command::Run(arguments) => telemetry::otlp_of_file(&arguments.config),
+        _ => None,
+    };
+    let Some((bot, otlp)) = otlp else {
+        registry.init();
+        return Ok(None);
+    };
+    match telemetry::layer(&bot, &otlp, &|name| std::env::var(name).ok()) {
+        Ok((exporter, telemetry)) => {
+            registry.with(exporter).init();
+            tracing::info!(endpoint = %otlp.endpoint, "traces are exported over OTLP");
+            Ok(Some(telemetry))
+        }
+        Err(error) => {
+            registry.init();
+            Err(error)
+        }
+    }
+}
+
+fn print_ledger(arguments: &LedgerArgs) -> anyhow::Result<()> {
+    let logs = arguments.workspace.join("logs");
+    let mut audits = vec![logs.join("porter.jsonl")];
+    audits.extend(arguments.porter_audits.iter().cloned());
+    let query = saint_agent::ledger::Query {
+        contact: arguments.contact.clone(),
+        role: arguments.role.clone(),
+        trigger: arguments.trigger.clone(),
+        since: arguments.since,
+        until: arguments.until,
+    };
+    let ledger = saint_agent::ledger::read(&logs.join("usage.jsonl"), &audits, &query)?;
+    if ledger.unreadable_lines > 0 {
+        eprintln!(
+            "saint-agent: {} log lines were not JSON (a line cut by a crash?) and are left out",
+            ledger.unreadable_lines
+        );
+    }
+    let output = std::io::stdout().lock();
+    match arguments.format {
+        LedgerFormat::Jsonl => {
+            let mut writer = std::io::BufWriter::new(output);
+            saint_agent::ledger::write_jsonl(&ledger.entries, &mut writer)?;
+            std::io::Write::flush(&mut writer)?;
+        }
+        LedgerFormat::Csv => saint_agent::ledger::write_csv(&ledger.entries, output)?,
+    }
+    Ok(())
 }
 
 fn print_outcomes(arguments: &OutcomesArgs) -> anyhow::Result<()> {
@@ -491,6 +611,7 @@ fn up(arguments: UpArgs) -> anyhow::Result<()> {
             person_tokens,
             chat_token: Some(token),
             require_model: false,
+            exporting_traces: false,
         },
     )
 }
@@ -525,6 +646,13 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         &arguments.config,
         extras.overlay.clone(),
     )?);
+    if config.last_good().telemetry.otlp.is_some() && !extras.exporting_traces {
+        // `up` starts its logging before it knows its bot file.
+        extras.warnings.push(
+            "telemetry.otlp: traces are exported only by `saint-agent run`, not by `up`"
+                .to_string(),
+        );
+    }
     for warning in &extras.warnings {
         tracing::warn!("{warning}");
     }

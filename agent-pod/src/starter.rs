@@ -85,7 +85,8 @@ impl Starter {
 
     /// The config for one machine: the bubblewrap sandbox, persona files from
     /// `files.persona`, memory from `embedding_model` (off without one), the primary
-    /// model alone (no failover chain), and only the HTTP channel — the others need a platform account and its tokens (WhatsApp also
+    /// model alone (no failover chain), no tool server that needs a credential, and
+    /// only the HTTP channel — the others need a platform account and its tokens (WhatsApp also
     /// a public webhook), which the user adds to the bot file when they have them.
     pub fn local_config(
         &self,
@@ -115,6 +116,19 @@ impl Starter {
         config.model.fallbacks.clear();
         config.model.additional_api_key_envs.clear();
         config.model.failover = Default::default();
+        // Tool servers with a credential need a Secret this machine does not have (the
+        // user registers it with `cliport` and adds the server back); roles stop naming
+        // the servers left out.
+        let (servers, dropped): (Vec<_>, Vec<_>) = std::mem::take(&mut config.mcp.servers)
+            .into_iter()
+            .partition(|server| server.credential.is_none());
+        config.mcp.servers = servers;
+        for role in config.roles.values_mut() {
+            role.tools.allow.retain(|pattern| {
+                saint_config::mcp::pattern_server(pattern)
+                    .is_none_or(|server| dropped.iter().all(|gone| gone.name != server))
+            });
+        }
         match embedding_model {
             Some(directory) => {
                 config.memory.enabled = true;
@@ -282,7 +296,7 @@ mod tests {
         let (config, left_out) = starter.local_config(&files, None);
         assert_eq!(config.sandbox.backend, SandboxBackend::Local);
         assert_eq!(
-            config.persona.unwrap().directory,
+            config.persona.as_ref().unwrap().directory,
             "/data/saint/acme-assistant/persona"
         );
         assert!(!config.memory.enabled);
@@ -296,9 +310,17 @@ mod tests {
         // Skills come from the workspace here, not from the cluster's mount.
         assert!(!starter.bot_config.skills.directories.is_empty());
         assert!(config.skills.directories.is_empty());
-        // The roles and people are the operator's, untouched.
-        assert_eq!(config.roles, starter.bot_config.roles);
+        // The docs server needs its Secret: left out, and no role names it; otherwise
+        // the roles and people are the operator's, untouched.
+        assert!(starter.bot_config.mcp.server("docs").is_some());
+        assert!(config.mcp.servers.is_empty());
+        let mut roles = starter.bot_config.roles.clone();
+        for role in roles.values_mut() {
+            role.tools.allow.retain(|pattern| pattern != "docs.*");
+        }
+        assert_eq!(config.roles, roles);
         assert_eq!(config.contacts, starter.bot_config.contacts);
+        saint_config::validate(&config).unwrap();
     }
 
     /// What a person opens: short, the same bot as the full rendering, and valid

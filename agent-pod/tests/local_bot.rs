@@ -759,6 +759,32 @@ async fn mcp_tools_follow_the_role_and_the_server_credential_stays_in_porter() {
         "Porter audited the owner's MCP requests: {audit}"
     );
 
+    // The ledger shows the owner's requests to the server as Porter decided them.
+    let ledger = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .args(["ledger", "--contact", "ana", "--workspace"])
+        .arg(&workspace)
+        .arg("--porter-audit")
+        .arg(directory_path.join("state/porter-control/audit.jsonl"))
+        .output()
+        .unwrap();
+    assert!(ledger.status.success());
+    let entries: Vec<Value> = String::from_utf8(ledger.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        entries.iter().any(|entry| entry["kind"] == "porter"
+            && entry["what"] == "POST mcp.example/mcp"
+            && entry["outcome"] == "allowed"),
+        "{entries:#?}"
+    );
+    assert!(
+        entries
+            .iter()
+            .any(|entry| entry["kind"] == "tool" && entry["what"] == "docs.search")
+    );
+
     // The agent never held the credential: not in its environment, its memory, the
     // workspace or anything sent to the model.
     let agent_memory = process_environment_and_memory(bot.child.id());

@@ -269,12 +269,10 @@ fn main() {
         .build()
         .unwrap();
     let listener = relay_runtime
-        .block_on(saint_sandbox_runner::relay::bind(
-            "127.0.0.1:0".parse().unwrap(),
-        ))
+        .block_on(porter_protocol::relay::bind("127.0.0.1:0".parse().unwrap()))
         .unwrap();
     let relay = listener.local_addr().unwrap().to_string();
-    relay_runtime.spawn(saint_sandbox_runner::relay::serve(
+    relay_runtime.spawn(porter_protocol::relay::serve(
         listener,
         directory.path().join("run/proxy.sock"),
     ));

@@ -183,6 +183,45 @@ pub struct BotConfig {
     /// `<server>.<tool>`.
     #[serde(default, skip_serializing_if = "McpConfig::is_empty")]
     pub mcp: McpConfig,
+    /// Where traces go; absent: nowhere (no exporter runs).
+    #[serde(default, skip_serializing_if = "TelemetryConfig::is_empty")]
+    pub telemetry: TelemetryConfig,
+}
+
+/// Traces of turns, model calls and tool calls (OpenTelemetry GenAI conventions):
+/// attributes name the bot, the person's slug and role, models and tools, never
+/// message text or secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// An OTLP/HTTP collector; absent: traces are not exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpConfig>,
+}
+
+impl TelemetryConfig {
+    fn is_empty(&self) -> bool {
+        self.otlp.is_none()
+    }
+}
+
+/// An OTLP/HTTP collector (protobuf, `POST <endpoint>/v1/traces`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Base URL of the collector's OTLP/HTTP receiver (`http://otel-collector:4318`).
+    pub endpoint: String,
+    /// Request headers whose values are read from the agent's environment, by header
+    /// name (`{"Authorization": "SAINT_OTLP_AUTHORIZATION"}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
+    /// Milliseconds spans wait to be sent in a batch.
+    #[serde(default = "default_otlp_batch_millis")]
+    pub batch_delay_millis: u64,
+}
+
+fn default_otlp_batch_millis() -> u64 {
+    5_000
 }
 
 /// How budgets treat models and tools: every model call reserves its worst case against

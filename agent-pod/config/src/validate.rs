@@ -213,6 +213,26 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     }
     validate_proactive(config)?;
     validate_mcp(&config.mcp)?;
+    if let Some(otlp) = &config.telemetry.otlp {
+        let parsed = url::Url::parse(&otlp.endpoint);
+        if !parsed.is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
+        {
+            return Err(invalid(
+                "telemetry.otlp.endpoint",
+                format!("{:?} must be an http:// or https:// URL", otlp.endpoint),
+            ));
+        }
+        if let Some(header) = otlp
+            .headers_env
+            .keys()
+            .find(|header| http_header_name(header).is_none())
+        {
+            return Err(invalid(
+                "telemetry.otlp.headersEnv",
+                format!("{header:?} is not a header name"),
+            ));
+        }
+    }
     if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
     {
         return Err(invalid(
@@ -346,6 +366,12 @@ fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// `name` when it is a valid HTTP header name (RFC 9110 token).
+fn http_header_name(name: &str) -> Option<&str> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    (!name.is_empty() && name.chars().all(token)).then_some(name)
 }
 
 /// Server names unique and well-formed, transports usable, credentials named.

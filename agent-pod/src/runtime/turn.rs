@@ -13,6 +13,7 @@ use saint_config::{BotConfig, SessionKey, mcp};
 use saint_llm::{CancellationToken, ChatRequest, ChatRole, ContentBlock, Message, ToolSpec, Usage};
 use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
+use tracing::Instrument;
 
 use saint_channels::{OutboundBody, queue};
 
@@ -33,6 +34,7 @@ use crate::{
     metering::{self, ToolCallRecord},
     prompt::{self, PromptInputs},
     session::{StoredMessage, Transcript, repair_tool_pairing},
+    telemetry,
 };
 
 /// What an over-budget person is told. Polite, and reveals nothing about costs or models.
@@ -52,6 +54,44 @@ pub fn cap_tool_result(content: String, limit: usize) -> String {
         "\n[truncated: showing {limit} of {total} characters]"
     ));
     kept
+}
+
+/// The `chat` span of one model call (through the whole failover chain): the model
+/// asked for and the provider; tokens recorded by [`record_chat`].
+fn chat_span(config: &BotConfig, request: &ChatRequest) -> tracing::Span {
+    tracing::info_span!(
+        target: telemetry::TARGET,
+        "chat",
+        otel.name = %format_args!("chat {}", request.model),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = telemetry::provider_name(config.model.provider),
+        gen_ai.request.model = %request.model,
+        gen_ai.request.max_tokens = request.max_tokens,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+fn record_chat(span: &tracing::Span, called: &Result<Called, TurnError>) {
+    match called {
+        Ok(Called::Answered(response, _)) => {
+            span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+            span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+            span.record(
+                "gen_ai.response.finish_reasons",
+                tracing::field::debug(&response.stop_reason),
+            );
+        }
+        Ok(Called::OverBudget) => {
+            span.record("error.type", "over_budget");
+        }
+        Err(_) => {
+            span.record("error.type", "model_failed");
+        }
+    }
 }
 
 fn tool_specs(tools: &[PermittedTool]) -> Vec<ToolSpec> {
@@ -214,8 +254,52 @@ impl Runtime {
     }
 
     /// Runs one turn for `input.caller` in their session: stores the message, loops
-    /// model and tools, stores and queues the answer, meters it.
+    /// model and tools, stores and queues the answer, meters it. Traced as one
+    /// `invoke_agent` span (who, in which role, what it cost; never what was said).
     pub(super) async fn turn(
+        &self,
+        input: TurnInput<'_>,
+        events: Option<&UnboundedSender<TurnEvent>>,
+        cancel: &CancellationToken,
+    ) -> Result<TurnReply, TurnError> {
+        let caller = input.caller;
+        let bot = input.config.bot.name.as_str();
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            "invoke_agent",
+            otel.name = %format_args!("invoke_agent {bot}"),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = bot,
+            saint.bot = bot,
+            saint.contact = metering::person_label(caller.known, &caller.slug),
+            saint.role = %caller.role_name,
+            saint.trigger = caller.trigger.label(),
+            saint.outcome = tracing::field::Empty,
+            saint.model_calls = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let reply = self
+            .turn_in_span(input, events, cancel)
+            .instrument(span.clone())
+            .await;
+        match &reply {
+            Ok(reply) => {
+                span.record("saint.outcome", reply.outcome.label());
+                span.record("saint.model_calls", reply.model_calls);
+                span.record("gen_ai.usage.input_tokens", reply.usage.input_tokens);
+                span.record("gen_ai.usage.output_tokens", reply.usage.output_tokens);
+            }
+            Err(_) => {
+                span.record("saint.outcome", "error");
+                span.record("error.type", "turn_failed");
+            }
+        }
+        reply
+    }
+
+    async fn turn_in_span(
         &self,
         input: TurnInput<'_>,
         events: Option<&UnboundedSender<TurnEvent>>,
@@ -592,10 +676,13 @@ impl Runtime {
                     prompt_tokens = compaction::estimate_tokens(&request);
                 }
 
-                let Called::Answered(response, charge) = self
+                let chat = chat_span(state.config, &request);
+                let called = self
                     .call_model(state, &chain, &request, prompt_tokens, cancel, true)
-                    .await?
-                else {
+                    .instrument(chat.clone())
+                    .await;
+                record_chat(&chat, &called);
+                let Called::Answered(response, charge) = called? else {
                     break 'turn LoopEnd::OverBudget;
                 };
                 let message = response.message;
@@ -818,13 +905,23 @@ impl Runtime {
         input: serde_json::Value,
     ) -> (String, bool) {
         let started = Instant::now();
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = name,
+            error.type = tracing::field::Empty,
+        );
         let result = match tool {
             // A name the role cannot see is refused like any other denial.
             None => Err(ToolError::Denied(format!(
                 "the tool {name:?} is not available"
             ))),
             Some(tool) => {
-                let call = AssertUnwindSafe(tool.call(context, input.clone())).catch_unwind();
+                let call = AssertUnwindSafe(tool.call(context, input.clone()))
+                    .catch_unwind()
+                    .instrument(span.clone());
                 match tokio::time::timeout(self.options.tool_timeout, call).await {
                     Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
                     Ok(Err(_)) => {
@@ -853,6 +950,9 @@ impl Runtime {
             }
             Err(error) => (error.to_string(), true, error.outcome(), &empty),
         };
+        if is_error {
+            span.record("error.type", outcome);
+        }
         self.metering
             .record_tool_call(&ToolCallRecord {
                 user: &state.caller.slug,
