@@ -1,12 +1,13 @@
 //! The ledger: what the bot did for each person and what it cost, read from the logs
 //! the runtime and Porter already append — model attempts and tool calls from
-//! `logs/usage.jsonl`, Porter's request decisions from its audit log — as one list,
+//! `logs/usage.jsonl`, approvals from `logs/approvals.jsonl`, Porter's request
+//! decisions from its audit log — as one list,
 //! oldest first, filtered by person, role, trigger and time.
 //!
 //! Costs are the model attempts' (the same amounts `saint_llm_cost_usd_total` counts),
 //! so a person's ledger sums to their metric. Turn summary lines are left out (their
-//! cost is their attempts'). Porter's lines carry no trigger: a query by trigger leaves
-//! them out. Pure reading: nothing is written, and a bot may run meanwhile.
+//! cost is their attempts'). Porter's and approval lines carry no trigger: a query by
+//! trigger leaves them out. Pure reading: nothing is written, and a bot may run meanwhile.
 
 use std::{
     io::{BufRead, BufReader},
@@ -21,7 +22,7 @@ use serde_json::Value;
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     pub ts: String,
-    /// `model`, `tool` or `porter`.
+    /// `model`, `tool`, `approval` or `porter`.
     pub kind: &'static str,
     pub contact: String,
     pub role: String,
@@ -84,14 +85,47 @@ pub struct Ledger {
     pub unreadable_lines: usize,
 }
 
-/// The entries of `usage` and of Porter's `audits` that `query` keeps, oldest first.
-/// A log that does not exist yet has no entries.
-pub fn read(usage: &Path, audits: &[PathBuf], query: &Query) -> Result<Ledger, LedgerError> {
+/// The logs a ledger is read from.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// `logs/usage.jsonl`.
+    pub usage: PathBuf,
+    /// `logs/approvals.jsonl`.
+    pub approvals: PathBuf,
+    /// Porter's audit logs.
+    pub porter_audits: Vec<PathBuf>,
+}
+
+impl Sources {
+    /// The logs of `workspace` (with Porter's audit log where a pod keeps it), plus
+    /// `porter_audits`.
+    pub fn of_workspace(workspace: &Path, porter_audits: &[PathBuf]) -> Self {
+        let logs = workspace.join("logs");
+        let mut audits = vec![logs.join("porter.jsonl")];
+        audits.extend(porter_audits.iter().cloned());
+        Self {
+            usage: logs.join("usage.jsonl"),
+            approvals: logs.join("approvals.jsonl"),
+            porter_audits: audits,
+        }
+    }
+}
+
+type Parse = fn(&Value) -> Option<Entry>;
+
+/// The entries of `sources` that `query` keeps, oldest first. A log that does not
+/// exist yet has no entries.
+pub fn read(sources: &Sources, query: &Query) -> Result<Ledger, LedgerError> {
     let mut ledger = Ledger::default();
-    for (path, parse) in std::iter::once((usage, usage_entry as fn(&Value) -> Option<Entry>)).chain(
-        audits
+    let logs = [
+        (sources.usage.as_path(), usage_entry as Parse),
+        (sources.approvals.as_path(), approval_entry as Parse),
+    ];
+    for (path, parse) in logs.into_iter().chain(
+        sources
+            .porter_audits
             .iter()
-            .map(|path| (path.as_path(), porter_entry as fn(&Value) -> Option<Entry>)),
+            .map(|path| (path.as_path(), porter_entry as Parse)),
     ) {
         let file = match std::fs::File::open(path) {
             Ok(file) => file,
@@ -150,6 +184,28 @@ fn usage_entry(line: &Value) -> Option<Entry> {
     } else {
         None
     }
+}
+
+/// An approval event: asked, decided, refused, expired, ran (`what` names the tool and
+/// the request, `outcome` the event and who decided).
+fn approval_entry(line: &Value) -> Option<Entry> {
+    let event = line["event"].as_str()?;
+    let outcome = match line["by"].as_str() {
+        Some(by) => format!("{event} by {by}"),
+        None => event.to_string(),
+    };
+    Some(Entry {
+        ts: text(line, "ts"),
+        kind: "approval",
+        contact: text(line, "requester"),
+        role: text(line, "role"),
+        trigger: String::new(),
+        what: format!("{} (request {})", text(line, "tool"), text(line, "code")),
+        outcome,
+        input_tokens: None,
+        output_tokens: None,
+        cost_usd: None,
+    })
 }
 
 /// A request decision of Porter's audit log (key grants are not requests).
@@ -224,9 +280,22 @@ mod tests {
             ),
         )
         .unwrap();
-        let all = read(&usage, std::slice::from_ref(&audit), &Query::default()).unwrap();
+        let sources = Sources {
+            usage: usage.clone(),
+            approvals: directory.path().join("approvals.jsonl"),
+            porter_audits: vec![audit.clone()],
+        };
+        std::fs::write(
+            &sources.approvals,
+            concat!(r#"{"ts":"2026-01-02T10:00:05Z","event":"approved","code":"K7QX2P","requester":"ana","role":"owner","tool":"message","digest":"d","by":"marko"}"#, "
+"),
+        )
+        .unwrap();
+        let all = read(&sources, &Query::default()).unwrap();
         let kinds: Vec<&str> = all.entries.iter().map(|entry| entry.kind).collect();
-        assert_eq!(kinds, ["porter", "model", "tool", "model"]);
+        assert_eq!(kinds, ["porter", "model", "tool", "approval", "model"]);
+        assert_eq!(all.entries[3].what, "message (request K7QX2P)");
+        assert_eq!(all.entries[3].outcome, "approved by marko");
         assert_eq!(all.unreadable_lines, 1);
         assert_eq!(all.entries[0].what, "GET api.github.com/user");
 
@@ -234,17 +303,15 @@ mod tests {
             contact: Some("ana".to_string()),
             ..Query::default()
         };
-        let entries = read(&usage, std::slice::from_ref(&audit), &ana)
-            .unwrap()
-            .entries;
-        assert_eq!(entries.len(), 3);
+        let entries = read(&sources, &ana).unwrap().entries;
+        assert_eq!(entries.len(), 4);
         assert_eq!(total_cost(&entries), 0.25);
         let cron = Query {
             trigger: Some("cron".to_string()),
             since: Some("2026-01-02T10:30:00Z".parse().unwrap()),
             ..Query::default()
         };
-        let entries = read(&usage, &[audit], &cron).unwrap().entries;
+        let entries = read(&sources, &cron).unwrap().entries;
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].contact, "ivan");
 
@@ -257,7 +324,7 @@ mod tests {
             ),
             "{csv}"
         );
-        assert_eq!(csv.lines().count(), 5);
+        assert_eq!(csv.lines().count(), 6);
         assert!(
             csv.contains("2026-01-02T10:00:02Z,model,ana,owner,message,m,ok,10,5,0.25"),
             "{csv}"
@@ -267,7 +334,11 @@ mod tests {
     #[test]
     fn a_missing_log_has_no_entries() {
         let directory = tempfile::tempdir().unwrap();
-        let ledger = read(&directory.path().join("none"), &[], &Query::default()).unwrap();
+        let ledger = read(
+            &Sources::of_workspace(directory.path(), &[]),
+            &Query::default(),
+        )
+        .unwrap();
         assert!(ledger.entries.is_empty());
     }
 }

@@ -2,6 +2,7 @@
 //! loop, sessions, metering and `main`. The tools and their guards are `saint-tools`;
 //! the sandboxes `exec` runs in are `saint-sandbox`.
 
+pub mod approvals;
 pub mod budget;
 pub mod channel;
 pub mod clock;

@@ -98,8 +98,8 @@ enum Command {
     /// with the reason, or pending while it waits. Safe while the bot runs.
     Outcomes(OutcomesArgs),
     /// Print what the bot did for people and what it cost, oldest first: model calls
-    /// (with tokens and cost), tool calls and Porter's request decisions (host, method,
-    /// path, allowed or refused). A person's costs sum to their
+    /// (with tokens and cost), tool calls, approvals and Porter's request decisions
+    /// (host, method, path, allowed or refused). A person's costs sum to their
     /// `saint_llm_cost_usd_total`. Safe while the bot runs.
     Ledger(LedgerArgs),
 }
@@ -374,9 +374,8 @@ fn init_logging_and_telemetry(
 }
 
 fn print_ledger(arguments: &LedgerArgs) -> anyhow::Result<()> {
-    let logs = arguments.workspace.join("logs");
-    let mut audits = vec![logs.join("porter.jsonl")];
-    audits.extend(arguments.porter_audits.iter().cloned());
+    let sources =
+        saint_agent::ledger::Sources::of_workspace(&arguments.workspace, &arguments.porter_audits);
     let query = saint_agent::ledger::Query {
         contact: arguments.contact.clone(),
         role: arguments.role.clone(),
@@ -384,7 +383,7 @@ fn print_ledger(arguments: &LedgerArgs) -> anyhow::Result<()> {
         since: arguments.since,
         until: arguments.until,
     };
-    let ledger = saint_agent::ledger::read(&logs.join("usage.jsonl"), &audits, &query)?;
+    let ledger = saint_agent::ledger::read(&sources, &query)?;
     if ledger.unreadable_lines > 0 {
         eprintln!(
             "saint-agent: {} log lines were not JSON (a line cut by a crash?) and are left out",
@@ -1040,6 +1039,22 @@ async fn serve(
         background.clock.clone(),
         state.draining.clone(),
     ));
+    // Approval requests past their deadline are refused and their requesters told.
+    let approvals = {
+        let (runtime, draining) = (runtime.clone(), state.draining.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        runtime.expire_approvals().await;
+                    }
+                    () = draining.cancelled() => return,
+                }
+            }
+        })
+    };
     let heartbeat = tokio::spawn(heartbeat::run(
         runtime,
         background.clock.clone(),
@@ -1059,6 +1074,7 @@ async fn serve(
     let _ = scheduler.await;
     let _ = heartbeat.await;
     let _ = keeper.await;
+    let _ = approvals.await;
     // Nothing is left running: sub-agents still going are cancelled and awaited.
     let cancelled = background.subagents.shutdown().await;
     if cancelled > 0 {

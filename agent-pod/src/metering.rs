@@ -311,6 +311,14 @@ struct RoleLabels {
     role: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApprovalLabels {
+    /// `requested`, `approved`, `rejected`, `expired`, `refused`.
+    event: String,
+    /// The requester's role.
+    role: String,
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new([0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0])
 }
@@ -342,6 +350,7 @@ pub struct Metrics {
     dead_letters: Family<DeadLetterLabels, Counter>,
     llm_attempts: Family<AttemptLabels, Counter>,
     llm_entry_healthy: Family<EntryLabels, Gauge>,
+    approvals: Family<ApprovalLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -450,8 +459,15 @@ impl Default for Metrics {
             "1 while a failover chain entry is used; 0 while it cools down after refusing a call",
             llm_entry_healthy.clone(),
         );
+        let approvals = Family::<ApprovalLabels, Counter>::default();
+        registry.register(
+            "approvals",
+            "Approval events by event (requested, approved, rejected, expired, refused) and the requester's role",
+            approvals.clone(),
+        );
         Self {
             registry,
+            approvals,
             llm_attempts,
             llm_entry_healthy,
             channel_up,
@@ -496,6 +512,16 @@ impl Metrics {
             .get_or_create(&DeliveryFailureLabels {
                 channel: channel.to_string(),
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts an approval event.
+    pub fn approval(&self, event: &str, role: &str) {
+        self.approvals
+            .get_or_create(&ApprovalLabels {
+                event: event.to_string(),
+                role: role.to_string(),
             })
             .inc();
     }

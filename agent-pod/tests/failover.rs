@@ -1,7 +1,8 @@
 //! The failover chain with scripted model servers: a primary (Anthropic wire) and a
 //! fallback (OpenAI wire) on two servers, the runtime in process with a clock the tests
 //! move for cool-downs and key rests. Every attempt is read back from `usage.jsonl`,
-//! `/metrics` and `/readyz`.
+//! `/metrics` and `/readyz`; the chain's health reports (Events on the SaintBot in a
+//! cluster) from a recording publisher.
 
 mod common;
 
@@ -27,7 +28,9 @@ use saint_agent::{
     config_watch::ConfigStore,
     metering::Metering,
     runtime::{
-        EnvLookup, Inbound, ModelAccess, Now, Runtime, RuntimeOptions, TurnEvent, TurnOutcome,
+        ChainHealth, ChainHealthTiming, ChainReport, EnvLookup, Inbound, MODEL_CHAIN_FAILING,
+        MODEL_CHAIN_RECOVERED, ModelAccess, Now, RecordingPublisher, Runtime, RuntimeOptions,
+        TurnEvent, TurnOutcome,
     },
     session::SessionStore,
 };
@@ -53,7 +56,17 @@ struct Chain {
     metrics: Router,
     /// Milliseconds the chain's clock is ahead of the real one.
     clock: Arc<AtomicU64>,
+    /// The chain's health reports.
+    reports: Arc<RecordingPublisher>,
 }
+
+/// How fast the tests' chain health reports: a recovery after 300 ms without a
+/// whole-chain failure, no repeat of a failing report within a test.
+const REPORT_TIMING: ChainHealthTiming = ChainHealthTiming {
+    settle: Duration::from_millis(300),
+    repeat: Duration::from_secs(3600),
+    retry: Duration::from_millis(20),
+};
 
 impl Chain {
     /// The example company with a two-entry chain (the primary with two keys, an
@@ -96,15 +109,19 @@ impl Chain {
         };
         let store =
             Arc::new(SessionStore::open(workspace.join("sessions/transcripts.sqlite3")).unwrap());
-        let runtime = Arc::new(Runtime::new(
-            Arc::new(ConfigStore::load(&config_path).unwrap()),
-            store.clone(),
-            ModelAccess::new(None, env.clone(), options.client.clone()).with_clock(now),
-            ToolSet::builtin(&workspace, store, env.clone()),
-            Arc::new(Metering::open(&workspace).unwrap()),
-            workspace.clone(),
-            options,
-        ));
+        let reports = Arc::new(RecordingPublisher::default());
+        let runtime = Arc::new(
+            Runtime::new(
+                Arc::new(ConfigStore::load(&config_path).unwrap()),
+                store.clone(),
+                ModelAccess::new(None, env.clone(), options.client.clone()).with_clock(now),
+                ToolSet::builtin(&workspace, store, env.clone()),
+                Arc::new(Metering::open(&workspace).unwrap()),
+                workspace.clone(),
+                options,
+            )
+            .with_chain_health(ChainHealth::new(reports.clone(), REPORT_TIMING)),
+        );
         Self {
             _directory: directory,
             workspace,
@@ -114,6 +131,7 @@ impl Chain {
             metrics: metrics_app(AppState::new(runtime.clone(), env)),
             runtime,
             clock,
+            reports,
         }
     }
 
@@ -297,6 +315,90 @@ async fn every_entry_failing_tells_the_person_once_without_internals() {
     assert!(
         readyz.contains("warning: model primary") && readyz.contains("warning: model fallback-1"),
         "{readyz}"
+    );
+}
+
+#[tokio::test]
+async fn a_chain_failing_on_every_entry_is_reported_once_and_its_recovery_once_it_settles() {
+    let chain = Chain::start(|_| {}).await;
+    let wait = Duration::from_secs(10);
+    // A healthy call reports nothing.
+    chain.primary.push(Reply::text("Fine."));
+    assert_eq!(chain.reply("one").await, "Fine.");
+    chain.primary.set_fallback(Reply::failure(
+        400,
+        None,
+        "invalid_request_error",
+        "model claude-x does not exist",
+    ));
+    chain.fallback.set_fallback(Reply::failure(
+        403,
+        None,
+        "permission_error",
+        "key sk-fallback-key revoked",
+    ));
+    assert_eq!(chain.ask("two").await.0, StatusCode::BAD_GATEWAY);
+    let reports = chain.reports.wait_for(1, wait).await;
+    assert_eq!(
+        reports,
+        vec![ChainReport::Failing(
+            "every model of the failover chain failed a call: \
+             primary claude-sonnet-4-5 (invalid_request), fallback-1 gpt-4.1 (unauthorized)"
+                .into()
+        )],
+        "entries, models and outcome labels only: no error body, key or address"
+    );
+    assert_eq!(reports[0].reason(), MODEL_CHAIN_FAILING);
+
+    // Failing again (both entries cooling down are tried all the same): no new report.
+    assert_eq!(chain.ask("three").await.0, StatusCode::BAD_GATEWAY);
+    assert_eq!(chain.ask("four").await.0, StatusCode::BAD_GATEWAY);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        chain.reports.reports().len(),
+        1,
+        "{:?}",
+        chain.reports.reports()
+    );
+
+    // The fallback answers again: one recovery, once no call failed for the settle time.
+    chain.fallback.push(Reply::text("Back."));
+    chain.fallback.push(Reply::text("Still here."));
+    assert_eq!(chain.reply("five").await, "Back.");
+    assert_eq!(chain.reply("six").await, "Still here.");
+    let reports = chain.reports.wait_for(2, wait).await;
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert_eq!(reports[1].reason(), MODEL_CHAIN_RECOVERED);
+    assert!(
+        reports[1]
+            .note()
+            .starts_with("fallback-1 gpt-4.1 answers again"),
+        "{reports:?}"
+    );
+    tokio::time::sleep(REPORT_TIMING.settle * 2).await;
+    assert_eq!(chain.reports.reports().len(), 2, "one recovery");
+
+    // And failing on every entry once more is reported again.
+    assert_eq!(chain.ask("seven").await.0, StatusCode::BAD_GATEWAY);
+    let reports = chain.reports.wait_for(3, wait).await;
+    assert_eq!(reports.len(), 3, "{reports:?}");
+    assert_eq!(reports[2].reason(), MODEL_CHAIN_FAILING);
+}
+
+#[test]
+fn the_operator_reads_the_reasons_the_agent_publishes() {
+    assert_eq!(
+        MODEL_CHAIN_FAILING,
+        saint_operator::chain_reports::MODEL_CHAIN_FAILING
+    );
+    assert_eq!(
+        MODEL_CHAIN_RECOVERED,
+        saint_operator::chain_reports::MODEL_CHAIN_RECOVERED
+    );
+    assert_eq!(
+        "saint-agent",
+        saint_operator::chain_reports::AGENT_REPORTER,
+        "the reporting controller of the agent's Events (agent-pod/src/channel/events.rs)"
     );
 }
 

@@ -706,6 +706,44 @@ pub struct RoleConfig {
     /// How long the data of the people with this role is kept; absent: for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Retention>,
+    /// Tool calls of this role that wait for someone else's yes before they run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalRule>,
+}
+
+/// A kind of tool call that needs approval, and who may give it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalRule {
+    /// Tool names, `group:<name>` or globs (`message`, `exec`, `docs.*`).
+    pub tools: Vec<String>,
+    /// Only calls whose arguments match: argument name → glob over its text
+    /// (`{"command": "git push*"}`, `{"to": "marko"}`); a call lacking the argument does
+    /// not match. Empty: every call of the tools.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub when: BTreeMap<String, String>,
+    /// Who may say yes; never the person who asked.
+    pub approvers: Approvers,
+    /// Seconds a request waits for a decision; then it is refused.
+    #[serde(default = "default_approval_timeout")]
+    pub timeout_seconds: u64,
+}
+
+/// The people who may decide an approval: everyone of these roles and these contacts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Approvers {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contacts: Vec<ContactSlug>,
+}
+
+/// Longest an approval may wait: a week.
+pub const MAX_APPROVAL_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
+
+fn default_approval_timeout() -> u64 {
+    3600
 }
 
 /// How many days each kind of a person's data is kept (the Role's `retention`). A kind

@@ -151,6 +151,7 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
                 "must be a number ≥ 0",
             ));
         }
+        validate_approvals(config, name, role)?;
         if let Some((scope, file)) = role.memory_beyond_read() {
             return Err(invalid(
                 format!("roles.{name}.memoryScope"),
@@ -362,6 +363,98 @@ fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
             return Err(invalid(
                 format!("roles.{name}.spawn.timeoutSeconds"),
                 "must be at least 1",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Approval rules name known tools and approvers who exist, and someone besides the
+/// requester can always decide.
+fn validate_approvals(
+    config: &BotConfig,
+    name: &str,
+    role: &crate::RoleConfig,
+) -> Result<(), ConfigError> {
+    for (index, rule) in role.approvals.iter().enumerate() {
+        let field = |part: &str| format!("roles.{name}.approvals[{index}].{part}");
+        if rule.tools.is_empty() {
+            return Err(invalid(field("tools"), "must name at least one tool"));
+        }
+        if let Some(pattern) = rule.tools.iter().find(|p| !is_known_tool_pattern(p)) {
+            return Err(invalid(
+                field("tools"),
+                format!(
+                    "{pattern:?} is not a known tool, group:<name>, matching glob or <mcp server>.<tool>"
+                ),
+            ));
+        }
+        if let Some((argument, glob)) = rule
+            .when
+            .iter()
+            .find(|(_, glob)| globset::Glob::new(glob).is_err())
+        {
+            return Err(invalid(
+                field(&format!("when.{argument}")),
+                format!("{glob:?} is not a glob"),
+            ));
+        }
+        let approvers = &rule.approvers;
+        if approvers.roles.is_empty() && approvers.contacts.is_empty() {
+            return Err(invalid(field("approvers"), "must name a role or a contact"));
+        }
+        if let Some(missing) = approvers
+            .roles
+            .iter()
+            .find(|role| !config.roles.contains_key(*role))
+        {
+            return Err(invalid(
+                field("approvers.roles"),
+                format!("names role {missing:?}, which is not defined"),
+            ));
+        }
+        if let Some(missing) = approvers
+            .contacts
+            .iter()
+            .find(|slug| !config.contacts.iter().any(|contact| contact.slug == **slug))
+        {
+            return Err(invalid(
+                field("approvers.contacts"),
+                format!("names contact {missing:?}, which is not defined"),
+            ));
+        }
+        // Nobody approves their own request: when the only possible approver is the one
+        // member of this role, its requests could never be decided.
+        let mut deciders: Vec<&ContactSlug> = config
+            .contacts
+            .iter()
+            .filter(|contact| approvers.roles.contains(&contact.role))
+            .map(|contact| &contact.slug)
+            .chain(approvers.contacts.iter())
+            .collect();
+        deciders.sort();
+        deciders.dedup();
+        let members: Vec<&ContactSlug> = config
+            .contacts
+            .iter()
+            .filter(|contact| contact.role == name)
+            .map(|contact| &contact.slug)
+            .collect();
+        if let [only] = deciders.as_slice()
+            && members == [*only]
+        {
+            return Err(invalid(
+                field("approvers"),
+                format!(
+                    "the only approver, {only:?}, is the only member of role {name:?}: \
+                     nobody approves their own request, so theirs could never be decided"
+                ),
+            ));
+        }
+        if rule.timeout_seconds == 0 || rule.timeout_seconds > crate::MAX_APPROVAL_TIMEOUT_SECONDS {
+            return Err(invalid(
+                field("timeoutSeconds"),
+                format!("must be 1 to {}", crate::MAX_APPROVAL_TIMEOUT_SECONDS),
             ));
         }
     }

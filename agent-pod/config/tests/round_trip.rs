@@ -251,3 +251,60 @@ fn mcp_servers_and_the_roles_naming_them_are_checked() {
         assert!(error.contains(expected), "{error}\nexpected: {expected}");
     }
 }
+
+#[test]
+fn approval_rules_name_tools_and_approvers_that_exist_and_someone_else_decides() {
+    let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    let check = |rules: serde_json::Value| {
+        let mut config = base.clone();
+        config["roles"]["employee"]["approvals"] = rules;
+        BotConfig::from_json(&config.to_string())
+            .err()
+            .map(|error| error.to_string())
+    };
+    assert_eq!(
+        check(
+            serde_json::json!([{"tools": ["message"], "when": {"to": "m*"},
+            "approvers": {"contacts": ["ana"]}}])
+        ),
+        None
+    );
+    for (rules, expected) in [
+        (
+            serde_json::json!([{"tools": [], "approvers": {"roles": ["owner"]}}]),
+            "tools: must name at least one tool",
+        ),
+        (
+            serde_json::json!([{"tools": ["teleport"], "approvers": {"roles": ["owner"]}}]),
+            "\"teleport\" is not a known tool",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {}}]),
+            "approvers: must name a role or a contact",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": ["boss"]}}]),
+            "names role \"boss\", which is not defined",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"contacts": ["nobody"]}}]),
+            "names contact \"nobody\", which is not defined",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "when": {"command": "[a"}, "approvers": {"roles": ["owner"]}}]),
+            "is not a glob",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": ["owner"]}, "timeoutSeconds": 0}]),
+            "timeoutSeconds: must be 1 to 604800",
+        ),
+        // Ivan is the only employee: employees approving employees means nobody can.
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": ["employee"]}}]),
+            "the only approver, \"ivan\", is the only member of role \"employee\"",
+        ),
+    ] {
+        let error = check(rules.clone()).unwrap_or_else(|| panic!("accepted {rules}"));
+        assert!(error.contains(expected), "{error}\nexpected: {expected}");
+    }
+}

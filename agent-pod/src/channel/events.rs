@@ -1,6 +1,8 @@
-//! Kubernetes Events on the bot's SaintBot for channel trouble a person must act on —
-//! a credential the platform refuses — so `kubectl describe sbot` says why nobody gets
-//! answers. Only in a cluster, where the operator passes the SaintBot's uid.
+//! Kubernetes Events on the bot's SaintBot for trouble a person must act on — a channel
+//! credential the platform refuses, a model chain failing on every entry — so `kubectl
+//! describe sbot` says why nobody gets answers. Only in a cluster, where the operator
+//! passes the SaintBot's uid. The instance reported is the pod's name (its hostname):
+//! the operator tells a report of the running agent from one of a pod gone by it.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -12,11 +14,23 @@ pub struct ChannelEvents {
 }
 
 impl ChannelEvents {
-    /// Events on SaintBot `namespace/name` (uid `uid`), reported as `saint-agent`.
+    /// Events on SaintBot `namespace/name` (uid `uid`), reported as `saint-agent` by
+    /// this pod (its hostname).
     pub fn new(client: kube::Client, name: &str, namespace: &str, uid: &str) -> Self {
+        Self::reporting_as(client, name, namespace, uid, std::env::var("HOSTNAME").ok())
+    }
+
+    /// The same, reported by the agent of pod `instance` (`None`: no pod named).
+    pub fn reporting_as(
+        client: kube::Client,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        instance: Option<String>,
+    ) -> Self {
         let reporter = Reporter {
             controller: "saint-agent".to_string(),
-            instance: std::env::var("HOSTNAME").ok(),
+            instance,
         };
         Self {
             recorder: Recorder::new(client, reporter),
@@ -59,6 +73,33 @@ impl ChannelEvents {
             reason: "MessageUndeliverable".to_string(),
             note: Some(format!("channel {channel}: {note}")),
             action: "Deliver".to_string(),
+            secondary: None,
+        };
+        self.recorder.publish(&event, &self.reference).await
+    }
+
+    /// The model chain's report: a Warning `ModelChainFailing` or a Normal
+    /// `ModelChainRecovered` ([`crate::runtime::ChainReport`]), its note as given.
+    pub async fn model_chain(
+        &self,
+        report: &crate::runtime::ChainReport,
+    ) -> Result<(), kube::Error> {
+        let event = Event {
+            type_: match report {
+                crate::runtime::ChainReport::Failing(_) => EventType::Warning,
+                crate::runtime::ChainReport::Recovered(_) => EventType::Normal,
+            },
+            reason: report.reason().to_string(),
+            // Event notes are capped at 1 kB.
+            note: Some(
+                report
+                    .note()
+                    .char_indices()
+                    .take_while(|(at, character)| at + character.len_utf8() <= 1000)
+                    .map(|(_, character)| character)
+                    .collect(),
+            ),
+            action: "CallModel".to_string(),
             secondary: None,
         };
         self.recorder.publish(&event, &self.reference).await

@@ -32,6 +32,12 @@ pub const TRANSCRIPTS: &str = "sessions/transcripts.sqlite3";
 pub const JOBS: &str = "sessions/jobs.sqlite3";
 /// The usage log.
 pub const USAGE_LOG: &str = "logs/usage.jsonl";
+
+/// The approval requests (their arguments may quote the person).
+pub const APPROVALS: &str = "sessions/approvals.sqlite3";
+
+/// The approvals' audit log.
+pub const APPROVALS_LOG: &str = "logs/approvals.jsonl";
 /// One line per erasure done: when, the pseudonym, the counts (never the slug).
 pub const ERASURE_LOG: &str = "logs/erasures.jsonl";
 /// The secret the pseudonyms are keyed with (so a slug cannot be guessed back from one).
@@ -221,10 +227,11 @@ pub fn erase(workspace: &Path, person: &Person) -> Result<ErasureReport, Erasure
     }
     erase_memory(workspace, person, &mut report)?;
     let pseudonym = report.pseudonym.clone();
-    let rewritten = filter_usage(workspace, |line| {
+    let rewritten = filter_log(workspace, USAGE_LOG, |line| {
         Some(pseudonymise_line(line, person, &pseudonym))
     })?;
     report.add("usage lines pseudonymised", rewritten);
+    erase_approvals(workspace, person, &pseudonym, &mut report)?;
     record_erasure(workspace, &report)?;
     Ok(report)
 }
@@ -548,13 +555,44 @@ fn replace_strings(value: &mut Value, person: &Person, pseudonym: &str) -> bool 
     }
 }
 
-/// Rewrites the usage log in place: `decide` returns `None` to drop a line, else
-/// whether it changed it. Returns how many lines were changed or dropped.
-fn filter_usage(
+/// Their approval requests go (with the arguments they asked to run); decisions they
+/// took and audit lines naming them keep the pseudonym.
+fn erase_approvals(
     workspace: &Path,
+    person: &Person,
+    pseudonym: &str,
+    report: &mut ErasureReport,
+) -> Result<(), ErasureError> {
+    let mut requests = 0;
+    scrub(&workspace.join(APPROVALS), |transaction| {
+        if has_table(transaction, "approvals") {
+            requests = transaction.execute(
+                "DELETE FROM approvals WHERE requester = ?1",
+                [person.slug.as_str()],
+            )?;
+            transaction.execute(
+                "UPDATE approvals SET decided_by = ?1 WHERE decided_by = ?2",
+                [pseudonym, person.slug.as_str()],
+            )?;
+        }
+        Ok(())
+    })?;
+    report.add("approval requests", requests);
+    let rewritten = filter_log(workspace, APPROVALS_LOG, |line| {
+        Some(replace_strings(line, person, pseudonym))
+    })?;
+    report.add("approval lines pseudonymised", rewritten);
+    Ok(())
+}
+
+/// Rewrites the JSON-lines log `relative` in place: `decide` returns `None` to drop a
+/// line, else whether it changed it. Returns how many lines were changed or dropped.
+fn filter_log(
+    workspace: &Path,
+    relative: &str,
     mut decide: impl FnMut(&mut Value) -> Option<bool>,
 ) -> Result<usize, ErasureError> {
-    let path = workspace.join(USAGE_LOG);
+    let path = workspace.join(relative);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),

@@ -17,8 +17,8 @@ use saint_channels::attachments::safe_name;
 use saint_config::{BotConfig, Retention};
 
 use super::{
-    ErasureError, Person, TRANSCRIPTS, filter_usage, io, job_session_keys, list_files, open,
-    person_identities_json, remove_tree, scrub, session_keys, sql,
+    ErasureError, Person, TRANSCRIPTS, USAGE_LOG, filter_log, io, job_session_keys, list_files,
+    open, person_identities_json, remove_tree, scrub, session_keys, sql,
 };
 
 /// What a sweep deleted, by kind.
@@ -96,7 +96,7 @@ fn sweep_person(
         sweep_memory(workspace, person, before, report)?;
     }
     if let Some(before) = cutoff(now, retention.usage_days) {
-        let dropped = filter_usage(workspace, |line| {
+        let dropped = filter_log(workspace, USAGE_LOG, |line| {
             let theirs = line["user"].as_str() == Some(person.slug.as_str());
             let old = line["ts"]
                 .as_str()

@@ -187,3 +187,75 @@ fn pseudonyms_are_stable_per_workspace_and_differ_between_people() {
     let other = tempfile::tempdir().unwrap();
     assert_ne!(pseudonym(other.path(), "ivan").unwrap(), first);
 }
+
+#[test]
+fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
+    use crate::approvals::ApprovalStore;
+    use saint_config::{ApprovalRule, Approvers};
+
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path();
+    let store = ApprovalStore::open(workspace).unwrap();
+    let rule = ApprovalRule {
+        tools: vec!["message".to_string()],
+        when: Default::default(),
+        approvers: Approvers {
+            roles: vec!["owner".to_string()],
+            contacts: Vec::new(),
+        },
+        timeout_seconds: 60,
+    };
+    let canary = "ivans-canary-approval-7731";
+    let asked = store
+        .request(
+            "ivan",
+            "employee",
+            "person:ivan",
+            "telegram:333",
+            "message",
+            &serde_json::json!({"to": "marko", "text": canary}),
+            &rule,
+            0,
+        )
+        .unwrap();
+    let decided_by_ivan = store
+        .request(
+            "marko",
+            "manager",
+            "person:marko",
+            "telegram:222",
+            "message",
+            &serde_json::json!({"to": "ana", "text": "hi"}),
+            &rule,
+            0,
+        )
+        .unwrap();
+    store
+        .decide(&decided_by_ivan.code, "ivan", |_| true, true, 1)
+        .unwrap()
+        .unwrap();
+    drop(store);
+
+    let person = Person {
+        slug: "ivan".to_string(),
+        identities: vec!["telegram:333".to_string()],
+    };
+    let report = erase(workspace, &person).unwrap();
+    assert!(report.to_string().contains("approval requests"), "{report}");
+    let database = std::fs::read(workspace.join(APPROVALS)).unwrap();
+    let audit = std::fs::read(workspace.join(APPROVALS_LOG)).unwrap();
+    for bytes in [&database, &audit] {
+        for needle in ["ivan", canary, "telegram:333"] {
+            assert!(
+                !bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes()),
+                "{needle:?} is still there"
+            );
+        }
+    }
+    // Marko's request, decided by Ivan, stays, decided by the pseudonym.
+    let store = ApprovalStore::open(workspace).unwrap();
+    assert!(store.get(&asked.code).unwrap().is_none());
+    assert!(store.get(&decided_by_ivan.code).unwrap().is_some());
+}

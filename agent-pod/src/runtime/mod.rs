@@ -4,7 +4,9 @@
 //! window. Every decision about *who may do what* is made here in code, before and
 //! around the model, never by it.
 
+mod approval;
 mod assignment;
+mod chain_health;
 mod compaction;
 mod group;
 mod model;
@@ -24,6 +26,10 @@ use saint_llm::{ClientOptions, LlmError, Usage};
 use self::session_cache::SessionCache;
 pub use self::{
     assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role, reachable_recipient},
+    chain_health::{
+        ChainHealth, ChainHealthTiming, ChainReport, ChainReportPublisher, KubernetesChainReports,
+        MODEL_CHAIN_FAILING, MODEL_CHAIN_RECOVERED, PublishError, RecordingPublisher,
+    },
     compaction::{estimate_tokens, split_point, summary_request},
     model::{
         ChainEntry, EnvLookup, ModelAccess, ModelChain, ModelSetupError, Now, endpoint_for,
@@ -250,6 +256,8 @@ pub struct Runtime {
     pub(crate) config: Arc<ConfigStore>,
     pub(crate) store: Arc<SessionStore>,
     pub(crate) model: ModelAccess,
+    // Whether the failover chain as a whole fails, reported outside the pod.
+    pub(crate) chain_health: ChainHealth,
     pub(crate) tools: ToolSet,
     pub(crate) metering: Arc<Metering>,
     // Every person's budget accounts: each model call reserves its worst case here.
@@ -263,6 +271,9 @@ pub struct Runtime {
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<SessionCache>>>>,
     // The channels background turns queue answers for.
     outlets: std::sync::OnceLock<assignment::Outlets>,
+    // Tool calls waiting for someone's yes; none when its database cannot be opened
+    // (calls that need approval are then refused, never run).
+    pub(crate) approvals: Option<Arc<crate::approvals::ApprovalStore>>,
 }
 
 impl Runtime {
@@ -276,10 +287,24 @@ impl Runtime {
         workspace: PathBuf,
         options: RuntimeOptions,
     ) -> Self {
+        // In a cluster the chain's failures become Events on the SaintBot.
+        let chain_health = {
+            let bot = &config.last_good().bot;
+            ChainHealth::from_environment(&bot.name, &bot.namespace, model.env())
+        };
+        let approvals = match crate::approvals::ApprovalStore::open(&workspace) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(error) => {
+                tracing::error!(error = %saint_config::ErrorChain(&error), "approvals unavailable: calls that need one are refused");
+                None
+            }
+        };
         Self {
+            approvals,
             config,
             store,
             model,
+            chain_health,
             tools,
             metering,
             budgets: SpendLedger::default(),
@@ -295,6 +320,13 @@ impl Runtime {
     /// `execBlocklist` that allow it see it.
     pub fn with_sandbox_available(mut self, available: bool) -> Self {
         self.sandbox_available = available;
+        self
+    }
+
+    /// Reports the failover chain's health through `health` instead of the default
+    /// (Kubernetes Events in a cluster, nothing elsewhere).
+    pub fn with_chain_health(mut self, health: ChainHealth) -> Self {
+        self.chain_health = health;
         self
     }
 

@@ -111,6 +111,11 @@ impl ModelAccess {
         }
     }
 
+    /// How the resolver reads the environment.
+    pub(crate) fn env(&self) -> &EnvLookup {
+        &self.env
+    }
+
     /// The same resolver reading "now" from `now` for cool-downs and key rests.
     pub fn with_clock(mut self, now: Now) -> Self {
         self.now = now;

@@ -29,6 +29,7 @@ use saint_tools::{
 };
 
 use crate::{
+    approvals,
     budget::Reservation,
     identity,
     metering::{self, ToolCallRecord},
@@ -209,6 +210,13 @@ impl Runtime {
         {
             caller.session_key = SessionKey::for_unverified(&caller.identity, origin).into();
         }
+        // A contact's answer to an approval request is decided here, not by the model.
+        let decision = match approvals::parse_decision(&inbound.text) {
+            Some((approve, code)) if caller.known => {
+                Some(self.decide_approval(&config, &caller, approve, &code).await)
+            }
+            _ => None,
+        };
         // A group conversation is one session whoever writes; the role stays the
         // sender's, and the stored message says who wrote it.
         let text = match inbound
@@ -236,6 +244,22 @@ impl Runtime {
             Some(Delivery { inbox_id, .. }) => Accepted::Inbox(*inbox_id),
             None => Accepted::Store,
         };
+        if let Some(answer) = decision {
+            return self
+                .answer_directly(
+                    TurnInput {
+                        caller: &caller,
+                        config: &config,
+                        text,
+                        accepted,
+                        destination,
+                        note: None,
+                    },
+                    answer,
+                    events.as_ref(),
+                )
+                .await;
+        }
         let reply = self
             .turn(
                 TurnInput {
@@ -297,6 +321,58 @@ impl Runtime {
             }
         }
         reply
+    }
+
+    /// Stores the message and `answer` in the caller's session and queues the answer
+    /// as the reply, without a model call (an approver's decision is answered so).
+    async fn answer_directly(
+        &self,
+        input: TurnInput<'_>,
+        answer: String,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnReply, TurnError> {
+        let TurnInput {
+            caller,
+            text,
+            accepted,
+            destination,
+            ..
+        } = input;
+        let lock = self.session_lock(&caller.session_key);
+        let _session = lock.lock().await;
+        let message_id = match accepted {
+            Accepted::Already(id) => id,
+            Accepted::Inbox(inbox_id) => {
+                self.persist_then(
+                    caller,
+                    Message::user_text(text),
+                    None,
+                    QueueStep::Accept(inbox_id),
+                )
+                .await?
+            }
+            Accepted::Store => self.persist(caller, Message::user_text(text)).await?,
+        };
+        if let Some(events) = events {
+            let _ = events.send(TurnEvent::Accepted {
+                message_id,
+                session_key: caller.session_key.clone(),
+            });
+            let _ = events.send(TurnEvent::TextDelta(answer.clone()));
+        }
+        let step = QueueStep::answer(&destination, &answer);
+        self.persist_then(caller, Message::assistant_text(answer.clone()), None, step)
+            .await?;
+        Ok(TurnReply {
+            text: answer,
+            session_key: caller.session_key.clone(),
+            message_id,
+            outcome: TurnOutcome::Answered,
+            usage: Usage::default(),
+            model_calls: 0,
+            model_time: Duration::ZERO,
+            failover_time: Duration::ZERO,
+        })
     }
 
     async fn turn_in_span(
@@ -729,8 +805,26 @@ impl Runtime {
                                 .iter()
                                 .find(|tool| mcp::model_tool_name(tool.name()) == name);
                             let name = tool.map_or(name, |tool| tool.name().to_string());
-                            self.run_priced_tool(state, &context, tool, &name, input)
-                                .await?
+                            // A call the role's approval rules name waits for someone
+                            // else's yes instead of running now.
+                            match tool.and_then(|_| {
+                                approvals::rule_for(&state.caller.role, &name, &input)
+                            }) {
+                                Some(rule) => {
+                                    self.ask_approval(
+                                        state.caller,
+                                        state.config,
+                                        rule,
+                                        &name,
+                                        &input,
+                                    )
+                                    .await
+                                }
+                                None => {
+                                    self.run_priced_tool(state, &context, tool, &name, input)
+                                        .await?
+                                }
+                            }
                         }
                     };
                     results.push(ContentBlock::ToolResult {

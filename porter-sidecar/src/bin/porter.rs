@@ -49,7 +49,9 @@ struct Arguments {
     )]
     audit_log: PathBuf,
     /// Peer uid allowed on the proxy socket (repeatable; default: any uid, the key
-    /// decides). In the bot pod: the sandbox uid only (`saint_config::uids::SANDBOX_UID`).
+    /// decides). In the bot pod: the sandbox uid (`saint_config::uids::SANDBOX_UID`),
+    /// and the agent uid too when the bot declares an MCP server over HTTP, which the
+    /// agent reaches only through the proxy.
     #[arg(
         long = "allowed-uid",
         env = "PORTER_ALLOWED_UIDS",

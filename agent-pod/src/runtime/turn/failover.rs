@@ -4,7 +4,9 @@
 //! deadline, a rate-limited key rests while the entry's other keys carry on, an entry
 //! that refuses the request or its key cools down, and the next entry follows. A stream
 //! cut after text reached the person resumes as a new request continuing that text, and
-//! what the person was already sent is never sent again.
+//! what the person was already sent is never sent again. A call that fails on every
+//! entry, and the first answer after one, go to the chain's health report
+//! ([`crate::runtime::ChainHealth`]).
 
 use std::{
     borrow::Cow,
@@ -239,6 +241,9 @@ impl Runtime {
         let mut attempt: u32 = 0;
         let mut last_error = None;
         let mut last_address = String::new();
+        // Each entry left, its model and how its last attempt ended: for the chain's
+        // health report when every entry fails (no allocation while one answers).
+        let mut failed: Vec<(String, String, &'static str)> = Vec::new();
         for index in chain.order() {
             let entry = &chain.entries[index];
             let model = if index == 0 {
@@ -247,6 +252,8 @@ impl Runtime {
                 entry.model.as_str()
             };
             let mut retries = 0;
+            // Left before any attempt: every key rests past the deadline.
+            let mut outcome = "rate_limited";
             loop {
                 let (key, rest) = entry.pick_key(chain.now());
                 let client = entry.client(key);
@@ -306,6 +313,7 @@ impl Runtime {
                 let error = match result {
                     Ok(response) => {
                         entry.answered();
+                        self.chain_health.answered(&entry.label, model);
                         self.metering
                             .metrics
                             .llm_entry_health(&entry.label, &entry.model, true);
@@ -332,6 +340,7 @@ impl Runtime {
                 // A failed attempt releases its reservation.
                 drop(reservation);
                 let label = outcome_label(&error, emitted);
+                outcome = label;
                 self.record_attempt(
                     state,
                     model,
@@ -386,9 +395,11 @@ impl Runtime {
                         .await?;
                 }
             }
+            failed.push((entry.label.clone(), model.to_string(), outcome));
         }
         let error = last_error.unwrap_or(LlmError::Incomplete);
         tracing::error!(attempts = attempt, %error, "every model of the failover chain failed");
+        self.chain_health.whole_chain_failed(&failed);
         state.emit(TurnEvent::ModelTrouble {
             address: last_address,
             error: error.to_string(),

@@ -1,0 +1,176 @@
+use saint_config::{ApprovalRule, Approvers, ContactSlug};
+use serde_json::json;
+
+use super::*;
+
+fn rule(tools: &[&str], when: &[(&str, &str)]) -> ApprovalRule {
+    ApprovalRule {
+        tools: tools.iter().map(|tool| tool.to_string()).collect(),
+        when: when
+            .iter()
+            .map(|(argument, glob)| (argument.to_string(), glob.to_string()))
+            .collect(),
+        approvers: Approvers {
+            roles: vec!["owner".to_string()],
+            contacts: vec![ContactSlug::parse("marko").unwrap()],
+        },
+        timeout_seconds: 60,
+    }
+}
+
+#[test]
+fn rules_match_tools_and_argument_globs() {
+    let mut role = saint_tools::test_fixtures::company_config().roles["employee"].clone();
+    role.approvals = vec![
+        rule(&["exec"], &[("command", "git push*")]),
+        rule(&["docs.*"], &[]),
+    ];
+    assert!(rule_for(&role, "exec", &json!({"command": "git push origin main"})).is_some());
+    assert!(rule_for(&role, "exec", &json!({"command": "git status"})).is_none());
+    assert!(rule_for(&role, "exec", &json!({})).is_none());
+    assert!(rule_for(&role, "docs.search", &json!({"query": "x"})).is_some());
+    assert!(rule_for(&role, "read", &json!({"path": "a"})).is_none());
+}
+
+#[test]
+fn decisions_are_parsed_strictly() {
+    assert_eq!(
+        parse_decision("approve k7qx2p"),
+        Some((true, "K7QX2P".into()))
+    );
+    assert_eq!(
+        parse_decision("  Reject   K7QX2P \n"),
+        Some((false, "K7QX2P".into()))
+    );
+    for text in [
+        "approve",
+        "approve K7QX2P please",
+        "approve K7QX2",
+        "ok K7QX2P",
+        "approve K7QX20",
+    ] {
+        assert_eq!(parse_decision(text), None, "{text:?}");
+    }
+}
+
+#[test]
+fn one_decision_per_request_by_an_approver_who_is_not_the_requester() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let input = json!({"to": "marko", "text": "hi"});
+    let request = store
+        .request(
+            "ivan",
+            "employee",
+            "s",
+            "telegram:1",
+            "message",
+            &input,
+            &rule(&["message"], &[]),
+            1_000,
+        )
+        .unwrap();
+    let code = request.code.clone();
+    let anyone = |_: &Approvers| true;
+    let nobody = |_: &Approvers| false;
+    assert_eq!(
+        store.decide(&code, "ivan", anyone, true, 2_000).unwrap(),
+        Err(Refusal::OwnRequest(code.clone()))
+    );
+    assert_eq!(
+        store.decide(&code, "ana", nobody, true, 2_000).unwrap(),
+        Err(Refusal::NotAnApprover(code.clone()))
+    );
+    assert_eq!(
+        store.decide("ZZZZZZ", "ana", anyone, true, 2_000).unwrap(),
+        Err(Refusal::Unknown("ZZZZZZ".into()))
+    );
+    let approved = store
+        .decide(&code, "ana", anyone, true, 2_000)
+        .unwrap()
+        .unwrap();
+    assert_eq!(approved.input, input);
+    // A replay, or a late reject, changes nothing.
+    assert_eq!(
+        store.decide(&code, "ana", anyone, true, 3_000).unwrap(),
+        Err(Refusal::AlreadyDecided(code.clone()))
+    );
+    assert_eq!(
+        store.decide(&code, "marko", anyone, false, 3_000).unwrap(),
+        Err(Refusal::AlreadyDecided(code.clone()))
+    );
+    let audit = std::fs::read_to_string(directory.path().join("logs/approvals.jsonl")).unwrap();
+    let events: Vec<String> = audit
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["event"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "requested",
+            "refused",
+            "refused",
+            "approved",
+            "refused",
+            "refused"
+        ]
+    );
+}
+
+#[test]
+fn altered_arguments_and_expired_requests_are_refused() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let anyone = |_: &Approvers| true;
+    let rule = rule(&["message"], &[]);
+    let altered = store
+        .request(
+            "ivan",
+            "employee",
+            "s",
+            "t",
+            "message",
+            &json!({"to": "marko"}),
+            &rule,
+            0,
+        )
+        .unwrap();
+    // Someone with the database changes what would run.
+    store
+        .connection()
+        .execute(
+            "UPDATE approvals SET input = ?1 WHERE code = ?2",
+            params![json!({"to": "ana"}).to_string(), altered.code],
+        )
+        .unwrap();
+    assert_eq!(
+        store.decide(&altered.code, "ana", anyone, true, 1).unwrap(),
+        Err(Refusal::Altered(altered.code.clone()))
+    );
+    let late = store
+        .request(
+            "ivan",
+            "employee",
+            "s",
+            "t",
+            "message",
+            &json!({"to": "marko"}),
+            &rule,
+            0,
+        )
+        .unwrap();
+    assert_eq!(store.expire(59_999).unwrap(), Vec::new());
+    let expired = store.expire(60_000).unwrap();
+    assert_eq!(expired.len(), 2, "both were pending at their deadline");
+    assert_eq!(
+        store
+            .decide(&late.code, "ana", anyone, true, 60_001)
+            .unwrap(),
+        Err(Refusal::AlreadyDecided(late.code.clone()))
+    );
+}

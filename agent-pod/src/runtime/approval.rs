@@ -1,0 +1,392 @@
+//! The runtime's side of approvals (the rules and the store are `crate::approvals`):
+//! asking the approvers when a turn reaches a call that needs a yes, taking an
+//! approver's answer, running exactly the stored call once it is approved, and telling
+//! the requester when a request is declined or expires.
+
+use std::{sync::Arc, time::Instant};
+
+use saint_config::{ApprovalRule, BotConfig, SessionKey};
+use saint_tools::{Caller, ToolContext, ToolError, Trigger, policy};
+use serde_json::{Map, Value, json};
+
+use super::Runtime;
+use crate::{
+    approvals::{self, ApprovalStore, Request},
+    identity,
+    metering::ToolCallRecord,
+};
+
+/// Longest stretch of arguments or result quoted in a message.
+const QUOTE_CHARS: usize = 1_500;
+
+fn quoted(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= QUOTE_CHARS {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(QUOTE_CHARS).collect();
+    format!("{kept} […{} more characters]", total - QUOTE_CHARS)
+}
+
+fn display_name<'c>(config: &'c BotConfig, slug: &'c str) -> &'c str {
+    config
+        .contacts
+        .iter()
+        .find(|contact| contact.slug == slug)
+        .map_or(slug, |contact| contact.name.as_str())
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+impl Runtime {
+    fn approval_store(&self) -> Option<Arc<ApprovalStore>> {
+        self.approvals.clone()
+    }
+
+    /// The call `tool(input)` of `caller` needs a yes under `rule`: stores it, asks the
+    /// approvers who can be reached, and returns what the model is told (not run yet).
+    pub(super) async fn ask_approval(
+        &self,
+        caller: &Caller,
+        config: &Arc<BotConfig>,
+        rule: &ApprovalRule,
+        tool: &str,
+        input: &Value,
+    ) -> (String, bool) {
+        let Some(store) = self.approval_store() else {
+            return (
+                format!("not run: {tool} needs approval, and approvals are unavailable"),
+                true,
+            );
+        };
+        let deciders = approvals::deciders(config, &rule.approvers, &caller.slug);
+        let reachable: Vec<_> = deciders
+            .iter()
+            .filter_map(|slug| Some((*slug, self.recipient_for(config, slug, None)?)))
+            .collect();
+        let names: Vec<&str> = deciders
+            .iter()
+            .map(|slug| display_name(config, slug))
+            .collect();
+        if reachable.is_empty() {
+            return (
+                format!(
+                    "not run: {tool} needs approval from {}, and none of them can be reached on a channel",
+                    if names.is_empty() {
+                        "someone else".to_string()
+                    } else {
+                        names.join(" or ")
+                    }
+                ),
+                true,
+            );
+        }
+        let (requester, role, session, identity) = (
+            caller.slug.clone(),
+            caller.role_name.clone(),
+            caller.session_key.clone(),
+            caller.identity.clone(),
+        );
+        let (owned_tool, owned_input, owned_rule) = (tool.to_string(), input.clone(), rule.clone());
+        let stored = tokio::task::spawn_blocking(move || {
+            store.request(
+                &requester,
+                &role,
+                &session,
+                &identity,
+                &owned_tool,
+                &owned_input,
+                &owned_rule,
+                now_ms(),
+            )
+        })
+        .await;
+        let request = match stored {
+            Ok(Ok(request)) => request,
+            Ok(Err(error)) => {
+                tracing::error!(error = %saint_config::ErrorChain(&error), "failed to store an approval request");
+                return (
+                    format!("not run: {tool} needs approval, and the request could not be stored"),
+                    true,
+                );
+            }
+            Err(_) => {
+                return (
+                    format!("not run: {tool} needs approval, and the request could not be stored"),
+                    true,
+                );
+            }
+        };
+        self.metering
+            .metrics
+            .approval("requested", &caller.role_name);
+        let minutes = rule.timeout_seconds.div_ceil(60);
+        let text = format!(
+            "Approval needed: {} ({}) asks to use {tool} with {}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",
+            caller.display_name,
+            caller.role_name,
+            quoted(&request.input.to_string()),
+            code = request.code,
+        );
+        for (slug, recipient) in reachable {
+            let session_key = match slug.parse() {
+                Ok(contact) => SessionKey::for_contact(&contact).into(),
+                Err(_) => continue,
+            };
+            let approver = match identity::caller_for_contact(
+                config,
+                slug,
+                Some(&recipient.identity),
+                session_key,
+                Trigger::Message,
+            ) {
+                Ok(approver) => approver,
+                Err(error) => {
+                    tracing::warn!(%error, approver = slug, "approver left out");
+                    continue;
+                }
+            };
+            if let Err(error) = self.notify(&approver, &[recipient], &text).await {
+                tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
+            }
+        }
+        (
+            format!(
+                "Not run yet: {tool} needs approval from {}. They were asked (request {}); it runs once approved, and {} is told either way. Tell them so; do not try another way around it.",
+                names.join(" or "),
+                request.code,
+                caller.display_name,
+            ),
+            false,
+        )
+    }
+
+    /// `caller`'s answer to request `code`: what they are told back. An approved
+    /// request runs here, as its requester, with exactly its stored arguments.
+    pub(super) async fn decide_approval(
+        &self,
+        config: &Arc<BotConfig>,
+        caller: &Caller,
+        approve: bool,
+        code: &str,
+    ) -> String {
+        let Some(store) = self.approval_store() else {
+            return "Approvals are unavailable on this bot right now.".to_string();
+        };
+        let (decider, role, owned_code) = (
+            caller.slug.clone(),
+            caller.role_name.clone(),
+            code.to_string(),
+        );
+        let decided = tokio::task::spawn_blocking(move || {
+            store.decide(
+                &owned_code,
+                &decider,
+                |approvers| {
+                    approvers.roles.contains(&role)
+                        || approvers
+                            .contacts
+                            .iter()
+                            .any(|slug| slug.as_str() == decider)
+                },
+                approve,
+                now_ms(),
+            )
+        })
+        .await;
+        let request = match decided {
+            Ok(Ok(Ok(request))) => {
+                let event = if approve { "approved" } else { "rejected" };
+                self.metering
+                    .metrics
+                    .approval(event, &request.requester_role);
+                request
+            }
+            Ok(Ok(Err(refusal))) => {
+                self.metering.metrics.approval("refused", "");
+                return format!("Not done: {refusal}.");
+            }
+            Ok(Err(error)) => {
+                tracing::error!(error = %saint_config::ErrorChain(&error), "failed to record an approval decision");
+                return "Not done: the decision could not be recorded.".to_string();
+            }
+            Err(_) => return "Not done: the decision could not be recorded.".to_string(),
+        };
+        let requester_name = display_name(config, &request.requester).to_string();
+        if !approve {
+            self.tell_requester(
+                config,
+                &request,
+                &format!(
+                    "{} declined your request to use {} (request {}); it was not run.",
+                    caller.display_name, request.tool, request.code
+                ),
+            )
+            .await;
+            return format!(
+                "Declined: {requester_name}'s {} will not run.",
+                request.tool
+            );
+        }
+        let (content, outcome) = self.run_approved(config, &request, &caller.slug).await;
+        if let Some(store) = self.approval_store() {
+            store.ran(&request, outcome, now_ms());
+        }
+        self.tell_requester(
+            config,
+            &request,
+            &format!(
+                "{} approved your request to use {} (request {}). {}: {}",
+                caller.display_name,
+                request.tool,
+                request.code,
+                if outcome == "ok" {
+                    "It ran"
+                } else {
+                    "It did not run"
+                },
+                quoted(&content)
+            ),
+        )
+        .await;
+        if outcome == "ok" {
+            format!("Approved: {} ran for {requester_name}.", request.tool)
+        } else {
+            format!(
+                "Approved, but {} did not run for {requester_name}: {}",
+                request.tool,
+                quoted(&content)
+            )
+        }
+    }
+
+    /// Runs an approved request as its requester with their current role: exactly the
+    /// stored call, through the requester's own permit. Returns what it said and its
+    /// outcome label.
+    async fn run_approved(
+        &self,
+        config: &Arc<BotConfig>,
+        request: &Request,
+        approved_by: &str,
+    ) -> (String, &'static str) {
+        if approvals::digest(&request.tool, &request.input) != request.digest {
+            return (
+                "its arguments changed after it was asked".to_string(),
+                "denied",
+            );
+        }
+        let requester = match identity::caller_for_contact(
+            config,
+            &request.requester,
+            Some(&request.identity),
+            request.session_key.clone(),
+            Trigger::Message,
+        ) {
+            Ok(requester) => requester,
+            Err(error) => return (format!("the requester is gone: {error}"), "denied"),
+        };
+        let visible = policy::permitted_tools(&requester, self.tools.all(), self.sandbox_available);
+        let Some(tool) = visible.iter().find(|tool| tool.name() == request.tool) else {
+            return (
+                format!(
+                    "{}'s role no longer allows {}",
+                    requester.display_name, request.tool
+                ),
+                "denied",
+            );
+        };
+        let context = ToolContext {
+            caller: requester.clone(),
+            workspace: self.workspace.clone(),
+            config: config.clone(),
+        };
+        let started = Instant::now();
+        let result = match tokio::time::timeout(
+            self.options.tool_timeout,
+            tool.call(&context, request.input.clone()),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
+        };
+        let (content, outcome, mut extra) = match result {
+            Ok(output) => (output.content, "ok", output.metering),
+            Err(error) => (error.to_string(), error.outcome(), Map::new()),
+        };
+        extra.insert("approval".to_string(), json!(request.code));
+        extra.insert("approvedBy".to_string(), json!(approved_by));
+        self.metering
+            .record_tool_call(&ToolCallRecord {
+                user: &requester.slug,
+                role: &requester.role_name,
+                tool: &request.tool,
+                input: &request.input,
+                duration: started.elapsed(),
+                outcome,
+                extra: &extra,
+                trigger: requester.trigger.label(),
+            })
+            .await;
+        (content, outcome)
+    }
+
+    /// Notes `text` in the requester's session (their next turn sees it) and sends it
+    /// to them where they asked, when that channel can send.
+    async fn tell_requester(&self, config: &Arc<BotConfig>, request: &Request, text: &str) {
+        let requester = match identity::caller_for_contact(
+            config,
+            &request.requester,
+            Some(&request.identity),
+            request.session_key.clone(),
+            Trigger::Message,
+        ) {
+            Ok(requester) => requester,
+            Err(error) => {
+                tracing::warn!(%error, "the requester of an approval is gone; not told");
+                return;
+            }
+        };
+        let recipients: Vec<_> = self
+            .recipient_for(config, &request.requester, Some(&request.identity))
+            .into_iter()
+            .collect();
+        if let Err(error) = self.notify(&requester, &recipients, text).await {
+            tracing::warn!(error = %saint_config::ErrorChain(&error), "failed to tell a requester about their approval");
+        }
+    }
+
+    /// Refuses every request past its deadline and tells its requester; returns how
+    /// many. Run on a timer by the agent.
+    pub async fn expire_approvals(&self) -> usize {
+        let Some(store) = self.approval_store() else {
+            return 0;
+        };
+        let expired = match tokio::task::spawn_blocking(move || store.expire(now_ms())).await {
+            Ok(Ok(expired)) => expired,
+            Ok(Err(error)) => {
+                tracing::error!(error = %saint_config::ErrorChain(&error), "failed to expire approvals");
+                return 0;
+            }
+            Err(_) => return 0,
+        };
+        let config = self.config.current();
+        for request in &expired {
+            self.metering
+                .metrics
+                .approval("expired", &request.requester_role);
+            self.tell_requester(
+                &config,
+                request,
+                &format!(
+                    "Nobody approved your request to use {} (request {}) in time; it was not run.",
+                    request.tool, request.code
+                ),
+            )
+            .await;
+        }
+        expired.len()
+    }
+}
