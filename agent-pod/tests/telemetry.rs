@@ -21,11 +21,14 @@ use prost::Message as _;
 use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::json;
 
+/// A span with its resource's attributes.
+type ResourceSpan = (Vec<KeyValue>, Span);
+
 /// What the stand-in received: spans with their resource's attributes, and the
 /// requests' headers.
 #[derive(Clone, Default)]
 struct Collected {
-    spans: Arc<Mutex<Vec<(Vec<KeyValue>, Span)>>>,
+    spans: Arc<Mutex<Vec<ResourceSpan>>>,
     headers: Arc<Mutex<Vec<HeaderMap>>>,
 }
 
