@@ -1244,3 +1244,53 @@ async fn a_stranger_over_the_rate_limit_is_told_once_and_every_message_has_an_ou
     assert_eq!(sent.len(), answered + 1);
     assert_eq!(bot.llm.request_count(), answered);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_request_reaches_the_owner_on_matrix_and_her_answer_runs_it() {
+    let mut bot = Bot::prepare("approval").await;
+    // Ivan's messages wait for the owner's yes.
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&bot.config_path).unwrap()).unwrap();
+    config["roles"]["employee"]["approvals"] =
+        json!([{"tools": ["message"], "approvers": {"roles": ["owner"]}}]);
+    write_config(&bot.config_path, &config);
+    bot.start_agent().await;
+    let ana_room = bot.direct_room(&bot.ana).await;
+    let ivan_room = bot.direct_room(&bot.ivan).await;
+
+    bot.llm.push(Reply::tool_call(
+        "message",
+        json!({"to": "ana", "text": "Invoice 42 is paid."}),
+    ));
+    bot.llm.push(Reply::text("I asked for approval."));
+    bot.ivan
+        .say(&ivan_room, "tell Ana invoice 42 is paid")
+        .await;
+    let asked = bot.wait_for_bot_messages(&bot.ana, &ana_room, 1).await;
+    let ask = asked[0]["content"]["body"].as_str().unwrap().to_string();
+    assert!(ask.contains("asks to use message"), "{ask}");
+    assert!(ask.contains("Invoice 42 is paid."), "{ask}");
+    let code = ask.split("approve ").nth(1).unwrap()[..6].to_string();
+
+    bot.ana.say(&ana_room, &format!("approve {code}")).await;
+    let seen = bot.wait_for_bot_messages(&bot.ana, &ana_room, 3).await;
+    let bodies: Vec<&str> = seen
+        .iter()
+        .filter_map(|event| event["content"]["body"].as_str())
+        .collect();
+    assert!(bodies.contains(&"Invoice 42 is paid."), "{bodies:?}");
+    assert!(
+        bodies.contains(&"Approved: message ran for Ivan."),
+        "{bodies:?}"
+    );
+    let told = bot.wait_for_bot_messages(&bot.ivan, &ivan_room, 2).await;
+    let told = told[1]["content"]["body"].as_str().unwrap();
+    assert!(
+        told.starts_with(&format!(
+            "Ana approved your request to use message (request {code})"
+        )),
+        "{told}"
+    );
+    // The decision was the agent's: the model saw only Ivan's turn.
+    assert_eq!(bot.llm.request_count(), 2);
+}
