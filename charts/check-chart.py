@@ -108,6 +108,11 @@ def check_operator_rules(rules: list[dict], where: str, agent_role: str) -> None
     check(granted(rules, "events.k8s.io", "events", "create"), f"{where}: missing events create")
     # Events are created once per transition, never updated.
     check(not granted(rules, "events.k8s.io", "events", "patch"), f"{where}: events patch is not needed")
+    # The agents' model-chain Events are watched for ModelAvailable: read only.
+    for verb in ("list", "watch"):
+        check(granted(rules, "", "events", verb), f"{where}: missing events {verb} (the agents' model-chain reports)")
+    for verb in ("create", "patch", "update", "delete"):
+        check(not granted(rules, "", "events", verb), f"{where}: the operator must not {verb} core events")
 
 
 def check_agent_cluster_role(kinds: dict[str, list[dict]], arguments: list[str], where: str) -> str:

@@ -16,12 +16,13 @@ PrometheusRule, Grafana dashboard ConfigMap) against the code they observe:
   pods, scrape ports the pods declare, and pass the Prometheus Operator CRD
   schemas;
 - the dashboard's structure: panels with a data source, targets, unique ids,
-  a grid that fits, variables that are defined.
+  a grid that fits, variables that are defined; the panels
+  docs/observability.md points to exist, read their metric and are named there.
 
 `--self-test` also proves the checker refuses a rule that reads a metric the
 code does not export, a label the metric does not carry, a matcher value the
-code never writes, an annotation naming a label its aggregation drops, and a
-query promtool cannot parse.
+code never writes, an annotation naming a label its aggregation drops, a
+query promtool cannot parse, and a dashboard without a documented panel.
 
 That the monitoring objects are off by default is checked by check-chart.py,
 which pins every kind the default render makes."""
@@ -53,6 +54,9 @@ CONFIGURED_LABELS = {"role", "cli", "model", "tool"}
 PROMETHEUS_SERIES = {"up": set()}
 PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
                 "group_right", "inf", "nan", "atan2"}
+# Dashboard panels docs/observability.md sends readers to, each with a metric it
+# must read: renaming or dropping one, or pointing it elsewhere, fails here.
+DOCUMENTED_PANELS = {"Approvals": "saint_approvals_total", "Spend by person": "saint_llm_cost_usd_total"}
 # Grafana's built-in variables, replaced by a value of the right kind before
 # promtool parses a dashboard query.
 GRAFANA_SUBSTITUTIONS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
@@ -337,6 +341,20 @@ def check_dashboard(dashboard: dict, context: dict, binary: str, directory: path
     return len(rules)
 
 
+def check_documented_panels(dashboard: dict, documentation: str) -> None:
+    """Each panel of DOCUMENTED_PANELS exists, reads its metric, and the page names it."""
+    panels = {panel["title"]: panel for panel in dashboard.get("panels", [])}
+    for title, metric in DOCUMENTED_PANELS.items():
+        panel = panels.get(title)
+        if panel is None:
+            failures.append(f"dashboard: no panel {title!r}, which docs/observability.md points to")
+            continue
+        read = set().union(*(references(target.get("expr", ""))["metrics"] for target in panel.get("targets", [])))
+        check(metric in read, f"dashboard: panel {title!r} must read {metric} (it reads {sorted(read)})")
+        check(f'"{title}"' in documentation or f"**{title}**" in documentation,
+              f"docs/observability.md does not name the dashboard panel {title!r}")
+
+
 def check_monitors(kinds: dict[str, list[dict]], golden: pathlib.Path) -> tuple[set[str], set[str]]:
     """Returns the job names and endpoint names the monitors produce."""
     deployment = yaml.safe_load((golden / "deployment.yaml").read_text())
@@ -478,6 +496,7 @@ def run_checks(options, metrics, literals, directory: pathlib.Path) -> dict:
             failures.append(f"dashboard {name}: not JSON: {error}")
             continue
         queries += check_dashboard(dashboard, context, options.promtool, directory)
+        check_documented_panels(dashboard, (pathlib.Path(options.repository) / "docs/observability.md").read_text())
     crds = check_crd_schemas(objects, pathlib.Path(options.monitoring_crds), pathlib.Path(__file__).parent)
     return {"alerts": alerts, "queries": queries, "crds": crds, "context": context}
 
@@ -499,6 +518,12 @@ def self_test(options, context: dict) -> None:
          "sum by (namespace) (rate(saint_turns_total[5m])) > 0", "aggregation drops"),
     ]
     global failures
+    # A dashboard without a documented panel.
+    saved, failures = failures, []
+    check_documented_panels({"panels": []}, "")
+    caught = [failure for failure in failures if "no panel 'Approvals'" in failure]
+    failures = saved
+    check(bool(caught), "self-test: the checker accepted a dashboard without the documented panel 'Approvals'")
     for what, expression, expected in cases:
         saved, failures = failures, []
         bad = [{"name": "bad", "rules": [{"alert": "Bad", "expr": expression, **copy.deepcopy(base)}]}]
@@ -543,7 +568,8 @@ def main() -> int:
     print(f"check-monitoring: {len(metrics)} exported metrics read from the code; {counts['alerts']} alerts and "
           f"{counts['queries']} dashboard queries use only those; promtool parsed both; "
           f"{counts['crds']} monitoring objects valid against the Prometheus Operator CRDs"
-          + ("; self-test: 5 bad rules refused" if options.self_test else ""))
+          + ("; self-test: 5 bad rules and a dashboard without a documented panel refused"
+             if options.self_test else ""))
     return 0
 
 

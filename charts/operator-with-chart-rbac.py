@@ -13,6 +13,11 @@ RBAC is enough and no more:
 - the sandbox Job template the operator rendered into the bot's config is
   admitted when the agent creates it, and refused once it mounts a Secret.
 
+The example bot is applied with every kind of Secret reference a SaintBot has,
+each to a Secret of its own (a fallback model key, a rotated key, an OTLP
+header besides the example's own), so the owners policy's [bot-secrets-only]
+must admit the Deployment reading each of them.
+
 Expects KUBECONFIG to be an administrator's and the chart to be installed as
 release `saint` in `saint-system`. Uses (creating it if needed) the namespace
 given by --namespace and deletes it afterwards; stops the operator process it
@@ -23,9 +28,12 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
+
+import yaml
 
 BOT = "acme-assistant"
 OPERATOR_ACCOUNT = "system:serviceaccount:saint-system:saint-operator"
@@ -84,6 +92,35 @@ def operator_kubeconfig(options, run_dir: pathlib.Path) -> str:
     return str(path)
 
 
+# Secret references the example bot lacks, or shares a Secret for, added by
+# with_every_secret_reference: (Secret, key, what reads it in the agent container).
+EXTRA_SECRETS = [
+    ("acme-assistant-llm-spare", "api-key", "SAINT_MODEL_API_KEY_1"),
+    ("acme-assistant-openai", "api-key", "SAINT_MODEL_FALLBACK_1_API_KEY"),
+    ("acme-assistant-otel", "authorization", "SAINT_OTLP_HEADER_0"),
+]
+
+
+def with_every_secret_reference(examples: pathlib.Path, run_dir: pathlib.Path) -> pathlib.Path:
+    """A copy of the examples whose bot also names a rotated model key, a fallback key
+    in a Secret of its own and an OTLP header, with those Secrets."""
+    copy = run_dir / "examples-every-secret"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(examples, copy, ignore=shutil.ignore_patterns("minimal"))
+    documents = list(yaml.safe_load_all((copy / "saintbot.yaml").read_text()))
+    bot = next(document for document in documents if document and document.get("kind") == "SaintBot")
+    model = bot["spec"]["model"]
+    model["additionalApiKeySecretRefs"] = [{"name": EXTRA_SECRETS[0][0], "key": EXTRA_SECRETS[0][1]}]
+    model["fallbacks"][0]["apiKeySecretRef"] = {"name": EXTRA_SECRETS[1][0], "key": EXTRA_SECRETS[1][1]}
+    bot["spec"]["telemetry"] = {"otlp": {"endpoint": "https://otel.company.hr", "headers": [
+        {"name": "Authorization", "secretKeyRef": {"name": EXTRA_SECRETS[2][0], "key": EXTRA_SECRETS[2][1]}}]}}
+    (copy / "saintbot.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
+                "stringData": {key: "REPLACE-ME"}} for name, key, _ in EXTRA_SECRETS]
+    (copy / "secrets-every-reference.yaml").write_text(yaml.safe_dump_all(secrets, sort_keys=False))
+    return copy
+
+
 def wait_for_status(options, deadline_seconds: int) -> dict:
     deadline = time.monotonic() + deadline_seconds
     status: dict = {}
@@ -132,7 +169,8 @@ def main() -> int:
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=environment)
     try:
-        kubectl(options, "-n", NAMESPACE, "apply", "-f", options.examples)
+        examples = with_every_secret_reference(pathlib.Path(options.examples), options.run_dir)
+        kubectl(options, "-n", NAMESPACE, "apply", "-f", str(examples))
         status = wait_for_status(options, 60)
         check(status.get("observedGeneration") == 1,
               f"the bot's status reports observedGeneration 1 with ConfigRendered (status: {json.dumps(status)})")
@@ -144,6 +182,16 @@ def main() -> int:
                 reference.get("kind") == "SaintBot" and reference.get("controller")
                 for reference in json.loads(result.stdout)["metadata"].get("ownerReferences", []))
             check(owned, f"{kind}/{name} exists with the SaintBot as controller owner")
+        deployment = kubectl(options, "-n", NAMESPACE, "get", "deployment", BOT, "-o", "json", check_status=False)
+        if deployment.returncode == 0:
+            containers = json.loads(deployment.stdout)["spec"]["template"]["spec"]["containers"]
+            agent_env = {entry["name"]: entry.get("valueFrom", {}).get("secretKeyRef", {}).get("name")
+                         for container in containers if container["name"] == "agent"
+                         for entry in container.get("env", [])}
+            for name, _, variable in EXTRA_SECRETS:
+                check(agent_env.get(variable) == name,
+                      f"the admitted Deployment's agent reads Secret {name} as {variable} "
+                      f"(got {agent_env.get(variable)})")
         contacts = json.loads(kubectl(options, "-n", NAMESPACE, "get", "contacts", "-o", "json").stdout)["items"]
         for contact in contacts:
             ready = [condition["status"] for condition in contact.get("status", {}).get("conditions", [])

@@ -10,7 +10,8 @@ CEL rules (x-kubernetes-validations) are not evaluated here; the end-to-end
 suite applies the examples to a real API server, which does.
 
 Also checks that every Secret, ConfigMap (and key) a custom resource names
-exists among the examples, and that Roles and Contacts it names do. Reads only the two directories; writes nothing."""
+exists among the examples, and that Roles and Contacts it names do (approvers
+included). Reads only the two directories; writes nothing."""
 
 import argparse
 import copy
@@ -203,6 +204,14 @@ def main() -> int:
                         failures.append(f"{name}: spec.heartbeat.notify names Contact {contact!r}, which no example defines")
         if document["kind"] == "Role":
             wanted.extend(("spec.sessionsVisibleRoles", role) for role in spec.get("sessionsVisibleRoles", []))
+            # Approvers the bot lacks leave the Role out of it (the operator says so).
+            for index, rule in enumerate(spec.get("approvals", [])):
+                approvers = rule.get("approvers", {})
+                wanted.extend((f"spec.approvals[{index}].approvers.roles", role) for role in approvers.get("roles", []))
+                for contact in approvers.get("contacts", []):
+                    if contact not in contact_names:
+                        failures.append(f"{name}: spec.approvals[{index}].approvers.contacts names Contact "
+                                        f"{contact!r}, which no example defines")
         for path, role in wanted:
             if role not in role_names:
                 failures.append(f"{name}: {path} names Role {role!r}, which no example defines")

@@ -1474,6 +1474,107 @@ async fn a_refused_channel_credential_becomes_a_warning_event_on_the_saintbot() 
     scenario.finish().await
 }
 
+/// `ModelAvailable`'s state, reason and message once its state and reason are
+/// `state` and its message names `needle`.
+async fn wait_for_model_available(
+    scenario: &Scenario,
+    state: (&str, &str),
+    needle: &str,
+) -> Result<String, wait::WaitError> {
+    wait::until(
+        &format!("ModelAvailable={}/{} naming {needle:?}", state.0, state.1),
+        CONVERGE_TIMEOUT,
+        || async {
+            let object = scenario
+                .bot
+                .bot()
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+            let message = company_bot::condition(&status, "ModelAvailable")
+                .and_then(|condition| condition.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if condition_state(&status, "ModelAvailable")
+                == (state.0.to_owned(), state.1.to_owned())
+                && message.contains(needle)
+            {
+                Ok(message)
+            } else {
+                Err(format!("status {status}\n{}", scenario.operator_log()))
+            }
+        },
+    )
+    .await
+}
+
+/// A model chain failing on every entry reaches the SaintBot: the agent, as its own
+/// ServiceAccount, publishes `ModelChainFailing` naming its pod; the operator, watching
+/// the agents' Events with the chart's RBAC, turns `ModelAvailable` False with the
+/// agent's words while that pod's agent runs, True again on `ModelChainRecovered`.
+#[tokio::test]
+async fn a_model_chain_failing_on_every_entry_turns_model_available_false_until_it_recovers()
+-> TestResult {
+    let scenario = Scenario::start("chain").await?;
+    let AgentSide { agent, owner, .. } = agent_side(&scenario).await?;
+    wait_for_model_available(&scenario, ("True", "NoChainFailure"), "has not reported").await?;
+    // No kubelet here: the bot pod is stored, never run. Its agent container is said
+    // to run, as a kubelet would say it.
+    let pods = Api::<Pod>::namespaced(scenario.admin.clone(), &scenario.bot.namespace);
+    let selector = format!("app.kubernetes.io/instance={BOT},app.kubernetes.io/component=agent");
+    let pod = wait::until("the bot pod", CONVERGE_TIMEOUT, || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|error| error.to_string())?
+            .items
+            .into_iter()
+            .find_map(|pod| pod.metadata.name)
+            .ok_or_else(|| "no bot pod yet".to_owned())
+    })
+    .await?;
+    pods.patch_status(
+        &pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"containerStatuses": [{"name": "agent",
+            "image": "saint-agent", "imageID": "", "ready": true, "restartCount": 0,
+            "state": {"running": {"startedAt": "2020-01-01T00:00:00Z"}}}]}})),
+    )
+    .await?;
+    let events = saint_agent::channel::events::ChannelEvents::reporting_as(
+        agent,
+        BOT,
+        &scenario.bot.namespace,
+        &owner.uid,
+        Some(pod.clone()),
+    );
+    let note = "every model of the failover chain failed a call: \
+                primary claude-sonnet-4-5 (unauthorized), fallback-1 gpt-4.1 (overloaded)";
+    events
+        .model_chain(&saint_agent::runtime::ChainReport::Failing(note.to_owned()))
+        .await
+        .map_err(|error| Failure::message(saint_e2e::api_message(&error)))?;
+    let message = wait_for_model_available(&scenario, ("False", "ChainFailing"), note).await?;
+    assert!(message.contains(&pod), "{message}");
+    // Ready stays the pod's business.
+    let status = scenario.bot.bot().await?.data["status"].clone();
+    assert_ne!(condition_state(&status, "Ready").1, "ChainFailing");
+
+    events
+        .model_chain(&saint_agent::runtime::ChainReport::Recovered(
+            "fallback-1 gpt-4.1 answers again".to_owned(),
+        ))
+        .await
+        .map_err(|error| Failure::message(saint_e2e::api_message(&error)))?;
+    wait_for_model_available(
+        &scenario,
+        ("True", "NoChainFailure"),
+        "fallback-1 gpt-4.1 answers again",
+    )
+    .await?;
+    scenario.finish().await
+}
+
 #[tokio::test]
 async fn sandbox_jobs_from_the_agent_account_are_admitted_only_as_the_rendered_template()
 -> TestResult {

@@ -42,6 +42,7 @@ use saint_config::ErrorChain;
 use serde::de::DeserializeOwned;
 
 use crate::{
+    chain_reports::{ChainReportWatch, ChainReports, watch_chain_reports},
     child_cache::{ChildStore, ChildWatch, Wakes, WatchStopped, watch_children},
     crd::{Contact, Role, SaintBot},
 };
@@ -227,6 +228,8 @@ pub struct Children {
     pub network_policies: ChildStore<NetworkPolicy>,
     pub ingresses: ChildStore<Ingress>,
     pub deployments: ChildStore<Deployment>,
+    /// Not a child: each bot's latest model-chain report from its agent's Events.
+    pub chain_reports: ChainReports,
 }
 
 impl Children {
@@ -239,7 +242,8 @@ impl Children {
         self.services.wait_until_ready().await?;
         self.network_policies.wait_until_ready().await?;
         self.ingresses.wait_until_ready().await?;
-        self.deployments.wait_until_ready().await
+        self.deployments.wait_until_ready().await?;
+        self.chain_reports.wait_until_ready().await
     }
 }
 
@@ -259,6 +263,8 @@ pub struct BotFeeds {
     pub network_policies: Wakes,
     pub ingresses: Wakes,
     pub deployments: Wakes,
+    /// Bots whose agent's model-chain report changed.
+    pub chain_reports: Wakes,
 }
 
 /// What the Contact and Role controllers are told about.
@@ -347,6 +353,12 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
         watch_children::<Deployment>(client, namespace, CHILD_LABELS),
         &mut drivers,
     );
+    let ChainReportWatch {
+        store: chain_reports,
+        wakes: chain_reports_wakes,
+        driver,
+    } = watch_chain_reports(client, namespace);
+    drivers.push(driver);
     Caches {
         sources: Sources {
             bots,
@@ -362,6 +374,7 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
             network_policies,
             ingresses,
             deployments,
+            chain_reports,
         },
         bot_feeds: BotFeeds {
             bots: next(&mut bot_feeds),
@@ -376,6 +389,7 @@ pub fn caches(client: &Client, namespace: Option<&str>) -> Caches {
             network_policies: network_policies_wakes,
             ingresses: ingresses_wakes,
             deployments: deployments_wakes,
+            chain_reports: chain_reports_wakes,
         },
         reference_feeds: ReferenceFeeds {
             bots_changed: next(&mut bot_feeds),

@@ -3,6 +3,7 @@
 
 pub mod api_server;
 pub mod cache;
+pub mod chain_reports;
 pub mod child_cache;
 pub mod crd;
 pub mod events;

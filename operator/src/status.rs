@@ -36,6 +36,9 @@ pub enum ConditionType {
     ChannelsServed,
     /// SaintBot: every model its turns call has a price, so budgets count every call.
     ModelsPriced,
+    /// SaintBot: no current report from its agent that a call failed on every model of
+    /// its failover chain (`crate::chain_reports`).
+    ModelAvailable,
     /// kstatus' abnormal-true condition: True, with `Ready`'s reason and message, while
     /// the operator works towards `Ready` and nothing needs a person. Absent otherwise.
     Reconciling,
@@ -57,6 +60,7 @@ impl ConditionType {
             ConditionType::CredentialsIsolated => "CredentialsIsolated",
             ConditionType::ChannelsServed => "ChannelsServed",
             ConditionType::ModelsPriced => "ModelsPriced",
+            ConditionType::ModelAvailable => "ModelAvailable",
             ConditionType::Reconciling => "Reconciling",
             ConditionType::Stalled => "Stalled",
         }
@@ -169,11 +173,18 @@ pub enum Reason {
     /// SaintBot `Ready`: the `spec.webhookIngress` host and a path are routed for another
     /// SaintBot created earlier; this bot gets no Ingress (the message names the owner).
     HostClaimed,
+    /// SaintBot `ModelAvailable`: the running agent has not reported its whole model
+    /// chain failing (or reported it answering again since).
+    NoChainFailure,
+    /// SaintBot `ModelAvailable`: the running agent reports that a call failed on every
+    /// model of its failover chain and none has answered since; the message names each
+    /// entry, its model and how its last attempt ended.
+    ChainFailing,
 }
 
 impl Reason {
     /// Every reason, for parsing and for tests.
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 30] = [
         Reason::PodReady,
         Reason::PodNotReady,
         Reason::Suspended,
@@ -202,6 +213,8 @@ impl Reason {
         Reason::ErrImagePull,
         Reason::CrashLoopBackOff,
         Reason::HostClaimed,
+        Reason::NoChainFailure,
+        Reason::ChainFailing,
     ];
 
     /// The `reason` field as written.
@@ -235,6 +248,8 @@ impl Reason {
             Reason::ErrImagePull => "ErrImagePull",
             Reason::CrashLoopBackOff => "CrashLoopBackOff",
             Reason::HostClaimed => "HostClaimed",
+            Reason::NoChainFailure => "NoChainFailure",
+            Reason::ChainFailing => "ChainFailing",
         }
     }
 
@@ -249,7 +264,8 @@ impl Reason {
             | Reason::Valid
             | Reason::Injected
             | Reason::AllChannelsServed
-            | Reason::AllModelsPriced => Severity::Healthy,
+            | Reason::AllModelsPriced
+            | Reason::NoChainFailure => Severity::Healthy,
             Reason::PodNotReady | Reason::Suspended => Severity::Progressing,
             Reason::IdentifierConflict
             | Reason::RoleNotFound
@@ -267,7 +283,8 @@ impl Reason {
             | Reason::ImagePullBackOff
             | Reason::ErrImagePull
             | Reason::CrashLoopBackOff
-            | Reason::HostClaimed => Severity::Problem,
+            | Reason::HostClaimed
+            | Reason::ChainFailing => Severity::Problem,
         }
     }
 }
@@ -552,6 +569,8 @@ mod tests {
                 ("ErrImagePull", "False", Warning),
                 ("CrashLoopBackOff", "False", Warning),
                 ("HostClaimed", "False", Warning),
+                ("NoChainFailure", "True", Normal),
+                ("ChainFailing", "False", Warning),
             ]
         );
     }

@@ -332,7 +332,7 @@ fn secret_names(container: &Container) -> Vec<String> {
 }
 
 #[test]
-fn llm_and_channel_credentials_reach_only_the_agent_container() {
+fn llm_channel_and_collector_credentials_reach_only_the_agent_container() {
     let (agent, porter) = containers();
     assert_eq!(agent.name, "agent");
     assert_eq!(porter.name, "porter");
@@ -345,7 +345,9 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
             "acme-channels",
             "acme-channels",
             "acme-channels",
-            "acme-llm"
+            "acme-llm",
+            // The OTLP collector's Authorization header (spec.telemetry.otlp.headers).
+            "acme-otel",
         ]
     );
     assert_eq!(secret_names(&porter), Vec::<String>::new());
@@ -358,8 +360,9 @@ fn llm_and_channel_credentials_reach_only_the_agent_container() {
     );
 }
 
-/// CLI credentials are files of one projected volume that only the `porter` container
-/// mounts: not the agent, not the init container, never as environment variables.
+/// CLI and MCP server credentials are files of one projected volume that only the
+/// `porter` container mounts: not the agent, not the init container, never as
+/// environment variables.
 #[test]
 fn the_porter_container_is_the_only_one_mounting_cli_credentials() {
     let pod = children().deployment.spec.unwrap().template.spec.unwrap();
@@ -431,6 +434,12 @@ fn the_porter_container_is_the_only_one_mounting_cli_credentials() {
                 "acme-google".into(),
                 "refresh-token".into()
             ),
+            (
+                "mcp-sheets/secret".into(),
+                "acme-sheets".into(),
+                "api-key".into()
+            ),
+            ("mcp-wiki/secret".into(), "acme-wiki".into(), "token".into()),
         ]
     );
 }
@@ -703,9 +712,17 @@ fn the_agent_can_open_sandbox_sockets_and_porter_admits_the_sandbox_uid() {
                     .collect::<Vec<_>>()
             })
     };
-    // Plain runtime: Porter admits exactly the pod user, which is the sandbox's.
+    // Plain runtime: Porter admits exactly the pod user, which is the sandbox's, and the
+    // agent's only for the HTTP MCP server it reaches through the proxy.
     let mut plain = validated("acme.yaml");
     plain.sandbox.runtime_class_name = None;
+    let agent_uid = i64::from(saint_config::uids::AGENT_UID);
+    assert_eq!(allowed_uids(&plain), Some(vec![sandbox_uid, agent_uid]));
+    plain
+        .config
+        .mcp
+        .servers
+        .retain(|server| !matches!(server.transport, saint_config::McpTransport::Http { .. }));
     assert_eq!(allowed_uids(&plain), Some(vec![sandbox_uid]));
     // gVisor: the socket peer is the runtime's process; no uid filter (token decides).
     let gvisor = validated("acme.yaml");
@@ -881,6 +898,30 @@ fn the_chart_examples_render_through_the_real_validate() {
     );
     saint_config::BotConfig::from_json(&rendered_config_json(&validated))
         .expect("the agent accepts it");
+    // The example company's MCP server: the owner's alone, its token Porter's.
+    let docs = validated
+        .config
+        .mcp
+        .server("docs")
+        .expect("docs is declared");
+    assert_eq!(
+        docs.credential
+            .as_ref()
+            .map(|credential| credential.porter_entry.as_str()),
+        Some("mcp-docs")
+    );
+    assert!(validated.registry.clis.contains_key("mcp-docs"));
+    let allows_docs = |role: &str| {
+        validated.config.roles[role]
+            .tools
+            .allow
+            .iter()
+            .any(|pattern| pattern.starts_with("docs."))
+    };
+    assert!(allows_docs("owner"));
+    for role in ["manager", "employee", "external", "heartbeat"] {
+        assert!(!allows_docs(role), "{role}");
+    }
 }
 
 /// The fixture's `gh` and `gog` entries become the registry Porter loads: each secret a
@@ -912,13 +953,167 @@ fn porter_clis_render_into_a_registry_porter_accepts() {
                     },
                     "placeholderEnv": ["GOG_REFRESH_TOKEN"],
                 },
+                "mcp-sheets": {
+                    "hosts": ["sheets.acme.example"],
+                    "secret": {"file": "/etc/porter-secrets/mcp-sheets/secret"},
+                    "inject": [{"query": "key"}],
+                    "placeholderEnv": ["SAINT_MCP_SHEETS_TOKEN", "SHEETS_API_KEY"],
+                },
+                "mcp-wiki": {
+                    "hosts": ["wiki.acme.example"],
+                    "secret": {"file": "/etc/porter-secrets/mcp-wiki/secret"},
+                    "inject": [{"header": "X-Wiki-Token"}],
+                    "placeholderEnv": ["SAINT_MCP_WIKI_TOKEN"],
+                    "requests": {"owner": [{"methods": ["*"], "paths": ["/**"]}]},
+                },
             },
         })
     );
     let parsed = porter_protocol::registry::Registry::from_json(&validated.registry.to_json())
         .expect("porter accepts the rendered registry");
     assert_eq!(parsed, validated.registry);
+    // CLI names only: the MCP servers' entries are named by their credentials.
     assert_eq!(validated.config.porter.clis, ["gh", "gog"]);
+}
+
+/// The fixture's three MCP servers in the bot config: an HTTP one whose credential
+/// Porter holds (entry, placeholder variable, the header the agent sends it in), a
+/// stdio one with a credential and a stdio one without; limits the spec leaves out take
+/// the contract's defaults.
+#[test]
+fn mcp_servers_render_into_the_config_naming_their_porter_entries() {
+    let validated = validated("acme.yaml");
+    assert_eq!(
+        serde_json::to_value(&validated.config.mcp).unwrap(),
+        serde_json::json!({"servers": [
+            {
+                "name": "wiki",
+                "transport": {"http": {"url": "https://wiki.acme.example/mcp"}},
+                "credential": {
+                    "porterEntry": "mcp-wiki",
+                    "placeholderEnv": "SAINT_MCP_WIKI_TOKEN",
+                    "header": "X-Wiki-Token",
+                },
+                "maxTools": 64, "maxSchemaBytes": 16384, "maxResultChars": 8000,
+                "timeoutSeconds": 60,
+            },
+            {
+                "name": "sheets",
+                "transport": {"stdio": {"command": ["mcp-sheets", "--stdio"]}},
+                "credential": {
+                    "porterEntry": "mcp-sheets",
+                    "placeholderEnv": "SAINT_MCP_SHEETS_TOKEN",
+                    "header": "Authorization",
+                },
+                "maxTools": 64, "maxSchemaBytes": 16384, "maxResultChars": 20000,
+                "timeoutSeconds": 30,
+            },
+            {
+                "name": "calc",
+                "transport": {"stdio": {"command": ["mcp-calc"]}},
+                "maxTools": 64, "maxSchemaBytes": 16384, "maxResultChars": 20000,
+                "timeoutSeconds": 60,
+            },
+        ]})
+    );
+    // Each credential names an entry of the registry, whose placeholders include the
+    // variable the config names.
+    for server in &validated.config.mcp.servers {
+        let Some(credential) = &server.credential else {
+            continue;
+        };
+        let entry = &validated.registry.clis[&credential.porter_entry];
+        assert!(
+            entry.placeholder_env.contains(&credential.placeholder_env),
+            "{}",
+            server.name
+        );
+    }
+    assert!(!validated.registry.clis.contains_key("mcp-calc"));
+}
+
+/// The contract end to end: the bot config exactly as the operator writes it into the
+/// ConfigMap, with MCP servers and Roles allowing their tools, passes the agent's own
+/// `saint_config::validate`; a Role allowing a server the bot lacks fails the bot
+/// before the agent ever sees it.
+#[test]
+fn the_rendered_mcp_config_passes_the_agents_own_validation() {
+    let children = children();
+    let json = &children.config_map.data.as_ref().unwrap()["bot-config.json"];
+    let config: saint_config::BotConfig = serde_json::from_str(json).unwrap();
+    saint_config::validate(&config).expect("the agent's validate accepts the rendered config");
+    assert_eq!(config.mcp.servers.len(), 3);
+    assert!(
+        config.roles["owner"]
+            .tools
+            .allow
+            .contains(&"wiki.*".to_string())
+    );
+
+    let (mut bot, dereferenced) = load("acme.yaml");
+    bot.spec.mcp.servers.retain(|server| server.name != "wiki");
+    let error =
+        saint_operator::saintbot_controller::validate::validate(&bot, &dereferenced, &settings())
+            .unwrap_err();
+    assert_eq!(error.reason(), saint_operator::status::Reason::InvalidSpec);
+    assert_eq!(
+        error.to_string(),
+        "failed to render MCP servers: spec.mcp.servers: Role \"owner\" allows \"wiki.*\" \
+         (spec.tools.allow), but this bot declares no server \"wiki\": declare it, or select \
+         Roles that do not name it"
+    );
+}
+
+/// Porter requires a host to belong to one entry: an MCP server claiming a CLI's host,
+/// or another server's, is refused naming both; so is a CLI taking an MCP entry's name.
+#[test]
+fn a_host_claimed_by_a_cli_and_an_mcp_server_is_refused_naming_both() {
+    let refused = |change: &dyn Fn(&mut saint_operator::crd::SaintBot)| {
+        let (mut bot, dereferenced) = load("acme.yaml");
+        change(&mut bot);
+        let error = saint_operator::saintbot_controller::validate::validate(
+            &bot,
+            &dereferenced,
+            &settings(),
+        )
+        .unwrap_err();
+        assert_eq!(error.reason(), saint_operator::status::Reason::InvalidSpec);
+        error.to_string()
+    };
+    assert_eq!(
+        refused(&|bot| bot.spec.mcp.servers[1]
+            .hosts
+            .push("API.github.com:443".into())),
+        "failed to render MCP servers: spec.mcp.servers[sheets].hosts: api.github.com:443 is \
+         already a host of gh: a host carries one credential, so it belongs to one entry of \
+         porter.clis and mcp.servers only"
+    );
+    assert_eq!(
+        refused(&|bot| bot.spec.mcp.servers[1]
+            .hosts
+            .push("wiki.acme.example".into())),
+        "failed to render MCP servers: spec.mcp.servers[sheets].hosts: wiki.acme.example:443 \
+         is already a host of MCP server wiki: a host carries one credential, so it belongs to \
+         one entry of porter.clis and mcp.servers only"
+    );
+    assert_eq!(
+        refused(&|bot| {
+            let mut cli = bot.spec.porter.clis[0].clone();
+            cli.name = "mcp-wiki".into();
+            cli.hosts = vec!["example.org".into()];
+            cli.placeholder_env.clear();
+            bot.spec.porter.clis.push(cli);
+        }),
+        "failed to render porter CLIs: spec.porter.clis[mcp-wiki].name: mcp-wiki is the Porter \
+         entry of spec.mcp.servers[wiki]: give the CLI another name"
+    );
+    assert_eq!(
+        refused(
+            &|bot| bot.spec.porter.clis[0].placeholder_env = vec!["SAINT_MCP_WIKI_TOKEN".into()]
+        ),
+        "failed to render MCP servers: spec.mcp.servers[wiki].placeholderEnv: \
+         SAINT_MCP_WIKI_TOKEN already holds the placeholder of gh"
+    );
 }
 
 #[test]
@@ -1346,4 +1541,172 @@ fn the_failover_chain_s_keys_reach_the_agent_as_the_config_names_them() {
             );
         }
     }
+}
+
+/// The rendered config of `children`, as the agent reads it.
+fn config_of(children: &Children) -> saint_config::BotConfig {
+    serde_json::from_str(
+        children
+            .config_map
+            .data
+            .as_ref()
+            .unwrap()
+            .get(saint_config::CONFIG_FILE_NAME)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Each OTLP header's value is a Secret key in the agent container's environment, under
+/// the variable the rendered config names for it; no other container has it, and the
+/// agent's own validation accepts the result.
+#[test]
+fn the_collector_s_headers_reach_only_the_agent_as_the_config_names_them() {
+    let children = bot_with(|bot| {
+        bot["spec"]["telemetry"] = serde_json::json!({"otlp": {
+            "endpoint": "https://otel.acme.example",
+            "headers": [
+                {"name": "Authorization", "secretKeyRef": {"name": "otel-auth", "key": "authorization"}},
+                {"name": "X-Scope-OrgID", "secretKeyRef": {"name": "otel-tenant", "key": "tenant"}},
+            ],
+        }});
+    });
+    let config = config_of(&children);
+    saint_config::validate(&config).expect("the agent accepts the rendered telemetry");
+    let otlp = config.telemetry.otlp.expect("traces are exported");
+    assert_eq!(otlp.endpoint, "https://otel.acme.example");
+    assert_eq!(otlp.batch_delay_millis, 5_000);
+    let expected = [
+        ("Authorization", "otel-auth", "authorization"),
+        ("X-Scope-OrgID", "otel-tenant", "tenant"),
+    ];
+    assert_eq!(
+        otlp.headers_env.keys().collect::<Vec<_>>(),
+        ["Authorization", "X-Scope-OrgID"]
+    );
+    let pod =
+        serde_json::to_value(&children.deployment).unwrap()["spec"]["template"]["spec"].clone();
+    let containers = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(pod["initContainers"].as_array().into_iter().flatten());
+    for container in containers {
+        let env = container["env"].as_array().cloned().unwrap_or_default();
+        for (header, secret, key) in expected {
+            let variable = &otlp.headers_env[header];
+            let found = env.iter().find(|entry| entry["name"] == variable.as_str());
+            if container["name"] == "agent" {
+                assert_eq!(
+                    found.map(|entry| entry["valueFrom"]["secretKeyRef"].clone()),
+                    Some(serde_json::json!({"name": secret, "key": key})),
+                    "{header}"
+                );
+            } else {
+                assert_eq!(found, None, "{header} in {}", container["name"]);
+            }
+        }
+        // No Secret of the collector's in any other way either.
+        let text = container.to_string();
+        if container["name"] != "agent" {
+            assert!(
+                !text.contains("otel-auth") && !text.contains("otel-tenant"),
+                "{}",
+                container["name"]
+            );
+        }
+    }
+    // A public host name gets no egress rule of its own: the internet rule covers it.
+    assert!(
+        !serde_json::to_string(&children.agent_network_policy)
+            .unwrap()
+            .contains("4318")
+    );
+}
+
+/// The fixture's collector, by a private address, is reachable at exactly that address
+/// and port; an address no rule opens is refused naming the field.
+#[test]
+fn a_collector_at_a_private_address_gets_exactly_its_egress_rule() {
+    let rule = serde_json::json!({
+        "to": [{"ipBlock": {"cidr": "10.43.7.20/32"}}],
+        "ports": [{"port": 4318, "protocol": "TCP"}],
+    });
+    assert!(single_address_egress(&children()).contains(&rule));
+    let without = bot_with(|bot| {
+        bot["spec"].as_object_mut().unwrap().remove("telemetry");
+    });
+    assert!(!single_address_egress(&without).contains(&rule));
+    assert!(config_of(&without).telemetry.otlp.is_none());
+
+    let (bot, dereferenced) = load("acme.yaml");
+    for endpoint in [
+        "http://169.254.169.254/",
+        "http://127.0.0.1:4318/",
+        "http://[::1]:4318/",
+    ] {
+        let mut value = serde_json::to_value(&bot).unwrap();
+        value["spec"]["telemetry"]["otlp"]["endpoint"] = endpoint.into();
+        let bot = serde_json::from_value(value).unwrap();
+        let message = saint_operator::saintbot_controller::validate::validate(
+            &bot,
+            &dereferenced,
+            &settings(),
+        )
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+        assert!(
+            message.contains("spec.telemetry.otlp.endpoint") && message.contains("never reach"),
+            "{endpoint}: {message}"
+        );
+    }
+}
+
+/// The agent reads `telemetry` only when it starts: a change rolls the pod.
+#[test]
+fn a_telemetry_change_rolls_the_pod() {
+    let hash = |change: fn(&mut serde_json::Value)| {
+        let (bot, dereferenced) = load("acme.yaml");
+        let mut value = serde_json::to_value(&bot).unwrap();
+        change(&mut value);
+        let bot = serde_json::from_value(value).unwrap();
+        restart_hash(
+            &saint_operator::saintbot_controller::validate::validate(
+                &bot,
+                &dereferenced,
+                &settings(),
+            )
+            .unwrap(),
+        )
+    };
+    let before = hash(|_| {});
+    let removed = hash(|bot| {
+        bot["spec"].as_object_mut().unwrap().remove("telemetry");
+    });
+    let moved = hash(|bot| {
+        bot["spec"]["telemetry"]["otlp"]["endpoint"] = "http://10.43.7.21:4318".into();
+    });
+    let rekeyed = hash(|bot| {
+        bot["spec"]["telemetry"]["otlp"]["headers"][0]["secretKeyRef"]["key"] = "other".into();
+    });
+    assert_ne!(before, removed);
+    assert_ne!(before, moved);
+    assert_ne!(before, rekeyed);
+}
+
+/// The fixture's employee rules, as the agent reads them.
+#[test]
+fn approval_rules_render_into_the_role_with_their_defaults() {
+    let config = config_of(&children());
+    let rules = serde_json::to_value(&config.roles["employee"].approvals).unwrap();
+    assert_eq!(
+        rules,
+        serde_json::json!([
+            {"tools": ["exec"], "when": {"command": "git push*"},
+             "approvers": {"roles": ["owner"]}, "timeoutSeconds": 3600},
+            {"tools": ["message"], "approvers": {"contacts": ["acme-ana"]}, "timeoutSeconds": 600},
+        ])
+    );
+    assert!(config.roles["owner"].approvals.is_empty());
 }

@@ -1252,6 +1252,221 @@ fn porter_placeholder_names_are_names_and_none_that_loads_code() {
     );
 }
 
+/// A bot with one MCP server: `docs` over Streamable HTTP with its credential, with
+/// `extra` fields added, replaced, or (as null) removed.
+fn mcp_server(extra: serde_json::Value) -> serde_json::Value {
+    let mut server = serde_json::json!({
+        "name": "docs",
+        "url": "https://docs.example.com/mcp",
+        "hosts": ["docs.example.com"],
+        "secretKeyRef": {"name": "docs-mcp", "key": "token"},
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        if value.is_null() {
+            server.as_object_mut().unwrap().remove(key);
+        } else {
+            server[key] = value.clone();
+        }
+    }
+    server
+}
+
+fn mcp_bot(servers: serde_json::Value) -> Vec<String> {
+    errors(&named_bot(
+        "my-bot",
+        minimal_spec(serde_json::json!({"mcp": {"servers": servers}})),
+    ))
+}
+
+#[test]
+fn mcp_servers_pass_when_well_formed() {
+    let good = mcp_bot(serde_json::json!([
+        mcp_server(serde_json::json!({
+            "inject": [{"header": "X-Api-Key"}],
+            "requests": {"owner": [{"methods": ["*"], "paths": ["/**"]}]},
+            "maxTools": 20, "maxSchemaBytes": 8192, "maxResultChars": 10000, "timeoutSeconds": 30,
+        })),
+        // stdio with a credential: any inject place, extra placeholder variables.
+        {"name": "sheets", "command": ["mcp-sheets", "--stdio"], "hosts": ["sheets.example.com:8443"],
+         "secretKeyRef": {"name": "sheets", "key": "key"}, "inject": [{"query": "key"}, {"authorization": true}],
+         "placeholderEnv": ["SHEETS_KEY"]},
+        // stdio without one: no host at all.
+        {"name": "calc-2", "command": ["mcp-calc"]},
+    ]));
+    assert_eq!(good, Vec::<String>::new());
+}
+
+/// Each refusal CEL can decide, with a message naming the field (the operator refuses
+/// the same again, and what CEL cannot see: a url's host outside `hosts`, a host of two
+/// entries).
+#[test]
+fn mcp_servers_are_refused_naming_the_field() {
+    for (servers, expected) in [
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"command": ["mcp-docs"]}))]),
+            "mcp.servers[] needs exactly one of url (a Streamable HTTP server) or command",
+        ),
+        (
+            serde_json::json!([{"name": "docs"}]),
+            "mcp.servers[] needs exactly one of url (a Streamable HTTP server) or command",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"secretKeyRef": null}))]),
+            "mcp.servers[].url needs secretKeyRef: the agent reaches an HTTP server only through \
+             Porter's proxy, and Porter serves only the hosts of an entry that holds a credential",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"hosts": null}))]),
+            "mcp.servers[].hosts is required with url or secretKeyRef",
+        ),
+        (
+            serde_json::json!([{"name": "calc", "command": ["c"],
+                "secretKeyRef": {"name": "calc", "key": "token"}}]),
+            "mcp.servers[].hosts is required with url or secretKeyRef",
+        ),
+        (
+            serde_json::json!([{"name": "calc", "command": ["c"], "hosts": ["calc.example.com"]}]),
+            "mcp.servers[]: hosts, inject, placeholderEnv and requests describe the credential in secretKeyRef",
+        ),
+        (
+            serde_json::json!([
+                mcp_server(serde_json::json!({})),
+                mcp_server(serde_json::json!({}))
+            ]),
+            "mcp.servers[].name must be unique",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"url": "http://docs.example.com/mcp"})
+            )]),
+            "mcp.servers[].url must be an https:// URL with a host",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"url": "https:///mcp"}))]),
+            "mcp.servers[].url must be an https:// URL with a host",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"name": "Docs"}))]),
+            "mcp.servers[].name must be lower-case letters, digits and '-'",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"name": "do_cs"}))]),
+            "mcp.servers[].name must be lower-case letters, digits and '-'",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"inject": [{"query": "key"}]})
+            )]),
+            "mcp.servers[].inject of a url server is at most one place",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"inject": [{"authorization": true}, {"header": "X-Api-Key"}]})
+            )]),
+            "mcp.servers[].inject of a url server is at most one place",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"placeholderEnv": ["DOCS_TOKEN"]})
+            )]),
+            "mcp.servers[].placeholderEnv is for stdio servers (command)",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"inject": [{"header": "X Api"}]})
+            )]),
+            "mcp.servers[].inject[].header must be an HTTP header name",
+        ),
+        (
+            serde_json::json!([mcp_server(serde_json::json!({"inject": [{}]}))]),
+            "mcp.servers[].inject[] entries are exactly one of",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"hosts": ["https://docs.example.com/"]})
+            )]),
+            "mcp.servers[].hosts[] must be host names",
+        ),
+        (
+            serde_json::json!([mcp_server(
+                serde_json::json!({"secretKeyRef": {"name": "docs-mcp", "key": ""}})
+            )]),
+            "mcp.servers[].secretKeyRef must name both a Secret",
+        ),
+        (
+            serde_json::json!([{"name": "calc", "command": ["c"], "hosts": ["calc.example.com"],
+                "secretKeyRef": {"name": "calc", "key": "token"}, "placeholderEnv": ["LD_PRELOAD"]}]),
+            "mcp.servers[].placeholderEnv entries must be environment variable names",
+        ),
+    ] {
+        let messages = mcp_bot(servers.clone());
+        assert!(
+            messages.iter().any(|message| message.contains(expected)),
+            "{servers}: expected {expected:?} in {messages:?}"
+        );
+    }
+}
+
+/// The limits and list sizes are bounded in the schema (CEL's cost, and what the agent
+/// takes).
+#[test]
+fn mcp_limits_are_bounded_in_the_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(SaintBot::crd()).unwrap();
+    let servers = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["mcp"]["properties"]["servers"];
+    assert_eq!(servers["maxItems"], 16);
+    let server = &servers["items"];
+    assert_eq!(server["required"], serde_json::json!(["name"]));
+    for limit in [
+        "maxTools",
+        "maxSchemaBytes",
+        "maxResultChars",
+        "timeoutSeconds",
+    ] {
+        assert_eq!(server["properties"][limit]["minimum"], 1.0, "{limit}");
+        assert!(
+            server["properties"][limit]["maximum"].is_number(),
+            "{limit}"
+        );
+    }
+    // No default the API server would fill in: has() must see what the manifest says.
+    for field in [
+        "url",
+        "command",
+        "hosts",
+        "secretKeyRef",
+        "inject",
+        "placeholderEnv",
+        "requests",
+    ] {
+        assert_eq!(server["properties"][field].get("default"), None, "{field}");
+    }
+}
+
+/// Roles name a server's tools `<server>.<tool>` or with a glob over the tool.
+#[test]
+fn role_tools_may_name_mcp_server_tools() {
+    let good = role(
+        "owner",
+        serde_json::json!({"tools": {"allow": ["read", "docs.*", "docs.get_*", "my-server.search_pages"],
+            "deny": ["docs.delete_[a-z]*"]}}),
+    );
+    assert_eq!(errors(&good), Vec::<String>::new());
+    for bad in ["Docs.*", "docs.", ".search", "docs.a/b", "do_cs.x"] {
+        let messages = errors(&role(
+            "owner",
+            serde_json::json!({"tools": {"allow": [bad]}}),
+        ));
+        assert!(
+            messages
+                .iter()
+                .any(|message| message.contains("an MCP server's tools (<server>.<tool>")),
+            "{bad}: {messages:?}"
+        );
+    }
+}
+
 #[test]
 fn selectors_take_values_only_with_in_and_not_in() {
     use kube::CustomResourceExt;
@@ -1396,7 +1611,8 @@ fn memory_settings_that_would_have_no_effect_are_refused() {
     }
 }
 
-/// The chart's example bot (its `gh` and `gog` entries included) passes every CEL rule.
+/// The chart's example bot (its `gh` and `gog` entries and its MCP server included)
+/// passes every CEL rule.
 #[test]
 fn the_chart_example_bot_passes_the_cel_rules() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -1411,6 +1627,7 @@ fn the_chart_example_bot_passes_the_cel_rules() {
         .map(|document| serde_json::from_value(document).expect("the example bot parses"))
         .expect("the example holds a SaintBot");
     assert_eq!(bot.spec.porter.clis.len(), 2);
+    assert_eq!(bot.spec.mcp.servers.len(), 1);
     assert_eq!(errors(&bot), Vec::<String>::new());
 }
 
@@ -1572,4 +1789,171 @@ fn a_model_fallback_without_a_secret_is_refused_naming_the_field() {
     );
     let good = fallback(serde_json::json!({"name": "llm", "key": "openai-api-key"}));
     assert_eq!(errors(&good), Vec::<String>::new());
+}
+
+// ---- Company controls: a Role's approval rules, a SaintBot's trace collector.
+
+fn approvals_role(approvals: serde_json::Value) -> Vec<String> {
+    errors(&role(
+        "employee",
+        serde_json::json!({"tools": {"allow": ["exec", "message"]}, "approvals": approvals}),
+    ))
+}
+
+#[test]
+fn approval_rules_pass_when_well_formed() {
+    let good = approvals_role(serde_json::json!([
+        {"tools": ["exec"], "when": {"command": "git push*"}, "approvers": {"roles": ["owner"]}},
+        {"tools": ["message", "docs.*", "group:web", "sessions_*"], "approvers": {"contacts": ["ana"]},
+         "timeoutSeconds": 3600},
+        {"tools": ["exec"], "approvers": {"roles": ["employee"], "contacts": ["ana", "marko"]}},
+    ]));
+    assert_eq!(good, Vec::<String>::new());
+}
+
+/// Each refusal CEL can decide, naming the field; the operator refuses what it cannot
+/// (approvers the bot lacks, an only approver who is the Role's one member, a bad glob).
+#[test]
+fn approval_rules_are_refused_naming_the_field() {
+    for (approvals, expected) in [
+        (
+            serde_json::json!([{"tools": ["teleport"], "approvers": {"roles": ["owner"]}}]),
+            "approvals[].tools entries must be known tools",
+        ),
+        (
+            serde_json::json!([{"tools": ["Docs.*"], "approvers": {"roles": ["owner"]}}]),
+            "approvals[].tools entries must be known tools",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {}}]),
+            "approvals[].approvers must name at least one role or contact",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": [], "contacts": []}}]),
+            "approvals[].approvers must name at least one role or contact",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": ["Owner"]}}]),
+            "approvals[].approvers.roles entries must be DNS-1123 labels",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"contacts": ["ana banana"]}}]),
+            "approvals[].approvers.contacts entries must be DNS-1123 labels",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "when": {"": "x"}, "approvers": {"roles": ["owner"]}}]),
+            "approvals[].when keys must be argument names",
+        ),
+    ] {
+        refused_with(approvals_role(approvals.clone()), expected);
+    }
+}
+
+/// What the schema bounds (the API server checks it; kube's CEL check does not): at
+/// least one tool, a timeout within the agent's week, the list sizes.
+#[test]
+fn approval_rules_are_bounded_in_the_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(Role::crd()).unwrap();
+    let approvals = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["approvals"];
+    assert_eq!(approvals["maxItems"], 32);
+    let rule = &approvals["items"];
+    assert_eq!(rule["required"], serde_json::json!(["approvers", "tools"]));
+    assert_eq!(rule["properties"]["tools"]["minItems"], 1);
+    let timeout = &rule["properties"]["timeoutSeconds"];
+    assert_eq!(timeout["minimum"], 1.0);
+    assert_eq!(
+        timeout["maximum"],
+        saint_config::MAX_APPROVAL_TIMEOUT_SECONDS as f64
+    );
+    assert_eq!(rule["properties"]["when"]["maxProperties"], 16);
+    // No default the API server would fill in: the operator sees what the manifest says.
+    for field in ["tools", "approvers", "when", "timeoutSeconds"] {
+        assert_eq!(rule["properties"][field].get("default"), None, "{field}");
+    }
+}
+
+fn otlp_bot(otlp: serde_json::Value) -> Vec<String> {
+    errors(&named_bot(
+        "my-bot",
+        minimal_spec(serde_json::json!({"telemetry": {"otlp": otlp}})),
+    ))
+}
+
+fn otlp_header(name: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "secretKeyRef": {"name": "otel", "key": "token"}})
+}
+
+#[test]
+fn an_otlp_collector_passes_when_well_formed() {
+    for otlp in [
+        serde_json::json!({"endpoint": "https://otel.acme.example",
+            "headers": [otlp_header("Authorization"), otlp_header("X-Scope-OrgID")],
+            "batchDelayMillis": 2000}),
+        serde_json::json!({"endpoint": "http://otel-collector.monitoring:4318"}),
+        serde_json::json!({"endpoint": "http://10.43.7.20:4318/", "headers": [otlp_header("Authorization")],
+            "allowInsecure": "the collector's token is scoped to this bot"}),
+    ] {
+        assert_eq!(otlp_bot(otlp.clone()), Vec::<String>::new(), "{otlp}");
+    }
+}
+
+#[test]
+fn an_otlp_collector_is_refused_naming_the_field() {
+    for (otlp, expected) in [
+        (
+            serde_json::json!({"endpoint": "otel-collector:4318"}),
+            "telemetry.otlp.endpoint must be an http:// or https:// URL with a host",
+        ),
+        (
+            serde_json::json!({"endpoint": "grpc://otel.acme.example:4317"}),
+            "telemetry.otlp.endpoint must be an http:// or https:// URL with a host",
+        ),
+        (
+            serde_json::json!({"endpoint": "https://user:pass@otel.acme.example"}),
+            "telemetry.otlp.endpoint must be an http:// or https:// URL with a host",
+        ),
+        (
+            serde_json::json!({"endpoint": "http://otel.monitoring:4318",
+                "headers": [otlp_header("Authorization")]}),
+            "telemetry.otlp.endpoint is plain http://",
+        ),
+        (
+            serde_json::json!({"endpoint": "https://otel.acme.example",
+                "headers": [otlp_header("X Token")]}),
+            "telemetry.otlp.headers[].name must be an HTTP header name",
+        ),
+        (
+            serde_json::json!({"endpoint": "https://otel.acme.example",
+                "headers": [otlp_header("Authorization"), otlp_header("Authorization")]}),
+            "telemetry.otlp.headers[].name must be unique",
+        ),
+        (
+            serde_json::json!({"endpoint": "https://otel.acme.example",
+                "headers": [{"name": "Authorization", "secretKeyRef": {"name": "otel", "key": ""}}]}),
+            "telemetry.otlp.headers[].secretKeyRef must name both a Secret",
+        ),
+    ] {
+        refused_with(otlp_bot(otlp.clone()), expected);
+    }
+}
+
+#[test]
+fn the_otlp_batch_delay_and_headers_are_bounded_in_the_schema() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(SaintBot::crd()).unwrap();
+    let otlp = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["telemetry"]["properties"]["otlp"];
+    assert_eq!(otlp["required"], serde_json::json!(["endpoint"]));
+    assert_eq!(otlp["properties"]["headers"]["maxItems"], 8);
+    assert_eq!(
+        otlp["properties"]["headers"]["items"]["required"],
+        serde_json::json!(["name", "secretKeyRef"])
+    );
+    let delay = &otlp["properties"]["batchDelayMillis"];
+    assert_eq!(
+        (delay["minimum"].as_f64(), delay["maximum"].as_f64()),
+        (Some(1.0), Some(60_000.0))
+    );
 }

@@ -19,6 +19,7 @@ use kube::{Client, runtime::controller::Action};
 use saint_operator::events::Publisher;
 use saint_operator::{
     cache::{self, Sources},
+    chain_reports::ChainReports,
     child_cache::ChildStore,
     crd::{Contact, SaintBot},
     metrics::Metrics,
@@ -28,7 +29,7 @@ use saint_operator::{
         content::Content,
         error_policy,
         freshness::{self, DESIRED_HASH_ANNOTATION, desired_hash},
-        reconcile,
+        model_chain, reconcile,
         secrets::secret_uses,
         update_status::{Outcome, bot_status},
     },
@@ -379,6 +380,7 @@ fn children_written(children: &Children, deployment_status: Value) -> cache::Chi
                 .collect::<Vec<_>>(),
         ),
         deployments: ChildStore::holding(&[deployment]),
+        chain_reports: ChainReports::holding(&[]),
     }
 }
 
@@ -561,6 +563,13 @@ fn scenario(which: &Scenario) -> (SaintBot, Cached, Vec<Expect>) {
                     pod_ready,
                     missing_secrets: None,
                     pod_problem: None,
+                    // No report from the agent.
+                    model_available: model_chain::model_available(
+                        None,
+                        bot.metadata.uid.as_deref().unwrap_or_default(),
+                        None,
+                        NOW.parse().unwrap(),
+                    ),
                 },
                 &Time(NOW.parse().unwrap()),
             ));
@@ -825,6 +834,125 @@ async fn an_unchanged_ready_bot_is_reconciled_without_a_single_write() {
         seen.iter()
             .all(|request| request.starts_with("GET /api/v1/namespaces/acme/configmaps/")),
         "only the named ConfigMaps are read: {seen:#?}"
+    );
+}
+
+/// The agent's Event saying its whole model chain fails (`failing`) or answers again,
+/// about the fixture's SaintBot, made by the agent of pod `my-bot-a` at `at`.
+fn chain_report_event(failing: bool, at: &str) -> k8s_openapi::api::core::v1::Event {
+    let reason = if failing {
+        "ModelChainFailing"
+    } else {
+        "ModelChainRecovered"
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("my-bot.{reason}"), "namespace": "acme"},
+        "involvedObject": {"apiVersion": "saint.work/v1alpha1", "kind": "SaintBot",
+            "name": "my-bot", "namespace": "acme", "uid": "0b5e7a8c-1111-4222-8333-944455556666"},
+        "reason": reason, "type": if failing { "Warning" } else { "Normal" },
+        "message": if failing {
+            "every model of the failover chain failed a call: primary claude-sonnet-4-5 (unauthorized)"
+        } else {
+            "primary claude-sonnet-4-5 answers again; no call has failed on every model of the chain for 60s"
+        },
+        "eventTime": at, "reportingComponent": "saint-agent", "reportingInstance": "my-bot-a",
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_failing_model_chain_report_turns_model_available_false_and_its_recovery_true_again() {
+    // A ready bot whose status is stored, and its agent's report that every model failed.
+    let (mut bot, mut cached, mut steps) = scenario(&Scenario::UnchangedReadyBotWritesNothing);
+    assert_eq!(
+        condition(&to_value(bot.status.as_ref().unwrap()), "ModelAvailable")["status"],
+        "True"
+    );
+    cached.children.chain_reports =
+        ChainReports::holding(&[chain_report_event(true, "2026-11-22T00:55:00Z")]);
+    // The report is the running agent's: its pod is there, the container older.
+    steps.push(expect(Method::GET, "/api/v1/namespaces/acme/pods", |_| {
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+            "items": [{"metadata": {"name": "my-bot-a", "namespace": "acme"},
+                "status": {"containerStatuses": [{"name": "agent", "image": "a", "imageID": "",
+                    "ready": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-11-22T00:00:00Z"}}}]}}]})
+    }));
+    let stored = to_value(&bot);
+    steps.push(status_expectation(
+        "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+        stored,
+        |status| {
+            let available = condition(status, "ModelAvailable");
+            assert_eq!(available["status"], "False");
+            assert_eq!(available["reason"], "ChainFailing");
+            assert_eq!(
+                available["message"],
+                "every model of the failover chain failed a call: primary claude-sonnet-4-5 \
+                 (unauthorized) (reported by the agent of pod my-bot-a)"
+            );
+            // Ready stays the pod's: the bot runs, its models do not answer.
+            assert_eq!(condition(status, "Ready")["status"], "True");
+            assert!(
+                status["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|condition| condition["type"] != "Stalled")
+            );
+        },
+    ));
+    let bot_now = Arc::new(bot.clone());
+    let (action, seen) = with_stand_in(steps, |client| async move {
+        reconcile(bot_now, context(client, cached)).await
+    })
+    .await;
+    assert_eq!(
+        action.expect("reconcile succeeds"),
+        Action::requeue(model_chain::RECHECK),
+        "a failing chain is looked at again soon"
+    );
+    assert!(
+        !seen.iter().any(|request| request.contains("/events")),
+        "the agent published the Events: {seen:#?}"
+    );
+
+    // The agent reports a model answering again: True, no pod read.
+    let (_, mut cached, mut steps) = scenario(&Scenario::UnchangedReadyBotWritesNothing);
+    cached.children.chain_reports = ChainReports::holding(&[
+        chain_report_event(true, "2026-11-22T00:55:00Z"),
+        chain_report_event(false, "2026-11-22T00:58:00Z"),
+    ]);
+    let mut failing = bot.status.clone().unwrap();
+    for condition in &mut failing.conditions {
+        if condition.type_ == "ModelAvailable" {
+            condition.status = "False".into();
+            condition.reason = "ChainFailing".into();
+        }
+    }
+    bot.status = Some(failing);
+    steps.push(status_expectation(
+        "/apis/saint.work/v1alpha1/namespaces/acme/saintbots/my-bot/status",
+        to_value(&bot),
+        |status| {
+            let available = condition(status, "ModelAvailable");
+            assert_eq!(available["status"], "True");
+            assert_eq!(available["reason"], "NoChainFailure");
+            assert!(
+                available["message"].as_str().unwrap().starts_with(
+                    "the bot's agent reports: primary claude-sonnet-4-5 answers again"
+                ),
+                "{available}"
+            );
+        },
+    ));
+    let (action, _) = with_stand_in(steps, |client| async move {
+        reconcile(Arc::new(bot), context(client, cached)).await
+    })
+    .await;
+    assert_eq!(
+        action.expect("reconcile succeeds"),
+        Action::requeue(RESYNC_INTERVAL)
     );
 }
 

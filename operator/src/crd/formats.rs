@@ -258,6 +258,53 @@ pub(crate) fn env_name_list_rule(field: &str) -> Rule {
     ))
 }
 
+/// A host Porter's proxy may connect to: a name, optionally with `:port` (1-65535).
+pub const HOST_PORT_PATTERN: &str = "^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$";
+
+/// CEL for a list of Porter hosts (`porter.clis[].hosts`, `mcp.servers[].hosts`).
+pub(crate) fn hosts_rule(field: &str) -> Rule {
+    Rule::new(format!("self.all(h, h.matches('{HOST_PORT_PATTERN}'))")).message(Message::Message(
+        format!("{field} must be host names, optionally with :port (1-65535)"),
+    ))
+}
+
+/// `#[schemars(transform = …)]` for a field whose type's CEL messages name the field
+/// where the type was first used (`porter.clis[].inject`): every message in the field's
+/// schema that starts with `from` starts with `to` instead, so a refusal names the
+/// field the manifest really got wrong.
+pub(crate) fn retarget_messages(from: &'static str, to: &'static str) -> impl Fn(&mut Schema) {
+    fn walk_object(object: &mut Map<String, Value>, from: &str, to: &str) {
+        if let Some(Value::Array(rules)) = object.get_mut("x-kubernetes-validations") {
+            for rule in rules.iter_mut() {
+                if let Some(Value::String(message)) = rule.get_mut("message")
+                    && let Some(rest) = message.strip_prefix(from)
+                {
+                    *message = format!("{to}{rest}");
+                }
+            }
+        }
+        for child in object.values_mut() {
+            walk(child, from, to);
+        }
+    }
+    fn walk(value: &mut Value, from: &str, to: &str) {
+        match value {
+            Value::Object(object) => walk_object(object, from, to),
+            Value::Array(items) => {
+                for item in items {
+                    walk(item, from, to);
+                }
+            }
+            _ => {}
+        }
+    }
+    move |schema: &mut Schema| {
+        if let Some(object) = schema.as_object_mut() {
+            walk_object(object, from, to);
+        }
+    }
+}
+
 /// The operators a label selector's `matchExpressions` take.
 pub const SELECTOR_OPERATORS: &[&str] = &["In", "NotIn", "Exists", "DoesNotExist"];
 

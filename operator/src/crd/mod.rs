@@ -7,6 +7,7 @@
 pub mod channel_rules;
 pub mod contact;
 pub mod formats;
+pub mod mcp;
 pub mod proactive;
 pub mod role;
 pub mod saintbot;
@@ -83,17 +84,25 @@ pub(crate) fn secret_key_rule(field: &str) -> Rule {
     )))
 }
 
-/// CEL for a list of tool patterns: known tools, `group:<known>` or globs over tool names.
-/// Globs are checked against the known tools again by the operator's `validate` step.
+/// An MCP server's tool pattern: `<server>.<tool>` or a glob over the tool part
+/// (`docs.search`, `docs.*`, `docs.get_*`), as `saint_config::mcp::is_server_tool_pattern`
+/// reads it (which the operator's `validate` step applies again). Written for a CEL
+/// string literal: each regex backslash is doubled.
+pub const SERVER_TOOL_PATTERN: &str = r"^[a-z][a-z0-9-]{0,30}[.][A-Za-z0-9_*?!\\[\\]-]+$";
+
+/// CEL for a list of tool patterns: known tools, `group:<known>`, globs over tool names
+/// or an MCP server's tools (`docs.*`). Globs are checked against the known tools, and
+/// server patterns against the bot's servers, again by the operator's `validate` step.
 pub(crate) fn tool_patterns_rule(field: &str) -> Rule {
     let tools = quoted_list(KNOWN_TOOLS.iter().copied());
     let groups = quoted_list(TOOL_GROUPS.iter().map(|(name, _)| *name));
     Rule::new(format!(
         "self.all(t, t in {tools} || (t.startsWith('group:') && t.substring(6) in {groups}) \
-         || ((t.contains('*') || t.contains('?')) && t.matches('^[a-z_*?]+$')))"
+         || ((t.contains('*') || t.contains('?')) && t.matches('^[a-z_*?]+$')) \
+         || t.matches('{SERVER_TOOL_PATTERN}'))"
     ))
     .message(Message::Message(format!(
-        "{field} entries must be known tools ({}), group:<{}> or globs over tool names",
+        "{field} entries must be known tools ({}), group:<{}>, globs over tool names or an MCP server's tools (<server>.<tool>, <server>.*)",
         KNOWN_TOOLS.join(", "),
         TOOL_GROUPS
             .iter()

@@ -4,14 +4,20 @@
 // `printcolumn(...)` repeats `type_ = …` by design; clippy reads it as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
-use saint_config::{BudgetPeriod, MemoryScope, SessionsVisibilityKind};
+use saint_config::{
+    BudgetPeriod, MAX_APPROVAL_TIMEOUT_SECONDS, MemoryScope, SessionsVisibilityKind,
+};
 use serde::{Deserialize, Serialize};
 
 pub use super::proactive::{CronLimitsSpec, SpawnLimitsSpec};
 use super::{
-    bootstrap_files_rule, dns_label_list_rule, formats::workspace_paths_rule, tool_patterns_rule,
+    bootstrap_files_rule, dns_label_list_rule,
+    formats::{required_properties, workspace_paths_rule},
+    tool_patterns_rule,
 };
 
 /// A role: the tools, model, files, memory and budget a bot grants the people holding it.
@@ -132,6 +138,82 @@ pub struct RoleSpec {
     /// is kept for good. The agent's sweeper deletes what is older.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RoleRetention>,
+
+    /// Tool calls of people holding the role that wait for someone else's yes before
+    /// they run: the first rule whose `tools` (and `when`, if set) match a call applies.
+    /// The call is stored, each approver who can be reached is asked in their own chat,
+    /// and it runs once, as the requester, only after one of them answers
+    /// `approve <code>`; a rejection or no answer within `timeoutSeconds` refuses it.
+    /// Nobody approves their own request. A bot selecting the Role leaves it out, saying
+    /// so, while an approver is not one of its Roles or Contacts, or the only approver
+    /// is the Role's one member. Empty: nothing waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_APPROVAL_RULES))]
+    pub approvals: Vec<ApprovalRuleSpec>,
+}
+
+/// Most approval rules one Role holds (bounds CEL's cost and the agent's matching).
+pub const MAX_APPROVAL_RULES: usize = 32;
+
+/// Most argument matchers (`when`) one approval rule holds.
+pub const MAX_APPROVAL_MATCHERS: usize = 16;
+
+/// Most approver roles, and most approver contacts, one rule names.
+pub const MAX_APPROVERS: usize = 32;
+
+/// One kind of tool call that needs approval, and who may give it.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+// `tools` and `approvers` are required by the schema but default in serde: a Role
+// stored where the CRD had no validation must still deserialise, so that the operator
+// refuses it with a status naming the field instead of the watch failing.
+#[schemars(transform = required_properties(&["tools", "approvers"]))]
+pub struct ApprovalRuleSpec {
+    /// The calls this rule covers: tool names, `group:<name>`, globs over tool names or
+    /// an MCP server's tools (`docs.*`), as in `tools.allow`. At least one.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 64)))]
+    #[x_kube(validation = tool_patterns_rule("approvals[].tools"))]
+    pub tools: Vec<String>,
+    /// Only calls whose arguments match: argument name → glob over its text
+    /// (`command: "git push*"`, `to: marko`). A call lacking the argument does not
+    /// match. Empty: every call of `tools`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = MAX_APPROVAL_MATCHERS,
+        "additionalProperties" = {"type": "string", "minLength": 1, "maxLength": 512}
+    ))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(k, size(k) >= 1 && size(k) <= 128)")
+        .message("approvals[].when keys must be argument names of 1 to 128 characters"))]
+    pub when: BTreeMap<String, String>,
+    /// Who may say yes: everyone holding these Roles and these Contacts, never the
+    /// person who asked. At least one entry.
+    #[serde(default)]
+    pub approvers: ApproversSpec,
+    /// Seconds a request waits for a decision before it is refused (1 to 604800, a
+    /// week). Absent: 3600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_APPROVAL_TIMEOUT_SECONDS))]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// The people who may decide an approval request.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "(has(self.roles) && size(self.roles) > 0) || (has(self.contacts) && size(self.contacts) > 0)"
+).message("approvals[].approvers must name at least one role or contact: a request nobody may decide would wait until it expires"))]
+pub struct ApproversSpec {
+    /// Roles (Saint `Role`s the bot selects) whose holders may decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_APPROVERS), inner(length(min = 1, max = 63)))]
+    #[x_kube(validation = dns_label_list_rule("approvals[].approvers.roles"))]
+    pub roles: Vec<String>,
+    /// Contacts (by name) who may decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_APPROVERS), inner(length(min = 1, max = 63)))]
+    #[x_kube(validation = dns_label_list_rule("approvals[].approvers.contacts"))]
+    pub contacts: Vec<String>,
 }
 
 /// Days each kind of a person's data is kept (each 1 to 36500 when set).

@@ -18,6 +18,7 @@ use saint_config::{ChannelKind, ModelProvider, ModelWeights, SandboxScope, Unpri
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::mcp::{McpServerSpec, McpSpec};
 pub use super::proactive::{
     ActiveHoursSpec, ConfigMapKeyReference, HeartbeatSpec, ScheduleSpec, SkillSpec,
 };
@@ -110,6 +111,13 @@ pub struct SaintBotSpec {
     #[serde(default)]
     pub porter: PorterSpec,
 
+    /// Tool servers over the Model Context Protocol: `url` (Streamable HTTP, reached only
+    /// through Porter's proxy) or `command` (stdio, run in the caller's sandbox for each
+    /// call). A server's credential, like a CLI's, reaches only the `porter` container.
+    /// Roles allow a server's tools as `<server>.<tool>` (`docs.*`). Absent: none.
+    #[serde(default, skip_serializing_if = "McpSpec::is_empty")]
+    pub mcp: McpSpec,
+
     /// Where `exec` runs: sandbox Jobs in the bot's namespace.
     #[serde(default)]
     pub sandbox: SandboxSpec,
@@ -194,7 +202,89 @@ pub struct SaintBotSpec {
     /// `model.prices`. Absent: a model without a price is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetSpec>,
+
+    /// Where the bot's traces go: one span per turn, model call and tool call
+    /// (OpenTelemetry GenAI conventions), naming the bot, the person's Contact and Role,
+    /// models and tools, never message text or secrets. A change takes effect when the
+    /// pod restarts, which the operator does for it. Absent: no traces are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySpec>,
 }
+
+/// Where the bot's traces are exported.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TelemetrySpec {
+    /// An OpenTelemetry collector's OTLP/HTTP receiver (protobuf, `POST
+    /// <endpoint>/v1/traces`). Absent: no traces are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpSpec>,
+}
+
+/// Most headers sent to the OTLP collector.
+pub const MAX_OTLP_HEADERS: usize = 8;
+
+/// Longest batch delay of the OTLP exporter, in milliseconds: spans wait at most a
+/// minute in the pod.
+pub const MAX_OTLP_BATCH_DELAY_MILLIS: u64 = 60_000;
+
+/// An OTLP/HTTP collector and the headers the agent sends it.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "!self.endpoint.startsWith('http://') || !has(self.headers) || size(self.headers) == 0 || has(self.allowInsecure)"
+).message("telemetry.otlp.endpoint is plain http://: the headers' values (a collector's token) would cross the network in clear text; use https://, or set telemetry.otlp.allowInsecure to say why clear text is acceptable here"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!has(self.headers) || self.headers.all(a, self.headers.exists_one(b, b.name == a.name))"
+).message("telemetry.otlp.headers[].name must be unique"))]
+pub struct OtlpSpec {
+    /// Base URL of the collector's OTLP/HTTP receiver, `http://` or `https://` with a
+    /// host (`https://otel.example.com`, `http://10.0.12.7:4318`); the agent posts to
+    /// `<endpoint>/v1/traces`. The bot pod's NetworkPolicy reaches public addresses; a
+    /// private IP address here gets an egress rule for exactly that address and port
+    /// (loopback, link-local and cloud metadata addresses are refused), and a host
+    /// name is not resolved into one (an in-cluster collector by Service name needs a
+    /// NetworkPolicy of your own allowing the bot pod's egress to it).
+    #[schemars(length(min = 8, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new(format!("[self].all(v, {})", super::channel_rules::HTTP_URL))
+        .message("telemetry.otlp.endpoint must be an http:// or https:// URL with a host"))]
+    pub endpoint: String,
+    /// Request headers whose values come from Secret keys (`Authorization`,
+    /// `X-Scope-OrgID`): each reaches only the `agent` container, as the environment
+    /// variable `SAINT_OTLP_HEADER_<index>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_OTLP_HEADERS))]
+    pub headers: Vec<OtlpHeaderSpec>,
+    /// Milliseconds spans wait to be sent in one batch (1 to 60000). Absent: 5000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_OTLP_BATCH_DELAY_MILLIS))]
+    pub batch_delay_millis: Option<u64>,
+    /// Why clear text is acceptable for the collector (e.g. `collector on the node,
+    /// token scoped to this bot`): only with it may an `http://` endpoint get headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub allow_insecure: Option<String>,
+}
+
+/// One header sent to the OTLP collector, its value from a Secret key.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpHeaderSpec {
+    /// The header's name, an HTTP token (`Authorization`, `X-Scope-OrgID`); names are
+    /// compared without regard to case, so each may appear once.
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = kube::core::Rule::new(format!("self.matches('{HTTP_HEADER_NAME_PATTERN}')"))
+        .message("telemetry.otlp.headers[].name must be an HTTP header name (letters, digits and !#$%&*+.^_|~-)"))]
+    pub name: String,
+    /// Secret key holding the header's value (`Bearer …` for `Authorization`); it
+    /// reaches only the `agent` container.
+    #[x_kube(validation = secret_key_rule("telemetry.otlp.headers[].secretKeyRef"))]
+    pub secret_key_ref: SecretKeyReference,
+}
+
+/// An HTTP header name (an RFC 9110 token, without `'` and `` ` ``, which a CEL string
+/// literal would have to escape).
+pub const HTTP_HEADER_NAME_PATTERN: &str = "^[A-Za-z0-9!#$%&*+.^_|~-]+$";
 
 /// How budgets treat models without a price, and what tools cost.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -478,9 +568,7 @@ pub struct PorterCliSpec {
     /// `uploads.github.com`; Porter's proxy refuses every other host for it. Required.
     #[serde(default)]
     #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 259)))]
-    #[x_kube(validation = kube::core::Rule::new(
-        "self.all(h, h.matches('^[A-Za-z0-9-]+([.][A-Za-z0-9-]+)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?$'))"
-    ).message("porter.clis[].hosts[] must be host names, optionally with :port (1-65535)"))]
+    #[x_kube(validation = formats::hosts_rule("porter.clis[].hosts[]"))]
     pub hosts: Vec<String>,
     /// Secret key holding the credential (with `oauth2`: the refresh token). Mounted as a
     /// file into the `porter` container only; no sandbox and not the agent ever sees it.

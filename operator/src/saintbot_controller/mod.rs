@@ -7,6 +7,7 @@ pub mod build;
 pub mod content;
 pub mod dereference;
 pub mod freshness;
+pub mod model_chain;
 pub mod rollout;
 pub mod secrets;
 pub mod update_status;
@@ -317,6 +318,27 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
             }
         }
     };
+    // The agent's report of its model chain (its Events, watched); the pods are read
+    // only to tell whether a failing report comes from the agent running now.
+    let chain_report = context
+        .children
+        .chain_reports
+        .get(&namespace, &validated.name);
+    let bot_uid = bot.metadata.uid.as_deref().unwrap_or_default();
+    let chain_pods = if model_chain::needs_pods(chain_report.as_ref(), bot_uid, now.0) {
+        match rollout::agent_pods(&context.client, &namespace, &validated.name).await {
+            Ok(pods) => Some(pods),
+            Err(error) => {
+                tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; its model-chain report is taken as current");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let model_available =
+        model_chain::model_available(chain_report.as_ref(), bot_uid, chain_pods.as_deref(), now.0);
+    let chain_failing = model_available.0 == status::Reason::ChainFailing;
     let outcome = Outcome::Applied {
         bot: &validated,
         config_hash,
@@ -324,6 +346,7 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
         missing_secrets,
         // A withheld webhook Ingress (`HostClaimed`) first: it is the spec's, not the pod's.
         pod_problem: validated.webhook_problem.clone().or(pod_problem),
+        model_available,
     };
     update_status::report(context, bot, &outcome, &now).await?;
     // Secrets and pods are not watched: a bot waiting for a Secret, or whose pod a
@@ -332,6 +355,11 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
     let failures = context.failure_count(&bot_key(bot), looking_again);
     if looking_again {
         return Ok(Action::requeue(backoff(failures)));
+    }
+    // A failing chain's report stops counting when its agent is replaced, which nothing
+    // watched says: look again soon.
+    if chain_failing {
+        return Ok(Action::requeue(model_chain::RECHECK));
     }
     Ok(Action::requeue(RESYNC_INTERVAL))
 }
@@ -497,6 +525,7 @@ pub async fn run(
         .reconcile_on(feeds.network_policies)
         .reconcile_on(feeds.ingresses)
         .reconcile_on(feeds.deployments)
+        .reconcile_on(feeds.chain_reports)
         .watches_stream(feeds.contacts, move |contact: Contact| {
             contact_memory.remember(key_of(&contact), bots_for_contact(&contact_store, &contact))
         })

@@ -32,6 +32,9 @@ pub enum Outcome<'a> {
         /// Why the pod cannot be created, rolled out or started, in the words of the
         /// Deployment's conditions or the kubelet ([`super::rollout`]).
         pod_problem: Option<Problem>,
+        /// `ModelAvailable`'s reason and message, from the agent's model-chain report
+        /// ([`super::model_chain`]).
+        model_available: (Reason, String),
     },
     /// The spec (or what it refers to) cannot be rendered.
     Invalid { reason: Reason, message: String },
@@ -86,6 +89,7 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             pod_ready,
             missing_secrets,
             pod_problem,
+            model_available,
         } => {
             let identity = &validated.identity;
             let conflicting = identity.conflicting_identities();
@@ -167,8 +171,13 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             let isolated = credentials_isolated(generation, now);
             let served = channels_served(&validated.config.channels, generation, now);
             let priced = models_priced(&validated.config, generation, now);
+            let available = condition(
+                ConditionType::ModelAvailable,
+                model_available.0,
+                status::truncate(&model_available.1, 1000),
+            );
             (
-                vec![ready, rendered, linked, isolated, served, priced],
+                vec![ready, rendered, linked, isolated, served, priced, available],
                 (
                     validated.config.contacts.len() as i32,
                     validated.config.roles.len() as i32,

@@ -2,16 +2,19 @@
 //! defaulted, with the rendered config and Porter registry decided. Pure: no client.
 //!
 //! [`validate`] is a short driver over one module per concern — [`roles`], `channels`,
-//! `porter` (the credential registry), `model` (and web tools), `workload` (images, resources,
-//! sandbox, storage); every default is a named constant in [`defaults`].
+//! `mcp` (tool servers), `porter` (the credential registry, CLIs' and MCP servers'),
+//! `model` (and web tools), `workload` (images, resources, sandbox, storage); every
+//! default is a named constant in [`defaults`].
 
 mod channels;
 pub mod defaults;
+mod mcp;
 mod memory;
 mod model;
 mod porter;
 pub mod proactive;
 pub mod roles;
+pub mod telemetry;
 pub mod webhook_ingress;
 mod workload;
 
@@ -48,8 +51,8 @@ pub use self::{
 pub const MODEL_API_KEY_ENV: &str = saint_config::MODEL_API_KEY_ENV;
 /// Env var of the agent container holding the web search API key.
 pub const WEB_SEARCH_API_KEY_ENV: &str = "SAINT_WEB_SEARCH_API_KEY";
-/// Where the porter container (and only it) sees the Secret keys of CLI credentials; the
-/// registry names them as files here.
+/// Where the porter container (and only it) sees the Secret keys of CLI and MCP server
+/// credentials; the registry names them as files here.
 pub const PORTER_SECRETS_DIR: &str = "/etc/porter-secrets";
 
 /// Why a SaintBot cannot be rendered. Each message names the field.
@@ -83,6 +86,8 @@ pub enum ValidateError {
     InvalidChannel { field: String, message: String },
     #[error("failed to render porter CLIs: {field}: {message}")]
     InvalidPorterCli { field: String, message: String },
+    #[error("failed to render MCP servers: {field}: {message}")]
+    InvalidMcpServer { field: String, message: String },
     #[error("failed to validate the rendered config")]
     RenderedConfig(#[source] saint_config::ConfigError),
 }
@@ -133,10 +138,13 @@ pub struct ValidatedSaintBot {
     pub channel_secrets: Vec<(String, SecretKeyReference)>,
     /// Web search API key (agent container only).
     pub web_search_api_key: Option<SecretKeyReference>,
+    /// The OTLP collector's header values as (env var, Secret key), in
+    /// `spec.telemetry.otlp.headers` order (agent container only).
+    pub telemetry_secrets: Vec<(String, SecretKeyReference)>,
     /// The shared embedder the bot's memory uses, if it uses one (its NetworkPolicy
     /// opens egress to it).
     pub shared_embedder: Option<crate::settings::SharedEmbedder>,
-    /// CLI credentials mounted as files (porter container only), sorted.
+    /// CLI and MCP server credentials mounted as files (porter container only), sorted.
     pub porter_secret_files: Vec<PorterSecretFile>,
     /// Sandbox settings.
     pub sandbox: ValidatedSandbox,
@@ -292,7 +300,20 @@ pub fn validate(
     let spec = &bot.spec;
     // Skills first: Roles are checked against the skills the bot declares.
     let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
-    let selected = roles::selected_roles(bot, &dereferenced.roles)?;
+    let mut selected = roles::selected_roles(bot, &dereferenced.roles)?;
+    // Contacts holding an unusable Role name a role the config lacks, so the resolver
+    // leaves them out (strangers to the bot), as it does for a Role that is not selected.
+    // A Role whose approvers this bot cannot honour is left out too, and with it its
+    // Contacts, so they are resolved again until every approval rule holds.
+    let identity = roles::settle_approvals(bot, &mut selected, |roles| {
+        resolve_contacts(bot, &dereferenced.contacts, roles)
+    });
+    // The Roles the bot names must have survived that.
+    selected.require("spec.defaultRole", &spec.default_role, || {
+        ValidateError::DefaultRoleNotFound {
+            role: spec.default_role.clone(),
+        }
+    })?;
     if let Some(heartbeat) = &spec.heartbeat {
         selected.require("spec.heartbeat.role", &heartbeat.role, || {
             ValidateError::HeartbeatRoleNotFound {
@@ -301,13 +322,14 @@ pub fn validate(
         })?;
     }
     let roles = selected.rendered;
-    // Contacts holding an unusable Role name a role the config lacks, so the resolver
-    // leaves them out (strangers to the bot), as it does for a Role that is not selected.
-    let identity = resolve_contacts(bot, &dereferenced.contacts, &roles);
     let left_out_roles = left_out_roles(&selected.invalid, &identity);
     let channels = channels::render_channels(&spec.channels)?;
 
-    let porter = porter::render_porter(&spec.porter)?;
+    // MCP servers before the registry: a server's own mistakes are named as such, not
+    // as a Porter entry's.
+    let mcp = mcp::render_mcp(&spec.mcp)?;
+    mcp::check_roles(&roles, &mcp)?;
+    let porter = porter::render_porter(&spec.porter, &spec.mcp)?;
     let heartbeat = proactive::render_heartbeat(
         heartbeat_without(spec.heartbeat.as_ref(), &left_out_roles).as_ref(),
         &roles,
@@ -326,6 +348,7 @@ pub fn validate(
             message: format!("bot pods never reach {why}"),
         });
     }
+    let telemetry = telemetry::render_telemetry(spec.telemetry.as_ref())?;
     let config = BotConfig {
         schema_link: None,
         schema_version: SCHEMA_VERSION.to_string(),
@@ -344,7 +367,17 @@ pub fn validate(
         web: model::render_web(&spec.web),
         sandbox: workload::sandbox_config(&spec.sandbox),
         porter: PorterConfig {
-            clis: porter.registry.clis.keys().cloned().collect(),
+            // CLI names only: the agent registers a Porter key for `exec` and meters
+            // `porter: true` by them. An MCP server's entry (`mcp-<server>`) is named by
+            // its `mcp.servers[].credential` instead.
+            clis: spec
+                .porter
+                .clis
+                .iter()
+                .map(|cli| cli.name.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
             ..PorterConfig::default()
         },
         memory: memory::render_memory(&spec.memory, settings.shared_embedder.as_ref())?,
@@ -368,8 +401,8 @@ pub fn validate(
                 .map(|budget| budget.tool_prices.clone())
                 .unwrap_or_default(),
         },
-        // Rendered from `spec.mcp` (#42, operator side in progress).
-        mcp: saint_config::McpConfig::default(),
+        mcp,
+        telemetry: telemetry.config,
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
@@ -403,6 +436,7 @@ pub fn validate(
         model_api_keys: model::model_key_secrets(&spec.model),
         channel_secrets: channels.secrets,
         web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
+        telemetry_secrets: telemetry.secrets,
         porter_secret_files: porter.secret_files,
         sandbox: workload.sandbox,
         storage_size: workload.storage_size,
@@ -553,6 +587,12 @@ mod tests {
             json!({"skills": ["*", "x"]}),
             json!({"cron": {"minIntervalSeconds": 1, "maxJobs": 5000}}),
             json!({"spawn": {"maxConcurrent": 0, "timeoutSeconds": 0, "maxDepth": 9}}),
+            json!({"approvals": [{"tools": [], "approvers": {"roles": ["clerk"]}}]}),
+            // What only the bot can tell: approvers it lacks, and an only approver who is
+            // the Role's one member (mirko).
+            json!({"approvals": [{"tools": ["exec"], "approvers": {"roles": ["boss"]}}]}),
+            json!({"approvals": [{"tools": ["exec"], "approvers": {"contacts": ["ghost"]}}]}),
+            json!({"approvals": [{"tools": ["exec"], "approvers": {"roles": ["other"]}}]}),
         ];
         for problem in problems {
             let validated = validate(&bot(json!({})), &namespace(problem.clone()), &settings())
@@ -628,5 +668,178 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    /// The Role `other` (held by mirko alone) with `approvals`, in [`namespace`].
+    fn with_approvals(approvals: Value) -> Dereferenced {
+        namespace(json!({"tools": {"allow": ["read", "exec"]}, "approvals": approvals}))
+    }
+
+    /// Why `other` is left out of the bot, as (field, message); `None` if it renders.
+    fn left_out_other(dereferenced: &Dereferenced) -> Option<(String, String)> {
+        let validated = validate(&bot(json!({})), dereferenced, &settings())
+            .unwrap_or_else(|error| panic!("{}", saint_config::ErrorChain(&error)));
+        let left_out = validated
+            .left_out_roles
+            .iter()
+            .find(|left_out| left_out.error.role == "other")?;
+        assert!(!validated.config.roles.contains_key("other"));
+        assert_eq!(
+            left_out.contacts,
+            ["mirko"],
+            "its holder is left out with it"
+        );
+        Some((left_out.error.field.clone(), left_out.error.message.clone()))
+    }
+
+    #[test]
+    fn approvers_the_bot_does_not_have_leave_the_role_out_naming_the_field() {
+        let (field, message) = left_out_other(&with_approvals(json!([
+            {"tools": ["exec"], "approvers": {"roles": ["clerk"]}},
+            {"tools": ["message"], "approvers": {"roles": ["clerk", "boss"]}},
+        ])))
+        .expect("boss is no Role of the bot");
+        assert_eq!(field, "spec.approvals[1].approvers.roles");
+        assert!(
+            message.contains("\"boss\"")
+                && message.contains("not a Role SaintBot \"my-bot\" selects"),
+            "{message}"
+        );
+        let (field, message) = left_out_other(&with_approvals(json!([
+            {"tools": ["exec"], "approvers": {"contacts": ["vesna", "ghost"]}},
+        ])))
+        .expect("ghost is no Contact of the bot");
+        assert_eq!(field, "spec.approvals[0].approvers.contacts");
+        assert!(
+            message.contains("\"ghost\"")
+                && message.contains("not a Contact SaintBot \"my-bot\" knows"),
+            "{message}"
+        );
+        // Approvers the bot has: the rules are rendered as written.
+        let dereferenced = with_approvals(json!([
+            {"tools": ["exec"], "when": {"command": "git push*"},
+             "approvers": {"roles": ["clerk"], "contacts": ["vesna"]}},
+        ]));
+        assert_eq!(left_out_other(&dereferenced), None);
+        let validated = validate(&bot(json!({})), &dereferenced, &settings()).unwrap();
+        assert_eq!(validated.config.roles["other"].approvals.len(), 1);
+    }
+
+    /// A Role left out takes its Contacts with it, who may be another Role's approvers:
+    /// that Role is left out too, and the bot still renders.
+    #[test]
+    fn an_approver_left_out_with_an_invalid_role_leaves_out_the_roles_it_approves_for() {
+        let mut dereferenced = namespace(json!({"tools": {"allow": ["teleport*"]}}));
+        dereferenced.roles[1] = role(
+            "clerk",
+            json!({"tools": {"allow": ["read"]},
+                "approvals": [{"tools": ["read"], "approvers": {"contacts": ["mirko"]}}]}),
+        );
+        let validated = validate(&bot(json!({})), &dereferenced, &settings())
+            .unwrap_or_else(|error| panic!("{}", saint_config::ErrorChain(&error)));
+        assert_eq!(
+            validated.config.roles.keys().collect::<Vec<_>>(),
+            ["visitor"]
+        );
+        assert!(validated.config.contacts.is_empty());
+        let left_out: Vec<(&str, &str)> = validated
+            .left_out_roles
+            .iter()
+            .map(|left| (left.error.role.as_str(), left.error.field.as_str()))
+            .collect();
+        assert_eq!(
+            left_out,
+            [
+                ("clerk", "spec.approvals[0].approvers.contacts"),
+                ("other", "spec.tools.allow")
+            ]
+        );
+    }
+
+    /// The issue's rule — "an approver equal to the requester's own role when it has one
+    /// member who is the requester" — is the agent's own check, so the two agree: the
+    /// operator's message is the agent's, naming the Role's field instead of the config's.
+    #[test]
+    fn an_only_approver_who_is_the_roles_one_member_leaves_the_role_out_naming_the_field() {
+        for approvers in [
+            json!({"roles": ["other"]}),
+            json!({"contacts": ["mirko"]}),
+            json!({"roles": ["other"], "contacts": ["mirko"]}),
+        ] {
+            let rules = json!([
+                {"tools": ["read"], "approvers": {"roles": ["clerk"]}},
+                {"tools": ["exec"], "approvers": approvers.clone()},
+            ]);
+            let (field, message) = left_out_other(&with_approvals(rules.clone()))
+                .unwrap_or_else(|| panic!("{approvers}: mirko would approve himself"));
+            assert_eq!(field, "spec.approvals[1].approvers", "{approvers}");
+
+            // The agent, given the same Role and Contacts, refuses with the same words.
+            let validated = validate(&bot(json!({})), &with_approvals(rules), &settings()).unwrap();
+            let mut config = validated.config.clone();
+            config.sandbox.job_template = Some(json!({}));
+            let other = render_role(&role(
+                "other",
+                json!({"tools": {"allow": ["read", "exec"]}, "approvals": [
+                    {"tools": ["read"], "approvers": {"roles": ["clerk"]}},
+                    {"tools": ["exec"], "approvers": approvers.clone()},
+                ]}),
+            ))
+            .unwrap();
+            config.roles.insert("other".into(), other);
+            config.contacts.push(saint_config::ContactConfig {
+                slug: saint_config::ContactSlug::parse("mirko").unwrap(),
+                name: "mirko".into(),
+                role: "other".into(),
+                identities: Vec::new(),
+                erase: false,
+            });
+            match saint_config::validate(&config) {
+                Err(saint_config::ConfigError::Invalid {
+                    field: agent_field,
+                    message: agent_message,
+                }) => {
+                    assert_eq!(agent_field, "roles.other.approvals[1].approvers");
+                    assert_eq!(agent_message, message);
+                }
+                other => panic!("{approvers}: the agent should refuse it: {other:?}"),
+            }
+            assert!(
+                message.contains("\"mirko\"")
+                    && message.contains("nobody approves their own request"),
+                "{message}"
+            );
+        }
+        // With a second holder they decide for each other; with another approver beside
+        // mirko someone else can decide.
+        let mut two =
+            with_approvals(json!([{"tools": ["exec"], "approvers": {"roles": ["other"]}}]));
+        two.contacts
+            .push(contact("mila", "other", "mila@acme.example"));
+        assert_eq!(left_out_other(&two), None);
+        let beside = with_approvals(json!([
+            {"tools": ["exec"], "approvers": {"roles": ["other", "clerk"]}},
+        ]));
+        assert_eq!(left_out_other(&beside), None);
+    }
+
+    /// The default Role cannot be left out: the bot fails, naming the field and the rule.
+    #[test]
+    fn a_default_role_whose_approvers_fail_fails_the_bot_naming_both_fields() {
+        let dereferenced =
+            with_approvals(json!([{"tools": ["exec"], "approvers": {"roles": ["boss"]}}]));
+        let error = validate(
+            &bot(json!({"defaultRole": "other"})),
+            &dereferenced,
+            &settings(),
+        )
+        .expect_err("the default role is unusable");
+        assert_eq!(error.reason(), Reason::InvalidSpec);
+        let message = saint_config::ErrorChain(&error).to_string();
+        assert!(
+            message.contains("spec.defaultRole names Role \"other\", which is invalid")
+                && message.contains("spec.approvals[0].approvers.roles"),
+            "{message}"
+        );
     }
 }

@@ -6,6 +6,7 @@ pub mod stand_in;
 use kube::runtime::{reflector, watcher};
 use saint_operator::{
     cache::{Children, Sources},
+    chain_reports::ChainReports,
     child_cache::ChildStore,
     crd::{Contact, Role, SaintBot},
     offline::{Manifests, read_manifests},
@@ -104,5 +105,6 @@ pub fn no_children() -> Children {
         network_policies: ChildStore::holding(&[]),
         ingresses: ChildStore::holding(&[]),
         deployments: ChildStore::holding(&[]),
+        chain_reports: ChainReports::holding(&[]),
     }
 }

@@ -53,8 +53,9 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
         }),
     ];
     // Public addresses are allowed above; an endpoint the bot's config names by a private
-    // address (a model server or embedder inside the cluster or on the node) would be cut
-    // off by the `except` ranges, so exactly that address and port is allowed as well.
+    // address (a model server, embedder or trace collector inside the cluster or on the
+    // node) would be cut off by the `except` ranges, so exactly that address and port is
+    // allowed as well.
     for (address, port) in private_endpoints(&bot.config) {
         let cidr = match address {
             IpAddr::V4(_) => format!("{address}/32"),
@@ -127,12 +128,16 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
 }
 
 /// The endpoints the rendered config names by a private IP literal (`model.baseUrl`, an
-/// OpenAI-compatible embedder's `baseUrl`), deduplicated, in order. Host names are not
-/// resolved here: a policy matches addresses, and a name's addresses change behind it.
+/// OpenAI-compatible embedder's `baseUrl`, the OTLP collector's `endpoint`),
+/// deduplicated, in order. Host names are not resolved here: a policy matches
+/// addresses, and a name's addresses change behind it.
 pub fn private_endpoints(config: &BotConfig) -> Vec<(IpAddr, u16)> {
     let mut urls = vec![config.model.base_url.as_str()];
     if let EmbeddingsConfig::Openai { base_url, .. } = &config.memory.embeddings {
         urls.push(base_url);
+    }
+    if let Some(otlp) = &config.telemetry.otlp {
+        urls.push(&otlp.endpoint);
     }
     let mut endpoints = Vec::new();
     for url in urls {

@@ -80,6 +80,12 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
     if !bot.model_api_keys.is_empty() {
         inputs["modelApiKeys"] = json!(bot.model_api_keys);
     }
+    // Likewise: the agent reads `telemetry` only when it starts, so a change needs a new
+    // pod; bots without it keep their hash.
+    if bot.config.telemetry.otlp.is_some() {
+        inputs["telemetry"] = json!(bot.config.telemetry);
+        inputs["telemetrySecrets"] = json!(bot.telemetry_secrets);
+    }
     sha256_hex(
         serde_json::to_string(&inputs)
             .expect("inputs serialise")
@@ -104,7 +110,8 @@ fn container_security_context(uid: u32) -> Value {
     })
 }
 
-/// The `agent` container: LLM, channel and web-search credentials, the API token.
+/// The `agent` container: LLM, channel, web-search and OTLP header credentials, the API
+/// token.
 fn agent_container(bot: &ValidatedSaintBot) -> Value {
     let mut env = vec![
         json!({"name": "SAINT_CONFIG", "value": "/etc/saint/bot-config.json"}),
@@ -133,6 +140,10 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     }
     if let Some(secret) = &bot.web_search_api_key {
         env.push(secret_env(WEB_SEARCH_API_KEY_ENV, secret));
+    }
+    // The OTLP collector's header values (`telemetry.otlp.headersEnv` names them).
+    for (name, secret) in &bot.telemetry_secrets {
+        env.push(secret_env(name, secret));
     }
     let mut mounts = vec![
         json!({"name": "config", "mountPath": "/etc/saint", "readOnly": true}),
@@ -216,15 +227,26 @@ fn porter_container(bot: &ValidatedSaintBot) -> Value {
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     });
-    // Only the sandbox uid may use Porter's proxy (the agent never does; it registers
-    // tokens on the control socket). Under a sandbox runtime class (gVisor, Kata) the
-    // peer a unix socket reports is the runtime's own process, not the sandbox user, so
-    // there the token alone decides.
+    // Only the sandbox uid may use Porter's proxy, and the agent's only when it calls
+    // an HTTP MCP server: it reaches one solely through the proxy, with a key bound to
+    // the caller like a sandbox command's (it registers keys on the control socket).
+    // Under a sandbox runtime class (gVisor, Kata) the peer a unix socket reports is the
+    // runtime's own process, not the sandbox user, so there the token alone decides.
     if bot.sandbox.runtime_class_name.is_none() {
+        let mut uids = vec![SANDBOX_UID.to_string()];
+        if bot
+            .config
+            .mcp
+            .servers
+            .iter()
+            .any(|server| matches!(server.transport, saint_config::McpTransport::Http { .. }))
+        {
+            uids.push(AGENT_UID.to_string());
+        }
         container["env"]
             .as_array_mut()
             .expect("env is a list")
-            .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": SANDBOX_UID.to_string()}));
+            .push(json!({"name": "PORTER_ALLOWED_UIDS", "value": uids.join(",")}));
     }
     if !bot.porter_secret_files.is_empty() {
         container["volumeMounts"]

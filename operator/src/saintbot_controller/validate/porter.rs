@@ -1,42 +1,45 @@
-//! Porter CLIs: the registry Porter loads, with each credential only as the path of a
-//! Secret key mounted into the `porter` container, never as a value. Pure.
+//! Porter's registry: one entry per CLI of `spec.porter.clis` and one (`mcp-<server>`)
+//! per MCP server of `spec.mcp.servers` holding a credential, each credential only as
+//! the path of a Secret key mounted into the `porter` container, never as a value. Pure.
 
 use std::collections::BTreeMap;
 
 use porter_protocol::registry::{
     CliEntry, GraphqlRule, InjectAt, OAuth2, REGISTRY_VERSION, Registry, RegistryError,
-    RequestRule, SecretSource,
+    RequestRule, SecretSource, split_host,
 };
+use saint_config::mcp::{placeholder_env_name, porter_entry_name};
 
 use super::{PORTER_SECRETS_DIR, ValidateError};
 use crate::crd::{
     SecretKeyReference,
     formats::is_allowed_env_name,
+    mcp::{McpServerSpec, McpSpec},
     saintbot::{InjectSpec, PorterCliSpec, PorterSpec, RequestRuleSpec},
 };
 
-/// File name, under the CLI's directory, of the entry's credential (`secretKeyRef`).
+/// File name, under the entry's directory, of its credential (`secretKeyRef`).
 const SECRET_FILE_NAME: &str = "secret";
 /// File name, under the CLI's directory, of the OAuth client secret.
 const OAUTH2_CLIENT_SECRET_FILE_NAME: &str = "oauth2-client-secret";
 
-/// One Secret key the porter container mounts as a file for a CLI.
+/// One Secret key the porter container mounts as a file for a registry entry.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PorterSecretFile {
-    /// CLI name.
-    pub cli: String,
-    /// Path relative to [`PORTER_SECRETS_DIR`] (`<cli>/secret`,
-    /// `<cli>/oauth2-client-secret`).
+    /// The registry entry: a CLI's name, or `mcp-<server>`.
+    pub entry: String,
+    /// Path relative to [`PORTER_SECRETS_DIR`] (`<entry>/secret`,
+    /// `<entry>/oauth2-client-secret`).
     pub relative_path: String,
     /// Where the value comes from.
     pub secret: SecretKeyReference,
 }
 
 impl PorterSecretFile {
-    fn new(cli: &str, file_name: &str, secret: &SecretKeyReference) -> Self {
+    fn new(entry: &str, file_name: &str, secret: &SecretKeyReference) -> Self {
         Self {
-            cli: cli.to_string(),
-            relative_path: format!("{cli}/{file_name}"),
+            entry: entry.to_string(),
+            relative_path: format!("{entry}/{file_name}"),
             secret: secret.clone(),
         }
     }
@@ -51,41 +54,65 @@ impl PorterSecretFile {
 pub(super) struct RenderedPorter {
     /// The registry, without credential values; Porter accepts it.
     pub registry: Registry,
-    /// CLI credentials mounted as files, sorted.
+    /// Credentials mounted as files, sorted.
     pub secret_files: Vec<PorterSecretFile>,
 }
 
-pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, ValidateError> {
+/// Whose registry entry: a CLI of `spec.porter.clis` or an MCP server of
+/// `spec.mcp.servers`. Refusals name the SaintBot's field through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner<'a> {
+    Cli(&'a str),
+    Mcp(&'a str),
+}
+
+impl Owner<'_> {
+    fn field(self, field: &str) -> String {
+        match self {
+            Owner::Cli(name) => format!("spec.porter.clis[{name}].{field}"),
+            Owner::Mcp(name) => format!("spec.mcp.servers[{name}].{field}"),
+        }
+    }
+
+    fn invalid(self, field: &str, message: String) -> ValidateError {
+        let field = self.field(field);
+        match self {
+            Owner::Cli(_) => ValidateError::InvalidPorterCli { field, message },
+            Owner::Mcp(_) => ValidateError::InvalidMcpServer { field, message },
+        }
+    }
+}
+
+impl std::fmt::Display for Owner<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Cli(name) => formatter.write_str(name),
+            Owner::Mcp(name) => write!(formatter, "MCP server {name}"),
+        }
+    }
+}
+
+pub(super) fn render_porter(
+    spec: &PorterSpec,
+    mcp: &McpSpec,
+) -> Result<RenderedPorter, ValidateError> {
     let mut registry = Registry {
         version: REGISTRY_VERSION,
         clis: BTreeMap::new(),
     };
     let mut secret_files = Vec::new();
-    // Placeholder variable → the CLI whose placeholder it holds.
-    let mut placeholder_owners: BTreeMap<&str, &str> = BTreeMap::new();
+    // Registry entry → whose it is, in spec order (CLIs, then MCP servers).
+    let mut owners: Vec<(String, Owner)> = Vec::new();
+    // Placeholder variable → the entry whose placeholder it holds.
+    let mut placeholder_owners: BTreeMap<String, Owner> = BTreeMap::new();
     for cli in &spec.clis {
         check_name(cli)?;
+        let owner = Owner::Cli(&cli.name);
         if registry.clis.contains_key(&cli.name) {
-            return Err(invalid(cli, "name", "is listed twice".to_string()));
+            return Err(owner.invalid("name", "is listed twice".to_string()));
         }
         check_required(cli)?;
-        for name in &cli.placeholder_env {
-            if !is_allowed_env_name(name) {
-                return Err(invalid(
-                    cli,
-                    "placeholderEnv",
-                    format!("{name:?} is not an environment variable name a placeholder may take"),
-                ));
-            }
-            // Every sandbox command gets every placeholder variable: one name, one entry.
-            if let Some(owner) = placeholder_owners.insert(name, &cli.name) {
-                return Err(invalid(
-                    cli,
-                    "placeholderEnv",
-                    format!("{name} already holds the placeholder of {owner}"),
-                ));
-            }
-        }
+        claim_placeholders(owner, &cli.placeholder_env, &mut placeholder_owners)?;
         let secret = PorterSecretFile::new(&cli.name, SECRET_FILE_NAME, &cli.secret_key_ref);
         let client_secret = cli
             .oauth2
@@ -98,12 +125,42 @@ pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, Validat
             cli.name.clone(),
             cli_entry(cli, &secret, client_secret.as_ref())?,
         );
+        owners.push((cli.name.clone(), owner));
         secret_files.push(secret);
         secret_files.extend(client_secret);
     }
+    // An MCP server with a credential is one more entry; one without has none (a stdio
+    // server that reaches no host).
+    for server in &mcp.servers {
+        let Some(reference) = &server.secret_key_ref else {
+            continue;
+        };
+        let owner = Owner::Mcp(&server.name);
+        let name = porter_entry_name(&server.name);
+        if registry.clis.contains_key(&name) {
+            return Err(Owner::Cli(&name).invalid(
+                "name",
+                format!(
+                    "{name} is the Porter entry of spec.mcp.servers[{}]: give the CLI another name",
+                    server.name
+                ),
+            ));
+        }
+        let placeholder_env = mcp_placeholder_env(server);
+        claim_placeholders(owner, &placeholder_env, &mut placeholder_owners)?;
+        let secret = PorterSecretFile::new(&name, SECRET_FILE_NAME, reference);
+        registry.clis.insert(
+            name.clone(),
+            mcp_entry(owner, server, placeholder_env, &secret)?,
+        );
+        owners.push((name, owner));
+        secret_files.push(secret);
+    }
+    check_hosts(&registry, &owners)?;
     // Porter's own load: what it would refuse (a host in two entries, an oauth2 token
     // URL outside the hosts, a reserved header) is refused here, naming the field.
-    let registry = Registry::from_json(&registry.to_json()).map_err(registry_refusal)?;
+    let registry = Registry::from_json(&registry.to_json())
+        .map_err(|error| registry_refusal(error, &owners))?;
     secret_files.sort();
     Ok(RenderedPorter {
         registry,
@@ -111,11 +168,74 @@ pub(super) fn render_porter(spec: &PorterSpec) -> Result<RenderedPorter, Validat
     })
 }
 
-fn invalid(cli: &PorterCliSpec, field: &str, message: String) -> ValidateError {
-    ValidateError::InvalidPorterCli {
-        field: format!("spec.porter.clis[{}].{field}", cli.name),
-        message,
+/// The variables holding an MCP server's placeholder: `SAINT_MCP_<NAME>_TOKEN` (which
+/// the bot config names) and the spec's own.
+fn mcp_placeholder_env(server: &McpServerSpec) -> Vec<String> {
+    let own = placeholder_env_name(&server.name);
+    let extra = server
+        .placeholder_env
+        .iter()
+        .filter(|name| **name != own)
+        .cloned();
+    std::iter::once(own.clone()).chain(extra).collect()
+}
+
+/// Every sandbox command gets every placeholder variable: one name, one entry, and none
+/// that loads code or picks a program.
+fn claim_placeholders<'a>(
+    owner: Owner<'a>,
+    names: &[String],
+    owners: &mut BTreeMap<String, Owner<'a>>,
+) -> Result<(), ValidateError> {
+    for name in names {
+        if !is_allowed_env_name(name) {
+            return Err(owner.invalid(
+                "placeholderEnv",
+                format!("{name:?} is not an environment variable name a placeholder may take"),
+            ));
+        }
+        if let Some(previous) = owners.insert(name.clone(), owner) {
+            return Err(owner.invalid(
+                "placeholderEnv",
+                format!("{name} already holds the placeholder of {previous}"),
+            ));
+        }
     }
+    Ok(())
+}
+
+/// A host carries one credential: each host (name and port) belongs to one entry,
+/// whether a CLI's or an MCP server's. Porter refuses the registry otherwise; here the
+/// refusal names both SaintBot fields, the later one first.
+fn check_hosts(registry: &Registry, owners: &[(String, Owner)]) -> Result<(), ValidateError> {
+    let mut claimed: BTreeMap<(String, u16), Owner> = BTreeMap::new();
+    for (name, owner) in owners {
+        let Some(entry) = registry.clis.get(name) else {
+            continue;
+        };
+        for host in entry.hosts.iter().filter_map(|host| split_host(host)) {
+            match claimed.get(&host) {
+                Some(previous) if previous != owner => {
+                    return Err(owner.invalid(
+                        "hosts",
+                        format!(
+                            "{}:{} is already a host of {previous}: a host carries one credential, \
+                             so it belongs to one entry of porter.clis and mcp.servers only",
+                            host.0, host.1
+                        ),
+                    ));
+                }
+                _ => {
+                    claimed.insert(host, *owner);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn invalid(cli: &PorterCliSpec, field: &str, message: String) -> ValidateError {
+    Owner::Cli(&cli.name).invalid(field, message)
 }
 
 /// The name is what the audit log and the agent show, and a directory of mounted
@@ -159,7 +279,7 @@ fn check_required(cli: &PorterCliSpec) -> Result<(), ValidateError> {
     Ok(())
 }
 
-fn inject_at(cli: &PorterCliSpec, place: &InjectSpec) -> Result<InjectAt, ValidateError> {
+fn inject_at(owner: Owner, place: &InjectSpec) -> Result<InjectAt, ValidateError> {
     match place {
         InjectSpec {
             authorization: Some(true),
@@ -176,8 +296,7 @@ fn inject_at(cli: &PorterCliSpec, place: &InjectSpec) -> Result<InjectAt, Valida
             header: None,
             query: Some(name),
         } => Ok(InjectAt::Query(name.clone())),
-        _ => Err(invalid(
-            cli,
+        _ => Err(owner.invalid(
             "inject",
             "each entry is exactly one of {authorization: true}, {header: NAME} or {query: NAME}"
                 .to_string(),
@@ -208,7 +327,7 @@ fn cli_entry(
         inject: cli
             .inject
             .iter()
-            .map(|place| inject_at(cli, place))
+            .map(|place| inject_at(Owner::Cli(&cli.name), place))
             .collect::<Result<_, _>>()?,
         oauth2: cli.oauth2.as_ref().map(|oauth2| OAuth2 {
             token_url: oauth2.token_url.clone(),
@@ -218,17 +337,43 @@ fn cli_entry(
         }),
         placeholder_env: cli.placeholder_env.clone(),
         git: cli.git,
-        requests: cli
-            .requests
+        requests: requests(&cli.requests),
+        mode: None,
+    })
+}
+
+fn requests(spec: &BTreeMap<String, Vec<RequestRuleSpec>>) -> BTreeMap<String, Vec<RequestRule>> {
+    spec.iter()
+        .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
+        .collect()
+}
+
+/// An MCP server's entry: its hosts, the credential as a file path, where it goes on
+/// the wire, the variables holding its placeholder and each role's requests.
+fn mcp_entry(
+    owner: Owner,
+    server: &McpServerSpec,
+    placeholder_env: Vec<String>,
+    secret: &PorterSecretFile,
+) -> Result<CliEntry, ValidateError> {
+    Ok(CliEntry {
+        hosts: server.hosts.clone(),
+        secret: secret.source(),
+        inject: server
+            .inject
             .iter()
-            .map(|(role, rules)| (role.clone(), rules.iter().map(request_rule).collect()))
-            .collect(),
+            .map(|place| inject_at(owner, place))
+            .collect::<Result<_, _>>()?,
+        oauth2: None,
+        placeholder_env,
+        git: false,
+        requests: requests(&server.requests),
         mode: None,
     })
 }
 
 /// Porter's refusal of the rendered registry, with its field in the SaintBot's terms.
-fn registry_refusal(error: RegistryError) -> ValidateError {
+fn registry_refusal(error: RegistryError, owners: &[(String, Owner)]) -> ValidateError {
     match error {
         RegistryError::Entry {
             name,
@@ -240,10 +385,11 @@ fn registry_refusal(error: RegistryError) -> ValidateError {
                 "secret" | "secret.file" => "secretKeyRef",
                 field => field,
             };
-            ValidateError::InvalidPorterCli {
-                field: format!("spec.porter.clis[{name}].{field}"),
-                message,
-            }
+            owners
+                .iter()
+                .find(|(entry, _)| *entry == name)
+                .map_or(Owner::Cli(&name), |(_, owner)| *owner)
+                .invalid(field, message)
         }
         other => ValidateError::InvalidPorterCli {
             field: "spec.porter.clis".to_string(),
@@ -257,6 +403,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn render_porter_clis(spec: &PorterSpec) -> Result<RenderedPorter, ValidateError> {
+        render_porter(spec, &McpSpec::default())
+    }
 
     fn porter(clis: serde_json::Value) -> PorterSpec {
         serde_json::from_value(json!({"clis": clis})).expect("porter parses")
@@ -277,7 +427,7 @@ mod tests {
     }
 
     fn refusal(clis: serde_json::Value) -> String {
-        match render_porter(&porter(clis)) {
+        match render_porter_clis(&porter(clis)) {
             Ok(_) => "accepted".to_string(),
             Err(error) => error.to_string(),
         }
@@ -286,7 +436,7 @@ mod tests {
     #[test]
     fn placeholder_names_the_crd_refuses_are_refused_here_naming_the_field() {
         assert!(
-            render_porter(&porter(json!([gh(
+            render_porter_clis(&porter(json!([gh(
                 json!({"placeholderEnv": ["GH_TOKEN"]})
             )])))
             .is_ok()
@@ -365,7 +515,7 @@ mod tests {
 
     #[test]
     fn credentials_become_files_under_the_porter_secrets_directory() {
-        let rendered = render_porter(&porter(json!([{
+        let rendered = render_porter_clis(&porter(json!([{
             "name": "gog",
             "hosts": ["oauth2.googleapis.com", "www.googleapis.com"],
             "secretKeyRef": {"name": "google", "key": "refresh-token"},

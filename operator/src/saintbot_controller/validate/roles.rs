@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use saint_config::{
-    BOOTSTRAP_FILES, Budget, CronLimits, FileGlobs, Retention, RoleConfig, SessionsVisibility,
-    Skills, SpawnLimits, ToolPolicy, is_known_tool_pattern,
+    ApprovalRule, Approvers, BOOTSTRAP_FILES, BotConfig, Budget, ConfigError, ContactConfig,
+    ContactSlug, CronLimits, FileGlobs, Retention, RoleConfig, SessionsVisibility, Skills,
+    SpawnLimits, ToolPolicy, is_known_tool_pattern,
 };
 
 use super::ValidateError;
@@ -21,7 +22,9 @@ use crate::{
         Role, SaintBot,
         formats::is_workspace_path,
         proactive::{CronLimitsSpec, SpawnLimitsSpec, bounds},
+        role::ApprovalRuleSpec,
     },
+    identity::IdentityReport,
     selection::bot_uses_role,
 };
 
@@ -63,8 +66,10 @@ fn check_workspace_paths(role: &str, field: &str, paths: &[String]) -> Result<()
 }
 
 /// Converts a Role resource into the rendered role, or says which field makes it unusable.
-/// Covers every rule the agent's `saint_config::validate` applies to one role, so a bot
-/// whose Roles all pass never fails that check because of a role.
+/// Covers every rule the agent's `saint_config::validate` applies to one role on its own
+/// (what its approval rules need from the bot — approvers that exist, someone besides
+/// the requester — is `settle_approvals`'s), so a bot whose Roles all pass both never
+/// fails that check because of a role.
 pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
     let name = role.name_any();
     let spec = &role.spec;
@@ -79,7 +84,10 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
             return Err(invalid_role(
                 &name,
                 list,
-                format!("{pattern:?} is not a known tool, group:<name> or a glob matching one"),
+                format!(
+                    "{pattern:?} is not a known tool, group:<name>, a glob matching one or an \
+                     MCP server's tools (<server>.<tool>, <server>.*)"
+                ),
             ));
         }
     }
@@ -157,6 +165,7 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
             memory_days: retention.memory_days,
             usage_days: retention.usage_days,
         }),
+        approvals: render_approvals(&name, &spec.approvals)?,
     };
     if let Some((scope, file)) = role.memory_beyond_read() {
         return Err(invalid_role(
@@ -166,6 +175,245 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
         ));
     }
     Ok(role)
+}
+
+/// Approval timeout when a rule names none (`saint_config`'s default).
+pub const DEFAULT_APPROVAL_TIMEOUT_SECONDS: u64 = 3600;
+
+/// `spec.approvals`, rendered; what the rules say on their own is checked here (tools,
+/// argument globs, some approver, timeouts), by the agent's own rule (see
+/// [`agents_approval_check`]). Whether the approvers exist and someone besides the
+/// requester can decide depends on the bot: [`settle_approvals`].
+fn render_approvals(
+    role: &str,
+    rules: &[ApprovalRuleSpec],
+) -> Result<Vec<ApprovalRule>, RoleError> {
+    let mut rendered = Vec::with_capacity(rules.len());
+    for (index, rule) in rules.iter().enumerate() {
+        let field = format!("spec.approvals[{index}].approvers.contacts");
+        let contacts = rule
+            .approvers
+            .contacts
+            .iter()
+            .map(|contact| {
+                ContactSlug::parse(contact).map_err(|_| {
+                    invalid_role(
+                        role,
+                        &field,
+                        format!(
+                            "{contact:?} is not a Contact name (lower-case letters, digits and \
+                             '-', at most 63)"
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        rendered.push(ApprovalRule {
+            tools: rule.tools.clone(),
+            when: rule.when.clone(),
+            approvers: Approvers {
+                roles: rule.approvers.roles.clone(),
+                contacts,
+            },
+            timeout_seconds: rule
+                .timeout_seconds
+                .unwrap_or(DEFAULT_APPROVAL_TIMEOUT_SECONDS),
+        });
+    }
+    // On their own, the approvers always exist: one stand-in Role per approver Role and
+    // one stand-in Contact per approver Contact, none of them holding this Role, so only
+    // what the rules themselves say can fail.
+    let stand_ins: BTreeSet<String> = rendered
+        .iter()
+        .flat_map(|rule| rule.approvers.roles.iter().cloned())
+        .filter(|approver| approver != role)
+        .collect();
+    let contacts: BTreeSet<ContactSlug> = rendered
+        .iter()
+        .flat_map(|rule| rule.approvers.contacts.iter().cloned())
+        .collect();
+    let contacts = contacts
+        .into_iter()
+        .map(|slug| stand_in_contact(slug, STAND_IN_ROLE))
+        .collect();
+    agents_approval_check(
+        role,
+        &rendered,
+        stand_ins.iter().map(String::as_str),
+        contacts,
+    )?;
+    Ok(rendered)
+}
+
+/// The Role stand-in Contacts hold in [`agents_approval_check`]: not a DNS label, so no
+/// Role's name.
+const STAND_IN_ROLE: &str = " stand-in";
+
+fn stand_in_contact(slug: ContactSlug, role: &str) -> ContactConfig {
+    ContactConfig {
+        name: slug.as_str().to_string(),
+        slug,
+        role: role.to_string(),
+        identities: Vec::new(),
+        erase: false,
+    }
+}
+
+/// Runs the agent's own check (`saint_config::validate`) over the approval rules `rules`
+/// of Role `role`, in a config holding only them, the Roles `others` (empty) and
+/// `contacts`: the operator refuses exactly what the agent would, named as the Role's
+/// field (`roles.<role>.approvals[0].approvers` → `spec.approvals[0].approvers`).
+fn agents_approval_check<'a>(
+    role: &str,
+    rules: &[ApprovalRule],
+    others: impl Iterator<Item = &'a str>,
+    contacts: Vec<ContactConfig>,
+) -> Result<(), RoleError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let mut config: BotConfig = serde_json::from_value(serde_json::json!({
+        "schemaVersion": saint_config::SCHEMA_VERSION,
+        "bot": {"name": "approvals", "namespace": "approvals"},
+        "model": {"provider": "anthropic", "name": "stand-in", "baseUrl": "https://stand-in.invalid"},
+        "defaultRole": role,
+        "roles": {},
+        "sandbox": {"backend": "local"},
+    }))
+    .expect("the stand-in config parses");
+    let empty: RoleConfig =
+        serde_json::from_value(serde_json::json!({})).expect("an empty role parses");
+    for other in others {
+        config.roles.insert(other.to_string(), empty.clone());
+    }
+    for contact in &contacts {
+        config.roles.insert(contact.role.clone(), empty.clone());
+    }
+    config.roles.insert(
+        role.to_string(),
+        RoleConfig {
+            approvals: rules.to_vec(),
+            ..empty
+        },
+    );
+    config.contacts = contacts;
+    let prefix = format!("roles.{role}.approvals");
+    match saint_config::validate(&config) {
+        Ok(()) => Ok(()),
+        Err(ConfigError::Invalid { field, message }) if field.starts_with(&prefix) => {
+            Err(invalid_role(
+                role,
+                &format!("spec.approvals{}", &field[prefix.len()..]),
+                message,
+            ))
+        }
+        // Nothing else in this config can be wrong; if the agent finds something, the
+        // rules are refused rather than rendered unchecked.
+        Err(error) => Err(invalid_role(
+            role,
+            "spec.approvals",
+            saint_config::ErrorChain(&error).to_string(),
+        )),
+    }
+}
+
+/// Leaves out of the bot, one at a time, each Role whose approval rules it cannot
+/// honour: an approver that is not one of its Roles or Contacts, or — the agent's rule —
+/// an only approver who is the Role's one member (nobody approves their own request, so
+/// theirs could never be decided). Leaving a Role out leaves out its Contacts, which may
+/// be another Role's approvers, so the Contacts are resolved again (`resolve`) until no
+/// rule fails. Returns the final resolution. Like an invalid Role, such a Role is a
+/// problem of that Role alone unless the bot names it (`spec.defaultRole`,
+/// `spec.heartbeat.role`), which the caller checks afterwards.
+pub(super) fn settle_approvals(
+    bot: &SaintBot,
+    selected: &mut SelectedRoles,
+    resolve: impl Fn(&BTreeMap<String, RoleConfig>) -> IdentityReport,
+) -> IdentityReport {
+    loop {
+        let identity = resolve(&selected.rendered);
+        let problem = selected.rendered.iter().find_map(|(name, role)| {
+            check_approvers(bot, name, role, selected, &identity.contacts).err()
+        });
+        let Some(error) = problem else {
+            selected
+                .invalid
+                .sort_by(|left, right| left.role.cmp(&right.role));
+            return identity;
+        };
+        selected.rendered.remove(&error.role);
+        selected.invalid.push(error);
+    }
+}
+
+/// Whether the approvers of Role `name`'s rules are this bot's, and someone besides the
+/// requester can decide (the agent's rule, over the bot's Roles and Contacts).
+fn check_approvers(
+    bot: &SaintBot,
+    name: &str,
+    role: &RoleConfig,
+    selected: &SelectedRoles,
+    contacts: &[ContactConfig],
+) -> Result<(), RoleError> {
+    for (index, rule) in role.approvals.iter().enumerate() {
+        if let Some(missing) = rule
+            .approvers
+            .roles
+            .iter()
+            .find(|approver| !selected.rendered.contains_key(*approver))
+        {
+            let why = match selected.invalid(missing) {
+                Some(error) => format!(
+                    "which SaintBot {:?} leaves out ({}: {})",
+                    bot.name_any(),
+                    error.field,
+                    error.message
+                ),
+                None => format!(
+                    "which is not a Role SaintBot {:?} selects (it must exist in the \
+                     namespace and match spec.roleSelector)",
+                    bot.name_any()
+                ),
+            };
+            return Err(invalid_role(
+                name,
+                &format!("spec.approvals[{index}].approvers.roles"),
+                format!("names {missing:?}, {why}: nobody could decide for it"),
+            ));
+        }
+        if let Some(missing) = rule
+            .approvers
+            .contacts
+            .iter()
+            .find(|approver| !contacts.iter().any(|contact| contact.slug == **approver))
+        {
+            return Err(invalid_role(
+                name,
+                &format!("spec.approvals[{index}].approvers.contacts"),
+                format!(
+                    "names {:?}, which is not a Contact SaintBot {:?} knows (it must exist \
+                     in the namespace, match spec.contactSelector, name the bot in \
+                     spec.bots if it lists bots, and hold a Role the bot renders): they \
+                     could not decide",
+                    missing.as_str(),
+                    bot.name_any()
+                ),
+            ));
+        }
+    }
+    agents_approval_check(
+        name,
+        &role.approvals,
+        selected
+            .rendered
+            .keys()
+            .map(String::as_str)
+            .filter(|other| *other != name),
+        contacts
+            .iter()
+            .map(|contact| stand_in_contact(contact.slug.clone(), &contact.role))
+            .collect(),
+    )
 }
 
 /// A number within `range`, or an error naming `field` of Role `role`.
@@ -476,6 +724,48 @@ mod tests {
                 "spec.spawn.maxConcurrent",
                 "0",
             ),
+            // Approval rules, as the agent reads them on their own.
+            (
+                json!({"approvals": [{"tools": [], "approvers": {"roles": ["owner"]}}]}),
+                "spec.approvals[0].tools",
+                "at least one tool",
+            ),
+            (
+                json!({"approvals": [
+                    {"tools": ["exec"], "approvers": {"roles": ["owner"]}},
+                    {"tools": ["teleport"], "approvers": {"roles": ["owner"]}},
+                ]}),
+                "spec.approvals[1].tools",
+                "\"teleport\"",
+            ),
+            (
+                json!({"approvals": [{"tools": ["exec"], "when": {"command": "git [push"},
+                    "approvers": {"roles": ["owner"]}}]}),
+                "spec.approvals[0].when.command",
+                "\"git [push\" is not a glob",
+            ),
+            (
+                json!({"approvals": [{"tools": ["exec"], "approvers": {}}]}),
+                "spec.approvals[0].approvers",
+                "must name a role or a contact",
+            ),
+            (
+                json!({"approvals": [{"tools": ["exec"], "approvers": {"contacts": ["Ana Banana"]}}]}),
+                "spec.approvals[0].approvers.contacts",
+                "\"Ana Banana\" is not a Contact name",
+            ),
+            (
+                json!({"approvals": [{"tools": ["exec"], "approvers": {"roles": ["owner"]},
+                    "timeoutSeconds": 0}]}),
+                "spec.approvals[0].timeoutSeconds",
+                "must be 1 to 604800",
+            ),
+            (
+                json!({"approvals": [{"tools": ["exec"], "approvers": {"roles": ["owner"]},
+                    "timeoutSeconds": 604_801}]}),
+                "spec.approvals[0].timeoutSeconds",
+                "must be 1 to 604800",
+            ),
             // One rule per scope: memory may not reach what files.read refuses.
             (
                 json!({"memoryScope": ["ownUser", "allUsers"], "files": {"read": ["memory/users/<self>/**"]}}),
@@ -503,9 +793,25 @@ mod tests {
                 "files": {"read": ["**", "memory/users/<self>/**", "..notes/x"]},
                 "inject": ["COMPANY.md"],
                 "bootstrap": ["SOUL.md"],
+                // Approvers who exist or not, this Role's own holders among them (they
+                // approve each other): only a bot selecting the Role can tell.
+                "approvals": [
+                    {"tools": ["exec", "docs.*"], "when": {"command": "git push*"},
+                     "approvers": {"roles": ["owner", "clerk"], "contacts": ["ana"]}},
+                    {"tools": ["group:messaging"], "approvers": {"roles": ["clerk"]},
+                     "timeoutSeconds": 604_800},
+                ],
             }),
         );
-        render_role(&fine).expect("a usable role renders");
+        let rendered = render_role(&fine).expect("a usable role renders");
+        assert_eq!(
+            rendered
+                .approvals
+                .iter()
+                .map(|rule| rule.timeout_seconds)
+                .collect::<Vec<_>>(),
+            [DEFAULT_APPROVAL_TIMEOUT_SECONDS, 604_800]
+        );
     }
 
     #[test]
