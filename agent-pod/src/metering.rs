@@ -351,6 +351,7 @@ pub struct Metrics {
     llm_attempts: Family<AttemptLabels, Counter>,
     llm_entry_healthy: Family<EntryLabels, Gauge>,
     approvals: Family<ApprovalLabels, Counter>,
+    approvals_pending: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -465,9 +466,16 @@ impl Default for Metrics {
             "Approval events by event (requested, approved, rejected, expired, refused) and the requester's role",
             approvals.clone(),
         );
+        let approvals_pending = Gauge::default();
+        registry.register(
+            "approvals_pending",
+            "Approval requests waiting for a decision (read from their store after every change)",
+            approvals_pending.clone(),
+        );
         Self {
             registry,
             approvals,
+            approvals_pending,
             llm_attempts,
             llm_entry_healthy,
             channel_up,
@@ -524,6 +532,12 @@ impl Metrics {
                 role: role.to_string(),
             })
             .inc();
+    }
+
+    /// Sets how many approval requests wait.
+    pub fn approvals_pending(&self, pending: usize) {
+        self.approvals_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
     }
 
     /// Counts a message moved to the dead letters.

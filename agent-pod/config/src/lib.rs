@@ -220,8 +220,11 @@ pub struct OtlpConfig {
     pub batch_delay_millis: u64,
 }
 
+/// Milliseconds spans wait to be sent in a batch when the config does not say.
+pub const DEFAULT_OTLP_BATCH_DELAY_MILLIS: u64 = 5_000;
+
 fn default_otlp_batch_millis() -> u64 {
-    5_000
+    DEFAULT_OTLP_BATCH_DELAY_MILLIS
 }
 
 /// How budgets treat models and tools: every model call reserves its worst case against
@@ -742,8 +745,11 @@ pub struct Approvers {
 /// Longest an approval may wait: a week.
 pub const MAX_APPROVAL_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
 
+/// How long an approval waits when its rule does not say: an hour.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECONDS: u64 = 3600;
+
 fn default_approval_timeout() -> u64 {
-    3600
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS
 }
 
 /// How many days each kind of a person's data is kept (the Role's `retention`). A kind

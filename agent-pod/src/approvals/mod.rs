@@ -403,6 +403,16 @@ impl ApprovalStore {
         Ok(expired)
     }
 
+    /// How many requests wait for a decision.
+    pub fn pending(&self) -> Result<usize, ApprovalError> {
+        let count: i64 = self.connection().query_row(
+            "SELECT COUNT(*) FROM approvals WHERE state = 'pending'",
+            [],
+            |row| row.get(0),
+        )?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
     /// Notes how an approved request's run ended.
     pub fn ran(&self, request: &Request, outcome: &str, now_ms: i64) {
         self.audit("ran", request, None, Some(outcome.to_string()), now_ms);

@@ -45,6 +45,16 @@ impl Runtime {
         self.approvals.clone()
     }
 
+    /// Counts `event` and sets the pending gauge from the store.
+    async fn count_approval(&self, event: &str, role: &str) {
+        self.metering.metrics.approval(event, role);
+        if let Some(store) = self.approval_store()
+            && let Ok(Ok(pending)) = tokio::task::spawn_blocking(move || store.pending()).await
+        {
+            self.metering.metrics.approvals_pending(pending);
+        }
+    }
+
     /// The call `tool(input)` of `caller` needs a yes under `rule`: stores it, asks the
     /// approvers who can be reached, and returns what the model is told (not run yet).
     pub(super) async fn ask_approval(
@@ -205,7 +215,7 @@ impl Runtime {
                 request
             }
             Ok(Ok(Err(refusal))) => {
-                self.metering.metrics.approval("refused", "");
+                self.count_approval("refused", "").await;
                 return format!("Not done: {refusal}.");
             }
             Ok(Err(error)) => {
@@ -374,9 +384,8 @@ impl Runtime {
         };
         let config = self.config.current();
         for request in &expired {
-            self.metering
-                .metrics
-                .approval("expired", &request.requester_role);
+            self.count_approval("expired", &request.requester_role)
+                .await;
             self.tell_requester(
                 &config,
                 request,

@@ -177,8 +177,8 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
     Ok(role)
 }
 
-/// Approval timeout when a rule names none (`saint_config`'s default).
-pub const DEFAULT_APPROVAL_TIMEOUT_SECONDS: u64 = 3600;
+/// Approval timeout when a rule names none: the agent's own default.
+pub use saint_config::DEFAULT_APPROVAL_TIMEOUT_SECONDS;
 
 /// `spec.approvals`, rendered; what the rules say on their own is checked here (tools,
 /// argument globs, some approver, timeouts), by the agent's own rule (see

@@ -20,8 +20,8 @@ use crate::{
 /// `SAINT_OTLP_HEADER_0`, `SAINT_OTLP_HEADER_1`, … in `headers` order.
 pub const OTLP_HEADER_ENV_PREFIX: &str = "SAINT_OTLP_HEADER_";
 
-/// Batch delay when `batchDelayMillis` is absent (`saint_config`'s default).
-pub const DEFAULT_OTLP_BATCH_DELAY_MILLIS: u64 = 5_000;
+/// Batch delay when `batchDelayMillis` is absent: the agent's own default.
+pub use saint_config::DEFAULT_OTLP_BATCH_DELAY_MILLIS;
 
 /// `spec.telemetry` rendered: the config's section, and the header Secrets as
 /// (env var, Secret key), in `headers` order (agent container only).
