@@ -115,6 +115,29 @@ pub fn caller_for_sender(
     })
 }
 
+/// The session a channel message belongs to once its sender is `caller`: the group
+/// conversation's (`conversation` is the channel's name and the conversation's id) when
+/// it was said in one, whoever wrote; an unauthenticated sender's own per `origin`
+/// (mail claiming one address may come from several senders, and the address's owner
+/// signs); else the caller's. The dispatcher's lanes are these sessions too, so one
+/// session's messages are answered one at a time, in order, whatever channel they came
+/// on: a turn that is retried or resumed never finds a newer message of its session
+/// answered before it.
+pub fn message_session(
+    caller: &Caller,
+    verified: bool,
+    origin: Option<&str>,
+    conversation: Option<(&str, &str)>,
+) -> String {
+    match (conversation, origin) {
+        (Some((channel, id)), _) => SessionKey::for_conversation(channel, id).into(),
+        (None, Some(origin)) if !verified => {
+            SessionKey::for_unverified(&caller.identity, origin).into()
+        }
+        (None, _) => caller.session_key.clone(),
+    }
+}
+
 /// The [`Caller`] for work a contact set going earlier (a scheduled job, a sub-agent):
 /// the contact as the config knows them *now*, with their current role, in `session_key`.
 /// A contact removed since is refused, so their work stops instead of running with a

@@ -461,3 +461,85 @@ async fn a_message_deleted_before_its_turn_is_not_answered() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_resent_after_a_crash_between_send_and_record_is_one_message() {
+    let mut bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Lunch is at noon."));
+    // Discord makes the message, and the agent dies before it hears so: its outbox row
+    // is still queued, with nothing recorded.
+    bot.discord.withhold_next_answer();
+    bot.discord
+        .dispatch_message(direct_message(
+            "1300000000000000601",
+            IVAN_DM,
+            IVAN,
+            "When is lunch?",
+        ))
+        .unwrap();
+    bot.wait_for_posted(1).await;
+    bot.kill();
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'queued' AND parts_sent = 0"),
+        1
+    );
+    assert!(
+        bot.discord
+            .wait_until(WAIT, |discord| !discord.connected())
+            .await
+    );
+    // The restarted agent sends the row again, with the same nonce: Discord answers with
+    // the message it made the first time, and Ivan sees one.
+    bot.spawn();
+    bot.wait_for_empty_queue().await;
+    let posted = bot.discord.posted();
+    assert_eq!(posted.len(), 1, "Ivan sees one message: {posted:#?}");
+    assert_eq!(posted[0].content(), "Lunch is at noon.");
+    let sends: Vec<_> = bot
+        .discord
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with("/messages"))
+        .collect();
+    assert_eq!(sends.len(), 2, "{sends:#?}");
+    assert_eq!(sends[0].body["nonce"], sends[1].body["nonce"]);
+    assert!(sends[0].body["nonce"].is_string(), "{:?}", sends[0].body);
+    assert_eq!(sends[1].body["enforce_nonce"], true);
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'sent'"),
+        1
+    );
+    let recorded: String =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+            .unwrap()
+            .query_row(
+                "SELECT json_extract(platform_ids, '$[0]') FROM outbox",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+    assert_eq!(
+        recorded, posted[0].id,
+        "the first message is the one recorded"
+    );
+    assert_eq!(bot.llm.request_count(), 1, "one turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replies_with_the_same_text_are_two_messages() {
+    let bot = Bot::start().await;
+    bot.llm.set_fallback(Reply::text("Noted."));
+    for (id, text) in [
+        ("1300000000000000701", "first"),
+        ("1300000000000000702", "second"),
+    ] {
+        bot.discord
+            .dispatch_message(direct_message(id, IVAN_DM, IVAN, text))
+            .unwrap();
+    }
+    bot.wait_for_posted(2).await;
+    bot.wait_for_empty_queue().await;
+    let posted = bot.discord.posted();
+    assert_eq!(posted.len(), 2);
+    assert_ne!(posted[0].body["nonce"], posted[1].body["nonce"]);
+}

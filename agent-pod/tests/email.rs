@@ -514,9 +514,11 @@ async fn a_reply_resent_after_a_crash_is_the_same_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_the_server_cannot_take_is_a_dead_letter_after_one_try() {
+async fn a_reply_the_server_cannot_take_is_a_dead_letter_after_one_try_and_the_owner_is_told_once()
+{
     let bot = Bot::start().await;
-    bot.llm.set_fallback(Reply::text("Hello."));
+    bot.llm
+        .set_fallback(Reply::text("Zdravo Žana, the anvils ship on Monday."));
     // A sender whose address is not ASCII: the submission server, without SMTPUTF8,
     // cannot take a reply to it.
     let raw = mail(
@@ -564,5 +566,39 @@ async fn a_reply_the_server_cannot_take_is_a_dead_letter_after_one_try() {
     assert!(
         metrics.contains("saint_channel_dead_letters_total{channel=\"email\"} 1"),
         "{metrics}"
+    );
+    // The owner, Ana, is told once, where she talks to the bot (e-mail): the channel,
+    // whom (masked: not a Contact) and why, never what the reply said.
+    bot.wait_for("the owner's notice", || async {
+        bot.count(
+            "SELECT COUNT(*) FROM outbox WHERE origin = 'dead_letter_notice' AND state = 'sent'",
+        ) == 1
+            && !bot.replies_to_ana().await.is_empty()
+    })
+    .await;
+    let notices = bot.replies_to_ana().await;
+    assert_eq!(notices.len(), 1);
+    let notice = notices[0].body_text(0).unwrap().to_string();
+    assert!(
+        notice.contains("I could not deliver a message and gave up on it:"),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("- on email to email:ž…@acme.example: "),
+        "{notice}"
+    );
+    assert!(notice.contains("SMTPUTF8"), "{notice}");
+    assert!(
+        !notice.contains("anvils") && !notice.contains("žana@"),
+        "{notice}"
+    );
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE origin = 'dead_letter_notice'"),
+        1
+    );
+    assert_eq!(
+        bot.count("SELECT owner_notice FROM outbox WHERE origin = 'reply'"),
+        bot.count("SELECT id FROM outbox WHERE origin = 'dead_letter_notice'"),
+        "the dead letter is marked told by that notice"
     );
 }

@@ -651,3 +651,137 @@ async fn readyz_names_each_declared_channel_that_cannot_work() {
     assert!(body.contains("401"), "{body}");
     assert!(!body.contains("whatsapp"), "{body}");
 }
+
+/// The HTTP channel's outcome rows, oldest first: `count` of them, read as soon as the
+/// last response arrived (each row is committed before its response is sent).
+async fn http_outcomes(bot: &InProcess, count: usize) -> Vec<saint_channels::queue::Outcome> {
+    let rows = bot
+        .runtime
+        .store()
+        .queue("read the inbox", |transaction| {
+            saint_channels::queue::outcomes(transaction, 0, 100)
+        })
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        count,
+        "outcome rows committed when the responses arrived: {rows:#?}"
+    );
+    rows
+}
+
+#[tokio::test]
+async fn every_http_message_gets_one_outcome_row_queryable_like_the_other_channels() {
+    let bot = InProcess::start().await;
+    bot.llm.push(Reply::text("Morning, Ana."));
+    let (status, answered) = bot
+        .send("whatsapp", ANA_WHATSAPP, "my secret plan for Monday")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answered}");
+    // Refused, with the reason the client was given; ignored; failed.
+    let (status, _) = bot.send("pigeon", "1", "coo").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = bot.send("telegram", "not-a-number", "hello").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = bot.send("telegram", IVAN_TELEGRAM, "   ").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    bot.llm.push(Reply::failure(
+        400,
+        None,
+        "invalid_request_error",
+        "no such model",
+    ));
+    let (status, _) = bot.send("telegram", IVAN_TELEGRAM, "are you there?").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    // Not authenticated: nobody's message, no row.
+    let (status, _) = bot
+        .request(message_request(
+            "whatsapp",
+            ANA_WHATSAPP,
+            "hi",
+            false,
+            Some("wrong"),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let rows = http_outcomes(&bot, 5).await;
+    let summary: Vec<(&str, &str, &str, Option<&str>)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.channel.as_str(),
+                row.sender.as_str(),
+                row.outcome.as_str(),
+                row.reason.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(summary.len(), 5, "{rows:#?}");
+    assert_eq!(
+        summary[..4],
+        [
+            ("api", "whatsapp:+385991234567", "answered", None),
+            (
+                "api",
+                "pigeon:1",
+                "refused",
+                Some("unknown channel \"pigeon\"")
+            ),
+            ("api", "telegram:not-a-number", "refused", summary[2].3),
+            (
+                "api",
+                "telegram:333333333",
+                "ignored",
+                Some("empty message")
+            ),
+        ]
+    );
+    assert!(
+        summary[2].3.is_some_and(|reason| !reason.is_empty()),
+        "{rows:#?}"
+    );
+    assert_eq!(summary[4].1, "telegram:333333333");
+    assert_eq!(summary[4].2, "failed");
+    // Each row is its own message; the text stays in the transcript only.
+    let store = bot.runtime.store();
+    let (message_id, bodies): (Option<i64>, Vec<String>) = store
+        .queue("read the inbox", |transaction| {
+            let message_id = transaction.query_row(
+                "SELECT message_id FROM inbox WHERE outcome = 'answered'",
+                [],
+                |row| row.get(0),
+            )?;
+            let mut statement = transaction.prepare("SELECT body FROM inbox")?;
+            let bodies = statement
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            Ok((message_id, bodies))
+        })
+        .unwrap();
+    assert_eq!(message_id, answered["messageId"].as_i64());
+    assert!(bodies.iter().all(|body| body == "{}"), "{bodies:?}");
+
+    // `saint-agent outcomes` lists them like any channel's messages.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .args(["outcomes", "--workspace"])
+        .arg(&bot.workspace)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[0]["channel"], "api");
+    assert_eq!(lines[0]["outcome"], "answered");
+    assert_eq!(lines[3]["reason"], "empty message");
+    assert!(
+        !lines
+            .iter()
+            .any(|line| line.to_string().contains("secret plan")),
+        "{lines:?}"
+    );
+}

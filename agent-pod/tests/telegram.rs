@@ -42,6 +42,11 @@ impl Bot {
 
     /// With `webhook`, the channel takes webhook deliveries instead of polling.
     async fn start_in(webhook: bool) -> Self {
+        Self::start_with(webhook, |_| {}).await
+    }
+
+    /// Like [`Bot::start_in`], with the config changed by `adjust` first.
+    async fn start_with(webhook: bool, adjust: impl FnOnce(&mut Value)) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -60,6 +65,7 @@ impl Bot {
             config["channels"][1]["settings"]["mode"] = json!("webhook");
             config["channels"][1]["secretEnv"]["webhookSecret"] = json!("TG_WEBHOOK_SECRET");
         }
+        adjust(&mut config);
         write_config(&config_path, &config);
         let mut bot = Self {
             llm,
@@ -466,4 +472,67 @@ async fn a_flooding_stranger_is_recorded_not_answered_and_never_delays_a_colleag
         .count();
     assert_eq!(ivan_turns, 1);
     assert_eq!(bot.sent_by_chat()[IVAN_TELEGRAM].len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_refused_for_good_is_told_to_the_owner_once_without_its_text() {
+    const ANA_TELEGRAM: &str = "111111111";
+    // Ana, the owner, also talks to the bot on Telegram.
+    let bot = Bot::start_with(false, |config| {
+        for contact in config["contacts"].as_array_mut().unwrap() {
+            if contact["slug"] == "ana" {
+                contact["identities"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!(format!("telegram:{ANA_TELEGRAM}")));
+            }
+        }
+        config["identityLinks"]["ana"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!(format!("telegram:{ANA_TELEGRAM}")));
+    })
+    .await;
+    bot.llm
+        .set_fallback(Reply::text("The Q3 numbers are 4.2 million."));
+    // Ivan blocked the bot: his reply is refused for good.
+    bot.telegram.block(IVAN_TELEGRAM);
+    bot.telegram
+        .push_message(scripted::private_text(&ivan(), "what are the Q3 numbers?"));
+    bot.wait_for("the owner's notice", |bot| {
+        bot.count(
+            "SELECT COUNT(*) FROM outbox WHERE origin = 'dead_letter_notice' AND state = 'sent'",
+        ) == 1
+    })
+    .await;
+    // Marko is answered afterwards: the channel goes on.
+    bot.telegram
+        .push_message(scripted::private_text(&marko(), "hello"));
+    bot.wait_for("Marko's reply", |bot| {
+        bot.sent_by_chat().contains_key(MARKO_TELEGRAM)
+    })
+    .await;
+    let sent = bot.sent_by_chat();
+    let to_ana = &sent[ANA_TELEGRAM];
+    assert_eq!(to_ana.len(), 1, "{sent:#?}");
+    let notice = to_ana[0]["text"].as_str().unwrap();
+    assert!(
+        notice.contains("I could not deliver a message and gave up on it:"),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("on telegram to ivan: telegram: Forbidden: bot was blocked by the user"),
+        "{notice}"
+    );
+    assert!(!notice.contains("4.2 million"), "{notice}");
+    assert!(!sent.contains_key(IVAN_TELEGRAM));
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE origin = 'dead_letter_notice'"),
+        1
+    );
+    assert_eq!(
+        bot.count("SELECT COUNT(*) FROM outbox WHERE state = 'failed' AND owner_notice IS NULL"),
+        0,
+        "the dead letter is marked told"
+    );
 }

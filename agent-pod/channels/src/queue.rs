@@ -17,7 +17,9 @@
 //! from the row either way ([`withdraw_inbound`]).
 //!
 //! Outbox rows move `queued` → `sent` | `failed` (the dead letters: refused for good, or
-//! retried past the cap; `error` says why). A reply split into parts records how
+//! retried past the cap; `error` says why). A dead letter is told to the bot's owners
+//! once: `owner_notice` is the notice's outbox row, set in the transaction that queued it
+//! ([`unreported_dead_letters`], [`mark_dead_letters_reported`]). A reply split into parts records how
 //! many parts went out, so a retry sends only the rest. A conversation's rows go out
 //! one after the other: a row waits until every older row of its conversation was sent
 //! or given up on, so a rate limit on one reply never lets a later one overtake it.
@@ -43,6 +45,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     received_at INTEGER NOT NULL,
     outcome TEXT CHECK (outcome IN ('answered', 'refused', 'ignored', 'failed')),
     outcome_reason TEXT,
+    lane TEXT,
     UNIQUE (channel, platform_id)
 );
 CREATE INDEX IF NOT EXISTS inbox_due ON inbox(state, next_attempt_at);
@@ -61,7 +64,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     platform_ids TEXT NOT NULL DEFAULT '[]',
     error TEXT,
     created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
+    updated_at INTEGER NOT NULL,
+    owner_notice INTEGER
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox(channel, state, next_attempt_at);
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_one_reply ON outbox(inbox_id) WHERE origin = 'reply';
@@ -75,8 +79,8 @@ CREATE TABLE IF NOT EXISTS channel_cursor (
 );
 ";
 
-/// Brings a database created before the inbox had outcomes up to date (run after
-/// [`SCHEMA`]); idempotent.
+/// Brings a database created before the inbox had outcomes (or before dead letters were
+/// told to the owners) up to date (run after [`SCHEMA`]); idempotent.
 pub fn migrate(connection: &Connection) -> rusqlite::Result<()> {
     let has_outcome: bool = connection.query_row(
         "SELECT COUNT(*) > 0 FROM pragma_table_info('inbox') WHERE name = 'outcome'",
@@ -90,6 +94,46 @@ pub fn migrate(connection: &Connection) -> rusqlite::Result<()> {
              ALTER TABLE inbox ADD COLUMN outcome_reason TEXT;",
         )?;
     }
+    let has_owner_notice: bool = connection.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('outbox') WHERE name = 'owner_notice'",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_owner_notice {
+        // Dead letters from before owners were told are not told now, all at once.
+        connection.execute_batch(
+            "ALTER TABLE outbox ADD COLUMN owner_notice INTEGER;
+             UPDATE outbox SET owner_notice = 0 WHERE state = 'failed';",
+        )?;
+    }
+    let has_lane: bool = connection.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('inbox') WHERE name = 'lane'",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_lane {
+        connection.execute_batch("ALTER TABLE inbox ADD COLUMN lane TEXT;")?;
+    }
+    // Rows stored before lanes were kept (or by a caller that named none) wait in their
+    // channel's lane for their sender or conversation.
+    let unlaned: Vec<(i64, String)> = connection
+        .prepare(
+            "SELECT id, body FROM inbox WHERE lane IS NULL AND state IN ('received', 'accepted')",
+        )?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, body) in unlaned {
+        if let Ok(message) = serde_json::from_str::<InboundMessage>(&body) {
+            connection.execute(
+                "UPDATE inbox SET lane = ?2 WHERE id = ?1",
+                params![id, message.lane()],
+            )?;
+        }
+    }
+    connection.execute_batch(
+        "CREATE INDEX IF NOT EXISTS inbox_waiting_by_lane ON inbox(lane, id)
+             WHERE state IN ('received', 'accepted');",
+    )?;
     Ok(())
 }
 
@@ -157,26 +201,41 @@ pub struct InboxRow {
     pub message_id: Option<i64>,
     /// Failed attempts so far.
     pub attempts: u32,
+    /// The lane it waits in ([`insert_inbound_in_lane`]): one turn per lane at a time.
+    pub lane: String,
 }
 
-/// Stores an inbound message; `None` when the platform delivered it before (same
+/// Stores an inbound message in its channel's lane for its sender or conversation
+/// ([`InboundMessage::lane`]); `None` when the platform delivered it before (same
 /// channel and platform id), so a redelivery is acknowledged but not answered twice.
 pub fn insert_inbound(
     connection: &Connection,
     message: &InboundMessage,
 ) -> rusqlite::Result<Option<i64>> {
+    insert_inbound_in_lane(connection, message, &message.lane())
+}
+
+/// [`insert_inbound`] in `lane`: the rows of one lane get their turns one at a time, in
+/// the order they were stored. The agent passes the message's session, so one person's
+/// messages on several channels wait for each other.
+pub fn insert_inbound_in_lane(
+    connection: &Connection,
+    message: &InboundMessage,
+    lane: &str,
+) -> rusqlite::Result<Option<i64>> {
     let body = serde_json::to_string(message).expect("inbound messages serialise");
     let now = now_ms();
     let inserted = connection.execute(
-        "INSERT INTO inbox (channel, platform_id, sender, body, state, next_attempt_at, received_at)
-         VALUES (?1, ?2, ?3, ?4, 'received', ?5, ?5)
+        "INSERT INTO inbox (channel, platform_id, sender, body, state, next_attempt_at, received_at, lane)
+         VALUES (?1, ?2, ?3, ?4, 'received', ?5, ?5, ?6)
          ON CONFLICT (channel, platform_id) DO NOTHING",
         params![
             message.channel,
             message.platform_id,
             message.sender.as_ref(),
             body,
-            now
+            now,
+            lane
         ],
     )?;
     Ok((inserted == 1).then(|| connection.last_insert_rowid()))
@@ -252,18 +311,42 @@ pub fn due_inbound(
     now: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<InboxRow>> {
-    // Only the oldest waiting row of each lane — a sender's direct messages, or one
-    // group conversation ([`InboundMessage::lane`]) — and only once it is due: a lane's
-    // messages run in order, and however many rows one person queued, everyone else's
-    // oldest message is in the batch too.
-    let mut statement = connection.prepare_cached(
-        "SELECT id, body, state, message_id, attempts FROM inbox
-         WHERE id IN (
-             SELECT MIN(id) FROM inbox WHERE state IN ('received', 'accepted')
-             GROUP BY channel, COALESCE(json_extract(body, '$.conversation.id'), sender)
-         ) AND next_attempt_at <= ?1
-         ORDER BY id LIMIT ?2",
-    )?;
+    due_inbound_with(connection, now, limit, Order::PerConversation)
+}
+
+/// [`due_inbound`] with the order given: [`Order::Unordered`] hands out every due row,
+/// oldest first, lanes or not (only for measuring what the order costs).
+pub fn due_inbound_with(
+    connection: &Connection,
+    now: i64,
+    limit: usize,
+    order: Order,
+) -> rusqlite::Result<Vec<InboxRow>> {
+    // Only the oldest waiting row of each lane — one session: a person's direct
+    // messages on every channel, or one group conversation ([`insert_inbound_in_lane`])
+    // — and only once it is due: a lane's messages run in order, a row waiting for its
+    // retry holds back the newer ones, and however many rows one person queued,
+    // everyone else's oldest message is in the batch too. One waiting row (the common
+    // case) is the oldest of its lane: the plain query is enough.
+    let order = match order {
+        Order::PerConversation if waiting_inbound(connection)? <= 1 => Order::Unordered,
+        order => order,
+    };
+    let mut statement = connection.prepare_cached(match order {
+        Order::PerConversation => {
+            "SELECT id, body, state, message_id, attempts, lane FROM inbox
+             WHERE id IN (
+                 SELECT MIN(id) FROM inbox WHERE state IN ('received', 'accepted')
+                 GROUP BY lane
+             ) AND next_attempt_at <= ?1
+             ORDER BY id LIMIT ?2"
+        }
+        Order::Unordered => {
+            "SELECT id, body, state, message_id, attempts, lane FROM inbox
+             WHERE state IN ('received', 'accepted') AND next_attempt_at <= ?1
+             ORDER BY id LIMIT ?2"
+        }
+    })?;
     let rows = statement.query_map(params![now, limit as i64], |row| {
         Ok((
             row.get::<_, i64>(0)?,
@@ -271,14 +354,16 @@ pub fn due_inbound(
             row.get::<_, String>(2)?,
             row.get::<_, Option<i64>>(3)?,
             row.get::<_, u32>(4)?,
+            row.get::<_, Option<String>>(5)?,
         ))
     })?;
     let mut due = Vec::new();
     for row in rows {
-        let (id, body, state, message_id, attempts) = row?;
-        match serde_json::from_str(&body) {
+        let (id, body, state, message_id, attempts, lane) = row?;
+        match serde_json::from_str::<InboundMessage>(&body) {
             Ok(message) => due.push(InboxRow {
                 id,
+                lane: lane.unwrap_or_else(|| message.lane()),
                 message,
                 state: InboxState::parse(&state),
                 message_id,
@@ -292,6 +377,22 @@ pub fn due_inbound(
         }
     }
     Ok(due)
+}
+
+/// How many inbox rows wait for a turn (an index count: cheaper than the ordered
+/// query, which it spares when there is at most one).
+fn waiting_inbound(connection: &Connection) -> rusqlite::Result<i64> {
+    connection
+        .prepare_cached("SELECT COUNT(*) FROM inbox WHERE state IN ('received', 'accepted')")?
+        .query_row([], |row| row.get(0))
+}
+
+/// How many rows of `channel` are queued (an index count: cheaper than the ordered
+/// queries, which it spares when there is at most one).
+fn queued_outbound(connection: &Connection, channel: &str) -> rusqlite::Result<i64> {
+    connection
+        .prepare_cached("SELECT COUNT(*) FROM outbox WHERE channel = ?1 AND state = 'queued'")?
+        .query_row([channel], |row| row.get(0))
 }
 
 /// When the next waiting inbox row is due, if any.
@@ -641,10 +742,11 @@ pub fn due_outbound(
     due_outbound_with(connection, channel, now, limit, Order::PerConversation)
 }
 
-/// Which queued rows may go out.
+/// Which waiting rows are handed out: the inbox's to the dispatcher, the outbox's to a
+/// channel's sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Order {
-    /// Only each conversation's oldest queued row (what the sender uses).
+    /// Only each conversation's oldest waiting row (what the agent uses).
     PerConversation,
     /// Every due row, oldest first (only for measuring what the order costs).
     Unordered,
@@ -658,6 +760,11 @@ pub fn due_outbound_with(
     limit: usize,
     order: Order,
 ) -> rusqlite::Result<Vec<OutboxRow>> {
+    // One queued row (the common case) has no older one in its conversation.
+    let order = match order {
+        Order::PerConversation if queued_outbound(connection, channel)? <= 1 => Order::Unordered,
+        order => order,
+    };
     let mut statement = connection.prepare_cached(match order {
         // A row is due only when no older row of its conversation (the chat it goes to,
         // else its recipient) still waits: one probe of the conversation index each.
@@ -714,19 +821,38 @@ pub fn due_outbound_with(
 /// When the next queued row of `channel` that may go out (its conversation's oldest)
 /// is due, if any.
 pub fn next_outbound_due(connection: &Connection, channel: &str) -> rusqlite::Result<Option<i64>> {
-    connection.query_row(
-        "SELECT MIN(next_attempt_at) FROM outbox AS candidate
-         WHERE channel = ?1 AND state = 'queued'
-         AND NOT EXISTS (
-             SELECT 1 FROM outbox AS earlier
-             WHERE earlier.channel = ?1 AND earlier.state = 'queued'
-             AND COALESCE(json_extract(earlier.body, '$.chat'), earlier.recipient)
-                 = COALESCE(json_extract(candidate.body, '$.chat'), candidate.recipient)
-             AND earlier.id < candidate.id
-         )",
-        [channel],
-        |row| row.get(0),
-    )
+    next_outbound_due_with(connection, channel, Order::PerConversation)
+}
+
+/// [`next_outbound_due`] with the order given.
+pub fn next_outbound_due_with(
+    connection: &Connection,
+    channel: &str,
+    order: Order,
+) -> rusqlite::Result<Option<i64>> {
+    let order = match order {
+        Order::PerConversation if queued_outbound(connection, channel)? <= 1 => Order::Unordered,
+        order => order,
+    };
+    let sql = match order {
+        Order::PerConversation => {
+            "SELECT MIN(next_attempt_at) FROM outbox AS candidate
+             WHERE channel = ?1 AND state = 'queued'
+             AND NOT EXISTS (
+                 SELECT 1 FROM outbox AS earlier
+                 WHERE earlier.channel = ?1 AND earlier.state = 'queued'
+                 AND COALESCE(json_extract(earlier.body, '$.chat'), earlier.recipient)
+                     = COALESCE(json_extract(candidate.body, '$.chat'), candidate.recipient)
+                 AND earlier.id < candidate.id
+             )"
+        }
+        Order::Unordered => {
+            "SELECT MIN(next_attempt_at) FROM outbox WHERE channel = ?1 AND state = 'queued'"
+        }
+    };
+    connection
+        .prepare_cached(sql)?
+        .query_row([channel], |row| row.get(0))
 }
 
 /// Records that part `parts_sent - 1` went out as `platform_id`.
@@ -809,4 +935,115 @@ pub fn outbound_status(
                 _ => OutboxStatus::Queued { error },
             })
         })
+}
+
+/// The `origin` of outbox rows that tell the bot's owners about dead letters. Such a row
+/// that cannot be delivered either is not told about in turn (no loop of notices).
+pub const DEAD_LETTER_NOTICE: &str = "dead_letter_notice";
+
+/// A message given up on that the owners have not been told about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Outbox row id.
+    pub id: i64,
+    /// Channel name.
+    pub channel: String,
+    /// Recipient identity.
+    pub recipient: String,
+    /// The platform's (or the sender's) reason.
+    pub reason: String,
+    /// The text that was not delivered: only to keep it out of what the owners are told.
+    pub text: String,
+    /// When it was given up on (Unix milliseconds).
+    pub failed_at: i64,
+}
+
+/// Dead letters not yet told to the owners, oldest first (notices about dead letters
+/// excepted).
+pub fn unreported_dead_letters(connection: &Connection) -> rusqlite::Result<Vec<DeadLetter>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT id, channel, recipient, COALESCE(error, ''), COALESCE(json_extract(body, '$.text'), ''), updated_at
+         FROM outbox WHERE state = 'failed' AND owner_notice IS NULL AND origin != ?1
+         ORDER BY id",
+    )?;
+    let rows = statement.query_map([DEAD_LETTER_NOTICE], |row| {
+        Ok(DeadLetter {
+            id: row.get(0)?,
+            channel: row.get(1)?,
+            recipient: row.get(2)?,
+            reason: row.get(3)?,
+            text: row.get(4)?,
+            failed_at: row.get(5)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// When the last notice about dead letters was queued (Unix milliseconds), if ever.
+pub fn last_dead_letter_notice_at(connection: &Connection) -> rusqlite::Result<Option<i64>> {
+    connection
+        .prepare_cached("SELECT MAX(created_at) FROM outbox WHERE origin = ?1")?
+        .query_row([DEAD_LETTER_NOTICE], |row| row.get(0))
+}
+
+/// Records that dead letters `ids` were told to the owners by outbox row `notice_id`
+/// (0: nobody could be told). Call in the transaction that queued the notice, so each
+/// dead letter is told once.
+pub fn mark_dead_letters_reported(
+    connection: &Connection,
+    ids: &[i64],
+    notice_id: i64,
+) -> rusqlite::Result<()> {
+    let mut statement =
+        connection.prepare_cached("UPDATE outbox SET owner_notice = ?2 WHERE id = ?1")?;
+    for id in ids {
+        statement.execute(params![id, notice_id])?;
+    }
+    Ok(())
+}
+
+/// A message handled when it arrived, outside the inbox's queue — the HTTP channel
+/// answers in the request — recorded with its final outcome so [`outcomes`] lists it
+/// beside the queued channels' messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handled {
+    /// Channel name (the HTTP channel's).
+    pub channel: String,
+    /// Unique per channel: the HTTP channel has no platform id, so its own.
+    pub platform_id: String,
+    /// Who it came as (`telegram:333333333`), or what the request named when that is not
+    /// an identity.
+    pub sender: String,
+    /// When it arrived (Unix milliseconds).
+    pub received_at: i64,
+    /// The person's message in the transcript, when it was stored.
+    pub message_id: Option<i64>,
+    /// `answered`, `refused`, `ignored` or `failed`.
+    pub outcome: &'static str,
+    /// Why, for every outcome but a plain answer.
+    pub reason: Option<String>,
+}
+
+/// Stores handled messages, each with its outcome (the text stays in the transcript
+/// only: the row's body holds none). One that is there already is left as it is.
+pub fn record_handled(connection: &Connection, handled: &[Handled]) -> rusqlite::Result<()> {
+    let mut statement = connection.prepare_cached(
+        "INSERT INTO inbox (channel, platform_id, sender, body, state, message_id,
+                            next_attempt_at, received_at, error, outcome, outcome_reason)
+         VALUES (?1, ?2, ?3, '{}', CASE ?6 WHEN 'answered' THEN 'answered' ELSE 'failed' END,
+                 ?4, ?5, ?5, ?7, ?6, ?7)
+         ON CONFLICT (channel, platform_id) DO NOTHING",
+    )?;
+    for row in handled {
+        statement.execute(params![
+            row.channel,
+            row.platform_id,
+            row.sender,
+            row.message_id,
+            row.received_at,
+            row.outcome,
+            row.reason
+        ])?;
+    }
+    Ok(())
 }

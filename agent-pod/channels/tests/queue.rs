@@ -1,5 +1,6 @@
 //! The inbox's scheduling on a real SQLite file: which waiting messages the dispatcher
-//! is handed. A lane is a sender's direct messages or one group conversation.
+//! is handed. A lane is one session (the agent names it; by default a sender's direct
+//! messages on one channel) or one group conversation.
 
 use rusqlite::Connection;
 use saint_channels::{Conversation, InboundMessage, ReplyContext, queue};
@@ -78,6 +79,69 @@ fn a_group_conversation_is_one_lane_whoever_writes_and_runs_in_order() {
     // Once it is done, the next in the lane is due.
     queue::fail_inbound(&connection, first, "gave up").unwrap();
     assert_eq!(due_ids(&connection, 10), ["g-2", "dm-1", "g2-1"]);
+}
+
+#[test]
+fn one_persons_messages_on_two_channels_wait_in_one_lane_when_stored_in_it() {
+    let (_directory, connection) = database();
+    // The agent stores a Contact's direct messages in their session's lane, whatever
+    // channel they came on.
+    let mut on_slack = message("s-1", "222222222", None, "question B");
+    on_slack.channel = "slack".into();
+    let first = queue::insert_inbound_in_lane(
+        &connection,
+        &message("t-1", "222222222", None, "question A"),
+        "person:marko",
+    )
+    .unwrap()
+    .unwrap();
+    queue::insert_inbound_in_lane(&connection, &on_slack, "person:marko").unwrap();
+    queue::insert_inbound(&connection, &message("ivan-1", "333333333", None, "hi")).unwrap();
+    assert_eq!(due_ids(&connection, 10), ["t-1", "ivan-1"]);
+    // Telegram's turn failed and waits for its retry: Marko's Slack message waits too,
+    // so the retried turn never finds a newer message of its session answered.
+    queue::retry_inbound(&connection, first, queue::now_ms() + 60_000, "model down").unwrap();
+    assert_eq!(due_ids(&connection, 10), ["ivan-1"]);
+    queue::fail_inbound(&connection, first, "gave up").unwrap();
+    assert_eq!(due_ids(&connection, 10), ["s-1", "ivan-1"]);
+    let lanes: Vec<String> = queue::due_inbound(&connection, queue::now_ms(), 10)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.lane)
+        .collect();
+    assert_eq!(lanes[0], "person:marko");
+    assert_eq!(lanes[1], message("x", "333333333", None, "").lane());
+}
+
+#[test]
+fn a_database_from_before_lanes_puts_its_waiting_rows_in_their_senders_lanes() {
+    let directory = tempfile::tempdir().unwrap();
+    let connection = Connection::open(directory.path().join("old.sqlite3")).unwrap();
+    connection
+        .execute_batch(&queue::SCHEMA.replace("    lane TEXT,\n", ""))
+        .unwrap();
+    let old_insert = |id: &str, sender: &str| {
+        let message = message(id, sender, None, "waiting since before the upgrade");
+        connection
+            .execute(
+                "INSERT INTO inbox (channel, platform_id, sender, body, state, next_attempt_at, received_at)
+                 VALUES ('telegram', ?1, ?2, ?3, 'received', 0, 0)",
+                rusqlite::params![id, message.sender.as_ref(), serde_json::to_string(&message).unwrap()],
+            )
+            .unwrap();
+    };
+    old_insert("old-1", "222222222");
+    old_insert("old-2", "222222222");
+    old_insert("old-3", "333333333");
+    queue::migrate(&connection).unwrap();
+    queue::migrate(&connection).unwrap();
+    assert_eq!(due_ids(&connection, 10), ["old-1", "old-3"]);
+    let unlaned: i64 = connection
+        .query_row("SELECT COUNT(*) FROM inbox WHERE lane IS NULL", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(unlaned, 0);
 }
 
 #[test]
@@ -377,4 +441,166 @@ fn a_database_from_before_outcomes_gets_the_columns() {
     queue::migrate(&connection).unwrap();
     queue::migrate(&connection).unwrap();
     assert_eq!(columns(&connection), 2);
+}
+
+#[test]
+fn a_database_from_before_owner_notices_does_not_tell_its_old_dead_letters() {
+    let directory = tempfile::tempdir().unwrap();
+    let connection = Connection::open(directory.path().join("old.sqlite3")).unwrap();
+    connection
+        .execute_batch(&queue::SCHEMA.replace(
+            "updated_at INTEGER NOT NULL,\n    owner_notice INTEGER\n",
+            "updated_at INTEGER NOT NULL\n",
+        ))
+        .unwrap();
+    let old = queue::enqueue(
+        &connection,
+        "telegram",
+        "telegram:1",
+        &reply_to("c", "x"),
+        "reply",
+        None,
+    )
+    .unwrap();
+    queue::fail_outbound(&connection, old, "blocked").unwrap();
+    queue::migrate(&connection).unwrap();
+    queue::migrate(&connection).unwrap();
+    assert_eq!(queue::unreported_dead_letters(&connection).unwrap(), []);
+    // One given up on from now on is told once.
+    let new = queue::enqueue(
+        &connection,
+        "telegram",
+        "telegram:2",
+        &reply_to("c", "the text"),
+        "reply",
+        None,
+    )
+    .unwrap();
+    queue::fail_outbound(&connection, new, "blocked").unwrap();
+    let unreported = queue::unreported_dead_letters(&connection).unwrap();
+    assert_eq!(unreported.len(), 1);
+    assert_eq!(
+        (
+            unreported[0].id,
+            unreported[0].recipient.as_str(),
+            unreported[0].reason.as_str(),
+            unreported[0].text.as_str()
+        ),
+        (new, "telegram:2", "blocked", "the text")
+    );
+    let notice = queue::enqueue(
+        &connection,
+        "telegram",
+        "telegram:3",
+        &reply_to("", "told"),
+        queue::DEAD_LETTER_NOTICE,
+        None,
+    )
+    .unwrap();
+    queue::mark_dead_letters_reported(&connection, &[new], notice).unwrap();
+    assert_eq!(queue::unreported_dead_letters(&connection).unwrap(), []);
+    assert!(
+        queue::last_dead_letter_notice_at(&connection)
+            .unwrap()
+            .is_some()
+    );
+    // A notice that fails is never told about in turn.
+    queue::fail_outbound(&connection, notice, "blocked too").unwrap();
+    assert_eq!(queue::unreported_dead_letters(&connection).unwrap(), []);
+}
+
+#[test]
+fn without_the_order_every_due_row_is_handed_out() {
+    let (_directory, connection) = database();
+    queue::insert_inbound(&connection, &message("a-1", "333333333", None, "a")).unwrap();
+    queue::insert_inbound(&connection, &message("a-2", "333333333", None, "b")).unwrap();
+    queue::insert_inbound(&connection, &message("g-1", "222222222", Some("-100"), "c")).unwrap();
+    queue::insert_inbound(&connection, &message("g-2", "333333333", Some("-100"), "d")).unwrap();
+    let ids = |order| -> Vec<String> {
+        queue::due_inbound_with(&connection, queue::now_ms(), 10, order)
+            .unwrap()
+            .into_iter()
+            .map(|row| row.message.platform_id)
+            .collect()
+    };
+    assert_eq!(ids(queue::Order::PerConversation), ["a-1", "g-1"]);
+    assert_eq!(ids(queue::Order::Unordered), ["a-1", "a-2", "g-1", "g-2"]);
+    let first = queue::enqueue(
+        &connection,
+        "matrix",
+        "matrix:@a:x",
+        &reply_to("!r:x", "one"),
+        "reply",
+        None,
+    )
+    .unwrap();
+    queue::enqueue(
+        &connection,
+        "matrix",
+        "matrix:@a:x",
+        &reply_to("!r:x", "two"),
+        "reply",
+        None,
+    )
+    .unwrap();
+    let later = queue::now_ms() + 60_000;
+    queue::retry_outbound(&connection, first, later, "429").unwrap();
+    assert_eq!(
+        queue::next_outbound_due(&connection, "matrix").unwrap(),
+        Some(later)
+    );
+    assert!(
+        queue::next_outbound_due_with(&connection, "matrix", queue::Order::Unordered)
+            .unwrap()
+            .is_some_and(|due| due < later)
+    );
+}
+
+#[test]
+fn a_message_handled_at_once_has_one_row_with_its_outcome_and_no_text() {
+    let (_directory, connection) = database();
+    let handled = |platform_id: &str, outcome, reason: Option<&str>, message_id| queue::Handled {
+        channel: "api".into(),
+        platform_id: platform_id.into(),
+        sender: "telegram:333333333".into(),
+        received_at: queue::now_ms(),
+        message_id,
+        outcome,
+        reason: reason.map(str::to_string),
+    };
+    queue::record_handled(
+        &connection,
+        &[
+            handled("http-1-0", "answered", None, Some(7)),
+            handled("http-1-1", "refused", Some("unknown channel \"fax\""), None),
+        ],
+    )
+    .unwrap();
+    // Written again (a retried commit): still one row each.
+    queue::record_handled(
+        &connection,
+        &[handled("http-1-0", "failed", Some("?"), None)],
+    )
+    .unwrap();
+    let outcomes = queue::outcomes(&connection, 0, 10).unwrap();
+    assert_eq!(
+        outcomes
+            .iter()
+            .map(|row| (
+                row.platform_id.as_str(),
+                row.outcome.as_str(),
+                row.reason.as_deref()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("http-1-0", "answered", None),
+            ("http-1-1", "refused", Some("unknown channel \"fax\"")),
+        ]
+    );
+    // Never handed to the dispatcher, never counted as waiting.
+    assert_eq!(
+        queue::due_inbound(&connection, queue::now_ms(), 10).unwrap(),
+        []
+    );
+    assert_eq!(queue::next_inbound_due(&connection).unwrap(), None);
 }

@@ -1,12 +1,12 @@
 //! The dispatcher: runs a turn for every waiting inbox row, oldest first.
 //!
-//! At most one turn per lane at a time — a sender's direct messages, or one group
-//! conversation — in order, and a bounded number in all: one person flooding the bot
-//! holds one slot and one place in each batch, not all of them. A turn's answer queues the reply in
-//! the transaction that stores it; a turn that fails (the model down) is retried with
-//! backoff, and after [`MAX_ATTEMPTS`] the person is told it failed. Rows left by a
-//! crash are picked up at start: `accepted` ones resume without storing the person's
-//! message again.
+//! At most one turn per lane at a time — one session: a person's direct messages on
+//! every channel, or one group conversation — in order, and a bounded number in all:
+//! one person flooding the bot holds one slot and one place in each batch, not all of
+//! them. A turn's answer queues the reply in the transaction that stores it; a turn
+//! that fails (the model down) is retried with backoff, and after [`MAX_ATTEMPTS`]
+//! the person is told it failed. Rows left by a crash are picked up at start:
+//! `accepted` ones resume without storing the person's message again.
 
 use std::{
     collections::HashSet,
@@ -51,8 +51,9 @@ pub async fn run(
         if stop.is_cancelled() {
             return;
         }
+        let order = hub.guards.order();
         let due = hub.store.queue("read the inbox", |transaction| {
-            queue::due_inbound(transaction, queue::now_ms(), 256)
+            queue::due_inbound_with(transaction, queue::now_ms(), 256, order)
         });
         let rows = match due {
             Ok(rows) => rows,
@@ -62,9 +63,15 @@ pub async fn run(
             }
         };
         for row in rows {
-            // One turn per lane: a sender's direct messages, or one group conversation
-            // (whose turns share a session and would only wait for each other).
-            let sender = row.message.lane();
+            // One turn per lane: one session — a person's direct messages on every
+            // channel, or one group conversation — whose turns would only wait for each
+            // other, and a resumed turn must not find a newer message of its session
+            // answered before it. Without the ordering guard (a benchmark) only each row
+            // is run once at a time.
+            let sender = match order {
+                queue::Order::PerConversation => row.lane.clone(),
+                queue::Order::Unordered => format!("row {}", row.id),
+            };
             if !busy.lock().expect("busy lanes").insert(sender.clone()) {
                 continue;
             }

@@ -49,6 +49,8 @@ pub struct AppState {
     pub channels: Option<Arc<super::hub::ChannelHub>>,
     /// Streaming turns a client may stop (the chat page's stop button).
     pub running: Arc<super::chat_page::RunningTurns>,
+    /// Each message's outcome row.
+    pub outcomes: Arc<super::http_outcomes::HttpOutcomes>,
 }
 
 impl AppState {
@@ -63,6 +65,7 @@ impl AppState {
             chat_page: None,
             channels: None,
             running: Arc::default(),
+            outcomes: Arc::default(),
         }
     }
 
@@ -274,17 +277,27 @@ async fn post_message(
 ) -> Result<Response, ApiError> {
     let access = authorise(&state, &headers)?;
     let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    // From here on the request is someone's message: whatever becomes of it is recorded.
+    let outcome = Outcome::start(&state, &request);
     if state.draining.is_cancelled() {
+        outcome.refused(&state, "the bot is shutting down").await;
         return Err(ApiError::Draining);
     }
-    let channel: ChannelKind = request
-        .channel
-        .parse()
-        .map_err(|_| ApiError::BadRequest(format!("unknown channel {:?}", request.channel)))?;
+    let Ok(channel) = request.channel.parse::<ChannelKind>() else {
+        let error = format!("unknown channel {:?}", request.channel);
+        outcome.refused(&state, &error).await;
+        return Err(ApiError::BadRequest(error));
+    };
     if request.text.trim().is_empty() {
+        outcome
+            .finish(&state, "ignored", Some("empty message".to_string()), None)
+            .await;
         return Err(ApiError::BadRequest("text must not be empty".to_string()));
     }
-    speaks_as_holder(&state, &access, channel, &request.peer)?;
+    if let Err(error) = speaks_as_holder(&state, &access, channel, &request.peer) {
+        outcome.refused(&state, &error.to_string()).await;
+        return Err(error);
+    }
     let wants_stream = request.stream
         || headers
             .get(header::ACCEPT)
@@ -296,9 +309,14 @@ async fn post_message(
     // Its own token, so one turn can be stopped; shutdown still stops them all.
     let cancel = state.abort_turns.child_token();
     let abort = cancel.clone();
-    let turn = state
-        .turns
-        .spawn(async move { runtime.handle(inbound, Some(sender), abort).await });
+    // The outcome is recorded when the turn ends, whether or not the client still
+    // waits, and committed before the client gets the answer.
+    let recorder = state.clone();
+    let turn = state.turns.spawn(async move {
+        let result = runtime.handle(inbound, Some(sender), abort).await;
+        outcome.of_turn(&recorder, &result).await;
+        result
+    });
     if wants_stream {
         let stoppable = super::chat_page::Stoppable::new(state.running.clone(), cancel, access);
         return Ok(Sse::new(event_stream(receiver, turn, stoppable))
@@ -308,6 +326,94 @@ async fn post_message(
     drop(receiver);
     let reply = turn.await.map_err(|_| ApiError::Turn(TurnError::Join))??;
     Ok(Json(MessageResponse::from(reply)).into_response())
+}
+
+/// The outcome row of one HTTP message, begun when it arrived.
+struct Outcome {
+    channel: String,
+    sender: String,
+    received_at: i64,
+}
+
+impl Outcome {
+    fn start(state: &AppState, request: &MessageRequest) -> Self {
+        // The HTTP channel's name in the config; its kind when the config has none.
+        let channel = state
+            .runtime
+            .config()
+            .last_good()
+            .channels
+            .iter()
+            .find(|channel| channel.kind == ChannelKind::Http)
+            .map_or_else(|| "http".to_string(), |channel| channel.name.clone());
+        // The canonical identity (so erasure finds the row), or what was asked for.
+        let sender = request
+            .channel
+            .parse::<ChannelKind>()
+            .ok()
+            .and_then(|kind| saint_config::ChannelIdentity::parse(kind, &request.peer).ok())
+            .map(|identity| identity.to_string())
+            .unwrap_or_else(|| {
+                format!("{}:{}", request.channel, request.peer)
+                    .chars()
+                    .take(200)
+                    .collect()
+            });
+        Self {
+            channel,
+            sender,
+            received_at: saint_channels::queue::now_ms(),
+        }
+    }
+
+    async fn refused(self, state: &AppState, reason: &str) {
+        self.finish(state, "refused", Some(reason.to_string()), None)
+            .await;
+    }
+
+    async fn of_turn(self, state: &AppState, result: &Result<TurnReply, TurnError>) {
+        match result {
+            Ok(reply) => {
+                let reason = (reply.outcome != crate::runtime::TurnOutcome::Answered)
+                    .then(|| format!("{}: the reply says why", reply.outcome.label()));
+                self.finish(state, "answered", reason, Some(reply.message_id))
+                    .await;
+            }
+            Err(TurnError::Identity(error)) => self.refused(state, &error.to_string()).await,
+            Err(TurnError::Model(saint_llm::LlmError::Cancelled)) => {
+                self.finish(
+                    state,
+                    "failed",
+                    Some("stopped before it was answered".to_string()),
+                    None,
+                )
+                .await
+            }
+            Err(error) => {
+                let reason = ErrorChain(error).to_string();
+                self.finish(state, "failed", Some(reason), None).await
+            }
+        }
+    }
+
+    async fn finish(
+        self,
+        state: &AppState,
+        outcome: &'static str,
+        reason: Option<String>,
+        message_id: Option<i64>,
+    ) {
+        let row = saint_channels::queue::Handled {
+            platform_id: state.outcomes.platform_id(self.received_at),
+            channel: self.channel,
+            sender: self.sender,
+            received_at: self.received_at,
+            message_id,
+            outcome,
+            reason,
+        };
+        state.outcomes.record(state.runtime.store(), row).await;
+    }
 }
 
 enum StreamPhase {
@@ -478,23 +584,27 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 /// Waits for running turns after the server stopped accepting, up to `deadline`; then
 /// cancels the rest (their messages are already durable) and waits briefly for them to
-/// notice. Returns whether every turn finished in time.
+/// notice; then writes the last outcome rows. Returns whether every turn finished in
+/// time.
 pub async fn drain_turns(state: &AppState, deadline: Duration) -> bool {
     state.draining.cancel();
     state.turns.close();
-    if tokio::time::timeout(deadline, state.turns.wait())
+    let finished = if tokio::time::timeout(deadline, state.turns.wait())
         .await
         .is_ok()
     {
-        return true;
-    }
-    tracing::warn!(
-        remaining = state.turns.len(),
-        "drain deadline passed; cancelling running turns"
-    );
-    state.abort_turns.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), state.turns.wait()).await;
-    false
+        true
+    } else {
+        tracing::warn!(
+            remaining = state.turns.len(),
+            "drain deadline passed; cancelling running turns"
+        );
+        state.abort_turns.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(2), state.turns.wait()).await;
+        false
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), state.outcomes.flush()).await;
+    finished
 }
 
 #[cfg(test)]

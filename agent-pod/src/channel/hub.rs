@@ -8,7 +8,10 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, OnceLock},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use futures::future::BoxFuture;
@@ -56,6 +59,48 @@ pub struct ChannelHub {
     events: OnceLock<Arc<super::events::ChannelEvents>>,
     /// Each sender's message rate, on every channel.
     pub sender_limits: super::webhook::SenderLimits,
+    /// Wakes the task that tells the owners about dead letters.
+    pub(crate) dead_letter_ready: Arc<Notify>,
+    /// The loop and ordering guards (always on, but for a benchmark).
+    pub(crate) guards: Guards,
+}
+
+/// The guards on a message's way to its reply: the loop guard (a correspondent's
+/// answers per window, on channels that cap them: e-mail) and the ordering guard (one
+/// turn at a time per lane, and a conversation's replies sent in order). Always on in a
+/// bot: without the loop guard two robots can answer each other without end, without
+/// the ordering guard a reply can overtake an earlier one. Only
+/// [`ChannelHub::set_guards_for_benchmarks`] turns them off, so
+/// `benches/channel_guards.rs` can measure what they cost.
+#[derive(Debug)]
+pub(crate) struct Guards {
+    loop_guard: AtomicBool,
+    order_guard: AtomicBool,
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Self {
+            loop_guard: AtomicBool::new(true),
+            order_guard: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Guards {
+    /// Whether a correspondent's answers per window are capped.
+    pub(crate) fn loop_guard(&self) -> bool {
+        self.loop_guard.load(Ordering::Relaxed)
+    }
+
+    /// Which rows the dispatcher and the senders are handed.
+    pub(crate) fn order(&self) -> queue::Order {
+        if self.order_guard.load(Ordering::Relaxed) {
+            queue::Order::PerConversation
+        } else {
+            queue::Order::Unordered
+        }
+    }
 }
 
 impl ChannelHub {
@@ -112,7 +157,23 @@ impl ChannelHub {
             start_problems,
             events: OnceLock::new(),
             sender_limits: super::webhook::SenderLimits::default(),
+            dead_letter_ready: Arc::new(Notify::new()),
+            guards: Guards::default(),
         }
+    }
+
+    /// **Benchmarks only**: switches the loop and ordering guards ([`Guards`]) on or off,
+    /// so `benches/channel_guards.rs` can measure message → reply with and without them
+    /// in one run. A bot never calls it; its guards are always on.
+    #[doc(hidden)]
+    pub fn set_guards_for_benchmarks(&self, on: bool) {
+        self.guards.loop_guard.store(on, Ordering::Relaxed);
+        self.guards.order_guard.store(on, Ordering::Relaxed);
+    }
+
+    /// The bot's config as it is now, when the hub reads it live.
+    pub(crate) fn live_config(&self) -> Option<Arc<BotConfig>> {
+        self.config.as_ref().map(|config| config.current())
     }
 
     /// Reports refused credentials as Events on the SaintBot too.
@@ -159,6 +220,37 @@ impl ChannelHub {
                 }
             }
         }
+    }
+
+    /// The lane `message` waits in for its turn: its session ([`identity::message_session`]),
+    /// by the bot's current config, so a person's messages on every channel are answered
+    /// one at a time, in order. A sender the config cannot resolve (their turn will say
+    /// why) waits in their channel's lane.
+    ///
+    /// [`identity::message_session`]: crate::identity::message_session
+    pub fn lane_of(&self, message: &InboundMessage) -> String {
+        let Some(config) = self.live_config() else {
+            return message.lane();
+        };
+        let caller = match crate::identity::caller_for_sender(
+            &config,
+            message.kind,
+            message.sender.peer(),
+            message.sender_verified,
+        ) {
+            Ok(caller) => caller,
+            Err(_) => return message.lane(),
+        };
+        let conversation = message
+            .conversation
+            .as_ref()
+            .map(|conversation| (message.channel.as_str(), conversation.id.as_str()));
+        crate::identity::message_session(
+            &caller,
+            message.sender_verified,
+            message.unverified_origin.as_deref(),
+            conversation,
+        )
     }
 
     /// Whether `identity` belongs to a Contact, by the bot's current config.
@@ -213,9 +305,11 @@ impl ChannelHub {
     }
 
     /// Records a message given up on for good (its outbox row is already `failed`):
-    /// `saint_channel_dead_letters`, the channel's `/readyz` line, and a Warning Event.
+    /// `saint_channel_dead_letters`, the channel's `/readyz` line, a Warning Event, and
+    /// the owners are told in a chat notice ([`super::dead_letters`]).
     pub fn record_dead_letter(&self, channel: &ServedChannel, recipient: &str, reason: &str) {
         self.metering.metrics.dead_letter(&channel.name);
+        self.dead_letter_ready.notify_one();
         let mut dead_letters = channel.dead_letters.lock().expect("dead letters lock");
         let count = dead_letters.as_ref().map_or(0, |(count, _)| *count) + 1;
         *dead_letters = Some((count, format!("to {recipient}: {reason}")));
@@ -276,15 +370,16 @@ pub const RATE_LIMIT_NOTICE: &str = "You are sending messages faster than I can 
 /// A sender over their rate is told at most once in this long.
 pub const RATE_LIMIT_NOTICE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Stores `message` in the inbox as its decision says, in the caller's transaction;
-/// whether it is new and waits for a turn.
+/// Stores `message` in the inbox as its decision says, in the caller's transaction,
+/// waiting in `lane` ([`ChannelHub::lane_of`]); whether it is new and waits for a turn.
 pub fn store_inbound(
     transaction: &rusqlite::Transaction<'_>,
     message: &InboundMessage,
+    lane: &str,
     decision: Option<&NotAnswered>,
 ) -> rusqlite::Result<bool> {
     match decision {
-        None => Ok(queue::insert_inbound(transaction, message)?.is_some()),
+        None => Ok(queue::insert_inbound_in_lane(transaction, message, lane)?.is_some()),
         Some(NotAnswered::Ignored(reason)) => {
             queue::insert_ignored(transaction, message, reason)?;
             Ok(false)
@@ -376,25 +471,32 @@ impl InboxSink for HubSink {
                     let decision = ignore
                         .map(NotAnswered::Ignored)
                         .or_else(|| self.0.not_to_answer(&message));
-                    (message, decision)
+                    let lane = self.0.lane_of(&message);
+                    (message, lane, decision)
                 })
                 .collect();
             let reply_limit = self
                 .0
                 .channel(channel)
-                .and_then(|served| served.transport.reply_limit());
+                .and_then(|served| served.transport.reply_limit())
+                .filter(|_| self.0.guards.loop_guard());
             let forget = withdrawn.clone();
             let new = tokio::task::spawn_blocking(move || {
                 store.queue("store inbound messages", |transaction| {
                     let mut new = 0;
-                    for (message, decision) in &messages {
+                    for (message, lane, decision) in &messages {
                         // Counted in this transaction, so one batch cannot pass the limit.
                         let decision = match (decision, reply_limit) {
                             (None, Some(limit)) => over_reply_limit(transaction, message, limit)?
                                 .map(NotAnswered::Ignored),
                             (decision, _) => decision.clone(),
                         };
-                        new += usize::from(store_inbound(transaction, message, decision.as_ref())?);
+                        new += usize::from(store_inbound(
+                            transaction,
+                            message,
+                            lane,
+                            decision.as_ref(),
+                        )?);
                     }
                     if withdraw_inbound(transaction, &name, &withdrawn)? {
                         // Before the commit: a turn that reads the transcript from now on
@@ -479,6 +581,11 @@ pub fn start_workers(
         let _ = stop_pollers.send(true);
     }));
     let sink: Arc<dyn InboxSink> = Arc::new(HubSink(hub.clone()));
+    // Dead letters are told to the owners while replies can still go out.
+    tasks.push(tokio::spawn(super::dead_letters::run(
+        hub.clone(),
+        stop_senders.clone(),
+    )));
     for channel in hub.channels() {
         tracing::info!(channel = %channel.name, kind = channel.kind.prefix(), "channel started");
         tasks.push(tokio::spawn(super::sender::run(

@@ -10,8 +10,9 @@
 //! [`MAX_RETRY_AGE`]; a refused token keeps rows queued (they go out once the
 //! credentials are fixed); a message the platform refuses for good (an address it
 //! cannot take, a 5xx) becomes a dead letter at once, with the platform's reason —
-//! counted in `saint_channel_dead_letters`, shown on `/readyz` and, in a cluster, a
-//! Warning Event on the SaintBot.
+//! counted in `saint_channel_dead_letters`, shown on `/readyz`, told to the bot's owners
+//! in a chat notice ([`super::dead_letters`]) and, in a cluster, a Warning Event on the
+//! SaintBot.
 
 use std::{sync::Arc, time::Duration};
 
@@ -39,8 +40,9 @@ const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
 /// Delivers `channel`'s outbox until `stop`.
 pub async fn run(hub: Arc<ChannelHub>, channel: Arc<ServedChannel>, stop: CancellationToken) {
     loop {
+        let order = hub.guards.order();
         let due = hub.store.queue("read the outbox", |transaction| {
-            queue::due_outbound(transaction, &channel.name, queue::now_ms(), 32)
+            queue::due_outbound_with(transaction, &channel.name, queue::now_ms(), 32, order)
         });
         match due {
             Ok(rows) => {
@@ -58,7 +60,7 @@ pub async fn run(hub: Arc<ChannelHub>, channel: Arc<ServedChannel>, stop: Cancel
         let next_due = hub
             .store
             .queue("read the outbox", |transaction| {
-                queue::next_outbound_due(transaction, &channel.name)
+                queue::next_outbound_due_with(transaction, &channel.name, order)
             })
             .ok()
             .flatten();
@@ -158,7 +160,7 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
 }
 
 /// Gives up on `row` for good: its state and reason in the outbox, the metric, the
-/// `/readyz` line, and one Event (a row is dead-lettered once).
+/// `/readyz` line, one Event (a row is dead-lettered once), and the owners' notice.
 fn dead_letter(hub: &ChannelHub, channel: &ServedChannel, row: &OutboxRow, reason: &str) {
     tracing::error!(channel = %channel.name, outbox_id = row.id, recipient = %row.recipient, %reason,
         "message not delivered: moved to the dead letters");

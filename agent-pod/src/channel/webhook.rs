@@ -172,7 +172,8 @@ pub async fn receive(
         .into_iter()
         .map(|message| {
             let decision = hub.not_to_answer(&message);
-            (message, decision)
+            let lane = hub.lane_of(&message);
+            (message, lane, decision)
         })
         .collect();
     let store = hub.store.clone();
@@ -181,8 +182,13 @@ pub async fn receive(
     let stored = tokio::task::spawn_blocking(move || {
         store.queue("store inbound messages", |transaction| {
             let mut new = 0;
-            for (message, decision) in &decisions {
-                new += usize::from(store_inbound(transaction, message, decision.as_ref())?);
+            for (message, lane, decision) in &decisions {
+                new += usize::from(store_inbound(
+                    transaction,
+                    message,
+                    lane,
+                    decision.as_ref(),
+                )?);
             }
             if withdraw_inbound(transaction, &channel, &withdrawn)? {
                 // Before the commit: a turn that reads the transcript from now on reads

@@ -203,13 +203,18 @@ impl Runtime {
             &inbound.peer,
             inbound.sender_verified,
         )?;
-        // Unauthenticated mail claiming one address may come from several senders (and
-        // the address's owner writes with a signature): one session per origin.
-        if !inbound.sender_verified
-            && let Some(origin) = &inbound.unverified_origin
-        {
-            caller.session_key = SessionKey::for_unverified(&caller.identity, origin).into();
-        }
+        let conversation = inbound.delivery.as_ref().and_then(|delivery| {
+            Some((
+                delivery.channel.as_str(),
+                delivery.conversation.as_ref()?.id.as_str(),
+            ))
+        });
+        caller.session_key = identity::message_session(
+            &caller,
+            inbound.sender_verified,
+            inbound.unverified_origin.as_deref(),
+            conversation,
+        );
         // A contact's answer to an approval request is decided here, not by the model.
         let decision = match approvals::parse_decision(&inbound.text) {
             Some((approve, code)) if caller.known => {
@@ -219,16 +224,8 @@ impl Runtime {
         };
         // A group conversation is one session whoever writes; the role stays the
         // sender's, and the stored message says who wrote it.
-        let text = match inbound
-            .delivery
-            .as_ref()
-            .and_then(|delivery| Some((delivery, delivery.conversation.as_ref()?)))
-        {
-            Some((delivery, conversation)) => {
-                caller.session_key =
-                    SessionKey::for_conversation(&delivery.channel, &conversation.id).into();
-                group::attributed(&caller, &inbound.text)
-            }
+        let text = match conversation {
+            Some(_) => group::attributed(&caller, &inbound.text),
             None => inbound.text,
         };
         let delivery = inbound.delivery;

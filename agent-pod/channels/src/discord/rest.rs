@@ -3,6 +3,11 @@
 //! `GET /gateway/bot` for the Gateway's address, and attachment downloads. Rate limits
 //! are kept per route: an answer saying none remain makes the next send on that route
 //! wait for the bucket to refill, and a 429 is retried after Discord's `retry_after`.
+//!
+//! Each part of a reply carries a `nonce` derived from its outbox row, with
+//! `enforce_nonce`: Discord then creates no second message for a send repeated within a
+//! few minutes (a retry after the agent died between Discord taking the message and the
+//! outbox recording it), and answers with the message it made the first time.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
@@ -224,6 +229,31 @@ fn classify(status: u16, reason: String, after: Option<Duration>) -> SendError {
     }
 }
 
+/// The `nonce` of part `part` of a reply with `text` into Discord channel `channel`: the
+/// same outbox row always gets the same one, so with `enforce_nonce` Discord makes one
+/// message of a send repeated after a crash; two rows with the same text (a reminder
+/// sent twice) are two messages. Decimal digits within a signed 64-bit integer: Discord
+/// takes a string or integer of at most 25 characters and prefers snowflake-like ones.
+pub fn nonce(channel: &str, text: &str, part: usize, context: &ReplyContext) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let outbox_id = context.outbox_id?;
+    let mut hash = Sha256::new();
+    for field in [
+        channel,
+        text,
+        &part.to_string(),
+        &outbox_id.to_string(),
+        context.reply_to.as_deref().unwrap_or(""),
+    ] {
+        hash.update(field.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    Some((u64::from_be_bytes(first) >> 1).to_string())
+}
+
 // Snowflakes only: anything else would change the request path.
 fn snowflake(id: &str) -> Result<&str, SendError> {
     if !id.is_empty() && id.len() <= 20 && id.bytes().all(|byte| byte.is_ascii_digit()) {
@@ -271,6 +301,11 @@ impl Transport for RestClient {
             if let Some(reply_to) = context.reply_to.as_deref().filter(|_| part == 0) {
                 body["message_reference"] =
                     json!({"message_id": reply_to, "fail_if_not_exists": false});
+            }
+            // A repeat of this part (after a crash before it was recorded) is one message.
+            if let Some(nonce) = nonce(&channel, text, part, context) {
+                body["nonce"] = json!(nonce);
+                body["enforce_nonce"] = json!(true);
             }
             let answer = self
                 .request(
@@ -369,5 +404,29 @@ mod tests {
         }
         assert!(snowflake("../users").is_err() && snowflake("").is_err());
         assert_eq!(snowflake("80351110224678912").unwrap(), "80351110224678912");
+    }
+
+    #[test]
+    fn nonces_are_stable_per_reply_part_and_distinct_otherwise() {
+        let row = |id| ReplyContext {
+            outbox_id: Some(id),
+            reply_to: Some("1300000000000000001".into()),
+            ..ReplyContext::default()
+        };
+        let first = nonce("1200", "hello", 0, &row(7)).unwrap();
+        assert_eq!(Some(&first), nonce("1200", "hello", 0, &row(7)).as_ref());
+        assert!(first.len() <= 19 && first.bytes().all(|byte| byte.is_ascii_digit()));
+        assert!(first.parse::<i64>().is_ok());
+        for other in [
+            nonce("1200", "hello", 1, &row(7)),
+            nonce("1201", "hello", 0, &row(7)),
+            nonce("1200", "hello!", 0, &row(7)),
+            // The same text from another outbox row is another message.
+            nonce("1200", "hello", 0, &row(8)),
+        ] {
+            assert_ne!(other.unwrap(), first);
+        }
+        // Not from the outbox (no row to key on): no nonce, Discord dedupes nothing.
+        assert_eq!(nonce("1200", "hello", 0, &ReplyContext::default()), None);
     }
 }

@@ -206,9 +206,18 @@ async fn session(
     };
     let mut session = match client.login(&settings.username, &settings.password).await {
         Ok(session) => session,
-        Err((error, _)) => {
+        // Only the server's `NO` (or `BAD`) to LOGIN refuses the credentials; a
+        // connection lost or garbled during the login is a cut like any other, and the
+        // channel reconnects at once instead of reporting refused credentials.
+        Err((error @ (async_imap::error::Error::No(_) | async_imap::error::Error::Bad(_)), _)) => {
             return SessionEnd::LoginRefused(format!(
                 "imap: login as {} refused: {error}",
+                settings.username
+            ));
+        }
+        Err((error, _)) => {
+            return SessionEnd::Failed(format!(
+                "imap: connection lost while logging in as {}: {error}",
                 settings.username
             ));
         }

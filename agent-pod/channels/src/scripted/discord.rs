@@ -4,8 +4,10 @@
 //! the opcodes as Discord documents them: Hello, heartbeats and their ACKs, Identify
 //! (token and intents checked: 4004, 4014), READY, dispatches with increasing
 //! sequence numbers, Resume with a replay from a per-session event log, Reconnect,
-//! Invalid Session, close codes. Every request and frame is recorded; tests script
-//! drops and failures.
+//! Invalid Session, close codes. Create Message honours `nonce` with `enforce_nonce` as
+//! Discord documents it: a second message with the same nonce within a few minutes
+//! ([`NONCE_WINDOW`]) creates nothing and is answered with the first one. Every request
+//! and frame is recorded; tests script drops, failures and answers that never come.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -34,6 +36,8 @@ pub const BOT_USER_ID: &str = "1100000000000000001";
 pub const BOT_USERNAME: &str = "acme-assistant";
 /// MESSAGE_CONTENT, the privileged intent the channel needs.
 const MESSAGE_CONTENT: u64 = 1 << 15;
+/// How long an enforced nonce is remembered ("the past few minutes", in Discord's words).
+pub const NONCE_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// One REST request the server received.
 #[derive(Clone, Debug)]
@@ -124,10 +128,14 @@ impl Failure {
     }
 
     fn invalid_body(problem: &str) -> Self {
+        Self::invalid_field("content", "BASE_TYPE_BAD_LENGTH", problem)
+    }
+
+    fn invalid_field(field: &str, code: &str, problem: &str) -> Self {
         Self {
             status: 400,
             body: json!({"message": "Invalid Form Body", "code": 50035,
-                         "errors": {"content": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH", "message": problem}]}}}),
+                         "errors": {field: {"_errors": [{"code": code, "message": problem}]}}}),
             retry_after: None,
         }
     }
@@ -221,6 +229,10 @@ struct Script {
     bucket_empty_until: Option<Instant>,
     direct_channels: HashMap<String, String>,
     next_id: u64,
+    /// Enforced nonces of the bot's messages: when each was first used, and the answer.
+    nonces: HashMap<String, (Instant, Value)>,
+    /// The next accepted send is made, and its answer never sent.
+    withhold_next_answer: bool,
     gateway: GatewayLog,
     sessions: HashMap<String, Session>,
     /// The session new dispatches belong to (the last one identified).
@@ -275,6 +287,8 @@ impl ScriptedDiscord {
                 bucket_empty_until: None,
                 direct_channels: HashMap::new(),
                 next_id: 1_300_000_000_000_000_000,
+                nonces: HashMap::new(),
+                withhold_next_answer: false,
                 gateway: GatewayLog::default(),
                 sessions: HashMap::new(),
                 current: None,
@@ -345,6 +359,12 @@ impl ScriptedDiscord {
     /// comes as a global limit: `Retry-After` and `retry_after`, no bucket headers.
     pub fn fail_next_gateway_requests(&self, failures: impl IntoIterator<Item = Failure>) {
         self.lock().gateway_failures.extend(failures);
+    }
+
+    /// Makes the next accepted send's message but never answers the request, as if the
+    /// bot died between Discord taking the message and the bot reading the answer.
+    pub fn withhold_next_answer(&self) {
+        self.lock().withhold_next_answer = true;
     }
 
     /// The next successful send answers `X-RateLimit-Remaining: 0` with a reset after
@@ -565,12 +585,26 @@ async fn create_message(
         return Failure::unauthorized().response(&bucket);
     }
     let now = Instant::now();
-    let (failure, status) = {
+    let enforced_nonce = match (&parsed["nonce"], parsed["enforce_nonce"].as_bool()) {
+        (Value::String(nonce), Some(true)) => Some(nonce.clone()),
+        (Value::Number(nonce), Some(true)) => Some(nonce.to_string()),
+        _ => None,
+    };
+    let (failure, status, earlier) = {
         let mut script = shared.lock();
+        script
+            .nonces
+            .retain(|_, (first, _)| now.duration_since(*first) < NONCE_WINDOW);
         let failure = if let Some(until) = script.bucket_empty_until.filter(|until| *until > now) {
             Some(Failure::rate_limited((until - now).as_secs_f64()))
         } else if let Some(failure) = script.send_failures.pop_front() {
             Some(failure)
+        } else if nonce_too_long(&parsed["nonce"]) {
+            Some(Failure::invalid_field(
+                "nonce",
+                "NONCE_TYPE_TOO_LONG",
+                "Must be 25 or fewer in length.",
+            ))
         } else {
             match parsed["content"].as_str() {
                 None | Some("") => Some(Failure::invalid_body(
@@ -583,13 +617,25 @@ async fn create_message(
             }
         };
         let status = failure.as_ref().map_or(200, |failure| failure.status);
-        (failure, status)
+        // The same author's enforced nonce within the window: the first message again.
+        let earlier = enforced_nonce
+            .as_ref()
+            .filter(|_| failure.is_none())
+            .and_then(|nonce| script.nonces.get(nonce))
+            .map(|(_, answer)| answer.clone());
+        (failure, status, earlier)
     };
     record(&shared, "POST", path, &headers, parsed.clone(), status);
     if let Some(failure) = failure {
         return failure.response(&bucket);
     }
-    let (id, exhaust) = {
+    if let Some(answer) = earlier {
+        shared.changed.notify_waiters();
+        let mut response = Json(answer).into_response();
+        rate_limit_headers(response.headers_mut(), &bucket, 4, 5.0);
+        return response;
+    }
+    let (answer, exhaust, withhold) = {
         let mut script = shared.lock();
         script.next_id += 1;
         let id = script.next_id.to_string();
@@ -602,21 +648,39 @@ async fn create_message(
         if let Some(seconds) = exhaust {
             script.bucket_empty_until = Some(Instant::now() + Duration::from_secs_f64(seconds));
         }
-        (id, exhaust)
+        let answer = json!({
+            "id": id, "channel_id": channel, "type": if parsed["message_reference"].is_null() { 0 } else { 19 },
+            "content": parsed["content"], "timestamp": "2026-11-25T10:00:01.000000+00:00",
+            "author": {"id": BOT_USER_ID, "username": BOT_USERNAME, "bot": true},
+            "mentions": [], "attachments": [], "embeds": [],
+            "nonce": parsed.get("nonce").cloned().unwrap_or(Value::Null),
+        });
+        if let Some(nonce) = enforced_nonce {
+            script.nonces.insert(nonce, (now, answer.clone()));
+        }
+        let withhold = std::mem::take(&mut script.withhold_next_answer);
+        (answer, exhaust, withhold)
     };
     shared.changed.notify_waiters();
-    let mut response = Json(json!({
-        "id": id, "channel_id": channel, "type": if parsed["message_reference"].is_null() { 0 } else { 19 },
-        "content": parsed["content"], "timestamp": "2026-11-25T10:00:01.000000+00:00",
-        "author": {"id": BOT_USER_ID, "username": BOT_USERNAME, "bot": true},
-        "mentions": [], "attachments": [], "embeds": [],
-    }))
-    .into_response();
+    if withhold {
+        // The message exists; the bot never hears so.
+        return std::future::pending().await;
+    }
+    let mut response = Json(answer).into_response();
     match exhaust {
         Some(seconds) => rate_limit_headers(response.headers_mut(), &bucket, 0, seconds),
         None => rate_limit_headers(response.headers_mut(), &bucket, 4, 5.0),
     }
     response
+}
+
+/// Discord takes a nonce of at most 25 characters (a string, or an integer's digits).
+fn nonce_too_long(nonce: &Value) -> bool {
+    match nonce {
+        Value::String(nonce) => nonce.chars().count() > 25,
+        Value::Number(nonce) => nonce.to_string().len() > 25,
+        _ => false,
+    }
 }
 
 async fn create_dm(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
