@@ -173,6 +173,19 @@ impl SpendLedger {
         })
     }
 
+    /// Takes `usd` off what `person` is charged in the period of `budget` containing
+    /// `now` (an approved top-up, already stored as a credit in the spend table): the
+    /// loaded account at once; an account not loaded reads the credit from the store
+    /// when it is (the epoch moves, so a load under way reads again).
+    pub fn credit(&self, person: &str, budget: &Budget, usd: f64, now: Timestamp) {
+        let (first_day, last_day) = metering::period_days(budget.period, now);
+        let mut state = self.lock();
+        match state.account(person, &first_day, &last_day) {
+            Some(account) => account.settled -= usd,
+            None => state.epoch += 1,
+        }
+    }
+
     /// What `person` has spent and holds reserved in the account of `first_day..=last_day`,
     /// if that account is loaded.
     pub fn spent_and_reserved(

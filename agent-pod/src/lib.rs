@@ -22,4 +22,5 @@ pub mod session;
 pub mod starter;
 pub mod subagents;
 pub mod telemetry;
+pub mod top_up;
 pub mod up;

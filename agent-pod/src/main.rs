@@ -847,6 +847,12 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         }
         extras.notices.extend(notices);
         let keeper_workspace = workspace.clone();
+        // Approved top-ups credit the same accounts the runtime's budget checks read.
+        let budgets = saint_agent::budget::SpendLedger::default();
+        let tools = tools.replace(Arc::new(saint_agent::top_up::TopUpTool::new(
+            store.clone(),
+            budgets.clone(),
+        )));
         let runtime = Runtime::new(
             config.clone(),
             store,
@@ -856,7 +862,8 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
             workspace,
             options,
         )
-        .with_sandbox_available(sandbox_available);
+        .with_sandbox_available(sandbox_available)
+        .with_spend_ledger(budgets);
         let runtime = Arc::new(runtime);
         subagents.attach(&runtime);
         // Background turns queue their answers outside a channel's own turn: wake the

@@ -33,6 +33,11 @@ struct Bot {
 
 impl Bot {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`Bot::start`] with the config changed by `adjust` before the agent reads it.
+    async fn start_with(adjust: impl FnOnce(&mut Value)) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -65,6 +70,7 @@ impl Bot {
         config["roles"]["manager"]["approvals"] = json!([
             {"tools": ["message"], "approvers": {"roles": ["manager", "owner"]}},
         ]);
+        adjust(&mut config);
         write_config(&config_path, &config);
         let agent = spawn_agent(&config_path, &workspace, &[("TG_BOT_TOKEN", BOT_TOKEN)]);
         Self {
@@ -300,4 +306,158 @@ async fn a_manager_cannot_approve_their_own_request() {
         format!("Not done: request {code} was made by you: someone else must decide it.")
     );
     assert!(bot.sent_to(IVAN_TELEGRAM).is_empty());
+}
+
+/// A sub-agent on a dearer model than the role's is refused unless the role's approvals
+/// let the person ask: then it waits for the owner, and runs on that model once she says
+/// yes (the approved call's permit carries the approval; nothing else lifts the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_on_a_dearer_model_runs_only_once_the_owner_approves() {
+    let bot = Bot::start_with(|config| {
+        config["roles"]["employee"]["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("sessions_spawn"));
+        config["roles"]["employee"]["approvals"] = json!([
+            {"tools": ["sessions_spawn"], "when": {"model": "claude-sonnet*"},
+             "approvers": {"roles": ["owner"]}},
+        ]);
+    })
+    .await;
+    let (ana, ivan) = (person(ANA_TELEGRAM, "Ana"), person(IVAN_TELEGRAM, "Ivan"));
+    bot.llm.push(Reply::tool_call(
+        "sessions_spawn",
+        json!({"task": "Summarise the Q3 anvil sales.", "model": "claude-sonnet-4-5"}),
+    ));
+    bot.llm.push(Reply::text("I asked for approval."));
+    bot.say(&ivan, "get a sub-agent on the big model for Q3");
+    bot.wait_for_sent_to(IVAN_TELEGRAM, 1).await;
+    let ana_said = bot.wait_for_sent_to(ANA_TELEGRAM, 1).await;
+    assert!(
+        ana_said[0].contains("Ivan (employee) asks to use sessions_spawn")
+            && ana_said[0].contains("claude-sonnet-4-5"),
+        "{ana_said:?}"
+    );
+    let code = ana_said[0]
+        .split("approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..6))
+        .unwrap_or_else(|| panic!("no code in {ana_said:?}"))
+        .to_string();
+    // Until then every call ran on Ivan's own model.
+    let models: Vec<String> = bot.llm.requests().iter().map(|r| r.model()).collect();
+    assert_eq!(models, ["claude-haiku-4-5", "claude-haiku-4-5"]);
+
+    // Ana approves: the sub-agent starts, on the dearer model.
+    bot.llm.set_fallback(Reply::text("Q3: 1,200 anvils."));
+    bot.say(&ana, &format!("approve {code}"));
+    let said = bot.wait_for_sent_to(ANA_TELEGRAM, 2).await;
+    assert_eq!(said[1], "Approved: sessions_spawn ran for Ivan.");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !bot
+        .llm
+        .requests()
+        .iter()
+        .any(|request| request.model() == "claude-sonnet-4-5")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no model call on claude-sonnet-4-5 after the approval; usage: {}",
+            bot.usage()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let usage = bot.usage();
+    let line: Value = usage
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|line| line["tool"] == "sessions_spawn" && line["approval"] == code.as_str())
+        .unwrap_or_else(|| panic!("{usage}"));
+    assert_eq!(line["outcome"], "ok", "{line}");
+}
+
+/// A person near the end of their budget asks for more: `budget_top_up` waits for the
+/// owner, and once she approves, the credit raises what the person may spend this
+/// period at once (the runtime's live account, not only the store). Ivan's budget is
+/// 2 USD a month; he has spent 1.95 of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_top_up_runs_only_once_the_owner_approves_and_raises_the_budget_at_once() {
+    let bot = Bot::start_with(|config| {
+        config["roles"]["employee"]["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("budget_top_up"));
+        config["roles"]["employee"]["approvals"] = json!([
+            {"tools": ["budget_top_up"], "approvers": {"roles": ["owner"]}},
+        ]);
+    })
+    .await;
+    let today = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+    let database =
+        rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3")).unwrap();
+    database
+        .execute(
+            "INSERT INTO spend (contact, day, usd) VALUES ('ivan', ?1, 1.95)",
+            [&today],
+        )
+        .unwrap();
+    let (ana, ivan) = (person(ANA_TELEGRAM, "Ana"), person(IVAN_TELEGRAM, "Ivan"));
+    bot.llm.push(Reply::tool_call(
+        "budget_top_up",
+        json!({"amountUsd": 1.5, "reason": "The Q3 report needs a few long drafts."}),
+    ));
+    bot.llm.push(Reply::text("I asked Ana for more budget."));
+    bot.say(&ivan, "I need more budget for the Q3 report");
+    bot.wait_for_sent_to(IVAN_TELEGRAM, 1).await;
+    let ana_said = bot.wait_for_sent_to(ANA_TELEGRAM, 1).await;
+    assert!(
+        ana_said[0].contains("Ivan (employee) asks to use budget_top_up")
+            && ana_said[0].contains("1.5"),
+        "{ana_said:?}"
+    );
+    let code = ana_said[0]
+        .split("approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..6))
+        .unwrap_or_else(|| panic!("no code in {ana_said:?}"))
+        .to_string();
+    // Asked, not granted: the store holds no credit yet.
+    let credits = |database: &rusqlite::Connection| -> f64 {
+        database
+            .query_row(
+                "SELECT COALESCE(SUM(usd), 0.0) FROM spend WHERE contact = 'ivan'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    assert!(credits(&database) > 1.95, "{}", credits(&database));
+
+    bot.say(&ana, &format!("approve {code}"));
+    let said = bot.wait_for_sent_to(ANA_TELEGRAM, 2).await;
+    assert_eq!(said[1], "Approved: budget_top_up ran for Ivan.");
+    let told = bot.wait_for_sent_to(IVAN_TELEGRAM, 2).await;
+    assert!(told[1].contains("Added 1.5 USD"), "{told:?}");
+    let charged = credits(&database);
+    assert!(
+        (0.45..0.5).contains(&charged),
+        "1.95 spent + Ivan's turn − 1.5 credited: {charged}"
+    );
+
+    // Ivan's next turn costs 1.0 USD (a million prompt tokens of claude-haiku-4-5):
+    // 1.45 + 1.0 is within 2 only because of the top-up, so the turn after it runs too.
+    bot.llm
+        .push(Reply::text("Here is the long draft.").with_usage(1_000_000, 10));
+    bot.say(&ivan, "draft the Q3 report");
+    let told = bot.wait_for_sent_to(IVAN_TELEGRAM, 3).await;
+    assert_eq!(told[2], "Here is the long draft.");
+    bot.llm.push(Reply::text("And the summary."));
+    bot.say(&ivan, "and a summary");
+    let told = bot.wait_for_sent_to(IVAN_TELEGRAM, 4).await;
+    assert_eq!(
+        told[3],
+        "And the summary.",
+        "without the credit Ivan would be over his 2 USD (spent {})",
+        credits(&database)
+    );
 }

@@ -70,7 +70,12 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "skill",
     "tts",
     "image",
+    TOP_UP_TOOL,
 ];
+
+/// The tool that raises a person's budget for the period once someone their role's
+/// `approvals` name says yes (never offered without such a rule and a budget).
+pub const TOP_UP_TOOL: &str = "budget_top_up";
 
 /// Tool groups (`group:<name>`) and the tools each one expands to.
 pub const TOOL_GROUPS: &[(&str, &[&str])] = &[

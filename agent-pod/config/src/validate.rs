@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, SCHEMA_VERSION,
-    SandboxBackend, TOOL_GROUPS, mcp,
+    SandboxBackend, TOOL_GROUPS, TOP_UP_TOOL, mcp,
 };
 
 /// Why a rendered config was refused. Each message names the offending field.
@@ -455,6 +455,32 @@ fn validate_approvals(
             return Err(invalid(
                 field("timeoutSeconds"),
                 format!("must be 1 to {}", crate::MAX_APPROVAL_TIMEOUT_SECONDS),
+            ));
+        }
+    }
+    // A top-up named in the role is served only where someone else decides it and there
+    // is a budget to raise; refused here rather than silently not offered.
+    if role.tools.allow.iter().any(|tool| tool == TOP_UP_TOOL) {
+        if role.budget.is_none() {
+            return Err(invalid(
+                format!("roles.{name}.tools.allow"),
+                format!("allows {TOP_UP_TOOL}, but the role has no budget to top up"),
+            ));
+        }
+        let covered = role.approvals.iter().any(|rule| {
+            rule.tools.iter().any(|pattern| {
+                pattern == TOP_UP_TOOL
+                    || globset::Glob::new(pattern)
+                        .is_ok_and(|glob| glob.compile_matcher().is_match(TOP_UP_TOOL))
+            })
+        });
+        if !covered {
+            return Err(invalid(
+                format!("roles.{name}.tools.allow"),
+                format!(
+                    "allows {TOP_UP_TOOL}, but no rule in roles.{name}.approvals names it: a \
+                     top-up runs only once someone else approves it"
+                ),
             ));
         }
     }

@@ -308,3 +308,39 @@ fn approval_rules_name_tools_and_approvers_that_exist_and_someone_else_decides()
         assert!(error.contains(expected), "{error}\nexpected: {expected}");
     }
 }
+
+#[test]
+fn a_role_naming_the_budget_top_up_needs_a_budget_and_a_rule_someone_else_decides() {
+    let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    let check = |adjust: &dyn Fn(&mut serde_json::Value)| {
+        let mut config = base.clone();
+        config["roles"]["employee"]["tools"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!("budget_top_up"));
+        adjust(&mut config["roles"]["employee"]);
+        BotConfig::from_json(&config.to_string())
+            .err()
+            .map(|error| error.to_string())
+    };
+    let ruled = |role: &mut serde_json::Value| {
+        role["approvals"] =
+            serde_json::json!([{"tools": ["budget_*"], "approvers": {"roles": ["owner"]}}]);
+    };
+    assert_eq!(check(&ruled), None);
+    let unruled = check(&|_| {}).expect("a top-up nobody else decides");
+    assert!(
+        unruled.contains("roles.employee.tools.allow")
+            && unruled.contains("no rule in roles.employee.approvals names it"),
+        "{unruled}"
+    );
+    let unbudgeted = check(&|role| {
+        ruled(role);
+        role.as_object_mut().unwrap().remove("budget");
+    })
+    .expect("a top-up with no budget");
+    assert!(
+        unbudgeted.contains("the role has no budget"),
+        "{unbudgeted}"
+    );
+}

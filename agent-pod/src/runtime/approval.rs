@@ -315,7 +315,7 @@ impl Runtime {
         let started = Instant::now();
         let result = match tokio::time::timeout(
             self.options.tool_timeout,
-            tool.call(&context, request.input.clone()),
+            tool.call_approved(&context, request.input.clone(), &request.code),
         )
         .await
         {

@@ -323,6 +323,13 @@ impl Runtime {
         self
     }
 
+    /// Checks budgets against `budgets` (shared with the tools that credit them: an
+    /// approved top-up) instead of a ledger of its own.
+    pub fn with_spend_ledger(mut self, budgets: SpendLedger) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
     /// Reports the failover chain's health through `health` instead of the default
     /// (Kubernetes Events in a cluster, nothing elsewhere).
     pub fn with_chain_health(mut self, health: ChainHealth) -> Self {

@@ -40,6 +40,8 @@ pub struct SpawnRequest {
     pub model: Option<String>,
     /// A shorter timeout than the role's, in seconds.
     pub timeout_seconds: Option<u64>,
+    /// Whether an approver said yes to exactly this spawn ([`saint_tools::Permit::approval`]).
+    pub approved: bool,
 }
 
 /// What the child runs with.
@@ -72,7 +74,12 @@ pub fn plan_child(
     if let Some(tools) = &request.tools {
         check_patterns(tools)?;
     }
-    let model = child_model(config, &parent.role, request.model.as_deref())?;
+    let model = child_model(
+        config,
+        &parent.role,
+        request.model.as_deref(),
+        request.approved,
+    )?;
     let timeout = child_timeout(&parent.role, request.timeout_seconds)?;
     let mut deny: Vec<&str> = ONLY_WHEN_ASKED
         .iter()
@@ -121,11 +128,15 @@ pub fn role_model(config: &BotConfig, role: &RoleConfig) -> String {
 }
 
 /// The child's model: the role's own, or the one asked for when it is no more
-/// expensive (input and output price both no higher, per `model.prices`).
+/// expensive (input and output price both no higher, per `model.prices`) — or dearer,
+/// when an approver said yes to exactly this spawn (`approved`; the role's `approvals`
+/// decide which spawns may ask). A model without a price is refused either way: its
+/// spend could not be counted against the person's budget.
 pub fn child_model(
     config: &BotConfig,
     role: &RoleConfig,
     requested: Option<&str>,
+    approved: bool,
 ) -> Result<String, ToolError> {
     let own = role_model(config, role);
     let Some(requested) = requested.map(str::trim).filter(|model| !model.is_empty()) else {
@@ -144,11 +155,12 @@ pub fn child_model(
             "your role's model {own:?} has no price in the bot's model.prices, so no other model can be shown to cost no more; a sub-agent may use only {own:?}"
         )));
     };
-    if price.input_per_mtok > own_price.input_per_mtok
-        || price.output_per_mtok > own_price.output_per_mtok
+    if !approved
+        && (price.input_per_mtok > own_price.input_per_mtok
+            || price.output_per_mtok > own_price.output_per_mtok)
     {
         return Err(ToolError::Denied(format!(
-            "model {requested:?} costs more than your role's model {own:?} (USD per million tokens: input {} vs {}, output {} vs {}); a sub-agent may use only a model no more expensive in both",
+            "model {requested:?} costs more than your role's model {own:?} (USD per million tokens: input {} vs {}, output {} vs {}); a sub-agent may use only a model no more expensive in both, unless your role's approvals let you ask someone for it",
             price.input_per_mtok,
             own_price.input_per_mtok,
             price.output_per_mtok,
@@ -379,22 +391,22 @@ mod tests {
         let manager = config.roles["manager"].clone();
         assert_eq!(role_model(&config, &manager), "claude-sonnet-4-5");
         assert_eq!(
-            child_model(&config, &manager, Some("claude-haiku-4-5")).unwrap(),
+            child_model(&config, &manager, Some("claude-haiku-4-5"), false).unwrap(),
             "claude-haiku-4-5"
         );
         assert_eq!(
-            child_model(&config, &manager, None).unwrap(),
+            child_model(&config, &manager, None, false).unwrap(),
             "claude-sonnet-4-5"
         );
         let employee = config.roles["employee"].clone();
-        let dearer = child_model(&config, &employee, Some("claude-sonnet-4-5")).unwrap_err();
+        let dearer = child_model(&config, &employee, Some("claude-sonnet-4-5"), false).unwrap_err();
         assert!(
             dearer
                 .to_string()
                 .contains("costs more than your role's model \"claude-haiku-4-5\""),
             "{dearer}"
         );
-        let unpriced = child_model(&config, &employee, Some("gpt-9")).unwrap_err();
+        let unpriced = child_model(&config, &employee, Some("gpt-9"), false).unwrap_err();
         assert!(unpriced.to_string().contains("no price"), "{unpriced}");
         // Cheaper in input but dearer in output is still dearer.
         let mut mixed = config.clone();
@@ -405,12 +417,19 @@ mod tests {
                 output_per_mtok: 6.0,
             },
         );
-        assert!(child_model(&mixed, &employee, Some("odd")).is_err());
+        assert!(child_model(&mixed, &employee, Some("odd"), false).is_err());
         // The role's own model is always fine, priced or not.
         assert_eq!(
-            child_model(&config, &employee, Some("claude-haiku-4-5")).unwrap(),
+            child_model(&config, &employee, Some("claude-haiku-4-5"), false).unwrap(),
             "claude-haiku-4-5"
         );
+        // An approver said yes to exactly this spawn: the dearer model is allowed, an
+        // unpriced one still is not (its spend could not be counted).
+        assert_eq!(
+            child_model(&config, &employee, Some("claude-sonnet-4-5"), true).unwrap(),
+            "claude-sonnet-4-5"
+        );
+        assert!(child_model(&config, &employee, Some("gpt-9"), true).is_err());
     }
 
     #[test]

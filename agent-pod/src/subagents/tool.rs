@@ -101,6 +101,7 @@ impl Tool for SpawnTool {
                 tools: input.tools,
                 model: input.model,
                 timeout_seconds: input.timeout_seconds,
+                approved: permit.approval().is_some(),
             };
             self.subagents
                 .spawn(context, task, request)

@@ -43,6 +43,9 @@ use crate::{Caller, Tool, ToolContext, ToolError, ToolOutput};
 pub struct Permit {
     tool: &'static str,
     role: String,
+    /// The approval code, when this call runs because an approver said yes to exactly
+    /// it ([`PermittedTool::call_approved`]).
+    approval: Option<String>,
 }
 
 impl Permit {
@@ -54,6 +57,13 @@ impl Permit {
     /// The role it was issued to.
     pub fn role(&self) -> &str {
         &self.role
+    }
+
+    /// The approval this call runs under, if an approver said yes to exactly it: what a
+    /// tool may allow beyond the role's own limits only then (a sub-agent on a dearer
+    /// model).
+    pub fn approval(&self) -> Option<&str> {
+        self.approval.as_deref()
     }
 
     /// Refuses a call this permit was not issued for: another tool, or a caller of
@@ -105,6 +115,22 @@ impl PermittedTool {
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         self.tool.call(&self.permit, context, input)
     }
+
+    /// Calls the tool with its permit marked approved by `code`: only the runtime's
+    /// approvals call this, with the exact arguments the approver said yes to.
+    pub fn call_approved<'a>(
+        &'a self,
+        context: &'a ToolContext,
+        input: serde_json::Value,
+        code: &str,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let permit = Permit {
+            tool: self.permit.tool,
+            role: self.permit.role.clone(),
+            approval: Some(code.to_string()),
+        };
+        Box::pin(async move { self.tool.call(&permit, context, input).await })
+    }
 }
 
 impl std::fmt::Debug for PermittedTool {
@@ -127,6 +153,7 @@ pub fn permit(
         Ok(Permit {
             tool: name,
             role: caller.role_name.clone(),
+            approval: None,
         })
     } else {
         Err(ToolError::Denied(format!(
@@ -211,7 +238,8 @@ pub fn tool_allowed(role: &RoleConfig, tool: &str) -> bool {
 
 /// Like [`tool_allowed`], for a runtime that may have a working sandbox. The sandbox
 /// tools (`exec`, `process`) are allowed only when `sandbox_available` is true *and* the
-/// role has an `execBlocklist` (absent means the role has no exec at all).
+/// role has an `execBlocklist` (absent means the role has no exec at all). The budget
+/// top-up is allowed only to a role with a budget whose approvals name it.
 pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_available: bool) -> bool {
     if WITHHELD_TOOLS.contains(&tool) && !(sandbox_available && role.exec_blocklist.is_some()) {
         return false;
@@ -231,6 +259,16 @@ pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_availabl
         .allow
         .iter()
         .any(|pattern| pattern_matches(pattern, tool));
+    if tool == saint_config::TOP_UP_TOOL {
+        // Only for a role with a budget whose approvals name the tool: someone else
+        // decides every top-up (the tool itself runs only under an approved permit).
+        let approved_by_someone = role.approvals.iter().any(|rule| {
+            rule.tools
+                .iter()
+                .any(|pattern| pattern_matches(pattern, tool))
+        });
+        return allowed && !denied && role.budget.is_some() && approved_by_someone;
+    }
     allowed && !denied
 }
 
@@ -386,6 +424,42 @@ mod tests {
         let mut denied = role(&["*"], &["exec"]);
         denied.exec_blocklist = Some(Vec::new());
         assert!(!names(&denied, true).contains(&"exec"));
+    }
+
+    #[test]
+    fn a_budget_top_up_needs_a_budget_and_an_approval_rule_naming_it() {
+        let tool = saint_config::TOP_UP_TOOL;
+        let rule = |tools: &[&str]| saint_config::ApprovalRule {
+            tools: tools.iter().map(|tool| tool.to_string()).collect(),
+            when: Default::default(),
+            approvers: saint_config::Approvers {
+                roles: vec!["owner".to_string()],
+                contacts: Vec::new(),
+            },
+            timeout_seconds: 60,
+        };
+        let mut asking = role(&["*"], &[]);
+        asking.budget = Some(saint_config::Budget {
+            usd: 2.0,
+            period: saint_config::BudgetPeriod::Month,
+        });
+        assert!(
+            !tool_allowed(&asking, tool),
+            "no rule: it would raise its own"
+        );
+        asking.approvals = vec![rule(&["message"])];
+        assert!(!tool_allowed(&asking, tool), "a rule for another tool");
+        asking.approvals = vec![rule(&["budget_*"])];
+        assert!(tool_allowed(&asking, tool));
+        let mut unbudgeted = asking.clone();
+        unbudgeted.budget = None;
+        assert!(!tool_allowed(&unbudgeted, tool), "nothing to top up");
+        let mut denied = asking.clone();
+        denied.tools.deny = vec![tool.to_string()];
+        assert!(!tool_allowed(&denied, tool), "deny wins");
+        let mut not_allowed = asking.clone();
+        not_allowed.tools.allow = vec!["read".to_string()];
+        assert!(!tool_allowed(&not_allowed, tool));
     }
 
     #[test]
