@@ -137,7 +137,15 @@ pub enum ApprovalError {
     },
     #[error("failed to use the approvals database")]
     Database(#[from] rusqlite::Error),
+    #[error(
+        "{waiting} of your requests already wait for a decision (at most {MOST_WAITING_PER_PERSON}); ask again once one is decided"
+    )]
+    TooManyWaiting { waiting: usize },
 }
+
+/// Requests one person may have waiting at once: their approvers are asked in their
+/// own chats, so a loop (or a flood) of risky calls cannot flood them.
+pub const MOST_WAITING_PER_PERSON: usize = 5;
 
 /// The requests of one workspace (`sessions/approvals.sqlite3`).
 pub struct ApprovalStore {
@@ -275,6 +283,16 @@ impl ApprovalStore {
             expires_ms: now_ms.saturating_add((rule.timeout_seconds as i64).saturating_mul(1000)),
         };
         let connection = self.connection();
+        let waiting: i64 = connection.query_row(
+            "SELECT COUNT(*) FROM approvals
+             WHERE requester = ?1 AND state = 'pending' AND expires_ms > ?2",
+            params![requester, now_ms],
+            |row| row.get(0),
+        )?;
+        let waiting = usize::try_from(waiting).unwrap_or(usize::MAX);
+        if waiting >= MOST_WAITING_PER_PERSON {
+            return Err(ApprovalError::TooManyWaiting { waiting });
+        }
         // A clash of random codes is unlikely; try again rather than reuse one.
         for _ in 0..16 {
             let code = new_code();

@@ -174,3 +174,41 @@ fn altered_arguments_and_expired_requests_are_refused() {
         Err(Refusal::AlreadyDecided(late.code.clone()))
     );
 }
+
+#[test]
+fn a_person_has_at_most_a_handful_of_requests_waiting() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let rule = rule(&["message"], &[]);
+    let ask = |who: &str, n: u64, now_ms: i64| {
+        store.request(
+            who,
+            "employee",
+            "s",
+            "t",
+            "message",
+            &json!({"to": "marko", "n": n}),
+            &rule,
+            now_ms,
+        )
+    };
+    let mut codes = Vec::new();
+    for n in 0..MOST_WAITING_PER_PERSON as u64 {
+        codes.push(ask("ivan", n, 0).unwrap().code);
+    }
+    let refused = ask("ivan", 99, 0).unwrap_err();
+    assert!(
+        matches!(refused, ApprovalError::TooManyWaiting { waiting } if waiting == MOST_WAITING_PER_PERSON),
+        "{refused}"
+    );
+    // Someone else is not held back by Ivan's requests.
+    assert!(ask("marko", 0, 0).is_ok());
+    // One decided: Ivan may ask again; and so once his requests expire.
+    store
+        .decide(&codes[0], "ana", |_| true, false, 1)
+        .unwrap()
+        .unwrap();
+    assert!(ask("ivan", 100, 1).is_ok());
+    assert!(ask("ivan", 101, 1).is_err());
+    assert!(ask("ivan", 102, 60_000).is_ok(), "the old ones expired");
+}

@@ -1,7 +1,7 @@
 //! One person's data as one zip archive (`saint-agent export`): their transcripts and
-//! group messages, scheduled jobs, channel inbox and outbox rows as JSON lines, their
-//! memory notes and the files that came with their messages as they are, and their
-//! usage lines. Reads only; the archive is written stored (uncompressed).
+//! group messages, scheduled jobs, channel inbox and outbox rows, the approvals they
+//! asked for or decided and their audit lines, as JSON lines; their memory notes and
+//! the files that came with their messages as they are, and their usage lines. Reads only; the archive is written stored (uncompressed).
 
 use std::{
     io::Write,
@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use zip::{CompressionMethod, ZipWriter, write::SimpleFileOptions};
 
 use super::{
-    ErasureError, JOBS, Person, TRANSCRIPTS, USAGE_LOG, has_table, io, job_session_keys,
-    list_files, open, person_identities_json, session_keys, sql,
+    APPROVALS, APPROVALS_LOG, ErasureError, JOBS, Person, TRANSCRIPTS, USAGE_LOG, has_table, io,
+    job_session_keys, list_files, open, person_identities_json, session_keys, sql,
 };
 
 /// What went into an archive.
@@ -155,6 +155,41 @@ pub fn export(
     for (name, path) in files {
         let bytes = std::fs::read(&path).map_err(io("read", &path))?;
         add(&mut archive, name, &bytes)?;
+    }
+    // Approvals: the requests they made (with the arguments they asked to run), the
+    // ones they decided, and the audit lines of either.
+    let approvals_path = workspace.join(APPROVALS);
+    if approvals_path.exists() {
+        let connection = open(&approvals_path)?;
+        if has_table(&connection, "approvals") {
+            let rows = rows_as_json(
+                &connection,
+                "SELECT code, requester, requester_role, tool, input, state, decided_by,
+                        created_ms, decided_ms FROM approvals
+                 WHERE requester = ?1 OR decided_by = ?1 ORDER BY created_ms",
+                &[&person.slug],
+            )
+            .map_err(sql("read", &approvals_path))?;
+            add(
+                &mut archive,
+                "approvals.jsonl".into(),
+                lines(&rows).as_bytes(),
+            )?;
+        }
+    }
+    let approvals_log = workspace.join(APPROVALS_LOG);
+    if let Ok(text) = std::fs::read_to_string(&approvals_log) {
+        let slug = Some(person.slug.as_str());
+        let mine: String = text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<Value>(line).is_ok_and(|value| {
+                    value["requester"].as_str() == slug || value["by"].as_str() == slug
+                })
+            })
+            .flat_map(|line| [line, "\n"])
+            .collect();
+        add(&mut archive, "approvals-log.jsonl".into(), mine.as_bytes())?;
     }
     let usage_path = workspace.join(USAGE_LOG);
     if let Ok(text) = std::fs::read_to_string(&usage_path) {

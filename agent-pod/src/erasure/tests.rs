@@ -240,6 +240,29 @@ fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
         slug: "ivan".to_string(),
         identities: vec!["telegram:333".to_string()],
     };
+    // Before: the export carries the request he made and the one he decided.
+    let archive = directory.path().join("ivan.zip");
+    super::export::export(workspace, &person, &archive).unwrap();
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&archive).unwrap()).unwrap();
+    let mut entry = |name: &str| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut zip.by_name(name).unwrap(), &mut text).unwrap();
+        text
+    };
+    let requests = entry("approvals.jsonl");
+    assert!(
+        requests.contains(&asked.code) && requests.contains(canary),
+        "{requests}"
+    );
+    assert!(requests.contains(&decided_by_ivan.code), "{requests}");
+    let log = entry("approvals-log.jsonl");
+    assert_eq!(
+        log.lines().count(),
+        2,
+        "asked, and approved by him: {log}\nall: {}",
+        std::fs::read_to_string(workspace.join(APPROVALS_LOG)).unwrap()
+    );
+
     let report = erase(workspace, &person).unwrap();
     assert!(report.to_string().contains("approval requests"), "{report}");
     let database = std::fs::read(workspace.join(APPROVALS)).unwrap();

@@ -115,6 +115,10 @@ impl Runtime {
         .await;
         let request = match stored {
             Ok(Ok(request)) => request,
+            Ok(Err(error @ approvals::ApprovalError::TooManyWaiting { .. })) => {
+                tracing::warn!(requester = %caller.slug, tool, "approval request refused: too many waiting");
+                return (format!("not run: {tool} needs approval, and {error}"), true);
+            }
             Ok(Err(error)) => {
                 tracing::error!(error = %saint_config::ErrorChain(&error), "failed to store an approval request");
                 return (
