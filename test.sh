@@ -2,7 +2,8 @@
 # shellcheck disable=SC2317 # section functions are called through the table below, not by name
 # The one command that runs every Saint test, in order, failing fast:
 #
-#   prerequisites -> cargo fmt -> cargo clippy -> memory model -> Synapse (Matrix tests) ->
+#   prerequisites -> cargo fmt -> shellcheck, ruff, Markdown links -> cargo clippy ->
+#   memory model -> Synapse (Matrix tests) ->
 #   cargo test ->
 #   CRD drift -> Helm chart (lint, template, examples) ->
 #   chart on a real API server -> end-to-end -> a real node (images, kubelet)
@@ -222,18 +223,40 @@ cargo_fmt() {
 ruff_version=0.17.6
 lint_scripts() {
 	local scripts python_files venv="$SAINT_CACHE_DIR/ruff-$ruff_version"
-	mapfile -t scripts < <(git ls-files '*.sh') || return 1
-	shellcheck -x "${scripts[@]}" .ci/run || return 1
-	echo "shellcheck: $((${#scripts[@]} + 1)) scripts clean"
+	command -v shellcheck >/dev/null || {
+		echo "shellcheck is missing: section 'prerequisites' installs it (./test.sh prerequisites lint)" >&2
+		return 1
+	}
+	mapfile -t scripts < <(scripts_in_tree sh '(ba)?sh')
+	((${#scripts[@]} > 0)) || { echo "found no shell scripts" >&2; return 1; }
+	shellcheck -x "${scripts[@]}" || return 1
+	echo "shellcheck: ${#scripts[@]} scripts clean"
 	if [[ ! -e "$venv/.installed" ]]; then
 		rm -rf "$venv"
 		/usr/bin/python3 -m venv "$venv" || return 1
 		"$venv/bin/pip" install --quiet --disable-pip-version-check "ruff==$ruff_version" || return 1
 		touch "$venv/.installed"
 	fi
-	mapfile -t python_files < <(git ls-files '*.py') || return 1
+	mapfile -t python_files < <(scripts_in_tree py 'python3?')
+	((${#python_files[@]} > 0)) || { echo "found no Python files" >&2; return 1; }
 	"$venv/bin/ruff" check --no-cache "${python_files[@]}" || return 1
+	echo "ruff $ruff_version: ${#python_files[@]} Python files clean"
 	/usr/bin/python3 docs/check-links.py
+}
+
+# scripts_in_tree <extension> <interpreter regex>: the files in the tree, tracked or new
+# but not ignored, named *.<extension> or whose first line runs the interpreter (.ci/run
+# has no extension), one a line.
+scripts_in_tree() {
+	local extension="$1" interpreter="$2" file
+	{
+		git -c core.quotePath=false ls-files --cached --others --exclude-standard -- "*.$extension"
+		git -c core.quotePath=false grep --untracked -I -n -E "^#!.*[/ ]$interpreter( |\$)" |
+			awk -F: '$2 == 1 { print $1 }'
+	} | sort -u | while IFS= read -r file; do
+		# A tracked file deleted in the working tree is not linted.
+		[[ -f "$file" ]] && printf '%s\n' "$file"
+	done
 }
 
 # The tools the later sections run, built in the background from the clippy section

@@ -184,7 +184,7 @@ def operator_prepare_workspace_script() -> str:
     import re
     source = (pathlib.Path(__file__).resolve().parents[1]
               / "operator/src/saintbot_controller/build/workload.rs").read_text()
-    found = re.search(r'"/bin/sh", "-c",\s*(?://[^\n]*\n\s*)*r#"(.*?)"#', source, re.S)
+    found = re.search(r'"/bin/sh", "-c",\s*(?://[^\n]*\n\s*)*r#"(.*?)"#', source, re.DOTALL)
     return found.group(1) if found else ""
 
 

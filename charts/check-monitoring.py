@@ -93,7 +93,7 @@ def exported_metrics(sources: list[pathlib.Path]) -> dict[str, dict]:
         prefix = re.search(r'Registry::with_prefix\(\s*"([a-z_]+)"\s*\)', text)
         if not prefix:
             continue
-        registrations = re.findall(r'\.register\(\s*"([a-z_]+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', text, re.S)
+        registrations = re.findall(r'\.register\(\s*"([a-z_]+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', text, re.DOTALL)
         check(bool(registrations), f"{path}: has a prefixed Registry but no register(\"name\", \"help\", x.clone()) call")
         for name, variable in registrations:
             declared = re.search(

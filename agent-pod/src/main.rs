@@ -42,6 +42,7 @@ use saint_tools::{
     memory_get::MemoryGetTool,
     memory_search::MemorySearchTool,
     message::MessageTool,
+    process::ProcessTool,
     registry::ToolSet,
 };
 use tokio_util::sync::CancellationToken;
@@ -277,6 +278,14 @@ struct RunExtras {
 }
 
 fn main() -> std::process::ExitCode {
+    // saint-media's extraction child (hidden): it limits itself and parses one hostile
+    // file, so none of the agent (logging, allocator, flags) is set up for it.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|argument| argument == saint_media::CHILD_SUBCOMMAND)
+    {
+        return saint_media::child_main();
+    }
     let cli = Cli::parse();
     let telemetry = match init_logging_and_telemetry(&cli.command) {
         Ok(telemetry) => telemetry,
@@ -711,7 +720,13 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
     )?);
     let metering = Arc::new(Metering::open(&workspace)?);
     let clock = Arc::new(Clock::from_env(|name| env(name))?);
-    let options = RuntimeOptions::default();
+    let options = RuntimeOptions {
+        // Attachments are parsed by this binary's hidden `extract-document` child.
+        media: std::env::current_exe()
+            .ok()
+            .map(|binary| saint_media::Extractor::new(binary, [saint_media::CHILD_SUBCOMMAND])),
+        ..RuntimeOptions::default()
+    };
     let model = ModelAccess::new(
         arguments.model_base_url.clone(),
         env.clone(),
@@ -828,6 +843,8 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
                     ExecLimits::default(),
                 ));
                 tools = tools.replace(tool.clone());
+                // Background commands share exec's sandbox, checks and Porter path.
+                tools = tools.replace(Arc::new(ProcessTool::new(tool.clone())));
                 tracing::info!("exec: on, commands run in the sandbox");
                 extras.notices.push("exec: on, commands run in the sandbox".to_string());
                 let parts = mcp_servers::parts(Some((&exec, tool)), &config.last_good()).await;

@@ -262,6 +262,23 @@ struct ToolNameLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolRoleLabels {
+    tool: String,
+    role: String,
+}
+
+/// The bytes of output a call's commands wrote, from the facts the tool reported:
+/// `exec`'s `stdoutBytes` and `stderrBytes` (all it wrote, shown or not), or what a
+/// `process` poll handed over plus what was dropped unread (`outputBytes`,
+/// `droppedBytes`), so each byte of a background command counts once.
+pub fn reported_output_bytes(extra: &Map<String, Value>) -> u64 {
+    ["stdoutBytes", "stderrBytes", "outputBytes", "droppedBytes"]
+        .iter()
+        .filter_map(|field| extra.get(*field).and_then(Value::as_u64))
+        .sum()
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TurnLabels {
     role: String,
     outcome: String,
@@ -339,6 +356,7 @@ pub struct Metrics {
     registry: Registry,
     tool_calls: Family<ToolLabels, Counter>,
     tool_seconds: Family<ToolNameLabels, Histogram, fn() -> Histogram>,
+    tool_output_bytes: Family<ToolRoleLabels, Counter>,
     turns: Family<TurnLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
     cost: Family<CostLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -394,6 +412,12 @@ impl Default for Metrics {
             "tool_call_duration_seconds",
             "Tool call wall time",
             tool_seconds.clone(),
+        );
+        let tool_output_bytes = Family::<ToolRoleLabels, Counter>::default();
+        registry.register(
+            "tool_output_bytes",
+            "Output bytes commands wrote (exec, process) by tool and the caller's role",
+            tool_output_bytes.clone(),
         );
         let turns = Family::<TurnLabels, Counter>::default();
         registry.register("turns", "Turns by role and outcome", turns.clone());
@@ -484,6 +508,7 @@ impl Default for Metrics {
             dead_letters,
             tool_calls,
             tool_seconds,
+            tool_output_bytes,
             turns,
             tokens,
             cost,
@@ -560,6 +585,16 @@ impl Metrics {
         self.tool_seconds
             .get_or_create(&ToolNameLabels { tool: tool.into() })
             .observe(duration.as_secs_f64());
+    }
+
+    /// Counts output bytes a tool's commands wrote for a caller of `role`.
+    pub fn tool_output(&self, tool: &str, role: &str, bytes: u64) {
+        self.tool_output_bytes
+            .get_or_create(&ToolRoleLabels {
+                tool: tool.into(),
+                role: role.into(),
+            })
+            .inc_by(bytes);
     }
 
     /// Counts a finished turn.
@@ -679,6 +714,11 @@ impl Metering {
     pub async fn record_tool_call(&self, record: &ToolCallRecord<'_>) {
         self.metrics
             .tool_call(record.tool, record.outcome, record.duration);
+        let output_bytes = reported_output_bytes(record.extra);
+        if output_bytes > 0 {
+            self.metrics
+                .tool_output(record.tool, record.role, output_bytes);
+        }
         let line = usage_line(record, jiff::Timestamp::now());
         self.append(line).await;
     }
@@ -836,5 +876,29 @@ mod tests {
             "{text}"
         );
         assert_eq!(person_label(false, "http-someone"), "stranger");
+    }
+
+    #[test]
+    fn command_output_counts_once_per_byte_by_tool_and_role() {
+        let exec = Map::from_iter([
+            ("stdoutBytes".to_string(), json!(40_000)),
+            ("stderrBytes".to_string(), json!(2)),
+            ("exitCode".to_string(), json!(0)),
+        ]);
+        assert_eq!(reported_output_bytes(&exec), 40_002);
+        let poll = Map::from_iter([
+            ("outputBytes".to_string(), json!(1024)),
+            ("droppedBytes".to_string(), json!(8976)),
+        ]);
+        assert_eq!(reported_output_bytes(&poll), 10_000);
+        assert_eq!(reported_output_bytes(&Map::new()), 0);
+        let metrics = Metrics::default();
+        metrics.tool_output("process", "owner", 10_000);
+        metrics.tool_output("process", "owner", 5);
+        let text = metrics.encode();
+        assert!(
+            text.contains("saint_tool_output_bytes_total{tool=\"process\",role=\"owner\"} 10005"),
+            "{text}"
+        );
     }
 }

@@ -84,6 +84,7 @@ fn inbound(sender: &str, platform_id: &str, text: &str, group: bool) -> InboundM
             id: "-100555".into(),
             title: None,
         }),
+        pressed: false,
     }
 }
 

@@ -257,7 +257,7 @@ def interpret_stage(dockerfile: Dockerfile, stage: Stage) -> tuple[list[tuple[In
         if keyword == "RUN":
             if stage.kind not in ("debian", "cargo"):
                 raise BuildError(f"{where}: RUN needs a shell; a {stage.kind} stage has none")
-            if arguments.startswith("[") or arguments.startswith("--"):
+            if arguments.startswith(("[", "--")):
                 raise BuildError(f"{where}: the offline build runs only shell-form RUN without flags")
             if config["user"] is not None:
                 raise BuildError(f"{where}: RUN after USER is not supported by the offline build")

@@ -43,6 +43,7 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
+from typing import ClassVar
 
 # No __pycache__ in the repository's tree.
 sys.dont_write_bytecode = True
@@ -84,7 +85,7 @@ def plan(name: str) -> saint_images.FinalPlan:
 class Unpacked:
     """An archive's layout and root filesystem (umoci unpack) in a temporary directory."""
 
-    cache: dict[str, Unpacked] = {}
+    cache: ClassVar[dict[str, Unpacked]] = {}
 
     def __init__(self, name: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix=f"saint-image-test-{name}-"))
@@ -149,7 +150,7 @@ class Unpacked:
         return result
 
 
-def tearDownModule() -> None:  # noqa: N802 (unittest's name)
+def tearDownModule() -> None:  # unittest's name for the module's cleanup
     Unpacked.remove_all()
 
 

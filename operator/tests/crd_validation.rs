@@ -981,8 +981,12 @@ fn schema_bounds_of_heartbeat_and_role_limits_are_the_controller_s() {
         pair((low.into(), high.into()))
     );
     assert_eq!(
-        range(schema(role, "spawn.timeoutSeconds")),
+        range(schema(role.clone(), "spawn.timeoutSeconds")),
         pair(bounds::SPAWN_TIMEOUT_SECONDS)
+    );
+    assert_eq!(
+        range(schema(role, "process.maxRunning")),
+        pair((1, saint_config::MAX_RUNNING_PROCESSES.into()))
     );
 }
 

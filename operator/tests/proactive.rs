@@ -261,7 +261,7 @@ fn skills_need_safe_unique_names_and_an_existing_config_map_key() {
 
 #[test]
 fn role_limits_outside_their_bounds_leave_the_role_out_naming_it_and_the_field() {
-    let cases: [(&str, Value); 5] = [
+    let cases: [(&str, Value); 6] = [
         (
             "spec.cron.minIntervalSeconds",
             json!({"cron": {"minIntervalSeconds": 30}}),
@@ -275,6 +275,10 @@ fn role_limits_outside_their_bounds_leave_the_role_out_naming_it_and_the_field()
         (
             "spec.spawn.timeoutSeconds",
             json!({"spawn": {"timeoutSeconds": 0}}),
+        ),
+        (
+            "spec.process.maxRunning",
+            json!({"process": {"maxRunning": 0}}),
         ),
     ];
     for (field, limits) in cases {

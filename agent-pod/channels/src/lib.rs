@@ -11,6 +11,7 @@
 //! agent wires them to its HTTP server, its turn loop and its metrics.
 
 pub mod attachments;
+pub mod buttons;
 pub mod discord;
 pub mod email;
 pub mod format;

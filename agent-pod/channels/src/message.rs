@@ -43,6 +43,11 @@ pub struct InboundMessage {
     /// The group conversation it was said in; `None` for a direct message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<Conversation>,
+    /// A press of one of the bot's buttons, not something typed: its text is the answer
+    /// the button stands for (`approve K7QX2P`, see [`crate::buttons`]). A press is a
+    /// decision or nothing; it never starts a turn.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pressed: bool,
 }
 
 impl InboundMessage {
@@ -98,6 +103,11 @@ pub struct ReplyContext {
     /// The thread the reply goes in (Slack `thread_ts`, a Matrix thread root event id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<String>,
+    /// The code of the approval request this message asks about: where the platform has
+    /// buttons, the transport puts Approve and Reject under it (carrying only the code
+    /// and the decision; the text still says how to answer by typing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
     /// The outbox row being sent, set by the sender (never stored): a transport whose
     /// sends are idempotent by key (Matrix transaction ids) keys on it, so a retry after
     /// a crash is one message and two identical messages are two.

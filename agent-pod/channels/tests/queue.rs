@@ -30,6 +30,7 @@ fn message(id: &str, sender: &str, conversation: Option<&str>, text: &str) -> In
             id: id.into(),
             title: None,
         }),
+        pressed: false,
     }
 }
 

@@ -279,7 +279,10 @@ async fn a_private_message_is_stored_with_its_offset_and_answered_in_the_private
     wait_for_offset(&server, update_id + 1).await;
     assert!(server.pending_updates().is_empty());
     let first_poll = &server.requests_of("getUpdates")[0];
-    assert_eq!(first_poll.body["allowed_updates"], json!(["message"]));
+    assert_eq!(
+        first_poll.body["allowed_updates"],
+        json!(["message", "callback_query"])
+    );
     assert!((25..=50).contains(&first_poll.body["timeout"].as_u64().unwrap()));
     assert_eq!(server.requests_of("getMe").len(), 1);
     assert!(sink.states().contains(&ChannelState::Up));

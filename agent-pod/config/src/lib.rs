@@ -711,6 +711,9 @@ pub struct RoleConfig {
     /// Limits on the background sub-agents a person with this role may start.
     #[serde(default, skip_serializing_if = "SpawnLimits::is_default")]
     pub spawn: SpawnLimits,
+    /// Limits on the background commands (`process` tool) a person with this role runs.
+    #[serde(default, skip_serializing_if = "ProcessLimits::is_default")]
+    pub process: ProcessLimits,
     /// How long the data of the people with this role is kept; absent: for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Retention>,
@@ -865,6 +868,41 @@ impl Default for SpawnLimits {
 }
 
 impl SpawnLimits {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Limits on one person's background commands (the `process` tool).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcessLimits {
+    /// Background commands of one person running at once in their sandbox: 1 to
+    /// [`MAX_RUNNING_PROCESSES`] (deny `process` to forbid them).
+    #[serde(default = "default_max_running")]
+    pub max_running: u32,
+}
+
+/// Background commands of one person at once when the role says nothing.
+pub const DEFAULT_MAX_RUNNING_PROCESSES: u32 = 4;
+
+/// The most background commands a role may let one person run at once (a runner runs
+/// at most 64, whoever owns them).
+pub const MAX_RUNNING_PROCESSES: u32 = 32;
+
+fn default_max_running() -> u32 {
+    DEFAULT_MAX_RUNNING_PROCESSES
+}
+
+impl Default for ProcessLimits {
+    fn default() -> Self {
+        Self {
+            max_running: DEFAULT_MAX_RUNNING_PROCESSES,
+        }
+    }
+}
+
+impl ProcessLimits {
     fn is_default(&self) -> bool {
         *self == Self::default()
     }

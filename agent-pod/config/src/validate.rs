@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, SCHEMA_VERSION,
-    SandboxBackend, TOOL_GROUPS, TOP_UP_TOOL, mcp,
+    BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, MAX_RUNNING_PROCESSES,
+    SCHEMA_VERSION, SandboxBackend, TOOL_GROUPS, TOP_UP_TOOL, mcp,
 };
 
 /// Why a rendered config was refused. Each message names the offending field.
@@ -363,6 +363,14 @@ fn validate_proactive(config: &BotConfig) -> Result<(), ConfigError> {
             return Err(invalid(
                 format!("roles.{name}.spawn.timeoutSeconds"),
                 "must be at least 1",
+            ));
+        }
+        if !(1..=MAX_RUNNING_PROCESSES).contains(&role.process.max_running) {
+            return Err(invalid(
+                format!("roles.{name}.process.maxRunning"),
+                format!(
+                    "must be 1 to {MAX_RUNNING_PROCESSES} (deny process to forbid background commands)"
+                ),
             ));
         }
     }

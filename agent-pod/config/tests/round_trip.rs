@@ -344,3 +344,28 @@ fn a_role_naming_the_budget_top_up_needs_a_budget_and_a_rule_someone_else_decide
         "{unbudgeted}"
     );
 }
+
+#[test]
+fn a_roles_background_process_limit_is_one_to_thirty_two() {
+    let base: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    let check = |limits: serde_json::Value| {
+        let mut config = base.clone();
+        config["roles"]["employee"]["process"] = limits;
+        BotConfig::from_json(&config.to_string()).map_err(|error| error.to_string())
+    };
+    let accepted = check(serde_json::json!({"maxRunning": 32})).unwrap();
+    assert_eq!(accepted.roles["employee"].process.max_running, 32);
+    let defaulted = check(serde_json::json!({})).unwrap();
+    assert_eq!(defaulted.roles["employee"].process.max_running, 4);
+    for refused in [0, 33] {
+        let error = check(serde_json::json!({"maxRunning": refused})).unwrap_err();
+        assert!(
+            error.contains("roles.employee.process.maxRunning: must be 1 to 32"),
+            "{error}"
+        );
+    }
+    assert!(
+        check(serde_json::json!({"maxRunnig": 2})).is_err(),
+        "a misspelt limit is refused, not ignored"
+    );
+}

@@ -27,6 +27,10 @@ pub fn request_body(request: &ChatRequest) -> Value {
                 .iter()
                 .map(|block| match block {
                     ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+                    ContentBlock::Image { media_type, data } => json!({
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": media_type, "data": data},
+                    }),
                     ContentBlock::ToolUse { id, name, input } => {
                         json!({"type": "tool_use", "id": id, "name": name, "input": input})
                     }
@@ -216,6 +220,35 @@ mod tests {
                 ],
                 "tools": [{"name": "read", "description": "reads", "input_schema": {"type": "object"}}],
             })
+        );
+    }
+
+    #[test]
+    fn an_image_is_a_base64_image_block() {
+        let request = ChatRequest {
+            model: "claude-haiku-4-5".into(),
+            system: String::new(),
+            messages: vec![Message {
+                role: ChatRole::User,
+                content: vec![
+                    ContentBlock::Text {
+                        text: "what is this?".into(),
+                    },
+                    ContentBlock::Image {
+                        media_type: "image/png".into(),
+                        data: "iVBORw0=".into(),
+                    },
+                ],
+            }],
+            tools: Vec::new(),
+            max_tokens: 100,
+        };
+        assert_eq!(
+            request_body(&request)["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0="}},
+            ]}])
         );
     }
 

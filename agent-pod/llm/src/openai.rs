@@ -21,11 +21,17 @@ pub fn request_body(request: &ChatRequest) -> Value {
     for message in &request.messages {
         match message.role {
             ChatRole::User => {
-                // Tool results become `tool` messages; the remaining text one `user` message.
+                // Tool results become `tool` messages; the remaining text one `user` message,
+                // whose content is a list of parts when it carries images.
                 let mut text = String::new();
+                let mut images = Vec::new();
                 for block in &message.content {
                     match block {
                         ContentBlock::Text { text: part } => text.push_str(part),
+                        ContentBlock::Image { media_type, data } => images.push(json!({
+                            "type": "image_url",
+                            "image_url": {"url": format!("data:{media_type};base64,{data}")},
+                        })),
                         ContentBlock::ToolResult {
                             tool_use_id,
                             content,
@@ -42,7 +48,14 @@ pub fn request_body(request: &ChatRequest) -> Value {
                         ContentBlock::ToolUse { .. } => {}
                     }
                 }
-                if !text.is_empty() {
+                if !images.is_empty() {
+                    let mut parts = Vec::with_capacity(images.len() + 1);
+                    if !text.is_empty() {
+                        parts.push(json!({"type": "text", "text": text}));
+                    }
+                    parts.extend(images);
+                    messages.push(json!({"role": "user", "content": parts}));
+                } else if !text.is_empty() {
                     messages.push(json!({"role": "user", "content": text}));
                 }
             }
@@ -202,6 +215,35 @@ mod tests {
                 ],
                 "tools": [{"type": "function", "function": {"name": "web_fetch", "description": "d", "parameters": {"type": "object"}}}],
             })
+        );
+    }
+
+    #[test]
+    fn an_image_makes_the_user_content_a_list_of_parts_with_a_data_url() {
+        let request = ChatRequest {
+            model: "gpt-x".into(),
+            system: String::new(),
+            messages: vec![Message {
+                role: ChatRole::User,
+                content: vec![
+                    ContentBlock::Text {
+                        text: "what is this?".into(),
+                    },
+                    ContentBlock::Image {
+                        media_type: "image/jpeg".into(),
+                        data: "/9j/AA==".into(),
+                    },
+                ],
+            }],
+            tools: Vec::new(),
+            max_tokens: 10,
+        };
+        assert_eq!(
+            request_body(&request)["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/AA=="}},
+            ]}])
         );
     }
 

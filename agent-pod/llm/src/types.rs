@@ -31,6 +31,14 @@ pub enum ContentBlock {
         /// Input object.
         input: serde_json::Value,
     },
+    /// An image the person sent, prepared within the provider's limits (saint-media).
+    /// Only user messages carry images; both wire formats send it as base64 inline.
+    Image {
+        /// `image/jpeg`, `image/png`, `image/gif` or `image/webp`.
+        media_type: String,
+        /// The encoded image, base64 (standard alphabet, padded).
+        data: String,
+    },
     /// The result of a tool call, sent back to the model.
     ToolResult {
         /// The id of the [`ContentBlock::ToolUse`] this answers.

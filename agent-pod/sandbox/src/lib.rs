@@ -28,6 +28,7 @@ use std::{
 };
 
 use futures::{future::BoxFuture, stream::BoxStream};
+pub use porter_protocol::{Request as RunnerRequest, process as runner_process};
 use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
@@ -141,6 +142,20 @@ pub enum ExecEvent {
     TimedOut,
 }
 
+/// A runner's answer to a background-process request.
+#[derive(Debug)]
+pub struct ProcessAnswer {
+    /// New stdout since the last poll (`poll`, `kill`).
+    pub stdout: Vec<u8>,
+    /// New stderr since the last poll.
+    pub stderr: Vec<u8>,
+    /// What the runner says about the process(es).
+    pub reply: runner_process::ProcessReply,
+    /// The hold on the sandbox the request ran under: whoever starts a process keeps it
+    /// while the process may still run, so the sandbox is not reaped under it.
+    pub lease: Lease,
+}
+
 /// The events of one command. Dropping it early disconnects, and the runner kills
 /// the command.
 pub type ExecStream = BoxStream<'static, Result<ExecEvent, SandboxError>>;
@@ -220,6 +235,29 @@ pub trait Sandbox: Send + Sync {
             }
         })
     }
+}
+
+/// Sends one background-process request to the runner of `scope`'s sandbox (a `spawn`
+/// starting it if none runs). A dead sandbox is replaced once for a `spawn` only: the
+/// processes other requests name died with it, which the new runner says.
+pub fn process<'a>(
+    sandbox: &'a dyn Sandbox,
+    scope: &'a ScopeKey,
+    view: &'a View,
+    request: RunnerRequest,
+) -> BoxFuture<'a, Result<ProcessAnswer, SandboxError>> {
+    Box::pin(async move {
+        let handle = sandbox.ensure(scope, view).await?;
+        let retry = matches!(request, RunnerRequest::Spawn(_)).then(|| request.clone());
+        match (runner_client::process(handle, request).await, retry) {
+            (Err(SandboxError::Unreachable { .. }), Some(request)) => {
+                sandbox.discard(scope).await?;
+                let handle = sandbox.ensure(scope, view).await?;
+                runner_client::process(handle, request).await
+            }
+            (other, _) => other,
+        }
+    })
 }
 
 /// Use tracking shared by a warm sandbox and its leases.

@@ -1,5 +1,6 @@
 //! Talks to a sandbox runner over its unix socket: handshake, one `Exec` request,
-//! stdin, then the command's output as a stream of [`ExecEvent`]s.
+//! stdin, then the command's output as a stream of [`ExecEvent`]s; or one background
+//! process request and its [`ProcessAnswer`].
 //!
 //! Touches only the runner socket it is given.
 
@@ -12,7 +13,7 @@ use saint_config::ErrorChain;
 use tokio::{io::AsyncWrite, net::UnixStream};
 use tokio_util::codec::FramedRead;
 
-use super::{ExecEvent, ExecRequest, ExecStream, SandboxError, SandboxHandle};
+use super::{ExecEvent, ExecRequest, ExecStream, ProcessAnswer, SandboxError, SandboxHandle};
 
 fn protocol(error: CodecError) -> SandboxError {
     SandboxError::Protocol(ErrorChain(&error).to_string())
@@ -20,6 +21,102 @@ fn protocol(error: CodecError) -> SandboxError {
 
 async fn send<W: AsyncWrite + Unpin>(writer: &mut W, frame: &Frame) -> Result<(), SandboxError> {
     write_frame(writer, frame).await.map_err(protocol)
+}
+
+/// Connects and says hello; a runner that closes during the handshake is as good as
+/// gone ([`SandboxError::Unreachable`]).
+async fn connect(
+    handle: &SandboxHandle,
+) -> Result<
+    (
+        FramedRead<tokio::net::unix::OwnedReadHalf, FrameCodec>,
+        tokio::net::unix::OwnedWriteHalf,
+    ),
+    SandboxError,
+> {
+    let stream = UnixStream::connect(&handle.socket)
+        .await
+        .map_err(|source| SandboxError::Unreachable {
+            path: handle.socket.clone(),
+            source,
+        })?;
+    let (read_half, mut write_half) = stream.into_split();
+    let mut frames = FramedRead::new(read_half, FrameCodec);
+    send(
+        &mut write_half,
+        &Frame::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await?;
+    match frames.next().await.transpose().map_err(protocol)? {
+        Some(Frame::Welcome { .. }) => Ok((frames, write_half)),
+        Some(Frame::Error { code, message }) => Err(SandboxError::Refused {
+            code: code.as_str(),
+            message,
+        }),
+        None => {
+            let source = std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "closed during handshake",
+            );
+            Err(SandboxError::Unreachable {
+                path: handle.socket.clone(),
+                source,
+            })
+        }
+        Some(other) => Err(SandboxError::Protocol(format!(
+            "expected welcome, got {:?}",
+            other.kind()
+        ))),
+    }
+}
+
+/// Sends one background-process request (the handle's token filled in here) and
+/// collects the answer: new output, then the runner's `Process` frame. The runner's
+/// buffer cap bounds the output.
+pub async fn process(
+    handle: SandboxHandle,
+    request: Request,
+) -> Result<ProcessAnswer, SandboxError> {
+    let (mut frames, mut write_half) = connect(&handle).await?;
+    send(
+        &mut write_half,
+        &Frame::Request(request.with_token(&handle.token)),
+    )
+    .await?;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    loop {
+        match frames.next().await.transpose().map_err(protocol)? {
+            Some(Frame::Stdout(data)) => stdout.extend(data),
+            Some(Frame::Stderr(data)) => stderr.extend(data),
+            Some(Frame::Process(reply)) => {
+                return Ok(ProcessAnswer {
+                    stdout,
+                    stderr,
+                    reply,
+                    lease: handle.lease,
+                });
+            }
+            Some(Frame::Error { code, message }) => {
+                return Err(SandboxError::Refused {
+                    code: code.as_str(),
+                    message,
+                });
+            }
+            Some(other) => {
+                return Err(SandboxError::Protocol(format!(
+                    "unexpected {:?} frame from runner",
+                    other.kind()
+                )));
+            }
+            None => {
+                return Err(SandboxError::Protocol(
+                    "runner closed the connection before answering".to_string(),
+                ));
+            }
+        }
+    }
 }
 
 /// Connects, sends the request (and its stdin) and returns the command's events. The
@@ -30,48 +127,7 @@ pub async fn start(
     handle: SandboxHandle,
     request: &ExecRequest,
 ) -> Result<ExecStream, SandboxError> {
-    let stream = UnixStream::connect(&handle.socket)
-        .await
-        .map_err(|source| SandboxError::Unreachable {
-            path: handle.socket.clone(),
-            source,
-        })?;
-    let (read_half, mut write_half) = stream.into_split();
-    let mut frames = FramedRead::new(read_half, FrameCodec);
-
-    send(
-        &mut write_half,
-        &Frame::Hello {
-            version: PROTOCOL_VERSION,
-        },
-    )
-    .await?;
-    match frames.next().await.transpose().map_err(protocol)? {
-        Some(Frame::Welcome { .. }) => {}
-        Some(Frame::Error { code, message }) => {
-            return Err(SandboxError::Refused {
-                code: code.as_str(),
-                message,
-            });
-        }
-        // A runner that closes during the handshake is as good as gone.
-        None => {
-            let source = std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "closed during handshake",
-            );
-            return Err(SandboxError::Unreachable {
-                path: handle.socket.clone(),
-                source,
-            });
-        }
-        Some(other) => {
-            return Err(SandboxError::Protocol(format!(
-                "expected welcome, got {:?}",
-                other.kind()
-            )));
-        }
-    }
+    let (frames, mut write_half) = connect(&handle).await?;
 
     let exec = porter_protocol::ExecRequest {
         command: request.command.clone(),

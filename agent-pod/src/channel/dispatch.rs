@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::hub::{ChannelHub, ServedChannel};
-use crate::runtime::{Delivery, Inbound, Runtime, TurnError};
+use crate::runtime::{Delivery, Inbound, InboundAttachment, Runtime, TurnError};
 
 /// Turns running at once for channel messages.
 pub const MAX_CONCURRENT_TURNS: usize = 8;
@@ -123,12 +123,22 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         }
     }
     let mut text = row.message.text.clone();
+    let mut saved = Vec::new();
     for (index, attachment) in row.message.attachments.iter().enumerate() {
         let note = save_attachment(&hub.workspace, &channel, &row, index, attachment).await;
         if !text.is_empty() {
             text.push('\n');
         }
         text.push_str(&note);
+        // The runtime shows saved images and documents to the model (saint-media).
+        let path =
+            attachments::relative_path(&channel.name, &row.message.platform_id, index, attachment);
+        if tokio::fs::metadata(hub.workspace.join(&path))
+            .await
+            .is_ok_and(|metadata| metadata.is_file())
+        {
+            saved.push(InboundAttachment { path });
+        }
     }
     let inbound = Inbound {
         channel: row.message.kind,
@@ -143,6 +153,8 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
             accepted_message_id: row.message_id,
             conversation: row.message.conversation.clone(),
         }),
+        pressed: row.message.pressed,
+        attachments: saved,
     };
     match runtime.handle(inbound, None, abort).await {
         Ok(_) => channel.outbox_ready.notify_one(),

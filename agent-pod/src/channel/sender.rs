@@ -103,7 +103,17 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         outbox_id: Some(row.id),
         ..row.body.context.clone()
     };
+    let last = parts.len().saturating_sub(1);
     for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
+        // An approval's buttons go under the last part, after the text they answer.
+        let context = if index == last {
+            context.clone()
+        } else {
+            saint_channels::ReplyContext {
+                approval: None,
+                ..context.clone()
+            }
+        };
         match channel
             .transport
             .send(&recipient, part, &context, index)

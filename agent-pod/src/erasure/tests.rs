@@ -74,6 +74,7 @@ fn inbox_row(workspace: &Path, store: &SessionStore, sender: &str, platform_id: 
         sent_at: NOW.into(),
         context: ReplyContext::default(),
         conversation: None,
+        pressed: false,
     };
     store
         .queue("store a message", |transaction| {

@@ -162,7 +162,13 @@ impl Runtime {
                     continue;
                 }
             };
-            if let Err(error) = self.notify(&approver, &[recipient], &text).await {
+            // Where the platform has buttons, Approve and Reject carry this code (and
+            // nothing else); the text keeps the code for typing it.
+            let asks = saint_channels::ReplyContext {
+                approval: Some(request.code.clone()),
+                ..Default::default()
+            };
+            if let Err(error) = self.notify_with(&approver, &[recipient], &text, asks).await {
                 tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
             }
         }
@@ -177,8 +183,10 @@ impl Runtime {
         )
     }
 
-    /// `caller`'s answer to request `code`: what they are told back. An approved
-    /// request runs here, as its requester, with exactly its stored arguments.
+    /// `caller`'s answer to request `code`, typed or a button pressed: what they are told
+    /// back. Only a Contact can decide (a stranger is refused like anyone the rule does
+    /// not name). An approved request runs here, as its requester, with exactly its
+    /// stored arguments.
     pub(super) async fn decide_approval(
         &self,
         config: &Arc<BotConfig>,
@@ -189,21 +197,23 @@ impl Runtime {
         let Some(store) = self.approval_store() else {
             return "Approvals are unavailable on this bot right now.".to_string();
         };
-        let (decider, role, owned_code) = (
+        let (decider, role, owned_code, known) = (
             caller.slug.clone(),
             caller.role_name.clone(),
             code.to_string(),
+            caller.known,
         );
         let decided = tokio::task::spawn_blocking(move || {
             store.decide(
                 &owned_code,
                 &decider,
                 |approvers| {
-                    approvers.roles.contains(&role)
-                        || approvers
-                            .contacts
-                            .iter()
-                            .any(|slug| slug.as_str() == decider)
+                    known
+                        && (approvers.roles.contains(&role)
+                            || approvers
+                                .contacts
+                                .iter()
+                                .any(|slug| slug.as_str() == decider))
                 },
                 approve,
                 now_ms(),

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use saint_channels::ReplyContext;
 use saint_config::{BotConfig, ChannelIdentity, KNOWN_TOOLS, RoleConfig};
 use saint_llm::CancellationToken;
 use saint_tools::{Caller, policy};
@@ -106,6 +107,7 @@ impl Runtime {
                         quiet: quiet_answer,
                     },
                     note: Some(&note),
+                    attached: Vec::new(),
                 },
                 None,
                 cancel,
@@ -126,11 +128,24 @@ impl Runtime {
         recipients: &[Recipient],
         text: &str,
     ) -> Result<(), TurnError> {
+        self.notify_with(caller, recipients, text, ReplyContext::default())
+            .await
+    }
+
+    /// [`Runtime::notify`] with what the message asks of its recipients (`context`: an
+    /// approval request's code, which the platforms with buttons show as buttons).
+    pub async fn notify_with(
+        &self,
+        caller: &Caller,
+        recipients: &[Recipient],
+        text: &str,
+        context: ReplyContext,
+    ) -> Result<(), TurnError> {
         let lock = self.session_lock(&caller.session_key);
         let _session = lock.lock().await;
         let (recipients_owned, body) = (recipients.to_vec(), text.to_string());
         let caller_owned = caller.clone();
-        self.persist_notice(caller_owned, recipients_owned, body)
+        self.persist_notice(caller_owned, recipients_owned, body, context)
             .await?;
         self.outbox_ready(
             recipients

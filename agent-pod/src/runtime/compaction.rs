@@ -6,6 +6,9 @@ use saint_llm::{ChatRequest, ChatRole, ContentBlock, Message};
 
 use crate::session::StoredMessage;
 
+/// What an image counts as in [`estimate_tokens`]: 1,600 tokens of 4 characters.
+const IMAGE_CHARACTERS: usize = 6_400;
+
 /// Rough token estimate (4 characters per token, the usual rule of thumb for English;
 /// only used to decide *when* to compact, well before the real limit).
 pub fn estimate_tokens(request: &ChatRequest) -> u64 {
@@ -14,6 +17,9 @@ pub fn estimate_tokens(request: &ChatRequest) -> u64 {
         for block in &message.content {
             characters += match block {
                 ContentBlock::Text { text } => text.len(),
+                // Providers bill an image by its pixels, not its base64: Anthropic's
+                // ~1,600 tokens for the 1568-pixel images saint-media prepares.
+                ContentBlock::Image { .. } => IMAGE_CHARACTERS,
                 ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
                 ContentBlock::ToolResult { content, .. } => content.len(),
             };
@@ -65,6 +71,9 @@ pub fn summary_request(
             let line = match (stored.message.role, block) {
                 (ChatRole::User, ContentBlock::Text { text }) => format!("Person: {text}"),
                 (ChatRole::Assistant, ContentBlock::Text { text }) => format!("Assistant: {text}"),
+                (_, ContentBlock::Image { media_type, .. }) => {
+                    format!("Person sent an image ({media_type})")
+                }
                 (_, ContentBlock::ToolUse { name, input, .. }) => {
                     format!("Assistant called {name} with {input}")
                 }

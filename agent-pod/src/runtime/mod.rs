@@ -6,6 +6,7 @@
 
 mod approval;
 mod assignment;
+mod attachments;
 mod chain_health;
 mod compaction;
 mod group;
@@ -26,6 +27,7 @@ use saint_llm::{ClientOptions, LlmError, Usage};
 use self::session_cache::SessionCache;
 pub use self::{
     assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role, reachable_recipient},
+    attachments::InboundAttachment,
     chain_health::{
         ChainHealth, ChainHealthTiming, ChainReport, ChainReportPublisher, KubernetesChainReports,
         MODEL_CHAIN_FAILING, MODEL_CHAIN_RECOVERED, PublishError, RecordingPublisher,
@@ -65,6 +67,10 @@ pub struct RuntimeOptions {
     pub tool_timeout: Duration,
     /// Model client timeouts and retries.
     pub client: ClientOptions,
+    /// Runs saint-media's extraction child on attachments (images, documents); `None`:
+    /// the model gets the channel's note of each file only. The binary sets it to
+    /// itself (`saint-agent extract-document`); in-process tests have no such binary.
+    pub media: Option<saint_media::Extractor>,
 }
 
 impl Default for RuntimeOptions {
@@ -76,6 +82,7 @@ impl Default for RuntimeOptions {
             keep_recent_messages: 6,
             tool_timeout: Duration::from_secs(300),
             client: ClientOptions::default(),
+            media: None,
         }
     }
 }
@@ -98,6 +105,11 @@ pub struct Inbound {
     /// Set when the message came through a channel's inbox: its reply is queued in the
     /// outbox in the same transaction as the answer.
     pub delivery: Option<Delivery>,
+    /// A press of the bot's button ([`saint_channels::InboundMessage::pressed`]): an
+    /// answer to an approval request or nothing, never a turn.
+    pub pressed: bool,
+    /// Files saved from the message; their notes are already in `text`.
+    pub attachments: Vec<InboundAttachment>,
 }
 
 impl Inbound {
@@ -111,6 +123,8 @@ impl Inbound {
             sender_verified: true,
             unverified_origin: None,
             delivery: None,
+            pressed: false,
+            attachments: Vec::new(),
         }
     }
 }

@@ -15,11 +15,11 @@ use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 
-use saint_channels::{OutboundBody, queue};
+use saint_channels::{OutboundBody, ReplyContext, queue};
 
 use super::{
     Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
-    compaction, group, model::ModelChain, session_cache::SessionCache,
+    attachments, compaction, group, model::ModelChain, session_cache::SessionCache,
 };
 use saint_tools::{
     Caller, ToolContext, ToolError, Trigger,
@@ -113,8 +113,9 @@ enum QueueStep {
     Accept(i64),
     /// The answer: queue it as the reply and mark the inbox row answered.
     Reply(Box<(Delivery, OutboundBody)>),
-    /// The answer of work nobody is waiting on live: queue it to each recipient.
-    Send(Box<(Vec<Recipient>, String)>),
+    /// The answer of work nobody is waiting on live: queue it to each recipient (with
+    /// what the message asks of them, e.g. an approval's buttons).
+    Send(Box<(Vec<Recipient>, String, ReplyContext)>),
 }
 
 impl QueueStep {
@@ -135,7 +136,11 @@ impl QueueStep {
                 if silent || to.is_empty() {
                     QueueStep::None
                 } else {
-                    QueueStep::Send(Box::new((to.to_vec(), text.to_string())))
+                    QueueStep::Send(Box::new((
+                        to.to_vec(),
+                        text.to_string(),
+                        ReplyContext::default(),
+                    )))
                 }
             }
         }
@@ -215,10 +220,16 @@ impl Runtime {
             inbound.unverified_origin.as_deref(),
             conversation,
         );
-        // A contact's answer to an approval request is decided here, not by the model.
+        // A contact's answer to an approval request is decided here, not by the model. A
+        // pressed button is such an answer from whoever pressed it, or nothing: a press
+        // never reaches the model, and a stranger's is refused (and audited) like any
+        // other answer from someone the rule does not name.
         let decision = match approvals::parse_decision(&inbound.text) {
-            Some((approve, code)) if caller.known => {
+            Some((approve, code)) if caller.known || inbound.pressed => {
                 Some(self.decide_approval(&config, &caller, approve, &code).await)
+            }
+            None if inbound.pressed => {
+                Some("Not done: that button does not answer a request.".to_string())
             }
             _ => None,
         };
@@ -241,6 +252,15 @@ impl Runtime {
             Some(Delivery { inbox_id, .. }) => Accepted::Inbox(*inbox_id),
             None => Accepted::Store,
         };
+        // A resumed turn's message is stored already, attachments and all.
+        let attached = match (&accepted, &self.options.media) {
+            (Accepted::Already(_), _) | (_, None) => Vec::new(),
+            (_, Some(extractor)) => {
+                let images =
+                    saint_tools::policy::tool_allowed(&caller.role, attachments::IMAGE_TOOL);
+                attachments::blocks(extractor, &self.workspace, &inbound.attachments, images).await
+            }
+        };
         if let Some(answer) = decision {
             return self
                 .answer_directly(
@@ -251,6 +271,7 @@ impl Runtime {
                         accepted,
                         destination,
                         note: None,
+                        attached,
                     },
                     answer,
                     events.as_ref(),
@@ -266,6 +287,7 @@ impl Runtime {
                     accepted,
                     destination,
                     note: None,
+                    attached,
                 },
                 events.as_ref(),
                 &cancel,
@@ -333,6 +355,7 @@ impl Runtime {
             text,
             accepted,
             destination,
+            attached,
             ..
         } = input;
         let lock = self.session_lock(&caller.session_key);
@@ -342,13 +365,16 @@ impl Runtime {
             Accepted::Inbox(inbox_id) => {
                 self.persist_then(
                     caller,
-                    Message::user_text(text),
+                    attachments::user_message(text, attached),
                     None,
                     QueueStep::Accept(inbox_id),
                 )
                 .await?
             }
-            Accepted::Store => self.persist(caller, Message::user_text(text)).await?,
+            Accepted::Store => {
+                self.persist(caller, attachments::user_message(text, attached))
+                    .await?
+            }
         };
         if let Some(events) = events {
             let _ = events.send(TurnEvent::Accepted {
@@ -385,6 +411,7 @@ impl Runtime {
             accepted,
             destination,
             note,
+            attached,
         } = input;
         let lock = self.session_lock(&caller.session_key);
         let mut session = lock.lock().await;
@@ -397,13 +424,16 @@ impl Runtime {
             Accepted::Inbox(inbox_id) => {
                 self.persist_then(
                     caller,
-                    Message::user_text(text),
+                    attachments::user_message(text, attached),
                     None,
                     QueueStep::Accept(inbox_id),
                 )
                 .await?
             }
-            Accepted::Store => self.persist(caller, Message::user_text(text)).await?,
+            Accepted::Store => {
+                self.persist(caller, attachments::user_message(text, attached))
+                    .await?
+            }
         };
         let mut state = TurnState {
             caller,
@@ -499,8 +529,9 @@ impl Runtime {
         caller: Caller,
         recipients: Vec<Recipient>,
         text: String,
+        context: ReplyContext,
     ) -> Result<(), TurnError> {
-        let step = QueueStep::Send(Box::new((recipients, text.clone())));
+        let step = QueueStep::Send(Box::new((recipients, text.clone(), context)));
         self.persist_then(&caller, Message::assistant_text(text), None, step)
             .await
             .map(drop)
@@ -543,11 +574,8 @@ impl Runtime {
                     QueueStep::None => Ok(()),
                     QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
                     QueueStep::Send(send) => {
-                        let (recipients, text) = *send;
-                        let body = OutboundBody {
-                            text,
-                            context: Default::default(),
-                        };
+                        let (recipients, text, context) = *send;
+                        let body = OutboundBody { text, context };
                         for recipient in &recipients {
                             queue::enqueue(
                                 transaction,
@@ -1088,6 +1116,8 @@ pub(super) struct TurnInput<'a> {
     pub(super) accepted: Accepted,
     pub(super) destination: Destination<'a>,
     pub(super) note: Option<&'a str>,
+    /// What the message's attachments show the model beyond their notes in `text`.
+    pub(super) attached: Vec<ContentBlock>,
 }
 
 enum LoopEnd {

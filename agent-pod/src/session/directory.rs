@@ -67,6 +67,12 @@ impl SessionDirectory for SessionStore {
                         text: format!("[called {name}]"),
                         said: false,
                     },
+                    // Only people send images; the history names it, not its bytes.
+                    (_, ContentBlock::Image { media_type, .. }) => HistoryEntry {
+                        speaker: "user".into(),
+                        text: format!("[an image, {media_type}]"),
+                        said: true,
+                    },
                     (
                         _,
                         ContentBlock::ToolResult {

@@ -11,6 +11,7 @@ use super::{
     edit::EditTool,
     exec::ExecUnavailableTool,
     message::{MessageTool, Outbox},
+    process::ProcessUnavailableTool,
     read::ReadTool,
     session_directory::SessionDirectory,
     sessions_history::SessionsHistoryTool,
@@ -59,6 +60,7 @@ pub fn all_tools(dependencies: CatalogDependencies) -> Vec<Arc<dyn Tool>> {
         Arc::new(EditTool),
         Arc::new(ApplyPatchTool),
         Arc::new(ExecUnavailableTool),
+        Arc::new(ProcessUnavailableTool),
         Arc::new(WebSearchTool::new(dependencies.secrets)),
         Arc::new(WebFetchTool::new(
             dependencies.ssrf,

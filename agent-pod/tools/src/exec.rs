@@ -20,7 +20,7 @@ use std::{
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
 use saint_config::{
-    ErrorChain,
+    ErrorChain, RoleConfig,
     sandbox_contract::{SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_WORKSPACE_ROOTS},
 };
 use schemars::JsonSchema;
@@ -190,6 +190,32 @@ pub fn check_blocklist(command: &str, blocklist: Option<&[String]>) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The checks a command line passes before anything starts, whichever tool runs it
+/// (`exec`, `process`), so no tool is a way around them: not empty, not matched by the
+/// role's blocklist (absent: the role runs no commands), a working directory beneath
+/// `/workspace` or `/agent` (default `/workspace`). Returns the working directory.
+pub fn admit_command(
+    command: &str,
+    cwd: Option<String>,
+    role: &RoleConfig,
+) -> Result<String, ToolError> {
+    if command.trim().is_empty() {
+        return Err(ToolError::InvalidInput("command is empty".to_string()));
+    }
+    // The blocklist decides before anything starts: no sandbox, no token.
+    check_blocklist(command, role.exec_blocklist.as_deref())?;
+    let cwd = cwd.unwrap_or_else(|| SANDBOX_SCRATCH_MOUNT_PATH.to_string());
+    let inside = SANDBOX_WORKSPACE_ROOTS
+        .iter()
+        .any(|root| cwd == *root || cwd.starts_with(&format!("{root}/")));
+    if !inside {
+        return Err(ToolError::InvalidInput(
+            "cwd must be under /workspace or /agent".to_string(),
+        ));
+    }
+    Ok(cwd)
 }
 
 /// What Porter's audit log records of a command: a digest, never the line itself (it
@@ -373,25 +399,7 @@ impl TypedTool for ExecTool {
         input: ExecInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            if input.command.trim().is_empty() {
-                return Err(ToolError::InvalidInput("command is empty".to_string()));
-            }
-            // The blocklist decides before anything starts: no sandbox, no token.
-            check_blocklist(
-                &input.command,
-                context.caller.role.exec_blocklist.as_deref(),
-            )?;
-            let cwd = input
-                .cwd
-                .unwrap_or_else(|| SANDBOX_SCRATCH_MOUNT_PATH.to_string());
-            let inside = SANDBOX_WORKSPACE_ROOTS
-                .iter()
-                .any(|root| cwd == *root || cwd.starts_with(&format!("{root}/")));
-            if !inside {
-                return Err(ToolError::InvalidInput(
-                    "cwd must be under /workspace or /agent".to_string(),
-                ));
-            }
+            let cwd = admit_command(&input.command, input.cwd, &context.caller.role)?;
             let sandbox_config = &context.config.sandbox;
             let default_timeout = Duration::from_secs(sandbox_config.exec_timeout_seconds.max(1));
             let timeout = input
@@ -486,15 +494,35 @@ pub struct SandboxRun {
     pub metering: Map<String, serde_json::Value>,
 }
 
+/// The caller's sandbox: which one, what its `/agent` shows, and the facts the usage
+/// log records about it.
+pub struct CallerSandbox {
+    pub scope: ScopeKey,
+    pub view: View,
+    pub metering: Map<String, serde_json::Value>,
+}
+
+/// A Porter key registered for one command: its token (to revoke) and the environment
+/// that carries it.
+pub struct PorterKey {
+    pub token: String,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
 impl ExecTool {
-    /// Runs `command` in the caller's sandbox (their view, their scope), with a Porter
-    /// key of its own when asked for, revoked when it ends. `exec` and stdio MCP
-    /// servers both run here, so both get the same sandbox and the same Porter path.
-    pub async fn run_in_sandbox(
-        &self,
-        context: &ToolContext,
-        command: SandboxCommand,
-    ) -> Result<SandboxRun, ToolError> {
+    /// The backend commands run in (for the `process` tool, which shares it).
+    pub fn sandbox(&self) -> &Arc<dyn Sandbox> {
+        &self.sandbox
+    }
+
+    /// The limits on what the model sees of a command's output.
+    pub fn limits(&self) -> ExecLimits {
+        self.limits
+    }
+
+    /// The caller's sandbox for this call: their scope and their view, the session's
+    /// previous sandbox let go if the view changed.
+    pub async fn caller_sandbox(&self, context: &ToolContext) -> Result<CallerSandbox, ToolError> {
         let viewer = view::viewer(
             &context.caller.role_name,
             &context.caller.role,
@@ -507,35 +535,82 @@ impl ExecTool {
         );
         let view = self.view_for(context).await?;
         self.switch_scope(&context.caller.session_key, &scope).await;
-
         let mut metering = Map::new();
         metering.insert("sandboxScope".to_string(), json!(scope.scope_label()));
         metering.insert("sandboxView".to_string(), json!(view.digest()));
+        Ok(CallerSandbox {
+            scope,
+            view,
+            metering,
+        })
+    }
+
+    /// A Porter key bound to the caller and `command`, living `lifetime` unless revoked
+    /// sooner; none without Porter (a failure is logged and noted in `metering`: the
+    /// command runs without a key, so Porter refuses its CLIs).
+    pub async fn register_porter_key(
+        &self,
+        context: &ToolContext,
+        command: &str,
+        lifetime: Duration,
+        metering: &mut Map<String, serde_json::Value>,
+    ) -> Option<PorterKey> {
+        let porter = self.porter.as_ref()?;
+        let grant = TokenGrant {
+            session: context.caller.session_key.clone(),
+            contact: context.caller.slug.clone(),
+            role: context.caller.role_name.clone(),
+            command: Some(command_digest(command)),
+        };
+        match porter.register(&grant, lifetime).await {
+            // The proxy URL with this command's key, its placeholders and the CA: the
+            // command reaches its CLIs' hosts only through Porter.
+            Ok(registration) => Some(PorterKey {
+                token: registration.token,
+                env: registration.env,
+            }),
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
+                metering.insert("porterTokenError".to_string(), json!(true));
+                None
+            }
+        }
+    }
+
+    /// Revokes a key whose command ended; a lost revoke expires by itself.
+    pub async fn revoke_porter_key(&self, token: &str) {
+        if let Some(porter) = &self.porter
+            && let Err(error) = porter.revoke(token).await
+        {
+            tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
+        }
+    }
+
+    /// Runs `command` in the caller's sandbox (their view, their scope), with a Porter
+    /// key of its own when asked for, revoked when it ends. `exec` and stdio MCP
+    /// servers both run here, so both get the same sandbox and the same Porter path.
+    pub async fn run_in_sandbox(
+        &self,
+        context: &ToolContext,
+        command: SandboxCommand,
+    ) -> Result<SandboxRun, ToolError> {
+        let CallerSandbox {
+            scope,
+            view,
+            mut metering,
+        } = self.caller_sandbox(context).await?;
 
         let mut env = std::collections::BTreeMap::new();
         let mut token = None;
-        if let Some(porter) = self.porter.as_ref().filter(|_| command.porter_key) {
-            let grant = TokenGrant {
-                session: context.caller.session_key.clone(),
-                contact: context.caller.slug.clone(),
-                role: context.caller.role_name.clone(),
-                command: Some(command_digest(&command.command)),
-            };
+        if command.porter_key {
             // A lost revoke still expires shortly after the command's own deadline.
-            match porter
-                .register(&grant, command.timeout + Duration::from_secs(60))
+            let lifetime = command.timeout + Duration::from_secs(60);
+            if let Some(key) = self
+                .register_porter_key(context, &command.command, lifetime, &mut metering)
                 .await
             {
-                Ok(registration) => {
-                    // The proxy URL with this command's key, its placeholders and
-                    // the CA: the command reaches its CLIs' hosts only through Porter.
-                    env.extend(registration.env);
-                    token = Some(registration.token);
-                }
-                Err(error) => {
-                    tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
-                    metering.insert("porterTokenError".to_string(), json!(true));
-                }
+                env.extend(key.env);
+                token = Some(key.token);
             }
         }
 
@@ -556,10 +631,8 @@ impl ExecTool {
                 command.max_stdout_bytes,
             )
             .await;
-        if let (Some(porter), Some(token)) = (&self.porter, &token)
-            && let Err(error) = porter.revoke(token).await
-        {
-            tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
+        if let Some(token) = &token {
+            self.revoke_porter_key(token).await;
         }
         metering.insert(
             "durationMs".to_string(),

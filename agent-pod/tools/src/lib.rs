@@ -23,6 +23,7 @@ pub mod message;
 #[cfg(test)]
 mod path_vectors;
 pub mod policy;
+pub mod process;
 pub mod read;
 pub mod registry;
 pub mod session_directory;

@@ -387,7 +387,7 @@ fn indirections(value: &serde_json::Value, found: &mut Vec<String>) {
 #[test]
 fn every_tool_schema_is_one_inline_object_with_described_properties() {
     let schemas = every_schema();
-    assert_eq!(schemas.len(), 14);
+    assert_eq!(schemas.len(), 15);
     for (name, schema) in schemas {
         assert_eq!(schema["type"], "object", "{name}: {schema}");
         let properties = schema["properties"]
@@ -459,6 +459,19 @@ fn schemas_keep_the_fields_and_required_lists_the_model_was_offered_before() {
             "exec",
             vec!["command", "cwd", "timeout_seconds"],
             vec!["command"],
+        ),
+        (
+            "process",
+            vec![
+                "action",
+                "close_stdin",
+                "command",
+                "cwd",
+                "data",
+                "id",
+                "timeout_seconds",
+            ],
+            vec!["action"],
         ),
         ("web_search", vec!["count", "query"], vec!["query"]),
         (

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use saint_config::{
-    BudgetPeriod, MAX_APPROVAL_TIMEOUT_SECONDS, MemoryScope, SessionsVisibilityKind,
+    BudgetPeriod, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_RUNNING_PROCESSES, MemoryScope,
+    SessionsVisibilityKind,
 };
 use serde::{Deserialize, Serialize};
 
@@ -134,6 +135,11 @@ pub struct RoleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawn: Option<SpawnLimitsSpec>,
 
+    /// Limits on the background commands (`process` tool) of each person holding the
+    /// role. Absent: 4 running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessLimitsSpec>,
+
     /// How many days the data of each person holding the role is kept; a kind left out
     /// is kept for good. The agent's sweeper deletes what is older.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +156,18 @@ pub struct RoleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_APPROVAL_RULES))]
     pub approvals: Vec<ApprovalRuleSpec>,
+}
+
+/// Limits on the background commands (`process` tool) of one person holding the role.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessLimitsSpec {
+    /// Background commands of one person running at once in their sandbox: 1 to 32
+    /// (deny `process` to forbid them); one more is refused, naming this limit.
+    /// Absent: 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_RUNNING_PROCESSES))]
+    pub max_running: Option<u32>,
 }
 
 /// Most approval rules one Role holds (bounds CEL's cost and the agent's matching).

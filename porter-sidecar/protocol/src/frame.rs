@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use crate::{
     handshake::{self, HandshakeError},
+    process::{MAX_PROCESS_REPLY, ProcessReply, ProcessReplyError},
     request::{Request, RequestError},
 };
 
@@ -53,6 +54,8 @@ pub enum FrameKind {
     Exit = 32,
     /// Server → client, last frame: the call was refused or failed.
     Error = 33,
+    /// Server → client, last frame: the answer to a background-process request (JSON).
+    Process = 34,
 }
 
 impl FrameKind {
@@ -69,6 +72,7 @@ impl FrameKind {
             19 => Self::Signal,
             32 => Self::Exit,
             33 => Self::Error,
+            34 => Self::Process,
             _ => return None,
         })
     }
@@ -84,6 +88,7 @@ impl FrameKind {
             Self::Signal => 1,
             Self::Exit => 4,
             Self::Error => 1 + MAX_ERROR_MESSAGE,
+            Self::Process => MAX_PROCESS_REPLY,
         }
     }
 }
@@ -143,6 +148,10 @@ pub enum ErrorCode {
     ShuttingDown = 11,
     /// The request kind is not served here (e.g. `Exec` sent to Porter).
     Unsupported = 12,
+    /// The owner already runs as many background processes as the request allows.
+    LimitReached = 13,
+    /// The owner has no background process of that id (never had, or it is gone).
+    NoSuchProcess = 14,
 }
 
 impl ErrorCode {
@@ -161,6 +170,8 @@ impl ErrorCode {
             10 => Self::PeerDenied,
             11 => Self::ShuttingDown,
             12 => Self::Unsupported,
+            13 => Self::LimitReached,
+            14 => Self::NoSuchProcess,
             _ => return None,
         })
     }
@@ -180,6 +191,8 @@ impl ErrorCode {
             Self::PeerDenied => "peer_denied",
             Self::ShuttingDown => "shutting_down",
             Self::Unsupported => "unsupported",
+            Self::LimitReached => "limit_reached",
+            Self::NoSuchProcess => "no_such_process",
         }
     }
 
@@ -190,7 +203,11 @@ impl ErrorCode {
         match self {
             Self::TimedOut => 124,
             Self::UnknownCli => 127,
-            Self::BadToken | Self::BadCwd | Self::DeniedArgs | Self::PeerDenied => 126,
+            Self::BadToken
+            | Self::BadCwd
+            | Self::DeniedArgs
+            | Self::PeerDenied
+            | Self::LimitReached => 126,
             _ => 125,
         }
     }
@@ -209,6 +226,7 @@ pub enum Frame {
     Signal(RemoteSignal),
     Exit { code: i32 },
     Error { code: ErrorCode, message: String },
+    Process(ProcessReply),
 }
 
 /// Why bytes could not be decoded into a frame.
@@ -232,6 +250,8 @@ pub enum FrameError {
     Handshake(#[from] HandshakeError),
     #[error(transparent)]
     Request(#[from] RequestError),
+    #[error(transparent)]
+    Process(#[from] ProcessReplyError),
     #[error("failed to encode frame: {kind:?} payload of {len} bytes exceeds {max}")]
     EncodeTooLong {
         kind: FrameKind,
@@ -282,6 +302,7 @@ impl Frame {
             Frame::Signal(_) => FrameKind::Signal,
             Frame::Exit { .. } => FrameKind::Exit,
             Frame::Error { .. } => FrameKind::Error,
+            Frame::Process(_) => FrameKind::Process,
         }
     }
 
@@ -328,6 +349,7 @@ impl Frame {
                 },
                 None => return Err(malformed()),
             },
+            FrameKind::Process => Frame::Process(ProcessReply::parse(&payload)?),
         })
     }
 
@@ -352,6 +374,7 @@ impl Frame {
                 truncate_on_char_boundary(&mut message, MAX_ERROR_MESSAGE);
                 out.extend_from_slice(message.as_bytes());
             }
+            Frame::Process(reply) => out.extend_from_slice(&reply.to_payload()),
         }
         let len = out.len() - start - HEADER_LEN;
         let max = kind.max_payload();
@@ -440,6 +463,10 @@ mod tests {
             ErrorCode::DeniedArgs,
             "gh auth token is denied",
         ));
+        round_trip(Frame::Process(ProcessReply::Started { id: "p1".into() }));
+        round_trip(Frame::Process(ProcessReply::Listed {
+            processes: Vec::new(),
+        }));
     }
 
     #[test]

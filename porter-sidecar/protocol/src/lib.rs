@@ -5,6 +5,8 @@
 //! A connection is: client `Hello` → server `Welcome` (or `Error`), client `Request`,
 //! then the client's `Stdin`/`StdinEof`/`Signal` frames and the server's
 //! `Stdout`/`Stderr` frames interleave until the server's last frame, `Exit` or `Error`.
+//! A background-process request (`process`) is answered by `Stdout`/`Stderr` frames (the
+//! new output, for `poll` and `kill`) and a last `Process` or `Error` frame.
 //!
 //! Pure: no sockets, no processes. `sync_io` (std) and `async_io` (tokio, feature
 //! `async`) read and write frames on streams the caller brings.
@@ -14,6 +16,7 @@ pub mod async_io;
 pub mod control;
 pub mod frame;
 pub mod handshake;
+pub mod process;
 pub mod registry;
 #[cfg(feature = "async")]
 pub mod relay;

@@ -1,5 +1,6 @@
 //! The request the agent sends a sandbox runner after the handshake: run a shell
-//! command (`Exec`).
+//! command (`Exec`), or start and act on a background process (`Spawn`, `Poll`,
+//! `Write`, `Kill`, `List`; their shapes are in [`crate::process`]).
 //!
 //! Pure: parsing and shape checks only. Whether a request is *allowed* (token, cwd
 //! containment) is the runner's decision, never made here.
@@ -8,6 +9,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::process::{
+    MAX_OWNER_LEN, MAX_PROCESS_ID_LEN, OwnerRequest, ProcessTarget, SpawnRequest, WriteRequest,
+};
 
 /// Most environment variables one request may carry.
 pub const MAX_ENV: usize = 256;
@@ -21,6 +26,16 @@ pub const MAX_TOKEN_LEN: usize = 512;
 pub enum Request {
     /// Run a command line through `sh -c` (the sandbox runner).
     Exec(ExecRequest),
+    /// Start a command line in the background.
+    Spawn(SpawnRequest),
+    /// New output and the state of a background process.
+    Poll(ProcessTarget),
+    /// Bytes for a background process's stdin.
+    Write(WriteRequest),
+    /// Kill a background process's whole group.
+    Kill(ProcessTarget),
+    /// The owner's background processes.
+    List(OwnerRequest),
 }
 
 /// Run a shell command line: what the agent sends to a sandbox runner.
@@ -62,6 +77,8 @@ pub enum RequestError {
     TokenLength,
     #[error("failed to parse request: {field} is empty")]
     Empty { field: &'static str },
+    #[error("failed to parse request: {field} is longer than {max} bytes")]
+    TooLong { field: &'static str, max: usize },
 }
 
 impl Request {
@@ -83,26 +100,81 @@ impl Request {
     pub fn token(&self) -> &str {
         match self {
             Request::Exec(exec) => &exec.token,
+            Request::Spawn(spawn) => &spawn.token,
+            Request::Poll(target) | Request::Kill(target) => &target.token,
+            Request::Write(write) => &write.token,
+            Request::List(list) => &list.token,
         }
+    }
+
+    /// The same request carrying `token` (the client fills in the runner's token last,
+    /// so callers building requests never hold it).
+    pub fn with_token(mut self, token: &str) -> Self {
+        let slot = match &mut self {
+            Request::Exec(exec) => &mut exec.token,
+            Request::Spawn(spawn) => &mut spawn.token,
+            Request::Poll(target) | Request::Kill(target) => &mut target.token,
+            Request::Write(write) => &mut write.token,
+            Request::List(list) => &mut list.token,
+        };
+        *slot = token.to_string();
+        self
     }
 
     /// Whether the client will stream stdin.
     pub fn wants_stdin(&self) -> bool {
         match self {
             Request::Exec(exec) => exec.stdin,
+            _ => false,
         }
     }
 
     fn validate(&self) -> Result<(), RequestError> {
+        check_token(self.token())?;
         match self {
             Request::Exec(exec) => {
                 non_empty("command", &exec.command)?;
                 no_nul("command", &exec.command)?;
                 no_nul("cwd", &exec.cwd)?;
-                check_token(&exec.token)?;
                 check_env(&exec.env)
             }
+            Request::Spawn(spawn) => {
+                non_empty("command", &spawn.command)?;
+                no_nul("command", &spawn.command)?;
+                no_nul("cwd", &spawn.cwd)?;
+                check_owner(&spawn.owner)?;
+                check_env(&spawn.env)
+            }
+            Request::Poll(target) | Request::Kill(target) => {
+                check_owner(&target.owner)?;
+                check_id(&target.id)
+            }
+            Request::Write(write) => {
+                check_owner(&write.owner)?;
+                check_id(&write.id)
+            }
+            Request::List(list) => check_owner(&list.owner),
         }
+    }
+}
+
+fn check_owner(owner: &str) -> Result<(), RequestError> {
+    non_empty("owner", owner)?;
+    no_nul("owner", owner)?;
+    at_most("owner", owner, MAX_OWNER_LEN)
+}
+
+fn check_id(id: &str) -> Result<(), RequestError> {
+    non_empty("id", id)?;
+    no_nul("id", id)?;
+    at_most("id", id, MAX_PROCESS_ID_LEN)
+}
+
+fn at_most(field: &'static str, value: &str, max: usize) -> Result<(), RequestError> {
+    if value.len() > max {
+        Err(RequestError::TooLong { field, max })
+    } else {
+        Ok(())
     }
 }
 
@@ -173,6 +245,46 @@ mod tests {
     }
 
     #[test]
+    fn process_requests_round_trip_and_take_the_token_last() {
+        let requests = [
+            Request::Spawn(SpawnRequest {
+                command: "sleep 5; echo done".into(),
+                cwd: "/workspace".into(),
+                owner: "o-1".into(),
+                max_running: 2,
+                buffer_bytes: 4096,
+                ..SpawnRequest::default()
+            }),
+            Request::Poll(ProcessTarget {
+                owner: "o-1".into(),
+                id: "p1".into(),
+                ..ProcessTarget::default()
+            }),
+            Request::Write(WriteRequest {
+                owner: "o-1".into(),
+                id: "p1".into(),
+                data: "y\n".into(),
+                close: true,
+                ..WriteRequest::default()
+            }),
+            Request::Kill(ProcessTarget {
+                owner: "o-1".into(),
+                id: "p1".into(),
+                ..ProcessTarget::default()
+            }),
+            Request::List(OwnerRequest {
+                owner: "o-1".into(),
+                ..OwnerRequest::default()
+            }),
+        ];
+        for request in requests {
+            let request = request.with_token("runner");
+            assert_eq!(request.token(), "runner");
+            assert_eq!(Request::parse(&request.to_payload()).unwrap(), request);
+        }
+    }
+
+    #[test]
     fn nul_bytes_and_unknown_fields_are_refused() {
         let nul = br#"{"kind":"exec","command":"a\u0000b","cwd":"/workspace"}"#;
         assert!(matches!(
@@ -191,6 +303,16 @@ mod tests {
         ));
         let smuggle = br#"{"kind":"exec","command":"ls","cwd":"/w","env":{"A=B":"c"}}"#;
         assert!(Request::parse(smuggle).is_err());
+        let no_owner = br#"{"kind":"poll","owner":"","id":"p1"}"#;
+        assert!(matches!(
+            Request::parse(no_owner),
+            Err(RequestError::Empty { field: "owner" })
+        ));
+        let long_id = format!(r#"{{"kind":"kill","owner":"o","id":"{}"}}"#, "p".repeat(33));
+        assert!(matches!(
+            Request::parse(long_id.as_bytes()),
+            Err(RequestError::TooLong { field: "id", .. })
+        ));
         let cli = br#"{"kind":"cli","cli":"gh","cwd":"/w"}"#;
         assert!(
             Request::parse(cli).is_err(),

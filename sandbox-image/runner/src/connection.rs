@@ -1,12 +1,16 @@
 //! Serves one client connection: handshake, one `Exec` request, the command's output
-//! as stdout/stderr frames, then an `Exit` frame (or an `Error` frame).
+//! as stdout/stderr frames, then an `Exit` frame (or an `Error` frame). A background
+//! process request (`Spawn`, `Poll`, `Write`, `Kill`, `List`) is answered by
+//! `background` and ends the connection with a `Process` frame; the process outlives it.
 //!
 //! Runs the command with `sh -c` (the sandbox is the boundary), in a new process group
 //! that is killed on timeout, on client disconnect and when the command ends.
 
 use std::{os::unix::process::ExitStatusExt, process::Stdio, sync::Arc, time::Duration};
 
-use porter_protocol::{ExecRequest, RemoteSignal, Request, async_io::CodecError, handshake};
+use porter_protocol::{
+    ExecRequest, RemoteSignal, Request, async_io::CodecError, handshake, process::ProcessReply,
+};
 use rustix::process::Signal;
 use saint_config::ErrorChain;
 use saint_paths::Directory;
@@ -19,6 +23,7 @@ use tokio::{
 };
 
 use crate::{
+    background::{Polled, Refusal},
     environment::command_environment,
     process_group::ProcessGroup,
     state::State,
@@ -65,17 +70,21 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
     }
 
     let request = match next_or_refuse(&mut reader, &mut writer).await? {
-        Some(Frame::Request(Request::Exec(request))) => request,
+        Some(Frame::Request(request)) => request,
         Some(other) => return refuse_out_of_order(&mut writer, other.kind()).await,
         None => return Err(ConnectionError::ClosedEarly),
     };
 
-    if !state.token_matches(&request.token) {
+    if !state.token_matches(request.token()) {
         writer
             .send(&Frame::error(ErrorCode::BadToken, "bad runner token"))
             .await?;
         return Ok(());
     }
+    let request = match request {
+        Request::Exec(request) => request,
+        background => return serve_background(background, &state, &mut writer).await,
+    };
     let working_directory = match state.roots.open(&request.cwd) {
         Ok(directory) => directory,
         Err(error) => {
@@ -94,6 +103,69 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
         &mut writer,
     )
     .await
+}
+
+/// Answers one background-process request: the new output (poll, kill) as data frames,
+/// then a `Process` frame, or an `Error` frame saying why not.
+async fn serve_background<W: tokio::io::AsyncWrite + Unpin>(
+    request: Request,
+    state: &State,
+    writer: &mut FrameWriter<W>,
+) -> Result<(), ConnectionError> {
+    let background = &state.background;
+    let answer: Result<(Option<Polled>, ProcessReply), Refusal> = match request {
+        Request::Spawn(spawn) => match state.roots.open(&spawn.cwd) {
+            Ok(directory) => background
+                .spawn(
+                    &spawn,
+                    directory,
+                    &state.shell,
+                    &state.roots.workspace,
+                    Duration::from_secs(state.default_timeout_seconds),
+                )
+                .map(|id| (None, ProcessReply::Started { id })),
+            Err(error) => Err(Refusal {
+                code: ErrorCode::BadCwd,
+                message: ErrorChain(&error).to_string(),
+            }),
+        },
+        Request::Poll(target) => background.poll(&target.owner, &target.id).map(polled),
+        Request::Kill(target) => background.kill(&target.owner, &target.id).await.map(polled),
+        Request::Write(write) => background
+            .write(&write.owner, &write.id, write.data.as_bytes(), write.close)
+            .await
+            .map(|status| (None, ProcessReply::Status { status })),
+        Request::List(list) => Ok((
+            None,
+            ProcessReply::Listed {
+                processes: background.list(&list.owner),
+            },
+        )),
+        // Served by `run`; never routed here.
+        Request::Exec(_) => Err(Refusal {
+            code: ErrorCode::BadRequest,
+            message: "exec is not a background request".to_string(),
+        }),
+    };
+    match answer {
+        Ok((output, reply)) => {
+            if let Some(output) = output {
+                writer.send_data(FrameKind::Stdout, &output.stdout).await?;
+                writer.send_data(FrameKind::Stderr, &output.stderr).await?;
+            }
+            writer.send(&Frame::Process(reply)).await?;
+        }
+        Err(Refusal { code, message }) => writer.send(&Frame::error(code, message)).await?,
+    }
+    Ok(())
+}
+
+/// A poll's answer: the output goes as data frames, the status as the reply.
+fn polled(output: Polled) -> (Option<Polled>, ProcessReply) {
+    let reply = ProcessReply::Status {
+        status: output.status.clone(),
+    };
+    (Some(output), reply)
 }
 
 /// The next frame. One that does not decode (a client that does not speak the protocol,

@@ -1,12 +1,15 @@
 //! `saint-sandbox-runner`: the exec server inside every sandbox. It listens on a unix
 //! socket the agent reaches through a shared volume and runs `sh -c` commands with a
-//! clean environment, streaming their output as frames; and it relays the sandbox's
+//! clean environment, streaming their output as frames, or keeps them running in the
+//! background for later polls; and it relays the sandbox's
 //! only way out — a loopback port commands' `HTTPS_PROXY` names — to Porter's proxy
 //! socket.
 
+pub mod background;
 pub mod connection;
 pub mod environment;
 pub mod network_cut;
+pub mod output_ring;
 pub mod process_group;
 pub mod seed;
 pub mod server;

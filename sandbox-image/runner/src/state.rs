@@ -1,5 +1,6 @@
 //! What every connection of one runner shares: where commands may run, the token, the
-//! live process groups (killed on shutdown) and the activity clock behind the idle exit.
+//! live process groups and background processes (killed on shutdown) and the activity
+//! clock behind the idle exit.
 //!
 //! Plain state: no I/O besides signalling process groups.
 
@@ -16,6 +17,7 @@ use std::{
 use tokio::time::Instant;
 
 use crate::{
+    background::Background,
     process_group::{ProcessGroup, kill_group_id},
     working_directory::Roots,
 };
@@ -28,6 +30,8 @@ pub struct State {
     pub shell: PathBuf,
     /// Timeout for requests that name none.
     pub default_timeout_seconds: u64,
+    /// Commands started in the background, kept between connections.
+    pub background: Background,
     /// The token every request must carry.
     token: String,
     active_connections: AtomicUsize,
@@ -42,6 +46,7 @@ impl State {
             roots,
             shell,
             default_timeout_seconds,
+            background: Background::default(),
             token,
             active_connections: AtomicUsize::new(0),
             last_activity: Mutex::new(Instant::now()),
@@ -74,11 +79,12 @@ impl State {
         GroupRegistration { state: self, id }
     }
 
-    /// Kills every command still running (on shutdown).
+    /// Kills every command still running, background ones too (on shutdown).
     pub(crate) fn kill_live_groups(&self) {
         for id in self.live_groups.lock().expect("live groups lock").drain() {
             kill_group_id(id);
         }
+        self.background.kill_all();
     }
 
     fn touch(&self) {
@@ -97,9 +103,10 @@ impl State {
         self.active_connections.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// How long no connection has been active; `None` while one is.
+    /// How long no connection has been active; `None` while one is, or while a
+    /// background process runs (someone means to come back for it).
     pub(crate) fn idle_for(&self) -> Option<Duration> {
-        if self.active_connections.load(Ordering::SeqCst) > 0 {
+        if self.active_connections.load(Ordering::SeqCst) > 0 || self.background.running() > 0 {
             return None;
         }
         Some(self.last_activity.lock().expect("activity lock").elapsed())

@@ -10,7 +10,8 @@
 //! number, resume address) in the same transaction, and a restarted bot resumes from
 //! that position, so what was said while it was down is replayed. Only when Discord
 //! refuses the resume does the bot identify afresh, and it says in the log that
-//! messages sent meanwhile may be missed.
+//! messages sent meanwhile may be missed. A button press (INTERACTION_CREATE) is
+//! committed the same way and then acknowledged.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -32,7 +33,7 @@ use tokio_tungstenite::{
     },
 };
 
-use super::{DiscordSettings, RestClient};
+use super::{DiscordSettings, RestClient, read_interaction};
 use crate::{
     message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
     transport::{ChannelState, Connection, InboxSink, SendError},
@@ -463,6 +464,40 @@ impl GatewayConnection {
                     }
                 }
             }
+            // A button pressed: stored like a message, then acknowledged (Discord waits
+            // three seconds for that, so it goes off the Gateway's loop).
+            Some("INTERACTION_CREATE") => {
+                let bot_id = state
+                    .cursor
+                    .as_ref()
+                    .and_then(|cursor| cursor.user_id.as_deref());
+                let (interaction, message) = read_interaction(channel, data, bot_id);
+                match message {
+                    Ok(message) if !state.recent.contains(&message.platform_id) => {
+                        let id = message.platform_id.clone();
+                        let mut cursor = state.cursor.clone().ok_or_else(|| {
+                            "discord: a press before the session was ready".to_string()
+                        })?;
+                        cursor.seq = seq.or(state.seq).unwrap_or(cursor.seq);
+                        sink.commit(channel, vec![(message, None)], cursor_text(&cursor))
+                            .await?;
+                        state.recent.insert(id);
+                        state.cursor = Some(cursor);
+                    }
+                    Ok(_) => {}
+                    Err(reason) => {
+                        tracing::info!(%channel, %reason, "discord: interaction not answered");
+                    }
+                }
+                if let Some(interaction) = interaction {
+                    let (rest, channel) = (self.rest.clone(), channel.clone());
+                    tokio::spawn(async move {
+                        if let Err(error) = rest.acknowledge(&interaction).await {
+                            tracing::debug!(%channel, %error, "discord: a button press was not acknowledged");
+                        }
+                    });
+                }
+            }
             // A deleted message is withdrawn: not answered if it still waits, its text
             // gone from the transcript if it does not.
             Some("MESSAGE_DELETE") => {
@@ -593,6 +628,7 @@ impl GatewayConnection {
                 ..ReplyContext::default()
             },
             conversation,
+            pressed: false,
         })
     }
 }

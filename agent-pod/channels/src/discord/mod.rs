@@ -1,8 +1,10 @@
 //! Discord: the Gateway (a WebSocket the bot connects out to: heartbeats, identify,
 //! resume) for inbound messages, and the REST API for replies. The bot needs no
-//! public endpoint.
+//! public endpoint. An approval request gets Approve and Reject buttons, whose presses
+//! arrive over the Gateway as interactions.
 
 mod gateway;
+mod interaction;
 mod render;
 mod rest;
 
@@ -12,6 +14,7 @@ use saint_config::{ChannelConfig, channel_settings::DISCORD};
 
 pub use self::{
     gateway::{GatewayConnection, GatewayCursor, INTENTS},
+    interaction::{Interaction, approval_components, read_interaction},
     render::markdown_to_discord,
     rest::RestClient,
 };

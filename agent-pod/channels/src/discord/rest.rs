@@ -18,7 +18,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{DiscordSettings, MAX_TEXT_CHARS, render::markdown_to_discord};
+use super::{
+    DiscordSettings, MAX_TEXT_CHARS,
+    interaction::{Interaction, approval_components},
+    render::markdown_to_discord,
+};
 use crate::{
     message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
@@ -87,6 +91,31 @@ impl RestClient {
                 after: None,
             })?;
         Ok(gateway.url)
+    }
+
+    /// Acknowledges a button press (callback type 6, a deferred update: the message
+    /// stays as it is; the decision is answered as a message of its own).
+    pub async fn acknowledge(&self, interaction: &Interaction) -> Result<(), SendError> {
+        let id = snowflake(&interaction.id)?;
+        // The token goes into the path: only URL-safe characters.
+        if interaction.token.is_empty()
+            || !interaction
+                .token
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
+        {
+            return Err(SendError::Permanent {
+                reason: "discord: an interaction token that is not URL-safe".to_string(),
+            });
+        }
+        self.request(
+            Method::POST,
+            "POST /interactions/{id}/{token}/callback",
+            &format!("interactions/{id}/{}/callback", interaction.token),
+            Some(json!({"type": 6})),
+        )
+        .await
+        .map(drop)
     }
 
     /// One authenticated call; `route` keys its rate-limit bucket.
@@ -301,6 +330,9 @@ impl Transport for RestClient {
             if let Some(reply_to) = context.reply_to.as_deref().filter(|_| part == 0) {
                 body["message_reference"] =
                     json!({"message_id": reply_to, "fail_if_not_exists": false});
+            }
+            if let Some(code) = &context.approval {
+                body["components"] = approval_components(code);
             }
             // A repeat of this part (after a crash before it was recorded) is one message.
             if let Some(nonce) = nonce(&channel, text, part, context) {

@@ -169,6 +169,7 @@ pub fn parse_mail(
                 ..Default::default()
             },
             conversation: None,
+            pressed: false,
         },
         attachments: saved,
         ignore,

@@ -505,6 +505,7 @@ impl SyncConnection {
                 ..ReplyContext::default()
             },
             conversation: None,
+            pressed: false,
         };
         Some((message, Some(reason.to_string())))
     }
@@ -752,6 +753,7 @@ impl SyncConnection {
                 },
                 title: info.name.clone(),
             }),
+            pressed: false,
         };
         Some((message, None))
     }

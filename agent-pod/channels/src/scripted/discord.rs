@@ -6,7 +6,9 @@
 //! sequence numbers, Resume with a replay from a per-session event log, Reconnect,
 //! Invalid Session, close codes. Create Message honours `nonce` with `enforce_nonce` as
 //! Discord documents it: a second message with the same nonce within a few minutes
-//! ([`NONCE_WINDOW`]) creates nothing and is answered with the first one. Every request
+//! ([`NONCE_WINDOW`]) creates nothing and is answered with the first one. A test presses
+//! a posted message's button (INTERACTION_CREATE), and the interaction's callback is
+//! taken once. Every request
 //! and frame is recorded; tests script drops, failures and answers that never come.
 
 use std::{
@@ -241,6 +243,8 @@ struct Script {
     acknowledge_heartbeats: bool,
     allowed_intents: u64,
     refuse_resumes: bool,
+    /// Interactions dispatched and not yet answered: id → token.
+    open_interactions: HashMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -296,6 +300,7 @@ impl ScriptedDiscord {
                 acknowledge_heartbeats: true,
                 allowed_intents: u64::MAX,
                 refuse_resumes: false,
+                open_interactions: HashMap::new(),
             })),
             changed: Arc::default(),
             token: Arc::new(Mutex::new(bot_token.to_string())),
@@ -306,6 +311,10 @@ impl ScriptedDiscord {
             .route("/api/v10/gateway/bot", get(gateway_bot))
             .route("/api/v10/channels/{channel}/messages", post(create_message))
             .route("/api/v10/users/@me/channels", post(create_dm))
+            .route(
+                "/api/v10/interactions/{id}/{token}/callback",
+                post(interaction_callback),
+            )
             .route("/gateway", get(gateway))
             .route("/cdn/{name}", get(cdn))
             .with_state(shared.clone());
@@ -400,6 +409,51 @@ impl ScriptedDiscord {
                 .send(Command::Send(payload.expect("just pushed")));
         }
         Some(seq)
+    }
+
+    /// `user_id` presses the button `custom_id` under `posted`, as Discord delivers it: an
+    /// INTERACTION_CREATE of type 3 (MESSAGE_COMPONENT) in the message's channel, the
+    /// presser as `user` (a DM); returns the interaction id. Pressing a button the
+    /// message does not have is a forged press: test one with
+    /// [`ScriptedDiscord::press_any`].
+    pub fn press(&self, posted: &Posted, user_id: &str, custom_id: &str) -> String {
+        let has_button = posted.body["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
+            .any(|button| button["custom_id"] == custom_id);
+        assert!(has_button, "no button {custom_id:?} under {posted:?}");
+        self.press_any(posted, user_id, custom_id)
+    }
+
+    /// A press of `custom_id` under `posted` by `user_id`, whatever its buttons are.
+    pub fn press_any(&self, posted: &Posted, user_id: &str, custom_id: &str) -> String {
+        let (id, token) = {
+            let mut script = self.lock();
+            script.next_id += 1;
+            let id = script.next_id.to_string();
+            let token = format!("aW50ZXJhY3Rpb246{id}");
+            script.open_interactions.insert(id.clone(), token.clone());
+            (id, token)
+        };
+        self.dispatch(
+            "INTERACTION_CREATE",
+            json!({
+                "id": id, "application_id": BOT_USER_ID, "type": 3, "token": token, "version": 1,
+                "channel_id": posted.channel_id,
+                "channel": {"id": posted.channel_id, "type": 1},
+                "user": {"id": user_id, "username": format!("user{user_id}"), "global_name": null,
+                         "discriminator": "0", "avatar": null},
+                "data": {"custom_id": custom_id, "component_type": 2},
+                "message": {"id": posted.id, "channel_id": posted.channel_id,
+                            "content": posted.body["content"],
+                            "components": posted.body["components"],
+                            "author": {"id": BOT_USER_ID, "username": BOT_USERNAME, "bot": true}},
+                "locale": "en-US", "entitlements": [],
+            }),
+        );
+        id
     }
 
     /// Drops the live socket without a close frame (a network failure).
@@ -672,6 +726,38 @@ async fn create_message(
         None => rate_limit_headers(response.headers_mut(), &bucket, 4, 5.0),
     }
     response
+}
+
+/// The initial response to an interaction: once per interaction, with its own token
+/// (no bot token needed), else 404 Unknown interaction as Discord answers.
+async fn interaction_callback(
+    State(shared): State<Shared>,
+    Path((id, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let path = format!("/api/v10/interactions/{id}/{token}/callback");
+    let known = {
+        let mut script = shared.lock();
+        let known = script.open_interactions.get(&id) == Some(&token)
+            && matches!(parsed["type"].as_u64(), Some(4..=7));
+        if known {
+            script.open_interactions.remove(&id);
+        }
+        known
+    };
+    let status = if known { 204 } else { 404 };
+    record(&shared, "POST", path, &headers, parsed, status);
+    if known {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": "Unknown interaction", "code": 10062})),
+        )
+            .into_response()
+    }
 }
 
 /// Discord takes a nonce of at most 25 characters (a string, or an integer's digits).

@@ -5,8 +5,10 @@
 //! that `apps.connections.open` points at: it says `hello`, pushes scripted envelopes,
 //! records acknowledgements, sends `disconnect` or drops the socket on cue, and delivers
 //! every unacknowledged envelope again on the next connection with `retry_attempt`
-//! counted up, as Slack does. Also builds Events API requests signed the way Slack
-//! signs them.
+//! counted up, as Slack does. Block Kit `blocks` are checked against Slack's limits and
+//! recorded, and a test presses a posted button as a person would: an `interactive`
+//! envelope with the `block_actions` payload Slack sends. Also builds Events API
+//! requests signed the way Slack signs them.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -64,6 +66,31 @@ pub struct Posted {
     pub thread_ts: Option<String>,
     /// The `ts` Slack gave it.
     pub ts: String,
+    /// Its Block Kit `blocks`, if it had any (an approval request's buttons).
+    pub blocks: Option<Value>,
+}
+
+impl Posted {
+    /// The buttons of its `actions` blocks as (`action_id`, label, `value`).
+    pub fn buttons(&self) -> Vec<(String, String, String)> {
+        let Some(blocks) = self.blocks.as_ref().and_then(Value::as_array) else {
+            return Vec::new();
+        };
+        blocks
+            .iter()
+            .filter(|block| block["type"] == "actions")
+            .flat_map(|block| block["elements"].as_array().cloned().unwrap_or_default())
+            .filter(|element| element["type"] == "button")
+            .map(|button| {
+                let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+                (
+                    text(&button["action_id"]),
+                    text(&button["text"]["text"]),
+                    text(&button["value"]),
+                )
+            })
+            .collect()
+    }
 }
 
 /// A scripted failure of a Web API call.
@@ -234,6 +261,27 @@ impl ScriptedSlack {
         };
         self.shared.bump();
         id
+    }
+
+    /// `user` presses the button `action_id` of the posted message `ts`, as Slack
+    /// delivers it: an `interactive` envelope with a `block_actions` payload naming the
+    /// presser, the button's own `value` and the message's container; returns the
+    /// envelope id. Panics when the message has no such button.
+    pub fn press(&self, ts: &str, user: &str, action_id: &str) -> String {
+        let posted = self
+            .posted()
+            .into_iter()
+            .find(|posted| posted.ts == ts)
+            .unwrap_or_else(|| panic!("no message {ts} was posted"));
+        let (_, _, value) = posted
+            .buttons()
+            .into_iter()
+            .find(|(id, _, _)| id == action_id)
+            .unwrap_or_else(|| panic!("message {ts} has no button {action_id}: {posted:?}"));
+        self.push_payload(
+            "interactive",
+            block_actions(&posted.channel, ts, user, action_id, &value),
+        )
     }
 
     /// Sends `{"type": "disconnect", "reason": reason}` on the open sockets.
@@ -485,6 +533,16 @@ async fn api(
             if text.chars().count() > 40_000 {
                 return ok_false("msg_too_long");
             }
+            let blocks = match &parsed["blocks"] {
+                Value::Null => None,
+                blocks => match check_blocks(blocks) {
+                    Ok(()) => Some(blocks.clone()),
+                    Err(reason) => {
+                        tracing::debug!(%reason, "scripted slack: invalid blocks");
+                        return ok_false("invalid_blocks");
+                    }
+                },
+            };
             let ts = format!("1700009000.{:06}", script.posted.len() + 1);
             let thread_ts = parsed["thread_ts"].as_str().map(str::to_string);
             script.posted.push(Posted {
@@ -492,6 +550,7 @@ async fn api(
                 text: text.clone(),
                 thread_ts: thread_ts.clone(),
                 ts: ts.clone(),
+                blocks,
             });
             drop(script);
             shared.bump();
@@ -661,6 +720,85 @@ pub fn message_event(channel: &str, channel_type: &str, user: &str, ts: &str, te
     json!({"type": "message", "channel": channel, "channel_type": channel_type, "user": user,
            "text": text, "ts": ts, "event_ts": ts, "team": TEAM_ID,
            "blocks": [{"type": "rich_text", "block_id": "b1", "elements": []}]})
+}
+
+/// The `block_actions` payload Slack sends when `user` presses button `action_id`
+/// (carrying `value`) of message `message_ts` in `channel`.
+pub fn block_actions(
+    channel: &str,
+    message_ts: &str,
+    user: &str,
+    action_id: &str,
+    value: &str,
+) -> Value {
+    let action_ts = format!(
+        "{}.{:06}",
+        jiff::Timestamp::now().as_second(),
+        jiff::Timestamp::now().subsec_microsecond()
+    );
+    json!({
+        "type": "block_actions",
+        "user": {"id": user, "username": user.to_lowercase(), "name": user.to_lowercase(),
+                 "team_id": TEAM_ID},
+        "api_app_id": APP_ID, "token": "XXYYZZ",
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel,
+                      "is_ephemeral": false},
+        "trigger_id": format!("{}.{}", jiff::Timestamp::now().as_millisecond(), "98765"),
+        "team": {"id": TEAM_ID, "domain": "acme"},
+        "enterprise": null, "is_enterprise_install": false,
+        "channel": {"id": channel, "name": "directmessage"},
+        "message": {"type": "message", "ts": message_ts, "bot_id": BOT_ID, "user": BOT_USER_ID},
+        "state": {"values": {}},
+        "response_url": format!("https://hooks.slack.com/actions/{TEAM_ID}/1/scripted"),
+        "actions": [{"type": "button", "action_id": action_id, "block_id": "scripted",
+                     "text": {"type": "plain_text", "text": action_id, "emoji": true},
+                     "value": value, "action_ts": action_ts}],
+    })
+}
+
+/// Checks `blocks` against the Block Kit limits Slack enforces on the blocks the bot
+/// sends (`section` text at most 3,000 characters; a button's `action_id` at most 255,
+/// its label at most 75, its `value` at most 2,000; at most 25 elements an `actions`).
+fn check_blocks(blocks: &Value) -> Result<(), String> {
+    let blocks = blocks.as_array().ok_or("blocks is not an array")?;
+    if blocks.is_empty() || blocks.len() > 50 {
+        return Err(format!("{} blocks (1 to 50)", blocks.len()));
+    }
+    let length = |value: &Value| value.as_str().map(|text| text.chars().count());
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("section") => match length(&block["text"]["text"]) {
+                Some(1..=3_000) => {}
+                other => return Err(format!("section text of {other:?} characters")),
+            },
+            Some("actions") => {
+                let elements = block["elements"]
+                    .as_array()
+                    .ok_or("actions without elements")?;
+                if elements.is_empty() || elements.len() > 25 {
+                    return Err(format!("actions of {} elements", elements.len()));
+                }
+                for element in elements {
+                    if element["type"] != "button" {
+                        continue;
+                    }
+                    let fits = |value: &Value, limit: usize| {
+                        length(value).is_some_and(|count| (1..=limit).contains(&count))
+                    };
+                    if !fits(&element["action_id"], 255)
+                        || !fits(&element["text"]["text"], 75)
+                        || element["text"]["type"] != "plain_text"
+                        || !(element["value"].is_null() || fits(&element["value"], 2_000))
+                    {
+                        return Err(format!("button {element} breaks a limit"));
+                    }
+                }
+            }
+            Some(_) => {}
+            None => return Err("a block without a type".to_string()),
+        }
+    }
+    Ok(())
 }
 
 /// An `app_mention` event (it carries no `channel_type`).

@@ -9,6 +9,12 @@
 //! HTML as Telegram does (unbalanced or unknown tags and stray `&`, `<`, `>` are
 //! refused with "can't parse entities"; more than 4,096 characters of text with
 //! "message is too long"). Failures can be scripted per method.
+//!
+//! Inline keyboards (`reply_markup`) are checked as Telegram checks them
+//! (`callback_data` of 1 to 64 bytes, else "BUTTON_DATA_INVALID") and kept with the
+//! message; a test presses a button as a person would: a `callback_query` update naming
+//! the presser, the message and the button's data, delivered only to a poller whose
+//! `allowed_updates` lists it. `answerCallbackQuery` takes each press's id once.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -367,6 +373,11 @@ struct Script {
     webhook: Option<String>,
     blocked: HashSet<String>,
     sent: u64,
+    /// Messages sent, as `sendMessage` answered them (with their `reply_markup`).
+    messages: Vec<Value>,
+    /// Callback query ids pushed and not yet answered.
+    open_presses: HashSet<String>,
+    next_press: u64,
 }
 
 #[derive(Clone)]
@@ -473,6 +484,48 @@ impl ScriptedTelegram {
     pub fn push_update(&self, update: Value) {
         self.shared.lock().updates.push(update);
         self.shared.changed.notify_waiters();
+    }
+
+    /// Messages sent so far as `sendMessage` answered them, each with its `reply_markup`.
+    pub fn messages(&self) -> Vec<Value> {
+        self.shared.lock().messages.clone()
+    }
+
+    /// `from` presses the inline button labelled `label` under `message` (one of
+    /// [`ScriptedTelegram::messages`]); returns the callback query id. Panics when the
+    /// message has no such button.
+    pub fn press(&self, from: &Person, message: &Value, label: &str) -> String {
+        let data = message["reply_markup"]["inline_keyboard"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+            .find(|button| button["text"] == label)
+            .and_then(|button| button["callback_data"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("no button {label:?} under {message}"));
+        self.press_data(from, message, &data)
+    }
+
+    /// A `callback_query` update from `from` on `message` carrying `data`, whatever the
+    /// message's buttons are (a forged or stale press); returns the callback query id.
+    pub fn press_data(&self, from: &Person, message: &Value, data: &str) -> String {
+        let id = {
+            let mut script = self.shared.lock();
+            script.next_press += 1;
+            let id = format!("{}{:08}", from.id, script.next_press);
+            script.open_presses.insert(id.clone());
+            script.next_update_id += 1;
+            let update_id = script.next_update_id;
+            script
+                .updates
+                .push(json!({"update_id": update_id, "callback_query": {
+                    "id": id, "from": from.user(), "message": message,
+                    "chat_instance": format!("-{}", message["chat"]["id"]), "data": data,
+                }}));
+            id
+        };
+        self.shared.changed.notify_waiters();
+        id
     }
 
     /// Updates not yet confirmed by an `offset` past them.
@@ -647,6 +700,18 @@ async fn answer(shared: &Shared, method: &str, parameters: &Value) -> Response {
         "getUpdates" => get_updates(shared, parameters).await,
         "sendMessage" => send_message(shared, parameters),
         "sendChatAction" => ok(json!(true)),
+        "answerCallbackQuery" => {
+            let id = parameters["callback_query_id"].as_str().unwrap_or_default();
+            if shared.lock().open_presses.remove(id) {
+                ok(json!(true))
+            } else {
+                error_response(
+                    400,
+                    "Bad Request: query is too old and response timeout expired or query ID is invalid",
+                    None,
+                )
+            }
+        }
         "getFile" => {
             let file_id = parameters["file_id"].as_str().unwrap_or_default();
             match shared.lock().files.get(file_id) {
@@ -685,7 +750,28 @@ async fn get_updates(shared: &Shared, parameters: &Value) -> Response {
                     .updates
                     .retain(|update| update["update_id"].as_i64().unwrap_or_default() >= offset);
             }
-            let mut batch: Vec<Value> = script.updates.iter().take(limit).cloned().collect();
+            // Only the update kinds the poller asked for (all when it named none).
+            let allowed: Vec<String> = parameters["allowed_updates"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|kind| kind.as_str().map(str::to_string))
+                .collect();
+            let wanted = |update: &&Value| {
+                allowed.is_empty()
+                    || update.as_object().is_some_and(|fields| {
+                        fields
+                            .keys()
+                            .any(|key| allowed.iter().any(|kind| kind == key))
+                    })
+            };
+            let mut batch: Vec<Value> = script
+                .updates
+                .iter()
+                .filter(wanted)
+                .take(limit)
+                .cloned()
+                .collect();
             batch.sort_by_key(|update| update["update_id"].as_i64());
             if !batch.is_empty() {
                 return ok(Value::Array(batch));
@@ -727,6 +813,9 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
     if shown.chars().count() > 4_096 {
         return error_response(400, "Bad Request: message is too long", None);
     }
+    if let Err(problem) = check_keyboard(&parameters["reply_markup"]) {
+        return error_response(400, &format!("Bad Request: {problem}"), None);
+    }
     let mut script = shared.lock();
     if script.blocked.contains(&chat) {
         return Failure::blocked_by_user().response();
@@ -734,13 +823,46 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
     script.sent += 1;
     script.next_message_id += 1;
     let message_id = script.next_message_id;
-    ok(json!({
+    let chat_id = chat.parse::<i64>().unwrap_or_default();
+    // A user's private chat has their (positive) id; groups have negative ones.
+    let chat_type = if chat_id > 0 { "private" } else { "supergroup" };
+    let mut message = json!({
         "message_id": message_id,
         "from": {"id": shared.bot_id, "is_bot": true, "first_name": "Acme Assistant", "username": BOT_USERNAME},
-        "chat": {"id": chat.parse::<i64>().unwrap_or_default()},
+        "chat": {"id": chat_id, "type": chat_type},
         "date": jiff::Timestamp::now().as_second(),
         "text": text,
-    }))
+    });
+    if !parameters["reply_markup"].is_null() {
+        message["reply_markup"] = parameters["reply_markup"].clone();
+    }
+    script.messages.push(message.clone());
+    ok(message)
+}
+
+/// Checks an inline keyboard as Telegram does: rows of buttons, each with a text and
+/// `callback_data` of 1 to 64 bytes (or a `url`).
+fn check_keyboard(markup: &Value) -> Result<(), String> {
+    if markup.is_null() {
+        return Ok(());
+    }
+    let rows = markup["inline_keyboard"]
+        .as_array()
+        .ok_or("field \"inline_keyboard\" of the InlineKeyboardMarkup must be an Array")?;
+    for button in rows
+        .iter()
+        .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+    {
+        if button["text"].as_str().is_none_or(str::is_empty) {
+            return Err("BUTTON_TEXT_INVALID".to_string());
+        }
+        match button["callback_data"].as_str() {
+            Some(data) if (1..=64).contains(&data.len()) => {}
+            None if button["url"].is_string() => {}
+            _ => return Err("BUTTON_DATA_INVALID".to_string()),
+        }
+    }
+    Ok(())
 }
 
 async fn download(

@@ -1,8 +1,11 @@
 //! A scripted WhatsApp Cloud API for tests: a real HTTP server on loopback that speaks
 //! the Graph API as Meta documents it (send and read-receipt answers, media lookups,
 //! error bodies with their codes), checks the bearer token, records every request, and
-//! answers from a queue of scripted failures before succeeding. Also builds webhook
-//! deliveries signed the way Meta signs them.
+//! answers from a queue of scripted failures before succeeding. Interactive reply-button
+//! messages are checked against the Cloud API's limits (body of at most 1,024
+//! characters, one to three buttons with titles of at most 20 characters and unique ids
+//! of at most 256). Also builds webhook deliveries signed the way Meta signs them, a
+//! button reply among them.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -51,6 +54,34 @@ impl GraphRequest {
     /// The recipient of a send.
     pub fn to(&self) -> Option<&str> {
         self.body["to"].as_str()
+    }
+
+    /// The body text of an interactive send, if this is one.
+    pub fn interactive_text(&self) -> Option<&str> {
+        (self.body["type"] == "interactive")
+            .then(|| self.body["interactive"]["body"]["text"].as_str())
+            .flatten()
+    }
+
+    /// The reply buttons of an interactive send, as (id, title).
+    pub fn reply_buttons(&self) -> Vec<(String, String)> {
+        self.body["interactive"]["action"]["buttons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|button| {
+                let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+                (
+                    text(&button["reply"]["id"]),
+                    text(&button["reply"]["title"]),
+                )
+            })
+            .collect()
+    }
+
+    /// The `wamid` the server gave a send that succeeded.
+    pub fn message_id(&self) -> Option<&str> {
+        self.body["delivered_id"].as_str()
     }
 }
 
@@ -321,9 +352,13 @@ async fn messages(
     {
         return Failure::invalid_parameter().response();
     }
+    if parsed["type"] == "interactive" && !reply_buttons_fit(&parsed["interactive"]) {
+        return Failure::invalid_parameter().response();
+    }
     script.sent += 1;
     let message_id = format!("wamid.OUT{:06}", script.sent);
     script.requests[index].body["delivered"] = json!(true);
+    script.requests[index].body["delivered_id"] = json!(message_id);
     shared.sent.notify_waiters();
     Json(json!({
         "messaging_product": "whatsapp",
@@ -392,6 +427,31 @@ async fn media_download(
 }
 
 /// The `X-Hub-Signature-256` value Meta sends for `body`.
+/// Whether an `interactive` object is a reply-button message within the Cloud API's
+/// limits.
+fn reply_buttons_fit(interactive: &Value) -> bool {
+    let length = |value: &Value| value.as_str().map_or(0, |text| text.chars().count());
+    let buttons = interactive["action"]["buttons"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut ids: Vec<&str> = buttons
+        .iter()
+        .filter_map(|button| button["reply"]["id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    interactive["type"] == "button"
+        && (1..=1_024).contains(&length(&interactive["body"]["text"]))
+        && (1..=3).contains(&buttons.len())
+        && ids.len() == buttons.len()
+        && buttons.iter().all(|button| {
+            button["type"] == "reply"
+                && (1..=256).contains(&length(&button["reply"]["id"]))
+                && (1..=20).contains(&length(&button["reply"]["title"]))
+        })
+}
+
 pub fn signature(app_secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(app_secret.as_bytes()).expect("any key length");
     mac.update(body);
@@ -405,6 +465,27 @@ pub fn text_delivery(phone_number_id: &str, from: &str, message_id: &str, text: 
         from,
         json!({"from": from, "id": message_id, "timestamp": jiff::Timestamp::now().as_second().to_string(),
                "type": "text", "text": {"body": text}}),
+    )
+}
+
+/// A webhook delivery of `from` pressing the reply button `id` (titled `title`) of the
+/// bot's message `answered` (its `wamid`), as the Cloud API sends it.
+pub fn button_reply_delivery(
+    phone_number_id: &str,
+    from: &str,
+    message_id: &str,
+    answered: &str,
+    id: &str,
+    title: &str,
+) -> Value {
+    delivery(
+        phone_number_id,
+        from,
+        json!({"context": {"from": "15550783881", "id": answered},
+               "from": from, "id": message_id,
+               "timestamp": jiff::Timestamp::now().as_second().to_string(),
+               "type": "interactive",
+               "interactive": {"type": "button_reply", "button_reply": {"id": id, "title": title}}}),
     )
 }
 

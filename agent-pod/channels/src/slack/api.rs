@@ -12,7 +12,9 @@ use futures::{StreamExt, future::BoxFuture};
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
 
-use super::{MAX_TEXT_CHARS, SlackSettings, mrkdwn::markdown_to_mrkdwn};
+use super::{
+    MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, mrkdwn::markdown_to_mrkdwn,
+};
 use crate::{
     message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
@@ -282,6 +284,9 @@ impl Transport for SlackApi {
                 None => self.direct_channel(to.peer()).await?,
             };
             let mut body = json!({"channel": channel, "text": text, "mrkdwn": true});
+            if let Some(code) = &context.approval {
+                body["blocks"] = approval_blocks(text, code);
+            }
             if let Some(thread) = &context.thread {
                 body["thread_ts"] = json!(thread);
             }

@@ -175,6 +175,7 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
             ..Default::default()
         },
         conversation,
+        pressed: false,
     }))
 }
 

@@ -1,9 +1,11 @@
 //! Slack: Socket Mode (the bot connects out; no public endpoint) by default, or the
 //! Events API over HTTP (`mode: events`, signed deliveries to the webhook), and the Web
-//! API (`chat.postMessage`) for replies in Slack's mrkdwn.
+//! API (`chat.postMessage`) for replies in Slack's mrkdwn. An approval request gets
+//! Approve and Reject buttons; their presses come back as interactions.
 
 mod api;
 mod events;
+mod interaction;
 mod mrkdwn;
 mod socket;
 mod webhook;
@@ -15,6 +17,7 @@ use saint_config::{ChannelConfig, channel_settings::SLACK};
 pub use self::{
     api::{BotIdentity, SlackApi, classify_error},
     events::{EventOutcome, EventReader, parse_event, strip_mentions},
+    interaction::{approval_blocks, parse_interaction},
     mrkdwn::{MAX_BLOCK_CHARS, escape, markdown_to_mrkdwn},
     socket::SocketConnection,
     webhook::{EventsWebhook, verify_request},

@@ -2,8 +2,9 @@
 //! `apps.connections.open` with the app-level token for a one-use WebSocket URL, then
 //! envelopes until the socket ends.
 //!
-//! Each `events_api` envelope's message is committed to the inbox first and only then
-//! acknowledged (`{"envelope_id": …}`): Slack redelivers an unacknowledged envelope
+//! Each `events_api` envelope's message (and each `interactive` envelope's button
+//! press) is committed to the inbox first and only then acknowledged
+//! (`{"envelope_id": …}`): Slack redelivers an unacknowledged envelope
 //! (`retry_attempt` > 0), and the inbox's unique platform ids make the redelivery
 //! harmless, so a crash or a failed commit loses nothing. A failed commit ends the
 //! connection without the acknowledgement. `disconnect` (Slack refreshing the link) is
@@ -24,6 +25,7 @@ use super::{
     Mode, SlackSettings,
     api::SlackApi,
     events::{EventOutcome, EventReader, parse_event},
+    interaction::parse_interaction,
 };
 use crate::transport::{ChannelState, Connection, InboxSink, SendError};
 
@@ -259,15 +261,20 @@ impl SocketConnection {
         envelope_id: &str,
     ) -> Result<(), String> {
         let channel = &self.settings.channel;
-        if envelope["type"] != "events_api" {
-            tracing::debug!(%channel, kind = %envelope["type"], "slack: envelope type not served; acknowledged");
-            return Ok(());
-        }
+        let outcome = match envelope["type"].as_str() {
+            Some("events_api") => parse_event(reader, &envelope["payload"]),
+            // A button pressed (Slack waits three seconds for the acknowledgement).
+            Some("interactive") => parse_interaction(reader, &envelope["payload"]),
+            _ => {
+                tracing::debug!(%channel, kind = %envelope["type"], "slack: envelope type not served; acknowledged");
+                return Ok(());
+            }
+        };
         let attempt = envelope["retry_attempt"].as_u64().unwrap_or(0);
         if attempt > 0 {
             tracing::debug!(%channel, envelope_id, attempt, reason = %envelope["retry_reason"], "slack: redelivered envelope");
         }
-        match parse_event(reader, &envelope["payload"]) {
+        match outcome {
             EventOutcome::Skipped(reason) => {
                 tracing::debug!(%channel, envelope_id, %reason, "slack: event skipped");
                 Ok(())

@@ -4,7 +4,8 @@
 //! the signing secret, of `v0:<X-Slack-Request-Timestamp>:<raw body>` (compared in
 //! constant time) and the timestamp is within five minutes of now, so a captured
 //! request cannot be replayed later; nothing is parsed before that. Slack's
-//! `url_verification` is answered with its challenge.
+//! `url_verification` is answered with its challenge. The app's Interactivity request
+//! URL may point here too: a button press comes as a signed form (`payload=…`).
 
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
@@ -14,6 +15,7 @@ use sha2::Sha256;
 use super::{
     Mode, SlackSettings,
     events::{EventOutcome, EventReader, parse_event},
+    interaction::parse_interaction,
 };
 use crate::transport::{Webhook, WebhookDelivery, WebhookRefusal};
 
@@ -79,6 +81,18 @@ pub fn verify_request(
         .map_err(|_| "X-Slack-Signature does not match the request".to_string())
 }
 
+/// The `payload` field of a form body (`payload=%7B…`), if the body is such a form.
+fn form_payload(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    if !text.starts_with("payload=") {
+        return None;
+    }
+    let url = reqwest::Url::parse(&format!("http://form/?{text}")).ok()?;
+    url.query_pairs()
+        .find(|(key, _)| key == "payload")
+        .map(|(_, value)| value.into_owned())
+}
+
 impl Webhook for EventsWebhook {
     fn receive(
         &self,
@@ -93,9 +107,28 @@ impl Webhook for EventsWebhook {
             jiff::Timestamp::now().as_second(),
         )
         .map_err(WebhookRefusal::Unauthorized)?;
+        let reader = EventReader {
+            channel: &self.settings.channel,
+            bot_user_id: None,
+            rules: self.settings.groups,
+            is_contact,
+        };
+        let mut delivery = WebhookDelivery::default();
+        // The Interactivity request URL (a button pressed) posts `payload=<JSON>` as a
+        // form, signed like the events.
+        if let Some(interaction) = form_payload(body) {
+            let payload: Value = serde_json::from_str(&interaction).map_err(|error| {
+                WebhookRefusal::BadRequest(format!("interaction payload is not JSON: {error}"))
+            })?;
+            match parse_interaction(&reader, &payload) {
+                EventOutcome::Message(message) => delivery.messages.push(*message),
+                EventOutcome::Skipped(reason) => delivery.skipped.push(format!("slack: {reason}")),
+                EventOutcome::Withdrawn(_) => {}
+            }
+            return Ok(delivery);
+        }
         let payload: Value = serde_json::from_slice(body)
             .map_err(|error| WebhookRefusal::BadRequest(format!("body is not JSON: {error}")))?;
-        let mut delivery = WebhookDelivery::default();
         match payload["type"].as_str() {
             Some("url_verification") => {
                 let challenge = payload["challenge"].as_str().ok_or_else(|| {
@@ -103,25 +136,85 @@ impl Webhook for EventsWebhook {
                 })?;
                 delivery.response = Some(("text/plain", challenge.to_string()));
             }
-            Some("event_callback") => {
-                let reader = EventReader {
-                    channel: &self.settings.channel,
-                    bot_user_id: None,
-                    rules: self.settings.groups,
-                    is_contact,
-                };
-                match parse_event(&reader, &payload) {
-                    EventOutcome::Message(message) => delivery.messages.push(*message),
-                    EventOutcome::Withdrawn(platform_id) => delivery.withdrawn.push(platform_id),
-                    EventOutcome::Skipped(reason) => {
-                        delivery.skipped.push(format!("slack: {reason}"))
-                    }
-                }
-            }
+            Some("event_callback") => match parse_event(&reader, &payload) {
+                EventOutcome::Message(message) => delivery.messages.push(*message),
+                EventOutcome::Withdrawn(platform_id) => delivery.withdrawn.push(platform_id),
+                EventOutcome::Skipped(reason) => delivery.skipped.push(format!("slack: {reason}")),
+            },
             other => delivery
                 .skipped
                 .push(format!("slack: request type {other:?} is not handled")),
         }
         Ok(delivery)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::ChannelConfig;
+
+    use super::*;
+
+    const SECRET: &str = "signing-secret-for-presses";
+
+    fn webhook() -> EventsWebhook {
+        let channel = ChannelConfig {
+            name: "slack".to_string(),
+            kind: saint_config::ChannelKind::Slack,
+            settings: [("mode".to_string(), "events".to_string())].into(),
+            secret_env: [
+                ("botToken".to_string(), "BOT".to_string()),
+                ("signingSecret".to_string(), "SECRET".to_string()),
+            ]
+            .into(),
+        };
+        let settings = SlackSettings::read(&channel, &|variable| {
+            Some(
+                if variable == "SECRET" {
+                    SECRET
+                } else {
+                    "xoxb-1"
+                }
+                .to_string(),
+            )
+        })
+        .unwrap();
+        EventsWebhook::new(settings)
+    }
+
+    fn signed(body: &[u8]) -> HeaderMap {
+        let now = jiff::Timestamp::now().as_second();
+        let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("v0:{now}:").as_bytes());
+        mac.update(body);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-slack-request-timestamp", now.into());
+        let signature = format!("v0={}", hex::encode(mac.finalize().into_bytes()));
+        headers.insert("x-slack-signature", signature.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_signed_interactivity_post_is_a_press_and_an_unsigned_one_is_refused() {
+        let payload = serde_json::json!({"type": "block_actions", "user": {"id": "U0ANA"},
+            "container": {"type": "message", "message_ts": "1.2", "channel_id": "D0ANA"},
+            "actions": [{"type": "button", "action_id": "approval.reject",
+                         "value": "reject:K7QX2P", "action_ts": "1700000000.1"}]});
+        let body = format!(
+            "payload={}",
+            reqwest::Url::parse_with_params("http://x/", [("p", payload.to_string())])
+                .unwrap()
+                .query()
+                .unwrap()
+                .trim_start_matches("p=")
+        );
+        let delivery = webhook()
+            .receive(&signed(body.as_bytes()), body.as_bytes(), &|_| false)
+            .unwrap();
+        assert_eq!(delivery.messages.len(), 1, "{:?}", delivery.skipped);
+        assert_eq!(delivery.messages[0].text, "reject K7QX2P");
+        assert!(delivery.messages[0].pressed);
+        let refused = webhook().receive(&HeaderMap::new(), body.as_bytes(), &|_| false);
+        assert!(matches!(refused, Err(WebhookRefusal::Unauthorized(_))));
     }
 }

@@ -4,6 +4,7 @@
 //! wait (429 with the platform's `retry_after`, server errors, network failures), stop
 //! until the token is fixed (401), or give up with Telegram's own description. The
 //! token is part of every URL, so no URL ever reaches an error message or the log.
+//! An approval request is sent with an inline keyboard of Approve and Reject.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use super::{
     html::{MAX_TEXT_CHARS, markdown_to_telegram_html},
 };
 use crate::{
+    buttons,
     message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -194,6 +196,28 @@ impl BotApi {
         self.call("getMe", &json!({}), Duration::from_secs(30))
             .await
     }
+
+    /// `answerCallbackQuery`: tells the presser's client the press arrived (it shows a
+    /// spinner until then); the decision itself is answered as a message.
+    pub async fn answer_callback_query(&self, id: &str) -> Result<(), ApiError> {
+        self.call::<Value>(
+            "answerCallbackQuery",
+            &json!({"callback_query_id": id}),
+            Duration::from_secs(20),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// The inline keyboard of an approval request: Approve and Reject in one row, each
+/// carrying the code and the decision as its `callback_data` (at most 64 bytes).
+fn approval_keyboard(code: &str) -> Value {
+    let row: Vec<Value> = buttons::buttons(code)
+        .iter()
+        .map(|button| json!({"text": button.label(), "callback_data": button.value}))
+        .collect();
+    json!({"inline_keyboard": [row]})
 }
 
 impl Transport for BotApi {
@@ -238,6 +262,9 @@ impl Transport for BotApi {
             if let Some(message_id) = quoted {
                 body["reply_parameters"] =
                     json!({"message_id": message_id, "allow_sending_without_reply": true});
+            }
+            if let Some(code) = &context.approval {
+                body["reply_markup"] = approval_keyboard(code);
             }
             let sent: Value = self
                 .call("sendMessage", &body, Duration::from_secs(60))

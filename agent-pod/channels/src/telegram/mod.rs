@@ -210,6 +210,13 @@ impl Webhook for TelegramWebhook {
                 }
             }
         };
+        // A button press is acknowledged in the answer to the delivery itself (the Bot
+        // API takes one method call there), sent once the press is stored.
+        let response = update.callback_query_id().map(|id| {
+            let call =
+                serde_json::json!({"method": "answerCallbackQuery", "callback_query_id": id});
+            ("application/json", call.to_string())
+        });
         match read_update(
             &self.settings.channel,
             &update,
@@ -219,10 +226,12 @@ impl Webhook for TelegramWebhook {
         ) {
             Received::Message(message) => Ok(WebhookDelivery {
                 messages: vec![*message],
+                response,
                 ..WebhookDelivery::default()
             }),
             Received::Skipped(reason) => Ok(WebhookDelivery {
                 skipped: vec![reason],
+                response,
                 ..WebhookDelivery::default()
             }),
         }
@@ -326,6 +335,40 @@ mod tests {
             read(&[("chatId", "1")], &[("botToken", "T")])
                 .unwrap_err()
                 .contains("settings.chatId is not a setting of telegram channels")
+        );
+    }
+
+    #[test]
+    fn a_webhook_press_is_stored_and_acknowledged_in_the_answer() {
+        let settings = TelegramSettings::read(
+            &channel(
+                &[("mode", "webhook")],
+                &[("botToken", "T"), ("webhookSecret", "S")],
+            ),
+            &lookup,
+        )
+        .unwrap();
+        let webhook = TelegramWebhook::new(settings, Arc::new(OnceLock::new()));
+        let body = serde_json::json!({"update_id": 5, "callback_query": {
+            "id": "77001", "chat_instance": "-1",
+            "from": {"id": 111, "is_bot": false, "first_name": "Ana"},
+            "message": {"message_id": 9, "date": 1_700_000_000, "text": "Approval needed",
+                        "chat": {"id": 111, "type": "private"}},
+            "data": "approve:K7QX2P"}})
+        .to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert(SECRET_HEADER, "value-of-S".parse().unwrap());
+        let delivery = webhook
+            .receive(&headers, body.as_bytes(), &|_| false)
+            .unwrap();
+        assert_eq!(delivery.messages[0].text, "approve K7QX2P");
+        assert!(delivery.messages[0].pressed);
+        assert_eq!(
+            delivery.response,
+            Some((
+                "application/json",
+                r#"{"callback_query_id":"77001","method":"answerCallbackQuery"}"#.to_string()
+            ))
         );
     }
 

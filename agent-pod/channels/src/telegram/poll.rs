@@ -2,6 +2,7 @@
 //! the token), then `getUpdates` with the saved offset, again and again. Each batch's
 //! messages and the next offset are committed to the inbox in one transaction, and only
 //! then is the new offset asked for — which is what tells Telegram to forget the batch.
+//! The batch's button presses are acknowledged (`answerCallbackQuery`) once stored.
 //! A crash before the commit gets the same updates again; the inbox's unique message
 //! ids make that harmless. Failures reconnect with backoff (at least Telegram's
 //! `retry_after`); a refused token waits a minute and tries again.
@@ -102,7 +103,8 @@ impl Poller {
         loop {
             let mut request = json!({
                 "timeout": self.poll_timeout.as_secs(),
-                "allowed_updates": ["message"],
+                // Button presses (`callback_query`) answer approval requests.
+                "allowed_updates": ["message", "callback_query"],
             });
             if let Some(offset) = offset {
                 request["offset"] = json!(offset);
@@ -128,7 +130,10 @@ impl Poller {
                 continue;
             };
             let mut messages = Vec::new();
+            let mut presses = Vec::new();
             for raw in updates {
+                // Every press is acknowledged, even one whose update cannot be read.
+                presses.extend(raw["callback_query"]["id"].as_str().map(str::to_string));
                 let update: Update = match serde_json::from_value(raw) {
                     Ok(update) => update,
                     Err(error) => {
@@ -152,6 +157,13 @@ impl Poller {
                     after: None,
                 })?;
             offset = Some(next);
+            // Stored: the pressers' clients may stop waiting (best effort; a failure
+            // leaves a spinner, nothing else).
+            for press in presses {
+                if let Err(error) = self.api.answer_callback_query(&press).await {
+                    tracing::debug!(channel, %error, "telegram: a button press was not acknowledged");
+                }
+            }
             // Reset only once a batch is stored: an inbox that keeps failing backs off.
             *backoff = Duration::from_secs(1);
         }

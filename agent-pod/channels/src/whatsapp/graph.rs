@@ -2,7 +2,8 @@
 //! `GET /<media-id>` and the media URL for attachments. Errors are classified by the
 //! platform's answer: rate limits and server errors are retried (honouring
 //! `Retry-After`), a refused token stops the channel, the rest fail the message with
-//! the platform's own reason.
+//! the platform's own reason. An approval request is an interactive message with
+//! Approve and Reject reply buttons.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use serde_json::json;
 
 use super::{CUSTOMER_SERVICE_WINDOW, MAX_TEXT_CHARS, WhatsappSettings};
 use crate::{
+    buttons,
     format::markdown_to_whatsapp,
     message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
@@ -22,6 +24,22 @@ use crate::{
 const RATE_LIMIT_CODES: &[i64] = &[4, 80007, 130429, 131048, 131056];
 /// The Cloud API's code for a free-form message outside the customer-service window.
 const REENGAGEMENT_CODE: i64 = 131047;
+
+/// Longest body of an interactive (button) message.
+const MAX_INTERACTIVE_BODY_CHARS: usize = 1_024;
+
+/// The `interactive` object of an approval request: `body` and two reply buttons,
+/// Approve and Reject, whose ids carry the code and the decision (titles of at most 20
+/// characters, ids of at most 256).
+fn approval_interactive(body: &str, code: &str) -> serde_json::Value {
+    let buttons: Vec<serde_json::Value> = buttons::buttons(code)
+        .iter()
+        .map(|button| {
+            json!({"type": "reply", "reply": {"id": button.value, "title": button.label()}})
+        })
+        .collect();
+    json!({"type": "button", "body": {"text": body}, "action": {"buttons": buttons}})
+}
 
 /// Talks to the Graph API for one channel.
 pub struct GraphClient {
@@ -71,6 +89,24 @@ impl GraphClient {
 
     fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.settings.api_base_url)
+    }
+
+    /// Sends one message; returns its `wamid`.
+    async fn send_one(&self, body: serde_json::Value) -> Result<String, SendError> {
+        let answer = self.post(body).await?;
+        let sent: SendResponse =
+            serde_json::from_slice(&answer).map_err(|error| SendError::Retry {
+                reason: format!("whatsapp: unreadable answer to a send: {error}"),
+                after: None,
+            })?;
+        sent.messages
+            .into_iter()
+            .next()
+            .map(|message| message.id)
+            .ok_or_else(|| SendError::Retry {
+                reason: "whatsapp: the answer to a send names no message id".to_string(),
+                after: None,
+            })
     }
 
     async fn post(&self, body: serde_json::Value) -> Result<bytes::Bytes, SendError> {
@@ -178,20 +214,24 @@ impl Transport for GraphClient {
             if let Some(reply_to) = context.reply_to.as_deref().filter(|_| part == 0) {
                 body["context"] = json!({"message_id": reply_to});
             }
-            let answer = self.post(body).await?;
-            let sent: SendResponse =
-                serde_json::from_slice(&answer).map_err(|error| SendError::Retry {
-                    reason: format!("whatsapp: unreadable answer to a send: {error}"),
-                    after: None,
-                })?;
-            sent.messages
-                .into_iter()
-                .next()
-                .map(|message| message.id)
-                .ok_or_else(|| SendError::Retry {
-                    reason: "whatsapp: the answer to a send names no message id".to_string(),
-                    after: None,
-                })
+            let Some(code) = &context.approval else {
+                return self.send_one(body).await;
+            };
+            // An approval request gets reply buttons. A button message's body holds at
+            // most 1,024 characters: a longer request goes as text first, then a short
+            // button message naming its code (a retry may repeat the text).
+            let ask = if text.chars().count() <= MAX_INTERACTIVE_BODY_CHARS {
+                text.to_string()
+            } else {
+                self.send_one(body.clone()).await?;
+                format!("Request {code}: approve or reject?")
+            };
+            body["type"] = json!("interactive");
+            body["interactive"] = approval_interactive(&ask, code);
+            if let Some(fields) = body.as_object_mut() {
+                fields.remove("text");
+            }
+            self.send_one(body).await
         })
     }
 

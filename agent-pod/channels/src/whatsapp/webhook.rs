@@ -4,7 +4,8 @@
 //! the raw body under the app secret, compared in constant time; nothing is parsed
 //! before that. Parsing keeps only messages addressed to the configured phone number
 //! and turns each into an [`InboundMessage`]; status callbacks and message types the
-//! bot does not handle are reported, not stored.
+//! bot does not handle are reported, not stored. A press of one of the bot's approval
+//! reply buttons (`interactive` / `button_reply`) is the presser's typed answer.
 
 use hmac::{Hmac, Mac};
 use saint_config::{ChannelIdentity, ChannelKind};
@@ -13,7 +14,10 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::WhatsappSettings;
-use crate::message::{AttachmentRef, InboundMessage};
+use crate::{
+    buttons,
+    message::{AttachmentRef, InboundMessage},
+};
 
 /// Why a webhook request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,6 +137,20 @@ struct Message {
     audio: Option<Media>,
     video: Option<Media>,
     sticker: Option<Media>,
+    interactive: Option<Interactive>,
+}
+
+/// An interactive reply: `button_reply` for a reply button pressed.
+#[derive(Deserialize)]
+struct Interactive {
+    #[serde(rename = "type")]
+    kind: String,
+    button_reply: Option<ButtonReply>,
+}
+
+#[derive(Deserialize)]
+struct ButtonReply {
+    id: String,
 }
 
 #[derive(Deserialize)]
@@ -212,11 +230,34 @@ fn normalise(
         .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
         .unwrap_or_else(jiff::Timestamp::now)
         .to_string();
+    let mut pressed = false;
     let (text, attachments) = match message.kind.as_str() {
         "text" => (
             message.text.map(|text| text.body).unwrap_or_default(),
             Vec::new(),
         ),
+        // A reply button pressed: only the bot's approval buttons are read, as the
+        // presser's typed answer (see `crate::buttons`).
+        "interactive" => {
+            let reply = message
+                .interactive
+                .filter(|interactive| interactive.kind == "button_reply")
+                .and_then(|interactive| interactive.button_reply)
+                .ok_or_else(|| {
+                    format!(
+                        "message {} skipped: an interactive reply that is not a button reply",
+                        message.id
+                    )
+                })?;
+            let text = buttons::pressed_text(&reply.id).ok_or_else(|| {
+                format!(
+                    "message {} skipped: button {:?} is not one of the bot's buttons",
+                    message.id, reply.id
+                )
+            })?;
+            pressed = true;
+            (text, Vec::new())
+        }
         kind @ ("image" | "document" | "audio" | "video" | "sticker") => {
             let media = match kind {
                 "image" => message.image,
@@ -269,5 +310,6 @@ fn normalise(
             ..Default::default()
         },
         conversation: None,
+        pressed,
     })
 }

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::ResourceExt;
 use saint_config::{
     ApprovalRule, Approvers, BOOTSTRAP_FILES, BotConfig, Budget, ConfigError, ContactConfig,
-    ContactSlug, CronLimits, FileGlobs, Retention, RoleConfig, SessionsVisibility, Skills,
-    SpawnLimits, ToolPolicy, is_known_tool_pattern,
+    ContactSlug, CronLimits, FileGlobs, MAX_RUNNING_PROCESSES, ProcessLimits, Retention,
+    RoleConfig, SessionsVisibility, Skills, SpawnLimits, ToolPolicy, is_known_tool_pattern,
 };
 
 use super::ValidateError;
@@ -22,7 +22,7 @@ use crate::{
         Role, SaintBot,
         formats::is_workspace_path,
         proactive::{CronLimitsSpec, SpawnLimitsSpec, bounds},
-        role::ApprovalRuleSpec,
+        role::{ApprovalRuleSpec, ProcessLimitsSpec},
     },
     identity::IdentityReport,
     selection::bot_uses_role,
@@ -159,6 +159,7 @@ pub fn render_role(role: &Role) -> Result<RoleConfig, RoleError> {
         external: spec.external,
         cron: cron_limits(&name, spec.cron.as_ref())?,
         spawn: spawn_limits(&name, spec.spawn.as_ref())?,
+        process: process_limits(&name, spec.process.as_ref())?,
         retention: spec.retention.as_ref().map(|retention| Retention {
             transcripts_days: retention.transcripts_days,
             attachments_days: retention.attachments_days,
@@ -481,6 +482,23 @@ fn spawn_limits(role: &str, spec: Option<&SpawnLimitsSpec>) -> Result<SpawnLimit
     Ok(limits)
 }
 
+/// `spec.process`, defaulted from `saint_config`'s defaults.
+fn process_limits(
+    role: &str,
+    spec: Option<&ProcessLimitsSpec>,
+) -> Result<ProcessLimits, RoleError> {
+    let mut limits = ProcessLimits::default();
+    if let Some(max_running) = spec.and_then(|spec| spec.max_running) {
+        limits.max_running = within(
+            role,
+            "spec.process.maxRunning",
+            max_running,
+            (1, MAX_RUNNING_PROCESSES),
+        )?;
+    }
+    Ok(limits)
+}
+
 /// The Roles a bot selects: those it can render, by name, and those it cannot.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SelectedRoles {
@@ -723,6 +741,11 @@ mod tests {
                 json!({"spawn": {"maxConcurrent": 0}}),
                 "spec.spawn.maxConcurrent",
                 "0",
+            ),
+            (
+                json!({"process": {"maxRunning": 33}}),
+                "spec.process.maxRunning",
+                "33",
             ),
             // Approval rules, as the agent reads them on their own.
             (
