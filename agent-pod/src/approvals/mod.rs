@@ -29,22 +29,32 @@ use sha2::{Digest, Sha256};
 const CODE_ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
 const CODE_LENGTH: usize = 6;
 
-/// The first rule of `role` that the call `tool(input)` falls under.
+/// The first rule of `role` that the call `tool(input)` falls under. `process start`
+/// runs a command line as `exec` does (the same `command` argument, the same admission
+/// checks), so a rule naming `exec` covers it too: starting a command in the background
+/// is never a way around an approval.
 pub fn rule_for<'r>(role: &'r RoleConfig, tool: &str, input: &Value) -> Option<&'r ApprovalRule> {
+    let starts_a_command = tool == "process" && input["action"] == "start";
+    let names: &[&str] = if starts_a_command {
+        &[tool, "exec"]
+    } else {
+        &[tool]
+    };
     role.approvals.iter().find(|rule| {
-        rule.tools
-            .iter()
-            .any(|pattern| saint_tools::policy::pattern_matches(pattern, tool))
-            && rule.when.iter().all(|(argument, glob)| {
-                let text = match &input[argument.as_str()] {
-                    Value::String(text) => text.clone(),
-                    Value::Null => return false,
-                    other => other.to_string(),
-                };
-                globset::Glob::new(glob)
-                    .map(|glob| glob.compile_matcher().is_match(&text))
-                    .unwrap_or(false)
-            })
+        rule.tools.iter().any(|pattern| {
+            names
+                .iter()
+                .any(|name| saint_tools::policy::pattern_matches(pattern, name))
+        }) && rule.when.iter().all(|(argument, glob)| {
+            let text = match &input[argument.as_str()] {
+                Value::String(text) => text.clone(),
+                Value::Null => return false,
+                other => other.to_string(),
+            };
+            globset::Glob::new(glob)
+                .map(|glob| glob.compile_matcher().is_match(&text))
+                .unwrap_or(false)
+        })
     })
 }
 

@@ -30,6 +30,13 @@ fn rules_match_tools_and_argument_globs() {
     assert!(rule_for(&role, "exec", &json!({})).is_none());
     assert!(rule_for(&role, "docs.search", &json!({"query": "x"})).is_some());
     assert!(rule_for(&role, "read", &json!({"path": "a"})).is_none());
+    // Starting the same command in the background falls under the exec rule; polling
+    // or killing a process runs no command.
+    let start = json!({"action": "start", "command": "git push origin main"});
+    assert!(rule_for(&role, "process", &start).is_some());
+    let other = json!({"action": "start", "command": "git status"});
+    assert!(rule_for(&role, "process", &other).is_none());
+    assert!(rule_for(&role, "process", &json!({"action": "kill", "id": "p1"})).is_none());
 }
 
 #[test]
