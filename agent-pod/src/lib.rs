@@ -10,6 +10,7 @@ pub mod config_watch;
 pub mod erasure;
 pub mod heartbeat;
 pub mod identity;
+pub mod image_tool;
 pub mod ledger;
 pub mod mcp_servers;
 pub mod metering;

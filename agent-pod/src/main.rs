@@ -864,6 +864,14 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         }
         extras.notices.extend(notices);
         let keeper_workspace = workspace.clone();
+        // The model looks at images through the same extraction child as attachments.
+        let tools = match &options.media {
+            Some(extractor) => tools.replace(Arc::new(saint_agent::image_tool::ImageTool::new(
+                extractor.clone(),
+                Arc::new(saint_tools::guard::ssrf::SsrfGuard::default()),
+            ))),
+            None => tools,
+        };
         // Approved top-ups credit the same accounts the runtime's budget checks read.
         let budgets = saint_agent::budget::SpendLedger::default();
         let tools = tools.replace(Arc::new(saint_agent::top_up::TopUpTool::new(

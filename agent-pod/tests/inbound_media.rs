@@ -30,6 +30,7 @@ fn marko() -> Person {
 struct Bot {
     llm: ScriptedLlm,
     telegram: ScriptedTelegram,
+    workspace: PathBuf,
     // Fields drop in order: the agent stops before its directory goes.
     _agent: AgentProcess,
     _directory: tempfile::TempDir,
@@ -65,6 +66,7 @@ impl Bot {
         Self {
             llm,
             telegram,
+            workspace,
             _agent: agent,
             _directory: directory,
         }
@@ -285,4 +287,81 @@ async fn a_pdf_and_a_workbook_reach_the_model_as_untrusted_text_and_a_zip_bomb_a
         "{texts}"
     );
     assert!(texts.contains("a zip bomb]"), "{texts}");
+}
+
+/// The `image` tool: the model looks at a file Ivan may read and sees it, scaled, beside
+/// the tool's result; a file his role may not read and a URL on a loopback address are
+/// refused (the probe listening there is never connected to).
+async fn the_image_tool_shows_a_readable_file_and_refuses_the_rest(wire: Wire) {
+    let bot = Bot::start(wire).await;
+    std::fs::create_dir_all(bot.workspace.join("data")).unwrap();
+    std::fs::write(
+        bot.workspace.join("data/chart.jpg"),
+        fixtures::photo_with_exif(3000, 2000, 1),
+    )
+    .unwrap();
+    std::fs::write(
+        bot.workspace.join("memory/users/ana/photo.jpg"),
+        fixtures::photo_with_exif(800, 600, 1),
+    )
+    .unwrap();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.set_nonblocking(true).unwrap();
+    let private = format!("http://{}/chart.png", probe.local_addr().unwrap());
+
+    bot.llm
+        .push(Reply::tool_call("image", json!({"path": "data/chart.jpg"})));
+    bot.llm
+        .push(Reply::tool_call("image", json!({"url": private})));
+    bot.llm.push(Reply::tool_call(
+        "image",
+        json!({"path": "memory/users/ana/photo.jpg"}),
+    ));
+    let last = bot
+        .ask(scripted::private_text(&ivan(), "what does our chart show?"))
+        .await;
+
+    let requests = bot.llm.requests();
+    assert_eq!(requests.len(), 4, "three tool calls, then the answer");
+    let seen = &requests[1];
+    let shown = images(seen);
+    assert_eq!(shown.len(), 1, "{:#}", seen.body["messages"]);
+    assert_eq!(shown[0].0, "image/jpeg");
+    let decoded = image::load_from_memory(&shown[0].1).unwrap();
+    assert_eq!((decoded.width(), decoded.height()), (1568, 1045));
+    let results = seen.tool_results();
+    assert!(
+        !results[0].1 && results[0].0.contains("3000 × 2000 scaled to 1568 × 1045"),
+        "{results:?}"
+    );
+    // The refused calls add no image: the history keeps only the first round's.
+    let image_count = |request: &RecordedRequest| {
+        request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+            .filter(|block| block["type"] == "image" || block["type"] == "image_url")
+            .count()
+    };
+    let refused_url = requests[2].tool_results();
+    assert!(refused_url[1].1, "{refused_url:?}");
+    assert_eq!(image_count(&requests[2]), 1);
+    assert!(
+        matches!(probe.accept(), Err(error) if error.kind() == std::io::ErrorKind::WouldBlock),
+        "the guard let a request reach a loopback address"
+    );
+    let refused_path = last.tool_results();
+    assert!(refused_path[2].1, "{refused_path:?}");
+    assert_eq!(image_count(&last), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_tool_shows_an_anthropic_model_a_readable_file_and_refuses_the_rest() {
+    the_image_tool_shows_a_readable_file_and_refuses_the_rest(Wire::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_tool_shows_an_openai_compatible_model_a_readable_file_and_refuses_the_rest() {
+    the_image_tool_shows_a_readable_file_and_refuses_the_rest(Wire::Openai).await;
 }

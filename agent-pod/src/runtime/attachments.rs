@@ -12,7 +12,7 @@ use saint_tools::untrusted;
 use tokio::io::AsyncReadExt;
 
 /// The tool whose permission lets a role see images.
-pub(super) const IMAGE_TOOL: &str = "image";
+pub(super) const IMAGE_TOOL: &str = crate::image_tool::IMAGE_TOOL;
 
 /// How much of a file `classify` needs to tell its kind.
 const HEAD_BYTES: u64 = 8 * 1024;

@@ -814,6 +814,7 @@ impl Runtime {
                     break 'turn LoopEnd::Answer(message.text());
                 }
                 let mut results = Vec::with_capacity(calls.len());
+                let mut images = Vec::new();
                 let mut stopped = None;
                 for (call_id, name, input) in calls {
                     // ...and before every tool call: a call the caller may no longer
@@ -821,8 +822,8 @@ impl Runtime {
                     if stopped.is_none() {
                         stopped = self.authority_changed(state);
                     }
-                    let (content, is_error) = match &stopped {
-                        Some(reason) => (format!("not run: {reason}"), true),
+                    let reply = match &stopped {
+                        Some(reason) => ToolReply::failed(format!("not run: {reason}")),
                         None => {
                             // The model names tools as it saw them (`docs__search`);
                             // prices, metering and usage use the real name.
@@ -836,14 +837,20 @@ impl Runtime {
                                 approvals::rule_for(&state.caller.role, &name, &input)
                             }) {
                                 Some(rule) => {
-                                    self.ask_approval(
-                                        state.caller,
-                                        state.config,
-                                        rule,
-                                        &name,
-                                        &input,
-                                    )
-                                    .await
+                                    let (content, is_error) = self
+                                        .ask_approval(
+                                            state.caller,
+                                            state.config,
+                                            rule,
+                                            &name,
+                                            &input,
+                                        )
+                                        .await;
+                                    ToolReply {
+                                        content,
+                                        is_error,
+                                        image: None,
+                                    }
                                 }
                                 None => {
                                     self.run_priced_tool(state, &context, tool, &name, input)
@@ -854,10 +861,14 @@ impl Runtime {
                     };
                     results.push(ContentBlock::ToolResult {
                         tool_use_id: call_id,
-                        content,
-                        is_error,
+                        content: reply.content,
+                        is_error: reply.is_error,
                     });
+                    images.extend(reply.image);
                 }
+                // Images a tool gave go after every result of the round: a user message
+                // answering tool calls starts with their results.
+                results.extend(images);
                 let message = Message {
                     role: ChatRole::User,
                     content: results,
@@ -969,7 +980,7 @@ impl Runtime {
         tool: Option<&PermittedTool>,
         name: &str,
         input: serde_json::Value,
-    ) -> Result<(String, bool), TurnError> {
+    ) -> Result<ToolReply, TurnError> {
         let price = state.config.budget.tool_prices.get(name).copied();
         let (Some(price), Some(role_budget), Some(_)) = (price, &state.caller.role.budget, tool)
         else {
@@ -993,15 +1004,14 @@ impl Runtime {
             self.metering
                 .metrics
                 .budget_refusal(&state.caller.role_name);
-            return Ok((
-                format!("not run: {name} costs {price} USD a call, and your budget cannot take it"),
-                true,
-            ));
+            return Ok(ToolReply::failed(format!(
+                "not run: {name} costs {price} USD a call, and your budget cannot take it"
+            )));
         };
-        let (content, is_error) = self.run_tool(state, context, tool, name, input).await;
-        if is_error {
+        let reply = self.run_tool(state, context, tool, name, input).await;
+        if reply.is_error {
             // A failed call costs nothing: dropping the reservation releases it.
-            return Ok((content, is_error));
+            return Ok(reply);
         }
         reservation.set_cost(price);
         let spent_at = jiff::Timestamp::now();
@@ -1012,7 +1022,7 @@ impl Runtime {
         reservation.settle(price, spent_at);
         stored?;
         state.spent += price;
-        Ok((content, is_error))
+        Ok(reply)
     }
 
     async fn run_tool(
@@ -1022,7 +1032,7 @@ impl Runtime {
         tool: Option<&PermittedTool>,
         name: &str,
         input: serde_json::Value,
-    ) -> (String, bool) {
+    ) -> ToolReply {
         let started = Instant::now();
         let span = tracing::info_span!(
             target: telemetry::TARGET,
@@ -1090,7 +1100,36 @@ impl Runtime {
             arguments: input,
             preview: content.chars().take(TOOL_PREVIEW_CHARS).collect(),
         });
-        (content, is_error)
+        let image = result
+            .ok()
+            .and_then(|output| output.image)
+            .map(|image| ContentBlock::Image {
+                media_type: image.media_type,
+                data: image.base64,
+            });
+        ToolReply {
+            content,
+            is_error,
+            image,
+        }
+    }
+}
+
+/// What one tool call gives the model: the result text, whether the call failed, and
+/// an image to look at (the `image` tool), sent after the results of the round.
+pub(super) struct ToolReply {
+    content: String,
+    is_error: bool,
+    image: Option<ContentBlock>,
+}
+
+impl ToolReply {
+    fn failed(content: String) -> Self {
+        Self {
+            content,
+            is_error: true,
+            image: None,
+        }
     }
 }
 

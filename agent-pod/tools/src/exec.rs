@@ -455,6 +455,7 @@ impl TypedTool for ExecTool {
                 content,
                 untrusted: false,
                 metering,
+                image: None,
             })
         })
     }

@@ -123,6 +123,17 @@ pub struct ToolOutput {
     pub untrusted: bool,
     /// Facts for the usage log (e.g. `{"porter": true}`); never shown to the model.
     pub metering: serde_json::Map<String, serde_json::Value>,
+    /// An image for the model to look at (the `image` tool), sent beside the result.
+    pub image: Option<ToolImage>,
+}
+
+/// An image prepared within the provider's limits, as both wire formats carry it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolImage {
+    /// `image/jpeg` or `image/png`.
+    pub media_type: String,
+    /// The encoded image, base64 (standard alphabet, padded).
+    pub base64: String,
 }
 
 impl ToolOutput {

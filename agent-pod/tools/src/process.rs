@@ -253,6 +253,7 @@ impl ProcessTool {
             ),
             untrusted: false,
             metering,
+            image: None,
         })
     }
 
@@ -345,6 +346,7 @@ impl ProcessTool {
             content,
             untrusted: false,
             metering,
+            image: None,
         })
     }
 }

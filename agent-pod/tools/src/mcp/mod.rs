@@ -173,6 +173,7 @@ impl Tool for McpTool {
                 content: untrusted::wrap(&source, &text),
                 untrusted: true,
                 metering,
+                image: None,
             })
         })
     }
