@@ -5,8 +5,9 @@ the file or directory is in the repository (tracked, or new and not ignored), an
 case, punctuation dropped, spaces to hyphens, duplicates numbered) or an HTML
 `id`/`name` in it. Inline links, images and reference definitions are checked; code
 blocks and code spans are not. A link starting with `/` is from the repository's
-root, as on GitHub. External links (http, https, mailto) are not fetched. Exits 1
-listing each broken link as path:line: link (reason).
+root, as on GitHub. External links (http, https, mailto) are not fetched. The
+README, the front page, must stay within README_MAX_LINES. Exits 1 listing each
+broken link as path:line: link (reason).
 
 Usage: docs/check-links.py [REPOSITORY_ROOT]"""
 
@@ -16,6 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote
+
+# The README links to docs/ for everything past what it is, running a bot, running
+# the tests and installing on Kubernetes.
+README_MAX_LINES = 150
 
 # [text](target) or ![alt](target), with an optional "title"; <target> may hold spaces.
 INLINE = re.compile(r"\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
@@ -110,6 +115,10 @@ def main() -> int:
                 broken.append(f"{where} ({reason})")
             elif fragment and destination.suffix == ".md" and unquote(fragment) not in anchors(destination):
                 broken.append(f"{where} (no heading with anchor #{fragment})")
+    readme = root / "README.md"
+    readme_lines = len(readme.read_text(encoding="utf-8").splitlines())
+    if readme_lines > README_MAX_LINES:
+        broken.append(f"README.md: {readme_lines} lines, more than {README_MAX_LINES}: move the detail to docs/")
     for line in broken:
         print(line, file=sys.stderr)
     print(f"{len(documents)} Markdown documents, {checked} relative links checked, {len(broken)} broken")
