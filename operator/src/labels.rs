@@ -15,6 +15,16 @@ pub const FIELD_MANAGER: &str = saint_config::sandbox_contract::MANAGED_BY;
 pub const RESTART_HASH_ANNOTATION: &str = "saint.work/restart-hash";
 /// ConfigMap annotation holding the hash of the rendered config.
 pub const CONFIG_HASH_ANNOTATION: &str = "saint.work/config-hash";
+/// Annotation holding the SHA-256 of a child as the operator built it (what
+/// `saintbot_controller::freshness` judges).
+pub const DESIRED_HASH_ANNOTATION: &str = "saint.work/desired-hash";
+/// Annotation the operator's cache puts on its own copy of a child (never written to
+/// the API server): the hash of its compared content as stored
+/// (`saintbot_controller::content`).
+pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
+/// Annotation the operator's cache puts on its own copy of a child (never written to
+/// the API server): the hash of its operator labels as stored.
+pub const LIVE_LABELS_ANNOTATION: &str = "saint.work/live-labels";
 
 /// The labels that select the bot pod (stable: a Deployment selector is immutable).
 pub fn agent_selector(bot: &str) -> BTreeMap<String, String> {

@@ -13,9 +13,8 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    SecretKeyReference, channel_rules, formats,
-    saintbot::{InjectSpec, RequestRuleSpec},
-    secret_key_rule,
+    SecretKeyReference, channel_rules, formats, secret_key_rule,
+    wire_rules::{InjectSpec, RequestRuleSpec},
 };
 
 /// Most servers one bot declares (bounds CEL's cost of the uniqueness rule).

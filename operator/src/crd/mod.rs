@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod proactive;
 pub mod role;
 pub mod saintbot;
+pub mod wire_rules;
 
 use kube::{
     KubeSchema,

@@ -14,15 +14,10 @@ use k8s_openapi::api::{
 use kube::Resource;
 use serde_json::{Value, json};
 
-use super::freshness::DESIRED_HASH_ANNOTATION;
-
-/// Annotation the operator's cache puts on its own copy of a child (never written to the
-/// API server): the hash of [`Content::content`] as stored.
-pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
-
-/// Annotation the operator's cache puts on its own copy of a child (never written to the
-/// API server): the hash of its [`operator_labels`] as stored.
-pub const LIVE_LABELS_ANNOTATION: &str = "saint.work/live-labels";
+use crate::labels::DESIRED_HASH_ANNOTATION;
+// The annotations live with the other labels (a leaf module), so this module and
+// `freshness` do not import each other.
+pub use crate::labels::{LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION};
 
 /// A child kind's compared content, and what else the cache keeps of it.
 pub trait Content: Resource<DynamicType = ()> + Clone {

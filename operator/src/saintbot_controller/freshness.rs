@@ -13,11 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use serde::Serialize;
 use serde_json::Value;
 
-use super::content::{LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION};
-use crate::labels::FIELD_MANAGER;
-
-/// Annotation holding the SHA-256 of the child as the operator built it.
-pub const DESIRED_HASH_ANNOTATION: &str = "saint.work/desired-hash";
+pub use crate::labels::DESIRED_HASH_ANNOTATION;
+use crate::labels::{FIELD_MANAGER, LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION};
 
 /// A field another manager may own on a Deployment without it counting as drift:
 /// `kubectl rollout restart` stamps it to restart the pods, and reverting it would
