@@ -17,7 +17,7 @@
 //! writes of the operator itself (and anyone else's) come back as events that change
 //! nothing a reconcile reads, and are dropped.
 
-use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc};
+use std::{fmt::Debug, sync::Arc};
 
 use futures::{Stream, StreamExt, channel::mpsc};
 use k8s_openapi::{
@@ -50,8 +50,9 @@ use crate::{
 /// Objects a controller is told about: created, changed or deleted.
 pub type Feed<K> = mpsc::UnboundedReceiver<Result<K, watcher::Error>>;
 
-/// A future that keeps one watch and its store up to date; runs until dropped.
-pub type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
+// Defined with the child watches, the lowest of the watch modules, so that the watches
+// of children and of chain reports do not import this module back.
+pub use crate::child_cache::Driver;
 
 /// One watch: its store, a feed per consumer, and the driver to spawn.
 pub struct Reflection<K: Resource<DynamicType = ()> + 'static> {

@@ -28,8 +28,7 @@ use saint_config::ErrorChain;
 use tokio::sync::watch;
 
 use crate::{
-    cache::Driver,
-    child_cache::{Wakes, WatchStopped},
+    child_cache::{Driver, Wakes, WatchStopped},
     crd::SaintBot,
 };
 

@@ -35,14 +35,16 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::{
-    cache::Driver,
-    crd::SaintBot,
-    saintbot_controller::{
+    child_state::{
         content::{self, Content, LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION},
         freshness::{self, DESIRED_HASH_ANNOTATION},
     },
+    crd::SaintBot,
     status::Reason,
 };
+
+/// A future that keeps one watch and its store up to date; runs until dropped.
+pub type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// A SHA-256, kept as bytes (the annotations carry it as 64 hex digits).
 type Digest = [u8; 32];

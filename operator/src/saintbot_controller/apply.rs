@@ -28,13 +28,18 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{
-    build::Children,
-    content::{Content, content_hash, labels_hash},
-    freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
-    rollout::Problem,
+use super::build::Children;
+use crate::{
+    cache,
+    child_cache::ChildStore,
+    child_state::{
+        content::{Content, content_hash, labels_hash},
+        freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
+        rollout::Problem,
+    },
+    labels::FIELD_MANAGER,
+    metrics::Metrics,
 };
-use crate::{cache, child_cache::ChildStore, labels::FIELD_MANAGER, metrics::Metrics};
 
 /// Tries at making the operator sole owner of a repaired child before the next
 /// reconcile takes over.

@@ -4,11 +4,8 @@
 
 pub mod apply;
 pub mod build;
-pub mod content;
 pub mod dereference;
-pub mod freshness;
 pub mod model_chain;
-pub mod rollout;
 pub mod secrets;
 pub mod update_status;
 pub mod validate;
@@ -34,6 +31,7 @@ use saint_config::ErrorChain;
 use self::update_status::Outcome;
 use crate::{
     cache::{self, BotFeeds, Sources},
+    child_state::rollout,
     crd::{Contact, Role, SaintBot},
     events::Publisher,
     labels::FIELD_MANAGER,

@@ -6,7 +6,7 @@
 //! [`REPORT_LIFETIME`] (the agent repeats it every ten minutes), and made by the agent
 //! that runs now — its pod not gone or going, its `agent` container started before the
 //! report (a new pod or a restarted container has a fresh chain, which has failed
-//! nobody yet). Pure but for [`super::rollout::agent_pods`], listed only for a failing
+//! nobody yet). Pure but for [`crate::child_state::rollout::agent_pods`], listed only for a failing
 //! report.
 
 use std::time::Duration;

@@ -3,13 +3,11 @@
 //! both reconcile paths (applied and invalid) end with. Contact and Role statuses are the
 //! references controller's.
 
-use k8s_openapi::{
-    api::apps::v1::Deployment,
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::Event;
 
-use super::{Context, bot_key, rollout::Problem, validate::ValidatedSaintBot};
+use super::{Context, bot_key, validate::ValidatedSaintBot};
+use crate::child_state::rollout::Problem;
 use crate::{
     crd::{SaintBot, SaintBotStatus},
     status::{
@@ -30,7 +28,7 @@ pub enum Outcome<'a> {
         /// message names them).
         missing_secrets: Option<String>,
         /// Why the pod cannot be created, rolled out or started, in the words of the
-        /// Deployment's conditions or the kubelet ([`super::rollout`]).
+        /// Deployment's conditions or the kubelet ([`crate::child_state::rollout`]).
         pod_problem: Option<Problem>,
         /// `ModelAvailable`'s reason and message, from the agent's model-chain report
         /// ([`super::model_chain`]).
@@ -41,16 +39,6 @@ pub enum Outcome<'a> {
     /// The API server refused a child; the message names it and quotes the refusal.
     /// Only `Ready` changes: what was rendered before stays recorded.
     ApplyFailed { message: String },
-}
-
-/// Whether the Deployment's current generation has a ready pod.
-pub(crate) fn pod_ready(deployment: &Deployment) -> bool {
-    let generation = deployment.metadata.generation;
-    let Some(status) = &deployment.status else {
-        return false;
-    };
-    let current = generation.is_none() || status.observed_generation >= generation;
-    current && status.ready_replicas.unwrap_or(0) >= 1 && status.updated_replicas.unwrap_or(0) >= 1
 }
 
 /// The whole SaintBot status for an outcome. Pure.

@@ -12,6 +12,7 @@ pub mod service;
 pub mod service_account;
 pub mod workload;
 
+pub use crate::child_state::sha256_hex;
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -22,7 +23,6 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use super::validate::ValidatedSaintBot;
 use crate::labels::labels;
@@ -59,11 +59,6 @@ pub(crate) fn typed<T: DeserializeOwned + serde::Serialize>(value: serde_json::V
         );
     }
     object
-}
-
-/// Lower-case hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Every child of one SaintBot.

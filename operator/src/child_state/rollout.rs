@@ -55,6 +55,16 @@ pub fn rollout_problem(deployment: &Deployment) -> Option<Problem> {
         })
 }
 
+/// Whether the Deployment's current generation has a ready pod.
+pub fn pod_ready(deployment: &Deployment) -> bool {
+    let generation = deployment.metadata.generation;
+    let Some(status) = &deployment.status else {
+        return false;
+    };
+    let current = generation.is_none() || status.observed_generation >= generation;
+    current && status.ready_replicas.unwrap_or(0) >= 1 && status.updated_replicas.unwrap_or(0) >= 1
+}
+
 /// The first container of `pods` waiting for a reason a person must fix, named with its
 /// pod and the kubelet's message. Pods being deleted are left out (an old pod of a
 /// rollout may crash while its replacement is fine).

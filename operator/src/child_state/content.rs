@@ -52,7 +52,7 @@ pub fn operator_labels<K: Resource>(object: &K) -> Value {
 /// SHA-256 of a child's [`operator_labels`].
 pub fn labels_hash<K: Resource>(object: &K) -> String {
     let bytes = serde_json::to_vec(&operator_labels(object)).expect("JSON values serialise");
-    super::build::sha256_hex(&bytes)
+    super::sha256_hex(&bytes)
 }
 
 /// The annotations a person or tool could add to change behaviour (an ingress
@@ -67,7 +67,7 @@ fn annotations<K: Resource>(object: &K) -> Value {
 /// SHA-256 of a child's compared content.
 pub fn content_hash<K: Content>(object: &K) -> String {
     let bytes = serde_json::to_vec(&object.content()).expect("JSON values serialise");
-    super::build::sha256_hex(&bytes)
+    super::sha256_hex(&bytes)
 }
 
 impl Content for NetworkPolicy {
@@ -156,7 +156,7 @@ impl Content for Deployment {
         })
     }
     fn pod_ready(&self) -> bool {
-        super::update_status::pod_ready(self)
+        super::rollout::pod_ready(self)
     }
     fn rollout_problem(&self) -> Option<super::rollout::Problem> {
         super::rollout::rollout_problem(self)
@@ -206,7 +206,7 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "i"}, "spec": {}})).unwrap();
         let before = content_hash(&ingress);
         // The operator's own stamps are not content.
-        crate::saintbot_controller::freshness::stamp(&mut ingress.metadata, "abc");
+        crate::child_state::freshness::stamp(&mut ingress.metadata, "abc");
         assert_eq!(content_hash(&ingress), before);
         ingress.metadata.annotations.as_mut().unwrap().insert(
             "nginx.ingress.kubernetes.io/configuration-snippet".into(),

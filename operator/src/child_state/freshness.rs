@@ -47,7 +47,7 @@ pub enum Freshness {
 /// their maps ordered, so the same inputs always hash the same).
 pub fn desired_hash<K: Serialize>(object: &K) -> String {
     let bytes = serde_json::to_vec(object).expect("Kubernetes objects serialise");
-    crate::saintbot_controller::build::sha256_hex(&bytes)
+    super::sha256_hex(&bytes)
 }
 
 /// Stamps `hash` on `meta`'s annotations.

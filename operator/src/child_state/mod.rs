@@ -1,0 +1,17 @@
+//! What a child object of a SaintBot says about itself, read the same way by the watch
+//! caches and the controller: the hash of its compared [`content`], whether it is as the
+//! operator last wrote it ([`freshness`]), and whether its pod runs or why it cannot
+//! ([`rollout`]). A leaf below both: the caches keep these judgements in their records,
+//! the controller acts on them, and neither reaches into the other for them. Pure but
+//! for [`rollout::agent_pods`].
+
+pub mod content;
+pub mod freshness;
+pub mod rollout;
+
+use sha2::{Digest, Sha256};
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
