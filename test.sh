@@ -241,6 +241,7 @@ lint_scripts() {
 	((${#python_files[@]} > 0)) || { echo "found no Python files" >&2; return 1; }
 	"$venv/bin/ruff" check --no-cache "${python_files[@]}" || return 1
 	echo "ruff $ruff_version: ${#python_files[@]} Python files clean"
+	/usr/bin/python3 .ci/check-lint-table.py || return 1
 	/usr/bin/python3 docs/check-links.py
 }
 

@@ -33,7 +33,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let middle = values.len() / 2;
     if values.len().is_multiple_of(2) {
-        (values[middle - 1] + values[middle]) / 2.0
+        f64::midpoint(values[middle - 1], values[middle])
     } else {
         values[middle]
     }
@@ -94,7 +94,7 @@ async fn sequential_calls() -> Vec<f64> {
 }
 
 /// The same with no budget: the call path only checks that the role has none.
-async fn calls_without_budget() -> Vec<f64> {
+fn calls_without_budget() -> Vec<f64> {
     let role_budget: Option<Budget> = std::hint::black_box(None);
     let mut samples = Vec::with_capacity(MEASURED_CALLS);
     for index in 0..WARMUP_CALLS + MEASURED_CALLS {
@@ -189,7 +189,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let sequential = sequential_calls().await;
-        let none = calls_without_budget().await;
+        let none = calls_without_budget();
         let concurrent = concurrent_calls().await;
         let (budgeted, unbudgeted) = turns().await;
 

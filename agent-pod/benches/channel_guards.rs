@@ -424,7 +424,7 @@ fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
     let middle = samples.len() / 2;
     if samples.len().is_multiple_of(2) {
-        (samples[middle - 1] + samples[middle]) / 2.0
+        f64::midpoint(samples[middle - 1], samples[middle])
     } else {
         samples[middle]
     }

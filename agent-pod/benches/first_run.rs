@@ -183,7 +183,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn median_u64(mut samples: Vec<u64>) -> u64 {
-    samples.sort();
+    samples.sort_unstable();
     samples[samples.len() / 2]
 }
 

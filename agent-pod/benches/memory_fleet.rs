@@ -36,7 +36,7 @@ const NOTE_PHRASE: &str = "staging deploy key rotates every ninety days";
 
 struct Bot {
     child: Child,
-    _model: ScriptedLlm,
+    model: ScriptedLlm,
 }
 
 impl Drop for Bot {
@@ -129,15 +129,7 @@ fn start(program: &Path, data: &Path, memory: bool, model: ScriptedLlm) -> Start
     });
     let (base_url, token) = url.split_once("/chat#token=").unwrap();
     let (base_url, token) = (base_url.to_string(), token.to_string());
-    (
-        Bot {
-            child,
-            _model: model,
-        },
-        base_url,
-        token,
-        reindexed,
-    )
+    (Bot { child, model }, base_url, token, reindexed)
 }
 
 /// Asks one message; with memory on the model first calls `memory_search`, whose
@@ -160,7 +152,7 @@ fn ask(tokio: &tokio::runtime::Runtime, bot: &Bot, base_url: &str, token: &str, 
     assert_eq!(answer["reply"], "Ivana.", "{answer}");
     if memory {
         let results: Vec<(String, bool)> = bot
-            ._model
+            .model
             .requests()
             .iter()
             .flat_map(|request| request.tool_results())
@@ -222,7 +214,7 @@ fn sample(bots: &[Bot]) -> Vec<(u64, u64)> {
 }
 
 fn median(mut values: Vec<u64>) -> u64 {
-    values.sort();
+    values.sort_unstable();
     values[values.len() / 2]
 }
 

@@ -31,7 +31,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let middle = values.len() / 2;
     if values.len().is_multiple_of(2) {
-        (values[middle - 1] + values[middle]) / 2.0
+        f64::midpoint(values[middle - 1], values[middle])
     } else {
         values[middle]
     }

@@ -498,14 +498,6 @@ impl Default for Metrics {
         );
         Self {
             registry,
-            approvals,
-            approvals_pending,
-            llm_attempts,
-            llm_entry_healthy,
-            channel_up,
-            channel_messages,
-            delivery_failures,
-            dead_letters,
             tool_calls,
             tool_seconds,
             tool_output_bytes,
@@ -514,6 +506,14 @@ impl Default for Metrics {
             cost,
             budget_refusals,
             model_seconds,
+            channel_up,
+            channel_messages,
+            delivery_failures,
+            dead_letters,
+            llm_attempts,
+            llm_entry_healthy,
+            approvals,
+            approvals_pending,
         }
     }
 }

@@ -115,6 +115,6 @@ where
 pub fn provider_name(provider: saint_config::ModelProvider) -> &'static str {
     match provider {
         saint_config::ModelProvider::Anthropic => "anthropic",
-        _ => "openai",
+        saint_config::ModelProvider::Openai => "openai",
     }
 }

@@ -146,13 +146,12 @@ impl Bot {
             if let Some(value) = probe().await {
                 return value;
             }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "timed out waiting for {what}; model requests: {}; homeserver log:\n{}",
-                    self.llm.request_count(),
-                    Synapse::shared().log_tail()
-                );
-            }
+            assert!(
+                tokio::time::Instant::now() <= deadline,
+                "timed out waiting for {what}; model requests: {}; homeserver log:\n{}",
+                self.llm.request_count(),
+                Synapse::shared().log_tail()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -961,7 +960,7 @@ async fn a_repeated_send_is_one_message_and_a_rate_limit_says_when_to_retry() {
             .send(&to, &format!("burst {index}"), &context, 1)
             .await
         {
-            Ok(_) => continue,
+            Ok(_) => {}
             Err(error) => {
                 refusal = Some(error);
                 break;

@@ -654,7 +654,7 @@ async fn readyz_names_each_declared_channel_that_cannot_work() {
 
 /// The HTTP channel's outcome rows, oldest first: `count` of them, read as soon as the
 /// last response arrived (each row is committed before its response is sent).
-async fn http_outcomes(bot: &InProcess, count: usize) -> Vec<saint_channels::queue::Outcome> {
+fn http_outcomes(bot: &InProcess, count: usize) -> Vec<saint_channels::queue::Outcome> {
     let rows = bot
         .runtime
         .store()
@@ -705,7 +705,7 @@ async fn every_http_message_gets_one_outcome_row_queryable_like_the_other_channe
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    let rows = http_outcomes(&bot, 5).await;
+    let rows = http_outcomes(&bot, 5);
     let summary: Vec<(&str, &str, &str, Option<&str>)> = rows
         .iter()
         .map(|row| {

@@ -547,7 +547,9 @@ impl Clock {
         if offset >= 0 {
             self.instant + Duration::from_millis(offset as u64)
         } else {
-            self.instant - Duration::from_millis((-offset) as u64)
+            self.instant
+                .checked_sub(Duration::from_millis((-offset) as u64))
+                .unwrap()
         }
     }
 }
@@ -694,12 +696,9 @@ impl Platforms {
                 .json(&json!({"channel": "discord", "peer": peer, "text": text}))
                 .send()
                 .await;
-            let response = match response {
-                Ok(response) => response,
-                Err(_) => {
-                    self.backoff().await;
-                    continue;
-                }
+            let Ok(response) = response else {
+                self.backoff().await;
+                continue;
             };
             let status = response.status().as_u16();
             let Ok(body) = response.json::<Value>().await else {

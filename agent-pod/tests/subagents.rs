@@ -290,7 +290,7 @@ fn stream(request: &Value, text: &str, calls: &[(&'static str, Value)]) -> Respo
 
 struct Bot {
     model: Model,
-    _directory: tempfile::TempDir,
+    directory: tempfile::TempDir,
     workspace: PathBuf,
     agent: AgentProcess,
     client: reqwest::Client,
@@ -319,7 +319,7 @@ async fn start(spawn: Value, adjust: impl FnOnce(&mut Value)) -> Bot {
     let agent = spawn_agent(&config_path, &workspace, &[("TG_BOT_TOKEN", BOT_TOKEN)]);
     Bot {
         model,
-        _directory: directory,
+        directory,
         workspace,
         agent,
         client: reqwest::Client::new(),
@@ -1165,7 +1165,7 @@ async fn a_demoted_persons_running_sub_agent_stops_before_its_next_tool_call() {
     })
     .await;
     // The bot file now makes Ivan external (the agent reloads it on its next read).
-    let config_path = bot._directory.path().join("bot-config.json");
+    let config_path = bot.directory.path().join("bot-config.json");
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
     for contact in config["contacts"].as_array_mut().unwrap() {

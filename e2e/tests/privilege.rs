@@ -260,7 +260,7 @@ fn sections(text: &str) -> BTreeMap<String, Vec<String>> {
             current = Some(title.to_owned());
             sections.insert(title.to_owned(), Vec::new());
         } else if line.is_empty() || line.starts_with('#') {
-            continue;
+            // Blank lines and deeper headings belong to no list.
         } else if let Some(title) = &current {
             sections
                 .get_mut(title)

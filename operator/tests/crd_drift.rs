@@ -26,7 +26,11 @@ fn crds_directory_matches_the_generated_crds() {
                 .to_string_lossy()
                 .into_owned()
         })
-        .filter(|name| name.ends_with(".yaml"))
+        .filter(|name| {
+            std::path::Path::new(name)
+                .extension()
+                .is_some_and(|extension| extension.eq_ignore_ascii_case("yaml"))
+        })
         .collect();
     found.sort();
     expected_files.sort();

@@ -964,7 +964,7 @@ fn schema_bounds_of_heartbeat_and_role_limits_are_the_controller_s() {
     );
     assert_eq!(
         range(schema(role.clone(), "cron.maxJobs")).1,
-        Some(bounds::MAX_JOBS as f64)
+        Some(f64::from(bounds::MAX_JOBS))
     );
     assert_eq!(
         range(schema(role.clone(), "cron.minIntervalSeconds")),
@@ -973,7 +973,7 @@ fn schema_bounds_of_heartbeat_and_role_limits_are_the_controller_s() {
     assert!(bounds::MIN_INTERVAL_SECONDS.0 >= saint_config::MIN_JOB_INTERVAL_SECONDS);
     assert_eq!(
         range(schema(role.clone(), "spawn.maxDepth")).1,
-        Some(bounds::MAX_DEPTH as f64)
+        Some(f64::from(bounds::MAX_DEPTH))
     );
     let (low, high) = bounds::MAX_CONCURRENT;
     assert_eq!(

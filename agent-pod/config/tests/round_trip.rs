@@ -83,7 +83,7 @@ fn other_schema_version_is_refused() {
 
 #[test]
 fn unknown_field_is_refused() {
-    let text = EXAMPLE.replacen("{", r#"{"surprise": 1,"#, 1);
+    let text = EXAMPLE.replacen('{', r#"{"surprise": 1,"#, 1);
     assert!(matches!(
         BotConfig::from_json(&text),
         Err(ConfigError::Parse(_))
@@ -110,7 +110,7 @@ fn json_schema_names_every_top_level_field() {
 #[test]
 fn persona_directory_round_trips_and_must_be_absolute() {
     let text = EXAMPLE.replacen(
-        "{",
+        '{',
         r#"{"persona": {"directory": "/etc/saint-persona"},"#,
         1,
     );
@@ -128,7 +128,7 @@ fn persona_directory_round_trips_and_must_be_absolute() {
             .contains(r#""directory": "/etc/saint-persona""#)
     );
 
-    let relative = EXAMPLE.replacen("{", r#"{"persona": {"directory": "persona"},"#, 1);
+    let relative = EXAMPLE.replacen('{', r#"{"persona": {"directory": "persona"},"#, 1);
     let error = BotConfig::from_json(&relative).unwrap_err();
     assert!(
         matches!(&error, ConfigError::Invalid { field, .. } if field == "persona.directory"),
@@ -151,7 +151,7 @@ fn embedding_weights_default_to_f32_accept_int16_and_refuse_anything_else() {
     use saint_config::{EmbeddingsConfig, ModelWeights};
     let weights_of = |config: &BotConfig| match &config.memory.embeddings {
         EmbeddingsConfig::Local { weights, .. } => *weights,
-        other => panic!("not local: {other:?}"),
+        other @ EmbeddingsConfig::Openai { .. } => panic!("not local: {other:?}"),
     };
     let example = BotConfig::from_json(EXAMPLE).unwrap();
     assert_eq!(weights_of(&example), ModelWeights::F32);

@@ -113,7 +113,7 @@ fn main() {
         prepared.bytes.len() / 1024,
         100.0 * prepared.bytes.len() as f64 / photo.len() as f64,
     );
-    let copy = measure(|| photo.to_vec());
+    let copy = measure(|| photo.clone());
     let decode = measure(|| image::load_from_memory(&photo).expect("decode"));
     let in_process = measure(|| prepare_image(&photo, &limits).expect("prepare"));
     let in_child = measure(|| {

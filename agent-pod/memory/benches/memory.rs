@@ -74,7 +74,7 @@ impl Embedder for SyntheticEmbedder {
 
 fn synthetic_vector(text: &str, dimensions: usize) -> Vec<f32> {
     let seed = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3)
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
     });
     let mut random = Random(seed | 1);
     let mut vector: Vec<f32> = (0..dimensions).map(|_| random.unit()).collect();

@@ -58,6 +58,10 @@ pub struct MemoryText {
 impl MemoryIndex {
     /// Reads `lines` lines (default and cap [`MAX_LINES`]) from line `from` (1-based,
     /// default 1) of the memory file `path`, if `scope` allows it.
+    #[expect(
+        clippy::case_sensitive_file_extension_comparisons,
+        reason = "memory files are `*.md` exactly, as the role scopes' globs say"
+    )]
     pub fn read_memory_file(
         &self,
         scope: &Scope,

@@ -13,6 +13,10 @@ pub const MEMORY_FILE: &str = "MEMORY.md";
 pub const MEMORY_DIRECTORY: &str = "memory";
 
 /// Whether `relative` (normalised, `/`-separated) names a file the index covers.
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "memory files are `*.md` exactly, as the role scopes' globs say; `NOTES.MD` is not one"
+)]
 pub fn is_memory_file(relative: &str) -> bool {
     relative == MEMORY_FILE
         || (relative.starts_with("memory/")

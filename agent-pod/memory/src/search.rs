@@ -1130,7 +1130,7 @@ mod tests {
         let rows: Vec<(String, String)> = (0..400)
             .map(|index| {
                 let area = if index % 4 == 0 { "shared" } else { "private" };
-                let text = (0..1 + index % 5)
+                let text = (0..=(index % 5))
                     .map(|word| words[(index * 7 + word * 3) % words.len()])
                     .collect::<Vec<_>>()
                     .join(" ");

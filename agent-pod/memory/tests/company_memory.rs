@@ -70,7 +70,7 @@ fn every_role_sees_only_its_scope_even_when_the_best_matches_lie_outside() {
             // best in-scope matches are the staff news and Ana's own note on the rumours.
             assert_eq!(hits.len(), 5, "{:?}", paths(&hits));
             let mut best_two = vec![hits[0].path.as_str(), hits[1].path.as_str()];
-            best_two.sort();
+            best_two.sort_unstable();
             assert_eq!(
                 best_two,
                 [

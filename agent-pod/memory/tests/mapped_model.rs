@@ -72,9 +72,9 @@ fn candle_vectors(texts: &[&str]) -> Vec<Vec<f32>> {
         .broadcast_div(&weights.sum(1).unwrap())
         .unwrap();
     let mut vectors: Vec<Vec<f32>> = pooled.to_vec2().unwrap();
-    vectors
-        .iter_mut()
-        .for_each(|vector| saint_memory::embeddings::normalise(vector));
+    for vector in &mut vectors {
+        saint_memory::embeddings::normalise(vector);
+    }
     vectors
 }
 

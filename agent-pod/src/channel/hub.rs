@@ -232,14 +232,13 @@ impl ChannelHub {
         let Some(config) = self.live_config() else {
             return message.lane();
         };
-        let caller = match crate::identity::caller_for_sender(
+        let Ok(caller) = crate::identity::caller_for_sender(
             &config,
             message.kind,
             message.sender.peer(),
             message.sender_verified,
-        ) {
-            Ok(caller) => caller,
-            Err(_) => return message.lane(),
+        ) else {
+            return message.lane();
         };
         let conversation = message
             .conversation

@@ -128,12 +128,9 @@ pub async fn receive(
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
     let (parts, body) = request.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_WEBHOOK_BYTES).await {
-        Ok(body) => body,
-        Err(_) => {
-            tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
-            return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
-        }
+    let Ok(body) = axum::body::to_bytes(body, MAX_WEBHOOK_BYTES).await else {
+        tracing::warn!(channel = %name, %address, limit = MAX_WEBHOOK_BYTES, "webhook body too large or unreadable; refused");
+        return (StatusCode::PAYLOAD_TOO_LARGE, "body too large").into_response();
     };
     let delivery = match webhook
         .receive(&parts.headers, &body, &|identity| hub.is_contact(identity))

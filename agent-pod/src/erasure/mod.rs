@@ -749,7 +749,7 @@ pub fn lock_workspace(
             workspace: workspace.to_path_buf(),
             reason: format!("another saint-agent ({holder}) runs on it"),
         },
-        other => WorkspaceBusy {
+        other @ saint_sandbox::state_lock::StateLockError::Io { .. } => WorkspaceBusy {
             workspace: workspace.to_path_buf(),
             reason: saint_config::ErrorChain(&other).to_string(),
         },

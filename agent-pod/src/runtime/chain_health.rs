@@ -471,7 +471,10 @@ mod tests {
                 at: start,
             }),
             answered_by: Some("primary m".into()),
-            published: Some((Published::Recovered, start - Duration::from_secs(120))),
+            published: Some((
+                Published::Recovered,
+                start.checked_sub(Duration::from_secs(120)).unwrap(),
+            )),
         };
         assert_eq!(
             next_step(&state, &TIMING, start),

@@ -322,10 +322,8 @@ async fn execute(
             )
         }
         Some(other) => {
-            remark = format!(
-                "; delivered to its creator: {} may no longer be messaged by them",
-                other
-            );
+            remark =
+                format!("; delivered to its creator: {other} may no longer be messaged by them");
             (owner_recipient.clone(), caller.display_name.clone())
         }
         None => (owner_recipient.clone(), caller.display_name.clone()),

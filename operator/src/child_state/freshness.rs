@@ -160,7 +160,7 @@ fn writes_content(entry: &ManagedFieldsEntry) -> bool {
     leaf_paths(fields, &mut Vec::new(), &mut leaves);
     leaves.iter().any(|path| {
         let top = path.first().map(String::as_str);
-        !matches!(top, Some("f:metadata") | Some("f:status") | None)
+        !matches!(top, Some("f:metadata" | "f:status") | None)
             && path.as_slice() != ROLLOUT_RESTART_FIELD
     })
 }

@@ -179,7 +179,7 @@ where
     );
     match error {
         ReferencesError::MissingNamespace { .. } => Action::await_change(),
-        _ => Action::requeue(RETRY_INTERVAL),
+        ReferencesError::Status(_) => Action::requeue(RETRY_INTERVAL),
     }
 }
 

@@ -620,7 +620,7 @@ mod tests {
             .iter()
             .map(|contact| (contact.slug.as_ref(), contact.erase))
             .collect();
-        erased.sort();
+        erased.sort_unstable();
         assert_eq!(erased, [("mirko", true), ("vesna", false)]);
         assert_eq!(
             config.roles["other"].retention,

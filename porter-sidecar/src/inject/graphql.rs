@@ -34,7 +34,7 @@ impl<'de> Deserialize<'de> for UniqueKeys {
         struct Keys;
         impl<'de> Visitor<'de> for Keys {
             type Value = UniqueKeys;
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 formatter.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {

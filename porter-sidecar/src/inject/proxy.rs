@@ -219,12 +219,9 @@ impl RequestAudit {
 }
 
 async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
-    let head = match tokio::time::timeout(KEYLESS_DEADLINE, read_head(&mut stream)).await {
-        Ok(Ok(head)) => head,
-        _ => {
-            state.metrics.refused_connection("no_connect");
-            return;
-        }
+    let Ok(Ok(head)) = tokio::time::timeout(KEYLESS_DEADLINE, read_head(&mut stream)).await else {
+        state.metrics.refused_connection("no_connect");
+        return;
     };
     let connect = match parse_connect(&head) {
         Ok(connect) => connect,
@@ -551,7 +548,7 @@ impl Tunnel {
         let response = self.send(Request::from_parts(parts, body)).await?;
         let (mut parts, body) = response.into_parts();
         // An upstream echoing a secret (in any encoding) gives the command only a mask.
-        for (_, value) in parts.headers.iter_mut() {
+        for (_, value) in &mut parts.headers {
             let mut bytes = value.as_bytes().to_vec();
             if self.scrubber.scrub_in_place(&mut bytes)
                 && let Ok(masked) = HeaderValue::from_bytes(&bytes)

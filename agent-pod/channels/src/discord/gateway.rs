@@ -543,7 +543,7 @@ impl GatewayConnection {
             return None;
         }
         // 0 is a plain message, 19 a reply; the rest are system notices (joins, pins).
-        if !matches!(data["type"].as_u64(), None | Some(0) | Some(19)) {
+        if !matches!(data["type"].as_u64(), None | Some(0 | 19)) {
             return None;
         }
         let sender = match ChannelIdentity::parse(ChannelKind::Discord, author_id) {

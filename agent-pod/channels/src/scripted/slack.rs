@@ -625,7 +625,7 @@ async fn serve_socket(mut socket: WebSocket, shared: Shared) {
             let (frames, dropped, disconnect) = {
                 let mut script = shared.lock();
                 let mut frames = Vec::new();
-                for envelope in script.envelopes.iter_mut() {
+                for envelope in &mut script.envelopes {
                     if envelope.acked || !sent_here.insert(envelope.id.clone()) {
                         continue;
                     }
@@ -683,7 +683,7 @@ async fn serve_socket(mut socket: WebSocket, shared: Shared) {
                             shared.bump();
                         }
                     }
-                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
                     Some(Ok(_)) => {}
                 },
                 _ = changes.changed() => {}

@@ -129,7 +129,12 @@ pub(crate) fn check_xml_parts(
         .file_names()
         .filter_map(Result::ok)
         .map(|name| name.into_owned())
-        .filter(|name| name.ends_with(".xml") || name.ends_with(".rels"))
+        .filter(|name| {
+            let extension = std::path::Path::new(name).extension();
+            extension.is_some_and(|extension| {
+                extension.eq_ignore_ascii_case("xml") || extension.eq_ignore_ascii_case("rels")
+            })
+        })
         .collect();
     for name in names {
         if let Some(content) = read_entry(archive, &name, caps)? {

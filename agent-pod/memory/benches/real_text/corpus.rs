@@ -142,7 +142,12 @@ fn packages() -> (PathBuf, String) {
             .ok()?
             .filter_map(Result::ok)
             .map(|entry| entry.file_name().to_string_lossy().into_owned())
-            .find(|file| file.starts_with(&format!("{name}_")) && file.ends_with(".deb"))
+            .find(|file| {
+                file.starts_with(&format!("{name}_"))
+                    && std::path::Path::new(file)
+                        .extension()
+                        .is_some_and(|extension| extension.eq_ignore_ascii_case("deb"))
+            })
     };
     let mut files = Vec::new();
     for name in PACKAGES {

@@ -471,7 +471,9 @@ fn attend(
                 total += *score;
             }
             if total > 0.0 {
-                row.iter_mut().for_each(|score| *score /= total);
+                for score in &mut *row {
+                    *score /= total;
+                }
             }
         }
         product(

@@ -232,7 +232,9 @@ impl LocalMiniLm {
                         .for_each(|(sum, value)| *sum += value);
                     count += 1.0;
                 }
-                pooled.iter_mut().for_each(|sum| *sum /= count.max(1.0));
+                for sum in &mut pooled {
+                    *sum /= count.max(1.0);
+                }
                 normalise(&mut pooled);
                 pooled
             })

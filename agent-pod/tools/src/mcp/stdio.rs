@@ -74,7 +74,7 @@ impl StdioLink {
                 input_schema: Value::Object((*tool.input_schema).clone()),
             }));
             match page.next_cursor {
-                Some(next) => cursor = Some(next.to_string()),
+                Some(next) => cursor = Some(next.clone()),
                 None => return Ok(tools),
             }
         }

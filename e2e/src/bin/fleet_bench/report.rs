@@ -70,7 +70,7 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     sorted.sort_by(f64::total_cmp);
     let middle = sorted.len() / 2;
     Some(if sorted.len().is_multiple_of(2) {
-        (sorted[middle - 1] + sorted[middle]) / 2.0
+        f64::midpoint(sorted[middle - 1], sorted[middle])
     } else {
         sorted[middle]
     })

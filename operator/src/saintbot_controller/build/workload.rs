@@ -343,7 +343,7 @@ pub fn deployment(bot: &ValidatedSaintBot) -> Deployment {
     typed(json!({
         "metadata": metadata,
         "spec": {
-            "replicas": if bot.suspend { 0 } else { 1 },
+            "replicas": i32::from(!bot.suspend),
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": agent_selector(&bot.name)},
             "template": {

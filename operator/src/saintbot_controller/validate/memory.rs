@@ -30,7 +30,7 @@ pub(super) fn render_memory(
                 model_dir,
                 weights: spec.weights.unwrap_or(ModelWeights::F32),
             },
-            other => other,
+            other @ EmbeddingsConfig::Openai { .. } => other,
         },
         EmbedderChoice::Shared => {
             if spec.weights.is_some() {

@@ -102,9 +102,9 @@ pub(super) fn render_porter(
     };
     let mut secret_files = Vec::new();
     // Registry entry → whose it is, in spec order (CLIs, then MCP servers).
-    let mut owners: Vec<(String, Owner)> = Vec::new();
+    let mut owners: Vec<(String, Owner<'_>)> = Vec::new();
     // Placeholder variable → the entry whose placeholder it holds.
-    let mut placeholder_owners: BTreeMap<String, Owner> = BTreeMap::new();
+    let mut placeholder_owners: BTreeMap<String, Owner<'_>> = BTreeMap::new();
     for cli in &spec.clis {
         check_name(cli)?;
         let owner = Owner::Cli(&cli.name);
@@ -207,8 +207,8 @@ fn claim_placeholders<'a>(
 /// A host carries one credential: each host (name and port) belongs to one entry,
 /// whether a CLI's or an MCP server's. Porter refuses the registry otherwise; here the
 /// refusal names both SaintBot fields, the later one first.
-fn check_hosts(registry: &Registry, owners: &[(String, Owner)]) -> Result<(), ValidateError> {
-    let mut claimed: BTreeMap<(String, u16), Owner> = BTreeMap::new();
+fn check_hosts(registry: &Registry, owners: &[(String, Owner<'_>)]) -> Result<(), ValidateError> {
+    let mut claimed: BTreeMap<(String, u16), Owner<'_>> = BTreeMap::new();
     for (name, owner) in owners {
         let Some(entry) = registry.clis.get(name) else {
             continue;
@@ -279,7 +279,7 @@ fn check_required(cli: &PorterCliSpec) -> Result<(), ValidateError> {
     Ok(())
 }
 
-fn inject_at(owner: Owner, place: &InjectSpec) -> Result<InjectAt, ValidateError> {
+fn inject_at(owner: Owner<'_>, place: &InjectSpec) -> Result<InjectAt, ValidateError> {
     match place {
         InjectSpec {
             authorization: Some(true),
@@ -351,7 +351,7 @@ fn requests(spec: &BTreeMap<String, Vec<RequestRuleSpec>>) -> BTreeMap<String, V
 /// An MCP server's entry: its hosts, the credential as a file path, where it goes on
 /// the wire, the variables holding its placeholder and each role's requests.
 fn mcp_entry(
-    owner: Owner,
+    owner: Owner<'_>,
     server: &McpServerSpec,
     placeholder_env: Vec<String>,
     secret: &PorterSecretFile,
@@ -373,7 +373,7 @@ fn mcp_entry(
 }
 
 /// Porter's refusal of the rendered registry, with its field in the SaintBot's terms.
-fn registry_refusal(error: RegistryError, owners: &[(String, Owner)]) -> ValidateError {
+fn registry_refusal(error: RegistryError, owners: &[(String, Owner<'_>)]) -> ValidateError {
     match error {
         RegistryError::Entry {
             name,
