@@ -205,137 +205,33 @@ pub async fn reconcile(
     result
 }
 
+/// dereference → validate → build → apply → (what keeps the pod from running, the
+/// model chain) → update_status → when to look again. Each step's failure that the
+/// status shows is reported there before the error returns.
 async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, ReconcileError> {
     let namespace = bot.namespace().ok_or(ReconcileError::MissingNamespace)?;
     let now = (context.now)();
     let dereferenced =
         dereference::dereference(&context.client, &context.sources, bot, &namespace).await?;
-
-    let validated = match validate::validate(bot, &dereferenced, &context.settings) {
-        Ok(validated) => validated,
-        Err(error) => {
-            let outcome = Outcome::Invalid {
-                reason: error.reason(),
-                message: ErrorChain(&error).to_string(),
-            };
-            update_status::report(context, bot, &outcome, &now).await?;
-            return Err(ReconcileError::InvalidSpec(error));
-        }
-    };
-
+    let validated = validate_or_report(bot, &dereferenced, context, &now).await?;
     let children = build::build_children(&validated);
     let config_hash = build::config_map::config_hash(&validated);
-    let applied = match apply::apply(
-        &context.client,
-        &context.metrics,
-        &context.children,
-        &namespace,
-        &children,
-        &validated.owner_reference,
-    )
-    .await
-    {
-        Ok(applied) => applied,
-        // A write that lost a race (the cache was a step behind) is no failure to
-        // report: the retry starts from the newer state.
-        Err(error) if error.is_conflict() => return Err(ReconcileError::Apply(error)),
-        Err(error) => {
-            let outcome = Outcome::ApplyFailed {
-                message: format!(
-                    "the API server refused {} {:?}: {}",
-                    error.kind,
-                    error.name,
-                    error.refusal()
-                ),
-            };
-            update_status::report(context, bot, &outcome, &now).await?;
-            return Err(ReconcileError::Apply(error));
-        }
-    };
-
-    // A running pod had its Secrets when it started; only a bot without one is checked.
-    let missing_secrets = if validated.suspend || applied.pod_ready {
+    let applied = apply_or_report(bot, &validated, &children, context, &namespace, &now).await?;
+    // A running (or suspended) bot had its Secrets when its pod started and has no pod
+    // problem to look for.
+    let running = validated.suspend || applied.pod_ready;
+    let missing_secrets = if running {
         None
     } else {
-        match secrets::missing(
-            &context.client,
-            &namespace,
-            secrets::secret_uses(&children.deployment),
-        )
-        .await
-        {
-            Ok(missing) if missing.is_empty() => None,
-            Ok(missing) => Some(secrets::describe(&missing, &namespace)),
-            Err(error) => {
-                tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the bot's Secrets; not reported");
-                None
-            }
-        }
-    };
-    // The webhook Ingress's certificate, looked for with the pod's Secrets (a new bot,
-    // one whose pod is not ready); the pod never mounts it.
-    let missing_secrets = if validated.suspend || applied.pod_ready {
-        missing_secrets
-    } else {
-        match secrets::missing_tls_secret(
-            &context.client,
-            &namespace,
-            children.webhook_ingress.as_ref(),
-        )
-        .await
-        {
-            Ok(Some(tls)) => Some(match missing_secrets {
-                Some(pod) => format!("{pod}; {tls}"),
-                None => tls,
-            }),
-            Ok(None) => missing_secrets,
-            Err(error) => {
-                tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the webhook Ingress's TLS Secret; not reported");
-                missing_secrets
-            }
-        }
+        missing_secrets(bot, &children, context, &namespace).await
     };
     let waiting_for_secrets = missing_secrets.is_some();
-    // What keeps the pod from running, when nothing above explains it: the Deployment's
-    // own conditions (it is watched), else the pod's waiting containers (pods are not
-    // watched: read at each reconcile of a bot whose pod is not ready).
-    let mut pods_reported = false;
-    let pod_problem = if validated.suspend || applied.pod_ready || waiting_for_secrets {
-        None
-    } else if let Some(problem) = applied.rollout_problem.clone() {
-        Some(problem)
+    let (pod_problem, pods_reported) = if running || waiting_for_secrets {
+        (None, false)
     } else {
-        match rollout::agent_pods(&context.client, &namespace, &validated.name).await {
-            Ok(pods) => {
-                pods_reported = rollout::reported_by_a_kubelet(&pods);
-                rollout::pod_problem(&pods)
-            }
-            Err(error) => {
-                tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; not reported");
-                None
-            }
-        }
+        pod_problem(bot, &validated, &applied, context, &namespace).await
     };
-    // The agent's report of its model chain (its Events, watched); the pods are read
-    // only to tell whether a failing report comes from the agent running now.
-    let chain_report = context
-        .children
-        .chain_reports
-        .get(&namespace, &validated.name);
-    let bot_uid = bot.metadata.uid.as_deref().unwrap_or_default();
-    let chain_pods = if model_chain::needs_pods(chain_report.as_ref(), bot_uid, now.0) {
-        match rollout::agent_pods(&context.client, &namespace, &validated.name).await {
-            Ok(pods) => Some(pods),
-            Err(error) => {
-                tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; its model-chain report is taken as current");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let model_available =
-        model_chain::model_available(chain_report.as_ref(), bot_uid, chain_pods.as_deref(), now.0);
+    let model_available = model_available(bot, &validated, context, &namespace, now.0).await;
     let chain_failing = model_available.0 == status::Reason::ChainFailing;
     let outcome = Outcome::Applied {
         bot: &validated,
@@ -360,6 +256,161 @@ async fn reconcile_steps(bot: &SaintBot, context: &Context) -> Result<Action, Re
         return Ok(Action::requeue(model_chain::RECHECK));
     }
     Ok(Action::requeue(RESYNC_INTERVAL))
+}
+
+/// The validate step; an invalid spec is reported in status (`Ready=False`) first.
+async fn validate_or_report(
+    bot: &SaintBot,
+    dereferenced: &dereference::Dereferenced,
+    context: &Context,
+    now: &Time,
+) -> Result<validate::ValidatedSaintBot, ReconcileError> {
+    match validate::validate(bot, dereferenced, &context.settings) {
+        Ok(validated) => Ok(validated),
+        Err(error) => {
+            let outcome = Outcome::Invalid {
+                reason: error.reason(),
+                message: ErrorChain(&error).to_string(),
+            };
+            update_status::report(context, bot, &outcome, now).await?;
+            Err(ReconcileError::InvalidSpec(error))
+        }
+    }
+}
+
+/// The apply step; a child the API server refuses is reported in status first.
+async fn apply_or_report(
+    bot: &SaintBot,
+    validated: &validate::ValidatedSaintBot,
+    children: &build::Children,
+    context: &Context,
+    namespace: &str,
+    now: &Time,
+) -> Result<apply::Applied, ReconcileError> {
+    match apply::apply(
+        &context.client,
+        &context.metrics,
+        &context.children,
+        namespace,
+        children,
+        &validated.owner_reference,
+    )
+    .await
+    {
+        Ok(applied) => Ok(applied),
+        // A write that lost a race (the cache was a step behind) is no failure to
+        // report: the retry starts from the newer state.
+        Err(error) if error.is_conflict() => Err(ReconcileError::Apply(error)),
+        Err(error) => {
+            let outcome = Outcome::ApplyFailed {
+                message: format!(
+                    "the API server refused {} {:?}: {}",
+                    error.kind,
+                    error.name,
+                    error.refusal()
+                ),
+            };
+            update_status::report(context, bot, &outcome, now).await?;
+            Err(ReconcileError::Apply(error))
+        }
+    }
+}
+
+/// The Secrets a bot whose pod does not run is missing: the pod's, then the webhook
+/// Ingress's certificate (which the pod never mounts). A failed look is logged, not
+/// reported.
+async fn missing_secrets(
+    bot: &SaintBot,
+    children: &build::Children,
+    context: &Context,
+    namespace: &str,
+) -> Option<String> {
+    let pod = match secrets::missing(
+        &context.client,
+        namespace,
+        secrets::secret_uses(&children.deployment),
+    )
+    .await
+    {
+        Ok(missing) if missing.is_empty() => None,
+        Ok(missing) => Some(secrets::describe(&missing, namespace)),
+        Err(error) => {
+            tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the bot's Secrets; not reported");
+            None
+        }
+    };
+    let tls = match secrets::missing_tls_secret(
+        &context.client,
+        namespace,
+        children.webhook_ingress.as_ref(),
+    )
+    .await
+    {
+        Ok(tls) => tls,
+        Err(error) => {
+            tracing::warn!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to check the webhook Ingress's TLS Secret; not reported");
+            None
+        }
+    };
+    match (pod, tls) {
+        (Some(pod), Some(tls)) => Some(format!("{pod}; {tls}")),
+        (pod, tls) => pod.or(tls),
+    }
+}
+
+/// What keeps the pod from running, when its Secrets do not explain it: the
+/// Deployment's own conditions (it is watched), else the pod's waiting containers
+/// (pods are not watched: read at each reconcile of a bot whose pod is not ready).
+/// Also whether a kubelet reports on the pods, so the bot looks again.
+async fn pod_problem(
+    bot: &SaintBot,
+    validated: &validate::ValidatedSaintBot,
+    applied: &apply::Applied,
+    context: &Context,
+    namespace: &str,
+) -> (Option<rollout::Problem>, bool) {
+    if let Some(problem) = applied.rollout_problem.clone() {
+        return (Some(problem), false);
+    }
+    match rollout::agent_pods(&context.client, namespace, &validated.name).await {
+        Ok(pods) => (
+            rollout::pod_problem(&pods),
+            rollout::reported_by_a_kubelet(&pods),
+        ),
+        Err(error) => {
+            tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; not reported");
+            (None, false)
+        }
+    }
+}
+
+/// `ModelAvailable` from the agent's report of its model chain (its Events, watched);
+/// the pods are read only to tell whether a failing report comes from the agent
+/// running now.
+async fn model_available(
+    bot: &SaintBot,
+    validated: &validate::ValidatedSaintBot,
+    context: &Context,
+    namespace: &str,
+    now: jiff::Timestamp,
+) -> (status::Reason, String) {
+    let chain_report = context
+        .children
+        .chain_reports
+        .get(namespace, &validated.name);
+    let bot_uid = bot.metadata.uid.as_deref().unwrap_or_default();
+    let chain_pods = if model_chain::needs_pods(chain_report.as_ref(), bot_uid, now) {
+        match rollout::agent_pods(&context.client, namespace, &validated.name).await {
+            Ok(pods) => Some(pods),
+            Err(error) => {
+                tracing::debug!(bot = %bot_key(bot), error = %ErrorChain(&error), "failed to list the bot's pods; its model-chain report is taken as current");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    model_chain::model_available(chain_report.as_ref(), bot_uid, chain_pods.as_deref(), now)
 }
 
 /// A Warning Event named after the error variant, on the first of a run of transient
