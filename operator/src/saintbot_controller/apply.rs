@@ -93,6 +93,25 @@ struct ChildWriter<'a> {
 }
 
 impl ChildWriter<'_> {
+    /// [`ChildWriter::ensure`] with the child's metadata as `store` last saw it.
+    async fn ensure_cached<K>(
+        &mut self,
+        desired: &K,
+        store: &ChildStore<K>,
+        repairable: bool,
+    ) -> Result<Option<K>, ApplyError>
+    where
+        K: Content
+            + Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let cached = cached(store, self.namespace, desired.meta().name.as_ref());
+        self.ensure(desired, cached, repairable).await
+    }
+
     /// Brings one child to its desired state. `cached`: its metadata as last seen.
     /// `repairable`: whether foreign writes to it are undone. Returns the stored object
     /// when a request was made.
@@ -310,63 +329,26 @@ pub async fn apply(
         writes: 0,
     };
     let cache = children_cache;
-    let name = |meta: &ObjectMeta| meta.name.clone();
     // Identity and permissions first, so the pod never starts with a missing account.
-    let account = &children.service_account;
     writer
-        .ensure(
-            account,
-            cached(
-                &cache.service_accounts,
-                namespace,
-                name(&account.metadata).as_ref(),
-            ),
-            true,
-        )
+        .ensure_cached(&children.service_account, &cache.service_accounts, true)
         .await?;
-    let binding = &children.role_binding;
     writer
-        .ensure(
-            binding,
-            cached(
-                &cache.role_bindings,
-                namespace,
-                name(&binding.metadata).as_ref(),
-            ),
-            true,
-        )
+        .ensure_cached(&children.role_binding, &cache.role_bindings, true)
         .await?;
     // Config and storage the pod mounts; a pod started before them would hang in
     // ContainerCreating.
     for config_map in [&children.persona_config_map, &children.config_map] {
         writer
-            .ensure(
-                config_map,
-                cached(
-                    &cache.config_maps,
-                    namespace,
-                    name(&config_map.metadata).as_ref(),
-                ),
-                true,
-            )
+            .ensure_cached(config_map, &cache.config_maps, true)
             .await?;
     }
     // The volume controller binds a claim by writing spec.volumeName: not drift.
-    let claim = &children.workspace_claim;
     writer
-        .ensure(
-            claim,
-            cached(&cache.claims, namespace, name(&claim.metadata).as_ref()),
-            false,
-        )
+        .ensure_cached(&children.workspace_claim, &cache.claims, false)
         .await?;
-    let service = &children.service;
     writer
-        .ensure(
-            service,
-            cached(&cache.services, namespace, name(&service.metadata).as_ref()),
-            true,
-        )
+        .ensure_cached(&children.service, &cache.services, true)
         .await?;
     // Network fences before any pod they protect exists: sandbox pods (created later by
     // the agent) must never run a moment without their deny-all policy.
@@ -375,20 +357,12 @@ pub async fn apply(
         &children.agent_network_policy,
     ] {
         writer
-            .ensure(
-                policy,
-                cached(
-                    &cache.network_policies,
-                    namespace,
-                    name(&policy.metadata).as_ref(),
-                ),
-                true,
-            )
+            .ensure_cached(policy, &cache.network_policies, true)
             .await?;
     }
     // The workload last: it starts only once everything it needs is in place.
     let desired = &children.deployment;
-    let deployment_name = name(&desired.metadata).unwrap_or_default();
+    let deployment_name = desired.metadata.name.clone().unwrap_or_default();
     let stored = cache.deployments.get(namespace, &deployment_name);
     let written = writer
         .ensure(
@@ -414,15 +388,7 @@ pub async fn apply(
     match &children.webhook_ingress {
         Some(ingress) => {
             writer
-                .ensure(
-                    ingress,
-                    cached(
-                        &cache.ingresses,
-                        namespace,
-                        name(&ingress.metadata).as_ref(),
-                    ),
-                    true,
-                )
+                .ensure_cached(ingress, &cache.ingresses, true)
                 .await?;
         }
         None => delete_stale_webhook_ingresses(&mut writer, &cache.ingresses).await?,
