@@ -79,78 +79,22 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
             pod_problem,
             model_available,
         } => {
+            let (ready_reason, ready_message) = ready(
+                validated,
+                *pod_ready,
+                missing_secrets.as_ref(),
+                pod_problem.as_ref(),
+            );
+            let ready = condition(ConditionType::Ready, ready_reason, ready_message);
+            let (linked_reason, linked_message) = identities_linked(validated);
+            let linked = condition(
+                ConditionType::IdentitiesLinked,
+                linked_reason,
+                linked_message,
+            );
             let identity = &validated.identity;
-            let conflicting = identity.conflicting_identities();
-            let missing = identity.contacts_with_missing_role();
-            let problems = conflicting.len() + missing.len();
-            // Contacts of a Role left out as invalid are named with the Role's problem.
-            let left_out = super::validate::roles::left_out_summary(&validated.left_out_roles);
-            let missing: Vec<(&str, &str)> = missing
-                .into_iter()
-                .filter(|(_, role)| {
-                    !validated
-                        .left_out_roles
-                        .iter()
-                        .any(|left| left.error.role == *role)
-                })
-                .collect();
-            let ready = if validated.suspend {
-                condition(
-                    ConditionType::Ready,
-                    Reason::Suspended,
-                    "spec.suspend is true; scaled to zero".into(),
-                )
-            } else if let Some(message) = missing_secrets {
-                condition(ConditionType::Ready, Reason::SecretMissing, message.clone())
-            } else if let Some((reason, message)) = pod_problem {
-                // Before readiness: a rollout that cannot go on leaves an old pod ready
-                // with what the bot no longer asks for.
-                condition(ConditionType::Ready, *reason, message.clone())
-            } else if *pod_ready {
-                condition(
-                    ConditionType::Ready,
-                    Reason::PodReady,
-                    "the bot pod is ready".into(),
-                )
-            } else {
-                condition(
-                    ConditionType::Ready,
-                    Reason::PodNotReady,
-                    "config rendered; waiting for the bot pod".into(),
-                )
-            };
-            let linked = if problems == 0 && left_out.is_none() {
-                condition(
-                    ConditionType::IdentitiesLinked,
-                    Reason::AllLinked,
-                    "every contact identifier is linked".into(),
-                )
-            } else {
-                let mut parts: Vec<String> = Vec::new();
-                if !conflicting.is_empty() {
-                    parts.push(format!(
-                        "claimed by several contacts, linked to none: {}",
-                        conflicting.iter().copied().collect::<Vec<_>>().join(", ")
-                    ));
-                }
-                if !missing.is_empty() {
-                    let listed: Vec<String> = missing
-                        .iter()
-                        .map(|(contact, role)| format!("{contact} (role {role})"))
-                        .collect();
-                    parts.push(format!(
-                        "contacts naming missing roles, left out: {}",
-                        listed.join(", ")
-                    ));
-                }
-                parts.extend(left_out);
-                let reason = if conflicting.is_empty() {
-                    Reason::RoleNotFound
-                } else {
-                    Reason::IdentifierConflict
-                };
-                condition(ConditionType::IdentitiesLinked, reason, parts.join("; "))
-            };
+            let problems = identity.conflicting_identities().len()
+                + identity.contacts_with_missing_role().len();
             let rendered = condition(
                 ConditionType::ConfigRendered,
                 Reason::ConfigRendered,
@@ -183,6 +127,83 @@ pub fn bot_status(bot: &SaintBot, outcome: &Outcome<'_>, now: &Time) -> SaintBot
         conflicts: counts.2,
         config_hash,
     }
+}
+
+/// `Ready` of an applied bot: suspended, else waiting for a Secret, else what keeps the
+/// pod from running, else whether it is ready.
+fn ready(
+    validated: &ValidatedSaintBot,
+    pod_ready: bool,
+    missing_secrets: Option<&String>,
+    pod_problem: Option<&Problem>,
+) -> (Reason, String) {
+    if validated.suspend {
+        (
+            Reason::Suspended,
+            "spec.suspend is true; scaled to zero".into(),
+        )
+    } else if let Some(message) = missing_secrets {
+        (Reason::SecretMissing, message.clone())
+    } else if let Some((reason, message)) = pod_problem {
+        // Before readiness: a rollout that cannot go on leaves an old pod ready with
+        // what the bot no longer asks for.
+        (*reason, message.clone())
+    } else if pod_ready {
+        (Reason::PodReady, "the bot pod is ready".into())
+    } else {
+        (
+            Reason::PodNotReady,
+            "config rendered; waiting for the bot pod".into(),
+        )
+    }
+}
+
+/// `IdentitiesLinked`: every contact identifier linked, or which are not and why.
+fn identities_linked(validated: &ValidatedSaintBot) -> (Reason, String) {
+    let identity = &validated.identity;
+    let conflicting = identity.conflicting_identities();
+    // Contacts of a Role left out as invalid are named with the Role's problem.
+    let left_out = super::validate::roles::left_out_summary(&validated.left_out_roles);
+    let missing: Vec<(&str, &str)> = identity
+        .contacts_with_missing_role()
+        .into_iter()
+        .filter(|(_, role)| {
+            !validated
+                .left_out_roles
+                .iter()
+                .any(|left| left.error.role == *role)
+        })
+        .collect();
+    if conflicting.is_empty() && missing.is_empty() && left_out.is_none() {
+        return (
+            Reason::AllLinked,
+            "every contact identifier is linked".into(),
+        );
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if !conflicting.is_empty() {
+        parts.push(format!(
+            "claimed by several contacts, linked to none: {}",
+            conflicting.iter().copied().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        let listed: Vec<String> = missing
+            .iter()
+            .map(|(contact, role)| format!("{contact} (role {role})"))
+            .collect();
+        parts.push(format!(
+            "contacts naming missing roles, left out: {}",
+            listed.join(", ")
+        ));
+    }
+    parts.extend(left_out);
+    let reason = if conflicting.is_empty() {
+        Reason::RoleNotFound
+    } else {
+        Reason::IdentifierConflict
+    };
+    (reason, parts.join("; "))
 }
 
 /// `CredentialsIsolated`: always True, reason `Injected`. Porter runs no CLI, so no
