@@ -54,30 +54,7 @@ pub fn contact_statuses(
             .filter(|name| !unusable.contains_key(name))
             .collect();
         for (slug, problems) in resolve(&inputs, &role_names).problems {
-            let entry = merged.entry(slug).or_default();
-            for conflict in problems.conflicts {
-                match entry
-                    .conflicts
-                    .iter_mut()
-                    .find(|known| known.identity == conflict.identity)
-                {
-                    Some(known) => {
-                        known.contacts.extend(conflict.contacts);
-                        known.contacts.sort();
-                        known.contacts.dedup();
-                    }
-                    None => entry.conflicts.push(conflict),
-                }
-            }
-            entry.conflicts.sort();
-            if entry.missing_role.is_none() {
-                entry.missing_role = problems.missing_role;
-            }
-            for invalid in problems.invalid {
-                if !entry.invalid.contains(&invalid) {
-                    entry.invalid.push(invalid);
-                }
-            }
+            merge_problems(merged.entry(slug).or_default(), problems);
         }
     }
     let role_names: BTreeSet<String> = roles.iter().map(|role| role.name_any()).collect();
@@ -87,54 +64,13 @@ pub fn contact_statuses(
             let name = contact.name_any();
             let generation = contact.metadata.generation;
             let problems = merged.get(&name).cloned().unwrap_or_default();
-            let (reason, message) = if !role_names.contains(&contact.spec.role) {
-                (
-                    Reason::RoleNotFound,
-                    format!(
-                        "spec.role names Role {:?}, which does not exist in namespace {}",
-                        contact.spec.role,
-                        contact.namespace().unwrap_or_default()
-                    ),
-                )
-            } else if let Some(error) = unusable.get(&contact.spec.role) {
-                (
-                    Reason::RoleNotFound,
-                    format!(
-                        "spec.role names Role {:?}, which is invalid, so bots leave this contact \
-                         out and treat the person as a stranger: {}",
-                        contact.spec.role,
-                        ErrorChain(error)
-                    ),
-                )
-            } else if let Some(role) = &problems.missing_role {
-                (
-                    Reason::RoleNotFound,
-                    format!(
-                        "spec.role names Role {role:?}, which a bot using this contact does not have"
-                    ),
-                )
-            } else if !problems.conflicts.is_empty() {
-                let listed: Vec<String> = problems
-                    .conflicts
-                    .iter()
-                    .map(|conflict| {
-                        format!("{} (also {})", conflict.identity, conflict.contacts.join(", "))
-                    })
-                    .collect();
-                (
-                    Reason::IdentifierConflict,
-                    format!("not linked: {}", listed.join("; ")),
-                )
-            } else if !problems.invalid.is_empty() {
-                (Reason::InvalidIdentifier, problems.invalid.join("; "))
-            } else if !used.contains(&name) {
-                (
-                    Reason::Unused,
-                    "no SaintBot in the namespace uses this contact".to_string(),
-                )
-            } else {
-                (Reason::Linked, "every identifier is linked".to_string())
-            };
+            let (reason, message) = contact_ready(
+                contact,
+                &problems,
+                role_names.contains(&contact.spec.role),
+                unusable.get(&contact.spec.role),
+                used.contains(&name),
+            );
             let ready = condition(ConditionType::Ready, reason, message, generation, now);
             let previous = contact.status.clone().unwrap_or_default();
             let status = ContactStatus {
@@ -146,6 +82,94 @@ pub fn contact_statuses(
             (name, status)
         })
         .collect()
+}
+
+/// Adds one bot's view of a Contact's problems to what other bots found.
+fn merge_problems(entry: &mut ContactProblems, problems: ContactProblems) {
+    for conflict in problems.conflicts {
+        match entry
+            .conflicts
+            .iter_mut()
+            .find(|known| known.identity == conflict.identity)
+        {
+            Some(known) => {
+                known.contacts.extend(conflict.contacts);
+                known.contacts.sort();
+                known.contacts.dedup();
+            }
+            None => entry.conflicts.push(conflict),
+        }
+    }
+    entry.conflicts.sort();
+    if entry.missing_role.is_none() {
+        entry.missing_role = problems.missing_role;
+    }
+    for invalid in problems.invalid {
+        if !entry.invalid.contains(&invalid) {
+            entry.invalid.push(invalid);
+        }
+    }
+}
+
+/// A Contact's `Ready` reason and message: its Role first (missing, unusable, not
+/// selected by a bot using it), then its identifiers, then whether any bot uses it.
+fn contact_ready(
+    contact: &Contact,
+    problems: &ContactProblems,
+    role_exists: bool,
+    role_unusable: Option<&RoleError>,
+    used: bool,
+) -> (Reason, String) {
+    if !role_exists {
+        (
+            Reason::RoleNotFound,
+            format!(
+                "spec.role names Role {:?}, which does not exist in namespace {}",
+                contact.spec.role,
+                contact.namespace().unwrap_or_default()
+            ),
+        )
+    } else if let Some(error) = role_unusable {
+        (
+            Reason::RoleNotFound,
+            format!(
+                "spec.role names Role {:?}, which is invalid, so bots leave this contact \
+                 out and treat the person as a stranger: {}",
+                contact.spec.role,
+                ErrorChain(error)
+            ),
+        )
+    } else if let Some(role) = &problems.missing_role {
+        (
+            Reason::RoleNotFound,
+            format!("spec.role names Role {role:?}, which a bot using this contact does not have"),
+        )
+    } else if !problems.conflicts.is_empty() {
+        let listed: Vec<String> = problems
+            .conflicts
+            .iter()
+            .map(|conflict| {
+                format!(
+                    "{} (also {})",
+                    conflict.identity,
+                    conflict.contacts.join(", ")
+                )
+            })
+            .collect();
+        (
+            Reason::IdentifierConflict,
+            format!("not linked: {}", listed.join("; ")),
+        )
+    } else if !problems.invalid.is_empty() {
+        (Reason::InvalidIdentifier, problems.invalid.join("; "))
+    } else if !used {
+        (
+            Reason::Unused,
+            "no SaintBot in the namespace uses this contact".to_string(),
+        )
+    } else {
+        (Reason::Linked, "every identifier is linked".to_string())
+    }
 }
 
 /// The Event a Contact deserves when its status changes: a Warning when it turns
