@@ -9,11 +9,11 @@ use std::{
     time::{Instant, UNIX_EPOCH},
 };
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    chunking::{ChunkingOptions, chunk_markdown},
+    chunking::{Chunk, ChunkingOptions, chunk_markdown},
     database::{self, DatabaseError, vector_to_blob},
     embeddings::{Embedder, EmbeddingError},
     memory_paths::{MEMORY_DIRECTORY, is_memory_file, list_memory_files, relative_to_workspace},
@@ -438,8 +438,39 @@ impl MemoryIndex {
             .map(|chunk| content_hash(chunk.text.as_bytes()))
             .collect();
 
-        // Vectors of this file's current chunks, by chunk hash: an edit usually leaves
-        // most chunks as they were, and those need no new embedding.
+        let (vectors, embedded) = self.chunk_vectors(writer, relative, &chunks, &chunk_hashes)?;
+        let mtime = metadata
+            .and_then(|metadata| metadata.modified().ok())
+            .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+            .map(|duration| duration.as_millis() as i64)
+            .unwrap_or(0);
+        let transaction = writer
+            .unchecked_transaction()
+            .map_err(sqlite("begin a transaction"))?;
+        write_chunks(&transaction, relative, &chunks, &chunk_hashes, &vectors)?;
+        transaction
+            .execute(
+                "INSERT OR REPLACE INTO files (path, hash, mtime, size, chunk_count) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![relative, hash, mtime, content.len() as i64, chunks.len() as i64],
+            )
+            .map_err(sqlite("write file hashes"))?;
+        transaction.commit().map_err(sqlite("commit a file"))?;
+        Ok(FileOutcome::Indexed {
+            chunks: chunks.len(),
+            embedded,
+        })
+    }
+
+    /// A vector for each of `chunks`, by chunk hash, and how many were embedded anew:
+    /// the file's stored vectors are reused for chunks whose text is unchanged (an
+    /// edit usually leaves most as they were), the rest are embedded in one batch.
+    fn chunk_vectors(
+        &self,
+        writer: &Connection,
+        relative: &str,
+        chunks: &[Chunk],
+        chunk_hashes: &[String],
+    ) -> Result<(HashMap<String, Vec<u8>>, usize), IndexError> {
         let mut reusable: HashMap<String, Vec<u8>> = HashMap::new();
         {
             let mut statement = writer
@@ -479,72 +510,67 @@ impl MemoryIndex {
             reusable.insert(chunk_hashes[*index].clone(), vector_to_blob(&vector));
         }
 
-        let mtime = metadata
-            .and_then(|metadata| metadata.modified().ok())
-            .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
-            .map(|duration| duration.as_millis() as i64)
-            .unwrap_or(0);
-        let transaction = writer
-            .unchecked_transaction()
-            .map_err(sqlite("begin a transaction"))?;
-        delete_chunks(&transaction, relative)?;
-        {
-            let mut insert_chunk = transaction
-                .prepare_cached("INSERT INTO chunks (path, start_line, end_line, hash, text) VALUES (?1, ?2, ?3, ?4, ?5)")
-                .map_err(sqlite("write chunks"))?;
-            let mut insert_fts = transaction
-                .prepare_cached("INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)")
-                .map_err(sqlite("write the keyword index"))?;
-            let mut insert_vector = transaction
-                .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)")
-                .map_err(sqlite("write vectors"))?;
-            let mut file_chunks: Vec<(i64, Vec<f32>)> = Vec::with_capacity(chunks.len());
-            for (chunk, chunk_hash) in chunks.iter().zip(&chunk_hashes) {
-                insert_chunk
-                    .execute(params![
-                        relative,
-                        chunk.start_line as i64,
-                        chunk.end_line as i64,
-                        chunk_hash,
-                        chunk.text
-                    ])
-                    .map_err(sqlite("write chunks"))?;
-                let id = transaction.last_insert_rowid();
-                insert_fts
-                    .execute(params![id, chunk.text])
-                    .map_err(sqlite("write the keyword index"))?;
-                let blob = &reusable[chunk_hash];
-                insert_vector
-                    .execute(params![id, blob])
-                    .map_err(sqlite("write vectors"))?;
-                file_chunks.push((id, database::blob_to_vector(blob)));
-            }
-            if !file_chunks.is_empty() {
-                let borrowed: Vec<(i64, &[f32])> = file_chunks
-                    .iter()
-                    .map(|(id, vector)| (*id, vector.as_slice()))
-                    .collect();
-                let (chunk_ids, codes) = vector_codes::encode_file(&borrowed);
-                transaction
-                    .execute(
-                        "INSERT INTO file_vectors (path, chunk_ids, codes) VALUES (?1, ?2, ?3)",
-                        params![relative, chunk_ids, codes],
-                    )
-                    .map_err(sqlite("write vector codes"))?;
-            }
-        }
-        transaction
-            .execute(
-                "INSERT OR REPLACE INTO files (path, hash, mtime, size, chunk_count) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![relative, hash, mtime, content.len() as i64, chunks.len() as i64],
-            )
-            .map_err(sqlite("write file hashes"))?;
-        transaction.commit().map_err(sqlite("commit a file"))?;
-        Ok(FileOutcome::Indexed {
-            chunks: chunks.len(),
-            embedded: missing.len(),
-        })
+        Ok((reusable, missing.len()))
     }
+}
+
+/// Replaces the file's chunks, keyword rows, vectors and vector codes with `chunks`
+/// (each chunk's vector found in `vectors` by its hash), inside the caller's
+/// transaction.
+fn write_chunks(
+    transaction: &Transaction<'_>,
+    relative: &str,
+    chunks: &[Chunk],
+    chunk_hashes: &[String],
+    vectors: &HashMap<String, Vec<u8>>,
+) -> Result<(), IndexError> {
+    delete_chunks(transaction, relative)?;
+    {
+        let mut insert_chunk = transaction
+            .prepare_cached("INSERT INTO chunks (path, start_line, end_line, hash, text) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .map_err(sqlite("write chunks"))?;
+        let mut insert_fts = transaction
+            .prepare_cached("INSERT INTO chunks_fts (rowid, text) VALUES (?1, ?2)")
+            .map_err(sqlite("write the keyword index"))?;
+        let mut insert_vector = transaction
+            .prepare_cached("INSERT INTO chunks_vec (rowid, embedding) VALUES (?1, ?2)")
+            .map_err(sqlite("write vectors"))?;
+        let mut file_chunks: Vec<(i64, Vec<f32>)> = Vec::with_capacity(chunks.len());
+        for (chunk, chunk_hash) in chunks.iter().zip(chunk_hashes) {
+            insert_chunk
+                .execute(params![
+                    relative,
+                    chunk.start_line as i64,
+                    chunk.end_line as i64,
+                    chunk_hash,
+                    chunk.text
+                ])
+                .map_err(sqlite("write chunks"))?;
+            let id = transaction.last_insert_rowid();
+            insert_fts
+                .execute(params![id, chunk.text])
+                .map_err(sqlite("write the keyword index"))?;
+            let blob = &vectors[chunk_hash];
+            insert_vector
+                .execute(params![id, blob])
+                .map_err(sqlite("write vectors"))?;
+            file_chunks.push((id, database::blob_to_vector(blob)));
+        }
+        if !file_chunks.is_empty() {
+            let borrowed: Vec<(i64, &[f32])> = file_chunks
+                .iter()
+                .map(|(id, vector)| (*id, vector.as_slice()))
+                .collect();
+            let (chunk_ids, codes) = vector_codes::encode_file(&borrowed);
+            transaction
+                .execute(
+                    "INSERT INTO file_vectors (path, chunk_ids, codes) VALUES (?1, ?2, ?3)",
+                    params![relative, chunk_ids, codes],
+                )
+                .map_err(sqlite("write vector codes"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Paths in the index, all or under `prefix` (a directory, relative).

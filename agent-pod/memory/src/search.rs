@@ -398,7 +398,36 @@ pub(crate) fn search_with_vector(
     let filter = Filter::for_scope(connection, scope)?;
     let match_expression = selective_fts_query(connection, query, KEYWORD_MATCH_BUDGET)?;
 
-    let (nearest, keyword) = match (query_vector, helper, generation) {
+    let (nearest, keyword) = search_halves(
+        connection,
+        helper,
+        query_vector,
+        generation,
+        match_expression.as_deref(),
+        pool,
+        &filter,
+    )?;
+    let scored = fuse(connection, query_vector, nearest, keyword, k)?;
+    let hits = read_hits(connection, scored)?;
+    drop(snapshot);
+    Ok(hits)
+}
+
+/// Chunk ids with one side's score: vector similarity or keyword relevance.
+type Ranked = Vec<(i64, f32)>;
+
+/// The vector side (ids and similarities of the `pool` nearest) and the keyword side
+/// (ids and relevances), on the helper's thread and this one when there is a helper.
+fn search_halves(
+    connection: &Connection,
+    helper: Option<&mut Connection>,
+    query_vector: Option<&[f32]>,
+    generation: Option<i64>,
+    match_expression: Option<&str>,
+    pool: usize,
+    filter: &Filter,
+) -> Result<(Ranked, Ranked), IndexError> {
+    let halves = match (query_vector, helper, generation) {
         (Some(query_vector), Some(helper), Some(generation)) => {
             // The helper takes the keyword side and the upper half (by rowid) of the
             // code scan.
@@ -416,13 +445,13 @@ pub(crate) fn search_with_vector(
                     helper_share(
                         helper,
                         generation,
-                        match_expression.as_deref(),
+                        match_expression,
                         pool,
-                        &filter,
+                        filter,
                         (&code, preselect, split..i64::MAX),
                     )
                 });
-                let mine = preselect_codes(connection, &code, preselect, &filter, i64::MIN..split);
+                let mine = preselect_codes(connection, &code, preselect, filter, i64::MIN..split);
                 let theirs = theirs
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -439,23 +468,35 @@ pub(crate) fn search_with_vector(
                         connection,
                         &code,
                         preselect,
-                        &filter,
+                        filter,
                         split..i64::MAX,
                     )?);
-                    keyword_candidates_for(connection, match_expression.as_deref(), pool, &filter)?
+                    keyword_candidates_for(connection, match_expression, pool, filter)?
                 }
             };
             (rescore(connection, query_vector, pool, top)?, keyword)
         }
         _ => (
             match query_vector {
-                Some(query_vector) => nearest_vectors(connection, query_vector, pool, &filter)?,
+                Some(query_vector) => nearest_vectors(connection, query_vector, pool, filter)?,
                 None => Vec::new(),
             },
-            keyword_candidates_for(connection, match_expression.as_deref(), pool, &filter)?,
+            keyword_candidates_for(connection, match_expression, pool, filter)?,
         ),
     };
+    Ok(halves)
+}
 
+/// Hybrid scores of the candidates, best first, `k` at most: each side normalised
+/// (keyword relevance by the best one), weighted [`VECTOR_WEIGHT`] and
+/// [`KEYWORD_WEIGHT`]. Returns (id, score, vector score, keyword score).
+fn fuse(
+    connection: &Connection,
+    query_vector: Option<&[f32]>,
+    nearest: Ranked,
+    keyword: Ranked,
+    k: usize,
+) -> Result<Vec<(i64, f32, f32, f32)>, IndexError> {
     let mut candidates: HashMap<i64, Candidate> = HashMap::new();
     for (id, similarity) in nearest {
         candidates.insert(
@@ -508,6 +549,15 @@ pub(crate) fn search_with_vector(
     scored.sort_by(|left, right| right.1.total_cmp(&left.1).then(left.0.cmp(&right.0)));
     scored.truncate(k);
 
+    Ok(scored)
+}
+
+/// The chunks of `scored`, in its order, read in the search's snapshot; an id without
+/// a row is skipped.
+fn read_hits(
+    connection: &Connection,
+    scored: Vec<(i64, f32, f32, f32)>,
+) -> Result<Vec<SearchHit>, IndexError> {
     let mut statement = connection
         .prepare_cached("SELECT path, start_line, end_line, text FROM chunks WHERE id = ?1")
         .map_err(sqlite("read chunks"))?;
@@ -537,7 +587,6 @@ pub(crate) fn search_with_vector(
             snippet: snippet(&text),
         });
     }
-    drop(snapshot);
     Ok(hits)
 }
 
