@@ -1,6 +1,5 @@
 //! Path containment, written once: a path a caller named (the model through the file
-//! tools, a sandbox through Porter's working directory, the agent through the runner's)
-//! is checked lexically and then opened beneath its root by the kernel
+//! tools, the agent through the sandbox runner's working directory) is checked lexically and then opened beneath its root by the kernel
 //! (`openat2(2)` with `RESOLVE_BENEATH`), or refused.
 //!
 //! Touches only the roots it is given, through file descriptors. Error messages name
