@@ -15,6 +15,7 @@ pub mod buttons;
 pub mod discord;
 pub mod email;
 pub mod format;
+pub mod http;
 pub mod matrix;
 pub mod message;
 pub mod open;

@@ -104,11 +104,7 @@ enum SessionEnd {
     Throttled(String, Duration),
 }
 
-/// How long to wait before reconnecting: the backoff, or Discord's `retry_after` when
-/// that is longer.
-fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
-    retry_after.map_or(backoff, |after| after.max(backoff))
-}
+use crate::http::reconnect_wait;
 
 /// What the loop keeps between sessions.
 struct State {

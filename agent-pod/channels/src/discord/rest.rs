@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
-use futures::{StreamExt, future::BoxFuture};
+use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde::Deserialize;
@@ -231,22 +231,11 @@ impl RestClient {
 }
 
 fn seconds(headers: &HeaderMap, name: &str) -> Option<Duration> {
-    headers
-        .get(name)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
-        .map(Duration::from_secs_f64)
+    crate::http::header_seconds(headers, name)
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    SendError::Retry {
-        reason: format!("discord api unreachable: {error}"),
-        after: None,
-    }
+    crate::http::unreachable("discord api", error)
 }
 
 fn classify(status: u16, reason: String, after: Option<Duration>) -> SendError {
@@ -386,24 +375,13 @@ impl Transport for RestClient {
                     None,
                 ));
             }
-            let too_big = |size: u64| SendError::Permanent {
-                reason: format!(
-                    "discord: {} is {size} bytes, over the {max_bytes}-byte limit",
-                    attachment.kind
-                ),
-            };
-            if let Some(size) = response.content_length().filter(|size| *size > max_bytes) {
-                return Err(too_big(size));
+            let data = crate::http::Download {
+                platform: "discord",
+                kind: &attachment.kind,
+                max_bytes,
             }
-            let mut stream = response.bytes_stream();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(network_error)?;
-                if (data.len() + chunk.len()) as u64 > max_bytes {
-                    return Err(too_big((data.len() + chunk.len()) as u64));
-                }
-                data.extend_from_slice(&chunk);
-            }
+            .read(response)
+            .await?;
             Ok(data)
         })
     }

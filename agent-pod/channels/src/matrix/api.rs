@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, future::BoxFuture};
+use futures::future::BoxFuture;
 use reqwest::{Method, Url};
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
@@ -71,10 +71,7 @@ pub fn transaction_id(room: &str, text: &str, part: usize, context: &ReplyContex
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    SendError::Retry {
-        reason: format!("matrix: homeserver unreachable: {error}"),
-        after: None,
-    }
+    crate::http::unreachable("matrix: homeserver", error)
 }
 
 /// The homeserver's answer classified: `errcode` first, then the status.
@@ -461,13 +458,7 @@ fn direct_marks(content: &Value) -> HashMap<String, HashSet<String>> {
         .collect()
 }
 
-fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
-    headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
-}
+use crate::http::retry_after;
 
 /// `mxc://<server>/<media id>` split, refusing anything that would change the path.
 fn media_parts(uri: &str) -> Option<(&str, &str)> {
@@ -598,12 +589,6 @@ impl Transport for MatrixApi {
                 media_parts(&attachment.id).ok_or_else(|| SendError::Permanent {
                     reason: format!("matrix: {:?} is not an mxc:// media URI", attachment.id),
                 })?;
-            let too_big = |size: u64| SendError::Permanent {
-                reason: format!(
-                    "matrix: {} is {size} bytes, over the {max_bytes}-byte limit",
-                    attachment.kind
-                ),
-            };
             // Authenticated media (Matrix 1.11): the token is required.
             let response = self
                 .http
@@ -619,19 +604,13 @@ impl Transport for MatrixApi {
                 let body = response.bytes().await.map_err(network_error)?;
                 return Err(classify(status, &body, after));
             }
-            if let Some(size) = response.content_length().filter(|size| *size > max_bytes) {
-                return Err(too_big(size));
+            let data = crate::http::Download {
+                platform: "matrix",
+                kind: &attachment.kind,
+                max_bytes,
             }
-            // The declared length is the server's word; count what actually arrives.
-            let mut stream = response.bytes_stream();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(network_error)?;
-                if (data.len() + chunk.len()) as u64 > max_bytes {
-                    return Err(too_big((data.len() + chunk.len()) as u64));
-                }
-                data.extend_from_slice(&chunk);
-            }
+            .read(response)
+            .await?;
             Ok(data)
         })
     }

@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
-use futures::{StreamExt, future::BoxFuture};
+use futures::future::BoxFuture;
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
 
@@ -229,10 +229,7 @@ impl SlackApi {
 }
 
 fn network_error(method: &str, error: reqwest::Error) -> SendError {
-    SendError::Retry {
-        reason: format!("slack: {method} unreachable: {error}"),
-        after: None,
-    }
+    crate::http::unreachable(&format!("slack: {method}"), error)
 }
 
 /// Classifies an `ok: false` answer's error code.
@@ -356,25 +353,13 @@ impl Transport for SlackApi {
                     status.as_u16()
                 )));
             }
-            let too_big = |size: u64| {
-                permanent(format!(
-                    "slack: {} is {size} bytes, over the {max_bytes}-byte limit",
-                    attachment.kind
-                ))
-            };
-            if let Some(size) = response.content_length().filter(|size| *size > max_bytes) {
-                return Err(too_big(size));
+            let data = crate::http::Download {
+                platform: "slack",
+                kind: &attachment.kind,
+                max_bytes,
             }
-            // The declared length may be absent or wrong; count what arrives.
-            let mut stream = response.bytes_stream();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|error| network_error("file download", error))?;
-                if (data.len() + chunk.len()) as u64 > max_bytes {
-                    return Err(too_big((data.len() + chunk.len()) as u64));
-                }
-                data.extend_from_slice(&chunk);
-            }
+            .read(response)
+            .await?;
             tracing::debug!(channel = %self.channel, bytes = data.len(), "slack: file downloaded");
             Ok(data)
         })

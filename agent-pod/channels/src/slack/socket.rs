@@ -60,11 +60,7 @@ enum SessionEnd {
     Throttled(String, Duration),
 }
 
-/// How long to wait before reconnecting: the backoff, or Slack's `Retry-After` when
-/// that is longer.
-fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
-    retry_after.map_or(backoff, |after| after.max(backoff))
-}
+use crate::http::reconnect_wait;
 
 impl SocketConnection {
     /// The connection for `settings` (in socket mode), sending through `api`.

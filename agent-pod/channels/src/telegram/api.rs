@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, future::BoxFuture};
+use futures::future::BoxFuture;
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -109,8 +109,8 @@ pub struct BotApi {
 fn network_error(error: reqwest::Error) -> ApiError {
     ApiError {
         status: 0,
-        // The URL holds the token.
-        description: format!("bot api unreachable: {}", error.without_url()),
+        // The URL holds the token: the shared layer never prints it.
+        description: crate::http::unreachable_reason("bot api", error),
         retry_after: None,
     }
 }
@@ -321,14 +321,13 @@ impl Transport for BotApi {
                 )
                 .await
                 .map_err(|error| error.classify())?;
-            let too_big = |size: u64| SendError::Permanent {
-                reason: format!(
-                    "telegram: {} is {size} bytes, over the {max_bytes}-byte limit",
-                    attachment.kind
-                ),
+            let download = crate::http::Download {
+                platform: "telegram",
+                kind: &attachment.kind,
+                max_bytes,
             };
             if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
-                return Err(too_big(size));
+                return Err(download.too_big(size));
             }
             let path = info.file_path.ok_or_else(|| SendError::Permanent {
                 reason: "telegram: getFile gave no file_path (the file cannot be downloaded)"
@@ -366,16 +365,7 @@ impl Transport for BotApi {
                 .classify());
             }
             // The declared size is the sender's word; count what actually arrives.
-            let mut stream = response.bytes_stream();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|error| network_error(error).classify())?;
-                if (data.len() + chunk.len()) as u64 > max_bytes {
-                    return Err(too_big((data.len() + chunk.len()) as u64));
-                }
-                data.extend_from_slice(&chunk);
-            }
-            Ok(data)
+            download.read(response).await
         })
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, future::BoxFuture};
+use futures::future::BoxFuture;
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde::Deserialize;
 use serde_json::json;
@@ -123,21 +123,13 @@ impl GraphClient {
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    SendError::Retry {
-        reason: format!("graph api unreachable: {error}"),
-        after: None,
-    }
+    crate::http::unreachable("whatsapp: graph api", error)
 }
 
 /// The body of a successful answer, or the error classified.
 async fn checked(response: reqwest::Response) -> Result<bytes::Bytes, SendError> {
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let retry_after = crate::http::retry_after(response.headers());
     let body = response.bytes().await.map_err(network_error)?;
     if status.is_success() {
         return Ok(body);
@@ -281,14 +273,13 @@ impl Transport for GraphClient {
                         reason: format!("whatsapp: unreadable media description: {error}"),
                     }
                 })?;
-            let too_big = |size: u64| SendError::Permanent {
-                reason: format!(
-                    "whatsapp: {} is {size} bytes, over the {max_bytes}-byte limit",
-                    attachment.kind
-                ),
+            let download = crate::http::Download {
+                platform: "whatsapp",
+                kind: &attachment.kind,
+                max_bytes,
             };
             if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
-                return Err(too_big(size));
+                return Err(download.too_big(size));
             }
             let response = self
                 .http
@@ -301,16 +292,7 @@ impl Transport for GraphClient {
                 return checked(response).await.map(|body| body.to_vec());
             }
             // The declared size is the sender's word; count what actually arrives.
-            let mut stream = response.bytes_stream();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(network_error)?;
-                if (data.len() + chunk.len()) as u64 > max_bytes {
-                    return Err(too_big((data.len() + chunk.len()) as u64));
-                }
-                data.extend_from_slice(&chunk);
-            }
-            Ok(data)
+            download.read(response).await
         })
     }
 
