@@ -48,7 +48,8 @@ use std::{
 use saint_agent::{
     channel::{
         http::{AppState, app},
-        hub::{ChannelHub, start_workers},
+        hub::ChannelHub,
+        workers::start_workers,
     },
     config_watch::ConfigStore,
     metering::Metering,

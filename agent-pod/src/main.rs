@@ -7,13 +7,14 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use saint_agent::{
     channel::{
-        chat_page::{PageSettings, PersonTokens},
         events::ChannelEvents,
         host_guard::AllowedHosts,
         http::{AppState, app, drain_turns, metrics_app},
-        hub::{ChannelHub, start_workers},
+        hub::ChannelHub,
         outbox::DurableOutbox,
         startup::channel_problems,
+        state::{PageSettings, PersonTokens},
+        workers::start_workers,
     },
     clock::Clock,
     config_watch::{self, ConfigStore},

@@ -218,7 +218,7 @@ pub fn listening_warning(listen: SocketAddr) -> String {
 pub fn person_tokens(
     files: &crate::starter::BotFiles,
     config: &saint_config::BotConfig,
-) -> anyhow::Result<crate::channel::chat_page::PersonTokens> {
+) -> anyhow::Result<crate::channel::state::PersonTokens> {
     use std::os::unix::fs::DirBuilderExt;
     let directory = files.directory.join("person-tokens");
     std::fs::DirBuilder::new()
@@ -234,7 +234,7 @@ pub fn person_tokens(
             chat_token(&directory.join(&slug)).map(|token| (slug, token))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(crate::channel::chat_page::PersonTokens::new(tokens))
+    Ok(crate::channel::state::PersonTokens::new(tokens))
 }
 
 /// Where the page's links point: the first `--public-host`, else the address listened

@@ -18,11 +18,6 @@
 //! token of their own that speaks only as them, and the HTTP channel's token lists no
 //! one to speak as.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
-
 use axum::{
     Json, Router,
     extract::{Path, Query, State},
@@ -34,11 +29,10 @@ use saint_config::{BotConfig, ChannelKind};
 use saint_llm::{ChatRole, ContentBlock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::{
-    http::{Access, ApiError, AppState, authorise, constant_time_equal, speaks_as_holder},
     startup::channel_problems,
+    state::{Access, ApiError, AppState, authorise, speaks_as_holder},
 };
 use crate::session::StoredMessage;
 
@@ -54,60 +48,6 @@ const STYLE_CSS: &str = include_str!("chat_page/style.css");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
-
-/// What the page shows and whom it may speak as.
-#[derive(Clone, Debug, Default)]
-pub struct PageSettings {
-    /// Start-up lines (`up`: which model, memory on or off, what to set).
-    pub notices: Vec<String>,
-    /// Lines the person who started the bot must not miss (it listens past loopback).
-    pub warnings: Vec<String>,
-    /// `Some`: no person picker; each contact speaks through their own token only.
-    pub person_tokens: Option<PersonTokens>,
-}
-
-/// Each contact's own page token (`up` past loopback).
-#[derive(Clone, Default)]
-pub struct PersonTokens {
-    /// Contact slug and token.
-    tokens: Vec<(String, String)>,
-}
-
-impl PersonTokens {
-    /// Tokens by contact slug.
-    pub fn new(tokens: Vec<(String, String)>) -> Self {
-        Self { tokens }
-    }
-
-    /// Slug and token of each contact.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.tokens
-            .iter()
-            .map(|(slug, token)| (slug.as_str(), token.as_str()))
-    }
-
-    /// The contact `presented` is the token of. Every token is compared, so the time
-    /// taken says nothing about which one came close.
-    pub fn holder(&self, presented: &str) -> Option<&str> {
-        self.tokens.iter().fold(None, |found, (slug, token)| {
-            if constant_time_equal(presented.as_bytes(), token.as_bytes()) {
-                Some(slug.as_str())
-            } else {
-                found
-            }
-        })
-    }
-}
-
-impl std::fmt::Debug for PersonTokens {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let slugs: Vec<&str> = self.tokens.iter().map(|(slug, _)| slug.as_str()).collect();
-        formatter
-            .debug_struct("PersonTokens")
-            .field("contacts", &slugs)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Routes of the page itself (`/chat`, its script and style).
 pub fn page_routes() -> Router<AppState> {
@@ -325,68 +265,6 @@ async fn model_check(
         },
     };
     Ok(Json(check).into_response())
-}
-
-/// Streaming turns by the id of the message that started them, with who started each:
-/// the page's stop button cancels one, and only its starter (or the channel's token)
-/// may.
-#[derive(Default)]
-pub struct RunningTurns {
-    turns: Mutex<HashMap<i64, (CancellationToken, Access)>>,
-}
-
-impl RunningTurns {
-    fn turns(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (CancellationToken, Access)>> {
-        self.turns
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// One streaming turn's registration in [`RunningTurns`], removed when its stream ends
-/// (finished, or the client left: the turn then runs on, as a hang-up never stops one).
-pub(crate) struct Stoppable {
-    running: Arc<RunningTurns>,
-    cancel: CancellationToken,
-    access: Access,
-    registered: Option<i64>,
-    /// The last model failure sent, repeated with the final error.
-    pub trouble: Option<Value>,
-}
-
-impl Stoppable {
-    /// A turn `access` started, stopped through `cancel`.
-    pub fn new(running: Arc<RunningTurns>, cancel: CancellationToken, access: Access) -> Self {
-        Self {
-            running,
-            cancel,
-            access,
-            registered: None,
-            trouble: None,
-        }
-    }
-
-    /// The turn's message is stored as `message_id`: from now on it can be stopped.
-    pub fn register(&mut self, message_id: i64) {
-        self.running
-            .turns()
-            .insert(message_id, (self.cancel.clone(), self.access.clone()));
-        self.registered = Some(message_id);
-    }
-
-    /// Whether the client may read how the bot is run (the model's address, its error):
-    /// the channel's token yes, a person's own link no.
-    pub fn detailed(&self) -> bool {
-        self.access == Access::Channel
-    }
-}
-
-impl Drop for Stoppable {
-    fn drop(&mut self) {
-        if let Some(id) = self.registered {
-            self.running.turns().remove(&id);
-        }
-    }
 }
 
 /// Stops the streaming turn started by message `id`. Someone else's turn is "not

@@ -9,7 +9,7 @@
 //! Turns run as tracked tasks, not inside the request future, so a client that hangs up
 //! does not abort a turn halfway and shutdown can wait for every turn to finish.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{convert::Infallible, time::Duration};
 
 use axum::{
     Json, Router,
@@ -26,61 +26,11 @@ use saint_config::{ChannelKind, ErrorChain};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::mpsc;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::runtime::{EnvLookup, Inbound, Runtime, TurnError, TurnEvent, TurnReply};
-
-/// Shared state of the HTTP server.
-#[derive(Clone)]
-pub struct AppState {
-    /// The runtime.
-    pub runtime: Arc<Runtime>,
-    /// Where secrets (the channel token) are looked up.
-    pub env: EnvLookup,
-    /// Every running turn.
-    pub turns: TaskTracker,
-    /// Cancelled when shutdown starts: readiness turns false, new messages are refused.
-    pub draining: CancellationToken,
-    /// Cancelled when the drain deadline passes: running turns stop.
-    pub abort_turns: CancellationToken,
-    /// The chat page at `/chat`, when served: what it shows, whom it may speak as.
-    pub chat_page: Option<Arc<super::chat_page::PageSettings>>,
-    /// The channels served besides HTTP (webhooks land here).
-    pub channels: Option<Arc<super::hub::ChannelHub>>,
-    /// Streaming turns a client may stop (the chat page's stop button).
-    pub running: Arc<super::chat_page::RunningTurns>,
-    /// Each message's outcome row.
-    pub outcomes: Arc<super::http_outcomes::HttpOutcomes>,
-}
-
-impl AppState {
-    /// State with fresh trackers and tokens.
-    pub fn new(runtime: Arc<Runtime>, env: EnvLookup) -> Self {
-        Self {
-            runtime,
-            env,
-            turns: TaskTracker::new(),
-            draining: CancellationToken::new(),
-            abort_turns: CancellationToken::new(),
-            chat_page: None,
-            channels: None,
-            running: Arc::default(),
-            outcomes: Arc::default(),
-        }
-    }
-
-    /// Serves the webhooks of `hub`'s channels.
-    pub fn with_channels(mut self, hub: Arc<super::hub::ChannelHub>) -> Self {
-        self.channels = Some(hub);
-        self
-    }
-
-    /// Serves the chat page as `page` says.
-    pub fn with_chat_page(mut self, page: super::chat_page::PageSettings) -> Self {
-        self.chat_page = Some(Arc::new(page));
-        self
-    }
-}
+// The server's state, where callers building the server look for it.
+pub use super::state::AppState;
+use super::state::{ApiError, Stoppable, authorise, speaks_as_holder, turn_error_status};
+use crate::runtime::{Inbound, TurnError, TurnEvent, TurnReply};
 
 /// The router of the HTTP channel's port: the API, webhooks, the chat page when asked
 /// for, and probes that reveal nothing but readiness.
@@ -150,123 +100,6 @@ impl From<TurnReply> for MessageResponse {
     }
 }
 
-/// Errors as the API shows them: internals are logged, never returned.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("unauthorized")]
-    Unauthorized,
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("the bot is shutting down")]
-    Draining,
-    #[error("turn failed")]
-    Turn(#[from] TurnError),
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, message) = match &self {
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, self.to_string()),
-            ApiError::Forbidden(message) => (StatusCode::FORBIDDEN, message.clone()),
-            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message.clone()),
-            ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, self.to_string()),
-            ApiError::Turn(error) => {
-                tracing::error!(error = %ErrorChain(error), "turn failed");
-                turn_error_status(error)
-            }
-        };
-        (status, Json(json!({"error": message}))).into_response()
-    }
-}
-
-fn turn_error_status(error: &TurnError) -> (StatusCode, String) {
-    match error {
-        TurnError::Identity(error) => (StatusCode::BAD_REQUEST, error.to_string()),
-        // A setup problem names what to set (variable names, never values): the person
-        // at the page or the operator's client can fix it; a silent 502 helps no one.
-        TurnError::ModelSetup(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
-        TurnError::Model(_) => (
-            StatusCode::BAD_GATEWAY,
-            "failed to answer: the assistant is unavailable right now".to_string(),
-        ),
-        TurnError::Session(_) | TurnError::Join => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "failed to store the message".to_string(),
-        ),
-    }
-}
-
-// Same time whatever the first differing byte, so the token cannot be guessed bytewise
-// (`subtle`, as Porter and the channels compare their secrets).
-pub(crate) fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    left.ct_eq(right).into()
-}
-
-/// Whom a request's token speaks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    /// The HTTP channel's token: any channel identity (the API's clients, the page's
-    /// person picker).
-    Channel,
-    /// A contact's own page token (slug): that contact's identities only.
-    Person(String),
-}
-
-pub(crate) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<Access, ApiError> {
-    let config = state.runtime.config().current();
-    let expected = config
-        .channels
-        .iter()
-        .find(|channel| channel.kind == ChannelKind::Http)
-        .and_then(|channel| channel.secret_env.get("token"))
-        .and_then(|name| (state.env)(name))
-        .ok_or(ApiError::Unauthorized)?;
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .ok_or(ApiError::Unauthorized)?;
-    let presented = presented.trim();
-    if constant_time_equal(presented.as_bytes(), expected.as_bytes()) {
-        return Ok(Access::Channel);
-    }
-    state
-        .chat_page
-        .as_ref()
-        .and_then(|page| page.person_tokens.as_ref())
-        .and_then(|tokens| tokens.holder(presented))
-        .map(|slug| Access::Person(slug.to_string()))
-        .ok_or(ApiError::Unauthorized)
-}
-
-/// Refuses a message a person's own token sends as anyone but that person.
-pub(crate) fn speaks_as_holder(
-    state: &AppState,
-    access: &Access,
-    channel: ChannelKind,
-    peer: &str,
-) -> Result<(), ApiError> {
-    let Access::Person(slug) = access else {
-        return Ok(());
-    };
-    let config = state.runtime.config().current();
-    let caller = crate::identity::caller_for(&config, channel, peer).ok();
-    if caller.is_some_and(|caller| caller.known && caller.slug == *slug) {
-        return Ok(());
-    }
-    let name = config
-        .contacts
-        .iter()
-        .find(|contact| contact.slug.as_str() == slug)
-        .map_or(slug.as_str(), |contact| contact.name.as_str());
-    Err(ApiError::Forbidden(format!(
-        "this link speaks only as {name}"
-    )))
-}
-
 async fn post_message(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -315,7 +148,7 @@ async fn post_message(
         result
     });
     if wants_stream {
-        let stoppable = super::chat_page::Stoppable::new(state.running.clone(), cancel, access);
+        let stoppable = Stoppable::new(state.running.clone(), cancel, access);
         return Ok(Sse::new(event_stream(receiver, turn, stoppable))
             .keep_alive(KeepAlive::default())
             .into_response());
@@ -417,7 +250,7 @@ enum StreamPhase {
     Events(
         mpsc::UnboundedReceiver<TurnEvent>,
         tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
-        super::chat_page::Stoppable,
+        Stoppable,
     ),
     Finished,
 }
@@ -430,7 +263,7 @@ enum StreamPhase {
 fn event_stream(
     receiver: mpsc::UnboundedReceiver<TurnEvent>,
     turn: tokio::task::JoinHandle<Result<TurnReply, TurnError>>,
-    stoppable: super::chat_page::Stoppable,
+    stoppable: Stoppable,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let initial = StreamPhase::Events(receiver, turn, stoppable);
     futures::stream::unfold(initial, |phase| async move {
@@ -602,16 +435,4 @@ pub async fn drain_turns(state: &AppState, deadline: Duration) -> bool {
     };
     let _ = tokio::time::timeout(Duration::from_secs(2), state.outcomes.flush()).await;
     finished
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_comparison_requires_equal_length_and_bytes() {
-        assert!(constant_time_equal(b"secret", b"secret"));
-        assert!(!constant_time_equal(b"secret", b"secreT"));
-        assert!(!constant_time_equal(b"secret", b"secret2"));
-    }
 }

@@ -7,6 +7,7 @@
 
 use std::{
     collections::BTreeMap,
+    num::NonZeroU32,
     path::{Path, PathBuf},
     sync::{
         Arc, Mutex, OnceLock,
@@ -14,9 +15,9 @@ use std::{
     },
 };
 
-use futures::future::BoxFuture;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use saint_channels::{
-    Connection, InboundMessage, InboxSink, ReplyLimit, Transport, Webhook, open, queue,
+    Connection, InboundMessage, ReplyLimit, Transport, Webhook, open, queue,
     transport::ChannelState,
 };
 use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ErrorChain};
@@ -37,7 +38,7 @@ pub struct ServedChannel {
     /// Platform deliveries to `/channels/<name>/webhook`, for channels the platform calls.
     pub webhook: Option<Arc<dyn Webhook>>,
     /// The outbound connection feeding the inbox, for channels that connect out.
-    connection: Option<Arc<dyn Connection>>,
+    pub(super) connection: Option<Arc<dyn Connection>>,
     state: Mutex<ChannelState>,
     /// Messages given up on since the agent started, and the last one's reason.
     dead_letters: Mutex<Option<(u64, String)>>,
@@ -58,7 +59,7 @@ pub struct ChannelHub {
     /// Events on the SaintBot, in a cluster.
     events: OnceLock<Arc<super::events::ChannelEvents>>,
     /// Each sender's message rate, on every channel.
-    pub sender_limits: super::webhook::SenderLimits,
+    pub sender_limits: SenderLimits,
     /// Wakes the task that tells the owners about dead letters.
     pub(crate) dead_letter_ready: Arc<Notify>,
     /// The loop and ordering guards (always on, but for a benchmark).
@@ -156,7 +157,7 @@ impl ChannelHub {
             config: live_config,
             start_problems,
             events: OnceLock::new(),
-            sender_limits: super::webhook::SenderLimits::default(),
+            sender_limits: SenderLimits::default(),
             dead_letter_ready: Arc::new(Notify::new()),
             guards: Guards::default(),
         }
@@ -424,120 +425,7 @@ pub fn withdraw_inbound(
     Ok(rewritten)
 }
 
-/// The inbox as the polling channels (e-mail) see it.
-struct HubSink(Arc<ChannelHub>);
-
-impl InboxSink for HubSink {
-    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
-        Box::pin(async move {
-            let store = self.0.store.clone();
-            let channel = channel.to_string();
-            tokio::task::spawn_blocking(move || {
-                store.queue("read a channel's position", |transaction| {
-                    queue::cursor(transaction, &channel)
-                })
-            })
-            .await
-            .map_err(|_| "the storage task failed".to_string())?
-            .map_err(|error| ErrorChain(&error).to_string())
-        })
-    }
-
-    fn commit<'a>(
-        &'a self,
-        channel: &'a str,
-        messages: Vec<(InboundMessage, Option<String>)>,
-        cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        self.commit_with_withdrawals(channel, messages, Vec::new(), cursor)
-    }
-
-    fn commit_with_withdrawals<'a>(
-        &'a self,
-        channel: &'a str,
-        messages: Vec<(InboundMessage, Option<String>)>,
-        withdrawn: Vec<String>,
-        cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let store = self.0.store.clone();
-            let name = channel.to_string();
-            // Every channel keeps the same rules as the webhooks: nothing to answer, or a
-            // sender over their rate, is recorded and not answered.
-            let messages: Vec<_> = messages
-                .into_iter()
-                .map(|(message, ignore)| {
-                    let decision = ignore
-                        .map(NotAnswered::Ignored)
-                        .or_else(|| self.0.not_to_answer(&message));
-                    let lane = self.0.lane_of(&message);
-                    (message, lane, decision)
-                })
-                .collect();
-            let reply_limit = self
-                .0
-                .channel(channel)
-                .and_then(|served| served.transport.reply_limit())
-                .filter(|_| self.0.guards.loop_guard());
-            let forget = withdrawn.clone();
-            let new = tokio::task::spawn_blocking(move || {
-                store.queue("store inbound messages", |transaction| {
-                    let mut new = 0;
-                    for (message, lane, decision) in &messages {
-                        // Counted in this transaction, so one batch cannot pass the limit.
-                        let decision = match (decision, reply_limit) {
-                            (None, Some(limit)) => over_reply_limit(transaction, message, limit)?
-                                .map(NotAnswered::Ignored),
-                            (decision, _) => decision.clone(),
-                        };
-                        new += usize::from(store_inbound(
-                            transaction,
-                            message,
-                            lane,
-                            decision.as_ref(),
-                        )?);
-                    }
-                    if withdraw_inbound(transaction, &name, &withdrawn)? {
-                        // Before the commit: a turn that reads the transcript from now on
-                        // reads it whole, after the change.
-                        store.note_rewrite();
-                    }
-                    queue::set_cursor(transaction, &name, &cursor)?;
-                    Ok(new)
-                })
-            })
-            .await
-            .map_err(|_| "the storage task failed".to_string())?
-            .map_err(|error| ErrorChain(&error).to_string())?;
-            self.0.forget_attachments(channel, &forget);
-            for _ in 0..new {
-                self.0.metering.metrics.channel_message(channel, "in");
-            }
-            // A refusal notice waits in the outbox.
-            if let Some(served) = self.0.channel(channel) {
-                served.outbox_ready.notify_one();
-            }
-            if new > 0 {
-                self.0.inbox_ready.notify_one();
-            }
-            Ok(())
-        })
-    }
-
-    fn report(&self, channel: &str, state: ChannelState) {
-        if let Some(served) = self.0.channel(channel) {
-            self.0.set_state(served, state);
-        }
-    }
-
-    fn is_contact(&self, identity: &ChannelIdentity) -> bool {
-        self.0.is_contact(identity)
-    }
-}
-
-/// Why `message` is not answered when its sender already had `limit`'s worth of answers
-/// in the window (a loop with another robot, most likely), if so.
-fn over_reply_limit(
+pub(super) fn over_reply_limit(
     transaction: &rusqlite::Transaction<'_>,
     message: &InboundMessage,
     limit: ReplyLimit,
@@ -555,50 +443,34 @@ fn over_reply_limit(
     )))
 }
 
-/// Starts the dispatcher (until `stop_dispatch`: shutdown stops taking new turns first)
-/// and one sender per channel (until `stop_senders`, after running turns drained, so
-/// their replies still go out). Returns the tasks.
-pub fn start_workers(
-    hub: &Arc<ChannelHub>,
-    runtime: Arc<crate::runtime::Runtime>,
-    turns: tokio_util::task::TaskTracker,
-    abort_turns: tokio_util::sync::CancellationToken,
-    stop_dispatch: tokio_util::sync::CancellationToken,
-    stop_senders: tokio_util::sync::CancellationToken,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![tokio::spawn(super::dispatch::run(
-        hub.clone(),
-        runtime,
-        turns,
-        abort_turns,
-        stop_dispatch.clone(),
-    ))];
-    // Connections stop taking messages when draining starts, with the dispatcher.
-    let (stop_pollers, pollers_stopped) = tokio::sync::watch::channel(false);
-    tasks.push(tokio::spawn(async move {
-        stop_dispatch.cancelled().await;
-        let _ = stop_pollers.send(true);
-    }));
-    let sink: Arc<dyn InboxSink> = Arc::new(HubSink(hub.clone()));
-    // Dead letters are told to the owners while replies can still go out.
-    tasks.push(tokio::spawn(super::dead_letters::run(
-        hub.clone(),
-        stop_senders.clone(),
-    )));
-    for channel in hub.channels() {
-        tracing::info!(channel = %channel.name, kind = channel.kind.prefix(), "channel started");
-        tasks.push(tokio::spawn(super::sender::run(
-            hub.clone(),
-            channel.clone(),
-            stop_senders.clone(),
-        )));
-        if let Some(connection) = &channel.connection {
-            tasks.push(tokio::spawn(
-                connection
-                    .clone()
-                    .run(sink.clone(), pollers_stopped.clone()),
-            ));
+/// The rate limit on messages per sender, on every channel (webhook deliveries after
+/// their signature, connection channels as they commit).
+pub struct SenderLimits {
+    per_sender: DefaultKeyedRateLimiter<String>,
+}
+
+impl Default for SenderLimits {
+    fn default() -> Self {
+        Self::new(
+            Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
+                .allow_burst(NonZeroU32::new(10).expect("non-zero")),
+        )
+    }
+}
+
+impl SenderLimits {
+    /// Limits with the given per-sender quota.
+    pub fn new(per_sender: Quota) -> Self {
+        Self {
+            per_sender: RateLimiter::keyed(per_sender),
         }
     }
-    tasks
+
+    /// Whether `sender` may send one more message now (and counts it).
+    pub fn sender_allowed(&self, sender: &str) -> bool {
+        if self.per_sender.len() > 10_000 {
+            self.per_sender.retain_recent();
+        }
+        self.per_sender.check_key(&sender.to_string()).is_ok()
+    }
 }

@@ -4,6 +4,10 @@
 //! `dispatch`, `sender`), and what they give up on is told to the owners
 //! (`dead_letters`). `startup` says at start which declared channels cannot work;
 //! `host_guard` refuses requests for names the listeners do not serve.
+//!
+//! Imports go one way: `workers` starts the tasks (`dispatch`, `sender`,
+//! `dead_letters`) over the `hub`; the HTTP routes (`http`, `webhook`, `chat_page`)
+//! share `state`, and `http` assembles them into the router.
 
 pub mod chat_page;
 pub mod dead_letters;
@@ -16,4 +20,6 @@ pub mod hub;
 pub mod outbox;
 pub mod sender;
 pub mod startup;
+pub mod state;
 pub mod webhook;
+pub mod workers;

@@ -10,59 +10,23 @@
 //! in the inbox and the platform gets its 200 only after that commit; a redelivery is
 //! acknowledged and not stored again.
 
-use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
-    num::NonZeroU32,
-};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use axum::{
     extract::{ConnectInfo, Path, Query, Request, State},
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use saint_channels::WebhookRefusal;
 use saint_config::ErrorChain;
 
 use super::{
-    http::AppState,
     hub::{store_inbound, withdraw_inbound},
+    state::AppState,
 };
 
 /// Largest webhook body accepted (the platform's deliveries are a few kilobytes).
 pub const MAX_WEBHOOK_BYTES: usize = 256 * 1024;
-
-/// The rate limit on messages per sender, on every channel (webhook deliveries after
-/// their signature, connection channels as they commit).
-pub struct SenderLimits {
-    per_sender: DefaultKeyedRateLimiter<String>,
-}
-
-impl Default for SenderLimits {
-    fn default() -> Self {
-        Self::new(
-            Quota::per_minute(NonZeroU32::new(20).expect("non-zero"))
-                .allow_burst(NonZeroU32::new(10).expect("non-zero")),
-        )
-    }
-}
-
-impl SenderLimits {
-    /// Limits with the given per-sender quota.
-    pub fn new(per_sender: Quota) -> Self {
-        Self {
-            per_sender: RateLimiter::keyed(per_sender),
-        }
-    }
-
-    /// Whether `sender` may send one more message now (and counts it).
-    pub fn sender_allowed(&self, sender: &str) -> bool {
-        if self.per_sender.len() > 10_000 {
-            self.per_sender.retain_recent();
-        }
-        self.per_sender.check_key(&sender.to_string()).is_ok()
-    }
-}
 
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "no such channel").into_response()
