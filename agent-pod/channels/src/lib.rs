@@ -9,6 +9,19 @@
 //! This crate holds what is pure or platform-specific: the wire types, the
 //! queue's SQL, splitting and formatting, and each platform's protocol. The
 //! agent wires them to its HTTP server, its turn loop and its metrics.
+//!
+//! Each platform folder names the same role the same way; inbound files keep the
+//! platform's own word for how messages arrive.
+//!
+//! | role | discord | matrix | slack | telegram | whatsapp | email |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | the platform's API client, sends | `api.rs` | `api.rs` | `api.rs` | `api.rs` | `api.rs` | `smtp.rs` |
+//! | Markdown in the platform's markup | `render.rs` | `render.rs` | `render.rs` | `render.rs` | (plain) | (plain) |
+//! | inbound | `gateway.rs` | `sync.rs` | `socket.rs`, `events.rs`, `webhook.rs` | `poll.rs`, `update.rs` | `webhook.rs` | `imap.rs`, `inbound.rs` |
+//! | button presses | `interaction.rs` | | `interaction.rs` | (in `update.rs`) | (in `webhook.rs`) | |
+//!
+//! What every client shares — an unreachable server reported without its URL,
+//! `Retry-After`, the capped attachment download, the reconnect wait — is [`http`].
 
 pub mod attachments;
 pub mod buttons;

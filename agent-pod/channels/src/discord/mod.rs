@@ -3,20 +3,20 @@
 //! public endpoint. An approval request gets Approve and Reject buttons, whose presses
 //! arrive over the Gateway as interactions.
 
+mod api;
 mod gateway;
 mod interaction;
 mod render;
-mod rest;
 
 use std::sync::Arc;
 
 use saint_config::{ChannelConfig, channel_settings::DISCORD};
 
 pub use self::{
+    api::RestClient,
     gateway::{GatewayConnection, GatewayCursor, INTENTS},
     interaction::{Interaction, approval_components, read_interaction},
     render::markdown_to_discord,
-    rest::RestClient,
 };
 use crate::{
     settings::{SettingsError, SettingsReader},

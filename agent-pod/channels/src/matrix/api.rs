@@ -18,7 +18,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{MAX_TEXT_CHARS, MatrixSettings, html};
+use super::{MAX_TEXT_CHARS, MatrixSettings, render};
 use crate::{
     message::{AttachmentRef, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
@@ -481,8 +481,8 @@ pub(crate) fn reply_content(
     part: usize,
     to: Option<&str>,
 ) -> Value {
-    let body = html::plain_body(text);
-    let formatted = html::markdown_to_html(text);
+    let body = render::plain_body(text);
+    let formatted = render::markdown_to_html(text);
     let mut content = if body.len() + formatted.len() <= MAX_CONTENT_BYTES {
         json!({
             "msgtype": "m.text",
@@ -526,7 +526,7 @@ impl Transport for MatrixApi {
     }
 
     fn render(&self, markdown: &str) -> String {
-        html::render(markdown)
+        render::render(markdown)
     }
 
     fn send<'a>(

@@ -9,7 +9,7 @@
 //! not supported: the bot says so in the room, once, and never answers there.
 
 mod api;
-mod html;
+mod render;
 mod sync;
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind, channel_settings
 
 pub use self::{
     api::{MatrixApi, transaction_id},
-    html::{markdown_to_html, plain_body},
+    render::{markdown_to_html, plain_body},
     sync::SyncConnection,
 };
 use crate::{

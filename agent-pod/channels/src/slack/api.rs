@@ -13,7 +13,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
 
 use super::{
-    MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, mrkdwn::markdown_to_mrkdwn,
+    MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, render::markdown_to_mrkdwn,
 };
 use crate::{
     message::{AttachmentRef, InboundMessage, ReplyContext},

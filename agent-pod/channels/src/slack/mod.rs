@@ -6,7 +6,7 @@
 mod api;
 mod events;
 mod interaction;
-mod mrkdwn;
+mod render;
 mod socket;
 mod webhook;
 
@@ -18,7 +18,7 @@ pub use self::{
     api::{BotIdentity, SlackApi, classify_error},
     events::{EventOutcome, EventReader, parse_event, strip_mentions},
     interaction::{approval_blocks, parse_interaction},
-    mrkdwn::{MAX_BLOCK_CHARS, escape, markdown_to_mrkdwn},
+    render::{MAX_BLOCK_CHARS, escape, markdown_to_mrkdwn},
     socket::SocketConnection,
     webhook::{EventsWebhook, verify_request},
 };

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{
     TelegramSettings,
-    html::{MAX_TEXT_CHARS, markdown_to_telegram_html},
+    render::{MAX_TEXT_CHARS, markdown_to_telegram_html},
 };
 use crate::{
     buttons,

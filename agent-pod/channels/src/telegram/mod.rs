@@ -7,8 +7,8 @@
 //! the bot only checks its token and learns its username with `getMe`.
 
 mod api;
-mod html;
 mod poll;
+mod render;
 mod update;
 
 use std::sync::{Arc, OnceLock};
@@ -19,8 +19,8 @@ use subtle::ConstantTimeEq;
 
 pub use self::{
     api::{ApiError, BotApi, BotUser},
-    html::{CHUNK_CHARS, MAX_TEXT_CHARS, escape, markdown_to_telegram_html},
     poll::{IdentityCheck, Poller},
+    render::{CHUNK_CHARS, MAX_TEXT_CHARS, escape, markdown_to_telegram_html},
     update::{BotIdentity, Received, Update, read_update},
 };
 use crate::{

@@ -1,7 +1,7 @@
 //! WhatsApp Cloud API: the webhook (verification handshake, signed deliveries) and the
 //! Graph API client (send, read receipts, media).
 
-mod graph;
+mod api;
 mod webhook;
 
 use std::{sync::Arc, time::Duration};
@@ -10,7 +10,7 @@ use http::HeaderMap;
 use saint_config::{ChannelConfig, channel_settings::WHATSAPP};
 
 pub use self::{
-    graph::GraphClient,
+    api::GraphClient,
     webhook::{WebhookError, parse_delivery, verify_challenge, verify_signature},
 };
 use crate::{
