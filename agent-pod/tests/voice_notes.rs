@@ -603,3 +603,92 @@ async fn without_transcription_configured_the_model_is_told_why_it_cannot_hear_t
     );
     assert!(bot.endpoint.heard().is_empty());
 }
+
+/// The operator's real rendering (`validate` and the config map and workload builders)
+/// of a SaintBot with `spec.media.transcription`, read by the agent's config parser: the
+/// agent gets the endpoint and limits, and the key's variable is one the operator sets
+/// on the agent container from the Secret.
+#[test]
+fn the_operators_rendered_transcription_is_what_the_agent_reads() {
+    use saint_operator::{
+        crd::saintbot::{MediaSpec, ModelPriceSpec, TranscriptionSpec},
+        offline::{Manifests, read_manifests},
+        saintbot_controller::{
+            build::{config_map::rendered_config_json, workload::deployment},
+            validate::validate,
+        },
+        settings::OperatorSettings,
+    };
+
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../operator/tests/fixtures/acme.yaml");
+    let mut manifests = Manifests::default();
+    read_manifests(
+        &std::fs::read_to_string(fixture).unwrap(),
+        "acme",
+        &mut manifests,
+    )
+    .unwrap();
+    let mut bot = manifests.bots.remove(0);
+    bot.spec.media = Some(MediaSpec {
+        transcription: Some(TranscriptionSpec {
+            base_url: "https://stt.acme.example".into(),
+            model: MODEL.into(),
+            api_key_secret_ref: Some(saint_operator::crd::SecretKeyReference {
+                name: "acme-stt".into(),
+                key: "api-key".into(),
+            }),
+            max_seconds: Some(300),
+            max_bytes: Some(8 * 1024 * 1024),
+            ..TranscriptionSpec::default()
+        }),
+    });
+    bot.spec.model.prices.insert(
+        MODEL.into(),
+        ModelPriceSpec {
+            per_audio_minute: Some(PER_MINUTE),
+            ..ModelPriceSpec::default()
+        },
+    );
+    let validated = validate(
+        &bot,
+        &manifests.dereferenced,
+        &OperatorSettings::with_tag("test"),
+    )
+    .expect("the bot renders");
+
+    let config = saint_config::BotConfig::from_json(&rendered_config_json(&validated))
+        .expect("the agent accepts the rendered config");
+
+    let transcription = config.media.transcription.expect("transcription rendered");
+    assert_eq!(
+        (
+            transcription.base_url.as_str(),
+            transcription.model.as_str(),
+            transcription.max_seconds,
+            transcription.max_bytes,
+            transcription.timeout_seconds,
+        ),
+        ("https://stt.acme.example", MODEL, 300, 8 * 1024 * 1024, 60)
+    );
+    assert_eq!(
+        config.model.prices[MODEL].per_audio_minute,
+        Some(PER_MINUTE)
+    );
+    let key_variable = transcription.api_key_env.expect("a key variable");
+    let pod = serde_json::to_value(deployment(&validated)).unwrap();
+    let agent = pod["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|container| container["name"] == "agent")
+        .unwrap();
+    assert!(
+        agent["env"].as_array().unwrap().contains(&json!({
+            "name": key_variable,
+            "valueFrom": {"secretKeyRef": {"name": "acme-stt", "key": "api-key"}},
+        })),
+        "{:#}",
+        agent["env"]
+    );
+}
