@@ -449,6 +449,25 @@ async fn a_whatsapp_voice_note_is_transcribed_and_reaches_the_model_marked_as_a_
     // The model's own calls are priced too (Marko's role uses Sonnet), so his spend is
     // at least the transcription's.
     assert!(bot.spent("marko") >= cost, "{}", bot.spent("marko"));
+    // The ledger lists it, so his rows' costs still sum to his llm_cost_usd series.
+    let ledger = Command::new(env!("CARGO_BIN_EXE_saint-agent"))
+        .args(["ledger", "--contact", "marko", "--workspace"])
+        .arg(&bot.workspace)
+        .output()
+        .unwrap();
+    assert!(ledger.status.success(), "{ledger:?}");
+    let rows: Vec<Value> = String::from_utf8(ledger.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|row: &Value| row["kind"] == "transcription")
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(
+        (&rows[0]["what"], &rows[0]["outcome"], &rows[0]["role"]),
+        (&json!(MODEL), &json!("ok"), &json!("manager"))
+    );
+    assert!((rows[0]["costUsd"].as_f64().unwrap() - cost).abs() < 1e-12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
