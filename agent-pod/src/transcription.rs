@@ -16,6 +16,10 @@ use crate::runtime::EnvLookup;
 /// How far from the end of an Ogg file its last page is looked for: a page is at most
 /// 65,307 bytes.
 const OGG_TAIL_BYTES: usize = 65_536 + 27;
+/// Largest answer read from the endpoint.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+/// Longest transcript given to the model (three hours of speech is about 200,000).
+const MAX_TRANSCRIPT_CHARS: usize = 100_000;
 /// Opus granule positions count 48 kHz samples whatever the input rate (RFC 7845).
 const OPUS_GRANULE_RATE: f64 = 48_000.0;
 
@@ -178,23 +182,32 @@ pub async fn transcribe(
             TranscriptionError::Unreachable
         }
     };
-    let response = request.send().await.map_err(failed)?;
+    let mut response = request.send().await.map_err(failed)?;
     let status = response.status();
     if !status.is_success() {
         return Err(TranscriptionError::Status(status.as_u16()));
     }
-    let body: serde_json::Value = response.json().await.map_err(|error| {
-        if error.is_timeout() {
-            TranscriptionError::Timeout(config.timeout_seconds)
-        } else {
-            TranscriptionError::BadAnswer
+    // Read under a cap: the answer is a few kilobytes of text, whatever the endpoint sends.
+    let mut raw = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(failed)? {
+        if raw.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(TranscriptionError::BadAnswer);
         }
-    })?;
+        raw.extend_from_slice(&chunk);
+    }
+    let body: serde_json::Value =
+        serde_json::from_slice(&raw).map_err(|_| TranscriptionError::BadAnswer)?;
     let text = body["text"]
         .as_str()
         .ok_or(TranscriptionError::BadAnswer)?
-        .trim()
-        .to_string();
+        .trim();
+    let text = match text.char_indices().nth(MAX_TRANSCRIPT_CHARS) {
+        Some((cut, _)) => format!(
+            "{}\n[transcript cut at {MAX_TRANSCRIPT_CHARS} characters]",
+            &text[..cut]
+        ),
+        None => text.to_string(),
+    };
     Ok(Transcript {
         text,
         seconds: body["duration"].as_f64().filter(|seconds| *seconds >= 0.0),

@@ -502,7 +502,7 @@ async fn a_failed_or_slow_transcription_is_told_to_the_person_and_the_message_st
         .answer(200, json!({"text": "too late"}), Duration::from_secs(5));
     bot.llm.push(Reply::text("Please type it."));
     let answer = bot
-        .voice_note(ANA, "wamid.F2", "audio/ogg; codecs=opus", note)
+        .voice_note(ANA, "wamid.F2", "audio/ogg; codecs=opus", note.clone())
         .await;
     assert_eq!(
         answer,
@@ -510,6 +510,26 @@ async fn a_failed_or_slow_transcription_is_told_to_the_person_and_the_message_st
          within 1 seconds.)\n\nPlease type it."
     );
     assert!(!bot.model_saw().contains("too late"));
+
+    // An answer without text, or one far larger than any transcript, is no transcript.
+    bot.endpoint
+        .answer(200, json!({"transcript": "wrong field"}), Duration::ZERO);
+    bot.endpoint.answer(
+        200,
+        json!({"text": "a".repeat(2 * 1024 * 1024)}),
+        Duration::ZERO,
+    );
+    bot.llm.set_fallback(Reply::text("Please type it."));
+    for id in ["wamid.F3", "wamid.F4"] {
+        let answer = bot
+            .voice_note(ANA, id, "audio/ogg; codecs=opus", note.clone())
+            .await;
+        assert_eq!(
+            answer,
+            "(I could not listen to your voice note: the transcription service's answer held \
+             no text.)\n\nPlease type it."
+        );
+    }
 
     let outcomes: Vec<Value> = bot
         .usage_lines("transcription")
@@ -519,7 +539,12 @@ async fn a_failed_or_slow_transcription_is_told_to_the_person_and_the_message_st
     // A failed request costs nothing (Ana's spend is her model calls' alone).
     assert_eq!(
         outcomes,
-        vec![json!(["failed", 0.0]), json!(["timeout", 0.0])]
+        vec![
+            json!(["failed", 0.0]),
+            json!(["timeout", 0.0]),
+            json!(["bad_answer", 0.0]),
+            json!(["bad_answer", 0.0])
+        ]
     );
 }
 
