@@ -181,14 +181,12 @@ fn usage_entry(line: &Value) -> Option<Entry> {
         Some(base("model", text(line, "model")))
     } else if line.get("tool").is_some() {
         Some(base("tool", text(line, "tool")))
-    } else if let Some(outcome) = line["transcription"].as_str() {
+    } else {
         // A voice note sent for transcription: its model, outcome and cost.
-        Some(Entry {
+        line["transcription"].as_str().map(|outcome| Entry {
             outcome: outcome.to_string(),
             ..base("transcription", text(line, "model"))
         })
-    } else {
-        None
     }
 }
 
