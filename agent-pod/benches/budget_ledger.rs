@@ -51,6 +51,7 @@ fn microseconds(duration: Duration) -> f64 {
 const PRICE: ModelPrice = ModelPrice {
     input_per_mtok: 1.0,
     output_per_mtok: 5.0,
+    per_audio_minute: None,
 };
 
 /// A budget no call here reaches.

@@ -22,7 +22,7 @@ use serde_json::Value;
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     pub ts: String,
-    /// `model`, `tool`, `approval` or `porter`.
+    /// `model`, `tool`, `transcription`, `approval` or `porter`.
     pub kind: &'static str,
     pub contact: String,
     pub role: String,
@@ -162,8 +162,8 @@ fn text(value: &Value, key: &str) -> String {
     value[key].as_str().unwrap_or_default().to_string()
 }
 
-/// A model attempt or tool call of the usage log; turn lines are summaries, not
-/// entries.
+/// A model attempt, tool call or transcription of the usage log; turn lines are
+/// summaries, not entries.
 fn usage_entry(line: &Value) -> Option<Entry> {
     let base = |kind, what: String| Entry {
         ts: text(line, "ts"),
@@ -182,7 +182,11 @@ fn usage_entry(line: &Value) -> Option<Entry> {
     } else if line.get("tool").is_some() {
         Some(base("tool", text(line, "tool")))
     } else {
-        None
+        // A voice note sent for transcription: its model, outcome and cost.
+        line["transcription"].as_str().map(|outcome| Entry {
+            outcome: outcome.to_string(),
+            ..base("transcription", text(line, "model"))
+        })
     }
 }
 

@@ -185,6 +185,55 @@ pub fn attempt_line(record: &ModelAttemptRecord<'_>, timestamp: jiff::Timestamp)
     text
 }
 
+/// One request to a media service (a transcription) as logged and counted.
+#[derive(Clone, Debug)]
+pub struct MediaRecord<'a> {
+    /// `transcription`.
+    pub service: &'a str,
+    /// Contact slug.
+    pub user: &'a str,
+    /// See [`person_label`].
+    pub person: &'a str,
+    /// Role name.
+    pub role: &'a str,
+    /// What started the turn.
+    pub trigger: &'a str,
+    /// The service's model.
+    pub model: &'a str,
+    /// `ok` or why not (`too_long`, `too_large`, `failed`, `timeout`, `over_budget`, …).
+    pub outcome: &'a str,
+    /// Seconds of audio sent (0 when nothing was sent).
+    pub audio_seconds: f64,
+    /// Bytes of audio sent (0 when nothing was sent).
+    pub audio_bytes: u64,
+    /// Wall time of the request.
+    pub duration: Duration,
+    /// Spend in USD.
+    pub cost_usd: f64,
+}
+
+/// The usage log line of a media request (a field named by its service, holding the
+/// outcome, where tool lines have `tool`).
+pub fn media_line(record: &MediaRecord<'_>, timestamp: jiff::Timestamp) -> String {
+    let mut line = Map::new();
+    line.insert("ts".into(), json!(timestamp.to_string()));
+    line.insert("user".into(), json!(record.user));
+    line.insert("role".into(), json!(record.role));
+    line.insert("trigger".into(), json!(record.trigger));
+    line.insert(record.service.into(), json!(record.outcome));
+    line.insert("model".into(), json!(record.model));
+    line.insert("audioSeconds".into(), json!(record.audio_seconds));
+    line.insert("audioBytes".into(), json!(record.audio_bytes));
+    line.insert(
+        "durationMs".into(),
+        json!(record.duration.as_millis() as u64),
+    );
+    line.insert("costUsd".into(), json!(record.cost_usd));
+    let mut text = Value::Object(line).to_string();
+    text.push('\n');
+    text
+}
+
 /// The usage log line for a record.
 pub fn usage_line(record: &ToolCallRecord<'_>, timestamp: jiff::Timestamp) -> String {
     let mut line = Map::new();
@@ -328,6 +377,21 @@ struct RoleLabels {
     role: String,
 }
 
+/// A media service's work (`service`: `transcription`), by who caused it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MediaLabels {
+    service: String,
+    role: String,
+    person: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MediaOutcomeLabels {
+    service: String,
+    outcome: String,
+    role: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApprovalLabels {
     /// `requested`, `approved`, `rejected`, `expired`, `refused`.
@@ -369,6 +433,9 @@ pub struct Metrics {
     llm_attempts: Family<AttemptLabels, Counter>,
     llm_entry_healthy: Family<EntryLabels, Gauge>,
     approvals: Family<ApprovalLabels, Counter>,
+    media_requests: Family<MediaOutcomeLabels, Counter>,
+    media_audio_seconds: Family<MediaLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    media_audio_bytes: Family<MediaLabels, Counter>,
     approvals_pending: Gauge,
 }
 
@@ -496,6 +563,25 @@ impl Default for Metrics {
             "Approval requests waiting for a decision (read from their store after every change)",
             approvals_pending.clone(),
         );
+        let media_requests = Family::<MediaOutcomeLabels, Counter>::default();
+        registry.register(
+            "media_requests",
+            "Media service requests (transcription) by service, outcome and the caller's role",
+            media_requests.clone(),
+        );
+        let media_audio_seconds =
+            Family::<MediaLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "media_audio_seconds",
+            "Seconds of audio sent to a media service, by service, role and person",
+            media_audio_seconds.clone(),
+        );
+        let media_audio_bytes = Family::<MediaLabels, Counter>::default();
+        registry.register(
+            "media_audio_bytes",
+            "Bytes of audio sent to a media service, by service, role and person",
+            media_audio_bytes.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -513,6 +599,9 @@ impl Default for Metrics {
             llm_attempts,
             llm_entry_healthy,
             approvals,
+            media_requests,
+            media_audio_seconds,
+            media_audio_bytes,
             approvals_pending,
         }
     }
@@ -661,6 +750,40 @@ impl Metrics {
             .set(i64::from(healthy));
     }
 
+    /// Counts one media service request and, when audio was sent, its seconds, bytes
+    /// and cost (the cost under `llm_cost_usd`, by the service's model).
+    pub fn media_request(&self, record: &MediaRecord<'_>) {
+        self.media_requests
+            .get_or_create(&MediaOutcomeLabels {
+                service: record.service.into(),
+                outcome: record.outcome.into(),
+                role: record.role.into(),
+            })
+            .inc();
+        if record.audio_bytes == 0 {
+            return;
+        }
+        let labels = MediaLabels {
+            service: record.service.into(),
+            role: record.role.into(),
+            person: record.person.into(),
+        };
+        self.media_audio_seconds
+            .get_or_create(&labels)
+            .inc_by(record.audio_seconds);
+        self.media_audio_bytes
+            .get_or_create(&labels)
+            .inc_by(record.audio_bytes);
+        self.cost
+            .get_or_create(&CostLabels {
+                model: record.model.into(),
+                role: record.role.into(),
+                person: record.person.into(),
+                trigger: record.trigger.into(),
+            })
+            .inc_by(record.cost_usd);
+    }
+
     /// Counts a budget refusal.
     pub fn budget_refusal(&self, role: &str) {
         self.budget_refusals
@@ -721,6 +844,13 @@ impl Metering {
         }
         let line = usage_line(record, jiff::Timestamp::now());
         self.append(line).await;
+    }
+
+    /// Logs and counts one media service request.
+    pub async fn record_media(&self, record: &MediaRecord<'_>) {
+        self.metrics.media_request(record);
+        self.append(media_line(record, jiff::Timestamp::now()))
+            .await;
     }
 
     /// Counts a finished turn and logs it to the usage log.

@@ -81,6 +81,7 @@ impl ModelOverlay {
 const FREE: ModelPrice = ModelPrice {
     input_per_mtok: 0.0,
     output_per_mtok: 0.0,
+    per_audio_minute: None,
 };
 
 /// Where the model comes from.
@@ -714,6 +715,7 @@ mod tests {
             ModelPrice {
                 input_per_mtok: 0.5,
                 output_per_mtok: 1.0,
+                per_audio_minute: None,
             },
         );
         let priced_by_the_file = config.clone();

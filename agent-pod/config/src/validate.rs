@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     BOOTSTRAP_FILES, BotConfig, ChannelIdentity, ContactSlug, KNOWN_TOOLS, MAX_RUNNING_PROCESSES,
-    SCHEMA_VERSION, SandboxBackend, TOOL_GROUPS, TOP_UP_TOOL, mcp,
+    SCHEMA_VERSION, SandboxBackend, TOOL_GROUPS, TOP_UP_TOOL, UnpricedModels, mcp,
 };
 
 /// Why a rendered config was refused. Each message names the offending field.
@@ -240,6 +240,34 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             "sandbox.jobTemplate",
             "is required for the kubernetes backend",
         ));
+    }
+    crate::media::check(&config.media).map_err(|(field, message)| invalid(field, message))?;
+    if let Some(transcription) = &config.media.transcription {
+        let price = config
+            .model
+            .prices
+            .get(&transcription.model)
+            .and_then(|price| price.per_audio_minute);
+        match price {
+            Some(price) if !(price.is_finite() && price >= 0.0) => {
+                return Err(invalid(
+                    format!("model.prices.{}.perAudioMinute", transcription.model),
+                    "must be a number ≥ 0",
+                ));
+            }
+            None if config.budget.unpriced_models == UnpricedModels::Refuse => {
+                return Err(invalid(
+                    format!("model.prices.{}.perAudioMinute", transcription.model),
+                    format!(
+                        "media.transcription.model {:?} has no price per minute of audio, so \
+                         no budget could count its calls; add it (a free local server: 0) or \
+                         set budget.unpricedModels: allow",
+                        transcription.model
+                    ),
+                ));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

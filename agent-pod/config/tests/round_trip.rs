@@ -369,3 +369,70 @@ fn a_roles_background_process_limit_is_one_to_thirty_two() {
         "a misspelt limit is refused, not ignored"
     );
 }
+
+#[test]
+fn transcription_is_checked_naming_the_field_and_must_be_priced() {
+    let mut config: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    config["media"] = serde_json::json!({"transcription": {
+        "baseUrl": "https://stt.acme.example", "model": "whisper-1",
+        "apiKeyEnv": "SAINT_TRANSCRIPTION_API_KEY"}});
+    let refused = |config: &serde_json::Value| {
+        BotConfig::from_json(&config.to_string())
+            .unwrap_err()
+            .to_string()
+    };
+    // Unpriced under the default `refuse`: no budget could count it.
+    assert!(
+        refused(&config).starts_with("model.prices.whisper-1.perAudioMinute: media.transcription.model \"whisper-1\" has no price per minute of audio"),
+        "{}",
+        refused(&config)
+    );
+    config["model"]["prices"]["whisper-1"] =
+        serde_json::json!({"inputPerMtok": 0, "outputPerMtok": 0, "perAudioMinute": 0.006});
+    let parsed = BotConfig::from_json(&config.to_string()).unwrap();
+    let transcription = parsed.media.transcription.as_ref().unwrap();
+    assert_eq!(
+        (
+            transcription.max_seconds,
+            transcription.max_bytes,
+            transcription.timeout_seconds
+        ),
+        (600, 16 * 1024 * 1024, 60)
+    );
+    for (field, value, message) in [
+        (
+            "baseUrl",
+            serde_json::json!("ftp://stt.acme.example"),
+            "media.transcription.baseUrl: \"ftp://stt.acme.example\" must be an http:// or https:// URL with a host",
+        ),
+        (
+            "model",
+            serde_json::json!(" "),
+            "media.transcription.model: must not be empty",
+        ),
+        (
+            "maxSeconds",
+            serde_json::json!(0),
+            "media.transcription.maxSeconds: must be between 1 and 10800",
+        ),
+        (
+            "maxBytes",
+            serde_json::json!(0),
+            "media.transcription.maxBytes: must be between 1 and 104857600",
+        ),
+        (
+            "timeoutSeconds",
+            serde_json::json!(601),
+            "media.transcription.timeoutSeconds: must be between 1 and 600",
+        ),
+    ] {
+        let mut bad = config.clone();
+        bad["media"]["transcription"][field] = value;
+        assert_eq!(refused(&bad), message);
+    }
+    config["model"]["prices"]["whisper-1"]["perAudioMinute"] = serde_json::json!(-1);
+    assert_eq!(
+        refused(&config),
+        "model.prices.whisper-1.perAudioMinute: must be a number ≥ 0"
+    );
+}

@@ -108,6 +108,7 @@ impl Runtime {
                     },
                     note: Some(&note),
                     attached: Vec::new(),
+                    told: None,
                 },
                 None,
                 cancel,

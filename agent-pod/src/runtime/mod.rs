@@ -13,6 +13,7 @@ mod group;
 mod model;
 mod session_cache;
 mod turn;
+mod voice;
 
 use std::{
     collections::HashMap,

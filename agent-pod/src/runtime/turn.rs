@@ -44,6 +44,14 @@ pub const OVER_BUDGET_REPLY: &str = "Sorry, I can't take on more requests for yo
 /// What the person is told when the tool loop hits its cap.
 pub const ITERATION_CAP_REPLY: &str = "Sorry, that took more steps than I'm allowed for one message. Could you break it into smaller requests?";
 
+/// `answer` after what the person is told first, if anything.
+fn told_then(told: Option<&str>, answer: &str) -> String {
+    match told {
+        Some(told) => format!("{told}\n\n{answer}"),
+        None => answer.to_string(),
+    }
+}
+
 /// Cuts a tool result to `limit` characters with a note saying so.
 pub fn cap_tool_result(content: String, limit: usize) -> String {
     let total = content.chars().count();
@@ -181,6 +189,8 @@ pub(super) struct TurnState<'a> {
     spent: f64,
     /// The id of the message that started this turn.
     first_message_id: i64,
+    /// Said to the person before the answer.
+    told: Option<String>,
 }
 
 impl TurnState<'_> {
@@ -253,12 +263,21 @@ impl Runtime {
             None => Accepted::Store,
         };
         // A resumed turn's message is stored already, attachments and all.
-        let attached = match (&accepted, &self.options.media) {
+        let mut attached = match (&accepted, &self.options.media) {
             (Accepted::Already(_), _) | (_, None) => Vec::new(),
             (_, Some(extractor)) => {
                 let images =
                     saint_tools::policy::tool_allowed(&caller.role, attachments::IMAGE_TOOL);
                 attachments::blocks(extractor, &self.workspace, &inbound.attachments, images).await
+            }
+        };
+        // Voice notes are heard whoever sent them: they are the person's own words.
+        let told = match &accepted {
+            Accepted::Already(_) => None,
+            _ => {
+                let heard = self.hear(&config, &caller, &inbound.attachments).await?;
+                attached.extend(heard.blocks);
+                (!heard.told.is_empty()).then(|| heard.told.join("\n"))
             }
         };
         if let Some(answer) = decision {
@@ -272,6 +291,7 @@ impl Runtime {
                         destination,
                         note: None,
                         attached,
+                        told: None,
                     },
                     answer,
                     events.as_ref(),
@@ -288,6 +308,7 @@ impl Runtime {
                     destination,
                     note: None,
                     attached,
+                    told,
                 },
                 events.as_ref(),
                 &cancel,
@@ -412,6 +433,7 @@ impl Runtime {
             destination,
             note,
             attached,
+            told,
         } = input;
         let lock = self.session_lock(&caller.session_key);
         let mut session = lock.lock().await;
@@ -448,6 +470,7 @@ impl Runtime {
             attempt_lines: String::new(),
             spent: 0.0,
             first_message_id: message_id,
+            told,
         };
         state.emit(TurnEvent::Accepted {
             message_id,
@@ -486,7 +509,9 @@ impl Runtime {
                 Destination::Send { .. } if outcome != TurnOutcome::AuthorityChanged => {
                     QueueStep::None
                 }
-                destination => QueueStep::answer(destination, &text),
+                destination => {
+                    QueueStep::answer(destination, &told_then(state.told.as_deref(), &text))
+                }
             };
             self.persist_then(caller, Message::assistant_text(text.clone()), None, step)
                 .await?;
@@ -494,7 +519,7 @@ impl Runtime {
         }
         self.record_turn(&state, outcome.label()).await;
         Ok(TurnReply {
-            text,
+            text: told_then(state.told.as_deref(), &text),
             session_key: caller.session_key.clone(),
             message_id,
             outcome,
@@ -790,7 +815,10 @@ impl Runtime {
                 // The final answer of a channel message is queued as its reply in the
                 // transaction that stores it.
                 let step = if message.tool_uses().next().is_none() {
-                    QueueStep::answer(&state.destination, &message.text())
+                    QueueStep::answer(
+                        &state.destination,
+                        &told_then(state.told.as_deref(), &message.text()),
+                    )
                 } else {
                     QueueStep::None
                 };
@@ -1157,6 +1185,8 @@ pub(super) struct TurnInput<'a> {
     pub(super) note: Option<&'a str>,
     /// What the message's attachments show the model beyond their notes in `text`.
     pub(super) attached: Vec<ContentBlock>,
+    /// Said to the person before the answer (a voice note that could not be heard).
+    pub(super) told: Option<String>,
 }
 
 enum LoopEnd {

@@ -415,6 +415,7 @@ mod tests {
             saint_config::ModelPrice {
                 input_per_mtok: 0.5,
                 output_per_mtok: 6.0,
+                per_audio_minute: None,
             },
         );
         assert!(child_model(&mixed, &employee, Some("odd"), false).is_err());

@@ -9,6 +9,7 @@
 mod channels;
 pub mod defaults;
 mod mcp;
+mod media;
 mod memory;
 mod model;
 mod porter;
@@ -138,6 +139,8 @@ pub struct ValidatedSaintBot {
     pub channel_secrets: Vec<(String, SecretKeyReference)>,
     /// Web search API key (agent container only).
     pub web_search_api_key: Option<SecretKeyReference>,
+    /// Transcription API key (agent container only).
+    pub transcription_api_key: Option<SecretKeyReference>,
     /// The OTLP collector's header values as (env var, Secret key), in
     /// `spec.telemetry.otlp.headers` order (agent container only).
     pub telemetry_secrets: Vec<(String, SecretKeyReference)>,
@@ -403,6 +406,7 @@ pub fn validate(
         },
         mcp,
         telemetry: telemetry.config,
+        media: media::render_media(spec)?,
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
@@ -436,6 +440,11 @@ pub fn validate(
         model_api_keys: model::model_key_secrets(&spec.model),
         channel_secrets: channels.secrets,
         web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
+        transcription_api_key: spec
+            .media
+            .as_ref()
+            .and_then(|media| media.transcription.as_ref())
+            .and_then(|transcription| transcription.api_key_secret_ref.clone()),
         telemetry_secrets: telemetry.secrets,
         porter_secret_files: porter.secret_files,
         sandbox: workload.sandbox,

@@ -128,7 +128,8 @@ pub fn agent_network_policy(bot: &ValidatedSaintBot) -> NetworkPolicy {
 }
 
 /// The endpoints the rendered config names by a private IP literal (`model.baseUrl`, an
-/// OpenAI-compatible embedder's `baseUrl`, the OTLP collector's `endpoint`),
+/// OpenAI-compatible embedder's `baseUrl`, the OTLP collector's `endpoint`, the
+/// transcription endpoint's `baseUrl`),
 /// deduplicated, in order. Host names are not resolved here: a policy matches
 /// addresses, and a name's addresses change behind it.
 pub fn private_endpoints(config: &BotConfig) -> Vec<(IpAddr, u16)> {
@@ -138,6 +139,9 @@ pub fn private_endpoints(config: &BotConfig) -> Vec<(IpAddr, u16)> {
     }
     if let Some(otlp) = &config.telemetry.otlp {
         urls.push(&otlp.endpoint);
+    }
+    if let Some(transcription) = &config.media.transcription {
+        urls.push(&transcription.base_url);
     }
     let mut endpoints = Vec::new();
     for url in urls {

@@ -80,6 +80,11 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
     if !bot.model_api_keys.is_empty() {
         inputs["modelApiKeys"] = json!(bot.model_api_keys);
     }
+    // An environment variable from a Secret is read when the pod starts; bots without
+    // transcription keep their hash.
+    if let Some(secret) = &bot.transcription_api_key {
+        inputs["transcriptionApiKey"] = json!(secret);
+    }
     // Likewise: the agent reads `telemetry` only when it starts, so a change needs a new
     // pod; bots without it keep their hash.
     if bot.config.telemetry.otlp.is_some() {
@@ -110,8 +115,8 @@ fn container_security_context(uid: u32) -> Value {
     })
 }
 
-/// The `agent` container: LLM, channel, web-search and OTLP header credentials, the API
-/// token.
+/// The `agent` container: LLM, channel, web-search, transcription and OTLP header
+/// credentials, the API token.
 fn agent_container(bot: &ValidatedSaintBot) -> Value {
     let mut env = vec![
         json!({"name": "SAINT_CONFIG", "value": "/etc/saint/bot-config.json"}),
@@ -140,6 +145,9 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     }
     if let Some(secret) = &bot.web_search_api_key {
         env.push(secret_env(WEB_SEARCH_API_KEY_ENV, secret));
+    }
+    if let Some(secret) = &bot.transcription_api_key {
+        env.push(secret_env(saint_config::TRANSCRIPTION_API_KEY_ENV, secret));
     }
     // The OTLP collector's header values (`telemetry.otlp.headersEnv` names them).
     for (name, secret) in &bot.telemetry_secrets {
