@@ -24,4 +24,5 @@ pub mod starter;
 pub mod subagents;
 pub mod telemetry;
 pub mod top_up;
+pub mod tts_tool;
 pub mod up;

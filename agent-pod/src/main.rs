@@ -872,6 +872,8 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
             ))),
             None => tools,
         };
+        // Voice notes; offered only while `media.speech` is set (runtime::turn).
+        let tools = tools.replace(Arc::new(saint_agent::tts_tool::TtsTool::new()));
         // Approved top-ups credit the same accounts the runtime's budget checks read.
         let budgets = saint_agent::budget::SpendLedger::default();
         let tools = tools.replace(Arc::new(saint_agent::top_up::TopUpTool::new(

@@ -17,6 +17,7 @@ pub mod email;
 pub mod format;
 pub mod matrix;
 pub mod message;
+pub mod multipart;
 pub mod open;
 pub mod queue;
 pub mod settings;
@@ -28,7 +29,10 @@ pub mod whatsapp;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 
-pub use message::{AttachmentRef, Conversation, InboundMessage, OutboundBody, ReplyContext};
+pub use message::{
+    AttachmentRef, Conversation, FileKind, FilePayload, InboundMessage, OutboundBody, OutboundFile,
+    ReplyContext,
+};
 pub use settings::SettingsError;
 pub use transport::{
     ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,

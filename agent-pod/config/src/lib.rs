@@ -14,6 +14,7 @@ pub mod channel_settings;
 mod error_chain;
 mod identity;
 pub mod mcp;
+pub mod media;
 pub mod sandbox_contract;
 pub mod uids;
 mod validate;
@@ -27,6 +28,7 @@ pub use crate::{
     error_chain::ErrorChain,
     identity::{ChannelIdentity, ContactSlug, IdentityError, SessionKey, normalise_peer},
     mcp::{McpConfig, McpCredential, McpServerConfig, McpTransport},
+    media::{MediaConfig, SpeechConfig, SpeechEngine},
     sandbox_contract::{
         SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
         SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
@@ -191,6 +193,9 @@ pub struct BotConfig {
     /// Where traces go; absent: nowhere (no exporter runs).
     #[serde(default, skip_serializing_if = "TelemetryConfig::is_empty")]
     pub telemetry: TelemetryConfig,
+    /// Media the bot makes: spoken replies (`media.speech`, the `tts` tool).
+    #[serde(default, skip_serializing_if = "MediaConfig::is_empty")]
+    pub media: MediaConfig,
 }
 
 /// Traces of turns, model calls and tool calls (OpenTelemetry GenAI conventions):

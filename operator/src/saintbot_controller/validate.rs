@@ -403,6 +403,7 @@ pub fn validate(
         },
         mcp,
         telemetry: telemetry.config,
+        media: Default::default(),
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
