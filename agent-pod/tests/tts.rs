@@ -21,6 +21,7 @@ use axum::{Json, Router, extract::State, http::HeaderMap, response::IntoResponse
 use common::*;
 use saint_channels::scripted::{
     self, ScriptedGraph,
+    discord::{ScriptedDiscord, direct_message},
     telegram::{self as scripted_telegram, Person, ScriptedTelegram},
 };
 use saint_llm::scripted::{Reply, ScriptedLlm};
@@ -430,4 +431,86 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
     let lines = bot.usage_lines("tts");
     assert_eq!(lines[0]["engine"], "openai");
     assert_eq!(lines[0]["audioBytes"], json!(audio.len()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discord_reply_carries_the_voice_note_as_an_attached_file() {
+    const DISCORD_TOKEN: &str = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.G1a2b3.tts-test-token";
+    const MARKO_DISCORD: &str = "80351110224678914";
+    const MARKO_DM: &str = "1200000000000000009";
+    let discord = ScriptedDiscord::start(DISCORD_TOKEN, Duration::from_millis(500))
+        .await
+        .unwrap();
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let config_path = directory.path().join("bot-config.json");
+    let mut config = test_config(&llm.base_url());
+    config["roles"]["manager"]["tools"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("tts"));
+    config["media"] = json!({"speech": {"engine": "local"}});
+    config["channels"] = json!([
+        {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+        {"name": "discord", "kind": "discord",
+         "settings": {"apiBaseUrl": discord.api_base_url()},
+         "secretEnv": {"botToken": "DISCORD_BOT_TOKEN"}},
+    ]);
+    let identity = json!(format!("discord:{MARKO_DISCORD}"));
+    let marko = config["contacts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|contact| contact["slug"] == "marko")
+        .unwrap();
+    marko["identities"]
+        .as_array_mut()
+        .unwrap()
+        .push(identity.clone());
+    config["identityLinks"]["marko"]
+        .as_array_mut()
+        .unwrap()
+        .push(identity);
+    write_config(&config_path, &config);
+    let _agent = spawn_agent(
+        &config_path,
+        &workspace,
+        &[("DISCORD_BOT_TOKEN", DISCORD_TOKEN)],
+    );
+    assert!(
+        discord
+            .wait_until(Duration::from_secs(30), |discord| discord.connected())
+            .await,
+        "the agent never identified on the gateway"
+    );
+    llm.push(Reply::tool_call("tts", json!({"text": "See you at noon."})));
+    llm.push(Reply::text("Voice note below."));
+    discord
+        .dispatch_message(direct_message(
+            "1300000000000000009",
+            MARKO_DM,
+            MARKO_DISCORD,
+            "say it",
+        ))
+        .unwrap();
+    assert!(
+        discord.wait_for_posted(2, Duration::from_secs(60)).await,
+        "the text and the file were not both posted within 60 s: {:#?}",
+        discord.requests()
+    );
+    let posted = discord.posted();
+    assert_eq!(posted[0].content(), "Voice note below.");
+    let file = &posted[1].body["files"][0];
+    assert_eq!(posted[1].channel_id, MARKO_DM);
+    assert_eq!(file["contentType"], "audio/ogg");
+    assert_eq!(
+        posted[1].body["attachments"][0]["filename"],
+        file["fileName"]
+    );
+    assert_eq!(posted[1].body["allowed_mentions"], json!({"parse": []}));
+    assert_eq!(posted[1].body["enforce_nonce"], true);
+    assert!(is_ogg_opus(&scripted::file_bytes(file).unwrap()));
 }
