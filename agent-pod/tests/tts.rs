@@ -22,6 +22,7 @@ use common::*;
 use saint_channels::scripted::{
     self, ScriptedGraph,
     discord::{ScriptedDiscord, direct_message},
+    slack::{ScriptedSlack, message_event},
     telegram::{self as scripted_telegram, Person, ScriptedTelegram},
 };
 use saint_llm::scripted::{Reply, ScriptedLlm};
@@ -513,4 +514,102 @@ async fn a_discord_reply_carries_the_voice_note_as_an_attached_file() {
     assert_eq!(posted[1].body["allowed_mentions"], json!({"parse": []}));
     assert_eq!(posted[1].body["enforce_nonce"], true);
     assert!(is_ogg_opus(&scripted::file_bytes(file).unwrap()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_reply_shares_the_voice_note_as_an_uploaded_file() {
+    const SLACK_BOT_TOKEN: &str = "xoxb-1111-2222-tts-test";
+    const SLACK_APP_TOKEN: &str = "xapp-1-A0SAINT-3333-tts-test";
+    const ANA_SLACK: &str = "U0ANA0009";
+    const ANA_DM: &str = "D0ANA9";
+    let slack = ScriptedSlack::start(SLACK_BOT_TOKEN, SLACK_APP_TOKEN)
+        .await
+        .unwrap();
+    let llm = ScriptedLlm::start().await.unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    seed_workspace(&workspace);
+    let config_path = directory.path().join("bot-config.json");
+    let mut config = test_config(&llm.base_url());
+    config["roles"]["owner"]["tools"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("tts"));
+    config["media"] = json!({"speech": {"engine": "local"}});
+    config["channels"] = json!([
+        {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+        {"name": "slack", "kind": "slack", "settings": {"apiBaseUrl": slack.api_url()},
+         "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}},
+    ]);
+    let identity = json!(format!("slack:{ANA_SLACK}"));
+    config["contacts"][0]["identities"]
+        .as_array_mut()
+        .unwrap()
+        .push(identity.clone());
+    config["identityLinks"]["ana"]
+        .as_array_mut()
+        .unwrap()
+        .push(identity);
+    write_config(&config_path, &config);
+    let _agent = spawn_agent(
+        &config_path,
+        &workspace,
+        &[
+            ("SLACK_BOT_TOKEN", SLACK_BOT_TOKEN),
+            ("SLACK_APP_TOKEN", SLACK_APP_TOKEN),
+        ],
+    );
+    assert!(
+        slack.wait_for_connections(1, Duration::from_secs(30)).await,
+        "the agent never opened a socket"
+    );
+    llm.push(Reply::tool_call(
+        "tts",
+        json!({"text": "Board meeting at ten."}),
+    ));
+    llm.push(Reply::text("Here is the voice note."));
+    slack.push_event(message_event(
+        ANA_DM,
+        "im",
+        ANA_SLACK,
+        "1700000900.000100",
+        "read it to me",
+    ));
+    assert!(
+        slack
+            .wait_for_shared_files(1, Duration::from_secs(60))
+            .await,
+        "no file shared within 60 s: {:#?}",
+        slack.requests()
+    );
+    let files = slack.shared_files();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].channel, ANA_DM);
+    assert!(is_ogg_opus(&files[0].data));
+    assert_eq!(slack.posted()[0].text, "Here is the voice note.");
+    // The documented order, the token on the Web API calls and never on the upload.
+    let calls: Vec<(String, Option<String>)> = slack
+        .requests()
+        .into_iter()
+        .filter(|request| request.method.contains("file") || request.method.contains("upload"))
+        .map(|request| (request.method, request.bearer))
+        .collect();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(
+        calls[0],
+        (
+            "files.getUploadURLExternal".to_string(),
+            Some(SLACK_BOT_TOKEN.to_string())
+        )
+    );
+    assert!(calls[1].0.starts_with("POST /upload/F0TTS"), "{calls:?}");
+    assert_eq!(calls[1].1, None);
+    assert_eq!(
+        calls[2],
+        (
+            "files.completeUploadExternal".to_string(),
+            Some(SLACK_BOT_TOKEN.to_string())
+        )
+    );
 }
