@@ -131,7 +131,9 @@ async fn speak(
 struct Bot {
     llm: ScriptedLlm,
     workspace: PathBuf,
-    agent: AgentProcess,
+    config_path: PathBuf,
+    env: Vec<(String, String)>,
+    agent: Option<AgentProcess>,
     // Fields drop in order: the agent stops before its directory goes.
     _directory: tempfile::TempDir,
 }
@@ -154,13 +156,60 @@ impl Bot {
         config["media"] = json!({"speech": speech});
         config["channels"] = channels;
         write_config(&config_path, &config);
-        let agent = spawn_agent(&config_path, &workspace, env);
-        Self {
+        let mut bot = Self {
             llm,
             workspace,
-            agent,
+            config_path,
+            env: env
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
+            agent: None,
             _directory: directory,
+        };
+        bot.spawn();
+        bot
+    }
+
+    fn spawn(&mut self) {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        self.agent = Some(spawn_agent(&self.config_path, &self.workspace, &env));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.child.kill().unwrap(); // SIGKILL
+            agent.child.wait().unwrap();
         }
+    }
+
+    fn agent(&self) -> &AgentProcess {
+        self.agent.as_ref().expect("the agent runs")
+    }
+
+    /// The outbox rows as (state, parts sent, body).
+    fn outbox(&self) -> Vec<(String, i64, Value)> {
+        let database =
+            rusqlite::Connection::open(self.workspace.join("sessions/transcripts.sqlite3"))
+                .unwrap();
+        let mut statement = database
+            .prepare("SELECT state, parts_sent, body FROM outbox ORDER BY id")
+            .unwrap();
+        statement
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    serde_json::from_str(&row.get::<_, String>(2)?).unwrap(),
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
     }
 
     fn usage_lines(&self, tool: &str) -> Vec<Value> {
@@ -173,7 +222,7 @@ impl Bot {
     }
 
     async fn metrics(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.agent.metrics))
+        reqwest::get(format!("{}/metrics", self.agent().metrics))
             .await
             .unwrap()
             .text()
@@ -292,6 +341,69 @@ async fn a_telegram_reply_carries_a_voice_note_spoken_by_espeak_ng() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_note_waiting_in_the_outbox_across_a_restart_is_sent_once() {
+    let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
+    let mut bot = Bot::start(
+        telegram_channels(&telegram),
+        json!({"engine": "local"}),
+        &[("TG_BOT_TOKEN", BOT_TOKEN)],
+    )
+    .await;
+    // The text goes out; the voice note is answered "wait 2 s", and the agent is killed
+    // (SIGKILL) the moment that answer is given: the row, its text part recorded and its
+    // file on disk, is all that survives.
+    telegram.fail_next(
+        "sendVoice",
+        [scripted_telegram::Failure::too_many_requests(2)],
+    );
+    bot.llm.push(Reply::tool_call(
+        "tts",
+        json!({"text": "Stored, then sent."}),
+    ));
+    bot.llm.push(Reply::text("Voice note follows."));
+    telegram.push_message(scripted_telegram::private_text(&marko(), "speak"));
+    assert!(
+        telegram
+            .wait_for_requests(Duration::from_secs(60), |requests| requests
+                .iter()
+                .any(|request| request.method == "sendVoice" && request.status == 429))
+            .await,
+        "the first sendVoice was not answered 429 within 60 s"
+    );
+    bot.kill();
+    let rows = bot.outbox();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (state, parts_sent, body) = &rows[0];
+    assert_eq!((state.as_str(), *parts_sent), ("queued", 1), "{rows:?}");
+    let file = &body["files"][0];
+    assert_eq!(file["kind"], "voice");
+    assert_eq!(file["mimeType"], "audio/ogg");
+    assert!(bot.workspace.join(file["path"].as_str().unwrap()).is_file());
+
+    bot.spawn();
+    assert!(
+        telegram
+            .wait_for_requests(Duration::from_secs(60), |requests| requests
+                .iter()
+                .any(|request| request.method == "sendVoice" && request.status == 200))
+            .await,
+        "the voice note was not sent after the restart within 60 s"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while bot.outbox()[0].0 != "sent" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the row was not marked sent within 30 s: {:?}",
+            bot.outbox()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(voices(&telegram).len(), 1, "the voice note once");
+    assert_eq!(telegram.sent().len(), 1, "the text was not sent again");
+    assert_eq!(bot.outbox()[0].1, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_without_tts_never_sees_it_and_a_call_it_names_is_refused() {
     let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
     let bot = Bot::start(
@@ -386,7 +498,7 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
     );
     let body = serde_json::to_vec(&delivery).unwrap();
     let status = reqwest::Client::new()
-        .post(format!("{}/channels/whatsapp/webhook", bot.agent.http))
+        .post(format!("{}/channels/whatsapp/webhook", bot.agent().http))
         .header("content-type", "application/json")
         .header(
             "x-hub-signature-256",
