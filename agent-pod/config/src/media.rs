@@ -115,7 +115,7 @@ pub fn is_voice_name(voice: &str) -> bool {
 }
 
 /// Checks `media`; each message names its field.
-pub(crate) fn validate(media: &MediaConfig) -> Result<(), (String, String)> {
+pub fn check(media: &MediaConfig) -> Result<(), (String, String)> {
     let Some(speech) = &media.speech else {
         return Ok(());
     };
@@ -196,7 +196,7 @@ mod tests {
 
     fn speech(value: serde_json::Value) -> Result<(), (String, String)> {
         let media: MediaConfig = serde_json::from_value(json!({"speech": value})).unwrap();
-        validate(&media)
+        check(&media)
     }
 
     #[test]

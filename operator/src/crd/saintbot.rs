@@ -210,6 +210,11 @@ pub struct SaintBotSpec {
     /// pod restarts, which the operator does for it. Absent: no traces are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySpec>,
+
+    /// Media the bot makes besides text: `speech`, the engine of the `tts` tool (spoken
+    /// replies sent as voice notes). Absent: no role is offered `tts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<super::media::MediaSpec>,
 }
 
 /// Where the bot's traces are exported.

@@ -9,6 +9,7 @@
 mod channels;
 pub mod defaults;
 mod mcp;
+mod media;
 mod memory;
 mod model;
 mod porter;
@@ -138,6 +139,9 @@ pub struct ValidatedSaintBot {
     pub channel_secrets: Vec<(String, SecretKeyReference)>,
     /// Web search API key (agent container only).
     pub web_search_api_key: Option<SecretKeyReference>,
+    /// The speech endpoint's API key (agent container only, as
+    /// `saint_config::media::SPEECH_API_KEY_ENV`).
+    pub speech_api_key: Option<SecretKeyReference>,
     /// The OTLP collector's header values as (env var, Secret key), in
     /// `spec.telemetry.otlp.headers` order (agent container only).
     pub telemetry_secrets: Vec<(String, SecretKeyReference)>,
@@ -349,6 +353,7 @@ pub fn validate(
         });
     }
     let telemetry = telemetry::render_telemetry(spec.telemetry.as_ref())?;
+    let (media_config, speech_api_key) = media::render_media(spec.media.as_ref())?;
     let config = BotConfig {
         schema_link: None,
         schema_version: SCHEMA_VERSION.to_string(),
@@ -403,7 +408,7 @@ pub fn validate(
         },
         mcp,
         telemetry: telemetry.config,
-        media: Default::default(),
+        media: media_config,
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
@@ -437,6 +442,7 @@ pub fn validate(
         model_api_keys: model::model_key_secrets(&spec.model),
         channel_secrets: channels.secrets,
         web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
+        speech_api_key,
         telemetry_secrets: telemetry.secrets,
         porter_secret_files: porter.secret_files,
         sandbox: workload.sandbox,
