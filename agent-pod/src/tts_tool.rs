@@ -34,6 +34,29 @@ pub const OGG_OPUS: &str = "audio/ogg";
 /// cleared, so no caller-controlled `PATH` applies).
 const LOCAL_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// Whether this machine has the local engine's programs (`espeak-ng`, `opusenc`),
+/// looked up once. Without them `tts` is withheld from a bot whose engine is `local`
+/// (the default agent image is distroless and has neither).
+pub fn local_engine_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        ["espeak-ng", "opusenc"].iter().all(|program| {
+            LOCAL_PATH
+                .split(':')
+                .any(|directory| Path::new(directory).join(program).is_file())
+        })
+    })
+}
+
+/// Whether `tts` can be offered under `config`: a speech engine is set, and a local
+/// one is installed.
+pub fn offered(config: &saint_config::BotConfig) -> bool {
+    match &config.media.speech {
+        None => false,
+        Some(speech) => speech.engine != SpeechEngine::Local || local_engine_available(),
+    }
+}
+
 /// What the model sends.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

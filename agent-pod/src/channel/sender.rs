@@ -240,3 +240,50 @@ fn dead_letter(hub: &ChannelHub, channel: &ServedChannel, row: &OutboxRow, reaso
     });
     hub.record_dead_letter(channel, &row.recipient, reason);
 }
+
+#[cfg(test)]
+mod tests {
+    use saint_channels::FileKind;
+
+    use super::*;
+
+    fn file(path: &str) -> OutboundFile {
+        OutboundFile {
+            path: path.to_string(),
+            mime_type: "audio/ogg".to_string(),
+            kind: FileKind::Voice,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_sends_only_a_file_the_runtime_put_in_its_outbox_folder() {
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path();
+        std::fs::create_dir_all(root.join(".saint/outbox/audio")).unwrap();
+        std::fs::write(root.join(".saint/outbox/audio/a.ogg"), b"OggS voice").unwrap();
+        std::fs::create_dir_all(root.join("config")).unwrap();
+        std::fs::write(root.join("config/secrets.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink(
+            root.join("config/secrets.json"),
+            root.join(".saint/outbox/audio/link.ogg"),
+        )
+        .unwrap();
+
+        let payload = read_file(root, &file(".saint/outbox/audio/a.ogg"))
+            .await
+            .unwrap();
+        assert_eq!(payload.bytes, b"OggS voice");
+        assert_eq!(payload.file_name, "voice-note.ogg");
+        // A tampered row naming anything else is a dead letter, never an upload.
+        for path in [
+            "config/secrets.json",
+            ".saint/outbox/../../config/secrets.json",
+            "/etc/passwd",
+            ".saint/outbox/audio/link.ogg",
+            ".saint/outbox/audio/missing.ogg",
+        ] {
+            let refused = read_file(root, &file(path)).await;
+            assert!(refused.is_err(), "{path}: {refused:?}");
+        }
+    }
+}

@@ -685,8 +685,9 @@ impl Runtime {
         // The policy is asked once per turn: each tool comes with the permit it is
         // called with, and a tool the role may not use is neither offered nor callable.
         let mut visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
-        // `tts` is offered only while the bot has a speech engine (`media.speech`).
-        if config.media.speech.is_none() {
+        // `tts` is offered only while the bot has a speech engine it can use
+        // (`media.speech`; a local one installed).
+        if !crate::tts_tool::offered(&config) {
             visible.retain(|tool| tool.name() != crate::tts_tool::TTS_TOOL);
         }
         // `skill` is offered only when some skill the role allows is installed; the

@@ -33,7 +33,10 @@ pub struct MediaSpec {
 ).message("media.speech.baseUrl is plain http://: the text spoken and the API key would cross the network in clear text; use https://, or set media.speech.allowInsecure to say why clear text is acceptable here"))]
 pub struct SpeechSpec {
     /// `openai`: an OpenAI-compatible `POST <baseUrl>/v1/audio/speech`, asked for Opus;
-    /// `local`: espeak-ng and opusenc in the agent container (robotic, no service).
+    /// `local`: espeak-ng and opusenc in the agent container (robotic, no service). The
+    /// default agent image is distroless and has neither: there `local` leaves `tts`
+    /// withheld, with a notice; use an image that adds Debian's espeak-ng and
+    /// opus-tools.
     #[serde(default)]
     pub engine: SpeechEngine,
     /// The endpoint's base URL without `/v1` (`https://api.openai.com`); `openai` only.
