@@ -404,6 +404,41 @@ async fn a_voice_note_waiting_in_the_outbox_across_a_restart_is_sent_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_http_api_the_model_is_told_the_voice_note_cannot_be_sent() {
+    let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
+    let bot = Bot::start(
+        telegram_channels(&telegram),
+        json!({"engine": "local"}),
+        &[("TG_BOT_TOKEN", BOT_TOKEN)],
+    )
+    .await;
+    bot.llm
+        .push(Reply::tool_call("tts", json!({"text": "hello"})));
+    bot.llm.push(Reply::text("Text only here."));
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/messages", bot.agent().http))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "telegram", "peer": MARKO_TELEGRAM, "text": "say hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let results = bot.llm.requests()[1].tool_results();
+    assert!(!results[0].1, "{results:?}");
+    assert!(results[0].0.contains("carries text only"), "{results:?}");
+    assert!(telegram.requests_of("sendVoice").is_empty());
+    let left: Vec<_> = std::fs::read_dir(bot.workspace.join(".saint/outbox/audio"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "the unsendable file is not kept");
+    assert_eq!(
+        bot.usage_lines("tts").len(),
+        1,
+        "still metered: it was spoken"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_without_tts_never_sees_it_and_a_call_it_names_is_refused() {
     let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
     let bot = Bot::start(

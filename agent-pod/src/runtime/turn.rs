@@ -880,7 +880,9 @@ impl Runtime {
                     let mut content = reply.content;
                     if let Some(audio) = reply.audio {
                         if matches!(state.destination, Destination::Caller) {
-                            // The HTTP API streams text only: say so rather than drop it.
+                            // The HTTP API streams text only: say so rather than drop it
+                            // in silence, and keep no file nobody will send.
+                            let _ = tokio::fs::remove_file(self.workspace.join(&audio.path)).await;
                             content.push_str(
                                 "\n(this conversation carries text only: the voice note \
                                  cannot be sent here)",
