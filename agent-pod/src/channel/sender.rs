@@ -191,6 +191,33 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         queue::mark_sent(transaction, row.id)
     });
     hub.set_state(channel, ChannelState::Up);
+    forget_sent_files(hub, &row).await;
+}
+
+/// Removes the files of a sent row that no queued row still needs (one voice note may
+/// go to several recipients, one row each): nothing of a delivered voice note stays.
+async fn forget_sent_files(hub: &ChannelHub, row: &OutboxRow) {
+    for file in &row.body.files {
+        let needed = hub.store.queue("read the outbox", |transaction| {
+            transaction.query_row(
+                "SELECT EXISTS(SELECT 1 FROM outbox WHERE state = 'queued' AND id != ?1 \
+                 AND instr(body, ?2) > 0)",
+                rusqlite::params![
+                    row.id,
+                    serde_json::to_string(&file.path).unwrap_or_default()
+                ],
+                |found| found.get::<_, bool>(0),
+            )
+        });
+        if let Ok(false) = needed
+            && saint_config::is_workspace_relative(&file.path)
+            && file.path.starts_with(".saint/outbox/")
+            && let Err(error) = tokio::fs::remove_file(hub.workspace.join(&file.path)).await
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %file.path, %error, "failed to remove a sent file");
+        }
+    }
 }
 
 /// Largest file a reply carries (every platform's voice-message limit is above it).
