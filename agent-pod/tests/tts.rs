@@ -155,6 +155,14 @@ impl Bot {
             .push(json!("tts"));
         config["media"] = json!({"speech": speech});
         config["channels"] = channels;
+        // Model calls cost nothing here, so a person's spend is what speech cost.
+        for price in config["model"]["prices"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+        {
+            *price = json!({"inputPerMtok": 0.0, "outputPerMtok": 0.0});
+        }
         write_config(&config_path, &config);
         let mut bot = Self {
             llm,
@@ -319,6 +327,16 @@ async fn a_telegram_reply_carries_a_voice_note_spoken_by_espeak_ng() {
         (cost - 15.0 * characters as f64 / 1e6).abs() < 1e-12,
         "{cost}"
     );
+    // Charged to Marko's budget.
+    let spent: f64 = rusqlite::Connection::open(bot.workspace.join("sessions/transcripts.sqlite3"))
+        .unwrap()
+        .query_row(
+            "SELECT SUM(usd) FROM spend WHERE contact = 'marko'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!((spent - cost).abs() < 1e-12, "spent {spent}, speech {cost}");
     let metrics = bot.metrics().await;
     assert!(
         metrics.contains(&format!(
