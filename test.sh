@@ -108,7 +108,8 @@ apt_packages=(
 	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,
 	dovecot-submissiond
 	opensmtpd             #   OpenSMTPD as the MTA in front of it
-	opus-tools            # voice-note tests encode real Opus/Ogg files with opusenc (agent-pod/tests/voice_notes.rs)
+	espeak-ng             # the tts tool's local engine (agent-pod/tests/tts.rs) speaks with espeak-ng
+	opus-tools            #   and encodes Opus in Ogg with opusenc, as the voice-note tests do (voice_notes.rs)
 	# The node section's needs, installed here in the same apt-get run rather than by
 	# its scripts while the background tools build (one dpkg at a time).
 	containerd runc containernetworking-plugins iptables ipset conntrack iproute2

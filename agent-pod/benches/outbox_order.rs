@@ -40,6 +40,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn body(chat: Option<String>) -> OutboundBody {
     OutboundBody {
         text: "Here is the answer to your question.".to_string(),
+        files: Vec::new(),
         context: ReplyContext {
             chat,
             reply_to: Some("$question".to_string()),

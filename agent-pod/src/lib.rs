@@ -25,4 +25,5 @@ pub mod subagents;
 pub mod telemetry;
 pub mod top_up;
 pub mod transcription;
+pub mod tts_tool;
 pub mod up;

@@ -873,6 +873,21 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
             ))),
             None => tools,
         };
+        // Voice notes; offered only while `media.speech` is set (runtime::turn).
+        let tools = tools.replace(Arc::new(saint_agent::tts_tool::TtsTool::new()));
+        if config
+            .last_good()
+            .media
+            .speech
+            .as_ref()
+            .is_some_and(|speech| speech.engine == saint_config::SpeechEngine::Local)
+            && !saint_agent::tts_tool::local_engine_available()
+        {
+            let notice = "tts: off — media.speech.engine is local, but espeak-ng and opusenc \
+                          are not installed here (Debian espeak-ng, opus-tools)";
+            tracing::error!("{notice}");
+            extras.notices.push(notice.to_string());
+        }
         // Approved top-ups credit the same accounts the runtime's budget checks read.
         let budgets = saint_agent::budget::SpendLedger::default();
         let tools = tools.replace(Arc::new(saint_agent::top_up::TopUpTool::new(

@@ -421,6 +421,8 @@ pub struct Metrics {
     tool_calls: Family<ToolLabels, Counter>,
     tool_seconds: Family<ToolNameLabels, Histogram, fn() -> Histogram>,
     tool_output_bytes: Family<ToolRoleLabels, Counter>,
+    tool_characters: Family<ToolRoleLabels, Counter>,
+    tool_audio_bytes: Family<ToolRoleLabels, Counter>,
     turns: Family<TurnLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
     cost: Family<CostLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -487,6 +489,18 @@ impl Default for Metrics {
             tool_output_bytes.clone(),
         );
         let turns = Family::<TurnLabels, Counter>::default();
+        let tool_characters = Family::<ToolRoleLabels, Counter>::default();
+        registry.register(
+            "tool_characters",
+            "Characters a tool spoke (tts) by tool and the caller's role",
+            tool_characters.clone(),
+        );
+        let tool_audio_bytes = Family::<ToolRoleLabels, Counter>::default();
+        registry.register(
+            "tool_audio_bytes",
+            "Bytes of audio a tool made (tts) by tool and the caller's role",
+            tool_audio_bytes.clone(),
+        );
         registry.register("turns", "Turns by role and outcome", turns.clone());
         let tokens = Family::<TokenLabels, Counter>::default();
         registry.register(
@@ -587,6 +601,8 @@ impl Default for Metrics {
             tool_calls,
             tool_seconds,
             tool_output_bytes,
+            tool_characters,
+            tool_audio_bytes,
             turns,
             tokens,
             cost,
@@ -684,6 +700,21 @@ impl Metrics {
                 role: role.into(),
             })
             .inc_by(bytes);
+    }
+
+    /// Counts what a speaking tool made for a caller of `role`: characters and audio
+    /// bytes.
+    pub fn tool_speech(&self, tool: &str, role: &str, characters: u64, audio_bytes: u64) {
+        let labels = ToolRoleLabels {
+            tool: tool.into(),
+            role: role.into(),
+        };
+        self.tool_characters
+            .get_or_create(&labels)
+            .inc_by(characters);
+        self.tool_audio_bytes
+            .get_or_create(&labels)
+            .inc_by(audio_bytes);
     }
 
     /// Counts a finished turn.
@@ -841,6 +872,15 @@ impl Metering {
         if output_bytes > 0 {
             self.metrics
                 .tool_output(record.tool, record.role, output_bytes);
+        }
+        if let Some(characters) = record.extra.get("characters").and_then(Value::as_u64) {
+            let audio_bytes = record
+                .extra
+                .get("audioBytes")
+                .and_then(Value::as_u64)
+                .unwrap_or_default();
+            self.metrics
+                .tool_speech(record.tool, record.role, characters, audio_bytes);
         }
         let line = usage_line(record, jiff::Timestamp::now());
         self.append(line).await;

@@ -115,6 +115,7 @@ fn telegram_traffic(workspace: &Path, store: &SessionStore) {
                     message.sender.as_ref(),
                     &OutboundBody {
                         text: format!("reply to {text}"),
+                        files: Vec::new(),
                         context: ReplyContext::default(),
                     },
                 )

@@ -1293,3 +1293,40 @@ async fn an_approval_request_reaches_the_owner_on_matrix_and_her_answer_runs_it(
     // The decision was the agent's: the model saw only Ivan's turn.
     assert_eq!(bot.llm.request_count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tts_reply_arrives_as_an_audio_message_whose_file_is_ogg_opus() {
+    let mut bot = Bot::prepare("speech").await;
+    // Ana's owner role gets `tts`, spoken by espeak-ng on this machine.
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&bot.config_path).unwrap()).unwrap();
+    config["roles"]["owner"]["tools"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("tts"));
+    config["media"] = json!({"speech": {"engine": "local", "voice": "en-us"}});
+    write_config(&bot.config_path, &config);
+    bot.start_agent().await;
+    let room = bot.direct_room(&bot.ana).await;
+    bot.llm.push(Reply::tool_call(
+        "tts",
+        json!({"text": "The meeting moved to three."}),
+    ));
+    bot.llm.push(Reply::text("A voice note for you."));
+    bot.ana.say(&room, "tell me by voice").await;
+
+    let replies = bot.wait_for_bot_messages(&bot.ana, &room, 2).await;
+    assert_eq!(replies.len(), 2, "{replies:#?}");
+    assert_eq!(replies[0]["content"]["body"], "A voice note for you.");
+    let audio = &replies[1]["content"];
+    assert_eq!(audio["msgtype"], "m.audio", "{audio}");
+    assert_eq!(audio["info"]["mimetype"], "audio/ogg");
+    assert!(audio["org.matrix.msc3245.voice"].is_object(), "{audio}");
+    // The content URL downloads, as the person's client would, to Opus in Ogg.
+    let (status, content_type, bytes) = bot.ana.download(audio["url"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("audio/ogg"), "{content_type}");
+    assert!(bytes.starts_with(b"OggS"));
+    assert!(bytes.windows(8).any(|window| window == b"OpusHead"));
+    assert_eq!(audio["info"]["size"], json!(bytes.len()));
+}

@@ -655,7 +655,10 @@ async fn without_transcription_configured_the_model_is_told_why_it_cannot_hear_t
 #[test]
 fn the_operators_rendered_transcription_is_what_the_agent_reads() {
     use saint_operator::{
-        crd::saintbot::{MediaSpec, ModelPriceSpec, TranscriptionSpec},
+        crd::{
+            media::{MediaSpec, TranscriptionSpec},
+            saintbot::ModelPriceSpec,
+        },
         offline::{Manifests, read_manifests},
         saintbot_controller::{
             build::{config_map::rendered_config_json, workload::deployment},
@@ -686,6 +689,7 @@ fn the_operators_rendered_transcription_is_what_the_agent_reads() {
             max_bytes: Some(8 * 1024 * 1024),
             ..TranscriptionSpec::default()
         }),
+        ..MediaSpec::default()
     });
     bot.spec.model.prices.insert(
         MODEL.into(),

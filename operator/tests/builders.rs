@@ -922,6 +922,81 @@ fn the_chart_examples_render_through_the_real_validate() {
     for role in ["manager", "employee", "external", "heartbeat"] {
         assert!(!allows_docs(role), "{role}");
     }
+    // Spoken replies: the engine is rendered, `tts` is the owner's and the manager's.
+    let speech = validated
+        .config
+        .media
+        .speech
+        .as_ref()
+        .expect("media.speech");
+    assert_eq!(speech.api_key_env.as_deref(), Some("SAINT_SPEECH_API_KEY"));
+    assert_eq!(speech.price_per_million_characters, Some(15.0));
+    for (role, has_tts) in [
+        ("owner", true),
+        ("manager", true),
+        ("employee", false),
+        ("external", false),
+    ] {
+        let allows = validated.config.roles[role]
+            .tools
+            .allow
+            .iter()
+            .any(|tool| tool == "tts");
+        assert_eq!(allows, has_tts, "{role}");
+    }
+}
+
+#[test]
+fn the_speech_key_reaches_only_the_agent_container_and_rolls_the_pod() {
+    let plain = bot_with(|_| {});
+    let spoken = bot_with(|bot| {
+        bot["spec"]["media"] = serde_json::json!({"speech": {
+            "baseUrl": "https://speech.acme-ana.example", "model": "tts-1",
+            "apiKeySecretRef": {"name": "acme-speech", "key": "api-key"}}});
+    });
+    let spec = spoken
+        .deployment
+        .spec
+        .clone()
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let (agent, porter) = (&spec.containers[0], &spec.containers[1]);
+    let variable = agent
+        .env
+        .iter()
+        .flatten()
+        .find(|variable| variable.name == "SAINT_SPEECH_API_KEY")
+        .expect("the agent gets the speech key");
+    let secret = variable
+        .value_from
+        .as_ref()
+        .and_then(|source| source.secret_key_ref.as_ref())
+        .unwrap();
+    assert_eq!(
+        (secret.name.as_str(), secret.key.as_str()),
+        ("acme-speech", "api-key")
+    );
+    assert!(!secret_names(porter).contains(&"acme-speech".to_string()));
+    let config = saint_config::BotConfig::from_json(
+        spoken.config_map.data.as_ref().unwrap()["bot-config.json"].as_str(),
+    );
+    assert!(config.is_ok(), "{config:?}");
+    let hash = |children: &Children| {
+        children
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+    };
+    assert_ne!(hash(&plain), hash(&spoken), "a new key needs a new pod");
 }
 
 /// The fixture's `gh` and `gog` entries become the registry Porter loads: each secret a

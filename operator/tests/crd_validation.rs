@@ -1961,3 +1961,54 @@ fn the_otlp_batch_delay_and_headers_are_bounded_in_the_schema() {
         (Some(1.0), Some(60_000.0))
     );
 }
+
+fn speech_bot(speech: serde_json::Value) -> Vec<String> {
+    errors(&named_bot(
+        "my-bot",
+        minimal_spec(serde_json::json!({"media": {"speech": speech}})),
+    ))
+}
+
+#[test]
+fn a_speech_engine_passes_when_well_formed() {
+    for speech in [
+        serde_json::json!({"engine": "openai", "baseUrl": "https://speech.acme-ana.example",
+            "model": "tts-1", "voice": "nova",
+            "apiKeySecretRef": {"name": "acme-ana-speech", "key": "api-key"},
+            "pricePerMillionCharacters": 15.0}),
+        serde_json::json!({"baseUrl": "http://kokoro.speech:8880", "model": "kokoro",
+            "allowInsecure": "a local speech server in the bot's namespace, no key"}),
+        serde_json::json!({"engine": "local", "voice": "en-us", "maxCharacters": 500}),
+    ] {
+        assert_eq!(speech_bot(speech.clone()), Vec::<String>::new(), "{speech}");
+    }
+}
+
+#[test]
+fn a_speech_engine_is_refused_naming_the_field() {
+    for (speech, expected) in [
+        (
+            serde_json::json!({"engine": "openai", "model": "tts-1"}),
+            "media.speech with engine openai needs baseUrl and model",
+        ),
+        (
+            serde_json::json!({"engine": "local", "baseUrl": "https://speech.acme-ana.example"}),
+            "media.speech with engine local (espeak-ng in the agent image) takes no baseUrl",
+        ),
+        (
+            serde_json::json!({"baseUrl": "http://speech.acme-ana.example", "model": "tts-1"}),
+            "media.speech.baseUrl is plain http://",
+        ),
+        (
+            serde_json::json!({"baseUrl": "speech.acme-ana.example", "model": "tts-1"}),
+            "media.speech.baseUrl must be an https:// URL with a host",
+        ),
+        (
+            serde_json::json!({"baseUrl": "https://speech.acme-ana.example", "model": "tts-1",
+                "apiKeySecretRef": {"name": "", "key": "api-key"}}),
+            "media.speech.apiKeySecretRef must name both a Secret (name) and a key in it (key)",
+        ),
+    ] {
+        refused_with(speech_bot(speech.clone()), expected);
+    }
+}

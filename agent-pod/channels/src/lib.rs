@@ -31,6 +31,7 @@ pub mod format;
 pub mod http;
 pub mod matrix;
 pub mod message;
+pub mod multipart;
 pub mod open;
 pub mod queue;
 pub mod settings;
@@ -42,7 +43,10 @@ pub mod whatsapp;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 
-pub use message::{AttachmentRef, Conversation, InboundMessage, OutboundBody, ReplyContext};
+pub use message::{
+    AttachmentRef, Conversation, FileKind, FilePayload, InboundMessage, OutboundBody, OutboundFile,
+    ReplyContext,
+};
 pub use settings::SettingsError;
 pub use transport::{
     ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,

@@ -131,12 +131,51 @@ pub struct AttachmentRef {
 }
 
 /// One reply or message waiting in the outbox.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboundBody {
     /// Markdown text as the model wrote it; the transport renders and splits it.
     pub text: String,
+    /// Files sent after the text, each its own message (a voice note from `tts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<OutboundFile>,
     /// Where it goes in the conversation.
     #[serde(flatten)]
     pub context: ReplyContext,
+}
+
+/// A file a reply carries, by its place under the bot's workspace: the row stays small
+/// and the file is read when it is sent (after a restart too).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboundFile {
+    /// Workspace-relative path.
+    pub path: String,
+    /// MIME type (`audio/ogg`).
+    pub mime_type: String,
+    /// How the platform should show it.
+    pub kind: FileKind,
+}
+
+/// How a sent file is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FileKind {
+    /// A voice note (Opus in Ogg): WhatsApp's and Telegram's voice messages.
+    Voice,
+    /// Any other audio file.
+    Audio,
+}
+
+/// A file as a transport sends it: the bytes, read by the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilePayload {
+    /// The file's content.
+    pub bytes: Vec<u8>,
+    /// MIME type (`audio/ogg`).
+    pub mime_type: String,
+    /// How the platform should show it.
+    pub kind: FileKind,
+    /// The name it is shown under (`voice-note.ogg`).
+    pub file_name: String,
 }

@@ -285,6 +285,7 @@ pub fn insert_refused(
     } else {
         let body = OutboundBody {
             text: notice.to_string(),
+            files: Vec::new(),
             context: message.context.clone(),
         };
         enqueue(

@@ -10,7 +10,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 use tokio::sync::watch;
 
 use crate::{
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     settings::{SettingsError, SettingsReader},
 };
 
@@ -52,6 +52,25 @@ pub trait Transport: Send + Sync {
         context: &'a ReplyContext,
         part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>>;
+
+    /// Sends a file (a voice note) to `to` as its own message; returns the platform's
+    /// id for it. A channel that cannot carry files refuses it for good, with a reason
+    /// naming the channel kind, so a reply's audio is never dropped in silence.
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        let _ = (to, context);
+        let reason = format!(
+            "{} channels cannot send {:?} files ({}): the voice note was not sent",
+            self.kind().prefix(),
+            file.kind,
+            file.mime_type
+        );
+        Box::pin(async move { Err(SendError::Permanent { reason }) })
+    }
 
     /// Tells the platform the message was read (best effort; platforms without read
     /// receipts do nothing).

@@ -195,6 +195,7 @@ fn answers_are_counted_per_sending_identity_and_ignored_mail_does_not_count() {
 fn reply_to(chat: &str, text: &str) -> saint_channels::OutboundBody {
     saint_channels::OutboundBody {
         text: text.into(),
+        files: Vec::new(),
         context: ReplyContext {
             chat: Some(chat.into()),
             ..ReplyContext::default()

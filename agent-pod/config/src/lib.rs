@@ -28,7 +28,9 @@ pub use crate::{
     error_chain::ErrorChain,
     identity::{ChannelIdentity, ContactSlug, IdentityError, SessionKey, normalise_peer},
     mcp::{McpConfig, McpCredential, McpServerConfig, McpTransport},
-    media::{MediaConfig, TRANSCRIPTION_API_KEY_ENV, TranscriptionConfig},
+    media::{
+        MediaConfig, SpeechConfig, SpeechEngine, TRANSCRIPTION_API_KEY_ENV, TranscriptionConfig,
+    },
     sandbox_contract::{
         SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX,
         SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
@@ -193,7 +195,8 @@ pub struct BotConfig {
     /// Where traces go; absent: nowhere (no exporter runs).
     #[serde(default, skip_serializing_if = "TelemetryConfig::is_empty")]
     pub telemetry: TelemetryConfig,
-    /// Media services (transcription of voice notes); absent: none.
+    /// Media services: voice notes transcribed (`media.transcription`) and spoken
+    /// replies (`media.speech`, the `tts` tool); absent: none.
     #[serde(default, skip_serializing_if = "MediaConfig::is_empty")]
     pub media: MediaConfig,
 }

@@ -1,5 +1,8 @@
-//! `media`: the services that turn a person's audio into text (and, beside it, any
-//! later media service such as speech). No secrets: only environment variable names.
+//! `media`: the services around a person's audio. `transcription` turns the voice
+//! notes and audio files people send into text for the model; `speech` is the `tts`
+//! tool's engine, for spoken replies. The operator renders both from the SaintBot's
+//! `spec.media`. No secrets: the key of a remote service is only the name of an
+//! environment variable of the agent container, like the model's.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,19 +22,36 @@ pub const MAX_TRANSCRIPTION_SECONDS: u32 = 3 * 60 * 60;
 pub const MAX_TRANSCRIPTION_BYTES: u64 = 100 * 1024 * 1024;
 pub const MAX_TRANSCRIPTION_TIMEOUT_SECONDS: u64 = 600;
 
+/// The agent container's variable holding the speech endpoint's API key (the operator
+/// sets it from `spec.media.speech.apiKeySecretRef`).
+pub const SPEECH_API_KEY_ENV: &str = "SAINT_SPEECH_API_KEY";
+
+/// Default of [`SpeechConfig::max_characters`].
+pub const DEFAULT_SPEECH_MAX_CHARACTERS: u32 = 1_000;
+/// Largest [`SpeechConfig::max_characters`] (OpenAI's limit for one request).
+pub const MAX_SPEECH_CHARACTERS: u32 = 4_096;
+/// Default of [`SpeechConfig::timeout_seconds`].
+pub const DEFAULT_SPEECH_TIMEOUT_SECONDS: u64 = 60;
+/// Default of [`SpeechConfig::max_audio_bytes`]: 8 MiB, under every channel's limit
+/// for a voice message.
+pub const DEFAULT_SPEECH_MAX_AUDIO_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Media services. Each is absent unless configured.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MediaConfig {
     /// Voice notes and audio files a person sends, transcribed for the model. Absent:
     /// the model is told a voice note arrived and could not be transcribed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcription: Option<TranscriptionConfig>,
+    /// Spoken replies (the `tts` tool); absent: no role gets the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speech: Option<SpeechConfig>,
 }
 
 impl MediaConfig {
     pub(crate) fn is_empty(&self) -> bool {
-        *self == Self::default()
+        self.transcription.is_none() && self.speech.is_none()
     }
 }
 
@@ -50,30 +70,118 @@ pub struct TranscriptionConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     /// Longer audio is not sent; the person is told why.
-    #[serde(default = "default_max_seconds")]
+    #[serde(default = "default_transcription_max_seconds")]
     pub max_seconds: u32,
     /// Larger files are not sent; the person is told why.
-    #[serde(default = "default_max_bytes")]
+    #[serde(default = "default_transcription_max_bytes")]
     pub max_bytes: u64,
     /// How long one request may take before it counts as failed.
-    #[serde(default = "default_timeout_seconds")]
+    #[serde(default = "default_transcription_timeout_seconds")]
     pub timeout_seconds: u64,
 }
 
-fn default_max_seconds() -> u32 {
+fn default_transcription_max_seconds() -> u32 {
     DEFAULT_TRANSCRIPTION_MAX_SECONDS
 }
 
-fn default_max_bytes() -> u64 {
+fn default_transcription_max_bytes() -> u64 {
     DEFAULT_TRANSCRIPTION_MAX_BYTES
 }
 
-fn default_timeout_seconds() -> u64 {
+fn default_transcription_timeout_seconds() -> u64 {
     DEFAULT_TRANSCRIPTION_TIMEOUT_SECONDS
 }
 
-/// Checks `media`; the error names the field (`media.transcription.baseUrl`) and why.
-pub(crate) fn check(media: &MediaConfig) -> Result<(), (String, String)> {
+/// Which engine speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SpeechEngine {
+    /// An OpenAI-compatible `POST <baseUrl>/v1/audio/speech`.
+    #[default]
+    Openai,
+    /// espeak-ng on the agent's machine, encoded to Opus by opus-tools' `opusenc`.
+    Local,
+}
+
+/// The speech engine and its limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpeechConfig {
+    /// `openai` (an endpoint) or `local` (espeak-ng).
+    #[serde(default)]
+    pub engine: SpeechEngine,
+    /// The endpoint's base URL, without `/v1` (`https://api.openai.com`); `openai` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The speech model (`gpt-4o-mini-tts`); `openai` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The voice: the endpoint's voice name (`alloy`), or an espeak-ng voice (`en-us`,
+    /// `hr`). Absent: the engine's default (`alloy`, `en`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voice: Option<String>,
+    /// Environment variable of the agent container holding the endpoint's API key
+    /// (absent: no key sent); `openai` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Longest text spoken in one call, in characters.
+    #[serde(default = "default_max_characters")]
+    pub max_characters: u32,
+    /// Largest audio kept from one call, in bytes.
+    #[serde(default = "default_max_audio_bytes")]
+    pub max_audio_bytes: u64,
+    /// How long one call may take.
+    #[serde(default = "default_timeout_seconds")]
+    pub timeout_seconds: u64,
+    /// USD per million characters spoken, charged to the caller's budget (reserved
+    /// before the call); absent: speech costs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_million_characters: Option<f64>,
+}
+
+fn default_max_characters() -> u32 {
+    DEFAULT_SPEECH_MAX_CHARACTERS
+}
+
+fn default_max_audio_bytes() -> u64 {
+    DEFAULT_SPEECH_MAX_AUDIO_BYTES
+}
+
+fn default_timeout_seconds() -> u64 {
+    DEFAULT_SPEECH_TIMEOUT_SECONDS
+}
+
+impl SpeechConfig {
+    /// What speaking `characters` characters costs, in USD.
+    pub fn price(&self, characters: usize) -> Option<f64> {
+        self.price_per_million_characters
+            .map(|per_million| per_million * characters as f64 / 1_000_000.0)
+    }
+}
+
+/// Whether `voice` is a plain voice name (letters, digits, `-`, `_`, `+`, `.`): it is
+/// passed to an engine as one argument and must never read as an option.
+pub fn is_voice_name(voice: &str) -> bool {
+    (1..=64).contains(&voice.len())
+        && voice
+            .chars()
+            .next()
+            .is_some_and(|first| first.is_ascii_alphanumeric())
+        && voice
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.'))
+}
+
+/// Checks `media`; each message names its field (`media.transcription.baseUrl`,
+/// `media.speech.voice`) and why.
+pub fn check(media: &MediaConfig) -> Result<(), (String, String)> {
+    check_transcription(media)?;
+    check_speech(media)
+}
+
+/// Checks `media.transcription`; the error names the field
+/// (`media.transcription.baseUrl`) and why.
+fn check_transcription(media: &MediaConfig) -> Result<(), (String, String)> {
     let Some(transcription) = &media.transcription else {
         return Ok(());
     };
@@ -122,4 +230,140 @@ pub(crate) fn check(media: &MediaConfig) -> Result<(), (String, String)> {
         ));
     }
     Ok(())
+}
+
+/// Checks `media.speech`; each message names its field.
+fn check_speech(media: &MediaConfig) -> Result<(), (String, String)> {
+    let Some(speech) = &media.speech else {
+        return Ok(());
+    };
+    let field = |name: &str| format!("media.speech.{name}");
+    match speech.engine {
+        SpeechEngine::Openai => {
+            let base_url = speech.base_url.as_deref().unwrap_or_default();
+            let parsed = url::Url::parse(base_url);
+            if !parsed.is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host()) {
+                return Err((
+                    field("baseUrl"),
+                    format!("{base_url:?} must be an http:// or https:// URL for engine openai"),
+                ));
+            }
+            if speech
+                .model
+                .as_deref()
+                .is_none_or(|model| model.trim().is_empty())
+            {
+                return Err((field("model"), "is required for engine openai".to_string()));
+            }
+        }
+        SpeechEngine::Local => {
+            // A setting the local engine would not honour is refused, not ignored.
+            for (name, set) in [
+                ("baseUrl", speech.base_url.is_some()),
+                ("model", speech.model.is_some()),
+                ("apiKeyEnv", speech.api_key_env.is_some()),
+            ] {
+                if set {
+                    return Err((
+                        field(name),
+                        "is for engine openai; engine local (espeak-ng) has none".to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(voice) = &speech.voice
+        && !is_voice_name(voice)
+    {
+        return Err((
+            field("voice"),
+            format!("{voice:?} is not a voice name (letters, digits, - _ + . only)"),
+        ));
+    }
+    if !(1..=MAX_SPEECH_CHARACTERS).contains(&speech.max_characters) {
+        return Err((
+            field("maxCharacters"),
+            format!("must be between 1 and {MAX_SPEECH_CHARACTERS}"),
+        ));
+    }
+    if speech.max_audio_bytes == 0 {
+        return Err((field("maxAudioBytes"), "must be at least 1".to_string()));
+    }
+    if !(1..=600).contains(&speech.timeout_seconds) {
+        return Err((
+            field("timeoutSeconds"),
+            "must be between 1 and 600".to_string(),
+        ));
+    }
+    if let Some(price) = speech.price_per_million_characters
+        && !(price.is_finite() && price >= 0.0)
+    {
+        return Err((
+            field("pricePerMillionCharacters"),
+            "must be a finite number of at least 0".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn speech(value: serde_json::Value) -> Result<(), (String, String)> {
+        let media: MediaConfig = serde_json::from_value(json!({"speech": value})).unwrap();
+        check(&media)
+    }
+
+    #[test]
+    fn an_endpoint_needs_a_url_and_a_model() {
+        assert_eq!(
+            speech(
+                json!({"engine": "openai", "baseUrl": "https://api.example.com", "model": "tts-1"})
+            ),
+            Ok(())
+        );
+        let (field, _) = speech(json!({"model": "tts-1"})).unwrap_err();
+        assert_eq!(field, "media.speech.baseUrl");
+        let (field, _) =
+            speech(json!({"baseUrl": "file:///etc/passwd", "model": "tts-1"})).unwrap_err();
+        assert_eq!(field, "media.speech.baseUrl");
+        let (field, _) = speech(json!({"baseUrl": "https://api.example.com"})).unwrap_err();
+        assert_eq!(field, "media.speech.model");
+    }
+
+    #[test]
+    fn the_local_engine_refuses_endpoint_settings_it_would_not_honour() {
+        assert_eq!(speech(json!({"engine": "local", "voice": "en-us"})), Ok(()));
+        let (field, message) = speech(json!({"engine": "local", "model": "tts-1"})).unwrap_err();
+        assert_eq!(field, "media.speech.model");
+        assert!(message.contains("engine local"), "{message}");
+        let (field, _) = speech(json!({"engine": "local", "apiKeyEnv": "K"})).unwrap_err();
+        assert_eq!(field, "media.speech.apiKeyEnv");
+    }
+
+    #[test]
+    fn a_voice_never_reads_as_an_option_and_limits_are_bounded() {
+        for voice in ["--path=/tmp", "-w", "en us", "a;b", ""] {
+            let (field, _) = speech(json!({"engine": "local", "voice": voice})).unwrap_err();
+            assert_eq!(field, "media.speech.voice", "{voice:?}");
+        }
+        let (field, _) = speech(json!({"engine": "local", "maxCharacters": 5000})).unwrap_err();
+        assert_eq!(field, "media.speech.maxCharacters");
+        let (field, _) =
+            speech(json!({"engine": "local", "pricePerMillionCharacters": -1.0})).unwrap_err();
+        assert_eq!(field, "media.speech.pricePerMillionCharacters");
+        let (field, _) = speech(json!({"engine": "local", "timeoutSeconds": 0})).unwrap_err();
+        assert_eq!(field, "media.speech.timeoutSeconds");
+    }
+
+    #[test]
+    fn the_price_is_per_million_characters() {
+        let config: SpeechConfig =
+            serde_json::from_value(json!({"engine": "local", "pricePerMillionCharacters": 15.0}))
+                .unwrap();
+        assert_eq!(config.price(200_000), Some(3.0));
+    }
 }

@@ -214,6 +214,7 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
     }
     validate_proactive(config)?;
     validate_mcp(&config.mcp)?;
+    crate::media::check(&config.media).map_err(|(field, message)| invalid(field, message))?;
     if let Some(otlp) = &config.telemetry.otlp {
         let parsed = url::Url::parse(&otlp.endpoint);
         if !parsed.is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
@@ -241,7 +242,6 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             "is required for the kubernetes backend",
         ));
     }
-    crate::media::check(&config.media).map_err(|(field, message)| invalid(field, message))?;
     if let Some(transcription) = &config.media.transcription {
         let price = config
             .model

@@ -94,6 +94,7 @@ pub fn tell_owners(hub: &ChannelHub, now: i64) -> Result<Option<i64>, String> {
             });
             let body = OutboundBody {
                 text: notice_text(config.as_deref(), &dead),
+                files: Vec::new(),
                 context: Default::default(),
             };
             let mut notice = 0;
@@ -329,6 +330,7 @@ mod tests {
             .queue("fail a reply", |transaction| {
                 let body = OutboundBody {
                     text: "The launch code is 0000.".to_string(),
+                    files: Vec::new(),
                     context: Default::default(),
                 };
                 let id = queue::enqueue(transaction, "telegram", recipient, &body, "reply", None)?;

@@ -194,6 +194,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
                         row.message.sender.as_ref(),
                         &OutboundBody {
                             text: FAILED_REPLY.to_string(),
+                            files: Vec::new(),
                             context: row.message.context.clone(),
                         },
                     )?;

@@ -59,6 +59,7 @@ impl Outbox for DurableOutbox {
                     }
                     let body = OutboundBody {
                         text: message.text.clone(),
+                        files: Vec::new(),
                         context: Default::default(),
                     };
                     queue::enqueue(

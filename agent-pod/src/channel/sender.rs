@@ -14,10 +14,10 @@
 //! in a chat notice ([`super::dead_letters`]) and, in a cluster, a Warning Event on the
 //! SaintBot.
 
-use std::{sync::Arc, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use saint_channels::{
-    ChannelState, SendError,
+    ChannelState, FilePayload, OutboundFile, SendError,
     format::split_message,
     queue::{self, OutboxRow},
 };
@@ -95,16 +95,24 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
             return;
         }
     };
-    let parts = split_message(
-        &channel.transport.render(&row.body.text),
-        channel.transport.max_chars(),
-    );
+    // A reply that is only a voice note has no text part.
+    let parts = if row.body.text.trim().is_empty() && !row.body.files.is_empty() {
+        Vec::new()
+    } else {
+        split_message(
+            &channel.transport.render(&row.body.text),
+            channel.transport.max_chars(),
+        )
+    };
     let context = saint_channels::ReplyContext {
         outbox_id: Some(row.id),
         ..row.body.context.clone()
     };
-    let last = parts.len().saturating_sub(1);
-    for (index, part) in parts.iter().enumerate().skip(row.parts_sent as usize) {
+    // The text parts, then each file as its own message: a part counts as sent once
+    // recorded, so a restart sends only what is missing.
+    let total = parts.len() + row.body.files.len();
+    let last = total.saturating_sub(1);
+    for index in (row.parts_sent as usize)..total {
         // An approval's buttons go under the last part, after the text they answer.
         let context = if index == last {
             context.clone()
@@ -114,11 +122,27 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
                 ..context.clone()
             }
         };
-        match channel
-            .transport
-            .send(&recipient, part, &context, index)
-            .await
-        {
+        let sent = match parts.get(index) {
+            Some(part) => {
+                channel
+                    .transport
+                    .send(&recipient, part, &context, index)
+                    .await
+            }
+            None => {
+                let file = &row.body.files[index - parts.len()];
+                match read_file(&hub.workspace, file).await {
+                    Ok(payload) => {
+                        channel
+                            .transport
+                            .send_file(&recipient, &payload, &context)
+                            .await
+                    }
+                    Err(reason) => Err(SendError::Permanent { reason }),
+                }
+            }
+        };
+        match sent {
             Ok(platform_id) => {
                 metrics.channel_message(&channel.name, "out");
                 record(hub, "record a sent part", |transaction| {
@@ -167,6 +191,70 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
         queue::mark_sent(transaction, row.id)
     });
     hub.set_state(channel, ChannelState::Up);
+    forget_sent_files(hub, &row).await;
+}
+
+/// Removes the files of a sent row that no queued row still needs (one voice note may
+/// go to several recipients, one row each): nothing of a delivered voice note stays.
+async fn forget_sent_files(hub: &ChannelHub, row: &OutboxRow) {
+    for file in &row.body.files {
+        let needed = hub.store.queue("read the outbox", |transaction| {
+            transaction.query_row(
+                "SELECT EXISTS(SELECT 1 FROM outbox WHERE state = 'queued' AND id != ?1 \
+                 AND instr(body, ?2) > 0)",
+                rusqlite::params![
+                    row.id,
+                    serde_json::to_string(&file.path).unwrap_or_default()
+                ],
+                |found| found.get::<_, bool>(0),
+            )
+        });
+        if let Ok(false) = needed
+            && saint_config::is_workspace_relative(&file.path)
+            && file.path.starts_with(".saint/outbox/")
+            && let Err(error) = tokio::fs::remove_file(hub.workspace.join(&file.path)).await
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %file.path, %error, "failed to remove a sent file");
+        }
+    }
+}
+
+/// Largest file a reply carries (every platform's voice-message limit is above it).
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a reply's file from under the workspace; why not, for the dead letter.
+async fn read_file(workspace: &Path, file: &OutboundFile) -> Result<FilePayload, String> {
+    // The path was written by the agent itself; it is still held to a plain relative
+    // path under the runtime's own folder, so a row can never send another file.
+    if !saint_config::is_workspace_relative(&file.path) || !file.path.starts_with(".saint/outbox/")
+    {
+        return Err(format!("the file {:?} is not a reply's file", file.path));
+    }
+    let path = workspace.join(&file.path);
+    let size = tokio::fs::symlink_metadata(&path)
+        .await
+        .ok()
+        .filter(|metadata| metadata.is_file())
+        .map(|metadata| metadata.len())
+        .ok_or_else(|| format!("the file {} is gone", file.path))?;
+    if size > MAX_FILE_BYTES {
+        return Err(format!("the file {} is larger than 16 MiB", file.path));
+    }
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|error| format!("the file {} could not be read: {error}", file.path))?;
+    let extension = match file.mime_type.as_str() {
+        "audio/ogg" => "ogg",
+        "audio/mpeg" => "mp3",
+        _ => "bin",
+    };
+    Ok(FilePayload {
+        bytes,
+        mime_type: file.mime_type.clone(),
+        kind: file.kind,
+        file_name: format!("voice-note.{extension}"),
+    })
 }
 
 /// Gives up on `row` for good: its state and reason in the outbox, the metric, the
@@ -178,4 +266,51 @@ fn dead_letter(hub: &ChannelHub, channel: &ServedChannel, row: &OutboxRow, reaso
         queue::fail_outbound(transaction, row.id, reason)
     });
     hub.record_dead_letter(channel, &row.recipient, reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_channels::FileKind;
+
+    use super::*;
+
+    fn file(path: &str) -> OutboundFile {
+        OutboundFile {
+            path: path.to_string(),
+            mime_type: "audio/ogg".to_string(),
+            kind: FileKind::Voice,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_sends_only_a_file_the_runtime_put_in_its_outbox_folder() {
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path();
+        std::fs::create_dir_all(root.join(".saint/outbox/audio")).unwrap();
+        std::fs::write(root.join(".saint/outbox/audio/a.ogg"), b"OggS voice").unwrap();
+        std::fs::create_dir_all(root.join("config")).unwrap();
+        std::fs::write(root.join("config/secrets.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink(
+            root.join("config/secrets.json"),
+            root.join(".saint/outbox/audio/link.ogg"),
+        )
+        .unwrap();
+
+        let payload = read_file(root, &file(".saint/outbox/audio/a.ogg"))
+            .await
+            .unwrap();
+        assert_eq!(payload.bytes, b"OggS voice");
+        assert_eq!(payload.file_name, "voice-note.ogg");
+        // A tampered row naming anything else is a dead letter, never an upload.
+        for path in [
+            "config/secrets.json",
+            ".saint/outbox/../../config/secrets.json",
+            "/etc/passwd",
+            ".saint/outbox/audio/link.ogg",
+            ".saint/outbox/audio/missing.ogg",
+        ] {
+            let refused = read_file(root, &file(path)).await;
+            assert!(refused.is_err(), "{path}: {refused:?}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use serde_json::Map;
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 
-use saint_channels::{OutboundBody, ReplyContext, queue};
+use saint_channels::{FileKind, OutboundBody, OutboundFile, ReplyContext, queue};
 
 use super::{
     Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
@@ -123,18 +123,20 @@ enum QueueStep {
     Reply(Box<(Delivery, OutboundBody)>),
     /// The answer of work nobody is waiting on live: queue it to each recipient (with
     /// what the message asks of them, e.g. an approval's buttons).
-    Send(Box<(Vec<Recipient>, String, ReplyContext)>),
+    Send(Box<(Vec<Recipient>, OutboundBody)>),
 }
 
 impl QueueStep {
-    /// What storing the final answer `text` also queues.
-    fn answer(destination: &Destination<'_>, text: &str) -> Self {
+    /// What storing the final answer `text`, with the voice notes `files` the turn's
+    /// tools made, also queues.
+    fn answer(destination: &Destination<'_>, text: &str, files: &[OutboundFile]) -> Self {
         match destination {
             Destination::Caller => QueueStep::None,
             Destination::Reply(delivery) => QueueStep::Reply(Box::new((
                 (*delivery).clone(),
                 OutboundBody {
                     text: text.to_string(),
+                    files: files.to_vec(),
                     context: delivery.context.clone(),
                 },
             ))),
@@ -146,8 +148,11 @@ impl QueueStep {
                 } else {
                     QueueStep::Send(Box::new((
                         to.to_vec(),
-                        text.to_string(),
-                        ReplyContext::default(),
+                        OutboundBody {
+                            text: text.to_string(),
+                            files: files.to_vec(),
+                            context: ReplyContext::default(),
+                        },
                     )))
                 }
             }
@@ -191,6 +196,8 @@ pub(super) struct TurnState<'a> {
     first_message_id: i64,
     /// Said to the person before the answer.
     told: Option<String>,
+    /// Voice notes the turn's tools made (`tts`), sent with its answer.
+    files: Vec<OutboundFile>,
 }
 
 impl TurnState<'_> {
@@ -404,7 +411,7 @@ impl Runtime {
             });
             let _ = events.send(TurnEvent::TextDelta(answer.clone()));
         }
-        let step = QueueStep::answer(&destination, &answer);
+        let step = QueueStep::answer(&destination, &answer, &[]);
         self.persist_then(caller, Message::assistant_text(answer.clone()), None, step)
             .await?;
         Ok(TurnReply {
@@ -471,6 +478,7 @@ impl Runtime {
             spent: 0.0,
             first_message_id: message_id,
             told,
+            files: Vec::new(),
         };
         state.emit(TurnEvent::Accepted {
             message_id,
@@ -509,9 +517,11 @@ impl Runtime {
                 Destination::Send { .. } if outcome != TurnOutcome::AuthorityChanged => {
                     QueueStep::None
                 }
-                destination => {
-                    QueueStep::answer(destination, &told_then(state.told.as_deref(), &text))
-                }
+                destination => QueueStep::answer(
+                    destination,
+                    &told_then(state.told.as_deref(), &text),
+                    &state.files,
+                ),
             };
             self.persist_then(caller, Message::assistant_text(text.clone()), None, step)
                 .await?;
@@ -556,7 +566,12 @@ impl Runtime {
         text: String,
         context: ReplyContext,
     ) -> Result<(), TurnError> {
-        let step = QueueStep::Send(Box::new((recipients, text.clone(), context)));
+        let body = OutboundBody {
+            text: text.clone(),
+            files: Vec::new(),
+            context,
+        };
+        let step = QueueStep::Send(Box::new((recipients, body)));
         self.persist_then(&caller, Message::assistant_text(text), None, step)
             .await
             .map(drop)
@@ -599,8 +614,7 @@ impl Runtime {
                     QueueStep::None => Ok(()),
                     QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
                     QueueStep::Send(send) => {
-                        let (recipients, text, context) = *send;
-                        let body = OutboundBody { text, context };
+                        let (recipients, body) = *send;
                         for recipient in &recipients {
                             queue::enqueue(
                                 transaction,
@@ -697,7 +711,12 @@ impl Runtime {
             .unwrap_or_else(|| config.model.name.clone());
         // The policy is asked once per turn: each tool comes with the permit it is
         // called with, and a tool the role may not use is neither offered nor callable.
-        let visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
+        let mut visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
+        // `tts` is offered only while the bot has a speech engine it can use
+        // (`media.speech`; a local one installed).
+        if !crate::tts_tool::offered(&config) {
+            visible.retain(|tool| tool.name() != crate::tts_tool::TTS_TOOL);
+        }
         // `skill` is offered only when some skill the role allows is installed; the
         // skills are read once per turn, for this check and the prompt's listing.
         let skills = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
@@ -818,6 +837,7 @@ impl Runtime {
                     QueueStep::answer(
                         &state.destination,
                         &told_then(state.told.as_deref(), &message.text()),
+                        &state.files,
                     )
                 } else {
                     QueueStep::None
@@ -878,6 +898,7 @@ impl Runtime {
                                         content,
                                         is_error,
                                         image: None,
+                                        audio: None,
                                     }
                                 }
                                 None => {
@@ -887,9 +908,27 @@ impl Runtime {
                             }
                         }
                     };
+                    let mut content = reply.content;
+                    if let Some(audio) = reply.audio {
+                        if matches!(state.destination, Destination::Caller) {
+                            // The HTTP API streams text only: say so rather than drop it
+                            // in silence, and keep no file nobody will send.
+                            let _ = tokio::fs::remove_file(self.workspace.join(&audio.path)).await;
+                            content.push_str(
+                                "\n(this conversation carries text only: the voice note \
+                                 cannot be sent here)",
+                            );
+                        } else {
+                            state.files.push(OutboundFile {
+                                path: audio.path,
+                                mime_type: audio.mime_type,
+                                kind: FileKind::Voice,
+                            });
+                        }
+                    }
                     results.push(ContentBlock::ToolResult {
                         tool_use_id: call_id,
-                        content: reply.content,
+                        content,
                         is_error: reply.is_error,
                     });
                     images.extend(reply.image);
@@ -1009,7 +1048,15 @@ impl Runtime {
         name: &str,
         input: serde_json::Value,
     ) -> Result<ToolReply, TurnError> {
-        let price = state.config.budget.tool_prices.get(name).copied();
+        // Speech is priced per character on top of any per-call price.
+        let speech = (name == crate::tts_tool::TTS_TOOL)
+            .then(|| state.config.media.speech.as_ref())
+            .flatten()
+            .and_then(|speech| speech.price(crate::tts_tool::characters(&input)));
+        let price = match (state.config.budget.tool_prices.get(name).copied(), speech) {
+            (None, None) => None,
+            (call, speech) => Some(call.unwrap_or_default() + speech.unwrap_or_default()),
+        };
         let (Some(price), Some(role_budget), Some(_)) = (price, &state.caller.role.budget, tool)
         else {
             return Ok(self.run_tool(state, context, tool, name, input).await);
@@ -1128,17 +1175,19 @@ impl Runtime {
             arguments: input,
             preview: content.chars().take(TOOL_PREVIEW_CHARS).collect(),
         });
-        let image = result
-            .ok()
-            .and_then(|output| output.image)
-            .map(|image| ContentBlock::Image {
-                media_type: image.media_type,
-                data: image.base64,
-            });
+        let (image, audio) = match result {
+            Ok(output) => (output.image, output.audio),
+            Err(_) => (None, None),
+        };
+        let image = image.map(|image| ContentBlock::Image {
+            media_type: image.media_type,
+            data: image.base64,
+        });
         ToolReply {
             content,
             is_error,
             image,
+            audio,
         }
     }
 }
@@ -1149,6 +1198,8 @@ pub(super) struct ToolReply {
     content: String,
     is_error: bool,
     image: Option<ContentBlock>,
+    /// A voice note for the person (`tts`), sent with the turn's answer.
+    audio: Option<saint_tools::ToolAudio>,
 }
 
 impl ToolReply {
@@ -1157,6 +1208,7 @@ impl ToolReply {
             content,
             is_error: true,
             image: None,
+            audio: None,
         }
     }
 }

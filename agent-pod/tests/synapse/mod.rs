@@ -548,6 +548,34 @@ impl User {
             .unwrap_or_default()
     }
 
+    /// Downloads `mxc://<server>/<id>` through authenticated media (Matrix 1.11); the
+    /// status, `Content-Type` and bytes.
+    pub async fn download(&self, uri: &str) -> (u16, String, Vec<u8>) {
+        let path = uri.strip_prefix("mxc://").expect("an mxc:// URI");
+        let response = self
+            .client
+            .get(format!(
+                "{}/_matrix/client/v1/media/download/{path}",
+                self.base_url
+            ))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        (
+            status,
+            content_type,
+            response.bytes().await.unwrap().to_vec(),
+        )
+    }
+
     /// Uploads `data` to the media repository; returns its `mxc://` URI.
     pub async fn upload(&self, content_type: &str, data: Vec<u8>) -> String {
         let response = self

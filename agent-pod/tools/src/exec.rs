@@ -456,6 +456,7 @@ impl TypedTool for ExecTool {
                 untrusted: false,
                 metering,
                 image: None,
+                audio: None,
             })
         })
     }

@@ -125,6 +125,18 @@ pub struct ToolOutput {
     pub metering: serde_json::Map<String, serde_json::Value>,
     /// An image for the model to look at (the `image` tool), sent beside the result.
     pub image: Option<ToolImage>,
+    /// A voice note for the person (the `tts` tool), sent with the turn's reply.
+    pub audio: Option<ToolAudio>,
+}
+
+/// An audio file made for the person, waiting under the workspace's runtime state
+/// (never a sandbox's view) until the reply carrying it is sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolAudio {
+    /// Workspace-relative path of the file.
+    pub path: String,
+    /// `audio/ogg` (Opus in Ogg).
+    pub mime_type: String,
 }
 
 /// An image prepared within the provider's limits, as both wire formats carry it.

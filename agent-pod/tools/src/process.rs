@@ -254,6 +254,7 @@ impl ProcessTool {
             untrusted: false,
             metering,
             image: None,
+            audio: None,
         })
     }
 
@@ -347,6 +348,7 @@ impl ProcessTool {
             untrusted: false,
             metering,
             image: None,
+            audio: None,
         })
     }
 }

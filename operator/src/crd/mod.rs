@@ -8,6 +8,7 @@ pub mod channel_rules;
 pub mod contact;
 pub mod formats;
 pub mod mcp;
+pub mod media;
 pub mod proactive;
 pub mod role;
 pub mod saintbot;

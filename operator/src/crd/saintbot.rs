@@ -212,63 +212,11 @@ pub struct SaintBotSpec {
     pub telemetry: Option<TelemetrySpec>,
 
     /// Media services: voice notes and audio files people send, transcribed for the
-    /// model. Absent: none (the model is told a voice note could not be heard).
+    /// model (`transcription`), and the engine of the `tts` tool (`speech`). Absent:
+    /// neither (the model is told a voice note could not be heard; no role is offered
+    /// `tts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media: Option<MediaSpec>,
-}
-
-/// Media services the agent calls.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MediaSpec {
-    /// An OpenAI-compatible transcription endpoint for voice notes and audio files.
-    /// Absent: they are not transcribed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transcription: Option<TranscriptionSpec>,
-}
-
-/// An OpenAI-compatible `POST <baseUrl>/v1/audio/transcriptions` (multipart `file` and
-/// `model`, answering JSON `text`): OpenAI, or a whisper server of your own.
-#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "!self.baseUrl.startsWith('http://') || has(self.allowInsecure)"
-).message("media.transcription.baseUrl is plain http://: people's voice notes and the API key would cross the network in clear text; use https://, or set media.transcription.allowInsecure to say why clear text is acceptable here"))]
-pub struct TranscriptionSpec {
-    /// Base URL of the API (`https://api.openai.com`): `https://` with a host (plain
-    /// `http://` only with `allowInsecure`).
-    #[schemars(length(min = 1, max = 2048))]
-    #[x_kube(validation = kube::core::Rule::new(format!("[self].all(v, {})", super::channel_rules::HTTP_URL))
-        .message("media.transcription.baseUrl must be an https:// URL with a host (http:// only with media.transcription.allowInsecure)"))]
-    pub base_url: String,
-    /// Why clear text is acceptable for this endpoint: only with it may `baseUrl` be
-    /// plain `http://`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 256))]
-    pub allow_insecure: Option<String>,
-    /// Model name sent with each file (`whisper-1`). Price it in `model.prices` with
-    /// `perAudioMinute` (or set `budget.unpricedModels: allow`).
-    #[schemars(length(min = 1, max = 253))]
-    pub model: String,
-    /// Secret key holding the API key; it reaches only the `agent` container (as
-    /// `SAINT_TRANSCRIPTION_API_KEY`). Absent: no key is sent (a local server).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = secret_key_rule("media.transcription.apiKeySecretRef"))]
-    pub api_key_secret_ref: Option<SecretKeyReference>,
-    /// Longest recording transcribed, in seconds (default 600); a longer one is refused
-    /// and the person told.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 10800))]
-    pub max_seconds: Option<u32>,
-    /// Largest file transcribed, in bytes (default 16 MiB); a larger one is refused and
-    /// the person told.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 104857600))]
-    pub max_bytes: Option<u64>,
-    /// How long one request may take, in seconds (default 60).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 600))]
-    pub timeout_seconds: Option<u64>,
+    pub media: Option<super::media::MediaSpec>,
 }
 
 /// Where the bot's traces are exported.

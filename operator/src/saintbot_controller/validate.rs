@@ -16,6 +16,7 @@ mod porter;
 pub mod proactive;
 pub mod roles;
 pub mod telemetry;
+mod transcription;
 pub mod webhook_ingress;
 mod workload;
 
@@ -141,6 +142,9 @@ pub struct ValidatedSaintBot {
     pub web_search_api_key: Option<SecretKeyReference>,
     /// Transcription API key (agent container only).
     pub transcription_api_key: Option<SecretKeyReference>,
+    /// The speech endpoint's API key (agent container only, as
+    /// `saint_config::media::SPEECH_API_KEY_ENV`).
+    pub speech_api_key: Option<SecretKeyReference>,
     /// The OTLP collector's header values as (env var, Secret key), in
     /// `spec.telemetry.otlp.headers` order (agent container only).
     pub telemetry_secrets: Vec<(String, SecretKeyReference)>,
@@ -352,6 +356,8 @@ pub fn validate(
         });
     }
     let telemetry = telemetry::render_telemetry(spec.telemetry.as_ref())?;
+    let (mut media_config, speech_api_key) = media::render_media(spec.media.as_ref())?;
+    media_config.transcription = transcription::render_transcription(spec)?;
     let config = BotConfig {
         schema_link: None,
         schema_version: SCHEMA_VERSION.to_string(),
@@ -406,7 +412,7 @@ pub fn validate(
         },
         mcp,
         telemetry: telemetry.config,
-        media: media::render_media(spec)?,
+        media: media_config,
     };
     check_rendered(&config)?;
     // Last: a spec with other mistakes names those first, whoever owns the host.
@@ -445,6 +451,7 @@ pub fn validate(
             .as_ref()
             .and_then(|media| media.transcription.as_ref())
             .and_then(|transcription| transcription.api_key_secret_ref.clone()),
+        speech_api_key,
         telemetry_secrets: telemetry.secrets,
         porter_secret_files: porter.secret_files,
         sandbox: workload.sandbox,

@@ -7,14 +7,14 @@
 use futures::future::BoxFuture;
 use lettre::{
     AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor,
-    message::{Mailbox, header::ContentType},
+    message::{Attachment, Mailbox, MessageBuilder, MultiPart, SinglePart, header::ContentType},
     transport::smtp::authentication::Credentials,
 };
 use saint_config::{ChannelIdentity, ChannelKind};
 
 use super::{EmailSettings, Security};
 use crate::{
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{ReplyLimit, SendError, Transport},
 };
 
@@ -54,6 +54,58 @@ impl SmtpTransport {
         context: &ReplyContext,
         part: usize,
     ) -> Result<Message, SendError> {
+        let message_id = context
+            .outbox_id
+            .map(|outbox_id| self.message_id(outbox_id, part, to, text));
+        self.headers(to, context, message_id)?
+            .header(ContentType::TEXT_PLAIN)
+            .body(text.to_string())
+            .map_err(|error| SendError::Permanent {
+                reason: format!("email: cannot build the message: {error}"),
+            })
+    }
+
+    /// A mail of its own carrying `file` as an attachment (MIME `multipart/mixed`), in
+    /// the same thread as the reply's text.
+    fn build_file(
+        &self,
+        to: &ChannelIdentity,
+        file: &FilePayload,
+        context: &ReplyContext,
+    ) -> Result<Message, SendError> {
+        let permanent = |reason: String| SendError::Permanent { reason };
+        let digest = {
+            use sha2::{Digest, Sha256};
+            hex::encode(Sha256::digest(&file.bytes))
+        };
+        let message_id = context
+            .outbox_id
+            .map(|outbox_id| self.message_id(outbox_id, usize::MAX, to, &digest));
+        let content_type = ContentType::parse(&file.mime_type)
+            .map_err(|error| permanent(format!("email: {:?}: {error}", file.mime_type)))?;
+        let note = match file.kind {
+            FileKind::Voice => "A voice note is attached.",
+            FileKind::Audio => "An audio file is attached.",
+        };
+        self.headers(to, context, message_id)?
+            .multipart(
+                MultiPart::mixed()
+                    .singlepart(SinglePart::plain(note.to_string()))
+                    .singlepart(
+                        Attachment::new(file.file_name.clone())
+                            .body(file.bytes.clone(), content_type),
+                    ),
+            )
+            .map_err(|error| permanent(format!("email: cannot build the message: {error}")))
+    }
+
+    /// From, To, Subject, threading and `Auto-Submitted` of a reply.
+    fn headers(
+        &self,
+        to: &ChannelIdentity,
+        context: &ReplyContext,
+        message_id: Option<String>,
+    ) -> Result<MessageBuilder, SendError> {
         let permanent = |reason: String| SendError::Permanent { reason };
         let from: Mailbox = self
             .settings
@@ -74,15 +126,11 @@ impl SmtpTransport {
             Some(subject) => format!("Re: {subject}"),
             None => format!("Message from {}", self.settings.address),
         };
-        let message_id = context
-            .outbox_id
-            .map(|outbox_id| self.message_id(outbox_id, part, to, text));
         let mut builder = Message::builder()
             .message_id(message_id)
             .from(from)
             .to(recipient)
             .subject(subject)
-            .header(ContentType::TEXT_PLAIN)
             .header(AutoSubmitted);
         if let Some(parent) = &context.reply_to {
             builder = builder.in_reply_to(parent.clone());
@@ -90,9 +138,7 @@ impl SmtpTransport {
         if !context.references.is_empty() {
             builder = builder.references(context.references.join(" "));
         }
-        builder
-            .body(text.to_string())
-            .map_err(|error| permanent(format!("email: cannot build the message: {error}")))
+        Ok(builder)
     }
 }
 
@@ -196,6 +242,24 @@ impl Transport for SmtpTransport {
         })
     }
 
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let message = self.build_file(to, file, context)?;
+            let id = message
+                .headers()
+                .get_raw("Message-ID")
+                .map(str::to_string)
+                .unwrap_or_default();
+            self.mailer.send(message).await.map_err(classify)?;
+            Ok(id)
+        })
+    }
+
     fn mark_read<'a>(
         &'a self,
         _message: &'a InboundMessage,
@@ -242,6 +306,48 @@ mod tests {
         };
         let message = transport.build(&ana, text, &context, 0).unwrap();
         message.headers().get_raw("Message-ID").unwrap().to_string()
+    }
+
+    #[test]
+    fn a_voice_note_is_a_mail_of_its_own_with_the_file_attached() {
+        let transport = transport();
+        let ana = ChannelIdentity::parse(ChannelKind::Email, "ana@acme.example").unwrap();
+        let context = ReplyContext {
+            reply_to: Some("<m1@acme.example>".to_string()),
+            subject: Some("Plans".to_string()),
+            outbox_id: Some(9),
+            ..Default::default()
+        };
+        let file = FilePayload {
+            bytes: b"OggS\0\x02voice".to_vec(),
+            mime_type: "audio/ogg".to_string(),
+            kind: FileKind::Voice,
+            file_name: "voice-note.ogg".to_string(),
+        };
+        let message = transport.build_file(&ana, &file, &context).unwrap();
+        let raw = String::from_utf8(message.formatted()).unwrap();
+        assert!(raw.contains("Subject: Re: Plans"), "{raw}");
+        assert!(raw.contains("In-Reply-To: <m1@acme.example>"), "{raw}");
+        assert!(raw.contains("Content-Type: multipart/mixed"), "{raw}");
+        assert!(raw.contains("Content-Type: audio/ogg"), "{raw}");
+        assert!(
+            raw.contains("Content-Disposition: attachment; filename=\"voice-note.ogg\""),
+            "{raw}"
+        );
+        let formatted = message.formatted();
+        let parsed = mail_parser::MessageParser::default()
+            .parse(formatted.as_slice())
+            .unwrap();
+        let attachment = parsed.attachments().next().unwrap();
+        assert_eq!(attachment.contents(), file.bytes.as_slice());
+        // The same row and file are the same mail on a resend; the reply's text is not.
+        let again = transport.build_file(&ana, &file, &context).unwrap();
+        let id = |message: &Message| message.headers().get_raw("Message-ID").unwrap().to_string();
+        assert_eq!(id(&again), id(&message));
+        assert_ne!(
+            id(&transport.build(&ana, "Noted.", &context, 0).unwrap()),
+            id(&message)
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::{MAX_TEXT_CHARS, MatrixSettings, render};
 use crate::{
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
 
@@ -249,6 +249,43 @@ impl MatrixApi {
             .to_string();
         self.remember_sent(&event_id);
         Ok(event_id)
+    }
+
+    /// Uploads `file` to the media repository (`POST /_matrix/media/v3/upload`);
+    /// returns its `mxc://` URI.
+    async fn upload(&self, file: &FilePayload) -> Result<String, SendError> {
+        let mut url = Url::parse(&self.settings.homeserver_url).expect("checked when read");
+        url.path_segments_mut()
+            .expect("an http(s) URL has a path")
+            .pop_if_empty()
+            .extend(["_matrix", "media", "v3", "upload"]);
+        url.query_pairs_mut()
+            .append_pair("filename", &file.file_name);
+        let response = self
+            .http
+            .post(url)
+            .bearer_auth(&self.settings.access_token)
+            .header(http::header::CONTENT_TYPE, &file.mime_type)
+            .body(file.bytes.clone())
+            .timeout(Duration::from_secs(300))
+            .send()
+            .await
+            .map_err(network_error)?;
+        let status = response.status().as_u16();
+        let after = retry_after(response.headers());
+        let body = response.bytes().await.map_err(network_error)?;
+        if !(200..300).contains(&status) {
+            return Err(classify(status, &body, after));
+        }
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        answer["content_uri"]
+            .as_str()
+            .filter(|uri| media_parts(uri).is_some())
+            .map(str::to_string)
+            .ok_or_else(|| SendError::Retry {
+                reason: "matrix: the answer to an upload names no mxc:// content_uri".to_string(),
+                after: None,
+            })
     }
 
     pub(crate) fn remember_sent(&self, event_id: &str) {
@@ -559,6 +596,46 @@ impl Transport for MatrixApi {
                 }
                 sent => sent,
             }
+        })
+    }
+
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let room = match context.chat.as_deref() {
+                Some(room) => room.to_string(),
+                None => self.direct_room(to.peer()).await?.0,
+            };
+            // Uploaded first (a retry may upload again; the event is sent once: its
+            // transaction id is the row's and the file's).
+            let uri = self.upload(file).await?;
+            let mut content = json!({
+                "msgtype": "m.audio",
+                "body": file.file_name,
+                "filename": file.file_name,
+                "url": uri,
+                "info": {"mimetype": file.mime_type, "size": file.bytes.len()},
+            });
+            if file.kind == FileKind::Voice {
+                // MSC3245: clients show it as a voice message.
+                content["org.matrix.msc3245.voice"] = json!({});
+                content["org.matrix.msc1767.audio"] = json!({});
+            }
+            if let Some(thread) = context.thread.as_deref() {
+                content["m.relates_to"] = json!({
+                    "rel_type": "m.thread",
+                    "event_id": thread,
+                    "is_falling_back": true,
+                    "m.in_reply_to": {"event_id": context.reply_to.as_deref().unwrap_or(thread)},
+                });
+            }
+            let digest = hex::encode(Sha256::digest(&file.bytes));
+            let transaction = transaction_id(&room, &digest, usize::MAX, context);
+            self.send_message(&room, &transaction, &content).await
         })
     }
 

@@ -631,7 +631,29 @@ async fn create_message(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    // A message with files is multipart: `payload_json` and `files[n]` parts (the
+    // files are recorded under `files`, in order).
+    let parsed: Value = if content_type.starts_with("multipart/form-data") {
+        let form = crate::scripted::form_parameters(content_type, &body);
+        let mut parsed = match &form["payload_json"] {
+            Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            object @ Value::Object(_) => object.clone(),
+            _ => Value::Null,
+        };
+        let files: Vec<Value> = (0..10)
+            .map_while(|index| form.get(format!("files[{index}]")).cloned())
+            .collect();
+        if parsed.is_object() && !files.is_empty() {
+            parsed["files"] = Value::Array(files);
+        }
+        parsed
+    } else {
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    };
     let path = format!("/api/v10/channels/{channel}/messages");
     let bucket = format!("bucket-{channel}");
     if !authorised(&shared, &headers).1 {
@@ -660,7 +682,11 @@ async fn create_message(
                 "Must be 25 or fewer in length.",
             ))
         } else {
+            let has_files = parsed["files"]
+                .as_array()
+                .is_some_and(|files| !files.is_empty());
             match parsed["content"].as_str() {
+                None | Some("") if has_files => None,
                 None | Some("") => Some(Failure::invalid_body(
                     "Must be between 1 and 2000 in length.",
                 )),

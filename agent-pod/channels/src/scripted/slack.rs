@@ -55,8 +55,23 @@ pub struct SlackRequest {
     pub content_type: Option<String>,
 }
 
-/// A message `chat.postMessage` accepted.
+/// A file `files.completeUploadExternal` shared.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedFile {
+    /// Its id (`F…`).
+    pub id: String,
+    /// The `channel_id` it was shared in.
+    pub channel: String,
+    /// The thread it was shared in.
+    pub thread_ts: Option<String>,
+    /// The name given to `files.getUploadURLExternal`.
+    pub file_name: String,
+    /// The bytes posted to the upload URL.
+    pub data: Vec<u8>,
+}
+
+/// A message `chat.postMessage` accepted.
+#[derive(Clone, Debug)]
 pub struct Posted {
     /// The `channel` it was posted to.
     pub channel: String,
@@ -159,6 +174,11 @@ struct Script {
     failures: HashMap<String, VecDeque<Failure>>,
     posted: Vec<Posted>,
     files: HashMap<String, Vec<u8>>,
+    /// Uploads asked for by `files.getUploadURLExternal`: file id → (name, length,
+    /// the bytes once posted to the upload URL).
+    uploads: HashMap<String, (String, u64, Option<Vec<u8>>)>,
+    /// Files shared by `files.completeUploadExternal`, in order.
+    shared_files: Vec<SharedFile>,
     envelopes: Vec<ScriptedEnvelope>,
     acks: Vec<String>,
     tickets: HashSet<String>,
@@ -218,6 +238,7 @@ impl ScriptedSlack {
         let router = Router::new()
             .route("/api/{method}", post(api))
             .route("/files/{id}/download/{name}", get(download))
+            .route("/upload/{id}", post(upload))
             .route("/link/", get(link))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -337,6 +358,17 @@ impl ScriptedSlack {
     /// Messages `chat.postMessage` accepted, in order.
     pub fn posted(&self) -> Vec<Posted> {
         self.shared.lock().posted.clone()
+    }
+
+    /// Files shared by `files.completeUploadExternal`, in order.
+    pub fn shared_files(&self) -> Vec<SharedFile> {
+        self.shared.lock().shared_files.clone()
+    }
+
+    /// Waits until `count` files were shared, or `timeout` passed; whether they were.
+    pub async fn wait_for_shared_files(&self, count: usize, timeout: Duration) -> bool {
+        self.wait_until(timeout, |script| script.shared_files.len() >= count)
+            .await
     }
 
     /// Envelope ids acknowledged, in order (a redelivery acknowledged again repeats).
@@ -562,8 +594,106 @@ async fn api(
             Json(json!({"ok": true, "channel": channel, "ts": ts, "message": message}))
                 .into_response()
         }
+        "files.getUploadURLExternal" => {
+            let file_name = parsed["filename"].as_str().unwrap_or_default().to_string();
+            let length = match &parsed["length"] {
+                Value::String(length) => length.parse::<u64>().ok(),
+                Value::Number(length) => length.as_u64(),
+                _ => None,
+            };
+            let Some(length) = length.filter(|length| *length > 0) else {
+                return ok_false("invalid_arguments");
+            };
+            if file_name.is_empty() {
+                return ok_false("invalid_arguments");
+            }
+            let id = format!("F0TTS{:05}", script.uploads.len() + 1);
+            script.uploads.insert(id.clone(), (file_name, length, None));
+            Json(
+                json!({"ok": true, "upload_url": format!("{}/upload/{id}", shared.base),
+                        "file_id": id}),
+            )
+            .into_response()
+        }
+        "files.completeUploadExternal" => {
+            let files = match &parsed["files"] {
+                Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+                files => files.clone(),
+            };
+            let channel = parsed["channel_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let Some(files) = files.as_array().filter(|files| !files.is_empty()) else {
+                return ok_false("invalid_arguments");
+            };
+            let mut shared_now = Vec::new();
+            for file in files {
+                let id = file["id"].as_str().unwrap_or_default();
+                match script.uploads.get(id) {
+                    Some((name, _, Some(data))) => shared_now.push(SharedFile {
+                        id: id.to_string(),
+                        channel: channel.clone(),
+                        thread_ts: parsed["thread_ts"].as_str().map(str::to_string),
+                        file_name: name.clone(),
+                        data: data.clone(),
+                    }),
+                    // Completed before its bytes arrived, or never asked for.
+                    _ => return ok_false("file_not_found"),
+                }
+            }
+            let answer: Vec<Value> = shared_now
+                .iter()
+                .map(|file| json!({"id": file.id, "title": file.file_name}))
+                .collect();
+            script.shared_files.extend(shared_now);
+            drop(script);
+            shared.bump();
+            Json(json!({"ok": true, "files": answer})).into_response()
+        }
         _ => ok_false("unknown_method"),
     }
+}
+
+/// The upload URL `files.getUploadURLExternal` gave: takes the bytes (raw, or a
+/// multipart form's file), exactly the length announced.
+async fn upload(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let data = if content_type.starts_with("multipart/form-data") {
+        let form = crate::scripted::form_parameters(&content_type, &body);
+        form.as_object()
+            .and_then(|fields| fields.values().find_map(crate::scripted::file_bytes))
+            .unwrap_or_default()
+    } else {
+        body.to_vec()
+    };
+    let mut script = shared.lock();
+    script.requests.push(SlackRequest {
+        method: format!("POST /upload/{id}"),
+        bearer: bearer(&headers),
+        body: json!({"size": data.len()}),
+        content_type: Some(content_type),
+    });
+    let answer = match script.uploads.get_mut(&id) {
+        Some((_, length, stored)) if *length == data.len() as u64 => {
+            *stored = Some(data);
+            (StatusCode::OK, format!("OK - {length}")).into_response()
+        }
+        Some(_) => (StatusCode::BAD_REQUEST, "length mismatch").into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    };
+    drop(script);
+    shared.bump();
+    answer
 }
 
 async fn download(

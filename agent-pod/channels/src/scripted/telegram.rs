@@ -622,12 +622,15 @@ impl ScriptedTelegram {
 }
 
 fn parameters(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Value {
-    let is_json = headers
+    let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("application/json"));
-    if is_json {
+        .unwrap_or_default();
+    if content_type.starts_with("application/json") {
         return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    if content_type.starts_with("multipart/form-data") {
+        return crate::scripted::form_parameters(content_type, body);
     }
     let pairs = match query {
         Some(query) if !query.is_empty() => query.to_string(),
@@ -700,6 +703,7 @@ async fn answer(shared: &Shared, method: &str, parameters: &Value) -> Response {
         "getUpdates" => get_updates(shared, parameters).await,
         "sendMessage" => send_message(shared, parameters),
         "sendChatAction" => ok(json!(true)),
+        "sendVoice" => send_voice(shared, parameters),
         "answerCallbackQuery" => {
             let id = parameters["callback_query_id"].as_str().unwrap_or_default();
             if shared.lock().open_presses.remove(id) {
@@ -838,6 +842,42 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
     }
     script.messages.push(message.clone());
     ok(message)
+}
+
+/// `sendVoice`: a multipart upload whose `voice` is Opus in Ogg (Telegram shows other
+/// formats as a document, so the server refuses them here).
+fn send_voice(shared: &Shared, parameters: &Value) -> Response {
+    let chat = match &parameters["chat_id"] {
+        Value::String(chat) => chat.clone(),
+        Value::Number(chat) => chat.to_string(),
+        _ => return error_response(400, "Bad Request: chat_id is empty", None),
+    };
+    let voice = &parameters["voice"];
+    let Some(data) = crate::scripted::file_bytes(voice) else {
+        return error_response(400, "Bad Request: there is no voice in the request", None);
+    };
+    if !data.starts_with(b"OggS") {
+        return error_response(
+            400,
+            "Bad Request: VOICE_MESSAGES_FORBIDDEN or not OGG/OPUS",
+            None,
+        );
+    }
+    let mut script = shared.lock();
+    if script.blocked.contains(&chat) {
+        return Failure::blocked_by_user().response();
+    }
+    script.next_message_id += 1;
+    let message_id = script.next_message_id;
+    let chat_id = chat.parse::<i64>().unwrap_or_default();
+    ok(json!({
+        "message_id": message_id,
+        "from": {"id": shared.bot_id, "is_bot": true, "first_name": "Acme Assistant", "username": BOT_USERNAME},
+        "chat": {"id": chat_id, "type": if chat_id > 0 { "private" } else { "supergroup" }},
+        "date": jiff::Timestamp::now().as_second(),
+        "voice": {"file_id": format!("AwACAgIAAxk-voice-{message_id}"), "file_unique_id": "AgADvoice",
+                  "duration": 1, "mime_type": "audio/ogg", "file_size": data.len()},
+    }))
 }
 
 /// Checks an inline keyboard as Telegram does: rows of buttons, each with a text and

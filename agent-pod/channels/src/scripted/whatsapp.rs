@@ -162,6 +162,8 @@ struct Script {
     requests: Vec<GraphRequest>,
     send_failures: VecDeque<Failure>,
     media: HashMap<String, (String, Vec<u8>)>,
+    /// Media uploaded to `/<phone-id>/media`, as (id, bytes), in order.
+    uploads: Vec<(String, Vec<u8>)>,
     sent: u64,
 }
 
@@ -199,6 +201,7 @@ impl ScriptedGraph {
         };
         let router = Router::new()
             .route("/{version}/{id}/messages", post(messages))
+            .route("/{version}/{id}/media", post(upload))
             .route("/{version}/{id}", get(media_info))
             .route("/media-download/{id}", get(media_download))
             .with_state(shared.clone());
@@ -237,6 +240,21 @@ impl ScriptedGraph {
     /// Every request so far.
     pub fn requests(&self) -> Vec<GraphRequest> {
         self.lock().requests.clone()
+    }
+
+    /// Media uploaded so far, as (media id, bytes), in order.
+    pub fn uploads(&self) -> Vec<(String, Vec<u8>)> {
+        self.lock().uploads.clone()
+    }
+
+    /// Sends that succeeded (any type), their bodies in order.
+    pub fn delivered(&self) -> Vec<Value> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|request| request.body["delivered"] == true)
+            .map(|request| request.body.clone())
+            .collect()
     }
 
     /// Text sends that succeeded, as (recipient, text), in order.
@@ -355,6 +373,14 @@ async fn messages(
     if parsed["type"] == "interactive" && !reply_buttons_fit(&parsed["interactive"]) {
         return Failure::invalid_parameter().response();
     }
+    // Audio is sent by the id of an upload (or a link, not scripted here).
+    if parsed["type"] == "audio"
+        && parsed["audio"]["id"]
+            .as_str()
+            .is_none_or(|id| !script.media.contains_key(id))
+    {
+        return Failure::invalid_parameter().response();
+    }
     script.sent += 1;
     let message_id = format!("wamid.OUT{:06}", script.sent);
     script.requests[index].body["delivered"] = json!(true);
@@ -366,6 +392,50 @@ async fn messages(
         "messages": [{"id": message_id}],
     }))
     .into_response()
+}
+
+/// `POST /<phone-id>/media`: a multipart upload with `messaging_product=whatsapp`, the
+/// `file` and its `type`; answers the new media id, which `GET /<id>` then serves.
+async fn upload(
+    State(shared): State<Shared>,
+    Path((version, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    let form = crate::scripted::form_parameters(content_type, &body);
+    let mut recorded = form.clone();
+    if let Some(file) = recorded.get_mut("file").and_then(Value::as_object_mut) {
+        // The bytes are kept in `uploads`; the request record stays small.
+        file.remove("base64");
+    }
+    if let Err(response) = record(
+        &shared,
+        "POST",
+        format!("/{version}/{id}/media"),
+        &headers,
+        recorded,
+    ) {
+        return *response;
+    }
+    let data = crate::scripted::file_bytes(&form["file"]);
+    let (Some(data), true) = (data, form["messaging_product"] == "whatsapp") else {
+        return Failure::invalid_parameter().response();
+    };
+    let mime_type = form["file"]["contentType"]
+        .as_str()
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let mut script = shared.script.lock().expect("script lock");
+    let media_id = format!("{}", 900_000_000_000_000u64 + script.uploads.len() as u64);
+    script
+        .media
+        .insert(media_id.clone(), (mime_type, data.clone()));
+    script.uploads.push((media_id.clone(), data));
+    Json(json!({"id": media_id})).into_response()
 }
 
 async fn media_info(

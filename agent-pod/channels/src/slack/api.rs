@@ -16,7 +16,7 @@ use super::{
     MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, render::markdown_to_mrkdwn,
 };
 use crate::{
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
 
@@ -66,6 +66,8 @@ pub struct SlackApi {
 
 enum Body {
     Json(Value),
+    /// Arguments form-encoded (the methods that take no JSON).
+    Form(Vec<(&'static str, String)>),
     Empty,
 }
 
@@ -99,6 +101,16 @@ impl SlackApi {
                     "application/json; charset=utf-8",
                 )
                 .body(body.to_string()),
+            Body::Form(arguments) => {
+                let mut encoded = reqwest::Url::parse("http://form/").expect("a valid URL");
+                encoded.query_pairs_mut().extend_pairs(arguments);
+                request
+                    .header(
+                        http::header::CONTENT_TYPE,
+                        "application/x-www-form-urlencoded",
+                    )
+                    .body(encoded.query().unwrap_or_default().to_string())
+            }
             Body::Empty => request.header(
                 http::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
@@ -296,6 +308,82 @@ impl Transport for SlackApi {
             })?;
             let posted_in = answer["channel"].as_str().unwrap_or(&channel);
             Ok(format!("{posted_in}:{ts}"))
+        })
+    }
+
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let channel = match &context.chat {
+                Some(chat) => chat.clone(),
+                None => self.direct_channel(to.peer()).await?,
+            };
+            // The external upload: ask for a URL, post the bytes there, then share it.
+            let answer = self
+                .call(
+                    "files.getUploadURLExternal",
+                    &self.bot_token,
+                    Body::Form(vec![
+                        ("filename", file.file_name.clone()),
+                        ("length", file.bytes.len().to_string()),
+                    ]),
+                )
+                .await?;
+            let (Some(upload_url), Some(file_id)) =
+                (answer["upload_url"].as_str(), answer["file_id"].as_str())
+            else {
+                return Err(SendError::Retry {
+                    reason: "slack: files.getUploadURLExternal named no upload_url or file_id"
+                        .to_string(),
+                    after: None,
+                });
+            };
+            // The upload URL takes no token; it must still be Slack's (or the API's own
+            // host), so a forged answer cannot make the bot post the file elsewhere.
+            let url = reqwest::Url::parse(upload_url)
+                .ok()
+                .filter(|url| self.may_fetch(url))
+                .ok_or_else(|| SendError::Permanent {
+                    reason: "slack: the upload URL is not on Slack's hosts".to_string(),
+                })?;
+            let response = self
+                .http
+                .post(url)
+                .header(http::header::CONTENT_TYPE, &file.mime_type)
+                .body(file.bytes.clone())
+                .send()
+                .await
+                .map_err(|error| network_error("the file upload", error))?;
+            let status = response.status();
+            if !status.is_success() {
+                let reason = format!("slack: the file upload answered HTTP {}", status.as_u16());
+                return Err(if status.is_server_error() || status.as_u16() == 429 {
+                    SendError::Retry {
+                        reason,
+                        after: None,
+                    }
+                } else {
+                    SendError::Permanent { reason }
+                });
+            }
+            let mut complete = json!({
+                "files": [{"id": file_id, "title": file.file_name}],
+                "channel_id": channel,
+            });
+            if let Some(thread) = &context.thread {
+                complete["thread_ts"] = json!(thread);
+            }
+            self.call(
+                "files.completeUploadExternal",
+                &self.bot_token,
+                Body::Json(complete),
+            )
+            .await?;
+            Ok(format!("{channel}:{file_id}"))
         })
     }
 

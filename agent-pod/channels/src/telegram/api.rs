@@ -19,7 +19,7 @@ use super::{
 };
 use crate::{
     buttons,
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
 
@@ -137,18 +137,40 @@ impl BotApi {
         body: &Value,
         timeout: Duration,
     ) -> Result<T, ApiError> {
+        self.answer(method, self.request(method).json(body).timeout(timeout))
+            .await
+    }
+
+    /// Calls `method` with a `multipart/form-data` body (an upload).
+    pub async fn call_form<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        form: crate::multipart::Form,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let (content_type, body) = form.finish();
+        let request = self
+            .request(method)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .timeout(timeout);
+        self.answer(method, request).await
+    }
+
+    fn request(&self, method: &str) -> reqwest::RequestBuilder {
         let url = format!(
             "{}/bot{}/{method}",
             self.settings.api_base_url, self.settings.bot_token
         );
-        let response = self
-            .http
-            .post(url)
-            .json(body)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(network_error)?;
+        self.http.post(url)
+    }
+
+    async fn answer<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, ApiError> {
+        let response = request.send().await.map_err(network_error)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(network_error)?;
         let answer: Option<Answer> = serde_json::from_slice(&bytes).ok();
@@ -274,6 +296,43 @@ impl Transport for BotApi {
                 .as_i64()
                 .ok_or_else(|| SendError::Retry {
                     reason: "telegram: the answer to sendMessage names no message_id".to_string(),
+                    after: None,
+                })?;
+            Ok(format!("{chat}:{message_id}"))
+        })
+    }
+
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        Box::pin(async move {
+            let chat = context.chat.as_deref().unwrap_or(to.peer());
+            // A voice note is `sendVoice` (Opus in Ogg, shown as a voice message); other
+            // audio is `sendAudio` (a music player).
+            let (method, field) = match file.kind {
+                FileKind::Voice => ("sendVoice", "voice"),
+                FileKind::Audio => ("sendAudio", "audio"),
+            };
+            let mut form = crate::multipart::Form::new().text("chat_id", chat);
+            if let Some(thread) = context
+                .thread
+                .as_deref()
+                .filter(|thread| thread.parse::<i64>().is_ok())
+            {
+                form = form.text("message_thread_id", thread);
+            }
+            let form = form.file(field, &file.file_name, &file.mime_type, &file.bytes);
+            let sent: Value = self
+                .call_form(method, form, Duration::from_secs(120))
+                .await
+                .map_err(|error| error.classify())?;
+            let message_id = sent["message_id"]
+                .as_i64()
+                .ok_or_else(|| SendError::Retry {
+                    reason: format!("telegram: the answer to {method} names no message_id"),
                     after: None,
                 })?;
             Ok(format!("{chat}:{message_id}"))

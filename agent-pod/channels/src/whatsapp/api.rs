@@ -16,7 +16,7 @@ use super::{CUSTOMER_SERVICE_WINDOW, MAX_TEXT_CHARS, WhatsappSettings};
 use crate::{
     buttons,
     format::markdown_to_whatsapp,
-    message::{AttachmentRef, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
 
@@ -105,6 +105,35 @@ impl GraphClient {
             .map(|message| message.id)
             .ok_or_else(|| SendError::Retry {
                 reason: "whatsapp: the answer to a send names no message id".to_string(),
+                after: None,
+            })
+    }
+
+    /// Uploads `file` to `POST /<phone-number-id>/media`; returns the media id.
+    async fn upload(&self, file: &FilePayload) -> Result<String, SendError> {
+        let (content_type, body) = crate::multipart::Form::new()
+            .text("messaging_product", "whatsapp")
+            .text("type", &file.mime_type)
+            .file("file", &file.file_name, &file.mime_type, &file.bytes)
+            .finish();
+        let response = self
+            .http
+            .post(self.url(&format!("{}/media", self.settings.phone_number_id)))
+            .bearer_auth(&self.settings.access_token)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(network_error)?;
+        let answer = checked(response).await?;
+        #[derive(Deserialize)]
+        struct Uploaded {
+            id: String,
+        }
+        serde_json::from_slice::<Uploaded>(&answer)
+            .map(|uploaded| uploaded.id)
+            .map_err(|error| SendError::Retry {
+                reason: format!("whatsapp: unreadable answer to a media upload: {error}"),
                 after: None,
             })
     }
@@ -224,6 +253,29 @@ impl Transport for GraphClient {
                 fields.remove("text");
             }
             self.send_one(body).await
+        })
+    }
+
+    fn send_file<'a>(
+        &'a self,
+        to: &'a ChannelIdentity,
+        file: &'a FilePayload,
+        context: &'a ReplyContext,
+    ) -> BoxFuture<'a, Result<String, SendError>> {
+        let _ = context;
+        Box::pin(async move {
+            // Uploaded first, then sent by its id as `type: audio` (an Opus-in-Ogg file
+            // shows as a voice message). A retry after a lost answer uploads again: an
+            // unused upload expires on its own.
+            let media = self.upload(file).await?;
+            self.send_one(json!({
+                "messaging_product": "whatsapp",
+                "recipient_type": "individual",
+                "to": wa_number(to),
+                "type": "audio",
+                "audio": {"id": media},
+            }))
+            .await
         })
     }
 

@@ -174,6 +174,7 @@ impl Tool for McpTool {
                 untrusted: true,
                 metering,
                 image: None,
+                audio: None,
             })
         })
     }

@@ -76,6 +76,10 @@ pub fn restart_hash(bot: &ValidatedSaintBot) -> String {
         "webSearchApiKey": bot.web_search_api_key,
         "porterSecretFiles": bot.porter_secret_files.iter().map(|file| json!([file.relative_path, file.secret])).collect::<Vec<_>>(),
     });
+    // Only when present, so bots without speech keep their hash (and pods).
+    if bot.speech_api_key.is_some() {
+        inputs["speechApiKey"] = json!(bot.speech_api_key);
+    }
     // Only when present, so bots without a failover chain keep their hash (and pods).
     if !bot.model_api_keys.is_empty() {
         inputs["modelApiKeys"] = json!(bot.model_api_keys);
@@ -148,6 +152,9 @@ fn agent_container(bot: &ValidatedSaintBot) -> Value {
     }
     if let Some(secret) = &bot.transcription_api_key {
         env.push(secret_env(saint_config::TRANSCRIPTION_API_KEY_ENV, secret));
+    }
+    if let Some(secret) = &bot.speech_api_key {
+        env.push(secret_env(saint_config::media::SPEECH_API_KEY_ENV, secret));
     }
     // The OTLP collector's header values (`telemetry.otlp.headersEnv` names them).
     for (name, secret) in &bot.telemetry_secrets {
