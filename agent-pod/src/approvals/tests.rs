@@ -256,7 +256,7 @@ fn porter_requests_are_bound_into_the_digest_and_a_changed_one_is_refused() {
         )
         .unwrap();
     let (stored, _) = store.get(&request.code).unwrap().unwrap();
-    assert_eq!(stored.porter, [merge.clone()]);
+    assert_eq!(stored.porter, std::slice::from_ref(&merge));
     // Someone with the database widens the grant to another pull request.
     let other = saint_tools::exec::PorterRequest {
         path: "/repos/o/r/pulls/2/merge".into(),
