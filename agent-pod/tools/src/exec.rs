@@ -879,6 +879,42 @@ mod tests {
     }
 
     #[test]
+    fn porter_rules_become_holds_and_held_requests_name_their_rule() {
+        let role: RoleConfig = serde_json::from_value(json!({"approvals": [
+            {"tools": ["exec"], "approvers": {"roles": ["owner"]}},
+            {"porter": {"hosts": ["api.github.com"], "methods": ["PUT"],
+                        "paths": ["/repos/*/*/pulls/*/merge"]},
+             "approvers": {"roles": ["owner"]}},
+        ]}))
+        .unwrap();
+        let (holds, rules) = porter_holds(&role);
+        assert_eq!(rules, [1], "only the Porter rule is a hold, by its index");
+        assert_eq!(holds[0].paths, ["/repos/*/*/pulls/*/merge"]);
+        let held = |hold: usize| HeldRequest {
+            hold,
+            cli: "gh".into(),
+            host: "api.github.com".into(),
+            method: "PUT".into(),
+            path: "/repos/o/r/pulls/1/merge".into(),
+        };
+        let mut metering = Map::new();
+        // A hold index Porter could not have been given is dropped, not trusted.
+        let lines = note_held(vec![held(0), held(7)], &rules, &mut metering);
+        assert_eq!(
+            lines,
+            "[porter held for approval: PUT https://api.github.com/repos/o/r/pulls/1/merge]\n"
+        );
+        assert_eq!(
+            metering[PORTER_HELD],
+            json!([{"rule": 1, "cli": "gh", "host": "api.github.com", "method": "PUT",
+                    "path": "/repos/o/r/pulls/1/merge"}])
+        );
+        let mut nothing = Map::new();
+        assert_eq!(note_held(Vec::new(), &rules, &mut nothing), "");
+        assert!(nothing.is_empty());
+    }
+
+    #[test]
     fn an_invalid_pattern_disables_exec() {
         let list = blocklist(&["rm [-rf"]);
         assert!(matches!(
