@@ -274,3 +274,38 @@ fn porter_requests_are_bound_into_the_digest_and_a_changed_one_is_refused() {
         Err(Refusal::Altered(request.code.clone()))
     );
 }
+
+#[test]
+fn a_store_from_before_porter_requests_keeps_its_pending_requests() {
+    let directory = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(directory.path().join("sessions")).unwrap();
+    let input = json!({"to": "marko", "text": "hi"});
+    {
+        // The table as it was, with one pending request in it.
+        let old = Connection::open(directory.path().join("sessions/approvals.sqlite3")).unwrap();
+        old.execute_batch(
+            "CREATE TABLE approvals (
+                code TEXT PRIMARY KEY, requester TEXT NOT NULL, requester_role TEXT NOT NULL,
+                session_key TEXT NOT NULL, identity TEXT NOT NULL, tool TEXT NOT NULL,
+                input TEXT NOT NULL, digest TEXT NOT NULL, approvers TEXT NOT NULL,
+                created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending', decided_by TEXT, decided_ms INTEGER);",
+        )
+        .unwrap();
+        old.execute(
+            "INSERT INTO approvals (code, requester, requester_role, session_key, identity, tool,
+                input, digest, approvers, created_ms, expires_ms)
+             VALUES ('K7QX2P', 'ivan', 'employee', 's', 't', 'message', ?1, ?2,
+                '{\"roles\":[\"owner\"]}', 0, 60000)",
+            params![input.to_string(), digest("message", &input, &[])],
+        )
+        .unwrap();
+    }
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let decided = store
+        .decide("K7QX2P", "ana", |_: &Approvers| true, true, 1)
+        .unwrap()
+        .unwrap();
+    assert!(decided.porter.is_empty());
+    assert_eq!(decided.input, input);
+}
