@@ -204,7 +204,12 @@ fn approval_entry(line: &Value) -> Option<Entry> {
         contact: text(line, "requester"),
         role: text(line, "role"),
         trigger: String::new(),
-        what: format!("{} (request {})", text(line, "tool"), text(line, "code")),
+        what: format!(
+            "{} (request {}){}",
+            text(line, "tool"),
+            text(line, "code"),
+            porter_requests(line)
+        ),
         outcome,
         input_tokens: None,
         output_tokens: None,
@@ -212,7 +217,27 @@ fn approval_entry(line: &Value) -> Option<Entry> {
     })
 }
 
-/// A request decision of Porter's audit log (key grants are not requests).
+/// The Porter requests an approval waits for, as ` for PUT api.github.com/…, …`.
+fn porter_requests(line: &Value) -> String {
+    let Some(requests) = line["porter"].as_array().filter(|list| !list.is_empty()) else {
+        return String::new();
+    };
+    let named: Vec<String> = requests
+        .iter()
+        .map(|request| {
+            format!(
+                "{} {}{}",
+                text(request, "method"),
+                text(request, "host"),
+                text(request, "path")
+            )
+        })
+        .collect();
+    format!(" for {}", named.join(", "))
+}
+
+/// A request decision of Porter's audit log (key grants are not requests); one let
+/// through by an approval's one-time grant names the approval.
 fn porter_entry(line: &Value) -> Option<Entry> {
     (line["kind"] == "request").then(|| Entry {
         ts: text(line, "ts"),
@@ -226,7 +251,10 @@ fn porter_entry(line: &Value) -> Option<Entry> {
             text(line, "host"),
             text(line, "path")
         ),
-        outcome: text(line, "decision"),
+        outcome: match line["approval"].as_str() {
+            Some(code) => format!("{} by approval {code}", text(line, "decision")),
+            None => text(line, "decision"),
+        },
         input_tokens: None,
         output_tokens: None,
         cost_usd: None,
@@ -258,6 +286,8 @@ pub fn total_cost(entries: &[Entry]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -333,6 +363,28 @@ mod tests {
             csv.contains("2026-01-02T10:00:02Z,model,ana,owner,message,m,ok,10,5,0.25"),
             "{csv}"
         );
+    }
+
+    #[test]
+    fn porter_requests_held_for_an_approval_and_let_through_by_it_are_named() {
+        let held = json!({"ts": "t", "event": "requested", "code": "K7QX2P", "requester": "ivan",
+            "role": "employee", "tool": "exec", "digest": "d",
+            "porter": [{"cli": "gh", "host": "api.github.com", "method": "PUT",
+                        "path": "/repos/o/r/pulls/1/merge"}]});
+        let entry = approval_entry(&held).unwrap();
+        assert_eq!(
+            entry.what,
+            "exec (request K7QX2P) for PUT api.github.com/repos/o/r/pulls/1/merge"
+        );
+        let granted = json!({"ts": "t", "kind": "request", "contact": "ivan", "role": "employee",
+            "cli": "gh", "host": "api.github.com", "method": "PUT",
+            "path": "/repos/o/r/pulls/1/merge", "decision": "allowed", "approval": "K7QX2P"});
+        assert_eq!(
+            porter_entry(&granted).unwrap().outcome,
+            "allowed by approval K7QX2P"
+        );
+        let refused = json!({"kind": "request", "decision": "held"});
+        assert_eq!(porter_entry(&refused).unwrap().outcome, "held");
     }
 
     #[test]

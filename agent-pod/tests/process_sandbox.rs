@@ -3,6 +3,10 @@
 //! blocklist refuses it before anything runs, a CLI in it reaches its host through
 //! Porter with a key of its own, and that key is revoked once a poll sees it end.
 //!
+//! A request Porter holds for an approval in a background command is named by the poll
+//! that sees it end, with the start call an approval reruns; the approved rerun merges
+//! once.
+//!
 //! Needs what `sandbox_local.rs` needs (`bwrap`, `saint-sandbox-runner`, `porter`).
 
 mod sandbox_harness;
@@ -15,9 +19,9 @@ use std::{
 use saint_sandbox::porter_control::PorterControl;
 use saint_tools::{
     Tool, ToolContext, ToolError, ToolOutput,
-    exec::{ExecLimits, ExecTool},
+    exec::{ExecLimits, ExecTool, PORTER_HELD, PorterRequest},
     policy,
-    process::ProcessTool,
+    process::{PORTER_HELD_START, ProcessTool},
 };
 use serde_json::{Value, json};
 
@@ -33,7 +37,7 @@ fn employee(harness: &Harness, session: &str) -> ToolContext {
 }
 
 struct Processes {
-    tool: ProcessTool,
+    tool: Arc<ProcessTool>,
 }
 
 impl Processes {
@@ -44,14 +48,30 @@ impl Processes {
             ExecLimits::default(),
         );
         Self {
-            tool: ProcessTool::new(Arc::new(exec)),
+            tool: Arc::new(ProcessTool::new(Arc::new(exec))),
         }
     }
 
     /// Calls `process` as the runtime does: through the policy, with a sandbox.
     async fn call(&self, context: &ToolContext, input: Value) -> Result<ToolOutput, ToolError> {
-        let permit = policy::permit(&context.caller, &self.tool, true)?;
+        let permit = policy::permit(&context.caller, self.tool.as_ref(), true)?;
         self.tool.call(&permit, context, input).await
+    }
+
+    /// Polls process `id` until it no longer runs (within a deadline naming `what`).
+    async fn until_ended(&self, context: &ToolContext, id: &str, what: &str) -> ToolOutput {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let polled = self
+                .call(context, json!({"action": "poll", "id": id}))
+                .await
+                .unwrap();
+            if polled.metering["state"] != "running" {
+                return polled;
+            }
+            assert!(Instant::now() < deadline, "{what} still ran after 20 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -88,21 +108,9 @@ async fn a_background_command_takes_execs_path_through_blocklist_and_porter() {
         .unwrap();
     assert_eq!(started.metering["porter"], json!(true));
     let id = started.metering["processId"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ended = loop {
-        let polled = processes
-            .call(&ana, json!({"action": "poll", "id": id}))
-            .await
-            .unwrap();
-        if polled.metering["state"] != "running" {
-            break polled;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the background `{CLI} api user` still ran after 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ended = processes
+        .until_ended(&ana, &id, &format!("the background `{CLI} api user`"))
+        .await;
     assert_eq!(
         ended.content,
         format!("o\n[process {id} exited with code 0]")
@@ -124,4 +132,91 @@ async fn a_background_command_takes_execs_path_through_blocklist_and_porter() {
         .await;
     assert!(!replay.ends_with("[exit code 0]"), "{replay}");
     assert_eq!(harness.porter.standin.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_background_merge_is_held_for_approval_and_the_approved_start_merges_once() {
+    let harness = Harness::start();
+    let processes = Processes::new(&harness);
+    // The owner may merge (Porter's policy), but this role's rule holds a merge.
+    let mut olga = harness.context("http:olga", "owner");
+    let mut role = (*olga.caller.role).clone();
+    role.tools.allow.push("process".to_string());
+    role.approvals = vec![
+        serde_json::from_value(json!({
+            "porter": {"hosts": ["api.github.com"], "methods": ["PUT"],
+                       "paths": ["/repos/*/*/pulls/*/merge"]},
+            "approvers": {"roles": ["employee"]}
+        }))
+        .unwrap(),
+    ];
+    olga.caller.role = Arc::new(role);
+    let merges = || {
+        harness
+            .porter
+            .standin
+            .requests()
+            .iter()
+            .filter(|request| request.method == "PUT")
+            .count()
+    };
+    let start = json!({"action": "start", "command": format!(
+        "{CLI} api -X PUT repos/o/r/pulls/1/merge; {CLI} api -X PUT repos/o/r/pulls/1/merge"
+    )});
+    let started = processes.call(&olga, start.clone()).await.unwrap();
+    let id = started.metering["processId"].as_str().unwrap().to_string();
+    let ended = processes
+        .until_ended(&olga, &id, "the held background merge")
+        .await;
+    assert_eq!(merges(), 0, "a held merge never reaches GitHub");
+    assert!(
+        ended.content.contains(
+            "[porter held for approval: PUT https://api.github.com/repos/o/r/pulls/1/merge]"
+        ),
+        "{}",
+        ended.content
+    );
+    assert_eq!(
+        ended.metering[PORTER_HELD],
+        json!([{"rule": 0, "cli": CLI, "host": "api.github.com", "method": "PUT",
+                "path": "/repos/o/r/pulls/1/merge"}])
+    );
+    assert_eq!(
+        ended.metering[PORTER_HELD_START], start,
+        "the poll names the start call an approval reruns"
+    );
+
+    // The approved start (what the runtime's approval runs) merges once; the second
+    // merge of the same command is held again.
+    let tool: Arc<dyn Tool> = processes.tool.clone();
+    let permitted = policy::permitted_tools(&olga.caller, &[tool], true);
+    let process = permitted
+        .iter()
+        .find(|tool| tool.name() == "process")
+        .unwrap();
+    let grant = PorterRequest {
+        cli: CLI.to_string(),
+        host: "api.github.com".to_string(),
+        method: "PUT".to_string(),
+        path: "/repos/o/r/pulls/1/merge".to_string(),
+    };
+    let rerun = process
+        .call_approved(&olga, start, "K7QX2P", &[grant])
+        .await
+        .unwrap();
+    let id = rerun.metering["processId"].as_str().unwrap().to_string();
+    let ended = processes
+        .until_ended(&olga, &id, "the approved background merge")
+        .await;
+    assert!(
+        ended.content.contains("Pull Request successfully merged"),
+        "{}",
+        ended.content
+    );
+    assert!(
+        ended.content.contains("[porter held for approval"),
+        "{}",
+        ended.content
+    );
+    assert_eq!(merges(), 1);
 }

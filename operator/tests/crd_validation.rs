@@ -1811,6 +1811,11 @@ fn approval_rules_pass_when_well_formed() {
         {"tools": ["message", "docs.*", "group:web", "sessions_*"], "approvers": {"contacts": ["ana"]},
          "timeoutSeconds": 3600},
         {"tools": ["exec"], "approvers": {"roles": ["employee"], "contacts": ["ana", "marko"]}},
+        {"porter": {"hosts": ["api.github.com"], "methods": ["PUT", "POST"],
+                    "paths": ["/repos/*/*/pulls/*/merge"]},
+         "approvers": {"roles": ["owner"]}},
+        {"porter": {"hosts": ["*"], "methods": ["*"], "paths": ["/admin/**"]},
+         "approvers": {"contacts": ["ana"]}, "timeoutSeconds": 600},
     ]));
     assert_eq!(good, Vec::<String>::new());
 }
@@ -1848,6 +1853,35 @@ fn approval_rules_are_refused_naming_the_field() {
             serde_json::json!([{"tools": ["exec"], "when": {"": "x"}, "approvers": {"roles": ["owner"]}}]),
             "approvals[].when keys must be argument names",
         ),
+        (
+            serde_json::json!([{"approvers": {"roles": ["owner"]}}]),
+            "approvals[] entries name either tools or porter requests",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "approvers": {"roles": ["owner"]},
+                "porter": {"hosts": ["api.github.com"], "methods": ["PUT"], "paths": ["/x"]}}]),
+            "approvals[] entries name either tools or porter requests",
+        ),
+        (
+            serde_json::json!([{"when": {"command": "x"}, "approvers": {"roles": ["owner"]},
+                "porter": {"hosts": ["api.github.com"], "methods": ["PUT"], "paths": ["/x"]}}]),
+            "approvals[].when applies to tools, not to porter requests",
+        ),
+        (
+            serde_json::json!([{"approvers": {"roles": ["owner"]},
+                "porter": {"hosts": ["https://api.github.com/"], "methods": ["PUT"], "paths": ["/x"]}}]),
+            "approvals[].porter.hosts entries must be host names",
+        ),
+        (
+            serde_json::json!([{"approvers": {"roles": ["owner"]},
+                "porter": {"hosts": ["api.github.com"], "methods": ["PUT it"], "paths": ["/x"]}}]),
+            "approvals[].porter.methods entries must be HTTP methods",
+        ),
+        (
+            serde_json::json!([{"approvers": {"roles": ["owner"]},
+                "porter": {"hosts": ["api.github.com"], "methods": ["PUT"], "paths": ["repos/*"]}}]),
+            "approvals[].porter.paths entries must start with /",
+        ),
     ] {
         refused_with(approvals_role(approvals.clone()), expected);
     }
@@ -1863,7 +1897,15 @@ fn approval_rules_are_bounded_in_the_schema() {
         ["properties"]["approvals"];
     assert_eq!(approvals["maxItems"], 32);
     let rule = &approvals["items"];
-    assert_eq!(rule["required"], serde_json::json!(["approvers", "tools"]));
+    assert_eq!(rule["required"], serde_json::json!(["approvers"]));
+    let porter = &rule["properties"]["porter"];
+    assert_eq!(
+        porter["required"],
+        serde_json::json!(["hosts", "methods", "paths"])
+    );
+    for field in ["hosts", "methods", "paths"] {
+        assert_eq!(porter["properties"][field]["minItems"], 1, "{field}");
+    }
     assert_eq!(rule["properties"]["tools"]["minItems"], 1);
     let timeout = &rule["properties"]["timeoutSeconds"];
     assert_eq!(timeout["minimum"], 1.0);
@@ -1873,7 +1915,7 @@ fn approval_rules_are_bounded_in_the_schema() {
     );
     assert_eq!(rule["properties"]["when"]["maxProperties"], 16);
     // No default the API server would fill in: the operator sees what the manifest says.
-    for field in ["tools", "approvers", "when", "timeoutSeconds"] {
+    for field in ["tools", "porter", "approvers", "when", "timeoutSeconds"] {
         assert_eq!(rule["properties"][field].get("default"), None, "{field}");
     }
 }

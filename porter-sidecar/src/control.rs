@@ -15,7 +15,11 @@ use serde::Serialize;
 use tokio::{io::AsyncWriteExt, net::UnixStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::{inject::command_env, keys::Grant, state::State};
+use crate::{
+    inject::{command_env, holds::KeyApprovals},
+    keys::Grant,
+    state::State,
+};
 
 /// Longest control line read (a register line is far shorter).
 const MAX_LINE: usize = 16 * 1024;
@@ -44,7 +48,17 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             role,
             ttl_seconds,
             command,
+            hold,
+            grants,
         } => {
+            // Holds that do not compile refuse the key: a command must never run
+            // without the holds its caller's role has.
+            let approvals = match KeyApprovals::new(&hold, grants) {
+                Ok(approvals) => approvals,
+                Err(error) => {
+                    return ControlResponse::error(format!("failed to register: {error}"));
+                }
+            };
             let grant = Grant {
                 session,
                 contact,
@@ -55,6 +69,7 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             let (token, key) = state.keys.register(
                 grant,
                 registry.credentials(),
+                approvals,
                 Duration::from_secs(ttl_seconds.max(1)),
                 Instant::now(),
             );
@@ -77,11 +92,12 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             }
         }
         ControlRequest::Revoke { token } => {
-            let revoked = state.keys.revoke(&token);
+            let held = state.keys.revoke(&token);
             state.metrics.live_keys.set(state.keys.len() as i64);
             ControlResponse {
                 ok: true,
-                revoked: Some(revoked),
+                revoked: Some(held.is_some()),
+                held: held.unwrap_or_default(),
                 ..ControlResponse::default()
             }
         }

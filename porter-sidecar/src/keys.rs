@@ -15,7 +15,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use crate::inject::placeholder;
+use porter_protocol::control::HeldRequest;
+
+use crate::inject::{holds::KeyApprovals, placeholder};
 
 /// Longest lifetime the agent may ask for; a command that runs longer is killed anyway.
 pub const MAX_KEY_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -49,6 +51,9 @@ pub struct Key {
     pub grant: Grant,
     /// By credential (registry entry) name.
     pub placeholders: BTreeMap<String, Placeholders>,
+    /// Requests held for an approval, the grants that admit approved ones once, and
+    /// what was held; they live and die with the key.
+    pub approvals: KeyApprovals,
     expires_at: Instant,
     /// Cancelled when the key is revoked or expires: its tunnels close.
     pub ended: CancellationToken,
@@ -93,6 +98,7 @@ impl KeyStore {
         &self,
         grant: Grant,
         credentials: impl IntoIterator<Item = (String, bool)>,
+        approvals: KeyApprovals,
         ttl: Duration,
         now: Instant,
     ) -> (String, Arc<Key>) {
@@ -110,6 +116,7 @@ impl KeyStore {
         let key = Arc::new(Key {
             grant,
             placeholders,
+            approvals,
             expires_at: now + ttl.min(MAX_KEY_TTL),
             ended: CancellationToken::new(),
             token: token.clone(),
@@ -120,17 +127,18 @@ impl KeyStore {
         (token, key)
     }
 
-    /// Revokes a key and closes its tunnels; returns whether it existed.
-    pub fn revoke(&self, token: &str) -> bool {
+    /// Revokes a key and closes its tunnels; returns the requests it had held for an
+    /// approval, or `None` when no such key was live.
+    pub fn revoke(&self, token: &str) -> Option<Vec<HeldRequest>> {
         let mut entries = self.entries.lock().expect("key store lock");
         let hash = digest(token);
         match entries.get(&hash) {
             Some(key) if bool::from(key.token.as_bytes().ct_eq(token.as_bytes())) => {
                 let key = entries.remove(&hash).expect("just found");
                 key.ended.cancel();
-                true
+                Some(key.approvals.take_held())
             }
-            _ => false,
+            _ => None,
         }
     }
 
@@ -187,6 +195,7 @@ mod tests {
         let (token, key) = store.register(
             grant("employee"),
             [("gh".to_owned(), false), ("gog".to_owned(), true)],
+            KeyApprovals::default(),
             Duration::from_secs(60),
             now,
         );
@@ -199,7 +208,7 @@ mod tests {
             key.placeholders["gog"].secret
         );
         assert!(store.find(&token[..token.len() - 1], now).is_none());
-        assert!(store.revoke(&token));
+        assert_eq!(store.revoke(&token), Some(Vec::new()));
         assert!(
             key.ended.is_cancelled(),
             "revoking closes the key's tunnels"
@@ -208,17 +217,105 @@ mod tests {
             store.find(&token, now).is_none(),
             "a replayed key is refused"
         );
-        let (short, short_key) = store.register(grant("owner"), [], Duration::from_secs(1), now);
+        let (short, short_key) = store.register(
+            grant("owner"),
+            [],
+            KeyApprovals::default(),
+            Duration::from_secs(1),
+            now,
+        );
         assert!(store.find(&short, now + Duration::from_secs(2)).is_none());
         assert!(short_key.ended.is_cancelled());
         assert!(store.find("", now).is_none());
     }
 
     #[test]
+    fn grants_live_and_die_with_their_key_and_revoke_reports_what_was_held() {
+        use porter_protocol::control::{RequestGrant, RequestHold};
+
+        use crate::inject::holds::HoldDecision;
+        let store = KeyStore::default();
+        let now = Instant::now();
+        let hold = RequestHold {
+            hosts: vec!["api.github.com".into()],
+            methods: vec!["PUT".into()],
+            paths: vec!["/repos/*/*/pulls/*/merge".into()],
+        };
+        let approvals = |grants| KeyApprovals::new(std::slice::from_ref(&hold), grants).unwrap();
+        let granted = vec![RequestGrant {
+            approval: "K7QX2P".into(),
+            host: "api.github.com".into(),
+            method: "PUT".into(),
+            path: "/repos/o/r/pulls/1/merge".into(),
+        }];
+        let (with_grant, _) = store.register(
+            grant("employee"),
+            [],
+            approvals(granted.clone()),
+            Duration::from_secs(60),
+            now,
+        );
+        let (without, _) = store.register(
+            grant("employee"),
+            [],
+            approvals(Vec::new()),
+            Duration::from_secs(60),
+            now,
+        );
+        let decide = |token: &str| {
+            store.find(token, now).unwrap().approvals.decide(
+                "gh",
+                "api.github.com",
+                443,
+                "PUT",
+                "/repos/o/r/pulls/1/merge",
+            )
+        };
+        assert!(
+            matches!(decide(&without), HoldDecision::Held(_)),
+            "another key's grant admits nothing"
+        );
+        assert_eq!(
+            decide(&with_grant),
+            HoldDecision::Granted {
+                approval: "K7QX2P".into()
+            }
+        );
+        assert!(matches!(decide(&with_grant), HoldDecision::Held(_)));
+        let held = store.revoke(&without).unwrap();
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].path, "/repos/o/r/pulls/1/merge");
+        assert_eq!(
+            store.revoke(&without),
+            None,
+            "a revoked key reports nothing"
+        );
+        // A grant expires with its key: an unused one is worth nothing afterwards.
+        let (expiring, _) = store.register(
+            grant("employee"),
+            [],
+            approvals(granted),
+            Duration::from_secs(1),
+            now,
+        );
+        assert!(
+            store
+                .find(&expiring, now + Duration::from_secs(2))
+                .is_none()
+        );
+    }
+
+    #[test]
     fn the_sweep_ends_expired_keys() {
         let store = KeyStore::default();
         let now = Instant::now();
-        let (_, key) = store.register(grant("owner"), [], Duration::from_secs(1), now);
+        let (_, key) = store.register(
+            grant("owner"),
+            [],
+            KeyApprovals::default(),
+            Duration::from_secs(1),
+            now,
+        );
         store.sweep(now);
         assert!(!key.ended.is_cancelled());
         store.sweep(now + Duration::from_secs(1));

@@ -47,7 +47,7 @@ impl Default for Metrics {
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "requests",
-            "Proxy decisions by credential and decision (allowed, refused, answered, upstream_error)",
+            "Proxy decisions by credential and decision (allowed, refused, held, answered, upstream_error)",
             requests.clone(),
         );
         registry.register(

@@ -737,8 +737,16 @@ pub struct RoleConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalRule {
-    /// Tool names, `group:<name>` or globs (`message`, `exec`, `docs.*`).
+    /// Tool names, `group:<name>` or globs (`message`, `exec`, `docs.*`). Empty only in
+    /// a rule naming `porter` requests instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
+    /// Requests a command (`exec`, `process`) makes through Porter that wait for a yes:
+    /// Porter refuses them while the command runs, the approver is asked, and on a yes
+    /// the same command runs again with a one-time grant for exactly the requests held.
+    /// A rule names either `tools` or `porter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub porter: Option<PorterRequests>,
     /// Only calls whose arguments match: argument name → glob over its text
     /// (`{"command": "git push*"}`, `{"to": "marko"}`); a call lacking the argument does
     /// not match. Empty: every call of the tools.
@@ -749,6 +757,23 @@ pub struct ApprovalRule {
     /// Seconds a request waits for a decision; then it is refused.
     #[serde(default = "default_approval_timeout")]
     pub timeout_seconds: u64,
+}
+
+/// Requests through Porter, matched like the registry's request rules: a request
+/// matches when its host is one of `hosts`, its method one of `methods` and its path one
+/// of `paths`. Porter matches methods in any case and paths percent-decoded, without `;`
+/// parameters or a trailing `/`, without regard to case. Only requests the role may
+/// make at all (Porter's `requests` for the role) are held; others stay refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PorterRequests {
+    /// Host names (`api.github.com`, `name:port`), or `*` for every host.
+    pub hosts: Vec<String>,
+    /// HTTP methods (`POST`, `PUT`), or `*` for any.
+    pub methods: Vec<String>,
+    /// Path globs as in Porter's request rules (`/repos/*/*/pulls/*/merge`): `*` within
+    /// one segment, `**` any number of segments.
+    pub paths: Vec<String>,
 }
 
 /// The people who may decide an approval: everyone of these roles and these contacts.

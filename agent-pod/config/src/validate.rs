@@ -414,8 +414,19 @@ fn validate_approvals(
 ) -> Result<(), ConfigError> {
     for (index, rule) in role.approvals.iter().enumerate() {
         let field = |part: &str| format!("roles.{name}.approvals[{index}].{part}");
-        if rule.tools.is_empty() {
-            return Err(invalid(field("tools"), "must name at least one tool"));
+        if let Some(porter) = &rule.porter {
+            if !rule.tools.is_empty() || !rule.when.is_empty() {
+                return Err(invalid(
+                    field("porter"),
+                    "a rule names either tools (with when) or porter requests, not both",
+                ));
+            }
+            validate_porter_requests(porter, &field)?;
+        } else if rule.tools.is_empty() {
+            return Err(invalid(
+                field("tools"),
+                "must name at least one tool (or the rule names porter requests)",
+            ));
         }
         if let Some(pattern) = rule.tools.iter().find(|p| !is_known_tool_pattern(p)) {
             return Err(invalid(
@@ -521,6 +532,79 @@ fn validate_approvals(
         }
     }
     Ok(())
+}
+
+/// A rule's Porter requests: hosts, methods and path globs Porter can match.
+fn validate_porter_requests(
+    porter: &crate::PorterRequests,
+    field: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if porter.hosts.is_empty() {
+        return Err(invalid(field("porter.hosts"), "must name a host (or *)"));
+    }
+    if let Some(host) = porter
+        .hosts
+        .iter()
+        .find(|host| *host != "*" && porter_protocol_host(host).is_none())
+    {
+        return Err(invalid(
+            field("porter.hosts"),
+            format!("{host:?} is not a host name[:port] or *"),
+        ));
+    }
+    if porter.methods.is_empty() {
+        return Err(invalid(
+            field("porter.methods"),
+            "must name a method (or *)",
+        ));
+    }
+    if let Some(method) = porter.methods.iter().find(|method| {
+        *method != "*"
+            && (method.is_empty() || !method.bytes().all(|byte| byte.is_ascii_alphabetic()))
+    }) {
+        return Err(invalid(
+            field("porter.methods"),
+            format!("{method:?} is not an HTTP method or *"),
+        ));
+    }
+    if porter.paths.is_empty() {
+        return Err(invalid(field("porter.paths"), "must name a path glob"));
+    }
+    for path in &porter.paths {
+        let glob = globset::GlobBuilder::new(path)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build();
+        if !path.starts_with('/') || glob.is_err() {
+            return Err(invalid(
+                field("porter.paths"),
+                format!("{path:?} is not a path glob starting with /"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `name[:port]` as Porter reads a host: a plain DNS name or IPv4 address, a port 1 to
+/// 65535.
+fn porter_protocol_host(host: &str) -> Option<()> {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    if let Some(port) = port {
+        port.parse::<u16>().ok().filter(|port| *port != 0)?;
+    }
+    let plain = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+        });
+    plain.then_some(())
 }
 
 /// `name` when it is a valid HTTP header name (RFC 9110 token).

@@ -269,10 +269,45 @@ fn approval_rules_name_tools_and_approvers_that_exist_and_someone_else_decides()
         ),
         None
     );
+    let merge = serde_json::json!({"hosts": ["api.github.com"], "methods": ["PUT"],
+        "paths": ["/repos/*/*/pulls/*/merge"]});
+    assert_eq!(
+        check(serde_json::json!([{"porter": merge, "approvers": {"roles": ["owner"]}}])),
+        None
+    );
+    let porter = |field: &str, value: serde_json::Value| {
+        let mut porter = merge.clone();
+        porter[field] = value;
+        serde_json::json!([{"porter": porter, "approvers": {"roles": ["owner"]}}])
+    };
     for (rules, expected) in [
         (
             serde_json::json!([{"tools": [], "approvers": {"roles": ["owner"]}}]),
             "tools: must name at least one tool",
+        ),
+        (
+            serde_json::json!([{"tools": ["exec"], "porter": merge, "approvers": {"roles": ["owner"]}}]),
+            "approvals[0].porter: a rule names either tools (with when) or porter requests",
+        ),
+        (
+            porter("hosts", serde_json::json!([])),
+            "approvals[0].porter.hosts: must name a host",
+        ),
+        (
+            porter("hosts", serde_json::json!(["https://api.github.com"])),
+            "approvals[0].porter.hosts: \"https://api.github.com\" is not a host",
+        ),
+        (
+            porter("methods", serde_json::json!(["MERGE IT"])),
+            "approvals[0].porter.methods: \"MERGE IT\" is not an HTTP method",
+        ),
+        (
+            porter("paths", serde_json::json!(["repos/*"])),
+            "approvals[0].porter.paths: \"repos/*\" is not a path glob",
+        ),
+        (
+            porter("paths", serde_json::json!(["/repos/[o"])),
+            "approvals[0].porter.paths",
         ),
         (
             serde_json::json!([{"tools": ["teleport"], "approvers": {"roles": ["owner"]}}]),

@@ -9,6 +9,7 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use porter_protocol::control::{ControlRequest, ControlResponse};
+pub use porter_protocol::control::{HeldRequest, RequestGrant, RequestHold};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
     net::UnixStream,
@@ -40,6 +41,10 @@ pub struct TokenGrant {
     pub role: String,
     /// A digest of the command line, for Porter's audit log.
     pub command: Option<String>,
+    /// Requests of the caller's role that wait for an approval.
+    pub hold: Vec<RequestHold>,
+    /// Requests an approver said yes to, each admitted once.
+    pub grants: Vec<RequestGrant>,
 }
 
 /// A registered key and the environment its command runs with.
@@ -88,6 +93,8 @@ impl PorterControl {
             role: Some(grant.role.clone()),
             ttl_seconds: ttl.as_secs().max(1),
             command: grant.command.clone(),
+            hold: grant.hold.clone(),
+            grants: grant.grants.clone(),
         };
         let response = self.call(&request).await?;
         let token = response
@@ -102,13 +109,14 @@ impl PorterControl {
         })
     }
 
-    /// Revokes a token; revoking an unknown or expired token is not an error.
-    pub async fn revoke(&self, token: &str) -> Result<(), PorterControlError> {
+    /// Revokes a token and returns the requests Porter held for an approval under it;
+    /// revoking an unknown or expired token is not an error (and reports nothing).
+    pub async fn revoke(&self, token: &str) -> Result<Vec<HeldRequest>, PorterControlError> {
         self.call(&ControlRequest::Revoke {
             token: token.to_string(),
         })
         .await
-        .map(|_| ())
+        .map(|response| response.held)
     }
 
     async fn call(&self, request: &ControlRequest) -> Result<ControlResponse, PorterControlError> {

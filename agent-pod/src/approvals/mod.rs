@@ -10,6 +10,12 @@
 //! arguments no longer match their digest is refused. Every event is a line of
 //! `logs/approvals.jsonl` (the ledger reads it).
 //!
+//! A rule may name requests a command makes through Porter instead of tools. Porter
+//! refuses those while the command runs and reports them when its key is revoked; the
+//! request stored here is then the command's call (`exec`, or `process` start) together
+//! with the requests Porter held, all under one digest, and an approved rerun gets a
+//! one-time Porter grant for exactly those requests.
+//!
 //! This module is the store and the rules; the runtime (`runtime/approval.rs`) asks
 //! and decides.
 
@@ -21,6 +27,7 @@ use std::{
 
 use rusqlite::{Connection, OptionalExtension, params};
 use saint_config::{ApprovalRule, Approvers, BotConfig, RoleConfig};
+use saint_tools::exec::PorterRequest;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -58,13 +65,23 @@ pub fn rule_for<'r>(role: &'r RoleConfig, tool: &str, input: &Value) -> Option<&
     })
 }
 
-/// The digest a decision is bound to: the tool and its exact arguments.
-pub fn digest(tool: &str, input: &Value) -> String {
+/// The digest a decision is bound to: the tool, its exact arguments and the Porter
+/// requests it waits for (none: the digest of the tool and arguments alone, as before
+/// Porter requests could be approved).
+pub fn digest(tool: &str, input: &Value, porter: &[PorterRequest]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(tool.as_bytes());
     hasher.update([0]);
     // serde_json's maps are sorted: one input, one text.
     hasher.update(input.to_string().as_bytes());
+    if !porter.is_empty() {
+        hasher.update([0]);
+        hasher.update(
+            serde_json::to_string(porter)
+                .expect("porter requests serialise")
+                .as_bytes(),
+        );
+    }
     hex::encode(hasher.finalize())
 }
 
@@ -113,6 +130,9 @@ pub struct Request {
     pub identity: String,
     pub tool: String,
     pub input: Value,
+    /// Requests through Porter the call's command made that wait for this decision:
+    /// an approved rerun gets a one-time grant for each.
+    pub porter: Vec<PorterRequest>,
     pub digest: String,
     pub approvers: Approvers,
     pub created_ms: i64,
@@ -173,6 +193,9 @@ struct AuditLine<'a> {
     role: &'a str,
     tool: &'a str,
     digest: &'a str,
+    /// The Porter requests the call waits for.
+    #[serde(skip_serializing_if = "<[PorterRequest]>::is_empty")]
+    porter: &'a [PorterRequest],
     #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -205,11 +228,23 @@ impl ApprovalStore {
                     expires_ms INTEGER NOT NULL,
                     state TEXT NOT NULL DEFAULT 'pending',
                     decided_by TEXT,
-                    decided_ms INTEGER
+                    decided_ms INTEGER,
+                    porter TEXT NOT NULL DEFAULT '[]'
                  );
                  CREATE INDEX IF NOT EXISTS approvals_pending
                     ON approvals (state, expires_ms);",
             )?;
+            // A store made before Porter requests could be approved gains the column.
+            let has_porter: bool = connection.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('approvals') WHERE name = 'porter'",
+                [],
+                |row| row.get::<_, i64>(0).map(|count| count > 0),
+            )?;
+            if !has_porter {
+                connection.execute_batch(
+                    "ALTER TABLE approvals ADD COLUMN porter TEXT NOT NULL DEFAULT '[]'",
+                )?;
+            }
             Ok(connection)
         };
         let connection = open().map_err(|source| ApprovalError::Open {
@@ -248,6 +283,7 @@ impl ApprovalStore {
             role: &request.requester_role,
             tool: &request.tool,
             digest: &request.digest,
+            porter: &request.porter,
             by,
             reason,
         };
@@ -276,6 +312,7 @@ impl ApprovalStore {
         identity: &str,
         tool: &str,
         input: &Value,
+        porter: &[PorterRequest],
         rule: &ApprovalRule,
         now_ms: i64,
     ) -> Result<Request, ApprovalError> {
@@ -287,7 +324,8 @@ impl ApprovalStore {
             identity: identity.to_string(),
             tool: tool.to_string(),
             input: input.clone(),
-            digest: digest(tool, input),
+            porter: porter.to_vec(),
+            digest: digest(tool, input, porter),
             approvers: rule.approvers.clone(),
             created_ms: now_ms,
             expires_ms: now_ms.saturating_add((rule.timeout_seconds as i64).saturating_mul(1000)),
@@ -308,8 +346,8 @@ impl ApprovalStore {
             let code = new_code();
             let inserted = connection.execute(
                 "INSERT OR IGNORE INTO approvals (code, requester, requester_role, session_key,
-                    identity, tool, input, digest, approvers, created_ms, expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    identity, tool, input, digest, approvers, created_ms, expires_ms, porter)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     code,
                     request.requester,
@@ -322,6 +360,7 @@ impl ApprovalStore {
                     serde_json::to_string(&request.approvers).expect("approvers serialise"),
                     request.created_ms,
                     request.expires_ms,
+                    serde_json::to_string(&request.porter).expect("porter requests serialise"),
                 ],
             )?;
             if inserted == 1 {
@@ -342,7 +381,7 @@ impl ApprovalStore {
         Ok(connection
             .query_row(
                 "SELECT code, requester, requester_role, session_key, identity, tool, input,
-                        digest, approvers, created_ms, expires_ms, state
+                        digest, approvers, created_ms, expires_ms, state, porter
                  FROM approvals WHERE code = ?1",
                 params![code],
                 |row| Ok((read_request(row)?, row.get::<_, String>(11)?)),
@@ -386,7 +425,7 @@ impl ApprovalStore {
         if now_ms >= request.expires_ms {
             return refuse(Refusal::Expired(code.to_string()));
         }
-        if digest(&request.tool, &request.input) != request.digest {
+        if digest(&request.tool, &request.input, &request.porter) != request.digest {
             return refuse(Refusal::Altered(code.to_string()));
         }
         let new_state = if approve { "approved" } else { "rejected" };
@@ -409,7 +448,7 @@ impl ApprovalStore {
             let connection = self.connection();
             let mut statement = connection.prepare(
                 "SELECT code, requester, requester_role, session_key, identity, tool, input,
-                        digest, approvers, created_ms, expires_ms, state
+                        digest, approvers, created_ms, expires_ms, state, porter
                  FROM approvals WHERE state = 'pending' AND expires_ms <= ?1",
             )?;
             statement
@@ -463,6 +502,15 @@ fn read_request(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
         approvers: serde_json::from_str(&approvers).unwrap_or_default(),
         created_ms: row.get(9)?,
         expires_ms: row.get(10)?,
+        // A row whose requests do not parse fails its digest check and is refused.
+        porter: serde_json::from_str(&row.get::<_, String>(12)?).unwrap_or_else(|_| {
+            vec![PorterRequest {
+                cli: String::new(),
+                host: String::new(),
+                method: String::new(),
+                path: String::new(),
+            }]
+        }),
     })
 }
 

@@ -6,6 +6,7 @@ use super::*;
 fn rule(tools: &[&str], when: &[(&str, &str)]) -> ApprovalRule {
     ApprovalRule {
         tools: tools.iter().map(|tool| tool.to_string()).collect(),
+        porter: None,
         when: when
             .iter()
             .map(|(argument, glob)| (argument.to_string(), glob.to_string()))
@@ -73,6 +74,7 @@ fn one_decision_per_request_by_an_approver_who_is_not_the_requester() {
             "telegram:1",
             "message",
             &input,
+            &[],
             &rule(&["message"], &[]),
             1_000,
         )
@@ -143,6 +145,7 @@ fn altered_arguments_and_expired_requests_are_refused() {
             "t",
             "message",
             &json!({"to": "marko"}),
+            &[],
             &rule,
             0,
         )
@@ -167,6 +170,7 @@ fn altered_arguments_and_expired_requests_are_refused() {
             "t",
             "message",
             &json!({"to": "marko"}),
+            &[],
             &rule,
             0,
         )
@@ -195,6 +199,7 @@ fn a_person_has_at_most_a_handful_of_requests_waiting() {
             "t",
             "message",
             &json!({"to": "marko", "n": n}),
+            &[],
             &rule,
             now_ms,
         )
@@ -218,4 +223,89 @@ fn a_person_has_at_most_a_handful_of_requests_waiting() {
     assert!(ask("ivan", 100, 1).is_ok());
     assert!(ask("ivan", 101, 1).is_err());
     assert!(ask("ivan", 102, 60_000).is_ok(), "the old ones expired");
+}
+
+#[test]
+fn porter_requests_are_bound_into_the_digest_and_a_changed_one_is_refused() {
+    let directory = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let anyone = |_: &Approvers| true;
+    let merge = saint_tools::exec::PorterRequest {
+        cli: "gh".into(),
+        host: "api.github.com".into(),
+        method: "PUT".into(),
+        path: "/repos/o/r/pulls/1/merge".into(),
+    };
+    let input = json!({"command": "gh pr merge 1"});
+    assert_ne!(
+        digest("exec", &input, &[]),
+        digest("exec", &input, std::slice::from_ref(&merge)),
+        "the held request is part of what is approved"
+    );
+    let request = store
+        .request(
+            "ivan",
+            "employee",
+            "s",
+            "t",
+            "exec",
+            &input,
+            std::slice::from_ref(&merge),
+            &rule(&["exec"], &[]),
+            0,
+        )
+        .unwrap();
+    let (stored, _) = store.get(&request.code).unwrap().unwrap();
+    assert_eq!(stored.porter, std::slice::from_ref(&merge));
+    // Someone with the database widens the grant to another pull request.
+    let other = saint_tools::exec::PorterRequest {
+        path: "/repos/o/r/pulls/2/merge".into(),
+        ..merge
+    };
+    store
+        .connection()
+        .execute(
+            "UPDATE approvals SET porter = ?1 WHERE code = ?2",
+            params![serde_json::to_string(&[other]).unwrap(), request.code],
+        )
+        .unwrap();
+    assert_eq!(
+        store.decide(&request.code, "ana", anyone, true, 1).unwrap(),
+        Err(Refusal::Altered(request.code.clone()))
+    );
+}
+
+#[test]
+fn a_store_from_before_porter_requests_keeps_its_pending_requests() {
+    let directory = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(directory.path().join("sessions")).unwrap();
+    let input = json!({"to": "marko", "text": "hi"});
+    {
+        // The table as it was, with one pending request in it.
+        let old = Connection::open(directory.path().join("sessions/approvals.sqlite3")).unwrap();
+        old.execute_batch(
+            "CREATE TABLE approvals (
+                code TEXT PRIMARY KEY, requester TEXT NOT NULL, requester_role TEXT NOT NULL,
+                session_key TEXT NOT NULL, identity TEXT NOT NULL, tool TEXT NOT NULL,
+                input TEXT NOT NULL, digest TEXT NOT NULL, approvers TEXT NOT NULL,
+                created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending', decided_by TEXT, decided_ms INTEGER);",
+        )
+        .unwrap();
+        old.execute(
+            "INSERT INTO approvals (code, requester, requester_role, session_key, identity, tool,
+                input, digest, approvers, created_ms, expires_ms)
+             VALUES ('K7QX2P', 'ivan', 'employee', 's', 't', 'message', ?1, ?2,
+                '{\"roles\":[\"owner\"]}', 0, 60000)",
+            params![input.to_string(), digest("message", &input, &[])],
+        )
+        .unwrap();
+    }
+    let store = ApprovalStore::open(directory.path()).unwrap();
+    let decided = store
+        .decide("K7QX2P", "ana", |_: &Approvers| true, true, 1)
+        .unwrap()
+        .unwrap();
+    assert!(decided.porter.is_empty());
+    assert_eq!(decided.input, input);
 }

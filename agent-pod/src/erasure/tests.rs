@@ -199,6 +199,7 @@ fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
     let store = ApprovalStore::open(workspace).unwrap();
     let rule = ApprovalRule {
         tools: vec!["message".to_string()],
+        porter: None,
         when: Default::default(),
         approvers: Approvers {
             roles: vec!["owner".to_string()],
@@ -215,6 +216,7 @@ fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
             "telegram:333",
             "message",
             &serde_json::json!({"to": "marko", "text": canary}),
+            &[],
             &rule,
             0,
         )
@@ -227,6 +229,7 @@ fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
             "telegram:222",
             "message",
             &serde_json::json!({"to": "ana", "text": "hi"}),
+            &[],
             &rule,
             0,
         )

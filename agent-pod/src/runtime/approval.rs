@@ -6,7 +6,12 @@
 use std::{sync::Arc, time::Instant};
 
 use saint_config::{ApprovalRule, BotConfig, SessionKey};
-use saint_tools::{Caller, ToolContext, ToolError, Trigger, policy};
+use saint_tools::{
+    Caller, ToolContext, ToolError, Trigger,
+    exec::{HeldPorterRequest, PORTER_HELD, PorterRequest},
+    policy,
+    process::PORTER_HELD_START,
+};
 use serde_json::{Map, Value, json};
 
 use super::Runtime;
@@ -36,6 +41,19 @@ fn display_name<'c>(config: &'c BotConfig, slug: &'c str) -> &'c str {
         .map_or(slug, |contact| contact.name.as_str())
 }
 
+/// What an approval request says of the Porter requests it waits for.
+fn porter_clause(porter: &[PorterRequest]) -> String {
+    if porter.is_empty() {
+        return String::new();
+    }
+    let requests: Vec<String> = porter.iter().map(ToString::to_string).collect();
+    format!(
+        ", which makes {} (held until approved; on a yes the command runs again and may make {} once)",
+        requests.join(", "),
+        if porter.len() == 1 { "it" } else { "each" }
+    )
+}
+
 fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
@@ -55,7 +73,8 @@ impl Runtime {
         }
     }
 
-    /// The call `tool(input)` of `caller` needs a yes under `rule`: stores it, asks the
+    /// The call `tool(input)` of `caller` needs a yes under `rule` (for a command whose
+    /// requests through Porter were held: those `porter` requests): stores it, asks the
     /// approvers who can be reached, and returns what the model is told (not run yet).
     pub(super) async fn ask_approval(
         &self,
@@ -64,6 +83,7 @@ impl Runtime {
         rule: &ApprovalRule,
         tool: &str,
         input: &Value,
+        porter: &[PorterRequest],
     ) -> (String, bool) {
         let Some(store) = self.approval_store() else {
             return (
@@ -99,7 +119,12 @@ impl Runtime {
             caller.session_key.clone(),
             caller.identity.clone(),
         );
-        let (owned_tool, owned_input, owned_rule) = (tool.to_string(), input.clone(), rule.clone());
+        let (owned_tool, owned_input, owned_rule, owned_porter) = (
+            tool.to_string(),
+            input.clone(),
+            rule.clone(),
+            porter.to_vec(),
+        );
         let stored = tokio::task::spawn_blocking(move || {
             store.request(
                 &requester,
@@ -108,6 +133,7 @@ impl Runtime {
                 &identity,
                 &owned_tool,
                 &owned_input,
+                &owned_porter,
                 &owned_rule,
                 now_ms(),
             )
@@ -138,10 +164,11 @@ impl Runtime {
             .approval("requested", &caller.role_name);
         let minutes = rule.timeout_seconds.div_ceil(60);
         let text = format!(
-            "Approval needed: {} ({}) asks to use {tool} with {}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",
+            "Approval needed: {} ({}) asks to use {tool} with {}{}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",
             caller.display_name,
             caller.role_name,
             quoted(&request.input.to_string()),
+            porter_clause(&request.porter),
             code = request.code,
         );
         for (slug, recipient) in reachable {
@@ -172,6 +199,19 @@ impl Runtime {
                 tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
             }
         }
+        if !porter.is_empty() {
+            let requests: Vec<String> = porter.iter().map(ToString::to_string).collect();
+            return (
+                format!(
+                    "Held: {} needs approval from {}. They were asked (request {}); once approved the same command runs again and may make it once, and {} is told either way. Tell them so; do not try another way around it.",
+                    requests.join(", "),
+                    names.join(" or "),
+                    request.code,
+                    caller.display_name,
+                ),
+                false,
+            );
+        }
         (
             format!(
                 "Not run yet: {tool} needs approval from {}. They were asked (request {}); it runs once approved, and {} is told either way. Tell them so; do not try another way around it.",
@@ -181,6 +221,55 @@ impl Runtime {
             ),
             false,
         )
+    }
+
+    /// A command call (`exec`, or `process` seen ending) whose requests through Porter
+    /// were held under the role's Porter approval rules: asks for the approvals, one
+    /// per rule, each bound to the call that reruns the command (the `exec` arguments,
+    /// or the `process` start) and the requests held. Returns what the model is told,
+    /// empty when nothing was held.
+    pub(super) async fn ask_porter_approvals(
+        &self,
+        caller: &Caller,
+        config: &Arc<BotConfig>,
+        tool: &str,
+        input: &Value,
+        metering: &Map<String, Value>,
+    ) -> String {
+        let Some(held) = metering.get(PORTER_HELD) else {
+            return String::new();
+        };
+        let Ok(held) = serde_json::from_value::<Vec<HeldPorterRequest>>(held.clone()) else {
+            return String::new();
+        };
+        let rerun = match tool {
+            "exec" => input.clone(),
+            "process" => match metering.get(PORTER_HELD_START) {
+                Some(start) => start.clone(),
+                None => return String::new(),
+            },
+            _ => return String::new(),
+        };
+        let mut by_rule: std::collections::BTreeMap<usize, Vec<PorterRequest>> =
+            std::collections::BTreeMap::new();
+        for held in held {
+            let requests = by_rule.entry(held.rule).or_default();
+            if !requests.contains(&held.request) {
+                requests.push(held.request);
+            }
+        }
+        let mut told = String::new();
+        for (index, requests) in by_rule {
+            let Some(rule) = caller.role.approvals.get(index) else {
+                continue;
+            };
+            let (text, _) = self
+                .ask_approval(caller, config, rule, tool, &rerun, &requests)
+                .await;
+            told.push('\n');
+            told.push_str(&text);
+        }
+        told
     }
 
     /// `caller`'s answer to request `code`, typed or a button pressed: what they are told
@@ -295,7 +384,7 @@ impl Runtime {
         request: &Request,
         approved_by: &str,
     ) -> (String, &'static str) {
-        if approvals::digest(&request.tool, &request.input) != request.digest {
+        if approvals::digest(&request.tool, &request.input, &request.porter) != request.digest {
             return (
                 "its arguments changed after it was asked".to_string(),
                 "denied",
@@ -329,7 +418,12 @@ impl Runtime {
         let started = Instant::now();
         let result = match tokio::time::timeout(
             self.options.tool_timeout,
-            tool.call_approved(&context, request.input.clone(), &request.code),
+            tool.call_approved(
+                &context,
+                request.input.clone(),
+                &request.code,
+                &request.porter,
+            ),
         )
         .await
         {

@@ -892,6 +892,7 @@ impl Runtime {
                                             rule,
                                             &name,
                                             &input,
+                                            &[],
                                         )
                                         .await;
                                     ToolReply {
@@ -1169,6 +1170,21 @@ impl Runtime {
                 trigger: state.caller.trigger.label(),
             })
             .await;
+        // A command whose requests through Porter were held asks for their approval.
+        let mut content = content;
+        if let Ok(output) = &result {
+            content.push_str(
+                &self
+                    .ask_porter_approvals(
+                        state.caller,
+                        state.config,
+                        name,
+                        &input,
+                        &output.metering,
+                    )
+                    .await,
+            );
+        }
         state.emit(TurnEvent::ToolCall {
             name: name.to_string(),
             outcome: outcome.to_string(),

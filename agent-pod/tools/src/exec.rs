@@ -24,13 +24,13 @@ use saint_config::{
     sandbox_contract::{SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_WORKSPACE_ROOTS},
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, json};
 
 use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool};
 use saint_sandbox::{
     ExecEvent, ExecRequest, Sandbox, ScopeKey, View,
-    porter_control::{PorterControl, TokenGrant},
+    porter_control::{HeldRequest, PorterControl, RequestGrant, RequestHold, TokenGrant},
 };
 
 use crate::guard::{role_paths::RolePaths, view};
@@ -228,6 +228,62 @@ fn command_digest(command: &str) -> String {
     )
 }
 
+/// A request through Porter as an approval names it and its one-time grant admits it:
+/// the credential, the host (`name`, or `name:port`), the method and the path as
+/// Porter reported it held.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PorterRequest {
+    pub cli: String,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+}
+
+impl std::fmt::Display for PorterRequest {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{} https://{}{}",
+            self.method, self.host, self.path
+        )
+    }
+}
+
+/// A request Porter held while a command ran, and which of the role's approval rules
+/// (by index in `approvals`) holds it. The usage log records these as `porterHeld`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldPorterRequest {
+    pub rule: usize,
+    #[serde(flatten)]
+    pub request: PorterRequest,
+}
+
+/// The metering key under which a command's held requests are recorded.
+pub const PORTER_HELD: &str = "porterHeld";
+
+/// The role's approval rules that name Porter requests, as Porter's holds, with the
+/// index of each rule in `role.approvals` (Porter reports a held request by its hold's
+/// index).
+pub fn porter_holds(role: &RoleConfig) -> (Vec<RequestHold>, Vec<usize>) {
+    role.approvals
+        .iter()
+        .enumerate()
+        .filter_map(|(index, rule)| {
+            let porter = rule.porter.as_ref()?;
+            Some((
+                RequestHold {
+                    hosts: porter.hosts.clone(),
+                    methods: porter.methods.clone(),
+                    paths: porter.paths.clone(),
+                },
+                index,
+            ))
+        })
+        .unzip()
+}
+
 /// Whether the command calls one of the Porter CLIs (as a program, not an argument).
 pub fn invokes_porter_cli(command: &str, clis: &[String]) -> bool {
     command_segments(command).iter().any(|segment| {
@@ -394,7 +450,7 @@ impl TypedTool for ExecTool {
 
     fn run<'a>(
         &'a self,
-        _permit: &'a Permit,
+        permit: &'a Permit,
         context: &'a ToolContext,
         input: ExecInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
@@ -414,9 +470,11 @@ impl TypedTool for ExecTool {
                 stderr,
                 ending,
                 mut metering,
+                held,
             } = self
                 .run_in_sandbox(
                     context,
+                    Some(permit),
                     SandboxCommand {
                         command: input.command,
                         cwd,
@@ -451,6 +509,10 @@ impl TypedTool for ExecTool {
                 content.push('\n');
             }
             content.push_str(&format!("[exit code {exit_code}]"));
+            if !held.is_empty() {
+                content.push('\n');
+                content.push_str(held.trim_end());
+            }
             Ok(ToolOutput {
                 content,
                 untrusted: false,
@@ -492,8 +554,11 @@ pub struct SandboxRun {
     pub stdout: CappedOutput,
     pub stderr: CappedOutput,
     pub ending: Ending,
-    /// Facts for the usage log (sandbox scope and view, duration, Porter trouble).
+    /// Facts for the usage log (sandbox scope and view, duration, Porter trouble,
+    /// requests held for an approval).
     pub metering: Map<String, serde_json::Value>,
+    /// Lines naming the requests Porter held for an approval (empty: none).
+    pub held: String,
 }
 
 /// The caller's sandbox: which one, what its `/agent` shows, and the facts the usage
@@ -504,11 +569,44 @@ pub struct CallerSandbox {
     pub metering: Map<String, serde_json::Value>,
 }
 
-/// A Porter key registered for one command: its token (to revoke) and the environment
-/// that carries it.
+/// A Porter key registered for one command: its token (to revoke), the environment
+/// that carries it, and which approval rule each of its holds stands for.
 pub struct PorterKey {
     pub token: String,
     pub env: std::collections::BTreeMap<String, String>,
+    pub hold_rules: Vec<usize>,
+}
+
+/// Records what Porter held under a command's key in `metering` (as [`PORTER_HELD`])
+/// and returns the lines that tell the model, empty when nothing was held.
+pub fn note_held(
+    held: Vec<HeldRequest>,
+    hold_rules: &[usize],
+    metering: &mut Map<String, serde_json::Value>,
+) -> String {
+    let held: Vec<HeldPorterRequest> = held
+        .into_iter()
+        .filter_map(|held| {
+            Some(HeldPorterRequest {
+                rule: *hold_rules.get(held.hold)?,
+                request: PorterRequest {
+                    cli: held.cli,
+                    host: held.host,
+                    method: held.method,
+                    path: held.path,
+                },
+            })
+        })
+        .collect();
+    if held.is_empty() {
+        return String::new();
+    }
+    let lines: String = held
+        .iter()
+        .map(|held| format!("[porter held for approval: {}]\n", held.request))
+        .collect();
+    metering.insert(PORTER_HELD.to_string(), json!(held));
+    lines
 }
 
 impl ExecTool {
@@ -550,19 +648,39 @@ impl ExecTool {
     /// A Porter key bound to the caller and `command`, living `lifetime` unless revoked
     /// sooner; none without Porter (a failure is logged and noted in `metering`: the
     /// command runs without a key, so Porter refuses its CLIs).
+    ///
+    /// The key carries the role's Porter approval rules as holds, and for a call an
+    /// approver said yes to (`permit`), a one-time grant for each request approved.
     pub async fn register_porter_key(
         &self,
         context: &ToolContext,
+        permit: Option<&Permit>,
         command: &str,
         lifetime: Duration,
         metering: &mut Map<String, serde_json::Value>,
     ) -> Option<PorterKey> {
         let porter = self.porter.as_ref()?;
+        let (hold, hold_rules) = porter_holds(&context.caller.role);
+        let grants = match permit.and_then(|permit| Some((permit, permit.approval()?))) {
+            Some((permit, code)) => permit
+                .porter_grants()
+                .iter()
+                .map(|request| RequestGrant {
+                    approval: code.to_string(),
+                    host: request.host.clone(),
+                    method: request.method.clone(),
+                    path: request.path.clone(),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let grant = TokenGrant {
             session: context.caller.session_key.clone(),
             contact: context.caller.slug.clone(),
             role: context.caller.role_name.clone(),
             command: Some(command_digest(command)),
+            hold,
+            grants,
         };
         match porter.register(&grant, lifetime).await {
             // The proxy URL with this command's key, its placeholders and the CA: the
@@ -570,6 +688,7 @@ impl ExecTool {
             Ok(registration) => Some(PorterKey {
                 token: registration.token,
                 env: registration.env,
+                hold_rules,
             }),
             Err(error) => {
                 tracing::warn!(error = %ErrorChain(&error), "failed to register a porter key; the command runs without one");
@@ -579,12 +698,18 @@ impl ExecTool {
         }
     }
 
-    /// Revokes a key whose command ended; a lost revoke expires by itself.
-    pub async fn revoke_porter_key(&self, token: &str) {
-        if let Some(porter) = &self.porter
-            && let Err(error) = porter.revoke(token).await
-        {
-            tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
+    /// Revokes a key whose command ended (a lost revoke expires by itself) and returns
+    /// the requests Porter held for an approval under it.
+    pub async fn revoke_porter_key(&self, token: &str) -> Vec<HeldRequest> {
+        let Some(porter) = &self.porter else {
+            return Vec::new();
+        };
+        match porter.revoke(token).await {
+            Ok(held) => held,
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "failed to revoke porter token; it expires by itself");
+                Vec::new()
+            }
         }
     }
 
@@ -594,6 +719,7 @@ impl ExecTool {
     pub async fn run_in_sandbox(
         &self,
         context: &ToolContext,
+        permit: Option<&Permit>,
         command: SandboxCommand,
     ) -> Result<SandboxRun, ToolError> {
         let CallerSandbox {
@@ -608,11 +734,11 @@ impl ExecTool {
             // A lost revoke still expires shortly after the command's own deadline.
             let lifetime = command.timeout + Duration::from_secs(60);
             if let Some(key) = self
-                .register_porter_key(context, &command.command, lifetime, &mut metering)
+                .register_porter_key(context, permit, &command.command, lifetime, &mut metering)
                 .await
             {
                 env.extend(key.env);
-                token = Some(key.token);
+                token = Some((key.token, key.hold_rules));
             }
         }
 
@@ -633,8 +759,10 @@ impl ExecTool {
                 command.max_stdout_bytes,
             )
             .await;
-        if let Some(token) = &token {
-            self.revoke_porter_key(token).await;
+        let mut held = String::new();
+        if let Some((token, hold_rules)) = &token {
+            let requests = self.revoke_porter_key(token).await;
+            held = note_held(requests, hold_rules, &mut metering);
         }
         metering.insert(
             "durationMs".to_string(),
@@ -646,6 +774,7 @@ impl ExecTool {
             stderr,
             ending,
             metering,
+            held,
         })
     }
 
@@ -748,6 +877,42 @@ mod tests {
         for command in ["rm -r build", "gh pr list", "echo rm", "ls -la"] {
             assert!(check_blocklist(command, Some(&list)).is_ok(), "{command}");
         }
+    }
+
+    #[test]
+    fn porter_rules_become_holds_and_held_requests_name_their_rule() {
+        let role: RoleConfig = serde_json::from_value(json!({"approvals": [
+            {"tools": ["exec"], "approvers": {"roles": ["owner"]}},
+            {"porter": {"hosts": ["api.github.com"], "methods": ["PUT"],
+                        "paths": ["/repos/*/*/pulls/*/merge"]},
+             "approvers": {"roles": ["owner"]}},
+        ]}))
+        .unwrap();
+        let (holds, rules) = porter_holds(&role);
+        assert_eq!(rules, [1], "only the Porter rule is a hold, by its index");
+        assert_eq!(holds[0].paths, ["/repos/*/*/pulls/*/merge"]);
+        let held = |hold: usize| HeldRequest {
+            hold,
+            cli: "gh".into(),
+            host: "api.github.com".into(),
+            method: "PUT".into(),
+            path: "/repos/o/r/pulls/1/merge".into(),
+        };
+        let mut metering = Map::new();
+        // A hold index Porter could not have been given is dropped, not trusted.
+        let lines = note_held(vec![held(0), held(7)], &rules, &mut metering);
+        assert_eq!(
+            lines,
+            "[porter held for approval: PUT https://api.github.com/repos/o/r/pulls/1/merge]\n"
+        );
+        assert_eq!(
+            metering[PORTER_HELD],
+            json!([{"rule": 1, "cli": "gh", "host": "api.github.com", "method": "PUT",
+                    "path": "/repos/o/r/pulls/1/merge"}])
+        );
+        let mut nothing = Map::new();
+        assert_eq!(note_held(Vec::new(), &rules, &mut nothing), "");
+        assert!(nothing.is_empty());
     }
 
     #[test]

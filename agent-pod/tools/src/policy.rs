@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use globset::GlobBuilder;
 use saint_config::{RoleConfig, Skills, TOOL_GROUPS};
 
-use crate::{Caller, Tool, ToolContext, ToolError, ToolOutput};
+use crate::{Caller, Tool, ToolContext, ToolError, ToolOutput, exec::PorterRequest};
 
 /// Proof that the policy let one role call one tool. There is no public way to build
 /// one outside this module (private fields, no `Default`, no `Clone`), and
@@ -46,6 +46,9 @@ pub struct Permit {
     /// The approval code, when this call runs because an approver said yes to exactly
     /// it ([`PermittedTool::call_approved`]).
     approval: Option<String>,
+    /// Requests through Porter that approval said yes to: a command this call runs
+    /// gets a one-time grant for each.
+    porter_grants: Vec<PorterRequest>,
 }
 
 impl Permit {
@@ -64,6 +67,12 @@ impl Permit {
     /// model).
     pub fn approval(&self) -> Option<&str> {
         self.approval.as_deref()
+    }
+
+    /// The Porter requests the approval this call runs under said yes to (none without
+    /// an approval).
+    pub fn porter_grants(&self) -> &[PorterRequest] {
+        &self.porter_grants
     }
 
     /// Refuses a call this permit was not issued for: another tool, or a caller of
@@ -117,17 +126,20 @@ impl PermittedTool {
     }
 
     /// Calls the tool with its permit marked approved by `code`: only the runtime's
-    /// approvals call this, with the exact arguments the approver said yes to.
+    /// approvals call this, with the exact arguments the approver said yes to (and the
+    /// Porter requests held for it, which the command gets once each).
     pub fn call_approved<'a>(
         &'a self,
         context: &'a ToolContext,
         input: serde_json::Value,
         code: &str,
+        porter_grants: &[PorterRequest],
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         let permit = Permit {
             tool: self.permit.tool,
             role: self.permit.role.clone(),
             approval: Some(code.to_string()),
+            porter_grants: porter_grants.to_vec(),
         };
         Box::pin(async move { self.tool.call(&permit, context, input).await })
     }
@@ -154,6 +166,7 @@ pub fn permit(
             tool: name,
             role: caller.role_name.clone(),
             approval: None,
+            porter_grants: Vec::new(),
         })
     } else {
         Err(ToolError::Denied(format!(
@@ -431,6 +444,7 @@ mod tests {
         let tool = saint_config::TOP_UP_TOOL;
         let rule = |tools: &[&str]| saint_config::ApprovalRule {
             tools: tools.iter().map(|tool| tool.to_string()).collect(),
+            porter: None,
             when: Default::default(),
             approvers: saint_config::Approvers {
                 roles: vec!["owner".to_string()],

@@ -35,7 +35,11 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Caller, Permit, ToolContext, ToolError, ToolOutput, TypedTool};
-use crate::exec::{CallerSandbox, ExecTool, admit_command, invokes_porter_cli};
+use crate::exec::{CallerSandbox, ExecTool, admit_command, invokes_porter_cli, note_held};
+
+/// The metering key under which a background command's start call is recorded when
+/// Porter held requests of it for an approval: what the approval reruns.
+pub const PORTER_HELD_START: &str = "porterHeldStart";
 
 /// What to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -103,7 +107,10 @@ impl TypedTool for ProcessUnavailableTool {
 /// idle reaper leaves the sandbox alone) and the Porter key, until a poll or kill sees
 /// it end, or its deadline passes.
 struct Held {
-    porter_token: Option<String>,
+    /// The key's token and which approval rule each of its holds stands for.
+    porter_token: Option<(String, Vec<usize>)>,
+    /// The start call's arguments: what an approval of a request it had held reruns.
+    start: Value,
     /// Owns the lease; drops it at the process's deadline if nobody saw it end sooner.
     lease_holder: tokio::task::JoinHandle<()>,
 }
@@ -149,29 +156,53 @@ impl ProcessTool {
         }
     }
 
-    /// Lets go of what was held for a process seen ended (or gone).
-    async fn release(&self, scope: &ScopeKey, id: &str) {
+    /// Lets go of what was held for a process seen ended (or gone). Requests Porter held
+    /// for an approval under its key are noted in `metering` (with the start call that
+    /// an approval reruns, as [`PORTER_HELD_START`]); returns the lines telling the
+    /// model, empty when none.
+    async fn release(
+        &self,
+        scope: &ScopeKey,
+        id: &str,
+        metering: &mut Map<String, Value>,
+    ) -> String {
         let held = self
             .held
             .lock()
             .expect("held processes lock")
             .remove(&(scope.clone(), id.to_string()));
-        if let Some(held) = held {
-            held.lease_holder.abort();
-            if let Some(token) = held.porter_token {
-                self.exec.revoke_porter_key(&token).await;
-            }
+        let Some(held) = held else {
+            return String::new();
+        };
+        held.lease_holder.abort();
+        let Some((token, hold_rules)) = held.porter_token else {
+            return String::new();
+        };
+        let requests = self.exec.revoke_porter_key(&token).await;
+        let lines = note_held(requests, &hold_rules, metering);
+        if !lines.is_empty() {
+            metering.insert(PORTER_HELD_START.to_string(), held.start);
         }
+        lines
     }
 
     async fn start(
         &self,
+        permit: &Permit,
         context: &ToolContext,
         input: ProcessInput,
     ) -> Result<ToolOutput, ToolError> {
         let command = input
             .command
             .ok_or_else(|| ToolError::InvalidInput("start needs a command".to_string()))?;
+        // The call as the model made it, for an approval of a request it gets held.
+        let mut start = json!({"action": "start", "command": command});
+        if let Some(cwd) = &input.cwd {
+            start["cwd"] = json!(cwd);
+        }
+        if let Some(seconds) = input.timeout_seconds {
+            start["timeout_seconds"] = json!(seconds);
+        }
         // Exactly the checks `exec` makes, before any sandbox or key exists.
         let cwd = admit_command(&command, input.cwd, &context.caller.role)?;
         let max_timeout = self.exec.limits().max_timeout;
@@ -193,7 +224,13 @@ impl ProcessTool {
             // shortly after the process's own deadline.
             let lifetime = timeout + Duration::from_secs(60);
             self.exec
-                .register_porter_key(context, &command, lifetime, &mut sandbox.metering)
+                .register_porter_key(
+                    context,
+                    Some(permit),
+                    &command,
+                    lifetime,
+                    &mut sandbox.metering,
+                )
                 .await
         };
         let limit = context.caller.role.process.max_running;
@@ -238,7 +275,8 @@ impl ProcessTool {
             &sandbox.scope,
             &id,
             Held {
-                porter_token: key.map(|key| key.token),
+                porter_token: key.map(|key| (key.token, key.hold_rules)),
+                start,
                 lease_holder: hold_lease(lease, timeout),
             },
         );
@@ -303,7 +341,7 @@ impl ProcessTool {
                 message,
             }) => {
                 if let Ok(id) = id() {
-                    self.release(&sandbox.scope, &id).await;
+                    self.release(&sandbox.scope, &id, &mut Map::new()).await;
                 }
                 return Err(ToolError::NotFound(message));
             }
@@ -317,11 +355,15 @@ impl ProcessTool {
         metering.insert("action".to_string(), json!(action_label(action)));
         let content = match &answer.reply {
             ProcessReply::Status { status } => {
-                if status.state != ProcessState::Running {
-                    self.release(&sandbox.scope, &status.id).await;
-                }
+                let held = if status.state == ProcessState::Running {
+                    String::new()
+                } else {
+                    self.release(&sandbox.scope, &status.id, &mut metering)
+                        .await
+                };
                 record_status(&mut metering, status, &answer);
                 let mut content = render_output(&answer);
+                content.push_str(&held);
                 if action == ProcessAction::Write {
                     content.push_str(&format!(
                         "wrote {} bytes to the stdin of {}{}\n",
@@ -366,13 +408,13 @@ impl TypedTool for ProcessTool {
 
     fn run<'a>(
         &'a self,
-        _permit: &'a Permit,
+        permit: &'a Permit,
         context: &'a ToolContext,
         input: ProcessInput,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             match input.action {
-                ProcessAction::Start => self.start(context, input).await,
+                ProcessAction::Start => self.start(permit, context, input).await,
                 action => self.act(context, action, input).await,
             }
         })

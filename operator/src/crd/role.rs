@@ -179,20 +179,33 @@ pub const MAX_APPROVAL_MATCHERS: usize = 16;
 /// Most approver roles, and most approver contacts, one rule names.
 pub const MAX_APPROVERS: usize = 32;
 
-/// One kind of tool call that needs approval, and who may give it.
+/// One kind of tool call (or of request through Porter) that needs approval, and who
+/// may give it.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-// `tools` and `approvers` are required by the schema but default in serde: a Role
-// stored where the CRD had no validation must still deserialise, so that the operator
-// refuses it with a status naming the field instead of the watch failing.
-#[schemars(transform = required_properties(&["tools", "approvers"]))]
+// `approvers` is required by the schema but defaults in serde: a Role stored where the
+// CRD had no validation must still deserialise, so that the operator refuses it with a
+// status naming the field instead of the watch failing.
+#[schemars(transform = required_properties(&["approvers"]))]
+#[x_kube(validation = kube::core::Rule::new("has(self.tools) != has(self.porter)")
+    .message("approvals[] entries name either tools or porter requests (exactly one of them)"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.porter) || !has(self.when)")
+    .message("approvals[].when applies to tools, not to porter requests"))]
 pub struct ApprovalRuleSpec {
     /// The calls this rule covers: tool names, `group:<name>`, globs over tool names or
-    /// an MCP server's tools (`docs.*`), as in `tools.allow`. At least one.
-    #[serde(default)]
+    /// an MCP server's tools (`docs.*`), as in `tools.allow`. At least one, unless the
+    /// rule names `porter` requests instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 64)))]
     #[x_kube(validation = tool_patterns_rule("approvals[].tools"))]
     pub tools: Vec<String>,
+    /// Requests a command (`exec`, `process`) makes through Porter that wait for a yes,
+    /// instead of `tools`. Porter refuses them while the command runs; the approvers are
+    /// asked; on a yes the same command runs again, as the requester, with a one-time
+    /// grant for exactly the requests held (method, host, path). Only requests the
+    /// requester's role may make at all are held; others stay refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub porter: Option<PorterRequestsSpec>,
     /// Only calls whose arguments match: argument name → glob over its text
     /// (`command: "git push*"`, `to: marko`). A call lacking the argument does not
     /// match. Empty: every call of `tools`.
@@ -213,6 +226,31 @@ pub struct ApprovalRuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = MAX_APPROVAL_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<u64>,
+}
+
+/// Requests through Porter: host, method and path globs, matched as Porter's request
+/// rules are (methods in any case; paths percent-decoded, without `;` parameters or a
+/// trailing `/`, without regard to case).
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PorterRequestsSpec {
+    /// Host names (`api.github.com`, `name:port`) a Porter CLI reaches, or `*` for any.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.all(h, h == '*' || h.matches('^[A-Za-z0-9.-]+(:[0-9]{1,5})?$'))"
+    ).message("approvals[].porter.hosts entries must be host names (name or name:port) or *"))]
+    pub hosts: Vec<String>,
+    /// HTTP methods (`POST`, `PUT`), or `*` for any.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 32)))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(m, m == '*' || m.matches('^[A-Za-z]+$'))")
+        .message("approvals[].porter.methods entries must be HTTP methods or *"))]
+    pub methods: Vec<String>,
+    /// Path globs (`/repos/*/*/pulls/*/merge`): `*` within one segment, `**` any number
+    /// of segments.
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 512)))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(p, p.startsWith('/'))")
+        .message("approvals[].porter.paths entries must start with /"))]
+    pub paths: Vec<String>,
 }
 
 /// The people who may decide an approval request.

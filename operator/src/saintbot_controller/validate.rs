@@ -622,6 +622,38 @@ mod tests {
     }
 
     #[test]
+    fn a_porter_approval_rule_is_rendered_and_a_bad_path_glob_names_its_field() {
+        let rule = |path: &str| {
+            json!({"tools": {"allow": ["exec"]}, "approvals": [
+                {"porter": {"hosts": ["api.github.com"], "methods": ["PUT"], "paths": [path]},
+                 "approvers": {"roles": ["clerk"]}}]})
+        };
+        let config = validate(
+            &bot(json!({})),
+            &namespace(rule("/repos/*/*/pulls/*/merge")),
+            &settings(),
+        )
+        .expect("the bot renders")
+        .config;
+        assert_eq!(
+            config.roles["other"].approvals[0].porter,
+            Some(saint_config::PorterRequests {
+                hosts: vec!["api.github.com".into()],
+                methods: vec!["PUT".into()],
+                paths: vec!["/repos/*/*/pulls/*/merge".into()],
+            })
+        );
+        assert!(config.roles["other"].approvals[0].tools.is_empty());
+        let validated = validate(&bot(json!({})), &namespace(rule("/repos/[o")), &settings())
+            .expect("a merely selected Role's problem does not fail the bot");
+        let summary = saint_config::ErrorChain(&validated.left_out_roles[0].error).to_string();
+        assert!(
+            summary.contains("spec.approvals[0].porter.paths"),
+            "{summary}"
+        );
+    }
+
+    #[test]
     fn a_contact_marked_erase_and_a_roles_retention_are_rendered_for_the_agent() {
         let mut dereferenced = namespace(json!({
             "tools": {"allow": ["read"]},

@@ -7,6 +7,12 @@
 //! `{"ok":true,"token":…,"env":{…}}`; `{"op":"revoke","token":…}` →
 //! `{"ok":true,"revoked":…}`.
 //!
+//! Approvals reach the wire through the key: a register may name requests that wait
+//! for an approval (`hold`, the caller's role's Porter approval rules) and requests an
+//! approver said yes to (`grants`, each admitted once). Porter refuses a held request
+//! and remembers it; the revoke answer names what was held (`held`), so the agent can
+//! ask the approver and rerun the command with a grant.
+//!
 //! Pure: no sockets.
 
 use std::collections::BTreeMap;
@@ -29,6 +35,13 @@ pub enum ControlRequest {
         /// command line, never the line itself).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         command: Option<String>,
+        /// Requests that wait for an approval: refused and remembered unless a grant
+        /// covers them (checked after the role's request policy admitted them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hold: Vec<RequestHold>,
+        /// Requests an approver said yes to: each admitted once under this key.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        grants: Vec<RequestGrant>,
     },
     /// Withdraw a token.
     Revoke { token: String },
@@ -46,10 +59,52 @@ pub struct ControlResponse {
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<bool>,
+    /// The requests held for approval under the revoked key (revoke only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldRequest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// Requests that need an approval: a request matches when its host is one of `hosts`
+/// (`*`: any), its method one of `methods` (`*`: any; any case) and its path one of
+/// `paths` (the request policy's globs, matched without regard to case, after
+/// percent-decoding, without `;` parameters or a trailing `/`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestHold {
+    pub hosts: Vec<String>,
+    pub methods: Vec<String>,
+    pub paths: Vec<String>,
+}
+
+/// One request an approver said yes to, admitted once: exactly this host, method and
+/// path (as Porter reported it held).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestGrant {
+    /// The approval's code, for the audit log.
+    pub approval: String,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+}
+
+/// A request Porter refused because it waits for an approval.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeldRequest {
+    /// Which of the key's `hold` entries matched (its index).
+    pub hold: usize,
+    /// The credential (registry entry) of the host.
+    pub cli: String,
+    /// `name`, or `name:port` when the port is not 443.
+    pub host: String,
+    /// Upper case.
+    pub method: String,
+    /// Normalised as holds match it (decoded, no parameters, no trailing `/`).
+    pub path: String,
+}
 impl ControlResponse {
     /// A refusal with its reason.
     pub fn error(message: impl Into<String>) -> Self {
@@ -58,6 +113,7 @@ impl ControlResponse {
             token: None,
             env: BTreeMap::new(),
             revoked: None,
+            held: Vec::new(),
             error: Some(message.into()),
         }
     }
@@ -75,6 +131,8 @@ mod tests {
             role: Some("owner".to_string()),
             ttl_seconds: 150,
             command: None,
+            hold: Vec::new(),
+            grants: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&register).unwrap(),
@@ -86,11 +144,33 @@ mod tests {
             role: Some("employee".to_string()),
             ttl_seconds: 150,
             command: Some("sha256:0f1e".to_string()),
+            hold: vec![RequestHold {
+                hosts: vec!["api.github.com".to_string()],
+                methods: vec!["PUT".to_string()],
+                paths: vec!["/repos/*/*/pulls/*/merge".to_string()],
+            }],
+            grants: vec![RequestGrant {
+                approval: "K7QX2P".to_string(),
+                host: "api.github.com".to_string(),
+                method: "PUT".to_string(),
+                path: "/repos/o/r/pulls/1/merge".to_string(),
+            }],
         };
+        let line = serde_json::to_value(&scoped).unwrap();
+        assert_eq!(line["command"], serde_json::json!("sha256:0f1e"));
         assert_eq!(
-            serde_json::to_value(&scoped).unwrap()["command"],
-            serde_json::json!("sha256:0f1e")
+            line["hold"],
+            serde_json::json!([{"hosts": ["api.github.com"], "methods": ["PUT"], "paths": ["/repos/*/*/pulls/*/merge"]}])
         );
+        assert_eq!(
+            line["grants"],
+            serde_json::json!([{"approval": "K7QX2P", "host": "api.github.com", "method": "PUT", "path": "/repos/o/r/pulls/1/merge"}])
+        );
+        let held: ControlResponse = serde_json::from_str(
+            r#"{"ok":true,"revoked":true,"held":[{"hold":0,"cli":"gh","host":"api.github.com","method":"PUT","path":"/repos/o/r/pulls/1/merge"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(held.held[0].path, "/repos/o/r/pulls/1/merge");
         let revoke = ControlRequest::Revoke {
             token: "t".to_string(),
         };

@@ -111,6 +111,7 @@ mod tests {
         let (token, key) = store.register(
             Grant::default(),
             registry.credentials(),
+            crate::inject::holds::KeyApprovals::default(),
             Duration::from_secs(60),
             Instant::now(),
         );

@@ -11,6 +11,7 @@
 pub mod ca;
 pub mod command_env;
 pub mod graphql;
+pub mod holds;
 pub mod oauth;
 pub mod placeholder;
 pub mod proxy;
@@ -141,10 +142,14 @@ pub struct RequestAudit {
     pub method: String,
     /// Without the query string (which may carry values).
     pub path: String,
-    /// `allowed`, `refused`, `answered` (Porter answered itself: OAuth 2.0 token
-    /// endpoint) or `upstream_error` (admitted, but the upstream could not be reached or
-    /// verified).
+    /// `allowed`, `refused`, `held` (admitted by the role, but waiting for an
+    /// approval: refused and reported to the agent), `answered` (Porter answered
+    /// itself: OAuth 2.0 token endpoint) or `upstream_error` (admitted, but the upstream
+    /// could not be reached or verified).
     pub decision: &'static str,
+    /// The approval whose one-time grant let this held request through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The upstream's status, when forwarded.

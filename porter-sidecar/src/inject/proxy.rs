@@ -37,7 +37,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    RequestAudit, oauth, placeholder,
+    RequestAudit,
+    holds::HoldDecision,
+    oauth, placeholder,
     request_policy::{HeadDecision, RequestPolicy},
     scrub::{Scrubber, StreamScrubber},
     upstream,
@@ -206,6 +208,7 @@ impl RequestAudit {
             method: method.chars().take(32).collect(),
             path: path.chars().take(1024).collect(),
             decision: "allowed",
+            approval: None,
             reason: None,
             status: None,
             uid: None,
@@ -384,8 +387,14 @@ fn key_slot_name(key: &Key) -> String {
 /// Why a request was not forwarded (or failed upstream).
 enum Failure {
     Refused(String),
+    /// Admitted by the role, but it waits for an approval.
+    Held(porter_protocol::control::HeldRequest),
     Upstream(String),
 }
+
+/// The `porter` field of a held request's answer, and the value of its
+/// `X-Porter-Decision` header: what tells a held request from a refused one.
+pub const HELD_MARKER: &str = "held-for-approval";
 
 /// One open tunnel: its command's key, its credential, its host, and the upstream
 /// connection it reuses.
@@ -414,6 +423,26 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Proxy
         .header(header::CACHE_CONTROL, "no-store")
         .body(full(body.to_string()))
         .expect("static response")
+}
+
+/// `403` with the marker, for a request that waits for an approval: the command fails
+/// now, and the agent, told by the key's revoke, asks the approver.
+fn held_response(held: &porter_protocol::control::HeldRequest) -> Response<ProxyBody> {
+    let mut response = json_response(
+        StatusCode::FORBIDDEN,
+        &serde_json::json!({
+            "message": format!(
+                "porter: {} {}{} needs an approval; the assistant asks for it when this command ends",
+                held.method, held.host, held.path
+            ),
+            "porter": HELD_MARKER,
+        }),
+    );
+    response.headers_mut().insert(
+        http::HeaderName::from_static("x-porter-decision"),
+        HeaderValue::from_static(HELD_MARKER),
+    );
+    response
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response<ProxyBody> {
@@ -447,6 +476,11 @@ impl Tunnel {
             Err(Failure::Refused(reason)) => {
                 audit.refuse(&reason);
                 error_response(StatusCode::FORBIDDEN, &format!("refused: {reason}"))
+            }
+            Err(Failure::Held(held)) => {
+                audit.decision = "held";
+                audit.reason = Some(format!("held for approval (hold {})", held.hold));
+                held_response(&held)
             }
             Err(Failure::Upstream(reason)) => {
                 // Admitted by the policy, but never answered by a verified upstream.
@@ -527,6 +561,17 @@ impl Tunnel {
                 full(bytes)
             }
         };
+        // The role admits it; an approval rule may still make it wait. Only after the
+        // policy, so an approval never lets through what the role may not do at all.
+        match self
+            .key
+            .approvals
+            .decide(&self.entry.name, &self.host, self.port, method, path)
+        {
+            HoldDecision::Free => {}
+            HoldDecision::Granted { approval } => audit.approval = Some(approval),
+            HoldDecision::Held(held) => return Err(Failure::Held(held)),
+        }
         for name in ["proxy-authorization", "proxy-connection", "expect"] {
             parts.headers.remove(name);
         }

@@ -49,7 +49,7 @@ impl RequestPolicy {
                     paths: rule
                         .paths
                         .iter()
-                        .map(|path| PathPattern::new(path))
+                        .map(|path| PathPattern::new(path, false))
                         .collect::<Result<_, _>>()
                         .map_err(|error| format!("{role}: {error}"))?,
                     graphql: rule.graphql.clone(),
@@ -163,12 +163,14 @@ fn ambiguous_path(path: &str) -> Option<&'static str> {
 /// a segment, a `**` segment any number of segments, including none at the end
 /// (`/repos/*/*/pulls/**` also matches `/repos/o/r/pulls`).
 #[derive(Clone, Debug)]
-struct PathPattern {
+pub(crate) struct PathPattern {
     matchers: Vec<GlobMatcher>,
 }
 
 impl PathPattern {
-    fn new(pattern: &str) -> Result<Self, String> {
+    /// Compiles `pattern`; `case_insensitive` for holds, which must match whatever an
+    /// upstream may read as the same path.
+    pub(crate) fn new(pattern: &str, case_insensitive: bool) -> Result<Self, String> {
         let mut globs = vec![pattern.to_owned()];
         if let Some(parent) = pattern.strip_suffix("/**") {
             globs.push(if parent.is_empty() {
@@ -183,6 +185,7 @@ impl PathPattern {
                 GlobBuilder::new(text)
                     .literal_separator(true)
                     .backslash_escape(true)
+                    .case_insensitive(case_insensitive)
                     .build()
                     .map(|glob| glob.compile_matcher())
                     .map_err(|error| format!("path {pattern:?}: {error}"))
@@ -191,7 +194,7 @@ impl PathPattern {
         Ok(Self { matchers })
     }
 
-    fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         self.matchers.iter().any(|matcher| matcher.is_match(path))
     }
 }

@@ -144,6 +144,10 @@ impl HttpLink {
             contact: context.caller.slug.clone(),
             role: context.caller.role_name.clone(),
             command: Some(format!("mcp {}.{what}", self.server)),
+            // The role's Porter approval rules hold here too; nothing reruns an MCP
+            // call with a grant, so a held request stays refused.
+            hold: crate::exec::porter_holds(&context.caller.role).0,
+            grants: Vec::new(),
         };
         let registration = self
             .route

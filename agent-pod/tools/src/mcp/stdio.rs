@@ -109,6 +109,7 @@ impl StdioLink {
             .sandbox
             .run_in_sandbox(
                 context,
+                None,
                 SandboxCommand {
                     command: self.command.clone(),
                     cwd: SANDBOX_SCRATCH_MOUNT_PATH.to_string(),

@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::ResourceExt;
 use saint_config::{
     ApprovalRule, Approvers, BOOTSTRAP_FILES, BotConfig, Budget, ConfigError, ContactConfig,
-    ContactSlug, CronLimits, FileGlobs, MAX_RUNNING_PROCESSES, ProcessLimits, Retention,
-    RoleConfig, SessionsVisibility, Skills, SpawnLimits, ToolPolicy, is_known_tool_pattern,
+    ContactSlug, CronLimits, FileGlobs, MAX_RUNNING_PROCESSES, PorterRequests, ProcessLimits,
+    Retention, RoleConfig, SessionsVisibility, Skills, SpawnLimits, ToolPolicy,
+    is_known_tool_pattern,
 };
 
 use super::ValidateError;
@@ -211,6 +212,11 @@ fn render_approvals(
             .collect::<Result<Vec<_>, _>>()?;
         rendered.push(ApprovalRule {
             tools: rule.tools.clone(),
+            porter: rule.porter.as_ref().map(|porter| PorterRequests {
+                hosts: porter.hosts.clone(),
+                methods: porter.methods.clone(),
+                paths: porter.paths.clone(),
+            }),
             when: rule.when.clone(),
             approvers: Approvers {
                 roles: rule.approvers.roles.clone(),
