@@ -28,7 +28,9 @@ use std::{
 };
 
 use futures::{future::BoxFuture, stream::BoxStream};
-pub use porter_protocol::{Request as RunnerRequest, process as runner_process};
+pub use porter_protocol::{
+    Request as RunnerRequest, browser as runner_browser, process as runner_process,
+};
 use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
@@ -154,6 +156,15 @@ pub struct ProcessAnswer {
     /// The hold on the sandbox the request ran under: whoever starts a process keeps it
     /// while the process may still run, so the sandbox is not reaped under it.
     pub lease: Lease,
+}
+
+/// A runner's answer to a browser action.
+#[derive(Debug)]
+pub struct BrowserAnswer {
+    /// The page's text (`read`) or a PNG (`screenshot`); empty otherwise.
+    pub data: Vec<u8>,
+    /// Where the page stands.
+    pub reply: runner_browser::BrowserReply,
 }
 
 /// The events of one command. Dropping it early disconnects, and the runner kills

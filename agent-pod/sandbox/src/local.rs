@@ -53,6 +53,8 @@ const SANDBOX_ID: &str = "1000";
 /// git need. Never the whole `/etc` (shadow, host keys, credentials of host tools).
 const ETC_ENTRIES: &[&str] = &[
     "alternatives",
+    // fontconfig: the browser tool's Chromium renders text in screenshots with it.
+    "fonts",
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
