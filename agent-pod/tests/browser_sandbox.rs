@@ -335,34 +335,46 @@ async fn a_page_that_reaches_for_internal_addresses_gets_nothing() {
     let browsing = Browsing::start().await;
     let ana = browsing.person("acme-ana");
 
-    // A redirect to loopback: the browser never gets there.
+    // A redirect to loopback: the redirect hop is refused, the probe never reached.
     let redirected = browsing
         .ok(
             &ana,
             json!({"action": "open", "url": format!("{SITE}/redirect")}),
         )
         .await;
-    assert!(
-        !redirected.content.contains(&browsing.probe.v4.to_string())
-            || redirected.content.contains("did not load")
-            || redirected.metering["egressRefused"].as_u64().unwrap() >= 1,
+    assert_eq!(
+        redirected.metering["egressRefused"],
+        json!(1),
         "{}",
         redirected.content
     );
-    assert!(redirected.metering["egressRefused"].as_u64().unwrap() >= 1);
+    assert!(
+        redirected
+            .content
+            .contains("1 request(s) of the page were refused"),
+        "{}",
+        redirected.content
+    );
+    assert_eq!(
+        browsing.probe_connections(),
+        0,
+        "the redirect reached the probe"
+    );
 
-    // Fetches, images and a frame aimed at metadata, private and loopback addresses.
+    // Fetches, images and a frame aimed at metadata, private and loopback addresses,
+    // directly, by an internal name and through a redirect.
     let opened = browsing
         .ok(
             &ana,
             json!({"action": "open", "url": format!("{SITE}/fetches")}),
         )
         .await;
+    // The page's own signal that every fetch ended (each refused by the proxy: a 403
+    // naming the rule for http, a failed tunnel for https); the images and the frame
+    // were part of the load event `open` waited for.
     let settled = browsing.read_until(&ana, "settled 6").await;
-    assert!(
-        settled.contains("settled 6: rejected rejected rejected rejected rejected rejected"),
-        "{settled}"
-    );
+    assert!(settled.contains("settled 6: "), "{settled}");
+    // Two images and a frame at least were refused while the page loaded.
     assert!(
         opened.metering["egressRefused"].as_u64().unwrap() >= 3,
         "{:?}",
@@ -456,7 +468,7 @@ async fn a_role_without_browser_never_sees_it() {
     let names = |context: &ToolContext, sandbox: bool| {
         policy::permitted_tools(&context.caller, std::slice::from_ref(&tool), sandbox)
             .iter()
-            .map(|permitted| permitted.tool.name())
+            .map(|permitted| permitted.name())
             .collect::<Vec<_>>()
     };
     assert_eq!(names(&ana, true), vec!["browser"]);

@@ -34,7 +34,7 @@ use porter_protocol::{
 };
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     process::{Child, ChildStdin, Command},
     sync::{broadcast, oneshot},
     task::JoinHandle,
@@ -57,8 +57,9 @@ const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 /// How long a new browser may take to answer its first command.
 const START_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The viewport every page gets.
-const WINDOW_SIZE: &str = "1280,800";
+/// The viewport every page gets (screenshots are this size, within every provider's
+/// image limits).
+const VIEWPORT: (u32, u32) = (1280, 800);
 
 /// The user name the browser answers the egress proxy's challenge with.
 pub const EGRESS_USER: &str = "saint-browser";
@@ -228,8 +229,6 @@ async fn read_messages(
     // Whoever still waits learns the browser is gone.
     pending.lock().expect("devtools pending lock").clear();
 }
-
-use tokio::io::AsyncReadExt as _;
 
 /// One owner's browser.
 struct Session {
@@ -475,6 +474,10 @@ impl Browsers {
         for (method, params) in [
             ("Fetch.enable", json!({"handleAuthRequests": true})),
             ("Page.enable", json!({})),
+            (
+                "Emulation.setDeviceMetricsOverride",
+                json!({"width": VIEWPORT.0, "height": VIEWPORT.1, "deviceScaleFactor": 1, "mobile": false}),
+            ),
         ] {
             session
                 .devtools
@@ -527,13 +530,13 @@ pub fn chromium_arguments(profile: &Path, relay_port: u16) -> Vec<String> {
         "--disable-features=IsolateOrigins,site-per-process,MediaRouter,OptimizationHints,Translate".to_string(),
         // WebRTC may not go around the proxy.
         "--force-webrtc-ip-handling-policy=disable_non_proxied_udp".to_string(),
-        format!("--window-size={WINDOW_SIZE}"),
+        format!("--window-size={},{}", VIEWPORT.0, VIEWPORT.1),
         format!("--user-data-dir={}", profile.display()),
         format!("--proxy-server=http://127.0.0.1:{relay_port}"),
         // Without this Chromium would reach loopback directly (the runner's ports).
         "--proxy-bypass-list=<-loopback>".to_string(),
         // Chromium never resolves a name itself; the proxy does, and checks.
-        "--host-resolver-rules=MAP * ~NOTFOUND".to_string(),
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1".to_string(),
         "--remote-debugging-pipe".to_string(),
         "about:blank".to_string(),
     ]
