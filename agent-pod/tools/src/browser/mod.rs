@@ -281,7 +281,7 @@ impl BrowserTool {
         let after = counts(&egress);
         let mut metering = sandbox.metering;
         metering.insert("action".to_string(), json!(verb_label(input.action)));
-        metering.insert("bytes".to_string(), json!(data.len()));
+        metering.insert("outputBytes".to_string(), json!(data.len()));
         metering.insert("seconds".to_string(), json!(seconds));
         metering.insert("browserStarted".to_string(), json!(reply.started));
         metering.insert("egressAllowed".to_string(), json!(after[0] - before[0]));
