@@ -241,6 +241,8 @@ struct Session {
     profile: PathBuf,
     relay: JoinHandle<()>,
     last_used: Mutex<Instant>,
+    /// Unused this long, the session ends.
+    idle: Duration,
     /// One action at a time per session.
     busy: tokio::sync::Mutex<()>,
 }
@@ -301,15 +303,16 @@ impl Browsers {
         self.sessions().clear();
     }
 
-    /// Ends sessions unused for `idle`.
-    fn reap(&self, idle: Duration) {
+    /// Ends sessions unused for longer than their idle timeout (the server calls this
+    /// periodically, every request too).
+    pub fn reap_idle(&self) {
         self.sessions().retain(|_, session| {
             session
                 .last_used
                 .lock()
                 .expect("browser use lock")
                 .elapsed()
-                < idle
+                < session.idle
         });
     }
 
@@ -317,7 +320,7 @@ impl Browsers {
     pub async fn act(&self, request: &BrowserRequest) -> Result<Acted, Refusal> {
         let started_at = Instant::now();
         let deadline = started_at + Duration::from_secs(request.timeout_seconds.clamp(1, 300));
-        self.reap(Duration::from_secs(request.idle_seconds.max(1)));
+        self.reap_idle();
         if request.action == BrowserAction::Close {
             let closed = self.sessions().remove(&request.owner).is_some();
             return Ok(Acted {
@@ -444,6 +447,7 @@ impl Browsers {
             profile,
             relay,
             last_used: Mutex::new(Instant::now()),
+            idle: Duration::from_secs(request.idle_seconds.max(1)),
             busy: tokio::sync::Mutex::new(()),
         };
         let first = deadline.min(Instant::now() + START_DEADLINE);
@@ -612,6 +616,12 @@ impl Session {
     ) -> Result<(Vec<u8>, String), String> {
         match action {
             BrowserAction::Open { url } => {
+                // The agent sends only web URLs; a file or chrome URL is never opened.
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!(
+                        "only http and https URLs may be opened, not {url:?}"
+                    ));
+                }
                 let mut events = self.devtools.events.subscribe();
                 let navigated = self
                     .devtools
