@@ -183,7 +183,13 @@ impl Browsing {
             None,
             ExecLimits::default(),
         ));
-        let tool = BrowserTool::new(exec.clone(), Arc::new(guard), BrowserLimits::default());
+        // Screenshots are prepared by the agent's own extraction child, as in the binary.
+        let extractor = saint_media::Extractor::new(
+            env!("CARGO_BIN_EXE_saint-agent"),
+            [saint_media::CHILD_SUBCOMMAND],
+        );
+        let tool = BrowserTool::new(exec.clone(), Arc::new(guard), BrowserLimits::default())
+            .with_image_preparer(saint_agent::image_tool::screenshot_preparer(extractor));
         // Employees may browse; one sandbox for the whole bot, so two people share a
         // runner and only the owner tag keeps their browsers apart.
         let mut config = (*harness.config).clone();
@@ -301,10 +307,14 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
         "{missing}"
     );
 
-    // The screenshot reaches the model as an image block.
+    // The screenshot reaches the model as an image block, re-encoded by the child.
     let shot = browsing.ok(&ana, json!({"action": "screenshot"})).await;
     let image = shot.image.expect("the screenshot is an image block");
-    assert_eq!(image.media_type, "image/png");
+    assert!(
+        ["image/png", "image/jpeg"].contains(&image.media_type.as_str()),
+        "{}",
+        image.media_type
+    );
     let png = base64::engine::general_purpose::STANDARD
         .decode(&image.base64)
         .unwrap();

@@ -102,6 +102,11 @@ pub struct BrowserInput {
     pub text: Option<String>,
 }
 
+/// Prepares a screenshot for the model (in the agent: decoded and re-encoded by
+/// saint-media's child); without one the PNG is passed on as the browser made it.
+pub type ImagePreparer =
+    Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Result<ToolImage, String>> + Send + Sync>;
+
 /// One person's browser in one sandbox, as the agent holds it: the egress proxy the
 /// browser reaches and its key.
 struct Session {
@@ -129,6 +134,7 @@ pub struct BrowserTool {
     guard: Arc<SsrfGuard>,
     limits: BrowserLimits,
     sessions: Mutex<HashMap<(ScopeKey, String), Session>>,
+    preparer: Option<ImagePreparer>,
 }
 
 impl BrowserTool {
@@ -139,7 +145,14 @@ impl BrowserTool {
             guard,
             limits,
             sessions: Mutex::new(HashMap::new()),
+            preparer: None,
         }
+    }
+
+    /// Screenshots go through `preparer` before the model sees them.
+    pub fn with_image_preparer(mut self, preparer: ImagePreparer) -> Self {
+        self.preparer = Some(preparer);
+        self
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<(ScopeKey, String), Session>> {
@@ -315,9 +328,12 @@ impl BrowserTool {
                     ));
                 }
                 output.content.push_str("\nthe screenshot is shown below");
-                output.image = Some(ToolImage {
-                    media_type: "image/png".to_string(),
-                    base64: base64::engine::general_purpose::STANDARD.encode(&data),
+                output.image = Some(match &self.preparer {
+                    Some(preparer) => preparer(data).await.map_err(ToolError::Failed)?,
+                    None => ToolImage {
+                        media_type: "image/png".to_string(),
+                        base64: base64::engine::general_purpose::STANDARD.encode(&data),
+                    },
                 });
             }
             _ => {}
