@@ -329,7 +329,7 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
             &exec_permit,
             &ana,
             json!({"command": format!(
-                "for socket in /run/saint/sandbox/browser-*.sock; do \
+                "for socket in /run/saint/sandbox/browser/browser-*.sock; do \
                  curl -s -o /dev/null -w '%{{http_code}}\\n' --unix-socket \"$socket\" \
                  --proxy http://proxy {SITE}/; done"
             )}),
@@ -337,6 +337,30 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
         .await
         .unwrap();
     assert!(plain.content.starts_with("407"), "{}", plain.content);
+    // Nor can it take the socket's place to collect the browser's key.
+    let replace = browsing
+        .exec
+        .call(
+            &exec_permit,
+            &ana,
+            json!({"command": "rm -f /run/saint/sandbox/browser/*.sock; \
+                               touch /run/saint/sandbox/browser/planted; \
+                               ls /run/saint/sandbox/browser"}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        replace.content.contains("Read-only file system"),
+        "{}",
+        replace.content
+    );
+    assert!(replace.content.contains(".sock"), "{}", replace.content);
+    assert!(
+        !replace.content.contains("\nplanted"),
+        "{}",
+        replace.content
+    );
+    assert!(browsing.read(&ana).await.contains("Hello, Ana"));
     assert_eq!(browsing.probe_connections(), 0);
 }
 

@@ -35,6 +35,11 @@ use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
 
+/// The directory in a sandbox's runner directory where the agent binds the browser's
+/// egress sockets; the sandbox cannot write it (a read-only bind locally, the agent's
+/// own directory in a cluster).
+pub const BROWSER_SOCKET_DIRECTORY: &str = "browser";
+
 /// Files copied from the real workspace into a new sandbox's `/workspace`: bootstrap
 /// files and skills; never memory, config or data.
 pub fn seed_entries() -> Vec<String> {

@@ -173,7 +173,7 @@ impl BrowserTool {
         sessions.retain(|_, session| session.last_used.elapsed() < idle);
         let slot = (scope.clone(), owner.to_string());
         if let Some(session) = sessions.get_mut(&slot)
-            && session.socket.parent() == Some(run_directory)
+            && session.socket.parent().and_then(std::path::Path::parent) == Some(run_directory)
         {
             session.last_used = Instant::now();
             return Ok((
@@ -183,13 +183,17 @@ impl BrowserTool {
             ));
         }
         let key = saint_sandbox::random_token().map_err(unavailable)?;
-        // A name nobody can guess: a command in the sandbox (which may write this
-        // directory) cannot plant a symlink where the agent binds.
+        let directory = socket_directory(run_directory)?;
+        // A name nobody can guess, in a directory the sandbox cannot write: a command in
+        // the sandbox can neither plant a symlink where the agent binds nor replace the
+        // socket with a listener of its own that would collect the browser's key.
+        let token = saint_sandbox::random_token().map_err(unavailable)?;
         let name = format!(
-            "browser-{}.sock",
-            &saint_sandbox::random_token().map_err(unavailable)?[..24]
+            "{}/browser-{}.sock",
+            saint_sandbox::BROWSER_SOCKET_DIRECTORY,
+            &token[..24]
         );
-        let socket = run_directory.join(&name);
+        let socket = directory.join(format!("browser-{}.sock", &token[..24]));
         let listener = tokio::net::UnixListener::bind(&socket).map_err(|error| {
             ToolError::Failed(format!(
                 "failed to open the browser's egress socket: {error}"
@@ -339,6 +343,36 @@ impl BrowserTool {
             _ => {}
         }
         Ok(output)
+    }
+}
+
+/// The sandbox's browser socket directory as the agent sees it: created here (mode
+/// 0750: the sandbox may connect, never add or remove) unless the sandbox's start made
+/// it; anything else at that path (a symlink, another's directory) is refused.
+fn socket_directory(run_directory: &std::path::Path) -> Result<PathBuf, ToolError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let directory = run_directory.join(saint_sandbox::BROWSER_SOCKET_DIRECTORY);
+    let refuse = |why: String| {
+        ToolError::Failed(format!(
+            "the browser is unavailable: {} {why}",
+            directory.display()
+        ))
+    };
+    match std::fs::symlink_metadata(&directory) {
+        Ok(metadata)
+            if metadata.is_dir() && metadata.uid() == rustix::process::geteuid().as_raw() =>
+        {
+            Ok(directory)
+        }
+        Ok(_) => Err(refuse("is not a directory of the agent's own".to_string())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .mode(0o750)
+                .create(&directory)
+                .map_err(|error| refuse(format!("could not be created: {error}")))?;
+            Ok(directory)
+        }
+        Err(error) => Err(refuse(format!("could not be read: {error}"))),
     }
 }
 
