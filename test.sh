@@ -102,7 +102,8 @@ apt_packages=(
 	git
 	ca-certificates
 	gh                    # porter injection tests run the real gh (2.23) through the proxy
-	chromium              # the chat page's browser test (agent-pod/tests/up.rs)
+	chromium              # the chat page's browser test (agent-pod/tests/up.rs) and the browser tool's (browser_sandbox.rs)
+	curl                  # browser_sandbox.rs: a plain command in the sandbox tries the browser's egress socket
 	chromium-driver
 	dovecot-imapd         # the e-mail channel's tests run a real mail server (agent-pod/tests/email.rs):
 	dovecot-lmtpd         #   Dovecot for IMAP (IDLE), LMTP delivery and submission,

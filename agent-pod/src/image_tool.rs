@@ -37,6 +37,59 @@ struct ImageInput {
     url: Option<String>,
 }
 
+/// Why an image could not be prepared.
+enum PrepareError {
+    /// No temporary file or no task: the agent's fault.
+    Task(String),
+    /// The child refused or could not read the image.
+    Image(String),
+}
+
+/// Prepares `bytes` in the extraction child: decoded, scaled and re-encoded there, never
+/// in the agent. The child opens a path: a private copy, so what it decodes is exactly
+/// what the caller handed over.
+async fn prepare(
+    extractor: &Extractor,
+    limits: &ImageLimits,
+    bytes: Vec<u8>,
+) -> Result<saint_media::PreparedImage, PrepareError> {
+    let mut copy = tempfile::NamedTempFile::new()
+        .map_err(|error| PrepareError::Task(format!("no temporary file: {error}")))?;
+    copy.write_all(&bytes)
+        .map_err(|error| PrepareError::Task(format!("no temporary file: {error}")))?;
+    let (extractor, limits) = (extractor.clone(), limits.clone());
+    tokio::task::spawn_blocking(move || {
+        let prepared = extractor.image(copy.path(), &limits);
+        drop(copy);
+        prepared
+    })
+    .await
+    .map_err(|_| PrepareError::Task("the image task failed".to_string()))?
+    .map_err(|error| PrepareError::Image(error.to_string()))
+}
+
+/// The browser's screenshots prepared like every image the model sees: a PNG from the
+/// sandbox's Chromium is decoded and re-encoded by the extraction child, never passed
+/// on as the sandbox made it.
+pub fn screenshot_preparer(extractor: Extractor) -> saint_tools::browser::ImagePreparer {
+    Arc::new(move |bytes: Vec<u8>| {
+        let extractor = extractor.clone();
+        Box::pin(async move {
+            let prepared = prepare(&extractor, &ImageLimits::default(), bytes)
+                .await
+                .map_err(
+                    |(PrepareError::Task(message) | PrepareError::Image(message))| {
+                        format!("the screenshot could not be prepared: {message}")
+                    },
+                )?;
+            Ok(ToolImage {
+                media_type: prepared.media_type.clone(),
+                base64: prepared.base64(),
+            })
+        })
+    })
+}
+
 /// Shows the model an image.
 pub struct ImageTool {
     extractor: Extractor,
@@ -139,21 +192,14 @@ impl Tool for ImageTool {
             let input: ImageInput = typed::decode(input)?;
             let (bytes, shown) = self.source(context, input).await?;
             let size = bytes.len();
-            // The child opens a path: a private copy, so what it decodes is exactly what
-            // was read under the caller's rules.
-            let mut copy = tempfile::NamedTempFile::new()
-                .map_err(|error| ToolError::Failed(format!("no temporary file: {error}")))?;
-            copy.write_all(&bytes)
-                .map_err(|error| ToolError::Failed(format!("no temporary file: {error}")))?;
-            let (extractor, limits) = (self.extractor.clone(), self.limits.clone());
-            let prepared = tokio::task::spawn_blocking(move || {
-                let prepared = extractor.image(copy.path(), &limits);
-                drop(copy);
-                prepared
-            })
-            .await
-            .map_err(|_| ToolError::Failed("the image task failed".to_string()))?
-            .map_err(|error| ToolError::InvalidInput(format!("{shown}: {error}")))?;
+            let prepared = prepare(&self.extractor, &self.limits, bytes)
+                .await
+                .map_err(|error| match error {
+                    PrepareError::Task(message) => ToolError::Failed(message),
+                    PrepareError::Image(message) => {
+                        ToolError::InvalidInput(format!("{shown}: {message}"))
+                    }
+                })?;
             let note = if prepared.was_resized() {
                 format!(
                     "{shown}: {} image, {} × {} scaled to {} × {}, shown below",

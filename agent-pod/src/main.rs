@@ -846,6 +846,21 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
                 tools = tools.replace(tool.clone());
                 // Background commands share exec's sandbox, checks and Porter path.
                 tools = tools.replace(Arc::new(ProcessTool::new(tool.clone())));
+                // The browser runs in the same sandboxes; its pages reach the web only
+                // through the same SSRF rules as web_fetch.
+                let browser = saint_tools::browser::BrowserTool::new(
+                    tool.clone(),
+                    Arc::new(saint_tools::guard::ssrf::SsrfGuard::default()),
+                    saint_tools::browser::BrowserLimits::default(),
+                );
+                // Screenshots are prepared like every image the model sees.
+                let browser = match &options.media {
+                    Some(extractor) => browser.with_image_preparer(
+                        saint_agent::image_tool::screenshot_preparer(extractor.clone()),
+                    ),
+                    None => browser,
+                };
+                tools = tools.replace(Arc::new(browser));
                 tracing::info!("exec: on, commands run in the sandbox");
                 extras.notices.push("exec: on, commands run in the sandbox".to_string());
                 let parts = mcp_servers::parts(Some((&exec, tool)), &config.last_good()).await;

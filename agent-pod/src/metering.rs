@@ -439,6 +439,14 @@ pub struct Metrics {
     media_audio_seconds: Family<MediaLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     media_audio_bytes: Family<MediaLabels, Counter>,
     approvals_pending: Gauge,
+    browser_egress: Family<BrowserEgressLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BrowserEgressLabels {
+    /// `allowed` or `refused` by the browser's egress guard.
+    outcome: String,
+    role: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -485,7 +493,7 @@ impl Default for Metrics {
         let tool_output_bytes = Family::<ToolRoleLabels, Counter>::default();
         registry.register(
             "tool_output_bytes",
-            "Output bytes commands wrote (exec, process) by tool and the caller's role",
+            "Output bytes commands wrote (exec, process) and the browser returned, by tool and the caller's role",
             tool_output_bytes.clone(),
         );
         let turns = Family::<TurnLabels, Counter>::default();
@@ -596,6 +604,12 @@ impl Default for Metrics {
             "Bytes of audio sent to a media service, by service, role and person",
             media_audio_bytes.clone(),
         );
+        let browser_egress = Family::<BrowserEgressLabels, Counter>::default();
+        registry.register(
+            "browser_egress_requests",
+            "Requests the browser tool's pages made, by the egress guard's outcome and the caller's role",
+            browser_egress.clone(),
+        );
         Self {
             registry,
             tool_calls,
@@ -619,6 +633,7 @@ impl Default for Metrics {
             media_audio_seconds,
             media_audio_bytes,
             approvals_pending,
+            browser_egress,
         }
     }
 }
@@ -693,6 +708,21 @@ impl Metrics {
     }
 
     /// Counts output bytes a tool's commands wrote for a caller of `role`.
+    /// Counts the browser's egress requests of one call (`egressAllowed`,
+    /// `egressRefused` in its metering).
+    pub fn browser_egress(&self, role: &str, extra: &Map<String, Value>) {
+        for (field, outcome) in [("egressAllowed", "allowed"), ("egressRefused", "refused")] {
+            if let Some(count) = extra.get(field).and_then(Value::as_u64) {
+                self.browser_egress
+                    .get_or_create(&BrowserEgressLabels {
+                        outcome: outcome.into(),
+                        role: role.into(),
+                    })
+                    .inc_by(count);
+            }
+        }
+    }
+
     pub fn tool_output(&self, tool: &str, role: &str, bytes: u64) {
         self.tool_output_bytes
             .get_or_create(&ToolRoleLabels {
@@ -882,6 +912,9 @@ impl Metering {
             self.metrics
                 .tool_speech(record.tool, record.role, characters, audio_bytes);
         }
+        if record.tool == "browser" {
+            self.metrics.browser_egress(record.role, record.extra);
+        }
         let line = usage_line(record, jiff::Timestamp::now());
         self.append(line).await;
     }
@@ -1063,6 +1096,20 @@ mod tests {
         assert_eq!(reported_output_bytes(&poll), 10_000);
         assert_eq!(reported_output_bytes(&Map::new()), 0);
         let metrics = Metrics::default();
+        metrics.browser_egress(
+            "owner",
+            &Map::from_iter([
+                ("egressAllowed".to_string(), json!(7)),
+                ("egressRefused".to_string(), json!(2)),
+            ]),
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "saint_browser_egress_requests_total{outcome=\"refused\",role=\"owner\"} 2"
+            ),
+            "{text}"
+        );
         metrics.tool_output("process", "owner", 10_000);
         metrics.tool_output("process", "owner", 5);
         let text = metrics.encode();

@@ -28,10 +28,17 @@ use std::{
 };
 
 use futures::{future::BoxFuture, stream::BoxStream};
-pub use porter_protocol::{Request as RunnerRequest, process as runner_process};
+pub use porter_protocol::{
+    Request as RunnerRequest, browser as runner_browser, process as runner_process,
+};
 use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
+
+/// The directory in a sandbox's runner directory where the agent binds the browser's
+/// egress sockets; the sandbox cannot write it (a read-only bind locally, the agent's
+/// own directory in a cluster).
+pub const BROWSER_SOCKET_DIRECTORY: &str = "browser";
 
 /// Files copied from the real workspace into a new sandbox's `/workspace`: bootstrap
 /// files and skills; never memory, config or data.
@@ -154,6 +161,15 @@ pub struct ProcessAnswer {
     /// The hold on the sandbox the request ran under: whoever starts a process keeps it
     /// while the process may still run, so the sandbox is not reaped under it.
     pub lease: Lease,
+}
+
+/// A runner's answer to a browser action.
+#[derive(Debug)]
+pub struct BrowserAnswer {
+    /// The page's text (`read`) or a PNG (`screenshot`); empty otherwise.
+    pub data: Vec<u8>,
+    /// Where the page stands.
+    pub reply: runner_browser::BrowserReply,
 }
 
 /// The events of one command. Dropping it early disconnects, and the runner kills

@@ -53,6 +53,8 @@ const SANDBOX_ID: &str = "1000";
 /// git need. Never the whole `/etc` (shadow, host keys, credentials of host tools).
 const ETC_ENTRIES: &[&str] = &[
     "alternatives",
+    // fontconfig: the browser tool's Chromium renders text in screenshots with it.
+    "fonts",
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
@@ -370,6 +372,15 @@ pub fn bwrap_arguments(
         );
     }
     push_bind(&mut arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
+    push_bind(
+        &mut arguments,
+        "--ro-bind",
+        &paths.run.join(crate::BROWSER_SOCKET_DIRECTORY),
+        &format!(
+            "{SANDBOX_RUN_DIRECTORY}/{}",
+            crate::BROWSER_SOCKET_DIRECTORY
+        ),
+    );
     push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
     push(
         &mut arguments,
@@ -513,6 +524,9 @@ impl LocalSandbox {
         }
         fs::create_dir_all(&paths.run)?;
         fs::set_permissions(&paths.run, fs::Permissions::from_mode(0o700))?;
+        // The browser's egress sockets: read-only inside, so a command cannot replace
+        // one with its own listener and collect the browser's key.
+        fs::create_dir_all(paths.run.join(crate::BROWSER_SOCKET_DIRECTORY))?;
         let token_path = paths.run.join("token");
         fs::write(&token_path, token)?;
         fs::set_permissions(&token_path, fs::Permissions::from_mode(0o600))

@@ -13,7 +13,9 @@ use saint_config::ErrorChain;
 use tokio::{io::AsyncWrite, net::UnixStream};
 use tokio_util::codec::FramedRead;
 
-use super::{ExecEvent, ExecRequest, ExecStream, ProcessAnswer, SandboxError, SandboxHandle};
+use super::{
+    BrowserAnswer, ExecEvent, ExecRequest, ExecStream, ProcessAnswer, SandboxError, SandboxHandle,
+};
 
 fn protocol(error: CodecError) -> SandboxError {
     SandboxError::Protocol(ErrorChain(&error).to_string())
@@ -98,6 +100,49 @@ pub async fn process(
                     lease: handle.lease,
                 });
             }
+            Some(Frame::Error { code, message }) => {
+                return Err(SandboxError::Refused {
+                    code: code.as_str(),
+                    message,
+                });
+            }
+            Some(other) => {
+                return Err(SandboxError::Protocol(format!(
+                    "unexpected {:?} frame from runner",
+                    other.kind()
+                )));
+            }
+            None => {
+                return Err(SandboxError::Protocol(
+                    "runner closed the connection before answering".to_string(),
+                ));
+            }
+        }
+    }
+}
+
+/// Sends one browser action (the handle's token filled in here) and collects the
+/// answer: the action's bytes (page text or PNG), then the runner's `Browser` frame.
+pub async fn browser(
+    handle: SandboxHandle,
+    request: porter_protocol::browser::BrowserRequest,
+    max_bytes: usize,
+) -> Result<BrowserAnswer, SandboxError> {
+    let (mut frames, mut write_half) = connect(&handle).await?;
+    let request = Request::Browser(request).with_token(&handle.token);
+    send(&mut write_half, &Frame::Request(request)).await?;
+    let mut data = Vec::new();
+    loop {
+        match frames.next().await.transpose().map_err(protocol)? {
+            Some(Frame::Stdout(chunk)) => {
+                if data.len() + chunk.len() > max_bytes {
+                    return Err(SandboxError::Protocol(format!(
+                        "the browser's answer is larger than {max_bytes} bytes"
+                    )));
+                }
+                data.extend(chunk);
+            }
+            Some(Frame::Browser(reply)) => return Ok(BrowserAnswer { data, reply }),
             Some(Frame::Error { code, message }) => {
                 return Err(SandboxError::Refused {
                     code: code.as_str(),

@@ -11,6 +11,7 @@
 //! error results, never panics.
 
 pub mod apply_patch;
+pub mod browser;
 pub mod catalog;
 pub mod edit;
 pub mod exec;

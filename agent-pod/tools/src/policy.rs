@@ -222,6 +222,9 @@ pub fn without_idle_skill_tool(
     tools
 }
 
+/// The browser tool's name; it needs a sandbox, though not `exec`.
+const BROWSER: &str = "browser";
+
 /// Tools no role sees until the sandbox exists.
 pub const WITHHELD_TOOLS: &[&str] = &["exec", "process"];
 
@@ -255,6 +258,10 @@ pub fn tool_allowed(role: &RoleConfig, tool: &str) -> bool {
 /// top-up is allowed only to a role with a budget whose approvals name it.
 pub fn tool_allowed_with_sandbox(role: &RoleConfig, tool: &str, sandbox_available: bool) -> bool {
     if WITHHELD_TOOLS.contains(&tool) && !(sandbox_available && role.exec_blocklist.is_some()) {
+        return false;
+    }
+    // The browser runs in the caller's sandbox: without one there is no browser.
+    if tool == BROWSER && !sandbox_available {
         return false;
     }
     let denied = role

@@ -10,6 +10,7 @@
 use thiserror::Error;
 
 use crate::{
+    browser::{BrowserReply, BrowserReplyError, MAX_BROWSER_REPLY},
     handshake::{self, HandshakeError},
     process::{MAX_PROCESS_REPLY, ProcessReply, ProcessReplyError},
     request::{Request, RequestError},
@@ -56,6 +57,7 @@ pub enum FrameKind {
     Error = 33,
     /// Server → client, last frame: the answer to a background-process request (JSON).
     Process = 34,
+    Browser = 35,
 }
 
 impl FrameKind {
@@ -73,6 +75,7 @@ impl FrameKind {
             32 => Self::Exit,
             33 => Self::Error,
             34 => Self::Process,
+            35 => Self::Browser,
             _ => return None,
         })
     }
@@ -89,6 +92,7 @@ impl FrameKind {
             Self::Exit => 4,
             Self::Error => 1 + MAX_ERROR_MESSAGE,
             Self::Process => MAX_PROCESS_REPLY,
+            Self::Browser => MAX_BROWSER_REPLY,
         }
     }
 }
@@ -227,6 +231,7 @@ pub enum Frame {
     Exit { code: i32 },
     Error { code: ErrorCode, message: String },
     Process(ProcessReply),
+    Browser(BrowserReply),
 }
 
 /// Why bytes could not be decoded into a frame.
@@ -252,6 +257,8 @@ pub enum FrameError {
     Request(#[from] RequestError),
     #[error(transparent)]
     Process(#[from] ProcessReplyError),
+    #[error(transparent)]
+    Browser(#[from] BrowserReplyError),
     #[error("failed to encode frame: {kind:?} payload of {len} bytes exceeds {max}")]
     EncodeTooLong {
         kind: FrameKind,
@@ -303,6 +310,7 @@ impl Frame {
             Frame::Exit { .. } => FrameKind::Exit,
             Frame::Error { .. } => FrameKind::Error,
             Frame::Process(_) => FrameKind::Process,
+            Frame::Browser(_) => FrameKind::Browser,
         }
     }
 
@@ -350,6 +358,7 @@ impl Frame {
                 None => return Err(malformed()),
             },
             FrameKind::Process => Frame::Process(ProcessReply::parse(&payload)?),
+            FrameKind::Browser => Frame::Browser(BrowserReply::parse(&payload)?),
         })
     }
 
@@ -375,6 +384,7 @@ impl Frame {
                 out.extend_from_slice(message.as_bytes());
             }
             Frame::Process(reply) => out.extend_from_slice(&reply.to_payload()),
+            Frame::Browser(reply) => out.extend_from_slice(&reply.to_payload()),
         }
         let len = out.len() - start - HEADER_LEN;
         let max = kind.max_payload();

@@ -6,13 +6,16 @@
 //! then the client's `Stdin`/`StdinEof`/`Signal` frames and the server's
 //! `Stdout`/`Stderr` frames interleave until the server's last frame, `Exit` or `Error`.
 //! A background-process request (`process`) is answered by `Stdout`/`Stderr` frames (the
-//! new output, for `poll` and `kill`) and a last `Process` or `Error` frame.
+//! new output, for `poll` and `kill`) and a last `Process` or `Error` frame; a `browser`
+//! request by `Stdout` frames (the page's text or a screenshot) and a last `Browser` or
+//! `Error` frame.
 //!
 //! Pure: no sockets, no processes. `sync_io` (std) and `async_io` (tokio, feature
 //! `async`) read and write frames on streams the caller brings.
 
 #[cfg(feature = "async")]
 pub mod async_io;
+pub mod browser;
 pub mod control;
 pub mod frame;
 pub mod handshake;

@@ -1,6 +1,7 @@
 //! The request the agent sends a sandbox runner after the handshake: run a shell
 //! command (`Exec`), or start and act on a background process (`Spawn`, `Poll`,
-//! `Write`, `Kill`, `List`; their shapes are in [`crate::process`]).
+//! `Write`, `Kill`, `List`; their shapes are in [`crate::process`]), or act on a headless
+//! browser (`Browser`, in [`crate::browser`]).
 //!
 //! Pure: parsing and shape checks only. Whether a request is *allowed* (token, cwd
 //! containment) is the runner's decision, never made here.
@@ -10,8 +11,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::process::{
-    MAX_OWNER_LEN, MAX_PROCESS_ID_LEN, OwnerRequest, ProcessTarget, SpawnRequest, WriteRequest,
+use crate::{
+    browser::{BrowserRequest, MAX_BROWSER_ARGUMENT},
+    process::{
+        MAX_OWNER_LEN, MAX_PROCESS_ID_LEN, OwnerRequest, ProcessTarget, SpawnRequest, WriteRequest,
+    },
 };
 
 /// Most environment variables one request may carry.
@@ -36,6 +40,8 @@ pub enum Request {
     Kill(ProcessTarget),
     /// The owner's background processes.
     List(OwnerRequest),
+    /// One action on the owner's headless browser.
+    Browser(BrowserRequest),
 }
 
 /// Run a shell command line: what the agent sends to a sandbox runner.
@@ -104,6 +110,7 @@ impl Request {
             Request::Poll(target) | Request::Kill(target) => &target.token,
             Request::Write(write) => &write.token,
             Request::List(list) => &list.token,
+            Request::Browser(browser) => &browser.token,
         }
     }
 
@@ -116,6 +123,7 @@ impl Request {
             Request::Poll(target) | Request::Kill(target) => &mut target.token,
             Request::Write(write) => &mut write.token,
             Request::List(list) => &mut list.token,
+            Request::Browser(browser) => &mut browser.token,
         };
         *slot = token.to_string();
         self
@@ -154,6 +162,14 @@ impl Request {
                 check_id(&write.id)
             }
             Request::List(list) => check_owner(&list.owner),
+            Request::Browser(browser) => {
+                check_owner(&browser.owner)?;
+                for (field, value) in browser.strings() {
+                    no_nul(field, value)?;
+                    at_most(field, value, MAX_BROWSER_ARGUMENT)?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -83,6 +83,7 @@ pub async fn serve(stream: UnixStream, state: Arc<State>) -> Result<(), Connecti
     }
     let request = match request {
         Request::Exec(request) => request,
+        Request::Browser(browser) => return serve_browser(&browser, &state, &mut writer).await,
         background => return serve_background(background, &state, &mut writer).await,
     };
     let working_directory = match state.roots.open(&request.cwd) {
@@ -141,10 +142,10 @@ async fn serve_background<W: tokio::io::AsyncWrite + Unpin>(
                 processes: background.list(&list.owner),
             },
         )),
-        // Served by `run`; never routed here.
-        Request::Exec(_) => Err(Refusal {
+        // Served by `run` and `serve_browser`; never routed here.
+        Request::Exec(_) | Request::Browser(_) => Err(Refusal {
             code: ErrorCode::BadRequest,
-            message: "exec is not a background request".to_string(),
+            message: "not a background request".to_string(),
         }),
     };
     match answer {
@@ -154,6 +155,23 @@ async fn serve_background<W: tokio::io::AsyncWrite + Unpin>(
                 writer.send_data(FrameKind::Stderr, &output.stderr).await?;
             }
             writer.send(&Frame::Process(reply)).await?;
+        }
+        Err(Refusal { code, message }) => writer.send(&Frame::error(code, message)).await?,
+    }
+    Ok(())
+}
+
+/// Answers one browser action: its bytes (text or PNG) as data frames, then a
+/// `Browser` frame, or an `Error` frame saying why not.
+async fn serve_browser<W: tokio::io::AsyncWrite + Unpin>(
+    request: &porter_protocol::browser::BrowserRequest,
+    state: &State,
+    writer: &mut FrameWriter<W>,
+) -> Result<(), ConnectionError> {
+    match state.browsers.act(request).await {
+        Ok(acted) => {
+            writer.send_data(FrameKind::Stdout, &acted.data).await?;
+            writer.send(&Frame::Browser(acted.reply)).await?;
         }
         Err(Refusal { code, message }) => writer.send(&Frame::error(code, message)).await?,
     }

@@ -110,6 +110,7 @@ pub async fn serve(
                 Err(error) => tracing::warn!(%error, "failed to accept connection"),
             },
             _ = idle_check.tick() => {
+                state.browsers.reap_idle();
                 if state.idle_for().is_some_and(|idle| idle >= idle_timeout) {
                     break Stopped::Idle;
                 }

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::{
     background::Background,
+    browser::Browsers,
     process_group::{ProcessGroup, kill_group_id},
     working_directory::Roots,
 };
@@ -32,6 +33,8 @@ pub struct State {
     pub default_timeout_seconds: u64,
     /// Commands started in the background, kept between connections.
     pub background: Background,
+    /// Headless browsers, one per owner.
+    pub browsers: Browsers,
     /// The token every request must carry.
     token: String,
     active_connections: AtomicUsize,
@@ -47,6 +50,7 @@ impl State {
             shell,
             default_timeout_seconds,
             background: Background::default(),
+            browsers: Browsers::default(),
             token,
             active_connections: AtomicUsize::new(0),
             last_activity: Mutex::new(Instant::now()),
@@ -85,6 +89,7 @@ impl State {
             kill_group_id(id);
         }
         self.background.kill_all();
+        self.browsers.close_all();
     }
 
     fn touch(&self) {
@@ -106,7 +111,10 @@ impl State {
     /// How long no connection has been active; `None` while one is, or while a
     /// background process runs (someone means to come back for it).
     pub(crate) fn idle_for(&self) -> Option<Duration> {
-        if self.active_connections.load(Ordering::SeqCst) > 0 || self.background.running() > 0 {
+        if self.active_connections.load(Ordering::SeqCst) > 0
+            || self.background.running() > 0
+            || self.browsers.running() > 0
+        {
             return None;
         }
         Some(self.last_activity.lock().expect("activity lock").elapsed())

@@ -279,6 +279,15 @@ impl SsrfGuard {
         self
     }
 
+    /// Where to connect for a checked `address` and `port`: the address itself, or the
+    /// test route's server when a test routes that address.
+    pub fn route(&self, address: IpAddr, port: u16) -> SocketAddr {
+        self.test_routes
+            .iter()
+            .find(|(public, _)| *public == address)
+            .map_or(SocketAddr::new(address, port), |(_, actual)| *actual)
+    }
+
     /// Name-level checks: scheme, credentials, blocked names, IPv4 spelling, literal
     /// addresses, the bot's blocklist.
     pub fn check_url(&self, raw: &str, blocklist: &[String]) -> Result<CheckedUrl, SsrfError> {
@@ -487,12 +496,7 @@ impl SsrfGuard {
             );
         let targets: Vec<SocketAddr> = addresses
             .iter()
-            .map(|address| {
-                self.test_routes
-                    .iter()
-                    .find(|(public, _)| public == address)
-                    .map_or(SocketAddr::new(*address, port), |(_, actual)| *actual)
-            })
+            .map(|address| self.route(*address, port))
             .collect();
         if checked.literal.is_none() {
             builder = builder.resolve_to_addrs(&checked.host, &targets);
