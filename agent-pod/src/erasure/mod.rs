@@ -216,8 +216,23 @@ pub fn erase(workspace: &Path, person: &Person) -> Result<ErasureReport, Erasure
     };
     // Jobs first: the sessions of the jobs removed go with the transcripts.
     let job_sessions = erase_jobs(workspace, person, &mut report)?;
-    let attachments = erase_transcripts(workspace, person, &job_sessions, &mut report)?;
-    for (channel, platform_id) in attachments {
+    let files = erase_transcripts(workspace, person, &job_sessions, &mut report)?;
+    for path in files.outbox_files {
+        // Written by the agent itself; still held to its own folder, so a row can never
+        // make erasure remove anything else.
+        if !saint_config::is_workspace_relative(&path) || !path.starts_with(".saint/outbox/") {
+            continue;
+        }
+        match std::fs::remove_file(workspace.join(&path)) {
+            Ok(()) => {
+                report.add("voice note files", 1);
+                report.paths.push(path);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io("remove", &workspace.join(&path))(error)),
+        }
+    }
+    for (channel, platform_id) in files.attachments {
         let relative = format!("inbox/{}/{}", safe_name(&channel), safe_name(&platform_id));
         let removed = remove_tree(&workspace.join(&relative))?;
         if removed > 0 {
@@ -301,16 +316,26 @@ fn erase_jobs(
     Ok(sessions)
 }
 
+/// What of a person's files the transcript database points at: the attachment folders
+/// of their inbox rows and the voice notes their outbox rows carry.
+#[derive(Default)]
+struct PersonFiles {
+    /// (channel, platform id) of each inbox row they sent.
+    attachments: Vec<(String, String)>,
+    /// Files (`.saint/outbox/…`) named by their outbox rows that no other row names.
+    outbox_files: Vec<String>,
+}
+
 /// Removes their sessions and messages, their group messages, spend, inbox and outbox
-/// rows; returns the (channel, platform id) of their inbox rows (attachment folders).
+/// rows; returns the files those rows pointed at.
 fn erase_transcripts(
     workspace: &Path,
     person: &Person,
     job_sessions: &[String],
     report: &mut ErasureReport,
-) -> Result<Vec<(String, String)>, ErasureError> {
+) -> Result<PersonFiles, ErasureError> {
     let path = workspace.join(TRANSCRIPTS);
-    let mut attachments = Vec::new();
+    let mut files = PersonFiles::default();
     let ids = person_identities_json(person);
     let pseudonym = report.pseudonym.clone();
     scrub(&path, |transaction| {
@@ -362,8 +387,19 @@ fn erase_transcripts(
                 "SELECT channel, platform_id FROM inbox
                  WHERE sender IN (SELECT value FROM json_each(?1))",
             )?;
-            attachments = statement
+            files.attachments = statement
                 .query_map([&ids], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            // The voice notes (`tts`) of the rows about to go: a file another person's
+            // row still names (one note sent to several recipients) stays for them.
+            let doomed = "recipient IN (SELECT value FROM json_each(?1))
+                 OR inbox_id IN (SELECT id FROM inbox WHERE sender IN (SELECT value FROM json_each(?1)))";
+            let mut statement = transaction.prepare(&format!(
+                "SELECT DISTINCT file.value ->> '$.path' FROM outbox, json_each(outbox.body, '$.files') AS file
+                 WHERE {doomed}"
+            ))?;
+            let named: Vec<String> = statement
+                .query_map([&ids], |row| row.get(0))?
                 .collect::<Result<_, _>>()?;
             let outbox = transaction.execute(
                 "DELETE FROM outbox WHERE recipient IN (SELECT value FROM json_each(?1))
@@ -376,10 +412,21 @@ fn erase_transcripts(
             )?;
             report.add("inbox rows", inbox);
             report.add("outbox rows", outbox);
+            for path in named {
+                let still_named: bool = transaction.query_row(
+                    "SELECT EXISTS(SELECT 1 FROM outbox, json_each(outbox.body, '$.files') AS file
+                     WHERE file.value ->> '$.path' = ?1)",
+                    [&path],
+                    |row| row.get(0),
+                )?;
+                if !still_named {
+                    files.outbox_files.push(path);
+                }
+            }
         }
         Ok(())
     })?;
-    Ok(attachments)
+    Ok(files)
 }
 
 /// Their jobs, and those delivering to them (`?1`: slug, `?2`: identities as JSON).

@@ -286,3 +286,86 @@ fn their_approval_requests_go_and_decisions_they_took_keep_a_pseudonym() {
     assert!(store.get(&asked.code).unwrap().is_none());
     assert!(store.get(&decided_by_ivan.code).unwrap().is_some());
 }
+
+#[test]
+fn their_voice_notes_go_with_their_outbox_rows_and_a_note_another_still_needs_stays() {
+    use saint_channels::message::{FileKind, OutboundBody, OutboundFile};
+
+    let directory = tempfile::tempdir().unwrap();
+    let workspace = directory.path();
+    let store = SessionStore::open(workspace.join(TRANSCRIPTS)).unwrap();
+    let audio = workspace.join(".saint/outbox/audio");
+    std::fs::create_dir_all(&audio).unwrap();
+    let body = |paths: &[&str]| OutboundBody {
+        text: "spoken".into(),
+        context: ReplyContext::default(),
+        files: paths
+            .iter()
+            .map(|path| OutboundFile {
+                path: (*path).to_string(),
+                mime_type: "audio/ogg".into(),
+                kind: FileKind::Voice,
+            })
+            .collect(),
+    };
+    for name in ["ivan.ogg", "shared.ogg", "marko.ogg"] {
+        std::fs::write(audio.join(name), b"OggS").unwrap();
+    }
+    // A file outside the runtime's folder a tampered row names is never touched.
+    std::fs::write(workspace.join("keep.txt"), "mine").unwrap();
+    store
+        .queue("queue voice notes", |transaction| {
+            for (recipient, paths) in [
+                (
+                    "telegram:333333333",
+                    &[
+                        ".saint/outbox/audio/ivan.ogg",
+                        ".saint/outbox/audio/shared.ogg",
+                        "keep.txt",
+                    ][..],
+                ),
+                (
+                    "telegram:222222222",
+                    &[
+                        ".saint/outbox/audio/shared.ogg",
+                        ".saint/outbox/audio/marko.ogg",
+                    ][..],
+                ),
+            ] {
+                queue::enqueue(
+                    transaction,
+                    "telegram",
+                    recipient,
+                    &body(paths),
+                    "reply",
+                    None,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    drop(store);
+
+    let person = Person {
+        slug: "ivan".to_string(),
+        identities: vec!["telegram:333333333".to_string()],
+    };
+    let report = erase(workspace, &person).unwrap();
+    assert!(!audio.join("ivan.ogg").exists());
+    assert!(
+        audio.join("shared.ogg").exists(),
+        "Marko's row still names it"
+    );
+    assert!(audio.join("marko.ogg").exists());
+    assert!(workspace.join("keep.txt").exists());
+    assert!(
+        report
+            .paths
+            .contains(&".saint/outbox/audio/ivan.ogg".to_string()),
+        "{:?}",
+        report.paths
+    );
+    // A second run finds nothing.
+    let again = erase(workspace, &person).unwrap();
+    assert!(!again.paths.iter().any(|path| path.ends_with(".ogg")));
+}
