@@ -245,6 +245,7 @@ lint_scripts() {
 	"$venv/bin/ruff" check --no-cache "${python_files[@]}" || return 1
 	echo "ruff $ruff_version: ${#python_files[@]} Python files clean"
 	/usr/bin/python3 .ci/check-lint-table.py || return 1
+	/usr/bin/python3 .ci/import-cycles.py || return 1
 	/usr/bin/python3 docs/check-links.py
 }
 
@@ -466,7 +467,7 @@ node_suite() {
 sections=(
 	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
 	"fmt|2. cargo fmt --all --check|cargo_fmt"
-	"lint|2b. shellcheck, ruff and Markdown links (docs/check-links.py)|lint_scripts"
+	"lint|2b. shellcheck, ruff, the lint table, import cycles and Markdown links|lint_scripts"
 	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
 	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
 	"synapse|4b. Synapse homeserver for the Matrix tests (PyPI, cached under ~/.cache/saint)|synapse_homeserver"
