@@ -890,18 +890,15 @@ fn run(arguments: RunArgs, env: EnvLookup, mut extras: RunExtras) -> anyhow::Res
         };
         // Voice notes; offered only while `media.speech` is set (runtime::turn).
         let tools = tools.replace(Arc::new(saint_agent::tts_tool::TtsTool::new()));
-        if config
+        if let Some(notice) = config
             .last_good()
             .media
             .speech
             .as_ref()
-            .is_some_and(|speech| speech.engine == saint_config::SpeechEngine::Local)
-            && !saint_agent::tts_tool::local_engine_available()
+            .and_then(saint_agent::tts_tool::unavailable)
         {
-            let notice = "tts: off — media.speech.engine is local, but espeak-ng and opusenc \
-                          are not installed here (Debian espeak-ng, opus-tools)";
             tracing::error!("{notice}");
-            extras.notices.push(notice.to_string());
+            extras.notices.push(notice);
         }
         // Approved top-ups credit the same accounts the runtime's budget checks read.
         let budgets = saint_agent::budget::SpendLedger::default();

@@ -335,8 +335,9 @@ mod tests {
         starter.install(&files, Some(model)).unwrap();
         let text = std::fs::read_to_string(&files.config).unwrap();
         let lines = text.lines().count();
-        // Five roles, three people, the heartbeat and the employee's approval rules.
-        assert!(lines < 160, "the bot file has {lines} lines:\n{text}");
+        // Five roles, three people, the heartbeat, the employee's approval rules and the
+        // speech engine.
+        assert!(lines < 175, "the bot file has {lines} lines:\n{text}");
         let (expected, _) = starter.local_config(&files, Some(model));
         assert_eq!(BotConfig::from_json(&text).unwrap(), expected);
         assert!(!text.contains("jobTemplate"), "{text}");

@@ -48,13 +48,29 @@ pub fn local_engine_available() -> bool {
     })
 }
 
-/// Whether `tts` can be offered under `config`: a speech engine is set, and a local
-/// one is installed.
+/// Whether `tts` can be offered under `config`: a speech engine is set, a local one is
+/// installed, and a remote one's key variable is set (else every call would fail).
 pub fn offered(config: &saint_config::BotConfig) -> bool {
-    match &config.media.speech {
-        None => false,
-        Some(speech) => speech.engine != SpeechEngine::Local || local_engine_available(),
+    config
+        .media
+        .speech
+        .as_ref()
+        .is_some_and(|speech| unavailable(speech).is_none())
+}
+
+/// Why `speech` cannot speak on this machine, for the start-up notice; `None`: it can.
+pub fn unavailable(speech: &saint_config::SpeechConfig) -> Option<String> {
+    if speech.engine == SpeechEngine::Local && !local_engine_available() {
+        return Some(
+            "tts: off — media.speech.engine is local, but espeak-ng and opusenc are not \
+             installed here (Debian espeak-ng, opus-tools)"
+                .to_string(),
+        );
     }
+    let name = speech.api_key_env.as_ref()?;
+    std::env::var_os(name)
+        .is_none()
+        .then(|| format!("tts: off — media.speech needs its API key in {name}, which is not set"))
 }
 
 /// What the model sends.
@@ -341,5 +357,43 @@ impl Tool for TtsTool {
             });
             Ok(output)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saint_config::{SpeechConfig, SpeechEngine};
+
+    use super::unavailable;
+
+    fn endpoint(key_variable: Option<&str>) -> SpeechConfig {
+        serde_json::from_value(serde_json::json!({
+            "engine": "openai",
+            "baseUrl": "https://speech.acme.example",
+            "model": "gpt-4o-mini-tts",
+            "apiKeyEnv": key_variable,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_remote_engine_without_its_key_is_withheld_with_the_variable_named() {
+        // `PATH` is always set; the other name never is.
+        assert_eq!(unavailable(&endpoint(Some("PATH"))), None);
+        assert_eq!(
+            unavailable(&endpoint(None)),
+            None,
+            "a local server needs no key"
+        );
+        let missing = "SAINT_TEST_SPEECH_KEY_THAT_IS_NEVER_SET";
+        let notice = unavailable(&endpoint(Some(missing))).expect("withheld");
+        assert!(notice.contains(missing), "{notice}");
+        let local: SpeechConfig =
+            serde_json::from_value(serde_json::json!({"engine": "local"})).unwrap();
+        assert_eq!(local.engine, SpeechEngine::Local);
+        assert_eq!(
+            unavailable(&local).is_none(),
+            super::local_engine_available()
+        );
     }
 }
