@@ -28,12 +28,28 @@ pub const ANA_PASSWORD: &str = "ana-password";
 // One OpenSMTPD at a time: it keeps its control socket and queue at fixed paths.
 static MAIL_SERVER: Mutex<()> = Mutex::new(());
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free loopback ports. The listeners are held until all are chosen: a
+/// port bound and released one at a time can be handed out again by the next bind,
+/// and Dovecot then refuses its configuration ("duplicate listener").
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|index| listeners[index].local_addr().unwrap().port())
+}
+
+/// How many times `start` picks new ports when a server cannot open one: between the
+/// pick and the server's bind another test's process may take a released port.
+const ATTEMPTS: usize = 3;
+
+/// The running processes of one attempt.
+struct Launched {
+    directory: tempfile::TempDir,
+    dovecot: Child,
+    smtpd: Child,
+    imap: u16,
+    submission: u16,
+    mta: u16,
 }
 
 fn require(binary: &str) {
@@ -70,6 +86,43 @@ impl MailServer {
             "a system OpenSMTPD is running (/var/run/smtpd.sock answers); stop it \
              (service opensmtpd stop) to run the e-mail tests"
         );
+        let mut failures = Vec::new();
+        for _ in 0..ATTEMPTS {
+            match Self::launch() {
+                Ok(launched) => {
+                    let Launched {
+                        directory,
+                        dovecot,
+                        smtpd,
+                        imap,
+                        submission,
+                        mta,
+                    } = launched;
+                    return Self {
+                        _lock: lock,
+                        directory,
+                        dovecot,
+                        smtpd,
+                        imap,
+                        submission,
+                        mta,
+                    };
+                }
+                Err(failure) => {
+                    eprintln!("mail server did not start, picking new ports: {failure}");
+                    failures.push(failure);
+                }
+            }
+        }
+        panic!(
+            "mail server did not start in {ATTEMPTS} attempts:\n{}",
+            failures.join("\n")
+        );
+    }
+
+    /// One attempt: new ports, a new directory, both servers started and every port
+    /// answering — or both stopped again and why.
+    fn launch() -> Result<Launched, String> {
         let directory = tempfile::Builder::new()
             .prefix("saint-mail")
             .tempdir()
@@ -93,7 +146,7 @@ impl MailServer {
             format!("{BOT}:{{PLAIN}}{BOT_PASSWORD}\n{ANA}:{{PLAIN}}{ANA_PASSWORD}\n"),
         )
         .unwrap();
-        let (imap, lmtp, submission, mta) = (free_port(), free_port(), free_port(), free_port());
+        let [imap, lmtp, submission, mta] = free_ports::<4>();
         let root_text = root.display();
         std::fs::write(
             root.join("dovecot.conf"),
@@ -154,8 +207,7 @@ impl MailServer {
             .stderr(smtpd_log)
             .spawn()
             .unwrap();
-        let server = Self {
-            _lock: lock,
+        let mut launched = Launched {
             directory,
             dovecot,
             smtpd,
@@ -164,26 +216,13 @@ impl MailServer {
             mta,
         };
         for port in [imap, submission, mta, lmtp] {
-            server.wait_for_port(port);
-        }
-        server
-    }
-
-    fn wait_for_port(&self, port: u16) {
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return;
+            if let Err(failure) = launched.wait_for_port(port) {
+                stop(&mut launched.dovecot);
+                stop(&mut launched.smtpd);
+                return Err(failure);
             }
-            std::thread::sleep(Duration::from_millis(25));
         }
-        let log = |name: &str| {
-            std::fs::read_to_string(self.directory.path().join(name)).unwrap_or_default()
-        };
-        panic!(
-            "mail server port {port} never opened; dovecot log:\n{}\nsmtpd log:\n{}",
-            log("dovecot.log"),
-            log("smtpd.log")
-        );
+        Ok(launched)
     }
 
     /// Closes every IMAP connection of `user` (as a server restart or network drop would).
@@ -241,16 +280,46 @@ impl MailServer {
     }
 }
 
+impl Launched {
+    /// Waits until `port` accepts a connection; fails at once when a server exited
+    /// (a port taken, a refused configuration), else after five seconds.
+    fn wait_for_port(&mut self, port: u16) -> Result<(), String> {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            let exited = [&mut self.dovecot, &mut self.smtpd]
+                .into_iter()
+                .any(|child| matches!(child.try_wait(), Ok(Some(_))));
+            if exited {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let log = |name: &str| {
+            std::fs::read_to_string(self.directory.path().join(name)).unwrap_or_default()
+        };
+        Err(format!(
+            "mail server port {port} never opened; dovecot log:\n{}\nsmtpd log:\n{}",
+            log("dovecot.log"),
+            log("smtpd.log")
+        ))
+    }
+}
+
+fn stop(child: &mut Child) {
+    // SIGTERM: Dovecot's master stops its login and mail processes with it.
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(child),
+        rustix::process::Signal::TERM,
+    );
+    let _ = child.wait();
+}
+
 impl Drop for MailServer {
     fn drop(&mut self) {
-        for child in [&mut self.dovecot, &mut self.smtpd] {
-            // SIGTERM: Dovecot's master stops its login and mail processes with it.
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_child(child),
-                rustix::process::Signal::TERM,
-            );
-            let _ = child.wait();
-        }
+        stop(&mut self.dovecot);
+        stop(&mut self.smtpd);
     }
 }
 
