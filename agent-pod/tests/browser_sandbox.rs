@@ -329,7 +329,7 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
             &exec_permit,
             &ana,
             json!({"command": format!(
-                "for socket in /run/saint/sandbox/browser/browser-*.sock; do \
+                "for socket in /run/saint/browser/*.sock; do \
                  curl -s -o /dev/null -w '%{{http_code}}\\n' --unix-socket \"$socket\" \
                  --proxy http://proxy {SITE}/; done"
             )}),
@@ -343,9 +343,11 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
         .call(
             &exec_permit,
             &ana,
-            json!({"command": "rm -f /run/saint/sandbox/browser/*.sock; \
-                               touch /run/saint/sandbox/browser/planted; \
-                               ls /run/saint/sandbox/browser"}),
+            json!({"command": "rm -f /run/saint/browser/*.sock; \
+                               touch /run/saint/browser/planted; \
+                               mv /run/saint/browser /run/saint/sandbox/taken \
+                                 || echo 'not moved'; \
+                               ls /run/saint/browser"}),
         )
         .await
         .unwrap();
@@ -354,6 +356,8 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
         "{}",
         replace.content
     );
+    // Nor move the directory aside and put a listener where the browser connects.
+    assert!(replace.content.contains("not moved"), "{}", replace.content);
     assert!(replace.content.contains(".sock"), "{}", replace.content);
     assert!(
         !replace.content.contains("\nplanted"),

@@ -139,6 +139,30 @@ pub const PORTER_CONTROL_MOUNT_PATH: &str = "/run/saint/porter-control";
 /// Porter's control socket in the pod, in [`PORTER_CONTROL_MOUNT_PATH`].
 pub const PORTER_CONTROL_SOCKET_PATH: &str = "/run/saint/porter-control/control.sock";
 
+/// Where a sandbox sees the directory of its browser's egress sockets (read-only).
+/// It is not inside the sandbox's own runner directory, which the sandbox may write: a
+/// command there could rename the directory and listen where the browser connects,
+/// collecting its session key. In a cluster the operator's Job template mounts the
+/// workspace here with [`SANDBOX_BROWSER_SUBPATH_PLACEHOLDER`], read-only.
+pub const SANDBOX_BROWSER_MOUNT_PATH: &str = "/run/saint/browser";
+
+/// The directory under the agent's run directory that holds one browser socket
+/// directory per sandbox Job (the agent's own; no sandbox mounts it writable).
+pub const BROWSERS_DIRECTORY: &str = "browsers";
+
+/// Where on the workspace volume each sandbox's browser socket directory lives:
+/// `.saint/run/` + [`BROWSERS_DIRECTORY`] + `/`.
+pub const SANDBOX_BROWSER_SUBPATH_PREFIX: &str = ".saint/run/browsers/";
+
+/// The `subPath` placeholder in the Job template's [`SANDBOX_BROWSER_MOUNT_PATH`]
+/// mount; the agent replaces it with [`SANDBOX_BROWSER_SUBPATH_PREFIX`]`<job name>`.
+pub const SANDBOX_BROWSER_SUBPATH_PLACEHOLDER: &str = ".saint/run/browsers/{{job-name}}";
+
+/// The browser socket directory of sandbox Job `job` as the agent sees it.
+pub fn agent_browser_directory(agent_run_directory: &Path, job: &str) -> PathBuf {
+    agent_run_directory.join(BROWSERS_DIRECTORY).join(job)
+}
+
 /// The runner's socket file name inside its runner directory.
 pub const RUNNER_SOCKET_FILE_NAME: &str = "runner.sock";
 
@@ -419,6 +443,17 @@ mod tests {
             agent_runner_socket_path(Path::new("/run/saint"), "acme-sandbox-1"),
             PathBuf::from("/run/saint/sandboxes/acme-sandbox-1/runner.sock")
         );
+        assert_eq!(
+            SANDBOX_BROWSER_SUBPATH_PREFIX,
+            format!(".saint/run/{BROWSERS_DIRECTORY}/")
+        );
+        assert!(SANDBOX_BROWSER_SUBPATH_PLACEHOLDER.starts_with(SANDBOX_BROWSER_SUBPATH_PREFIX));
+        assert_eq!(
+            agent_browser_directory(Path::new("/run/saint"), "acme-sandbox-1"),
+            PathBuf::from("/run/saint/browsers/acme-sandbox-1")
+        );
+        // The browser's directory is never inside the sandbox's writable one.
+        assert!(!SANDBOX_BROWSER_MOUNT_PATH.starts_with(&format!("{SANDBOX_RUN_MOUNT_PATH}/")));
     }
 
     #[test]

@@ -37,10 +37,11 @@ use kube::{
 };
 use saint_config::{
     sandbox_contract::{
-        RunnerSettings, SANDBOX_KEY_LABEL, SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER,
-        SANDBOX_RUN_SUBPATH_PREFIX, SANDBOX_SCOPE_LABEL, SANDBOX_VIEW_MOUNT_PATH,
-        SANDBOX_VIEW_SUBPATH_PLACEHOLDER, agent_runner_socket_path, runner_socket_path,
-        sandbox_label_selector, sandbox_labels,
+        RunnerSettings, SANDBOX_BROWSER_MOUNT_PATH, SANDBOX_BROWSER_SUBPATH_PLACEHOLDER,
+        SANDBOX_BROWSER_SUBPATH_PREFIX, SANDBOX_KEY_LABEL, SANDBOX_RUN_MOUNT_PATH,
+        SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_RUN_SUBPATH_PREFIX, SANDBOX_SCOPE_LABEL,
+        SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER, agent_browser_directory,
+        agent_runner_socket_path, runner_socket_path, sandbox_label_selector, sandbox_labels,
     },
     uids::SANDBOX_UID,
 };
@@ -246,6 +247,16 @@ pub fn build_job(
     per_sandbox_mount.sub_path_expr = None;
     per_sandbox_mount.read_only = None;
     let own_directory = per_sandbox_mount.sub_path.clone();
+    // The browser's socket directory: this Job's own, always read-only.
+    if let Some(browser_mount) = container.volume_mounts.iter_mut().flatten().find(|mount| {
+        mount.mount_path == SANDBOX_BROWSER_MOUNT_PATH
+            && mount.sub_path.as_deref() == Some(SANDBOX_BROWSER_SUBPATH_PLACEHOLDER)
+            && claim_volumes.contains(&mount.name)
+    }) {
+        browser_mount.sub_path = Some(format!("{SANDBOX_BROWSER_SUBPATH_PREFIX}{name}"));
+        browser_mount.sub_path_expr = None;
+        browser_mount.read_only = Some(true);
+    }
     replace_view_placeholder(container, parameters.view)?;
     let settings = RunnerSettings {
         socket: runner_socket_path(),
@@ -291,6 +302,49 @@ pub fn build_job(
         });
     }
     Ok(job)
+}
+
+/// Creates a Job's browser socket directory: the agent's own, mode 0750, so the
+/// sandbox (in the shared group) may connect to a socket there but add nothing; its
+/// parent stays private to the agent (the kubelet mounts the leaf directly).
+fn create_browser_directory(directory: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let failed = |error: std::io::Error| {
+        SandboxError::Start(format!(
+            "failed to create the browser socket directory {}: {error}",
+            directory.display()
+        ))
+    };
+    if let Some(parent) = directory.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(failed)?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o750)
+        .create(directory)
+        .map_err(failed)
+}
+
+/// Whether a built Job mounts its browser socket directory (templates of operators
+/// older than the browser do not: the browser is then unavailable in its sandboxes).
+pub fn mounts_browser_sockets(job: &Job) -> bool {
+    job.spec
+        .as_ref()
+        .and_then(|spec| spec.template.spec.as_ref())
+        .into_iter()
+        .flat_map(|pod| pod.containers.iter())
+        .flat_map(|container| container.volume_mounts.iter().flatten())
+        .any(|mount| {
+            mount.mount_path == SANDBOX_BROWSER_MOUNT_PATH
+                && mount
+                    .sub_path
+                    .as_deref()
+                    .is_some_and(|path| path.starts_with(SANDBOX_BROWSER_SUBPATH_PREFIX))
+                && mount.read_only == Some(true)
+        })
 }
 
 /// Every container runs as the sandbox uid, whatever the template says: Porter's call
@@ -363,6 +417,8 @@ struct RunningJob {
     name: String,
     socket: PathBuf,
     token: String,
+    /// The agent's directory for its browser's egress sockets, if the Job mounts it.
+    browser_sockets: Option<PathBuf>,
     activity: Arc<Activity>,
     /// What its `/agent` shows.
     view: View,
@@ -438,6 +494,17 @@ impl KubernetesSandbox {
     }
 
     async fn delete(&self, name: &str) -> Result<(), SandboxError> {
+        let browser_sockets = agent_browser_directory(&self.config.agent_run_directory, name);
+        if let Err(error) = std::fs::remove_dir_all(&browser_sockets)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(
+                job = name,
+                directory = %browser_sockets.display(),
+                %error,
+                "failed to remove the sandbox's browser socket directory"
+            );
+        }
         match self.jobs.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
@@ -501,6 +568,15 @@ impl KubernetesSandbox {
         };
         let job = build_job(&template, &parameters)?;
         let name = job.metadata.name.clone().unwrap_or_default();
+        // Before the Job: the kubelet would otherwise create the subPath itself, as
+        // root, and the agent could not bind the browser's sockets there.
+        let browser_sockets = if mounts_browser_sockets(&job) {
+            let directory = agent_browser_directory(&self.config.agent_run_directory, &name);
+            create_browser_directory(&directory)?;
+            Some(directory)
+        } else {
+            None
+        };
         self.jobs
             .create(&PostParams::default(), &job)
             .await
@@ -515,6 +591,7 @@ impl KubernetesSandbox {
                     name,
                     socket,
                     token,
+                    browser_sockets,
                     activity: Activity::new(),
                     view: view.clone(),
                 });
@@ -566,6 +643,7 @@ impl Sandbox for KubernetesSandbox {
             Ok(SandboxHandle {
                 socket: running.socket.clone(),
                 token: running.token.clone(),
+                browser_sockets: running.browser_sockets.clone(),
                 lease: running.activity.lease(),
             })
         })
@@ -1012,6 +1090,52 @@ mod tests {
                 Some(format!(".saint/run/sandboxes/{name}"))
             )]
         );
+        // The browser's sockets: this Job's own directory, read-only, outside the
+        // writable runner directory.
+        let browser = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|mount| mount.mount_path == "/run/saint/browser")
+            .expect("the operator's template mounts the browser socket directory");
+        assert_eq!(
+            browser.sub_path.as_deref(),
+            Some(format!(".saint/run/browsers/{name}").as_str())
+        );
+        assert_eq!(browser.read_only, Some(true));
+    }
+
+    #[test]
+    fn the_browser_socket_directory_is_the_jobs_own_and_read_only_whatever_the_template_says() {
+        let scope = test_scope(SandboxScope::Agent, "any");
+        let without = build_job(&template(), &parameters(&scope, &[])).unwrap();
+        assert!(
+            !mounts_browser_sockets(&without),
+            "a template without the mount gives a Job without the browser"
+        );
+        let mut with = template();
+        with.pointer_mut("/spec/template/spec/containers/0/volumeMounts")
+            .and_then(serde_json::Value::as_array_mut)
+            .unwrap()
+            .push(
+                json!({"name": "workspace", "mountPath": "/run/saint/browser",
+                         "subPath": SANDBOX_BROWSER_SUBPATH_PLACEHOLDER, "readOnly": false}),
+            );
+        let job = build_job(&with, &parameters(&scope, &[])).unwrap();
+        assert!(mounts_browser_sockets(&job));
+        let name = job.metadata.name.clone().unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|mount| mount.mount_path == SANDBOX_BROWSER_MOUNT_PATH)
+            .unwrap();
+        assert_eq!(
+            mount.sub_path.as_deref(),
+            Some(format!("{SANDBOX_BROWSER_SUBPATH_PREFIX}{name}").as_str())
+        );
+        assert_eq!(mount.read_only, Some(true));
     }
 
     #[test]

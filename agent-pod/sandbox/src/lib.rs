@@ -35,11 +35,6 @@ use saint_config::SandboxScope;
 use sha2::{Digest, Sha256};
 pub use view::View;
 
-/// The directory in a sandbox's runner directory where the agent binds the browser's
-/// egress sockets; the sandbox cannot write it (a read-only bind locally, the agent's
-/// own directory in a cluster).
-pub const BROWSER_SOCKET_DIRECTORY: &str = "browser";
-
 /// Files copied from the real workspace into a new sandbox's `/workspace`: bootstrap
 /// files and skills; never memory, config or data.
 pub fn seed_entries() -> Vec<String> {
@@ -203,6 +198,12 @@ pub struct SandboxHandle {
     pub socket: PathBuf,
     /// The token the runner requires.
     pub token: String,
+    /// Where the agent binds this sandbox's browser egress sockets, as the agent sees
+    /// it: the agent's own directory, outside the sandbox's writable runner directory,
+    /// which the sandbox sees read-only at
+    /// [`saint_config::sandbox_contract::SANDBOX_BROWSER_MOUNT_PATH`]. `None` when the
+    /// Job template has no such mount (an operator older than the browser).
+    pub browser_sockets: Option<PathBuf>,
     /// Keeps the sandbox busy until the command ends.
     pub lease: Lease,
 }
@@ -382,6 +383,21 @@ pub fn spawn_reaper(sandbox: Arc<dyn Sandbox>, every: Duration) -> tokio::task::
 }
 
 /// A random token (hex of 32 bytes from the kernel's CSPRNG).
+/// A new browser egress socket's file name: random, so a command in the sandbox, which
+/// can list the directory but not write it, cannot guess the next one either.
+pub fn browser_socket_file_name() -> Result<String, SandboxError> {
+    Ok(format!(
+        "{}.sock",
+        &random_token()?[..BROWSER_SOCKET_NAME_HEX]
+    ))
+}
+
+/// Hex digits of randomness in a browser socket's name (80 bits).
+const BROWSER_SOCKET_NAME_HEX: usize = 20;
+
+/// The longest browser socket file name, for socket-path length checks.
+pub const BROWSER_SOCKET_FILE_NAME_LENGTH: usize = BROWSER_SOCKET_NAME_HEX + ".sock".len();
+
 pub fn random_token() -> Result<String, SandboxError> {
     use std::io::Read;
     let mut bytes = [0_u8; 32];

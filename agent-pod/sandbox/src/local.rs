@@ -30,8 +30,8 @@ use std::{
 
 use futures::future::BoxFuture;
 use saint_config::sandbox_contract::{
-    RUNNER_SOCKET_FILE_NAME, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
-    SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
+    RUNNER_SOCKET_FILE_NAME, SANDBOX_BROWSER_MOUNT_PATH, SANDBOX_PORTER_MOUNT_PATH,
+    SANDBOX_RUN_MOUNT_PATH, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
 };
 use tokio::process::{Child, Command};
 
@@ -168,7 +168,14 @@ const MAX_SOCKET_PATH: usize = 107;
 /// Whether runner sockets under `base` (`<base>/<scope id>/…/runner.sock` at the
 /// longest) fit in a socket address.
 fn sockets_fit(paths: &ScopePaths) -> bool {
-    paths.socket().as_os_str().len() <= MAX_SOCKET_PATH
+    longest_socket_path(paths) <= MAX_SOCKET_PATH
+}
+
+/// The length of the longest socket path of a scope: the runner's, or a browser egress
+/// socket's.
+fn longest_socket_path(paths: &ScopePaths) -> usize {
+    let browser = paths.browsers.as_os_str().len() + 1 + crate::BROWSER_SOCKET_FILE_NAME_LENGTH;
+    paths.socket().as_os_str().len().max(browser)
 }
 
 /// Where runner directories go: under the state directory when their sockets fit there;
@@ -183,7 +190,7 @@ fn runner_base(state: &Path, root: &Path) -> Result<Option<PathBuf>, SandboxErro
     let private = root.join(format!("saint-{}", rustix::process::getuid().as_raw()));
     let base = private.join(state_hash(state));
     let mut paths = ScopePaths::new(state, &longest);
-    paths.run = base.join(longest.id());
+    paths.move_sockets_to(&base, &longest);
     if !sockets_fit(&paths) {
         return Err(SandboxError::Start(format!(
             "runner sockets fit neither under the sandbox state directory {} nor under {}: \
@@ -240,6 +247,9 @@ pub struct ScopePaths {
     pub scratch: PathBuf,
     /// The runner's directory: socket and token (`/run/saint/sandbox`).
     pub run: PathBuf,
+    /// The agent's directory for the browser's egress sockets, bound read-only at
+    /// `/run/saint/browser`. Not inside `run`, which the sandbox may write.
+    pub browsers: PathBuf,
     /// bubblewrap's and the runner's own output, for start errors.
     pub log: PathBuf,
     /// Synthetic `/etc/passwd` and `/etc/group`.
@@ -252,9 +262,17 @@ impl ScopePaths {
         Self {
             scratch: base.join("workspace"),
             run: base.join("run"),
+            browsers: base.join("browser"),
             log: base.join("sandbox.log"),
             etc: state_directory.join("etc"),
         }
+    }
+
+    /// Puts the socket directories under `base` (a short directory: a unix socket path
+    /// holds at most 107 bytes).
+    fn move_sockets_to(&mut self, base: &Path, scope: &ScopeKey) {
+        self.run = base.join(scope.id());
+        self.browsers = base.join(format!("{}.browser", scope.id()));
     }
 
     /// The runner socket on this machine.
@@ -375,11 +393,8 @@ pub fn bwrap_arguments(
     push_bind(
         &mut arguments,
         "--ro-bind",
-        &paths.run.join(crate::BROWSER_SOCKET_DIRECTORY),
-        &format!(
-            "{SANDBOX_RUN_DIRECTORY}/{}",
-            crate::BROWSER_SOCKET_DIRECTORY
-        ),
+        &paths.browsers,
+        SANDBOX_BROWSER_MOUNT_PATH,
     );
     push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
     push(
@@ -502,7 +517,7 @@ impl LocalSandbox {
     pub fn paths(&self, scope: &ScopeKey) -> ScopePaths {
         let mut paths = ScopePaths::new(&self.config.state_directory, scope);
         if let Some(base) = &self.runner_base {
-            paths.run = base.join(scope.id());
+            paths.move_sockets_to(base, scope);
         }
         paths
     }
@@ -524,9 +539,14 @@ impl LocalSandbox {
         }
         fs::create_dir_all(&paths.run)?;
         fs::set_permissions(&paths.run, fs::Permissions::from_mode(0o700))?;
-        // The browser's egress sockets: read-only inside, so a command cannot replace
-        // one with its own listener and collect the browser's key.
-        fs::create_dir_all(paths.run.join(crate::BROWSER_SOCKET_DIRECTORY))?;
+        // The browser's egress sockets: the agent's directory, read-only inside and not
+        // in the writable runner directory, so a command can neither replace a socket
+        // with its own listener nor rename the directory to collect the browser's key.
+        if paths.browsers.exists() {
+            fs::remove_dir_all(&paths.browsers)?;
+        }
+        fs::create_dir_all(&paths.browsers)?;
+        fs::set_permissions(&paths.browsers, fs::Permissions::from_mode(0o750))?;
         let token_path = paths.run.join("token");
         fs::write(&token_path, token)?;
         fs::set_permissions(&token_path, fs::Permissions::from_mode(0o600))
@@ -710,6 +730,7 @@ impl Sandbox for LocalSandbox {
                     return Ok(SandboxHandle {
                         socket: running.socket.clone(),
                         token: running.token.clone(),
+                        browser_sockets: Some(self.paths(scope).browsers),
                         lease: running.activity.lease(),
                     });
                 }
@@ -732,6 +753,7 @@ impl Sandbox for LocalSandbox {
             let handle = SandboxHandle {
                 socket: running.socket.clone(),
                 token: running.token.clone(),
+                browser_sockets: Some(self.paths(scope).browsers),
                 lease: running.activity.lease(),
             };
             *guard = Some(running);
@@ -943,16 +965,17 @@ mod tests {
         };
         // The deepest state directory whose sockets fit keeps them; one byte deeper
         // moves them: the check sizes the real longest socket path.
-        let fits = sandbox(deep(65));
-        assert_eq!(
-            fits.paths(&scope).socket().as_os_str().len(),
-            MAX_SOCKET_PATH
-        );
-        assert!(fits.paths(&scope).run.starts_with(deep(65)));
+        // (A browser egress socket is the longest: `browser/<20 hex>.sock`.)
+        let fits = sandbox(deep(47));
+        assert_eq!(longest_socket_path(&fits.paths(&scope)), MAX_SOCKET_PATH);
+        assert!(fits.paths(&scope).run.starts_with(deep(47)));
+        let one_deeper = sandbox(deep(48));
+        assert!(one_deeper.paths(&scope).run.starts_with(root.path()));
         let moved = sandbox(deep(200));
         let run = moved.paths(&scope).run;
         assert!(run.starts_with(root.path()), "{}", run.display());
-        assert!(moved.paths(&scope).socket().as_os_str().len() <= MAX_SOCKET_PATH);
+        assert!(moved.paths(&scope).browsers.starts_with(root.path()));
+        assert!(longest_socket_path(&moved.paths(&scope)) <= MAX_SOCKET_PATH);
         let private = run.parent().unwrap().parent().unwrap();
         let mode = fs::metadata(private).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "{mode:o}");

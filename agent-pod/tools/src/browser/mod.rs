@@ -25,7 +25,7 @@ use std::{
 
 use base64::Engine;
 use futures::future::BoxFuture;
-use saint_config::sandbox_contract::SANDBOX_RUN_MOUNT_PATH;
+use saint_config::sandbox_contract::SANDBOX_BROWSER_MOUNT_PATH;
 use saint_sandbox::{
     BrowserAnswer, SandboxError, ScopeKey,
     runner_browser::{BrowserAction, BrowserRequest},
@@ -159,13 +159,14 @@ impl BrowserTool {
         self.sessions.lock().expect("browser sessions lock")
     }
 
-    /// The caller's session in `run_directory` (the sandbox's runner directory as the
-    /// agent sees it), started with a new key and egress socket if none is live.
+    /// The caller's session with its socket in `socket_directory` (the sandbox's
+    /// browser socket directory as the agent sees it), started with a new key and
+    /// egress socket if none is live.
     fn session(
         &self,
         scope: &ScopeKey,
         owner: &str,
-        run_directory: &std::path::Path,
+        socket_directory: &std::path::Path,
         blocklist: &[String],
     ) -> Result<(String, String, Arc<Egress>), ToolError> {
         let mut sessions = self.sessions();
@@ -173,7 +174,7 @@ impl BrowserTool {
         sessions.retain(|_, session| session.last_used.elapsed() < idle);
         let slot = (scope.clone(), owner.to_string());
         if let Some(session) = sessions.get_mut(&slot)
-            && session.socket.parent().and_then(std::path::Path::parent) == Some(run_directory)
+            && session.socket.parent() == Some(socket_directory)
         {
             session.last_used = Instant::now();
             return Ok((
@@ -183,17 +184,12 @@ impl BrowserTool {
             ));
         }
         let key = saint_sandbox::random_token().map_err(unavailable)?;
-        let directory = socket_directory(run_directory)?;
+        let directory = checked_socket_directory(socket_directory)?;
         // A name nobody can guess, in a directory the sandbox cannot write: a command in
         // the sandbox can neither plant a symlink where the agent binds nor replace the
         // socket with a listener of its own that would collect the browser's key.
-        let token = saint_sandbox::random_token().map_err(unavailable)?;
-        let name = format!(
-            "{}/browser-{}.sock",
-            saint_sandbox::BROWSER_SOCKET_DIRECTORY,
-            &token[..24]
-        );
-        let socket = directory.join(format!("browser-{}.sock", &token[..24]));
+        let name = saint_sandbox::browser_socket_file_name().map_err(unavailable)?;
+        let socket = directory.join(&name);
         let listener = tokio::net::UnixListener::bind(&socket).map_err(|error| {
             ToolError::Failed(format!(
                 "failed to open the browser's egress socket: {error}"
@@ -207,7 +203,7 @@ impl BrowserTool {
             key.clone(),
         ));
         let server = egress.clone().serve(listener);
-        let socket_in_sandbox = format!("{SANDBOX_RUN_MOUNT_PATH}/{name}");
+        let socket_in_sandbox = format!("{SANDBOX_BROWSER_MOUNT_PATH}/{name}");
         sessions.insert(
             slot,
             Session {
@@ -240,15 +236,17 @@ impl BrowserTool {
             .ensure(&sandbox.scope, &sandbox.view)
             .await
             .map_err(unavailable)?;
-        let run_directory = handle
-            .socket
-            .parent()
-            .map(std::path::Path::to_path_buf)
-            .ok_or_else(|| ToolError::Failed("the sandbox has no runner directory".to_string()))?;
+        let socket_directory = handle.browser_sockets.clone().ok_or_else(|| {
+            ToolError::Failed(format!(
+                "the browser is unavailable: this sandbox's Job template mounts no browser \
+                 socket directory at {SANDBOX_BROWSER_MOUNT_PATH} (an operator older than the \
+                 browser rendered it; upgrade the operator)"
+            ))
+        })?;
         let (egress_socket, egress_key, egress) = self.session(
             &sandbox.scope,
             &owner,
-            &run_directory,
+            &socket_directory,
             &context.config.web.url_blocklist,
         )?;
         let before = counts(&egress);
@@ -347,32 +345,29 @@ impl BrowserTool {
     }
 }
 
-/// The sandbox's browser socket directory as the agent sees it: created here (mode
-/// 0750: the sandbox may connect, never add or remove) unless the sandbox's start made
-/// it; anything else at that path (a symlink, another's directory) is refused.
-fn socket_directory(run_directory: &std::path::Path) -> Result<PathBuf, ToolError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let directory = run_directory.join(saint_sandbox::BROWSER_SOCKET_DIRECTORY);
+/// The sandbox's browser socket directory as the agent sees it, accepted only when it
+/// is a real directory of the agent's own, that no one else may write (the sandbox
+/// backend made it before the sandbox started): anything else at that path (a symlink,
+/// another's directory) is refused.
+fn checked_socket_directory(directory: &std::path::Path) -> Result<PathBuf, ToolError> {
+    use std::os::unix::fs::MetadataExt;
     let refuse = |why: String| {
         ToolError::Failed(format!(
             "the browser is unavailable: {} {why}",
             directory.display()
         ))
     };
-    match std::fs::symlink_metadata(&directory) {
+    match std::fs::symlink_metadata(directory) {
         Ok(metadata)
-            if metadata.is_dir() && metadata.uid() == rustix::process::geteuid().as_raw() =>
+            if metadata.is_dir()
+                && metadata.uid() == rustix::process::geteuid().as_raw()
+                && metadata.mode() & 0o022 == 0 =>
         {
-            Ok(directory)
+            Ok(directory.to_path_buf())
         }
-        Ok(_) => Err(refuse("is not a directory of the agent's own".to_string())),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .mode(0o750)
-                .create(&directory)
-                .map_err(|error| refuse(format!("could not be created: {error}")))?;
-            Ok(directory)
-        }
+        Ok(_) => Err(refuse(
+            "is not a directory of the agent's own that only it may write".to_string(),
+        )),
         Err(error) => Err(refuse(format!("could not be read: {error}"))),
     }
 }

@@ -5,9 +5,9 @@
 use k8s_openapi::api::batch::v1::Job;
 use saint_config::{
     sandbox_contract::{
-        PORTER_RUN_SUBPATH, SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH,
-        SANDBOX_RUN_SUBPATH_PLACEHOLDER, SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH,
-        SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
+        PORTER_RUN_SUBPATH, SANDBOX_BROWSER_MOUNT_PATH, SANDBOX_BROWSER_SUBPATH_PLACEHOLDER,
+        SANDBOX_PORTER_MOUNT_PATH, SANDBOX_RUN_MOUNT_PATH, SANDBOX_RUN_SUBPATH_PLACEHOLDER,
+        SANDBOX_SCRATCH_MOUNT_PATH, SANDBOX_VIEW_MOUNT_PATH, SANDBOX_VIEW_SUBPATH_PLACEHOLDER,
     },
     uids::{SANDBOX_UID, SHARED_GID},
 };
@@ -80,6 +80,7 @@ pub fn job_template(bot: &ValidatedSaintBot) -> Job {
                 {"name": "scratch", "mountPath": SANDBOX_SCRATCH_MOUNT_PATH},
                 {"name": "agent-workspace", "mountPath": SANDBOX_PORTER_MOUNT_PATH, "subPath": PORTER_RUN_SUBPATH, "readOnly": true},
                 {"name": "agent-workspace", "mountPath": SANDBOX_RUN_MOUNT_PATH, "subPath": SANDBOX_RUN_SUBPATH_PLACEHOLDER},
+                {"name": "agent-workspace", "mountPath": SANDBOX_BROWSER_MOUNT_PATH, "subPath": SANDBOX_BROWSER_SUBPATH_PLACEHOLDER, "readOnly": true},
                 {"name": "tmp", "mountPath": "/tmp"},
             ],
         }],
