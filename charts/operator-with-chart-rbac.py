@@ -248,10 +248,12 @@ def main() -> int:
             check(result.returncode != 0 and "saint sandbox policy [workspace-read-only]" in result.stderr,
                   "the template with its runner-directory placeholder unfilled is refused: "
                   f"{result.stderr.strip() or 'admitted'}")
-            # ...so fill it as the agent does (agent-pod/sandbox/src/kubernetes.rs).
+            # ...so fill it, and the browser socket directory's, as the agent does
+            # (agent-pod/sandbox/src/kubernetes.rs).
             for mount in template["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]:
-                if mount.get("subPath") == ".saint/run/sandboxes/{{job-name}}":
-                    mount["subPath"] = f".saint/run/sandboxes/{job_name}"
+                for directory in ("sandboxes", "browsers"):
+                    if mount.get("subPath") == f".saint/run/{directory}/{{{{job-name}}}}":
+                        mount["subPath"] = f".saint/run/{directory}/{job_name}"
             result = kubectl(options, "create", "--dry-run=server", f"--as={AGENT_ACCOUNT}", "-f", "-",
                              stdin=json.dumps(template), check_status=False)
             check(result.returncode == 0, "the agent may create the rendered sandbox Job " +

@@ -297,6 +297,36 @@ async fn a_page_is_opened_clicked_typed_into_read_and_shown() {
         .ok(&ana, json!({"action": "click", "selector": "#greet"}))
         .await;
     assert!(browsing.read(&ana).await.contains("Hello, Ana"));
+    // The same page as its accessibility tree: what can be clicked or typed into, by
+    // role and name, with the value typed above.
+    let tree = browsing
+        .ok(&ana, json!({"action": "read", "format": "tree"}))
+        .await
+        .content;
+    for line in [
+        "RootWebArea \"Browser test page\"",
+        "button \"Show\"",
+        "button \"Greet\"",
+        "value=\"Ana\"",
+        "text \"Hello, Ana\"",
+    ] {
+        assert!(tree.contains(line), "{line} is not in the tree:\n{tree}");
+    }
+    assert!(tree.contains("the page's accessibility tree"), "{tree}");
+    // An option that does not apply is refused, not ignored.
+    let misplaced = browsing
+        .call(
+            &ana,
+            json!({"action": "click", "text": "Show", "format": "tree"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        misplaced
+            .to_string()
+            .contains("format applies to read only"),
+        "{misplaced}"
+    );
 
     let missing = browsing
         .call(&ana, json!({"action": "click", "text": "No such button"}))

@@ -690,6 +690,87 @@ async fn scenario(
         );
     }
 
+    // The browser in a cluster: Chromium starts in Ana's sandbox Job; its only way out
+    // is the agent's guarded egress proxy, through a socket in the agent's own
+    // directory that the sandbox mounts read-only. The page asked for is the
+    // stand-in's address, a documentation address the guard refuses: the stand-in
+    // must see no request from the browser.
+    let standin_before = standin.requests().len();
+    llm.push(Reply::tool_call(
+        "browser",
+        json!({"action": "open", "url": format!("https://{}/", run.public_ip)}),
+    ));
+    llm.push(Reply::text("browsed."));
+    let requests_before = llm.request_count();
+    let browse_sent = Instant::now();
+    let answer = send(&address, ANA_PHONE, "Open the GitHub page")
+        .await
+        .map_err(Failure::message)?;
+    figures.record("browser_open_cold_turn_seconds", browse_sent);
+    assert_eq!(answer, "browsed.");
+    let result = last_tool_result(&llm, requests_before)?;
+    assert!(
+        result.contains("request(s) of the page were refused"),
+        "the browser did not run in the sandbox, or its request was not refused: {result}"
+    );
+    assert_eq!(
+        standin.requests().len(),
+        standin_before,
+        "the browser's page reached the stand-in"
+    );
+    // While the session lives, a command in the same sandbox tries to take the socket
+    // directory's place: write into it, rename it away (the syscall itself, not `mv`,
+    // which would fall back to copying).
+    let take_over = "import os\n\
+                     for name in sorted(os.listdir('/run/saint/browser')): print('listed', name)\n\
+                     for what, act in [('write', lambda: open('/run/saint/browser/planted', 'w')),\n\
+                                       ('rename', lambda: os.rename('/run/saint/browser', '/run/saint/sandbox/taken'))]:\n\
+                     \x20   try:\n\
+                     \x20       act(); print('browser-directory', what, 'succeeded')\n\
+                     \x20   except OSError as error: print('browser-directory', what, 'refused', error.strerror)";
+    llm.push(Reply::tool_call(
+        "exec",
+        json!({"command": format!("python3 -c \"{take_over}\"")}),
+    ));
+    llm.push(Reply::text("tried."));
+    let requests_before = llm.request_count();
+    let answer = send(&address, ANA_PHONE, "Try the browser's directory")
+        .await
+        .map_err(Failure::message)?;
+    assert_eq!(answer, "tried.");
+    let result = last_tool_result(&llm, requests_before)?;
+    assert!(
+        result.contains(".sock")
+            && result.contains("browser-directory write refused")
+            && result.contains("browser-directory rename refused")
+            && !result.contains("succeeded"),
+        "the sandbox could change the browser's socket directory: {result}"
+    );
+    let workspace = run
+        .volumes_dir
+        .join(format!("{bot_namespace}-{workspace_claim}"));
+    let browsers = std::fs::read_dir(workspace.join(".saint/run/browsers"))
+        .map_err(|error| Failure::message(format!("the agent's browsers directory: {error}")))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .collect::<Vec<_>>();
+    for directory in &browsers {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(directory)
+            .map_err(|error| Failure::message(format!("{}: {error}", directory.display())))?;
+        assert_eq!(
+            (metadata.uid(), metadata.mode() & 0o777),
+            (saint_config::uids::AGENT_UID, 0o750),
+            "{} is not the agent's own, closed to the sandbox's writes",
+            directory.display()
+        );
+    }
+    assert_eq!(
+        browsers.len(),
+        1,
+        "one sandbox Job, one browser directory: {browsers:?}"
+    );
+
     // Every Saint pod is admitted under "restricted" without a warning.
     let mut all_pods = Api::<Pod>::namespaced(admin.clone(), &bot_namespace)
         .list(&ListParams::default())

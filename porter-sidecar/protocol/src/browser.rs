@@ -28,8 +28,13 @@ pub enum BrowserAction {
     /// Load `url` (a session is started if the owner has none); answers once the page's
     /// load event fired or the deadline passed.
     Open { url: String },
-    /// The page's visible text (`document.body.innerText`), at most `max_bytes`.
-    Read { max_bytes: u32 },
+    /// The page's visible text (`document.body.innerText`), or with `tree` its
+    /// accessibility tree (roles, names, values, states), at most `max_bytes`.
+    Read {
+        max_bytes: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tree: bool,
+    },
     /// Clicks the first element matching `selector`, or else the first button, link or
     /// input whose visible text contains `text`.
     Click {

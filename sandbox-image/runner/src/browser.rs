@@ -658,7 +658,32 @@ impl Session {
                 };
                 Ok((Vec::new(), note.to_string()))
             }
-            BrowserAction::Read { max_bytes } => {
+            BrowserAction::Read {
+                max_bytes,
+                tree: true,
+            } => {
+                let answer = self
+                    .devtools
+                    .call(
+                        Some(&self.page),
+                        "Accessibility.getFullAXTree",
+                        json!({}),
+                        deadline,
+                    )
+                    .await?;
+                let nodes = answer["nodes"].as_array().cloned().unwrap_or_default();
+                let (text, cut) = crate::accessibility::render(&nodes, *max_bytes as usize);
+                let note = if cut {
+                    format!("the page's accessibility tree, cut at {} bytes", text.len())
+                } else {
+                    "the page's accessibility tree".to_string()
+                };
+                Ok((text.into_bytes(), note))
+            }
+            BrowserAction::Read {
+                max_bytes,
+                tree: false,
+            } => {
                 let text = self
                     .evaluate(
                         "document.body ? document.body.innerText : document.documentElement.innerText",

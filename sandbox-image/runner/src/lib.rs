@@ -5,6 +5,7 @@
 //! only way out — a loopback port commands' `HTTPS_PROXY` names — to Porter's proxy
 //! socket.
 
+pub mod accessibility;
 pub mod background;
 pub mod browser;
 pub mod connection;

@@ -100,6 +100,21 @@ pub struct BrowserInput {
     pub selector: Option<String>,
     /// click: visible text of a button or link (when no selector); type: the text to type
     pub text: Option<String>,
+    /// read: `text` (the default) or `tree` (the accessibility tree: roles, names,
+    /// values and states of the page's elements, one per line)
+    pub format: Option<ReadFormat>,
+}
+
+/// How `read` shows the page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadFormat {
+    // (Plain comments: a documented variant would make the schema a `oneOf`.)
+    // The visible text.
+    #[default]
+    Text,
+    // The accessibility tree.
+    Tree,
 }
 
 /// Prepares a screenshot for the model (in the agent: decoded and re-encoded by
@@ -391,6 +406,12 @@ fn runner_action(input: &BrowserInput, max_text_bytes: u32) -> Result<BrowserAct
     let missing = |field: &str| {
         ToolError::InvalidInput(format!("{} needs {field}", verb_label(input.action)))
     };
+    if input.format.is_some() && input.action != BrowserVerb::Read {
+        return Err(ToolError::InvalidInput(format!(
+            "format applies to read only, not to {}",
+            verb_label(input.action)
+        )));
+    }
     Ok(match input.action {
         BrowserVerb::Open => {
             let url = non_empty(&input.url).ok_or_else(|| missing("url"))?;
@@ -409,6 +430,7 @@ fn runner_action(input: &BrowserInput, max_text_bytes: u32) -> Result<BrowserAct
         }
         BrowserVerb::Read => BrowserAction::Read {
             max_bytes: max_text_bytes,
+            tree: input.format == Some(ReadFormat::Tree),
         },
         BrowserVerb::Click => {
             let (selector, text) = (non_empty(&input.selector), non_empty(&input.text));
@@ -456,7 +478,9 @@ impl TypedTool for BrowserTool {
     const NAME: &'static str = BROWSER_TOOL;
     const DESCRIPTION: &'static str = "A headless web browser in your sandbox for pages that need JavaScript. \
          action=open with url loads a public page and returns its final URL and title; \
-         action=read returns the page's visible text; action=click clicks the element a CSS \
+         action=read returns the page's visible text, or with format=tree its accessibility \
+         tree (each element's role, name, value and state: what to click or type into); \
+         action=click clicks the element a CSS \
          selector names, or the button or link whose visible text contains text; \
          action=type focuses the element selector names and types text; action=screenshot \
          shows you the visible page as an image; action=close ends the browser (cookies and \
