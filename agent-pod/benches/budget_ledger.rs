@@ -52,6 +52,7 @@ const PRICE: ModelPrice = ModelPrice {
     input_per_mtok: 1.0,
     output_per_mtok: 5.0,
     per_audio_minute: None,
+    per_million_characters: None,
 };
 
 /// A budget no call here reaches.

@@ -316,6 +316,7 @@ mod tests {
             input_per_mtok: 3.0,
             output_per_mtok: 15.0,
             per_audio_minute: None,
+            per_million_characters: None,
         };
         assert_eq!(worst_case_usd(&price, 1_000_000, 0), 3.0);
         assert_eq!(worst_case_usd(&price, 0, 4_096), 4_096.0 * 15.0 / 1e6);

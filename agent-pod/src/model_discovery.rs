@@ -82,6 +82,7 @@ const FREE: ModelPrice = ModelPrice {
     input_per_mtok: 0.0,
     output_per_mtok: 0.0,
     per_audio_minute: None,
+    per_million_characters: None,
 };
 
 /// Where the model comes from.
@@ -716,6 +717,7 @@ mod tests {
                 input_per_mtok: 0.5,
                 output_per_mtok: 1.0,
                 per_audio_minute: None,
+                per_million_characters: None,
             },
         );
         let priced_by_the_file = config.clone();

@@ -9,8 +9,9 @@
 //! sandbox view or file tool reaches) and the turn's reply carries it to the channel.
 //!
 //! Metered per character: the usage line has `characters`, `audioBytes` and, when
-//! `media.speech.pricePerMillionCharacters` is set, `costUsd` (reserved against the
-//! caller's budget before the call by the runtime).
+//! `model.prices` prices the speech model (`perMillionCharacters`; the local engine
+//! under `espeak-ng`), `costUsd` (reserved against the caller's budget before the call
+//! by the runtime).
 
 use std::{path::Path, process::Stdio, time::Duration};
 
@@ -348,7 +349,7 @@ impl Tool for TtsTool {
                     SpeechEngine::Local => "local",
                 }),
             );
-            if let Some(cost) = speech.price(characters) {
+            if let Some(cost) = speech.price(&context.config.model.prices, characters) {
                 output.metering.insert("costUsd".to_string(), json!(cost));
             }
             output.audio = Some(ToolAudio {

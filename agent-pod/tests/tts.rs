@@ -140,8 +140,19 @@ struct Bot {
 
 impl Bot {
     /// The example company with `channels`, Marko's manager role given `tts`, the bot
-    /// speaking with `speech`.
+    /// speaking with `speech`, unpriced.
     async fn start(channels: Value, speech: Value, env: &[(&str, &str)]) -> Self {
+        Self::start_priced(channels, speech, None, env).await
+    }
+
+    /// [`Bot::start`], with speech priced at `per_million` USD per million characters
+    /// in `model.prices` under the engine's model (`espeak-ng` for the local one).
+    async fn start_priced(
+        channels: Value,
+        speech: Value,
+        per_million: Option<f64>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let directory = tempfile::tempdir().unwrap();
         let workspace = directory.path().join("workspace");
@@ -162,6 +173,14 @@ impl Bot {
             .values_mut()
         {
             *price = json!({"inputPerMtok": 0.0, "outputPerMtok": 0.0});
+        }
+        if let Some(per_million) = per_million {
+            let model = config["media"]["speech"]["model"]
+                .as_str()
+                .unwrap_or(saint_config::media::LOCAL_SPEECH_PRICE_KEY)
+                .to_string();
+            config["model"]["prices"][model] = json!({"inputPerMtok": 0.0, "outputPerMtok": 0.0,
+                "perMillionCharacters": per_million});
         }
         write_config(&config_path, &config);
         let mut bot = Self {
@@ -261,9 +280,10 @@ fn voices(telegram: &ScriptedTelegram) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_reply_carries_a_voice_note_spoken_by_espeak_ng() {
     let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
-    let bot = Bot::start(
+    let bot = Bot::start_priced(
         telegram_channels(&telegram),
-        json!({"engine": "local", "voice": "en-us", "pricePerMillionCharacters": 15.0}),
+        json!({"engine": "local", "voice": "en-us"}),
+        Some(15.0),
         &[("TG_BOT_TOKEN", BOT_TOKEN)],
     )
     .await;
@@ -496,9 +516,10 @@ async fn a_role_without_tts_never_sees_it_and_a_call_it_names_is_refused() {
 async fn speech_the_budget_cannot_take_is_refused_before_it_is_made() {
     let telegram = ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
     // Marko's manager budget is 5 USD a month; 11 characters at 1 USD each are more.
-    let bot = Bot::start(
+    let bot = Bot::start_priced(
         telegram_channels(&telegram),
-        json!({"engine": "local", "pricePerMillionCharacters": 1_000_000.0}),
+        json!({"engine": "local"}),
+        Some(1_000_000.0),
         &[("TG_BOT_TOKEN", BOT_TOKEN)],
     )
     .await;
@@ -525,7 +546,7 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
     let audio = real_ogg_opus("Your order is ready.");
     let (speech, speech_url) = ScriptedSpeech::start(audio.clone()).await;
     let graph = ScriptedGraph::start(WA_ACCESS_TOKEN).await.unwrap();
-    let bot = Bot::start(
+    let bot = Bot::start_priced(
         json!([
             {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
             {"name": "whatsapp", "kind": "whatsapp",
@@ -535,6 +556,7 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
         ]),
         json!({"engine": "openai", "baseUrl": speech_url, "model": "gpt-4o-mini-tts",
                "voice": "alloy", "apiKeyEnv": "SAINT_SPEECH_API_KEY"}),
+        Some(15.0),
         &[
             ("WA_ACCESS_TOKEN", WA_ACCESS_TOKEN),
             ("WA_APP_SECRET", WA_APP_SECRET),
@@ -602,6 +624,10 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
     let lines = bot.usage_lines("tts");
     assert_eq!(lines[0]["engine"], "openai");
     assert_eq!(lines[0]["audioBytes"], json!(audio.len()));
+    // Priced in model.prices under the endpoint's model.
+    let characters = lines[0]["characters"].as_f64().unwrap();
+    let cost = lines[0]["costUsd"].as_f64().unwrap();
+    assert!((cost - 15.0 * characters / 1e6).abs() < 1e-12, "{cost}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

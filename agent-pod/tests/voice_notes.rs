@@ -695,6 +695,7 @@ fn the_operators_rendered_transcription_is_what_the_agent_reads() {
         MODEL.into(),
         ModelPriceSpec {
             per_audio_minute: Some(PER_MINUTE),
+            per_million_characters: None,
             ..ModelPriceSpec::default()
         },
     );

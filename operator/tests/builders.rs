@@ -930,7 +930,11 @@ fn the_chart_examples_render_through_the_real_validate() {
         .as_ref()
         .expect("media.speech");
     assert_eq!(speech.api_key_env.as_deref(), Some("SAINT_SPEECH_API_KEY"));
-    assert_eq!(speech.price_per_million_characters, Some(15.0));
+    assert_eq!(
+        speech.price(&validated.config.model.prices, 1_000_000),
+        Some(15.0),
+        "speech is priced in model.prices under its model"
+    );
     for (role, has_tts) in [
         ("owner", true),
         ("manager", true),
@@ -953,6 +957,8 @@ fn the_speech_key_reaches_only_the_agent_container_and_rolls_the_pod() {
         bot["spec"]["media"] = serde_json::json!({"speech": {
             "baseUrl": "https://speech.acme-ana.example", "model": "tts-1",
             "apiKeySecretRef": {"name": "acme-speech", "key": "api-key"}}});
+        bot["spec"]["model"]["prices"]["tts-1"] =
+            serde_json::json!({"inputPerMtok": 0, "outputPerMtok": 0, "perMillionCharacters": 15});
     });
     let spec = spoken
         .deployment

@@ -2016,8 +2016,7 @@ fn a_speech_engine_passes_when_well_formed() {
     for speech in [
         serde_json::json!({"engine": "openai", "baseUrl": "https://speech.acme-ana.example",
             "model": "tts-1", "voice": "nova",
-            "apiKeySecretRef": {"name": "acme-ana-speech", "key": "api-key"},
-            "pricePerMillionCharacters": 15.0}),
+            "apiKeySecretRef": {"name": "acme-ana-speech", "key": "api-key"}}),
         serde_json::json!({"baseUrl": "http://kokoro.speech:8880", "model": "kokoro",
             "allowInsecure": "a local speech server in the bot's namespace, no key"}),
         serde_json::json!({"engine": "local", "voice": "en-us", "maxCharacters": 500}),
@@ -2049,6 +2048,10 @@ fn a_speech_engine_is_refused_naming_the_field() {
             serde_json::json!({"baseUrl": "https://speech.acme-ana.example", "model": "tts-1",
                 "apiKeySecretRef": {"name": "", "key": "api-key"}}),
             "media.speech.apiKeySecretRef must name both a Secret (name) and a key in it (key)",
+        ),
+        (
+            serde_json::json!({"engine": "local", "pricePerMillionCharacters": 15.0}),
+            "media.speech.pricePerMillionCharacters moved: price speech in model.prices",
         ),
     ] {
         refused_with(speech_bot(speech.clone()), expected);

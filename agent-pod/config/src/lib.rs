@@ -590,6 +590,10 @@ pub struct ModelPrice {
     /// A transcription model's price per minute of audio (`media.transcription.model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_audio_minute: Option<f64>,
+    /// A speech model's price per million characters spoken (`media.speech.model`, or
+    /// `espeak-ng` for the local engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_million_characters: Option<f64>,
 }
 
 /// Channel kinds. Each identity in `identityLinks` is prefixed by one of these.

@@ -133,10 +133,6 @@ pub struct SpeechConfig {
     /// How long one call may take.
     #[serde(default = "default_timeout_seconds")]
     pub timeout_seconds: u64,
-    /// USD per million characters spoken, charged to the caller's budget (reserved
-    /// before the call); absent: speech costs nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub price_per_million_characters: Option<f64>,
 }
 
 fn default_max_characters() -> u32 {
@@ -151,10 +147,29 @@ fn default_timeout_seconds() -> u64 {
     DEFAULT_SPEECH_TIMEOUT_SECONDS
 }
 
+/// The key in `model.prices` that prices the local speech engine.
+pub const LOCAL_SPEECH_PRICE_KEY: &str = "espeak-ng";
+
 impl SpeechConfig {
-    /// What speaking `characters` characters costs, in USD.
-    pub fn price(&self, characters: usize) -> Option<f64> {
-        self.price_per_million_characters
+    /// The `model.prices` key that prices this engine's speech: the endpoint's model,
+    /// or [`LOCAL_SPEECH_PRICE_KEY`] for the local engine.
+    pub fn price_key(&self) -> &str {
+        match self.engine {
+            SpeechEngine::Openai => self.model.as_deref().unwrap_or_default(),
+            SpeechEngine::Local => LOCAL_SPEECH_PRICE_KEY,
+        }
+    }
+
+    /// What speaking `characters` characters costs in USD, at the price
+    /// `model.prices.<price key>.perMillionCharacters` names; `None` when it names none.
+    pub fn price(
+        &self,
+        prices: &std::collections::BTreeMap<String, crate::ModelPrice>,
+        characters: usize,
+    ) -> Option<f64> {
+        prices
+            .get(self.price_key())
+            .and_then(|price| price.per_million_characters)
             .map(|per_million| per_million * characters as f64 / 1_000_000.0)
     }
 }
@@ -295,14 +310,6 @@ fn check_speech(media: &MediaConfig) -> Result<(), (String, String)> {
             "must be between 1 and 600".to_string(),
         ));
     }
-    if let Some(price) = speech.price_per_million_characters
-        && !(price.is_finite() && price >= 0.0)
-    {
-        return Err((
-            field("pricePerMillionCharacters"),
-            "must be a finite number of at least 0".to_string(),
-        ));
-    }
     Ok(())
 }
 
@@ -352,18 +359,39 @@ mod tests {
         }
         let (field, _) = speech(json!({"engine": "local", "maxCharacters": 5000})).unwrap_err();
         assert_eq!(field, "media.speech.maxCharacters");
-        let (field, _) =
-            speech(json!({"engine": "local", "pricePerMillionCharacters": -1.0})).unwrap_err();
-        assert_eq!(field, "media.speech.pricePerMillionCharacters");
         let (field, _) = speech(json!({"engine": "local", "timeoutSeconds": 0})).unwrap_err();
         assert_eq!(field, "media.speech.timeoutSeconds");
     }
 
     #[test]
-    fn the_price_is_per_million_characters() {
-        let config: SpeechConfig =
-            serde_json::from_value(json!({"engine": "local", "pricePerMillionCharacters": 15.0}))
-                .unwrap();
-        assert_eq!(config.price(200_000), Some(3.0));
+    fn speech_is_priced_per_million_characters_in_model_prices_under_its_model() {
+        let prices: std::collections::BTreeMap<String, crate::ModelPrice> =
+            serde_json::from_value(json!({
+                "gpt-4o-mini-tts": {"inputPerMtok": 0, "outputPerMtok": 0, "perMillionCharacters": 15.0},
+                "espeak-ng": {"inputPerMtok": 0, "outputPerMtok": 0, "perMillionCharacters": 0.5}
+            }))
+            .unwrap();
+        let endpoint: SpeechConfig = serde_json::from_value(json!({
+            "engine": "openai", "baseUrl": "https://api.example.com", "model": "gpt-4o-mini-tts"
+        }))
+        .unwrap();
+        assert_eq!(endpoint.price(&prices, 200_000), Some(3.0));
+        let local: SpeechConfig = serde_json::from_value(json!({"engine": "local"})).unwrap();
+        assert_eq!(local.price_key(), "espeak-ng");
+        assert_eq!(local.price(&prices, 2_000_000), Some(1.0));
+        let unpriced: SpeechConfig = serde_json::from_value(json!({
+            "engine": "openai", "baseUrl": "https://api.example.com", "model": "tts-1"
+        }))
+        .unwrap();
+        assert_eq!(unpriced.price(&prices, 1), None);
+        // The old place of the price is refused by name, never ignored.
+        let moved = serde_json::from_value::<SpeechConfig>(
+            json!({"engine": "local", "pricePerMillionCharacters": 15.0}),
+        )
+        .unwrap_err();
+        assert!(
+            moved.to_string().contains("pricePerMillionCharacters"),
+            "{moved}"
+        );
     }
 }

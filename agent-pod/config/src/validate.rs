@@ -269,7 +269,45 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             _ => {}
         }
     }
+    if let Some(speech) = &config.media.speech {
+        validate_speech_price(config, speech)?;
+    }
     Ok(())
+}
+
+/// Speech is priced in `model.prices` under its model (the local engine under
+/// `espeak-ng`), per million characters. An endpoint's model needs a price unless
+/// unpriced models are allowed; the local engine calls no paid service and may go
+/// unpriced.
+fn validate_speech_price(
+    config: &BotConfig,
+    speech: &crate::SpeechConfig,
+) -> Result<(), ConfigError> {
+    let key = speech.price_key();
+    let price = config
+        .model
+        .prices
+        .get(key)
+        .and_then(|price| price.per_million_characters);
+    match price {
+        Some(price) if !(price.is_finite() && price >= 0.0) => Err(invalid(
+            format!("model.prices.{key}.perMillionCharacters"),
+            "must be a number ≥ 0",
+        )),
+        None if speech.engine == crate::SpeechEngine::Openai
+            && config.budget.unpriced_models == UnpricedModels::Refuse =>
+        {
+            Err(invalid(
+                format!("model.prices.{key}.perMillionCharacters"),
+                format!(
+                    "media.speech.model {key:?} has no price per million characters, so no \
+                     budget could count its calls; add it (a free local server: 0) or set \
+                     budget.unpricedModels: allow"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Shortest heartbeat interval, in seconds.

@@ -471,3 +471,67 @@ fn transcription_is_checked_naming_the_field_and_must_be_priced() {
         "model.prices.whisper-1.perAudioMinute: must be a number ≥ 0"
     );
 }
+
+#[test]
+fn speech_is_priced_in_model_prices_under_its_model_and_an_endpoint_must_be() {
+    let mut config: serde_json::Value = serde_json::from_str(EXAMPLE).unwrap();
+    config["media"] = serde_json::json!({"speech": {
+        "engine": "openai", "baseUrl": "https://tts.acme.example", "model": "tts-1"}});
+    let refused = |config: &serde_json::Value| {
+        BotConfig::from_json(&config.to_string())
+            .unwrap_err()
+            .to_string()
+    };
+    // An endpoint's model unpriced under the default `refuse`: no budget could count it.
+    assert!(
+        refused(&config).starts_with(
+            "model.prices.tts-1.perMillionCharacters: media.speech.model \"tts-1\" has no price"
+        ),
+        "{}",
+        refused(&config)
+    );
+    config["model"]["prices"]["tts-1"] =
+        serde_json::json!({"inputPerMtok": 0, "outputPerMtok": 0, "perMillionCharacters": 15.0});
+    let parsed = BotConfig::from_json(&config.to_string()).unwrap();
+    let speech = parsed.media.speech.as_ref().unwrap();
+    assert_eq!(speech.price(&parsed.model.prices, 1_000_000), Some(15.0));
+    config["model"]["prices"]["tts-1"]["perMillionCharacters"] = serde_json::json!(-1);
+    assert_eq!(
+        refused(&config),
+        "model.prices.tts-1.perMillionCharacters: must be a number ≥ 0"
+    );
+    // The local engine calls no paid service: unpriced is fine, and espeak-ng prices it.
+    config["media"] = serde_json::json!({"speech": {"engine": "local"}});
+    let parsed = BotConfig::from_json(&config.to_string()).unwrap();
+    assert_eq!(
+        parsed
+            .media
+            .speech
+            .as_ref()
+            .unwrap()
+            .price(&parsed.model.prices, 100),
+        None
+    );
+    config["model"]["prices"]["espeak-ng"] =
+        serde_json::json!({"inputPerMtok": 0, "outputPerMtok": 0, "perMillionCharacters": 1.0});
+    let parsed = BotConfig::from_json(&config.to_string()).unwrap();
+    assert_eq!(
+        parsed
+            .media
+            .speech
+            .as_ref()
+            .unwrap()
+            .price(&parsed.model.prices, 1_000_000),
+        Some(1.0)
+    );
+    // The old place of the price is refused by name.
+    config["media"]["speech"]["pricePerMillionCharacters"] = serde_json::json!(15.0);
+    let error = BotConfig::from_json(&config.to_string()).unwrap_err();
+    let cause = std::error::Error::source(&error).map(ToString::to_string);
+    assert!(
+        cause
+            .as_deref()
+            .is_some_and(|cause| cause.contains("unknown field `pricePerMillionCharacters`")),
+        "{error}: {cause:?}"
+    );
+}

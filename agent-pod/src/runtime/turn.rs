@@ -1053,7 +1053,12 @@ impl Runtime {
         let speech = (name == crate::tts_tool::TTS_TOOL)
             .then(|| state.config.media.speech.as_ref())
             .flatten()
-            .and_then(|speech| speech.price(crate::tts_tool::characters(&input)));
+            .and_then(|speech| {
+                speech.price(
+                    &state.config.model.prices,
+                    crate::tts_tool::characters(&input),
+                )
+            });
         let price = match (state.config.budget.tool_prices.get(name).copied(), speech) {
             (None, None) => None,
             (call, speech) => Some(call.unwrap_or_default() + speech.unwrap_or_default()),

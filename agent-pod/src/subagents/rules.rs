@@ -416,6 +416,7 @@ mod tests {
                 input_per_mtok: 0.5,
                 output_per_mtok: 6.0,
                 per_audio_minute: None,
+                per_million_characters: None,
             },
         );
         assert!(child_model(&mixed, &employee, Some("odd"), false).is_err());

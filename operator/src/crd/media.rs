@@ -84,10 +84,11 @@ pub struct SpeechSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 600))]
     pub timeout_seconds: Option<u64>,
-    /// USD per million characters spoken, reserved against the caller's Role budget
-    /// before the call and charged when it succeeds. Absent: speech costs nothing.
+    /// Moved: speech is priced in `model.prices.<model>.perMillionCharacters` (the local
+    /// engine under `espeak-ng`). Kept only so a manifest that still sets it is refused
+    /// by name rather than pruned in silence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0.0))]
+    #[x_kube(validation = kube::core::Rule::new("false").message("media.speech.pricePerMillionCharacters moved: price speech in model.prices.<media.speech.model>.perMillionCharacters (the local engine under model.prices.espeak-ng)"))]
     pub price_per_million_characters: Option<f64>,
 }
 

@@ -468,7 +468,8 @@ pub struct FailoverSpec {
     pub cool_down_seconds: Option<u64>,
 }
 
-/// USD per million tokens (and per minute of audio for a transcription model).
+/// USD per million tokens (per minute of audio for a transcription model, per million
+/// characters for a speech model).
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelPriceSpec {
@@ -486,6 +487,12 @@ pub struct ModelPriceSpec {
     #[schemars(range(min = 0.0))]
     #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("model.prices[].perAudioMinute must be ≥ 0"))]
     pub per_audio_minute: Option<f64>,
+    /// A speech model's price per million characters spoken (`media.speech.model`;
+    /// `espeak-ng` prices the local engine), USD; ≥ 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    #[x_kube(validation = kube::core::Rule::new("self >= 0.0").message("model.prices[].perMillionCharacters must be ≥ 0"))]
+    pub per_million_characters: Option<f64>,
 }
 
 /// One chat channel.

@@ -20,6 +20,14 @@ pub(super) fn render_media(
     let Some(speech) = spec.and_then(|media| media.speech.as_ref()) else {
         return Ok((MediaConfig::default(), None));
     };
+    if speech.price_per_million_characters.is_some() {
+        return Err(ValidateError::InvalidSetting {
+            field: "spec.media.speech.pricePerMillionCharacters".to_string(),
+            message: "moved: price speech in spec.model.prices.<media.speech.model>.\
+                      perMillionCharacters (the local engine under espeak-ng)"
+                .to_string(),
+        });
+    }
     if let Some(why) = speech
         .base_url
         .as_deref()
@@ -48,7 +56,6 @@ pub(super) fn render_media(
         timeout_seconds: speech
             .timeout_seconds
             .unwrap_or(DEFAULT_SPEECH_TIMEOUT_SECONDS),
-        price_per_million_characters: speech.price_per_million_characters,
     };
     // The agent's own checks, with the field named as the SaintBot spells it.
     let media = MediaConfig {
@@ -82,17 +89,27 @@ mod tests {
         let (media, key) = render(json!({
             "engine": "openai", "baseUrl": "https://speech.acme-ana.example", "model": "tts-1",
             "voice": "nova", "apiKeySecretRef": {"name": "acme-ana-speech", "key": "key"},
-            "pricePerMillionCharacters": 15.0,
         }))
         .unwrap();
         assert_eq!(
             serde_json::to_value(&media).unwrap(),
             json!({"speech": {"engine": "openai", "baseUrl": "https://speech.acme-ana.example",
                 "model": "tts-1", "voice": "nova", "apiKeyEnv": "SAINT_SPEECH_API_KEY",
-                "maxCharacters": 1000, "maxAudioBytes": 8_388_608, "timeoutSeconds": 60,
-                "pricePerMillionCharacters": 15.0}})
+                "maxCharacters": 1000, "maxAudioBytes": 8_388_608, "timeoutSeconds": 60}})
         );
         assert_eq!(key.unwrap().name, "acme-ana-speech");
+    }
+
+    #[test]
+    fn the_old_place_of_the_price_is_refused_by_name() {
+        let error = render(json!({"engine": "local", "pricePerMillionCharacters": 15.0}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("spec.media.speech.pricePerMillionCharacters")
+                && error.contains("perMillionCharacters"),
+            "{error}"
+        );
     }
 
     #[test]

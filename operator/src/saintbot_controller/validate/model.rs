@@ -59,6 +59,7 @@ pub(super) fn render_model(spec: &ModelSpec) -> ModelConfig {
                         input_per_mtok: price.input_per_mtok,
                         output_per_mtok: price.output_per_mtok,
                         per_audio_minute: price.per_audio_minute,
+                        per_million_characters: price.per_million_characters,
                     },
                 )
             })
