@@ -20,7 +20,8 @@ use saint_agent::{
     runtime::{Inbound, RuntimeOptions},
 };
 use saint_config::{Budget, BudgetPeriod, ChannelKind, ModelPrice};
-use saint_llm::{CancellationToken, scripted::Reply};
+use saint_llm::CancellationToken;
+use saint_scripted::llm::Reply;
 use serde_json::json;
 
 const WARMUP_CALLS: usize = 2_000;

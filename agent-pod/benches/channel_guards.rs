@@ -56,13 +56,13 @@ use saint_agent::{
     runtime::{EnvLookup, ModelAccess, Outlets, Runtime, RuntimeOptions},
     session::SessionStore,
 };
-use saint_channels::scripted::{
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{
     self as scripted_whatsapp, ScriptedGraph,
     discord::{self, ScriptedDiscord},
     slack::{self, ScriptedSlack},
     telegram::{self, ScriptedTelegram},
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use saint_tools::registry::ToolSet;
 use serde_json::{Value, json};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};

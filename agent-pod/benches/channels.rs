@@ -28,8 +28,8 @@ mod mail_server;
 
 use futures::{StreamExt, future::join_all};
 use mail_server::{ANA, BOT, BOT_PASSWORD, DkimKey, Dns, MailServer, mail};
-use saint_channels::scripted::{self, ScriptedGraph};
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{self as scripted, ScriptedGraph};
 use serde_json::{Value, json};
 
 const PHONE_NUMBER_ID: &str = "100000000000001";

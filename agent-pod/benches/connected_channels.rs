@@ -25,12 +25,12 @@ use std::{
 mod synapse;
 
 use futures::StreamExt;
-use saint_channels::scripted::{
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{
     discord::{self, ScriptedDiscord},
     slack::{self, ScriptedSlack},
     telegram::{self, ScriptedTelegram},
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 use synapse::{Synapse, User};
 

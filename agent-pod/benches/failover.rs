@@ -15,10 +15,8 @@ use std::time::Instant;
 use common::*;
 use saint_agent::runtime::{Inbound, RuntimeOptions, TurnEvent};
 use saint_config::ChannelKind;
-use saint_llm::{
-    CancellationToken,
-    scripted::{Reply, ScriptedLlm},
-};
+use saint_llm::CancellationToken;
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const WARMUP: usize = 30;

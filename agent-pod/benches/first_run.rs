@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 
 const RUNS: usize = 7;
 

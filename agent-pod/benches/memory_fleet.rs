@@ -25,7 +25,7 @@ use std::{
     time::Duration,
 };
 
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 
 /// Bots started at once in the fleet measurement (`SAINT_FLEET_BOTS` overrides).
 const FLEET: usize = 10;

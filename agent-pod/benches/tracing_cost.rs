@@ -17,7 +17,8 @@ use saint_agent::{
     telemetry,
 };
 use saint_config::{ChannelKind, OtlpConfig};
-use saint_llm::{CancellationToken, scripted::Reply};
+use saint_llm::CancellationToken;
+use saint_scripted::llm::Reply;
 use serde_json::json;
 use tracing_subscriber::{Layer, filter::FilterExt, layer::SubscriberExt};
 

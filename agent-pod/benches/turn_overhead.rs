@@ -18,8 +18,8 @@ use saint_agent::runtime::{Inbound, RuntimeOptions};
 use saint_config::ChannelKind;
 use saint_llm::{
     CancellationToken, ChatRequest, ClientOptions, Endpoint, LlmClient, Message, Provider,
-    scripted::{Reply, ScriptedLlm},
 };
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::json;
 
 const WARMUP_TURNS: usize = 50;

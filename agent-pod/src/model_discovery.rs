@@ -510,7 +510,7 @@ async fn openai_first_model(
 mod tests {
     use std::sync::Arc;
 
-    use saint_llm::scripted::ScriptedLlm;
+    use saint_scripted::llm::ScriptedLlm;
 
     use super::*;
 

@@ -14,10 +14,10 @@ use std::{
 };
 
 use common::*;
-use saint_channels::scripted::slack::{
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::slack::{
     Posted, ScriptedSlack, block_actions, event_callback, message_event, signed_headers,
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -471,7 +471,7 @@ mod slack {
 }
 
 mod telegram {
-    use saint_channels::scripted::telegram::{self as scripted, Person, ScriptedTelegram};
+    use saint_scripted::telegram::{self as scripted, Person, ScriptedTelegram};
 
     use super::*;
 
@@ -649,7 +649,7 @@ mod telegram {
 }
 
 mod whatsapp {
-    use saint_channels::scripted::{self, GraphRequest, ScriptedGraph};
+    use saint_scripted::{self as scripted, GraphRequest, ScriptedGraph};
 
     use super::*;
 
@@ -889,7 +889,7 @@ mod whatsapp {
 }
 
 mod discord {
-    use saint_channels::scripted::discord::{Posted, ScriptedDiscord, direct_message};
+    use saint_scripted::discord::{Posted, ScriptedDiscord, direct_message};
 
     use super::*;
 

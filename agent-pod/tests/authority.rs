@@ -8,7 +8,7 @@ mod common;
 use std::{sync::Arc, time::Duration};
 
 use common::*;
-use saint_llm::scripted::{Gate, Reply};
+use saint_scripted::llm::{Gate, Reply};
 use serde_json::{Value, json};
 
 const MARKO_WHATSAPP: &str = "+385991234568";

@@ -6,7 +6,7 @@ mod common;
 use std::{process::Command, time::Duration};
 
 use common::*;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 fn bin() -> Command {

@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::*;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 /// Sub-agents Ivan starts at once.

@@ -8,7 +8,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use common::*;
 use futures::StreamExt;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::json;
 
 const ROUNDS: usize = 20;

@@ -12,8 +12,8 @@ use std::{
 };
 
 use common::*;
-use saint_channels::scripted::telegram::{self as scripted, Person, ScriptedTelegram};
-use saint_llm::scripted::{Gate, RecordedRequest, Reply, ScriptedLlm};
+use saint_scripted::llm::{Gate, RecordedRequest, Reply, ScriptedLlm};
+use saint_scripted::telegram::{self as scripted, Person, ScriptedTelegram};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000004:AAF-cron-test-token";

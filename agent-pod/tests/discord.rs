@@ -7,10 +7,10 @@ mod common;
 use std::{path::PathBuf, time::Duration};
 
 use common::*;
-use saint_channels::scripted::discord::{
+use saint_scripted::discord::{
     BOT_USER_ID, Failure, ScriptedDiscord, direct_message, guild_message,
 };
-use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
+use saint_scripted::llm::{RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.G1a2b3.agent-test-token";
@@ -404,7 +404,7 @@ async fn a_later_reply_waits_for_an_earlier_one_discord_rate_limited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_deleted_before_its_turn_is_not_answered() {
     let bot = Bot::start().await;
-    let gate = saint_llm::scripted::Gate::new();
+    let gate = saint_scripted::llm::Gate::new();
     bot.llm.push(Reply::text("answer one").held_until(&gate));
     bot.llm.set_fallback(Reply::text("another answer"));
     bot.discord

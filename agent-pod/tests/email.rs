@@ -12,7 +12,7 @@ use std::{path::PathBuf, time::Duration};
 use base64::Engine;
 use common::*;
 use mail_server::*;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::json;
 
 struct Bot {

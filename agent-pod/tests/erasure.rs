@@ -21,8 +21,9 @@ use saint_channels::{
     queue,
 };
 use saint_config::ChannelKind;
-use saint_llm::{Message, scripted::Reply};
+use saint_llm::Message;
 use saint_memory::{Embedder, EmbeddingError, IndexOptions, MemoryIndex};
+use saint_scripted::llm::Reply;
 
 const CANARY: &str = "quokka-marmalade-7731";
 const MARKO_TELEGRAM: &str = "222222222";
@@ -566,7 +567,7 @@ fn messages_of(workspace: &Path, key: &str) -> i64 {
 /// while it runs; and a config marking Ivan `erase: true` has it erase him on reload.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_running_agent_sweeps_by_its_clock_and_erases_a_contact_marked_erase_on_reload() {
-    let llm = saint_llm::scripted::ScriptedLlm::start().await.unwrap();
+    let llm = saint_scripted::llm::ScriptedLlm::start().await.unwrap();
     llm.set_fallback(Reply::text("Noted."));
     let directory = tempfile::tempdir().unwrap();
     let workspace = directory.path().join("workspace");

@@ -35,10 +35,8 @@ use saint_agent::{
     session::SessionStore,
 };
 use saint_config::ChannelKind;
-use saint_llm::{
-    CancellationToken, ClientOptions,
-    scripted::{Reply, ScriptedLlm},
-};
+use saint_llm::{CancellationToken, ClientOptions};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use saint_tools::registry::ToolSet;
 use serde_json::{Value, json};
 use tower::ServiceExt;

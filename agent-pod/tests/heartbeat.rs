@@ -11,8 +11,8 @@ use std::{
 };
 
 use common::*;
-use saint_channels::scripted::telegram::ScriptedTelegram;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::telegram::ScriptedTelegram;
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000003:AAF-heartbeat-test-token";

@@ -11,9 +11,9 @@ use std::{path::PathBuf, time::Duration};
 
 use base64::Engine;
 use common::*;
-use saint_channels::scripted::telegram::{self as scripted, Person, ScriptedTelegram};
-use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm, Wire};
 use saint_media::fixtures::{self, Cell};
+use saint_scripted::llm::{RecordedRequest, Reply, ScriptedLlm, Wire};
+use saint_scripted::telegram::{self as scripted, Person, ScriptedTelegram};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000003:AAF-media-test-token";

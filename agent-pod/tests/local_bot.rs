@@ -26,8 +26,8 @@ use std::{
 
 use common::*;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use saint_sandbox::local_porter::{LocalPorter, LocalPorterSettings, PorterPaths};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const CLI: &str = "gh";

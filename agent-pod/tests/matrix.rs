@@ -12,7 +12,7 @@ mod synapse;
 use std::{path::PathBuf, time::Duration};
 
 use common::*;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 use synapse::{Synapse, User};
 
@@ -1015,7 +1015,7 @@ impl Bot {
 async fn a_message_redacted_before_or_during_its_turn_is_not_answered_and_leaves_no_text() {
     let bot = Bot::start("redact-early").await;
     let room = bot.direct_room(&bot.ana).await;
-    let gate = saint_llm::scripted::Gate::new();
+    let gate = saint_scripted::llm::Gate::new();
     bot.llm
         .push(Reply::text("answer to the first").held_until(&gate));
     bot.llm.set_fallback(Reply::text("answer"));

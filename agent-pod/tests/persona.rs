@@ -16,7 +16,6 @@ use std::{
 use common::*;
 use saint_agent::runtime::RuntimeOptions;
 use saint_config::{BOOTSTRAP_FILES, BotConfig, PERSONA_MOUNT_PATH};
-use saint_llm::scripted::Reply;
 use saint_operator::{
     offline::{Manifests, read_manifests},
     saintbot_controller::{
@@ -25,6 +24,7 @@ use saint_operator::{
     },
     settings::OperatorSettings,
 };
+use saint_scripted::llm::Reply;
 use serde_json::{Value, json};
 
 /// What the operator renders for the example company: `bot-config.json`, the persona

@@ -24,8 +24,8 @@ use std::{
 };
 
 use common::*;
-use saint_channels::scripted::telegram::{self as scripted, Person, ScriptedTelegram};
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::telegram::{self as scripted, Person, ScriptedTelegram};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000003:AAF-porter-approvals";

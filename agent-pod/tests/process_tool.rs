@@ -18,7 +18,7 @@ use std::{
 };
 
 use common::*;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const ZORA_WHATSAPP: &str = "+385991230001";

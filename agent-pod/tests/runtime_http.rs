@@ -11,7 +11,7 @@ use axum::{
 use common::*;
 use pretty_assertions::assert_eq;
 use saint_agent::runtime::RuntimeOptions;
-use saint_llm::scripted::{Reply, Wire};
+use saint_scripted::llm::{Reply, Wire};
 use serde_json::json;
 
 const OVER_BUDGET_REPLY: &str = "Sorry, I can't take on more requests for you right now. Please try again later, or ask the team for help.";

@@ -28,11 +28,11 @@ use std::{
 use common::*;
 use futures::StreamExt;
 use saint_config::{BotConfig, FileAccessConfig, FileGlobs, RoleConfig, SandboxScope};
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use saint_sandbox::{
     ExecEvent, ExecRequest, Sandbox, ScopeKey, View, Viewer,
     local::{LocalConfig, LocalSandbox},
 };
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use saint_tools::guard::{role_paths::RolePaths, view};
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ mod common;
 use std::{fs, os::unix::fs::symlink, path::Path};
 
 use common::*;
-use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
+use saint_scripted::llm::{RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const IVAN: (&str, &str) = ("telegram", IVAN_TELEGRAM);

@@ -7,10 +7,10 @@ mod common;
 use std::{path::PathBuf, time::Duration};
 
 use common::*;
-use saint_channels::scripted::slack::{
+use saint_scripted::llm::{RecordedRequest, Reply, ScriptedLlm};
+use saint_scripted::slack::{
     BOT_USER_ID, ScriptedSlack, app_mention_event, event_callback, message_event, signed_headers,
 };
-use saint_llm::scripted::{RecordedRequest, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "xoxb-1111-2222-agent-test";

@@ -63,7 +63,7 @@ use futures::TryStreamExt;
 use mail_server::{ANA, ANA_PASSWORD, BOT, BOT_PASSWORD, DkimKey, Dns, MailServer};
 use model::{EchoModel, parse_answer};
 use proxy::ChaosProxy;
-use saint_channels::scripted::{
+use saint_scripted::{
     self as whatsapp, ScriptedGraph,
     slack::{self, ScriptedSlack},
     telegram::{self, Person, ScriptedTelegram},
@@ -2069,7 +2069,7 @@ async fn chaos_soak_every_message_is_answered_once_in_its_senders_role() {
 /// fails, his Slack message arrives during the retry delay and waits for the retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_turn_answers_its_own_message_not_a_newer_one_of_the_same_person() {
-    use saint_llm::scripted::{Reply, ScriptedLlm};
+    use saint_scripted::llm::{Reply, ScriptedLlm};
     let llm = ScriptedLlm::start().await.unwrap();
     let telegram = ScriptedTelegram::start(TG_BOT_TOKEN).await.unwrap();
     let slack = ScriptedSlack::start(SLACK_BOT_TOKEN, SLACK_APP_TOKEN)
@@ -2159,7 +2159,7 @@ async fn a_retried_turn_answers_its_own_message_not_a_newer_one_of_the_same_pers
 async fn a_connection_lost_during_the_imap_login_is_not_refused_credentials() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = MailServer::start();
-    let llm = saint_llm::scripted::ScriptedLlm::start().await.unwrap();
+    let llm = saint_scripted::llm::ScriptedLlm::start().await.unwrap();
     // The relay: the first connection is dropped when the client sends LOGIN.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_port = listener.local_addr().unwrap().port();

@@ -571,7 +571,7 @@ async fn a_sub_agent_never_gets_a_tool_its_starter_lacks_and_reports_into_the_st
 /// started it (the child's own session runs no further turn that could read it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_depth_limit_holds() {
-    let telegram = saint_channels::scripted::telegram::ScriptedTelegram::start(BOT_TOKEN)
+    let telegram = saint_scripted::telegram::ScriptedTelegram::start(BOT_TOKEN)
         .await
         .unwrap();
     let base = telegram.base_url();
@@ -747,7 +747,7 @@ async fn children_that_ended_keep_their_places_until_their_results_are_stored() 
 /// read it (Ivan's role sees only his own sessions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_group_only_the_member_who_started_a_sub_agent_sees_it() {
-    use saint_channels::scripted::telegram::{self as scripted, BOT_USERNAME, Group, Person};
+    use saint_scripted::telegram::{self as scripted, BOT_USERNAME, Group, Person};
     let telegram = scripted::ScriptedTelegram::start(BOT_TOKEN).await.unwrap();
     let base = telegram.base_url();
     let bot = start(json!({}), move |config| {
@@ -1027,7 +1027,7 @@ async fn shutdown_leaves_no_child_running() {
 /// him there, after his turn's reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_result_is_sent_to_the_person_on_a_channel_that_can_push() {
-    let telegram = saint_channels::scripted::telegram::ScriptedTelegram::start(BOT_TOKEN)
+    let telegram = saint_scripted::telegram::ScriptedTelegram::start(BOT_TOKEN)
         .await
         .unwrap();
     let base = telegram.base_url();

@@ -8,10 +8,10 @@ mod common;
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use common::*;
-use saint_channels::scripted::telegram::{
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::telegram::{
     self as scripted, BOT_USERNAME, Failure, Group, Person, ScriptedTelegram,
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000002:AAF-agent-test-token";

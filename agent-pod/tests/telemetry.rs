@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::{
     trace::v1::Span,
 };
 use prost::Message as _;
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::json;
 
 /// A span with its resource's attributes.

@@ -19,13 +19,13 @@ use std::{
 
 use axum::{Json, Router, extract::State, http::HeaderMap, response::IntoResponse, routing::post};
 use common::*;
-use saint_channels::scripted::{
-    self, ScriptedGraph,
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{
+    self as scripted, ScriptedGraph,
     discord::{ScriptedDiscord, direct_message},
     slack::{ScriptedSlack, message_event},
     telegram::{self as scripted_telegram, Person, ScriptedTelegram},
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "7700000004:AAF-tts-test-token";
@@ -309,7 +309,7 @@ async fn a_telegram_reply_carries_a_voice_note_spoken_by_espeak_ng() {
     assert_eq!(voices.len(), 1, "{voices:?}");
     assert_eq!(voices[0]["chat_id"], json!(222222222));
     assert_eq!(voices[0]["voice"]["contentType"], "audio/ogg");
-    let bytes = saint_channels::scripted::file_bytes(&voices[0]["voice"]).unwrap();
+    let bytes = saint_scripted::file_bytes(&voices[0]["voice"]).unwrap();
     assert!(is_ogg_opus(&bytes), "not Opus in Ogg");
     // The text went first, the voice note after it.
     let sent = telegram.sent();

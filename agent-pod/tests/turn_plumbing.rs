@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use pretty_assertions::assert_eq;
 use saint_agent::runtime::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY, RuntimeOptions};
-use saint_llm::scripted::Reply;
+use saint_scripted::llm::Reply;
 use serde_json::{Value, json};
 
 /// Plays one conversation — a tool call, a turn that hits the iteration cap (its reply

@@ -14,7 +14,7 @@ use std::{
 use std::os::unix::process::CommandExt;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use saint_llm::scripted::{Gate, Reply, ScriptedLlm};
+use saint_scripted::llm::{Gate, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 /// A running `saint-agent up` and what it printed up to the page's address.
@@ -258,7 +258,7 @@ async fn a_local_ollama_is_found_and_its_model_serves_every_role() {
     assert_eq!(requests.len(), 2);
     for request in &requests {
         assert_eq!(request.model(), "llama3.2:latest");
-        assert_eq!(request.wire, saint_llm::scripted::Wire::Openai);
+        assert_eq!(request.wire, saint_scripted::llm::Wire::Openai);
     }
 }
 

@@ -24,8 +24,8 @@ use axum::{
     routing::post,
 };
 use common::*;
-use saint_channels::scripted::{self, ScriptedGraph};
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{self as scripted, ScriptedGraph};
 use serde_json::{Value, json};
 
 const PHONE_NUMBER_ID: &str = "100000000000001";

@@ -7,8 +7,8 @@ mod common;
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use common::*;
-use saint_channels::scripted::{self, Failure, ScriptedGraph};
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
+use saint_scripted::{self as scripted, Failure, ScriptedGraph};
 use serde_json::{Value, json};
 
 const PHONE_NUMBER_ID: &str = "100000000000001";

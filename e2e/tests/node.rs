@@ -34,7 +34,7 @@ use saint_e2e::{
     standin::{self, GithubStandIn},
     tools, wait,
 };
-use saint_llm::scripted::{Reply, ScriptedLlm};
+use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 /// Ana, the example's owner (contacts.yaml): exec with nothing blocked.

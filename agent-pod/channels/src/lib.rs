@@ -40,9 +40,6 @@ pub mod telegram;
 pub mod transport;
 pub mod whatsapp;
 
-#[cfg(feature = "scripted")]
-pub mod scripted;
-
 pub use message::{
     AttachmentRef, Conversation, FileKind, FilePayload, InboundMessage, OutboundBody, OutboundFile,
     ReplyContext,

@@ -17,9 +17,11 @@ use saint_channels::{
     ChannelState, Connection, InboundMessage, InboxSink, ReplyContext, SendError, Transport,
     discord::{self, GatewayCursor},
     format::split_message,
-    scripted::discord::{BOT_USER_ID, Failure, ScriptedDiscord, direct_message, guild_message},
 };
 use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind};
+use saint_scripted::discord::{
+    BOT_USER_ID, Failure, ScriptedDiscord, direct_message, guild_message,
+};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 

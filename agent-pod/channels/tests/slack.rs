@@ -16,14 +16,12 @@ use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use saint_channels::{
     AttachmentRef, ChannelState, InboundMessage, InboxSink, OpenedChannel, ReplyContext, SendError,
-    WebhookRefusal,
-    format::split_message,
-    scripted::slack::{
-        self as scripted, BOT_USER_ID, Failure, ScriptedSlack, app_mention_event, message_event,
-    },
-    slack,
+    WebhookRefusal, format::split_message, slack,
 };
 use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind};
+use saint_scripted::slack::{
+    self as scripted, BOT_USER_ID, Failure, ScriptedSlack, app_mention_event, message_event,
+};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 

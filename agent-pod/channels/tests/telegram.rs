@@ -17,14 +17,12 @@ use http::HeaderMap;
 use pretty_assertions::assert_eq;
 use saint_channels::{
     AttachmentRef, ChannelState, InboundMessage, InboxSink, OpenedChannel, ReplyContext, SendError,
-    WebhookRefusal,
-    format::split_message,
-    open, queue,
-    scripted::telegram::{
-        self as scripted, BOT_USERNAME, Failure, Group, Person, ScriptedTelegram, check_html,
-    },
+    WebhookRefusal, format::split_message, open, queue,
 };
 use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind};
+use saint_scripted::telegram::{
+    self as scripted, BOT_USERNAME, Failure, Group, Person, ScriptedTelegram, check_html,
+};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

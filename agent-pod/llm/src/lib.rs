@@ -1,13 +1,11 @@
 //! `saint-llm`: streaming clients for the Anthropic Messages API and OpenAI-compatible
-//! Chat Completions behind one provider-neutral message model, plus (feature `scripted`)
-//! a scripted server speaking both wire formats for tests.
+//! Chat Completions behind one provider-neutral message model. (The scripted server
+//! speaking both wire formats for tests is `saint-scripted`'s.)
 
 mod anthropic;
 mod assemble;
 mod client;
 mod openai;
-#[cfg(feature = "scripted")]
-pub mod scripted;
 mod types;
 
 pub use crate::{

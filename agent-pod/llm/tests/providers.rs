@@ -7,8 +7,8 @@ use pretty_assertions::assert_eq;
 use saint_llm::{
     CancellationToken, ChatRequest, ClientOptions, ContentBlock, Endpoint, LlmClient, LlmError,
     Message, Provider, StopReason, StreamEvent, ToolSpec, Usage,
-    scripted::{Reply, ScriptedLlm, Wire},
 };
+use saint_scripted::llm::{Reply, ScriptedLlm, Wire};
 use serde_json::json;
 
 fn request() -> ChatRequest {

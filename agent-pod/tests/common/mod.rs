@@ -25,7 +25,8 @@ use saint_agent::{
     runtime::{EnvLookup, ModelAccess, Runtime, RuntimeOptions},
     session::SessionStore,
 };
-use saint_llm::{ClientOptions, scripted::ScriptedLlm};
+use saint_llm::ClientOptions;
+use saint_scripted::llm::ScriptedLlm;
 use saint_tools::registry::ToolSet;
 use serde_json::{Value, json};
 use tower::ServiceExt;

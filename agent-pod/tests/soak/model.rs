@@ -15,7 +15,7 @@
 //! prompt's person line ("You are talking to Marko (manager)", or "an unknown contact",
 //! which gets the default role `external`) and from the tools offered (only the owner
 //! gets `write`; owner and manager `sessions_list`; every internal role `read`; the
-//! external role only the web tools). `saint_llm::scripted::ScriptedLlm` answers from a
+//! external role only the web tools). `saint_scripted::llm::ScriptedLlm` answers from a
 //! fixed script and keeps every request body, which for ten thousand turns with their
 //! whole conversations is gigabytes; this one keeps a few numbers per message.
 

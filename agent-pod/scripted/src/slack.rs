@@ -669,9 +669,9 @@ async fn upload(
         .unwrap_or_default()
         .to_string();
     let data = if content_type.starts_with("multipart/form-data") {
-        let form = crate::scripted::form_parameters(&content_type, &body);
+        let form = crate::form_parameters(&content_type, &body);
         form.as_object()
-            .and_then(|fields| fields.values().find_map(crate::scripted::file_bytes))
+            .and_then(|fields| fields.values().find_map(crate::file_bytes))
             .unwrap_or_default()
     } else {
         body.to_vec()

@@ -638,7 +638,7 @@ async fn create_message(
     // A message with files is multipart: `payload_json` and `files[n]` parts (the
     // files are recorded under `files`, in order).
     let parsed: Value = if content_type.starts_with("multipart/form-data") {
-        let form = crate::scripted::form_parameters(content_type, &body);
+        let form = crate::form_parameters(content_type, &body);
         let mut parsed = match &form["payload_json"] {
             Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
             object @ Value::Object(_) => object.clone(),

@@ -1,12 +1,19 @@
-//! Scripted platform servers for tests of this and other crates: real servers on
-//! loopback that speak each platform's wire protocol as the platform documents it
-//! (payload shapes, error bodies, rate-limit answers, socket frames), check
-//! credentials, record every request, and fail on cue.
+//! `saint-scripted`: the test doubles, for the tests and benchmarks of every crate (a
+//! dev-dependency only; nothing shipped links it). Where a platform has no server to
+//! run here, a scripted one: real servers on loopback that speak each wire protocol as
+//! its owner documents it (payload shapes, error bodies, rate-limit answers, socket
+//! frames), check credentials, record every request, and fail on cue:
+//!
+//! - [`whatsapp`] (the Graph API, its names also at the root), [`telegram`] (the Bot
+//!   API), [`slack`] (the Web API and Socket Mode), [`discord`] (REST and the Gateway);
+//! - [`llm`]: a model server speaking Anthropic Messages and OpenAI Chat Completions,
+//!   answering from a script.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
 pub mod discord;
+pub mod llm;
 pub mod slack;
 pub mod telegram;
 pub mod whatsapp;
@@ -18,7 +25,7 @@ pub use whatsapp::*;
 /// text fields as values (numbers parsed), files as `{"fileName", "contentType",
 /// "size", "base64"}`; `null` when it is not a readable form.
 pub fn form_parameters(content_type: &str, body: &[u8]) -> Value {
-    let Some(parts) = crate::multipart::parse(content_type, body) else {
+    let Some(parts) = saint_channels::multipart::parse(content_type, body) else {
         return Value::Null;
     };
     let mut object = Map::new();

@@ -24,7 +24,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::types::Usage;
+use saint_llm::Usage;
 
 /// Which wire format a request used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -406,7 +406,7 @@ async fn upload(
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    let form = crate::scripted::form_parameters(content_type, &body);
+    let form = crate::form_parameters(content_type, &body);
     let mut recorded = form.clone();
     if let Some(file) = recorded.get_mut("file").and_then(Value::as_object_mut) {
         // The bytes are kept in `uploads`; the request record stays small.
@@ -421,7 +421,7 @@ async fn upload(
     ) {
         return *response;
     }
-    let data = crate::scripted::file_bytes(&form["file"]);
+    let data = crate::file_bytes(&form["file"]);
     let (Some(data), true) = (data, form["messaging_product"] == "whatsapp") else {
         return Failure::invalid_parameter().response();
     };

@@ -630,7 +630,7 @@ fn parameters(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Value {
         return serde_json::from_slice(body).unwrap_or(Value::Null);
     }
     if content_type.starts_with("multipart/form-data") {
-        return crate::scripted::form_parameters(content_type, body);
+        return crate::form_parameters(content_type, body);
     }
     let pairs = match query {
         Some(query) if !query.is_empty() => query.to_string(),
@@ -853,7 +853,7 @@ fn send_voice(shared: &Shared, parameters: &Value) -> Response {
         _ => return error_response(400, "Bad Request: chat_id is empty", None),
     };
     let voice = &parameters["voice"];
-    let Some(data) = crate::scripted::file_bytes(voice) else {
+    let Some(data) = crate::file_bytes(voice) else {
         return error_response(400, "Bad Request: there is no voice in the request", None);
     };
     if !data.starts_with(b"OggS") {
