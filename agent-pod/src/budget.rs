@@ -14,16 +14,13 @@
 //!
 //! Bookkeeping only: the one I/O is the loader the caller passes to [`SpendLedger::reserve`].
 
-use std::{
-    collections::HashMap,
-    future::Future,
-    sync::{Arc, Mutex, MutexGuard},
-};
+use std::{collections::HashMap, future::Future, sync::Arc};
 
 use jiff::Timestamp;
 use saint_config::{Budget, BudgetPeriod, ModelPrice};
 
 use crate::metering;
+use parking_lot::{Mutex, MutexGuard};
 
 /// Accounts kept before the idle ones are swept.
 const SWEEP_AT: usize = 1_024;
@@ -207,9 +204,7 @@ impl SpendLedger {
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // The state stays consistent between statements: a panic elsewhere leaves it usable.
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    state.lock()
 }
 
 /// One call's place in a person's budget, from before the call until its cost is
@@ -400,7 +395,7 @@ mod tests {
                 };
                 tokio::time::sleep(Duration::from_millis(u64::from(index % 7) * 3)).await;
                 let cost = WORST_CASE * f64::from(index % 10 + 1) / 10.0;
-                *spent.lock().unwrap() += cost;
+                *spent.lock() += cost;
                 reservation.settle(cost, now());
                 true
             });
@@ -409,7 +404,7 @@ mod tests {
         while let Some(done) = calls.join_next().await {
             made += u32::from(done.unwrap());
         }
-        let spent = 0.5 + *spent.lock().unwrap();
+        let spent = 0.5 + *spent.lock();
         assert!(
             spent <= BUDGET + WORST_CASE,
             "spent {spent} with {made} calls made"

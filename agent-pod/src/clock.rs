@@ -5,9 +5,10 @@
 //! file, so a weekly job can be made due without waiting a week. Only scheduling reads
 //! this clock; transcripts, budgets and logs keep the system time.
 
-use std::{path::PathBuf, sync::Mutex, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use jiff::Timestamp;
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// The environment variable naming a clock file (tests only).
@@ -84,7 +85,7 @@ impl Clock {
         match &self.source {
             Source::System => Timestamp::now(),
             Source::File { path, last } => {
-                let mut last = last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut last = last.lock();
                 if let Ok(now) = read_file(path) {
                     *last = now;
                 }

@@ -11,12 +11,13 @@ use std::{
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use saint_config::{BotConfig, ConfigError, ErrorChain};
 use tokio_util::sync::CancellationToken;
 
@@ -142,7 +143,7 @@ impl ConfigStore {
 
     /// The config in force, without looking at the file.
     pub fn last_good(&self) -> Arc<BotConfig> {
-        self.loaded.lock().expect("config lock").config.clone()
+        self.loaded.lock().config.clone()
     }
 
     /// Why the file on disk was refused, until it is fixed: the last good config is in
@@ -150,7 +151,7 @@ impl ConfigStore {
     /// shows it).
     pub fn refused(&self) -> Option<String> {
         self.reload_if_changed();
-        self.loaded.lock().expect("config lock").refused.clone()
+        self.loaded.lock().refused.clone()
     }
 
     /// How many reloads succeeded and were refused since start.
@@ -164,7 +165,7 @@ impl ConfigStore {
     /// Reloads the file if its fingerprint changed.
     pub fn reload_if_changed(&self) -> ReloadOutcome {
         let now = fingerprint(&self.path).ok();
-        let mut loaded = self.loaded.lock().expect("config lock");
+        let mut loaded = self.loaded.lock();
         if now == loaded.seen {
             return ReloadOutcome::Unchanged;
         }

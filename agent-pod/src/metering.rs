@@ -8,10 +8,11 @@ use std::{
     fs::{File, OpenOptions},
     io::Write,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -943,12 +944,8 @@ impl Metering {
 
     async fn append(&self, line: String) {
         let log = self.usage_log.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            log.lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .write_all(line.as_bytes())
-        })
-        .await;
+        let written =
+            tokio::task::spawn_blocking(move || log.lock().write_all(line.as_bytes())).await;
         match written {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(%error, "failed to append to the usage log"),

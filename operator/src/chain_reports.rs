@@ -13,10 +13,7 @@
 //! (is it current, is its agent still the one running) is
 //! [`crate::saintbot_controller::model_chain`]'s.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, RwLock},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use futures::{StreamExt, channel::mpsc};
 use k8s_openapi::api::core::v1::Event;
@@ -31,6 +28,7 @@ use crate::{
     child_cache::{Driver, Wakes, WatchStopped},
     crd::SaintBot,
 };
+use parking_lot::RwLock;
 
 // The three names the agent publishes under. They belong in `saint-config` with the
 // other contracts between the processes; until they move there,
@@ -171,19 +169,12 @@ impl ChainReports {
 
     /// The latest report about bot `namespace/name`, if any.
     pub fn get(&self, namespace: &str, name: &str) -> Option<ChainReport> {
-        self.records
-            .read()
-            .expect("chain reports lock is never poisoned")
-            .get(&key(namespace, name))
-            .cloned()
+        self.records.read().get(&key(namespace, name)).cloned()
     }
 
     /// How many bots have a report.
     pub fn len(&self) -> usize {
-        self.records
-            .read()
-            .expect("chain reports lock is never poisoned")
-            .len()
+        self.records.read().len()
     }
 
     /// Whether no bot has a report.
@@ -223,10 +214,8 @@ fn latest(events: &[Event]) -> HashMap<String, ChainReport> {
 }
 
 impl Recorder {
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, ChainReport>> {
-        self.records
-            .write()
-            .expect("chain reports lock is never poisoned")
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, HashMap<String, ChainReport>> {
+        self.records.write()
     }
 
     /// Records one created or changed Event; returns the bot to wake when its latest

@@ -14,12 +14,7 @@
 //! second in a large fleet) wakes nobody either. Deletions wake the owner, and so does
 //! everything a re-list delivers, with what vanished while the watch was away.
 
-use std::{
-    collections::HashMap,
-    fmt::Debug,
-    marker::PhantomData,
-    sync::{Arc, RwLock},
-};
+use std::{collections::HashMap, fmt::Debug, marker::PhantomData, sync::Arc};
 
 use futures::{StreamExt, channel::mpsc};
 use k8s_openapi::{
@@ -42,6 +37,7 @@ use crate::{
     crd::SaintBot,
     status::Reason,
 };
+use parking_lot::RwLock;
 
 /// A future that keeps one watch and its store up to date; runs until dropped.
 pub type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -256,10 +252,8 @@ impl<K> ChildStore<K> {
         store
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, ChildRecord>> {
-        self.records
-            .read()
-            .expect("child records lock is never poisoned")
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, HashMap<String, ChildRecord>> {
+        self.records.read()
     }
 
     /// The record of `namespace/name`, if the child exists.
@@ -325,10 +319,8 @@ fn namespace_of(key: &str) -> &str {
 }
 
 impl<K: Content> Recorder<K> {
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, ChildRecord>> {
-        self.records
-            .write()
-            .expect("child records lock is never poisoned")
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, HashMap<String, ChildRecord>> {
+        self.records.write()
     }
 
     /// Records one change to a child outside a list; returns the bots to wake.

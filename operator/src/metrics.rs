@@ -1,8 +1,9 @@
 //! Prometheus metrics of the operator: reconciles, errors, reconcile duration and bots by
 //! readiness. Shared by the controller (writes) and the web server (encodes).
 
-use std::{collections::BTreeMap, sync::Mutex};
+use std::collections::BTreeMap;
 
+use parking_lot::Mutex;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -144,10 +145,7 @@ impl Metrics {
 
     /// Records whether the bot `key` (`namespace/name`) is ready, and refreshes the gauge.
     pub fn record_readiness(&self, key: String, ready: bool) {
-        let mut readiness = self
-            .readiness
-            .lock()
-            .expect("readiness lock is never poisoned");
+        let mut readiness = self.readiness.lock();
         readiness.insert(key, ready);
         self.refresh_bots(&readiness);
     }
@@ -155,10 +153,7 @@ impl Metrics {
     /// Drops bots for which `exists` (given `namespace/name`) is false, so a deleted
     /// bot stops being counted (deletions trigger no reconcile that could say so).
     pub fn retain_bots(&self, exists: impl Fn(&str) -> bool) {
-        let mut readiness = self
-            .readiness
-            .lock()
-            .expect("readiness lock is never poisoned");
+        let mut readiness = self.readiness.lock();
         let before = readiness.len();
         readiness.retain(|key, _| exists(key));
         if readiness.len() != before {

@@ -7,9 +7,9 @@ use std::{
     fs::{File, OpenOptions},
     io::Write,
     path::{Path, PathBuf},
-    sync::Mutex,
 };
 
+use parking_lot::Mutex;
 use serde::Serialize;
 use thiserror::Error;
 
@@ -56,7 +56,7 @@ impl AuditLog {
     pub fn write_json(&self, line: &impl Serialize) {
         let mut text = serde_json::to_string(line).expect("audit line is always serialisable");
         text.push('\n');
-        let mut file = self.file.lock().expect("audit log lock");
+        let mut file = self.file.lock();
         if let Err(error) = file.write_all(text.as_bytes()) {
             tracing::error!(%error, "failed to write audit line");
         }

@@ -3,10 +3,8 @@
 //!
 //! Pure bookkeeping in memory.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use parking_lot::Mutex;
+use std::{collections::HashMap, sync::Arc};
 
 /// At most `max` holders per key at once.
 #[derive(Debug)]
@@ -36,7 +34,7 @@ impl KeyedSlots {
 
     /// Takes a slot for `key`, or `None` when `key` already holds `max`.
     pub fn acquire(&self, key: &str) -> Option<Slot> {
-        let mut held = self.held.lock().expect("slots lock");
+        let mut held = self.held.lock();
         let count = held.entry(key.to_owned()).or_default();
         if *count >= self.max {
             return None;
@@ -51,7 +49,7 @@ impl KeyedSlots {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.held.lock().expect("slots lock");
+        let mut held = self.held.lock();
         if let Some(count) = held.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {

@@ -7,7 +7,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use porter_protocol::control::HeldRequest;
 
 use crate::inject::{holds::KeyApprovals, placeholder};
+use parking_lot::Mutex;
 
 /// Longest lifetime the agent may ask for; a command that runs longer is killed anyway.
 pub const MAX_KEY_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -78,7 +79,7 @@ impl KeyStore {
         if presented.is_empty() {
             return None;
         }
-        let mut entries = self.entries.lock().expect("key store lock");
+        let mut entries = self.entries.lock();
         let hash = digest(presented);
         let key = entries.get(&hash)?;
         if !bool::from(key.token.as_bytes().ct_eq(presented.as_bytes())) {
@@ -121,7 +122,7 @@ impl KeyStore {
             ended: CancellationToken::new(),
             token: token.clone(),
         });
-        let mut entries = self.entries.lock().expect("key store lock");
+        let mut entries = self.entries.lock();
         sweep(&mut entries, now);
         entries.insert(digest(&token), key.clone());
         (token, key)
@@ -130,7 +131,7 @@ impl KeyStore {
     /// Revokes a key and closes its tunnels; returns the requests it had held for an
     /// approval, or `None` when no such key was live.
     pub fn revoke(&self, token: &str) -> Option<Vec<HeldRequest>> {
-        let mut entries = self.entries.lock().expect("key store lock");
+        let mut entries = self.entries.lock();
         let hash = digest(token);
         match entries.get(&hash) {
             Some(key) if bool::from(key.token.as_bytes().ct_eq(token.as_bytes())) => {
@@ -144,19 +145,19 @@ impl KeyStore {
 
     /// Ends every expired key (their tunnels close); the daemon calls it periodically.
     pub fn sweep(&self, now: Instant) {
-        sweep(&mut self.entries.lock().expect("key store lock"), now);
+        sweep(&mut self.entries.lock(), now);
     }
 
     /// Ends every key (shutdown).
     pub fn end_all(&self) {
-        for (_, key) in self.entries.lock().expect("key store lock").drain() {
+        for (_, key) in self.entries.lock().drain() {
             key.ended.cancel();
         }
     }
 
     /// Keys currently live (for metrics).
     pub fn len(&self) -> usize {
-        self.entries.lock().expect("key store lock").len()
+        self.entries.lock().len()
     }
 
     /// Whether no key is live.

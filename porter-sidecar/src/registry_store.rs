@@ -9,7 +9,7 @@ use std::{
     io::Read,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::{Arc, RwLock},
+    sync::Arc,
 };
 
 use porter_protocol::registry::{
@@ -18,6 +18,7 @@ use porter_protocol::registry::{
 use thiserror::Error;
 
 use crate::inject::{request_policy::RequestPolicy, scrub::Scrubber};
+use parking_lot::RwLock;
 
 /// Why a registry could not be loaded.
 #[derive(Debug, Error)]
@@ -293,12 +294,12 @@ impl RegistryStore {
 
     /// The registry to use for one request.
     pub fn snapshot(&self) -> Arc<LoadedRegistry> {
-        self.current.read().expect("registry lock").clone()
+        self.current.read().clone()
     }
 
     /// Replaces the registry.
     pub fn replace(&self, registry: LoadedRegistry) {
-        *self.current.write().expect("registry lock") = Arc::new(registry);
+        *self.current.write() = Arc::new(registry);
     }
 }
 

@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::Arc,
     time::{Instant, UNIX_EPOCH},
 };
 
@@ -19,6 +19,7 @@ use crate::{
     memory_paths::{MEMORY_DIRECTORY, is_memory_file, list_memory_files, relative_to_workspace},
     vector_codes,
 };
+use parking_lot::{Mutex, MutexGuard};
 
 /// Where the index lives inside the workspace unless configured otherwise.
 pub const DEFAULT_DATABASE_PATH: &str = ".saint/memory/index.sqlite";
@@ -48,9 +49,6 @@ pub enum IndexError {
         /// The cause.
         source: std::io::Error,
     },
-    /// A lock was poisoned by a panic elsewhere.
-    #[error("failed to lock the memory index: a previous operation panicked")]
-    Poisoned,
     /// Stored vector codes do not have the expected shape: a damaged database (it is
     /// derived data; deleting the file makes the next start rebuild it).
     #[error("failed to read the memory index")]
@@ -181,8 +179,8 @@ impl std::ops::DerefMut for PooledReader<'_> {
 
 impl Drop for PooledReader<'_> {
     fn drop(&mut self) {
-        if let (Some(connection), Ok(mut pool)) = (self.connection.take(), self.pool.lock()) {
-            pool.push(connection);
+        if let Some(connection) = self.connection.take() {
+            self.pool.lock().push(connection);
         }
     }
 }
@@ -228,7 +226,7 @@ impl MemoryIndex {
     }
 
     pub(crate) fn reader(&self) -> Result<PooledReader<'_>, IndexError> {
-        let pooled = self.readers.lock().map_err(|_| IndexError::Poisoned)?.pop();
+        let pooled = self.readers.lock().pop();
         let connection = match pooled {
             Some(connection) => connection,
             None => database::open_reader(&self.options.database)?,
@@ -239,8 +237,8 @@ impl MemoryIndex {
         })
     }
 
-    fn writer(&self) -> Result<MutexGuard<'_, Connection>, IndexError> {
-        self.writer.lock().map_err(|_| IndexError::Poisoned)
+    fn writer(&self) -> MutexGuard<'_, Connection> {
+        self.writer.lock()
     }
 
     /// Number of indexed files and chunks.
@@ -262,7 +260,7 @@ impl MemoryIndex {
     /// chunks, keyword index and vectors hold the same rows. Returns the problems
     /// found (empty when healthy).
     pub fn check_integrity(&self) -> Result<Vec<String>, IndexError> {
-        let writer = self.writer()?;
+        let writer = self.writer();
         let mut problems = Vec::new();
         let mut statement = writer
             .prepare("PRAGMA integrity_check")
@@ -318,7 +316,7 @@ impl MemoryIndex {
     /// `options.progress_every` files.
     pub fn reindex_all(&self) -> Result<ReindexReport, IndexError> {
         let started = Instant::now();
-        let writer = self.writer()?;
+        let writer = self.writer();
         let on_disk = list_memory_files(&self.workspace, "");
         let indexed = indexed_paths(&writer, "")?;
         let on_disk_set: BTreeSet<&String> = on_disk.iter().collect();
@@ -363,7 +361,7 @@ impl MemoryIndex {
     /// what the watcher calls for changes made by others. Paths that are not memory
     /// are ignored; deleted files lose their chunks.
     pub fn reindex_paths<P: AsRef<Path>>(&self, paths: &[P]) -> Result<ReindexReport, IndexError> {
-        let writer = self.writer()?;
+        let writer = self.writer();
         let mut targets = BTreeSet::new();
         for path in paths {
             let path = path.as_ref();

@@ -17,11 +17,12 @@ pub mod seccomp;
 pub mod state_lock;
 pub mod view;
 
+use parking_lot::Mutex;
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -296,15 +297,14 @@ impl Activity {
     /// Marks one more command running.
     pub fn lease(self: &Arc<Self>) -> Lease {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        *self.last_used.lock().expect("activity lock") = Instant::now();
+        *self.last_used.lock() = Instant::now();
         Lease(Some(self.clone()))
     }
 
     /// Whether the sandbox ran nothing for `idle_timeout` and runs nothing now.
     pub fn is_idle(&self, idle_timeout: Duration, now: Instant) -> bool {
         self.in_flight.load(Ordering::SeqCst) == 0
-            && now.saturating_duration_since(*self.last_used.lock().expect("activity lock"))
-                >= idle_timeout
+            && now.saturating_duration_since(*self.last_used.lock()) >= idle_timeout
     }
 }
 
@@ -322,7 +322,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(activity) = self.0.take() {
-            *activity.last_used.lock().expect("activity lock") = Instant::now();
+            *activity.last_used.lock() = Instant::now();
             activity.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -346,19 +346,13 @@ impl<T> Default for Slots<T> {
 impl<T> Slots<T> {
     /// The slot of `scope` (created empty on first use).
     pub fn slot(&self, scope: &ScopeKey) -> Arc<tokio::sync::Mutex<Option<T>>> {
-        self.slots
-            .lock()
-            .expect("slots lock")
-            .entry(scope.clone())
-            .or_default()
-            .clone()
+        self.slots.lock().entry(scope.clone()).or_default().clone()
     }
 
     /// Every slot, for reaping.
     pub fn all(&self) -> Vec<(ScopeKey, Arc<tokio::sync::Mutex<Option<T>>>)> {
         self.slots
             .lock()
-            .expect("slots lock")
             .iter()
             .map(|(scope, slot)| (scope.clone(), slot.clone()))
             .collect()

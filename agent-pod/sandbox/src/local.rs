@@ -24,7 +24,7 @@ use std::{
     },
     path::{Path, PathBuf},
     process::Stdio,
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -38,6 +38,7 @@ use tokio::process::{Child, Command};
 use super::{
     Activity, Sandbox, SandboxError, SandboxHandle, ScopeKey, Slots, View, random_token, seccomp,
 };
+use parking_lot::Mutex;
 
 /// Where things appear inside the sandbox.
 pub const SANDBOX_RUNNER: &str = "/opt/saint/bin/saint-sandbox-runner";
@@ -619,7 +620,7 @@ impl LocalSandbox {
             // before it is released: a bubblewrap for another scope started at the same
             // moment would inherit them too and pass them on into its sandbox, where a
             // descriptor of a folder this view shows opens whatever lies below it.
-            let _spawning = SPAWNING.lock().unwrap_or_else(PoisonError::into_inner);
+            let _spawning = SPAWNING.lock();
             let descriptors = seccomp_files
                 .iter()
                 .map(AsFd::as_fd)

@@ -22,9 +22,9 @@
 use std::{
     io::Write,
     path::{Path, PathBuf},
-    sync::Mutex,
 };
 
+use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use saint_config::{ApprovalRule, Approvers, BotConfig, RoleConfig};
 use saint_tools::exec::PorterRequest;
@@ -257,12 +257,10 @@ impl ApprovalStore {
         })
     }
 
-    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
+    fn connection(&self) -> parking_lot::MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves no half-written row (each change is
         // one statement), so the connection is still good.
-        self.connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.connection.lock()
     }
 
     fn audit(

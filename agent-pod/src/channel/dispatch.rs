@@ -8,12 +8,7 @@
 //! the person is told it failed. Rows left by a crash are picked up at start:
 //! `accepted` ones resume without storing the person's message again.
 
-use std::{
-    collections::HashSet,
-    path::Path,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashSet, path::Path, sync::Arc, time::Duration};
 
 use saint_channels::{
     AttachmentRef, OutboundBody, attachments,
@@ -25,6 +20,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::hub::{ChannelHub, ServedChannel};
 use crate::runtime::{Delivery, Inbound, InboundAttachment, Runtime, TurnError};
+use parking_lot::Mutex;
 
 /// Turns running at once for channel messages.
 pub const MAX_CONCURRENT_TURNS: usize = 8;
@@ -72,18 +68,18 @@ pub async fn run(
                 queue::Order::PerConversation => row.lane.clone(),
                 queue::Order::Unordered => format!("row {}", row.id),
             };
-            if !busy.lock().expect("busy lanes").insert(sender.clone()) {
+            if !busy.lock().insert(sender.clone()) {
                 continue;
             }
             let Ok(slot) = slots.clone().try_acquire_owned() else {
-                busy.lock().expect("busy lanes").remove(&sender);
+                busy.lock().remove(&sender);
                 break;
             };
             let (hub, runtime, busy, abort) =
                 (hub.clone(), runtime.clone(), busy.clone(), abort.clone());
             turns.spawn(async move {
                 process(&hub, &runtime, row, abort).await;
-                busy.lock().expect("busy lanes").remove(&sender);
+                busy.lock().remove(&sender);
                 drop(slot);
                 // The sender's next message (or another waiting one) may run now.
                 hub.inbox_ready.notify_one();

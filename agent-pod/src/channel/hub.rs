@@ -10,7 +10,7 @@ use std::{
     num::NonZeroU32,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -24,6 +24,7 @@ use saint_config::{BotConfig, ChannelIdentity, ChannelKind, ErrorChain};
 use tokio::sync::Notify;
 
 use crate::{config_watch::ConfigStore, metering::Metering, session::SessionStore};
+use parking_lot::Mutex;
 
 /// One served channel.
 pub struct ServedChannel {
@@ -272,7 +273,7 @@ impl ChannelHub {
 
     /// Records a channel's state (logged when it changes, and in `saint_channel_up`).
     pub fn set_state(&self, channel: &ServedChannel, state: ChannelState) {
-        let mut current = channel.state.lock().expect("channel state lock");
+        let mut current = channel.state.lock();
         if *current == state {
             return;
         }
@@ -310,7 +311,7 @@ impl ChannelHub {
     pub fn record_dead_letter(&self, channel: &ServedChannel, recipient: &str, reason: &str) {
         self.metering.metrics.dead_letter(&channel.name);
         self.dead_letter_ready.notify_one();
-        let mut dead_letters = channel.dead_letters.lock().expect("dead letters lock");
+        let mut dead_letters = channel.dead_letters.lock();
         let count = dead_letters.as_ref().map_or(0, |(count, _)| *count) + 1;
         *dead_letters = Some((count, format!("to {recipient}: {reason}")));
         if let Some(events) = self.events.get().cloned() {
@@ -325,8 +326,10 @@ impl ChannelHub {
 
     /// `/readyz` lines for channels that are not simply up, or that gave up on a message.
     pub fn health_lines(&self) -> Vec<String> {
-        let live = self.channels.values().filter_map(|channel| {
-            match &*channel.state.lock().expect("channel state lock") {
+        let live = self
+            .channels
+            .values()
+            .filter_map(|channel| match &*channel.state.lock() {
                 ChannelState::Up => None,
                 ChannelState::Retrying(reason) => {
                     Some(format!("channel {:?}: retrying: {reason}", channel.name))
@@ -335,10 +338,9 @@ impl ChannelHub {
                     "channel {:?}: credentials refused by the platform: {reason}",
                     channel.name
                 )),
-            }
-        });
+            });
         let dead = self.channels.values().filter_map(|channel| {
-            let dead_letters = channel.dead_letters.lock().expect("dead letters lock");
+            let dead_letters = channel.dead_letters.lock();
             let (count, last) = dead_letters.as_ref()?;
             Some(format!(
                 "channel {:?}: {count} message(s) undeliverable since start (dead letters); last {last}",

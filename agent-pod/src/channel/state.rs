@@ -3,10 +3,7 @@
 //! as, which streaming turns its holder may stop. A leaf under the routes: `http`,
 //! `webhook` and `chat_page` read it, it reads none of them.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     Json,
@@ -19,6 +16,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{http_outcomes::HttpOutcomes, hub::ChannelHub};
 use crate::runtime::{EnvLookup, Runtime, TurnError};
+use parking_lot::Mutex;
 
 /// Shared state of the HTTP server.
 #[derive(Clone)]
@@ -254,10 +252,8 @@ pub struct RunningTurns {
 impl RunningTurns {
     pub(crate) fn turns(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<i64, (CancellationToken, Access)>> {
-        self.turns
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    ) -> parking_lot::MutexGuard<'_, HashMap<i64, (CancellationToken, Access)>> {
+        self.turns.lock()
     }
 }
 

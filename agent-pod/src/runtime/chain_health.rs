@@ -18,7 +18,7 @@
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -28,6 +28,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{Notify, OnceCell};
 
 use super::EnvLookup;
+use parking_lot::Mutex;
 
 /// Reason of the Warning Event published when every entry of the chain failed a call.
 pub const MODEL_CHAIN_FAILING: &str = "ModelChainFailing";
@@ -267,10 +268,8 @@ impl ChainHealth {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 }
 
@@ -328,7 +327,7 @@ pub struct RecordingPublisher {
 impl RecordingPublisher {
     /// Every report so far.
     pub fn reports(&self) -> Vec<ChainReport> {
-        self.reports.lock().expect("reports lock").clone()
+        self.reports.lock().clone()
     }
 
     /// Waits until `count` reports were published (or `timeout` passed); returns them.
@@ -350,10 +349,7 @@ impl RecordingPublisher {
 impl ChainReportPublisher for RecordingPublisher {
     fn publish<'a>(&'a self, report: &'a ChainReport) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
-            self.reports
-                .lock()
-                .expect("reports lock")
-                .push(report.clone());
+            self.reports.lock().push(report.clone());
             self.published.notify_waiters();
             Ok(())
         })

@@ -15,12 +15,8 @@ mod session_cache;
 mod turn;
 mod voice;
 
-use std::{
-    collections::HashMap,
-    path::PathBuf,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use parking_lot::Mutex;
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
 use saint_config::ChannelKind;
 use saint_llm::{ClientOptions, LlmError, Usage};
@@ -379,7 +375,7 @@ impl Runtime {
     }
 
     fn session_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<SessionCache>> {
-        let mut table = self.session_locks.lock().expect("session lock table");
+        let mut table = self.session_locks.lock();
         // Keep the table small: drop locks nobody holds or waits for (only the table has
         // a reference; a turn clones its lock under this same mutex, so this cannot race).
         if table.len() >= SESSION_LOCK_SWEEP_AT {

@@ -4,10 +4,11 @@
 //! read from the environment variables the config names and live only inside clients.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
+use parking_lot::Mutex;
 use saint_config::{FailoverConfig, ModelConfig, ModelFallback, ModelProvider};
 use saint_llm::{ClientOptions, Endpoint, LlmClient};
 
@@ -125,7 +126,7 @@ impl ModelAccess {
     /// The chain for `config`, reusing the cached one while its endpoints are unchanged.
     pub fn chain(&self, config: &ModelConfig) -> Result<Arc<ModelChain>, ModelSetupError> {
         let key = ChainKey::of(config);
-        let mut cached = self.cached.lock().expect("model cache lock");
+        let mut cached = self.cached.lock();
         if let Some((existing, chain)) = cached.as_ref()
             && *existing == key
         {
@@ -145,12 +146,7 @@ impl ModelAccess {
     /// `/readyz` lines for chain entries that are cooling down (none before the first
     /// call), refreshing the per-entry health gauge as they are read.
     pub fn health_lines(&self, metrics: &crate::metering::Metrics) -> Vec<String> {
-        let chain = self
-            .cached
-            .lock()
-            .expect("model cache lock")
-            .as_ref()
-            .map(|(_, chain)| chain.clone());
+        let chain = self.cached.lock().as_ref().map(|(_, chain)| chain.clone());
         chain.map_or_else(Vec::new, |chain| chain.health_lines(metrics))
     }
 }
@@ -323,10 +319,8 @@ impl ChainEntry {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, EntryState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, EntryState> {
+        self.state.lock()
     }
 
     fn cooling_at(&self, now: Instant) -> bool {

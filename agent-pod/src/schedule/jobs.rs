@@ -12,15 +12,13 @@
 //!
 //! Single writer: one connection behind a mutex; async callers use `spawn_blocking`.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Mutex,
-};
+use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::spec::Spec;
+use parking_lot::Mutex;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -255,10 +253,7 @@ impl JobStore {
         &self,
         body: impl FnOnce(&mut Connection) -> Result<T, JobStoreError>,
     ) -> Result<T, JobStoreError> {
-        let mut connection = self
-            .connection
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut connection = self.connection.lock();
         body(&mut connection)
     }
 

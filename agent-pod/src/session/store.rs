@@ -9,11 +9,9 @@
 //! and the benchmark measures it.) Single writer: one connection behind a mutex; callers
 //! on async code go through `spawn_blocking`. Touches only its own database file.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Mutex,
-};
+use std::path::{Path, PathBuf};
 
+use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use saint_llm::{ChatRole, ContentBlock, Message};
 
@@ -184,10 +182,7 @@ impl SessionStore {
         &self,
         body: impl FnOnce(&mut Connection) -> Result<T, SessionError>,
     ) -> Result<T, SessionError> {
-        let mut connection = self
-            .connection
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut connection = self.connection.lock();
         body(&mut connection)
     }
 

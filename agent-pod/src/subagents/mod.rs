@@ -26,11 +26,12 @@
 pub mod rules;
 pub mod tool;
 
+use parking_lot::Mutex;
 use std::{
     collections::HashMap,
     future::Future,
     hash::{BuildHasher, RandomState},
-    sync::{Arc, Mutex, OnceLock, Weak},
+    sync::{Arc, OnceLock, Weak},
     time::Duration,
 };
 
@@ -133,10 +134,8 @@ impl Subagents {
         running
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Starts a child of `context.caller` doing `task`; returns what the parent's model

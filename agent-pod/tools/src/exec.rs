@@ -11,11 +11,7 @@
 //! Touches nothing itself: the sandbox backend runs the command, Porter's control
 //! socket issues the token. Without a sandbox every call is refused (fail closed).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::{StreamExt, future::BoxFuture};
 use globset::{Glob, GlobSetBuilder};
@@ -34,6 +30,7 @@ use saint_sandbox::{
 };
 
 use crate::guard::{role_paths::RolePaths, view};
+use parking_lot::Mutex;
 
 /// `exec` without a sandbox: refuses everything.
 #[derive(Clone, Copy, Debug, Default)]
@@ -406,7 +403,7 @@ impl ExecTool {
     /// no other session uses that one now.
     async fn switch_scope(&self, session: &str, scope: &ScopeKey) {
         let previous = {
-            let mut last = self.last_scope.lock().expect("last scope lock");
+            let mut last = self.last_scope.lock();
             let previous = last.insert(session.to_string(), scope.clone());
             match previous {
                 Some(old) if old != *scope && !last.values().any(|other| *other == old) => {

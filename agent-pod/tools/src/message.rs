@@ -7,11 +7,7 @@
 //! channel must be one the bot has configured. Arbitrary numbers or addresses of people
 //! outside the contact list are refused, so the bot cannot be used to spam strangers.
 
-use std::{
-    io::Write,
-    path::PathBuf,
-    sync::{Arc, Mutex},
-};
+use std::{io::Write, path::PathBuf, sync::Arc};
 
 use futures::future::BoxFuture;
 use saint_config::{BotConfig, ChannelIdentity, ContactConfig};
@@ -19,6 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Permit, ToolContext, ToolError, ToolOutput, TypedTool};
+use parking_lot::Mutex;
 
 /// Longest message body, in characters.
 const MAX_MESSAGE_CHARS: usize = 4_000;
@@ -107,10 +104,7 @@ impl Outbox for FileOutbox {
         Box::pin(async move {
             let line =
                 serde_json::to_string(&message).map_err(|error| OutboxError(error.to_string()))?;
-            let _guard = self
-                .lock
-                .lock()
-                .map_err(|_| OutboxError("outbox lock poisoned".to_string()))?;
+            let _guard = self.lock.lock();
             if let Some(parent) = self.path.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|_| OutboxError("outbox unavailable".to_string()))?;

@@ -14,11 +14,7 @@
 //! Touches nothing itself: the sandbox backend and its runner do. Without a sandbox the
 //! catalog's [`ProcessUnavailableTool`] refuses every call (fail closed).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
 use saint_config::ErrorChain;
@@ -36,6 +32,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Caller, Permit, ToolContext, ToolError, ToolOutput, TypedTool};
 use crate::exec::{CallerSandbox, ExecTool, admit_command, invokes_porter_cli, note_held};
+use parking_lot::Mutex;
 
 /// The metering key under which a background command's start call is recorded when
 /// Porter held requests of it for an approval: what the approval reruns.
@@ -145,7 +142,7 @@ impl ProcessTool {
     }
 
     fn hold(&self, scope: &ScopeKey, id: &str, held: Held) {
-        let mut all = self.held.lock().expect("held processes lock");
+        let mut all = self.held.lock();
         // Past their deadline (nobody polled them to the end): their keys expired too.
         all.retain(|_, held| !held.lease_holder.is_finished());
         let previous = all.insert((scope.clone(), id.to_string()), held);
@@ -166,11 +163,7 @@ impl ProcessTool {
         id: &str,
         metering: &mut Map<String, Value>,
     ) -> String {
-        let held = self
-            .held
-            .lock()
-            .expect("held processes lock")
-            .remove(&(scope.clone(), id.to_string()));
+        let held = self.held.lock().remove(&(scope.clone(), id.to_string()));
         let Some(held) = held else {
             return String::new();
         };

@@ -32,7 +32,7 @@ use std::{
     collections::{BTreeMap, HashSet},
     fs, io,
     path::Path,
-    sync::{Mutex, OnceLock},
+    sync::OnceLock,
 };
 
 use futures::future::BoxFuture;
@@ -42,6 +42,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{Permit, ToolContext, ToolError, ToolOutput, TypedTool, files::blocking};
+use parking_lot::Mutex;
 
 /// The workspace folder holding skills.
 pub const WORKSPACE_SKILLS: &str = "skills";
@@ -551,10 +552,7 @@ fn list_directory(
 /// turn; one broken skill should not fill the log).
 fn warn_once(problem: &str) {
     static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    let mut seen = SEEN
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut seen = SEEN.get_or_init(Default::default).lock();
     if seen.len() >= 1024 {
         seen.clear();
     }

@@ -1,7 +1,7 @@
 //! Tests of the messaging, session, search, exec and catalog tools against real files
 //! and a loopback search server. Test-only.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::{Router, http::HeaderMap, routing::get};
 use saint_config::KNOWN_TOOLS;
@@ -24,6 +24,7 @@ use super::{
     write::WriteTool,
 };
 use crate::policy;
+use parking_lot::Mutex;
 
 /// Sessions held in memory: the data the visibility rules are decided on.
 struct Sessions(Vec<SessionSummary>);
@@ -232,7 +233,7 @@ async fn web_search_calls_the_configured_api_with_the_secret_and_marks_results_u
             let recorded = recorded.clone();
             async move {
                 let token = headers.get("x-subscription-token").and_then(|value| value.to_str().ok()).unwrap_or_default();
-                recorded.lock().unwrap().push(token.to_string());
+                recorded.lock().push(token.to_string());
                 let query = uri.query().unwrap_or_default().to_string();
                 axum::Json(serde_json::json!({"web": {"results": [
                     {"title": "Acme result", "url": "https://acme.example/a", "description": format!("query was {query}")},
@@ -278,7 +279,7 @@ async fn web_search_calls_the_configured_api_with_the_secret_and_marks_results_u
         !output.content.contains("brave-key-123"),
         "the key never reaches the model"
     );
-    assert_eq!(*seen_tokens.lock().unwrap(), ["brave-key-123"]);
+    assert_eq!(*seen_tokens.lock(), ["brave-key-123"]);
 
     let keyless = WebSearchTool::new(Arc::new(|_: &str| None));
     let refused = keyless

@@ -8,11 +8,7 @@
 //! `#[serde(alias = "…")]` accepts the other spellings models use (`filePath`,
 //! `oldText`) without showing them in the schema.
 
-use std::{
-    any::TypeId,
-    collections::HashMap,
-    sync::{LazyLock, RwLock},
-};
+use std::{any::TypeId, collections::HashMap, sync::LazyLock};
 
 use futures::future::BoxFuture;
 use schemars::{JsonSchema, generate::SchemaSettings};
@@ -20,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::{Permit, Tool, ToolContext, ToolError, ToolOutput};
+use parking_lot::RwLock;
 
 /// A tool with a typed input; every such tool is a [`Tool`].
 pub trait TypedTool: Send + Sync + 'static {
@@ -112,16 +109,11 @@ fn readable(message: &str) -> String {
 pub fn input_schema<T: JsonSchema + 'static>() -> Value {
     static CACHE: LazyLock<RwLock<HashMap<TypeId, Value>>> = LazyLock::new(Default::default);
     let key = TypeId::of::<T>();
-    if let Some(schema) = CACHE.read().expect("schema cache lock").get(&key) {
+    if let Some(schema) = CACHE.read().get(&key) {
         return schema.clone();
     }
     let schema = generate::<T>();
-    CACHE
-        .write()
-        .expect("schema cache lock")
-        .entry(key)
-        .or_insert(schema)
-        .clone()
+    CACHE.write().entry(key).or_insert(schema).clone()
 }
 
 /// Generates the schema in the shape tool APIs take: one self-contained object schema

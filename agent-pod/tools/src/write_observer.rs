@@ -95,8 +95,7 @@ impl Tool for ObservedWrites {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
+    use parking_lot::Mutex;
     use saint_memory::{IndexOptions, LocalMiniLm, MemoryIndex, Scope, SearchRequest};
 
     use super::*;
@@ -110,7 +109,7 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let observer: WriteObserver = Arc::new(move |paths: &[String]| {
-            sink.lock().expect("lock").extend(paths.iter().cloned());
+            sink.lock().extend(paths.iter().cloned());
         });
         (observer, seen)
     }
@@ -143,10 +142,7 @@ mod tests {
             )
             .await
             .expect("patch");
-        assert_eq!(
-            *seen.lock().expect("lock"),
-            ["memory/shared/a.md", "MEMORY.md"]
-        );
+        assert_eq!(*seen.lock(), ["memory/shared/a.md", "MEMORY.md"]);
     }
 
     #[tokio::test]

@@ -10,9 +10,10 @@ pub mod secrets;
 pub mod update_status;
 pub mod validate;
 
+use parking_lot::Mutex;
 use std::{
     collections::{BTreeMap, HashSet},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -137,10 +138,7 @@ impl Context {
     }
 
     fn failure_count(&self, key: &str, failed: bool) -> u32 {
-        let mut failures = self
-            .failures
-            .lock()
-            .expect("failures lock is never poisoned");
+        let mut failures = self.failures.lock();
         if failed {
             let count = failures.entry(key.to_string()).or_insert(0);
             *count += 1;
@@ -425,11 +423,7 @@ async fn publish_first_failure(bot: &SaintBot, error: &ReconcileError, context: 
     ) {
         return;
     }
-    let already_failing = context
-        .failures
-        .lock()
-        .expect("failures lock is never poisoned")
-        .contains_key(&bot_key(bot));
+    let already_failing = context.failures.lock().contains_key(&bot_key(bot));
     if already_failing {
         return;
     }
@@ -481,10 +475,7 @@ impl<T: kube::Resource<DynamicType = ()>> Default for MappingMemory<T> {
 impl<T: kube::Resource<DynamicType = ()>> MappingMemory<T> {
     /// Returns the union of `current` and what `key` mapped to last time, and stores `current`.
     pub fn remember(&self, key: String, current: HashSet<ObjectRef<T>>) -> Vec<ObjectRef<T>> {
-        let mut previous = self
-            .previous
-            .lock()
-            .expect("mapping lock is never poisoned");
+        let mut previous = self.previous.lock();
         let mut all = previous.insert(key, current.clone()).unwrap_or_default();
         all.extend(current);
         all.into_iter().collect()

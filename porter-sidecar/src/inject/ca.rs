@@ -2,11 +2,9 @@
 //! process's memory, issuing one leaf certificate per allowed host on first use. Only
 //! the CA certificate (public) is written out, for the children's trust variables.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
 
+use parking_lot::Mutex;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, date_time_ymd,
@@ -84,7 +82,7 @@ impl CertificateAuthority {
 
     /// The TLS server configuration presenting a leaf for `host` (made once per host).
     pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, CaError> {
-        if let Some(config) = self.leaves.lock().expect("leaf cache").get(host) {
+        if let Some(config) = self.leaves.lock().get(host) {
             return Ok(config.clone());
         }
         let key = KeyPair::generate()?;
@@ -106,10 +104,7 @@ impl CertificateAuthority {
         // HTTP/1.1 only: the proxy reads requests one at a time per connection.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        self.leaves
-            .lock()
-            .expect("leaf cache")
-            .insert(host.to_owned(), config.clone());
+        self.leaves.lock().insert(host.to_owned(), config.clone());
         Ok(config)
     }
 }

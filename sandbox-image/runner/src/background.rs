@@ -14,7 +14,7 @@ use std::{
     os::unix::process::ExitStatusExt,
     process::Stdio,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -38,6 +38,7 @@ use crate::{
     output_ring::{OutputRing, Taken},
     process_group::ProcessGroup,
 };
+use parking_lot::Mutex;
 
 /// Background processes one runner runs at once, whoever owns them: the ceiling under
 /// every role's own limit.
@@ -117,8 +118,8 @@ struct Process {
 }
 
 impl Process {
-    fn output(&self) -> std::sync::MutexGuard<'_, Output> {
-        self.output.lock().expect("process output lock")
+    fn output(&self) -> parking_lot::MutexGuard<'_, Output> {
+        self.output.lock()
     }
 
     fn is_running(&self) -> bool {
@@ -147,8 +148,8 @@ pub struct Background {
 }
 
 impl Background {
-    fn processes(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Process>>> {
-        self.processes.lock().expect("background processes lock")
+    fn processes(&self) -> parking_lot::MutexGuard<'_, Vec<Arc<Process>>> {
+        self.processes.lock()
     }
 
     fn find(&self, owner: &str, id: &str) -> Result<Arc<Process>, Refusal> {

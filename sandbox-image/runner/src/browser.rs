@@ -21,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
     process::Stdio,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -42,6 +42,7 @@ use tokio::{
 };
 
 use crate::{background::Refusal, process_group::ProcessGroup};
+use parking_lot::Mutex;
 
 /// Where Chromium is looked for, first match wins (Debian's `/usr/bin/chromium` is a
 /// wrapper script that reads `/etc/chromium.d`; the binary itself needs none of it).
@@ -118,29 +119,20 @@ impl DevTools {
     ) -> Result<Value, String> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (sender, receiver) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("devtools pending lock")
-            .insert(id, sender);
+        self.pending.lock().insert(id, sender);
         let mut message = json!({"id": id, "method": method, "params": params});
         if let Some(session) = session {
             message["sessionId"] = json!(session);
         }
         if let Err(error) = write_message(&self.writer, &message).await {
-            self.pending
-                .lock()
-                .expect("devtools pending lock")
-                .remove(&id);
+            self.pending.lock().remove(&id);
             return Err(format!("the browser is gone ({error})"));
         }
         match tokio::time::timeout_at(deadline, receiver).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err("the browser closed its DevTools pipe".to_string()),
             Err(_) => {
-                self.pending
-                    .lock()
-                    .expect("devtools pending lock")
-                    .remove(&id);
+                self.pending.lock().remove(&id);
                 Err(format!("the browser did not answer {method} in time"))
             }
         }
@@ -177,7 +169,7 @@ async fn read_messages(
             continue;
         };
         if let Some(id) = message.get("id").and_then(Value::as_u64) {
-            let sender = pending.lock().expect("devtools pending lock").remove(&id);
+            let sender = pending.lock().remove(&id);
             if let Some(sender) = sender {
                 let answer = match message.get("error") {
                     Some(error) => Err(error
@@ -227,7 +219,7 @@ async fn read_messages(
         let _ = events.send(message);
     }
     // Whoever still waits learns the browser is gone.
-    pending.lock().expect("devtools pending lock").clear();
+    pending.lock().clear();
 }
 
 /// One owner's browser.
@@ -289,8 +281,8 @@ pub fn find_chromium() -> Option<PathBuf> {
 }
 
 impl Browsers {
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.sessions.lock().expect("browser sessions lock")
+    fn sessions(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock()
     }
 
     /// How many browsers run now.
@@ -306,14 +298,8 @@ impl Browsers {
     /// Ends sessions unused for longer than their idle timeout (the server calls this
     /// periodically, every request too).
     pub fn reap_idle(&self) {
-        self.sessions().retain(|_, session| {
-            session
-                .last_used
-                .lock()
-                .expect("browser use lock")
-                .elapsed()
-                < session.idle
-        });
+        self.sessions()
+            .retain(|_, session| session.last_used.lock().elapsed() < session.idle);
     }
 
     /// Runs one action on the owner's session, starting it for `open`.
@@ -361,9 +347,9 @@ impl Browsers {
             }
         };
         let _busy = session.busy.lock().await;
-        *session.last_used.lock().expect("browser use lock") = Instant::now();
+        *session.last_used.lock() = Instant::now();
         let result = session.act(&request.action, deadline).await;
-        *session.last_used.lock().expect("browser use lock") = Instant::now();
+        *session.last_used.lock() = Instant::now();
         let (data, note) = match result {
             Ok(done) => done,
             Err(message) => {

@@ -7,10 +7,7 @@
 use std::{
     collections::HashSet,
     path::PathBuf,
-    sync::{
-        Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::atomic::{AtomicUsize, Ordering},
     time::Duration,
 };
 
@@ -22,6 +19,7 @@ use crate::{
     process_group::{ProcessGroup, kill_group_id},
     working_directory::Roots,
 };
+use parking_lot::Mutex;
 
 /// What every connection shares.
 pub struct State {
@@ -75,17 +73,14 @@ impl State {
     pub fn register_group<'a>(&'a self, group: &ProcessGroup) -> GroupRegistration<'a> {
         let id = group.id();
         if let Some(id) = id {
-            self.live_groups
-                .lock()
-                .expect("live groups lock")
-                .insert(id);
+            self.live_groups.lock().insert(id);
         }
         GroupRegistration { state: self, id }
     }
 
     /// Kills every command still running, background ones too (on shutdown).
     pub(crate) fn kill_live_groups(&self) {
-        for id in self.live_groups.lock().expect("live groups lock").drain() {
+        for id in self.live_groups.lock().drain() {
             kill_group_id(id);
         }
         self.background.kill_all();
@@ -93,7 +88,7 @@ impl State {
     }
 
     fn touch(&self) {
-        *self.last_activity.lock().expect("activity lock") = Instant::now();
+        *self.last_activity.lock() = Instant::now();
     }
 
     /// Counts a new connection as active.
@@ -117,7 +112,7 @@ impl State {
         {
             return None;
         }
-        Some(self.last_activity.lock().expect("activity lock").elapsed())
+        Some(self.last_activity.lock().elapsed())
     }
 }
 
@@ -143,11 +138,7 @@ pub struct GroupRegistration<'a> {
 impl Drop for GroupRegistration<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            self.state
-                .live_groups
-                .lock()
-                .expect("live groups lock")
-                .remove(&id);
+            self.state.live_groups.lock().remove(&id);
         }
     }
 }

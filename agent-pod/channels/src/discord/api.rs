@@ -9,7 +9,7 @@
 //! few minutes (a retry after the agent died between Discord taking the message and the
 //! outbox recording it), and answers with the message it made the first time.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
@@ -27,6 +27,7 @@ use crate::{
     message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
+use parking_lot::Mutex;
 
 /// Talks to Discord's REST API for one channel.
 pub struct RestClient {
@@ -141,12 +142,7 @@ impl RestClient {
         path: &str,
         body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<Value, SendError> {
-        let refill = self
-            .exhausted
-            .lock()
-            .expect("bucket lock")
-            .get(route)
-            .copied();
+        let refill = self.exhausted.lock().get(route).copied();
         if let Some(refill) = refill.filter(|refill| *refill > Instant::now()) {
             tracing::debug!(channel = %self.settings.channel, route, wait_ms = (refill - Instant::now()).as_millis() as u64,
                 "discord: rate-limit bucket empty; waiting for it to refill");
@@ -193,7 +189,7 @@ impl RestClient {
             .get("x-ratelimit-remaining")
             .and_then(|value| value.to_str().ok())
             .map(str::trim);
-        let mut exhausted = self.exhausted.lock().expect("bucket lock");
+        let mut exhausted = self.exhausted.lock();
         match (remaining, seconds(headers, "x-ratelimit-reset-after")) {
             (Some("0"), Some(reset_after)) => {
                 let bucket = headers
@@ -213,13 +209,7 @@ impl RestClient {
 
     /// The DM channel with user `user_id`, opened once.
     async fn direct_channel(&self, user_id: &str) -> Result<String, SendError> {
-        if let Some(channel) = self
-            .direct_channels
-            .lock()
-            .expect("dm lock")
-            .get(user_id)
-            .cloned()
-        {
+        if let Some(channel) = self.direct_channels.lock().get(user_id).cloned() {
             return Ok(channel);
         }
         let answer = self
@@ -237,7 +227,6 @@ impl RestClient {
             })?;
         self.direct_channels
             .lock()
-            .expect("dm lock")
             .insert(user_id.to_string(), created.id.clone());
         Ok(created.id)
     }

@@ -8,7 +8,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::Mutex,
     time::Duration,
 };
 
@@ -23,6 +22,7 @@ use crate::{
     message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
+use parking_lot::Mutex;
 
 /// Most bytes of text (`body` and `formatted_body` together) in one event, leaving
 /// room under the homeserver's 65,536-byte event limit for the rest of the event.
@@ -289,7 +289,7 @@ impl MatrixApi {
     }
 
     pub(crate) fn remember_sent(&self, event_id: &str) {
-        let mut sent = self.sent.lock().expect("sent events lock");
+        let mut sent = self.sent.lock();
         if sent.len() >= REMEMBERED_SENT {
             sent.clear();
         }
@@ -298,12 +298,7 @@ impl MatrixApi {
 
     /// Whether the bot sent event `event_id` in `room` (remembered, else asked).
     pub(crate) async fn sent_by_bot(&self, room: &str, event_id: &str) -> bool {
-        if self
-            .sent
-            .lock()
-            .expect("sent events lock")
-            .contains(event_id)
-        {
+        if self.sent.lock().contains(event_id) {
             return true;
         }
         match self.get(&["rooms", room, "event", event_id]).await {
@@ -336,12 +331,7 @@ impl MatrixApi {
     /// that person that the bot is in with only them (joined or invited), else a new
     /// direct room inviting them.
     async fn direct_room(&self, user: &str) -> Result<(String, bool), SendError> {
-        if let Some(room) = self
-            .direct_rooms
-            .lock()
-            .expect("direct rooms lock")
-            .get(user)
-        {
+        if let Some(room) = self.direct_rooms.lock().get(user) {
             return Ok((room.clone(), true));
         }
         let joined = self.get(&["joined_rooms"]).await?;
@@ -386,31 +376,26 @@ impl MatrixApi {
     fn remember_direct(&self, user: &str, room: &str) {
         self.direct_rooms
             .lock()
-            .expect("direct rooms lock")
             .insert(user.to_string(), room.to_string());
     }
 
     /// Forgets the direct room found for anyone in `room` (its members changed): the
     /// next message to them looks again.
     pub(crate) fn forget_direct_room(&self, room: &str) {
-        self.direct_rooms
-            .lock()
-            .expect("direct rooms lock")
-            .retain(|_, cached| cached != room);
+        self.direct_rooms.lock().retain(|_, cached| cached != room);
     }
 
     /// Whether the bot's `m.direct` account data marks `room` direct with `user`.
     pub(crate) fn is_marked_direct(&self, user: &str, room: &str) -> bool {
         self.marked_direct
             .lock()
-            .expect("direct marks lock")
             .get(user)
             .is_some_and(|rooms| rooms.contains(room))
     }
 
     /// Takes `content` (an `m.direct` account data event's) as the rooms marked direct.
     pub(crate) fn set_marked_direct(&self, content: &Value) {
-        *self.marked_direct.lock().expect("direct marks lock") = direct_marks(content);
+        *self.marked_direct.lock() = direct_marks(content);
     }
 
     /// Reads the bot's `m.direct` account data (none yet is none marked).
@@ -445,7 +430,6 @@ impl MatrixApi {
     pub(crate) async fn mark_direct(&self, user: &str, room: &str) -> Result<(), SendError> {
         self.marked_direct
             .lock()
-            .expect("direct marks lock")
             .entry(user.to_string())
             .or_default()
             .insert(room.to_string());

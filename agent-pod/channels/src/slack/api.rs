@@ -6,7 +6,7 @@
 //! sender should do next: retry (honouring the wait), stop the channel until the
 //! credentials are fixed, or give the message up with Slack's own code as the reason.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use futures::future::BoxFuture;
 use saint_config::{ChannelIdentity, ChannelKind};
@@ -19,6 +19,7 @@ use crate::{
     message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
+use parking_lot::Mutex;
 
 /// Error codes that mean the token itself is refused: nothing goes out until it is fixed.
 const CREDENTIAL_ERRORS: &[&str] = &[
@@ -218,8 +219,8 @@ impl SlackApi {
         Ok(channel)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.direct_channels.lock().expect("direct channels lock")
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, String>> {
+        self.direct_channels.lock()
     }
 
     /// Whether the bot token may be sent to `url`: only Slack's own hosts over HTTPS or

@@ -16,10 +16,11 @@
 
 pub mod egress;
 
+use parking_lot::Mutex;
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -170,8 +171,8 @@ impl BrowserTool {
         self
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<(ScopeKey, String), Session>> {
-        self.sessions.lock().expect("browser sessions lock")
+    fn sessions(&self) -> parking_lot::MutexGuard<'_, HashMap<(ScopeKey, String), Session>> {
+        self.sessions.lock()
     }
 
     /// The caller's session with its socket in `socket_directory` (the sandbox's

@@ -20,7 +20,6 @@ use std::{
     fs, io,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    sync::Mutex,
     time::{Duration, SystemTime},
 };
 
@@ -32,6 +31,7 @@ use super::role_paths::RolePaths;
 use saint_config::Skills;
 
 use crate::skills::{WORKSPACE_SKILLS, is_skill_name};
+use parking_lot::Mutex;
 
 /// Whose view a caller gets: their role, and themselves when the role's path rules
 /// name the asker (`<self>`, or an internal role's own folder).
@@ -189,7 +189,7 @@ impl ViewCache {
         skills: Option<&Skills>,
         rules: impl FnOnce() -> Result<RolePaths, E>,
     ) -> Result<View, CacheError<E>> {
-        if let Some((view, snapshot)) = self.views.lock().expect("view cache lock").get(key)
+        if let Some((view, snapshot)) = self.views.lock().get(key)
             && snapshot.is_current()
         {
             return Ok(view.clone());
@@ -197,7 +197,7 @@ impl ViewCache {
         let rules = rules().map_err(CacheError::Rules)?;
         let (view, snapshot) =
             compute_with_snapshot(workspace, &rules, skills).map_err(CacheError::View)?;
-        let mut views = self.views.lock().expect("view cache lock");
+        let mut views = self.views.lock();
         // Callers come and go; a cache that only grows is bounded by starting over.
         if views.len() >= 4096 {
             views.clear();
@@ -211,7 +211,7 @@ impl ViewCache {
     /// Forgets every cached view: the next command of each caller walks again (after a
     /// backend refused to bind a view that changed since it was computed).
     pub fn forget_all(&self) {
-        self.views.lock().expect("view cache lock").clear();
+        self.views.lock().clear();
     }
 }
 

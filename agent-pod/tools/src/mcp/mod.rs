@@ -17,9 +17,10 @@
 pub mod http;
 pub mod stdio;
 
+use parking_lot::Mutex;
 use std::{
     collections::HashSet,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -430,10 +431,7 @@ pub fn links_for(config: &BotConfig, parts: &LinkParts) -> (Vec<Arc<Server>>, Ve
 /// add nothing; the set is bounded by the servers' `maxTools`.
 fn intern(name: String) -> &'static str {
     static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut names = NAMES.get_or_init(Mutex::default).lock();
     if let Some(existing) = names.get(name.as_str()) {
         return existing;
     }

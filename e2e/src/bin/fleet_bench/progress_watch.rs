@@ -5,7 +5,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
 
 use futures::StreamExt;
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::{FleetState, fleet::Kind};
+use parking_lot::Mutex;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -93,7 +94,7 @@ impl ProgressWatch {
             let events = watcher(api, watcher::Config::default()).default_backoff();
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
-                let mut seen = writer.lock().expect("progress lock is never poisoned");
+                let mut seen = writer.lock();
                 match event {
                     Ok(watcher::Event::Apply(bot)) => {
                         seen.bots.insert(
@@ -122,7 +123,7 @@ impl ProgressWatch {
 
     /// How far the fleet is now. `Err` while the watch keeps failing (no state yet).
     pub fn state(&self) -> Result<FleetState, String> {
-        let seen = self.seen.lock().expect("progress lock is never poisoned");
+        let seen = self.seen.lock();
         if seen.bots.is_empty() && seen.errors > 0 {
             return Err(format!("the SaintBot watch failed {} times", seen.errors));
         }

@@ -1,9 +1,10 @@
 //! Samples a process's resident set size (`VmRSS` in `/proc/<pid>/status`) every
 //! 100 ms on its own thread, so a busy async runtime never delays a sample.
 
+use parking_lot::Mutex;
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
@@ -58,7 +59,7 @@ impl RssSampler {
                         at: Instant::now(),
                         kilobytes,
                     };
-                    samples.lock().expect("sample lock").push(sample);
+                    samples.lock().push(sample);
                     std::thread::sleep(INTERVAL);
                 }
             })
@@ -74,7 +75,6 @@ impl RssSampler {
     pub fn between(&self, from: Instant, to: Instant) -> Vec<u64> {
         self.samples
             .lock()
-            .expect("sample lock")
             .iter()
             .filter(|sample| sample.at >= from && sample.at <= to)
             .map(|sample| sample.kilobytes)
@@ -83,11 +83,7 @@ impl RssSampler {
 
     /// The latest sample, if any.
     pub fn latest(&self) -> Option<u64> {
-        self.samples
-            .lock()
-            .expect("sample lock")
-            .last()
-            .map(|sample| sample.kilobytes)
+        self.samples.lock().last().map(|sample| sample.kilobytes)
     }
 }
 
