@@ -852,8 +852,9 @@ async fn run_agent(
         memory,
     } = opened;
     let channels = channel_hub(&config, &env, &store, &metering, &workspace).await;
-    let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone())
-        .replace(Arc::new(MessageTool::new(Arc::new(DurableOutbox::new(channels.clone())))));
+    let mut tools = ToolSet::builtin(&workspace, store.clone(), env.clone()).replace(Arc::new(
+        MessageTool::new(Arc::new(DurableOutbox::new(channels.clone()))),
+    ));
     // Work that runs on its own: scheduled jobs and sub-agents, each as the person
     // who started it.
     let schedule = Schedule::open(&workspace, channels.clone(), clock.clone())?;
@@ -864,35 +865,37 @@ async fn run_agent(
     if let Some(memory) = &memory {
         tools = with_memory_tools(tools, memory);
     }
-    // One agent per local state directory: a second one would reap this one's
-    // sandboxes and replace its Porter. Held until the agent exits.
-    let _state_lock = if config.last_good().sandbox.backend == SandboxBackend::Local {
-        let machine =
-            backend::LocalMachine::from_environment(&config.last_good(), &workspace, env.as_ref());
-        Some(state_lock::lock_state_directory(&machine.state_directory)?)
-    } else {
-        None
-    };
-    // One agent per workspace, whatever the backend; `erase` and `export` wait for
-    // it to stop. Taken after the state lock, whose refusal names the directory.
-    let _workspace_lock = saint_agent::erasure::lock_workspace(&workspace)?;
+    let _locks = lock_agent(&config.last_good(), &workspace, &env)?;
     // One machine: the agent runs its own Porter unless another one listens.
     let porter_options = LocalPorterOptions {
         mode: arguments.local_porter,
         registry: arguments.porter_registry.clone(),
         binary: arguments.porter_bin.clone(),
     };
-    let porter =
-        local_porter::start_for_bot(&config.last_good(), &workspace, porter_options, env.as_ref())
-            .await?;
+    let porter = local_porter::start_for_bot(
+        &config.last_good(),
+        &workspace,
+        porter_options,
+        env.as_ref(),
+    )
+    .await?;
     // Without a working sandbox `exec` stays the fail-closed placeholder and is
     // withheld from every role; it never runs unsandboxed.
     let sandbox = match &porter {
         Some(porter) => porter.exec_backend(&config.last_good(), workspace.clone(), env.as_ref()),
         None => backend::for_config(&config.last_good(), workspace.clone(), env.as_ref()).await,
     };
-    let sandboxed = with_sandbox_tools(tools, sandbox, &options, &config, &mut extras.notices).await;
-    let tools = with_started_tools(sandboxed.tools, &config, &workspace, &options, &sandboxed.mcp_parts, &mut extras.notices).await;
+    let sandboxed =
+        with_sandbox_tools(tools, sandbox, &options, &config, &mut extras.notices).await;
+    let tools = with_started_tools(
+        sandboxed.tools,
+        &config,
+        &workspace,
+        &options,
+        &sandboxed.mcp_parts,
+        &mut extras.notices,
+    )
+    .await;
     // Approved top-ups credit the same accounts the runtime's budget checks read.
     let budgets = saint_agent::budget::SpendLedger::default();
     let tools = tools.replace(Arc::new(saint_agent::top_up::TopUpTool::new(
@@ -919,7 +922,10 @@ async fn run_agent(
     let runtime = Arc::new(runtime);
     background.subagents.attach(&runtime);
     set_outlets(&runtime, &channels);
-    let served = serve(arguments, config, runtime, env, extras, channels, background).await;
+    let served = serve(
+        arguments, config, runtime, env, extras, channels, background,
+    )
+    .await;
     // Shutdown order: running turns have drained (serve), then the sandboxes stop,
     // then Porter, which their commands may have been calling.
     if let Some(sandboxes) = sandboxed.sandboxes {
@@ -929,9 +935,37 @@ async fn run_agent(
     if let Some(porter) = porter {
         porter.stop().await;
     }
-    // Memory (its index and watcher) outlived the server.
-    drop(memory);
     served
+}
+
+/// Locks that keep a second agent off this one's sandboxes, Porter and workspace; held
+/// until the agent exits.
+struct AgentLocks {
+    // Released in this order, the workspace's first.
+    _workspace: state_lock::StateLock,
+    _state: Option<state_lock::StateLock>,
+}
+
+fn lock_agent(
+    config: &saint_config::BotConfig,
+    workspace: &Path,
+    env: &EnvLookup,
+) -> anyhow::Result<AgentLocks> {
+    // One agent per local state directory: a second one would reap this one's
+    // sandboxes and replace its Porter.
+    let state = if config.sandbox.backend == SandboxBackend::Local {
+        let machine = backend::LocalMachine::from_environment(config, workspace, env.as_ref());
+        Some(state_lock::lock_state_directory(&machine.state_directory)?)
+    } else {
+        None
+    };
+    // One agent per workspace, whatever the backend; `erase` and `export` wait for
+    // it to stop. Taken after the state lock, whose refusal names the directory.
+    let workspace = saint_agent::erasure::lock_workspace(workspace)?;
+    Ok(AgentLocks {
+        _workspace: workspace,
+        _state: state,
+    })
 }
 
 /// Channels other than HTTP: their transports, inbox and outbox. The `message` tool
@@ -962,7 +996,9 @@ async fn channel_hub(
                 let bot = &config.last_good().bot;
                 channels.set_events(ChannelEvents::new(client, &bot.name, &bot.namespace, &uid));
             }
-            Err(error) => tracing::warn!(error = %ErrorChain(&error), "no Kubernetes client: channel Events are not published"),
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "no Kubernetes client: channel Events are not published")
+            }
         }
     }
     channels
@@ -1147,7 +1183,14 @@ async fn serve(
     let allowed_hosts =
         |address: SocketAddr| allowed_hosts(address, &arguments.public_hosts, &bot, in_pod);
     let (http_hosts, metrics_hosts) = (allowed_hosts(http_address), allowed_hosts(metrics_address));
-    print_addresses(&arguments, &extras, &state, http_address, metrics_address, chat_page);
+    print_addresses(
+        &arguments,
+        &extras,
+        &state,
+        http_address,
+        metrics_address,
+        chat_page,
+    );
     tracing::info!(
         %http_address,
         %metrics_address,
