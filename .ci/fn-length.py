@@ -26,16 +26,7 @@ ALLOWED = {
     "agent-pod/sandbox/src/local.rs::bwrap_arguments": "not yet split (issue #39)",
     "agent-pod/sandbox/src/local.rs::start": "not yet split (issue #39)",
     "agent-pod/sandbox/src/kubernetes.rs::build_job": "not yet split (issue #39)",
-    "agent-pod/channels/src/discord/gateway.rs::session": "not yet split (issue #39)",
-    "agent-pod/channels/src/email/inbound.rs::parse_mail": "not yet split (issue #39)",
-    "agent-pod/channels/src/email/imap.rs::session": "not yet split (issue #39)",
-    "agent-pod/channels/src/matrix/sync.rs::messages": "not yet split (issue #39)",
-    "agent-pod/channels/src/matrix/sync.rs::inbound": "not yet split (issue #39)",
-    "agent-pod/channels/src/slack/events.rs::parse_event": "not yet split (issue #39)",
-    "agent-pod/memory/src/database.rs::open_writer": "not yet split (issue #39)",
-    "operator/src/saintbot_controller/validate/proactive.rs::render_heartbeat": "not yet split (issue #39)",
     "sandbox-image/runner/src/browser.rs::act": "not yet split (issue #39)",
-    "e2e/src/bin/fleet_bench/main.rs::measure": "not yet split (issue #39)",
 }
 
 # Module gates whose code is built for tests only.
