@@ -120,7 +120,12 @@ async fn store_request(
 }
 
 /// What the approvers are asked.
-fn approval_question(caller: &Caller, rule: &ApprovalRule, tool: &str, request: &Request) -> String {
+fn approval_question(
+    caller: &Caller,
+    rule: &ApprovalRule,
+    tool: &str,
+    request: &Request,
+) -> String {
     let minutes = rule.timeout_seconds.div_ceil(60);
     format!(
         "Approval needed: {} ({}) asks to use {tool} with {}{}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",

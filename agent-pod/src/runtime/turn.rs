@@ -845,7 +845,14 @@ impl Runtime {
         };
         let chat = chat_span(state.config, &next.request);
         let called = self
-            .call_model(state, &setup.chain, &next.request, next.prompt_tokens, cancel, true)
+            .call_model(
+                state,
+                &setup.chain,
+                &next.request,
+                next.prompt_tokens,
+                cancel,
+                true,
+            )
             .instrument(chat.clone())
             .await;
         record_chat(&chat, &called);
@@ -853,7 +860,8 @@ impl Runtime {
             return Ok(ControlFlow::Break(LoopEnd::OverBudget));
         };
         let message = response.message;
-        self.store_answer(state, &message, charge, transcript).await?;
+        self.store_answer(state, &message, charge, transcript)
+            .await?;
         let calls: Vec<RequestedCall> = message
             .tool_uses()
             .map(|(id, name, input)| RequestedCall {
@@ -981,7 +989,10 @@ impl Runtime {
             }
             let reply = match &stopped {
                 Some(reason) => ToolReply::failed(format!("not run: {reason}")),
-                None => self.answer_tool_call(state, setup, call.name, call.input).await?,
+                None => {
+                    self.answer_tool_call(state, setup, call.name, call.input)
+                        .await?
+                }
             };
             let mut content = reply.content;
             if let Some(audio) = reply.audio {

@@ -254,7 +254,11 @@ struct Attempted {
 /// The request of one attempt: the entry's model, and when an earlier attempt was cut
 /// after text reached the person, that text to continue from. The common case borrows
 /// the request: a healthy primary costs no copy.
-fn attempt_request<'r>(request: &'r ChatRequest, model: &str, shown: &Shown) -> Cow<'r, ChatRequest> {
+fn attempt_request<'r>(
+    request: &'r ChatRequest,
+    model: &str,
+    shown: &Shown,
+) -> Cow<'r, ChatRequest> {
     if model == request.model && !shown.resuming() {
         return Cow::Borrowed(request);
     }
@@ -290,7 +294,9 @@ async fn stream_attempt(
                 let _ = events.send(TurnEvent::TextDelta(new));
             }
         };
-        client.complete_once(request, call.cancel, &mut on_event).await
+        client
+            .complete_once(request, call.cancel, &mut on_event)
+            .await
     };
     Attempted { result, emitted }
 }
@@ -405,8 +411,14 @@ impl Runtime {
                 if Instant::now() + rest > run.deadline {
                     break;
                 }
-                self.pause(state, &run.last_address, run.last_error.as_ref(), rest, call.cancel)
-                    .await?;
+                self.pause(
+                    state,
+                    &run.last_address,
+                    run.last_error.as_ref(),
+                    rest,
+                    call.cancel,
+                )
+                .await?;
             }
             run.attempt += 1;
             let reservation = match self
@@ -469,8 +481,14 @@ impl Runtime {
                 break;
             }
             if !delay.is_zero() {
-                self.pause(state, &run.last_address, run.last_error.as_ref(), delay, call.cancel)
-                    .await?;
+                self.pause(
+                    state,
+                    &run.last_address,
+                    run.last_error.as_ref(),
+                    delay,
+                    call.cancel,
+                )
+                .await?;
             }
         }
         Ok(EntryEnd::Failed(outcome))
