@@ -437,11 +437,7 @@ impl Runtime {
             state.model_time += duration;
             let error = match attempted.result {
                 Ok(response) => {
-                    entry.answered();
-                    self.chain_health.answered(&entry.label, model);
-                    self.metering
-                        .metrics
-                        .llm_entry_health(&entry.label, &entry.model, true);
+                    self.entry_answered(entry, model);
                     let response = with_shown_text(response, &run.shown);
                     return Ok(EntryEnd::Called(self.answered(
                         state,
@@ -492,6 +488,15 @@ impl Runtime {
             }
         }
         Ok(EntryEnd::Failed(outcome))
+    }
+
+    /// An entry answered: it is healthy again, for the chain and its metrics.
+    fn entry_answered(&self, entry: &ChainEntry, model: &str) {
+        entry.answered();
+        self.chain_health.answered(&entry.label, model);
+        self.metering
+            .metrics
+            .llm_entry_health(&entry.label, &entry.model, true);
     }
 
     /// What a failed attempt means for its entry: cooled down, skipped, or retried after
