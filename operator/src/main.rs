@@ -262,51 +262,13 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         .context("failed to reach the Kubernetes API server")?;
     tracing::info!(version = %version.git_version, "connected to the API server");
 
-    let (mut api_server_cidrs, mut api_server_port) = (
-        arguments.api_server_cidrs.clone(),
-        arguments.api_server_port,
-    );
-    if api_server_cidrs.is_empty() {
-        match api_server::discover(&client).await {
-            Ok((cidrs, _)) if cidrs.is_empty() => {
-                tracing::warn!(
-                    "found no API server endpoints; bot pods get no API egress rule (set --api-server-cidr)"
-                )
-            }
-            Ok((cidrs, port)) => {
-                api_server_cidrs = cidrs;
-                api_server_port = port.unwrap_or(api_server_port);
-            }
-            Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "failed to discover API server endpoints; bot pods get no API egress rule")
-            }
-        }
-    }
-    let settings = OperatorSettings {
-        agent_image: arguments.agent_image.clone(),
-        porter_image: arguments.porter_image.clone(),
-        sandbox_image: arguments.sandbox_image.clone(),
-        api_server_cidrs,
-        api_server_port,
-        agent_cluster_role: arguments.agent_cluster_role.clone(),
-        shared_embedder: arguments.shared_embedder.clone().map(|embedder| {
-            saint_operator::settings::SharedEmbedder {
-                weights: arguments.shared_embedder_weights,
-                ..embedder
-            }
-        }),
-        allowed_ingress_annotations: arguments.allowed_ingress_annotations.clone(),
-    };
+    let api_server = api_server_route(&arguments, &client).await;
+    let settings = operator_settings(&arguments, api_server);
     tracing::info!(?settings, namespace = ?arguments.namespace, "starting");
 
     let ready = Arc::new(AtomicBool::new(true));
     tokio::spawn(report_heap(metrics.clone()));
-    let (shutdown_sender, shutdown) = watch::channel(false);
-    tokio::spawn(async move {
-        termination().await;
-        tracing::info!("termination requested; draining");
-        shutdown_sender.send_replace(true);
-    });
+    let shutdown = shutdown_on_termination();
 
     let listener = tokio::net::TcpListener::bind(arguments.listen_address)
         .await
@@ -330,52 +292,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         concurrency: arguments.max_concurrent_reconciles,
     };
     if arguments.leader_election {
-        let lease_namespace = arguments
-            .lease_namespace
-            .clone()
-            .or_else(own_namespace)
-            .unwrap_or_else(|| "default".to_string());
-        let identity = arguments.identity.clone().unwrap_or_else(host_name);
-        let duration = Duration::from_secs(arguments.lease_duration_seconds);
-        let lock = Arc::new(LeaseLock::new(
-            client.clone(),
-            &lease_namespace,
-            &arguments.lease_name,
-            &identity,
-            duration,
-        ));
-        let (leading_sender, mut leading) = watch::channel(false);
-        let elector = tokio::spawn({
-            let lock = lock.clone();
-            async move { lock.run(duration / 3, leading_sender).await }
-        });
-        let mut shutdown_watch = shutdown.clone();
-        loop {
-            tokio::select! {
-                _ = wait_for(&mut leading, true) => {},
-                _ = wait_for(&mut shutdown_watch, true) => break,
-            }
-            tracing::info!(%identity, "leading; starting the controller");
-            let mut lost = leading.clone();
-            let mut stop = shutdown.clone();
-            // Losing the Lease stops reconciling at once; another replica may lead now.
-            controllers
-                .run(async move {
-                    tokio::select! {
-                        _ = wait_for(&mut lost, false) => {},
-                        _ = wait_for(&mut stop, true) => {},
-                    }
-                })
-                .await;
-            if *shutdown.borrow() {
-                break;
-            }
-            tracing::warn!(%identity, "lost the Lease; controller stopped");
-        }
-        elector.abort();
-        if let Err(error) = lock.release().await {
-            tracing::warn!(error = %ErrorChain(&error), "failed to release the Lease");
-        }
+        lead_while_elected(&arguments, client, &controllers, &shutdown).await;
     } else {
         let mut stop = shutdown.clone();
         controllers
@@ -388,4 +305,121 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
         .context("web server failed")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where bot pods reach the API server: the addresses given, else the `kubernetes`
+/// Service's endpoints.
+struct ApiServerRoute {
+    cidrs: Vec<String>,
+    port: i32,
+}
+
+async fn api_server_route(arguments: &Arguments, client: &kube::Client) -> ApiServerRoute {
+    let mut route = ApiServerRoute {
+        cidrs: arguments.api_server_cidrs.clone(),
+        port: arguments.api_server_port,
+    };
+    if !route.cidrs.is_empty() {
+        return route;
+    }
+    match api_server::discover(client).await {
+        Ok((cidrs, _)) if cidrs.is_empty() => {
+            tracing::warn!(
+                "found no API server endpoints; bot pods get no API egress rule (set --api-server-cidr)"
+            )
+        }
+        Ok((cidrs, port)) => {
+            route.cidrs = cidrs;
+            route.port = port.unwrap_or(route.port);
+        }
+        Err(error) => {
+            tracing::warn!(error = %ErrorChain(&error), "failed to discover API server endpoints; bot pods get no API egress rule")
+        }
+    }
+    route
+}
+
+fn operator_settings(arguments: &Arguments, api_server: ApiServerRoute) -> OperatorSettings {
+    OperatorSettings {
+        agent_image: arguments.agent_image.clone(),
+        porter_image: arguments.porter_image.clone(),
+        sandbox_image: arguments.sandbox_image.clone(),
+        api_server_cidrs: api_server.cidrs,
+        api_server_port: api_server.port,
+        agent_cluster_role: arguments.agent_cluster_role.clone(),
+        shared_embedder: arguments.shared_embedder.clone().map(|embedder| {
+            saint_operator::settings::SharedEmbedder {
+                weights: arguments.shared_embedder_weights,
+                ..embedder
+            }
+        }),
+        allowed_ingress_annotations: arguments.allowed_ingress_annotations.clone(),
+    }
+}
+
+/// Turns true when SIGTERM (or Ctrl-C) arrives.
+fn shutdown_on_termination() -> watch::Receiver<bool> {
+    let (shutdown_sender, shutdown) = watch::channel(false);
+    tokio::spawn(async move {
+        termination().await;
+        tracing::info!("termination requested; draining");
+        shutdown_sender.send_replace(true);
+    });
+    shutdown
+}
+
+/// Runs the controllers whenever this replica holds the Lease, until shutdown; then
+/// releases the Lease so another replica takes over at once.
+async fn lead_while_elected(
+    arguments: &Arguments,
+    client: kube::Client,
+    controllers: &Controllers,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let lease_namespace = arguments
+        .lease_namespace
+        .clone()
+        .or_else(own_namespace)
+        .unwrap_or_else(|| "default".to_string());
+    let identity = arguments.identity.clone().unwrap_or_else(host_name);
+    let duration = Duration::from_secs(arguments.lease_duration_seconds);
+    let lock = Arc::new(LeaseLock::new(
+        client,
+        &lease_namespace,
+        &arguments.lease_name,
+        &identity,
+        duration,
+    ));
+    let (leading_sender, mut leading) = watch::channel(false);
+    let elector = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.run(duration / 3, leading_sender).await }
+    });
+    let mut shutdown_watch = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = wait_for(&mut leading, true) => {},
+            _ = wait_for(&mut shutdown_watch, true) => break,
+        }
+        tracing::info!(%identity, "leading; starting the controller");
+        let mut lost = leading.clone();
+        let mut stop = shutdown.clone();
+        // Losing the Lease stops reconciling at once; another replica may lead now.
+        controllers
+            .run(async move {
+                tokio::select! {
+                    _ = wait_for(&mut lost, false) => {},
+                    _ = wait_for(&mut stop, true) => {},
+                }
+            })
+            .await;
+        if *shutdown.borrow() {
+            break;
+        }
+        tracing::warn!(%identity, "lost the Lease; controller stopped");
+    }
+    elector.abort();
+    if let Err(error) = lock.release().await {
+        tracing::warn!(error = %ErrorChain(&error), "failed to release the Lease");
+    }
 }

@@ -54,6 +54,45 @@ fn sqlite(action: &'static str) -> impl FnOnce(rusqlite::Error) -> DatabaseError
     move |source| DatabaseError::Sqlite { action, source }
 }
 
+/// Every table but the vector tables, created if missing.
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS files (
+        path TEXT PRIMARY KEY,
+        hash TEXT NOT NULL,
+        mtime INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        chunk_count INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS chunks (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL,
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
+    -- Bumped by every change to `chunks` (so by every indexing transaction):
+    -- two read connections that see the same generation see the same
+    -- snapshot, which lets one search run its halves on two of them.
+    INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
+    CREATE TRIGGER IF NOT EXISTS generation_on_insert AFTER INSERT ON chunks BEGIN
+        UPDATE meta SET value = value + 1 WHERE key = 'generation';
+    END;
+    CREATE TRIGGER IF NOT EXISTS generation_on_update AFTER UPDATE ON chunks BEGIN
+        UPDATE meta SET value = value + 1 WHERE key = 'generation';
+    END;
+    CREATE TRIGGER IF NOT EXISTS generation_on_delete AFTER DELETE ON chunks BEGIN
+        UPDATE meta SET value = value + 1 WHERE key = 'generation';
+    END;
+    CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
+        text, content = 'chunks', content_rowid = 'id',
+        tokenize = 'unicode61 remove_diacritics 2'
+    );
+    -- Each term's document count, read to leave the commonest query words
+    -- out of keyword searches.
+    CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts_vocab USING fts5vocab (chunks_fts, row);";
+
 /// Opens (creating if needed) the database for writing and makes the schema match
 /// `model_id` and `dimensions`; a different model or size drops every chunk so the
 /// index is rebuilt with the new vectors rather than mixing two vector spaces.
@@ -63,6 +102,16 @@ pub fn open_writer(
     dimensions: usize,
 ) -> Result<Connection, DatabaseError> {
     sqlite_vec_extension::ensure_registered()?;
+    let connection = open_configured(path)?;
+    connection
+        .execute_batch(SCHEMA)
+        .map_err(sqlite("create the schema of"))?;
+    match_vectors(&connection, model_id, dimensions)?;
+    Ok(connection)
+}
+
+/// Opens (creating if needed) the database file, configured for one writer.
+fn open_configured(path: &Path) -> Result<Connection, DatabaseError> {
     if let Some(parent) = path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
@@ -88,48 +137,16 @@ pub fn open_writer(
     connection
         .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
         .map_err(sqlite("configure"))?;
-    connection
-        .execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS files (
-                 path TEXT PRIMARY KEY,
-                 hash TEXT NOT NULL,
-                 mtime INTEGER NOT NULL,
-                 size INTEGER NOT NULL,
-                 chunk_count INTEGER NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS chunks (
-                 id INTEGER PRIMARY KEY,
-                 path TEXT NOT NULL,
-                 start_line INTEGER NOT NULL,
-                 end_line INTEGER NOT NULL,
-                 hash TEXT NOT NULL,
-                 text TEXT NOT NULL
-             );
-             CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path);
-             -- Bumped by every change to `chunks` (so by every indexing transaction):
-             -- two read connections that see the same generation see the same
-             -- snapshot, which lets one search run its halves on two of them.
-             INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
-             CREATE TRIGGER IF NOT EXISTS generation_on_insert AFTER INSERT ON chunks BEGIN
-                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
-             END;
-             CREATE TRIGGER IF NOT EXISTS generation_on_update AFTER UPDATE ON chunks BEGIN
-                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
-             END;
-             CREATE TRIGGER IF NOT EXISTS generation_on_delete AFTER DELETE ON chunks BEGIN
-                 UPDATE meta SET value = value + 1 WHERE key = 'generation';
-             END;
-             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5 (
-                 text, content = 'chunks', content_rowid = 'id',
-                 tokenize = 'unicode61 remove_diacritics 2'
-             );
-             -- Each term's document count, read to leave the commonest query words
-             -- out of keyword searches.
-             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts_vocab USING fts5vocab (chunks_fts, row);",
-        )
-        .map_err(sqlite("create the schema of"))?;
+    Ok(connection)
+}
 
+/// Makes the vector tables match `model_id` and `dimensions`: kept when they do, moved
+/// from the version 2 table when only the schema changed, else dropped with every chunk.
+fn match_vectors(
+    connection: &Connection,
+    model_id: &str,
+    dimensions: usize,
+) -> Result<(), DatabaseError> {
     let stored = |key: &str| -> Result<Option<String>, DatabaseError> {
         connection
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
@@ -143,7 +160,7 @@ pub fn open_writer(
         && stored("dimensions")?.as_deref() == Some(dimensions_text.as_str());
     let version = stored("schema_version")?;
     if same_vectors && version.as_deref() == Some(SCHEMA_VERSION) {
-        return Ok(connection);
+        return Ok(());
     }
     let transaction = connection
         .unchecked_transaction()
@@ -186,8 +203,7 @@ pub fn open_writer(
             )
             .map_err(sqlite("write"))?;
     }
-    transaction.commit().map_err(sqlite("commit to"))?;
-    Ok(connection)
+    transaction.commit().map_err(sqlite("commit to"))
 }
 
 fn create_vector_tables(connection: &Connection, dimensions: usize) -> Result<(), DatabaseError> {

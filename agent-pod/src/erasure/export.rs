@@ -33,103 +33,179 @@ pub fn export(
     output: &Path,
 ) -> Result<ExportReport, ErasureError> {
     let file = std::fs::File::create(output).map_err(io("create", output))?;
-    let mut archive = ZipWriter::new(file);
-    let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
-    let mut entries = Vec::new();
-    let mut messages = 0;
-    let mut add = |archive: &mut ZipWriter<std::fs::File>,
-                   name: String,
-                   bytes: &[u8]|
-     -> Result<(), ErasureError> {
-        archive
-            .start_file(name.as_str(), options)
-            .map_err(|source| ErasureError::Archive {
-                path: output.to_path_buf(),
-                source,
-            })?;
-        archive.write_all(bytes).map_err(io("write", output))?;
-        entries.push(name);
-        Ok(())
+    let mut archive = Archive {
+        writer: ZipWriter::new(file),
+        options: SimpleFileOptions::default().compression_method(CompressionMethod::Stored),
+        output,
+        entries: Vec::new(),
     };
-
-    add(
-        &mut archive,
+    archive.add(
         "person.json".into(),
         json!({"slug": person.slug, "identities": person.identities})
             .to_string()
             .as_bytes(),
     )?;
+    let job_sessions = add_jobs(&mut archive, workspace, person)?;
+    let transcripts = add_transcripts(&mut archive, workspace, person, &job_sessions)?;
+    for (name, path) in person_files(workspace, person, transcripts.attachment_folders)? {
+        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+        archive.add(name, &bytes)?;
+    }
+    add_approvals(&mut archive, workspace, person)?;
+    let usage_path = workspace.join(USAGE_LOG);
+    if let Ok(text) = std::fs::read_to_string(&usage_path) {
+        let mine = matching_lines(&text, |value| {
+            value["user"].as_str() == Some(person.slug.as_str())
+        });
+        archive.add("usage.jsonl".into(), mine.as_bytes())?;
+    }
+    let entries = archive.finish()?;
+    Ok(ExportReport {
+        entries,
+        messages: transcripts.messages,
+    })
+}
+
+/// The archive being written, with the names of its entries so far.
+struct Archive<'a> {
+    writer: ZipWriter<std::fs::File>,
+    options: SimpleFileOptions,
+    /// Where the archive is written, for errors.
+    output: &'a Path,
+    entries: Vec<String>,
+}
+
+impl Archive<'_> {
+    fn add(&mut self, name: String, bytes: &[u8]) -> Result<(), ErasureError> {
+        self.writer
+            .start_file(name.as_str(), self.options)
+            .map_err(|source| ErasureError::Archive {
+                path: self.output.to_path_buf(),
+                source,
+            })?;
+        self.writer
+            .write_all(bytes)
+            .map_err(io("write", self.output))?;
+        self.entries.push(name);
+        Ok(())
+    }
+
+    /// Writes the archive's directory; returns the entries written.
+    fn finish(self) -> Result<Vec<String>, ErasureError> {
+        self.writer
+            .finish()
+            .map_err(|source| ErasureError::Archive {
+                path: self.output.to_path_buf(),
+                source,
+            })?;
+        Ok(self.entries)
+    }
+}
+
+/// Adds the person's scheduled jobs; returns the session keys of their jobs, whose
+/// transcripts are theirs too.
+fn add_jobs(
+    archive: &mut Archive<'_>,
+    workspace: &Path,
+    person: &Person,
+) -> Result<Vec<String>, ErasureError> {
     let jobs_path = workspace.join(JOBS);
-    let mut job_sessions = Vec::new();
-    if jobs_path.exists() {
-        let connection = open(&jobs_path)?;
-        job_sessions = job_session_keys(&connection, person).map_err(sql("read", &jobs_path))?;
-        if has_table(&connection, "jobs") {
-            let rows = rows_as_json(
-                &connection,
-                &format!("SELECT * FROM jobs WHERE {}", super::JOB_CONDITION),
-                &[&person.slug, &person_identities_json(person)],
-            )
-            .map_err(sql("read", &jobs_path))?;
-            add(&mut archive, "jobs.jsonl".into(), lines(&rows).as_bytes())?;
-        }
+    if !jobs_path.exists() {
+        return Ok(Vec::new());
     }
+    let connection = open(&jobs_path)?;
+    let job_sessions = job_session_keys(&connection, person).map_err(sql("read", &jobs_path))?;
+    if has_table(&connection, "jobs") {
+        let rows = rows_as_json(
+            &connection,
+            &format!("SELECT * FROM jobs WHERE {}", super::JOB_CONDITION),
+            &[&person.slug, &person_identities_json(person)],
+        )
+        .map_err(sql("read", &jobs_path))?;
+        archive.add("jobs.jsonl".into(), lines(&rows).as_bytes())?;
+    }
+    Ok(job_sessions)
+}
+
+/// What the transcripts store gave besides its entries.
+#[derive(Default)]
+struct Transcripts {
+    /// Transcript messages written.
+    messages: usize,
+    /// `(channel, platform id)` of each inbox row of the person: where the files that
+    /// came with their messages are kept.
+    attachment_folders: Vec<(String, String)>,
+}
+
+/// Adds the person's transcript messages (their sessions, their jobs' sessions and
+/// what they wrote in groups) and their inbox and outbox rows.
+fn add_transcripts(
+    archive: &mut Archive<'_>,
+    workspace: &Path,
+    person: &Person,
+    job_sessions: &[String],
+) -> Result<Transcripts, ErasureError> {
     let transcripts_path = workspace.join(TRANSCRIPTS);
-    let mut attachment_folders = Vec::new();
-    if transcripts_path.exists() {
-        let connection = open(&transcripts_path)?;
-        let ids = person_identities_json(person);
-        if has_table(&connection, "messages") {
-            let keys = session_keys(&connection, person, &job_sessions)
-                .map_err(sql("read", &transcripts_path))?;
-            let keys = serde_json::to_string(&keys).expect("strings serialise");
-            let rows = rows_as_json(
-                &connection,
-                "SELECT session_key, role, identity, created_at, content FROM messages
-                 WHERE session_key IN (SELECT value FROM json_each(?1))
-                    OR (session_key LIKE 'group:%'
-                        AND identity IN (SELECT value FROM json_each(?2)))
-                 ORDER BY id",
-                &[&keys, &ids],
-            )
-            .map_err(sql("read", &transcripts_path))?;
-            messages = rows.len();
-            add(
-                &mut archive,
-                "transcripts.jsonl".into(),
-                lines(&rows).as_bytes(),
-            )?;
-        }
-        if has_table(&connection, "inbox") {
-            let inbox = rows_as_json(
-                &connection,
-                "SELECT id, channel, platform_id, sender, body, state, received_at FROM inbox
-                 WHERE sender IN (SELECT value FROM json_each(?1)) ORDER BY id",
-                &[&ids],
-            )
-            .map_err(sql("read", &transcripts_path))?;
-            for row in &inbox {
-                if let (Some(channel), Some(platform_id)) =
-                    (row["channel"].as_str(), row["platform_id"].as_str())
-                {
-                    attachment_folders.push((channel.to_string(), platform_id.to_string()));
-                }
-            }
-            let outbox = rows_as_json(
-                &connection,
-                "SELECT id, channel, recipient, body, origin, state, created_at FROM outbox
-                 WHERE recipient IN (SELECT value FROM json_each(?1)) ORDER BY id",
-                &[&ids],
-            )
-            .map_err(sql("read", &transcripts_path))?;
-            add(&mut archive, "inbox.jsonl".into(), lines(&inbox).as_bytes())?;
-            add(
-                &mut archive,
-                "outbox.jsonl".into(),
-                lines(&outbox).as_bytes(),
-            )?;
-        }
+    let mut transcripts = Transcripts::default();
+    if !transcripts_path.exists() {
+        return Ok(transcripts);
     }
+    let connection = open(&transcripts_path)?;
+    let ids = person_identities_json(person);
+    if has_table(&connection, "messages") {
+        let keys = session_keys(&connection, person, job_sessions)
+            .map_err(sql("read", &transcripts_path))?;
+        let keys = serde_json::to_string(&keys).expect("strings serialise");
+        let rows = rows_as_json(
+            &connection,
+            "SELECT session_key, role, identity, created_at, content FROM messages
+             WHERE session_key IN (SELECT value FROM json_each(?1))
+                OR (session_key LIKE 'group:%'
+                    AND identity IN (SELECT value FROM json_each(?2)))
+             ORDER BY id",
+            &[&keys, &ids],
+        )
+        .map_err(sql("read", &transcripts_path))?;
+        transcripts.messages = rows.len();
+        archive.add("transcripts.jsonl".into(), lines(&rows).as_bytes())?;
+    }
+    if has_table(&connection, "inbox") {
+        let inbox = rows_as_json(
+            &connection,
+            "SELECT id, channel, platform_id, sender, body, state, received_at FROM inbox
+             WHERE sender IN (SELECT value FROM json_each(?1)) ORDER BY id",
+            &[&ids],
+        )
+        .map_err(sql("read", &transcripts_path))?;
+        for row in &inbox {
+            if let (Some(channel), Some(platform_id)) =
+                (row["channel"].as_str(), row["platform_id"].as_str())
+            {
+                transcripts
+                    .attachment_folders
+                    .push((channel.to_string(), platform_id.to_string()));
+            }
+        }
+        let outbox = rows_as_json(
+            &connection,
+            "SELECT id, channel, recipient, body, origin, state, created_at FROM outbox
+             WHERE recipient IN (SELECT value FROM json_each(?1)) ORDER BY id",
+            &[&ids],
+        )
+        .map_err(sql("read", &transcripts_path))?;
+        archive.add("inbox.jsonl".into(), lines(&inbox).as_bytes())?;
+        archive.add("outbox.jsonl".into(), lines(&outbox).as_bytes())?;
+    }
+    Ok(transcripts)
+}
+
+/// The person's memory notes and the files that came with their messages, each with
+/// its name in the archive.
+fn person_files(
+    workspace: &Path,
+    person: &Person,
+    attachment_folders: Vec<(String, String)>,
+) -> Result<Vec<(String, PathBuf)>, ErasureError> {
     let memory = workspace.join(person.memory_directory());
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     for file in list_files(&memory)? {
@@ -152,12 +228,16 @@ pub fn export(
             }
         }
     }
-    for (name, path) in files {
-        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
-        add(&mut archive, name, &bytes)?;
-    }
-    // Approvals: the requests they made (with the arguments they asked to run), the
-    // ones they decided, and the audit lines of either.
+    Ok(files)
+}
+
+/// Approvals: the requests they made (with the arguments they asked to run), the
+/// ones they decided, and the audit lines of either.
+fn add_approvals(
+    archive: &mut Archive<'_>,
+    workspace: &Path,
+    person: &Person,
+) -> Result<(), ErasureError> {
     let approvals_path = workspace.join(APPROVALS);
     if approvals_path.exists() {
         let connection = open(&approvals_path)?;
@@ -170,44 +250,26 @@ pub fn export(
                 &[&person.slug],
             )
             .map_err(sql("read", &approvals_path))?;
-            add(
-                &mut archive,
-                "approvals.jsonl".into(),
-                lines(&rows).as_bytes(),
-            )?;
+            archive.add("approvals.jsonl".into(), lines(&rows).as_bytes())?;
         }
     }
     let approvals_log = workspace.join(APPROVALS_LOG);
     if let Ok(text) = std::fs::read_to_string(&approvals_log) {
         let slug = Some(person.slug.as_str());
-        let mine: String = text
-            .lines()
-            .filter(|line| {
-                serde_json::from_str::<Value>(line).is_ok_and(|value| {
-                    value["requester"].as_str() == slug || value["by"].as_str() == slug
-                })
-            })
-            .flat_map(|line| [line, "\n"])
-            .collect();
-        add(&mut archive, "approvals-log.jsonl".into(), mine.as_bytes())?;
+        let mine = matching_lines(&text, |value| {
+            value["requester"].as_str() == slug || value["by"].as_str() == slug
+        });
+        archive.add("approvals-log.jsonl".into(), mine.as_bytes())?;
     }
-    let usage_path = workspace.join(USAGE_LOG);
-    if let Ok(text) = std::fs::read_to_string(&usage_path) {
-        let mine: String = text
-            .lines()
-            .filter(|line| {
-                serde_json::from_str::<Value>(line)
-                    .is_ok_and(|value| value["user"].as_str() == Some(person.slug.as_str()))
-            })
-            .flat_map(|line| [line, "\n"])
-            .collect();
-        add(&mut archive, "usage.jsonl".into(), mine.as_bytes())?;
-    }
-    archive.finish().map_err(|source| ErasureError::Archive {
-        path: output.to_path_buf(),
-        source,
-    })?;
-    Ok(ExportReport { entries, messages })
+    Ok(())
+}
+
+/// The JSON lines of `text` that `keep` accepts, each ending in a newline.
+fn matching_lines(text: &str, keep: impl Fn(&Value) -> bool) -> String {
+    text.lines()
+        .filter(|line| serde_json::from_str::<Value>(line).is_ok_and(|value| keep(&value)))
+        .flat_map(|line| [line, "\n"])
+        .collect()
 }
 
 fn lines(rows: &[Value]) -> String {

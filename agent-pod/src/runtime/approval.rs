@@ -58,6 +58,111 @@ fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
 
+/// The call waiting for a yes: the tool, its arguments, the rule that holds it and the
+/// Porter requests it held, if any.
+struct HeldCall<'a> {
+    tool: &'a str,
+    input: &'a Value,
+    rule: &'a ApprovalRule,
+    porter: &'a [PorterRequest],
+}
+
+/// Stores the approval request off the async workers; a refusal is what the model is
+/// told.
+async fn store_request(
+    store: Arc<ApprovalStore>,
+    caller: &Caller,
+    call: &HeldCall<'_>,
+) -> Result<Request, String> {
+    let tool = call.tool;
+    let (requester, role, session, identity) = (
+        caller.slug.clone(),
+        caller.role_name.clone(),
+        caller.session_key.clone(),
+        caller.identity.clone(),
+    );
+    let (owned_tool, owned_input, owned_rule, owned_porter) = (
+        tool.to_string(),
+        call.input.clone(),
+        call.rule.clone(),
+        call.porter.to_vec(),
+    );
+    let stored = tokio::task::spawn_blocking(move || {
+        store.request(
+            &requester,
+            &role,
+            &session,
+            &identity,
+            &owned_tool,
+            &owned_input,
+            &owned_porter,
+            &owned_rule,
+            now_ms(),
+        )
+    })
+    .await;
+    match stored {
+        Ok(Ok(request)) => Ok(request),
+        Ok(Err(error @ approvals::ApprovalError::TooManyWaiting { .. })) => {
+            tracing::warn!(requester = %caller.slug, tool, "approval request refused: too many waiting");
+            Err(format!("not run: {tool} needs approval, and {error}"))
+        }
+        Ok(Err(error)) => {
+            tracing::error!(error = %saint_config::ErrorChain(&error), "failed to store an approval request");
+            Err(format!(
+                "not run: {tool} needs approval, and the request could not be stored"
+            ))
+        }
+        Err(_) => Err(format!(
+            "not run: {tool} needs approval, and the request could not be stored"
+        )),
+    }
+}
+
+/// What the approvers are asked.
+fn approval_question(
+    caller: &Caller,
+    rule: &ApprovalRule,
+    tool: &str,
+    request: &Request,
+) -> String {
+    let minutes = rule.timeout_seconds.div_ceil(60);
+    format!(
+        "Approval needed: {} ({}) asks to use {tool} with {}{}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",
+        caller.display_name,
+        caller.role_name,
+        quoted(&request.input.to_string()),
+        porter_clause(&request.porter),
+        code = request.code,
+    )
+}
+
+/// What the model is told once the approvers were asked.
+fn asked_reply(
+    caller: &Caller,
+    tool: &str,
+    porter: &[PorterRequest],
+    names: &[&str],
+    request: &Request,
+) -> String {
+    if !porter.is_empty() {
+        let requests: Vec<String> = porter.iter().map(ToString::to_string).collect();
+        return format!(
+            "Held: {} needs approval from {}. They were asked (request {}); once approved the same command runs again and may make it once, and {} is told either way. Tell them so; do not try another way around it.",
+            requests.join(", "),
+            names.join(" or "),
+            request.code,
+            caller.display_name,
+        );
+    }
+    format!(
+        "Not run yet: {tool} needs approval from {}. They were asked (request {}); it runs once approved, and {} is told either way. Tell them so; do not try another way around it.",
+        names.join(" or "),
+        request.code,
+        caller.display_name,
+    )
+}
+
 impl Runtime {
     fn approval_store(&self) -> Option<Arc<ApprovalStore>> {
         self.approvals.clone()
@@ -113,114 +218,63 @@ impl Runtime {
                 true,
             );
         }
-        let (requester, role, session, identity) = (
-            caller.slug.clone(),
-            caller.role_name.clone(),
-            caller.session_key.clone(),
-            caller.identity.clone(),
-        );
-        let (owned_tool, owned_input, owned_rule, owned_porter) = (
-            tool.to_string(),
-            input.clone(),
-            rule.clone(),
-            porter.to_vec(),
-        );
-        let stored = tokio::task::spawn_blocking(move || {
-            store.request(
-                &requester,
-                &role,
-                &session,
-                &identity,
-                &owned_tool,
-                &owned_input,
-                &owned_porter,
-                &owned_rule,
-                now_ms(),
-            )
-        })
-        .await;
-        let request = match stored {
-            Ok(Ok(request)) => request,
-            Ok(Err(error @ approvals::ApprovalError::TooManyWaiting { .. })) => {
-                tracing::warn!(requester = %caller.slug, tool, "approval request refused: too many waiting");
-                return (format!("not run: {tool} needs approval, and {error}"), true);
-            }
-            Ok(Err(error)) => {
-                tracing::error!(error = %saint_config::ErrorChain(&error), "failed to store an approval request");
-                return (
-                    format!("not run: {tool} needs approval, and the request could not be stored"),
-                    true,
-                );
-            }
-            Err(_) => {
-                return (
-                    format!("not run: {tool} needs approval, and the request could not be stored"),
-                    true,
-                );
-            }
+        let call = HeldCall {
+            tool,
+            input,
+            rule,
+            porter,
+        };
+        let request = match store_request(store, caller, &call).await {
+            Ok(request) => request,
+            Err(refusal) => return (refusal, true),
         };
         self.metering
             .metrics
             .approval("requested", &caller.role_name);
-        let minutes = rule.timeout_seconds.div_ceil(60);
-        let text = format!(
-            "Approval needed: {} ({}) asks to use {tool} with {}{}. Reply \"approve {code}\" to run exactly this once, or \"reject {code}\". Without an answer within {minutes} min it is not run.",
-            caller.display_name,
-            caller.role_name,
-            quoted(&request.input.to_string()),
-            porter_clause(&request.porter),
-            code = request.code,
-        );
+        let text = approval_question(caller, rule, tool, &request);
         for (slug, recipient) in reachable {
-            let session_key = match slug.parse() {
-                Ok(contact) => SessionKey::for_contact(&contact).into(),
-                Err(_) => continue,
-            };
-            let approver = match identity::caller_for_contact(
-                config,
-                slug,
-                Some(&recipient.identity),
-                session_key,
-                Trigger::Message,
-            ) {
-                Ok(approver) => approver,
-                Err(error) => {
-                    tracing::warn!(%error, approver = slug, "approver left out");
-                    continue;
-                }
-            };
-            // Where the platform has buttons, Approve and Reject carry this code (and
-            // nothing else); the text keeps the code for typing it.
-            let asks = saint_channels::ReplyContext {
-                approval: Some(request.code.clone()),
-                ..Default::default()
-            };
-            if let Err(error) = self.notify_with(&approver, &[recipient], &text, asks).await {
-                tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
+            self.ask_approver(config, slug, recipient, &request, &text)
+                .await;
+        }
+        (asked_reply(caller, tool, porter, &names, &request), false)
+    }
+
+    /// Sends one approver the question, with the request's code on the platform's
+    /// buttons; an approver who cannot be resolved is left out.
+    async fn ask_approver(
+        &self,
+        config: &BotConfig,
+        slug: &str,
+        recipient: super::Recipient,
+        request: &Request,
+        text: &str,
+    ) {
+        let session_key = match slug.parse() {
+            Ok(contact) => SessionKey::for_contact(&contact).into(),
+            Err(_) => return,
+        };
+        let approver = match identity::caller_for_contact(
+            config,
+            slug,
+            Some(&recipient.identity),
+            session_key,
+            Trigger::Message,
+        ) {
+            Ok(approver) => approver,
+            Err(error) => {
+                tracing::warn!(%error, approver = slug, "approver left out");
+                return;
             }
+        };
+        // Where the platform has buttons, Approve and Reject carry this code (and
+        // nothing else); the text keeps the code for typing it.
+        let asks = saint_channels::ReplyContext {
+            approval: Some(request.code.clone()),
+            ..Default::default()
+        };
+        if let Err(error) = self.notify_with(&approver, &[recipient], text, asks).await {
+            tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
         }
-        if !porter.is_empty() {
-            let requests: Vec<String> = porter.iter().map(ToString::to_string).collect();
-            return (
-                format!(
-                    "Held: {} needs approval from {}. They were asked (request {}); once approved the same command runs again and may make it once, and {} is told either way. Tell them so; do not try another way around it.",
-                    requests.join(", "),
-                    names.join(" or "),
-                    request.code,
-                    caller.display_name,
-                ),
-                false,
-            );
-        }
-        (
-            format!(
-                "Not run yet: {tool} needs approval from {}. They were asked (request {}); it runs once approved, and {} is told either way. Tell them so; do not try another way around it.",
-                names.join(" or "),
-                request.code,
-                caller.display_name,
-            ),
-            false,
-        )
     }
 
     /// A command call (`exec`, or `process` seen ending) whose requests through Porter

@@ -3,6 +3,7 @@
 mod failover;
 
 use std::{
+    ops::ControlFlow,
     panic::AssertUnwindSafe,
     sync::Arc,
     time::{Duration, Instant},
@@ -702,6 +703,29 @@ impl Runtime {
         session: &mut SessionCache,
         cancel: &CancellationToken,
     ) -> Result<LoopEnd, TurnError> {
+        let setup = self.loop_setup(state).await?;
+        let (mut transcript, isolated) = self.turn_transcript(state, session).await?;
+        let end = 'turn: {
+            for _ in 0..self.options.max_iterations {
+                if let ControlFlow::Break(end) =
+                    self.round(state, &setup, &mut transcript, cancel).await?
+                {
+                    break 'turn end;
+                }
+            }
+            LoopEnd::IterationCap
+        };
+        // Everything in the transcript is stored: the next turn of this session starts from it
+        // (an isolated turn's is only part of its session: the next reads the store).
+        if !isolated {
+            session.keep(transcript);
+        }
+        Ok(end)
+    }
+
+    /// The tools the caller may use this turn, said to the client, and the prompt and
+    /// model chain every round of the turn uses.
+    async fn loop_setup(&self, state: &mut TurnState<'_>) -> Result<LoopSetup, TurnError> {
         let caller = state.caller;
         let config = state.config.clone();
         let model_name = caller
@@ -709,29 +733,7 @@ impl Runtime {
             .model
             .clone()
             .unwrap_or_else(|| config.model.name.clone());
-        // The policy is asked once per turn: each tool comes with the permit it is
-        // called with, and a tool the role may not use is neither offered nor callable.
-        let mut visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
-        // `tts` is offered only while the bot has a speech engine it can use
-        // (`media.speech`; a local one installed).
-        if !crate::tts_tool::offered(&config) {
-            visible.retain(|tool| tool.name() != crate::tts_tool::TTS_TOOL);
-        }
-        // `skill` is offered only when some skill the role allows is installed; the
-        // skills are read once per turn, for this check and the prompt's listing.
-        let skills = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
-            let (workspace, skill_config) = (self.workspace.clone(), config.clone());
-            tokio::task::spawn_blocking(move || SkillCatalog::load(&workspace, &skill_config))
-                .await
-                .ok()
-                .map(Arc::new)
-        } else {
-            None
-        };
-        let any_skill = skills
-            .as_ref()
-            .is_some_and(|catalog| catalog.allows_any(&caller.role.skills));
-        let visible = policy::without_idle_skill_tool(visible, any_skill);
+        let (visible, skills) = self.visible_tools(caller, &config).await;
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
         state.emit(TurnEvent::Caller {
             contact: caller.known.then(|| caller.display_name.clone()),
@@ -753,215 +755,321 @@ impl Runtime {
             workspace: self.workspace.clone(),
             config: config.clone(),
         };
+        Ok(LoopSetup {
+            model_name,
+            visible,
+            base_prompt,
+            specs,
+            chain,
+            context,
+        })
+    }
 
-        let Transcript {
-            mut summary,
-            messages: mut history,
-        } = self.transcript(&caller.session_key, session).await?;
+    /// The tools offered to the caller this turn, and the skills read for them (for the
+    /// prompt's listing), if `skill` may be offered.
+    async fn visible_tools(
+        &self,
+        caller: &Caller,
+        config: &Arc<BotConfig>,
+    ) -> (Vec<PermittedTool>, Option<Arc<SkillCatalog>>) {
+        // The policy is asked once per turn: each tool comes with the permit it is
+        // called with, and a tool the role may not use is neither offered nor callable.
+        let mut visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
+        // `tts` is offered only while the bot has a speech engine it can use
+        // (`media.speech`; a local one installed).
+        if !crate::tts_tool::offered(config) {
+            visible.retain(|tool| tool.name() != crate::tts_tool::TTS_TOOL);
+        }
+        // `skill` is offered only when some skill the role allows is installed; the
+        // skills are read once per turn, for this check and the prompt's listing.
+        let skills = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
+            let (workspace, skill_config) = (self.workspace.clone(), config.clone());
+            tokio::task::spawn_blocking(move || SkillCatalog::load(&workspace, &skill_config))
+                .await
+                .ok()
+                .map(Arc::new)
+        } else {
+            None
+        };
+        let any_skill = skills
+            .as_ref()
+            .is_some_and(|catalog| catalog.allows_any(&caller.role.skills));
+        (policy::without_idle_skill_tool(visible, any_skill), skills)
+    }
+
+    /// The session's transcript as this turn may see it, and whether the turn is
+    /// isolated (sees only its own messages).
+    async fn turn_transcript(
+        &self,
+        state: &TurnState<'_>,
+        session: &mut SessionCache,
+    ) -> Result<(Transcript, bool), TurnError> {
+        let caller = state.caller;
+        let mut transcript = self.transcript(&caller.session_key, session).await?;
         if SessionKey::is_conversation(&caller.session_key) {
             // Another member's tool output never enters this member's turn.
-            history = group::said_only(history);
+            transcript.messages = group::said_only(transcript.messages);
         }
         // A scheduled job's run and a heartbeat see only their own turn: what an earlier
         // run read (a web page, an e-mail) never steers a later one as the bot's own
         // words. Their sessions keep every run for the people who may read them.
         let isolated = matches!(caller.trigger, Trigger::Cron | Trigger::Heartbeat);
         if isolated {
-            summary.clear();
-            history.retain(|stored| stored.id >= state.first_message_id);
+            transcript.summary.clear();
+            transcript
+                .messages
+                .retain(|stored| stored.id >= state.first_message_id);
         }
+        Ok((transcript, isolated))
+    }
 
-        let end = 'turn: {
-            for _ in 0..self.options.max_iterations {
-                // Authority is read at the moment of use: before every model call.
-                if let Some(reason) = self.authority_changed(state) {
-                    break 'turn LoopEnd::AuthorityChanged(reason);
-                }
-                // Every model call reserves its worst case in the person's budget first
-                // (`call_model`): a long tool loop, or their other turns and sub-agents
-                // running at the same time, may use up what is left.
-                let mut request = self.request(
-                    &model_name,
-                    &base_prompt,
-                    &summary,
-                    &history,
-                    &specs,
-                    &config,
-                );
-                let threshold =
-                    (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
-                let mut prompt_tokens = compaction::estimate_tokens(&request);
-                if prompt_tokens > threshold
-                    && let Some(cut) =
-                        compaction::split_point(&history, self.options.keep_recent_messages)
-                {
-                    let Some(compacted) = self
-                        .compact(
-                            state,
-                            &chain,
-                            &model_name,
-                            &summary,
-                            &history[..cut],
-                            cancel,
-                        )
-                        .await?
-                    else {
-                        break 'turn LoopEnd::OverBudget;
-                    };
-                    summary = compacted;
-                    history.drain(..cut);
-                    request = self.request(
-                        &model_name,
-                        &base_prompt,
-                        &summary,
-                        &history,
-                        &specs,
-                        &config,
-                    );
-                    prompt_tokens = compaction::estimate_tokens(&request);
-                }
-
-                let chat = chat_span(state.config, &request);
-                let called = self
-                    .call_model(state, &chain, &request, prompt_tokens, cancel, true)
-                    .instrument(chat.clone())
-                    .await;
-                record_chat(&chat, &called);
-                let Called::Answered(response, charge) = called? else {
-                    break 'turn LoopEnd::OverBudget;
-                };
-                let message = response.message;
-                // The final answer of a channel message is queued as its reply in the
-                // transaction that stores it.
-                let step = if message.tool_uses().next().is_none() {
-                    QueueStep::answer(
-                        &state.destination,
-                        &told_then(state.told.as_deref(), &message.text()),
-                        &state.files,
-                    )
-                } else {
-                    QueueStep::None
-                };
-                let spent_at = jiff::Timestamp::now();
-                let stored = self
-                    .persist_then(caller, message.clone(), Some((charge.cost, spent_at)), step)
-                    .await;
-                charge.settle(spent_at);
-                let id = stored?;
-                history.push(StoredMessage {
-                    id,
-                    message: message.clone(),
-                    identity: caller.identity.clone(),
-                });
-
-                let calls: Vec<(String, String, serde_json::Value)> = message
-                    .tool_uses()
-                    .map(|(id, name, input)| (id.to_string(), name.to_string(), input.clone()))
-                    .collect();
-                if calls.is_empty() {
-                    break 'turn LoopEnd::Answer(message.text());
-                }
-                let mut results = Vec::with_capacity(calls.len());
-                let mut images = Vec::new();
-                let mut stopped = None;
-                for (call_id, name, input) in calls {
-                    // ...and before every tool call: a call the caller may no longer
-                    // make is answered as not run, so the transcript stays whole.
-                    if stopped.is_none() {
-                        stopped = self.authority_changed(state);
-                    }
-                    let reply = match &stopped {
-                        Some(reason) => ToolReply::failed(format!("not run: {reason}")),
-                        None => {
-                            // The model names tools as it saw them (`docs__search`);
-                            // prices, metering and usage use the real name.
-                            let tool = visible
-                                .iter()
-                                .find(|tool| mcp::model_tool_name(tool.name()) == name);
-                            let name = tool.map_or(name, |tool| tool.name().to_string());
-                            // A call the role's approval rules name waits for someone
-                            // else's yes instead of running now.
-                            match tool.and_then(|_| {
-                                approvals::rule_for(&state.caller.role, &name, &input)
-                            }) {
-                                Some(rule) => {
-                                    let (content, is_error) = self
-                                        .ask_approval(
-                                            state.caller,
-                                            state.config,
-                                            rule,
-                                            &name,
-                                            &input,
-                                            &[],
-                                        )
-                                        .await;
-                                    ToolReply {
-                                        content,
-                                        is_error,
-                                        image: None,
-                                        audio: None,
-                                    }
-                                }
-                                None => {
-                                    self.run_priced_tool(state, &context, tool, &name, input)
-                                        .await?
-                                }
-                            }
-                        }
-                    };
-                    let mut content = reply.content;
-                    if let Some(audio) = reply.audio {
-                        if matches!(state.destination, Destination::Caller) {
-                            // The HTTP API streams text only: say so rather than drop it
-                            // in silence, and keep no file nobody will send.
-                            let _ = tokio::fs::remove_file(self.workspace.join(&audio.path)).await;
-                            content.push_str(
-                                "\n(this conversation carries text only: the voice note \
-                                 cannot be sent here)",
-                            );
-                        } else {
-                            state.files.push(OutboundFile {
-                                path: audio.path,
-                                mime_type: audio.mime_type,
-                                kind: FileKind::Voice,
-                            });
-                        }
-                    }
-                    results.push(ContentBlock::ToolResult {
-                        tool_use_id: call_id,
-                        content,
-                        is_error: reply.is_error,
-                    });
-                    images.extend(reply.image);
-                }
-                // Images a tool gave go after every result of the round: a user message
-                // answering tool calls starts with their results.
-                results.extend(images);
-                let message = Message {
-                    role: ChatRole::User,
-                    content: results,
-                };
-                let id = self.persist(caller, message.clone()).await?;
-                history.push(StoredMessage {
-                    id,
-                    message,
-                    identity: caller.identity.clone(),
-                });
-                if let Some(reason) = stopped {
-                    break 'turn LoopEnd::AuthorityChanged(reason);
-                }
-            }
-            LoopEnd::IterationCap
+    /// One round of the tool loop: a model call, its answer stored, and the tools it
+    /// called run and their results stored. Breaks with how the turn ends.
+    async fn round(
+        &self,
+        state: &mut TurnState<'_>,
+        setup: &LoopSetup,
+        transcript: &mut Transcript,
+        cancel: &CancellationToken,
+    ) -> Result<ControlFlow<LoopEnd>, TurnError> {
+        let caller = state.caller;
+        // Authority is read at the moment of use: before every model call.
+        if let Some(reason) = self.authority_changed(state) {
+            return Ok(ControlFlow::Break(LoopEnd::AuthorityChanged(reason)));
+        }
+        // Every model call reserves its worst case in the person's budget first
+        // (`call_model`): a long tool loop, or their other turns and sub-agents
+        // running at the same time, may use up what is left.
+        let Some(next) = self.next_request(state, setup, transcript, cancel).await? else {
+            return Ok(ControlFlow::Break(LoopEnd::OverBudget));
         };
-        // Everything in `history` is stored: the next turn of this session starts from it
-        // (an isolated turn's is only part of its session: the next reads the store).
-        if !isolated {
-            session.keep(Transcript {
-                summary,
-                messages: history,
+        let chat = chat_span(state.config, &next.request);
+        let called = self
+            .call_model(
+                state,
+                &setup.chain,
+                &next.request,
+                next.prompt_tokens,
+                cancel,
+                true,
+            )
+            .instrument(chat.clone())
+            .await;
+        record_chat(&chat, &called);
+        let Called::Answered(response, charge) = called? else {
+            return Ok(ControlFlow::Break(LoopEnd::OverBudget));
+        };
+        let message = response.message;
+        self.store_answer(state, &message, charge, transcript)
+            .await?;
+        let calls: Vec<RequestedCall> = message
+            .tool_uses()
+            .map(|(id, name, input)| RequestedCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                input: input.clone(),
+            })
+            .collect();
+        if calls.is_empty() {
+            return Ok(ControlFlow::Break(LoopEnd::Answer(message.text())));
+        }
+        let ToolRound { results, stopped } = self.run_tool_calls(state, setup, calls).await?;
+        let message = Message {
+            role: ChatRole::User,
+            content: results,
+        };
+        let id = self.persist(caller, message.clone()).await?;
+        transcript.messages.push(StoredMessage {
+            id,
+            message,
+            identity: caller.identity.clone(),
+        });
+        if let Some(reason) = stopped {
+            return Ok(ControlFlow::Break(LoopEnd::AuthorityChanged(reason)));
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The request for the next model call. Past the compaction threshold the older
+    /// history is summarised first; `None` when the person's budget cannot pay for that.
+    async fn next_request(
+        &self,
+        state: &mut TurnState<'_>,
+        setup: &LoopSetup,
+        transcript: &mut Transcript,
+        cancel: &CancellationToken,
+    ) -> Result<Option<NextRequest>, TurnError> {
+        let config = state.config;
+        let request = |transcript: &Transcript| {
+            self.request(
+                &setup.model_name,
+                &setup.base_prompt,
+                &transcript.summary,
+                &transcript.messages,
+                &setup.specs,
+                config,
+            )
+        };
+        let mut next = NextRequest::of(request(transcript));
+        let threshold =
+            (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
+        if next.prompt_tokens > threshold
+            && let Some(cut) =
+                compaction::split_point(&transcript.messages, self.options.keep_recent_messages)
+        {
+            let Some(compacted) = self
+                .compact(
+                    state,
+                    &setup.chain,
+                    &setup.model_name,
+                    &transcript.summary,
+                    &transcript.messages[..cut],
+                    cancel,
+                )
+                .await?
+            else {
+                return Ok(None);
+            };
+            transcript.summary = compacted;
+            transcript.messages.drain(..cut);
+            next = NextRequest::of(request(transcript));
+        }
+        Ok(Some(next))
+    }
+
+    /// Stores the model's message with its cost and settles its charge. The final answer
+    /// of a channel message is queued as its reply in the transaction that stores it.
+    async fn store_answer(
+        &self,
+        state: &TurnState<'_>,
+        message: &Message,
+        charge: Charge,
+        transcript: &mut Transcript,
+    ) -> Result<(), TurnError> {
+        let caller = state.caller;
+        let step = if message.tool_uses().next().is_none() {
+            QueueStep::answer(
+                &state.destination,
+                &told_then(state.told.as_deref(), &message.text()),
+                &state.files,
+            )
+        } else {
+            QueueStep::None
+        };
+        let spent_at = jiff::Timestamp::now();
+        let stored = self
+            .persist_then(caller, message.clone(), Some((charge.cost, spent_at)), step)
+            .await;
+        charge.settle(spent_at);
+        let id = stored?;
+        transcript.messages.push(StoredMessage {
+            id,
+            message: message.clone(),
+            identity: caller.identity.clone(),
+        });
+        Ok(())
+    }
+
+    /// Runs one round's tool calls in order. Authority is read again before each: once
+    /// it changed, the rest are answered as not run, so the transcript stays whole.
+    async fn run_tool_calls(
+        &self,
+        state: &mut TurnState<'_>,
+        setup: &LoopSetup,
+        calls: Vec<RequestedCall>,
+    ) -> Result<ToolRound, TurnError> {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut images = Vec::new();
+        let mut stopped = None;
+        for call in calls {
+            // ...and before every tool call: a call the caller may no longer
+            // make is answered as not run, so the transcript stays whole.
+            if stopped.is_none() {
+                stopped = self.authority_changed(state);
+            }
+            let reply = match &stopped {
+                Some(reason) => ToolReply::failed(format!("not run: {reason}")),
+                None => {
+                    self.answer_tool_call(state, setup, call.name, call.input)
+                        .await?
+                }
+            };
+            let mut content = reply.content;
+            if let Some(audio) = reply.audio {
+                self.keep_voice_note(state, audio, &mut content).await;
+            }
+            results.push(ContentBlock::ToolResult {
+                tool_use_id: call.id,
+                content,
+                is_error: reply.is_error,
+            });
+            images.extend(reply.image);
+        }
+        // Images a tool gave go after every result of the round: a user message
+        // answering tool calls starts with their results.
+        results.extend(images);
+        Ok(ToolRound { results, stopped })
+    }
+
+    /// Runs one tool call, or asks for approval first when the role's rules say so.
+    async fn answer_tool_call(
+        &self,
+        state: &mut TurnState<'_>,
+        setup: &LoopSetup,
+        name: String,
+        input: serde_json::Value,
+    ) -> Result<ToolReply, TurnError> {
+        // The model names tools as it saw them (`docs__search`);
+        // prices, metering and usage use the real name.
+        let tool = setup
+            .visible
+            .iter()
+            .find(|tool| mcp::model_tool_name(tool.name()) == name);
+        let name = tool.map_or(name, |tool| tool.name().to_string());
+        // A call the role's approval rules name waits for someone
+        // else's yes instead of running now.
+        match tool.and_then(|_| approvals::rule_for(&state.caller.role, &name, &input)) {
+            Some(rule) => {
+                let (content, is_error) = self
+                    .ask_approval(state.caller, state.config, rule, &name, &input, &[])
+                    .await;
+                Ok(ToolReply {
+                    content,
+                    is_error,
+                    image: None,
+                    audio: None,
+                })
+            }
+            None => {
+                self.run_priced_tool(state, &setup.context, tool, &name, input)
+                    .await
+            }
+        }
+    }
+
+    /// Sends a tool's voice note with the turn's answer; where the conversation carries
+    /// text only, deletes it and says so in the tool's result.
+    async fn keep_voice_note(
+        &self,
+        state: &mut TurnState<'_>,
+        audio: saint_tools::ToolAudio,
+        content: &mut String,
+    ) {
+        if matches!(state.destination, Destination::Caller) {
+            // The HTTP API streams text only: say so rather than drop it
+            // in silence, and keep no file nobody will send.
+            let _ = tokio::fs::remove_file(self.workspace.join(&audio.path)).await;
+            content.push_str(
+                "\n(this conversation carries text only: the voice note \
+                 cannot be sent here)",
+            );
+        } else {
+            state.files.push(OutboundFile {
+                path: audio.path,
+                mime_type: audio.mime_type,
+                kind: FileKind::Voice,
             });
         }
-        Ok(end)
     }
 
     fn request(
@@ -1260,6 +1368,48 @@ pub(super) struct TurnInput<'a> {
     pub(super) attached: Vec<ContentBlock>,
     /// Said to the person before the answer (a voice note that could not be heard).
     pub(super) told: Option<String>,
+}
+
+/// What every round of a turn's tool loop works with, settled before the first.
+struct LoopSetup {
+    model_name: String,
+    /// The tools the caller may use, each with its permit.
+    visible: Vec<PermittedTool>,
+    /// The system prompt with the turn's note.
+    base_prompt: String,
+    specs: Vec<ToolSpec>,
+    chain: Arc<ModelChain>,
+    context: ToolContext,
+}
+
+/// A model call's request and its estimated prompt size, which the budget reserves.
+struct NextRequest {
+    request: ChatRequest,
+    prompt_tokens: u64,
+}
+
+impl NextRequest {
+    fn of(request: ChatRequest) -> Self {
+        let prompt_tokens = compaction::estimate_tokens(&request);
+        Self {
+            request,
+            prompt_tokens,
+        }
+    }
+}
+
+/// A tool call as the model asked for it.
+struct RequestedCall {
+    id: String,
+    name: String,
+    input: serde_json::Value,
+}
+
+/// The results of one round's tool calls, and why the rest were not run, if the
+/// caller's authority changed on the way.
+struct ToolRound {
+    results: Vec<ContentBlock>,
+    stopped: Option<String>,
 }
 
 enum LoopEnd {

@@ -307,6 +307,103 @@ pub fn validate(
     let spec = &bot.spec;
     // Skills first: Roles are checked against the skills the bot declares.
     let (skills_config, skills) = proactive::render_skills(spec, &dereferenced.config_maps)?;
+    let (selected, identity) = settle_roles(bot, dereferenced)?;
+    let roles = selected.rendered;
+    let left_out_roles = left_out_roles(&selected.invalid, &identity);
+    let channels = channels::render_channels(&spec.channels)?;
+
+    // MCP servers before the registry: a server's own mistakes are named as such, not
+    // as a Porter entry's.
+    let mcp = mcp::render_mcp(&spec.mcp)?;
+    mcp::check_roles(&roles, &mcp)?;
+    let porter = porter::render_porter(&spec.porter, &spec.mcp)?;
+    let heartbeat = render_heartbeat(spec, dereferenced, &roles, &identity, &left_out_roles)?;
+    let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
+
+    let model = model::render_model(&spec.model);
+    check_model_endpoint(&model)?;
+    let telemetry = telemetry::render_telemetry(spec.telemetry.as_ref())?;
+    let (mut media_config, speech_api_key) = media::render_media(spec.media.as_ref())?;
+    media_config.transcription = transcription::render_transcription(spec)?;
+    let config = BotConfig {
+        schema_link: None,
+        schema_version: SCHEMA_VERSION.to_string(),
+        bot: BotIdentity {
+            name: name.clone(),
+            namespace: namespace.clone(),
+        },
+        model,
+        channels: channels.channels,
+        default_role: spec.default_role.clone(),
+        roles,
+        contacts: identity.contacts.clone(),
+        identity_links: identity.identity_links.clone(),
+        sessions: SessionsConfig::default(),
+        file_access: FileAccessConfig::default(),
+        web: model::render_web(&spec.web),
+        sandbox: workload::sandbox_config(&spec.sandbox),
+        porter: porter_config(spec),
+        memory: memory::render_memory(&spec.memory, settings.shared_embedder.as_ref())?,
+        // The persona ConfigMap is always mounted there (build/workload.rs).
+        persona: Some(PersonaConfig {
+            directory: PERSONA_MOUNT_PATH.to_string(),
+        }),
+        heartbeat,
+        schedule,
+        // Names the mount of `skills` (build/workload.rs) when any skill is declared.
+        skills: skills_config,
+        budget: budget_config(spec),
+        mcp,
+        telemetry: telemetry.config,
+        media: media_config,
+    };
+    check_rendered(&config)?;
+    // Last: a spec with other mistakes names those first, whoever owns the host.
+    let (webhook_ingress, webhook_problem) = render_webhook_ingress(bot, dereferenced, settings)?;
+    let workload = workload::render_workload(spec, settings);
+    let shared_embedder = operator_embedder(&config, settings);
+
+    Ok(ValidatedSaintBot {
+        name,
+        namespace,
+        owner_reference,
+        agent_image: workload.agent_image,
+        porter_image: workload.porter_image,
+        config,
+        registry: porter.registry,
+        model_api_key: spec.model.api_key_secret_ref.clone(),
+        model_api_keys: model::model_key_secrets(&spec.model),
+        channel_secrets: channels.secrets,
+        web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
+        transcription_api_key: transcription_api_key(spec),
+        speech_api_key,
+        telemetry_secrets: telemetry.secrets,
+        porter_secret_files: porter.secret_files,
+        sandbox: workload.sandbox,
+        storage_size: workload.storage_size,
+        storage_class_name: workload.storage_class_name,
+        persona_files: workload::persona_files(spec, dereferenced),
+        suspend: spec.suspend,
+        agent_resources: workload.agent_resources,
+        porter_resources: workload.porter_resources,
+        api_server_cidrs: settings.api_server_cidrs.clone(),
+        api_server_port: settings.api_server_port,
+        agent_cluster_role: settings.agent_cluster_role.clone(),
+        shared_embedder,
+        identity,
+        left_out_roles,
+        webhook_ingress,
+        webhook_problem,
+        skills,
+    })
+}
+
+/// The selected Roles that survive validation and the Contacts resolved against them.
+fn settle_roles(
+    bot: &SaintBot,
+    dereferenced: &Dereferenced,
+) -> Result<(roles::SelectedRoles, IdentityReport), ValidateError> {
+    let spec = &bot.spec;
     let mut selected = roles::selected_roles(bot, &dereferenced.roles)?;
     // Contacts holding an unusable Role name a role the config lacks, so the resolver
     // leaves them out (strangers to the bot), as it does for a Role that is not selected.
@@ -328,25 +425,48 @@ pub fn validate(
             }
         })?;
     }
-    let roles = selected.rendered;
-    let left_out_roles = left_out_roles(&selected.invalid, &identity);
-    let channels = channels::render_channels(&spec.channels)?;
+    Ok((selected, identity))
+}
 
-    // MCP servers before the registry: a server's own mistakes are named as such, not
-    // as a Porter entry's.
-    let mcp = mcp::render_mcp(&spec.mcp)?;
-    mcp::check_roles(&roles, &mcp)?;
-    let porter = porter::render_porter(&spec.porter, &spec.mcp)?;
-    let heartbeat = proactive::render_heartbeat(
-        heartbeat_without(spec.heartbeat.as_ref(), &left_out_roles).as_ref(),
-        &roles,
+/// The heartbeat, without the Contacts of left-out Roles among those it notifies.
+fn render_heartbeat(
+    spec: &crate::crd::SaintBotSpec,
+    dereferenced: &Dereferenced,
+    roles: &BTreeMap<String, saint_config::RoleConfig>,
+    identity: &IdentityReport,
+    left_out_roles: &[LeftOutRole],
+) -> Result<Option<saint_config::HeartbeatConfig>, ValidateError> {
+    proactive::render_heartbeat(
+        heartbeat_without(spec.heartbeat.as_ref(), left_out_roles).as_ref(),
+        roles,
         &identity.contacts,
         &identifier_kinds(&dereferenced.contacts),
         &spec.channels.iter().map(|channel| channel.kind).collect(),
-    )?;
-    let schedule = proactive::render_schedule(spec.schedule.as_ref())?;
+    )
+}
 
-    let model = model::render_model(&spec.model);
+/// The webhook Ingress, or the problem that keeps it from being served: a host another
+/// bot claimed first is a status problem, not an invalid spec.
+#[allow(clippy::type_complexity)]
+fn render_webhook_ingress(
+    bot: &SaintBot,
+    dereferenced: &Dereferenced,
+    settings: &OperatorSettings,
+) -> Result<(Option<ValidatedWebhookIngress>, Option<(Reason, String)>), ValidateError> {
+    Ok(
+        match webhook_ingress::render(
+            bot,
+            &settings.allowed_ingress_annotations,
+            &dereferenced.host_claims,
+        )? {
+            Ok(ingress) => (ingress, None),
+            Err(claimed) => (None, Some((Reason::HostClaimed, claimed.to_string()))),
+        },
+    )
+}
+
+/// Refuses a model endpoint the bot's network policy would never let it reach.
+fn check_model_endpoint(model: &saint_config::ModelConfig) -> Result<(), ValidateError> {
     if let Some(why) =
         crate::saintbot_controller::build::network_policy::refused_endpoint(&model.base_url)
     {
@@ -355,122 +475,64 @@ pub fn validate(
             message: format!("bot pods never reach {why}"),
         });
     }
-    let telemetry = telemetry::render_telemetry(spec.telemetry.as_ref())?;
-    let (mut media_config, speech_api_key) = media::render_media(spec.media.as_ref())?;
-    media_config.transcription = transcription::render_transcription(spec)?;
-    let config = BotConfig {
-        schema_link: None,
-        schema_version: SCHEMA_VERSION.to_string(),
-        bot: BotIdentity {
-            name: name.clone(),
-            namespace: namespace.clone(),
-        },
-        model,
-        channels: channels.channels,
-        default_role: spec.default_role.clone(),
-        roles,
-        contacts: identity.contacts.clone(),
-        identity_links: identity.identity_links.clone(),
-        sessions: SessionsConfig::default(),
-        file_access: FileAccessConfig::default(),
-        web: model::render_web(&spec.web),
-        sandbox: workload::sandbox_config(&spec.sandbox),
-        porter: PorterConfig {
-            // CLI names only: the agent registers a Porter key for `exec` and meters
-            // `porter: true` by them. An MCP server's entry (`mcp-<server>`) is named by
-            // its `mcp.servers[].credential` instead.
-            clis: spec
-                .porter
-                .clis
-                .iter()
-                .map(|cli| cli.name.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
-            ..PorterConfig::default()
-        },
-        memory: memory::render_memory(&spec.memory, settings.shared_embedder.as_ref())?,
-        // The persona ConfigMap is always mounted there (build/workload.rs).
-        persona: Some(PersonaConfig {
-            directory: PERSONA_MOUNT_PATH.to_string(),
-        }),
-        heartbeat,
-        schedule,
-        // Names the mount of `skills` (build/workload.rs) when any skill is declared.
-        skills: skills_config,
-        budget: saint_config::BudgetConfig {
-            unpriced_models: spec
-                .budget
-                .as_ref()
-                .map(|budget| budget.unpriced_models)
-                .unwrap_or_default(),
-            tool_prices: spec
-                .budget
-                .as_ref()
-                .map(|budget| budget.tool_prices.clone())
-                .unwrap_or_default(),
-        },
-        mcp,
-        telemetry: telemetry.config,
-        media: media_config,
-    };
-    check_rendered(&config)?;
-    // Last: a spec with other mistakes names those first, whoever owns the host.
-    let (webhook_ingress, webhook_problem) = match webhook_ingress::render(
-        bot,
-        &settings.allowed_ingress_annotations,
-        &dereferenced.host_claims,
-    )? {
-        Ok(ingress) => (ingress, None),
-        Err(claimed) => (None, Some((Reason::HostClaimed, claimed.to_string()))),
-    };
-    let workload = workload::render_workload(spec, settings);
-    // Rendering refused `shared` without a shared embedder, so an OpenAI-compatible
-    // endpoint here is always the operator's.
-    let shared_embedder = match config.memory.embeddings {
+    Ok(())
+}
+
+/// The config's `porter` section.
+fn porter_config(spec: &crate::crd::SaintBotSpec) -> PorterConfig {
+    PorterConfig {
+        // CLI names only: the agent registers a Porter key for `exec` and meters
+        // `porter: true` by them. An MCP server's entry (`mcp-<server>`) is named by
+        // its `mcp.servers[].credential` instead.
+        clis: spec
+            .porter
+            .clis
+            .iter()
+            .map(|cli| cli.name.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        ..PorterConfig::default()
+    }
+}
+
+/// The config's `budget` section.
+fn budget_config(spec: &crate::crd::SaintBotSpec) -> saint_config::BudgetConfig {
+    saint_config::BudgetConfig {
+        unpriced_models: spec
+            .budget
+            .as_ref()
+            .map(|budget| budget.unpriced_models)
+            .unwrap_or_default(),
+        tool_prices: spec
+            .budget
+            .as_ref()
+            .map(|budget| budget.tool_prices.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The operator's shared embedder, when the bot's memory uses it. Rendering refused
+/// `shared` without a shared embedder, so an OpenAI-compatible endpoint here is always
+/// the operator's.
+fn operator_embedder(
+    config: &BotConfig,
+    settings: &OperatorSettings,
+) -> Option<crate::settings::SharedEmbedder> {
+    match config.memory.embeddings {
         saint_config::EmbeddingsConfig::Openai { .. } if config.memory.enabled => {
             settings.shared_embedder.clone()
         }
         _ => None,
-    };
+    }
+}
 
-    Ok(ValidatedSaintBot {
-        name,
-        namespace,
-        owner_reference,
-        agent_image: workload.agent_image,
-        porter_image: workload.porter_image,
-        config,
-        registry: porter.registry,
-        model_api_key: spec.model.api_key_secret_ref.clone(),
-        model_api_keys: model::model_key_secrets(&spec.model),
-        channel_secrets: channels.secrets,
-        web_search_api_key: spec.web.search_api_key_secret_ref.clone(),
-        transcription_api_key: spec
-            .media
-            .as_ref()
-            .and_then(|media| media.transcription.as_ref())
-            .and_then(|transcription| transcription.api_key_secret_ref.clone()),
-        speech_api_key,
-        telemetry_secrets: telemetry.secrets,
-        porter_secret_files: porter.secret_files,
-        sandbox: workload.sandbox,
-        storage_size: workload.storage_size,
-        storage_class_name: workload.storage_class_name,
-        persona_files: workload::persona_files(spec, dereferenced),
-        suspend: spec.suspend,
-        agent_resources: workload.agent_resources,
-        porter_resources: workload.porter_resources,
-        api_server_cidrs: settings.api_server_cidrs.clone(),
-        api_server_port: settings.api_server_port,
-        agent_cluster_role: settings.agent_cluster_role.clone(),
-        shared_embedder,
-        identity,
-        left_out_roles,
-        webhook_ingress,
-        webhook_problem,
-        skills,
-    })
+/// The Secret key of the transcription service's API key, if one is set.
+fn transcription_api_key(spec: &crate::crd::SaintBotSpec) -> Option<SecretKeyReference> {
+    spec.media
+        .as_ref()
+        .and_then(|media| media.transcription.as_ref())
+        .and_then(|transcription| transcription.api_key_secret_ref.clone())
 }
 
 #[cfg(test)]

@@ -235,97 +235,12 @@ async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
             return;
         }
     };
-    let refuse = async |stream: &mut UnixStream,
-                        key: Option<&Key>,
-                        cli: &str,
-                        status: StatusCode,
-                        extra: &str,
-                        reason: String| {
-        let mut audit = RequestAudit::new(key, cli, &connect.host, "CONNECT", "");
-        audit.uid = Some(uid);
-        audit.refuse(&reason);
-        state.audit.write_json(&audit);
-        state.metrics.request(cli, "refused");
-        let message = format!("porter: {reason}\n");
-        let _ = stream
-            .write_all(plain_response(status, extra, &message).as_bytes())
-            .await;
+    let caller = ConnectCaller {
+        state,
+        host: &connect.host,
+        uid,
     };
-    let Some(key) = connect
-        .key
-        .as_deref()
-        .and_then(|presented| state.keys.find(presented, Instant::now()))
-    else {
-        // No key, or the key of a command that has ended.
-        refuse(
-            &mut stream,
-            None,
-            "",
-            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            "Proxy-Authenticate: Basic realm=\"porter\"\r\n",
-            "porter's proxy serves only running sandbox commands (no live key)".into(),
-        )
-        .await;
-        return;
-    };
-    let registry = state.registry.snapshot();
-    let Some(entry) = registry
-        .entry_for_host(&connect.host, connect.port)
-        .cloned()
-    else {
-        let reason = format!(
-            "{}:{} is not a host of any credential",
-            connect.host, connect.port
-        );
-        refuse(
-            &mut stream,
-            Some(&key),
-            "",
-            StatusCode::FORBIDDEN,
-            "",
-            reason,
-        )
-        .await;
-        return;
-    };
-    let Some(placeholders) = key.placeholders.get(&entry.name).cloned() else {
-        let reason = format!("{} was registered after this command started", entry.name);
-        refuse(
-            &mut stream,
-            Some(&key),
-            &entry.name,
-            StatusCode::FORBIDDEN,
-            "",
-            reason,
-        )
-        .await;
-        return;
-    };
-    // A command may hold a bounded number of tunnels, and all together a bounded total.
-    let Some(key_slot) = state.key_tunnels.acquire(&key_slot_name(&key)) else {
-        let reason = "this command has too many open tunnels".to_owned();
-        refuse(
-            &mut stream,
-            Some(&key),
-            &entry.name,
-            StatusCode::TOO_MANY_REQUESTS,
-            "",
-            reason,
-        )
-        .await;
-        return;
-    };
-    let Ok(total_slot) = state.tunnels.clone().try_acquire_owned() else {
-        let reason = "porter's proxy is at its tunnel limit".to_owned();
-        refuse(
-            &mut stream,
-            Some(&key),
-            &entry.name,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "",
-            reason,
-        )
-        .await;
+    let Some(admitted) = admit(&caller, &mut stream, &connect).await else {
         return;
     };
     let config = match state.injector.ca.server_config(&connect.host) {
@@ -342,6 +257,7 @@ async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
     {
         return;
     }
+    let key = admitted.key;
     let accepted = tokio::select! {
         accepted = tokio::time::timeout(TLS_TIMEOUT, TlsAcceptor::from(config).accept(stream)) => accepted,
         () = key.ended.cancelled() => return,
@@ -353,9 +269,9 @@ async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
     let tunnel = Arc::new(Tunnel {
         state: state.clone(),
         key: key.clone(),
-        entry,
-        placeholders,
-        scrubber: registry.scrubber.clone(),
+        entry: admitted.entry,
+        placeholders: admitted.placeholders,
+        scrubber: admitted.scrubber,
         host: connect.host,
         port: connect.port,
         uid,
@@ -375,7 +291,130 @@ async fn tunnel(state: &Arc<State>, mut stream: UnixStream, uid: u32) {
         () = state.shutdown.cancelled() => {}
     }
     state.metrics.open_tunnels.dec();
-    drop((key_slot, total_slot));
+    drop(admitted.slots);
+}
+
+/// Who asked to open a tunnel, and to where: what every refusal is audited with.
+struct ConnectCaller<'a> {
+    state: &'a Arc<State>,
+    host: &'a str,
+    uid: u32,
+}
+
+/// A `CONNECT` let through: the command's live key, the credential of the host, the
+/// command's placeholders for it, and the tunnel slots it holds while open.
+struct Admitted {
+    key: Arc<Key>,
+    entry: Arc<LoadedEntry>,
+    placeholders: Placeholders,
+    scrubber: Arc<Scrubber>,
+    slots: (crate::capacity::Slot, tokio::sync::OwnedSemaphorePermit),
+}
+
+/// Checks a `CONNECT` in order: a live key, a host of a credential registered before
+/// the command started, and room for one more tunnel of the command and of Porter.
+/// Answers and audits the first refusal; `None` then.
+async fn admit(
+    caller: &ConnectCaller<'_>,
+    stream: &mut UnixStream,
+    connect: &Connect,
+) -> Option<Admitted> {
+    let state = caller.state;
+    let Some(key) = connect
+        .key
+        .as_deref()
+        .and_then(|presented| state.keys.find(presented, Instant::now()))
+    else {
+        // No key, or the key of a command that has ended.
+        let refusal = Refusal {
+            key: None,
+            cli: String::new(),
+            status: StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            extra: "Proxy-Authenticate: Basic realm=\"porter\"\r\n",
+            reason: "porter's proxy serves only running sandbox commands (no live key)".into(),
+        };
+        refuse(caller, stream, refusal).await;
+        return None;
+    };
+    let refused = |cli: &str, status: StatusCode, reason: String| Refusal {
+        key: Some(&*key),
+        cli: cli.to_owned(),
+        status,
+        extra: "",
+        reason,
+    };
+    let registry = state.registry.snapshot();
+    let Some(entry) = registry
+        .entry_for_host(&connect.host, connect.port)
+        .cloned()
+    else {
+        let reason = format!(
+            "{}:{} is not a host of any credential",
+            connect.host, connect.port
+        );
+        refuse(caller, stream, refused("", StatusCode::FORBIDDEN, reason)).await;
+        return None;
+    };
+    let Some(placeholders) = key.placeholders.get(&entry.name).cloned() else {
+        let reason = format!("{} was registered after this command started", entry.name);
+        refuse(
+            caller,
+            stream,
+            refused(&entry.name, StatusCode::FORBIDDEN, reason),
+        )
+        .await;
+        return None;
+    };
+    // A command may hold a bounded number of tunnels, and all together a bounded total.
+    let Some(key_slot) = state.key_tunnels.acquire(&key_slot_name(&key)) else {
+        let reason = "this command has too many open tunnels".to_owned();
+        let refusal = refused(&entry.name, StatusCode::TOO_MANY_REQUESTS, reason);
+        refuse(caller, stream, refusal).await;
+        return None;
+    };
+    let Ok(total_slot) = state.tunnels.clone().try_acquire_owned() else {
+        let reason = "porter's proxy is at its tunnel limit".to_owned();
+        let refusal = refused(&entry.name, StatusCode::SERVICE_UNAVAILABLE, reason);
+        refuse(caller, stream, refusal).await;
+        return None;
+    };
+    Some(Admitted {
+        key: key.clone(),
+        entry,
+        placeholders,
+        scrubber: registry.scrubber.clone(),
+        slots: (key_slot, total_slot),
+    })
+}
+
+/// A refused `CONNECT`: whose, which credential, and what it is answered.
+struct Refusal<'k> {
+    key: Option<&'k Key>,
+    cli: String,
+    status: StatusCode,
+    /// Extra response header lines.
+    extra: &'static str,
+    reason: String,
+}
+
+/// Audits and counts a refused `CONNECT` and answers it.
+async fn refuse(caller: &ConnectCaller<'_>, stream: &mut UnixStream, refusal: Refusal<'_>) {
+    let Refusal {
+        key,
+        cli,
+        status,
+        extra,
+        reason,
+    } = refusal;
+    let mut audit = RequestAudit::new(key, &cli, caller.host, "CONNECT", "");
+    audit.uid = Some(caller.uid);
+    audit.refuse(&reason);
+    caller.state.audit.write_json(&audit);
+    caller.state.metrics.request(&cli, "refused");
+    let message = format!("porter: {reason}\n");
+    let _ = stream
+        .write_all(plain_response(status, extra, &message).as_bytes())
+        .await;
 }
 
 /// The slot name of a key's tunnels: the key's address, stable while it lives (never

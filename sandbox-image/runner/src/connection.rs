@@ -236,6 +236,60 @@ async fn run(
     reader: &mut FrameReader<tokio::net::unix::OwnedReadHalf>,
     writer: &mut FrameWriter<tokio::net::unix::OwnedWriteHalf>,
 ) -> Result<(), ConnectionError> {
+    let mut command = shell_command(request, &working_directory, state);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let message = format!("failed to start command: {error}");
+            writer
+                .send(&Frame::error(ErrorCode::Internal, message))
+                .await?;
+            return Ok(());
+        }
+    };
+    let group = ProcessGroup::new(child.id().unwrap_or_default());
+    let _registration = state.register_group(&group);
+
+    let pipes = Pipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take().expect("stdout is piped"),
+        stderr: child.stderr.take().expect("stderr is piped"),
+    };
+    let timeout = Duration::from_secs(
+        request
+            .timeout_seconds
+            .unwrap_or(state.default_timeout_seconds),
+    );
+    let ending = relay(&mut child, &group, pipes, timeout, reader, writer).await;
+
+    match ending {
+        Ending::Exited(code) => {
+            writer.send(&Frame::Exit { code }).await?;
+        }
+        Ending::TimedOut => {
+            group.signal(Signal::TERM);
+            let _ = tokio::time::timeout(TERMINATE_GRACE, child.wait()).await;
+            group.kill();
+            let _ = child.wait().await;
+            let message = format!(
+                "command timed out after {} s and was killed",
+                timeout.as_secs()
+            );
+            writer
+                .send(&Frame::error(ErrorCode::TimedOut, message))
+                .await?;
+        }
+        Ending::ClientGone => {
+            group.kill();
+            let _ = child.wait().await;
+        }
+    }
+    Ok(())
+}
+
+/// `sh -c <command>` with only the request's environment, in the checked working
+/// directory and a process group of its own.
+fn shell_command(request: &ExecRequest, working_directory: &Directory, state: &State) -> Command {
     let environment = command_environment(&state.roots.workspace, &request.env);
     let mut command = Command::new(&state.shell);
     command
@@ -257,27 +311,33 @@ async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => {
-            let message = format!("failed to start command: {error}");
-            writer
-                .send(&Frame::error(ErrorCode::Internal, message))
-                .await?;
-            return Ok(());
-        }
-    };
-    let group = ProcessGroup::new(child.id().unwrap_or_default());
-    let _registration = state.register_group(&group);
+    command
+}
 
-    let mut stdin = child.stdin.take();
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let timeout = Duration::from_secs(
-        request
-            .timeout_seconds
-            .unwrap_or(state.default_timeout_seconds),
-    );
+/// The command's standard streams, taken from the child.
+struct Pipes {
+    /// Closed (`None`) once the client sent EOF or the command stopped reading.
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+}
+
+/// Relays output to the client and the client's stdin and signals to the command until
+/// the command has exited and its output is drained, the deadline passes, or the client
+/// goes away.
+async fn relay(
+    child: &mut tokio::process::Child,
+    group: &ProcessGroup,
+    pipes: Pipes,
+    timeout: Duration,
+    reader: &mut FrameReader<tokio::net::unix::OwnedReadHalf>,
+    writer: &mut FrameWriter<tokio::net::unix::OwnedWriteHalf>,
+) -> Ending {
+    let Pipes {
+        mut stdin,
+        mut stdout,
+        mut stderr,
+    } = pipes;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let drain_deadline = tokio::time::sleep(Duration::MAX / 4);
@@ -288,7 +348,7 @@ async fn run(
     let (mut stdout_open, mut stderr_open, mut client_open) = (true, true, true);
     let mut exit_code: Option<i32> = None;
 
-    let ending = loop {
+    loop {
         if exit_code.is_some() && !stdout_open && !stderr_open {
             break Ending::Exited(exit_code.unwrap_or_default());
         }
@@ -348,29 +408,5 @@ async fn run(
                 break Ending::Exited(exit_code.unwrap_or_default());
             },
         }
-    };
-
-    match ending {
-        Ending::Exited(code) => {
-            writer.send(&Frame::Exit { code }).await?;
-        }
-        Ending::TimedOut => {
-            group.signal(Signal::TERM);
-            let _ = tokio::time::timeout(TERMINATE_GRACE, child.wait()).await;
-            group.kill();
-            let _ = child.wait().await;
-            let message = format!(
-                "command timed out after {} s and was killed",
-                timeout.as_secs()
-            );
-            writer
-                .send(&Frame::error(ErrorCode::TimedOut, message))
-                .await?;
-        }
-        Ending::ClientGone => {
-            group.kill();
-            let _ = child.wait().await;
-        }
     }
-    Ok(())
 }

@@ -261,64 +261,12 @@ impl GatewayConnection {
 
     /// One connection, from the Gateway's address to its end.
     async fn session(&self, state: &mut State, sink: &dyn InboxSink) -> SessionEnd {
-        let channel = &self.settings.channel;
         let resuming = state.cursor.clone();
-        let url = match &resuming {
-            Some(cursor) => cursor.resume_url.clone(),
-            None => match self.rest.gateway_url().await {
-                Ok(url) => url,
-                Err(SendError::Credentials { reason }) => return SessionEnd::Refused(reason),
-                Err(SendError::Retry {
-                    reason,
-                    after: Some(after),
-                }) => return SessionEnd::Throttled(reason, after),
-                Err(error) => return SessionEnd::Lost(error.to_string()),
-            },
+        let (mut socket, interval) = match self.connect(state, resuming.as_ref()).await {
+            Ok(connected) => connected,
+            Err(end) => return end,
         };
-        let address = match gateway_address(&url) {
-            Ok(address) => address,
-            Err(reason) => {
-                // A stored address that is unusable: start a new session instead.
-                state.cursor = None;
-                state.seq = None;
-                return SessionEnd::Lost(reason);
-            }
-        };
-        let mut socket = match tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async(address.as_str()),
-        )
-        .await
-        {
-            Ok(Ok((socket, _))) => socket,
-            Ok(Err(error)) => {
-                return SessionEnd::Lost(format!(
-                    "discord: cannot connect to the gateway: {error}"
-                ));
-            }
-            Err(_) => {
-                return SessionEnd::Lost("discord: connecting to the gateway timed out".into());
-            }
-        };
-        let interval =
-            match tokio::time::timeout(CONNECT_TIMEOUT, read_hello(&mut socket, state)).await {
-                Ok(Ok(interval)) => interval,
-                Ok(Err(end)) => return end,
-                Err(_) => return SessionEnd::Lost("discord: no Hello from the gateway".into()),
-            };
-        let opening = match &resuming {
-            Some(cursor) => json!({"op": 6, "d": {
-                "token": self.settings.bot_token,
-                "session_id": cursor.session_id,
-                "seq": state.seq.unwrap_or(cursor.seq),
-            }}),
-            None => json!({"op": 2, "d": {
-                "token": self.settings.bot_token,
-                "intents": INTENTS,
-                "properties": {"os": std::env::consts::OS, "browser": "saint", "device": "saint"},
-            }}),
-        };
-        if let Err(reason) = send_json(&mut socket, opening).await {
+        if let Err(reason) = send_json(&mut socket, self.opening(state, resuming.as_ref())).await {
             return SessionEnd::Lost(reason);
         }
         let mut next_beat = Instant::now() + interval.mul_f64(jitter());
@@ -356,53 +304,151 @@ impl GatewayConnection {
             let payload: Value = match serde_json::from_str(text.as_str()) {
                 Ok(payload) => payload,
                 Err(error) => {
+                    let channel = &self.settings.channel;
                     tracing::warn!(%channel, %error, "discord: unreadable gateway payload skipped");
                     continue;
                 }
             };
-            match payload["op"].as_u64() {
-                Some(0) => {
-                    if let Err(reason) = self.dispatch(&payload, state, sink).await {
-                        // Not stored: the event is replayed on resume, after a backoff
-                        // (storage that keeps failing must not spin the connection).
-                        state.up = false;
-                        return SessionEnd::Lost(reason);
-                    }
-                }
-                // Discord asks for a beat now.
-                Some(1) => {
-                    if let Err(reason) =
-                        send_json(&mut socket, json!({"op": 1, "d": state.seq})).await
-                    {
-                        return SessionEnd::Lost(reason);
-                    }
-                }
-                Some(7) => {
-                    close_resumable(&mut socket, "reconnect").await;
-                    return SessionEnd::Lost("discord: the gateway asked to reconnect".into());
-                }
-                Some(9) => {
-                    let resumable = payload["d"].as_bool() == Some(true);
-                    if resumable && state.cursor.is_some() {
-                        return SessionEnd::Lost(
-                            "discord: invalid session (resumable); resuming".into(),
-                        );
-                    }
-                    if resuming.is_some() {
-                        tracing::warn!(%channel,
-                            "discord: the gateway refused to resume the session; identifying afresh. \
-                             Messages sent while the bot was disconnected may be missed");
-                    }
-                    state.cursor = None;
-                    state.seq = None;
-                    // Discord asks for a random wait of 1 to 5 seconds before identifying.
-                    tokio::time::sleep(Duration::from_secs_f64(1.0 + 4.0 * jitter())).await;
-                    return SessionEnd::Lost("discord: invalid session; identifying afresh".into());
-                }
-                Some(11) => awaiting_ack = false,
-                _ => {}
+            if payload["op"].as_u64() == Some(11) {
+                awaiting_ack = false;
+                continue;
+            }
+            let resumed = resuming.is_some();
+            if let Some(end) = self
+                .handle_op(&mut socket, &payload, state, sink, resumed)
+                .await
+            {
+                return end;
             }
         }
+    }
+
+    /// Finds the Gateway (the session's resume address, else a new one), connects and
+    /// reads its Hello; returns the socket and the heartbeat interval.
+    async fn connect(
+        &self,
+        state: &mut State,
+        resuming: Option<&GatewayCursor>,
+    ) -> Result<(Socket, Duration), SessionEnd> {
+        let url = match resuming {
+            Some(cursor) => cursor.resume_url.clone(),
+            None => match self.rest.gateway_url().await {
+                Ok(url) => url,
+                Err(SendError::Credentials { reason }) => return Err(SessionEnd::Refused(reason)),
+                Err(SendError::Retry {
+                    reason,
+                    after: Some(after),
+                }) => return Err(SessionEnd::Throttled(reason, after)),
+                Err(error) => return Err(SessionEnd::Lost(error.to_string())),
+            },
+        };
+        let address = match gateway_address(&url) {
+            Ok(address) => address,
+            Err(reason) => {
+                // A stored address that is unusable: start a new session instead.
+                state.cursor = None;
+                state.seq = None;
+                return Err(SessionEnd::Lost(reason));
+            }
+        };
+        let mut socket = match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio_tungstenite::connect_async(address.as_str()),
+        )
+        .await
+        {
+            Ok(Ok((socket, _))) => socket,
+            Ok(Err(error)) => {
+                return Err(SessionEnd::Lost(format!(
+                    "discord: cannot connect to the gateway: {error}"
+                )));
+            }
+            Err(_) => {
+                return Err(SessionEnd::Lost(
+                    "discord: connecting to the gateway timed out".into(),
+                ));
+            }
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, read_hello(&mut socket, state)).await {
+            Ok(Ok(interval)) => Ok((socket, interval)),
+            Ok(Err(end)) => Err(end),
+            Err(_) => Err(SessionEnd::Lost(
+                "discord: no Hello from the gateway".into(),
+            )),
+        }
+    }
+
+    /// The session's first payload: Resume a stored session, else Identify.
+    fn opening(&self, state: &State, resuming: Option<&GatewayCursor>) -> Value {
+        match resuming {
+            Some(cursor) => json!({"op": 6, "d": {
+                "token": self.settings.bot_token,
+                "session_id": cursor.session_id,
+                "seq": state.seq.unwrap_or(cursor.seq),
+            }}),
+            None => json!({"op": 2, "d": {
+                "token": self.settings.bot_token,
+                "intents": INTENTS,
+                "properties": {"os": std::env::consts::OS, "browser": "saint", "device": "saint"},
+            }}),
+        }
+    }
+
+    /// Handles one Gateway payload other than a heartbeat ACK; `Some` when it ends the
+    /// session. `resumed`: the session began as a resume.
+    async fn handle_op(
+        &self,
+        socket: &mut Socket,
+        payload: &Value,
+        state: &mut State,
+        sink: &dyn InboxSink,
+        resumed: bool,
+    ) -> Option<SessionEnd> {
+        match payload["op"].as_u64() {
+            Some(0) => {
+                if let Err(reason) = self.dispatch(payload, state, sink).await {
+                    // Not stored: the event is replayed on resume, after a backoff
+                    // (storage that keeps failing must not spin the connection).
+                    state.up = false;
+                    return Some(SessionEnd::Lost(reason));
+                }
+            }
+            // Discord asks for a beat now.
+            Some(1) => {
+                if let Err(reason) = send_json(socket, json!({"op": 1, "d": state.seq})).await {
+                    return Some(SessionEnd::Lost(reason));
+                }
+            }
+            Some(7) => {
+                close_resumable(socket, "reconnect").await;
+                return Some(SessionEnd::Lost(
+                    "discord: the gateway asked to reconnect".into(),
+                ));
+            }
+            Some(9) => {
+                let resumable = payload["d"].as_bool() == Some(true);
+                if resumable && state.cursor.is_some() {
+                    return Some(SessionEnd::Lost(
+                        "discord: invalid session (resumable); resuming".into(),
+                    ));
+                }
+                if resumed {
+                    let channel = &self.settings.channel;
+                    tracing::warn!(%channel,
+                        "discord: the gateway refused to resume the session; identifying afresh. \
+                         Messages sent while the bot was disconnected may be missed");
+                }
+                state.cursor = None;
+                state.seq = None;
+                // Discord asks for a random wait of 1 to 5 seconds before identifying.
+                tokio::time::sleep(Duration::from_secs_f64(1.0 + 4.0 * jitter())).await;
+                return Some(SessionEnd::Lost(
+                    "discord: invalid session; identifying afresh".into(),
+                ));
+            }
+            _ => {}
+        }
+        None
     }
 
     /// Handles one dispatch; `Err` when the inbox could not store it (the session ends

@@ -200,27 +200,9 @@ async fn session(
     workspace: &Path,
     backoff: &mut Duration,
 ) -> SessionEnd {
-    let client = match connect(settings).await {
-        Ok(client) => client,
-        Err(reason) => return SessionEnd::Failed(reason),
-    };
-    let mut session = match client.login(&settings.username, &settings.password).await {
+    let mut session = match log_in(settings).await {
         Ok(session) => session,
-        // Only the server's `NO` (or `BAD`) to LOGIN refuses the credentials; a
-        // connection lost or garbled during the login is a cut like any other, and the
-        // channel reconnects at once instead of reporting refused credentials.
-        Err((error @ (async_imap::error::Error::No(_) | async_imap::error::Error::Bad(_)), _)) => {
-            return SessionEnd::LoginRefused(format!(
-                "imap: login as {} refused: {error}",
-                settings.username
-            ));
-        }
-        Err((error, _)) => {
-            return SessionEnd::Failed(format!(
-                "imap: connection lost while logging in as {}: {error}",
-                settings.username
-            ));
-        }
+        Err(end) => return end,
     };
     let mailbox = match session.select(&settings.mailbox).await {
         Ok(mailbox) => mailbox,
@@ -236,29 +218,9 @@ async fn session(
         Err(error) => return SessionEnd::Failed(format!("imap: CAPABILITY failed: {error}")),
     };
     let validity = mailbox.uid_validity.unwrap_or(0);
-    let saved = match sink.cursor(&settings.channel).await {
-        Ok(saved) => parse_cursor(saved.as_deref()),
-        Err(reason) => return SessionEnd::Failed(reason),
-    };
-    let mut last_uid = match saved {
-        Some((saved_validity, uid)) if saved_validity == validity => uid,
-        saved => {
-            let start = mailbox.uid_next.unwrap_or(1).saturating_sub(1);
-            if saved.is_some() {
-                tracing::warn!(channel = %settings.channel, from_uid = start + 1,
-                    "imap: UIDVALIDITY changed (the mailbox was rebuilt); answering mail that arrives from now on");
-            } else {
-                tracing::info!(channel = %settings.channel, from_uid = start + 1,
-                    "imap: first start; answering mail that arrives from now on");
-            }
-            if let Err(reason) = sink
-                .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
-                .await
-            {
-                return SessionEnd::Failed(reason);
-            }
-            start
-        }
+    let mut last_uid = match last_seen_uid(settings, sink, &mailbox, validity).await {
+        Ok(uid) => uid,
+        Err(end) => return end,
     };
     sink.report(&settings.channel, ChannelState::Up);
     tracing::info!(channel = %settings.channel, idle, "imap: connected");
@@ -289,34 +251,106 @@ async fn session(
                 break;
             }
         }
-        if idle {
-            let mut handle = session.idle();
-            if let Err(error) = handle.init().await {
-                return SessionEnd::Failed(format!("imap: IDLE failed: {error}"));
-            }
-            let (wait, _interrupt) = handle.wait_with_timeout(IDLE_RENEW);
-            let response = wait.await;
-            match response {
-                Ok(IdleResponse::NewData(_) | IdleResponse::Timeout) => {}
-                Ok(IdleResponse::ManualInterrupt) => {
-                    return SessionEnd::Failed(
-                        "imap: the server closed the connection".to_string(),
-                    );
-                }
-                Err(error) => return SessionEnd::Failed(format!("imap: IDLE failed: {error}")),
-            }
-            session = match handle.done().await {
-                Ok(session) => session,
-                Err(error) => {
-                    return SessionEnd::Failed(format!("imap: ending IDLE failed: {error}"));
-                }
-            };
-        } else {
-            tokio::time::sleep(settings.poll_interval).await;
-            if let Err(error) = session.noop().await {
-                return SessionEnd::Failed(format!("imap: NOOP failed: {error}"));
-            }
+        session = match wait_for_mail(session, idle, settings).await {
+            Ok(session) => session,
+            Err(end) => return end,
+        };
+    }
+}
+
+/// Connects and logs in.
+async fn log_in(settings: &EmailSettings) -> Result<Session<MailStream>, SessionEnd> {
+    let client = match connect(settings).await {
+        Ok(client) => client,
+        Err(reason) => return Err(SessionEnd::Failed(reason)),
+    };
+    match client.login(&settings.username, &settings.password).await {
+        Ok(session) => Ok(session),
+        // Only the server's `NO` (or `BAD`) to LOGIN refuses the credentials; a
+        // connection lost or garbled during the login is a cut like any other, and the
+        // channel reconnects at once instead of reporting refused credentials.
+        Err((error @ (async_imap::error::Error::No(_) | async_imap::error::Error::Bad(_)), _)) => {
+            Err(SessionEnd::LoginRefused(format!(
+                "imap: login as {} refused: {error}",
+                settings.username
+            )))
         }
+        Err((error, _)) => Err(SessionEnd::Failed(format!(
+            "imap: connection lost while logging in as {}: {error}",
+            settings.username
+        ))),
+    }
+}
+
+/// The UID of the last message answered: the stored cursor's while the mailbox is the
+/// same one (UIDVALIDITY), else the mailbox's newest, stored as the new cursor, so only
+/// mail arriving from now on is answered.
+async fn last_seen_uid(
+    settings: &EmailSettings,
+    sink: &dyn InboxSink,
+    mailbox: &async_imap::types::Mailbox,
+    validity: u32,
+) -> Result<u32, SessionEnd> {
+    let saved = match sink.cursor(&settings.channel).await {
+        Ok(saved) => parse_cursor(saved.as_deref()),
+        Err(reason) => return Err(SessionEnd::Failed(reason)),
+    };
+    match saved {
+        Some((saved_validity, uid)) if saved_validity == validity => Ok(uid),
+        saved => {
+            let start = mailbox.uid_next.unwrap_or(1).saturating_sub(1);
+            if saved.is_some() {
+                tracing::warn!(channel = %settings.channel, from_uid = start + 1,
+                    "imap: UIDVALIDITY changed (the mailbox was rebuilt); answering mail that arrives from now on");
+            } else {
+                tracing::info!(channel = %settings.channel, from_uid = start + 1,
+                    "imap: first start; answering mail that arrives from now on");
+            }
+            if let Err(reason) = sink
+                .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
+                .await
+            {
+                return Err(SessionEnd::Failed(reason));
+            }
+            Ok(start)
+        }
+    }
+}
+
+/// Waits for new mail: IDLE where the server has it (renewed every `IDLE_RENEW`), else
+/// one poll interval and a NOOP.
+async fn wait_for_mail(
+    mut session: Session<MailStream>,
+    idle: bool,
+    settings: &EmailSettings,
+) -> Result<Session<MailStream>, SessionEnd> {
+    if !idle {
+        tokio::time::sleep(settings.poll_interval).await;
+        if let Err(error) = session.noop().await {
+            return Err(SessionEnd::Failed(format!("imap: NOOP failed: {error}")));
+        }
+        return Ok(session);
+    }
+    let mut handle = session.idle();
+    if let Err(error) = handle.init().await {
+        return Err(SessionEnd::Failed(format!("imap: IDLE failed: {error}")));
+    }
+    let (wait, _interrupt) = handle.wait_with_timeout(IDLE_RENEW);
+    let response = wait.await;
+    match response {
+        Ok(IdleResponse::NewData(_) | IdleResponse::Timeout) => {}
+        Ok(IdleResponse::ManualInterrupt) => {
+            return Err(SessionEnd::Failed(
+                "imap: the server closed the connection".to_string(),
+            ));
+        }
+        Err(error) => return Err(SessionEnd::Failed(format!("imap: IDLE failed: {error}"))),
+    }
+    match handle.done().await {
+        Ok(session) => Ok(session),
+        Err(error) => Err(SessionEnd::Failed(format!(
+            "imap: ending IDLE failed: {error}"
+        ))),
     }
 }
 

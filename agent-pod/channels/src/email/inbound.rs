@@ -52,6 +52,49 @@ pub fn parse_mail(
         .map(|id| format!("<{}>", id.trim_matches(['<', '>'])))
         .unwrap_or_else(|| fallback_id.to_string());
     let subject = mail.subject().unwrap_or("").trim().to_string();
+    let references = references(&mail, &platform_id);
+    let text = new_text(&mail);
+    let kept = keep_attachments(settings, &mail, &platform_id);
+    let full = full_text(&subject, &text, kept.notes);
+
+    let ignore = automatic_reason(&mail, from, &settings.address);
+    let sent_at = mail
+        .date()
+        .and_then(|date| jiff::Timestamp::from_second(date.to_timestamp()).ok())
+        .unwrap_or_else(jiff::Timestamp::now)
+        .to_string();
+    Ok(ParsedMail {
+        message: InboundMessage {
+            channel: settings.channel.clone(),
+            kind: ChannelKind::Email,
+            platform_id: platform_id.clone(),
+            sender,
+            sender_verified: false,
+            unverified_origin: None,
+            display_name: mail
+                .from()
+                .and_then(|from| from.first())
+                .and_then(|address| address.name())
+                .map(str::to_string),
+            text: full,
+            attachments: Vec::new(),
+            sent_at,
+            context: ReplyContext {
+                reply_to: Some(platform_id),
+                subject: Some(subject),
+                references,
+                ..Default::default()
+            },
+            conversation: None,
+            pressed: false,
+        },
+        attachments: kept.saved,
+        ignore,
+    })
+}
+
+/// The thread's message ids, oldest first, ending with the parent and this message.
+fn references(mail: &mail_parser::Message<'_>, platform_id: &str) -> Vec<String> {
     let mut references: Vec<String> = mail
         .references()
         .as_text_list()
@@ -72,8 +115,13 @@ pub fn parse_mail(
     {
         references.push(format!("<{}>", parent.trim_matches(['<', '>'])));
     }
-    references.push(platform_id.clone());
+    references.push(platform_id.to_string());
 
+    references
+}
+
+/// The new text of the message, without the quoted history, cut at [`MAX_TEXT_CHARS`].
+fn new_text(mail: &mail_parser::Message<'_>) -> String {
     let body = mail
         .body_text(0)
         .map(|text| text.into_owned())
@@ -86,7 +134,21 @@ pub fn parse_mail(
             "\n[message cut: showing {MAX_TEXT_CHARS} of {total} characters]"
         ));
     }
+    text
+}
 
+/// The attachments kept, and one note per attachment for the text: where it was saved,
+/// or why it was not.
+struct KeptAttachments {
+    saved: Vec<(std::path::PathBuf, Vec<u8>)>,
+    notes: Vec<String>,
+}
+
+fn keep_attachments(
+    settings: &EmailSettings,
+    mail: &mail_parser::Message<'_>,
+    platform_id: &str,
+) -> KeptAttachments {
     let mut saved = Vec::new();
     let mut notes = Vec::new();
     for (index, part) in mail.attachments().enumerate() {
@@ -120,7 +182,7 @@ pub fn parse_mail(
             ));
             continue;
         }
-        let path = attachments::relative_path(&settings.channel, &platform_id, index, &reference);
+        let path = attachments::relative_path(&settings.channel, platform_id, index, &reference);
         notes.push(format!(
             "[file attachment ({}, {} bytes) saved as {}]",
             reference.mime_type,
@@ -129,51 +191,22 @@ pub fn parse_mail(
         ));
         saved.push((path, contents.to_vec()));
     }
+    KeptAttachments { saved, notes }
+}
+
+/// The subject, the text, then the attachment notes.
+fn full_text(subject: &str, text: &str, notes: Vec<String>) -> String {
     let mut full = if subject.is_empty() {
         String::new()
     } else {
         format!("Subject: {subject}\n\n")
     };
-    full.push_str(&text);
+    full.push_str(text);
     for note in notes {
         full.push('\n');
         full.push_str(&note);
     }
-
-    let ignore = automatic_reason(&mail, from, &settings.address);
-    let sent_at = mail
-        .date()
-        .and_then(|date| jiff::Timestamp::from_second(date.to_timestamp()).ok())
-        .unwrap_or_else(jiff::Timestamp::now)
-        .to_string();
-    Ok(ParsedMail {
-        message: InboundMessage {
-            channel: settings.channel.clone(),
-            kind: ChannelKind::Email,
-            platform_id: platform_id.clone(),
-            sender,
-            sender_verified: false,
-            unverified_origin: None,
-            display_name: mail
-                .from()
-                .and_then(|from| from.first())
-                .and_then(|address| address.name())
-                .map(str::to_string),
-            text: full,
-            attachments: Vec::new(),
-            sent_at,
-            context: ReplyContext {
-                reply_to: Some(platform_id),
-                subject: Some(subject),
-                references,
-                ..Default::default()
-            },
-            conversation: None,
-            pressed: false,
-        },
-        attachments: saved,
-        ignore,
-    })
+    full
 }
 
 /// Why a message is machine-sent and must get no answer, if it is.

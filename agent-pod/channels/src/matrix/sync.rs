@@ -358,127 +358,159 @@ impl SyncConnection {
             return Ok(batch);
         };
         for (room, update) in joined {
-            let mut timeline: Vec<Value> = update["timeline"]["events"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if update["timeline"]["limited"] == true
-                && let Some(previous) = update["timeline"]["prev_batch"].as_str()
-            {
-                match self.gap(room, previous, since).await {
-                    Ok(mut gap) => {
-                        gap.append(&mut timeline);
-                        timeline = gap;
-                    }
-                    // Refused for good (the bot left the room meanwhile): what the sync
-                    // brought is still read.
-                    Err(SendError::Permanent { reason }) => {
-                        tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a gap in a room's timeline could not be read")
-                    }
-                    Err(error) => return Err(error),
-                }
-            }
-            let state_events = update["state"]["events"].as_array().into_iter().flatten();
-            let changed = state_events.clone().chain(timeline.iter()).any(|event| {
+            self.room_messages(sink, room, update, since, &mut batch)
+                .await?;
+        }
+        Ok(batch)
+    }
+
+    /// One joined room's part of a sync answer, added to `batch`.
+    async fn room_messages(
+        &self,
+        sink: &dyn InboxSink,
+        room: &str,
+        update: &Value,
+        since: &str,
+        batch: &mut Batch,
+    ) -> Result<(), SendError> {
+        let timeline = self.timeline(room, update, since).await?;
+        let encryption_seen = self.note_room_changes(room, update, &timeline).await;
+        let new = &timeline[first_new(&timeline, self.settings.user())..];
+        let from_others: Vec<&Value> = new
+            .iter()
+            .filter(|event| {
                 matches!(
                     event["type"].as_str(),
-                    Some("m.room.member" | "m.room.name" | "m.room.encryption")
-                )
-            });
-            if changed {
-                self.state.lock().await.rooms.remove(room);
+                    Some("m.room.message" | "m.room.encrypted")
+                ) && event["sender"] != self.settings.user()
+            })
+            .collect();
+        batch
+            .withdrawn
+            .extend(redacted_ids(new).iter().map(|id| id.to_string()));
+        if from_others.is_empty() && !encryption_seen {
+            return Ok(());
+        }
+        let Some(LookedUp { info, looked_up }) = self.looked_up(room).await? else {
+            return Ok(());
+        };
+        if info.encrypted || encryption_seen {
+            match self.tell_encrypted(room).await {
+                Ok(()) if looked_up => self.room_succeeded(room).await,
+                Ok(()) => {}
+                // The notice is told next time.
+                Err(error) => self.room_failed(room, error).await?,
             }
-            if state_events.clone().chain(timeline.iter()).any(|event| {
-                event["type"] == "m.room.member" && event["state_key"] != self.settings.user()
-            }) {
-                // Someone joined or left: a direct room found for a message may no
-                // longer be one.
-                self.api.forget_direct_room(room);
-            }
-            let encryption_seen = state_events
-                .chain(timeline.iter())
-                .any(|event| event["type"] == "m.room.encryption")
-                || timeline
+            // Recorded, so each has its outcome; never answered.
+            batch.messages.extend(
+                from_others
                     .iter()
-                    .any(|event| event["type"] == "m.room.encrypted");
-            let new = &timeline[first_new(&timeline, self.settings.user())..];
-            let from_others: Vec<&Value> = new
-                .iter()
-                .filter(|event| {
-                    matches!(
-                        event["type"].as_str(),
-                        Some("m.room.message" | "m.room.encrypted")
-                    ) && event["sender"] != self.settings.user()
-                })
-                .collect();
-            // A redaction's target is `redacts` (room versions up to 10) or
-            // `content.redacts` (11 and later).
-            let redacted: HashSet<&str> = new
-                .iter()
-                .filter(|event| event["type"] == "m.room.redaction")
-                .filter_map(|event| {
-                    event["redacts"]
-                        .as_str()
-                        .or_else(|| event["content"]["redacts"].as_str())
-                })
-                .collect();
-            batch
-                .withdrawn
-                .extend(redacted.iter().map(|id| id.to_string()));
-            if from_others.is_empty() && !encryption_seen {
+                    .filter_map(|event| self.unread(room, event, ENCRYPTED_REASON)),
+            );
+            return Ok(());
+        }
+        if looked_up {
+            self.room_succeeded(room).await;
+        }
+        for event in from_others {
+            if event["type"] != "m.room.message" {
                 continue;
             }
-            let mut looked_up = true;
-            let info = match self.room_info(room).await {
-                Ok(info) => info,
-                // A room the bot can no longer read (it left or was removed) must not
-                // hold up every other room: its messages are skipped.
-                Err(SendError::Permanent { reason }) => {
-                    tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a room's members could not be read; its messages are skipped");
-                    continue;
+            if let Some(message) = self.inbound(sink, room, &info, event).await {
+                batch.messages.push(message);
+            }
+        }
+        Ok(())
+    }
+
+    /// A room's timeline in the sync answer, with the gap before it filled when the
+    /// answer was limited.
+    async fn timeline(
+        &self,
+        room: &str,
+        update: &Value,
+        since: &str,
+    ) -> Result<Vec<Value>, SendError> {
+        let mut timeline: Vec<Value> = update["timeline"]["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if update["timeline"]["limited"] == true
+            && let Some(previous) = update["timeline"]["prev_batch"].as_str()
+        {
+            match self.gap(room, previous, since).await {
+                Ok(mut gap) => {
+                    gap.append(&mut timeline);
+                    timeline = gap;
                 }
-                // A homeserver error on this room alone, again and again: its messages
-                // are read without what could not be looked up (a room not known to be
-                // direct is a group; not known to be encrypted unless the batch shows
-                // it), and it is looked up again next time.
-                Err(error) => {
-                    self.room_failed(room, error).await?;
-                    looked_up = false;
-                    RoomInfo {
+                // Refused for good (the bot left the room meanwhile): what the sync
+                // brought is still read.
+                Err(SendError::Permanent { reason }) => {
+                    tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a gap in a room's timeline could not be read")
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(timeline)
+    }
+
+    /// Forgets what a room's state events changed (its cached members, name and
+    /// encryption; whether it is direct); returns whether the batch shows encryption.
+    async fn note_room_changes(&self, room: &str, update: &Value, timeline: &[Value]) -> bool {
+        let state_events = update["state"]["events"].as_array().into_iter().flatten();
+        let changed = state_events.clone().chain(timeline.iter()).any(|event| {
+            matches!(
+                event["type"].as_str(),
+                Some("m.room.member" | "m.room.name" | "m.room.encryption")
+            )
+        });
+        if changed {
+            self.state.lock().await.rooms.remove(room);
+        }
+        if state_events.clone().chain(timeline.iter()).any(|event| {
+            event["type"] == "m.room.member" && event["state_key"] != self.settings.user()
+        }) {
+            // Someone joined or left: a direct room found for a message may no
+            // longer be one.
+            self.api.forget_direct_room(room);
+        }
+        state_events
+            .chain(timeline.iter())
+            .any(|event| event["type"] == "m.room.encryption")
+            || timeline
+                .iter()
+                .any(|event| event["type"] == "m.room.encrypted")
+    }
+
+    /// The room's members, name and encryption; `None` when its messages are skipped.
+    async fn looked_up(&self, room: &str) -> Result<Option<LookedUp>, SendError> {
+        match self.room_info(room).await {
+            Ok(info) => Ok(Some(LookedUp {
+                info,
+                looked_up: true,
+            })),
+            // A room the bot can no longer read (it left or was removed) must not
+            // hold up every other room: its messages are skipped.
+            Err(SendError::Permanent { reason }) => {
+                tracing::warn!(channel = %self.settings.channel, %room, %reason, "matrix: a room's members could not be read; its messages are skipped");
+                Ok(None)
+            }
+            // A homeserver error on this room alone, again and again: its messages
+            // are read without what could not be looked up (a room not known to be
+            // direct is a group; not known to be encrypted unless the batch shows
+            // it), and it is looked up again next time.
+            Err(error) => {
+                self.room_failed(room, error).await?;
+                Ok(Some(LookedUp {
+                    info: RoomInfo {
                         members: HashMap::new(),
                         name: None,
                         encrypted: false,
-                    }
-                }
-            };
-            if info.encrypted || encryption_seen {
-                match self.tell_encrypted(room).await {
-                    Ok(()) if looked_up => self.room_succeeded(room).await,
-                    Ok(()) => {}
-                    // The notice is told next time.
-                    Err(error) => self.room_failed(room, error).await?,
-                }
-                // Recorded, so each has its outcome; never answered.
-                batch.messages.extend(
-                    from_others
-                        .iter()
-                        .filter_map(|event| self.unread(room, event, ENCRYPTED_REASON)),
-                );
-                continue;
-            }
-            if looked_up {
-                self.room_succeeded(room).await;
-            }
-            for event in from_others {
-                if event["type"] != "m.room.message" {
-                    continue;
-                }
-                if let Some(message) = self.inbound(sink, room, &info, event).await {
-                    batch.messages.push(message);
-                }
+                    },
+                    looked_up: false,
+                }))
             }
         }
-        Ok(batch)
     }
 
     /// A message that is recorded but cannot be read (`reason` says why), with no text.
@@ -665,36 +697,7 @@ impl SyncConnection {
         } else {
             body
         };
-        let (text, attachments) = match msgtype {
-            "m.image" | "m.file" | "m.audio" | "m.video" => {
-                let file_name = content["filename"].as_str();
-                // With a `filename`, a different `body` is the caption.
-                let caption = match file_name {
-                    Some(name) if name != body => body.to_string(),
-                    _ => String::new(),
-                };
-                let attachment = content["url"]
-                    .as_str()
-                    .filter(|url| url.starts_with("mxc://"))
-                    .map(|url| AttachmentRef {
-                        id: url.to_string(),
-                        kind: match msgtype {
-                            "m.image" => "image",
-                            "m.audio" => "audio",
-                            "m.video" => "video",
-                            _ => "document",
-                        }
-                        .to_string(),
-                        mime_type: content["info"]["mimetype"]
-                            .as_str()
-                            .unwrap_or("application/octet-stream")
-                            .to_string(),
-                        file_name: file_name.or(Some(body)).map(str::to_string),
-                    });
-                (caption, attachment.into_iter().collect())
-            }
-            _ => (body.to_string(), Vec::new()),
-        };
+        let MessageBody { text, attachments } = message_body(content, msgtype, body);
         if text.trim().is_empty() && attachments.is_empty() && !redacted {
             return None;
         }
@@ -712,16 +715,7 @@ impl SyncConnection {
             return self.unread(room, event, REDACTED_REASON);
         }
         if !direct {
-            let display_name = self.state.lock().await.display_name.clone();
-            let mut addressed = mentions(
-                content,
-                &text,
-                self.settings.user(),
-                display_name.as_deref(),
-            );
-            if !addressed && let Some(replied) = replied {
-                addressed = self.api.sent_by_bot(room, replied).await;
-            }
+            let addressed = self.addressed(room, content, &text, replied).await;
             let known = sink.is_contact(&sender);
             if let Some(reason) = self.settings.group_rules.skip_reason(addressed, known) {
                 tracing::debug!(%channel, %room, %event_id, %reason, "matrix: room message skipped");
@@ -757,6 +751,84 @@ impl SyncConnection {
         };
         Some((message, None))
     }
+
+    /// Whether a room message addresses the bot: it mentions the bot, or replies to a
+    /// message the bot sent.
+    async fn addressed(
+        &self,
+        room: &str,
+        content: &Value,
+        text: &str,
+        replied: Option<&str>,
+    ) -> bool {
+        let display_name = self.state.lock().await.display_name.clone();
+        let mut addressed = mentions(content, text, self.settings.user(), display_name.as_deref());
+        if !addressed && let Some(replied) = replied {
+            addressed = self.api.sent_by_bot(room, replied).await;
+        }
+        addressed
+    }
+}
+
+/// A room's information for reading its messages, and whether it could be looked up
+/// (otherwise it is blank).
+struct LookedUp {
+    info: RoomInfo,
+    looked_up: bool,
+}
+
+/// The events that `events` redact. A redaction's target is `redacts` (room versions
+/// up to 10) or `content.redacts` (11 and later).
+fn redacted_ids(events: &[Value]) -> HashSet<&str> {
+    events
+        .iter()
+        .filter(|event| event["type"] == "m.room.redaction")
+        .filter_map(|event| {
+            event["redacts"]
+                .as_str()
+                .or_else(|| event["content"]["redacts"].as_str())
+        })
+        .collect()
+}
+
+/// A message's text and attachment: a file's caption and the file, else its body.
+struct MessageBody {
+    text: String,
+    attachments: Vec<AttachmentRef>,
+}
+
+fn message_body(content: &Value, msgtype: &str, body: &str) -> MessageBody {
+    let (text, attachments) = match msgtype {
+        "m.image" | "m.file" | "m.audio" | "m.video" => {
+            let file_name = content["filename"].as_str();
+            // With a `filename`, a different `body` is the caption.
+            let caption = match file_name {
+                Some(name) if name != body => body.to_string(),
+                _ => String::new(),
+            };
+            let attachment = content["url"]
+                .as_str()
+                .filter(|url| url.starts_with("mxc://"))
+                .map(|url| AttachmentRef {
+                    id: url.to_string(),
+                    kind: match msgtype {
+                        "m.image" => "image",
+                        "m.audio" => "audio",
+                        "m.video" => "video",
+                        _ => "document",
+                    }
+                    .to_string(),
+                    mime_type: content["info"]["mimetype"]
+                        .as_str()
+                        .unwrap_or("application/octet-stream")
+                        .to_string(),
+                    file_name: file_name.or(Some(body)).map(str::to_string),
+                });
+            (caption, attachment.into_iter().collect())
+        }
+        _ => (body.to_string(), Vec::new()),
+    };
+    MessageBody { text, attachments }
 }
 
 /// When the homeserver says an event was sent (RFC 3339).

@@ -81,14 +81,7 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
     if event.get("bot_id").is_some_and(|id| !id.is_null()) {
         return skipped(format!("{platform_id}: written by a bot"));
     }
-    let bot_user = reader.bot_user_id.map(str::to_string).or_else(|| {
-        payload["authorizations"]
-            .as_array()?
-            .iter()
-            .find(|authorization| authorization["is_bot"] == true)?["user_id"]
-            .as_str()
-            .map(str::to_string)
-    });
+    let bot_user = bot_user_id(reader, payload);
     let user = text_of("user");
     if bot_user.as_deref() == Some(user) {
         return skipped(format!("{platform_id}: the bot's own message"));
@@ -127,35 +120,12 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
     if text.is_empty() && attachments.is_empty() {
         return skipped(format!("{platform_id}: no text and no files"));
     }
-    let sent_at = ts
-        .split('.')
-        .next()
-        .and_then(|seconds| seconds.parse::<i64>().ok())
-        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
-        .unwrap_or_else(jiff::Timestamp::now)
-        .to_string();
-    let (conversation, thread) = if direct {
-        // A direct message is answered in the direct channel, in its thread if it had one.
-        (None, thread.map(str::to_string))
-    } else {
-        // In a channel the bot answers in the thread the message started or is in.
-        let root = thread.unwrap_or(ts);
-        (
-            Some(Conversation {
-                id: format!("{channel}/{root}"),
-                title: None,
-            }),
-            Some(root.to_string()),
-        )
-    };
-    let display_name = ["display_name", "real_name"]
-        .iter()
-        .find_map(|key| {
-            event["user_profile"][key]
-                .as_str()
-                .filter(|name| !name.is_empty())
-        })
-        .map(str::to_string);
+    let sent_at = sent_at(ts);
+    let Answered {
+        conversation,
+        thread,
+    } = answered_in(direct, channel, ts, thread);
+    let display_name = display_name(event);
     EventOutcome::Message(Box::new(InboundMessage {
         channel: reader.channel.to_string(),
         kind: ChannelKind::Slack,
@@ -177,6 +147,67 @@ pub fn parse_event(reader: &EventReader<'_>, payload: &Value) -> EventOutcome {
         conversation,
         pressed: false,
     }))
+}
+
+/// The bot user's member id: the reader's, else the one the payload's
+/// `authorizations` name.
+fn bot_user_id(reader: &EventReader<'_>, payload: &Value) -> Option<String> {
+    reader.bot_user_id.map(str::to_string).or_else(|| {
+        payload["authorizations"]
+            .as_array()?
+            .iter()
+            .find(|authorization| authorization["is_bot"] == true)?["user_id"]
+            .as_str()
+            .map(str::to_string)
+    })
+}
+
+/// When the message was sent: the seconds of its `ts`, else now.
+fn sent_at(ts: &str) -> String {
+    ts.split('.')
+        .next()
+        .and_then(|seconds| seconds.parse::<i64>().ok())
+        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        .unwrap_or_else(jiff::Timestamp::now)
+        .to_string()
+}
+
+/// Where a message is answered: its conversation (none for a direct message) and the
+/// thread the answer goes to.
+struct Answered {
+    conversation: Option<Conversation>,
+    thread: Option<String>,
+}
+
+fn answered_in(direct: bool, channel: &str, ts: &str, thread: Option<&str>) -> Answered {
+    if direct {
+        // A direct message is answered in the direct channel, in its thread if it had one.
+        return Answered {
+            conversation: None,
+            thread: thread.map(str::to_string),
+        };
+    }
+    // In a channel the bot answers in the thread the message started or is in.
+    let root = thread.unwrap_or(ts);
+    Answered {
+        conversation: Some(Conversation {
+            id: format!("{channel}/{root}"),
+            title: None,
+        }),
+        thread: Some(root.to_string()),
+    }
+}
+
+/// The sender's display name, else their real name, from the event's profile.
+fn display_name(event: &Value) -> Option<String> {
+    ["display_name", "real_name"]
+        .iter()
+        .find_map(|key| {
+            event["user_profile"][key]
+                .as_str()
+                .filter(|name| !name.is_empty())
+        })
+        .map(str::to_string)
 }
 
 /// The text without the bot's mentions (`<@U…>`, `<@U…|name>`), each with one adjacent

@@ -16,14 +16,19 @@ use std::{
 use rand::Rng;
 use saint_config::UnpricedModels;
 use saint_llm::{
-    CancellationToken, ChatRequest, ClientOptions, ContentBlock, LlmError, Message, StreamEvent,
+    CancellationToken, ChatRequest, ClientOptions, ContentBlock, LlmClient, LlmError, Message,
+    StreamEvent,
 };
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Called, Charge, TurnState};
 use crate::{
     budget::{self, OverBudget, Reservation},
     metering::{self, ModelAttemptRecord},
-    runtime::{ModelSetupError, Runtime, TurnError, TurnEvent, model::ModelChain},
+    runtime::{
+        ModelSetupError, Runtime, TurnError, TurnEvent,
+        model::{ChainEntry, ModelChain},
+    },
 };
 
 /// What an attempt's failure means for the chain.
@@ -198,6 +203,117 @@ enum Place {
     OverBudget,
 }
 
+/// One model call as every attempt makes it.
+struct CallRequest<'r> {
+    /// The primary's request; fallbacks call their own model with it.
+    request: &'r ChatRequest,
+    prompt_tokens: u64,
+    cancel: &'r CancellationToken,
+    /// Whether text deltas are sent to the client as they arrive.
+    stream_text: bool,
+}
+
+/// What one model call carries from attempt to attempt, across the chain's entries.
+struct ChainRun {
+    deadline: Instant,
+    shown: Shown,
+    /// Attempts so far, over every entry.
+    attempt: u32,
+    last_error: Option<LlmError>,
+    /// The endpoint of the last attempt, for the person told about trouble.
+    last_address: String,
+}
+
+impl ChainRun {
+    fn start(chain: &ModelChain) -> Self {
+        let started = Instant::now();
+        Self {
+            deadline: started + Duration::from_secs(chain.failover.deadline_seconds),
+            shown: Shown::default(),
+            attempt: 0,
+            last_error: None,
+            last_address: String::new(),
+        }
+    }
+}
+
+/// How one entry of the chain ended.
+enum EntryEnd {
+    /// The call is over: answered, or refused by the budget.
+    Called(Called),
+    /// The entry gave up with this outcome label; the next entry follows.
+    Failed(&'static str),
+}
+
+/// An attempt's result, and whether it produced any output before it ended.
+struct Attempted {
+    result: Result<saint_llm::ChatResponse, LlmError>,
+    emitted: bool,
+}
+
+/// The request of one attempt: the entry's model, and when an earlier attempt was cut
+/// after text reached the person, that text to continue from. The common case borrows
+/// the request: a healthy primary costs no copy.
+fn attempt_request<'r>(
+    request: &'r ChatRequest,
+    model: &str,
+    shown: &Shown,
+) -> Cow<'r, ChatRequest> {
+    if model == request.model && !shown.resuming() {
+        return Cow::Borrowed(request);
+    }
+    let mut owned = request.clone();
+    owned.model = model.to_string();
+    if shown.resuming() {
+        owned
+            .messages
+            .push(Message::assistant_text(shown.prefill()));
+    }
+    Cow::Owned(owned)
+}
+
+/// Makes one attempt, sending the client only text the person has not been sent yet.
+async fn stream_attempt(
+    client: &LlmClient,
+    request: &ChatRequest,
+    events: Option<&UnboundedSender<TurnEvent>>,
+    shown: &mut Shown,
+    call: &CallRequest<'_>,
+) -> Attempted {
+    let stream_text = call.stream_text;
+    let mut emitted = false;
+    let result = {
+        let emitted = &mut emitted;
+        let mut on_event = move |event: StreamEvent| {
+            *emitted = true;
+            if let StreamEvent::TextDelta(text) = event
+                && let Some(new) = shown.push(&text)
+                && stream_text
+                && let Some(events) = events
+            {
+                let _ = events.send(TurnEvent::TextDelta(new));
+            }
+        };
+        client
+            .complete_once(request, call.cancel, &mut on_event)
+            .await
+    };
+    Attempted { result, emitted }
+}
+
+/// A resumed call's answer carries the whole text the person was sent, not only the
+/// last attempt's continuation.
+fn with_shown_text(response: saint_llm::ChatResponse, shown: &Shown) -> saint_llm::ChatResponse {
+    if shown.resuming() {
+        saint_llm::ChatResponse {
+            message: with_text(response.message, shown.text()),
+            ..response
+        }
+    } else {
+        response
+    }
+}
+
 impl Runtime {
     /// Calls the model for `state`'s caller through the failover chain (see the module
     /// docs). `request.model` is the primary's model (the role's override); fallbacks
@@ -233,14 +349,14 @@ impl Runtime {
         cancel: &CancellationToken,
         stream_text: bool,
     ) -> Result<Called, TurnError> {
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(chain.failover.deadline_seconds);
-        let cool_down = Duration::from_secs(chain.failover.cool_down_seconds);
+        let call = CallRequest {
+            request,
+            prompt_tokens,
+            cancel,
+            stream_text,
+        };
+        let mut run = ChainRun::start(chain);
         state.model_calls += 1;
-        let mut shown = Shown::default();
-        let mut attempt: u32 = 0;
-        let mut last_error = None;
-        let mut last_address = String::new();
         // Each entry left, its model and how its last attempt ended: for the chain's
         // health report when every entry fails (no allocation while one answers).
         let mut failed: Vec<(String, String, &'static str)> = Vec::new();
@@ -251,161 +367,182 @@ impl Runtime {
             } else {
                 entry.model.as_str()
             };
-            let mut retries = 0;
-            // Left before any attempt: every key rests past the deadline.
-            let mut outcome = "rate_limited";
-            loop {
-                let (key, rest) = entry.pick_key(chain.now());
-                let client = entry.client(key);
-                last_address = client.endpoint().url();
-                if !rest.is_zero() {
-                    // Every key of this entry rests after a rate limit.
-                    if Instant::now() + rest > deadline {
-                        break;
-                    }
-                    self.pause(state, &last_address, last_error.as_ref(), rest, cancel)
-                        .await?;
-                }
-                attempt += 1;
-                let reservation = match self
-                    .reserve_attempt(state, model, prompt_tokens, request.max_tokens)
-                    .await?
-                {
-                    Place::Held(reservation) => reservation,
-                    Place::OverBudget => return Ok(Called::OverBudget),
-                };
-                shown.begin_attempt();
-                // The common case borrows the request: a healthy primary costs no copy.
-                let attempt_request = if model == request.model && !shown.resuming() {
-                    Cow::Borrowed(request)
-                } else {
-                    let mut owned = request.clone();
-                    owned.model = model.to_string();
-                    if shown.resuming() {
-                        owned
-                            .messages
-                            .push(Message::assistant_text(shown.prefill()));
-                    }
-                    Cow::Owned(owned)
-                };
-                let attempt_started = Instant::now();
-                let mut emitted = false;
-                let result = {
-                    let events = state.events;
-                    let shown = &mut shown;
-                    let emitted = &mut emitted;
-                    let mut on_event = move |event: StreamEvent| {
-                        *emitted = true;
-                        if let StreamEvent::TextDelta(text) = event
-                            && let Some(new) = shown.push(&text)
-                            && stream_text
-                            && let Some(events) = events
-                        {
-                            let _ = events.send(TurnEvent::TextDelta(new));
-                        }
-                    };
-                    client
-                        .complete_once(&attempt_request, cancel, &mut on_event)
-                        .await
-                };
-                let duration = attempt_started.elapsed();
-                state.model_time += duration;
-                let error = match result {
-                    Ok(response) => {
-                        entry.answered();
-                        self.chain_health.answered(&entry.label, model);
-                        self.metering
-                            .metrics
-                            .llm_entry_health(&entry.label, &entry.model, true);
-                        let response = if shown.resuming() {
-                            saint_llm::ChatResponse {
-                                message: with_text(response.message, shown.text()),
-                                ..response
-                            }
-                        } else {
-                            response
-                        };
-                        return Ok(self.answered(
-                            state,
-                            model,
-                            &entry.label,
-                            attempt,
-                            duration,
-                            response,
-                            reservation,
-                        ));
-                    }
-                    Err(error) => error,
-                };
-                // A failed attempt releases its reservation.
-                drop(reservation);
-                let label = outcome_label(&error, emitted);
-                outcome = label;
-                self.record_attempt(
-                    state,
-                    model,
-                    &entry.label,
-                    attempt,
-                    label,
-                    duration,
-                    Default::default(),
-                );
-                if matches!(error, LlmError::Cancelled) {
-                    return Err(error.into());
-                }
-                tracing::warn!(entry = %entry.label, model, attempt, outcome = label, %error, "model attempt failed");
-                let now = chain.now();
-                let step = next_step(&error);
-                if step == Step::CoolDown {
-                    entry.cool_down(now + cool_down, format!("{label}: {error}"));
-                    self.metering
-                        .metrics
-                        .llm_entry_health(&entry.label, &entry.model, false);
-                }
-                if step != Step::Retry {
-                    last_error = Some(error);
-                    break;
-                }
-                retries += 1;
-                if retries > chain.options.max_retries {
-                    last_error = Some(error);
-                    break;
-                }
-                let delay = if let LlmError::Status { status: 429, .. } = error {
-                    // The key rests for what the server asked; another key of the entry
-                    // may go at once (the next `pick_key` says how long to wait).
-                    let rest = error
-                        .retry_after()
-                        .unwrap_or_else(|| backoff(&chain.options, retries))
-                        .min(chain.options.max_retry_after);
-                    entry.limited(key, now, now + rest);
-                    Duration::ZERO
-                } else {
-                    let wait = backoff(&chain.options, retries);
-                    error.retry_after().map_or(wait, |after| {
-                        after.min(chain.options.max_retry_after).max(wait)
-                    })
-                };
-                last_error = Some(error);
-                if Instant::now() + delay > deadline {
-                    break;
-                }
-                if !delay.is_zero() {
-                    self.pause(state, &last_address, last_error.as_ref(), delay, cancel)
-                        .await?;
+            match self
+                .try_entry(state, chain, entry, model, &call, &mut run)
+                .await?
+            {
+                EntryEnd::Called(called) => return Ok(called),
+                EntryEnd::Failed(outcome) => {
+                    failed.push((entry.label.clone(), model.to_string(), outcome));
                 }
             }
-            failed.push((entry.label.clone(), model.to_string(), outcome));
         }
-        let error = last_error.unwrap_or(LlmError::Incomplete);
-        tracing::error!(attempts = attempt, %error, "every model of the failover chain failed");
+        let error = run.last_error.unwrap_or(LlmError::Incomplete);
+        tracing::error!(attempts = run.attempt, %error, "every model of the failover chain failed");
         self.chain_health.whole_chain_failed(&failed);
         state.emit(TurnEvent::ModelTrouble {
-            address: last_address,
+            address: run.last_address,
             error: error.to_string(),
             retry_in: None,
         });
         Err(error.into())
+    }
+
+    /// Attempts one entry of the chain, its keys in turn, until it answers, gives up, or
+    /// the next attempt would start past the chain's deadline.
+    async fn try_entry(
+        &self,
+        state: &mut TurnState<'_>,
+        chain: &ModelChain,
+        entry: &ChainEntry,
+        model: &str,
+        call: &CallRequest<'_>,
+        run: &mut ChainRun,
+    ) -> Result<EntryEnd, TurnError> {
+        let mut retries = 0;
+        // Left before any attempt: every key rests past the deadline.
+        let mut outcome = "rate_limited";
+        loop {
+            let (key, rest) = entry.pick_key(chain.now());
+            let client = entry.client(key);
+            run.last_address = client.endpoint().url();
+            if !rest.is_zero() {
+                // Every key of this entry rests after a rate limit.
+                if Instant::now() + rest > run.deadline {
+                    break;
+                }
+                self.pause(
+                    state,
+                    &run.last_address,
+                    run.last_error.as_ref(),
+                    rest,
+                    call.cancel,
+                )
+                .await?;
+            }
+            run.attempt += 1;
+            let reservation = match self
+                .reserve_attempt(state, model, call.prompt_tokens, call.request.max_tokens)
+                .await?
+            {
+                Place::Held(reservation) => reservation,
+                Place::OverBudget => return Ok(EntryEnd::Called(Called::OverBudget)),
+            };
+            run.shown.begin_attempt();
+            let attempt_request = attempt_request(call.request, model, &run.shown);
+            let attempt_started = Instant::now();
+            let attempted =
+                stream_attempt(client, &attempt_request, state.events, &mut run.shown, call).await;
+            let duration = attempt_started.elapsed();
+            state.model_time += duration;
+            let error = match attempted.result {
+                Ok(response) => {
+                    self.entry_answered(entry, model);
+                    let response = with_shown_text(response, &run.shown);
+                    return Ok(EntryEnd::Called(self.answered(
+                        state,
+                        model,
+                        &entry.label,
+                        run.attempt,
+                        duration,
+                        response,
+                        reservation,
+                    )));
+                }
+                Err(error) => error,
+            };
+            // A failed attempt releases its reservation.
+            drop(reservation);
+            let label = outcome_label(&error, attempted.emitted);
+            outcome = label;
+            self.record_attempt(
+                state,
+                model,
+                &entry.label,
+                run.attempt,
+                label,
+                duration,
+                Default::default(),
+            );
+            if matches!(error, LlmError::Cancelled) {
+                return Err(error.into());
+            }
+            tracing::warn!(entry = %entry.label, model, attempt = run.attempt, outcome = label, %error, "model attempt failed");
+            let delay = self.after_failure(chain, entry, key, &error, label, &mut retries);
+            run.last_error = Some(error);
+            let Some(delay) = delay else {
+                break;
+            };
+            if Instant::now() + delay > run.deadline {
+                break;
+            }
+            if !delay.is_zero() {
+                self.pause(
+                    state,
+                    &run.last_address,
+                    run.last_error.as_ref(),
+                    delay,
+                    call.cancel,
+                )
+                .await?;
+            }
+        }
+        Ok(EntryEnd::Failed(outcome))
+    }
+
+    /// An entry answered: it is healthy again, for the chain and its metrics.
+    fn entry_answered(&self, entry: &ChainEntry, model: &str) {
+        entry.answered();
+        self.chain_health.answered(&entry.label, model);
+        self.metering
+            .metrics
+            .llm_entry_health(&entry.label, &entry.model, true);
+    }
+
+    /// What a failed attempt means for its entry: cooled down, skipped, or retried after
+    /// the returned delay (`None`: the entry gives up). A rate-limited key rests for what
+    /// the server asked while the entry's other keys may go at once.
+    fn after_failure(
+        &self,
+        chain: &ModelChain,
+        entry: &ChainEntry,
+        key: usize,
+        error: &LlmError,
+        label: &str,
+        retries: &mut usize,
+    ) -> Option<Duration> {
+        let cool_down = Duration::from_secs(chain.failover.cool_down_seconds);
+        let now = chain.now();
+        let step = next_step(error);
+        if step == Step::CoolDown {
+            entry.cool_down(now + cool_down, format!("{label}: {error}"));
+            self.metering
+                .metrics
+                .llm_entry_health(&entry.label, &entry.model, false);
+        }
+        if step != Step::Retry {
+            return None;
+        }
+        *retries += 1;
+        if *retries > chain.options.max_retries {
+            return None;
+        }
+        let delay = if let LlmError::Status { status: 429, .. } = error {
+            // The key rests for what the server asked; another key of the entry
+            // may go at once (the next `pick_key` says how long to wait).
+            let rest = error
+                .retry_after()
+                .unwrap_or_else(|| backoff(&chain.options, *retries))
+                .min(chain.options.max_retry_after);
+            entry.limited(key, now, now + rest);
+            Duration::ZERO
+        } else {
+            let wait = backoff(&chain.options, *retries);
+            error.retry_after().map_or(wait, |after| {
+                after.min(chain.options.max_retry_after).max(wait)
+            })
+        };
+        Some(delay)
     }
 
     /// Tells whoever waits that the next attempt follows in `delay`, then waits.

@@ -225,6 +225,34 @@ async fn create_fleet(
     Ok(Instant::now())
 }
 
+/// The fleet being created: its progress watch, the count created so far, when the
+/// first create began, and the create task until it finished.
+struct Creation {
+    progress: ProgressWatch,
+    created: Arc<AtomicUsize>,
+    first_create: Instant,
+    creator: Option<tokio::task::JoinHandle<Result<Instant, Failure>>>,
+}
+
+/// How waiting for convergence ended.
+struct Converged {
+    /// When every bot was converged; `None` when the wait stopped first.
+    at: Option<Instant>,
+    /// Why the wait stopped, if it did.
+    outcome: Option<String>,
+    ready_reasons: BTreeMap<String, usize>,
+    /// When the last object was created.
+    last_create: Option<Instant>,
+}
+
+/// What the steady window is measured from.
+struct SteadyWindow {
+    converged_at: Instant,
+    operator_started: Instant,
+    /// The operator's counters at convergence.
+    after: Counters,
+}
+
 impl Bench {
     fn start_operator(
         &self,
@@ -266,13 +294,7 @@ impl Bench {
         let say = |text: String| self.progress.say(format!("N={bots}: {text}"));
         let namespace = namespace::create(&self.admin, &format!("fleet-{bots}"), true).await?;
         // A fresh token per size: a 1-hour token could expire in a long run.
-        let kubeconfig = service_account::kubeconfig(
-            &self.environment,
-            &self.admin,
-            &self.install.namespace,
-            &self.install.service_account,
-        )
-        .await?;
+        let kubeconfig = self.kubeconfig().await?;
         let mut operator = self.start_operator(&kubeconfig, bots)?;
         let mut sampler = RssSampler::start(operator.pid());
         let operator_started = Instant::now();
@@ -284,16 +306,123 @@ impl Bench {
             self.settings.concurrency
         ));
 
-        let progress = ProgressWatch::start(&self.admin, &namespace);
+        let mut creation = self.start_creating(&namespace, bots);
+        let converged = self
+            .converge(&mut operator, &sampler, &mut creation, &before, bots)
+            .await?;
+        let first_create = creation.first_create;
+        let after = operator.counters().await.unwrap_or_default();
+        let mut result = SizeResult {
+            bots,
+            objects: 4 * bots + 1,
+            create_seconds: converged
+                .last_create
+                .map_or(f64::NAN, |last| seconds_between(first_create, last)),
+            converged_seconds: converged.at.map(|at| seconds_between(first_create, at)),
+            outcome: converged
+                .outcome
+                .clone()
+                .unwrap_or_else(|| "converged".to_owned()),
+            ready_reasons: converged.ready_reasons,
+            convergence_reconciles: after.reconciles - before.reconciles,
+            convergence_api_requests: after
+                .api_requests
+                .zip(before.api_requests)
+                .map(|(after, before)| after - before),
+            ..SizeResult::default()
+        };
+
+        if let Some(converged_at) = converged.at {
+            let window = SteadyWindow {
+                converged_at,
+                operator_started,
+                after,
+            };
+            self.steady_window(&mut operator, &sampler, &mut result, window)
+                .await?;
+            for restart in 1..=self.settings.restarts {
+                operator.kill();
+                drop(sampler);
+                let kubeconfig = self.kubeconfig().await?;
+                operator = self.start_operator(&kubeconfig, bots)?;
+                sampler = RssSampler::start(operator.pid());
+                let resync = self.resync(&mut operator, &sampler, bots).await?;
+                say(format!(
+                    "resync {restart}/{}: first reconcile after {:.1} s, {bots} started after {:.1} s and finished after {:.1} s, peak RSS {:.1} MB, {} API requests for {:.0} reconciles",
+                    self.settings.restarts,
+                    resync.first_reconcile_seconds.unwrap_or(f64::NAN),
+                    resync.all_started_seconds.unwrap_or(f64::NAN),
+                    resync.all_finished_seconds.unwrap_or(f64::NAN),
+                    resync.peak_rss_megabytes,
+                    resync
+                        .api_requests
+                        .map_or("(not exported)".to_owned(), |requests| format!(
+                            "{requests:.0}"
+                        )),
+                    resync.reconciles
+                ));
+                result.resyncs.push(resync);
+            }
+        } else {
+            result.peak_rss_megabytes = peak(&sampler, operator_started, Instant::now());
+            say(format!(
+                "{}; skipping the steady window and the restarts",
+                result.outcome
+            ));
+        }
+
+        if let Some(task) = creation.creator.take() {
+            task.abort();
+        }
+        operator.kill();
+        drop(sampler);
+        self.delete_namespace(&namespace, bots).await?;
+        Ok(result)
+    }
+
+    /// A kubeconfig with a fresh token of the operator's service account.
+    async fn kubeconfig(&self) -> Result<std::path::PathBuf, Failure> {
+        Ok(service_account::kubeconfig(
+            &self.environment,
+            &self.admin,
+            &self.install.namespace,
+            &self.install.service_account,
+        )
+        .await?)
+    }
+
+    /// Starts watching the fleet's progress, then creating its objects.
+    fn start_creating(&self, namespace: &str, bots: usize) -> Creation {
+        let progress = ProgressWatch::start(&self.admin, namespace);
         let created = Arc::new(AtomicUsize::new(0));
         let first_create = Instant::now();
-        let mut creator = Some(tokio::spawn(create_fleet(
+        let creator = Some(tokio::spawn(create_fleet(
             self.admin.clone(),
-            namespace.clone(),
+            namespace.to_owned(),
             bots,
             self.settings.concurrency,
             created.clone(),
         )));
+        Creation {
+            progress,
+            created,
+            first_create,
+            creator,
+        }
+    }
+
+    /// Waits until every bot is created and converged, the operator's RSS passes its
+    /// limit, or the convergence timeout passes; says how it goes meanwhile.
+    async fn converge(
+        &self,
+        operator: &mut BenchOperator,
+        sampler: &RssSampler,
+        creation: &mut Creation,
+        before: &Counters,
+        bots: usize,
+    ) -> Result<Converged, Failure> {
+        let say = |text: String| self.progress.say(format!("N={bots}: {text}"));
+        let first_create = creation.first_create;
         let mut last_create = None;
         let mut last_progress = Instant::now();
         let mut outcome = None;
@@ -301,8 +430,11 @@ impl Bench {
         let converged_at = loop {
             tokio::time::sleep(CHECK_INTERVAL).await;
             operator.check_alive()?;
-            if creator.as_ref().is_some_and(|task| task.is_finished())
-                && let Some(task) = creator.take()
+            if creation
+                .creator
+                .as_ref()
+                .is_some_and(|task| task.is_finished())
+                && let Some(task) = creation.creator.take()
             {
                 let finished = task.await.map_err(|error| {
                     Failure::message(format!("the create task failed: {error}"))
@@ -314,7 +446,7 @@ impl Bench {
                 ));
                 last_create = Some(finished);
             }
-            let state = progress.state();
+            let state = creation.progress.state();
             let now = Instant::now();
             if let Ok(state) = &state {
                 ready_reasons = state.ready_reasons.clone();
@@ -352,7 +484,7 @@ impl Bench {
                 say(format!(
                     "t+{:.0} s: {} bots created, {}; RSS {rss:.0} MB; {:.0} reconciles",
                     seconds_between(first_create, now),
-                    created.load(Ordering::Relaxed),
+                    creation.created.load(Ordering::Relaxed),
                     state
                         .as_ref()
                         .map_or_else(String::clone, ToString::to_string),
@@ -360,99 +492,62 @@ impl Bench {
                 ));
             }
         };
-        let after = operator.counters().await.unwrap_or_default();
-        let mut result = SizeResult {
-            bots,
-            objects: 4 * bots + 1,
-            create_seconds: last_create
-                .map_or(f64::NAN, |last| seconds_between(first_create, last)),
-            converged_seconds: converged_at.map(|at| seconds_between(first_create, at)),
-            outcome: outcome.clone().unwrap_or_else(|| "converged".to_owned()),
+        Ok(Converged {
+            at: converged_at,
+            outcome,
             ready_reasons,
-            convergence_reconciles: after.reconciles - before.reconciles,
-            convergence_api_requests: after
-                .api_requests
-                .zip(before.api_requests)
-                .map(|(after, before)| after - before),
-            ..SizeResult::default()
-        };
+            last_create,
+        })
+    }
 
-        if let Some(converged_at) = converged_at {
-            say(format!(
-                "steady window: {} s of RSS samples",
-                self.settings.steady.as_secs()
-            ));
-            tokio::time::sleep(self.settings.steady).await;
-            operator.check_alive()?;
-            let steady_end = Instant::now();
-            let steady = operator.counters().await.unwrap_or(after);
-            result.steady_reconciles = steady.reconciles - after.reconciles;
-            let bytes_to_megabytes = |bytes: f64| bytes / (1024.0 * 1024.0);
-            result.steady_heap_allocated_megabytes = steady.heap_allocated.map(bytes_to_megabytes);
-            result.steady_heap_resident_megabytes = steady.heap_resident.map(bytes_to_megabytes);
-            result.steady_rss_megabytes = report::median(
-                sampler
-                    .between(converged_at, steady_end)
-                    .into_iter()
-                    .map(megabytes),
-            );
-            result.peak_rss_megabytes = peak(&sampler, operator_started, steady_end);
-            say(format!(
-                "RSS steady median {:.1} MB, peak {:.1} MB; {:.0} reconciles and {} API requests until converged, {:.0} reconciles in the steady window",
-                result.steady_rss_megabytes.unwrap_or(f64::NAN),
-                result.peak_rss_megabytes,
-                result.convergence_reconciles,
-                result
-                    .convergence_api_requests
-                    .map_or("(not exported)".to_owned(), |requests| format!(
-                        "{requests:.0}"
-                    )),
-                result.steady_reconciles
-            ));
-            for restart in 1..=self.settings.restarts {
-                operator.kill();
-                drop(sampler);
-                let kubeconfig = service_account::kubeconfig(
-                    &self.environment,
-                    &self.admin,
-                    &self.install.namespace,
-                    &self.install.service_account,
-                )
-                .await?;
-                operator = self.start_operator(&kubeconfig, bots)?;
-                sampler = RssSampler::start(operator.pid());
-                let resync = self.resync(&mut operator, &sampler, bots).await?;
-                say(format!(
-                    "resync {restart}/{}: first reconcile after {:.1} s, {bots} started after {:.1} s and finished after {:.1} s, peak RSS {:.1} MB, {} API requests for {:.0} reconciles",
-                    self.settings.restarts,
-                    resync.first_reconcile_seconds.unwrap_or(f64::NAN),
-                    resync.all_started_seconds.unwrap_or(f64::NAN),
-                    resync.all_finished_seconds.unwrap_or(f64::NAN),
-                    resync.peak_rss_megabytes,
-                    resync
-                        .api_requests
-                        .map_or("(not exported)".to_owned(), |requests| format!(
-                            "{requests:.0}"
-                        )),
-                    resync.reconciles
-                ));
-                result.resyncs.push(resync);
-            }
-        } else {
-            result.peak_rss_megabytes = peak(&sampler, operator_started, Instant::now());
-            say(format!(
-                "{}; skipping the steady window and the restarts",
-                result.outcome
-            ));
-        }
-
-        if let Some(task) = creator {
-            task.abort();
-        }
-        operator.kill();
-        drop(sampler);
-        self.delete_namespace(&namespace, bots).await?;
-        Ok(result)
+    /// The steady window after convergence: reconciles, heap and RSS while nothing
+    /// changes.
+    async fn steady_window(
+        &self,
+        operator: &mut BenchOperator,
+        sampler: &RssSampler,
+        result: &mut SizeResult,
+        window: SteadyWindow,
+    ) -> Result<(), Failure> {
+        let bots = result.bots;
+        let say = |text: String| self.progress.say(format!("N={bots}: {text}"));
+        let SteadyWindow {
+            converged_at,
+            operator_started,
+            after,
+        } = window;
+        say(format!(
+            "steady window: {} s of RSS samples",
+            self.settings.steady.as_secs()
+        ));
+        tokio::time::sleep(self.settings.steady).await;
+        operator.check_alive()?;
+        let steady_end = Instant::now();
+        let steady = operator.counters().await.unwrap_or(after);
+        result.steady_reconciles = steady.reconciles - after.reconciles;
+        let bytes_to_megabytes = |bytes: f64| bytes / (1024.0 * 1024.0);
+        result.steady_heap_allocated_megabytes = steady.heap_allocated.map(bytes_to_megabytes);
+        result.steady_heap_resident_megabytes = steady.heap_resident.map(bytes_to_megabytes);
+        result.steady_rss_megabytes = report::median(
+            sampler
+                .between(converged_at, steady_end)
+                .into_iter()
+                .map(megabytes),
+        );
+        result.peak_rss_megabytes = peak(sampler, operator_started, steady_end);
+        say(format!(
+            "RSS steady median {:.1} MB, peak {:.1} MB; {:.0} reconciles and {} API requests until converged, {:.0} reconciles in the steady window",
+            result.steady_rss_megabytes.unwrap_or(f64::NAN),
+            result.peak_rss_megabytes,
+            result.convergence_reconciles,
+            result
+                .convergence_api_requests
+                .map_or("(not exported)".to_owned(), |requests| format!(
+                    "{requests:.0}"
+                )),
+            result.steady_reconciles
+        ));
+        Ok(())
     }
 
     /// From the new process's start: time to the first reconcile, until as many

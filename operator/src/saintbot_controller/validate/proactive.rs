@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use saint_config::{
-    ActiveHours, ChannelKind, ContactConfig, HeartbeatConfig, HeartbeatWatch, RoleConfig,
-    SKILLS_MOUNT_PATH, ScheduleConfig, SkillsConfig, clock_minutes, is_known_timezone,
+    ActiveHours, ChannelKind, ContactConfig, ContactSlug, HeartbeatConfig, HeartbeatWatch,
+    RoleConfig, SKILLS_MOUNT_PATH, ScheduleConfig, SkillsConfig, clock_minutes, is_known_timezone,
 };
 
 use super::ValidateError;
 use crate::crd::{
-    proactive::bounds,
+    proactive::{ActiveHoursSpec, HeartbeatWatchSpec, bounds},
     saintbot::{HeartbeatSpec, SaintBotSpec, ScheduleSpec},
 };
 
@@ -105,8 +105,31 @@ pub(super) fn render_heartbeat(
             role: heartbeat.role.clone(),
         });
     }
-    let mut notify = Vec::with_capacity(heartbeat.notify.len());
-    for name in &heartbeat.notify {
+    let notify = render_notify(&heartbeat.notify, contacts, identifier_kinds, channel_kinds)?;
+    let active_hours = heartbeat
+        .active_hours
+        .as_ref()
+        .map(render_active_hours)
+        .transpose()?;
+    let watch = heartbeat.watch.as_ref().map(render_watch).transpose()?;
+    Ok(Some(HeartbeatConfig {
+        every_seconds: heartbeat.every_seconds,
+        active_hours,
+        role: heartbeat.role.clone(),
+        notify,
+        watch,
+    }))
+}
+
+/// Whom the heartbeat notifies: Contacts the bot renders and can reach, each once.
+fn render_notify(
+    names: &[String],
+    contacts: &[ContactConfig],
+    identifier_kinds: &BTreeMap<String, BTreeSet<ChannelKind>>,
+    channel_kinds: &BTreeSet<ChannelKind>,
+) -> Result<Vec<ContactSlug>, ValidateError> {
+    let mut notify = Vec::with_capacity(names.len());
+    for name in names {
         let known = contacts
             .iter()
             .find(|contact| contact.slug.as_str() == name);
@@ -142,69 +165,61 @@ pub(super) fn render_heartbeat(
             notify.push(contact.slug.clone());
         }
     }
-    let active_hours = match &heartbeat.active_hours {
-        None => None,
-        Some(hours) => {
-            for (field, value) in [("start", &hours.start), ("end", &hours.end)] {
-                if clock_minutes(value).is_none() {
-                    return Err(invalid(
-                        format!("spec.heartbeat.activeHours.{field}"),
-                        format!("{value:?} is not a time of day as HH:MM (00:00 to 23:59)"),
-                    ));
-                }
-            }
-            if hours.start == hours.end {
-                return Err(invalid(
-                    "spec.heartbeat.activeHours",
-                    "start and end are equal, which leaves no active time",
-                ));
-            }
-            if let Some(zone) = &hours.time_zone {
-                check_timezone("spec.heartbeat.activeHours.timeZone", zone)?;
-            }
-            Some(ActiveHours {
-                start: hours.start.clone(),
-                end: hours.end.clone(),
-                timezone: hours.time_zone.clone(),
-            })
+    Ok(notify)
+}
+
+/// `spec.heartbeat.activeHours`: two times of day apart, in a known time zone.
+fn render_active_hours(hours: &ActiveHoursSpec) -> Result<ActiveHours, ValidateError> {
+    for (field, value) in [("start", &hours.start), ("end", &hours.end)] {
+        if clock_minutes(value).is_none() {
+            return Err(invalid(
+                format!("spec.heartbeat.activeHours.{field}"),
+                format!("{value:?} is not a time of day as HH:MM (00:00 to 23:59)"),
+            ));
         }
-    };
-    let watch = match &heartbeat.watch {
-        None => None,
-        Some(watch) => {
-            if let Some(file) = watch
-                .files
-                .iter()
-                .find(|file| !saint_config::is_workspace_relative(file))
-            {
-                return Err(invalid(
-                    "spec.heartbeat.watch.files",
-                    format!("{file:?} is not a relative path inside the workspace"),
-                ));
-            }
-            if let Some(url) = watch
-                .urls
-                .iter()
-                .find(|url| !saint_config::is_https_url(url))
-            {
-                return Err(invalid(
-                    "spec.heartbeat.watch.urls",
-                    format!("{url:?} is not an https:// URL with a host"),
-                ));
-            }
-            Some(HeartbeatWatch {
-                files: watch.files.clone(),
-                urls: watch.urls.clone(),
-            })
-        }
-    };
-    Ok(Some(HeartbeatConfig {
-        every_seconds: heartbeat.every_seconds,
-        active_hours,
-        role: heartbeat.role.clone(),
-        notify,
-        watch,
-    }))
+    }
+    if hours.start == hours.end {
+        return Err(invalid(
+            "spec.heartbeat.activeHours",
+            "start and end are equal, which leaves no active time",
+        ));
+    }
+    if let Some(zone) = &hours.time_zone {
+        check_timezone("spec.heartbeat.activeHours.timeZone", zone)?;
+    }
+    Ok(ActiveHours {
+        start: hours.start.clone(),
+        end: hours.end.clone(),
+        timezone: hours.time_zone.clone(),
+    })
+}
+
+/// `spec.heartbeat.watch`: workspace files and https:// URLs.
+fn render_watch(watch: &HeartbeatWatchSpec) -> Result<HeartbeatWatch, ValidateError> {
+    if let Some(file) = watch
+        .files
+        .iter()
+        .find(|file| !saint_config::is_workspace_relative(file))
+    {
+        return Err(invalid(
+            "spec.heartbeat.watch.files",
+            format!("{file:?} is not a relative path inside the workspace"),
+        ));
+    }
+    if let Some(url) = watch
+        .urls
+        .iter()
+        .find(|url| !saint_config::is_https_url(url))
+    {
+        return Err(invalid(
+            "spec.heartbeat.watch.urls",
+            format!("{url:?} is not an https:// URL with a host"),
+        ));
+    }
+    Ok(HeartbeatWatch {
+        files: watch.files.clone(),
+        urls: watch.urls.clone(),
+    })
 }
 
 /// `a, b` or `none`.
