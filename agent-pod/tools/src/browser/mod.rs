@@ -287,28 +287,12 @@ impl BrowserTool {
         if matches!(action, BrowserAction::Close) {
             self.end_session(&sandbox.scope, &owner);
         }
-        let BrowserAnswer { data, reply } = match answer {
-            Ok(answer) => answer,
-            Err(SandboxError::Refused {
-                code: "no_such_process",
-                message,
-            }) => {
-                self.end_session(&sandbox.scope, &owner);
-                return Err(ToolError::NotFound(message));
-            }
-            Err(SandboxError::Refused {
-                code: "limit_reached",
-                message,
-            }) => return Err(ToolError::Denied(message)),
-            Err(SandboxError::Refused {
-                code: "unsupported",
-                message,
-            }) => return Err(ToolError::Failed(message)),
-            Err(SandboxError::Refused { message, .. }) => {
-                return Err(ToolError::Failed(format!("the browser failed: {message}")));
-            }
-            Err(error) => return Err(unavailable(error)),
-        };
+        let answer = answer.map_err(runner_refusal);
+        if matches!(answer, Err(ToolError::NotFound(_))) {
+            // The runner has no browser for this owner any more: neither do we.
+            self.end_session(&sandbox.scope, &owner);
+        }
+        let BrowserAnswer { data, reply } = answer?;
         let after = counts(&egress);
         let mut metering = sandbox.metering;
         metering.insert("action".to_string(), json!(verb_label(input.action)));
@@ -385,6 +369,28 @@ fn checked_socket_directory(directory: &std::path::Path) -> Result<PathBuf, Tool
             "is not a directory of the agent's own that only it may write".to_string(),
         )),
         Err(error) => Err(refuse(format!("could not be read: {error}"))),
+    }
+}
+
+/// What the model is told when the runner refuses a browser action.
+fn runner_refusal(error: SandboxError) -> ToolError {
+    match error {
+        SandboxError::Refused {
+            code: "no_such_process",
+            message,
+        } => ToolError::NotFound(message),
+        SandboxError::Refused {
+            code: "limit_reached",
+            message,
+        } => ToolError::Denied(message),
+        SandboxError::Refused {
+            code: "unsupported",
+            message,
+        } => ToolError::Failed(message),
+        SandboxError::Refused { message, .. } => {
+            ToolError::Failed(format!("the browser failed: {message}"))
+        }
+        error => unavailable(error),
     }
 }
 
