@@ -19,7 +19,7 @@ use saint_agent::{
     budget::{self, SpendLedger},
     runtime::{Inbound, RuntimeOptions},
 };
-use saint_config::{Budget, BudgetPeriod, ChannelKind, ModelPrice};
+use saint_config::{Budget, BudgetPeriod, ChannelIdentity, ChannelKind, ModelPrice};
 use saint_llm::CancellationToken;
 use saint_scripted::llm::Reply;
 use serde_json::json;
@@ -166,8 +166,7 @@ async fn turns() -> (Vec<f64>, Vec<f64>) {
         ] {
             bot.llm.push(Reply::text("Sure, here you go."));
             let inbound = Inbound::direct(
-                ChannelKind::Telegram,
-                IVAN_TELEGRAM,
+                ChannelIdentity::parse(ChannelKind::Telegram, IVAN_TELEGRAM).expect("a user id"),
                 format!("question number {index}"),
             );
             let started = Instant::now();

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use common::*;
 use saint_agent::runtime::{Inbound, RuntimeOptions, TurnEvent};
-use saint_config::ChannelKind;
+use saint_config::{ChannelIdentity, ChannelKind};
 use saint_llm::CancellationToken;
 use saint_scripted::llm::{Reply, ScriptedLlm};
 use serde_json::{Value, json};
@@ -59,8 +59,8 @@ fn refused_url() -> String {
 
 fn inbound(index: usize) -> Inbound {
     Inbound::direct(
-        ChannelKind::Whatsapp,
-        format!("+38591{:07}", index % 50),
+        ChannelIdentity::parse(ChannelKind::Whatsapp, &format!("+38591{:07}", index % 50))
+            .expect("a phone number"),
         format!("question number {index}"),
     )
 }

@@ -16,7 +16,7 @@ use saint_agent::{
     runtime::{Inbound, RuntimeOptions},
     telemetry,
 };
-use saint_config::{ChannelKind, OtlpConfig};
+use saint_config::{ChannelIdentity, ChannelKind, OtlpConfig};
 use saint_llm::CancellationToken;
 use saint_scripted::llm::Reply;
 use serde_json::json;
@@ -43,8 +43,8 @@ async fn tool_turns(bot: &InProcess, count: usize, first: usize) -> Vec<f64> {
             .push(Reply::tool_call("read", json!({"path": "SOUL.md"})));
         bot.llm.push(Reply::text("Sure, here you go."));
         let inbound = Inbound::direct(
-            ChannelKind::Whatsapp,
-            format!("+38591{:07}", index % 50),
+            ChannelIdentity::parse(ChannelKind::Whatsapp, &format!("+38591{:07}", index % 50))
+                .expect("a phone number"),
             format!("question number {index}"),
         );
         let started = Instant::now();

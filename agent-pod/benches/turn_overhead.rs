@@ -15,7 +15,7 @@ use std::{
 
 use common::*;
 use saint_agent::runtime::{Inbound, RuntimeOptions};
-use saint_config::ChannelKind;
+use saint_config::{ChannelIdentity, ChannelKind};
 use saint_llm::{
     CancellationToken, ChatRequest, ClientOptions, Endpoint, LlmClient, Message, Provider,
 };
@@ -116,8 +116,8 @@ async fn measure_turns(bot: &InProcess, with_tool: bool) -> TurnSamples {
         bot.llm.push(Reply::text("Sure, here you go."));
         // 50 people, so transcripts grow to ~20 messages each as in a lively bot.
         let inbound = Inbound::direct(
-            ChannelKind::Whatsapp,
-            format!("+38591{:07}", index % 50),
+            ChannelIdentity::parse(ChannelKind::Whatsapp, &format!("+38591{:07}", index % 50))
+                .expect("a phone number"),
             format!("question number {index}"),
         );
         let started = Instant::now();

@@ -57,31 +57,65 @@ pub fn session_key(
     }
 }
 
-/// Builds the [`Caller`] for a message from `peer` on a channel of `kind`. The peer goes
+/// Builds the [`Caller`] for someone a request names as `peer` on a channel of `kind`
+/// (the HTTP API, the chat page): authenticated, speaking directly. The peer goes
 /// through the same [`ChannelIdentity::parse`] the operator rendered the links with.
 pub fn caller_for(
     config: &BotConfig,
     kind: ChannelKind,
     peer: &str,
 ) -> Result<Caller, IdentityError> {
-    caller_for_sender(config, kind, peer, true)
+    caller_for_message(config, &MessageSender::direct(&parse_peer(kind, peer)?))
 }
 
-/// Like [`caller_for`], for a sender the channel may not have authenticated: an
-/// unverified sender is a stranger (default role, own session) even when the identity
-/// names a contact, so a forged `From:` never gets the contact's role.
-pub fn caller_for_sender(
-    config: &BotConfig,
-    kind: ChannelKind,
-    peer: &str,
-    verified: bool,
-) -> Result<Caller, IdentityError> {
+/// `peer` on a channel of `kind` as a [`ChannelIdentity`], parsed by the rules the
+/// operator rendered the contacts with; an empty or malformed peer is refused.
+pub fn parse_peer(kind: ChannelKind, peer: &str) -> Result<ChannelIdentity, IdentityError> {
     if peer.trim().is_empty() {
         return Err(IdentityError::EmptyPeer);
     }
-    let identity = ChannelIdentity::parse(kind, peer).map_err(IdentityError::InvalidPeer)?;
-    let contact = linked_slug(config, &identity)
-        .filter(|_| verified)
+    ChannelIdentity::parse(kind, peer).map_err(IdentityError::InvalidPeer)
+}
+
+/// A channel message's sender, as the channel parsed and authenticated them, and what
+/// decides the message's session.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageSender<'a> {
+    /// Who the channel says sent it.
+    pub identity: &'a ChannelIdentity,
+    /// Whether the channel authenticated the sender; an unauthenticated one is a
+    /// stranger (default role, own session) even when the identity names a contact, so
+    /// a forged `From:` never gets the contact's role.
+    pub verified: bool,
+    /// For an unauthenticated sender, what the message proves about its origin.
+    pub unverified_origin: Option<&'a str>,
+    /// The group conversation it was said in: the channel's name and the
+    /// conversation's id.
+    pub conversation: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> MessageSender<'a> {
+    /// An authenticated sender speaking to the bot directly.
+    pub fn direct(identity: &'a ChannelIdentity) -> Self {
+        Self {
+            identity,
+            verified: true,
+            unverified_origin: None,
+            conversation: None,
+        }
+    }
+}
+
+/// The [`Caller`] for a channel message from `sender`: the contact their identity links
+/// to (only when the channel authenticated them), that contact's role, and the session
+/// the message belongs to ([`message_session`]), decided once, here.
+pub fn caller_for_message(
+    config: &BotConfig,
+    sender: &MessageSender<'_>,
+) -> Result<Caller, IdentityError> {
+    let identity = sender.identity;
+    let contact = linked_slug(config, identity)
+        .filter(|_| sender.verified)
         .and_then(|slug| config.contacts.iter().find(|contact| &contact.slug == slug));
     let (slug, display_name, role_name) = match contact {
         Some(contact) => (
@@ -90,7 +124,7 @@ pub fn caller_for_sender(
             contact.role.clone(),
         ),
         None => (
-            ContactSlug::for_stranger(&identity),
+            ContactSlug::for_stranger(identity),
             identity.to_string(),
             config.default_role.clone(),
         ),
@@ -100,14 +134,17 @@ pub fn caller_for_sender(
         .get(&role_name)
         .ok_or_else(|| IdentityError::MissingRole(role_name.clone()))?;
     let known = contact.is_some();
-    let session_key = session_key(config.sessions.dm_scope, known.then_some(&slug), &identity);
+    let session_key = message_session(
+        session_key(config.sessions.dm_scope, known.then_some(&slug), identity),
+        sender,
+    );
     Ok(Caller {
         slug: slug.into(),
         display_name,
         role_name,
         role: Arc::new(role.clone()),
         known,
-        identity: identity.into(),
+        identity: identity.to_string(),
         session_key: session_key.into(),
         trigger: saint_tools::Trigger::Message,
         depth: 0,
@@ -115,26 +152,20 @@ pub fn caller_for_sender(
     })
 }
 
-/// The session a channel message belongs to once its sender is `caller`: the group
-/// conversation's (`conversation` is the channel's name and the conversation's id) when
-/// it was said in one, whoever wrote; an unauthenticated sender's own per `origin`
-/// (mail claiming one address may come from several senders, and the address's owner
-/// signs); else the caller's. The dispatcher's lanes are these sessions too, so one
+/// The session a channel message belongs to: the group conversation's when it was said
+/// in one, whoever wrote; an unauthenticated sender's own per origin (mail claiming one
+/// address may come from several senders, and the address's owner signs); else the
+/// sender's `own` session. The dispatcher's lanes are these sessions too, so one
 /// session's messages are answered one at a time, in order, whatever channel they came
 /// on: a turn that is retried or resumed never finds a newer message of its session
 /// answered before it.
-pub fn message_session(
-    caller: &Caller,
-    verified: bool,
-    origin: Option<&str>,
-    conversation: Option<(&str, &str)>,
-) -> String {
-    match (conversation, origin) {
-        (Some((channel, id)), _) => SessionKey::for_conversation(channel, id).into(),
-        (None, Some(origin)) if !verified => {
-            SessionKey::for_unverified(&caller.identity, origin).into()
+fn message_session(own: SessionKey, sender: &MessageSender<'_>) -> SessionKey {
+    match (sender.conversation, sender.unverified_origin) {
+        (Some((channel, id)), _) => SessionKey::for_conversation(channel, id),
+        (None, Some(origin)) if !sender.verified => {
+            SessionKey::for_unverified(&sender.identity.to_string(), origin)
         }
-        (None, _) => caller.session_key.clone(),
+        (None, _) => own,
     }
 }
 
@@ -419,8 +450,15 @@ mod tests {
     #[test]
     fn an_unverified_sender_naming_the_owner_is_a_stranger() {
         let config = config();
-        let forged =
-            caller_for_sender(&config, ChannelKind::Email, "ana@acme.example", false).unwrap();
+        let ana = ChannelIdentity::parse(ChannelKind::Email, "ana@acme.example").unwrap();
+        let forged = caller_for_message(
+            &config,
+            &MessageSender {
+                verified: false,
+                ..MessageSender::direct(&ana)
+            },
+        )
+        .unwrap();
         assert_eq!(forged.role_name, "external");
         assert!(!forged.known);
         assert_ne!(
@@ -428,6 +466,47 @@ mod tests {
             caller_for(&config, ChannelKind::Email, "ana@acme.example")
                 .unwrap()
                 .session_key
+        );
+        // Its session is its own per origin, decided with the caller, never patched in.
+        let signed_elsewhere = caller_for_message(
+            &config,
+            &MessageSender {
+                verified: false,
+                unverified_origin: Some("dkim:mallory.example"),
+                ..MessageSender::direct(&ana)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            signed_elsewhere.session_key,
+            String::from(SessionKey::for_unverified(
+                "email:ana@acme.example",
+                "dkim:mallory.example"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_group_message_is_the_conversations_session_and_the_senders_role() {
+        let config = config();
+        let ana = ChannelIdentity::parse(ChannelKind::Email, "ana@acme.example").unwrap();
+        let in_group = caller_for_message(
+            &config,
+            &MessageSender {
+                conversation: Some(("team", "thread-1")),
+                ..MessageSender::direct(&ana)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            in_group.session_key,
+            String::from(SessionKey::for_conversation("team", "thread-1"))
+        );
+        assert_eq!(
+            in_group.role_name,
+            caller_for(&config, ChannelKind::Email, "ana@acme.example")
+                .unwrap()
+                .role_name
         );
     }
 

@@ -34,7 +34,7 @@ use saint_agent::{
     },
     session::SessionStore,
 };
-use saint_config::ChannelKind;
+use saint_config::{ChannelIdentity, ChannelKind};
 use saint_llm::{CancellationToken, ClientOptions};
 use saint_scripted::llm::{Reply, ScriptedLlm};
 use saint_tools::registry::ToolSet;
@@ -462,7 +462,10 @@ async fn streamed(chain: &Chain, text: &str) -> (String, String) {
     let reply = chain
         .runtime
         .handle(
-            Inbound::direct(ChannelKind::Whatsapp, ANA_WHATSAPP, text),
+            Inbound::direct(
+                ChannelIdentity::parse(ChannelKind::Whatsapp, ANA_WHATSAPP).unwrap(),
+                text,
+            ),
             Some(sender),
             CancellationToken::new(),
         )

@@ -137,8 +137,7 @@ async fn process(hub: &ChannelHub, runtime: &Runtime, row: InboxRow, abort: Canc
         }
     }
     let inbound = Inbound {
-        channel: row.message.kind,
-        peer: row.message.sender.peer().to_string(),
+        sender: row.message.sender.clone(),
         text,
         sender_verified: row.message.sender_verified,
         unverified_origin: row.message.unverified_origin.clone(),

@@ -133,7 +133,14 @@ async fn post_message(
             .get(header::ACCEPT)
             .and_then(|value| value.to_str().ok())
             .is_some_and(|accept| accept.contains("text/event-stream"));
-    let inbound = Inbound::direct(channel, request.peer, request.text);
+    let sender = match crate::identity::parse_peer(channel, &request.peer) {
+        Ok(sender) => sender,
+        Err(error) => {
+            outcome.refused(&state, &error.to_string()).await;
+            return Err(ApiError::Turn(TurnError::Identity(error)));
+        }
+    };
+    let inbound = Inbound::direct(sender, request.text);
     let (sender, receiver) = mpsc::unbounded_channel();
     let runtime = state.runtime.clone();
     // Its own token, so one turn can be stopped; shutdown still stops them all.

@@ -224,34 +224,29 @@ impl ChannelHub {
         }
     }
 
-    /// The lane `message` waits in for its turn: its session ([`identity::message_session`]),
+    /// The lane `message` waits in for its turn: its session ([`identity::caller_for_message`]),
     /// by the bot's current config, so a person's messages on every channel are answered
     /// one at a time, in order. A sender the config cannot resolve (their turn will say
     /// why) waits in their channel's lane.
     ///
-    /// [`identity::message_session`]: crate::identity::message_session
+    /// [`identity::caller_for_message`]: crate::identity::caller_for_message
     pub fn lane_of(&self, message: &InboundMessage) -> String {
         let Some(config) = self.live_config() else {
             return message.lane();
         };
-        let Ok(caller) = crate::identity::caller_for_sender(
-            &config,
-            message.kind,
-            message.sender.peer(),
-            message.sender_verified,
-        ) else {
-            return message.lane();
+        let sender = crate::identity::MessageSender {
+            identity: &message.sender,
+            verified: message.sender_verified,
+            unverified_origin: message.unverified_origin.as_deref(),
+            conversation: message
+                .conversation
+                .as_ref()
+                .map(|conversation| (message.channel.as_str(), conversation.id.as_str())),
         };
-        let conversation = message
-            .conversation
-            .as_ref()
-            .map(|conversation| (message.channel.as_str(), conversation.id.as_str()));
-        crate::identity::message_session(
-            &caller,
-            message.sender_verified,
-            message.unverified_origin.as_deref(),
-            conversation,
-        )
+        match crate::identity::caller_for_message(&config, &sender) {
+            Ok(caller) => caller.session_key,
+            Err(_) => message.lane(),
+        }
     }
 
     /// Whether `identity` belongs to a Contact, by the bot's current config.

@@ -18,7 +18,7 @@ mod voice;
 use parking_lot::Mutex;
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
-use saint_config::ChannelKind;
+use saint_config::ChannelIdentity;
 use saint_llm::{ClientOptions, LlmError, Usage};
 
 use self::session_cache::SessionCache;
@@ -87,10 +87,9 @@ impl Default for RuntimeOptions {
 /// An incoming message.
 #[derive(Clone, Debug)]
 pub struct Inbound {
-    /// Channel it came from.
-    pub channel: ChannelKind,
-    /// Sender id on that channel (phone number, address, user id).
-    pub peer: String,
+    /// Who sent it, as the channel parsed them (the same rules the operator rendered
+    /// the contacts with): carried typed from the channel to the turn's caller.
+    pub sender: ChannelIdentity,
     /// Message text.
     pub text: String,
     /// Whether the channel authenticated the sender; an unauthenticated one is served by
@@ -110,12 +109,11 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// A message from `peer` on `channel` whose channel authenticated the sender,
-    /// answered to the caller directly (no outbox).
-    pub fn direct(channel: ChannelKind, peer: impl Into<String>, text: impl Into<String>) -> Self {
+    /// A message from `sender`, whom the channel authenticated, answered to the caller
+    /// directly (no outbox).
+    pub fn direct(sender: ChannelIdentity, text: impl Into<String>) -> Self {
         Self {
-            channel,
-            peer: peer.into(),
+            sender,
             text: text.into(),
             sender_verified: true,
             unverified_origin: None,

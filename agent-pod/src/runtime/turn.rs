@@ -220,24 +220,21 @@ impl Runtime {
     ) -> Result<TurnReply, TurnError> {
         // Every message sees the newest valid config (a new Contact applies right away).
         let config = self.config.current();
-        let mut caller = identity::caller_for_sender(
-            &config,
-            inbound.channel,
-            &inbound.peer,
-            inbound.sender_verified,
-        )?;
         let conversation = inbound.delivery.as_ref().and_then(|delivery| {
             Some((
                 delivery.channel.as_str(),
                 delivery.conversation.as_ref()?.id.as_str(),
             ))
         });
-        caller.session_key = identity::message_session(
-            &caller,
-            inbound.sender_verified,
-            inbound.unverified_origin.as_deref(),
-            conversation,
-        );
+        let caller = identity::caller_for_message(
+            &config,
+            &identity::MessageSender {
+                identity: &inbound.sender,
+                verified: inbound.sender_verified,
+                unverified_origin: inbound.unverified_origin.as_deref(),
+                conversation,
+            },
+        )?;
         // A contact's answer to an approval request is decided here, not by the model. A
         // pressed button is such an answer from whoever pressed it, or nothing: a press
         // never reaches the model, and a stranger's is refused (and audited) like any
