@@ -22,12 +22,6 @@ LIMIT = 120
 # `path::function`: why it may be longer than LIMIT.
 ALLOWED = {
     "agent-pod/src/metering.rs::default": "the metric registration table: one register call per metric",
-    "agent-pod/config/src/validate.rs::validate": "not yet split (issue #39)",
-    "agent-pod/config/src/validate.rs::validate_approvals": "not yet split (issue #39)",
-    "agent-pod/sandbox/src/local.rs::bwrap_arguments": "not yet split (issue #39)",
-    "agent-pod/sandbox/src/local.rs::start": "not yet split (issue #39)",
-    "agent-pod/sandbox/src/kubernetes.rs::build_job": "not yet split (issue #39)",
-    "sandbox-image/runner/src/browser.rs::act": "not yet split (issue #39)",
 }
 
 # Module gates whose code is built for tests only.

@@ -473,12 +473,10 @@ async fn a_sandbox_cannot_replace_porters_socket_but_still_connects_to_it() {
     assert!(output.contains("Read-only file system"), "{output}");
     // ...yet connect() on the socket still works.
     assert!(output.contains("connected\n"), "{output}");
-    // Only Porter's directory and the sandbox's own; no other sandbox's socket.
-    assert!(output.contains("run=porter sandbox\n"), "{output}");
-    assert!(
-        output.contains("own=browser runner.sock token\n"),
-        "{output}"
-    );
+    // Only Porter's directory, the browser's socket directory (read-only, outside the
+    // sandbox's own) and the sandbox's own; no other sandbox's socket.
+    assert!(output.contains("run=browser porter sandbox\n"), "{output}");
+    assert!(output.contains("own=runner.sock token\n"), "{output}");
     assert!(output.contains("bob-hidden"), "{output}");
     assert_eq!(fs::metadata(&porter_socket).unwrap().ino(), before);
     assert!(

@@ -79,6 +79,46 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             found: config.schema_version.clone(),
         });
     }
+    validate_model(config)?;
+    if !config.roles.contains_key(&config.default_role) {
+        return Err(invalid(
+            "defaultRole",
+            format!("names role {:?}, which is not defined", config.default_role),
+        ));
+    }
+    for (name, role) in &config.roles {
+        validate_role(config, name, role)?;
+    }
+    validate_tool_prices(config)?;
+    validate_contacts(config)?;
+    if let Some(persona) = &config.persona
+        && !std::path::Path::new(&persona.directory).is_absolute()
+    {
+        return Err(invalid(
+            "persona.directory",
+            format!("{:?} must be an absolute path", persona.directory),
+        ));
+    }
+    validate_proactive(config)?;
+    validate_mcp(&config.mcp)?;
+    crate::media::check(&config.media).map_err(|(field, message)| invalid(field, message))?;
+    validate_telemetry(config)?;
+    if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
+    {
+        return Err(invalid(
+            "sandbox.jobTemplate",
+            "is required for the kubernetes backend",
+        ));
+    }
+    validate_transcription_price(config)?;
+    if let Some(speech) = &config.media.speech {
+        validate_speech_price(config, speech)?;
+    }
+    Ok(())
+}
+
+/// The model chain: a named model, named fallbacks with endpoints, a failover deadline.
+fn validate_model(config: &BotConfig) -> Result<(), ConfigError> {
     if config.model.name.trim().is_empty() {
         return Err(invalid("model.name", "must not be empty"));
     }
@@ -102,63 +142,70 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             "must be at least 1",
         ));
     }
-    if !config.roles.contains_key(&config.default_role) {
-        return Err(invalid(
-            "defaultRole",
-            format!("names role {:?}, which is not defined", config.default_role),
-        ));
-    }
-    for (name, role) in &config.roles {
-        for (list, patterns) in [("allow", &role.tools.allow), ("deny", &role.tools.deny)] {
-            if let Some(pattern) = patterns.iter().find(|p| !is_known_tool_pattern(p)) {
-                return Err(invalid(
-                    format!("roles.{name}.tools.{list}"),
-                    format!(
-                        "{pattern:?} is not a known tool, group:<name>, matching glob or \
-                         <mcp server>.<tool>"
-                    ),
-                ));
-            }
-        }
-        // Allowing a server nobody declared would silently allow nothing; denying one
-        // is harmless (a shared Role may deny servers other bots have).
-        if let Some(pattern) = role.tools.allow.iter().find(|pattern| {
-            mcp::pattern_server(pattern).is_some_and(|server| config.mcp.server(server).is_none())
-        }) {
+    Ok(())
+}
+
+/// One role: known tool patterns, declared MCP servers, bootstrap files, a budget ≥ 0,
+/// its approval rules, and memory it may read as files.
+fn validate_role(
+    config: &BotConfig,
+    name: &str,
+    role: &crate::RoleConfig,
+) -> Result<(), ConfigError> {
+    for (list, patterns) in [("allow", &role.tools.allow), ("deny", &role.tools.deny)] {
+        if let Some(pattern) = patterns.iter().find(|p| !is_known_tool_pattern(p)) {
             return Err(invalid(
-                format!("roles.{name}.tools.allow"),
+                format!("roles.{name}.tools.{list}"),
                 format!(
-                    "{pattern:?} names MCP server {:?}, which mcp.servers does not declare",
-                    mcp::pattern_server(pattern).unwrap_or_default()
+                    "{pattern:?} is not a known tool, group:<name>, matching glob or \
+                     <mcp server>.<tool>"
                 ),
             ));
         }
-        if let Some(file) = role
-            .bootstrap
-            .iter()
-            .find(|f| !BOOTSTRAP_FILES.contains(&f.as_str()))
-        {
-            return Err(invalid(
-                format!("roles.{name}.bootstrap"),
-                format!("{file:?} is not a bootstrap file (one of {BOOTSTRAP_FILES:?})"),
-            ));
-        }
-        if let Some(budget) = &role.budget
-            && !(budget.usd.is_finite() && budget.usd >= 0.0)
-        {
-            return Err(invalid(
-                format!("roles.{name}.budget.usd"),
-                "must be a number ≥ 0",
-            ));
-        }
-        validate_approvals(config, name, role)?;
-        if let Some((scope, file)) = role.memory_beyond_read() {
-            return Err(invalid(
-                format!("roles.{name}.memoryScope"),
-                memory_scope_message(scope, file, &format!("roles.{name}.files.read")),
-            ));
-        }
     }
+    // Allowing a server nobody declared would silently allow nothing; denying one
+    // is harmless (a shared Role may deny servers other bots have).
+    if let Some(pattern) = role.tools.allow.iter().find(|pattern| {
+        mcp::pattern_server(pattern).is_some_and(|server| config.mcp.server(server).is_none())
+    }) {
+        return Err(invalid(
+            format!("roles.{name}.tools.allow"),
+            format!(
+                "{pattern:?} names MCP server {:?}, which mcp.servers does not declare",
+                mcp::pattern_server(pattern).unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(file) = role
+        .bootstrap
+        .iter()
+        .find(|f| !BOOTSTRAP_FILES.contains(&f.as_str()))
+    {
+        return Err(invalid(
+            format!("roles.{name}.bootstrap"),
+            format!("{file:?} is not a bootstrap file (one of {BOOTSTRAP_FILES:?})"),
+        ));
+    }
+    if let Some(budget) = &role.budget
+        && !(budget.usd.is_finite() && budget.usd >= 0.0)
+    {
+        return Err(invalid(
+            format!("roles.{name}.budget.usd"),
+            "must be a number ≥ 0",
+        ));
+    }
+    validate_approvals(config, name, role)?;
+    if let Some((scope, file)) = role.memory_beyond_read() {
+        return Err(invalid(
+            format!("roles.{name}.memoryScope"),
+            memory_scope_message(scope, file, &format!("roles.{name}.files.read")),
+        ));
+    }
+    Ok(())
+}
+
+/// Per-call tool prices name known tools (or a declared MCP server's) and are ≥ 0.
+fn validate_tool_prices(config: &BotConfig) -> Result<(), ConfigError> {
     for (tool, usd) in &config.budget.tool_prices {
         // A server's tool (`docs.search`) may be priced when its server is declared.
         let server_tool = tool.split_once('.').is_some_and(|(server, name)| {
@@ -177,6 +224,12 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Each contact's role exists, no identity belongs to two contacts, and every identity
+/// link names its own contact's identities.
+fn validate_contacts(config: &BotConfig) -> Result<(), ConfigError> {
     let mut owners: BTreeMap<&ChannelIdentity, &ContactSlug> = BTreeMap::new();
     for contact in &config.contacts {
         if !config.roles.contains_key(&contact.role) {
@@ -204,17 +257,11 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             }
         }
     }
-    if let Some(persona) = &config.persona
-        && !std::path::Path::new(&persona.directory).is_absolute()
-    {
-        return Err(invalid(
-            "persona.directory",
-            format!("{:?} must be an absolute path", persona.directory),
-        ));
-    }
-    validate_proactive(config)?;
-    validate_mcp(&config.mcp)?;
-    crate::media::check(&config.media).map_err(|(field, message)| invalid(field, message))?;
+    Ok(())
+}
+
+/// The OTLP exporter's endpoint is an http(s) URL and its headers are header names.
+fn validate_telemetry(config: &BotConfig) -> Result<(), ConfigError> {
     if let Some(otlp) = &config.telemetry.otlp {
         let parsed = url::Url::parse(&otlp.endpoint);
         if !parsed.is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
@@ -235,13 +282,12 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             ));
         }
     }
-    if config.sandbox.backend == SandboxBackend::Kubernetes && config.sandbox.job_template.is_none()
-    {
-        return Err(invalid(
-            "sandbox.jobTemplate",
-            "is required for the kubernetes backend",
-        ));
-    }
+    Ok(())
+}
+
+/// A transcription model is priced per minute of audio in `model.prices`, or unpriced
+/// models are allowed.
+fn validate_transcription_price(config: &BotConfig) -> Result<(), ConfigError> {
     if let Some(transcription) = &config.media.transcription {
         let price = config
             .model
@@ -268,9 +314,6 @@ pub fn validate(config: &BotConfig) -> Result<(), ConfigError> {
             }
             _ => {}
         }
-    }
-    if let Some(speech) = &config.media.speech {
-        validate_speech_price(config, speech)?;
     }
     Ok(())
 }
@@ -484,58 +527,7 @@ fn validate_approvals(
                 format!("{glob:?} is not a glob"),
             ));
         }
-        let approvers = &rule.approvers;
-        if approvers.roles.is_empty() && approvers.contacts.is_empty() {
-            return Err(invalid(field("approvers"), "must name a role or a contact"));
-        }
-        if let Some(missing) = approvers
-            .roles
-            .iter()
-            .find(|role| !config.roles.contains_key(*role))
-        {
-            return Err(invalid(
-                field("approvers.roles"),
-                format!("names role {missing:?}, which is not defined"),
-            ));
-        }
-        if let Some(missing) = approvers
-            .contacts
-            .iter()
-            .find(|slug| !config.contacts.iter().any(|contact| contact.slug == **slug))
-        {
-            return Err(invalid(
-                field("approvers.contacts"),
-                format!("names contact {missing:?}, which is not defined"),
-            ));
-        }
-        // Nobody approves their own request: when the only possible approver is the one
-        // member of this role, its requests could never be decided.
-        let mut deciders: Vec<&ContactSlug> = config
-            .contacts
-            .iter()
-            .filter(|contact| approvers.roles.contains(&contact.role))
-            .map(|contact| &contact.slug)
-            .chain(approvers.contacts.iter())
-            .collect();
-        deciders.sort();
-        deciders.dedup();
-        let members: Vec<&ContactSlug> = config
-            .contacts
-            .iter()
-            .filter(|contact| contact.role == name)
-            .map(|contact| &contact.slug)
-            .collect();
-        if let [only] = deciders.as_slice()
-            && members == [*only]
-        {
-            return Err(invalid(
-                field("approvers"),
-                format!(
-                    "the only approver, {only:?}, is the only member of role {name:?}: \
-                     nobody approves their own request, so theirs could never be decided"
-                ),
-            ));
-        }
+        validate_approvers(config, name, &rule.approvers, &field)?;
         if rule.timeout_seconds == 0 || rule.timeout_seconds > crate::MAX_APPROVAL_TIMEOUT_SECONDS {
             return Err(invalid(
                 field("timeoutSeconds"),
@@ -568,6 +560,68 @@ fn validate_approvals(
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A rule's approvers: at least one, each role and contact defined, and not only the
+/// one member of the requesting role (nobody approves their own request).
+fn validate_approvers(
+    config: &BotConfig,
+    name: &str,
+    approvers: &crate::Approvers,
+    field: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if approvers.roles.is_empty() && approvers.contacts.is_empty() {
+        return Err(invalid(field("approvers"), "must name a role or a contact"));
+    }
+    if let Some(missing) = approvers
+        .roles
+        .iter()
+        .find(|role| !config.roles.contains_key(*role))
+    {
+        return Err(invalid(
+            field("approvers.roles"),
+            format!("names role {missing:?}, which is not defined"),
+        ));
+    }
+    if let Some(missing) = approvers
+        .contacts
+        .iter()
+        .find(|slug| !config.contacts.iter().any(|contact| contact.slug == **slug))
+    {
+        return Err(invalid(
+            field("approvers.contacts"),
+            format!("names contact {missing:?}, which is not defined"),
+        ));
+    }
+    // Nobody approves their own request: when the only possible approver is the one
+    // member of this role, its requests could never be decided.
+    let mut deciders: Vec<&ContactSlug> = config
+        .contacts
+        .iter()
+        .filter(|contact| approvers.roles.contains(&contact.role))
+        .map(|contact| &contact.slug)
+        .chain(approvers.contacts.iter())
+        .collect();
+    deciders.sort();
+    deciders.dedup();
+    let members: Vec<&ContactSlug> = config
+        .contacts
+        .iter()
+        .filter(|contact| contact.role == name)
+        .map(|contact| &contact.slug)
+        .collect();
+    if let [only] = deciders.as_slice()
+        && members == [*only]
+    {
+        return Err(invalid(
+            field("approvers"),
+            format!(
+                "the only approver, {only:?}, is the only member of role {name:?}: \
+                 nobody approves their own request, so theirs could never be decided"
+            ),
+        ));
     }
     Ok(())
 }

@@ -159,43 +159,8 @@ pub fn build_job(
 ) -> Result<Job, JobBuildError> {
     let mut job: Job = serde_json::from_value(template.clone()).map_err(JobBuildError::Template)?;
     let name = job_name(parameters.bot, parameters.scope, parameters.suffix);
-
-    let mut labels = sandbox_labels(parameters.bot);
-    labels.insert(
-        SANDBOX_SCOPE_LABEL.to_string(),
-        parameters.scope.scope_label().to_string(),
-    );
-    labels.insert(
-        SANDBOX_KEY_LABEL.to_string(),
-        parameters.scope.id().to_string(),
-    );
-
-    let metadata = &mut job.metadata;
-    metadata.name = Some(name.clone());
-    metadata.generate_name = None;
-    metadata.resource_version = None;
-    metadata.uid = None;
-    metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .extend(labels.clone());
-    let has_owner = metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|owners| !owners.is_empty());
-    if !has_owner {
-        let owner = parameters.owner.ok_or(JobBuildError::NoOwner)?;
-        metadata
-            .owner_references
-            .get_or_insert_with(Vec::new)
-            .push(owner.clone());
-    }
-    // `blockOwnerDeletion: true` needs update rights on the owner's finalizers, which
-    // the agent's account does not have; garbage collection works without it.
-    for owner in metadata.owner_references.iter_mut().flatten() {
-        owner.block_owner_deletion = Some(false);
-    }
-
+    let labels = job_labels(parameters);
+    name_and_own(&mut job, &name, &labels, parameters.owner)?;
     let spec = job.spec.get_or_insert_with(Default::default);
     // One attempt: a sandbox that fails is replaced by the agent, not retried blindly.
     spec.backoff_limit.get_or_insert(0);
@@ -214,25 +179,102 @@ pub fn build_job(
     // Never a service-account token in a sandbox, whatever the template says.
     pod.automount_service_account_token = Some(false);
     run_as_sandbox_uid(pod);
-
+    let claim_volumes = claim_volumes(pod);
     let index = pod
         .containers
         .iter()
         .position(|container| container.name == "runner")
         .unwrap_or(0);
-    let claim_volumes: Vec<String> = pod
-        .volumes
-        .iter()
-        .flatten()
-        .filter(|volume| volume.persistent_volume_claim.is_some())
-        .map(|volume| volume.name.clone())
-        .collect();
     let container = pod
         .containers
         .get_mut(index)
         .ok_or(JobBuildError::NoContainer)?;
-    // This sandbox may write only its own runner directory on the workspace: it can
-    // neither replace Porter's socket nor another sandbox's and listen in between.
+    let own_directory = mount_own_directories(container, &claim_volumes, &name)?;
+    replace_view_placeholder(container, parameters.view)?;
+    let settings = RunnerSettings {
+        socket: runner_socket_path(),
+        token: parameters.runner_token.to_string(),
+        seed: parameters.seed.to_vec(),
+        idle_timeout_seconds: parameters.runner_idle_timeout_seconds,
+        // The pod has an address before its NetworkPolicy is enforced.
+        require_network_cut: true,
+    };
+    let env = container.env.get_or_insert_with(Vec::new);
+    for (name, value) in settings.to_env() {
+        set_env(env, &name, value);
+    }
+    check_workspace_mounts(pod, &claim_volumes, own_directory.as_deref())?;
+    Ok(job)
+}
+
+/// The sandbox labels of the Job and its pod: the bot's, the scope's and its key.
+fn job_labels(parameters: &JobParameters<'_>) -> BTreeMap<String, String> {
+    let mut labels = sandbox_labels(parameters.bot);
+    labels.insert(
+        SANDBOX_SCOPE_LABEL.to_string(),
+        parameters.scope.scope_label().to_string(),
+    );
+    labels.insert(
+        SANDBOX_KEY_LABEL.to_string(),
+        parameters.scope.id().to_string(),
+    );
+    labels
+}
+
+/// Names the Job, labels it and gives it an owner: the template's, else `owner`.
+fn name_and_own(
+    job: &mut Job,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    owner: Option<&OwnerReference>,
+) -> Result<(), JobBuildError> {
+    let metadata = &mut job.metadata;
+    metadata.name = Some(name.to_string());
+    metadata.generate_name = None;
+    metadata.resource_version = None;
+    metadata.uid = None;
+    metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
+    let has_owner = metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|owners| !owners.is_empty());
+    if !has_owner {
+        let owner = owner.ok_or(JobBuildError::NoOwner)?;
+        metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(owner.clone());
+    }
+    // `blockOwnerDeletion: true` needs update rights on the owner's finalizers, which
+    // the agent's account does not have; garbage collection works without it.
+    for owner in metadata.owner_references.iter_mut().flatten() {
+        owner.block_owner_deletion = Some(false);
+    }
+    Ok(())
+}
+
+/// The pod's volumes backed by a claim (the bot's workspace).
+fn claim_volumes(pod: &k8s_openapi::api::core::v1::PodSpec) -> Vec<String> {
+    pod.volumes
+        .iter()
+        .flatten()
+        .filter(|volume| volume.persistent_volume_claim.is_some())
+        .map(|volume| volume.name.clone())
+        .collect()
+}
+
+/// Fills the runner's two directories of this Job: its own runner directory, the only
+/// writable place on the workspace (so it can neither replace Porter's socket nor
+/// another sandbox's and listen in between), and its browser socket directory, always
+/// read-only. Returns the runner directory's `subPath`.
+fn mount_own_directories(
+    container: &mut k8s_openapi::api::core::v1::Container,
+    claim_volumes: &[String],
+    name: &str,
+) -> Result<Option<String>, JobBuildError> {
     let per_sandbox_mount = container
         .volume_mounts
         .iter_mut()
@@ -247,7 +289,6 @@ pub fn build_job(
     per_sandbox_mount.sub_path_expr = None;
     per_sandbox_mount.read_only = None;
     let own_directory = per_sandbox_mount.sub_path.clone();
-    // The browser's socket directory: this Job's own, always read-only.
     if let Some(browser_mount) = container.volume_mounts.iter_mut().flatten().find(|mount| {
         mount.mount_path == SANDBOX_BROWSER_MOUNT_PATH
             && mount.sub_path.as_deref() == Some(SANDBOX_BROWSER_SUBPATH_PLACEHOLDER)
@@ -257,51 +298,41 @@ pub fn build_job(
         browser_mount.sub_path_expr = None;
         browser_mount.read_only = Some(true);
     }
-    replace_view_placeholder(container, parameters.view)?;
-    let settings = RunnerSettings {
-        socket: runner_socket_path(),
-        token: parameters.runner_token.to_string(),
-        seed: parameters.seed.to_vec(),
-        idle_timeout_seconds: parameters.runner_idle_timeout_seconds,
-        // The pod has an address before its NetworkPolicy is enforced.
-        require_network_cut: true,
-    };
-    let env = container.env.get_or_insert_with(Vec::new);
-    for (name, value) in settings.to_env() {
-        set_env(env, &name, value);
-    }
-    // Every other mount of the workspace, in any container, must be read-only.
-    let writable = pod
+    Ok(own_directory)
+}
+
+/// Every other mount of the workspace, in any container, must be read-only and show a
+/// `subPath`: never the whole workspace.
+fn check_workspace_mounts(
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    claim_volumes: &[String],
+    own_directory: Option<&str>,
+) -> Result<(), JobBuildError> {
+    let mut mounts = pod
         .containers
         .iter()
         .chain(pod.init_containers.iter().flatten())
         .flat_map(|container| container.volume_mounts.iter().flatten())
-        .find(|mount| {
-            claim_volumes.contains(&mount.name)
-                && mount.read_only != Some(true)
-                && !(mount.mount_path == PER_SANDBOX_MOUNT && mount.sub_path == own_directory)
-        });
+        .filter(|mount| claim_volumes.contains(&mount.name));
+    let writable = mounts.clone().find(|mount| {
+        mount.read_only != Some(true)
+            && !(mount.mount_path == PER_SANDBOX_MOUNT
+                && mount.sub_path.as_deref() == own_directory)
+    });
     if let Some(mount) = writable {
         return Err(JobBuildError::WritableWorkspace {
             mount_path: mount.mount_path.clone(),
         });
     }
-    let whole = pod
-        .containers
-        .iter()
-        .chain(pod.init_containers.iter().flatten())
-        .flat_map(|container| container.volume_mounts.iter().flatten())
-        .find(|mount| {
-            claim_volumes.contains(&mount.name)
-                && mount.sub_path.as_deref().unwrap_or("").is_empty()
-                && mount.sub_path_expr.is_none()
-        });
+    let whole = mounts.find(|mount| {
+        mount.sub_path.as_deref().unwrap_or("").is_empty() && mount.sub_path_expr.is_none()
+    });
     if let Some(mount) = whole {
         return Err(JobBuildError::WholeWorkspace {
             mount_path: mount.mount_path.clone(),
         });
     }
-    Ok(job)
+    Ok(())
 }
 
 /// Creates a Job's browser socket directory: the agent's own, mode 0750, so the

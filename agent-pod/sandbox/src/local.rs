@@ -304,10 +304,20 @@ pub fn bwrap_arguments(
     seccomp_fds: &[i32],
 ) -> Vec<OsString> {
     let mut arguments = Vec::new();
-    // Namespaces: all of them (network with only a downed loopback, PID, IPC, UTS,
-    // cgroup, user); no nested user namespaces; the sandbox dies with the agent.
+    isolate(&mut arguments, seccomp_fds);
+    bind_system(&mut arguments, paths, host);
+    bind_view(&mut arguments, view);
+    bind_sockets_and_scratch(&mut arguments, config, paths);
+    start_runner(&mut arguments, config);
+    arguments
+}
+
+/// Namespaces: all of them (network with only a downed loopback, PID, IPC, UTS,
+/// cgroup, user); no nested user namespaces; the sandbox dies with the agent; no
+/// capabilities; the seccomp programs.
+fn isolate(arguments: &mut Vec<OsString>, seccomp_fds: &[i32]) {
     push(
-        &mut arguments,
+        arguments,
         &[
             "--unshare-all",
             "--unshare-user",
@@ -326,46 +336,54 @@ pub fn bwrap_arguments(
         ],
     );
     for fd in seccomp_fds {
-        push(&mut arguments, &["--add-seccomp-fd", &fd.to_string()]);
+        push(arguments, &["--add-seccomp-fd", &fd.to_string()]);
     }
-    push_bind(&mut arguments, "--ro-bind", Path::new("/usr"), "/usr");
+}
+
+/// The host's programs and libraries read-only, the sandbox user's own `passwd` and
+/// `group`, and fresh `/proc`, `/dev` and `/tmp`.
+fn bind_system(arguments: &mut Vec<OsString>, paths: &ScopePaths, host: &HostLayout) {
+    push_bind(arguments, "--ro-bind", Path::new("/usr"), "/usr");
     for (directory, link) in &host.system_directories {
         match link {
-            Some(target) => push(&mut arguments, &["--symlink", target, directory]),
-            None => push_bind(&mut arguments, "--ro-bind", Path::new(directory), directory),
+            Some(target) => push(arguments, &["--symlink", target, directory]),
+            None => push_bind(arguments, "--ro-bind", Path::new(directory), directory),
         }
     }
     for entry in &host.etc_entries {
         let path = format!("/etc/{entry}");
-        push_bind(&mut arguments, "--ro-bind", Path::new(&path), &path);
+        push_bind(arguments, "--ro-bind", Path::new(&path), &path);
     }
     push_bind(
-        &mut arguments,
+        arguments,
         "--ro-bind",
         &paths.etc.join("passwd"),
         "/etc/passwd",
     );
     push_bind(
-        &mut arguments,
+        arguments,
         "--ro-bind",
         &paths.etc.join("group"),
         "/etc/group",
     );
     push(
-        &mut arguments,
+        arguments,
         &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
     );
-    // `/agent` is an empty read-only directory with the view's subtrees and files bound
-    // into it: nothing else of the workspace exists in the sandbox's mount namespace.
-    // Bound by descriptor, never by path: a path is resolved again when bubblewrap
-    // mounts it, after whatever renames happened since the view was judged.
+}
+
+/// `/agent` is an empty read-only directory with the view's subtrees and files bound
+/// into it: nothing else of the workspace exists in the sandbox's mount namespace.
+/// Bound by descriptor, never by path: a path is resolved again when bubblewrap mounts
+/// it, after whatever renames happened since the view was judged.
+fn bind_view(arguments: &mut Vec<OsString>, view: &[(&str, i32)]) {
     push(
-        &mut arguments,
+        arguments,
         &["--perms", "0555", "--tmpfs", SANDBOX_VIEW_MOUNT_PATH],
     );
     for (path, descriptor) in view {
         push(
-            &mut arguments,
+            arguments,
             &[
                 "--ro-bind-fd",
                 &descriptor.to_string(),
@@ -373,9 +391,18 @@ pub fn bwrap_arguments(
             ],
         );
     }
-    push(&mut arguments, &["--remount-ro", SANDBOX_VIEW_MOUNT_PATH]);
+    push(arguments, &["--remount-ro", SANDBOX_VIEW_MOUNT_PATH]);
+}
+
+/// The scope's scratch `/workspace` and runner directory, writable; Porter's and the
+/// browser's socket directories and the runner binary, read-only.
+fn bind_sockets_and_scratch(
+    arguments: &mut Vec<OsString>,
+    config: &LocalConfig,
+    paths: &ScopePaths,
+) {
     push_bind(
-        &mut arguments,
+        arguments,
         "--bind",
         &paths.scratch,
         SANDBOX_SCRATCH_MOUNT_PATH,
@@ -383,23 +410,22 @@ pub fn bwrap_arguments(
     // Porter's directory is read-only: a command must not replace Porter's socket
     // with its own listener and collect other sandboxes' calls.
     if let Some(porter) = &config.porter_socket_directory {
-        push_bind(
-            &mut arguments,
-            "--ro-bind",
-            porter,
-            SANDBOX_PORTER_DIRECTORY,
-        );
+        push_bind(arguments, "--ro-bind", porter, SANDBOX_PORTER_DIRECTORY);
     }
-    push_bind(&mut arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
+    push_bind(arguments, "--bind", &paths.run, SANDBOX_RUN_DIRECTORY);
     push_bind(
-        &mut arguments,
+        arguments,
         "--ro-bind",
         &paths.browsers,
         SANDBOX_BROWSER_MOUNT_PATH,
     );
-    push_bind(&mut arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
+    push_bind(arguments, "--ro-bind", &config.runner, SANDBOX_RUNNER);
+}
+
+/// The runner's environment and command line, then its seed entries.
+fn start_runner(arguments: &mut Vec<OsString>, config: &LocalConfig) {
     push(
-        &mut arguments,
+        arguments,
         &[
             "--setenv",
             "PATH",
@@ -431,9 +457,8 @@ pub fn bwrap_arguments(
     );
     // One flag per entry: a path may contain a comma.
     for entry in &config.seed {
-        push(&mut arguments, &["--seed", entry]);
+        push(arguments, &["--seed", entry]);
     }
-    arguments
 }
 
 /// A running sandbox.
@@ -638,14 +663,23 @@ impl LocalSandbox {
             drop(opened);
             spawned
         };
-        let child = spawned?;
-        let mut running = Running {
-            child,
+        let running = Running {
+            child: spawned?,
             socket: paths.socket(),
             token,
             activity: Activity::new(),
             view: view.clone(),
         };
+        self.wait_for_runner(running, &paths).await
+    }
+
+    /// Waits until the runner answers on its socket; a bubblewrap that exited, or a
+    /// runner that never listened within the start timeout, is an error naming its log.
+    async fn wait_for_runner(
+        &self,
+        mut running: Running,
+        paths: &ScopePaths,
+    ) -> Result<Running, SandboxError> {
         let started = Instant::now();
         loop {
             if running.socket.exists()

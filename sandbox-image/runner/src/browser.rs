@@ -595,101 +595,118 @@ impl Session {
         ))
     }
 
+    /// Loads `url`; answers once the page's load event fired or the deadline passed.
+    async fn open(&self, url: &str, deadline: Instant) -> Result<(Vec<u8>, String), String> {
+        // The agent sends only web URLs; a file or chrome URL is never opened.
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "only http and https URLs may be opened, not {url:?}"
+            ));
+        }
+        let mut events = self.devtools.events.subscribe();
+        let navigated = self
+            .devtools
+            .call(
+                Some(&self.page),
+                "Page.navigate",
+                json!({"url": url}),
+                deadline,
+            )
+            .await?;
+        if let Some(error) = navigated["errorText"].as_str() {
+            return Ok((Vec::new(), format!("the page did not load: {error}")));
+        }
+        // The load event of our page (or the deadline: a page may never finish).
+        let loaded = tokio::time::timeout_at(deadline, async {
+            loop {
+                match events.recv().await {
+                    Ok(event)
+                        if event["method"] == "Page.loadEventFired"
+                            && event["sessionId"] == self.page.as_str() =>
+                    {
+                        return true;
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return false,
+                }
+            }
+        })
+        .await;
+        let note = match loaded {
+            Ok(true) => "loaded",
+            Ok(false) => return Err("the browser closed while loading".to_string()),
+            Err(_) => "still loading at the deadline",
+        };
+        Ok((Vec::new(), note.to_string()))
+    }
+
+    /// The page's accessibility tree as text, at most `max_bytes`.
+    async fn read_tree(
+        &self,
+        max_bytes: u32,
+        deadline: Instant,
+    ) -> Result<(Vec<u8>, String), String> {
+        let answer = self
+            .devtools
+            .call(
+                Some(&self.page),
+                "Accessibility.getFullAXTree",
+                json!({}),
+                deadline,
+            )
+            .await?;
+        let nodes = answer["nodes"].as_array().cloned().unwrap_or_default();
+        let (text, cut) = crate::accessibility::render(&nodes, max_bytes as usize);
+        let note = if cut {
+            format!("the page's accessibility tree, cut at {} bytes", text.len())
+        } else {
+            "the page's accessibility tree".to_string()
+        };
+        Ok((text.into_bytes(), note))
+    }
+
+    /// The page's visible text, at most `max_bytes`.
+    async fn read_text(
+        &self,
+        max_bytes: u32,
+        deadline: Instant,
+    ) -> Result<(Vec<u8>, String), String> {
+        let text = self
+            .evaluate(
+                "document.body ? document.body.innerText : document.documentElement.innerText",
+                deadline,
+            )
+            .await?;
+        let mut text = text.as_str().unwrap_or_default().to_string();
+        let whole = text.len();
+        let mut end = whole.min(max_bytes as usize);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        let note = if end < whole {
+            format!("the page's text, cut to {end} of {whole} bytes")
+        } else {
+            "the page's text".to_string()
+        };
+        Ok((text.into_bytes(), note))
+    }
+
     async fn act(
         &self,
         action: &BrowserAction,
         deadline: Instant,
     ) -> Result<(Vec<u8>, String), String> {
         match action {
-            BrowserAction::Open { url } => {
-                // The agent sends only web URLs; a file or chrome URL is never opened.
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(format!(
-                        "only http and https URLs may be opened, not {url:?}"
-                    ));
-                }
-                let mut events = self.devtools.events.subscribe();
-                let navigated = self
-                    .devtools
-                    .call(
-                        Some(&self.page),
-                        "Page.navigate",
-                        json!({"url": url}),
-                        deadline,
-                    )
-                    .await?;
-                if let Some(error) = navigated["errorText"].as_str() {
-                    return Ok((Vec::new(), format!("the page did not load: {error}")));
-                }
-                // The load event of our page (or the deadline: a page may never finish).
-                let loaded = tokio::time::timeout_at(deadline, async {
-                    loop {
-                        match events.recv().await {
-                            Ok(event)
-                                if event["method"] == "Page.loadEventFired"
-                                    && event["sessionId"] == self.page.as_str() =>
-                            {
-                                return true;
-                            }
-                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                            Err(broadcast::error::RecvError::Closed) => return false,
-                        }
-                    }
-                })
-                .await;
-                let note = match loaded {
-                    Ok(true) => "loaded",
-                    Ok(false) => return Err("the browser closed while loading".to_string()),
-                    Err(_) => "still loading at the deadline",
-                };
-                Ok((Vec::new(), note.to_string()))
-            }
+            BrowserAction::Open { url } => self.open(url, deadline).await,
             BrowserAction::Read {
                 max_bytes,
                 tree: true,
-            } => {
-                let answer = self
-                    .devtools
-                    .call(
-                        Some(&self.page),
-                        "Accessibility.getFullAXTree",
-                        json!({}),
-                        deadline,
-                    )
-                    .await?;
-                let nodes = answer["nodes"].as_array().cloned().unwrap_or_default();
-                let (text, cut) = crate::accessibility::render(&nodes, *max_bytes as usize);
-                let note = if cut {
-                    format!("the page's accessibility tree, cut at {} bytes", text.len())
-                } else {
-                    "the page's accessibility tree".to_string()
-                };
-                Ok((text.into_bytes(), note))
-            }
+            } => self.read_tree(*max_bytes, deadline).await,
             BrowserAction::Read {
                 max_bytes,
                 tree: false,
-            } => {
-                let text = self
-                    .evaluate(
-                        "document.body ? document.body.innerText : document.documentElement.innerText",
-                        deadline,
-                    )
-                    .await?;
-                let mut text = text.as_str().unwrap_or_default().to_string();
-                let whole = text.len();
-                let mut end = whole.min(*max_bytes as usize);
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                text.truncate(end);
-                let note = if end < whole {
-                    format!("the page's text, cut to {end} of {whole} bytes")
-                } else {
-                    "the page's text".to_string()
-                };
-                Ok((text.into_bytes(), note))
-            }
+            } => self.read_text(*max_bytes, deadline).await,
             BrowserAction::Click { selector, text } => {
                 let (selector, text) = (selector.as_deref(), text.as_deref());
                 if selector.is_none() && text.is_none() {
