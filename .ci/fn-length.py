@@ -2,7 +2,7 @@
 """Functions longer than LIMIT lines in the workspace's Rust sources.
 
 A long function hides its steps: the hot paths read as a short driver of named steps
-(issue #39). Counts each `fn` from its `fn` line to its closing brace, in every
+(a house rule). Counts each `fn` from its `fn` line to its closing brace, in every
 workspace member's `src/`, leaving out test code: `#[cfg(test)]` modules (inline or
 in their own file), `#[test]` functions, the modules gated on a test-only feature (the
 test fixtures), and the test-doubles crate (the scripted platform and model servers).

@@ -14,7 +14,7 @@
 //!   (e-mail's `replyLimitPerHour`, set high here so it counts but never refuses).
 //!
 //! The HTTP channel has neither; its line compares it with and without its outcome
-//! rows (`HttpOutcomes`, group-committed before the response), the other cost issue 38 added.
+//! rows (`HttpOutcomes`, group-committed before the response), the other cost the ordering guards added.
 //!
 //! Every message comes from a sender of its own (a stranger, so the default role): each
 //! turn is the first of a fresh session, so the latency does not grow with one

@@ -449,7 +449,7 @@ async fn fresh_sandbox_run(
     panic!("the listing's stream ended without an exit: {output}");
 }
 
-/// Issue #36: bubblewrap re-resolved each view entry's path, so a host-side rename of
+/// A regression: bubblewrap re-resolved each view entry's path, so a host-side rename of
 /// a permitted entry to a symlink into `memory/private` between the walk and the bind
 /// gave an employee the owner's private memory. Now entries are bound by descriptor.
 ///

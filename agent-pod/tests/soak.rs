@@ -1,4 +1,4 @@
-//! The chaos soak (issue #38 item 9): one bot serving six channels at once — the HTTP
+//! The chaos soak: one bot serving six channels at once — the HTTP
 //! API, WhatsApp, Telegram and Slack against the scripted platform servers, Matrix
 //! against a real Synapse and e-mail against a real Dovecot and OpenSMTPD — takes
 //! messages from people of every role (Ana the owner, Marko the manager, Ivan the

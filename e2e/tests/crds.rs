@@ -888,7 +888,7 @@ fn invalid_cases() -> Vec<InvalidCase> {
             json!("Ingress_Nginx"),
             "spec.webhookIngress.controllerNamespace",
         ),
-        // Refused at the door (issue 15): each was accepted before and failed later —
+        // Refused at the door: each was accepted before and failed later —
         // a child the API server refused, a pod that never ran, or a value obeyed.
         case(
             "SaintBot name of 70 characters",

@@ -1,4 +1,4 @@
-//! Fleet benchmark (issue 15's "Done when"): on the control plane `e2e/run.sh` starts,
+//! Fleet benchmark: on the control plane `e2e/run.sh` starts,
 //! installs the chart, runs the operator as the chart's ServiceAccount and, for each
 //! fleet size (default 100 as the baseline, then 1,000), creates that many SaintBots —
 //! each with its Secret, Role and Contact — and measures the operator's RSS, the time
