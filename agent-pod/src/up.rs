@@ -132,14 +132,43 @@ pub fn unregistered_clis(
 /// Files of the local embedding model.
 const MODEL_FILES: [&str; 3] = ["model.safetensors", "config.json", "tokenizer.json"];
 
+/// Why memory has no embedding model on this machine.
+///
+/// `Fetch` keeps the I/O error in its message rather than as a `source`: its caller
+/// shows the reason in one notice line through `Display`.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddingModelError {
+    #[error("HOME is not set")]
+    NoHome,
+    #[error(
+        "no embedding model in {} (set SAINT_MODEL_DIR to a directory holding {})",
+        directory.display(),
+        MODEL_FILES.join(", ")
+    )]
+    Missing { directory: PathBuf },
+    #[error(
+        "fetching the embedding model failed ({status}); run {} yourself, then start again",
+        script.display()
+    )]
+    FetchFailed {
+        script: PathBuf,
+        status: std::process::ExitStatus,
+    },
+    #[error("failed to run {}: {error}", script.display())]
+    Fetch {
+        script: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// The embedding model memory needs: `SAINT_MODEL_DIR` or the cache, fetched once by
 /// the repository's script when run from a source checkout. `None` (memory off) with
 /// the reason when it cannot be had.
-pub fn embedding_model(env: &EnvLookup) -> Result<PathBuf, String> {
+pub fn embedding_model(env: &EnvLookup) -> Result<PathBuf, EmbeddingModelError> {
     let directory = match env("SAINT_MODEL_DIR") {
         Some(directory) => PathBuf::from(directory),
         None => {
-            let home = env("HOME").ok_or("HOME is not set")?;
+            let home = env("HOME").ok_or(EmbeddingModelError::NoHome)?;
             Path::new(&home).join(".cache/saint/models/all-MiniLM-L6-v2")
         }
     };
@@ -153,11 +182,7 @@ pub fn embedding_model(env: &EnvLookup) -> Result<PathBuf, String> {
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("memory/fetch-model.sh");
     if !script.is_file() {
-        return Err(format!(
-            "no embedding model in {} (set SAINT_MODEL_DIR to a directory holding {})",
-            directory.display(),
-            MODEL_FILES.join(", ")
-        ));
+        return Err(EmbeddingModelError::Missing { directory });
     }
     eprintln!("saint-agent up: fetching the embedding model for memory (about 90 MB, once)");
     let fetched = Command::new("bash")
@@ -167,11 +192,8 @@ pub fn embedding_model(env: &EnvLookup) -> Result<PathBuf, String> {
         .status();
     match fetched {
         Ok(status) if status.success() && complete(&directory) => Ok(directory),
-        Ok(status) => Err(format!(
-            "fetching the embedding model failed ({status}); run {} yourself, then start again",
-            script.display()
-        )),
-        Err(error) => Err(format!("failed to run {}: {error}", script.display())),
+        Ok(status) => Err(EmbeddingModelError::FetchFailed { script, status }),
+        Err(error) => Err(EmbeddingModelError::Fetch { script, error }),
     }
 }
 
@@ -311,6 +333,13 @@ mod tests {
         );
         let error = data_directory(&env_of(&[])).unwrap_err().to_string();
         assert!(error.contains("--data-dir"), "{error}");
+    }
+
+    #[test]
+    fn an_embedding_model_directory_needs_saint_model_dir_or_home() {
+        let error = embedding_model(&env_of(&[])).unwrap_err();
+        assert!(matches!(error, EmbeddingModelError::NoHome), "{error}");
+        assert_eq!(error.to_string(), "HOME is not set");
     }
 
     #[test]

@@ -41,6 +41,20 @@ pub struct OperatorSettings {
     pub allowed_ingress_annotations: Vec<String>,
 }
 
+/// Why a `--shared-embedder` or `--shared-embedder-weights` value was refused; each
+/// variant carries the value as given.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{value:?} is not <namespace>/<service>:<port>")]
+    EmbedderShape { value: String },
+    #[error("{value:?}: namespace and service must be DNS labels (lowercase letters, digits, '-')")]
+    EmbedderLabel { value: String },
+    #[error("{value:?}: the port must be a number from 1 to 65535")]
+    EmbedderPort { value: String },
+    #[error("{value:?} is not a weights setting (f32 or int16)")]
+    Weights { value: String },
+}
+
 /// A `saint-embedder` Service: one copy of the embedding model for every bot that
 /// points at it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,8 +79,10 @@ pub const SHARED_EMBEDDER_POD_LABELS: [(&str, &str); 2] = [
 
 impl SharedEmbedder {
     /// Parses `<namespace>/<service>:<port>` (the `--shared-embedder` flag).
-    pub fn parse(value: &str) -> Result<Self, String> {
-        let shape = || format!("{value:?} is not <namespace>/<service>:<port>");
+    pub fn parse(value: &str) -> Result<Self, SettingsError> {
+        let shape = || SettingsError::EmbedderShape {
+            value: value.to_owned(),
+        };
         let (namespace, rest) = value.split_once('/').ok_or_else(shape)?;
         let (service, port) = rest.rsplit_once(':').ok_or_else(shape)?;
         let label = |part: &str| {
@@ -79,15 +95,15 @@ impl SharedEmbedder {
                 && !part.ends_with('-')
         };
         if !label(namespace) || !label(service) {
-            return Err(format!(
-                "{value:?}: namespace and service must be DNS labels (lowercase letters, digits, '-')"
-            ));
+            return Err(SettingsError::EmbedderLabel {
+                value: value.to_owned(),
+            });
         }
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|port| *port != 0)
-            .ok_or_else(|| format!("{value:?}: the port must be a number from 1 to 65535"))?;
+        let port: u16 = port.parse().ok().filter(|port| *port != 0).ok_or_else(|| {
+            SettingsError::EmbedderPort {
+                value: value.to_owned(),
+            }
+        })?;
         Ok(Self {
             namespace: namespace.to_string(),
             service: service.to_string(),
@@ -105,11 +121,13 @@ impl SharedEmbedder {
     }
 
     /// Parses `f32` or `int16` (the `--shared-embedder-weights` flag).
-    pub fn parse_weights(value: &str) -> Result<saint_config::ModelWeights, String> {
+    pub fn parse_weights(value: &str) -> Result<saint_config::ModelWeights, SettingsError> {
         match value {
             "f32" => Ok(saint_config::ModelWeights::F32),
             "int16" => Ok(saint_config::ModelWeights::Int16),
-            other => Err(format!("{other:?} is not a weights setting (f32 or int16)")),
+            other => Err(SettingsError::Weights {
+                value: other.to_owned(),
+            }),
         }
     }
 
@@ -159,8 +177,22 @@ mod tests {
             "ns/-svc:80",
             "/svc:80",
         ] {
-            let error = SharedEmbedder::parse(bad).expect_err(bad);
+            let error = SharedEmbedder::parse(bad).expect_err(bad).to_string();
             assert!(error.contains(bad), "{error}");
         }
+    }
+
+    #[test]
+    fn shared_embedder_weights_are_f32_or_int16() {
+        assert_eq!(
+            SharedEmbedder::parse_weights("int16").expect("parses"),
+            saint_config::ModelWeights::Int16
+        );
+        assert_eq!(
+            SharedEmbedder::parse_weights("f16")
+                .expect_err("f16")
+                .to_string(),
+            "\"f16\" is not a weights setting (f32 or int16)"
+        );
     }
 }

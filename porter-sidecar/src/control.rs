@@ -11,6 +11,7 @@ use std::{
 
 use futures::StreamExt;
 pub use porter_protocol::control::{ControlRequest, ControlResponse};
+use saint_config::ErrorChain;
 use serde::Serialize;
 use tokio::{io::AsyncWriteExt, net::UnixStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
@@ -56,7 +57,10 @@ pub fn apply(state: &State, request: ControlRequest) -> ControlResponse {
             let approvals = match KeyApprovals::new(&hold, grants) {
                 Ok(approvals) => approvals,
                 Err(error) => {
-                    return ControlResponse::error(format!("failed to register: {error}"));
+                    return ControlResponse::error(format!(
+                        "failed to register: {}",
+                        ErrorChain(&error)
+                    ));
                 }
             };
             let grant = Grant {

@@ -17,7 +17,10 @@ use porter_protocol::registry::{
 };
 use thiserror::Error;
 
-use crate::inject::{request_policy::RequestPolicy, scrub::Scrubber};
+use crate::inject::{
+    request_policy::{PolicyError, RequestPolicy},
+    scrub::Scrubber,
+};
 use parking_lot::RwLock;
 
 /// Why a registry could not be loaded.
@@ -49,8 +52,12 @@ pub enum LoadError {
         field: &'static str,
         name: String,
     },
-    #[error("clis.{cli}.requests.{message}")]
-    Requests { cli: String, message: String },
+    #[error("clis.{cli}.requests")]
+    Requests {
+        cli: String,
+        #[source]
+        source: PolicyError,
+    },
     #[error("clis.{cli}.{field}: the secret is empty")]
     EmptySecret { cli: String, field: &'static str },
 }
@@ -158,10 +165,10 @@ impl LoadedRegistry {
                 inject: entry.inject_at(),
                 placeholder_env: entry.placeholder_env.clone(),
                 git: entry.git,
-                policy: RequestPolicy::compile(&entry.requests).map_err(|message| {
+                policy: RequestPolicy::compile(&entry.requests).map_err(|source| {
                     LoadError::Requests {
                         cli: name.clone(),
-                        message,
+                        source,
                     }
                 })?,
                 oauth2,

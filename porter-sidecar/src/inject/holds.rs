@@ -12,14 +12,33 @@
 //!
 //! Pure but for the key's own memory: compiled at register time, asked per request.
 
-use std::sync::Mutex;
-
 use porter_protocol::{
     control::{HeldRequest, RequestGrant, RequestHold},
     registry::split_host,
 };
 
 use super::request_policy::PathPattern;
+use parking_lot::Mutex;
+
+/// Why a key's holds or grants were refused; each variant names the hold and field.
+#[derive(Debug, thiserror::Error)]
+pub enum HoldError {
+    #[error("hold[{index}]: a hold needs hosts, methods and paths")]
+    Incomplete { index: usize },
+    #[error("hold[{index}].hosts: {host:?} is not a host name[:port]")]
+    Host { index: usize, host: String },
+    #[error("hold[{index}].paths: {path:?} must start with /")]
+    RelativePath { index: usize, path: String },
+    #[error("hold[{index}].paths: path {path:?}")]
+    Path {
+        index: usize,
+        path: String,
+        #[source]
+        source: globset::Error,
+    },
+    #[error("a key carries at most {MOST_GRANTS} grants")]
+    TooManyGrants,
+}
 
 /// Requests remembered per key at most (a loop of held requests remembers the first).
 const MOST_HELD: usize = 16;
@@ -44,14 +63,11 @@ struct Hold {
 
 impl Holds {
     /// Compiles the holds of a register request; errors name the entry and field.
-    pub fn compile(holds: &[RequestHold]) -> Result<Self, String> {
+    pub fn compile(holds: &[RequestHold]) -> Result<Self, HoldError> {
         let mut rules = Vec::with_capacity(holds.len());
         for (index, hold) in holds.iter().enumerate() {
-            let field = |name: &str| format!("hold[{index}].{name}");
             if hold.hosts.is_empty() || hold.methods.is_empty() || hold.paths.is_empty() {
-                return Err(format!(
-                    "hold[{index}]: a hold needs hosts, methods and paths"
-                ));
+                return Err(HoldError::Incomplete { index });
             }
             let hosts = if hold.hosts.iter().any(|host| host == "*") {
                 None
@@ -60,8 +76,9 @@ impl Holds {
                     hold.hosts
                         .iter()
                         .map(|host| {
-                            split_host(host).ok_or_else(|| {
-                                format!("{}: {host:?} is not a host name[:port]", field("hosts"))
+                            split_host(host).ok_or_else(|| HoldError::Host {
+                                index,
+                                host: host.clone(),
                             })
                         })
                         .collect::<Result<_, _>>()?,
@@ -82,10 +99,16 @@ impl Holds {
                 .iter()
                 .map(|path| {
                     if !path.starts_with('/') {
-                        return Err(format!("{}: {path:?} must start with /", field("paths")));
+                        return Err(HoldError::RelativePath {
+                            index,
+                            path: path.clone(),
+                        });
                     }
-                    PathPattern::new(path, true)
-                        .map_err(|error| format!("{}: {error}", field("paths")))
+                    PathPattern::new(path, true).map_err(|source| HoldError::Path {
+                        index,
+                        path: path.clone(),
+                        source,
+                    })
                 })
                 .collect::<Result<_, _>>()?;
             rules.push(Hold {
@@ -186,9 +209,9 @@ pub struct KeyApprovals {
 
 impl KeyApprovals {
     /// Compiles a register request's holds and takes its grants (methods upper-cased).
-    pub fn new(holds: &[RequestHold], grants: Vec<RequestGrant>) -> Result<Self, String> {
+    pub fn new(holds: &[RequestHold], grants: Vec<RequestGrant>) -> Result<Self, HoldError> {
         if grants.len() > MOST_GRANTS {
-            return Err(format!("a key carries at most {MOST_GRANTS} grants"));
+            return Err(HoldError::TooManyGrants);
         }
         let grants = grants
             .into_iter()
@@ -225,7 +248,7 @@ impl KeyApprovals {
             path: normalised,
         };
         {
-            let mut grants = self.grants.lock().expect("grants lock");
+            let mut grants = self.grants.lock();
             let granted = grants.iter().position(|grant| {
                 grant.host == held.host && grant.method == held.method && grant.path == held.path
             });
@@ -237,7 +260,7 @@ impl KeyApprovals {
                 };
             }
         }
-        let mut remembered = self.held.lock().expect("held lock");
+        let mut remembered = self.held.lock();
         if remembered.len() < MOST_HELD && !remembered.contains(&held) {
             remembered.push(held.clone());
         }
@@ -246,7 +269,7 @@ impl KeyApprovals {
 
     /// The requests held so far, taken (the key's command has ended).
     pub fn take_held(&self) -> Vec<HeldRequest> {
-        std::mem::take(&mut *self.held.lock().expect("held lock"))
+        std::mem::take(&mut *self.held.lock())
     }
 }
 
@@ -417,35 +440,38 @@ mod tests {
     #[test]
     fn bad_holds_are_refused_naming_the_field() {
         let bad = |hold: RequestHold| KeyApprovals::new(&[hold], Vec::new()).unwrap_err();
-        assert!(
-            bad(RequestHold {
-                hosts: vec!["a b".into()],
-                ..merge_hold()
-            })
-            .starts_with("hold[0].hosts")
+        let host = bad(RequestHold {
+            hosts: vec!["a b".into()],
+            ..merge_hold()
+        });
+        assert_eq!(
+            host.to_string(),
+            "hold[0].hosts: \"a b\" is not a host name[:port]"
         );
-        assert!(
+        assert!(matches!(
             bad(RequestHold {
                 paths: vec!["repos".into()],
                 ..merge_hold()
-            })
-            .starts_with("hold[0].paths")
-        );
-        assert!(
-            bad(RequestHold {
-                paths: vec!["/repos/[o".into()],
-                ..merge_hold()
-            })
-            .starts_with("hold[0].paths")
-        );
-        assert!(
+            }),
+            HoldError::RelativePath { index: 0, .. }
+        ));
+        let pattern = bad(RequestHold {
+            paths: vec!["/repos/[o".into()],
+            ..merge_hold()
+        });
+        assert!(matches!(pattern, HoldError::Path { index: 0, .. }));
+        assert!(pattern.to_string().starts_with("hold[0].paths"));
+        assert!(matches!(
             bad(RequestHold {
                 methods: Vec::new(),
                 ..merge_hold()
-            })
-            .contains("needs hosts, methods and paths")
-        );
+            }),
+            HoldError::Incomplete { index: 0 }
+        ));
         let many = vec![grant("PUT", "/x"); MOST_GRANTS + 1];
-        assert!(KeyApprovals::new(&[], many).is_err());
+        assert!(matches!(
+            KeyApprovals::new(&[], many),
+            Err(HoldError::TooManyGrants)
+        ));
     }
 }

@@ -28,6 +28,18 @@ struct Rule {
     graphql: Option<GraphqlRule>,
 }
 
+/// Why a `requests` map does not compile: a role's path pattern is not a glob.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{role}: path {path:?}")]
+    Path {
+        role: String,
+        path: String,
+        #[source]
+        source: globset::Error,
+    },
+}
+
 /// What the method and path alone decide.
 #[derive(Debug, PartialEq, Eq)]
 pub enum HeadDecision {
@@ -39,7 +51,7 @@ pub enum HeadDecision {
 
 impl RequestPolicy {
     /// Compiles a `requests` map; an invalid path pattern is refused with its text.
-    pub fn compile(requests: &BTreeMap<String, Vec<RequestRule>>) -> Result<Self, String> {
+    pub fn compile(requests: &BTreeMap<String, Vec<RequestRule>>) -> Result<Self, PolicyError> {
         let mut by_role = BTreeMap::new();
         for (role, rules) in requests {
             let mut compiled = Vec::new();
@@ -49,9 +61,14 @@ impl RequestPolicy {
                     paths: rule
                         .paths
                         .iter()
-                        .map(|path| PathPattern::new(path, false))
-                        .collect::<Result<_, _>>()
-                        .map_err(|error| format!("{role}: {error}"))?,
+                        .map(|path| {
+                            PathPattern::new(path, false).map_err(|source| PolicyError::Path {
+                                role: role.clone(),
+                                path: path.clone(),
+                                source,
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
                     graphql: rule.graphql.clone(),
                 });
             }
@@ -170,7 +187,8 @@ pub(crate) struct PathPattern {
 impl PathPattern {
     /// Compiles `pattern`; `case_insensitive` for holds, which must match whatever an
     /// upstream may read as the same path.
-    pub(crate) fn new(pattern: &str, case_insensitive: bool) -> Result<Self, String> {
+    /// The error names neither the pattern nor its field: the caller knows both.
+    pub(crate) fn new(pattern: &str, case_insensitive: bool) -> Result<Self, globset::Error> {
         let mut globs = vec![pattern.to_owned()];
         if let Some(parent) = pattern.strip_suffix("/**") {
             globs.push(if parent.is_empty() {
@@ -188,7 +206,6 @@ impl PathPattern {
                     .case_insensitive(case_insensitive)
                     .build()
                     .map(|glob| glob.compile_matcher())
-                    .map_err(|error| format!("path {pattern:?}: {error}"))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self { matchers })
@@ -351,7 +368,11 @@ mod tests {
             "employee".to_owned(),
             vec![rule(&["GET"], &["/repos/[o"], None)],
         )]));
-        assert!(bad.unwrap_err().starts_with("employee: path \"/repos/[o\""));
+        assert!(
+            saint_config::ErrorChain(&bad.unwrap_err())
+                .to_string()
+                .starts_with("employee: path \"/repos/[o\": ")
+        );
         assert_eq!(open.check_head(None, "DELETE", "/x"), HeadDecision::Allowed);
         assert!(matches!(
             acme_policy().check_head(Some("employee"), "GET", "/graphql"),

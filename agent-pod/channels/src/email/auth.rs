@@ -9,7 +9,10 @@
 
 use mail_auth::{
     AuthenticatedMessage, DkimResult, MessageAuthenticator,
-    hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts},
+    hickory_resolver::{
+        config::{NameServerConfig, ResolverConfig, ResolverOpts},
+        net::NetError,
+    },
 };
 
 use super::EmailSettings;
@@ -26,6 +29,14 @@ pub enum SenderCheck {
     SignedByOther { domain: String, reason: String },
 }
 
+/// The DNS resolver for DKIM checks could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to set up DNS for DKIM checks")]
+pub struct VerifierError {
+    #[source]
+    source: NetError,
+}
+
 /// Checks senders for one channel.
 pub struct Verifier {
     authenticator: MessageAuthenticator,
@@ -34,7 +45,7 @@ pub struct Verifier {
 
 impl Verifier {
     /// A verifier using the channel's DNS server, or the system's.
-    pub fn new(settings: &EmailSettings) -> Result<Self, String> {
+    pub fn new(settings: &EmailSettings) -> Result<Self, VerifierError> {
         let authenticator = match settings.dns_server {
             Some(server) => {
                 let mut name_server = NameServerConfig::udp(server.ip());
@@ -48,7 +59,7 @@ impl Verifier {
             }
             None => MessageAuthenticator::new_system_conf(),
         }
-        .map_err(|error| format!("failed to set up DNS for DKIM checks: {error}"))?;
+        .map_err(|source| VerifierError { source })?;
         Ok(Self {
             authenticator,
             authserv_id: settings.authserv_id.clone(),

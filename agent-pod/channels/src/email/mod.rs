@@ -16,14 +16,14 @@ use std::{
 };
 
 use futures::future::BoxFuture;
-use saint_config::{ChannelConfig, channel_settings::EMAIL};
+use saint_config::{ChannelConfig, ErrorChain, channel_settings::EMAIL};
 use tokio::sync::watch;
 
 pub use self::{
-    auth::{SenderCheck, Verifier, verify_sender},
+    auth::{SenderCheck, Verifier, VerifierError, verify_sender},
     imap::run_poller,
     inbound::{MAX_ATTACHMENT_BYTES, ParsedMail, parse_mail},
-    smtp::SmtpTransport,
+    smtp::{SmtpSetupError, SmtpTransport},
 };
 use crate::{
     settings::{SettingsError, SettingsReader},
@@ -38,12 +38,13 @@ pub fn open(
     workspace: &Path,
 ) -> Result<OpenedChannel, OpenError> {
     let settings = EmailSettings::read(channel, lookup)?;
-    let start = |reason: String| OpenError::Start {
+    // `OpenError` is `Clone + Eq`, so the cause travels as its text.
+    let start = |error: &(dyn std::error::Error + 'static)| OpenError::Start {
         channel: channel.name.clone(),
-        reason,
+        reason: ErrorChain(error).to_string(),
     };
-    let smtp = SmtpTransport::new(settings.clone()).map_err(start)?;
-    let verifier = Verifier::new(&settings).map_err(start)?;
+    let smtp = SmtpTransport::new(settings.clone()).map_err(|error| start(&error))?;
+    let verifier = Verifier::new(&settings).map_err(|error| start(&error))?;
     Ok(OpenedChannel {
         transport: Arc::new(smtp),
         connection: Some(Arc::new(ImapConnection {

@@ -18,6 +18,15 @@ use crate::{
     transport::{ReplyLimit, SendError, Transport},
 };
 
+/// The SMTP transport could not be built (its TLS setup, for one).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to set up SMTP to {host}")]
+pub struct SmtpSetupError {
+    host: String,
+    #[source]
+    source: lettre::transport::smtp::Error,
+}
+
 /// Sends for one e-mail channel.
 pub struct SmtpTransport {
     settings: EmailSettings,
@@ -26,7 +35,7 @@ pub struct SmtpTransport {
 
 impl SmtpTransport {
     /// A transport for `settings`.
-    pub fn new(settings: EmailSettings) -> Result<Self, String> {
+    pub fn new(settings: EmailSettings) -> Result<Self, SmtpSetupError> {
         let host = settings.smtp_host.as_str();
         let builder = match settings.smtp_security {
             Security::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(host),
@@ -35,7 +44,10 @@ impl SmtpTransport {
                 host,
             )),
         }
-        .map_err(|error| format!("smtp: {error}"))?;
+        .map_err(|source| SmtpSetupError {
+            host: host.to_owned(),
+            source,
+        })?;
         let mailer = builder
             .port(settings.smtp_port)
             .credentials(Credentials::new(

@@ -20,7 +20,7 @@ pub use self::{
     interaction::{approval_blocks, parse_interaction},
     render::{MAX_BLOCK_CHARS, escape, markdown_to_mrkdwn},
     socket::SocketConnection,
-    webhook::{EventsWebhook, verify_request},
+    webhook::{EventsWebhook, SignatureError, verify_request},
 };
 use crate::{
     settings::{SettingsError, SettingsReader},

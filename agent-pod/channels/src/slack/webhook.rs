@@ -22,6 +22,25 @@ use crate::transport::{Webhook, WebhookDelivery, WebhookRefusal};
 /// How far a request's timestamp may be from now.
 pub const MAX_CLOCK_SKEW_SECONDS: i64 = 5 * 60;
 
+/// Why a request to the Events API webhook is not Slack's.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error("no signing secret is configured")]
+    NoSecret,
+    #[error("missing {header} header")]
+    MissingHeader { header: &'static str },
+    #[error("X-Slack-Request-Timestamp is not a number")]
+    Timestamp,
+    #[error(
+        "X-Slack-Request-Timestamp is {skew}s from now (at most {MAX_CLOCK_SKEW_SECONDS}s): a stale or replayed request"
+    )]
+    Stale { skew: i64 },
+    #[error("X-Slack-Signature is not a v0 signature")]
+    Malformed,
+    #[error("X-Slack-Signature does not match the request")]
+    Mismatch,
+}
+
 /// The webhook of a channel in events mode.
 pub struct EventsWebhook {
     settings: SlackSettings,
@@ -49,36 +68,40 @@ pub fn verify_request(
     headers: &HeaderMap,
     body: &[u8],
     now: i64,
-) -> Result<(), String> {
+) -> Result<(), SignatureError> {
     if signing_secret.is_empty() {
-        return Err("no signing secret is configured".to_string());
+        return Err(SignatureError::NoSecret);
     }
-    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let timestamp =
-        header("x-slack-request-timestamp").ok_or("missing X-Slack-Request-Timestamp header")?;
-    let signature = header("x-slack-signature").ok_or("missing X-Slack-Signature header")?;
+    // Looked up by the lower-case name, named in the error as Slack spells it.
+    let header = |name: &str, header: &'static str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .ok_or(SignatureError::MissingHeader { header })
+    };
+    let timestamp = header("x-slack-request-timestamp", "X-Slack-Request-Timestamp")?;
+    let signature = header("x-slack-signature", "X-Slack-Signature")?;
     let seconds: i64 = timestamp
         .trim()
         .parse()
-        .map_err(|_| "X-Slack-Request-Timestamp is not a number".to_string())?;
+        .map_err(|_| SignatureError::Timestamp)?;
     if (now - seconds).abs() > MAX_CLOCK_SKEW_SECONDS {
-        return Err(format!(
-            "X-Slack-Request-Timestamp is {}s from now (at most {MAX_CLOCK_SKEW_SECONDS}s): a stale or replayed request",
-            now - seconds
-        ));
+        return Err(SignatureError::Stale {
+            skew: now - seconds,
+        });
     }
     let presented = signature
         .trim()
         .strip_prefix("v0=")
         .and_then(|digest| hex::decode(digest).ok())
-        .ok_or("X-Slack-Signature is not a v0 signature")?;
+        .ok_or(SignatureError::Malformed)?;
     let mut mac = Hmac::<Sha256>::new_from_slice(signing_secret.as_bytes())
         .expect("HMAC takes keys of any length");
     mac.update(format!("v0:{}:", timestamp.trim()).as_bytes());
     mac.update(body);
     // `verify_slice` compares in constant time.
     mac.verify_slice(&presented)
-        .map_err(|_| "X-Slack-Signature does not match the request".to_string())
+        .map_err(|_| SignatureError::Mismatch)
 }
 
 /// The `payload` field of a form body (`payload=%7B…`), if the body is such a form.
@@ -106,7 +129,7 @@ impl Webhook for EventsWebhook {
             body,
             jiff::Timestamp::now().as_second(),
         )
-        .map_err(WebhookRefusal::Unauthorized)?;
+        .map_err(|error| WebhookRefusal::Unauthorized(error.to_string()))?;
         let reader = EventReader {
             channel: &self.settings.channel,
             bot_user_id: None,

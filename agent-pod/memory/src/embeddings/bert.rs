@@ -8,10 +8,41 @@
 use rayon::prelude::*;
 
 use super::{
-    int16::{self, PackedInt16},
-    mapped_weights::MappedWeights,
+    int16::{self, PackError, PackedInt16},
+    mapped_weights::{MappedWeights, WeightsError},
     matmul::{View, product},
 };
+
+/// Why a `config.json` shape cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ShapeError {
+    #[error("hidden_size, intermediate_size and vocab_size must be above 0")]
+    Empty,
+    #[error("hidden_size is not a multiple of num_attention_heads")]
+    Heads,
+    #[error("hidden_act {activation:?} is not supported (only \"gelu\")")]
+    Activation { activation: String },
+}
+
+/// Why the encoder cannot be built on its weights, or cannot encode a batch.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BertError {
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    /// A tensor the forward pass reads is missing or malformed.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(
+        "int16 weights need an x86-64 CPU with AVX2 and FMA, which this one lacks; use f32 weights"
+    )]
+    Int16Unsupported,
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error("{tokens} tokens exceed the model's {positions} positions")]
+    TooManyTokens { tokens: usize, positions: usize },
+    #[error("token {id} (type {kind}) is outside the vocabulary")]
+    OutsideVocabulary { id: usize, kind: usize },
+}
 
 /// How the dense layers (all but attention's small products) compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,22 +80,19 @@ fn default_activation() -> String {
 
 impl BertShape {
     /// Why this shape cannot be run, if it cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ShapeError> {
         if self.hidden_size == 0 || self.intermediate_size == 0 || self.vocab_size == 0 {
-            return Err(
-                "hidden_size, intermediate_size and vocab_size must be above 0".to_string(),
-            );
+            return Err(ShapeError::Empty);
         }
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
         {
-            return Err("hidden_size is not a multiple of num_attention_heads".to_string());
+            return Err(ShapeError::Heads);
         }
         if self.hidden_act != "gelu" {
-            return Err(format!(
-                "hidden_act {:?} is not supported (only \"gelu\")",
-                self.hidden_act
-            ));
+            return Err(ShapeError::Activation {
+                activation: self.hidden_act.clone(),
+            });
         }
         Ok(())
     }
@@ -171,7 +199,7 @@ impl Bert {
         weights: MappedWeights,
         shape: BertShape,
         precision: Precision,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BertError> {
         shape.check()?;
         let mut bert = Self {
             weights,
@@ -184,14 +212,11 @@ impl Bert {
         }
         if precision == Precision::Int16 {
             if !int16::supported() {
-                return Err(
-                    "int16 weights need an x86-64 CPU with AVX2 and FMA, which this one lacks; use f32 weights"
-                        .to_string(),
-                );
+                return Err(BertError::Int16Unsupported);
             }
             let packed = (0..bert.shape.num_hidden_layers)
-                .map(|index| bert.layer(index)?.packed())
-                .collect::<Result<Vec<_>, String>>()?;
+                .map(|index| Ok(bert.layer(index)?.packed()?))
+                .collect::<Result<Vec<_>, BertError>>()?;
             bert.packed = packed;
         }
         Ok(bert)
@@ -201,7 +226,12 @@ impl Bert {
         self.shape.hidden_size
     }
 
-    fn dense(&self, prefix: &str, outputs: usize, inputs: usize) -> Result<Dense<'_>, String> {
+    fn dense(
+        &self,
+        prefix: &str,
+        outputs: usize,
+        inputs: usize,
+    ) -> Result<Dense<'_>, WeightsError> {
         Ok(Dense {
             weight: self
                 .weights
@@ -213,7 +243,7 @@ impl Bert {
         })
     }
 
-    fn norm(&self, prefix: &str) -> Result<Norm<'_>, String> {
+    fn norm(&self, prefix: &str) -> Result<Norm<'_>, WeightsError> {
         let size = self.shape.hidden_size;
         Ok(Norm {
             weight: self.weights.tensor(&format!("{prefix}.weight"), &[size])?,
@@ -223,7 +253,7 @@ impl Bert {
     }
 
     #[allow(clippy::type_complexity)]
-    fn embeddings(&self) -> Result<(&[f32], &[f32], &[f32], Norm<'_>), String> {
+    fn embeddings(&self) -> Result<(&[f32], &[f32], &[f32], Norm<'_>), WeightsError> {
         let shape = &self.shape;
         let hidden = shape.hidden_size;
         Ok((
@@ -243,7 +273,7 @@ impl Bert {
         ))
     }
 
-    fn layer(&self, index: usize) -> Result<Layer<'_>, String> {
+    fn layer(&self, index: usize) -> Result<Layer<'_>, WeightsError> {
         let prefix = format!("encoder.layer.{index}");
         let (hidden, intermediate) = (self.shape.hidden_size, self.shape.intermediate_size);
         let mut layer = Layer {
@@ -276,15 +306,15 @@ impl Bert {
     }
 
     /// The last layer's hidden states, `(batch × length) × hidden`, row-major.
-    pub fn encode(&self, input: &Batch<'_>) -> Result<Vec<f32>, String> {
+    pub fn encode(&self, input: &Batch<'_>) -> Result<Vec<f32>, BertError> {
         let shape = &self.shape;
         let hidden = shape.hidden_size;
         let rows = input.batch * input.length;
         if input.length > shape.max_position_embeddings {
-            return Err(format!(
-                "{} tokens exceed the model's {} positions",
-                input.length, shape.max_position_embeddings
-            ));
+            return Err(BertError::TooManyTokens {
+                tokens: input.length,
+                positions: shape.max_position_embeddings,
+            });
         }
         if rows == 0 {
             return Ok(Vec::new());
@@ -295,9 +325,7 @@ impl Bert {
             let id = input.ids[row] as usize;
             let kind = input.type_ids[row] as usize;
             if id >= shape.vocab_size || kind >= shape.type_vocab_size {
-                return Err(format!(
-                    "token {id} (type {kind}) is outside the vocabulary"
-                ));
+                return Err(BertError::OutsideVocabulary { id, kind });
             }
             let position = row % input.length;
             let word = &words[id * hidden..(id + 1) * hidden];
@@ -343,7 +371,7 @@ struct Layer<'a> {
 
 impl Layer<'_> {
     /// The layer's dense weights, rounded to int16 and packed.
-    fn packed(&self) -> Result<PackedLayer, String> {
+    fn packed(&self) -> Result<PackedLayer, PackError> {
         let pack = |dense: &Dense<'_>| PackedInt16::pack(dense.weight, dense.outputs, dense.inputs);
         Ok(PackedLayer {
             query: pack(&self.query)?,

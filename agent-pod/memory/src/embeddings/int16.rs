@@ -61,6 +61,21 @@ fn pair(low: f32, high: f32, scale: f32) -> u32 {
     u32::from(round(low)) | (u32::from(round(high)) << 16)
 }
 
+/// Why a dense layer cannot be packed for the integer kernel.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PackError {
+    #[error(
+        "a {outputs} × {inputs} layer cannot run in int16 (outputs must be a multiple of {GROUP}, inputs even)"
+    )]
+    Shape { outputs: usize, inputs: usize },
+    #[error("{weights} weights for a {outputs} × {inputs} layer")]
+    Length {
+        weights: usize,
+        outputs: usize,
+        inputs: usize,
+    },
+}
+
 /// A dense layer's weight (`outputs × inputs`, as stored), rounded and packed.
 pub(super) struct PackedInt16 {
     /// `[group][input pair][16 outputs]`.
@@ -73,17 +88,16 @@ pub(super) struct PackedInt16 {
 
 impl PackedInt16 {
     /// Packs `weight`; the kernel needs `outputs` a multiple of 16 and `inputs` even.
-    pub fn pack(weight: &[f32], outputs: usize, inputs: usize) -> Result<Self, String> {
+    pub fn pack(weight: &[f32], outputs: usize, inputs: usize) -> Result<Self, PackError> {
         if !outputs.is_multiple_of(GROUP) || !inputs.is_multiple_of(2) || inputs == 0 {
-            return Err(format!(
-                "a {outputs} × {inputs} layer cannot run in int16 (outputs must be a multiple of {GROUP}, inputs even)"
-            ));
+            return Err(PackError::Shape { outputs, inputs });
         }
         if weight.len() != outputs * inputs {
-            return Err(format!(
-                "{} weights for a {outputs} × {inputs} layer",
-                weight.len()
-            ));
+            return Err(PackError::Length {
+                weights: weight.len(),
+                outputs,
+                inputs,
+            });
         }
         let scales: Vec<f32> = weight.chunks_exact(inputs).map(scale_of).collect();
         let half_inputs = inputs / 2;
@@ -432,10 +446,10 @@ mod tests {
     #[test]
     fn refuses_shapes_the_kernel_cannot_run() {
         let error = PackedInt16::pack(&[0.0; 24 * 4], 24, 4).err().unwrap();
-        assert!(error.contains("multiple of 16"), "{error}");
+        assert!(error.to_string().contains("multiple of 16"), "{error}");
         let error = PackedInt16::pack(&[0.0; 16 * 3], 16, 3).err().unwrap();
-        assert!(error.contains("inputs even"), "{error}");
+        assert!(error.to_string().contains("inputs even"), "{error}");
         let error = PackedInt16::pack(&[0.0; 10], 16, 4).err().unwrap();
-        assert!(error.contains("10 weights for a 16 × 4 layer"), "{error}");
+        assert_eq!(error.to_string(), "10 weights for a 16 × 4 layer");
     }
 }

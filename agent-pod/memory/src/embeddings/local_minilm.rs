@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use saint_config::ModelWeights;
+use saint_config::{ErrorChain, ModelWeights};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use super::{
@@ -92,7 +92,8 @@ impl ModelFiles {
 
     /// The weights file, memory-mapped.
     pub(super) fn mapped_weights(&self) -> Result<MappedWeights, EmbeddingError> {
-        MappedWeights::open(&self.weights).map_err(|error| invalid(&self.weights, error))
+        MappedWeights::open(&self.weights)
+            .map_err(|error| invalid(&self.weights, ErrorChain(&error)))
     }
 
     /// The tokenizer, padding each batch to its longest text and truncating at
@@ -188,7 +189,7 @@ impl LocalMiniLm {
             ModelWeights::Int16 => Precision::Int16,
         };
         let model = Bert::new(files.mapped_weights()?, shape, precision)
-            .map_err(|error| files.invalid_weights(error))?;
+            .map_err(|error| files.invalid_weights(ErrorChain(&error)))?;
         Ok(Self {
             model,
             tokenizer,
@@ -211,7 +212,7 @@ impl LocalMiniLm {
                 batch: tokens.batch,
                 length: tokens.length,
             })
-            .map_err(EmbeddingError::Inference)?;
+            .map_err(|error| EmbeddingError::Inference(ErrorChain(&error).to_string()))?;
         let size = self.model.hidden_size();
         Ok(hidden
             .chunks(tokens.length * size)

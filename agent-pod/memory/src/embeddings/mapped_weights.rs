@@ -14,6 +14,32 @@ use std::{collections::HashMap, fs::File, ops::Range, path::Path};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
+/// Why the weights file cannot be mapped, or a tensor not be read from it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WeightsError {
+    /// Opening or mapping the file failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The file is not safetensors.
+    #[error(transparent)]
+    Format(#[from] safetensors::SafeTensorError),
+    #[error("no f32 tensor {name}")]
+    MissingTensor { name: String },
+    #[error("tensor {name} has shape {actual:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        actual: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// `PodCastError` is no `std::error::Error` (bytemuck without `std`), so it is
+    /// part of the message rather than a source.
+    #[error("tensor {name} is not 4-byte aligned in the file: {reason}")]
+    Unaligned {
+        name: String,
+        reason: bytemuck::PodCastError,
+    },
+}
+
 /// A tensor's place in the mapping and its shape.
 struct TensorEntry {
     bytes: Range<usize>,
@@ -29,11 +55,11 @@ pub(super) struct MappedWeights {
 impl MappedWeights {
     /// Maps `path` and indexes its f32 tensors. Other dtypes are refused by name when
     /// asked for ([`MappedWeights::tensor`]).
-    pub(super) fn open(path: &Path) -> Result<Self, String> {
-        let file = File::open(path).map_err(|error| error.to_string())?;
+    pub(super) fn open(path: &Path) -> Result<Self, WeightsError> {
+        let file = File::open(path)?;
         let map = map_read_only(&file)?;
         let tensors = {
-            let parsed = SafeTensors::deserialize(&map).map_err(|error| error.to_string())?;
+            let parsed = SafeTensors::deserialize(&map)?;
             let base = map.as_ptr() as usize;
             parsed
                 .tensors()
@@ -53,27 +79,34 @@ impl MappedWeights {
     }
 
     /// The f32 tensor `name`, which must have exactly `shape`.
-    pub(super) fn tensor(&self, name: &str, shape: &[usize]) -> Result<&[f32], String> {
+    pub(super) fn tensor(&self, name: &str, shape: &[usize]) -> Result<&[f32], WeightsError> {
         let entry = self
             .tensors
             .get(name)
-            .ok_or_else(|| format!("no f32 tensor {name}"))?;
+            .ok_or_else(|| WeightsError::MissingTensor {
+                name: name.to_owned(),
+            })?;
         if entry.shape != shape {
-            return Err(format!(
-                "tensor {name} has shape {:?}, expected {shape:?}",
-                entry.shape
-            ));
+            return Err(WeightsError::TensorShape {
+                name: name.to_owned(),
+                actual: entry.shape.clone(),
+                expected: shape.to_vec(),
+            });
         }
-        bytemuck::try_cast_slice(&self.map[entry.bytes.clone()])
-            .map_err(|error| format!("tensor {name} is not 4-byte aligned in the file: {error}"))
+        bytemuck::try_cast_slice(&self.map[entry.bytes.clone()]).map_err(|reason| {
+            WeightsError::Unaligned {
+                name: name.to_owned(),
+                reason,
+            }
+        })
     }
 }
 
 #[allow(unsafe_code)]
-fn map_read_only(file: &File) -> Result<Mmap, String> {
+fn map_read_only(file: &File) -> std::io::Result<Mmap> {
     // SAFETY: see the module documentation: the weights file is not written while an
     // agent runs, so the mapping is never changed or truncated underneath it.
-    unsafe { Mmap::map(file) }.map_err(|error| error.to_string())
+    unsafe { Mmap::map(file) }
 }
 
 #[cfg(not(target_endian = "little"))]
