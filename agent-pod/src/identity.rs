@@ -163,7 +163,7 @@ fn message_session(own: SessionKey, sender: &MessageSender<'_>) -> SessionKey {
     match (sender.conversation, sender.unverified_origin) {
         (Some((channel, id)), _) => SessionKey::for_conversation(channel, id),
         (None, Some(origin)) if !sender.verified => {
-            SessionKey::for_unverified(&sender.identity.to_string(), origin)
+            SessionKey::for_unverified(sender.identity.as_ref(), origin)
         }
         (None, _) => own,
     }
