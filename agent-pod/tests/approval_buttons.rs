@@ -22,23 +22,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Adds `identity` to contact `slug` and to its identity links alike.
-fn add_identity(config: &mut Value, slug: &str, identity: &str) {
-    let contact = config["contacts"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|contact| contact["slug"] == slug)
-        .unwrap();
-    contact["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
-    if let Some(links) = config["identityLinks"][slug].as_array_mut() {
-        links.push(json!(identity));
-    }
-}
-
 /// An employee's messages need the owner's yes.
 fn with_approvals(config: &mut Value) {
     config["roles"]["employee"]["approvals"] = json!([

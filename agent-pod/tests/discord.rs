@@ -11,7 +11,7 @@ use saint_scripted::discord::{
     BOT_USER_ID, Failure, ScriptedDiscord, direct_message, guild_message,
 };
 use saint_scripted::llm::{RecordedRequest, Reply, ScriptedLlm};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const BOT_TOKEN: &str = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.G1a2b3.agent-test-token";
 const ANA: &str = "80351110224678912";
@@ -29,24 +29,6 @@ struct Bot {
     config_path: PathBuf,
     workspace: PathBuf,
     _directory: tempfile::TempDir,
-}
-
-// Adds `identity` to the contact `slug` and to its identity links alike.
-fn add_identity(config: &mut Value, slug: &str, identity: &str) {
-    let contact = config["contacts"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|contact| contact["slug"] == slug)
-        .unwrap();
-    contact["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
-    config["identityLinks"][slug]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
 }
 
 impl Bot {

@@ -29,23 +29,6 @@ struct Bot {
     agent: AgentProcess,
 }
 
-// Adds `identity` to the contact `slug` and to its identity links alike.
-fn add_identity(config: &mut Value, slug: &str, identity: &str) {
-    let contact = config["contacts"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|contact| contact["slug"] == slug)
-        .unwrap();
-    contact["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
-    if let Some(links) = config["identityLinks"][slug].as_array_mut() {
-        links.push(json!(identity));
-    }
-}
-
 impl Bot {
     async fn start() -> Self {
         Self::start_in(false).await

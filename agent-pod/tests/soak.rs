@@ -58,7 +58,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{environment, seed_workspace, test_config, write_config};
+use common::{add_identity, environment, seed_workspace, test_config, write_config};
 use futures::TryStreamExt;
 use mail_server::{ANA, ANA_PASSWORD, BOT, BOT_PASSWORD, DkimKey, Dns, MailServer};
 use model::{EchoModel, parse_answer};
@@ -300,24 +300,6 @@ fn text_of(planned: &Planned) -> String {
         planned.who.name(),
         planned.channel.name()
     )
-}
-
-// Identities the fixture company lacks, added to the contact and to its links alike.
-fn add_identity(config: &mut Value, slug: &str, identity: &str) {
-    let contact = config["contacts"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|contact| contact["slug"] == slug)
-        .unwrap();
-    contact["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
-    config["identityLinks"][slug]
-        .as_array_mut()
-        .unwrap()
-        .push(json!(identity));
 }
 
 // The people's addresses on each platform.

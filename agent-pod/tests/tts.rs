@@ -142,16 +142,18 @@ impl Bot {
     /// The example company with `channels`, Marko's manager role given `tts`, the bot
     /// speaking with `speech`, unpriced.
     async fn start(channels: Value, speech: Value, env: &[(&str, &str)]) -> Self {
-        Self::start_priced(channels, speech, None, env).await
+        Self::start_priced(channels, speech, None, env, |_| {}).await
     }
 
     /// [`Bot::start`], with speech priced at `per_million` USD per million characters
-    /// in `model.prices` under the engine's model (`espeak-ng` for the local one).
+    /// in `model.prices` under the engine's model (`espeak-ng` for the local one), and
+    /// the config changed by `edit` before the agent reads it.
     async fn start_priced(
         channels: Value,
         speech: Value,
         per_million: Option<f64>,
         env: &[(&str, &str)],
+        edit: impl FnOnce(&mut Value),
     ) -> Self {
         let llm = ScriptedLlm::start().await.unwrap();
         let directory = tempfile::tempdir().unwrap();
@@ -182,6 +184,7 @@ impl Bot {
             config["model"]["prices"][model] = json!({"inputPerMtok": 0.0, "outputPerMtok": 0.0,
                 "perMillionCharacters": per_million});
         }
+        edit(&mut config);
         write_config(&config_path, &config);
         let mut bot = Self {
             llm,
@@ -285,6 +288,7 @@ async fn a_telegram_reply_carries_a_voice_note_spoken_by_espeak_ng() {
         json!({"engine": "local", "voice": "en-us"}),
         Some(15.0),
         &[("TG_BOT_TOKEN", BOT_TOKEN)],
+        |_| {},
     )
     .await;
     let spoken = "The delivery arrives at nine.";
@@ -521,6 +525,7 @@ async fn speech_the_budget_cannot_take_is_refused_before_it_is_made() {
         json!({"engine": "local"}),
         Some(1_000_000.0),
         &[("TG_BOT_TOKEN", BOT_TOKEN)],
+        |_| {},
     )
     .await;
     bot.llm
@@ -563,6 +568,7 @@ async fn a_whatsapp_reply_carries_a_voice_note_from_the_speech_endpoint() {
             ("WA_VERIFY_TOKEN", "verify"),
             ("SAINT_SPEECH_API_KEY", SPEECH_KEY),
         ],
+        |_| {},
     )
     .await;
     bot.llm.push(Reply::tool_call(
@@ -638,53 +644,29 @@ async fn a_discord_reply_carries_the_voice_note_as_an_attached_file() {
     let discord = ScriptedDiscord::start(DISCORD_TOKEN, Duration::from_millis(500))
         .await
         .unwrap();
-    let llm = ScriptedLlm::start().await.unwrap();
-    let directory = tempfile::tempdir().unwrap();
-    let workspace = directory.path().join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
-    seed_workspace(&workspace);
-    let config_path = directory.path().join("bot-config.json");
-    let mut config = test_config(&llm.base_url());
-    config["roles"]["manager"]["tools"]["allow"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!("tts"));
-    config["media"] = json!({"speech": {"engine": "local"}});
-    config["channels"] = json!([
-        {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
-        {"name": "discord", "kind": "discord",
-         "settings": {"apiBaseUrl": discord.api_base_url()},
-         "secretEnv": {"botToken": "DISCORD_BOT_TOKEN"}},
-    ]);
-    let identity = json!(format!("discord:{MARKO_DISCORD}"));
-    let marko = config["contacts"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|contact| contact["slug"] == "marko")
-        .unwrap();
-    marko["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(identity.clone());
-    config["identityLinks"]["marko"]
-        .as_array_mut()
-        .unwrap()
-        .push(identity);
-    write_config(&config_path, &config);
-    let _agent = spawn_agent(
-        &config_path,
-        &workspace,
+    let identity = format!("discord:{MARKO_DISCORD}");
+    let bot = Bot::start_priced(
+        json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+            {"name": "discord", "kind": "discord",
+             "settings": {"apiBaseUrl": discord.api_base_url()},
+             "secretEnv": {"botToken": "DISCORD_BOT_TOKEN"}},
+        ]),
+        json!({"engine": "local"}),
+        None,
         &[("DISCORD_BOT_TOKEN", DISCORD_TOKEN)],
-    );
+        |config| add_identity(config, "marko", &identity),
+    )
+    .await;
     assert!(
         discord
             .wait_until(Duration::from_secs(30), |discord| discord.connected())
             .await,
         "the agent never identified on the gateway"
     );
-    llm.push(Reply::tool_call("tts", json!({"text": "See you at noon."})));
-    llm.push(Reply::text("Voice note below."));
+    bot.llm
+        .push(Reply::tool_call("tts", json!({"text": "See you at noon."})));
+    bot.llm.push(Reply::text("Voice note below."));
     discord
         .dispatch_message(direct_message(
             "1300000000000000009",
@@ -721,50 +703,37 @@ async fn a_slack_reply_shares_the_voice_note_as_an_uploaded_file() {
     let slack = ScriptedSlack::start(SLACK_BOT_TOKEN, SLACK_APP_TOKEN)
         .await
         .unwrap();
-    let llm = ScriptedLlm::start().await.unwrap();
-    let directory = tempfile::tempdir().unwrap();
-    let workspace = directory.path().join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
-    seed_workspace(&workspace);
-    let config_path = directory.path().join("bot-config.json");
-    let mut config = test_config(&llm.base_url());
-    config["roles"]["owner"]["tools"]["allow"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!("tts"));
-    config["media"] = json!({"speech": {"engine": "local"}});
-    config["channels"] = json!([
-        {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
-        {"name": "slack", "kind": "slack", "settings": {"apiBaseUrl": slack.api_url()},
-         "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}},
-    ]);
-    let identity = json!(format!("slack:{ANA_SLACK}"));
-    config["contacts"][0]["identities"]
-        .as_array_mut()
-        .unwrap()
-        .push(identity.clone());
-    config["identityLinks"]["ana"]
-        .as_array_mut()
-        .unwrap()
-        .push(identity);
-    write_config(&config_path, &config);
-    let _agent = spawn_agent(
-        &config_path,
-        &workspace,
+    let identity = format!("slack:{ANA_SLACK}");
+    let bot = Bot::start_priced(
+        json!([
+            {"name": "api", "kind": "http", "secretEnv": {"token": "SAINT_CHANNEL_API_TOKEN"}},
+            {"name": "slack", "kind": "slack", "settings": {"apiBaseUrl": slack.api_url()},
+             "secretEnv": {"botToken": "SLACK_BOT_TOKEN", "appToken": "SLACK_APP_TOKEN"}},
+        ]),
+        json!({"engine": "local"}),
+        None,
         &[
             ("SLACK_BOT_TOKEN", SLACK_BOT_TOKEN),
             ("SLACK_APP_TOKEN", SLACK_APP_TOKEN),
         ],
-    );
+        |config| {
+            config["roles"]["owner"]["tools"]["allow"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!("tts"));
+            add_identity(config, "ana", &identity);
+        },
+    )
+    .await;
     assert!(
         slack.wait_for_connections(1, Duration::from_secs(30)).await,
         "the agent never opened a socket"
     );
-    llm.push(Reply::tool_call(
+    bot.llm.push(Reply::tool_call(
         "tts",
         json!({"text": "Board meeting at ten."}),
     ));
-    llm.push(Reply::text("Here is the voice note."));
+    bot.llm.push(Reply::text("Here is the voice note."));
     slack.push_event(message_event(
         ANA_DM,
         "im",

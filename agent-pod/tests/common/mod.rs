@@ -80,6 +80,24 @@ pub fn seed_workspace(workspace: &Path) {
     .unwrap();
 }
 
+/// Adds `identity` to the contact `slug`, and to its identity links when the config
+/// has them: an identity the fixture company lacks.
+pub fn add_identity(config: &mut Value, slug: &str, identity: &str) {
+    let contact = config["contacts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|contact| contact["slug"] == slug)
+        .unwrap();
+    contact["identities"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(identity));
+    if let Some(links) = config["identityLinks"][slug].as_array_mut() {
+        links.push(json!(identity));
+    }
+}
+
 pub fn write_config(path: &Path, config: &Value) {
     // Write then rename, like a ConfigMap update: readers never see half a file.
     let temporary = path.with_extension("tmp");
