@@ -163,25 +163,30 @@ fn asked_reply(
     )
 }
 
-impl Runtime {
-    fn approval_store(&self) -> Option<Arc<ApprovalStore>> {
-        self.approvals.clone()
+/// The runtime's approvals: asked, decided, run and expired.
+pub(super) struct Approvals<'r> {
+    pub(super) runtime: &'r Runtime,
+}
+
+impl Approvals<'_> {
+    fn store(&self) -> Option<Arc<ApprovalStore>> {
+        self.runtime.approval_store.clone()
     }
 
     /// Counts `event` and sets the pending gauge from the store.
-    async fn count_approval(&self, event: &str, role: &str) {
-        self.metering.metrics.approval(event, role);
-        if let Some(store) = self.approval_store()
+    async fn count(&self, event: &str, role: &str) {
+        self.runtime.metering.metrics.approval(event, role);
+        if let Some(store) = self.store()
             && let Ok(Ok(pending)) = tokio::task::spawn_blocking(move || store.pending()).await
         {
-            self.metering.metrics.approvals_pending(pending);
+            self.runtime.metering.metrics.approvals_pending(pending);
         }
     }
 
     /// The call `tool(input)` of `caller` needs a yes under `rule` (for a command whose
     /// requests through Porter were held: those `porter` requests): stores it, asks the
     /// approvers who can be reached, and returns what the model is told (not run yet).
-    pub(super) async fn ask_approval(
+    pub(super) async fn ask(
         &self,
         caller: &Caller,
         config: &Arc<BotConfig>,
@@ -190,7 +195,7 @@ impl Runtime {
         input: &Value,
         porter: &[PorterRequest],
     ) -> (String, bool) {
-        let Some(store) = self.approval_store() else {
+        let Some(store) = self.store() else {
             return (
                 format!("not run: {tool} needs approval, and approvals are unavailable"),
                 true,
@@ -199,7 +204,7 @@ impl Runtime {
         let deciders = approvals::deciders(config, &rule.approvers, &caller.slug);
         let reachable: Vec<_> = deciders
             .iter()
-            .filter_map(|slug| Some((*slug, self.recipient_for(config, slug, None)?)))
+            .filter_map(|slug| Some((*slug, self.runtime.recipient_for(config, slug, None)?)))
             .collect();
         let names: Vec<&str> = deciders
             .iter()
@@ -228,7 +233,8 @@ impl Runtime {
             Ok(request) => request,
             Err(refusal) => return (refusal, true),
         };
-        self.metering
+        self.runtime
+            .metering
             .metrics
             .approval("requested", &caller.role_name);
         let text = approval_question(caller, rule, tool, &request);
@@ -272,7 +278,11 @@ impl Runtime {
             approval: Some(request.code.clone()),
             ..Default::default()
         };
-        if let Err(error) = self.notify_with(&approver, &[recipient], text, asks).await {
+        if let Err(error) = self
+            .runtime
+            .notify_with(&approver, &[recipient], text, asks)
+            .await
+        {
             tracing::warn!(error = %saint_config::ErrorChain(&error), approver = slug, "failed to ask an approver");
         }
     }
@@ -282,7 +292,7 @@ impl Runtime {
     /// per rule, each bound to the call that reruns the command (the `exec` arguments,
     /// or the `process` start) and the requests held. Returns what the model is told,
     /// empty when nothing was held.
-    pub(super) async fn ask_porter_approvals(
+    pub(super) async fn ask_porter(
         &self,
         caller: &Caller,
         config: &Arc<BotConfig>,
@@ -318,7 +328,7 @@ impl Runtime {
                 continue;
             };
             let (text, _) = self
-                .ask_approval(caller, config, rule, tool, &rerun, &requests)
+                .ask(caller, config, rule, tool, &rerun, &requests)
                 .await;
             told.push('\n');
             told.push_str(&text);
@@ -330,14 +340,14 @@ impl Runtime {
     /// back. Only a Contact can decide (a stranger is refused like anyone the rule does
     /// not name). An approved request runs here, as its requester, with exactly its
     /// stored arguments.
-    pub(super) async fn decide_approval(
+    pub(super) async fn decide(
         &self,
         config: &Arc<BotConfig>,
         caller: &Caller,
         approve: bool,
         code: &str,
     ) -> String {
-        let Some(store) = self.approval_store() else {
+        let Some(store) = self.store() else {
             return "Approvals are unavailable on this bot right now.".to_string();
         };
         let (decider, role, owned_code, known) = (
@@ -366,13 +376,14 @@ impl Runtime {
         let request = match decided {
             Ok(Ok(Ok(request))) => {
                 let event = if approve { "approved" } else { "rejected" };
-                self.metering
+                self.runtime
+                    .metering
                     .metrics
                     .approval(event, &request.requester_role);
                 request
             }
             Ok(Ok(Err(refusal))) => {
-                self.count_approval("refused", "").await;
+                self.count("refused", "").await;
                 return format!("Not done: {refusal}.");
             }
             Ok(Err(error)) => {
@@ -398,7 +409,7 @@ impl Runtime {
             );
         }
         let (content, outcome) = self.run_approved(config, &request, &caller.slug).await;
-        if let Some(store) = self.approval_store() {
+        if let Some(store) = self.store() {
             store.ran(&request, outcome, now_ms());
         }
         self.tell_requester(
@@ -454,7 +465,11 @@ impl Runtime {
             Ok(requester) => requester,
             Err(error) => return (format!("the requester is gone: {error}"), "denied"),
         };
-        let visible = policy::permitted_tools(&requester, self.tools.all(), self.sandbox_available);
+        let visible = policy::permitted_tools(
+            &requester,
+            self.runtime.tools.all(),
+            self.runtime.sandbox_available,
+        );
         let Some(tool) = visible.iter().find(|tool| tool.name() == request.tool) else {
             return (
                 format!(
@@ -466,12 +481,12 @@ impl Runtime {
         };
         let context = ToolContext {
             caller: requester.clone(),
-            workspace: self.workspace.clone(),
+            workspace: self.runtime.workspace.clone(),
             config: config.clone(),
         };
         let started = Instant::now();
         let result = match tokio::time::timeout(
-            self.options.tool_timeout,
+            self.runtime.options.tool_timeout,
             tool.call_approved(
                 &context,
                 request.input.clone(),
@@ -482,7 +497,9 @@ impl Runtime {
         .await
         {
             Ok(result) => result,
-            Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
+            Err(_) => Err(ToolError::Timeout(
+                self.runtime.options.tool_timeout.as_secs(),
+            )),
         };
         let (content, outcome, mut extra) = match result {
             Ok(output) => (output.content, "ok", output.metering),
@@ -490,7 +507,8 @@ impl Runtime {
         };
         extra.insert("approval".to_string(), json!(request.code));
         extra.insert("approvedBy".to_string(), json!(approved_by));
-        self.metering
+        self.runtime
+            .metering
             .record_tool_call(&ToolCallRecord {
                 user: &requester.slug,
                 role: &requester.role_name,
@@ -522,18 +540,19 @@ impl Runtime {
             }
         };
         let recipients: Vec<_> = self
+            .runtime
             .recipient_for(config, &request.requester, Some(&request.identity))
             .into_iter()
             .collect();
-        if let Err(error) = self.notify(&requester, &recipients, text).await {
+        if let Err(error) = self.runtime.notify(&requester, &recipients, text).await {
             tracing::warn!(error = %saint_config::ErrorChain(&error), "failed to tell a requester about their approval");
         }
     }
 
     /// Refuses every request past its deadline and tells its requester; returns how
     /// many. Run on a timer by the agent.
-    pub async fn expire_approvals(&self) -> usize {
-        let Some(store) = self.approval_store() else {
+    pub(super) async fn expire(&self) -> usize {
+        let Some(store) = self.store() else {
             return 0;
         };
         let expired = match tokio::task::spawn_blocking(move || store.expire(now_ms())).await {
@@ -544,10 +563,9 @@ impl Runtime {
             }
             Err(_) => return 0,
         };
-        let config = self.config.current();
+        let config = self.runtime.config.current();
         for request in &expired {
-            self.count_approval("expired", &request.requester_role)
-                .await;
+            self.count("expired", &request.requester_role).await;
             self.tell_requester(
                 &config,
                 request,

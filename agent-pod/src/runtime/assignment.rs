@@ -6,16 +6,10 @@
 
 use std::sync::Arc;
 
-use saint_channels::ReplyContext;
 use saint_config::{BotConfig, ChannelIdentity, KNOWN_TOOLS, RoleConfig};
-use saint_llm::CancellationToken;
 use saint_tools::{Caller, policy};
 
-use super::{
-    Recipient, Runtime, TurnError, TurnReply,
-    turn::{Accepted, Destination, TurnInput},
-};
-use crate::metering;
+use super::{Recipient, TurnReply};
 
 /// One background turn.
 #[derive(Clone, Debug)]
@@ -69,125 +63,6 @@ pub fn narrowed_role(role: &RoleConfig, only: Option<&[String]>, deny: &[&str]) 
         }
     }
     narrowed
-}
-
-impl Runtime {
-    /// Runs `assignment` unless its owner is over budget. The caller's role is used as
-    /// given (callers narrow it with [`narrowed_role`]).
-    pub async fn run_assignment(
-        &self,
-        assignment: Assignment,
-        cancel: &CancellationToken,
-    ) -> Result<AssignmentEnd, TurnError> {
-        let Assignment {
-            caller,
-            text,
-            note,
-            deliver,
-            quiet_answer,
-        } = assignment;
-        // Checked before anything is stored: work the owner cannot pay for does not
-        // run, and the caller tells them once.
-        if let Some((budget, spent)) = self.spent_before_turn(&caller).await?
-            && !metering::within_budget(Some(&budget), spent)
-        {
-            self.metering.metrics.budget_refusal(&caller.role_name);
-            return Ok(AssignmentEnd::OverBudget);
-        }
-        let config = self.config.current();
-        let reply = self
-            .turn(
-                TurnInput {
-                    caller: &caller,
-                    config: &config,
-                    text,
-                    accepted: Accepted::Store,
-                    destination: Destination::Send {
-                        to: &deliver,
-                        quiet: quiet_answer,
-                    },
-                    note: Some(&note),
-                    attached: Vec::new(),
-                    told: None,
-                },
-                None,
-                cancel,
-            )
-            .await?;
-        self.outbox_ready(deliver.iter().map(|recipient| recipient.channel.as_str()));
-        Ok(AssignmentEnd::Ran(reply))
-    }
-
-    /// Queues `text` to `recipients` without a model call (a notice about their work:
-    /// over budget, a job stopped, a sub-agent's result), noted in `caller.session_key`'s
-    /// transcript as said by the bot. A turn running in that session finishes first, so
-    /// the notice lands after it and the session's next turn sees it; never call this
-    /// from inside a turn of the same session.
-    pub async fn notify(
-        &self,
-        caller: &Caller,
-        recipients: &[Recipient],
-        text: &str,
-    ) -> Result<(), TurnError> {
-        self.notify_with(caller, recipients, text, ReplyContext::default())
-            .await
-    }
-
-    /// [`Runtime::notify`] with what the message asks of its recipients (`context`: an
-    /// approval request's code, which the platforms with buttons show as buttons).
-    pub async fn notify_with(
-        &self,
-        caller: &Caller,
-        recipients: &[Recipient],
-        text: &str,
-        context: ReplyContext,
-    ) -> Result<(), TurnError> {
-        let lock = self.session_lock(&caller.session_key);
-        let _session = lock.lock().await;
-        let (recipients_owned, body) = (recipients.to_vec(), text.to_string());
-        let caller_owned = caller.clone();
-        self.persist_notice(caller_owned, recipients_owned, body, context)
-            .await?;
-        self.outbox_ready(
-            recipients
-                .iter()
-                .map(|recipient| recipient.channel.as_str()),
-        );
-        Ok(())
-    }
-
-    fn outbox_ready<'a>(&self, channels: impl Iterator<Item = &'a str>) {
-        if let Some(outlets) = self.outlets.get() {
-            for channel in channels {
-                (outlets.ready)(channel);
-            }
-        }
-    }
-
-    /// Sets which channels can send on their own and what wakes their senders when a
-    /// background turn queued something for them.
-    pub fn set_outlets(&self, outlets: Outlets) {
-        let _ = self.outlets.set(outlets);
-    }
-
-    /// Whether the channel named `channel` can send a message nobody asked for (it has
-    /// a running transport; the HTTP API only answers requests).
-    pub fn can_send(&self, channel: &str) -> bool {
-        self.outlets
-            .get()
-            .is_some_and(|outlets| (outlets.can_send)(channel))
-    }
-
-    /// Where a message to contact `slug` goes, by the channels that can send now (see
-    /// [`reachable_recipient`]).
-    pub fn recipient_for(
-        &self,
-        config: &BotConfig,
-        slug: &str,
-        preferred: Option<&str>,
-    ) -> Option<Recipient> {
-        reachable_recipient(config, slug, preferred, |channel| self.can_send(channel))
-    }
 }
 
 /// Where a message to contact `slug` goes: their identity `preferred` when a channel of

@@ -3,6 +3,14 @@
 //! calls → results until the model answers, compacting the context when it nears the
 //! window. Every decision about *who may do what* is made here in code, before and
 //! around the model, never by it.
+//!
+//! [`Runtime`]'s methods are all in this file: what the agent, channels and background
+//! work call, and the store operations the steps share. The steps have their own
+//! homes: `inbound` (a message: its sender, an approver's answer, its attachments and
+//! voice notes), `turn` (a `Turn` prepared, iterated and finished; its model
+//! calls through the failover chain in `turn/failover.rs`), `approval` (asking,
+//! deciding, running and expiring approvals), `voice` (transcription) and
+//! `session_cache` (what a turn keeps of its session for the next).
 
 mod approval;
 mod assignment;
@@ -10,6 +18,7 @@ mod attachments;
 mod chain_health;
 mod compaction;
 mod group;
+mod inbound;
 mod model;
 mod session_cache;
 mod turn;
@@ -18,10 +27,12 @@ mod voice;
 use parking_lot::Mutex;
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
-use saint_config::ChannelIdentity;
-use saint_llm::{ClientOptions, LlmError, Usage};
+use saint_channels::{OutboundBody, ReplyContext};
+use saint_config::{BotConfig, ChannelIdentity};
+use saint_llm::{CancellationToken, ClientOptions, LlmError, Message, Usage};
+use saint_tools::Caller;
+use tokio::sync::mpsc::UnboundedSender;
 
-use self::session_cache::SessionCache;
 pub use self::{
     assignment::{Assignment, AssignmentEnd, Outlets, narrowed_role, reachable_recipient},
     attachments::InboundAttachment,
@@ -36,13 +47,17 @@ pub use self::{
     },
     turn::{ITERATION_CAP_REPLY, OVER_BUDGET_REPLY},
 };
+use self::{
+    session_cache::SessionCache,
+    turn::{Accepted, Destination, QueueStep, TurnInput},
+};
 use saint_tools::registry::ToolSet;
 
 use crate::{
     budget::SpendLedger,
     config_watch::ConfigStore,
     identity::IdentityError,
-    metering::Metering,
+    metering::{self, Metering},
     session::{SessionError, SessionStore},
 };
 
@@ -282,7 +297,7 @@ pub struct Runtime {
     outlets: std::sync::OnceLock<assignment::Outlets>,
     // Tool calls waiting for someone's yes; none when its database cannot be opened
     // (calls that need approval are then refused, never run).
-    pub(crate) approvals: Option<Arc<crate::approvals::ApprovalStore>>,
+    pub(crate) approval_store: Option<Arc<crate::approvals::ApprovalStore>>,
 }
 
 impl Runtime {
@@ -301,7 +316,7 @@ impl Runtime {
             let bot = &config.last_good().bot;
             ChainHealth::from_environment(&bot.name, &bot.namespace, model.env())
         };
-        let approvals = match crate::approvals::ApprovalStore::open(&workspace) {
+        let approval_store = match crate::approvals::ApprovalStore::open(&workspace) {
             Ok(store) => Some(Arc::new(store)),
             Err(error) => {
                 tracing::error!(error = %saint_config::ErrorChain(&error), "approvals unavailable: calls that need one are refused");
@@ -309,7 +324,7 @@ impl Runtime {
             }
         };
         Self {
-            approvals,
+            approval_store,
             config,
             store,
             model,
@@ -392,5 +407,220 @@ impl Runtime {
             .await
             .map_err(|_| TurnError::Join)?
             .map_err(TurnError::from)
+    }
+
+    /// Handles one inbound message end to end.
+    pub async fn handle(
+        &self,
+        inbound: Inbound,
+        events: Option<UnboundedSender<TurnEvent>>,
+        cancel: CancellationToken,
+    ) -> Result<TurnReply, TurnError> {
+        inbound::handle(self, inbound, events, cancel).await
+    }
+
+    /// Runs `assignment` unless its owner is over budget. The caller's role is used as
+    /// given (callers narrow it with [`narrowed_role`]).
+    pub async fn run_assignment(
+        &self,
+        assignment: Assignment,
+        cancel: &CancellationToken,
+    ) -> Result<AssignmentEnd, TurnError> {
+        let Assignment {
+            caller,
+            text,
+            note,
+            deliver,
+            quiet_answer,
+        } = assignment;
+        // Checked before anything is stored: work the owner cannot pay for does not
+        // run, and the caller tells them once.
+        if let Some((budget, spent)) = self.spent_before_turn(&caller).await?
+            && !metering::within_budget(Some(&budget), spent)
+        {
+            self.metering.metrics.budget_refusal(&caller.role_name);
+            return Ok(AssignmentEnd::OverBudget);
+        }
+        let config = self.config.current();
+        let reply = turn::run(
+            self,
+            TurnInput {
+                caller: &caller,
+                config: &config,
+                text,
+                accepted: Accepted::Store,
+                destination: Destination::Send {
+                    to: &deliver,
+                    quiet: quiet_answer,
+                },
+                note: Some(&note),
+                attached: Vec::new(),
+                told: None,
+            },
+            None,
+            cancel,
+        )
+        .await?;
+        self.outbox_ready(deliver.iter().map(|recipient| recipient.channel.as_str()));
+        Ok(AssignmentEnd::Ran(reply))
+    }
+
+    /// Queues `text` to `recipients` without a model call (a notice about their work:
+    /// over budget, a job stopped, a sub-agent's result), noted in `caller.session_key`'s
+    /// transcript as said by the bot. A turn running in that session finishes first, so
+    /// the notice lands after it and the session's next turn sees it; never call this
+    /// from inside a turn of the same session.
+    pub async fn notify(
+        &self,
+        caller: &Caller,
+        recipients: &[Recipient],
+        text: &str,
+    ) -> Result<(), TurnError> {
+        self.notify_with(caller, recipients, text, ReplyContext::default())
+            .await
+    }
+
+    /// [`Runtime::notify`] with what the message asks of its recipients (`context`: an
+    /// approval request's code, which the platforms with buttons show as buttons).
+    pub async fn notify_with(
+        &self,
+        caller: &Caller,
+        recipients: &[Recipient],
+        text: &str,
+        context: ReplyContext,
+    ) -> Result<(), TurnError> {
+        let lock = self.session_lock(&caller.session_key);
+        let _session = lock.lock().await;
+        let (recipients_owned, body) = (recipients.to_vec(), text.to_string());
+        let caller_owned = caller.clone();
+        self.persist_notice(caller_owned, recipients_owned, body, context)
+            .await?;
+        self.outbox_ready(
+            recipients
+                .iter()
+                .map(|recipient| recipient.channel.as_str()),
+        );
+        Ok(())
+    }
+
+    fn outbox_ready<'a>(&self, channels: impl Iterator<Item = &'a str>) {
+        if let Some(outlets) = self.outlets.get() {
+            for channel in channels {
+                (outlets.ready)(channel);
+            }
+        }
+    }
+
+    /// Sets which channels can send on their own and what wakes their senders when a
+    /// background turn queued something for them.
+    pub fn set_outlets(&self, outlets: Outlets) {
+        let _ = self.outlets.set(outlets);
+    }
+
+    /// Whether the channel named `channel` can send a message nobody asked for (it has
+    /// a running transport; the HTTP API only answers requests).
+    pub fn can_send(&self, channel: &str) -> bool {
+        self.outlets
+            .get()
+            .is_some_and(|outlets| (outlets.can_send)(channel))
+    }
+
+    /// Where a message to contact `slug` goes, by the channels that can send now (see
+    /// [`reachable_recipient`]).
+    pub fn recipient_for(
+        &self,
+        config: &BotConfig,
+        slug: &str,
+        preferred: Option<&str>,
+    ) -> Option<Recipient> {
+        reachable_recipient(config, slug, preferred, |channel| self.can_send(channel))
+    }
+
+    /// Refuses every request past its deadline and tells its requester; returns how
+    /// many. Run on a timer by the agent.
+    pub async fn expire_approvals(&self) -> usize {
+        self.approvals().expire().await
+    }
+
+    /// Approvals asked, decided and run on this runtime's store.
+    fn approvals(&self) -> approval::Approvals<'_> {
+        approval::Approvals { runtime: self }
+    }
+
+    /// Stores `text` as said by the bot in `caller`'s session and queues it to
+    /// `recipients`, in one transaction.
+    async fn persist_notice(
+        &self,
+        caller: Caller,
+        recipients: Vec<Recipient>,
+        text: String,
+        context: ReplyContext,
+    ) -> Result<(), TurnError> {
+        let body = OutboundBody {
+            text: text.clone(),
+            files: Vec::new(),
+            context,
+        };
+        let step = QueueStep::Send(Box::new((recipients, body)));
+        self.persist_then(&caller, Message::assistant_text(text), None, step)
+            .await
+            .map(drop)
+    }
+
+    async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
+        self.persist_then(caller, message, None, QueueStep::None)
+            .await
+    }
+
+    // A model answer, its cost (spent at the time given) and the channel queue's step are
+    // committed together.
+    async fn persist_then(
+        &self,
+        caller: &Caller,
+        message: Message,
+        cost: Option<(f64, jiff::Timestamp)>,
+        step: QueueStep,
+    ) -> Result<i64, TurnError> {
+        let (key, slug, role, identity) = (
+            caller.session_key.clone(),
+            caller.slug.clone(),
+            caller.role_name.clone(),
+            caller.identity.clone(),
+        );
+        let spend = cost
+            .filter(|(usd, _)| *usd > 0.0)
+            .map(|(usd, at)| (metering::spend_day(at), usd));
+        let origin = caller.trigger.label();
+        self.blocking(move |store| {
+            let spend = spend.as_ref().map(|(day, usd)| (day.as_str(), *usd));
+            store.append_then(
+                &key,
+                &slug,
+                &role,
+                &identity,
+                &message,
+                spend,
+                |transaction, id| step.record(transaction, id, origin, &identity),
+            )
+        })
+        .await
+    }
+
+    /// What the caller had spent in their budget's period, as stored; `None` for a role
+    /// without a budget. Background work checks it before it starts; each model call is
+    /// then checked by its reservation in the budget ledger.
+    async fn spent_before_turn(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<(saint_config::Budget, f64)>, TurnError> {
+        let Some(budget) = caller.role.budget.clone() else {
+            return Ok(None);
+        };
+        let (first, last) = metering::period_days(budget.period, jiff::Timestamp::now());
+        let slug = caller.slug.clone();
+        let spent = self
+            .blocking(move |store| store.spent_between(&slug, &first, &last))
+            .await?;
+        Ok(Some((budget, spent)))
     }
 }

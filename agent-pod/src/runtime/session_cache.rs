@@ -42,30 +42,28 @@ impl SessionCache {
             rewrites: self.rewrites,
         });
     }
-}
 
-impl Runtime {
     /// The session's transcript: the kept one brought up to date with what was stored
     /// since, else read whole. Takes the cache's content: a turn that fails keeps
     /// nothing, and the next one reads the store again.
     pub(crate) async fn transcript(
-        &self,
+        &mut self,
+        runtime: &Runtime,
         key: &str,
-        cache: &mut SessionCache,
     ) -> Result<Transcript, TurnError> {
         let key = key.to_string();
         // Read before the transcript: a rewrite in between makes the next read whole.
-        let rewrites = self.store().rewrites();
-        let kept = cache.kept.take().filter(|kept| kept.rewrites == rewrites);
-        cache.rewrites = rewrites;
+        let rewrites = runtime.store().rewrites();
+        let kept = self.kept.take().filter(|kept| kept.rewrites == rewrites);
+        self.rewrites = rewrites;
         match kept {
-            None => self.blocking(move |store| store.transcript(&key)).await,
+            None => runtime.blocking(move |store| store.transcript(&key)).await,
             Some(Kept {
                 mut transcript,
                 seen_through,
                 ..
             }) => {
-                let newer: Vec<StoredMessage> = self
+                let newer: Vec<StoredMessage> = runtime
                     .blocking(move |store: &SessionStore| store.messages_after(&key, seen_through))
                     .await?;
                 transcript.messages.extend(newer);

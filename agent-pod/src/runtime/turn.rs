@@ -19,8 +19,8 @@ use tracing::Instrument;
 use saint_channels::{FileKind, OutboundBody, OutboundFile, ReplyContext, queue};
 
 use super::{
-    Delivery, Inbound, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply,
-    attachments, compaction, group, model::ModelChain, session_cache::SessionCache,
+    Delivery, Recipient, Runtime, TurnError, TurnEvent, TurnOutcome, TurnReply, attachments,
+    compaction, group, model::ModelChain, session_cache::SessionCache,
 };
 use saint_tools::{
     Caller, ToolContext, ToolError, Trigger,
@@ -32,7 +32,6 @@ use saint_tools::{
 use crate::{
     approvals,
     budget::Reservation,
-    identity,
     metering::{self, ToolCallRecord},
     prompt::{self, PromptInputs},
     session::{StoredMessage, Transcript, repair_tool_pairing},
@@ -116,7 +115,7 @@ fn tool_specs(tools: &[PermittedTool]) -> Vec<ToolSpec> {
 }
 
 /// What the channel queue records with a stored message.
-enum QueueStep {
+pub(super) enum QueueStep {
     None,
     /// The person's message of this inbox row.
     Accept(i64),
@@ -128,9 +127,53 @@ enum QueueStep {
 }
 
 impl QueueStep {
+    /// Records the step in `transaction`, which stores the message `message_id`
+    /// (`origin` labels what started the work; `identity` is the caller's).
+    pub(super) fn record(
+        self,
+        transaction: &rusqlite::Connection,
+        message_id: i64,
+        origin: &str,
+        identity: &str,
+    ) -> rusqlite::Result<()> {
+        match self {
+            QueueStep::None => Ok(()),
+            QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, message_id),
+            QueueStep::Send(send) => {
+                let (recipients, body) = *send;
+                for recipient in &recipients {
+                    queue::enqueue(
+                        transaction,
+                        &recipient.channel,
+                        &recipient.identity,
+                        &body,
+                        origin,
+                        None,
+                    )?;
+                }
+                Ok(())
+            }
+            QueueStep::Reply(reply) => {
+                let (delivery, body) = *reply;
+                queue::queue_reply(
+                    transaction,
+                    delivery.inbox_id,
+                    &delivery.channel,
+                    identity,
+                    &body,
+                )
+                .map(drop)
+            }
+        }
+    }
+
     /// What storing the final answer `text`, with the voice notes `files` the turn's
     /// tools made, also queues.
-    fn answer(destination: &Destination<'_>, text: &str, files: &[OutboundFile]) -> Self {
+    pub(super) fn answer(
+        destination: &Destination<'_>,
+        text: &str,
+        files: &[OutboundFile],
+    ) -> Self {
         match destination {
             Destination::Caller => QueueStep::None,
             Destination::Reply(delivery) => QueueStep::Reply(Box::new((
@@ -175,7 +218,12 @@ pub(super) enum Destination<'a> {
     },
 }
 
-pub(super) struct TurnState<'a> {
+/// One turn in progress: who it is for, where its answer goes, and what it has used so
+/// far. A turn is [`Turn::prepare`]d (its message stored), [`Turn::iterate`]d (model
+/// calls and tool calls until an answer) and [`Turn::finish`]ed (the answer stored and
+/// metered).
+pub(super) struct Turn<'a> {
+    runtime: &'a Runtime,
     caller: &'a Caller,
     config: &'a Arc<BotConfig>,
     destination: Destination<'a>,
@@ -201,235 +249,145 @@ pub(super) struct TurnState<'a> {
     files: Vec<OutboundFile>,
 }
 
-impl TurnState<'_> {
-    fn emit(&self, event: TurnEvent) {
-        if let Some(events) = self.events {
-            // A closed receiver means the client left; the turn still completes.
-            let _ = events.send(event);
+/// Runs one turn for `input.caller` in their session: stores the message, loops model
+/// and tools, stores and queues the answer, meters it. Traced as one `invoke_agent`
+/// span (who, in which role, what it cost; never what was said).
+pub(super) async fn run(
+    runtime: &Runtime,
+    input: TurnInput<'_>,
+    events: Option<&UnboundedSender<TurnEvent>>,
+    cancel: &CancellationToken,
+) -> Result<TurnReply, TurnError> {
+    let caller = input.caller;
+    let bot = input.config.bot.name.as_str();
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "invoke_agent",
+        otel.name = %format_args!("invoke_agent {bot}"),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = bot,
+        saint.bot = bot,
+        saint.contact = metering::person_label(caller.known, &caller.slug),
+        saint.role = %caller.role_name,
+        saint.trigger = caller.trigger.label(),
+        saint.outcome = tracing::field::Empty,
+        saint.model_calls = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let reply = run_in_session(runtime, input, events, cancel)
+        .instrument(span.clone())
+        .await;
+    match &reply {
+        Ok(reply) => {
+            span.record("saint.outcome", reply.outcome.label());
+            span.record("saint.model_calls", reply.model_calls);
+            span.record("gen_ai.usage.input_tokens", reply.usage.input_tokens);
+            span.record("gen_ai.usage.output_tokens", reply.usage.output_tokens);
+        }
+        Err(_) => {
+            span.record("saint.outcome", "error");
+            span.record("error.type", "turn_failed");
         }
     }
+    reply
 }
 
-impl Runtime {
-    /// Handles one inbound message end to end.
-    pub async fn handle(
-        &self,
-        inbound: Inbound,
-        events: Option<UnboundedSender<TurnEvent>>,
-        cancel: CancellationToken,
-    ) -> Result<TurnReply, TurnError> {
-        // Every message sees the newest valid config (a new Contact applies right away).
-        let config = self.config.current();
-        let conversation = inbound.delivery.as_ref().and_then(|delivery| {
-            Some((
-                delivery.channel.as_str(),
-                delivery.conversation.as_ref()?.id.as_str(),
-            ))
+/// The turn's three steps, under its session's lock: one turn at a time per session.
+async fn run_in_session(
+    runtime: &Runtime,
+    input: TurnInput<'_>,
+    events: Option<&UnboundedSender<TurnEvent>>,
+    cancel: &CancellationToken,
+) -> Result<TurnReply, TurnError> {
+    let lock = runtime.session_lock(&input.caller.session_key);
+    let mut session = lock.lock().await;
+    let mut turn = Turn::prepare(runtime, input, events).await?;
+    let end = turn.iterate(&mut session, cancel).await;
+    turn.finish(end).await
+}
+
+/// Stores the message of `input` and `answer` in the caller's session and queues the
+/// answer as the reply, without a model call (an approver's decision is answered so).
+pub(super) async fn answer_directly(
+    runtime: &Runtime,
+    input: TurnInput<'_>,
+    answer: String,
+    events: Option<&UnboundedSender<TurnEvent>>,
+) -> Result<TurnReply, TurnError> {
+    let TurnInput {
+        caller,
+        text,
+        accepted,
+        destination,
+        attached,
+        ..
+    } = input;
+    let lock = runtime.session_lock(&caller.session_key);
+    let _session = lock.lock().await;
+    let message_id = store_message(runtime, caller, accepted, text, attached).await?;
+    if let Some(events) = events {
+        let _ = events.send(TurnEvent::Accepted {
+            message_id,
+            session_key: caller.session_key.clone(),
         });
-        let caller = identity::caller_for_message(
-            &config,
-            &identity::MessageSender {
-                identity: &inbound.sender,
-                verified: inbound.sender_verified,
-                unverified_origin: inbound.unverified_origin.as_deref(),
-                conversation,
-            },
-        )?;
-        // A contact's answer to an approval request is decided here, not by the model. A
-        // pressed button is such an answer from whoever pressed it, or nothing: a press
-        // never reaches the model, and a stranger's is refused (and audited) like any
-        // other answer from someone the rule does not name.
-        let decision = match approvals::parse_decision(&inbound.text) {
-            Some((approve, code)) if caller.known || inbound.pressed => {
-                Some(self.decide_approval(&config, &caller, approve, &code).await)
-            }
-            None if inbound.pressed => {
-                Some("Not done: that button does not answer a request.".to_string())
-            }
-            _ => None,
-        };
-        // A group conversation is one session whoever writes; the role stays the
-        // sender's, and the stored message says who wrote it.
-        let text = match conversation {
-            Some(_) => group::attributed(&caller, &inbound.text),
-            None => inbound.text,
-        };
-        let delivery = inbound.delivery;
-        let destination = match &delivery {
-            Some(delivery) => Destination::Reply(delivery),
-            None => Destination::Caller,
-        };
-        let accepted = match &delivery {
-            Some(Delivery {
-                accepted_message_id: Some(id),
-                ..
-            }) => Accepted::Already(*id),
-            Some(Delivery { inbox_id, .. }) => Accepted::Inbox(*inbox_id),
-            None => Accepted::Store,
-        };
-        // A resumed turn's message is stored already, attachments and all.
-        let mut attached = match (&accepted, &self.options.media) {
-            (Accepted::Already(_), _) | (_, None) => Vec::new(),
-            (_, Some(extractor)) => {
-                let images =
-                    saint_tools::policy::tool_allowed(&caller.role, attachments::IMAGE_TOOL);
-                attachments::blocks(extractor, &self.workspace, &inbound.attachments, images).await
-            }
-        };
-        // Voice notes are heard whoever sent them: they are the person's own words.
-        let told = match &accepted {
-            Accepted::Already(_) => None,
-            _ => {
-                let heard = self.hear(&config, &caller, &inbound.attachments).await?;
-                attached.extend(heard.blocks);
-                (!heard.told.is_empty()).then(|| heard.told.join("\n"))
-            }
-        };
-        if let Some(answer) = decision {
-            return self
-                .answer_directly(
-                    TurnInput {
-                        caller: &caller,
-                        config: &config,
-                        text,
-                        accepted,
-                        destination,
-                        note: None,
-                        attached,
-                        told: None,
-                    },
-                    answer,
-                    events.as_ref(),
-                )
-                .await;
-        }
-        let reply = self
-            .turn(
-                TurnInput {
-                    caller: &caller,
-                    config: &config,
-                    text,
-                    accepted,
-                    destination,
-                    note: None,
-                    attached,
-                    told,
-                },
-                events.as_ref(),
-                &cancel,
-            )
-            .await?;
-        Ok(reply)
+        let _ = events.send(TurnEvent::TextDelta(answer.clone()));
     }
+    let step = QueueStep::answer(&destination, &answer, &[]);
+    runtime
+        .persist_then(caller, Message::assistant_text(answer.clone()), None, step)
+        .await?;
+    Ok(TurnReply {
+        text: answer,
+        session_key: caller.session_key.clone(),
+        message_id,
+        outcome: TurnOutcome::Answered,
+        usage: Usage::default(),
+        model_calls: 0,
+        model_time: Duration::ZERO,
+        failover_time: Duration::ZERO,
+    })
+}
 
-    /// Runs one turn for `input.caller` in their session: stores the message, loops
-    /// model and tools, stores and queues the answer, meters it. Traced as one
-    /// `invoke_agent` span (who, in which role, what it cost; never what was said).
-    pub(super) async fn turn(
-        &self,
-        input: TurnInput<'_>,
-        events: Option<&UnboundedSender<TurnEvent>>,
-        cancel: &CancellationToken,
-    ) -> Result<TurnReply, TurnError> {
-        let caller = input.caller;
-        let bot = input.config.bot.name.as_str();
-        let span = tracing::info_span!(
-            target: telemetry::TARGET,
-            "invoke_agent",
-            otel.name = %format_args!("invoke_agent {bot}"),
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = bot,
-            saint.bot = bot,
-            saint.contact = metering::person_label(caller.known, &caller.slug),
-            saint.role = %caller.role_name,
-            saint.trigger = caller.trigger.label(),
-            saint.outcome = tracing::field::Empty,
-            saint.model_calls = tracing::field::Empty,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
-        let reply = self
-            .turn_in_span(input, events, cancel)
-            .instrument(span.clone())
-            .await;
-        match &reply {
-            Ok(reply) => {
-                span.record("saint.outcome", reply.outcome.label());
-                span.record("saint.model_calls", reply.model_calls);
-                span.record("gen_ai.usage.input_tokens", reply.usage.input_tokens);
-                span.record("gen_ai.usage.output_tokens", reply.usage.output_tokens);
-            }
-            Err(_) => {
-                span.record("saint.outcome", "error");
-                span.record("error.type", "turn_failed");
-            }
-        }
-        reply
-    }
-
-    /// Stores the message and `answer` in the caller's session and queues the answer
-    /// as the reply, without a model call (an approver's decision is answered so).
-    async fn answer_directly(
-        &self,
-        input: TurnInput<'_>,
-        answer: String,
-        events: Option<&UnboundedSender<TurnEvent>>,
-    ) -> Result<TurnReply, TurnError> {
-        let TurnInput {
-            caller,
-            text,
-            accepted,
-            destination,
-            attached,
-            ..
-        } = input;
-        let lock = self.session_lock(&caller.session_key);
-        let _session = lock.lock().await;
-        let message_id = match accepted {
-            Accepted::Already(id) => id,
-            Accepted::Inbox(inbox_id) => {
-                self.persist_then(
+/// Stores the turn's first message, unless an earlier attempt did: its id. A channel
+/// message's inbox row is marked accepted in the same transaction, so a restart resumes
+/// the turn instead of storing the message twice.
+async fn store_message(
+    runtime: &Runtime,
+    caller: &Caller,
+    accepted: Accepted,
+    text: String,
+    attached: Vec<ContentBlock>,
+) -> Result<i64, TurnError> {
+    match accepted {
+        Accepted::Already(id) => Ok(id),
+        Accepted::Inbox(inbox_id) => {
+            runtime
+                .persist_then(
                     caller,
                     attachments::user_message(text, attached),
                     None,
                     QueueStep::Accept(inbox_id),
                 )
-                .await?
-            }
-            Accepted::Store => {
-                self.persist(caller, attachments::user_message(text, attached))
-                    .await?
-            }
-        };
-        if let Some(events) = events {
-            let _ = events.send(TurnEvent::Accepted {
-                message_id,
-                session_key: caller.session_key.clone(),
-            });
-            let _ = events.send(TurnEvent::TextDelta(answer.clone()));
+                .await
         }
-        let step = QueueStep::answer(&destination, &answer, &[]);
-        self.persist_then(caller, Message::assistant_text(answer.clone()), None, step)
-            .await?;
-        Ok(TurnReply {
-            text: answer,
-            session_key: caller.session_key.clone(),
-            message_id,
-            outcome: TurnOutcome::Answered,
-            usage: Usage::default(),
-            model_calls: 0,
-            model_time: Duration::ZERO,
-            failover_time: Duration::ZERO,
-        })
+        Accepted::Store => {
+            runtime
+                .persist(caller, attachments::user_message(text, attached))
+                .await
+        }
     }
+}
 
-    async fn turn_in_span(
-        &self,
-        input: TurnInput<'_>,
-        events: Option<&UnboundedSender<TurnEvent>>,
-        cancel: &CancellationToken,
-    ) -> Result<TurnReply, TurnError> {
+impl<'a> Turn<'a> {
+    /// Stores the turn's message (acknowledged only once it is durable) and starts the
+    /// turn's accounts.
+    async fn prepare(
+        runtime: &'a Runtime,
+        input: TurnInput<'a>,
+        events: Option<&'a UnboundedSender<TurnEvent>>,
+    ) -> Result<Self, TurnError> {
         let TurnInput {
             caller,
             config,
@@ -440,29 +398,9 @@ impl Runtime {
             attached,
             told,
         } = input;
-        let lock = self.session_lock(&caller.session_key);
-        let mut session = lock.lock().await;
-
-        // Acknowledge only once the message is durable. A channel message's inbox row
-        // is marked accepted in the same transaction, so a restart resumes the turn
-        // instead of storing the message twice.
-        let message_id = match accepted {
-            Accepted::Already(id) => id,
-            Accepted::Inbox(inbox_id) => {
-                self.persist_then(
-                    caller,
-                    attachments::user_message(text, attached),
-                    None,
-                    QueueStep::Accept(inbox_id),
-                )
-                .await?
-            }
-            Accepted::Store => {
-                self.persist(caller, attachments::user_message(text, attached))
-                    .await?
-            }
-        };
-        let mut state = TurnState {
+        let message_id = store_message(runtime, caller, accepted, text, attached).await?;
+        let turn = Turn {
+            runtime,
             caller,
             config,
             destination,
@@ -478,16 +416,33 @@ impl Runtime {
             told,
             files: Vec::new(),
         };
-        state.emit(TurnEvent::Accepted {
+        turn.emit(TurnEvent::Accepted {
             message_id,
             session_key: caller.session_key.clone(),
         });
+        Ok(turn)
+    }
+}
 
-        let end = self.run_loop(&mut state, &mut session, cancel).await;
+impl Turn<'_> {
+    fn emit(&self, event: TurnEvent) {
+        if let Some(events) = self.events {
+            // A closed receiver means the client left; the turn still completes.
+            let _ = events.send(event);
+        }
+    }
+
+    /// Ends the turn as `end` says: a text the model did not write is stored (and
+    /// queued where the work reports), and the turn is metered.
+    async fn finish(self, end: Result<LoopEnd, TurnError>) -> Result<TurnReply, TurnError> {
+        let caller = self.caller;
         let (outcome, text) = match end {
             Ok(LoopEnd::Answer(text)) => (TurnOutcome::Answered, text),
             Ok(LoopEnd::OverBudget) => {
-                self.metering.metrics.budget_refusal(&caller.role_name);
+                self.runtime
+                    .metering
+                    .metrics
+                    .budget_refusal(&caller.role_name);
                 (TurnOutcome::OverBudget, OVER_BUDGET_REPLY.to_string())
             }
             Ok(LoopEnd::IterationCap) => {
@@ -501,7 +456,7 @@ impl Runtime {
                 )
             }
             Err(error) => {
-                self.record_turn(&state, "error").await;
+                self.record("error").await;
                 return Err(error);
             }
         };
@@ -511,165 +466,88 @@ impl Runtime {
             // live is not sent a refusal: its owner hears about the budget once).
             // A stop for changed authority is told to whoever the work reports to (a
             // job's or heartbeat's recipients too): the work they expect will not come.
-            let step = match &state.destination {
+            let step = match &self.destination {
                 Destination::Send { .. } if outcome != TurnOutcome::AuthorityChanged => {
                     QueueStep::None
                 }
                 destination => QueueStep::answer(
                     destination,
-                    &told_then(state.told.as_deref(), &text),
-                    &state.files,
+                    &told_then(self.told.as_deref(), &text),
+                    &self.files,
                 ),
             };
-            self.persist_then(caller, Message::assistant_text(text.clone()), None, step)
+            self.runtime
+                .persist_then(caller, Message::assistant_text(text.clone()), None, step)
                 .await?;
-            state.emit(TurnEvent::TextDelta(text.clone()));
+            self.emit(TurnEvent::TextDelta(text.clone()));
         }
-        self.record_turn(&state, outcome.label()).await;
+        self.record(outcome.label()).await;
         Ok(TurnReply {
-            text: told_then(state.told.as_deref(), &text),
+            text: told_then(self.told.as_deref(), &text),
             session_key: caller.session_key.clone(),
-            message_id,
+            message_id: self.first_message_id,
             outcome,
-            usage: state.usage,
-            model_calls: state.model_calls,
-            model_time: state.model_time,
-            failover_time: state.failover_time,
+            usage: self.usage,
+            model_calls: self.model_calls,
+            model_time: self.model_time,
+            failover_time: self.failover_time,
         })
     }
 
-    async fn record_turn(&self, state: &TurnState<'_>, outcome: &str) {
-        self.metering
+    async fn iterate(
+        &mut self,
+        session: &mut SessionCache,
+        cancel: &CancellationToken,
+    ) -> Result<LoopEnd, TurnError> {
+        let setup = self.setup().await?;
+        let (mut transcript, isolated) = self.transcript(session).await?;
+        let end = 'turn: {
+            for _ in 0..self.runtime.options.max_iterations {
+                if let ControlFlow::Break(end) = self.round(&setup, &mut transcript, cancel).await?
+                {
+                    break 'turn end;
+                }
+            }
+            LoopEnd::IterationCap
+        };
+        // Everything in the transcript is stored: the next turn of this session starts from it
+        // (an isolated turn's is only part of its session: the next reads the store).
+        if !isolated {
+            session.keep(transcript);
+        }
+        Ok(end)
+    }
+
+    async fn record(&self, outcome: &str) {
+        self.runtime
+            .metering
             .record_turn_after(
-                &state.attempt_lines,
+                &self.attempt_lines,
                 &metering::TurnRecord {
-                    user: &state.caller.slug,
-                    role: &state.caller.role_name,
-                    trigger: state.caller.trigger.label(),
+                    user: &self.caller.slug,
+                    role: &self.caller.role_name,
+                    trigger: self.caller.trigger.label(),
                     outcome,
-                    model_calls: state.model_calls,
-                    usage: state.usage,
-                    cost_usd: state.spent,
+                    model_calls: self.model_calls,
+                    usage: self.usage,
+                    cost_usd: self.spent,
                 },
             )
             .await;
-    }
-
-    /// Stores `text` as said by the bot in `caller`'s session and queues it to
-    /// `recipients`, in one transaction.
-    pub(super) async fn persist_notice(
-        &self,
-        caller: Caller,
-        recipients: Vec<Recipient>,
-        text: String,
-        context: ReplyContext,
-    ) -> Result<(), TurnError> {
-        let body = OutboundBody {
-            text: text.clone(),
-            files: Vec::new(),
-            context,
-        };
-        let step = QueueStep::Send(Box::new((recipients, body)));
-        self.persist_then(&caller, Message::assistant_text(text), None, step)
-            .await
-            .map(drop)
-    }
-
-    async fn persist(&self, caller: &Caller, message: Message) -> Result<i64, TurnError> {
-        self.persist_then(caller, message, None, QueueStep::None)
-            .await
-    }
-
-    // A model answer, its cost (spent at the time given) and the channel queue's step are
-    // committed together.
-    async fn persist_then(
-        &self,
-        caller: &Caller,
-        message: Message,
-        cost: Option<(f64, jiff::Timestamp)>,
-        step: QueueStep,
-    ) -> Result<i64, TurnError> {
-        let (key, slug, role, identity) = (
-            caller.session_key.clone(),
-            caller.slug.clone(),
-            caller.role_name.clone(),
-            caller.identity.clone(),
-        );
-        let spend = cost
-            .filter(|(usd, _)| *usd > 0.0)
-            .map(|(usd, at)| (metering::spend_day(at), usd));
-        let origin = caller.trigger.label();
-        self.blocking(move |store| {
-            let spend = spend.as_ref().map(|(day, usd)| (day.as_str(), *usd));
-            store.append_then(
-                &key,
-                &slug,
-                &role,
-                &identity,
-                &message,
-                spend,
-                |transaction, id| match step {
-                    QueueStep::None => Ok(()),
-                    QueueStep::Accept(inbox_id) => queue::mark_accepted(transaction, inbox_id, id),
-                    QueueStep::Send(send) => {
-                        let (recipients, body) = *send;
-                        for recipient in &recipients {
-                            queue::enqueue(
-                                transaction,
-                                &recipient.channel,
-                                &recipient.identity,
-                                &body,
-                                origin,
-                                None,
-                            )?;
-                        }
-                        Ok(())
-                    }
-                    QueueStep::Reply(reply) => {
-                        let (delivery, body) = *reply;
-                        queue::queue_reply(
-                            transaction,
-                            delivery.inbox_id,
-                            &delivery.channel,
-                            &identity,
-                            &body,
-                        )
-                        .map(drop)
-                    }
-                },
-            )
-        })
-        .await
-    }
-
-    /// What the caller had spent in their budget's period, as stored; `None` for a role
-    /// without a budget. Background work checks it before it starts; each model call is
-    /// then checked by its reservation in the budget ledger.
-    pub(super) async fn spent_before_turn(
-        &self,
-        caller: &Caller,
-    ) -> Result<Option<(saint_config::Budget, f64)>, TurnError> {
-        let Some(budget) = caller.role.budget.clone() else {
-            return Ok(None);
-        };
-        let (first, last) = metering::period_days(budget.period, jiff::Timestamp::now());
-        let slug = caller.slug.clone();
-        let spent = self
-            .blocking(move |store| store.spent_between(&slug, &first, &last))
-            .await?;
-        Ok(Some((budget, spent)))
     }
 
     /// The system prompt, built off the async workers: it reads the workspace's prompt
     /// files.
     async fn system_prompt(
         &self,
-        caller: &Caller,
-        config: &Arc<BotConfig>,
         tool_names: Vec<&'static str>,
         skills: Option<Arc<SkillCatalog>>,
     ) -> Result<String, TurnError> {
-        let (caller, config, workspace) = (caller.clone(), config.clone(), self.workspace.clone());
+        let (caller, config, workspace) = (
+            self.caller.clone(),
+            self.config.clone(),
+            self.runtime.workspace.clone(),
+        );
         tokio::task::spawn_blocking(move || {
             prompt::system_prompt(&PromptInputs {
                 caller: &caller,
@@ -686,70 +564,42 @@ impl Runtime {
     /// Why the caller's authority changed since the turn began, if it did: a cheap
     /// pointer check while the config is the one the turn started with, the caller
     /// resolved again against the current config otherwise.
-    fn authority_changed(&self, state: &TurnState<'_>) -> Option<String> {
-        let now = self.config().current();
-        if Arc::ptr_eq(&now, state.config) {
+    fn authority_changed(&self) -> Option<String> {
+        let now = self.runtime.config().current();
+        if Arc::ptr_eq(&now, self.config) {
             return None;
         }
-        crate::identity::authority_changed(&now, state.caller)
-    }
-
-    async fn run_loop(
-        &self,
-        state: &mut TurnState<'_>,
-        session: &mut SessionCache,
-        cancel: &CancellationToken,
-    ) -> Result<LoopEnd, TurnError> {
-        let setup = self.loop_setup(state).await?;
-        let (mut transcript, isolated) = self.turn_transcript(state, session).await?;
-        let end = 'turn: {
-            for _ in 0..self.options.max_iterations {
-                if let ControlFlow::Break(end) =
-                    self.round(state, &setup, &mut transcript, cancel).await?
-                {
-                    break 'turn end;
-                }
-            }
-            LoopEnd::IterationCap
-        };
-        // Everything in the transcript is stored: the next turn of this session starts from it
-        // (an isolated turn's is only part of its session: the next reads the store).
-        if !isolated {
-            session.keep(transcript);
-        }
-        Ok(end)
+        crate::identity::authority_changed(&now, self.caller)
     }
 
     /// The tools the caller may use this turn, said to the client, and the prompt and
     /// model chain every round of the turn uses.
-    async fn loop_setup(&self, state: &mut TurnState<'_>) -> Result<LoopSetup, TurnError> {
-        let caller = state.caller;
-        let config = state.config.clone();
+    async fn setup(&mut self) -> Result<LoopSetup, TurnError> {
+        let caller = self.caller;
+        let config = self.config.clone();
         let model_name = caller
             .role
             .model
             .clone()
             .unwrap_or_else(|| config.model.name.clone());
-        let (visible, skills) = self.visible_tools(caller, &config).await;
+        let (visible, skills) = self.visible_tools().await;
         let tool_names: Vec<&'static str> = visible.iter().map(|tool| tool.name()).collect();
-        state.emit(TurnEvent::Caller {
+        self.emit(TurnEvent::Caller {
             contact: caller.known.then(|| caller.display_name.clone()),
             role: caller.role_name.clone(),
             model: model_name.clone(),
             tools: tool_names.iter().map(|name| name.to_string()).collect(),
         });
-        let mut base_prompt = self
-            .system_prompt(caller, &config, tool_names, skills)
-            .await?;
-        if let Some(note) = state.note {
+        let mut base_prompt = self.system_prompt(tool_names, skills).await?;
+        if let Some(note) = self.note {
             base_prompt.push_str("\n\n");
             base_prompt.push_str(note);
         }
         let specs = tool_specs(&visible);
-        let chain = self.model.chain(&config.model)?;
+        let chain = self.runtime.model.chain(&config.model)?;
         let context = ToolContext {
             caller: caller.clone(),
-            workspace: self.workspace.clone(),
+            workspace: self.runtime.workspace.clone(),
             config: config.clone(),
         };
         Ok(LoopSetup {
@@ -764,14 +614,15 @@ impl Runtime {
 
     /// The tools offered to the caller this turn, and the skills read for them (for the
     /// prompt's listing), if `skill` may be offered.
-    async fn visible_tools(
-        &self,
-        caller: &Caller,
-        config: &Arc<BotConfig>,
-    ) -> (Vec<PermittedTool>, Option<Arc<SkillCatalog>>) {
+    async fn visible_tools(&self) -> (Vec<PermittedTool>, Option<Arc<SkillCatalog>>) {
+        let (caller, config) = (self.caller, self.config);
         // The policy is asked once per turn: each tool comes with the permit it is
         // called with, and a tool the role may not use is neither offered nor callable.
-        let mut visible = policy::permitted_tools(caller, self.tools.all(), self.sandbox_available);
+        let mut visible = policy::permitted_tools(
+            caller,
+            self.runtime.tools.all(),
+            self.runtime.sandbox_available,
+        );
         // `tts` is offered only while the bot has a speech engine it can use
         // (`media.speech`; a local one installed).
         if !crate::tts_tool::offered(config) {
@@ -780,7 +631,7 @@ impl Runtime {
         // `skill` is offered only when some skill the role allows is installed; the
         // skills are read once per turn, for this check and the prompt's listing.
         let skills = if visible.iter().any(|tool| tool.name() == policy::SKILL_TOOL) {
-            let (workspace, skill_config) = (self.workspace.clone(), config.clone());
+            let (workspace, skill_config) = (self.runtime.workspace.clone(), config.clone());
             tokio::task::spawn_blocking(move || SkillCatalog::load(&workspace, &skill_config))
                 .await
                 .ok()
@@ -796,13 +647,14 @@ impl Runtime {
 
     /// The session's transcript as this turn may see it, and whether the turn is
     /// isolated (sees only its own messages).
-    async fn turn_transcript(
+    async fn transcript(
         &self,
-        state: &TurnState<'_>,
         session: &mut SessionCache,
     ) -> Result<(Transcript, bool), TurnError> {
-        let caller = state.caller;
-        let mut transcript = self.transcript(&caller.session_key, session).await?;
+        let caller = self.caller;
+        let mut transcript = session
+            .transcript(self.runtime, &caller.session_key)
+            .await?;
         if SessionKey::is_conversation(&caller.session_key) {
             // Another member's tool output never enters this member's turn.
             transcript.messages = group::said_only(transcript.messages);
@@ -815,7 +667,7 @@ impl Runtime {
             transcript.summary.clear();
             transcript
                 .messages
-                .retain(|stored| stored.id >= state.first_message_id);
+                .retain(|stored| stored.id >= self.first_message_id);
         }
         Ok((transcript, isolated))
     }
@@ -823,27 +675,25 @@ impl Runtime {
     /// One round of the tool loop: a model call, its answer stored, and the tools it
     /// called run and their results stored. Breaks with how the turn ends.
     async fn round(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         setup: &LoopSetup,
         transcript: &mut Transcript,
         cancel: &CancellationToken,
     ) -> Result<ControlFlow<LoopEnd>, TurnError> {
-        let caller = state.caller;
+        let caller = self.caller;
         // Authority is read at the moment of use: before every model call.
-        if let Some(reason) = self.authority_changed(state) {
+        if let Some(reason) = self.authority_changed() {
             return Ok(ControlFlow::Break(LoopEnd::AuthorityChanged(reason)));
         }
         // Every model call reserves its worst case in the person's budget first
         // (`call_model`): a long tool loop, or their other turns and sub-agents
         // running at the same time, may use up what is left.
-        let Some(next) = self.next_request(state, setup, transcript, cancel).await? else {
+        let Some(next) = self.next_request(setup, transcript, cancel).await? else {
             return Ok(ControlFlow::Break(LoopEnd::OverBudget));
         };
-        let chat = chat_span(state.config, &next.request);
+        let chat = chat_span(self.config, &next.request);
         let called = self
             .call_model(
-                state,
                 &setup.chain,
                 &next.request,
                 next.prompt_tokens,
@@ -857,11 +707,10 @@ impl Runtime {
             return Ok(ControlFlow::Break(LoopEnd::OverBudget));
         };
         let message = response.message;
-        self.store_answer(state, &message, charge, transcript)
-            .await?;
-        let calls: Vec<RequestedCall> = message
+        self.store_answer(&message, charge, transcript).await?;
+        let calls: Vec<ToolCall> = message
             .tool_uses()
-            .map(|(id, name, input)| RequestedCall {
+            .map(|(id, name, input)| ToolCall {
                 id: id.to_string(),
                 name: name.to_string(),
                 input: input.clone(),
@@ -870,12 +719,12 @@ impl Runtime {
         if calls.is_empty() {
             return Ok(ControlFlow::Break(LoopEnd::Answer(message.text())));
         }
-        let ToolRound { results, stopped } = self.run_tool_calls(state, setup, calls).await?;
+        let ToolRound { results, stopped } = self.run_tool_calls(setup, calls).await?;
         let message = Message {
             role: ChatRole::User,
             content: results,
         };
-        let id = self.persist(caller, message.clone()).await?;
+        let id = self.runtime.persist(caller, message.clone()).await?;
         transcript.messages.push(StoredMessage {
             id,
             message,
@@ -890,15 +739,14 @@ impl Runtime {
     /// The request for the next model call. Past the compaction threshold the older
     /// history is summarised first; `None` when the person's budget cannot pay for that.
     async fn next_request(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         setup: &LoopSetup,
         transcript: &mut Transcript,
         cancel: &CancellationToken,
     ) -> Result<Option<NextRequest>, TurnError> {
-        let config = state.config;
+        let config = self.config;
         let request = |transcript: &Transcript| {
-            self.request(
+            chat_request(
                 &setup.model_name,
                 &setup.base_prompt,
                 &transcript.summary,
@@ -909,14 +757,15 @@ impl Runtime {
         };
         let mut next = NextRequest::of(request(transcript));
         let threshold =
-            (f64::from(config.model.context_window) * self.options.compaction_ratio) as u64;
+            (f64::from(config.model.context_window) * self.runtime.options.compaction_ratio) as u64;
         if next.prompt_tokens > threshold
-            && let Some(cut) =
-                compaction::split_point(&transcript.messages, self.options.keep_recent_messages)
+            && let Some(cut) = compaction::split_point(
+                &transcript.messages,
+                self.runtime.options.keep_recent_messages,
+            )
         {
             let Some(compacted) = self
                 .compact(
-                    state,
                     &setup.chain,
                     &setup.model_name,
                     &transcript.summary,
@@ -938,23 +787,23 @@ impl Runtime {
     /// of a channel message is queued as its reply in the transaction that stores it.
     async fn store_answer(
         &self,
-        state: &TurnState<'_>,
         message: &Message,
         charge: Charge,
         transcript: &mut Transcript,
     ) -> Result<(), TurnError> {
-        let caller = state.caller;
+        let caller = self.caller;
         let step = if message.tool_uses().next().is_none() {
             QueueStep::answer(
-                &state.destination,
-                &told_then(state.told.as_deref(), &message.text()),
-                &state.files,
+                &self.destination,
+                &told_then(self.told.as_deref(), &message.text()),
+                &self.files,
             )
         } else {
             QueueStep::None
         };
         let spent_at = jiff::Timestamp::now();
         let stored = self
+            .runtime
             .persist_then(caller, message.clone(), Some((charge.cost, spent_at)), step)
             .await;
         charge.settle(spent_at);
@@ -970,10 +819,9 @@ impl Runtime {
     /// Runs one round's tool calls in order. Authority is read again before each: once
     /// it changed, the rest are answered as not run, so the transcript stays whole.
     async fn run_tool_calls(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         setup: &LoopSetup,
-        calls: Vec<RequestedCall>,
+        calls: Vec<ToolCall>,
     ) -> Result<ToolRound, TurnError> {
         let mut results = Vec::with_capacity(calls.len());
         let mut images = Vec::new();
@@ -982,18 +830,15 @@ impl Runtime {
             // ...and before every tool call: a call the caller may no longer
             // make is answered as not run, so the transcript stays whole.
             if stopped.is_none() {
-                stopped = self.authority_changed(state);
+                stopped = self.authority_changed();
             }
             let reply = match &stopped {
                 Some(reason) => ToolReply::failed(format!("not run: {reason}")),
-                None => {
-                    self.answer_tool_call(state, setup, call.name, call.input)
-                        .await?
-                }
+                None => self.answer_tool_call(setup, call.name, call.input).await?,
             };
             let mut content = reply.content;
             if let Some(audio) = reply.audio {
-                self.keep_voice_note(state, audio, &mut content).await;
+                self.keep_voice_note(audio, &mut content).await;
             }
             results.push(ContentBlock::ToolResult {
                 tool_use_id: call.id,
@@ -1010,8 +855,7 @@ impl Runtime {
 
     /// Runs one tool call, or asks for approval first when the role's rules say so.
     async fn answer_tool_call(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         setup: &LoopSetup,
         name: String,
         input: serde_json::Value,
@@ -1025,10 +869,12 @@ impl Runtime {
         let name = tool.map_or(name, |tool| tool.name().to_string());
         // A call the role's approval rules name waits for someone
         // else's yes instead of running now.
-        match tool.and_then(|_| approvals::rule_for(&state.caller.role, &name, &input)) {
+        match tool.and_then(|_| approvals::rule_for(&self.caller.role, &name, &input)) {
             Some(rule) => {
                 let (content, is_error) = self
-                    .ask_approval(state.caller, state.config, rule, &name, &input, &[])
+                    .runtime
+                    .approvals()
+                    .ask(self.caller, self.config, rule, &name, &input, &[])
                     .await;
                 Ok(ToolReply {
                     content,
@@ -1038,7 +884,7 @@ impl Runtime {
                 })
             }
             None => {
-                self.run_priced_tool(state, &setup.context, tool, &name, input)
+                self.run_priced_tool(&setup.context, tool, &name, input)
                     .await
             }
         }
@@ -1046,22 +892,17 @@ impl Runtime {
 
     /// Sends a tool's voice note with the turn's answer; where the conversation carries
     /// text only, deletes it and says so in the tool's result.
-    async fn keep_voice_note(
-        &self,
-        state: &mut TurnState<'_>,
-        audio: saint_tools::ToolAudio,
-        content: &mut String,
-    ) {
-        if matches!(state.destination, Destination::Caller) {
+    async fn keep_voice_note(&mut self, audio: saint_tools::ToolAudio, content: &mut String) {
+        if matches!(self.destination, Destination::Caller) {
             // The HTTP API streams text only: say so rather than drop it
             // in silence, and keep no file nobody will send.
-            let _ = tokio::fs::remove_file(self.workspace.join(&audio.path)).await;
+            let _ = tokio::fs::remove_file(self.runtime.workspace.join(&audio.path)).await;
             content.push_str(
                 "\n(this conversation carries text only: the voice note \
                  cannot be sent here)",
             );
         } else {
-            state.files.push(OutboundFile {
+            self.files.push(OutboundFile {
                 path: audio.path,
                 mime_type: audio.mime_type,
                 kind: FileKind::Voice,
@@ -1069,40 +910,10 @@ impl Runtime {
         }
     }
 
-    fn request(
-        &self,
-        model: &str,
-        base_prompt: &str,
-        summary: &str,
-        history: &[StoredMessage],
-        specs: &[ToolSpec],
-        config: &BotConfig,
-    ) -> ChatRequest {
-        let system = if summary.is_empty() {
-            base_prompt.to_string()
-        } else {
-            format!("{base_prompt}\n\n## Summary of the earlier conversation\n\n{summary}")
-        };
-        let messages = repair_tool_pairing(
-            history
-                .iter()
-                .map(|stored| stored.message.clone())
-                .collect(),
-        );
-        ChatRequest {
-            model: model.to_string(),
-            system,
-            messages,
-            tools: specs.to_vec(),
-            max_tokens: config.model.max_output_tokens,
-        }
-    }
-
     /// The summary of `previous` and `older`, stored; `None` when the person's budget
     /// cannot take the summarising call.
     async fn compact(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         chain: &ModelChain,
         model: &str,
         previous: &str,
@@ -1113,11 +924,11 @@ impl Runtime {
             model,
             previous,
             older,
-            state.config.model.max_output_tokens,
+            self.config.model.max_output_tokens,
         );
         let prompt_tokens = compaction::estimate_tokens(&request);
         let Called::Answered(response, charge) = self
-            .call_model(state, chain, &request, prompt_tokens, cancel, false)
+            .call_model(chain, &request, prompt_tokens, cancel, false)
             .await?
         else {
             return Ok(None);
@@ -1125,8 +936,9 @@ impl Runtime {
         let spent_at = jiff::Timestamp::now();
         let cost = charge.cost;
         let stored = if cost > 0.0 {
-            let (slug, day) = (state.caller.slug.clone(), metering::spend_day(spent_at));
-            self.blocking(move |store| store.add_spend(&slug, &day, cost))
+            let (slug, day) = (self.caller.slug.clone(), metering::spend_day(spent_at));
+            self.runtime
+                .blocking(move |store| store.add_spend(&slug, &day, cost))
                 .await
                 .map(drop)
         } else {
@@ -1136,10 +948,11 @@ impl Runtime {
         stored?;
         let summary = response.message.text();
         let through = older.last().map(|stored| stored.id).unwrap_or_default();
-        let (key, stored_summary) = (state.caller.session_key.clone(), summary.clone());
-        self.blocking(move |store| store.compact(&key, through, &stored_summary))
+        let (key, stored_summary) = (self.caller.session_key.clone(), summary.clone());
+        self.runtime
+            .blocking(move |store| store.compact(&key, through, &stored_summary))
             .await?;
-        tracing::info!(session = %state.caller.session_key, through, "compacted session");
+        tracing::info!(session = %self.caller.session_key, through, "compacted session");
         Ok(Some(summary))
     }
 
@@ -1147,8 +960,7 @@ impl Runtime {
     /// caller's budget (refused when it does not fit, like a model call) and is charged
     /// only when it succeeds.
     async fn run_priced_tool(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         context: &ToolContext,
         tool: Option<&PermittedTool>,
         name: &str,
@@ -1156,24 +968,25 @@ impl Runtime {
     ) -> Result<ToolReply, TurnError> {
         // Speech is priced per character on top of any per-call price.
         let speech = (name == crate::tts_tool::TTS_TOOL)
-            .then(|| state.config.media.speech.as_ref())
+            .then(|| self.config.media.speech.as_ref())
             .flatten()
             .and_then(|speech| {
                 speech.price(
-                    &state.config.model.prices,
+                    &self.config.model.prices,
                     crate::tts_tool::characters(&input),
                 )
             });
-        let price = match (state.config.budget.tool_prices.get(name).copied(), speech) {
+        let price = match (self.config.budget.tool_prices.get(name).copied(), speech) {
             (None, None) => None,
             (call, speech) => Some(call.unwrap_or_default() + speech.unwrap_or_default()),
         };
-        let (Some(price), Some(role_budget), Some(_)) = (price, &state.caller.role.budget, tool)
+        let (Some(price), Some(role_budget), Some(_)) = (price, &self.caller.role.budget, tool)
         else {
-            return Ok(self.run_tool(state, context, tool, name, input).await);
+            return Ok(self.run_tool(context, tool, name, input).await);
         };
-        let slug = state.caller.slug.clone();
+        let slug = self.caller.slug.clone();
         let reserved = self
+            .runtime
             .budgets
             .reserve(
                 &slug,
@@ -1182,19 +995,21 @@ impl Runtime {
                 jiff::Timestamp::now(),
                 |first, last| {
                     let slug = slug.clone();
-                    self.blocking(move |store| store.spent_between(&slug, &first, &last))
+                    self.runtime
+                        .blocking(move |store| store.spent_between(&slug, &first, &last))
                 },
             )
             .await?;
         let Ok(mut reservation) = reserved else {
-            self.metering
+            self.runtime
+                .metering
                 .metrics
-                .budget_refusal(&state.caller.role_name);
+                .budget_refusal(&self.caller.role_name);
             return Ok(ToolReply::failed(format!(
                 "not run: {name} costs {price} USD a call, and your budget cannot take it"
             )));
         };
-        let reply = self.run_tool(state, context, tool, name, input).await;
+        let reply = self.run_tool(context, tool, name, input).await;
         if reply.is_error {
             // A failed call costs nothing: dropping the reservation releases it.
             return Ok(reply);
@@ -1203,17 +1018,17 @@ impl Runtime {
         let spent_at = jiff::Timestamp::now();
         let day = metering::spend_day(spent_at);
         let stored = self
+            .runtime
             .blocking(move |store| store.add_spend(&slug, &day, price))
             .await;
         reservation.settle(price, spent_at);
         stored?;
-        state.spent += price;
+        self.spent += price;
         Ok(reply)
     }
 
     async fn run_tool(
         &self,
-        state: &TurnState<'_>,
         context: &ToolContext,
         tool: Option<&PermittedTool>,
         name: &str,
@@ -1237,8 +1052,10 @@ impl Runtime {
                 let call = AssertUnwindSafe(tool.call(context, input.clone()))
                     .catch_unwind()
                     .instrument(span.clone());
-                match tokio::time::timeout(self.options.tool_timeout, call).await {
-                    Err(_) => Err(ToolError::Timeout(self.options.tool_timeout.as_secs())),
+                match tokio::time::timeout(self.runtime.options.tool_timeout, call).await {
+                    Err(_) => Err(ToolError::Timeout(
+                        self.runtime.options.tool_timeout.as_secs(),
+                    )),
                     Ok(Err(_)) => {
                         tracing::error!(tool = name, "tool panicked");
                         Err(ToolError::Failed(
@@ -1253,8 +1070,10 @@ impl Runtime {
         let empty = Map::new();
         let (content, is_error, outcome, extra) = match &result {
             Ok(output) => {
-                let mut content =
-                    cap_tool_result(output.content.clone(), self.options.max_tool_result_chars);
+                let mut content = cap_tool_result(
+                    output.content.clone(),
+                    self.runtime.options.max_tool_result_chars,
+                );
                 // Untrusted tools wrap their output in markers; a cut must not drop the
                 // closing one, or the rest of the context would read as external content.
                 if output.untrusted && !content.ends_with(untrusted::END_MARKER) {
@@ -1268,16 +1087,17 @@ impl Runtime {
         if is_error {
             span.record("error.type", outcome);
         }
-        self.metering
+        self.runtime
+            .metering
             .record_tool_call(&ToolCallRecord {
-                user: &state.caller.slug,
-                role: &state.caller.role_name,
+                user: &self.caller.slug,
+                role: &self.caller.role_name,
                 tool: name,
                 input: &input,
                 duration,
                 outcome,
                 extra,
-                trigger: state.caller.trigger.label(),
+                trigger: self.caller.trigger.label(),
             })
             .await;
         // A command whose requests through Porter were held asks for their approval.
@@ -1285,17 +1105,13 @@ impl Runtime {
         if let Ok(output) = &result {
             content.push_str(
                 &self
-                    .ask_porter_approvals(
-                        state.caller,
-                        state.config,
-                        name,
-                        &input,
-                        &output.metering,
-                    )
+                    .runtime
+                    .approvals()
+                    .ask_porter(self.caller, self.config, name, &input, &output.metering)
                     .await,
             );
         }
-        state.emit(TurnEvent::ToolCall {
+        self.emit(TurnEvent::ToolCall {
             name: name.to_string(),
             outcome: outcome.to_string(),
             arguments: input,
@@ -1315,6 +1131,35 @@ impl Runtime {
             image,
             audio,
         }
+    }
+}
+
+/// The request of a model call: the system prompt with the summary, and the history.
+fn chat_request(
+    model: &str,
+    base_prompt: &str,
+    summary: &str,
+    history: &[StoredMessage],
+    specs: &[ToolSpec],
+    config: &BotConfig,
+) -> ChatRequest {
+    let system = if summary.is_empty() {
+        base_prompt.to_string()
+    } else {
+        format!("{base_prompt}\n\n## Summary of the earlier conversation\n\n{summary}")
+    };
+    let messages = repair_tool_pairing(
+        history
+            .iter()
+            .map(|stored| stored.message.clone())
+            .collect(),
+    );
+    ChatRequest {
+        model: model.to_string(),
+        system,
+        messages,
+        tools: specs.to_vec(),
+        max_tokens: config.model.max_output_tokens,
     }
 }
 
@@ -1396,7 +1241,7 @@ impl NextRequest {
 }
 
 /// A tool call as the model asked for it.
-struct RequestedCall {
+struct ToolCall {
     id: String,
     name: String,
     input: serde_json::Value,

@@ -21,12 +21,12 @@ use saint_llm::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Called, Charge, TurnState};
+use super::{Called, Charge, Turn};
 use crate::{
     budget::{self, OverBudget, Reservation},
     metering::{self, ModelAttemptRecord},
     runtime::{
-        ModelSetupError, Runtime, TurnError, TurnEvent,
+        ModelSetupError, TurnError, TurnEvent,
         model::{ChainEntry, ModelChain},
     },
 };
@@ -314,7 +314,7 @@ fn with_shown_text(response: saint_llm::ChatResponse, shown: &Shown) -> saint_ll
     }
 }
 
-impl Runtime {
+impl Turn<'_> {
     /// Calls the model for `state`'s caller through the failover chain (see the module
     /// docs). `request.model` is the primary's model (the role's override); fallbacks
     /// call their own. Each attempt first refuses a model `model.prices` does not price
@@ -323,26 +323,24 @@ impl Runtime {
     /// failed attempt releases its reservation. The answer comes with its [`Charge`],
     /// which the caller settles once the cost is stored.
     pub(super) async fn call_model(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         chain: &ModelChain,
         request: &ChatRequest,
         prompt_tokens: u64,
         cancel: &CancellationToken,
         stream_text: bool,
     ) -> Result<Called, TurnError> {
-        let (started, in_attempts) = (Instant::now(), state.model_time);
+        let (started, in_attempts) = (Instant::now(), self.model_time);
         let called = self
-            .call_chain(state, chain, request, prompt_tokens, cancel, stream_text)
+            .call_chain(chain, request, prompt_tokens, cancel, stream_text)
             .await;
-        let attempts = state.model_time.saturating_sub(in_attempts);
-        state.failover_time += started.elapsed().saturating_sub(attempts);
+        let attempts = self.model_time.saturating_sub(in_attempts);
+        self.failover_time += started.elapsed().saturating_sub(attempts);
         called
     }
 
     async fn call_chain(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         chain: &ModelChain,
         request: &ChatRequest,
         prompt_tokens: u64,
@@ -356,7 +354,7 @@ impl Runtime {
             stream_text,
         };
         let mut run = ChainRun::start(chain);
-        state.model_calls += 1;
+        self.model_calls += 1;
         // Each entry left, its model and how its last attempt ended: for the chain's
         // health report when every entry fails (no allocation while one answers).
         let mut failed: Vec<(String, String, &'static str)> = Vec::new();
@@ -367,10 +365,7 @@ impl Runtime {
             } else {
                 entry.model.as_str()
             };
-            match self
-                .try_entry(state, chain, entry, model, &call, &mut run)
-                .await?
-            {
+            match self.try_entry(chain, entry, model, &call, &mut run).await? {
                 EntryEnd::Called(called) => return Ok(called),
                 EntryEnd::Failed(outcome) => {
                     failed.push((entry.label.clone(), model.to_string(), outcome));
@@ -379,8 +374,8 @@ impl Runtime {
         }
         let error = run.last_error.unwrap_or(LlmError::Incomplete);
         tracing::error!(attempts = run.attempt, %error, "every model of the failover chain failed");
-        self.chain_health.whole_chain_failed(&failed);
-        state.emit(TurnEvent::ModelTrouble {
+        self.runtime.chain_health.whole_chain_failed(&failed);
+        self.emit(TurnEvent::ModelTrouble {
             address: run.last_address,
             error: error.to_string(),
             retry_in: None,
@@ -391,8 +386,7 @@ impl Runtime {
     /// Attempts one entry of the chain, its keys in turn, until it answers, gives up, or
     /// the next attempt would start past the chain's deadline.
     async fn try_entry(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         chain: &ModelChain,
         entry: &ChainEntry,
         model: &str,
@@ -412,7 +406,6 @@ impl Runtime {
                     break;
                 }
                 self.pause(
-                    state,
                     &run.last_address,
                     run.last_error.as_ref(),
                     rest,
@@ -422,7 +415,7 @@ impl Runtime {
             }
             run.attempt += 1;
             let reservation = match self
-                .reserve_attempt(state, model, call.prompt_tokens, call.request.max_tokens)
+                .reserve_attempt(model, call.prompt_tokens, call.request.max_tokens)
                 .await?
             {
                 Place::Held(reservation) => reservation,
@@ -432,15 +425,14 @@ impl Runtime {
             let attempt_request = attempt_request(call.request, model, &run.shown);
             let attempt_started = Instant::now();
             let attempted =
-                stream_attempt(client, &attempt_request, state.events, &mut run.shown, call).await;
+                stream_attempt(client, &attempt_request, self.events, &mut run.shown, call).await;
             let duration = attempt_started.elapsed();
-            state.model_time += duration;
+            self.model_time += duration;
             let error = match attempted.result {
                 Ok(response) => {
                     self.entry_answered(entry, model);
                     let response = with_shown_text(response, &run.shown);
                     return Ok(EntryEnd::Called(self.answered(
-                        state,
                         model,
                         &entry.label,
                         run.attempt,
@@ -456,7 +448,6 @@ impl Runtime {
             let label = outcome_label(&error, attempted.emitted);
             outcome = label;
             self.record_attempt(
-                state,
                 model,
                 &entry.label,
                 run.attempt,
@@ -478,7 +469,6 @@ impl Runtime {
             }
             if !delay.is_zero() {
                 self.pause(
-                    state,
                     &run.last_address,
                     run.last_error.as_ref(),
                     delay,
@@ -493,8 +483,9 @@ impl Runtime {
     /// An entry answered: it is healthy again, for the chain and its metrics.
     fn entry_answered(&self, entry: &ChainEntry, model: &str) {
         entry.answered();
-        self.chain_health.answered(&entry.label, model);
-        self.metering
+        self.runtime.chain_health.answered(&entry.label, model);
+        self.runtime
+            .metering
             .metrics
             .llm_entry_health(&entry.label, &entry.model, true);
     }
@@ -516,7 +507,8 @@ impl Runtime {
         let step = next_step(error);
         if step == Step::CoolDown {
             entry.cool_down(now + cool_down, format!("{label}: {error}"));
-            self.metering
+            self.runtime
+                .metering
                 .metrics
                 .llm_entry_health(&entry.label, &entry.model, false);
         }
@@ -548,13 +540,12 @@ impl Runtime {
     /// Tells whoever waits that the next attempt follows in `delay`, then waits.
     async fn pause(
         &self,
-        state: &TurnState<'_>,
         address: &str,
         error: Option<&LlmError>,
         delay: Duration,
         cancel: &CancellationToken,
     ) -> Result<(), TurnError> {
-        state.emit(TurnEvent::ModelTrouble {
+        self.emit(TurnEvent::ModelTrouble {
             address: address.to_string(),
             error: error.map_or_else(
                 || "every key is rate limited".to_string(),
@@ -571,32 +562,33 @@ impl Runtime {
     /// Refuses an unpriced model (unless allowed) and reserves the attempt's worst case.
     async fn reserve_attempt(
         &self,
-        state: &TurnState<'_>,
         model: &str,
         prompt_tokens: u64,
         max_tokens: u32,
     ) -> Result<Place, TurnError> {
-        let price = match state.config.model.prices.get(model) {
+        let price = match self.config.model.prices.get(model) {
             Some(price) => Some(price),
-            None if state.config.budget.unpriced_models == UnpricedModels::Allow => None,
+            None if self.config.budget.unpriced_models == UnpricedModels::Allow => None,
             None => return Err(ModelSetupError::Unpriced(model.to_string()).into()),
         };
-        let Some(role_budget) = &state.caller.role.budget else {
+        let Some(role_budget) = &self.caller.role.budget else {
             return Ok(Place::Held(None));
         };
         let worst_case = price.map_or(0.0, |price| {
             budget::worst_case_usd(price, prompt_tokens, max_tokens)
         });
         let reserved = self
+            .runtime
             .budgets
             .reserve(
-                &state.caller.slug,
+                &self.caller.slug,
                 role_budget,
                 worst_case,
                 jiff::Timestamp::now(),
                 |first, last| {
-                    let slug = state.caller.slug.clone();
-                    self.blocking(move |store| store.spent_between(&slug, &first, &last))
+                    let slug = self.caller.slug.clone();
+                    self.runtime
+                        .blocking(move |store| store.spent_between(&slug, &first, &last))
                 },
             )
             .await?;
@@ -609,8 +601,7 @@ impl Runtime {
     /// Counts and meters the attempt that answered.
     #[allow(clippy::too_many_arguments)]
     fn answered(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         model: &str,
         entry: &str,
         attempt: u32,
@@ -618,26 +609,25 @@ impl Runtime {
         response: saint_llm::ChatResponse,
         mut reservation: Option<Reservation>,
     ) -> Called {
-        state.usage = state.usage + response.usage;
+        self.usage = self.usage + response.usage;
         // An unpriced model gets here only when allowed: it counts as free.
-        let cost = metering::cost_usd(&state.config.model, model, response.usage).unwrap_or(0.0);
+        let cost = metering::cost_usd(&self.config.model, model, response.usage).unwrap_or(0.0);
         if let Some(reservation) = &mut reservation {
             reservation.set_cost(cost);
         }
-        state.spent += cost;
-        self.metering.metrics.model_call(
+        self.spent += cost;
+        self.runtime.metering.metrics.model_call(
             metering::ModelCall {
                 model,
-                role: &state.caller.role_name,
-                person: metering::person_label(state.caller.known, &state.caller.slug),
-                trigger: state.caller.trigger.label(),
+                role: &self.caller.role_name,
+                person: metering::person_label(self.caller.known, &self.caller.slug),
+                trigger: self.caller.trigger.label(),
             },
             response.usage,
             cost,
             duration,
         );
         self.record_attempt(
-            state,
             model,
             entry,
             attempt,
@@ -651,8 +641,7 @@ impl Runtime {
     /// Counts an attempt now; its `usage.jsonl` line is written with the turn's.
     #[allow(clippy::too_many_arguments)]
     fn record_attempt(
-        &self,
-        state: &mut TurnState<'_>,
+        &mut self,
         model: &str,
         entry: &str,
         attempt: u32,
@@ -660,12 +649,12 @@ impl Runtime {
         duration: Duration,
         (usage, cost_usd): (saint_llm::Usage, f64),
     ) {
-        self.metering.metrics.llm_attempt(model, outcome);
+        self.runtime.metering.metrics.llm_attempt(model, outcome);
         let line = metering::attempt_line(
             &ModelAttemptRecord {
-                user: &state.caller.slug,
-                role: &state.caller.role_name,
-                trigger: state.caller.trigger.label(),
+                user: &self.caller.slug,
+                role: &self.caller.role_name,
+                trigger: self.caller.trigger.label(),
                 model,
                 entry,
                 attempt,
@@ -676,7 +665,7 @@ impl Runtime {
             },
             jiff::Timestamp::now(),
         );
-        state.attempt_lines.push_str(&line);
+        self.attempt_lines.push_str(&line);
     }
 }
 
