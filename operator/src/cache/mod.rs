@@ -21,7 +21,8 @@
 //! of a leadership term ([`caches`]); [`children`] keeps the children as records and
 //! holds the waking rules; [`chain_reports`] keeps the agents' model-chain reports;
 //! [`child_state`] is what a child says about itself, kept in the records and read by
-//! the controller too.
+//! the controller too. Why it looks like this, and what it must not touch: `README.md`
+//! beside this file.
 
 pub mod chain_reports;
 pub mod child_state;
