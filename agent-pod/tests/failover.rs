@@ -387,15 +387,15 @@ async fn a_chain_failing_on_every_entry_is_reported_once_and_its_recovery_once_i
 fn the_operator_reads_the_reasons_the_agent_publishes() {
     assert_eq!(
         MODEL_CHAIN_FAILING,
-        saint_operator::chain_reports::MODEL_CHAIN_FAILING
+        saint_operator::cache::chain_reports::MODEL_CHAIN_FAILING
     );
     assert_eq!(
         MODEL_CHAIN_RECOVERED,
-        saint_operator::chain_reports::MODEL_CHAIN_RECOVERED
+        saint_operator::cache::chain_reports::MODEL_CHAIN_RECOVERED
     );
     assert_eq!(
         "saint-agent",
-        saint_operator::chain_reports::AGENT_REPORTER,
+        saint_operator::cache::chain_reports::AGENT_REPORTER,
         "the reporting controller of the agent's Events (agent-pod/src/channel/events.rs)"
     );
 }

@@ -16,11 +16,11 @@ pub const RESTART_HASH_ANNOTATION: &str = "saint.work/restart-hash";
 /// ConfigMap annotation holding the hash of the rendered config.
 pub const CONFIG_HASH_ANNOTATION: &str = "saint.work/config-hash";
 /// Annotation holding the SHA-256 of a child as the operator built it (what
-/// `child_state::freshness` judges).
+/// `cache::child_state::freshness` judges).
 pub const DESIRED_HASH_ANNOTATION: &str = "saint.work/desired-hash";
 /// Annotation the operator's cache puts on its own copy of a child (never written to
 /// the API server): the hash of its compared content as stored
-/// (`child_state::content`).
+/// (`cache::child_state::content`).
 pub const LIVE_CONTENT_ANNOTATION: &str = "saint.work/live-content";
 /// Annotation the operator's cache puts on its own copy of a child (never written to
 /// the API server): the hash of its operator labels as stored.

@@ -3,9 +3,6 @@
 
 pub mod api_server;
 pub mod cache;
-pub mod chain_reports;
-pub mod child_cache;
-pub mod child_state;
 pub mod crd;
 pub mod events;
 pub mod identity;

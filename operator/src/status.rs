@@ -37,7 +37,7 @@ pub enum ConditionType {
     /// SaintBot: every model its turns call has a price, so budgets count every call.
     ModelsPriced,
     /// SaintBot: no current report from its agent that a call failed on every model of
-    /// its failover chain (`crate::chain_reports`).
+    /// its failover chain (`crate::cache::chain_reports`).
     ModelAvailable,
     /// kstatus' abnormal-true condition: True, with `Ready`'s reason and message, while
     /// the operator works towards `Ready` and nothing needs a person. Absent otherwise.

@@ -18,12 +18,14 @@ use k8s_openapi::{
 use kube::{Client, runtime::controller::Action};
 use saint_operator::events::Publisher;
 use saint_operator::{
-    cache::{self, Sources},
-    chain_reports::ChainReports,
-    child_cache::ChildStore,
-    child_state::{
-        content::Content,
-        freshness::{self, DESIRED_HASH_ANNOTATION, desired_hash},
+    cache::{
+        self, Sources,
+        chain_reports::ChainReports,
+        child_state::{
+            content::Content,
+            freshness::{self, DESIRED_HASH_ANNOTATION, desired_hash},
+        },
+        children::ChildStore,
     },
     crd::{Contact, SaintBot},
     metrics::Metrics,

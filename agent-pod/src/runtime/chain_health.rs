@@ -6,7 +6,7 @@
 //! so the report stays current; and a Normal `ModelChainRecovered` once an entry has
 //! answered and no call has failed on the whole chain for [`ChainHealthTiming::settle`].
 //! The operator turns the latest report into the SaintBot's `ModelAvailable` condition
-//! (`operator/src/chain_reports.rs`).
+//! (`operator/src/cache/chain_reports.rs`).
 //!
 //! The state is the chain's own: latched by a whole-chain failure, cleared by an answer.
 //! Publishing happens in one background task, never in a turn, and a healthy chain pays

@@ -30,12 +30,14 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::build::Children;
 use crate::{
-    cache,
-    child_cache::ChildStore,
-    child_state::{
-        content::{Content, content_hash, labels_hash},
-        freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
-        rollout::Problem,
+    cache::{
+        self,
+        child_state::{
+            content::{Content, content_hash, labels_hash},
+            freshness::{Freshness, desired_hash, freshness, stamp, without_placeholder},
+            rollout::Problem,
+        },
+        children::ChildStore,
     },
     labels::FIELD_MANAGER,
     metrics::Metrics,

@@ -31,8 +31,7 @@ use saint_config::ErrorChain;
 
 use self::update_status::Outcome;
 use crate::{
-    cache::{self, BotFeeds, Sources},
-    child_state::rollout,
+    cache::{self, BotFeeds, Sources, child_state::rollout},
     crd::{Contact, Role, SaintBot},
     events::Publisher,
     labels::FIELD_MANAGER,

@@ -1,19 +1,19 @@
 //! The SaintBot's `ModelAvailable` condition from its agent's latest model-chain report
-//! ([`crate::chain_reports`]): False, reason `ChainFailing`, while the agent running now
-//! reports that a call failed on every model of its failover chain and none has
-//! answered since; True, reason `NoChainFailure`, otherwise. A failing report counts
+//! ([`crate::cache::chain_reports`]): False, reason `ChainFailing`, while the agent
+//! running now reports that a call failed on every model of its failover chain and none
+//! has answered since; True, reason `NoChainFailure`, otherwise. A failing report counts
 //! only while it is current: about this very SaintBot (its uid), repeated within
 //! [`REPORT_LIFETIME`] (the agent repeats it every ten minutes), and made by the agent
 //! that runs now — its pod not gone or going, its `agent` container started before the
 //! report (a new pod or a restarted container has a fresh chain, which has failed
-//! nobody yet). Pure but for [`crate::child_state::rollout::agent_pods`], listed only for a failing
-//! report.
+//! nobody yet). Pure but for [`crate::cache::child_state::rollout::agent_pods`], listed
+//! only for a failing report.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{chain_reports::ChainReport, status::Reason};
+use crate::{cache::chain_reports::ChainReport, status::Reason};
 
 /// How long a failing report counts without being repeated (the agent repeats it every
 /// ten minutes while no model answers).
@@ -109,7 +109,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::chain_reports::{MODEL_CHAIN_FAILING, MODEL_CHAIN_RECOVERED, report_of};
+    use crate::cache::chain_reports::{MODEL_CHAIN_FAILING, MODEL_CHAIN_RECOVERED, report_of};
 
     const NOTE: &str = "every model of the failover chain failed a call: \
         primary claude-sonnet-4-5 (unauthorized), fallback-1 gpt-4.1 (overloaded)";

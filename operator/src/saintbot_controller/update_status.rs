@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::Event;
 
 use super::{Context, bot_key, validate::ValidatedSaintBot};
-use crate::child_state::rollout::Problem;
+use crate::cache::child_state::rollout::Problem;
 use crate::{
     crd::{SaintBot, SaintBotStatus},
     status::{
@@ -28,7 +28,7 @@ pub enum Outcome<'a> {
         /// message names them).
         missing_secrets: Option<String>,
         /// Why the pod cannot be created, rolled out or started, in the words of the
-        /// Deployment's conditions or the kubelet ([`crate::child_state::rollout`]).
+        /// Deployment's conditions or the kubelet ([`crate::cache::child_state::rollout`]).
         pod_problem: Option<Problem>,
         /// `ModelAvailable`'s reason and message, from the agent's model-chain report
         /// ([`super::model_chain`]).

@@ -5,9 +5,7 @@ pub mod stand_in;
 
 use kube::runtime::{reflector, watcher};
 use saint_operator::{
-    cache::{Children, Sources},
-    chain_reports::ChainReports,
-    child_cache::ChildStore,
+    cache::{Children, Sources, chain_reports::ChainReports, children::ChildStore},
     crd::{Contact, Role, SaintBot},
     offline::{Manifests, read_manifests},
     saintbot_controller::{

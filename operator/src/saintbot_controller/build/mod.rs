@@ -12,7 +12,7 @@ pub mod service;
 pub mod service_account;
 pub mod workload;
 
-pub use crate::child_state::sha256_hex;
+pub use crate::cache::child_state::sha256_hex;
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,

@@ -29,14 +29,11 @@ use saint_config::ErrorChain;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::{
-    child_state::{
-        content::{self, Content, LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION},
-        freshness::{self, DESIRED_HASH_ANNOTATION},
-    },
-    crd::SaintBot,
-    status::Reason,
+use super::child_state::{
+    content::{self, Content, LIVE_CONTENT_ANNOTATION, LIVE_LABELS_ANNOTATION},
+    freshness::{self, DESIRED_HASH_ANNOTATION},
 };
+use crate::{crd::SaintBot, status::Reason};
 use parking_lot::RwLock;
 
 /// A future that keeps one watch and its store up to date; runs until dropped.

@@ -10,12 +10,23 @@
 //! copy of a whole fleet waits in a feed. When a watch lists again (a desync, an API
 //! server restart), everything it lists is passed on, and objects that vanished
 //! meanwhile as deletions. Children are remembered as small records
-//! ([`child_cache`](crate::child_cache)), not objects.
+//! ([`children`]), not objects.
 //!
 //! A change is passed on only when it can matter to a reconcile. Saint's own kinds have
 //! a status subresource, so their spec changes move `metadata.generation`; the status
 //! writes of the operator itself (and anyone else's) come back as events that change
 //! nothing a reconcile reads, and are dropped.
+//!
+//! The layer is this folder: this file watches Saint's own kinds and wires every watch
+//! of a leadership term ([`caches`]); [`children`] keeps the children as records and
+//! holds the waking rules; [`chain_reports`] keeps the agents' model-chain reports;
+//! [`child_state`] is what a child says about itself, kept in the records and read by
+//! the controller too. Why it looks like this, and what it must not touch: `README.md`
+//! beside this file.
+
+pub mod chain_reports;
+pub mod child_state;
+pub mod children;
 
 use std::{fmt::Debug, sync::Arc};
 
@@ -41,18 +52,18 @@ use kube::{
 use saint_config::ErrorChain;
 use serde::de::DeserializeOwned;
 
-use crate::{
+use self::{
     chain_reports::{ChainReportWatch, ChainReports, watch_chain_reports},
-    child_cache::{ChildStore, ChildWatch, Wakes, WatchStopped, watch_children},
-    crd::{Contact, Role, SaintBot},
+    children::{ChildStore, ChildWatch, Wakes, WatchStopped, watch_children},
 };
+use crate::crd::{Contact, Role, SaintBot};
 
 /// Objects a controller is told about: created, changed or deleted.
 pub type Feed<K> = mpsc::UnboundedReceiver<Result<K, watcher::Error>>;
 
 // Defined with the child watches, the lowest of the watch modules, so that the watches
 // of children and of chain reports do not import this module back.
-pub use crate::child_cache::Driver;
+pub use self::children::Driver;
 
 /// One watch: its store, a feed per consumer, and the driver to spawn.
 pub struct Reflection<K: Resource<DynamicType = ()> + 'static> {
@@ -218,7 +229,7 @@ pub struct Sources {
     pub roles: Store<Role>,
 }
 
-/// What the operator remembers of its children ([`child_cache`]).
+/// What the operator remembers of its children ([`children`]).
 #[derive(Clone)]
 pub struct Children {
     pub service_accounts: ChildStore<ServiceAccount>,

@@ -24,10 +24,8 @@ use kube::{
 use saint_config::ErrorChain;
 use tokio::sync::watch;
 
-use crate::{
-    child_cache::{Driver, Wakes, WatchStopped},
-    crd::SaintBot,
-};
+use super::children::{Driver, Wakes, WatchStopped};
+use crate::crd::SaintBot;
 use parking_lot::RwLock;
 
 // The three names the agent publishes under. They belong in `saint-config` with the

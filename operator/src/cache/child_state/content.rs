@@ -206,7 +206,7 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "i"}, "spec": {}})).unwrap();
         let before = content_hash(&ingress);
         // The operator's own stamps are not content.
-        crate::child_state::freshness::stamp(&mut ingress.metadata, "abc");
+        crate::cache::child_state::freshness::stamp(&mut ingress.metadata, "abc");
         assert_eq!(content_hash(&ingress), before);
         ingress.metadata.annotations.as_mut().unwrap().insert(
             "nginx.ingress.kubernetes.io/configuration-snippet".into(),
