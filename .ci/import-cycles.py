@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """File-level import cycles in each crate of the workspace.
 
-A module's file imports another when it names it through `crate::…` or `super::…`
-outside comments and `#[cfg(test)]` code (grouped imports `crate::{a, b}` count each
-item). Naming an ancestor (a submodule reaching `super::`) is not an edge: the parent
-declares the child. Prints each strongly connected set of files with its edges and
+A module's file imports another when it names it through `crate::…`, `super::…` or
+`self::…` outside comments and `#[cfg(test)]` code (grouped imports `crate::{a, b}`
+count each item). Naming an ancestor (a submodule reaching `super::`) is not an edge:
+the parent declares the child. A parent naming its child (`self::child::Item`, a
+re-export too) is one: a cycle may pass through it. Prints each strongly connected set of files with its edges and
 exits 1 when there is one. Run from the repository root.
 """
 
@@ -13,7 +14,7 @@ import re
 import sys
 import tomllib
 
-REFERENCE = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{)?")
+REFERENCE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{)?")
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -57,7 +58,7 @@ def edges_of(found: dict) -> dict:
         text = code_of(path)
         for match in REFERENCE.finditer(text):
             rest = [name for name in match.group(2).split("::") if name]
-            base = [] if match.group(1) == "crate" else list(module[:-1])
+            base = {"crate": [], "super": list(module[:-1]), "self": list(module)}[match.group(1)]
             targets = [base + rest]
             if match.group(3):
                 targets += [base + rest + [item] for item in group_items(text, match.end())]

@@ -78,28 +78,30 @@ impl ChannelEvents {
         self.recorder.publish(&event, &self.reference).await
     }
 
-    /// The model chain's report: a Warning `ModelChainFailing` or a Normal
-    /// `ModelChainRecovered` ([`crate::runtime::ChainReport`]), its note as given.
-    pub async fn model_chain(
+    /// A Warning (`warning`) or Normal Event `reason` of `action`, its note as given
+    /// (cut to the 1 kB an Event note may hold). The model chain's reports are sent
+    /// so ([`crate::runtime::KubernetesChainReports`]).
+    pub async fn note(
         &self,
-        report: &crate::runtime::ChainReport,
+        warning: bool,
+        reason: &str,
+        note: &str,
+        action: &str,
     ) -> Result<(), kube::Error> {
         let event = Event {
-            type_: match report {
-                crate::runtime::ChainReport::Failing(_) => EventType::Warning,
-                crate::runtime::ChainReport::Recovered(_) => EventType::Normal,
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
             },
-            reason: report.reason().to_string(),
-            // Event notes are capped at 1 kB.
+            reason: reason.to_string(),
             note: Some(
-                report
-                    .note()
-                    .char_indices()
+                note.char_indices()
                     .take_while(|(at, character)| at + character.len_utf8() <= 1000)
                     .map(|(_, character)| character)
                     .collect(),
             ),
-            action: "CallModel".to_string(),
+            action: action.to_string(),
             secondary: None,
         };
         self.recorder.publish(&event, &self.reference).await

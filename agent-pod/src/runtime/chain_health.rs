@@ -391,7 +391,10 @@ impl ChainReportPublisher for KubernetesChainReports {
                     ))
                 })
                 .await?;
-            events.model_chain(report).await?;
+            let warning = matches!(report, ChainReport::Failing(_));
+            events
+                .note(warning, report.reason(), report.note(), "CallModel")
+                .await?;
             Ok(())
         })
     }
