@@ -247,6 +247,7 @@ lint_scripts() {
 	/usr/bin/python3 .ci/check-lint-table.py || return 1
 	/usr/bin/python3 .ci/import-cycles.py || return 1
 	/usr/bin/python3 .ci/fn-length.py || return 1
+	/usr/bin/python3 .ci/e2e-gate.py || return 1
 	/usr/bin/python3 docs/check-links.py
 }
 

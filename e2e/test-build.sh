@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one Rust build every test section shares: `cargo test --workspace --no-run`
-# compiles each crate of the workspace once, with one set of features, into
+# (with saint-e2e's `cluster` feature, which builds its scenarios) compiles each
+# crate of the workspace once, with one set of features, into
 # $CARGO_TARGET_DIR/debug — every test binary and every binary target (a package
 # with integration tests gets its binaries built too). The sections after it run
 # what this built instead of asking cargo for a narrower build: `cargo build -p X`
@@ -20,7 +21,7 @@ repository_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/saint/target}"
 
 usage() {
-	sed -n '9,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '10,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -44,7 +45,7 @@ index="$(mktemp)"
 trap 'rm -f "$index"' EXIT
 # cargo reports every unit, fresh or rebuilt, as a compiler-artifact message; the
 # parser keeps the executables and writes them as "kind name package path" lines.
-(cd "$repository_root" && cargo test --workspace --locked --no-run --message-format=json-render-diagnostics) |
+(cd "$repository_root" && cargo test --workspace --locked --no-run --features saint-e2e/cluster --message-format=json-render-diagnostics) |
 	python3 -c '
 import json, sys
 for line in sys.stdin:
