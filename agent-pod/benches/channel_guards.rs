@@ -63,7 +63,7 @@ use saint_scripted::{
     slack::{self, ScriptedSlack},
     telegram::{self, ScriptedTelegram},
 };
-use saint_tools::registry::ToolSet;
+use saint_tools::toolset::ToolSet;
 use serde_json::{Value, json};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 

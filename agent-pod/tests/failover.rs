@@ -37,7 +37,7 @@ use saint_agent::{
 use saint_config::{ChannelIdentity, ChannelKind};
 use saint_llm::{CancellationToken, ClientOptions};
 use saint_scripted::llm::{Reply, ScriptedLlm};
-use saint_tools::registry::ToolSet;
+use saint_tools::toolset::ToolSet;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

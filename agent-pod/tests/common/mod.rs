@@ -27,7 +27,7 @@ use saint_agent::{
 };
 use saint_llm::ClientOptions;
 use saint_scripted::llm::ScriptedLlm;
-use saint_tools::registry::ToolSet;
+use saint_tools::toolset::ToolSet;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

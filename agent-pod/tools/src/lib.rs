@@ -26,7 +26,6 @@ mod path_vectors;
 pub mod policy;
 pub mod process;
 pub mod read;
-pub mod registry;
 pub mod session_directory;
 pub mod sessions_history;
 pub mod sessions_list;
@@ -37,6 +36,7 @@ mod ssrf_vectors;
 pub mod test_fixtures;
 #[cfg(test)]
 mod tool_tests;
+pub mod toolset;
 pub mod typed;
 pub mod untrusted;
 pub mod web_fetch;
@@ -193,9 +193,9 @@ impl ToolError {
     }
 }
 
-/// A tool the model can call, as the registry holds it. Tools implement [`TypedTool`]
-/// and get this by the adaptor in [`typed`]; wrappers (e.g. the write observer)
-/// implement it directly and pass the permit on.
+/// A tool the model can call, as a [`toolset::ToolSet`] holds it. Tools implement
+/// [`TypedTool`] and get this by the adaptor in [`typed`]; wrappers (e.g. the write
+/// observer) implement it directly and pass the permit on.
 pub trait Tool: Send + Sync {
     /// The name the model uses (one of `saint_config::KNOWN_TOOLS`).
     fn name(&self) -> &'static str;

@@ -46,7 +46,7 @@ use saint_tools::{
     memory_search::MemorySearchTool,
     message::MessageTool,
     process::ProcessTool,
-    registry::ToolSet,
+    toolset::ToolSet,
 };
 use tokio_util::sync::CancellationToken;
 
