@@ -21,8 +21,8 @@ use saint_sandbox::{
     view::{EntryKind, ViewEntry},
 };
 use saint_tools::guard::{
+    caller_view::{self, ViewCache},
     role_paths::RolePaths,
-    view::{self, ViewCache},
 };
 
 const WARM_RUNS: usize = 300;
@@ -220,7 +220,7 @@ async fn main() {
     );
     let sandbox = LocalSandbox::new(config).unwrap();
     let rules = employee_rules();
-    let employee_view = view::compute(&workspace, &rules).unwrap();
+    let employee_view = caller_view::compute(&workspace, &rules).unwrap();
     let whole = whole_workspace(&workspace);
 
     // Direct spawn: the cost of starting `sh -c true` at all, without any sandbox.

@@ -33,7 +33,7 @@ use saint_sandbox::{
     local::{LocalConfig, LocalSandbox},
 };
 use saint_scripted::llm::{Reply, ScriptedLlm};
-use saint_tools::guard::{role_paths::RolePaths, view};
+use saint_tools::guard::{caller_view, role_paths::RolePaths};
 use serde_json::{Value, json};
 
 const MARKO_WHATSAPP: &str = "+385991234568";
@@ -458,8 +458,8 @@ async fn fresh_sandbox_run(
 /// back (plain renames, as in the report); one atomically exchanges `SOUL.md` with a
 /// symlink to `memory/private/finance.md` (`RENAME_EXCHANGE`). Meanwhile the
 /// employee's view is computed 10,000 times by the real walk
-/// (`saint_tools::guard::view::compute`) and each is opened with `View::open` — the
-/// very call `LocalSandbox::start` makes before bubblewrap, whose descriptors are what
+/// (`saint_tools::guard::caller_view::compute`) and each is opened with `View::open` —
+/// the very call `LocalSandbox::start` makes before bubblewrap, whose descriptors are what
 /// bubblewrap binds (`--ro-bind-fd`). Real for every one of the 10,000: the walk, the
 /// `openat2` opens and checks, and the assertion that every descriptor that passed is
 /// the permitted object (device and inode of the real folder or file). Real for every
@@ -520,7 +520,9 @@ async fn a_host_side_swapper_never_gets_a_forbidden_file_into_agent() {
     };
     let rules = RolePaths::new(&role, &FileAccessConfig::default(), "acme-ivo").unwrap();
     assert_eq!(
-        view::compute(&workspace, &rules).unwrap().to_string(),
+        caller_view::compute(&workspace, &rules)
+            .unwrap()
+            .to_string(),
         "[SOUL.md, data/, memory/shared/]"
     );
     let sandbox = LocalSandbox::new(LocalConfig::new(
@@ -587,7 +589,7 @@ async fn a_host_side_swapper_never_gets_a_forbidden_file_into_agent() {
          echo END-OF-LIST";
     let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
     for round in 1..=SWAP_ROUNDS {
-        let view = view::compute(&workspace, &rules).unwrap();
+        let view = caller_view::compute(&workspace, &rules).unwrap();
         for entry in view.entries() {
             assert!(
                 permitted.contains_key(entry.path.as_str()),

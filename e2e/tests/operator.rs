@@ -32,7 +32,7 @@ use saint_sandbox::{
     ScopeKey, View, Viewer,
     kubernetes::{JobParameters, build_job},
 };
-use saint_tools::guard::{role_paths::RolePaths, view};
+use saint_tools::guard::{caller_view, role_paths::RolePaths};
 use serde_json::{Value, json};
 
 use saint_e2e::{Failure, TestResult};
@@ -1297,7 +1297,7 @@ fn role_view(
     slug: &str,
 ) -> Result<View, Failure> {
     let rules = role_rules(config, role, slug)?;
-    view::compute(workspace, &rules).map_err(|error| Failure::message(error.to_string()))
+    caller_view::compute(workspace, &rules).map_err(|error| Failure::message(error.to_string()))
 }
 
 /// For each role of the example company (and a stranger), the Job the agent builds is

@@ -1,8 +1,8 @@
 //! What a sandbox mounts (read-only) at `/agent`: whole workspace folders and single
-//! files, decided from the caller's role by the tools' guard (`saint_tools::guard::view`),
-//! each naming the very object (device, inode) the guard judged. The set of mounts can
-//! change when files appear; backends compare it before each command and restart a
-//! sandbox whose view is out of date.
+//! files, decided from the caller's role by the tools' guard
+//! (`saint_tools::guard::caller_view`), each naming the very object (device, inode) the
+//! guard judged. The set of mounts can change when files appear; backends compare it
+//! before each command and restart a sandbox whose view is out of date.
 //!
 //! [`View::open`] is the bind side for a backend that mounts descriptors (local:
 //! bubblewrap's `--ro-bind-fd`): each entry opened beneath the workspace without

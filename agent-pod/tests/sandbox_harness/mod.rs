@@ -21,7 +21,7 @@ use saint_sandbox::{
 use saint_tools::{
     Caller, Tool, ToolContext, ToolError, ToolOutput,
     exec::{ExecLimits, ExecTool},
-    guard::{role_paths::RolePaths, view},
+    guard::{caller_view, role_paths::RolePaths},
     policy,
 };
 use serde_json::json;
@@ -237,7 +237,7 @@ impl Harness {
         ScopeKey::for_caller(
             SandboxScope::Session,
             session,
-            &view::viewer("employee", role, "acme-ana"),
+            &caller_view::viewer("employee", role, "acme-ana"),
         )
     }
 
@@ -249,7 +249,7 @@ impl Harness {
             "acme-ana",
         )
         .unwrap();
-        view::compute(&self.workspace, &rules).unwrap()
+        caller_view::compute(&self.workspace, &rules).unwrap()
     }
 
     /// Calls exec as the runtime does: through the policy, with a sandbox available.

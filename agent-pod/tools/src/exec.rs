@@ -29,7 +29,7 @@ use saint_sandbox::{
     porter_control::{HeldRequest, PorterControl, RequestGrant, RequestHold, TokenGrant},
 };
 
-use crate::guard::{role_paths::RolePaths, view};
+use crate::guard::{caller_view, role_paths::RolePaths};
 use parking_lot::Mutex;
 
 /// `exec` without a sandbox: refuses everything.
@@ -334,7 +334,7 @@ pub struct ExecTool {
     /// change) lets go of its old sandbox at once instead of at the idle timeout.
     last_scope: Mutex<HashMap<String, ScopeKey>>,
     /// Callers' views, recomputed only when the workspace's listed folders change.
-    views: Arc<view::ViewCache>,
+    views: Arc<caller_view::ViewCache>,
 }
 
 impl ExecTool {
@@ -384,13 +384,13 @@ impl ExecTool {
             ToolError::Failed(format!("failed to compute the sandbox view: {error}"))
         })?;
         computed.map_err(|error| match error {
-            view::CacheError::Rules(_) => {
+            caller_view::CacheError::Rules(_) => {
                 ToolError::Failed("failed to load the file rules of your role".to_string())
             }
-            view::CacheError::View(error @ view::ViewError::TooManyEntries { .. }) => {
+            caller_view::CacheError::View(error @ caller_view::ViewError::TooManyEntries { .. }) => {
                 ToolError::Denied(error.to_string())
             }
-            view::CacheError::View(error @ view::ViewError::Read { .. }) => {
+            caller_view::CacheError::View(error @ caller_view::ViewError::Read { .. }) => {
                 tracing::error!(error = %ErrorChain(&error), "failed to compute the sandbox view; exec refused");
                 ToolError::Failed(
                     "commands cannot run right now: the sandbox is unavailable".to_string(),
@@ -620,7 +620,7 @@ impl ExecTool {
     /// The caller's sandbox for this call: their scope and their view, the session's
     /// previous sandbox let go if the view changed.
     pub async fn caller_sandbox(&self, context: &ToolContext) -> Result<CallerSandbox, ToolError> {
-        let viewer = view::viewer(
+        let viewer = caller_view::viewer(
             &context.caller.role_name,
             &context.caller.role,
             &context.caller.slug,

@@ -2,7 +2,7 @@
 //!
 //! Pure checks and capability-style file access only: no model, no config loading.
 
+pub mod caller_view;
 pub mod paths;
 pub mod role_paths;
 pub mod ssrf;
-pub mod view;
