@@ -1,8 +1,8 @@
 //! Conversation sessions: transcripts and spend in SQLite on the workspace volume.
 
-mod directory;
 mod durable;
 mod history;
+mod session_directory;
 mod store;
 
 pub use self::{
