@@ -34,7 +34,7 @@ use tokio::{
 };
 
 use crate::{
-    environment::command_environment,
+    command_env::command_environment,
     output_ring::{OutputRing, Taken},
     process_group::ProcessGroup,
 };

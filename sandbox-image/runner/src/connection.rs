@@ -24,7 +24,7 @@ use tokio::{
 
 use crate::{
     background::{Polled, Refusal},
-    environment::command_environment,
+    command_env::command_environment,
     process_group::ProcessGroup,
     state::State,
     wire::{ErrorCode, Frame, FrameKind, FrameReader, FrameWriter, WireError},

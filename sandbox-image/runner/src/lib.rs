@@ -8,8 +8,8 @@
 pub mod accessibility;
 pub mod background;
 pub mod browser;
+pub mod command_env;
 pub mod connection;
-pub mod environment;
 pub mod network_cut;
 pub mod output_ring;
 pub mod process_group;
