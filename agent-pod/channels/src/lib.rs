@@ -17,7 +17,7 @@
 //! | --- | --- | --- | --- | --- | --- | --- |
 //! | the platform's API client, sends | `api.rs` | `api.rs` | `api.rs` | `api.rs` | `api.rs` | `smtp.rs` |
 //! | Markdown in the platform's markup | `render.rs` | `render.rs` | `render.rs` | `render.rs` | (plain) | (plain) |
-//! | inbound | `gateway.rs` | `sync.rs` | `socket.rs`, `events.rs`, `webhook.rs` | `poll.rs`, `update.rs` | `webhook.rs` | `imap.rs`, `inbound.rs` |
+//! | inbound | `gateway.rs` | `sync.rs` | `socket.rs`, `event_callback.rs`, `webhook.rs` | `poll.rs`, `update.rs` | `webhook.rs` | `imap.rs`, `inbound.rs` |
 //! | button presses | `interaction.rs` | | `interaction.rs` | (in `update.rs`) | (in `webhook.rs`) | |
 //!
 //! What every client shares — an unreachable server reported without its URL,

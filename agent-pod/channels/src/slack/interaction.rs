@@ -15,7 +15,7 @@
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
 
-use super::events::{EventOutcome, EventReader};
+use super::event_callback::{EventOutcome, EventReader};
 use crate::{
     buttons::{self, Decision},
     message::{InboundMessage, ReplyContext},

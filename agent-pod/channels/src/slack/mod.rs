@@ -4,7 +4,7 @@
 //! Approve and Reject buttons; their presses come back as interactions.
 
 mod api;
-mod events;
+mod event_callback;
 mod interaction;
 mod render;
 mod socket;
@@ -16,7 +16,7 @@ use saint_config::{ChannelConfig, channel_settings::SLACK};
 
 pub use self::{
     api::{BotIdentity, SlackApi, classify_error},
-    events::{EventOutcome, EventReader, parse_event, strip_mentions},
+    event_callback::{EventOutcome, EventReader, parse_event, strip_mentions},
     interaction::{approval_blocks, parse_interaction},
     render::{MAX_BLOCK_CHARS, escape, markdown_to_mrkdwn},
     socket::SocketConnection,

@@ -24,7 +24,7 @@ use tokio_tungstenite::{Connector, tungstenite::Message};
 use super::{
     Mode, SlackSettings,
     api::SlackApi,
-    events::{EventOutcome, EventReader, parse_event},
+    event_callback::{EventOutcome, EventReader, parse_event},
     interaction::parse_interaction,
 };
 use crate::transport::{ChannelState, Connection, InboxSink, SendError};

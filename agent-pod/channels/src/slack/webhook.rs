@@ -14,7 +14,7 @@ use sha2::Sha256;
 
 use super::{
     Mode, SlackSettings,
-    events::{EventOutcome, EventReader, parse_event},
+    event_callback::{EventOutcome, EventReader, parse_event},
     interaction::parse_interaction,
 };
 use crate::transport::{Webhook, WebhookDelivery, WebhookRefusal};
