@@ -21,14 +21,14 @@
 //! | button presses | `interaction.rs` | | `interaction.rs` | (in `update.rs`) | (in `webhook.rs`) | |
 //!
 //! What every client shares — an unreachable server reported without its URL,
-//! `Retry-After`, the capped attachment download, the reconnect wait — is [`http`].
+//! `Retry-After`, the capped attachment download, the reconnect wait — is [`http_client`].
 
 pub mod attachments;
 pub mod buttons;
 pub mod discord;
 pub mod email;
 pub mod format;
-pub mod http;
+pub mod http_client;
 pub mod matrix;
 pub mod message;
 pub mod multipart;

@@ -233,11 +233,11 @@ impl RestClient {
 }
 
 fn seconds(headers: &HeaderMap, name: &str) -> Option<Duration> {
-    crate::http::header_seconds(headers, name)
+    crate::http_client::header_seconds(headers, name)
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    crate::http::unreachable("discord api", error)
+    crate::http_client::unreachable("discord api", error)
 }
 
 fn classify(status: u16, reason: String, after: Option<Duration>) -> SendError {
@@ -428,7 +428,7 @@ impl Transport for RestClient {
                     None,
                 ));
             }
-            let data = crate::http::Download {
+            let data = crate::http_client::Download {
                 platform: "discord",
                 kind: &attachment.kind,
                 max_bytes,

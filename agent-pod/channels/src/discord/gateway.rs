@@ -104,7 +104,7 @@ enum SessionEnd {
     Throttled(String, Duration),
 }
 
-use crate::http::reconnect_wait;
+use crate::http_client::reconnect_wait;
 
 /// What the loop keeps between sessions.
 struct State {

@@ -71,7 +71,7 @@ pub fn transaction_id(room: &str, text: &str, part: usize, context: &ReplyContex
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    crate::http::unreachable("matrix: homeserver", error)
+    crate::http_client::unreachable("matrix: homeserver", error)
 }
 
 /// The homeserver's answer classified: `errcode` first, then the status.
@@ -479,7 +479,7 @@ fn direct_marks(content: &Value) -> HashMap<String, HashSet<String>> {
         .collect()
 }
 
-use crate::http::retry_after;
+use crate::http_client::retry_after;
 
 /// `mxc://<server>/<media id>` split, refusing anything that would change the path.
 fn media_parts(uri: &str) -> Option<(&str, &str)> {
@@ -665,7 +665,7 @@ impl Transport for MatrixApi {
                 let body = response.bytes().await.map_err(network_error)?;
                 return Err(classify(status, &body, after));
             }
-            let data = crate::http::Download {
+            let data = crate::http_client::Download {
                 platform: "matrix",
                 kind: &attachment.kind,
                 max_bytes,

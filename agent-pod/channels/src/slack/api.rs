@@ -242,7 +242,7 @@ impl SlackApi {
 }
 
 fn network_error(method: &str, error: reqwest::Error) -> SendError {
-    crate::http::unreachable(&format!("slack: {method}"), error)
+    crate::http_client::unreachable(&format!("slack: {method}"), error)
 }
 
 /// Classifies an `ok: false` answer's error code.
@@ -442,7 +442,7 @@ impl Transport for SlackApi {
                     status.as_u16()
                 )));
             }
-            let data = crate::http::Download {
+            let data = crate::http_client::Download {
                 platform: "slack",
                 kind: &attachment.kind,
                 max_bytes,

@@ -60,7 +60,7 @@ enum SessionEnd {
     Throttled(String, Duration),
 }
 
-use crate::http::reconnect_wait;
+use crate::http_client::reconnect_wait;
 
 impl SocketConnection {
     /// The connection for `settings` (in socket mode), sending through `api`.

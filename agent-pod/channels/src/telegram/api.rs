@@ -110,7 +110,7 @@ fn network_error(error: reqwest::Error) -> ApiError {
     ApiError {
         status: 0,
         // The URL holds the token: the shared layer never prints it.
-        description: crate::http::unreachable_reason("bot api", error),
+        description: crate::http_client::unreachable_reason("bot api", error),
         retry_after: None,
     }
 }
@@ -380,7 +380,7 @@ impl Transport for BotApi {
                 )
                 .await
                 .map_err(|error| error.classify())?;
-            let download = crate::http::Download {
+            let download = crate::http_client::Download {
                 platform: "telegram",
                 kind: &attachment.kind,
                 max_bytes,

@@ -152,13 +152,13 @@ impl GraphClient {
 }
 
 fn network_error(error: reqwest::Error) -> SendError {
-    crate::http::unreachable("whatsapp: graph api", error)
+    crate::http_client::unreachable("whatsapp: graph api", error)
 }
 
 /// The body of a successful answer, or the error classified.
 async fn checked(response: reqwest::Response) -> Result<bytes::Bytes, SendError> {
     let status = response.status();
-    let retry_after = crate::http::retry_after(response.headers());
+    let retry_after = crate::http_client::retry_after(response.headers());
     let body = response.bytes().await.map_err(network_error)?;
     if status.is_success() {
         return Ok(body);
@@ -325,7 +325,7 @@ impl Transport for GraphClient {
                         reason: format!("whatsapp: unreadable media description: {error}"),
                     }
                 })?;
-            let download = crate::http::Download {
+            let download = crate::http_client::Download {
                 platform: "whatsapp",
                 kind: &attachment.kind,
                 max_bytes,
