@@ -13,7 +13,7 @@ use saint_sandbox::{backend::ExecBackend, porter_control::PorterControl};
 use saint_tools::{
     Tool,
     exec::ExecTool,
-    mcp::{self, LinkParts, http::PorterRoute},
+    mcp::{self, LinkParts, streamable_http::PorterRoute},
 };
 
 /// The routes MCP servers can take from what `exec` got: Porter (its control socket,

@@ -3,19 +3,19 @@
 //! Each server's tools become ordinary [`Tool`]s named `<server>.<tool>`: the policy
 //! shows and permits them per role like built-in tools (deny wins), and every call goes
 //! through the same permit, metering and budget path. What they add:
-//! - **Where they run.** An HTTP server is reached only through Porter's proxy with a
-//!   key bound to the caller ([`http`]), so Porter injects the server's credential and
-//!   applies the role's request rules; the agent holds a placeholder at most. A stdio
-//!   server runs in the caller's sandbox, one process per listing or call ([`stdio`]),
-//!   never in the agent.
+//! - **Where they run.** A Streamable HTTP server is reached only through Porter's proxy
+//!   with a key bound to the caller ([`streamable_http`]), so Porter injects the
+//!   server's credential and applies the role's request rules; the agent holds a
+//!   placeholder at most. A stdio server runs in the caller's sandbox, one process per
+//!   listing or call ([`stdio`]), never in the agent.
 //! - **What reaches the prompt.** Names outside `[A-Za-z0-9_-]`, schemas that are not
 //!   objects or are larger than the server's `maxSchemaBytes`, and tools beyond its
 //!   `maxTools` are dropped when the server is listed; results are capped and marked
 //!   untrusted, so a server cannot speak as the bot, and nothing it returns changes the
 //!   caller's role or tools (those are fixed before the turn starts).
 
-pub mod http;
 pub mod stdio;
+pub mod streamable_http;
 
 use parking_lot::Mutex;
 use std::{
@@ -56,7 +56,7 @@ pub enum McpError {
 
 /// How one server is reached: Streamable HTTP through Porter, or stdio in the sandbox.
 pub enum ServerLink {
-    Http(http::HttpLink),
+    Http(streamable_http::HttpLink),
     Stdio(stdio::StdioLink),
 }
 
@@ -372,7 +372,7 @@ pub async fn discover(
 pub struct LinkParts {
     /// Porter's control socket client and the agent's relay to its proxy; none: HTTP
     /// servers are not reachable (the agent never connects to them directly).
-    pub porter: Option<http::PorterRoute>,
+    pub porter: Option<streamable_http::PorterRoute>,
     /// The sandbox stdio servers run in; none: stdio servers are not available.
     pub sandbox: Option<Arc<crate::exec::ExecTool>>,
 }
@@ -385,7 +385,7 @@ pub fn links_for(config: &BotConfig, parts: &LinkParts) -> (Vec<Arc<Server>>, Ve
     for server in &config.mcp.servers {
         let link = match &server.transport {
             McpTransport::Http { url } => match &parts.porter {
-                Some(route) => ServerLink::Http(http::HttpLink::new(
+                Some(route) => ServerLink::Http(streamable_http::HttpLink::new(
                     &server.name,
                     url,
                     server.credential.clone(),
