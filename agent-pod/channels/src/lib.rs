@@ -25,6 +25,7 @@
 
 pub mod attachments;
 pub mod buttons;
+pub mod channel_settings;
 pub mod discord;
 pub mod email;
 pub mod format;
@@ -34,17 +35,16 @@ pub mod message;
 pub mod multipart;
 pub mod open;
 pub mod queue;
-pub mod settings;
 pub mod slack;
 pub mod telegram;
 pub mod transport;
 pub mod whatsapp;
 
+pub use channel_settings::SettingsError;
 pub use message::{
     AttachmentRef, Conversation, FileKind, FilePayload, InboundMessage, OutboundBody, OutboundFile,
     ReplyContext,
 };
-pub use settings::SettingsError;
 pub use transport::{
     ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,
     ReplyLimit, SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,

@@ -10,8 +10,8 @@ use saint_config::{ChannelIdentity, ChannelKind};
 use tokio::sync::watch;
 
 use crate::{
+    channel_settings::{SettingsError, SettingsReader},
     message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
-    settings::{SettingsError, SettingsReader},
 };
 
 /// Why a send failed, classified by what the sender should do next.

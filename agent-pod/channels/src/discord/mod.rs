@@ -19,7 +19,7 @@ pub use self::{
     render::markdown_to_discord,
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{GroupRules, OpenError, OpenedChannel},
 };
 

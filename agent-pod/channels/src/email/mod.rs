@@ -26,7 +26,7 @@ pub use self::{
     smtp::{SmtpSetupError, SmtpTransport},
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{Connection, InboxSink, OpenError, OpenedChannel},
 };
 

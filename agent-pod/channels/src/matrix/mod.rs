@@ -22,7 +22,7 @@ pub use self::{
     sync::SyncConnection,
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{GroupRules, OpenError, OpenedChannel},
 };
 

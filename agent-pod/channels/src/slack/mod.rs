@@ -23,7 +23,7 @@ pub use self::{
     webhook::{EventsWebhook, SignatureError, verify_request},
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{GroupRules, OpenError, OpenedChannel},
 };
 

@@ -24,7 +24,7 @@ pub use self::{
     update::{BotIdentity, Received, Update, read_update},
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{GroupRules, OpenError, OpenedChannel, Webhook, WebhookDelivery, WebhookRefusal},
 };
 

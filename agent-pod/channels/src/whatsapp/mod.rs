@@ -14,7 +14,7 @@ pub use self::{
     webhook::{WebhookError, parse_delivery, verify_challenge, verify_signature},
 };
 use crate::{
-    settings::{SettingsError, SettingsReader},
+    channel_settings::{SettingsError, SettingsReader},
     transport::{OpenError, OpenedChannel, Webhook, WebhookDelivery, WebhookRefusal},
 };
 

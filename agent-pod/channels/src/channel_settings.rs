@@ -1,6 +1,7 @@
 //! Reading a channel's settings from the rendered config: every key is either used or
 //! refused, required ones are named when missing, and secrets are read from the
-//! environment variables the operator named (never from the config itself).
+//! environment variables the operator named (never from the config itself). Which keys
+//! each channel kind takes is the contract's list, `saint_config::channel_settings`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
