@@ -247,6 +247,7 @@ lint_scripts() {
 	/usr/bin/python3 .ci/check-lint-table.py || return 1
 	/usr/bin/python3 .ci/import-cycles.py || return 1
 	/usr/bin/python3 .ci/fn-length.py || return 1
+	/usr/bin/python3 .ci/file-names.py || return 1
 	/usr/bin/python3 .ci/e2e-gate.py || return 1
 	/usr/bin/python3 docs/check-links.py
 }
@@ -469,7 +470,7 @@ node_suite() {
 sections=(
 	"prerequisites|1. prerequisites (apt packages, toolchains)|prerequisites"
 	"fmt|2. cargo fmt --all --check|cargo_fmt"
-	"lint|2b. shellcheck, ruff, the lint table, import cycles, function length and Markdown links|lint_scripts"
+	"lint|2b. shellcheck, ruff, the lint table, import cycles, function length, file names and Markdown links|lint_scripts"
 	"clippy|3. cargo clippy --workspace --all-targets -D warnings|cargo_clippy"
 	"memory|4. memory model for the tests (agent-pod/memory/fetch-model.sh)|memory_model"
 	"synapse|4b. Synapse homeserver for the Matrix tests (PyPI, cached under ~/.cache/saint)|synapse_homeserver"
