@@ -25,6 +25,28 @@ pub enum Operation {
     Subscription,
 }
 
+/// Why a body cannot be judged: it is refused whatever the rules say.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unjudgeable {
+    #[error("the GraphQL body is not JSON")]
+    NotJson,
+    #[error("the GraphQL body repeats a key")]
+    RepeatedKey,
+    #[error("the GraphQL body is not an object or a batch")]
+    NotObjectOrBatch,
+    #[error("persisted GraphQL queries cannot be checked")]
+    Persisted,
+    #[error("the GraphQL body has no query string")]
+    NoQuery,
+    /// The parser's message.
+    #[error("the GraphQL document does not parse: {0}")]
+    Unparsable(String),
+    #[error("the GraphQL document is not a list of operations")]
+    NotOperations,
+    #[error("the GraphQL document has no operation")]
+    NoOperation,
+}
+
 /// A JSON object whose keys are kept in order and refused when repeated: servers
 /// disagree on which of two `query` keys wins, so the policy must not guess.
 struct UniqueKeys(Vec<(String, serde_json::Value)>);
@@ -62,18 +84,18 @@ enum Body {
 
 /// The `query` documents of a body, each request checked for forms the policy cannot
 /// judge.
-pub fn documents(body: &[u8]) -> Result<Vec<String>, String> {
+pub fn documents(body: &[u8]) -> Result<Vec<String>, Unjudgeable> {
     // Duplicate keys first, with a message that says so (the untagged enum would hide
     // the reason).
     let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| "the GraphQL body is not JSON".to_owned())?;
+        serde_json::from_slice(body).map_err(|_| Unjudgeable::NotJson)?;
     let requests = match serde_json::from_slice::<Body>(body) {
         Ok(Body::Batch(requests)) => requests,
         Ok(Body::Single(request)) => vec![request],
         Err(_) if value.is_object() || value.is_array() => {
-            return Err("the GraphQL body repeats a key".to_owned());
+            return Err(Unjudgeable::RepeatedKey);
         }
-        Err(_) => return Err("the GraphQL body is not an object or a batch".to_owned()),
+        Err(_) => return Err(Unjudgeable::NotObjectOrBatch),
     };
     requests
         .into_iter()
@@ -86,11 +108,11 @@ pub fn documents(body: &[u8]) -> Result<Vec<String>, String> {
                     .get("extensions")
                     .is_some_and(|extensions| extensions.get("persistedQuery").is_some());
             if persisted {
-                return Err("persisted GraphQL queries cannot be checked".to_owned());
+                return Err(Unjudgeable::Persisted);
             }
             match entries.get("query") {
                 Some(serde_json::Value::String(query)) => Ok(query.clone()),
-                _ => Err("the GraphQL body has no query string".to_owned()),
+                _ => Err(Unjudgeable::NoQuery),
             }
         })
         .collect()
@@ -98,16 +120,13 @@ pub fn documents(body: &[u8]) -> Result<Vec<String>, String> {
 
 /// Every executable operation in `document`; type system definitions, parse errors
 /// and an empty document are refused.
-pub fn operations(document: &str) -> Result<Vec<Operation>, String> {
+pub fn operations(document: &str) -> Result<Vec<Operation>, Unjudgeable> {
     let tree = Parser::new(document)
         .recursion_limit(64)
         .token_limit(100_000)
         .parse();
     if let Some(error) = tree.errors().next() {
-        return Err(format!(
-            "the GraphQL document does not parse: {}",
-            error.message()
-        ));
+        return Err(Unjudgeable::Unparsable(error.message().to_owned()));
     }
     let document = tree.document();
     let mut fragments = BTreeMap::new();
@@ -138,11 +157,11 @@ pub fn operations(document: &str) -> Result<Vec<Operation>, String> {
                 });
             }
             Definition::FragmentDefinition(_) => {}
-            _ => return Err("the GraphQL document is not a list of operations".to_owned()),
+            _ => return Err(Unjudgeable::NotOperations),
         }
     }
     if operations.is_empty() {
-        return Err("the GraphQL document has no operation".to_owned());
+        return Err(Unjudgeable::NoOperation);
     }
     Ok(operations)
 }

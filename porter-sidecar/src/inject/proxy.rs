@@ -596,7 +596,8 @@ impl Tunnel {
                     ));
                 }
                 let bytes = read_bounded(body).await?;
-                RequestPolicy::check_graphql(&rules, &bytes).map_err(Failure::Refused)?;
+                RequestPolicy::check_graphql(&rules, &bytes)
+                    .map_err(|refusal| Failure::Refused(refusal.to_string()))?;
                 full(bytes)
             }
         };

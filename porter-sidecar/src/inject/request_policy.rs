@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use globset::{GlobBuilder, GlobMatcher};
 use porter_protocol::registry::{GraphqlRule, RequestRule};
 
-use super::graphql::{self, Operation};
+use super::graphql::{self, Operation, Unjudgeable};
 
 /// The role rules that apply to every role.
 const ANY_ROLE: &str = "*";
@@ -38,6 +38,21 @@ pub enum PolicyError {
         #[source]
         source: globset::Error,
     },
+}
+
+/// Why a GraphQL body is refused: a form the policy cannot judge, or an operation no
+/// rule admits. The text is what the proxy answers and logs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GraphqlRefusal {
+    #[error(transparent)]
+    Unjudgeable(#[from] Unjudgeable),
+    #[error("GraphQL queries are not allowed")]
+    Query,
+    /// The mutation's root fields.
+    #[error("GraphQL mutation {} is not allowed", .0.join(", "))]
+    Mutation(Vec<String>),
+    #[error("GraphQL subscriptions are not allowed")]
+    Subscription,
 }
 
 /// What the method and path alone decide.
@@ -118,7 +133,7 @@ impl RequestPolicy {
 
     /// Decides a GraphQL request by its JSON body: every operation in it must be
     /// admitted by one of `rules`.
-    pub fn check_graphql(rules: &[GraphqlRule], body: &[u8]) -> Result<(), String> {
+    pub fn check_graphql(rules: &[GraphqlRule], body: &[u8]) -> Result<(), GraphqlRefusal> {
         let documents = graphql::documents(body)?;
         for document in &documents {
             for operation in graphql::operations(document)? {
@@ -136,13 +151,9 @@ impl RequestPolicy {
                 });
                 if !admitted {
                     return Err(match operation {
-                        Operation::Query => "GraphQL queries are not allowed".to_owned(),
-                        Operation::Mutation(fields) => {
-                            format!("GraphQL mutation {} is not allowed", fields.join(", "))
-                        }
-                        Operation::Subscription => {
-                            "GraphQL subscriptions are not allowed".to_owned()
-                        }
+                        Operation::Query => GraphqlRefusal::Query,
+                        Operation::Mutation(fields) => GraphqlRefusal::Mutation(fields),
+                        Operation::Subscription => GraphqlRefusal::Subscription,
                     });
                 }
             }
