@@ -795,7 +795,7 @@ impl saint_channels::InboxSink for MemorySink {
     fn cursor<'a>(
         &'a self,
         _channel: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>, saint_channels::InboxError>> {
         Box::pin(async move { Ok(self.cursor.lock().unwrap().clone()) })
     }
 
@@ -804,7 +804,7 @@ impl saint_channels::InboxSink for MemorySink {
         _channel: &'a str,
         messages: Vec<(saint_channels::InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+    ) -> futures::future::BoxFuture<'a, Result<(), saint_channels::InboxError>> {
         Box::pin(async move {
             let mut stored = self.stored.lock().unwrap();
             stored.extend(messages.into_iter().map(|(message, _)| message));

@@ -46,6 +46,6 @@ pub use message::{
     ReplyContext,
 };
 pub use transport::{
-    ChannelState, Connection, GroupPolicy, GroupRules, InboxSink, OpenError, OpenedChannel,
-    ReplyLimit, SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,
+    ChannelState, Connection, GroupPolicy, GroupRules, InboxError, InboxSink, OpenError,
+    OpenedChannel, ReplyLimit, SendError, Transport, Webhook, WebhookDelivery, WebhookRefusal,
 };

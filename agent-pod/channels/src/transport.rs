@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
 use http::HeaderMap;
-use saint_config::{ChannelIdentity, ChannelKind};
+use saint_config::{ChannelIdentity, ChannelKind, ErrorChain};
 use tokio::sync::watch;
 
 use crate::{
@@ -118,11 +118,31 @@ pub enum ChannelState {
     CredentialsRefused(String),
 }
 
+/// Why the inbox could not read a channel's position or store what it received. The
+/// channel reports it and tries again; nothing was acknowledged to the platform.
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// The task that holds the database ended without an answer.
+    #[error("the storage task failed")]
+    TaskFailed,
+    /// The database refused. Shown with its causes, as one line: it has no `source`, so
+    /// the causes are printed once.
+    #[error("{}", ErrorChain(.0.as_ref()))]
+    Storage(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl InboxError {
+    /// A storage failure: an error, or a message.
+    pub fn storage(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Storage(error.into())
+    }
+}
+
 /// Where a polling channel (IMAP, long polling) puts what it received: the agent's
 /// inbox, with the channel's position saved in the same transaction.
 pub trait InboxSink: Send + Sync {
     /// The channel's saved position, if any.
-    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>>;
+    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, InboxError>>;
 
     /// Stores `messages` (each with a reason not to answer it, if it is not to be
     /// answered) and the new position, in one transaction.
@@ -131,7 +151,7 @@ pub trait InboxSink: Send + Sync {
         channel: &'a str,
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), InboxError>>;
 
     /// Like [`InboxSink::commit`], also recording that the senders withdrew (redacted,
     /// deleted) the messages with platform ids `withdrawn`, in the same transaction: one
@@ -143,7 +163,7 @@ pub trait InboxSink: Send + Sync {
         messages: Vec<(InboundMessage, Option<String>)>,
         withdrawn: Vec<String>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         let _ = withdrawn;
         self.commit(channel, messages, cursor)
     }

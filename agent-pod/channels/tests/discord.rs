@@ -14,7 +14,8 @@ use std::{
 use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use saint_channels::{
-    ChannelState, Connection, InboundMessage, InboxSink, ReplyContext, SendError, Transport,
+    ChannelState, Connection, InboundMessage, InboxError, InboxSink, ReplyContext, SendError,
+    Transport,
     discord::{self, GatewayCursor},
     format::split_message,
 };
@@ -98,7 +99,10 @@ impl MemorySink {
 }
 
 impl InboxSink for MemorySink {
-    fn cursor<'a>(&'a self, _channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
+    fn cursor<'a>(
+        &'a self,
+        _channel: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, InboxError>> {
         Box::pin(async move { Ok(self.state.lock().unwrap().cursor.clone()) })
     }
 
@@ -107,7 +111,7 @@ impl InboxSink for MemorySink {
         channel: &'a str,
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         Box::pin(async move {
             assert_eq!(channel, "discord");
             if self
@@ -117,7 +121,7 @@ impl InboxSink for MemorySink {
                 })
                 .is_ok()
             {
-                return Err("database is locked".to_string());
+                return Err(InboxError::storage("database is locked"));
             }
             let mut state = self.state.lock().unwrap();
             state.cursor = Some(cursor.clone());

@@ -15,8 +15,8 @@ use std::{
 use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use saint_channels::{
-    AttachmentRef, ChannelState, InboundMessage, InboxSink, OpenedChannel, ReplyContext, SendError,
-    WebhookRefusal, format::split_message, slack,
+    AttachmentRef, ChannelState, InboundMessage, InboxError, InboxSink, OpenedChannel,
+    ReplyContext, SendError, WebhookRefusal, format::split_message, slack,
 };
 use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind};
 use saint_scripted::slack::{
@@ -82,7 +82,10 @@ impl Inbox {
 }
 
 impl InboxSink for Inbox {
-    fn cursor<'a>(&'a self, _channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
+    fn cursor<'a>(
+        &'a self,
+        _channel: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, InboxError>> {
         Box::pin(async { Ok(None) })
     }
 
@@ -91,7 +94,7 @@ impl InboxSink for Inbox {
         _channel: &'a str,
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         Box::pin(async move {
             if self.gated.load(Ordering::SeqCst) {
                 self.entered.notify_one();
@@ -105,7 +108,7 @@ impl InboxSink for Inbox {
                 .is_some_and(|server| server.acked(&cursor));
             self.commits.lock().unwrap().push((cursor, acked));
             let result = if self.failing.load(Ordering::SeqCst) {
-                Err("database is locked".to_string())
+                Err(InboxError::storage("database is locked"))
             } else {
                 let mut stored = self.stored.lock().unwrap();
                 for (message, ignored) in messages {

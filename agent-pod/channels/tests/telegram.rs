@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use http::HeaderMap;
 use pretty_assertions::assert_eq;
 use saint_channels::{
-    AttachmentRef, ChannelState, InboundMessage, InboxSink, OpenedChannel, ReplyContext, SendError,
-    WebhookRefusal, format::split_message, open, queue,
+    AttachmentRef, ChannelState, InboundMessage, InboxError, InboxSink, OpenedChannel,
+    ReplyContext, SendError, WebhookRefusal, format::split_message, open, queue,
 };
 use saint_config::{ChannelConfig, ChannelIdentity, ChannelKind};
 use saint_scripted::telegram::{
@@ -97,9 +97,9 @@ impl SqliteSink {
 }
 
 impl InboxSink for SqliteSink {
-    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
+    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, InboxError>> {
         Box::pin(async move {
-            queue::cursor(&self.database.lock().unwrap(), channel).map_err(|e| e.to_string())
+            queue::cursor(&self.database.lock().unwrap(), channel).map_err(InboxError::storage)
         })
     }
 
@@ -108,7 +108,7 @@ impl InboxSink for SqliteSink {
         channel: &'a str,
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         Box::pin(async move {
             if self
                 .failing_commits
@@ -117,19 +117,19 @@ impl InboxSink for SqliteSink {
                 })
                 .is_ok()
             {
-                return Err("disk I/O error (scripted)".to_string());
+                return Err(InboxError::storage("disk I/O error (scripted)"));
             }
             let mut database = self.database.lock().unwrap();
-            let transaction = database.transaction().map_err(|e| e.to_string())?;
+            let transaction = database.transaction().map_err(InboxError::storage)?;
             for (message, ignore) in &messages {
                 match ignore {
                     None => queue::insert_inbound(&transaction, message).map(drop),
                     Some(reason) => queue::insert_ignored(&transaction, message, reason).map(drop),
                 }
-                .map_err(|e| e.to_string())?;
+                .map_err(InboxError::storage)?;
             }
-            queue::set_cursor(&transaction, channel, &cursor).map_err(|e| e.to_string())?;
-            transaction.commit().map_err(|e| e.to_string())?;
+            queue::set_cursor(&transaction, channel, &cursor).map_err(InboxError::storage)?;
+            transaction.commit().map_err(InboxError::storage)?;
             self.commits.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })

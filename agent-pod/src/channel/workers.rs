@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use saint_channels::{InboundMessage, InboxSink, queue, transport::ChannelState};
-use saint_config::{ChannelIdentity, ErrorChain};
+use saint_channels::{InboundMessage, InboxError, InboxSink, queue, transport::ChannelState};
+use saint_config::ChannelIdentity;
 
 use super::hub::{ChannelHub, NotAnswered, over_reply_limit, store_inbound, withdraw_inbound};
 
@@ -14,7 +14,7 @@ use super::hub::{ChannelHub, NotAnswered, over_reply_limit, store_inbound, withd
 struct HubSink(Arc<ChannelHub>);
 
 impl InboxSink for HubSink {
-    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, String>> {
+    fn cursor<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Result<Option<String>, InboxError>> {
         Box::pin(async move {
             let store = self.0.store.clone();
             let channel = channel.to_string();
@@ -24,8 +24,8 @@ impl InboxSink for HubSink {
                 })
             })
             .await
-            .map_err(|_| "the storage task failed".to_string())?
-            .map_err(|error| ErrorChain(&error).to_string())
+            .map_err(|_| InboxError::TaskFailed)?
+            .map_err(InboxError::storage)
         })
     }
 
@@ -34,7 +34,7 @@ impl InboxSink for HubSink {
         channel: &'a str,
         messages: Vec<(InboundMessage, Option<String>)>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         self.commit_with_withdrawals(channel, messages, Vec::new(), cursor)
     }
 
@@ -44,7 +44,7 @@ impl InboxSink for HubSink {
         messages: Vec<(InboundMessage, Option<String>)>,
         withdrawn: Vec<String>,
         cursor: String,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), InboxError>> {
         Box::pin(async move {
             let store = self.0.store.clone();
             let name = channel.to_string();
@@ -93,8 +93,8 @@ impl InboxSink for HubSink {
                 })
             })
             .await
-            .map_err(|_| "the storage task failed".to_string())?
-            .map_err(|error| ErrorChain(&error).to_string())?;
+            .map_err(|_| InboxError::TaskFailed)?
+            .map_err(InboxError::storage)?;
             self.0.forget_attachments(channel, &forget);
             for _ in 0..new {
                 self.0.metering.metrics.channel_message(channel, "in");

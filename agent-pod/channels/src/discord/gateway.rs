@@ -204,8 +204,8 @@ impl GatewayConnection {
                     state.seq = state.cursor.as_ref().map(|cursor| cursor.seq);
                     break;
                 }
-                Err(reason) => {
-                    sink.report(&channel, ChannelState::Retrying(reason));
+                Err(error) => {
+                    sink.report(&channel, ChannelState::Retrying(error.to_string()));
                     if stopped_during(&stop, backoff).await {
                         return;
                     }
@@ -478,7 +478,8 @@ impl GatewayConnection {
                 };
                 // Saved at once, so a restart resumes even before the first message.
                 sink.commit(channel, Vec::new(), cursor_text(&cursor))
-                    .await?;
+                    .await
+                    .map_err(|error| error.to_string())?;
                 tracing::info!(%channel, user = ?cursor.user_id, "discord: gateway session ready");
                 state.cursor = Some(cursor);
                 state.seq = seq;
@@ -500,7 +501,8 @@ impl GatewayConnection {
                         })?;
                         cursor.seq = seq.or(state.seq).unwrap_or(cursor.seq);
                         sink.commit(channel, vec![(message, None)], cursor_text(&cursor))
-                            .await?;
+                            .await
+                            .map_err(|error| error.to_string())?;
                         state.recent.insert(id);
                         state.cursor = Some(cursor);
                     }
@@ -522,7 +524,8 @@ impl GatewayConnection {
                         })?;
                         cursor.seq = seq.or(state.seq).unwrap_or(cursor.seq);
                         sink.commit(channel, vec![(message, None)], cursor_text(&cursor))
-                            .await?;
+                            .await
+                            .map_err(|error| error.to_string())?;
                         state.recent.insert(id);
                         state.cursor = Some(cursor);
                     }
@@ -554,7 +557,8 @@ impl GatewayConnection {
                         vec![id.to_string()],
                         cursor_text(&cursor),
                     )
-                    .await?;
+                    .await
+                    .map_err(|error| error.to_string())?;
                     state.cursor = Some(cursor);
                 }
             }

@@ -293,7 +293,7 @@ async fn last_seen_uid(
 ) -> Result<u32, SessionEnd> {
     let saved = match sink.cursor(&settings.channel).await {
         Ok(saved) => parse_cursor(saved.as_deref()),
-        Err(reason) => return Err(SessionEnd::Failed(reason)),
+        Err(error) => return Err(SessionEnd::Failed(error.to_string())),
     };
     match saved {
         Some((saved_validity, uid)) if saved_validity == validity => Ok(uid),
@@ -306,11 +306,11 @@ async fn last_seen_uid(
                 tracing::info!(channel = %settings.channel, from_uid = start + 1,
                     "imap: first start; answering mail that arrives from now on");
             }
-            if let Err(reason) = sink
+            if let Err(error) = sink
                 .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
                 .await
             {
-                return Err(SessionEnd::Failed(reason));
+                return Err(SessionEnd::Failed(error.to_string()));
             }
             Ok(start)
         }
@@ -438,7 +438,8 @@ async fn store_batch(
             }
         };
         sink.commit(&settings.channel, stored, format!("{validity}:{uid}"))
-            .await?;
+            .await
+            .map_err(|error| error.to_string())?;
         *last_uid = uid;
     }
     Ok(())

@@ -222,7 +222,7 @@ impl SyncConnection {
         let saved = sink
             .cursor(channel)
             .await
-            .map_err(|error| SessionEnd::Failed(error, None))?;
+            .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
         let mut since = match saved {
             Some(since) => since,
             None => {
@@ -234,7 +234,7 @@ impl SyncConnection {
                 let next = next_batch(&first)?;
                 sink.commit(channel, Vec::new(), next.clone())
                     .await
-                    .map_err(|error| SessionEnd::Failed(error, None))?;
+                    .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
                 tracing::info!(%channel, "matrix: first start; answering messages from now on");
                 next
             }
@@ -255,7 +255,7 @@ impl SyncConnection {
             // The position moves only with what was stored.
             sink.commit_with_withdrawals(channel, messages, withdrawn, next.clone())
                 .await
-                .map_err(|error| SessionEnd::Failed(error, None))?;
+                .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
             if count > 0 {
                 tracing::debug!(%channel, count, "matrix: messages stored");
             }
