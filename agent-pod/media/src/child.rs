@@ -13,7 +13,7 @@ use nix::sys::resource::{Resource, setrlimit};
 use crate::{
     documents::{self, DocumentKind},
     image_prep,
-    job::{Answer, ChildLimits, Job, Reply, Task},
+    job::{Answer, ChildLimits, Job, Refusal, Reply, Task},
 };
 
 /// The job arrives on stdin; a larger one is not from the parent.
@@ -50,7 +50,7 @@ pub fn child_main() -> ExitCode {
             .map(|reason| (*reason).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        let reason = format!("the parser failed on this file ({reason})");
+        let reason = Refusal::ParserPanicked(reason);
         match job.task {
             Task::Document { .. } => Answer::Document {
                 result: Err(reason),
@@ -102,29 +102,32 @@ fn run(job: &Job) -> Answer {
     match &job.task {
         Task::Document { file_name, caps } => Answer::Document {
             result: read(job, caps.max_input_bytes).and_then(|bytes| {
-                let kind = DocumentKind::detect(file_name, &bytes)
-                    .ok_or_else(|| "not a document kind this agent reads".to_owned())?;
-                documents::extract(kind, &bytes, caps).map_err(|error| error.to_string())
+                let kind = DocumentKind::detect(file_name, &bytes).ok_or(Refusal::NotADocument)?;
+                Ok(documents::extract(kind, &bytes, caps)?)
             }),
         },
         Task::Image { limits } => Answer::Image {
-            result: read(job, limits.max_input_bytes).and_then(|bytes| {
-                image_prep::prepare_image(&bytes, limits).map_err(|error| error.to_string())
-            }),
+            result: read(job, limits.max_input_bytes)
+                .and_then(|bytes| Ok(image_prep::prepare_image(&bytes, limits)?)),
         },
     }
 }
 
 /// Reads at most one byte past `limit`, so an endless file costs nothing extra.
-fn read(job: &Job, limit: usize) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(&job.path)
-        .map_err(|error| format!("failed to open {}: {error}", job.path.display()))?;
+fn read(job: &Job, limit: usize) -> Result<Vec<u8>, Refusal> {
+    let file = std::fs::File::open(&job.path).map_err(|error| Refusal::Open {
+        path: job.path.clone(),
+        reason: error.to_string(),
+    })?;
     let mut bytes = Vec::new();
     file.take(limit as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|error| format!("failed to read {}: {error}", job.path.display()))?;
+        .map_err(|error| Refusal::Read {
+            path: job.path.clone(),
+            reason: error.to_string(),
+        })?;
     if bytes.len() > limit {
-        return Err(format!("file is over the {limit}-byte limit"));
+        return Err(Refusal::OverLimit { limit });
     }
     Ok(bytes)
 }

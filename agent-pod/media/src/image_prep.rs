@@ -79,7 +79,10 @@ impl PreparedImage {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// Why an image was not prepared. Crosses from the extraction child to the agent as
+/// JSON.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ImageError {
     #[error("image is {actual} bytes, over the {limit}-byte limit")]
     TooLarge { actual: usize, limit: usize },

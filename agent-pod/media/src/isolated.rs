@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use crate::{
     documents::{DocumentCaps, Extracted},
     image_prep::{ImageLimits, PreparedImage},
-    job::{Answer, ChildLimits, Job, Reply, Task},
+    job::{Answer, ChildLimits, Job, Refusal, Reply, Task},
 };
 
 /// Stderr kept from the child, for the reason of a crash.
@@ -31,7 +31,7 @@ pub enum IsolatedError {
         source: std::io::Error,
     },
     #[error("refused: {0}")]
-    Refused(String),
+    Refused(Refusal),
     #[error("refused: parsing the file needed more than the {limit_mib} MiB memory limit")]
     MemoryLimit { limit_mib: u64 },
     #[error("refused: parsing the file needed more than the {seconds}-second CPU limit")]

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    documents::{DocumentCaps, Extracted},
-    image_prep::{ImageLimits, PreparedImage},
+    documents::{DocumentCaps, DocumentError, Extracted},
+    image_prep::{ImageError, ImageLimits, PreparedImage},
 };
 
 /// Bounds the child puts on itself before it reads the file.
@@ -66,14 +66,35 @@ pub struct Reply {
     pub peak_memory_kib: Option<u64>,
 }
 
-/// A refusal is an answer too, with the reason as text.
+/// A refusal is an answer too.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "answer")]
 pub enum Answer {
     Document {
-        result: Result<Extracted, String>,
+        result: Result<Extracted, Refusal>,
     },
     Image {
-        result: Result<PreparedImage, String>,
+        result: Result<PreparedImage, Refusal>,
     },
+}
+
+/// Why the child read nothing from the file. An I/O error crosses the pipe as its text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    #[error("failed to open {}: {reason}", .path.display())]
+    Open { path: PathBuf, reason: String },
+    #[error("failed to read {}: {reason}", .path.display())]
+    Read { path: PathBuf, reason: String },
+    #[error("file is over the {limit}-byte limit")]
+    OverLimit { limit: usize },
+    #[error("not a document kind this agent reads")]
+    NotADocument,
+    #[error(transparent)]
+    Document(#[from] DocumentError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The parser panicked; the panic's message, if it had one.
+    #[error("the parser failed on this file ({0})")]
+    ParserPanicked(String),
 }

@@ -19,7 +19,7 @@ pub const CHILD_SUBCOMMAND: &str = "extract-document";
 pub use documents::{Cut, DocumentCaps, DocumentError, DocumentKind, Extracted};
 pub use image_prep::{ImageError, ImageLimits, PreparedImage, prepare_image};
 pub use isolated::{Extractor, IsolatedError, Usage};
-pub use job::ChildLimits;
+pub use job::{ChildLimits, Refusal};
 
 /// What an attachment is, judged from its first bytes and its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

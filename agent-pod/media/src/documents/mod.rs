@@ -67,6 +67,12 @@ impl DocumentKind {
     }
 }
 
+impl fmt::Display for DocumentKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
 /// How much of a document becomes text. The rest stays in the saved file, for the
 /// model to `read` if it needs it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -149,12 +155,14 @@ impl Extracted {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// Why a document gave no text. Crosses from the extraction child to the agent as JSON.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DocumentError {
     #[error("file is {actual} bytes, over the {limit}-byte limit")]
     TooLarge { actual: usize, limit: usize },
     #[error("malformed {kind}: {reason}")]
-    Malformed { kind: &'static str, reason: String },
+    Malformed { kind: DocumentKind, reason: String },
     #[error("encrypted PDF: no text can be read without the password")]
     Encrypted,
     #[error("refused archive: {0}")]
@@ -164,7 +172,7 @@ pub enum DocumentError {
 impl DocumentError {
     fn malformed(kind: DocumentKind, reason: impl fmt::Display) -> Self {
         Self::Malformed {
-            kind: kind.name(),
+            kind,
             reason: reason.to_string(),
         }
     }
