@@ -11,9 +11,10 @@
 use std::{io::Write, sync::Arc};
 
 use futures::future::BoxFuture;
-use saint_media::{Extractor, ImageLimits};
+use saint_media::{Extractor, ImageLimits, IsolatedError};
 use saint_tools::{
     Permit, Tool, ToolContext, ToolError, ToolImage, ToolOutput,
+    browser::ScreenshotError,
     files::{FileAccess, path_error},
     guard::ssrf::{FetchLimits, SsrfGuard},
     typed,
@@ -38,11 +39,17 @@ struct ImageInput {
 }
 
 /// Why an image could not be prepared.
+#[derive(Debug, thiserror::Error)]
 enum PrepareError {
-    /// No temporary file or no task: the agent's fault.
-    Task(String),
+    /// No private copy for the child to read: the agent's fault.
+    #[error("no temporary file: {0}")]
+    TemporaryFile(std::io::Error),
+    /// The blocking task ended without an answer: the agent's fault.
+    #[error("the image task failed")]
+    Task,
     /// The child refused or could not read the image.
-    Image(String),
+    #[error("{0}")]
+    Image(IsolatedError),
 }
 
 /// Prepares `bytes` in the extraction child: decoded, scaled and re-encoded there, never
@@ -53,10 +60,9 @@ async fn prepare(
     limits: &ImageLimits,
     bytes: Vec<u8>,
 ) -> Result<saint_media::PreparedImage, PrepareError> {
-    let mut copy = tempfile::NamedTempFile::new()
-        .map_err(|error| PrepareError::Task(format!("no temporary file: {error}")))?;
+    let mut copy = tempfile::NamedTempFile::new().map_err(PrepareError::TemporaryFile)?;
     copy.write_all(&bytes)
-        .map_err(|error| PrepareError::Task(format!("no temporary file: {error}")))?;
+        .map_err(PrepareError::TemporaryFile)?;
     let (extractor, limits) = (extractor.clone(), limits.clone());
     tokio::task::spawn_blocking(move || {
         let prepared = extractor.image(copy.path(), &limits);
@@ -64,8 +70,8 @@ async fn prepare(
         prepared
     })
     .await
-    .map_err(|_| PrepareError::Task("the image task failed".to_string()))?
-    .map_err(|error| PrepareError::Image(error.to_string()))
+    .map_err(|_| PrepareError::Task)?
+    .map_err(PrepareError::Image)
 }
 
 /// The browser's screenshots prepared like every image the model sees: a PNG from the
@@ -77,11 +83,7 @@ pub fn screenshot_preparer(extractor: Extractor) -> saint_tools::browser::ImageP
         Box::pin(async move {
             let prepared = prepare(&extractor, &ImageLimits::default(), bytes)
                 .await
-                .map_err(
-                    |(PrepareError::Task(message) | PrepareError::Image(message))| {
-                        format!("the screenshot could not be prepared: {message}")
-                    },
-                )?;
+                .map_err(|error| ScreenshotError(Box::new(error)))?;
             Ok(ToolImage {
                 media_type: prepared.media_type.clone(),
                 base64: prepared.base64(),
@@ -195,9 +197,11 @@ impl Tool for ImageTool {
             let prepared = prepare(&self.extractor, &self.limits, bytes)
                 .await
                 .map_err(|error| match error {
-                    PrepareError::Task(message) => ToolError::Failed(message),
-                    PrepareError::Image(message) => {
-                        ToolError::InvalidInput(format!("{shown}: {message}"))
+                    PrepareError::TemporaryFile(_) | PrepareError::Task => {
+                        ToolError::Failed(error.to_string())
+                    }
+                    PrepareError::Image(error) => {
+                        ToolError::InvalidInput(format!("{shown}: {error}"))
                     }
                 })?;
             let note = if prepared.was_resized() {

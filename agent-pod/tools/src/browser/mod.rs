@@ -121,7 +121,13 @@ pub enum ReadFormat {
 /// Prepares a screenshot for the model (in the agent: decoded and re-encoded by
 /// saint-media's child); without one the PNG is passed on as the browser made it.
 pub type ImagePreparer =
-    Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Result<ToolImage, String>> + Send + Sync>;
+    Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Result<ToolImage, ScreenshotError>> + Send + Sync>;
+
+/// Why the preparer refused a screenshot: its own error, which the model reads after
+/// this sentence.
+#[derive(Debug, thiserror::Error)]
+#[error("the screenshot could not be prepared: {0}")]
+pub struct ScreenshotError(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// One person's browser in one sandbox, as the agent holds it: the egress proxy the
 /// browser reaches and its key.
@@ -332,7 +338,9 @@ impl BrowserTool {
                 }
                 output.content.push_str("\nthe screenshot is shown below");
                 output.image = Some(match &self.preparer {
-                    Some(preparer) => preparer(data).await.map_err(ToolError::Failed)?,
+                    Some(preparer) => preparer(data)
+                        .await
+                        .map_err(|error| ToolError::Failed(error.to_string()))?,
                     None => ToolImage {
                         media_type: "image/png".to_string(),
                         base64: base64::engine::general_purpose::STANDARD.encode(&data),
