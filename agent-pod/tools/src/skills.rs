@@ -322,7 +322,7 @@ impl SkillCatalog {
         }
         match read_source(workspace, WORKSPACE_SKILLS, false) {
             Ok(folders) => catalog.add(folders, &SkillSource::Workspace, &mut declared),
-            Err(problem) if problem == NO_DIRECTORY => {}
+            Err(ReadError::NoDirectory) => {}
             Err(problem) => catalog.problem(format!("workspace {WORKSPACE_SKILLS}/: {problem}")),
         }
         catalog
@@ -344,7 +344,7 @@ impl SkillCatalog {
                 continue;
             }
             let parsed =
-                read.and_then(|text| parse_skill(&name, &text).map_err(|error| error.to_string()));
+                read.and_then(|text| parse_skill(&name, &text).map_err(ReadError::Refused));
             match parsed {
                 Ok(parsed) => {
                     self.skills.insert(
@@ -403,22 +403,46 @@ impl SkillCatalog {
     }
 }
 
-const NO_DIRECTORY: &str = "no such directory";
+/// Why a skills source, or one skill in it, was left out (logged with its name).
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("no such directory")]
+    NoDirectory,
+    #[error("not a readable directory")]
+    NotReadable,
+    #[error("the folder is a symbolic link; symbolic links are not followed")]
+    SymbolicLink,
+    #[error("it has no {SKILL_FILE}")]
+    NoSkillFile,
+    #[error("{SKILL_FILE} is larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Path(PathError),
+    #[error("failed to read its {DATA_LINK} link: {0}")]
+    DataLink(io::Error),
+    /// The link's target, shown.
+    #[error(
+        "refused its {DATA_LINK} link: the target {0:?} is not a plain name inside the directory"
+    )]
+    DataLinkTarget(String),
+    #[error("{0}")]
+    Refused(SkillError),
+}
 
 /// One folder of a source: its name, and its skill file's text or why it could not be
 /// read.
-type SkillFolder = (String, Result<String, String>);
+type SkillFolder = (String, Result<String, ReadError>);
 
 /// The skill folders of one source, in name order: each folder name with its skill
 /// file's text or why it could not be read. `base` is the folder below `root` holding
 /// the skills (`skills` in the workspace, the root itself for a declared directory);
 /// `volume` says whether ConfigMap `..data` links are honoured.
-fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>, String> {
+fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>, ReadError> {
     let workspace = Workspace::open(root).map_err(|_| {
         if root.exists() {
-            "not a readable directory".to_string()
+            ReadError::NotReadable
         } else {
-            NO_DIRECTORY.to_string()
+            ReadError::NoDirectory
         }
     })?;
     let top = if volume {
@@ -428,8 +452,8 @@ fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>
     };
     let entries = match list_directory(&workspace, &top) {
         Ok(entries) => entries,
-        Err(PathError::NotFound(_)) if !base.is_empty() => return Err(NO_DIRECTORY.to_string()),
-        Err(error) => return Err(error.to_string()),
+        Err(PathError::NotFound(_)) if !base.is_empty() => return Err(ReadError::NoDirectory),
+        Err(error) => return Err(ReadError::Path(error)),
     };
     let mut folders = Vec::new();
     for (name, file_type) in entries {
@@ -449,7 +473,7 @@ fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>
         }
         let folder = join(&top, &name);
         let read = if file_type.is_symlink() {
-            Err("the folder is a symbolic link; symbolic links are not followed".to_string())
+            Err(ReadError::SymbolicLink)
         } else {
             read_skill_file(&workspace, &folder, volume)
         };
@@ -458,22 +482,19 @@ fn read_source(root: &Path, base: &str, volume: bool) -> Result<Vec<SkillFolder>
     Ok(folders)
 }
 
-fn read_skill_file(workspace: &Workspace, folder: &str, volume: bool) -> Result<String, String> {
+fn read_skill_file(workspace: &Workspace, folder: &str, volume: bool) -> Result<String, ReadError> {
     let folder = if volume {
         resolve_data_link(workspace, folder)?
     } else {
         folder.to_string()
     };
     let relative = join(&folder, SKILL_FILE);
-    let path = WorkspacePath::parse(&relative, workspace.root_path())
-        .map_err(|error| error.to_string())?;
+    let path = WorkspacePath::parse(&relative, workspace.root_path()).map_err(ReadError::Path)?;
     match workspace.read_text(&path, MAX_SKILL_BYTES) {
         Ok(text) => Ok(text),
-        Err(PathError::NotFound(_)) => Err(format!("it has no {SKILL_FILE}")),
-        Err(PathError::TooLarge(_, limit)) => {
-            Err(format!("{SKILL_FILE} is larger than {limit} bytes"))
-        }
-        Err(error) => Err(error.to_string()),
+        Err(PathError::NotFound(_)) => Err(ReadError::NoSkillFile),
+        Err(PathError::TooLarge(_, limit)) => Err(ReadError::TooLarge(limit)),
+        Err(error) => Err(ReadError::Path(error)),
     }
 }
 
@@ -487,7 +508,7 @@ fn join(directory: &str, name: &str) -> String {
 
 /// `directory` itself, or `directory/<target>` when it holds a `..data` link whose
 /// target is a plain name (read with readlink, never followed).
-fn resolve_data_link(workspace: &Workspace, directory: &str) -> Result<String, String> {
+fn resolve_data_link(workspace: &Workspace, directory: &str) -> Result<String, ReadError> {
     let link = workspace.root_path().join(join(directory, DATA_LINK));
     let target = match fs::read_link(&link) {
         Ok(target) => target,
@@ -499,16 +520,13 @@ fn resolve_data_link(workspace: &Workspace, directory: &str) -> Result<String, S
         {
             return Ok(directory.to_string());
         }
-        Err(error) => return Err(format!("failed to read its {DATA_LINK} link: {error}")),
+        Err(error) => return Err(ReadError::DataLink(error)),
     };
     match target.to_str() {
         Some(name) if saint_paths::is_safe_component(name) && name != DATA_LINK => {
             Ok(join(directory, name))
         }
-        _ => Err(format!(
-            "refused its {DATA_LINK} link: the target {:?} is not a plain name inside the directory",
-            target.display().to_string()
-        )),
+        _ => Err(ReadError::DataLinkTarget(target.display().to_string())),
     }
 }
 
