@@ -61,18 +61,22 @@ impl<'a> SettingsReader<'a> {
         secrets: &[&str],
         lookup: &'a dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, SettingsError> {
-        check_known(&channel.settings, settings).map_err(|key| SettingsError::UnknownSetting {
-            channel: channel.name.clone(),
-            kind,
-            key,
-            known: settings.join(", "),
-        })?;
-        check_known(&channel.secret_env, secrets).map_err(|key| SettingsError::UnknownSecret {
-            channel: channel.name.clone(),
-            kind,
-            key,
-            known: secrets.join(", "),
-        })?;
+        if let Some(key) = first_unknown(&channel.settings, settings) {
+            return Err(SettingsError::UnknownSetting {
+                channel: channel.name.clone(),
+                kind,
+                key: key.clone(),
+                known: settings.join(", "),
+            });
+        }
+        if let Some(key) = first_unknown(&channel.secret_env, secrets) {
+            return Err(SettingsError::UnknownSecret {
+                channel: channel.name.clone(),
+                kind,
+                key: key.clone(),
+                known: secrets.join(", "),
+            });
+        }
         Ok(Self { channel, lookup })
     }
 
@@ -148,10 +152,8 @@ impl<'a> SettingsReader<'a> {
     }
 }
 
-fn check_known(present: &BTreeMap<String, String>, known: &[&str]) -> Result<(), String> {
+/// The first key of `present` (in key order) that is not `known`.
+fn first_unknown<'a>(present: &'a BTreeMap<String, String>, known: &[&str]) -> Option<&'a String> {
     let known: BTreeSet<&str> = known.iter().copied().collect();
-    match present.keys().find(|key| !known.contains(key.as_str())) {
-        Some(key) => Err(key.clone()),
-        None => Ok(()),
-    }
+    present.keys().find(|key| !known.contains(key.as_str()))
 }
