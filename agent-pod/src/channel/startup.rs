@@ -20,9 +20,22 @@ pub fn declared_chat_page(config: &BotConfig) -> bool {
         .any(|channel| channel.settings.get("chatPage").map(|value| value.trim()) == Some("true"))
 }
 
+/// The HTTP channel's `settings.port` is not a port number: it listens on the default.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "http channel {channel:?}: settings.port is {value:?}, not a port number (1-65535): \
+     listening on {DEFAULT_HTTP_PORT}"
+)]
+pub struct BadHttpPort {
+    /// The channel's name.
+    pub channel: String,
+    /// What `settings.port` says, trimmed.
+    pub value: String,
+}
+
 /// The port the (first) HTTP channel's `settings.port` names, if it names one; an error
 /// naming the field when it is not a port number.
-pub fn declared_http_port(config: &BotConfig) -> Result<Option<u16>, String> {
+pub fn declared_http_port(config: &BotConfig) -> Result<Option<u16>, BadHttpPort> {
     let Some(channel) = config
         .channels
         .iter()
@@ -37,12 +50,9 @@ pub fn declared_http_port(config: &BotConfig) -> Result<Option<u16>, String> {
             .ok()
             .filter(|port| *port > 0)
             .map(Some)
-            .ok_or_else(|| {
-                format!(
-                    "http channel {:?}: settings.port is {text:?}, not a port number (1-65535): \
-                     listening on {DEFAULT_HTTP_PORT}",
-                    channel.name
-                )
+            .ok_or_else(|| BadHttpPort {
+                channel: channel.name.clone(),
+                value: text.to_owned(),
             }),
     }
 }
@@ -181,7 +191,7 @@ mod tests {
             Ok(None)
         );
         for bad in ["0", "65536", "http", "-1"] {
-            let error = declared_http_port(&with(bad)).unwrap_err();
+            let error = declared_http_port(&with(bad)).unwrap_err().to_string();
             assert!(
                 error.starts_with("http channel \"api\": settings.port is"),
                 "{error}"
