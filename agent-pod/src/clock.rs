@@ -47,7 +47,16 @@ enum Source {
 #[error("{CLOCK_FILE_ENV}={path}: {reason}")]
 pub struct ClockError {
     path: String,
-    reason: String,
+    reason: ReadError,
+}
+
+/// Why a clock file gave no time.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not an RFC 3339 timestamp: {0}")]
+    Timestamp(jiff::Error),
 }
 
 impl Clock {
@@ -129,11 +138,11 @@ impl Clock {
     }
 }
 
-fn read_file(path: &std::path::Path) -> Result<Timestamp, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
+fn read_file(path: &std::path::Path) -> Result<Timestamp, ReadError> {
+    let text = std::fs::read_to_string(path).map_err(ReadError::Io)?;
     text.trim()
         .parse::<Timestamp>()
-        .map_err(|error| format!("not an RFC 3339 timestamp: {error}"))
+        .map_err(ReadError::Timestamp)
 }
 
 #[cfg(test)]

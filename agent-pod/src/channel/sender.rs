@@ -138,7 +138,9 @@ async fn deliver(hub: &ChannelHub, channel: &ServedChannel, row: OutboxRow) {
                             .send_file(&recipient, &payload, &context)
                             .await
                     }
-                    Err(reason) => Err(SendError::Permanent { reason }),
+                    Err(error) => Err(SendError::Permanent {
+                        reason: error.to_string(),
+                    }),
                 }
             }
         };
@@ -223,13 +225,26 @@ async fn forget_sent_files(hub: &ChannelHub, row: &OutboxRow) {
 /// Largest file a reply carries (every platform's voice-message limit is above it).
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Why a reply's file was not sent: the dead letter's reason.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error("the file {0:?} is not a reply's file")]
+    NotAReplyFile(String),
+    #[error("the file {0} is gone")]
+    Gone(String),
+    #[error("the file {0} is larger than 16 MiB")]
+    TooLarge(String),
+    #[error("the file {path} could not be read: {error}")]
+    Unreadable { path: String, error: std::io::Error },
+}
+
 /// Reads a reply's file from under the workspace; why not, for the dead letter.
-async fn read_file(workspace: &Path, file: &OutboundFile) -> Result<FilePayload, String> {
+async fn read_file(workspace: &Path, file: &OutboundFile) -> Result<FilePayload, FileError> {
     // The path was written by the agent itself; it is still held to a plain relative
     // path under the runtime's own folder, so a row can never send another file.
     if !saint_config::is_workspace_relative(&file.path) || !file.path.starts_with(".saint/outbox/")
     {
-        return Err(format!("the file {:?} is not a reply's file", file.path));
+        return Err(FileError::NotAReplyFile(file.path.clone()));
     }
     let path = workspace.join(&file.path);
     let size = tokio::fs::symlink_metadata(&path)
@@ -237,13 +252,16 @@ async fn read_file(workspace: &Path, file: &OutboundFile) -> Result<FilePayload,
         .ok()
         .filter(|metadata| metadata.is_file())
         .map(|metadata| metadata.len())
-        .ok_or_else(|| format!("the file {} is gone", file.path))?;
+        .ok_or_else(|| FileError::Gone(file.path.clone()))?;
     if size > MAX_FILE_BYTES {
-        return Err(format!("the file {} is larger than 16 MiB", file.path));
+        return Err(FileError::TooLarge(file.path.clone()));
     }
     let bytes = tokio::fs::read(&path)
         .await
-        .map_err(|error| format!("the file {} could not be read: {error}", file.path))?;
+        .map_err(|error| FileError::Unreadable {
+            path: file.path.clone(),
+            error,
+        })?;
     let extension = match file.mime_type.as_str() {
         "audio/ogg" => "ogg",
         "audio/mpeg" => "mp3",
