@@ -39,10 +39,6 @@ pub struct RefreshError {
     pub detail: String,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct TransportError(String);
-
 impl AccessTokens {
     /// A real access token for `entry`, from the cache or a fresh refresh.
     pub async fn get(
@@ -94,11 +90,7 @@ async fn refresh(
     let http = move |request: oauth2::HttpRequest| {
         let injector = injector.clone();
         let (host, port) = (host.clone(), port);
-        async move {
-            upstream::send_once(&injector, &host, port, request)
-                .await
-                .map_err(TransportError)
-        }
+        async move { upstream::send_once(&injector, &host, port, request).await }
     };
     let refresh_token = RefreshToken::new(entry.secret.clone());
     let response = client

@@ -782,7 +782,7 @@ impl Tunnel {
     async fn connect(&self) -> Result<SendRequest<ProxyBody>, Failure> {
         upstream::connect(&self.state.injector, &self.host, self.port)
             .await
-            .map_err(Failure::Upstream)
+            .map_err(|error| Failure::Upstream(error.to_string()))
     }
 }
 
