@@ -65,7 +65,46 @@ const VIEWPORT: (u32, u32) = (1280, 800);
 /// The user name the browser answers the egress proxy's challenge with.
 pub const EGRESS_USER: &str = "saint-browser";
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, String>>>>>;
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, DevToolsError>>>>>;
+
+/// Why a DevTools command got no result.
+#[derive(Debug, thiserror::Error)]
+enum DevToolsError {
+    #[error("the browser is gone ({0})")]
+    Gone(std::io::Error),
+    #[error("the browser closed its DevTools pipe")]
+    PipeClosed,
+    /// The method that got no answer.
+    #[error("the browser did not answer {0} in time")]
+    TimedOut(String),
+    /// Chromium's own message for the command.
+    #[error("{0}")]
+    Chromium(String),
+}
+
+/// Why an action on the page did not happen; the agent's model reads the text.
+#[derive(Debug, thiserror::Error)]
+enum ActionError {
+    #[error(transparent)]
+    DevTools(#[from] DevToolsError),
+    /// The exception's description.
+    #[error("the page threw: {0}")]
+    PageThrew(String),
+    #[error("only http and https URLs may be opened, not {0:?}")]
+    NotWebUrl(String),
+    #[error("the browser closed while loading")]
+    ClosedWhileLoading,
+    #[error("click needs a selector or a text")]
+    NoClickTarget,
+    /// What was looked for: `the selector "…"` or `the text "…"`.
+    #[error("nothing to click matches {0}")]
+    NothingToClick(String),
+    /// The selector.
+    #[error("nothing to type into matches {0:?}")]
+    NothingToType(String),
+    #[error("the screenshot was not base64: {0}")]
+    NotBase64(base64::DecodeError),
+}
 
 /// A DevTools client over Chromium's pipe: commands with ids, answers matched by id,
 /// events broadcast. Proxy challenges are answered here, with the session's key.
@@ -116,7 +155,7 @@ impl DevTools {
         method: &str,
         params: Value,
         deadline: Instant,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, DevToolsError> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (sender, receiver) = oneshot::channel();
         self.pending.lock().insert(id, sender);
@@ -126,14 +165,14 @@ impl DevTools {
         }
         if let Err(error) = write_message(&self.writer, &message).await {
             self.pending.lock().remove(&id);
-            return Err(format!("the browser is gone ({error})"));
+            return Err(DevToolsError::Gone(error));
         }
         match tokio::time::timeout_at(deadline, receiver).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err("the browser closed its DevTools pipe".to_string()),
+            Ok(Err(_)) => Err(DevToolsError::PipeClosed),
             Err(_) => {
                 self.pending.lock().remove(&id);
-                Err(format!("the browser did not answer {method} in time"))
+                Err(DevToolsError::TimedOut(method.to_owned()))
             }
         }
     }
@@ -172,11 +211,13 @@ async fn read_messages(
             let sender = pending.lock().remove(&id);
             if let Some(sender) = sender {
                 let answer = match message.get("error") {
-                    Some(error) => Err(error
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("DevTools error")
-                        .to_string()),
+                    Some(error) => Err(DevToolsError::Chromium(
+                        error
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("DevTools error")
+                            .to_string(),
+                    )),
                     None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
                 };
                 let _ = sender.send(answer);
@@ -352,12 +393,12 @@ impl Browsers {
         *session.last_used.lock() = Instant::now();
         let (data, note) = match result {
             Ok(done) => done,
-            Err(message) => {
+            Err(error) => {
                 // A browser that stopped answering is ended, not kept half-alive.
                 if session.devtools.reader.is_finished() {
                     self.sessions().remove(&request.owner);
                 }
-                return Err(failed(message));
+                return Err(failed(error.to_string()));
             }
         };
         let (url, title) = session.location(deadline).await.unwrap_or_default();
@@ -565,7 +606,7 @@ const FOCUS_SCRIPT: &str = r#"(function (selector) {
 })"#;
 
 impl Session {
-    async fn evaluate(&self, expression: &str, deadline: Instant) -> Result<Value, String> {
+    async fn evaluate(&self, expression: &str, deadline: Instant) -> Result<Value, ActionError> {
         let answer = self
             .devtools
             .call(
@@ -580,12 +621,12 @@ impl Session {
                 .as_str()
                 .or(exception["text"].as_str())
                 .unwrap_or("script error");
-            return Err(format!("the page threw: {text}"));
+            return Err(ActionError::PageThrew(text.to_owned()));
         }
         Ok(answer["result"]["value"].clone())
     }
 
-    async fn location(&self, deadline: Instant) -> Result<(String, String), String> {
+    async fn location(&self, deadline: Instant) -> Result<(String, String), ActionError> {
         let value = self
             .evaluate("[location.href, document.title]", deadline)
             .await?;
@@ -596,12 +637,10 @@ impl Session {
     }
 
     /// Loads `url`; answers once the page's load event fired or the deadline passed.
-    async fn open(&self, url: &str, deadline: Instant) -> Result<(Vec<u8>, String), String> {
+    async fn open(&self, url: &str, deadline: Instant) -> Result<(Vec<u8>, String), ActionError> {
         // The agent sends only web URLs; a file or chrome URL is never opened.
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!(
-                "only http and https URLs may be opened, not {url:?}"
-            ));
+            return Err(ActionError::NotWebUrl(url.to_owned()));
         }
         let mut events = self.devtools.events.subscribe();
         let navigated = self
@@ -634,7 +673,7 @@ impl Session {
         .await;
         let note = match loaded {
             Ok(true) => "loaded",
-            Ok(false) => return Err("the browser closed while loading".to_string()),
+            Ok(false) => return Err(ActionError::ClosedWhileLoading),
             Err(_) => "still loading at the deadline",
         };
         Ok((Vec::new(), note.to_string()))
@@ -645,7 +684,7 @@ impl Session {
         &self,
         max_bytes: u32,
         deadline: Instant,
-    ) -> Result<(Vec<u8>, String), String> {
+    ) -> Result<(Vec<u8>, String), ActionError> {
         let answer = self
             .devtools
             .call(
@@ -670,7 +709,7 @@ impl Session {
         &self,
         max_bytes: u32,
         deadline: Instant,
-    ) -> Result<(Vec<u8>, String), String> {
+    ) -> Result<(Vec<u8>, String), ActionError> {
         let text = self
             .evaluate(
                 "document.body ? document.body.innerText : document.documentElement.innerText",
@@ -696,7 +735,7 @@ impl Session {
         &self,
         action: &BrowserAction,
         deadline: Instant,
-    ) -> Result<(Vec<u8>, String), String> {
+    ) -> Result<(Vec<u8>, String), ActionError> {
         match action {
             BrowserAction::Open { url } => self.open(url, deadline).await,
             BrowserAction::Read {
@@ -710,7 +749,7 @@ impl Session {
             BrowserAction::Click { selector, text } => {
                 let (selector, text) = (selector.as_deref(), text.as_deref());
                 if selector.is_none() && text.is_none() {
-                    return Err("click needs a selector or a text".to_string());
+                    return Err(ActionError::NoClickTarget);
                 }
                 let expression = format!(
                     "{CLICK_SCRIPT}({}, {})",
@@ -719,13 +758,10 @@ impl Session {
                 );
                 match self.evaluate(&expression, deadline).await? {
                     Value::String(shown) => Ok((Vec::new(), format!("clicked {shown:?}"))),
-                    _ => Err(format!(
-                        "nothing to click matches {}",
-                        selector.map_or_else(
-                            || format!("the text {:?}", text.unwrap_or_default()),
-                            |selector| format!("the selector {selector:?}")
-                        )
-                    )),
+                    _ => Err(ActionError::NothingToClick(selector.map_or_else(
+                        || format!("the text {:?}", text.unwrap_or_default()),
+                        |selector| format!("the selector {selector:?}"),
+                    ))),
                 }
             }
             BrowserAction::Type { selector, text } => {
@@ -733,7 +769,7 @@ impl Session {
                     .evaluate(&format!("{FOCUS_SCRIPT}({})", literal(selector)), deadline)
                     .await?;
                 if focused != Value::Bool(true) {
-                    return Err(format!("nothing to type into matches {selector:?}"));
+                    return Err(ActionError::NothingToType(selector.clone()));
                 }
                 self.devtools
                     .call(
@@ -760,7 +796,7 @@ impl Session {
                     .await?;
                 let png = base64::engine::general_purpose::STANDARD
                     .decode(shot["data"].as_str().unwrap_or_default())
-                    .map_err(|error| format!("the screenshot was not base64: {error}"))?;
+                    .map_err(ActionError::NotBase64)?;
                 Ok((png, "a PNG of the visible page".to_string()))
             }
             BrowserAction::Close => Ok((Vec::new(), String::new())),
