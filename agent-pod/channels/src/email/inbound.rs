@@ -4,7 +4,7 @@
 //! write to each other forever.
 
 use mail_parser::{MessageParser, MimeHeaders};
-use saint_config::{ChannelIdentity, ChannelKind};
+use saint_config::{ChannelIdentity, ChannelKind, IdentityError};
 
 use super::EmailSettings;
 use crate::{
@@ -30,23 +30,37 @@ pub struct ParsedMail {
     pub ignore: Option<String>,
 }
 
-/// Parses `raw`; `fallback_id` names it when it has no `Message-ID`. `None` when the
+/// Why bytes are not a mail with a sender (the message is skipped, with this reason).
+#[derive(Debug, thiserror::Error)]
+pub enum MailError {
+    #[error("not a MIME message")]
+    NotMime,
+    #[error("no From: address")]
+    NoSender,
+    #[error("From: {from:?}: {error}")]
+    BadSender { from: String, error: IdentityError },
+}
+
+/// Parses `raw`; `fallback_id` names it when it has no `Message-ID`. An error when the
 /// bytes are not a message with a sender at all.
 pub fn parse_mail(
     settings: &EmailSettings,
     raw: &[u8],
     fallback_id: &str,
-) -> Result<ParsedMail, String> {
+) -> Result<ParsedMail, MailError> {
     let mail = MessageParser::default()
         .parse(raw)
-        .ok_or_else(|| "not a MIME message".to_string())?;
+        .ok_or(MailError::NotMime)?;
     let from = mail
         .from()
         .and_then(|from| from.first())
         .and_then(|address| address.address())
-        .ok_or_else(|| "no From: address".to_string())?;
-    let sender = ChannelIdentity::parse(ChannelKind::Email, from)
-        .map_err(|error| format!("From: {from:?}: {error}"))?;
+        .ok_or(MailError::NoSender)?;
+    let sender =
+        ChannelIdentity::parse(ChannelKind::Email, from).map_err(|error| MailError::BadSender {
+            from: from.to_owned(),
+            error,
+        })?;
     let platform_id = mail
         .message_id()
         .map(|id| format!("<{}>", id.trim_matches(['<', '>'])))
@@ -487,6 +501,7 @@ mod tests {
         assert!(
             parse_mail(&settings(), b"Subject: no sender\r\n\r\nx", "uid:1")
                 .unwrap_err()
+                .to_string()
                 .contains("From")
         );
         assert!(parse_mail(&settings(), b"From: not an address\r\n\r\nx", "uid:1").is_err());

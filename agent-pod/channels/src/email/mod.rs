@@ -22,7 +22,7 @@ use tokio::sync::watch;
 pub use self::{
     auth::{SenderCheck, Verifier, VerifierError, verify_sender},
     imap::run_poller,
-    inbound::{MAX_ATTACHMENT_BYTES, ParsedMail, parse_mail},
+    inbound::{MAX_ATTACHMENT_BYTES, MailError, ParsedMail, parse_mail},
     smtp::{SmtpSetupError, SmtpTransport},
 };
 use crate::{
