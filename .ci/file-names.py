@@ -36,6 +36,7 @@ SHARED = {
     "control.rs": "Porter's control socket: its messages, the daemon's handler",
     "events.rs": "publishing Kubernetes Events about Saint's objects (the agent's on its own SaintBot)",
     "identity.rs": "channel identities, who a message is from: parsed, linked to Contacts, resolved to a contact and role",
+    "inbound.rs": "taking in an incoming message: a raw mail made an inbox entry, a stored message made a turn",
     "mcp.rs": "MCP tool servers (`spec.mcp`, the config's `mcp`): the CRD, the contract, the operator's rendering",
     "media.rs": "the bot's `media` section (transcription, speech): the CRD, the contract, the operator's rendering",
     "message.rs": "a message to or from a person on a channel: its stored shape, the tool that sends one",
