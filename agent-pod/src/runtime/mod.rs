@@ -51,7 +51,7 @@ use self::{
     session_cache::SessionCache,
     turn::{Accepted, Destination, QueueStep, TurnInput},
 };
-use saint_tools::registry::ToolSet;
+use saint_tools::toolset::ToolSet;
 
 use crate::{
     budget::SpendLedger,
