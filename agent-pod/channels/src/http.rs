@@ -1,8 +1,9 @@
 //! The HTTP plumbing every platform's client shares, written once: how a request that
 //! got no answer is reported (never with its URL: Telegram's holds the bot token), how a
-//! platform's wait is read from a header, how an attachment is downloaded under a byte
-//! cap, and how long a connection waits before it reconnects. Each platform keeps what
-//! is its own: its endpoints, its error bodies and their classification.
+//! platform's wait is read from a header, and how an attachment is downloaded under a
+//! byte cap. Each platform keeps what is its own: its endpoints, its error bodies and
+//! their classification. How long a connection waits before it reconnects is
+//! [`crate::reconnect`]'s.
 
 use std::time::Duration;
 
@@ -45,12 +46,6 @@ pub fn header_seconds(headers: &HeaderMap, name: impl AsHeaderName) -> Option<Du
 /// The platform's `Retry-After`, if it gave one in seconds.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     header_seconds(headers, http::header::RETRY_AFTER)
-}
-
-/// How long to wait before reconnecting: the backoff, or the platform's own wait when
-/// that is longer.
-pub fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
-    retry_after.map_or(backoff, |after| after.max(backoff))
 }
 
 /// What a capped download is of, for its refusal: `"<platform>: <kind> is <size>
@@ -128,20 +123,6 @@ mod tests {
             assert_eq!(retry_after(&headers(refused)), None, "{refused:?}");
         }
         assert_eq!(retry_after(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn the_reconnect_waits_at_least_the_platforms_wait() {
-        let backoff = Duration::from_secs(2);
-        assert_eq!(reconnect_wait(backoff, None), backoff);
-        assert_eq!(
-            reconnect_wait(backoff, Some(Duration::from_secs(1))),
-            backoff
-        );
-        assert_eq!(
-            reconnect_wait(backoff, Some(Duration::from_secs(30))),
-            Duration::from_secs(30)
-        );
     }
 
     #[tokio::test]
