@@ -672,18 +672,8 @@ fn attachment(value: &Value) -> Option<AttachmentRef> {
         .as_str()
         .unwrap_or("application/octet-stream")
         .to_string();
-    let kind = match mime_type.split('/').next() {
-        Some("image") => "image",
-        Some("audio") => "audio",
-        Some("video") => "video",
-        _ => "document",
-    };
-    Some(AttachmentRef {
-        id: url.to_string(),
-        kind: kind.to_string(),
-        mime_type,
-        file_name: value["filename"].as_str().map(str::to_string),
-    })
+    let file_name = value["filename"].as_str().map(str::to_string);
+    Some(AttachmentRef::of_mime_type(url, mime_type, file_name))
 }
 
 fn cursor_text(cursor: &GatewayCursor) -> String {
