@@ -24,7 +24,7 @@ use super::{
     render::markdown_to_discord,
 };
 use crate::{
-    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
 use parking_lot::Mutex;
@@ -398,13 +398,7 @@ impl Transport for RestClient {
         })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        // Bots have no read receipts on Discord.
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (bots have no read receipts on Discord).
 
     fn fetch_attachment<'a>(
         &'a self,

@@ -14,7 +14,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 
 use super::{EmailSettings, Security};
 use crate::{
-    message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FileKind, FilePayload, ReplyContext},
     transport::{ReplyLimit, SendError, Transport},
 };
 
@@ -272,12 +272,7 @@ impl Transport for SmtpTransport {
         })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (mail has no read receipt the bot sends).
 
     fn fetch_attachment<'a>(
         &'a self,

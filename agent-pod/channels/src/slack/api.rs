@@ -16,7 +16,7 @@ use super::{
     MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, render::markdown_to_mrkdwn,
 };
 use crate::{
-    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
 use parking_lot::Mutex;
@@ -388,13 +388,7 @@ impl Transport for SlackApi {
         })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        // Bots have no read receipts on Slack.
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (bots have no read receipts on Slack).
 
     fn fetch_attachment<'a>(
         &'a self,
