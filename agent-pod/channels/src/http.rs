@@ -11,7 +11,7 @@ use futures::StreamExt;
 use http::{HeaderMap, header::AsHeaderName};
 use saint_config::ErrorChain;
 
-use crate::transport::SendError;
+use crate::{message::AttachmentRef, transport::SendError};
 
 /// Why `what` (`"telegram: bot api"`, `"slack: file download"`) got no answer, with the
 /// causes (`connection refused`) but without the request's URL, which may carry a
@@ -59,7 +59,16 @@ pub struct Download<'a> {
     pub max_bytes: u64,
 }
 
-impl Download<'_> {
+impl<'a> Download<'a> {
+    /// The download of `attachment` from `platform`, refusing more than `max_bytes`.
+    pub fn of(platform: &'a str, attachment: &'a AttachmentRef, max_bytes: u64) -> Self {
+        Self {
+            platform,
+            kind: &attachment.kind,
+            max_bytes,
+        }
+    }
+
     /// The refusal of a file of `size` bytes: permanent, the same file stays too big.
     pub fn too_big(&self, size: u64) -> SendError {
         SendError::Permanent {

@@ -24,6 +24,7 @@ use super::{
     render::markdown_to_discord,
 };
 use crate::{
+    http::Download,
     message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -422,14 +423,8 @@ impl Transport for RestClient {
                     None,
                 ));
             }
-            let data = crate::http::Download {
-                platform: "discord",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
-            Ok(data)
+            let download = Download::of("discord", attachment, max_bytes);
+            download.read(response).await
         })
     }
 }

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::{MAX_TEXT_CHARS, MatrixSettings, render};
 use crate::{
+    http::Download,
     message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -665,14 +666,8 @@ impl Transport for MatrixApi {
                 let body = response.bytes().await.map_err(network_error)?;
                 return Err(classify(status, &body, after));
             }
-            let data = crate::http::Download {
-                platform: "matrix",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
-            Ok(data)
+            let download = Download::of("matrix", attachment, max_bytes);
+            download.read(response).await
         })
     }
 }

@@ -16,6 +16,7 @@ use super::{
     MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, render::markdown_to_mrkdwn,
 };
 use crate::{
+    http::Download,
     message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -436,13 +437,8 @@ impl Transport for SlackApi {
                     status.as_u16()
                 )));
             }
-            let data = crate::http::Download {
-                platform: "slack",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
+            let download = Download::of("slack", attachment, max_bytes);
+            let data = download.read(response).await?;
             tracing::debug!(channel = %self.channel, bytes = data.len(), "slack: file downloaded");
             Ok(data)
         })
