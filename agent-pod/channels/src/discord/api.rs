@@ -288,6 +288,15 @@ fn snowflake(id: &str) -> Result<&str, SendError> {
     }
 }
 
+/// The id of the message Discord's `answer` to `request` created.
+fn created_id(answer: Value, request: &str) -> Result<String, SendError> {
+    let created: Created = serde_json::from_value(answer).map_err(|error| SendError::Retry {
+        reason: format!("discord: unreadable answer to {request}: {error}"),
+        after: None,
+    })?;
+    Ok(created.id)
+}
+
 impl Transport for RestClient {
     fn kind(&self) -> ChannelKind {
         ChannelKind::Discord
@@ -339,12 +348,7 @@ impl Transport for RestClient {
                     Some(body),
                 )
                 .await?;
-            let created: Created =
-                serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                    reason: format!("discord: unreadable answer to a send: {error}"),
-                    after: None,
-                })?;
-            Ok(created.id)
+            created_id(answer, "a send")
         })
     }
 
@@ -390,12 +394,7 @@ impl Transport for RestClient {
                     },
                 )
                 .await?;
-            let created: Created =
-                serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                    reason: format!("discord: unreadable answer to a file send: {error}"),
-                    after: None,
-                })?;
-            Ok(created.id)
+            created_id(answer, "a file send")
         })
     }
 

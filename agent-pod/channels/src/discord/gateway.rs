@@ -33,7 +33,7 @@ use tokio_tungstenite::{
     },
 };
 
-use super::{DiscordSettings, RestClient, read_interaction};
+use super::{DiscordSettings, RestClient, interaction::display_name, read_interaction};
 use crate::{
     message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
     reconnect::{self, Backoff, Policy, Sessions},
@@ -632,14 +632,7 @@ impl GatewayConnection {
             tracing::debug!(%channel, message = id, reason = "empty message", "discord: message not answered");
             return None;
         }
-        let display_name = [
-            &data["member"]["nick"],
-            &author["global_name"],
-            &author["username"],
-        ]
-        .into_iter()
-        .find_map(|name| name.as_str().filter(|name| !name.is_empty()))
-        .map(str::to_string);
+        let display_name = display_name(data, author);
         Some(InboundMessage {
             channel: channel.clone(),
             kind: ChannelKind::Discord,
