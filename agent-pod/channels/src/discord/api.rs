@@ -208,6 +208,19 @@ impl RestClient {
         }
     }
 
+    /// Where a message to `to` goes: the channel of the message it answers, else the
+    /// person's DM channel.
+    async fn channel_for(
+        &self,
+        to: &ChannelIdentity,
+        context: &ReplyContext,
+    ) -> Result<String, SendError> {
+        match context.chat.as_deref() {
+            Some(chat) => Ok(snowflake(chat)?.to_string()),
+            None => self.direct_channel(snowflake(to.peer())?).await,
+        }
+    }
+
     /// The DM channel with user `user_id`, opened once.
     async fn direct_channel(&self, user_id: &str) -> Result<String, SendError> {
         if let Some(channel) = self.direct_channels.lock().get(user_id).cloned() {
@@ -221,15 +234,11 @@ impl RestClient {
                 Some(json!({"recipient_id": user_id})),
             )
             .await?;
-        let created: Created =
-            serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                reason: format!("discord: unreadable answer to opening a DM: {error}"),
-                after: None,
-            })?;
+        let channel = created_id(answer, "opening a DM")?;
         self.direct_channels
             .lock()
-            .insert(user_id.to_string(), created.id.clone());
-        Ok(created.id)
+            .insert(user_id.to_string(), channel.clone());
+        Ok(channel)
     }
 }
 
@@ -318,10 +327,7 @@ impl Transport for RestClient {
         part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match context.chat.as_deref() {
-                Some(chat) => snowflake(chat)?.to_string(),
-                None => self.direct_channel(snowflake(to.peer())?).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             let mut body = json!({
                 "content": text,
                 // Model text never pings anyone, whatever it contains.
@@ -359,10 +365,7 @@ impl Transport for RestClient {
         context: &'a ReplyContext,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match context.chat.as_deref() {
-                Some(chat) => snowflake(chat)?.to_string(),
-                None => self.direct_channel(snowflake(to.peer())?).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             // An attachment (`files[0]`, described in `payload_json`); Discord shows
             // audio with a player.
             let mut payload = json!({

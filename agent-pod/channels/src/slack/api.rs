@@ -197,6 +197,19 @@ impl SlackApi {
             })
     }
 
+    /// Where a message to `to` goes: a reply where the message was said, a message the
+    /// bot starts in the person's direct-message channel.
+    async fn channel_for(
+        &self,
+        to: &ChannelIdentity,
+        context: &ReplyContext,
+    ) -> Result<String, SendError> {
+        match &context.chat {
+            Some(chat) => Ok(chat.clone()),
+            None => self.direct_channel(to.peer()).await,
+        }
+    }
+
     /// The direct-message channel with `user`, opened once and remembered.
     async fn direct_channel(&self, user: &str) -> Result<String, SendError> {
         if let Some(channel) = self.lock().get(user) {
@@ -288,12 +301,7 @@ impl Transport for SlackApi {
         _part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            // A reply goes where the message was said; a message the bot starts goes to
-            // the person's direct-message channel.
-            let channel = match &context.chat {
-                Some(chat) => chat.clone(),
-                None => self.direct_channel(to.peer()).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             let mut body = json!({"channel": channel, "text": text, "mrkdwn": true});
             if let Some(code) = &context.approval {
                 body["blocks"] = approval_blocks(text, code);
@@ -320,10 +328,7 @@ impl Transport for SlackApi {
         context: &'a ReplyContext,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match &context.chat {
-                Some(chat) => chat.clone(),
-                None => self.direct_channel(to.peer()).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             // The external upload: ask for a URL, post the bytes there, then share it.
             let answer = self
                 .call(
