@@ -129,33 +129,47 @@ fn inline_to_whatsapp(line: &str) -> String {
 
 // `[text](url)` → `text (url)`; anything else is copied.
 fn links_to_text(segment: &str) -> String {
+    map_links(segment, str::to_string, |label, url| {
+        if url.contains(char::is_whitespace) {
+            None
+        } else if label == url {
+            Some(url.to_string())
+        } else {
+            Some(format!("{label} ({url})"))
+        }
+    })
+}
+
+/// `segment` (a line's text outside code spans) with each Markdown link
+/// `[label](url)` as `link(label, url)` makes it — `None` leaves it text — and the text
+/// around the links as `text` makes it: the one link scanner every renderer uses.
+pub(crate) fn map_links(
+    segment: &str,
+    text: impl Fn(&str) -> String,
+    link: impl Fn(&str, &str) -> Option<String>,
+) -> String {
     let mut out = String::with_capacity(segment.len());
     let mut rest = segment;
     while let Some(open) = rest.find('[') {
         let after = &rest[open + 1..];
-        let link = after.find("](").and_then(|close| {
+        let found = after.find("](").and_then(|close| {
             let url_part = &after[close + 2..];
-            url_part
-                .find(')')
-                .map(|end| (close, &after[..close], &url_part[..end]))
+            let url = &url_part[..url_part.find(')')?];
+            Some((close, url, link(&after[..close], url)?))
         });
-        match link {
-            Some((close, label, url)) if !url.contains(char::is_whitespace) => {
-                out.push_str(&rest[..open]);
-                if label == url {
-                    out.push_str(url);
-                } else {
-                    out.push_str(&format!("{label} ({url})"));
-                }
+        match found {
+            Some((close, url, rendered)) => {
+                out.push_str(&text(&rest[..open]));
+                out.push_str(&rendered);
                 rest = &after[close + 2 + url.len() + 1..];
             }
-            _ => {
-                out.push_str(&rest[..=open]);
+            None => {
+                out.push_str(&text(&rest[..=open]));
                 rest = after;
             }
         }
     }
-    out.push_str(rest);
+    out.push_str(&text(rest));
     out
 }
 

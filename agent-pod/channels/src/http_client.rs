@@ -1,8 +1,9 @@
 //! The HTTP plumbing every platform's client shares, written once: how a request that
 //! got no answer is reported (never with its URL: Telegram's holds the bot token), how a
-//! platform's wait is read from a header, how an attachment is downloaded under a byte
-//! cap, and how long a connection waits before it reconnects. Each platform keeps what
-//! is its own: its endpoints, its error bodies and their classification.
+//! platform's wait is read from a header, and how an attachment is downloaded under a
+//! byte cap. Each platform keeps what is its own: its endpoints, its error bodies and
+//! their classification. How long a connection waits before it reconnects is
+//! [`crate::reconnect`]'s.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use futures::StreamExt;
 use http::{HeaderMap, header::AsHeaderName};
 use saint_config::ErrorChain;
 
-use crate::transport::SendError;
+use crate::{message::AttachmentRef, transport::SendError};
 
 /// Why `what` (`"telegram: bot api"`, `"slack: file download"`) got no answer, with the
 /// causes (`connection refused`) but without the request's URL, which may carry a
@@ -47,12 +48,6 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     header_seconds(headers, http::header::RETRY_AFTER)
 }
 
-/// How long to wait before reconnecting: the backoff, or the platform's own wait when
-/// that is longer.
-pub fn reconnect_wait(backoff: Duration, retry_after: Option<Duration>) -> Duration {
-    retry_after.map_or(backoff, |after| after.max(backoff))
-}
-
 /// What a capped download is of, for its refusal: `"<platform>: <kind> is <size>
 /// bytes, over the <cap>-byte limit"`.
 pub struct Download<'a> {
@@ -64,7 +59,16 @@ pub struct Download<'a> {
     pub max_bytes: u64,
 }
 
-impl Download<'_> {
+impl<'a> Download<'a> {
+    /// The download of `attachment` from `platform`, refusing more than `max_bytes`.
+    pub fn of(platform: &'a str, attachment: &'a AttachmentRef, max_bytes: u64) -> Self {
+        Self {
+            platform,
+            kind: &attachment.kind,
+            max_bytes,
+        }
+    }
+
     /// The refusal of a file of `size` bytes: permanent, the same file stays too big.
     pub fn too_big(&self, size: u64) -> SendError {
         SendError::Permanent {
@@ -128,20 +132,6 @@ mod tests {
             assert_eq!(retry_after(&headers(refused)), None, "{refused:?}");
         }
         assert_eq!(retry_after(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn the_reconnect_waits_at_least_the_platforms_wait() {
-        let backoff = Duration::from_secs(2);
-        assert_eq!(reconnect_wait(backoff, None), backoff);
-        assert_eq!(
-            reconnect_wait(backoff, Some(Duration::from_secs(1))),
-            backoff
-        );
-        assert_eq!(
-            reconnect_wait(backoff, Some(Duration::from_secs(30))),
-            Duration::from_secs(30)
-        );
     }
 
     #[tokio::test]

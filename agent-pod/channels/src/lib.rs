@@ -21,7 +21,8 @@
 //! | button presses | `interaction.rs` | | `interaction.rs` | (in `update.rs`) | (in `webhook.rs`) | |
 //!
 //! What every client shares — an unreachable server reported without its URL,
-//! `Retry-After`, the capped attachment download, the reconnect wait — is [`http_client`].
+//! `Retry-After`, the capped attachment download — is [`http_client`]; the reconnect loop
+//! every connection runs (backoff, waits, reported states) is [`reconnect`].
 
 pub mod attachments;
 pub mod buttons;
@@ -35,6 +36,7 @@ pub mod message;
 pub mod multipart;
 pub mod open;
 pub mod queue;
+pub mod reconnect;
 pub mod slack;
 pub mod telegram;
 pub mod transport;

@@ -130,6 +130,25 @@ pub struct AttachmentRef {
     pub file_name: Option<String>,
 }
 
+impl AttachmentRef {
+    /// An attachment whose kind is its MIME type's: `image`, `audio` or `video`, anything
+    /// else a `document` (Discord and Slack name no kind of their own).
+    pub fn of_mime_type(id: &str, mime_type: String, file_name: Option<String>) -> Self {
+        let kind = match mime_type.split('/').next() {
+            Some("image") => "image",
+            Some("audio") => "audio",
+            Some("video") => "video",
+            _ => "document",
+        };
+        Self {
+            id: id.to_string(),
+            kind: kind.to_string(),
+            mime_type,
+            file_name,
+        }
+    }
+}
+
 /// One reply or message waiting in the outbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

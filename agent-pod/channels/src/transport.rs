@@ -72,10 +72,15 @@ pub trait Transport: Send + Sync {
         Box::pin(async move { Err(SendError::Permanent { reason }) })
     }
 
-    /// Tells the platform the message was read (best effort; platforms without read
-    /// receipts do nothing).
-    fn mark_read<'a>(&'a self, message: &'a InboundMessage)
-    -> BoxFuture<'a, Result<(), SendError>>;
+    /// Tells the platform the message was read (best effort). Platforms without read
+    /// receipts (Discord and Slack for bots, e-mail) do nothing: the default.
+    fn mark_read<'a>(
+        &'a self,
+        message: &'a InboundMessage,
+    ) -> BoxFuture<'a, Result<(), SendError>> {
+        let _ = message;
+        Box::pin(async { Ok(()) })
+    }
 
     /// Downloads an attachment, refusing more than `max_bytes`.
     fn fetch_attachment<'a>(

@@ -24,7 +24,8 @@ use super::{
     render::markdown_to_discord,
 };
 use crate::{
-    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
+    http_client::Download,
+    message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
 use parking_lot::Mutex;
@@ -207,6 +208,19 @@ impl RestClient {
         }
     }
 
+    /// Where a message to `to` goes: the channel of the message it answers, else the
+    /// person's DM channel.
+    async fn channel_for(
+        &self,
+        to: &ChannelIdentity,
+        context: &ReplyContext,
+    ) -> Result<String, SendError> {
+        match context.chat.as_deref() {
+            Some(chat) => Ok(snowflake(chat)?.to_string()),
+            None => self.direct_channel(snowflake(to.peer())?).await,
+        }
+    }
+
     /// The DM channel with user `user_id`, opened once.
     async fn direct_channel(&self, user_id: &str) -> Result<String, SendError> {
         if let Some(channel) = self.direct_channels.lock().get(user_id).cloned() {
@@ -220,15 +234,11 @@ impl RestClient {
                 Some(json!({"recipient_id": user_id})),
             )
             .await?;
-        let created: Created =
-            serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                reason: format!("discord: unreadable answer to opening a DM: {error}"),
-                after: None,
-            })?;
+        let channel = created_id(answer, "opening a DM")?;
         self.direct_channels
             .lock()
-            .insert(user_id.to_string(), created.id.clone());
-        Ok(created.id)
+            .insert(user_id.to_string(), channel.clone());
+        Ok(channel)
     }
 }
 
@@ -287,6 +297,15 @@ fn snowflake(id: &str) -> Result<&str, SendError> {
     }
 }
 
+/// The id of the message Discord's `answer` to `request` created.
+fn created_id(answer: Value, request: &str) -> Result<String, SendError> {
+    let created: Created = serde_json::from_value(answer).map_err(|error| SendError::Retry {
+        reason: format!("discord: unreadable answer to {request}: {error}"),
+        after: None,
+    })?;
+    Ok(created.id)
+}
+
 impl Transport for RestClient {
     fn kind(&self) -> ChannelKind {
         ChannelKind::Discord
@@ -308,10 +327,7 @@ impl Transport for RestClient {
         part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match context.chat.as_deref() {
-                Some(chat) => snowflake(chat)?.to_string(),
-                None => self.direct_channel(snowflake(to.peer())?).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             let mut body = json!({
                 "content": text,
                 // Model text never pings anyone, whatever it contains.
@@ -338,12 +354,7 @@ impl Transport for RestClient {
                     Some(body),
                 )
                 .await?;
-            let created: Created =
-                serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                    reason: format!("discord: unreadable answer to a send: {error}"),
-                    after: None,
-                })?;
-            Ok(created.id)
+            created_id(answer, "a send")
         })
     }
 
@@ -354,10 +365,7 @@ impl Transport for RestClient {
         context: &'a ReplyContext,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match context.chat.as_deref() {
-                Some(chat) => snowflake(chat)?.to_string(),
-                None => self.direct_channel(snowflake(to.peer())?).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             // An attachment (`files[0]`, described in `payload_json`); Discord shows
             // audio with a player.
             let mut payload = json!({
@@ -389,22 +397,11 @@ impl Transport for RestClient {
                     },
                 )
                 .await?;
-            let created: Created =
-                serde_json::from_value(answer).map_err(|error| SendError::Retry {
-                    reason: format!("discord: unreadable answer to a file send: {error}"),
-                    after: None,
-                })?;
-            Ok(created.id)
+            created_id(answer, "a file send")
         })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        // Bots have no read receipts on Discord.
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (bots have no read receipts on Discord).
 
     fn fetch_attachment<'a>(
         &'a self,
@@ -428,14 +425,8 @@ impl Transport for RestClient {
                     None,
                 ));
             }
-            let data = crate::http_client::Download {
-                platform: "discord",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
-            Ok(data)
+            let download = Download::of("discord", attachment, max_bytes);
+            download.read(response).await
         })
     }
 }

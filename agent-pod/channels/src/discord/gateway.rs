@@ -20,11 +20,11 @@ use std::{
     time::Duration,
 };
 
-use futures::{SinkExt, StreamExt, future::BoxFuture};
+use futures::{SinkExt, StreamExt};
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::{net::TcpStream, sync::watch, time::Instant};
+use tokio::{net::TcpStream, sync::Mutex, time::Instant};
 use tokio_tungstenite::{
     MaybeTlsStream, WebSocketStream,
     tungstenite::{
@@ -33,10 +33,11 @@ use tokio_tungstenite::{
     },
 };
 
-use super::{DiscordSettings, RestClient, read_interaction};
+use super::{DiscordSettings, RestClient, interaction::display_name, read_interaction};
 use crate::{
     message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
-    transport::{ChannelState, Connection, InboxSink, SendError},
+    reconnect::{self, Backoff, Policy, Sessions},
+    transport::{ChannelState, InboxSink, SendError},
 };
 
 /// GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT (the last is privileged: it must
@@ -45,8 +46,6 @@ pub const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
 
 /// How long to wait for the socket to open and for Hello.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
-/// Longest wait between failed attempts.
-const BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// How long before trying again after Discord refused the token or the intents: a
 /// fix in the Developer Portal needs no restart, but the bot must not hammer Discord
 /// (which limits identifies per day).
@@ -72,22 +71,39 @@ pub struct GatewayCursor {
 pub struct GatewayConnection {
     settings: DiscordSettings,
     rest: Arc<RestClient>,
+    /// What the sessions keep between them (one session at a time holds it).
+    state: Mutex<State>,
 }
 
 impl GatewayConnection {
     /// A connection for `settings`, finding the Gateway through `rest`.
     pub fn new(settings: DiscordSettings, rest: Arc<RestClient>) -> Self {
-        Self { settings, rest }
+        Self {
+            settings,
+            rest,
+            state: Mutex::new(State::default()),
+        }
     }
 }
 
-impl Connection for GatewayConnection {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async move { self.run_until_stopped(sink, stop).await })
+impl Sessions for GatewayConnection {
+    const POLICY: Policy = Policy::quiet()
+        .refused("discord: the gateway refused the bot; trying again in 10 minutes")
+        .failed("discord: gateway connection failed; reconnecting")
+        .throttled("discord: rate-limited asking for the gateway; waiting Discord's retry_after")
+        .credentials_retry(REFUSED_RETRY);
+
+    fn channel(&self) -> &str {
+        &self.settings.channel
+    }
+
+    async fn run_session(
+        &self,
+        sink: &dyn InboxSink,
+        backoff: &mut Backoff,
+    ) -> reconnect::SessionEnd {
+        let mut state = self.state.lock().await;
+        self.next_session(&mut state, sink, backoff).await
     }
 }
 
@@ -104,10 +120,11 @@ enum SessionEnd {
     Throttled(String, Duration),
 }
 
-use crate::http_client::reconnect_wait;
-
 /// What the loop keeps between sessions.
+#[derive(Default)]
 struct State {
+    /// Whether the saved position was read (before the first session).
+    loaded: bool,
     /// The session to resume, if any.
     cursor: Option<GatewayCursor>,
     /// The last sequence number received (handled) on the current session.
@@ -185,77 +202,54 @@ async fn send_json(socket: &mut Socket, payload: Value) -> Result<(), String> {
 }
 
 impl GatewayConnection {
-    async fn run_until_stopped(&self, sink: Arc<dyn InboxSink>, stop: watch::Receiver<bool>) {
-        let channel = self.settings.channel.clone();
-        let mut backoff = Duration::from_secs(1);
-        let mut state = State {
-            cursor: None,
-            seq: None,
-            up: false,
-            recent: RecentIds::default(),
-        };
-        // The saved position; unreadable storage is retried like a lost connection.
-        loop {
-            match sink.cursor(&channel).await {
+    /// Reads the saved position (once), runs a session and says how it ended.
+    async fn next_session(
+        &self,
+        state: &mut State,
+        sink: &dyn InboxSink,
+        backoff: &mut Backoff,
+    ) -> reconnect::SessionEnd {
+        let channel = &self.settings.channel;
+        if !state.loaded {
+            // Unreadable storage is retried like a lost connection, without the log line.
+            match sink.cursor(channel).await {
                 Ok(saved) => {
                     state.cursor = saved
                         .as_deref()
                         .and_then(|text| serde_json::from_str::<GatewayCursor>(text).ok());
                     state.seq = state.cursor.as_ref().map(|cursor| cursor.seq);
-                    break;
+                    state.loaded = true;
                 }
                 Err(error) => {
-                    sink.report(&channel, ChannelState::Retrying(error.to_string()));
-                    if stopped_during(&stop, backoff).await {
-                        return;
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_CAP);
+                    let wait = backoff.fail(None);
+                    return reconnect::SessionEnd::Retrying {
+                        reason: error.to_string(),
+                        wait,
+                    };
                 }
             }
         }
-        loop {
-            let mut stop_signal = stop.clone();
-            state.up = false;
-            let end = tokio::select! {
-                end = self.session(&mut state, sink.as_ref()) => end,
-                _ = stop_signal.wait_for(|stopped| *stopped) => return,
-            };
-            let wait = match end {
-                SessionEnd::Refused(reason) => {
-                    tracing::error!(%channel, %reason, "discord: the gateway refused the bot; trying again in 10 minutes");
-                    sink.report(&channel, ChannelState::CredentialsRefused(reason));
-                    REFUSED_RETRY
-                }
-                SessionEnd::Unservable(reason) => {
-                    tracing::error!(%channel, %reason, "discord: the gateway refused the connection; trying again in 10 minutes");
-                    sink.report(&channel, ChannelState::Retrying(reason));
-                    REFUSED_RETRY
-                }
-                SessionEnd::Lost(reason) if state.up => {
-                    // A served session dropped (a Reconnect, a zombie, a network blip):
-                    // resume straight away.
-                    tracing::info!(%channel, %reason, resume = state.cursor.is_some(), "discord: gateway connection ended; reconnecting");
-                    backoff = Duration::from_secs(1);
-                    Duration::ZERO
-                }
-                SessionEnd::Lost(reason) => {
-                    tracing::warn!(%channel, %reason, retry_in_s = backoff.as_secs(), "discord: gateway connection failed; reconnecting");
-                    sink.report(&channel, ChannelState::Retrying(reason));
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(BACKOFF_CAP);
-                    wait
-                }
-                SessionEnd::Throttled(reason, after) => {
-                    let wait = reconnect_wait(backoff, Some(after));
-                    tracing::warn!(%channel, %reason, retry_in_s = wait.as_secs(), "discord: rate-limited asking for the gateway; waiting Discord's retry_after");
-                    sink.report(&channel, ChannelState::Retrying(reason));
-                    backoff = (backoff * 2).min(BACKOFF_CAP);
-                    wait
-                }
-            };
-            if stopped_during(&stop, wait).await {
-                return;
+        state.up = false;
+        match self.session(state, sink).await {
+            SessionEnd::Refused(reason) => reconnect::SessionEnd::CredentialsRefused(reason),
+            SessionEnd::Unservable(reason) => {
+                tracing::error!(%channel, %reason, "discord: the gateway refused the connection; trying again in 10 minutes");
+                let wait = REFUSED_RETRY;
+                reconnect::SessionEnd::Retrying { reason, wait }
             }
+            SessionEnd::Lost(reason) if state.up => {
+                // A served session dropped (a Reconnect, a zombie, a network blip):
+                // resume straight away.
+                tracing::info!(%channel, %reason, resume = state.cursor.is_some(), "discord: gateway connection ended; reconnecting");
+                backoff.reset();
+                let wait = Duration::ZERO;
+                reconnect::SessionEnd::Reconnect { wait }
+            }
+            SessionEnd::Lost(reason) => reconnect::SessionEnd::failed(reason),
+            SessionEnd::Throttled(reason, after) => reconnect::SessionEnd::Failed {
+                reason,
+                after: Some(after),
+            },
         }
     }
 
@@ -645,14 +639,7 @@ impl GatewayConnection {
             tracing::debug!(%channel, message = id, reason = "empty message", "discord: message not answered");
             return None;
         }
-        let display_name = [
-            &data["member"]["nick"],
-            &author["global_name"],
-            &author["username"],
-        ]
-        .into_iter()
-        .find_map(|name| name.as_str().filter(|name| !name.is_empty()))
-        .map(str::to_string);
+        let display_name = display_name(data, author);
         Some(InboundMessage {
             channel: channel.clone(),
             kind: ChannelKind::Discord,
@@ -685,18 +672,8 @@ fn attachment(value: &Value) -> Option<AttachmentRef> {
         .as_str()
         .unwrap_or("application/octet-stream")
         .to_string();
-    let kind = match mime_type.split('/').next() {
-        Some("image") => "image",
-        Some("audio") => "audio",
-        Some("video") => "video",
-        _ => "document",
-    };
-    Some(AttachmentRef {
-        id: url.to_string(),
-        kind: kind.to_string(),
-        mime_type,
-        file_name: value["filename"].as_str().map(str::to_string),
-    })
+    let file_name = value["filename"].as_str().map(str::to_string);
+    Some(AttachmentRef::of_mime_type(url, mime_type, file_name))
 }
 
 fn cursor_text(cursor: &GatewayCursor) -> String {
@@ -775,15 +752,6 @@ fn closed(frame: Option<CloseFrame>, state: &mut State) -> SessionEnd {
     }
 }
 
-/// Sleeps `wait`; whether `stop` turned true meanwhile.
-async fn stopped_during(stop: &watch::Receiver<bool>, wait: Duration) -> bool {
-    let mut signal = stop.clone();
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => *stop.borrow(),
-        _ = signal.wait_for(|stopped| *stopped) => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -800,14 +768,6 @@ mod tests {
         );
         assert!(gateway_address("https://discord.com").is_err());
         assert_eq!(INTENTS, 37_376);
-    }
-
-    #[test]
-    fn the_reconnect_waits_at_least_discords_retry_after() {
-        let second = Duration::from_secs(1);
-        assert_eq!(reconnect_wait(second, None), second);
-        assert_eq!(reconnect_wait(second, Some(30 * second)), 30 * second);
-        assert_eq!(reconnect_wait(8 * second, Some(second)), 8 * second);
     }
 
     #[test]

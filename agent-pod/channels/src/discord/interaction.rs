@@ -93,14 +93,7 @@ fn read_press(channel: &str, data: &Value, bot_id: Option<&str>) -> Result<Inbou
         .as_str()
         .or_else(|| data["channel"]["id"].as_str())
         .ok_or("a press without a channel")?;
-    let display_name = [
-        &data["member"]["nick"],
-        &user["global_name"],
-        &user["username"],
-    ]
-    .into_iter()
-    .find_map(|name| name.as_str().filter(|name| !name.is_empty()))
-    .map(str::to_string);
+    let display_name = display_name(data, user);
     Ok(InboundMessage {
         channel: channel.to_string(),
         kind: ChannelKind::Discord,
@@ -122,6 +115,19 @@ fn read_press(channel: &str, data: &Value, bot_id: Option<&str>) -> Result<Inbou
         conversation: None,
         pressed: true,
     })
+}
+
+/// The name a person goes by in a message or press `data` by `user`: their nickname
+/// in the guild, else their display name, else their username.
+pub(super) fn display_name(data: &Value, user: &Value) -> Option<String> {
+    [
+        &data["member"]["nick"],
+        &user["global_name"],
+        &user["username"],
+    ]
+    .into_iter()
+    .find_map(|name| name.as_str().filter(|name| !name.is_empty()))
+    .map(str::to_string)
 }
 
 #[cfg(test)]

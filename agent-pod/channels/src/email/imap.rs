@@ -12,7 +12,7 @@
 //! few messages at a time, so a backlog never sits in memory at once.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
@@ -28,7 +28,11 @@ use tokio::{
 use tokio_rustls::client::TlsStream;
 
 use super::{EmailSettings, Security, Verifier, inbound, verify_sender};
-use crate::{ChannelState, InboxSink, email::auth::SenderCheck};
+use crate::{
+    ChannelState, InboxSink,
+    email::auth::SenderCheck,
+    reconnect::{Backoff, SessionEnd},
+};
 
 /// Longest single IDLE before it is renewed (servers may drop idle clients at 30 min).
 const IDLE_RENEW: Duration = Duration::from_secs(25 * 60);
@@ -80,53 +84,6 @@ impl AsyncWrite for MailStream {
         match self.get_mut() {
             MailStream::Plain(stream) => Pin::new(stream).poll_shutdown(context),
             MailStream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(context),
-        }
-    }
-}
-
-/// Why a session ended.
-enum SessionEnd {
-    /// Asked to stop.
-    Stopped,
-    /// The server refused the login.
-    LoginRefused(String),
-    /// Anything else; try again.
-    Failed(String),
-}
-
-/// Runs the channel's inbound side until `stop` resolves.
-pub async fn run_poller(
-    settings: EmailSettings,
-    verifier: Arc<Verifier>,
-    sink: Arc<dyn InboxSink>,
-    workspace: PathBuf,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        let mut stop_signal = stop.clone();
-        let end = tokio::select! {
-            end = session(&settings, &verifier, sink.as_ref(), &workspace, &mut backoff) => end,
-            _ = stop_signal.wait_for(|stopped| *stopped) => SessionEnd::Stopped,
-        };
-        let wait = match end {
-            SessionEnd::Stopped => return,
-            SessionEnd::LoginRefused(reason) => {
-                sink.report(&settings.channel, ChannelState::CredentialsRefused(reason));
-                Duration::from_secs(60)
-            }
-            SessionEnd::Failed(reason) => {
-                tracing::warn!(channel = %settings.channel, %reason, retry_in_s = backoff.as_secs(), "imap: connection lost; reconnecting");
-                sink.report(&settings.channel, ChannelState::Retrying(reason));
-                let wait = backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(60));
-                wait
-            }
-        };
-        let mut stop_signal = stop.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop_signal.wait_for(|stopped| *stopped) => return,
         }
     }
 }
@@ -193,12 +150,13 @@ fn parse_cursor(cursor: Option<&str>) -> Option<(u32, u32)> {
     Some((validity.parse().ok()?, uid.parse().ok()?))
 }
 
-async fn session(
+/// One IMAP session: logs in, then fetches and waits for mail until something fails.
+pub(super) async fn session(
     settings: &EmailSettings,
     verifier: &Verifier,
     sink: &dyn InboxSink,
     workspace: &Path,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
 ) -> SessionEnd {
     let mut session = match log_in(settings).await {
         Ok(session) => session,
@@ -207,7 +165,7 @@ async fn session(
     let mailbox = match session.select(&settings.mailbox).await {
         Ok(mailbox) => mailbox,
         Err(error) => {
-            return SessionEnd::Failed(format!(
+            return SessionEnd::failed(format!(
                 "imap: cannot select {}: {error}",
                 settings.mailbox
             ));
@@ -215,7 +173,7 @@ async fn session(
     };
     let idle = match session.capabilities().await {
         Ok(capabilities) => capabilities.has_str("IDLE"),
-        Err(error) => return SessionEnd::Failed(format!("imap: CAPABILITY failed: {error}")),
+        Err(error) => return SessionEnd::failed(format!("imap: CAPABILITY failed: {error}")),
     };
     let validity = mailbox.uid_validity.unwrap_or(0);
     let mut last_uid = match last_seen_uid(settings, sink, &mailbox, validity).await {
@@ -224,7 +182,7 @@ async fn session(
     };
     sink.report(&settings.channel, ChannelState::Up);
     tracing::info!(channel = %settings.channel, idle, "imap: connected");
-    *backoff = Duration::from_secs(1);
+    backoff.reset();
     loop {
         // Mail that arrives during a fetch is announced (`* n EXISTS`) in the middle of
         // that fetch's responses, and a server does not announce it again when IDLE
@@ -244,7 +202,7 @@ async fn session(
             .await
             {
                 Ok(fetched) => fetched,
-                Err(reason) => return SessionEnd::Failed(reason),
+                Err(reason) => return SessionEnd::failed(reason),
             };
             let announced = drain_new_mail_notices(&session);
             if fetched == 0 && !announced {
@@ -262,7 +220,7 @@ async fn session(
 async fn log_in(settings: &EmailSettings) -> Result<Session<MailStream>, SessionEnd> {
     let client = match connect(settings).await {
         Ok(client) => client,
-        Err(reason) => return Err(SessionEnd::Failed(reason)),
+        Err(reason) => return Err(SessionEnd::failed(reason)),
     };
     match client.login(&settings.username, &settings.password).await {
         Ok(session) => Ok(session),
@@ -270,12 +228,12 @@ async fn log_in(settings: &EmailSettings) -> Result<Session<MailStream>, Session
         // connection lost or garbled during the login is a cut like any other, and the
         // channel reconnects at once instead of reporting refused credentials.
         Err((error @ (async_imap::error::Error::No(_) | async_imap::error::Error::Bad(_)), _)) => {
-            Err(SessionEnd::LoginRefused(format!(
+            Err(SessionEnd::CredentialsRefused(format!(
                 "imap: login as {} refused: {error}",
                 settings.username
             )))
         }
-        Err((error, _)) => Err(SessionEnd::Failed(format!(
+        Err((error, _)) => Err(SessionEnd::failed(format!(
             "imap: connection lost while logging in as {}: {error}",
             settings.username
         ))),
@@ -293,7 +251,7 @@ async fn last_seen_uid(
 ) -> Result<u32, SessionEnd> {
     let saved = match sink.cursor(&settings.channel).await {
         Ok(saved) => parse_cursor(saved.as_deref()),
-        Err(error) => return Err(SessionEnd::Failed(error.to_string())),
+        Err(reason) => return Err(SessionEnd::failed(reason)),
     };
     match saved {
         Some((saved_validity, uid)) if saved_validity == validity => Ok(uid),
@@ -310,7 +268,7 @@ async fn last_seen_uid(
                 .commit(&settings.channel, Vec::new(), format!("{validity}:{start}"))
                 .await
             {
-                return Err(SessionEnd::Failed(error.to_string()));
+                return Err(SessionEnd::failed(error));
             }
             Ok(start)
         }
@@ -327,28 +285,28 @@ async fn wait_for_mail(
     if !idle {
         tokio::time::sleep(settings.poll_interval).await;
         if let Err(error) = session.noop().await {
-            return Err(SessionEnd::Failed(format!("imap: NOOP failed: {error}")));
+            return Err(SessionEnd::failed(format!("imap: NOOP failed: {error}")));
         }
         return Ok(session);
     }
     let mut handle = session.idle();
     if let Err(error) = handle.init().await {
-        return Err(SessionEnd::Failed(format!("imap: IDLE failed: {error}")));
+        return Err(SessionEnd::failed(format!("imap: IDLE failed: {error}")));
     }
     let (wait, _interrupt) = handle.wait_with_timeout(IDLE_RENEW);
     let response = wait.await;
     match response {
         Ok(IdleResponse::NewData(_) | IdleResponse::Timeout) => {}
         Ok(IdleResponse::ManualInterrupt) => {
-            return Err(SessionEnd::Failed(
+            return Err(SessionEnd::failed(
                 "imap: the server closed the connection".to_string(),
             ));
         }
-        Err(error) => return Err(SessionEnd::Failed(format!("imap: IDLE failed: {error}"))),
+        Err(error) => return Err(SessionEnd::failed(format!("imap: IDLE failed: {error}"))),
     }
     match handle.done().await {
         Ok(session) => Ok(session),
-        Err(error) => Err(SessionEnd::Failed(format!(
+        Err(error) => Err(SessionEnd::failed(format!(
             "imap: ending IDLE failed: {error}"
         ))),
     }

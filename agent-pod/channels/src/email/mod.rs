@@ -15,19 +15,17 @@ use std::{
     time::Duration,
 };
 
-use futures::future::BoxFuture;
 use saint_config::{ChannelConfig, ErrorChain, channel_settings::EMAIL};
-use tokio::sync::watch;
 
 pub use self::{
     auth::{SenderCheck, Verifier, VerifierError, verify_sender},
-    imap::run_poller,
     inbound::{MAX_ATTACHMENT_BYTES, MailError, ParsedMail, parse_mail},
     smtp::{SmtpSetupError, SmtpTransport},
 };
 use crate::{
     channel_settings::{SettingsError, SettingsReader},
-    transport::{Connection, InboxSink, OpenError, OpenedChannel},
+    reconnect::{Backoff, Policy, SessionEnd, Sessions},
+    transport::{InboxSink, OpenError, OpenedChannel},
 };
 
 /// Opens an e-mail channel: SMTP submission for replies, the IMAP poller for inbound
@@ -63,19 +61,17 @@ struct ImapConnection {
     workspace: PathBuf,
 }
 
-impl Connection for ImapConnection {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(run_poller(
-            self.settings.clone(),
-            self.verifier.clone(),
-            sink,
-            self.workspace.clone(),
-            stop,
-        ))
+impl Sessions for ImapConnection {
+    // A refused login is reported, not logged.
+    const POLICY: Policy = Policy::quiet().failed("imap: connection lost; reconnecting");
+
+    fn channel(&self) -> &str {
+        &self.settings.channel
+    }
+
+    async fn run_session(&self, sink: &dyn InboxSink, backoff: &mut Backoff) -> SessionEnd {
+        let (settings, verifier, workspace) = (&self.settings, &self.verifier, &self.workspace);
+        imap::session(settings, verifier, sink, workspace, backoff).await
     }
 }
 

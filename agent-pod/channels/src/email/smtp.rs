@@ -14,7 +14,7 @@ use saint_config::{ChannelIdentity, ChannelKind};
 
 use super::{EmailSettings, Security};
 use crate::{
-    message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
+    message::{AttachmentRef, FileKind, FilePayload, ReplyContext},
     transport::{ReplyLimit, SendError, Transport},
 };
 
@@ -173,6 +173,17 @@ impl SmtpTransport {
             .map_or("saint.invalid", |(_, domain)| domain);
         format!("<saint.{outbox_id}.{part}.{digest}@{domain}>")
     }
+
+    /// Submits a built `message`; returns its `Message-ID`.
+    async fn submit(&self, message: Message) -> Result<String, SendError> {
+        let id = message
+            .headers()
+            .get_raw("Message-ID")
+            .map(str::to_string)
+            .unwrap_or_default();
+        self.mailer.send(message).await.map_err(classify)?;
+        Ok(id)
+    }
 }
 
 /// `Auto-Submitted: auto-replied` (RFC 3834): other bots and vacation responders must
@@ -242,16 +253,7 @@ impl Transport for SmtpTransport {
         context: &'a ReplyContext,
         part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
-        Box::pin(async move {
-            let message = self.build(to, text, context, part)?;
-            let id = message
-                .headers()
-                .get_raw("Message-ID")
-                .map(str::to_string)
-                .unwrap_or_default();
-            self.mailer.send(message).await.map_err(classify)?;
-            Ok(id)
-        })
+        Box::pin(async move { self.submit(self.build(to, text, context, part)?).await })
     }
 
     fn send_file<'a>(
@@ -260,24 +262,10 @@ impl Transport for SmtpTransport {
         file: &'a FilePayload,
         context: &'a ReplyContext,
     ) -> BoxFuture<'a, Result<String, SendError>> {
-        Box::pin(async move {
-            let message = self.build_file(to, file, context)?;
-            let id = message
-                .headers()
-                .get_raw("Message-ID")
-                .map(str::to_string)
-                .unwrap_or_default();
-            self.mailer.send(message).await.map_err(classify)?;
-            Ok(id)
-        })
+        Box::pin(async move { self.submit(self.build_file(to, file, context)?).await })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (mail has no read receipt the bot sends).
 
     fn fetch_attachment<'a>(
         &'a self,

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::{MAX_TEXT_CHARS, MatrixSettings, render};
 use crate::{
+    http_client::Download,
     message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -240,13 +241,7 @@ impl MatrixApi {
                 Duration::from_secs(60),
             )
             .await?;
-        let event_id = answer["event_id"]
-            .as_str()
-            .ok_or_else(|| SendError::Retry {
-                reason: "matrix: the answer to a send names no event id".to_string(),
-                after: None,
-            })?
-            .to_string();
+        let event_id = answer_text(&answer, "event_id", "a send names no event id")?;
         self.remember_sent(&event_id);
         Ok(event_id)
     }
@@ -357,13 +352,7 @@ impl MatrixApi {
                 &json!({"is_direct": true, "invite": [user], "preset": "trusted_private_chat"}),
             )
             .await?;
-        let room = created["room_id"]
-            .as_str()
-            .ok_or_else(|| SendError::Retry {
-                reason: "matrix: the answer to createRoom names no room".to_string(),
-                after: None,
-            })?
-            .to_string();
+        let room = answer_text(&created, "room_id", "createRoom names no room")?;
         tracing::info!(channel = %self.settings.channel, %user, %room, "matrix: opened a direct room");
         // Best effort: the room is remembered in this process either way.
         if let Err(error) = self.mark_direct(user, &room).await {
@@ -518,14 +507,7 @@ pub(crate) fn reply_content(
     };
     let reply_to = context.reply_to.as_deref().filter(|_| part == 0);
     if let Some(thread) = context.thread.as_deref() {
-        // In the thread; clients without threads see a reply to the message answered
-        // (or to the thread's root).
-        content["m.relates_to"] = json!({
-            "rel_type": "m.thread",
-            "event_id": thread,
-            "is_falling_back": true,
-            "m.in_reply_to": {"event_id": context.reply_to.as_deref().unwrap_or(thread)},
-        });
+        content["m.relates_to"] = in_thread(thread, context);
     } else if let Some(reply_to) = reply_to {
         content["m.relates_to"] = json!({"m.in_reply_to": {"event_id": reply_to}});
     }
@@ -535,6 +517,26 @@ pub(crate) fn reply_content(
         _ => json!({}),
     };
     content
+}
+
+/// `answer[key]` as text; its absence (`"<request> names no <what>"`) is retried.
+fn answer_text(answer: &Value, key: &str, absent: &str) -> Result<String, SendError> {
+    let text = answer[key].as_str().map(str::to_string);
+    text.ok_or_else(|| SendError::Retry {
+        reason: format!("matrix: the answer to {absent}"),
+        after: None,
+    })
+}
+
+/// The relation of a message in `thread`; clients without threads see a reply to the
+/// message answered (or to the thread's root).
+fn in_thread(thread: &str, context: &ReplyContext) -> Value {
+    json!({
+        "rel_type": "m.thread",
+        "event_id": thread,
+        "is_falling_back": true,
+        "m.in_reply_to": {"event_id": context.reply_to.as_deref().unwrap_or(thread)},
+    })
 }
 
 impl Transport for MatrixApi {
@@ -610,12 +612,7 @@ impl Transport for MatrixApi {
                 content["org.matrix.msc1767.audio"] = json!({});
             }
             if let Some(thread) = context.thread.as_deref() {
-                content["m.relates_to"] = json!({
-                    "rel_type": "m.thread",
-                    "event_id": thread,
-                    "is_falling_back": true,
-                    "m.in_reply_to": {"event_id": context.reply_to.as_deref().unwrap_or(thread)},
-                });
+                content["m.relates_to"] = in_thread(thread, context);
             }
             let digest = hex::encode(Sha256::digest(&file.bytes));
             let transaction = transaction_id(&room, &digest, usize::MAX, context);
@@ -665,14 +662,8 @@ impl Transport for MatrixApi {
                 let body = response.bytes().await.map_err(network_error)?;
                 return Err(classify(status, &body, after));
             }
-            let data = crate::http_client::Download {
-                platform: "matrix",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
-            Ok(data)
+            let download = Download::of("matrix", attachment, max_bytes);
+            download.read(response).await
         })
     }
 }

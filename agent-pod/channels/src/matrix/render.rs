@@ -8,6 +8,8 @@
 //! fence is ever left open. [`markdown_to_html`] converts one part with every tag it
 //! opens closed in the same part, and escapes all text.
 
+use crate::format::map_links;
+
 /// Marks a line of a fenced code block in the rendered text (U+2063 INVISIBLE
 /// SEPARATOR: not whitespace, so trimming a part keeps it).
 const CODE_LINE: char = '\u{2063}';
@@ -238,39 +240,13 @@ fn inline(line: &str) -> String {
 
 // `[label](url)` with an http(s) or mailto URL becomes a link; the rest is text.
 fn links(segment: &str) -> String {
-    let mut out = String::new();
-    let mut rest = segment;
-    while let Some(open) = rest.find('[') {
-        let after = &rest[open + 1..];
-        let link = after.find("](").and_then(|close| {
-            let url_part = &after[close + 2..];
-            url_part
-                .find(')')
-                .map(|end| (close, &after[..close], &url_part[..end]))
-        });
-        match link {
-            Some((close, label, url))
-                if !url.contains(char::is_whitespace)
-                    && ["https://", "http://", "mailto:"]
-                        .iter()
-                        .any(|scheme| url.to_ascii_lowercase().starts_with(scheme)) =>
-            {
-                out.push_str(&emphasis(&rest[..open]));
-                out.push_str(&format!(
-                    "<a href=\"{}\">{}</a>",
-                    escape(url),
-                    emphasis(label)
-                ));
-                rest = &after[close + 2 + url.len() + 1..];
-            }
-            _ => {
-                out.push_str(&emphasis(&rest[..=open]));
-                rest = after;
-            }
-        }
-    }
-    out.push_str(&emphasis(rest));
-    out
+    map_links(segment, emphasis, |label, url| {
+        let web_or_mail = !url.contains(char::is_whitespace)
+            && ["https://", "http://", "mailto:"]
+                .iter()
+                .any(|scheme| url.to_ascii_lowercase().starts_with(scheme));
+        web_or_mail.then(|| format!("<a href=\"{}\">{}</a>", escape(url), emphasis(label)))
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -23,24 +23,20 @@ use std::{
     time::Duration,
 };
 
-use futures::future::BoxFuture;
 use reqwest::Method;
 use saint_config::{ChannelIdentity, ChannelKind};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
 
 use super::{MatrixApi, MatrixSettings, transaction_id};
 use crate::{
     message::{AttachmentRef, Conversation, InboundMessage, ReplyContext},
-    transport::{ChannelState, Connection, InboxSink, SendError},
+    reconnect::{Backoff, Policy, SessionEnd, Sessions},
+    transport::{ChannelState, InboxSink, SendError},
 };
 
 /// How long the homeserver holds a sync open when nothing happens.
 const LONG_POLL: Duration = Duration::from_secs(30);
-/// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Wait after the homeserver refused the token (it must be replaced first).
-const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
 /// Pages of a room's history read to close a gap in a limited timeline.
 const MAX_GAP_PAGES: usize = 10;
 /// Syncs in a row that may fail on one room's members, name or encryption notice (a
@@ -121,31 +117,20 @@ pub struct SyncConnection {
     state: Mutex<SyncState>,
 }
 
-/// Why a session ended.
-enum SessionEnd {
-    /// The homeserver refused the token.
-    Credentials(String),
-    /// Anything else; try again (not before `after`, when the homeserver said so).
-    Failed(String, Option<Duration>),
-}
+impl Sessions for SyncConnection {
+    // A refused token is reported, not logged.
+    const POLICY: Policy = Policy::quiet()
+        .failed("matrix: sync failed; retrying")
+        .in_millis();
 
-impl From<SendError> for SessionEnd {
-    fn from(error: SendError) -> Self {
-        match error {
-            SendError::Credentials { reason } => SessionEnd::Credentials(reason),
-            SendError::Retry { reason, after } => SessionEnd::Failed(reason, after),
-            SendError::Permanent { reason } => SessionEnd::Failed(reason, None),
-        }
+    fn channel(&self) -> &str {
+        &self.settings.channel
     }
-}
 
-impl Connection for SyncConnection {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async move { self.run_until(sink, stop).await })
+    // Runs until something fails: checks the token, then syncs forever.
+    async fn run_session(&self, sink: &dyn InboxSink, backoff: &mut Backoff) -> SessionEnd {
+        let Err(end) = self.sync_loop(sink, backoff).await;
+        end
     }
 }
 
@@ -159,52 +144,16 @@ impl SyncConnection {
         }
     }
 
-    async fn run_until(&self, sink: Arc<dyn InboxSink>, stop: watch::Receiver<bool>) {
-        let channel = &self.settings.channel;
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            let mut stop_signal = stop.clone();
-            let end = tokio::select! {
-                end = self.session(sink.as_ref(), &mut backoff) => end,
-                _ = stop_signal.wait_for(|stopped| *stopped) => return,
-            };
-            let wait = match end {
-                SessionEnd::Credentials(reason) => {
-                    sink.report(channel, ChannelState::CredentialsRefused(reason));
-                    CREDENTIALS_RETRY
-                }
-                SessionEnd::Failed(reason, after) => {
-                    let wait = backoff.max(after.unwrap_or_default());
-                    tracing::warn!(%channel, %reason, retry_in_ms = wait.as_millis() as u64, "matrix: sync failed; retrying");
-                    sink.report(channel, ChannelState::Retrying(reason));
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    wait
-                }
-            };
-            let mut stop_signal = stop.clone();
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop_signal.wait_for(|stopped| *stopped) => return,
-            }
-        }
-    }
-
-    // Runs until something fails: checks the token, then syncs forever.
-    async fn session(&self, sink: &dyn InboxSink, backoff: &mut Duration) -> SessionEnd {
-        let Err(end) = self.sync_loop(sink, backoff).await;
-        end
-    }
-
     async fn sync_loop(
         &self,
         sink: &dyn InboxSink,
-        backoff: &mut Duration,
+        backoff: &mut Backoff,
     ) -> Result<std::convert::Infallible, SessionEnd> {
         let channel = &self.settings.channel;
         let whoami = self.api.get(&["account", "whoami"]).await?;
         let owner = whoami["user_id"].as_str().unwrap_or_default();
         if owner != self.settings.user() {
-            return Err(SessionEnd::Credentials(format!(
+            return Err(SessionEnd::CredentialsRefused(format!(
                 "matrix: the access token belongs to {owner:?}, not to settings.userId {:?}",
                 self.settings.user()
             )));
@@ -219,10 +168,7 @@ impl SyncConnection {
         self.state.lock().await.display_name = display_name;
         // The rooms marked direct; later changes arrive with the syncs.
         self.api.load_marked_direct().await?;
-        let saved = sink
-            .cursor(channel)
-            .await
-            .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
+        let saved = sink.cursor(channel).await.map_err(SessionEnd::failed)?;
         let mut since = match saved {
             Some(since) => since,
             None => {
@@ -234,7 +180,7 @@ impl SyncConnection {
                 let next = next_batch(&first)?;
                 sink.commit(channel, Vec::new(), next.clone())
                     .await
-                    .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
+                    .map_err(SessionEnd::failed)?;
                 tracing::info!(%channel, "matrix: first start; answering messages from now on");
                 next
             }
@@ -243,7 +189,7 @@ impl SyncConnection {
         let filter = filter(100);
         loop {
             let response = self.sync(Some(&since), LONG_POLL, &filter).await?;
-            *backoff = Duration::from_secs(1);
+            backoff.reset();
             let next = next_batch(&response)?;
             self.account_data(&response);
             self.handle_invites(sink, &response).await?;
@@ -255,7 +201,7 @@ impl SyncConnection {
             // The position moves only with what was stored.
             sink.commit_with_withdrawals(channel, messages, withdrawn, next.clone())
                 .await
-                .map_err(|error| SessionEnd::Failed(error.to_string(), None))?;
+                .map_err(SessionEnd::failed)?;
             if count > 0 {
                 tracing::debug!(%channel, count, "matrix: messages stored");
             }
@@ -867,7 +813,7 @@ fn next_batch(response: &Value) -> Result<String, SessionEnd> {
     response["next_batch"]
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| SessionEnd::Failed("matrix: a sync answer without next_batch".into(), None))
+        .ok_or_else(|| SessionEnd::failed("matrix: a sync answer without next_batch"))
 }
 
 /// A reply's body without the quoted fallback (`> <@ana:x> earlier text` lines and the

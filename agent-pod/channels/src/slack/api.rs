@@ -16,7 +16,8 @@ use super::{
     MAX_TEXT_CHARS, SlackSettings, interaction::approval_blocks, render::markdown_to_mrkdwn,
 };
 use crate::{
-    message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
+    http_client::Download,
+    message::{AttachmentRef, FilePayload, ReplyContext},
     transport::{SendError, Transport},
 };
 use parking_lot::Mutex;
@@ -196,6 +197,19 @@ impl SlackApi {
             })
     }
 
+    /// Where a message to `to` goes: a reply where the message was said, a message the
+    /// bot starts in the person's direct-message channel.
+    async fn channel_for(
+        &self,
+        to: &ChannelIdentity,
+        context: &ReplyContext,
+    ) -> Result<String, SendError> {
+        match &context.chat {
+            Some(chat) => Ok(chat.clone()),
+            None => self.direct_channel(to.peer()).await,
+        }
+    }
+
     /// The direct-message channel with `user`, opened once and remembered.
     async fn direct_channel(&self, user: &str) -> Result<String, SendError> {
         if let Some(channel) = self.lock().get(user) {
@@ -287,12 +301,7 @@ impl Transport for SlackApi {
         _part: usize,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            // A reply goes where the message was said; a message the bot starts goes to
-            // the person's direct-message channel.
-            let channel = match &context.chat {
-                Some(chat) => chat.clone(),
-                None => self.direct_channel(to.peer()).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             let mut body = json!({"channel": channel, "text": text, "mrkdwn": true});
             if let Some(code) = &context.approval {
                 body["blocks"] = approval_blocks(text, code);
@@ -319,10 +328,7 @@ impl Transport for SlackApi {
         context: &'a ReplyContext,
     ) -> BoxFuture<'a, Result<String, SendError>> {
         Box::pin(async move {
-            let channel = match &context.chat {
-                Some(chat) => chat.clone(),
-                None => self.direct_channel(to.peer()).await?,
-            };
+            let channel = self.channel_for(to, context).await?;
             // The external upload: ask for a URL, post the bytes there, then share it.
             let answer = self
                 .call(
@@ -388,13 +394,7 @@ impl Transport for SlackApi {
         })
     }
 
-    fn mark_read<'a>(
-        &'a self,
-        _message: &'a InboundMessage,
-    ) -> BoxFuture<'a, Result<(), SendError>> {
-        // Bots have no read receipts on Slack.
-        Box::pin(async { Ok(()) })
-    }
+    // `mark_read`: the default, nothing (bots have no read receipts on Slack).
 
     fn fetch_attachment<'a>(
         &'a self,
@@ -442,13 +442,8 @@ impl Transport for SlackApi {
                     status.as_u16()
                 )));
             }
-            let data = crate::http_client::Download {
-                platform: "slack",
-                kind: &attachment.kind,
-                max_bytes,
-            }
-            .read(response)
-            .await?;
+            let download = Download::of("slack", attachment, max_bytes);
+            let data = download.read(response).await?;
             tracing::debug!(channel = %self.channel, bytes = data.len(), "slack: file downloaded");
             Ok(data)
         })

@@ -263,19 +263,10 @@ fn files(event: &Value) -> Vec<AttachmentRef> {
             let mime_type = file["mimetype"]
                 .as_str()
                 .filter(|mime| !mime.is_empty())
-                .unwrap_or("application/octet-stream");
-            let kind = match mime_type.split('/').next() {
-                Some("image") => "image",
-                Some("audio") => "audio",
-                Some("video") => "video",
-                _ => "document",
-            };
-            Some(AttachmentRef {
-                id: url.to_string(),
-                kind: kind.to_string(),
-                mime_type: mime_type.to_string(),
-                file_name: file["name"].as_str().map(str::to_string),
-            })
+                .unwrap_or("application/octet-stream")
+                .to_string();
+            let file_name = file["name"].as_str().map(str::to_string);
+            Some(AttachmentRef::of_mime_type(url, mime_type, file_name))
         })
         .collect()
 }

@@ -12,6 +12,8 @@
 //! characters then always holds a blank line past its first fifth, so every part the
 //! agent sends is whole mrkdwn, every code block closed.
 
+use crate::format::map_links;
+
 /// Longest block between blank lines. Under half the part limit, so a part always ends
 /// at a block boundary (even when the rest of its window is four-byte characters).
 pub const MAX_BLOCK_CHARS: usize = 1_800;
@@ -134,38 +136,20 @@ fn inline(line: &str) -> String {
 
 // `[text](url)` → `<url|text>`; emphasis converted in the text around links.
 fn links_and_emphasis(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    let mut rest = segment;
-    while let Some(open) = rest.find('[') {
-        let after = &rest[open + 1..];
-        let link = after.find("](").and_then(|close| {
-            let url_part = &after[close + 2..];
-            url_part
-                .find(')')
-                .map(|end| (close, &after[..close], &url_part[..end]))
-        });
-        match link {
-            // Only web and mail links: any other target (`!channel`, `!here`,
-            // `!subteam^S…`, `@U…`) would be Slack markup that pings people.
-            Some((close, label, url)) if is_link_target(url) => {
-                out.push_str(&emphasis(&rest[..open]));
-                let label = escape(label);
-                let url = escape(url);
-                if label.is_empty() || label == url {
-                    out.push_str(&format!("<{url}>"));
-                } else {
-                    out.push_str(&format!("<{url}|{label}>"));
-                }
-                rest = &after[close + 2 + url_len(&after[close + 2..]) + 1..];
-            }
-            _ => {
-                out.push_str(&emphasis(&rest[..=open]));
-                rest = after;
-            }
+    map_links(segment, emphasis, |label, url| {
+        // Only web and mail links: any other target (`!channel`, `!here`,
+        // `!subteam^S…`, `@U…`) would be Slack markup that pings people.
+        if !is_link_target(url) {
+            return None;
         }
-    }
-    out.push_str(&emphasis(rest));
-    out
+        let label = escape(label);
+        let url = escape(url);
+        Some(if label.is_empty() || label == url {
+            format!("<{url}>")
+        } else {
+            format!("<{url}|{label}>")
+        })
+    })
 }
 
 /// Whether `url` may become a `<url|text>` link: a whitespace-free `https://`,
@@ -176,10 +160,6 @@ fn is_link_target(url: &str) -> bool {
         && ["https://", "http://", "mailto:"]
             .iter()
             .any(|scheme| lower.starts_with(scheme) && lower.len() > scheme.len())
-}
-
-fn url_len(url_part: &str) -> usize {
-    url_part.find(')').unwrap_or(url_part.len())
 }
 
 fn emphasis(text: &str) -> String {

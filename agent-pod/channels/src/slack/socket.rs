@@ -16,9 +16,9 @@ use std::{
     time::Duration,
 };
 
-use futures::{SinkExt, StreamExt, future::BoxFuture};
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::{sync::watch, time::Instant};
+use tokio::time::Instant;
 use tokio_tungstenite::{Connector, tungstenite::Message};
 
 use super::{
@@ -27,16 +27,17 @@ use super::{
     event_callback::{EventOutcome, EventReader, parse_event},
     interaction::parse_interaction,
 };
-use crate::transport::{ChannelState, Connection, InboxSink, SendError};
+use crate::{
+    reconnect::{Backoff, Policy, SessionEnd, Sessions},
+    transport::{ChannelState, InboxSink},
+};
 
 /// How often the bot pings the socket.
 const PING_EVERY: Duration = Duration::from_secs(30);
 /// Silence (no frame, no pong) after which the socket is taken for dead.
 const SILENCE_LIMIT: Duration = Duration::from_secs(90);
-/// Longest wait between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Wait after refused credentials before trying again.
-const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
+/// The wait before a connection Slack asked for (`disconnect`).
+const REFRESH_WAIT: Duration = Duration::from_millis(100);
 
 /// The Socket Mode side of a Slack channel.
 pub struct SocketConnection {
@@ -44,23 +45,6 @@ pub struct SocketConnection {
     api: Arc<SlackApi>,
     tls: OnceLock<Arc<rustls::ClientConfig>>,
 }
-
-/// Why a connection ended.
-enum SessionEnd {
-    /// Asked to stop.
-    Stopped,
-    /// Slack refused a token.
-    Refused(String),
-    /// Slack asked for a new connection (`disconnect`).
-    Refresh(String),
-    /// Anything else; try again after the backoff.
-    Failed(String),
-    /// Slack rate-limited a call (HTTP 429): try again after the backoff, but no
-    /// sooner than its `Retry-After`.
-    Throttled(String, Duration),
-}
-
-use crate::http_client::reconnect_wait;
 
 impl SocketConnection {
     /// The connection for `settings` (in socket mode), sending through `api`.
@@ -96,67 +80,14 @@ impl SocketConnection {
             .clone()
     }
 
-    async fn run_loop(self: Arc<Self>, sink: Arc<dyn InboxSink>, stop: watch::Receiver<bool>) {
-        let channel = self.settings.channel.clone();
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            let mut stop_signal = stop.clone();
-            let end = tokio::select! {
-                end = self.session(sink.as_ref(), &mut backoff) => end,
-                _ = stop_signal.wait_for(|stopped| *stopped) => SessionEnd::Stopped,
-            };
-            let wait = match end {
-                SessionEnd::Stopped => return,
-                SessionEnd::Refused(reason) => {
-                    tracing::error!(%channel, %reason, "slack: a token was refused");
-                    sink.report(&channel, ChannelState::CredentialsRefused(reason));
-                    CREDENTIALS_RETRY
-                }
-                SessionEnd::Refresh(reason) => {
-                    tracing::info!(%channel, %reason, "slack: socket refresh asked; reconnecting");
-                    Duration::from_millis(100)
-                }
-                SessionEnd::Failed(reason) => {
-                    tracing::warn!(%channel, %reason, retry_in_s = backoff.as_secs(), "slack: socket lost; reconnecting");
-                    sink.report(&channel, ChannelState::Retrying(reason));
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    wait
-                }
-                SessionEnd::Throttled(reason, after) => {
-                    let wait = reconnect_wait(backoff, Some(after));
-                    tracing::warn!(%channel, %reason, retry_in_s = wait.as_secs(), "slack: rate-limited while connecting; waiting Slack's Retry-After");
-                    sink.report(&channel, ChannelState::Retrying(reason));
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    wait
-                }
-            };
-            let mut stop_signal = stop.clone();
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop_signal.wait_for(|stopped| *stopped) => return,
-            }
-        }
-    }
-
-    async fn session(&self, sink: &dyn InboxSink, backoff: &mut Duration) -> SessionEnd {
-        let failed = |error: SendError| match error {
-            SendError::Credentials { reason } => SessionEnd::Refused(reason),
-            SendError::Retry {
-                reason,
-                after: Some(after),
-            } => SessionEnd::Throttled(reason, after),
-            SendError::Retry { reason, .. } | SendError::Permanent { reason } => {
-                SessionEnd::Failed(reason)
-            }
-        };
+    async fn session(&self, sink: &dyn InboxSink, backoff: &mut Backoff) -> SessionEnd {
         let bot = match self.api.auth_test().await {
             Ok(bot) => bot,
-            Err(error) => return failed(error),
+            Err(error) => return error.into(),
         };
         let url = match self.api.open_connection(self.app_token()).await {
             Ok(url) => url,
-            Err(error) => return failed(error),
+            Err(error) => return error.into(),
         };
         let connected = tokio_tungstenite::connect_async_tls_with_config(
             url.as_str(),
@@ -168,7 +99,7 @@ impl SocketConnection {
         let mut socket = match connected {
             Ok((socket, _)) => socket,
             Err(error) => {
-                return SessionEnd::Failed(format!("slack: socket connect failed: {error}"));
+                return SessionEnd::failed(format!("slack: socket connect failed: {error}"));
             }
         };
         let reader = EventReader {
@@ -184,23 +115,23 @@ impl SocketConnection {
                 frame = socket.next() => frame,
                 _ = ping.tick() => {
                     if let Err(error) = socket.send(Message::Ping(Vec::new().into())).await {
-                        return SessionEnd::Failed(format!("slack: ping failed: {error}"));
+                        return SessionEnd::failed(format!("slack: ping failed: {error}"));
                     }
                     continue;
                 }
                 _ = tokio::time::sleep_until(heard + SILENCE_LIMIT) => {
-                    return SessionEnd::Failed(format!("slack: no frame for {}s", SILENCE_LIMIT.as_secs()));
+                    return SessionEnd::failed(format!("slack: no frame for {}s", SILENCE_LIMIT.as_secs()));
                 }
             };
             heard = Instant::now();
             let text = match frame {
-                None => return SessionEnd::Failed("slack: socket ended".to_string()),
+                None => return SessionEnd::failed("slack: socket ended"),
                 Some(Err(error)) => {
-                    return SessionEnd::Failed(format!("slack: socket failed: {error}"));
+                    return SessionEnd::failed(format!("slack: socket failed: {error}"));
                 }
                 Some(Ok(Message::Text(text))) => text,
                 Some(Ok(Message::Close(frame))) => {
-                    return SessionEnd::Failed(format!(
+                    return SessionEnd::failed(format!(
                         "slack: socket closed by Slack ({})",
                         frame.map_or_else(|| "no reason".to_string(), |frame| frame.to_string())
                     ));
@@ -214,7 +145,7 @@ impl SocketConnection {
             };
             match envelope["type"].as_str() {
                 Some("hello") => {
-                    *backoff = Duration::from_secs(1);
+                    backoff.reset();
                     sink.report(&self.settings.channel, ChannelState::Up);
                     continue;
                 }
@@ -222,14 +153,14 @@ impl SocketConnection {
                     let reason = envelope["reason"].as_str().unwrap_or("unknown").to_string();
                     let _ = socket.close(None).await;
                     // Socket Mode was switched off for the app: wait as after a failure.
-                    return if reason == "link_disabled" {
-                        SessionEnd::Failed(
-                            "slack: Socket Mode is disabled for the app (link_disabled)"
-                                .to_string(),
-                        )
-                    } else {
-                        SessionEnd::Refresh(reason)
-                    };
+                    if reason == "link_disabled" {
+                        return SessionEnd::failed(
+                            "slack: Socket Mode is disabled for the app (link_disabled)",
+                        );
+                    }
+                    let channel = &self.settings.channel;
+                    tracing::info!(%channel, %reason, "slack: socket refresh asked; reconnecting");
+                    return SessionEnd::Reconnect { wait: REFRESH_WAIT };
                 }
                 _ => {}
             }
@@ -239,11 +170,11 @@ impl SocketConnection {
             };
             if let Err(reason) = self.deliver(sink, &reader, &envelope, envelope_id).await {
                 // No acknowledgement: Slack delivers the envelope again.
-                return SessionEnd::Failed(reason);
+                return SessionEnd::failed(reason);
             }
             let ack = json!({"envelope_id": envelope_id}).to_string();
             if let Err(error) = socket.send(Message::Text(ack.into())).await {
-                return SessionEnd::Failed(format!("slack: acknowledgement failed: {error}"));
+                return SessionEnd::failed(format!("slack: acknowledgement failed: {error}"));
             }
         }
     }
@@ -292,25 +223,17 @@ impl SocketConnection {
     }
 }
 
-impl Connection for SocketConnection {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_loop(sink, stop))
+impl Sessions for SocketConnection {
+    const POLICY: Policy = Policy::quiet()
+        .refused("slack: a token was refused")
+        .failed("slack: socket lost; reconnecting")
+        .throttled("slack: rate-limited while connecting; waiting Slack's Retry-After");
+
+    fn channel(&self) -> &str {
+        &self.settings.channel
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_reconnect_waits_at_least_slacks_retry_after() {
-        let second = Duration::from_secs(1);
-        assert_eq!(reconnect_wait(second, None), second);
-        assert_eq!(reconnect_wait(second, Some(30 * second)), 30 * second);
-        assert_eq!(reconnect_wait(8 * second, Some(second)), 8 * second);
+    async fn run_session(&self, sink: &dyn InboxSink, backoff: &mut Backoff) -> SessionEnd {
+        self.session(sink, backoff).await
     }
 }

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::{
     buttons,
+    http_client::Download,
     message::{AttachmentRef, FileKind, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -380,11 +381,7 @@ impl Transport for BotApi {
                 )
                 .await
                 .map_err(|error| error.classify())?;
-            let download = crate::http_client::Download {
-                platform: "telegram",
-                kind: &attachment.kind,
-                max_bytes,
-            };
+            let download = Download::of("telegram", attachment, max_bytes);
             if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
                 return Err(download.too_big(size));
             }

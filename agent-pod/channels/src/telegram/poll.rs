@@ -11,37 +11,24 @@
 //! webhook learns the username mentions are recognised by.
 
 use std::{
+    convert::Infallible,
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
-use futures::future::BoxFuture;
 use serde_json::json;
-use tokio::sync::watch;
 
 use super::{
     api::{ApiError, BotApi, BotUser},
     update::{BotIdentity, Received, Update, read_update},
 };
-use crate::transport::{ChannelState, Connection, InboxSink};
+use crate::{
+    reconnect::{Backoff, Policy, SessionEnd, Sessions},
+    transport::{ChannelState, InboxSink},
+};
 
 /// How long one `getUpdates` waits for updates.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait between attempts after failures.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Wait after the token was refused.
-const CREDENTIALS_RETRY: Duration = Duration::from_secs(60);
-
-/// Why a session ended.
-enum SessionEnd {
-    /// The token was refused.
-    CredentialsRefused(String),
-    /// Anything else; try again (no sooner than `after`).
-    Failed {
-        reason: String,
-        after: Option<Duration>,
-    },
-}
 
 impl From<ApiError> for SessionEnd {
     fn from(error: ApiError) -> Self {
@@ -82,8 +69,8 @@ impl Poller {
     async fn session(
         &self,
         sink: &dyn InboxSink,
-        backoff: &mut Duration,
-    ) -> Result<(), SessionEnd> {
+        backoff: &mut Backoff,
+    ) -> Result<Infallible, SessionEnd> {
         let settings = self.api.settings();
         let channel = settings.channel.as_str();
         let me = self.api.get_me().await?;
@@ -126,7 +113,7 @@ impl Poller {
                 .filter_map(|update| update["update_id"].as_i64())
                 .max()
             else {
-                *backoff = Duration::from_secs(1);
+                backoff.reset();
                 continue;
             };
             let mut messages = Vec::new();
@@ -165,48 +152,23 @@ impl Poller {
                 }
             }
             // Reset only once a batch is stored: an inbox that keeps failing backs off.
-            *backoff = Duration::from_secs(1);
+            backoff.reset();
         }
     }
 }
 
-impl Connection for Poller {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let channel = self.api.settings().channel.clone();
-            let mut backoff = Duration::from_secs(1);
-            loop {
-                let mut stop_signal = stop.clone();
-                let end = tokio::select! {
-                    end = self.session(sink.as_ref(), &mut backoff) => end,
-                    _ = stop_signal.wait_for(|stopped| *stopped) => return,
-                };
-                let wait = match end {
-                    Ok(()) => Duration::ZERO,
-                    Err(SessionEnd::CredentialsRefused(reason)) => {
-                        tracing::error!(channel, %reason, "telegram: the bot token was refused");
-                        sink.report(&channel, ChannelState::CredentialsRefused(reason));
-                        CREDENTIALS_RETRY
-                    }
-                    Err(SessionEnd::Failed { reason, after }) => {
-                        let wait = backoff.max(after.unwrap_or_default());
-                        tracing::warn!(channel, %reason, retry_in_s = wait.as_secs(), "telegram: polling failed; retrying");
-                        sink.report(&channel, ChannelState::Retrying(reason));
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        wait
-                    }
-                };
-                let mut stop_signal = stop.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop_signal.wait_for(|stopped| *stopped) => return,
-                }
-            }
-        })
+impl Sessions for Poller {
+    const POLICY: Policy = Policy::quiet()
+        .refused("telegram: the bot token was refused")
+        .failed("telegram: polling failed; retrying");
+
+    fn channel(&self) -> &str {
+        &self.api.settings().channel
+    }
+
+    async fn run_session(&self, sink: &dyn InboxSink, backoff: &mut Backoff) -> SessionEnd {
+        let Err(end) = self.session(sink, backoff).await;
+        end
     }
 }
 
@@ -224,39 +186,23 @@ impl IdentityCheck {
     }
 }
 
-impl Connection for IdentityCheck {
-    fn run(
-        self: Arc<Self>,
-        sink: Arc<dyn InboxSink>,
-        mut stop: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let channel = self.api.settings().channel.clone();
-            let mut backoff = Duration::from_secs(1);
-            loop {
-                let wait = match self.api.get_me().await.map_err(SessionEnd::from) {
-                    Ok(user) => {
-                        let _ = self.identity.set(user);
-                        sink.report(&channel, ChannelState::Up);
-                        break;
-                    }
-                    Err(SessionEnd::CredentialsRefused(reason)) => {
-                        sink.report(&channel, ChannelState::CredentialsRefused(reason));
-                        CREDENTIALS_RETRY
-                    }
-                    Err(SessionEnd::Failed { reason, after }) => {
-                        sink.report(&channel, ChannelState::Retrying(reason));
-                        let wait = backoff.max(after.unwrap_or_default());
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        wait
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.wait_for(|stopped| *stopped) => return,
-                }
+impl Sessions for IdentityCheck {
+    // Nothing is logged: the state reported says it.
+    const POLICY: Policy = Policy::quiet();
+
+    fn channel(&self) -> &str {
+        &self.api.settings().channel
+    }
+
+    // `getMe` until it answers; then the session serves until the connection stops.
+    async fn run_session(&self, sink: &dyn InboxSink, _: &mut Backoff) -> SessionEnd {
+        match self.api.get_me().await {
+            Ok(user) => {
+                let _ = self.identity.set(user);
+                sink.report(self.channel(), ChannelState::Up);
+                std::future::pending().await
             }
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        })
+            Err(error) => error.into(),
+        }
     }
 }

@@ -16,6 +16,7 @@ use super::{CUSTOMER_SERVICE_WINDOW, MAX_TEXT_CHARS, WhatsappSettings};
 use crate::{
     buttons,
     format::markdown_to_whatsapp,
+    http_client::Download,
     message::{AttachmentRef, FilePayload, InboundMessage, ReplyContext},
     transport::{SendError, Transport},
 };
@@ -325,11 +326,7 @@ impl Transport for GraphClient {
                         reason: format!("whatsapp: unreadable media description: {error}"),
                     }
                 })?;
-            let download = crate::http_client::Download {
-                platform: "whatsapp",
-                kind: &attachment.kind,
-                max_bytes,
-            };
+            let download = Download::of("whatsapp", attachment, max_bytes);
             if let Some(size) = info.file_size.filter(|size| *size > max_bytes) {
                 return Err(download.too_big(size));
             }
