@@ -1127,6 +1127,14 @@ async fn a_message_redacted_while_the_bot_is_down_is_recorded_and_not_answered()
     })
     .await;
     let kept = bot.ana.say(&room, "hello").await;
+    // And the event a sync serves: the stream has reached the kept message, so the
+    // bot's first sync holds the redaction, sent before it. Under load the stream
+    // lagged, and a sync serving the withdrawn message alone started its turn.
+    bot.wait_for(
+        "Synapse's sync stream to reach the kept message",
+        || async { bot.ana.sync_reached(&room, &kept).await.then_some(()) },
+    )
+    .await;
     bot.spawn();
     let replies = bot.wait_for_bot_messages(&bot.ana, &room, 1).await;
     bot.wait_for_empty_queue().await;

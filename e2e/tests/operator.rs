@@ -1550,8 +1550,8 @@ async fn a_model_chain_failing_on_every_entry_turns_model_available_false_until_
     );
     let note = "every model of the failover chain failed a call: \
                 primary claude-sonnet-4-5 (unauthorized), fallback-1 gpt-4.1 (overloaded)";
-    events
-        .model_chain(&saint_agent::runtime::ChainReport::Failing(note.to_owned()))
+    saint_agent::runtime::ChainReport::Failing(note.to_owned())
+        .publish(&events)
         .await
         .map_err(|error| Failure::message(saint_e2e::api_message(&error)))?;
     let message = wait_for_model_available(&scenario, ("False", "ChainFailing"), note).await?;
@@ -1560,10 +1560,8 @@ async fn a_model_chain_failing_on_every_entry_turns_model_available_false_until_
     let status = scenario.bot.bot().await?.data["status"].clone();
     assert_ne!(condition_state(&status, "Ready").1, "ChainFailing");
 
-    events
-        .model_chain(&saint_agent::runtime::ChainReport::Recovered(
-            "fallback-1 gpt-4.1 answers again".to_owned(),
-        ))
+    saint_agent::runtime::ChainReport::Recovered("fallback-1 gpt-4.1 answers again".to_owned())
+        .publish(&events)
         .await
         .map_err(|error| Failure::message(saint_e2e::api_message(&error)))?;
     wait_for_model_available(

@@ -80,7 +80,7 @@ impl ChannelEvents {
 
     /// A Warning (`warning`) or Normal Event `reason` of `action`, its note as given
     /// (cut to the 1 kB an Event note may hold). The model chain's reports are sent
-    /// so ([`crate::runtime::KubernetesChainReports`]).
+    /// so ([`crate::runtime::ChainReport::publish`]).
     pub async fn note(
         &self,
         warning: bool,

@@ -45,6 +45,18 @@ pub enum ChainReport {
 }
 
 impl ChainReport {
+    /// Publishes the report through `events`: a Warning `ModelChainFailing` or a Normal
+    /// `ModelChainRecovered`, its note as given.
+    pub async fn publish(
+        &self,
+        events: &crate::channel::events::ChannelEvents,
+    ) -> Result<(), kube::Error> {
+        let warning = matches!(self, ChainReport::Failing(_));
+        events
+            .note(warning, self.reason(), self.note(), "CallModel")
+            .await
+    }
+
     /// The Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -391,10 +403,7 @@ impl ChainReportPublisher for KubernetesChainReports {
                     ))
                 })
                 .await?;
-            let warning = matches!(report, ChainReport::Failing(_));
-            events
-                .note(warning, report.reason(), report.note(), "CallModel")
-                .await?;
+            report.publish(events).await?;
             Ok(())
         })
     }

@@ -504,6 +504,25 @@ impl User {
         status == 200 && !answer["unsigned"]["redacted_because"].is_null()
     }
 
+    /// Whether Synapse's sync stream has reached `event_id` of `room`: an initial sync
+    /// shows it in the room's timeline. Reading an event (`is_redacted`) does not say
+    /// so: under load the stream a sync serves lags behind what is stored, and a sync
+    /// made then serves the earlier events without the later ones.
+    pub async fn sync_reached(&self, room: &str, event_id: &str) -> bool {
+        let filter = encode(&json!({"room": {"timeline": {"limit": 100}}}).to_string());
+        let (status, answer) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("sync?timeout=0&filter={filter}"),
+                None,
+            )
+            .await;
+        status == 200
+            && answer["rooms"]["join"][room]["timeline"]["events"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|event| event["event_id"] == event_id))
+    }
+
     /// `user`'s membership of `room` (`join`, `invite`, `leave`…), as this user sees it.
     pub async fn membership(&self, room: &str, user: &str) -> Option<String> {
         let (status, answer) = self
