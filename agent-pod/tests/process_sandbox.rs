@@ -58,17 +58,25 @@ impl Processes {
         self.tool.call(&permit, context, input).await
     }
 
-    /// Polls process `id` until it no longer runs (within a deadline naming `what`).
+    /// Polls process `id` until it no longer runs (within a deadline naming `what`): the
+    /// poll that saw it end, its content preceded by the output of the polls before it
+    /// (a poll returns only what is new since the last one, and under load an earlier
+    /// poll may already have taken the first command's output).
     async fn until_ended(&self, context: &ToolContext, id: &str, what: &str) -> ToolOutput {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut earlier = String::new();
         loop {
-            let polled = self
+            let mut polled = self
                 .call(context, json!({"action": "poll", "id": id}))
                 .await
                 .unwrap();
             if polled.metering["state"] != "running" {
+                polled.content.insert_str(0, &earlier);
                 return polled;
             }
+            // A running poll's content is its new output, then its status line.
+            let (output, _status) = polled.content.rsplit_once("[process ").unwrap_or_default();
+            earlier.push_str(output);
             assert!(Instant::now() < deadline, "{what} still ran after 20 s");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
