@@ -88,39 +88,20 @@ pub(super) async fn handle(
             (!heard.told.is_empty()).then(|| heard.told.join("\n"))
         }
     };
+    let input = TurnInput {
+        caller: &caller,
+        config: &config,
+        text,
+        accepted,
+        destination,
+        note: None,
+        attached,
+        told,
+    };
+    // An approver's answer is stored and answered without the model.
     if let Some(answer) = decision {
-        return turn::answer_directly(
-            runtime,
-            TurnInput {
-                caller: &caller,
-                config: &config,
-                text,
-                accepted,
-                destination,
-                note: None,
-                attached,
-                told: None,
-            },
-            answer,
-            events.as_ref(),
-        )
-        .await;
+        return turn::answer_directly(runtime, input, answer, events.as_ref()).await;
     }
-    let reply = turn::run(
-        runtime,
-        TurnInput {
-            caller: &caller,
-            config: &config,
-            text,
-            accepted,
-            destination,
-            note: None,
-            attached,
-            told,
-        },
-        events.as_ref(),
-        &cancel,
-    )
-    .await?;
+    let reply = turn::run(runtime, input, events.as_ref(), &cancel).await?;
     Ok(reply)
 }
