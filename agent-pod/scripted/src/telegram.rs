@@ -362,6 +362,17 @@ fn head(text: &str) -> String {
     text.chars().take(20).collect()
 }
 
+impl Script {
+    /// `sendMessage` requests answered 200, the same set [`ScriptedTelegram::sent`] lists.
+    fn sent_count(&self) -> u64 {
+        let sent = self
+            .requests
+            .iter()
+            .filter(|request| request.method == "sendMessage" && request.status == 200);
+        sent.count() as u64
+    }
+}
+
 #[derive(Default)]
 struct Script {
     requests: Vec<BotRequest>,
@@ -372,7 +383,6 @@ struct Script {
     files: HashMap<String, (String, Vec<u8>)>,
     webhook: Option<String>,
     blocked: HashSet<String>,
-    sent: u64,
     /// Messages sent, as `sendMessage` answered them (with their `reply_markup`).
     messages: Vec<Value>,
     /// Callback query ids pushed and not yet answered.
@@ -587,16 +597,18 @@ impl ScriptedTelegram {
     }
 
     /// Waits until `count` messages were sent in all, or `timeout` passed; returns
-    /// whether they were.
+    /// whether they were. It counts what [`Self::sent`] lists (a send counts once its
+    /// answer is recorded), so a count taken from `sent()` before a turn and this wait
+    /// after it agree.
     pub async fn wait_for_sent(&self, count: u64, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.shared.changed.notified();
-            if self.shared.lock().sent >= count {
+            if self.shared.lock().sent_count() >= count {
                 return true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.shared.lock().sent >= count;
+                return self.shared.lock().sent_count() >= count;
             }
         }
     }
@@ -824,7 +836,6 @@ fn send_message(shared: &Shared, parameters: &Value) -> Response {
     if script.blocked.contains(&chat) {
         return Failure::blocked_by_user().response();
     }
-    script.sent += 1;
     script.next_message_id += 1;
     let message_id = script.next_message_id;
     let chat_id = chat.parse::<i64>().unwrap_or_default();
