@@ -187,8 +187,15 @@ impl SyncConnection {
         };
         sink.report(channel, ChannelState::Up);
         let filter = filter(100);
+        // A session's first sync does not wait. The homeserver keeps a finished sync's
+        // answer for its key (since, timeout, filter) for a while (Synapse: 2 minutes),
+        // and the poll of the session that ended (a crash, a dropped connection) may
+        // have finished after it went: asking again with that key would hand back that
+        // old answer, say a message without the redaction that followed it.
+        let mut wait = Duration::ZERO;
         loop {
-            let response = self.sync(Some(&since), LONG_POLL, &filter).await?;
+            let response = self.sync(Some(&since), wait, &filter).await?;
+            wait = LONG_POLL;
             backoff.reset();
             let next = next_batch(&response)?;
             self.account_data(&response);
