@@ -7,7 +7,8 @@
 #
 # SECTION: channels (the agent's channel and chat-page tests: WhatsApp, Telegram,
 # Slack, Discord, Matrix against Synapse, e-mail against Dovecot and OpenSMTPD, `up`
-# with Chromium), apiserver, e2e, node (the ./test.sh sections of those names).
+# with Chromium, and what arrives or leaves through them: attachments, voice notes,
+# spoken replies, approval buttons), apiserver, e2e, node (the ./test.sh sections of those names).
 # Default: all four, 5 rounds, and stress-ng keeping every core busy at 60 % for the
 # whole run. Run ./test.sh once first (it builds what these sections run).
 set -uo pipefail
@@ -69,7 +70,8 @@ fi
 
 # The channel tests by test target name; --workspace keeps the features of the one
 # test build (e2e/test-build.sh), so nothing is recompiled.
-channel_tests=(whatsapp telegram slack discord matrix email up runtime_http crash_durability)
+channel_tests=(whatsapp telegram slack discord matrix email up runtime_http crash_durability
+	inbound_media voice_notes tts approval_buttons)
 run_one() {
 	case "$1" in
 	channels)
